@@ -1,0 +1,120 @@
+"""Collectives in alpha-beta terms on a tiered topology, and which tiers a group spans.
+
+``T = n_phases * alpha + Q / B_eff`` (the lessons' model; worked example: 4 phases x 5 us +
+100 MB at 50 GB/s = 2.02 ms). Ring forms follow Thakur et al. 2005 / hardware.json
+``collective_cost_models``; groups spanning several tiers use the hierarchical form
+(reduce-scatter inside each tier, then across: hardware.json ``hierarchical_2d_allreduce``,
+generalised to any number of tiers).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import prod
+
+from paraplan.cost.plan import Axis, Plan
+from paraplan.hardware import Cluster, Tier
+
+__all__ = [
+    "GroupSpan",
+    "alpha_beta_s",
+    "ring_allreduce_s",
+    "ring_allgather_s",
+    "group_span",
+    "allreduce_s",
+    "allgather_s",
+    "reduce_scatter_s",
+    "p2p_s",
+]
+
+
+def alpha_beta_s(num_phases: int, alpha_s: float, bytes_moved: float, bytes_per_s: float) -> float:
+    """Formula: T = n * alpha + Q / B. Units: seconds."""
+    return num_phases * alpha_s + bytes_moved / bytes_per_s
+
+
+def ring_allreduce_s(p: int, n_bytes: float, alpha_s: float, bytes_per_s: float) -> float:
+    """Formula: 2(p-1) alpha + 2 (p-1)/p n / B. Source: Thakur et al. 2005 (ring)."""
+    if p <= 1:
+        return 0.0
+    return alpha_beta_s(2 * (p - 1), alpha_s, 2 * (p - 1) / p * n_bytes, bytes_per_s)
+
+
+def ring_allgather_s(p: int, n_bytes: float, alpha_s: float, bytes_per_s: float) -> float:
+    """Formula: (p-1) alpha + (p-1)/p n / B (n = full gathered buffer). Same for reduce-scatter."""
+    if p <= 1:
+        return 0.0
+    return alpha_beta_s(p - 1, alpha_s, (p - 1) / p * n_bytes, bytes_per_s)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupSpan:
+    """Fan-in of a process group at each tier, innermost first (product = group size)."""
+
+    tiers: tuple[Tier, ...]
+    fan_in: tuple[int, ...]
+
+    @property
+    def size(self) -> int:
+        return prod(self.fan_in)
+
+    @property
+    def outermost(self) -> Tier:
+        for tier, f in zip(reversed(self.tiers), reversed(self.fan_in), strict=True):
+            if f > 1:
+                return tier
+        return self.tiers[0]
+
+
+def group_span(cluster: Cluster, plan: Plan, axis: Axis) -> GroupSpan:
+    """Tiers a group of ``axis`` spans under the plan's rank order.
+
+    Members of one group are ``stride`` ranks apart, stride = product of the degrees ordered inside
+    ``axis``; a tier domain of D consecutive ranks holds min(degree, max(1, D // stride)) of them.
+    """
+    stride = prod(plan.degree(a) for a in plan.order[: plan.order.index(axis)])
+    degree = plan.degree(axis)
+    fan_in: list[int] = []
+    inside = 1
+    for tier in cluster.tiers:
+        members = min(degree, max(1, tier.domain_devices // stride))
+        members = max(members, inside)
+        fan_in.append(max(1, members // inside))
+        inside = members
+    if inside < degree:
+        fan_in[-1] *= degree // inside
+    return GroupSpan(cluster.tiers, tuple(fan_in))
+
+
+def _hierarchical_s(span: GroupSpan, n_bytes: float, phases_per_step: int, data_factor: float) -> float:
+    total, inner = 0.0, 1
+    for tier, f in zip(span.tiers, span.fan_in, strict=True):
+        if f > 1:
+            total += alpha_beta_s(
+                phases_per_step * (f - 1),
+                tier.alpha_s,
+                data_factor * n_bytes * (f - 1) / (f * inner),
+                tier.effective_bytes_per_s,
+            )
+        inner *= f
+    return total
+
+
+def allreduce_s(span: GroupSpan, n_bytes: float) -> float:
+    """Hierarchical all-reduce: sum over tiers of 2(f-1) alpha + 2 n (f-1)/(f M B), M = inner fan-in."""
+    return _hierarchical_s(span, n_bytes, 2, 2.0)
+
+
+def allgather_s(span: GroupSpan, n_bytes: float) -> float:
+    """Hierarchical all-gather of an n-byte result: sum of (f-1) alpha + n (f-1)/(f M B)."""
+    return _hierarchical_s(span, n_bytes, 1, 1.0)
+
+
+def reduce_scatter_s(span: GroupSpan, n_bytes: float) -> float:
+    """Same volume and phases as all-gather (n = the full, unreduced buffer)."""
+    return _hierarchical_s(span, n_bytes, 1, 1.0)
+
+
+def p2p_s(tier: Tier, n_bytes: float) -> float:
+    """Point-to-point send: alpha + n / B."""
+    return alpha_beta_s(1, tier.alpha_s, n_bytes, tier.effective_bytes_per_s)

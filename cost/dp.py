@@ -1,0 +1,72 @@
+"""Data parallel and ZeRO: model-state bytes per device and gradient/parameter traffic.
+
+Mixed-precision Adam keeps, per parameter, 2 B bf16 weights, 4 B fp32 gradients (Megatron's
+fp32 main-grad accumulation) and 12 B optimizer state (fp32 master, momentum, variance: ZeRO's
+K = 12, Rajbhandari et al. 2020, arXiv:1910.02054 Sec. 3.1). ZeRO-1 shards the optimizer state
+over dp, ZeRO-2 also the gradients, ZeRO-3 (FSDP) also the weights.
+Traffic: ZeRO-0 all-reduces fp32 gradients once per step; ZeRO-1/2 reduce-scatter them and
+all-gather the updated bf16 weights; ZeRO-3 all-gathers weights in forward and again in backward
+and reduce-scatters gradients, every micro-batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from paraplan.cost.comm import allgather_s, allreduce_s, group_span, reduce_scatter_s
+from paraplan.cost.plan import Axis, Plan
+from paraplan.hardware import Cluster
+
+__all__ = [
+    "WEIGHT_BYTES", "GRAD_BYTES", "OPTIMIZER_BYTES", "OPTIMIZER_STEP_BYTES_PER_PARAM",
+    "StateBytes", "state_bytes", "grad_sync_s", "zero3_gather_s", "zero3_reduce_s",
+]
+
+WEIGHT_BYTES = 2
+GRAD_BYTES = 4
+OPTIMIZER_BYTES = 12
+OPTIMIZER_STEP_BYTES_PER_PARAM = 30  # Adam reads grad, master, m, v (16 B), writes master, m, v, bf16 (14 B)
+
+
+@dataclass(frozen=True, slots=True)
+class StateBytes:
+    weights: float
+    grads: float
+    optimizer: float
+
+    @property
+    def total(self) -> float:
+        return self.weights + self.grads + self.optimizer
+
+
+def state_bytes(params: float, zero: int, dp: int) -> StateBytes:
+    """Formula: params * (2/(dp if z>=3) + 4/(dp if z>=2) + 12/(dp if z>=1)) bytes."""
+    return StateBytes(
+        weights=params * WEIGHT_BYTES / (dp if zero >= 3 else 1),
+        grads=params * GRAD_BYTES / (dp if zero >= 2 else 1),
+        optimizer=params * OPTIMIZER_BYTES / (dp if zero >= 1 else 1),
+    )
+
+
+def grad_sync_s(params: float, plan: Plan, cluster: Cluster) -> float:
+    """Once-per-step sync for ZeRO 0-2: AR(4 B/param), or RS(4 B) + AG(2 B) with sharded state."""
+    if plan.dp == 1 or plan.zero >= 3:
+        return 0.0
+    span = group_span(cluster, plan, Axis.DP)
+    if plan.zero == 0:
+        return allreduce_s(span, params * GRAD_BYTES)
+    return reduce_scatter_s(span, params * GRAD_BYTES) + allgather_s(span, params * WEIGHT_BYTES)
+
+
+def zero3_gather_s(params: float, plan: Plan, cluster: Cluster) -> float:
+    """One all-gather of ``params`` bf16 weights over dp (done in forward, and again in backward)."""
+    if plan.dp == 1 or plan.zero < 3:
+        return 0.0
+    return allgather_s(group_span(cluster, plan, Axis.DP), params * WEIGHT_BYTES)
+
+
+def zero3_reduce_s(params: float, plan: Plan, cluster: Cluster) -> float:
+    """Per micro-batch reduce-scatter of ``params`` fp32 gradients over dp under ZeRO-3."""
+    if plan.dp == 1 or plan.zero < 3:
+        return 0.0
+    return reduce_scatter_s(group_span(cluster, plan, Axis.DP), params * GRAD_BYTES)

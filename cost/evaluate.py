@@ -1,0 +1,108 @@
+"""``evaluate``: step time and per-stage memory of a fully fixed plan, with their parts.
+
+step_s = pipeline_s + dp_exposed_s + optimizer_s, where
+pipeline_s = m * max_s t_s + (sum_s t_s - max_s t_s) / v            (pp.py)
+t_s = layers_s * block(recompute_s) + ends + p2p                      (stage.py)
+dp_exposed_s = max_s max(0, sync_s - backward_s)                     (dp.py, overlapped)
+Parts: compute_s + exposed_comm_s + bubble_s + optimizer_s = step_s.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from paraplan.cost.flops import model_flops_per_token
+from paraplan.cost.memory import StageMemory, stage_memory
+from paraplan.cost.plan import Job, Plan, check_plan
+from paraplan.cost.pp import bubble_s
+from paraplan.cost.stage import StageTerms, stage_terms
+from paraplan.graph import LayerGraph
+from paraplan.hardware import Cluster
+
+__all__ = ["Breakdown", "evaluate", "step_time_s"]
+
+
+@dataclass(frozen=True, slots=True)
+class Breakdown:
+    step_time_s: float
+    compute_s: float
+    bubble_s: float
+    exposed_comm_s: float
+    optimizer_s: float
+    stage_time_s: tuple[float, ...]
+    stage_memory: tuple[StageMemory, ...]
+    memory_capacity_bytes: float
+    num_micro_batches: int
+    model_flops_per_token: float
+    tokens_per_s_per_gpu: float
+    model_tflops_per_gpu: float
+    mfu: float
+
+    @property
+    def peak_memory_bytes(self) -> float:
+        return max(m.total_bytes for m in self.stage_memory)
+
+    @property
+    def fits(self) -> bool:
+        return self.peak_memory_bytes <= self.memory_capacity_bytes
+
+    @property
+    def binding_stage(self) -> int:
+        return max(range(len(self.stage_memory)), key=lambda s: self.stage_memory[s].total_bytes)
+
+
+@dataclass(frozen=True, slots=True)
+class StepParts:
+    step_s: float
+    compute_s: float
+    comm_s: float
+    bubble_s: float
+    dp_exposed_s: float
+    optimizer_s: float
+    stage_s: tuple[float, ...]
+
+
+def step_time_s(terms: StageTerms) -> StepParts:
+    """The formula of the module docstring, for the plan's layer split and recompute."""
+    plan = terms.plan
+    m = terms.num_micro_batches
+    split = plan.layers_per_stage
+    stage_s = [terms.stage_time_s(s, split[s], plan.recompute[s]) for s in range(plan.pp)]
+    slowest = max(range(plan.pp), key=lambda s: stage_s[s])
+    compute = m * terms.stage_compute_s(slowest, split[slowest], plan.recompute[slowest])
+    bubble = bubble_s(stage_s, plan.vp)
+    dp_exposed = max(terms.dp_exposed_s(s, split[s], plan.recompute[s]) for s in range(plan.pp))
+    optimizer = max(terms.optimizer_s(s, split[s]) for s in range(plan.pp))
+    comm = m * stage_s[slowest] - compute
+    step = m * stage_s[slowest] + bubble + dp_exposed + optimizer
+    return StepParts(step, compute, comm, bubble, dp_exposed, optimizer, tuple(stage_s))
+
+
+def evaluate(graph: LayerGraph, cluster: Cluster, job: Job, plan: Plan) -> Breakdown:
+    """Step time and memory of ``plan``; ValueError if the plan breaks a rule (see check_plan)."""
+    spec = graph.spec
+    check_plan(plan, job, num_devices=cluster.num_devices, num_layers=spec.num_layers,
+               num_heads=spec.num_heads, num_kv_heads=spec.num_kv_heads)
+    cluster.accelerator.peak_for(job.precision.value)
+    terms = stage_terms(graph, plan, job, cluster)
+    parts = step_time_s(terms)
+    memory = tuple(stage_memory(terms, s, plan.layers_per_stage[s], plan.recompute[s])
+                   for s in range(plan.pp))
+    flops_per_token = model_flops_per_token(spec, job.seq_len)
+    tokens_per_s_per_gpu = job.tokens_per_step / parts.step_s / cluster.num_devices
+    achieved = flops_per_token * tokens_per_s_per_gpu
+    return Breakdown(
+        step_time_s=parts.step_s,
+        compute_s=parts.compute_s,
+        bubble_s=parts.bubble_s,
+        exposed_comm_s=parts.comm_s + parts.dp_exposed_s,
+        optimizer_s=parts.optimizer_s,
+        stage_time_s=parts.stage_s,
+        stage_memory=memory,
+        memory_capacity_bytes=cluster.memory_capacity_bytes,
+        num_micro_batches=terms.num_micro_batches,
+        model_flops_per_token=flops_per_token,
+        tokens_per_s_per_gpu=tokens_per_s_per_gpu,
+        model_tflops_per_gpu=achieved / 1e12,
+        mfu=achieved / cluster.accelerator.peak_for(job.precision.value),
+    )

@@ -1,0 +1,135 @@
+"""What the cost model evaluates: a job (batch, sequence, precision) and a fully fixed plan."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+__all__ = ["Axis", "Precision", "Recompute", "Job", "Plan", "DEFAULT_ORDER", "check_plan"]
+
+
+class Axis(StrEnum):
+    TP = "tp"
+    CP = "cp"
+    DP = "dp"
+    PP = "pp"
+
+
+class Precision(StrEnum):
+    BF16 = "bf16"
+    FP16 = "fp16"
+    FP8 = "fp8"
+
+
+class Recompute(StrEnum):
+    NONE = "none"
+    SELECTIVE = "selective"
+    FULL = "full"
+
+
+DEFAULT_ORDER: tuple[Axis, ...] = (Axis.TP, Axis.CP, Axis.DP, Axis.PP)
+"""Rank order, innermost (fastest-varying) first: Megatron's default tp-cp-(ep)-dp-pp."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Job:
+    seq_len: int
+    global_batch: int
+    precision: Precision = Precision.BF16
+    flash_attention: bool = True
+    overlap_dp_comm: bool = True
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.seq_len * self.global_batch
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Plan:
+    """Every knob fixed. ``recompute`` and ``layers_per_stage`` have one entry per pp rank."""
+
+    dp: int
+    tp: int
+    pp: int
+    cp: int = 1
+    ep: int = 1
+    vp: int = 1
+    micro_batch: int = 1
+    zero: int = 1
+    sequence_parallel: bool = True
+    recompute: tuple[Recompute, ...] = field(default=(Recompute.NONE,))
+    layers_per_stage: tuple[int, ...] = field(default=())
+    order: tuple[Axis, ...] = DEFAULT_ORDER
+
+    @property
+    def num_devices(self) -> int:
+        return self.dp * self.tp * self.pp * self.cp
+
+    def degree(self, axis: Axis) -> int:
+        return {Axis.TP: self.tp, Axis.CP: self.cp, Axis.DP: self.dp, Axis.PP: self.pp}[axis]
+
+    def num_micro_batches(self, job: Job) -> int:
+        """Micro-batches per step per dp rank: global = micro_batch x accumulation x dp."""
+        return job.global_batch // (self.micro_batch * self.dp)
+
+
+def check_plan(plan: Plan, job: Job, *, num_devices: int, num_layers: int, num_heads: int,
+               num_kv_heads: int) -> None:
+    """Every rule a plan must meet; ValueError names the knob, the values and the rule."""
+    for name in ("dp", "tp", "pp", "cp", "ep", "vp", "micro_batch"):
+        if getattr(plan, name) < 1:
+            raise ValueError(f"plan.{name}={getattr(plan, name)} must be at least 1")
+    if plan.num_devices != num_devices:
+        raise ValueError(
+            f"plan: dp*tp*pp*cp = {plan.dp}*{plan.tp}*{plan.pp}*{plan.cp} = {plan.num_devices} "
+            f"must equal the cluster's {num_devices} devices"
+        )
+    if plan.zero not in (0, 1, 2, 3):
+        raise ValueError(f"plan.zero={plan.zero} must be 0, 1, 2 or 3")
+    if num_heads % plan.tp:
+        raise ValueError(f"plan.tp={plan.tp} must divide model heads={num_heads}")
+    if num_kv_heads % plan.tp and plan.tp % num_kv_heads:
+        raise ValueError(
+            f"plan.tp={plan.tp} and model kv_heads={num_kv_heads}: one must divide the other"
+        )
+    if plan.sequence_parallel and plan.tp == 1:
+        pass  # sequence parallelism is a no-op without TP
+    if job.seq_len % plan.cp or (plan.cp > 1 and (job.seq_len // plan.cp) % 2):
+        raise ValueError(
+            f"plan.cp={plan.cp} must split job.seq_len={job.seq_len} into an even number of "
+            "tokens per rank (2*cp chunks for causal load balance)"
+        )
+    per_step = plan.micro_batch * plan.dp
+    if job.global_batch % per_step:
+        raise ValueError(
+            f"job.global_batch={job.global_batch} must be divisible by "
+            f"plan.micro_batch*dp = {plan.micro_batch}*{plan.dp} = {per_step} "
+            "(global batch = micro-batch x accumulation steps x data-parallel replicas)"
+        )
+    if len(plan.layers_per_stage) != plan.pp:
+        raise ValueError(
+            f"plan.layers_per_stage has {len(plan.layers_per_stage)} entries; need pp={plan.pp}"
+        )
+    if sum(plan.layers_per_stage) != num_layers or min(plan.layers_per_stage) < plan.vp:
+        raise ValueError(
+            f"plan.layers_per_stage={list(plan.layers_per_stage)} must sum to the model's "
+            f"{num_layers} layers with at least vp={plan.vp} per stage"
+        )
+    if plan.vp > 1:
+        if plan.pp == 1:
+            raise ValueError(f"plan.vp={plan.vp} needs pp > 1 (interleaving splits pipeline stages)")
+        bad = [n for n in plan.layers_per_stage if n % plan.vp]
+        if bad:
+            raise ValueError(
+                f"plan.vp={plan.vp} must divide each stage's layer count; "
+                f"layers_per_stage={list(plan.layers_per_stage)}"
+            )
+        if plan.num_micro_batches(job) % plan.pp:
+            raise ValueError(
+                f"interleaved schedule (vp={plan.vp}) needs the micro-batch count "
+                f"{plan.num_micro_batches(job)} to be a multiple of pp={plan.pp}"
+            )
+    if len(plan.recompute) != plan.pp:
+        raise ValueError(f"plan.recompute has {len(plan.recompute)} entries; need pp={plan.pp}")
+    if sorted(plan.order) != sorted(DEFAULT_ORDER):
+        raise ValueError(f"plan.order={list(plan.order)} must be a permutation of tp, cp, dp, pp")

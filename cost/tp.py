@@ -1,0 +1,40 @@
+"""Tensor (and sequence) parallel communication of one transformer block.
+
+Megatron TP: per block, one all-reduce of the n*h activations after attention and one after the
+MLP in forward, two more in backward (Shoeybi et al. 2019, arXiv:1909.08053, Fig. 4). With
+sequence parallelism each all-reduce becomes an all-gather + reduce-scatter pair of the same bytes
+(Korthikanti et al. 2022 Sec. 4.2.2). Not overlapped with compute (Megatron default).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from paraplan.cost.comm import allgather_s, allreduce_s, group_span, reduce_scatter_s
+from paraplan.cost.compute import ACTIVATION_BYTES, tokens_per_device
+from paraplan.cost.plan import Axis, Job, Plan
+from paraplan.hardware import Cluster
+
+__all__ = ["TPComm", "tp_block_comm"]
+
+COLLECTIVES_PER_BLOCK_FORWARD = 2  # after attention, after MLP
+
+
+@dataclass(frozen=True, slots=True)
+class TPComm:
+    forward_s: float
+    backward_s: float
+
+
+def tp_block_comm(hidden: int, plan: Plan, job: Job, cluster: Cluster) -> TPComm:
+    """Formula: 2 x allreduce(n*h*2 B) forward, the same backward, on the TP group's tiers."""
+    if plan.tp == 1:
+        return TPComm(0.0, 0.0)
+    span = group_span(cluster, plan, Axis.TP)
+    n_bytes = tokens_per_device(plan, job) * hidden * ACTIVATION_BYTES
+    if plan.sequence_parallel:
+        one = allgather_s(span, n_bytes) + reduce_scatter_s(span, n_bytes)
+    else:
+        one = allreduce_s(span, n_bytes)
+    fwd = COLLECTIVES_PER_BLOCK_FORWARD * one
+    return TPComm(fwd, fwd)

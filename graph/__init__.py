@@ -1,0 +1,19 @@
+"""Models: architecture specs, presets, Hugging Face import and the layer graph (no devices)."""
+
+from paraplan.graph.layers import Gemm, Layer, LayerGraph, LayerKind, build_graph
+from paraplan.graph.presets import from_fields, from_hf_config, preset, preset_names
+from paraplan.graph.spec import Activation, ModelSpec
+
+__all__ = [
+    "Activation",
+    "Gemm",
+    "Layer",
+    "LayerGraph",
+    "LayerKind",
+    "ModelSpec",
+    "build_graph",
+    "from_fields",
+    "from_hf_config",
+    "preset",
+    "preset_names",
+]

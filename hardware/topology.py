@@ -1,0 +1,138 @@
+"""Clusters: devices grouped into nested link tiers, and the topology graph they imply.
+
+A cluster is a list of tiers, innermost first. Tier ``k`` has domains of ``domain_devices``
+consecutive devices (by global rank); two devices talk over the innermost tier whose domain holds
+both. The last tier's domain is the whole cluster.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import networkx as nx
+
+from paraplan.hardware.catalog import Accelerator, LinkSpec, fabric, node_type, fabric_names
+
+__all__ = ["Tier", "Cluster", "build_cluster", "topology_graph"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Tier:
+    name: str
+    domain_devices: int
+    per_gpu_bytes_per_s: float
+    alpha_s: float
+    efficiency: float
+
+    @property
+    def effective_bytes_per_s(self) -> float:
+        """Useful per-GPU bandwidth at this tier: line rate times achievable fraction."""
+        return self.per_gpu_bytes_per_s * self.efficiency
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Cluster:
+    name: str
+    accelerator: Accelerator
+    devices_per_node: int
+    num_nodes: int
+    tiers: tuple[Tier, ...]
+
+    @property
+    def num_devices(self) -> int:
+        return self.devices_per_node * self.num_nodes
+
+    @property
+    def memory_capacity_bytes(self) -> float:
+        return self.accelerator.hbm_bytes
+
+    def tier_of_span(self, span_devices: int) -> Tier:
+        """Innermost tier whose domain holds ``span_devices`` consecutive ranks."""
+        for tier in self.tiers:
+            if span_devices <= tier.domain_devices:
+                return tier
+        return self.tiers[-1]
+
+
+def _tier(link: LinkSpec, domain: int) -> Tier:
+    return Tier(
+        name=link.name,
+        domain_devices=domain,
+        per_gpu_bytes_per_s=link.per_gpu_bytes_per_s,
+        alpha_s=link.alpha_s,
+        efficiency=link.efficiency,
+    )
+
+
+def build_cluster(preset: str, *, nodes: int | None = None, gpus: int | None = None) -> Cluster:
+    """Cluster of ``nodes`` nodes (or ``gpus`` devices) of a node preset or a fabric preset."""
+    fab = fabric(preset) if preset in fabric_names() else None
+    nt = node_type(fab.node if fab else preset)
+    dpn = nt.devices_per_node
+    if (nodes is None) == (gpus is None):
+        raise ValueError("cluster: give exactly one of cluster.nodes or cluster.gpus")
+    if gpus is not None:
+        if gpus < 1:
+            raise ValueError(f"cluster.gpus={gpus} must be at least 1")
+        if gpus < dpn:
+            dpn = gpus  # a partial node: the whole job sits inside one scale-up domain
+            nodes = 1
+        elif gpus % dpn:
+            raise ValueError(
+                f"cluster.gpus={gpus} must be a multiple of the {dpn} GPUs per {preset} node "
+                f"(or fewer than {dpn}); use cluster.nodes={max(1, gpus // dpn)} "
+                f"or gpus={(gpus // dpn + 1) * dpn}"
+            )
+        else:
+            nodes = gpus // dpn
+    assert nodes is not None
+    if nodes < 1:
+        raise ValueError(f"cluster.nodes={nodes} must be at least 1")
+    num = dpn * nodes
+    tiers = [_tier(nt.scale_up, dpn)]
+    if fab:
+        for link in fab.tiers:
+            dom = link.domain_gpus or num
+            if dom > tiers[-1].domain_devices:
+                tiers.append(_tier(link, min(dom, num) if link.domain_gpus else num))
+        tiers = [t for t in tiers if t.domain_devices <= num]
+        if tiers[-1].domain_devices < num:
+            tiers.append(_tier(fab.tiers[-1], num))
+    elif nodes > 1:
+        tiers.append(_tier(nt.scale_out, num))
+    return Cluster(
+        name=preset,
+        accelerator=nt.accelerator,
+        devices_per_node=dpn,
+        num_nodes=nodes,
+        tiers=tuple(tiers),
+    )
+
+
+def topology_graph(cluster: Cluster) -> nx.Graph:
+    """Devices and one switch per tier domain; edges carry the tier, bandwidth and latency.
+
+    Node names: ``("gpu", rank)`` and ``(tier_name, domain_index)``. Each device links to its
+    innermost switch; each domain switch links to the switch of the domain that contains it.
+    """
+    g = nx.Graph()
+    for rank in range(cluster.num_devices):
+        g.add_node(("gpu", rank), kind="device")
+    for level, tier in enumerate(cluster.tiers):
+        num_domains = max(1, cluster.num_devices // tier.domain_devices)
+        for d in range(num_domains):
+            g.add_node((tier.name, d), kind="switch", level=level)
+        attrs = {
+            "tier": tier.name,
+            "bytes_per_s": tier.per_gpu_bytes_per_s,
+            "alpha_s": tier.alpha_s,
+        }
+        if level == 0:
+            for rank in range(cluster.num_devices):
+                g.add_edge(("gpu", rank), (tier.name, rank // tier.domain_devices), **attrs)
+        else:
+            inner = cluster.tiers[level - 1]
+            for d in range(max(1, cluster.num_devices // inner.domain_devices)):
+                outer = d * inner.domain_devices // tier.domain_devices
+                g.add_edge((inner.name, d), (tier.name, outer), **attrs)
+    return g
