@@ -66,23 +66,24 @@ class GroupSpan:
         return self.tiers[0]
 
 
-def group_span(cluster: Cluster, plan: Plan, axis: Axis) -> GroupSpan:
-    """Tiers a group of ``axis`` spans under the plan's rank order.
+def group_span(cluster: Cluster, plan: Plan, *axes: Axis) -> GroupSpan:
+    """Tiers a process group over ``axes`` spans under the plan's rank order.
 
-    Members of one group are ``stride`` ranks apart, stride = product of the degrees ordered inside
-    ``axis``; a tier domain of D consecutive ranks holds min(degree, max(1, D // stride)) of them.
+    Members along axis a are stride_a ranks apart, stride_a = product of the degrees ordered inside
+    a; a tier domain of D consecutive ranks holds prod_a min(degree_a, max(1, D // stride_a)) of
+    them. Fan-in at a tier = members per domain there / members per domain one tier in.
     """
-    stride = prod(plan.degree(a) for a in plan.order[: plan.order.index(axis)])
-    degree = plan.degree(axis)
+    strides = {a: prod(plan.degree(b) for b in plan.order[: plan.order.index(a)]) for a in axes}
+    size = prod(plan.degree(a) for a in axes)
     fan_in: list[int] = []
     inside = 1
     for tier in cluster.tiers:
-        members = min(degree, max(1, tier.domain_devices // stride))
+        members = prod(min(plan.degree(a), max(1, tier.domain_devices // strides[a])) for a in axes)
         members = max(members, inside)
         fan_in.append(max(1, members // inside))
         inside = members
-    if inside < degree:
-        fan_in[-1] *= degree // inside
+    if inside < size:
+        fan_in[-1] *= size // inside
     return GroupSpan(cluster.tiers, tuple(fan_in))
 
 

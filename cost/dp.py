@@ -3,7 +3,9 @@
 Mixed-precision Adam keeps, per parameter, 2 B bf16 weights, 4 B fp32 gradients (Megatron's
 fp32 main-grad accumulation) and 12 B optimizer state (fp32 master, momentum, variance: ZeRO's
 K = 12, Rajbhandari et al. 2020, arXiv:1910.02054 Sec. 3.1). ZeRO-1 shards the optimizer state
-over dp, ZeRO-2 also the gradients, ZeRO-3 (FSDP) also the weights.
+over the data-parallel group, ZeRO-2 also the gradients, ZeRO-3 (FSDP) also the weights. Context-
+parallel ranks hold the same weights, so (as Megatron-Core does) gradients are reduced and state is
+sharded over dp x cp.
 Traffic: ZeRO-0 all-reduces fp32 gradients once per step; ZeRO-1/2 reduce-scatter them and
 all-gather the updated bf16 weights; ZeRO-3 all-gathers weights in forward and again in backward
 and reduce-scatters gradients, every micro-batch.
@@ -14,16 +16,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from paraplan.cost.comm import allgather_s, allreduce_s, group_span, reduce_scatter_s
-from paraplan.cost.plan import Axis, Plan
+from paraplan.cost.plan import Axis, Job, Plan
 from paraplan.hardware import Cluster
 
 __all__ = [
     "WEIGHT_BYTES", "GRAD_BYTES", "OPTIMIZER_BYTES", "OPTIMIZER_STEP_BYTES_PER_PARAM",
-    "StateBytes", "state_bytes", "grad_sync_s", "zero3_gather_s", "zero3_reduce_s",
+    "StateBytes", "state_bytes", "shard_degree", "grad_bytes", "grad_sync_s", "zero3_gather_s", "zero3_reduce_s",
 ]
 
 WEIGHT_BYTES = 2
-GRAD_BYTES = 4
+GRAD_BYTES = 4  # fp32 main grads; 2 when the job keeps gradients in bf16 (job.fp32_grads=False)
 OPTIMIZER_BYTES = 12
 OPTIMIZER_STEP_BYTES_PER_PARAM = 30  # Adam reads grad, master, m, v (16 B), writes master, m, v, bf16 (14 B)
 
@@ -39,34 +41,46 @@ class StateBytes:
         return self.weights + self.grads + self.optimizer
 
 
-def state_bytes(params: float, zero: int, dp: int) -> StateBytes:
-    """Formula: params * (2/(dp if z>=3) + 4/(dp if z>=2) + 12/(dp if z>=1)) bytes."""
+def grad_bytes(job: Job) -> int:
+    """Bytes per gradient element: 4 (fp32 accumulation) or 2 (bf16)."""
+    return GRAD_BYTES if job.fp32_grads else WEIGHT_BYTES
+
+
+def state_bytes(params: float, zero: int, dp: int, grad_bytes_per_param: int = GRAD_BYTES
+                ) -> StateBytes:
+    """Formula: params * (2/(d if z>=3) + g/(d if z>=2) + 12/(d if z>=1)) bytes, d = shard group."""
     return StateBytes(
         weights=params * WEIGHT_BYTES / (dp if zero >= 3 else 1),
-        grads=params * GRAD_BYTES / (dp if zero >= 2 else 1),
+        grads=params * grad_bytes_per_param / (dp if zero >= 2 else 1),
         optimizer=params * OPTIMIZER_BYTES / (dp if zero >= 1 else 1),
     )
 
 
-def grad_sync_s(params: float, plan: Plan, cluster: Cluster) -> float:
+def shard_degree(plan: Plan) -> int:
+    """Ranks that hold identical weights and share ZeRO shards: dp x cp."""
+    return plan.dp * plan.cp
+
+
+def grad_sync_s(params: float, plan: Plan, job: Job, cluster: Cluster) -> float:
     """Once-per-step sync for ZeRO 0-2: AR(4 B/param), or RS(4 B) + AG(2 B) with sharded state."""
-    if plan.dp == 1 or plan.zero >= 3:
+    if plan.dp * plan.cp == 1 or plan.zero >= 3:
         return 0.0
-    span = group_span(cluster, plan, Axis.DP)
+    span = group_span(cluster, plan, Axis.DP, Axis.CP)
     if plan.zero == 0:
-        return allreduce_s(span, params * GRAD_BYTES)
-    return reduce_scatter_s(span, params * GRAD_BYTES) + allgather_s(span, params * WEIGHT_BYTES)
+        return allreduce_s(span, params * grad_bytes(job))
+    return (reduce_scatter_s(span, params * grad_bytes(job))
+            + allgather_s(span, params * WEIGHT_BYTES))
 
 
 def zero3_gather_s(params: float, plan: Plan, cluster: Cluster) -> float:
     """One all-gather of ``params`` bf16 weights over dp (done in forward, and again in backward)."""
-    if plan.dp == 1 or plan.zero < 3:
+    if plan.dp * plan.cp == 1 or plan.zero < 3:
         return 0.0
-    return allgather_s(group_span(cluster, plan, Axis.DP), params * WEIGHT_BYTES)
+    return allgather_s(group_span(cluster, plan, Axis.DP, Axis.CP), params * WEIGHT_BYTES)
 
 
-def zero3_reduce_s(params: float, plan: Plan, cluster: Cluster) -> float:
+def zero3_reduce_s(params: float, plan: Plan, job: Job, cluster: Cluster) -> float:
     """Per micro-batch reduce-scatter of ``params`` fp32 gradients over dp under ZeRO-3."""
-    if plan.dp == 1 or plan.zero < 3:
+    if plan.dp * plan.cp == 1 or plan.zero < 3:
         return 0.0
-    return reduce_scatter_s(group_span(cluster, plan, Axis.DP), params * GRAD_BYTES)
+    return reduce_scatter_s(group_span(cluster, plan, Axis.DP, Axis.CP), params * grad_bytes(job))

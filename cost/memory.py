@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from paraplan.cost.dp import WEIGHT_BYTES, state_bytes
+from paraplan.cost.dp import WEIGHT_BYTES, grad_bytes, shard_degree, state_bytes
 from paraplan.cost.plan import Recompute
 from paraplan.cost.pp import in_flight_micro_batches
 from paraplan.cost.stage import StageTerms
@@ -38,7 +38,8 @@ class StageMemory:
 def stage_memory(terms: StageTerms, stage: int, layers: int, recompute: Recompute) -> StageMemory:
     """Peak bytes on one device of ``stage`` holding ``layers`` blocks."""
     plan = terms.plan
-    state = state_bytes(terms.stage_params(stage, layers), plan.zero, plan.dp)
+    state = state_bytes(terms.stage_params(stage, layers), plan.zero, shard_degree(plan),
+                        grad_bytes(terms.job))
     block = terms.block[recompute]
     held = in_flight_micro_batches(stage, plan, terms.num_micro_batches)
     activations = layers * block.activation_bytes * held + (block.working_bytes if layers else 0.0)
@@ -47,6 +48,6 @@ def stage_memory(terms: StageTerms, stage: int, layers: int, recompute: Recomput
     if stage == plan.pp - 1:
         activations += terms.last.activation_bytes
     buffers = RUNTIME_RESERVE_BYTES
-    if plan.zero >= 3 and plan.dp > 1:
+    if plan.zero >= 3 and shard_degree(plan) > 1:
         buffers += ZERO3_PREFETCH_BLOCKS * terms.block_params * WEIGHT_BYTES
     return StageMemory(state.weights, state.grads, state.optimizer, activations, buffers)

@@ -38,6 +38,7 @@ class Job:
     precision: Precision = Precision.BF16
     flash_attention: bool = True
     overlap_dp_comm: bool = True
+    fp32_grads: bool = True
 
     @property
     def tokens_per_step(self) -> int:

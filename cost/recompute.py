@@ -10,19 +10,21 @@ fused flash kernel never materialises the scores); full keeps only the block inp
 from __future__ import annotations
 
 from paraplan.cost.compute import ACTIVATION_BYTES, LayerTime, tokens_per_device
-from paraplan.cost.plan import Job, Plan, Recompute
+from paraplan.cost.plan import Job, Plan, Precision, Recompute
 from paraplan.graph import Layer
 
 __all__ = ["stored_activation_bytes", "block_input_bytes", "recompute_forward_s"]
 
 QUADRATIC_ELEMS_PER_HEAD = 2.5  # softmax out (2 B), dropout mask (1 B), dropout out (2 B) = 5 B
+FP8_BYTES = 1
 
 
 def stored_activation_bytes(layer: Layer, plan: Plan, job: Job, recompute: Recompute) -> float:
     """Bytes one layer keeps for backward, per micro-batch, per device (not counting FULL's input).
 
     Formula: n * (act_tp/tp + act_sp/(tp if SP else 1)) * 2 B, plus n*2.5*a*s/tp elements of
-    attention scores without flash attention and without selective recompute. FULL stores none.
+    attention scores without flash attention and without selective recompute; GEMM inputs take
+    1 B instead of 2 under FP8. FULL stores none.
     """
     if recompute is Recompute.FULL:
         return 0.0
@@ -31,7 +33,11 @@ def stored_activation_bytes(layer: Layer, plan: Plan, job: Job, recompute: Recom
     elems = layer.act_tp_elems / plan.tp + layer.act_sp_elems / sp_shard
     if layer.act_quadratic_heads and not job.flash_attention and recompute is Recompute.NONE:
         elems += QUADRATIC_ELEMS_PER_HEAD * layer.act_quadratic_heads * job.seq_len / plan.cp / plan.tp
-    return n * elems * ACTIVATION_BYTES
+    stored = n * elems * ACTIVATION_BYTES
+    if job.precision is Precision.FP8:
+        gemm_inputs = layer.act_tp_gemm_elems / plan.tp + layer.act_sp_gemm_elems / sp_shard
+        stored -= n * gemm_inputs * (ACTIVATION_BYTES - FP8_BYTES)
+    return stored
 
 
 def block_input_bytes(hidden: int, plan: Plan, job: Job) -> float:

@@ -15,6 +15,7 @@ from paraplan.cost.compute import LayerTime, layer_forward
 from paraplan.cost.cp import cp_layer_comm
 from paraplan.cost.dp import (
     OPTIMIZER_STEP_BYTES_PER_PARAM,
+    shard_degree,
     grad_sync_s,
     zero3_gather_s,
     zero3_reduce_s,
@@ -106,7 +107,7 @@ class StageTerms:
 
     def dp_sync_s(self, stage: int, layers: int) -> float:
         """Once-per-step gradient sync of the stage's parameters (ZeRO 0-2)."""
-        return grad_sync_s(self.stage_params(stage, layers), self.plan, self.cluster)
+        return grad_sync_s(self.stage_params(stage, layers), self.plan, self.job, self.cluster)
 
     def dp_exposed_s(self, stage: int, layers: int, recompute: Recompute) -> float:
         """Sync not hidden behind the stage's last backward: max(0, sync - backward) if overlapped."""
@@ -118,7 +119,7 @@ class StageTerms:
         """Adam step, HBM-bound: local params * 30 B / (HBM * eff); state sharded from ZeRO-1."""
         params = self.stage_params(stage, layers)
         if self.plan.zero >= 1:
-            params /= self.plan.dp
+            params /= shard_degree(self.plan)
         accel = self.cluster.accelerator
         eff = efficiency(accel.generation)
         return params * OPTIMIZER_STEP_BYTES_PER_PARAM / (accel.hbm_bytes_per_s * eff.hbm)
@@ -145,7 +146,7 @@ def _block_cost(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster,
     cp = cp_layer_comm(spec.kv_dim, attn_time, plan, job, cluster)
     cp_s = cp.exposed_forward_s * (2 if recompute is Recompute.FULL else 1) + cp.exposed_backward_s
     gather = zero3_gather_s(block_params, plan, cluster)
-    reduce = zero3_reduce_s(block_params, plan, cluster)
+    reduce = zero3_reduce_s(block_params, plan, job, cluster)
     z3_s = max(0.0, gather - fwd) + max(0.0, gather + reduce - (bwd + rec))
     stored = sum(stored_activation_bytes(ly, plan, job, recompute) for ly in layers)
     if recompute is Recompute.FULL:
@@ -169,7 +170,7 @@ def _end_cost(graph: LayerGraph, names: tuple[str, ...], plan: Plan, job: Job,
     fwd = sum(t.total_s for t in times)
     bwd = sum(t.backward_s() for t in times)
     gather = zero3_gather_s(params, plan, cluster)
-    comm = 2 * gather + zero3_reduce_s(params, plan, cluster)  # not overlapped at the ends
+    comm = 2 * gather + zero3_reduce_s(params, plan, job, cluster)  # not overlapped at the ends
     act = 0.0
     if "lm_head" in names:
         n = plan.micro_batch * job.seq_len / plan.cp

@@ -47,9 +47,11 @@ class Layer:
 
     ``act_tp_elems``: stored activations per token that TP shards (and SP too);
     ``act_sp_elems``: those only sequence parallelism shards (norm inputs, dropout masks, block
-    inputs: replicated across TP ranks without SP); ``act_quadratic_elems_per_token_per_seq``:
-    the softmax/dropout state per token per key (x seq_len), sharded by TP, absent with flash
-    attention. ``mem_bound_elems``: elements read+written by element-wise ops per token.
+    inputs: replicated across TP ranks without SP); ``act_*_gemm_elems``: the part of each that is
+    a GEMM input, which FP8 training stores in one byte (Transformer Engine keeps the FP8 cast for
+    the weight gradient); ``act_quadratic_heads``: heads whose softmax/dropout state per token per
+    key (x seq_len) is stored without flash attention. ``mem_bound_elems``: elements read+written
+    by element-wise ops per token.
     """
 
     name: str
@@ -60,6 +62,8 @@ class Layer:
     attn_core_flops_per_token_per_seq: int = 0  # x seq_len, non-causal
     act_tp_elems: float = 0.0
     act_sp_elems: float = 0.0
+    act_tp_gemm_elems: float = 0.0
+    act_sp_gemm_elems: float = 0.0
     act_quadratic_heads: int = 0
     mem_bound_elems: float = 0.0
     shardable: tuple[str, ...] = field(default=())
@@ -97,13 +101,13 @@ def _attention(spec: ModelSpec, i: int) -> Layer:
     # Korthikanti 2022 Sec 4.1, generalised to GQA: Q,K (QK^T input), V, attention output (proj
     # input) are TP-sharded; norm input, QKV input and the dropout mask are not (without SP).
     act_tp = q + kv + kv + q
-    act_sp = h + h + h / 2  # norm input, qkv input, dropout mask (1 byte of 2)
+    act_sp = h + h + (h / 2 if spec.dropout else 0.0)  # norm in, qkv in, dropout mask (1 B of 2)
     return Layer(
         name=f"attn_{i}", kind=LayerKind.ATTENTION, block=i,
         params=sum(g.in_dim * g.out_dim for g in gemms) + norm_params,
         gemms=gemms,
         attn_core_flops_per_token_per_seq=4 * q,
-        act_tp_elems=act_tp, act_sp_elems=act_sp,
+        act_tp_elems=act_tp, act_sp_elems=act_sp, act_tp_gemm_elems=q, act_sp_gemm_elems=h,
         act_quadratic_heads=spec.num_heads,
         mem_bound_elems=2 * h + 3 * h + 2 * (q + kv),  # norm, residual add, rotary
         shardable=("tp", "sp", "cp"),
@@ -119,12 +123,12 @@ def _mlp(spec: ModelSpec, i: int) -> Layer:
     norm_params = 2 * h if spec.norm == "layernorm" else h
     # Korthikanti: fc1 input (sp), activation input (up elems), activation output (f), dropout mask.
     act_tp = up + f
-    act_sp = h + h + h / 2
+    act_sp = h + h + (h / 2 if spec.dropout else 0.0)
     return Layer(
         name=f"mlp_{i}", kind=LayerKind.MLP, block=i,
         params=sum(g.in_dim * g.out_dim for g in gemms) + norm_params,
         gemms=gemms,
-        act_tp_elems=act_tp, act_sp_elems=act_sp,
+        act_tp_elems=act_tp, act_sp_elems=act_sp, act_tp_gemm_elems=f, act_sp_gemm_elems=h,
         mem_bound_elems=2 * h + 3 * h + up + f,  # norm, residual add, activation
         shardable=("tp", "sp", "cp"),
     )

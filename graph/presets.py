@@ -45,6 +45,7 @@ def from_fields(name: str, fields: dict[str, Any]) -> ModelSpec:
         activation=Activation(fields.get("activation", "swiglu")),
         tied_embeddings=bool(fields.get("tied_embeddings", False)),
         norm=str(fields.get("norm", "rmsnorm")),
+        dropout=bool(fields.get("dropout", False)),
     )
 
 

@@ -34,6 +34,7 @@ class ModelSpec:
     activation: Activation = Activation.SWIGLU
     tied_embeddings: bool = False
     norm: str = "rmsnorm"
+    dropout: bool = False  # hidden/attention dropout in training (GPT-3 era); masks are stored
 
     def __post_init__(self) -> None:
         if self.head_dim == 0:

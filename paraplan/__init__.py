@@ -1,0 +1,31 @@
+"""paraplan: provably optimal parallel plans for transformer training, from one CP-SAT model.
+
+    import paraplan
+    result = paraplan.solve("examples/llama3-70b-h100.yaml", time_limit_s=10)
+    print(result.plan, result.predicted.step_time_s, result.solver.status)
+"""
+
+from paraplan.api import evaluate, load_scenario, paraplan_version
+from paraplan.errors import (
+    ConfigError,
+    ExportError,
+    InfeasibleError,
+    ParaplanError,
+    SolveTimeout,
+)
+from paraplan.result import Result
+from paraplan.schema import Scenario
+
+__version__ = paraplan_version()
+
+__all__ = [
+    "ConfigError",
+    "ExportError",
+    "InfeasibleError",
+    "ParaplanError",
+    "Result",
+    "Scenario",
+    "SolveTimeout",
+    "evaluate",
+    "load_scenario",
+]

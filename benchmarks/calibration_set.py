@@ -1,0 +1,171 @@
+"""The calibration set as paraplan scenarios: each published run mapped to model, cluster, job, plan.
+
+Knobs a source does not give take documented defaults, listed in ``Case.defaults`` per row:
+- micro_batch 1, vp 1 (Megatron-LM / NeMo defaults);
+- ZeRO: 1 (distributed optimizer) for NeMo and Megatron-Bridge, whose recipes enable it;
+- sequence parallel: on whenever tp > 1 (NeMo / Megatron-Bridge recipes);
+- recompute: the fastest of none / selective / full that fits memory (what a tuner would pick);
+- flash attention off and dropout on for runs before 2022-06 (Megatron-LM 2021, Korthikanti 2022,
+  BLOOM: GPT-3-style training with dropout 0.1); fused attention and no dropout after;
+- gradient sync overlapped with backward, except Megatron-LM before 2023 (no --overlap-grad-reduce);
+- bf16 gradient reduction for NeMo / Megatron-Bridge performance recipes (grad_reduce_in_fp32
+  off), fp32 main grads elsewhere.
+Rows whose hardware or architecture paraplan does not model yet (TPU, GB300, MoE), or that give no
+step time, are skipped with the reason.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["Case", "Skipped", "load_cases", "CSV_PATH"]
+
+CSV_PATH = Path(__file__).parent / "data" / "published_runs_calibration.csv"
+
+_HARDWARE = (
+    ("A100 40GB", "dgx-a100-40gb"),
+    ("A100 80GB", "dgx-a100-80gb"),
+    ("H100 80GB", "dgx-h100"),
+    ("B200 (DGX-B200)", "dgx-b200"),
+    ("GB200", "gb200-nvl72"),
+)
+_PRE_FLASH_SOURCES = {"narayanan2021_t1", "korthikanti2022_t5", "korthikanti2022_dp8", "bloom176b"}
+_NO_OVERLAP_SOURCES = {"narayanan2021_t1", "korthikanti2022_t5", "korthikanti2022_dp8", "bloom176b"}
+_DIST_OPTIMIZER_SOURCES = {"nemo_2407", "megatron_bridge_perf"}
+_GPT3_VOCAB = 51200  # NeMo GPT-3 rows match V = 51200 (published_runs.md Sec. 3.4)
+
+
+@dataclass(frozen=True)
+class Case:
+    row_id: int
+    source_key: str
+    label: str
+    scenario: dict[str, Any]
+    published_step_s: float
+    recompute_given: bool
+    defaults: tuple[str, ...] = field(default=())
+
+
+@dataclass(frozen=True)
+class Skipped:
+    row_id: int
+    label: str
+    reason: str
+
+
+def _int(text: str) -> int | None:
+    m = re.match(r"\s*(\d+)", text or "")
+    return int(m.group(1)) if m else None
+
+
+def _activation(model_type: str) -> str:
+    t = model_type.lower()
+    if "swiglu" in t:
+        return "swiglu"
+    if "squared-relu" in t:
+        return "relu2"
+    if "relu" in t:
+        return "relu"
+    return "gelu"
+
+
+def _zero(row: dict[str, str], defaults: list[str]) -> int:
+    text = row["zero_fsdp"].lower()
+    if "fsdp" in text and "fsdp=0" not in text:
+        return 3
+    if "zero-1" in text:
+        return 1
+    if row["source_key"] in _DIST_OPTIMIZER_SOURCES:
+        if not text:
+            defaults.append("zero=1 (distributed optimizer)")
+        return 1
+    return 0
+
+
+def _recompute(text: str) -> str | None:
+    t = text.lower()
+    for mode in ("full", "selective", "none"):
+        if t.startswith(mode) or (mode == "full" and "remat_policy=full" in t):
+            return mode
+    return None
+
+
+def _row_case(row: dict[str, str]) -> Case | Skipped:
+    rid, label = int(row["row_id"]), f"{row['source_key']}:{row['model']}"
+    hardware = next((p for key, p in _HARDWARE if key in row["hardware"]), None)
+    if hardware is None:
+        return Skipped(rid, label, f"hardware {row['hardware']!r} not in the catalog")
+    if row["moe_experts"]:
+        return Skipped(rid, label, "mixture-of-experts (not modelled yet)")
+    if not row["step_time_s"]:
+        return Skipped(rid, label, "no step time published")
+    if not row["ffn_hidden"] or not row["n_kv_heads"]:
+        return Skipped(rid, label, "architecture incomplete")
+    defaults: list[str] = []
+    tp, pp, cp = _int(row["tp"]) or 1, _int(row["pp"]) or 1, _int(row["cp"]) or 1
+    n = int(row["n_gpus"])
+    dp = _int(row["dp"]) or n // (tp * pp * cp)
+    vp = _int(row["vp"])
+    if vp is None:
+        vp = 1
+        if pp > 1:
+            defaults.append("vp=1")
+    mb = _int(row["micro_batch"])
+    if mb is None:
+        mb = 1
+        defaults.append("micro_batch=1")
+    sp_text = row["sequence_parallel"].lower()
+    sp = sp_text.startswith("yes") if sp_text else tp > 1
+    if not sp_text and tp > 1:
+        defaults.append("sequence_parallel=on")
+    vocab = _int(row["vocab_size"]) or _GPT3_VOCAB
+    precision = "fp8" if "fp8" in row["precision"].lower() else (
+        "fp16" if "fp16" in row["precision"].lower() else "bf16")
+    rec = _recompute(row["recompute"])
+    key = row["source_key"]
+    scenario = {
+        "model": {
+            "name": row["model"],
+            "layers": int(row["n_layers"]), "hidden": int(row["hidden"]),
+            "ffn_hidden": int(row["ffn_hidden"]), "heads": int(row["n_heads"]),
+            "kv_heads": int(row["n_kv_heads"]), "vocab": vocab,
+            "activation": _activation(row["model_type"]),
+            "tied_embeddings": key in ("narayanan2021_t1", "korthikanti2022_t5", "bloom176b",
+                                       "mosaic_llmfoundry"),
+            "norm": "rmsnorm" if "swiglu" in row["model_type"].lower() else "layernorm",
+            "dropout": key in _PRE_FLASH_SOURCES,
+        },
+        "cluster": {"preset": hardware, "gpus": n},
+        "job": {
+            "seq_len": int(row["seq_len"]), "global_batch": int(row["global_batch_seqs"]),
+            "precision": precision,
+            "flash_attention": key not in _PRE_FLASH_SOURCES,
+            "overlap_dp_comm": key not in _NO_OVERLAP_SOURCES,
+            "fp32_grads": key not in _DIST_OPTIMIZER_SOURCES,
+        },
+        "plan": {
+            "dp": dp, "tp": tp, "pp": pp, "cp": cp, "vp": vp, "micro_batch": mb,
+            "zero": _zero(row, defaults), "sequence_parallel": sp,
+            "recompute": rec or "none",
+        },
+    }
+    if rec is None:
+        defaults.append("recompute=fastest that fits")
+    if dp * tp * pp * cp != n:
+        return Skipped(rid, label, f"degrees {dp}x{tp}x{pp}x{cp} do not multiply to {n}")
+    return Case(rid, key, label, scenario, float(row["step_time_s"]), rec is not None,
+                tuple(defaults))
+
+
+def load_cases(path: Path = CSV_PATH) -> tuple[list[Case], list[Skipped]]:
+    cases: list[Case] = []
+    skipped: list[Skipped] = []
+    with path.open() as f:
+        for row in csv.DictReader(f):
+            c = _row_case(row)
+            (cases if isinstance(c, Case) else skipped).append(c)
+    return cases, skipped

@@ -1,0 +1,109 @@
+"""Fidelity: paraplan's predicted step time against every supported published run.
+
+    python -m benchmarks.fidelity          # per-row table, beside the constant-MFU estimate
+
+The constant-MFU baseline is the simplest estimate people use: step = model FLOPs per step /
+(devices x peak x MFU*), with the single MFU* that minimises its median error over the same rows.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+from dataclasses import dataclass
+
+import paraplan
+from benchmarks.calibration_set import Case, load_cases
+from paraplan.instance import build_instance, fixed_plan
+
+__all__ = ["Row", "evaluate_case", "fidelity_rows", "summary", "constant_mfu_errors", "main"]
+
+
+@dataclass(frozen=True)
+class Row:
+    case: Case
+    predicted_s: float
+    fits: bool
+    recompute: str
+    model_flops_per_step: float
+    peak_flops: float
+
+    @property
+    def error(self) -> float:
+        return self.predicted_s / self.case.published_step_s - 1.0
+
+
+def evaluate_case(case: Case) -> Row:
+    """Evaluate the published plan; unknown recompute -> the fastest mode that fits."""
+    modes = [case.scenario["plan"]["recompute"]] if case.recompute_given else [
+        "none", "selective", "full"]
+    best = None
+    for mode in modes:
+        sc = {**case.scenario, "plan": {**case.scenario["plan"], "recompute": mode}}
+        inst = build_instance(paraplan.load_scenario(sc))
+        r = paraplan.api.evaluate_plan(inst, fixed_plan(inst))
+        key = (not r.predicted.fits_memory, r.predicted.step_time_s)
+        if best is None or key < best[0]:
+            best = (key, r, mode, inst)
+    assert best is not None
+    _, r, mode, inst = best
+    flops = r.predicted.model_flops_per_token * inst.job.tokens_per_step
+    peak = inst.cluster.accelerator.peak_for(inst.job.precision.value) * inst.cluster.num_devices
+    return Row(case, r.predicted.step_time_s, r.predicted.fits_memory, mode, flops, peak)
+
+
+def fidelity_rows() -> list[Row]:
+    cases, _ = load_cases()
+    return [evaluate_case(c) for c in cases]
+
+
+def _quantile(values: list[float], q: float) -> float:
+    s = sorted(values)
+    idx = q * (len(s) - 1)
+    lo, hi = int(idx), min(int(idx) + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (idx - lo)
+
+
+def summary(errors: list[float]) -> tuple[float, float]:
+    """Median and 90th percentile of absolute relative error."""
+    a = [abs(e) for e in errors]
+    return statistics.median(a), _quantile(a, 0.9)
+
+
+def constant_mfu_errors(rows: list[Row]) -> tuple[float, list[float]]:
+    """Best single MFU (grid over 1%..80%, minimising median abs error) and its errors."""
+    best: tuple[float, float, list[float]] | None = None
+    for pct in range(10, 800):
+        mfu = pct / 1000
+        errs = [r.model_flops_per_step / (r.peak_flops * mfu) / r.case.published_step_s - 1
+                for r in rows]
+        med = statistics.median(abs(e) for e in errs)
+        if best is None or med < best[0]:
+            best = (med, mfu, errs)
+    assert best is not None
+    return best[1], best[2]
+
+
+def main() -> int:
+    rows = fidelity_rows()
+    _, skipped = load_cases()
+    mfu, base = constant_mfu_errors(rows)
+    print(f"{'row':>4}  {'run':<52} {'published':>9} {'paraplan':>9} {'err':>7} "
+          f"{'constMFU':>8}  recompute  fits  defaults")
+    for r, b in zip(rows, base, strict=True):
+        c = r.case
+        print(f"{c.row_id:>4}  {c.label[:52]:<52} {c.published_step_s:>8.3f}s {r.predicted_s:>8.3f}s "
+              f"{r.error:>+7.1%} {b:>+8.1%}  {r.recompute:<9}  {'yes' if r.fits else 'NO':<4}  "
+              f"{'; '.join(c.defaults)}")
+    med, p90 = summary([r.error for r in rows])
+    bmed, bp90 = summary(base)
+    print(f"\n{len(rows)} runs; skipped {len(skipped)} "
+          f"({', '.join(sorted({s.reason for s in skipped}))})")
+    print(f"paraplan:      median |err| {med:.1%}, p90 {p90:.1%}, "
+          f"{sum(not r.fits for r in rows)} predicted out of memory")
+    print(f"constant MFU:  median |err| {bmed:.1%}, p90 {bp90:.1%} (best single MFU {mfu:.1%})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

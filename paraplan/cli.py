@@ -1,0 +1,100 @@
+"""The ``paraplan`` command: ``evaluate``, ``plan`` and ``export`` (STYLE.md Sec. 6).
+
+Exit codes: 0 plan found, 1 invalid input, 2 proven infeasible, 3 no plan within the time limit,
+4 export not supported by the target. Human output goes to stdout, progress and errors to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from paraplan.errors import ParaplanError
+
+__all__ = ["main", "build_parser"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="paraplan", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    ev = sub.add_parser("evaluate", help="step time and memory of a fully fixed plan")
+    ev.add_argument("scenario", help="scenario YAML/JSON file")
+    ev.add_argument("--json", action="store_true", help="print one JSON object")
+
+    pl = sub.add_parser("plan", help="find the fastest plan (CP-SAT, proven optimal)")
+    pl.add_argument("scenario", help="scenario YAML/JSON file")
+    pl.add_argument("--json", action="store_true", help="print one JSON object")
+    pl.add_argument("--time-limit", type=float, default=30.0, help="seconds (default 30)")
+    pl.add_argument("--workers", type=int, default=2, help="CP-SAT workers (default 2)")
+    pl.add_argument("--top", type=int, default=1, help="list the K best distinct plans")
+    pl.add_argument("--seed", type=int, default=0, help="CP-SAT random seed (default 0)")
+    pl.add_argument("--export", default=None, help="comma-separated targets to export")
+    pl.add_argument("--out", default=".", help="directory for --export files")
+
+    ex = sub.add_parser("export", help="write a result (from --json) for a framework")
+    ex.add_argument("result", help="RESULT.json as printed by `paraplan plan --json`")
+    ex.add_argument("--to", required=True, help="megatron|deepspeed|torchtitan|maxtext|nemo|torch")
+    ex.add_argument("--out", default=None, help="directory to write into (default: stdout)")
+    return parser
+
+
+def _print_result(result, as_json: bool) -> None:
+    from paraplan.report import render_result
+
+    if as_json:
+        print(json.dumps(result.model_dump(mode="json")))
+    else:
+        print(render_result(result))
+
+
+def _cmd_evaluate(args: argparse.Namespace) -> int:
+    from paraplan.api import evaluate
+
+    _print_result(evaluate(args.scenario), args.json)
+    return 0
+
+
+def _cmd_plan(args: argparse.Namespace) -> int:
+    from paraplan.api import solve
+
+    def progress(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    result = solve(args.scenario, time_limit_s=args.time_limit, workers=args.workers,
+                   top=args.top, seed=args.seed, progress=None if args.json else progress)
+    _print_result(result, args.json)
+    if args.export:
+        from paraplan.export import write_exports
+
+        for path in write_exports(result, args.export.split(","), Path(args.out)):
+            print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    from paraplan.export import export_text, load_result, write_exports
+
+    result = load_result(args.result)
+    if args.out is None:
+        print(export_text(result, args.to))
+    else:
+        for path in write_exports(result, [args.to], Path(args.out)):
+            print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    handler = {"evaluate": _cmd_evaluate, "plan": _cmd_plan, "export": _cmd_export}[args.command]
+    try:
+        return handler(args)
+    except ParaplanError as e:
+        print(f"paraplan {args.command}: {e}", file=sys.stderr)
+        return e.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,91 @@
+"""From a validated scenario to the core's typed objects: layer graph, cluster, job, plan."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from paraplan.cost import DEFAULT_ORDER, Job, Plan, Recompute
+from paraplan.errors import ConfigError
+from paraplan.graph import LayerGraph, ModelSpec, build_graph, from_fields, from_hf_config, preset
+from paraplan.hardware import Cluster, build_cluster
+from paraplan.schema import PlanSection, Scenario
+
+__all__ = ["Instance", "build_instance", "fixed_plan", "even_split", "REQUIRED_KNOBS"]
+
+REQUIRED_KNOBS = ("dp", "tp", "pp", "micro_batch", "zero", "recompute")
+
+
+@dataclass(frozen=True, slots=True)
+class Instance:
+    scenario: Scenario
+    graph: LayerGraph
+    cluster: Cluster
+    job: Job
+
+    @property
+    def spec(self) -> ModelSpec:
+        return self.graph.spec
+
+
+def _model_spec(scenario: Scenario) -> ModelSpec:
+    m = scenario.model
+    if m.preset:
+        return preset(m.preset)
+    if m.hf_config:
+        return from_hf_config(m.hf_config)
+    fields = {k: v for k, v in m.model_dump().items() if v is not None}
+    return from_fields(m.name or "custom", fields)
+
+
+def build_instance(scenario: Scenario) -> Instance:
+    """ConfigError (naming the field) for unknown presets, bad shapes or unsupported precision."""
+    try:
+        spec = _model_spec(scenario)
+        c = scenario.cluster
+        cluster = build_cluster(c.preset, nodes=c.nodes, gpus=c.gpus)
+        job = Job(**scenario.job.model_dump())
+        cluster.accelerator.peak_for(job.precision.value)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    return Instance(scenario, build_graph(spec), cluster, job)
+
+
+def even_split(num_layers: int, pp: int) -> tuple[int, ...]:
+    """Layers per stage when none are given: equal, the remainder spread over the middle stages."""
+    base, extra = divmod(num_layers, pp)
+    split = [base] * pp
+    middle = list(range(1, pp - 1)) or list(range(pp))
+    for i in range(extra):
+        split[middle[i % len(middle)]] += 1
+    return tuple(split)
+
+
+def _recompute(value: Recompute | list[Recompute], pp: int) -> tuple[Recompute, ...]:
+    if isinstance(value, list):
+        if len(value) != pp:
+            raise ConfigError(f"plan.recompute lists {len(value)} stages; need one per pp={pp}")
+        return tuple(value)
+    return (value,) * pp
+
+
+def fixed_plan(inst: Instance, section: PlanSection | None = None) -> Plan:
+    """The scenario's plan with every knob given (defaults: cp=ep=vp=1, SP on when tp>1,
+    even layer split, Megatron rank order); ConfigError naming every missing knob."""
+    p = section or inst.scenario.plan
+    missing = [k for k in REQUIRED_KNOBS if getattr(p, k) is None]
+    if missing:
+        raise ConfigError(
+            "evaluate needs a fully fixed plan; missing plan." + ", plan.".join(missing)
+            + " (or run `paraplan plan` to let the solver choose them)"
+        )
+    pp = p.pp
+    assert pp is not None and p.tp is not None
+    plan = Plan(
+        dp=p.dp, tp=p.tp, pp=pp, cp=p.cp or 1, ep=p.ep or 1, vp=p.vp or 1,
+        micro_batch=p.micro_batch, zero=p.zero,
+        sequence_parallel=p.sequence_parallel if p.sequence_parallel is not None else p.tp > 1,
+        recompute=_recompute(p.recompute, pp),
+        layers_per_stage=tuple(p.layers_per_stage or even_split(inst.spec.num_layers, pp)),
+        order=tuple(p.order) if p.order else DEFAULT_ORDER,
+    )
+    return plan

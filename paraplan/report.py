@@ -1,0 +1,55 @@
+"""Human-readable rendering of a Result (the CLI's default output)."""
+
+from __future__ import annotations
+
+from paraplan.result import Result
+
+__all__ = ["render_result", "gib"]
+
+
+def gib(n_bytes: float) -> str:
+    return f"{n_bytes / 2**30:.1f} GiB"
+
+
+def render_result(r: Result) -> str:
+    p, q = r.plan, r.predicted
+    rec = p.recompute if isinstance(p.recompute, str) else ",".join(p.recompute)
+    lines = [
+        f"plan      dp={p.dp} tp={p.tp} pp={p.pp} cp={p.cp} vp={p.vp} micro_batch={p.micro_batch} "
+        f"grad_accum={p.grad_accum} zero={p.zero} sp={'on' if p.sequence_parallel else 'off'} "
+        f"recompute={rec}",
+        f"          layers_per_stage={p.layers_per_stage} order={'-'.join(p.order)} "
+        f"({p.num_devices} devices)",
+        f"step      {q.step_time_s:.3f} s = compute {q.compute_s:.3f} + exposed comm "
+        f"{q.exposed_comm_s:.3f} + bubble {q.bubble_s:.3f} + optimizer {q.optimizer_s:.3f}",
+        f"speed     {q.tokens_per_s_per_gpu:,.0f} tokens/s/GPU, {q.model_tflops_per_gpu:.0f} model "
+        f"TFLOP/s/GPU, MFU {q.mfu:.1%}",
+        f"memory    peak {gib(q.peak_memory_bytes)} of {gib(q.memory_capacity_bytes)}"
+        + ("" if q.fits_memory else "  ** DOES NOT FIT **"),
+        "",
+        "stage  layers  recompute  t/microbatch   weights    grads      optimizer  activations  "
+        "buffers    total",
+    ]
+    for s in q.stages:
+        lines.append(
+            f"{s.stage:>5}  {s.layers:>6}  {s.recompute:<9}  {s.time_per_micro_batch_s * 1e3:>9.1f} ms"
+            f"  {gib(s.weights_bytes):>9}  {gib(s.grads_bytes):>9}  {gib(s.optimizer_bytes):>9}"
+            f"  {gib(s.activations_bytes):>11}  {gib(s.buffers_bytes):>9}  {gib(s.total_bytes):>9}"
+        )
+    if r.solver:
+        v = r.solver
+        lines += [
+            "",
+            f"solver    {v.status}: objective {v.objective_s:.4f} s, bound {v.bound_s:.4f} s, "
+            f"gap {v.gap:.2%}, {v.wall_s:.2f} s wall ({v.workers} workers, seed {v.seed}, "
+            f"limit {v.time_limit_s:g} s); {v.num_layouts} layouts, {v.num_layouts_pruned} "
+            "pruned by bound",
+        ]
+    if r.explanation:
+        lines += ["", "why this plan"] + [f"  - {e}" for e in r.explanation]
+    if r.alternatives:
+        lines += ["", "runners-up"]
+        for i, alt in enumerate(r.alternatives, 2):
+            lines.append(f"  #{i} {alt['summary']}: {alt['step_time_s']:.4f} s")
+    lines.append(f"\nparaplan {r.version}")
+    return "\n".join(lines)

@@ -1,0 +1,126 @@
+"""The result a user gets back: plan, prediction and (from the planner) the solver's proof status.
+
+``Result.model_dump()`` is the JSON object ``--json`` prints; ``Result.from_json`` reads it back
+(``paraplan export`` does).
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from paraplan.cost import Breakdown, Job, Plan
+
+__all__ = ["PlanOut", "StageOut", "Predicted", "SolverOut", "Result", "plan_out", "predicted_out"]
+
+_OUT = ConfigDict(extra="forbid", frozen=True)
+
+
+class PlanOut(BaseModel):
+    model_config = _OUT
+    dp: int
+    tp: int
+    pp: int
+    cp: int
+    ep: int
+    vp: int
+    micro_batch: int
+    grad_accum: int
+    zero: int
+    sequence_parallel: bool
+    recompute: str | list[str] = Field(description="one mode, or one per stage when they differ")
+    recompute_per_stage: list[str]
+    layers_per_stage: list[int]
+    order: list[str] = Field(description="rank order, innermost first")
+    num_devices: int
+
+
+class StageOut(BaseModel):
+    model_config = _OUT
+    stage: int
+    layers: int
+    recompute: str
+    time_per_micro_batch_s: float
+    weights_bytes: float
+    grads_bytes: float
+    optimizer_bytes: float
+    activations_bytes: float
+    buffers_bytes: float
+    total_bytes: float
+
+
+class Predicted(BaseModel):
+    model_config = _OUT
+    step_time_s: float
+    tokens_per_s_per_gpu: float
+    model_flops_per_token: float
+    model_tflops_per_gpu: float
+    mfu: float
+    peak_memory_bytes: float
+    memory_capacity_bytes: float
+    fits_memory: bool
+    compute_s: float
+    bubble_s: float
+    exposed_comm_s: float
+    optimizer_s: float
+    num_micro_batches: int
+    stages: list[StageOut]
+
+
+class SolverOut(BaseModel):
+    model_config = _OUT
+    status: str
+    wall_s: float
+    objective_s: float
+    bound_s: float
+    gap: float
+    time_limit_s: float
+    workers: int
+    seed: int
+    num_layouts: int = Field(description="layouts (degrees, micro-batch, ZeRO, order) in the model")
+    num_layouts_pruned: int = Field(description="layouts proven worse by bound before CP-SAT")
+
+
+class Result(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    plan: PlanOut
+    predicted: Predicted
+    solver: SolverOut | None = None
+    scenario: dict = Field(description="the scenario this result answers, for export")
+    version: str
+    alternatives: list[dict] = Field(default_factory=list, description="--top K runners-up")
+    explanation: list[str] = Field(default_factory=list)
+
+
+def plan_out(plan: Plan, job: Job) -> PlanOut:
+    modes = [r.value for r in plan.recompute]
+    return PlanOut(
+        dp=plan.dp, tp=plan.tp, pp=plan.pp, cp=plan.cp, ep=plan.ep, vp=plan.vp,
+        micro_batch=plan.micro_batch, grad_accum=plan.num_micro_batches(job), zero=plan.zero,
+        sequence_parallel=plan.sequence_parallel,
+        recompute=modes[0] if len(set(modes)) == 1 else modes,
+        recompute_per_stage=modes,
+        layers_per_stage=list(plan.layers_per_stage),
+        order=[a.value for a in plan.order],
+        num_devices=plan.num_devices,
+    )
+
+
+def predicted_out(b: Breakdown, plan: Plan) -> Predicted:
+    stages = [
+        StageOut(
+            stage=s, layers=plan.layers_per_stage[s], recompute=plan.recompute[s].value,
+            time_per_micro_batch_s=b.stage_time_s[s],
+            weights_bytes=m.weights_bytes, grads_bytes=m.grads_bytes,
+            optimizer_bytes=m.optimizer_bytes, activations_bytes=m.activations_bytes,
+            buffers_bytes=m.buffers_bytes, total_bytes=m.total_bytes,
+        )
+        for s, m in enumerate(b.stage_memory)
+    ]
+    return Predicted(
+        step_time_s=b.step_time_s, tokens_per_s_per_gpu=b.tokens_per_s_per_gpu,
+        model_flops_per_token=b.model_flops_per_token, model_tflops_per_gpu=b.model_tflops_per_gpu,
+        mfu=b.mfu, peak_memory_bytes=b.peak_memory_bytes,
+        memory_capacity_bytes=b.memory_capacity_bytes, fits_memory=b.fits, compute_s=b.compute_s,
+        bubble_s=b.bubble_s, exposed_comm_s=b.exposed_comm_s, optimizer_s=b.optimizer_s,
+        num_micro_batches=b.num_micro_batches, stages=stages,
+    )

@@ -1,0 +1,174 @@
+"""The scenario a user writes (YAML, JSON or a dict), validated at the boundary with pydantic.
+
+model:   exactly one of ``preset`` | ``hf_config`` | explicit fields
+cluster: node ``preset`` and ``nodes`` or ``gpus``
+job:     ``seq_len``, ``global_batch``, ``precision``
+plan:    optional; any subset of knobs fixes them (evaluate needs all)
+solver:  optional; search options
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from paraplan.cost import Axis, Precision, Recompute
+from paraplan.errors import ConfigError
+
+__all__ = [
+    "ModelSection",
+    "ClusterSection",
+    "JobSection",
+    "PlanSection",
+    "SolverSection",
+    "Scenario",
+    "load_scenario",
+]
+
+_STRICT = ConfigDict(extra="forbid", frozen=True)
+_EXPLICIT_FIELDS = ("layers", "hidden", "ffn_hidden", "heads", "kv_heads", "head_dim", "vocab",
+                    "activation", "tied_embeddings", "norm", "dropout")
+
+
+class ModelSection(BaseModel):
+    model_config = _STRICT
+    preset: str | None = Field(None, description="a model preset name, e.g. llama3-70b")
+    hf_config: str | None = Field(None, description="path to a Hugging Face config.json")
+    name: str | None = Field(None, description="display name for explicit models")
+    layers: int | None = Field(None, ge=1)
+    hidden: int | None = Field(None, ge=1)
+    ffn_hidden: int | None = Field(None, ge=1)
+    heads: int | None = Field(None, ge=1)
+    kv_heads: int | None = Field(None, ge=1)
+    head_dim: int | None = Field(None, ge=1)
+    vocab: int | None = Field(None, ge=1)
+    activation: Literal["swiglu", "gelu", "relu", "relu2"] | None = None
+    tied_embeddings: bool | None = None
+    norm: Literal["rmsnorm", "layernorm"] | None = None
+    dropout: bool | None = Field(None, description="dropout in training (stores masks)")
+
+    @model_validator(mode="after")
+    def check_one_source(self) -> ModelSection:
+        explicit = [f for f in _EXPLICIT_FIELDS if getattr(self, f) is not None]
+        sources = [s for s, on in (("preset", self.preset), ("hf_config", self.hf_config),
+                                   ("explicit fields", explicit)) if on]
+        if len(sources) != 1:
+            raise ValueError(
+                "give exactly one of model.preset, model.hf_config or explicit fields "
+                f"(layers, hidden, ffn_hidden, heads, vocab, ...); got {sources or 'none'}"
+            )
+        if explicit:
+            missing = [f for f in ("layers", "hidden", "ffn_hidden", "heads", "vocab")
+                       if getattr(self, f) is None]
+            if missing:
+                raise ValueError(f"explicit model needs {', '.join(missing)}")
+        return self
+
+
+class ClusterSection(BaseModel):
+    model_config = _STRICT
+    preset: str = Field(description="node type (dgx-h100, gb200-nvl72, ...) or fabric preset")
+    nodes: int | None = Field(None, ge=1, description="number of nodes (a gb200-nvl72 node is a rack)")
+    gpus: int | None = Field(None, ge=1, description="number of devices, instead of nodes")
+
+    @model_validator(mode="after")
+    def check_size(self) -> ClusterSection:
+        if (self.nodes is None) == (self.gpus is None):
+            raise ValueError("give exactly one of cluster.nodes or cluster.gpus")
+        return self
+
+
+class JobSection(BaseModel):
+    model_config = _STRICT
+    seq_len: int = Field(ge=1, description="tokens per sequence")
+    global_batch: int = Field(ge=1, description="sequences per optimizer step")
+    precision: Precision = Field(Precision.BF16, description="bf16 | fp16 | fp8")
+    flash_attention: bool = Field(True, description="fused attention: no s^2 activations stored")
+    overlap_dp_comm: bool = Field(True, description="overlap gradient sync with backward")
+    fp32_grads: bool = Field(True, description="accumulate and reduce gradients in fp32 "
+                             "(Megatron main grads); false keeps them in bf16")
+
+
+class PlanSection(BaseModel):
+    model_config = _STRICT
+    dp: int | None = Field(None, ge=1)
+    tp: int | None = Field(None, ge=1)
+    pp: int | None = Field(None, ge=1)
+    cp: int | None = Field(None, ge=1)
+    ep: int | None = Field(None, ge=1)
+    vp: int | None = Field(None, ge=1)
+    micro_batch: int | None = Field(None, ge=1)
+    zero: int | None = Field(None, ge=0, le=3, description="ZeRO stage; 3 = fully sharded (FSDP)")
+    sequence_parallel: bool | None = None
+    recompute: Recompute | list[Recompute] | None = Field(
+        None, description="none | selective | full, or one per pipeline stage")
+    layers_per_stage: list[int] | None = Field(None, description="uneven pipeline stages")
+    order: list[Axis] | None = Field(None, description="rank order, innermost first")
+
+    @field_validator("layers_per_stage")
+    @classmethod
+    def check_layers_positive(cls, v: list[int] | None) -> list[int] | None:
+        if v is not None and any(n < 1 for n in v):
+            raise ValueError(f"every stage needs at least one layer; got {v}")
+        return v
+
+
+class SolverSection(BaseModel):
+    model_config = _STRICT
+    allow_uneven_stages: bool = Field(True, description="let the solver split layers unevenly")
+    search_placement: bool = Field(True, description="let the solver choose the rank order")
+    max_micro_batch: int = Field(8, ge=1, description="largest micro-batch considered")
+    max_vp: int = Field(4, ge=1, description="largest interleaving degree considered")
+
+
+class Scenario(BaseModel):
+    model_config = _STRICT
+    model: ModelSection
+    cluster: ClusterSection
+    job: JobSection
+    plan: PlanSection = Field(default_factory=PlanSection)
+    solver: SolverSection = Field(default_factory=SolverSection)
+
+
+def _format(err: ValidationError) -> str:
+    lines = []
+    for e in err.errors():
+        where = ".".join(str(p) for p in e["loc"]) or "scenario"
+        msg = e["msg"].removeprefix("Value error, ")
+        if e["type"] == "extra_forbidden":
+            msg = "unknown key (check the spelling; see README for the scenario keys)"
+        lines.append(f"{where}: {msg}")
+    return "invalid scenario:\n  " + "\n  ".join(lines)
+
+
+def load_scenario(source: str | Path | dict[str, Any] | Scenario) -> Scenario:
+    """Scenario from a YAML/JSON file path or a dict; ConfigError names each bad field."""
+    if isinstance(source, Scenario):
+        return source
+    if isinstance(source, dict):
+        data, base = source, None
+    else:
+        path = Path(source)
+        try:
+            text = path.read_text()
+        except OSError as e:
+            raise ConfigError(f"cannot read scenario file {str(path)!r}: {e.strerror}") from None
+        try:
+            data = yaml.safe_load(text)  # JSON is YAML; safe_load never executes anything
+        except yaml.YAMLError as e:
+            raise ConfigError(f"{path}: not valid YAML/JSON: {e}") from None
+        base = path.parent
+    if not isinstance(data, dict):
+        raise ConfigError("a scenario must be a mapping with model, cluster and job sections")
+    try:
+        scenario = Scenario.model_validate(data)
+    except ValidationError as e:
+        raise ConfigError(_format(e)) from None
+    hf = scenario.model.hf_config
+    if base is not None and hf and not Path(hf).is_absolute():
+        model = scenario.model.model_copy(update={"hf_config": str(base / hf)})
+        scenario = scenario.model_copy(update={"model": model})
+    return scenario
