@@ -74,9 +74,7 @@ def _apply_rope(x: torch.Tensor) -> torch.Tensor:
     """Rotate-half rotary embedding of ``x`` shaped (batch, heads, seq, head_dim)."""
     seq_len, head_dim = x.shape[-2], x.shape[-1]
     half = head_dim // 2
-    inv_freq = ROPE_THETA ** (
-        -torch.arange(half, dtype=x.dtype, device=x.device) / half
-    )
+    inv_freq = ROPE_THETA ** (-torch.arange(half, dtype=x.dtype, device=x.device) / half)
     positions = torch.arange(seq_len, dtype=x.dtype, device=x.device)
     angles = torch.outer(positions, inv_freq)
     cos = torch.cat([angles.cos(), angles.cos()], dim=-1)
@@ -91,9 +89,7 @@ class AttentionCore(nn.Module):
     Kept as its own module so selective recompute can checkpoint exactly this part.
     """
 
-    def forward(
-        self, xq: torch.Tensor, xk: torch.Tensor, xv: torch.Tensor
-    ) -> torch.Tensor:
+    def forward(self, xq: torch.Tensor, xk: torch.Tensor, xv: torch.Tensor) -> torch.Tensor:
         """Attend (batch, heads, seq, head_dim) queries to keys/values causally."""
         xq, xk = _apply_rope(xq), _apply_rope(xk)
         repeats = xq.shape[1] // xk.shape[1]
@@ -118,9 +114,7 @@ class Attention(nn.Module):
     def _split_heads(self, x: torch.Tensor) -> torch.Tensor:
         """(batch, seq, heads*head_dim) -> (batch, heads, seq, head_dim)."""
         batch, seq_len, width = x.shape
-        return x.view(batch, seq_len, width // self.head_dim, self.head_dim).transpose(
-            1, 2
-        )
+        return x.view(batch, seq_len, width // self.head_dim, self.head_dim).transpose(1, 2)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Self-attention; head count and seq length come from the projections."""
@@ -169,16 +163,12 @@ class Transformer(nn.Module):
     def __init__(self, args: ModelArgs) -> None:
         super().__init__()
         self.args = args
-        self.tok_embeddings: nn.Embedding | None = nn.Embedding(
-            args.vocab_size, args.dim
-        )
+        self.tok_embeddings: nn.Embedding | None = nn.Embedding(args.vocab_size, args.dim)
         self.layers = nn.ModuleDict(
             {str(i): TransformerBlock(args) for i in range(args.num_layers)}
         )
         self.norm: RMSNorm | None = RMSNorm(args.dim)
-        self.lm_head: nn.Linear | None = nn.Linear(
-            args.dim, args.vocab_size, bias=False
-        )
+        self.lm_head: nn.Linear | None = nn.Linear(args.dim, args.vocab_size, bias=False)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         """Token ids (or hidden states on a later PP stage) -> logits or hidden."""
