@@ -35,6 +35,10 @@ class LayerTime:
     def total_s(self) -> float:
         return self.gemm_s + self.attention_s + self.elementwise_s
 
+    @property
+    def forward_backward_s(self) -> float:
+        return self.total_s + self.backward_s()
+
     def backward_s(self) -> float:
         return (BACKWARD_GEMM_FACTOR * self.gemm_s
                 + BACKWARD_ATTENTION_FACTOR * self.attention_s

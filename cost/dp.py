@@ -6,9 +6,11 @@ K = 12, Rajbhandari et al. 2020, arXiv:1910.02054 Sec. 3.1). ZeRO-1 shards the o
 over the data-parallel group, ZeRO-2 also the gradients, ZeRO-3 (FSDP) also the weights. Context-
 parallel ranks hold the same weights, so (as Megatron-Core does) gradients are reduced and state is
 sharded over dp x cp.
-Traffic: ZeRO-0 all-reduces fp32 gradients once per step; ZeRO-1/2 reduce-scatter them and
-all-gather the updated bf16 weights; ZeRO-3 all-gathers weights in forward and again in backward
-and reduce-scatters gradients, every micro-batch.
+Traffic: ZeRO-0 all-reduces fp32 gradients once per step; ZeRO-1 reduce-scatters them once per step
+and all-gathers the updated bf16 weights; ZeRO-2 (DeepSpeed) reduce-scatters every micro-batch's
+gradients into the owner's shard (overlapped with backward) and all-gathers weights once per step;
+ZeRO-3 all-gathers weights in forward and again in backward and reduce-scatters gradients, every
+micro-batch (Rajbhandari et al. 2020 Sec. 5; PyTorch FSDP).
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from paraplan.hardware import Cluster
 
 __all__ = [
     "WEIGHT_BYTES", "GRAD_BYTES", "OPTIMIZER_BYTES", "OPTIMIZER_STEP_BYTES_PER_PARAM",
-    "StateBytes", "state_bytes", "shard_degree", "grad_bytes", "grad_sync_s", "zero3_gather_s", "zero3_reduce_s",
+    "StateBytes", "state_bytes", "shard_degree", "grad_bytes", "grad_sync_s", "zero3_gather_s",
+    "micro_batch_reduce_s",
 ]
 
 WEIGHT_BYTES = 2
@@ -62,14 +65,16 @@ def shard_degree(plan: Plan) -> int:
 
 
 def grad_sync_s(params: float, plan: Plan, job: Job, cluster: Cluster) -> float:
-    """Once-per-step sync for ZeRO 0-2: AR(4 B/param), or RS(4 B) + AG(2 B) with sharded state."""
+    """Once-per-step sync: ZeRO-0 AR(g B/param); ZeRO-1 RS(g B) + AG(2 B); ZeRO-2 AG(2 B)."""
     if plan.dp * plan.cp == 1 or plan.zero >= 3:
         return 0.0
     span = group_span(cluster, plan, Axis.DP, Axis.CP)
     if plan.zero == 0:
         return allreduce_s(span, params * grad_bytes(job))
-    return (reduce_scatter_s(span, params * grad_bytes(job))
-            + allgather_s(span, params * WEIGHT_BYTES))
+    gather = allgather_s(span, params * WEIGHT_BYTES)
+    if plan.zero == 2:
+        return gather
+    return reduce_scatter_s(span, params * grad_bytes(job)) + gather
 
 
 def zero3_gather_s(params: float, plan: Plan, cluster: Cluster) -> float:
@@ -79,8 +84,8 @@ def zero3_gather_s(params: float, plan: Plan, cluster: Cluster) -> float:
     return allgather_s(group_span(cluster, plan, Axis.DP, Axis.CP), params * WEIGHT_BYTES)
 
 
-def zero3_reduce_s(params: float, plan: Plan, job: Job, cluster: Cluster) -> float:
-    """Per micro-batch reduce-scatter of ``params`` fp32 gradients over dp under ZeRO-3."""
-    if plan.dp * plan.cp == 1 or plan.zero < 3:
+def micro_batch_reduce_s(params: float, plan: Plan, job: Job, cluster: Cluster) -> float:
+    """Per micro-batch reduce-scatter of ``params`` gradients over dp x cp under ZeRO-2 and 3."""
+    if plan.dp * plan.cp == 1 or plan.zero < 2:
         return 0.0
     return reduce_scatter_s(group_span(cluster, plan, Axis.DP, Axis.CP), params * grad_bytes(job))

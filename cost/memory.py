@@ -15,7 +15,8 @@ from paraplan.cost.plan import Recompute
 from paraplan.cost.pp import in_flight_micro_batches
 from paraplan.cost.stage import StageTerms
 
-__all__ = ["StageMemory", "stage_memory", "RUNTIME_RESERVE_BYTES"]
+__all__ = ["StageMemory", "StageMemoryModel", "stage_memory", "stage_memory_model",
+           "RUNTIME_RESERVE_BYTES"]
 
 RUNTIME_RESERVE_BYTES = 1.5e9  # CUDA context (~0.5 GB) + NCCL/communication buffers (~1 GB)
 ZERO3_PREFETCH_BLOCKS = 2  # FSDP keeps the current and the prefetched block unsharded
@@ -35,19 +36,61 @@ class StageMemory:
                 + self.activations_bytes + self.buffers_bytes)
 
 
-def stage_memory(terms: StageTerms, stage: int, layers: int, recompute: Recompute) -> StageMemory:
-    """Peak bytes on one device of ``stage`` holding ``layers`` blocks."""
+@dataclass(frozen=True, slots=True)
+class StageMemoryModel:
+    """A stage's peak memory as fixed + per-layer parts (valid for one layer or more)."""
+
+    fixed: StageMemory
+    per_layer: StageMemory
+
+    def at(self, layers: int) -> StageMemory:
+        f, p = self.fixed, self.per_layer
+        return StageMemory(
+            f.weights_bytes + layers * p.weights_bytes,
+            f.grads_bytes + layers * p.grads_bytes,
+            f.optimizer_bytes + layers * p.optimizer_bytes,
+            f.activations_bytes + layers * p.activations_bytes,
+            f.buffers_bytes + layers * p.buffers_bytes,
+        )
+
+    def max_layers(self, capacity_bytes: float) -> int:
+        """Most layers that fit ``capacity_bytes`` (0 if even one does not; large if free)."""
+        room = capacity_bytes - self.fixed.total_bytes
+        slope = self.per_layer.total_bytes
+        if room < slope:
+            return 0
+        return int(room // slope) if slope > 0 else 10**9
+
+
+def stage_memory_model(terms: StageTerms, stage: int, recompute: Recompute) -> StageMemoryModel:
+    """Parts of the module docstring, split into what one layer adds and what the stage has anyway.
+
+    Formula per layer: state(block params) + block activations x in-flight micro-batches;
+    fixed: state(embedding/head) + logits + FULL's working block + reserve (+ ZeRO-3 prefetch).
+    """
     plan = terms.plan
-    state = state_bytes(terms.stage_params(stage, layers), plan.zero, shard_degree(plan),
-                        grad_bytes(terms.job))
+    shards, gbytes = shard_degree(plan), grad_bytes(terms.job)
+    end_params = terms.stage_params(stage, 0)
+    fixed_state = state_bytes(end_params, plan.zero, shards, gbytes)
+    layer_state = state_bytes(terms.block_params, plan.zero, shards, gbytes)
     block = terms.block[recompute]
     held = in_flight_micro_batches(stage, plan, terms.num_micro_batches)
-    activations = layers * block.activation_bytes * held + (block.working_bytes if layers else 0.0)
+    fixed_act = block.working_bytes
     if stage == 0:
-        activations += terms.first.activation_bytes
+        fixed_act += terms.first.activation_bytes
     if stage == plan.pp - 1:
-        activations += terms.last.activation_bytes
+        fixed_act += terms.last.activation_bytes
     buffers = RUNTIME_RESERVE_BYTES
-    if plan.zero >= 3 and shard_degree(plan) > 1:
+    if plan.zero >= 3 and shards > 1:
         buffers += ZERO3_PREFETCH_BLOCKS * terms.block_params * WEIGHT_BYTES
-    return StageMemory(state.weights, state.grads, state.optimizer, activations, buffers)
+    return StageMemoryModel(
+        fixed=StageMemory(fixed_state.weights, fixed_state.grads, fixed_state.optimizer,
+                          fixed_act, buffers),
+        per_layer=StageMemory(layer_state.weights, layer_state.grads, layer_state.optimizer,
+                              block.activation_bytes * held, 0.0),
+    )
+
+
+def stage_memory(terms: StageTerms, stage: int, layers: int, recompute: Recompute) -> StageMemory:
+    """Peak bytes on one device of ``stage`` holding ``layers`` (>= 1) blocks."""
+    return stage_memory_model(terms, stage, recompute).at(layers)

@@ -67,7 +67,7 @@ class Plan:
         return self.dp * self.tp * self.pp * self.cp
 
     def degree(self, axis: Axis) -> int:
-        return {Axis.TP: self.tp, Axis.CP: self.cp, Axis.DP: self.dp, Axis.PP: self.pp}[axis]
+        return getattr(self, axis.value)
 
     def num_micro_batches(self, job: Job) -> int:
         """Micro-batches per step per dp rank: global = micro_batch x accumulation x dp."""

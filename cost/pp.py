@@ -14,13 +14,23 @@ from paraplan.cost.compute import ACTIVATION_BYTES, tokens_per_device
 from paraplan.cost.plan import Axis, Job, Plan
 from paraplan.hardware import Cluster
 
-__all__ = ["pipeline_s", "bubble_s", "p2p_per_micro_batch_s", "in_flight_micro_batches"]
+__all__ = ["pipeline_s", "bubble_s", "pipeline_lower_bound_s", "p2p_per_micro_batch_s",
+           "in_flight_micro_batches"]
 
 
 def pipeline_s(stage_s: list[float], num_micro_batches: int, vp: int) -> float:
     """Formula: m * max(t) + (sum(t) - max(t)) / v. Units: seconds."""
     slowest = max(stage_s)
     return num_micro_batches * slowest + bubble_s(stage_s, vp)
+
+
+def pipeline_lower_bound_s(total_stage_s: float, pp: int, vp: int, num_micro_batches: int) -> float:
+    """Least pipeline time of stages whose times sum to ``total_stage_s``.
+
+    Formula: m * T/p + T * (1 - 1/p) / v. pipeline_s = m*max + (sum - max)/v grows with max
+    (m >= 1 >= 1/v), and max >= sum/p, so the balanced split is the bound.
+    """
+    return num_micro_batches * total_stage_s / pp + total_stage_s * (1 - 1 / pp) / vp
 
 
 def bubble_s(stage_s: list[float], vp: int) -> float:

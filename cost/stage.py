@@ -18,7 +18,7 @@ from paraplan.cost.dp import (
     shard_degree,
     grad_sync_s,
     zero3_gather_s,
-    zero3_reduce_s,
+    micro_batch_reduce_s,
 )
 from paraplan.cost.plan import Job, Plan, Recompute
 from paraplan.cost.pp import p2p_per_micro_batch_s
@@ -27,9 +27,20 @@ from paraplan.cost.tp import tp_block_comm
 from paraplan.graph import LayerGraph, LayerKind
 from paraplan.hardware import Cluster, efficiency
 
-__all__ = ["BlockCost", "StageTerms", "stage_terms"]
+__all__ = ["Affine", "BlockCost", "StageTerms", "stage_terms", "compute_floor_s", "retarget"]
 
 LOGITS_BYTES_PER_ELEMENT = 6  # bf16 logits + fp32 softmax for the fused cross-entropy
+
+
+@dataclass(frozen=True, slots=True)
+class Affine:
+    """A quantity of one stage as fixed + per-layer parts: value(layers) = fixed + layers * per_layer."""
+
+    fixed: float
+    per_layer: float
+
+    def at(self, layers: int) -> float:
+        return self.fixed + layers * self.per_layer
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,57 +91,83 @@ class StageTerms:
             params += self.last.params
         return params
 
+    def _ends(self, stage: int, first: float, last: float) -> float:
+        return (first if stage == 0 else 0.0) + (last if stage == self.plan.pp - 1 else 0.0)
+
+    def stage_time(self, stage: int, recompute: Recompute) -> Affine:
+        """Forward + backward of one micro-batch on ``stage``, exposed per-micro-batch comm included.
+
+        Formula: layers * (block compute + block comm) + p2p + embedding / head on the ends."""
+        ends = self._ends(stage, self.first.compute_s + self.first.comm_s,
+                          self.last.compute_s + self.last.comm_s)
+        return Affine(self.p2p_s + ends, self.block[recompute].time_s)
+
+    def stage_compute(self, stage: int, recompute: Recompute) -> Affine:
+        ends = self._ends(stage, self.first.compute_s, self.last.compute_s)
+        return Affine(ends, self.block[recompute].compute_s)
+
+    def stage_backward(self, stage: int, recompute: Recompute) -> Affine:
+        ends = self._ends(stage, self.first.backward_s, self.last.backward_s)
+        return Affine(ends, self.block[recompute].backward_s)
+
+    @cached_property
+    def _sync_per_param(self) -> Affine:
+        """grad_sync_s is alpha-beta: latency + bytes / bandwidth, affine in the parameters."""
+        none = grad_sync_s(0.0, self.plan, self.job, self.cluster)
+        block = grad_sync_s(self.block_params, self.plan, self.job, self.cluster)
+        per_param = (block - none) / self.block_params if self.block_params else 0.0
+        return Affine(none, per_param)
+
+    def dp_sync(self, stage: int) -> Affine:
+        """Once-per-step gradient sync of the stage's parameters (ZeRO 0-2): alpha-beta, so
+        affine in the parameter count and hence in the layers."""
+        sync = self._sync_per_param
+        return Affine(sync.at(self.stage_params(stage, 0)), sync.per_layer * self.block_params)
+
+    def dp_exposed(self, stage: int, recompute: Recompute) -> Affine:
+        """sync - window, where the window is the stage's last backward when overlap is on;
+        the exposed time is max(0, this)."""
+        sync = self.dp_sync(stage)
+        if not self.job.overlap_dp_comm:
+            return sync
+        window = self.stage_backward(stage, recompute)
+        return Affine(sync.fixed - window.fixed, sync.per_layer - window.per_layer)
+
+    def optimizer(self, stage: int) -> Affine:
+        """Adam step, HBM-bound: local params * 30 B / (HBM * eff); state sharded from ZeRO-1."""
+        accel = self.cluster.accelerator
+        scale = OPTIMIZER_STEP_BYTES_PER_PARAM / (accel.hbm_bytes_per_s
+                                                  * efficiency(accel.generation).hbm)
+        if self.plan.zero >= 1:
+            scale /= shard_degree(self.plan)
+        return Affine(self.stage_params(stage, 0) * scale, self.block_params * scale)
+
     def stage_time_s(self, stage: int, layers: int, recompute: Recompute) -> float:
-        """Forward + backward of one micro-batch on ``stage``, exposed per-micro-batch comm included."""
-        t = layers * self.block[recompute].time_s + self.p2p_s
-        if stage == 0:
-            t += self.first.compute_s + self.first.comm_s
-        if stage == self.plan.pp - 1:
-            t += self.last.compute_s + self.last.comm_s
-        return t
+        return self.stage_time(stage, recompute).at(layers)
 
     def stage_compute_s(self, stage: int, layers: int, recompute: Recompute) -> float:
-        t = layers * self.block[recompute].compute_s
-        if stage == 0:
-            t += self.first.compute_s
-        if stage == self.plan.pp - 1:
-            t += self.last.compute_s
-        return t
+        return self.stage_compute(stage, recompute).at(layers)
 
     def stage_backward_s(self, stage: int, layers: int, recompute: Recompute) -> float:
-        t = layers * self.block[recompute].backward_s
-        if stage == 0:
-            t += self.first.backward_s
-        if stage == self.plan.pp - 1:
-            t += self.last.backward_s
-        return t
+        return self.stage_backward(stage, recompute).at(layers)
 
     def dp_sync_s(self, stage: int, layers: int) -> float:
-        """Once-per-step gradient sync of the stage's parameters (ZeRO 0-2)."""
-        return grad_sync_s(self.stage_params(stage, layers), self.plan, self.job, self.cluster)
+        return self.dp_sync(stage).at(layers)
 
     def dp_exposed_s(self, stage: int, layers: int, recompute: Recompute) -> float:
-        """Sync not hidden behind the stage's last backward: max(0, sync - backward) if overlapped."""
-        sync = self.dp_sync_s(stage, layers)
-        window = self.stage_backward_s(stage, layers, recompute) if self.job.overlap_dp_comm else 0.0
-        return max(0.0, sync - window)
+        return max(0.0, self.dp_exposed(stage, recompute).at(layers))
 
     def optimizer_s(self, stage: int, layers: int) -> float:
-        """Adam step, HBM-bound: local params * 30 B / (HBM * eff); state sharded from ZeRO-1."""
-        params = self.stage_params(stage, layers)
-        if self.plan.zero >= 1:
-            params /= shard_degree(self.plan)
-        accel = self.cluster.accelerator
-        eff = efficiency(accel.generation)
-        return params * OPTIMIZER_STEP_BYTES_PER_PARAM / (accel.hbm_bytes_per_s * eff.hbm)
+        return self.optimizer(stage).at(layers)
 
     @cached_property
     def capacity_bytes(self) -> float:
         return self.cluster.memory_capacity_bytes
 
 
-def _block_cost(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster,
-                recompute: Recompute, block_params: float) -> BlockCost:
+def _block_costs(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster,
+                 block_params: float) -> dict[Recompute, BlockCost]:
+    """One block's cost under each recompute mode (forward times computed once)."""
     accel = cluster.accelerator
     eff = efficiency(accel.generation)
     spec = graph.spec
@@ -138,39 +175,45 @@ def _block_cost(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster,
     times: list[LayerTime] = [layer_forward(ly, plan, job, accel, eff) for ly in layers]
     fwd = sum(t.total_s for t in times)
     bwd = sum(t.backward_s() for t in times)
-    rec = sum(recompute_forward_s(t, recompute) for t in times)
     tp = tp_block_comm(spec.hidden, plan, job, cluster)
-    tp_s = tp.forward_s + tp.backward_s + (tp.forward_s if recompute is Recompute.FULL else 0.0)
     attn_time = next(t for t, ly in zip(times, layers, strict=True)
                      if ly.kind is LayerKind.ATTENTION)
     cp = cp_layer_comm(spec.kv_dim, attn_time, plan, job, cluster)
-    cp_s = cp.exposed_forward_s * (2 if recompute is Recompute.FULL else 1) + cp.exposed_backward_s
     gather = zero3_gather_s(block_params, plan, cluster)
-    reduce = zero3_reduce_s(block_params, plan, job, cluster)
-    z3_s = max(0.0, gather - fwd) + max(0.0, gather + reduce - (bwd + rec))
-    stored = sum(stored_activation_bytes(ly, plan, job, recompute) for ly in layers)
-    if recompute is Recompute.FULL:
-        stored = block_input_bytes(spec.hidden, plan, job)
-        working = sum(stored_activation_bytes(ly, plan, job, Recompute.NONE) for ly in layers)
-    else:
-        working = 0.0
-    return BlockCost(
-        forward_s=fwd, backward_s=bwd + rec, compute_s=fwd + bwd + rec,
-        comm_s=tp_s + cp_s + z3_s, activation_bytes=stored, working_bytes=working,
-    )
+    reduce = micro_batch_reduce_s(block_params, plan, job, cluster)
+    stored_none = sum(stored_activation_bytes(ly, plan, job, Recompute.NONE) for ly in layers)
+    out: dict[Recompute, BlockCost] = {}
+    for recompute in Recompute:
+        rec = sum(recompute_forward_s(t, recompute) for t in times)
+        is_full = recompute is Recompute.FULL
+        tp_s = tp.forward_s + tp.backward_s + (tp.forward_s if is_full else 0.0)
+        cp_s = cp.exposed_forward_s * (2 if is_full else 1) + cp.exposed_backward_s
+        zero_s = max(0.0, gather - fwd) + max(0.0, gather + reduce - (bwd + rec))
+        if is_full:
+            stored, working = block_input_bytes(spec.hidden, plan, job), stored_none
+        elif recompute is Recompute.NONE:
+            stored, working = stored_none, 0.0
+        else:
+            stored = sum(stored_activation_bytes(ly, plan, job, recompute) for ly in layers)
+            working = 0.0
+        out[recompute] = BlockCost(
+            forward_s=fwd, backward_s=bwd + rec, compute_s=fwd + bwd + rec,
+            comm_s=tp_s + cp_s + zero_s, activation_bytes=stored, working_bytes=working,
+        )
+    return out
 
 
 def _end_cost(graph: LayerGraph, names: tuple[str, ...], plan: Plan, job: Job,
               cluster: Cluster) -> EndCost:
     accel = cluster.accelerator
     eff = efficiency(accel.generation)
-    layers = [graph.graph.nodes[n]["layer"] for n in names]
+    layers = [graph.layer(n) for n in names]
     times = [layer_forward(ly, plan, job, accel, eff) for ly in layers]
     params = sum(ly.params for ly in layers) / plan.tp
     fwd = sum(t.total_s for t in times)
     bwd = sum(t.backward_s() for t in times)
     gather = zero3_gather_s(params, plan, cluster)
-    comm = 2 * gather + zero3_reduce_s(params, plan, job, cluster)  # not overlapped at the ends
+    comm = 2 * gather + micro_batch_reduce_s(params, plan, job, cluster)  # not overlapped at the ends
     act = 0.0
     if "lm_head" in names:
         n = plan.micro_batch * job.seq_len / plan.cp
@@ -190,8 +233,35 @@ def stage_terms(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster) -> St
     return StageTerms(
         plan=plan, job=job, cluster=cluster,
         num_micro_batches=plan.num_micro_batches(job),
-        block={r: _block_cost(graph, plan, job, cluster, r, block_params) for r in Recompute},
+        block=_block_costs(graph, plan, job, cluster, block_params),
         block_params=block_params,
         first=first, last=last,
         p2p_s=p2p_per_micro_batch_s(graph.spec.hidden, plan, job, cluster),
     )
+
+
+def retarget(terms: StageTerms, plan: Plan) -> StageTerms:
+    """``terms`` for ``plan``, a layout that differs only in vp or in ZeRO stage within {0, 1}.
+
+    No block, end or p2p cost depends on those knobs: they enter through the schedule, the DP sync,
+    the optimizer and memory, which StageTerms computes from its plan. Saves the solver rebuilding
+    identical block costs.
+    """
+    old = terms.plan
+    same = replace(plan, vp=old.vp, zero=old.zero) == old
+    if not same or max(old.zero, plan.zero) > 1:
+        raise ValueError("retarget: plans differ in more than vp and ZeRO stage 0/1")
+    return replace(terms, plan=plan)
+
+
+def compute_floor_s(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster) -> float:
+    """Least compute one micro-batch needs summed over all stages: every block forward + backward
+    without recompute, plus the embedding and LM head. Depends on tp, cp, micro_batch, SP only.
+    Units: seconds."""
+    accel = cluster.accelerator
+    eff = efficiency(accel.generation)
+    block = sum(layer_forward(ly, plan, job, accel, eff).forward_backward_s
+                for ly in graph.block_layers(0))
+    ends = sum(layer_forward(graph.layer(n), plan, job, accel, eff).forward_backward_s
+               for n in ("embedding", "final_norm", "lm_head"))
+    return graph.spec.num_layers * block + ends

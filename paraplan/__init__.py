@@ -5,7 +5,7 @@
     print(result.plan, result.predicted.step_time_s, result.solver.status)
 """
 
-from paraplan.api import evaluate, load_scenario, paraplan_version
+from paraplan.api import evaluate, load_scenario, paraplan_version, solve
 from paraplan.errors import (
     ConfigError,
     ExportError,
@@ -28,4 +28,5 @@ __all__ = [
     "SolveTimeout",
     "evaluate",
     "load_scenario",
+    "solve",
 ]

@@ -4,15 +4,19 @@ from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 from paraplan.cost import Plan, evaluate as cost_evaluate
-from paraplan.errors import ConfigError
+from paraplan.errors import ConfigError, InfeasibleError, SolveTimeout
 from paraplan.instance import Instance, build_instance, fixed_plan
+from paraplan.report import gib
+from paraplan.explain import explain, summary
 from paraplan.result import Result, SolverOut, plan_out, predicted_out
 from paraplan.schema import Scenario, load_scenario
+from paraplan.solver import Fixed, NoFitError, NoLayoutError, Options, SolverOptions, solve_instance
 
-__all__ = ["load_scenario", "evaluate", "evaluate_plan", "paraplan_version"]
+__all__ = ["load_scenario", "evaluate", "evaluate_plan", "solve", "paraplan_version"]
 
 
 def paraplan_version() -> str:
@@ -43,3 +47,88 @@ def evaluate(scenario: str | Path | dict[str, Any] | Scenario) -> Result:
     """Step time and memory of the scenario's fully fixed plan."""
     inst = build_instance(load_scenario(scenario))
     return evaluate_plan(inst, fixed_plan(inst))
+
+
+def _fixed(inst: Instance) -> Fixed:
+    p = inst.scenario.plan
+    recompute = None
+    if p.recompute is not None:
+        recompute = tuple(p.recompute) if isinstance(p.recompute, list) else (p.recompute,)
+        if isinstance(p.recompute, list) and p.pp is None:
+            raise ConfigError("plan.recompute lists one mode per stage; fix plan.pp too")
+    if p.ep not in (None, 1):
+        raise ConfigError(f"plan.ep={p.ep}: expert parallelism needs a mixture-of-experts model")
+    return Fixed(dp=p.dp, tp=p.tp, pp=p.pp, cp=p.cp, vp=p.vp, micro_batch=p.micro_batch,
+                 zero=p.zero, sequence_parallel=p.sequence_parallel, recompute=recompute,
+                 layers_per_stage=tuple(p.layers_per_stage) if p.layers_per_stage else None,
+                 order=tuple(p.order) if p.order else None)
+
+
+def _options(inst: Instance) -> Options:
+    o = inst.scenario.solver
+    return Options(allow_uneven_stages=o.allow_uneven_stages, search_placement=o.search_placement,
+                   max_micro_batch=o.max_micro_batch, max_vp=o.max_vp)
+
+
+def _no_layout_reason(inst: Instance) -> str:
+    spec, job, n = inst.spec, inst.job, inst.cluster.num_devices
+    p = inst.scenario.plan
+    fixed = {k: v for k, v in p.model_dump().items() if v is not None}
+    return (
+        f"no parallel layout satisfies the rules for {n} devices: tp must divide heads="
+        f"{spec.num_heads} (and match kv_heads={spec.num_kv_heads}), pp at most layers="
+        f"{spec.num_layers}, dp = devices/(tp*pp*cp) must divide global_batch={job.global_batch}, "
+        f"cp must split seq_len={job.seq_len} evenly"
+        + (f"; fixed knobs {fixed} leave nothing; free some of them" if fixed else
+           "; change the device count or the global batch")
+    )
+
+
+def solve(scenario: str | Path | dict[str, Any] | Scenario, *, time_limit_s: float = 30.0,
+          workers: int = 2, top: int = 1, seed: int = 0,
+          progress: Callable[[str], None] | None = None) -> Result:
+    """The fastest plan under the cost model, proven optimal when ``result.solver.status`` is
+    OPTIMAL (otherwise the gap says how far it can be). Knobs fixed in the scenario's ``plan:``
+    are respected. InfeasibleError says which resource binds; SolveTimeout if no plan was found
+    in time."""
+    if time_limit_s <= 0 or workers < 1 or top < 1:
+        raise ConfigError("time_limit_s must be > 0, workers >= 1 and top >= 1")
+    inst = build_instance(load_scenario(scenario))
+    opts = SolverOptions(time_limit_s=time_limit_s, num_workers=workers, random_seed=seed,
+                         top=max(top, 2))
+    try:
+        out = solve_instance(inst.graph, inst.cluster, inst.job, _fixed(inst), _options(inst),
+                             opts, progress)
+    except NoLayoutError:
+        raise InfeasibleError(_no_layout_reason(inst), ("divisibility",)) from None
+    except NoFitError as e:
+        raise InfeasibleError(
+            f"no plan fits memory: the least any plan needs is {gib(e.min_bytes)} per device, "
+            f"but {inst.cluster.accelerator.name} has {gib(e.capacity)} (short by "
+            f"{gib(e.min_bytes - e.capacity)}); add devices, use a larger-memory GPU, shorten "
+            "job.seq_len, or free plan knobs fixed in the scenario",
+            ("memory_per_stage",),
+        ) from None
+    if not out.solutions:
+        if out.status == "INFEASIBLE":
+            raise InfeasibleError("the solver proved the model infeasible", ("model",))
+        raise SolveTimeout(f"no plan found within --time-limit {time_limit_s:g} s; raise it")
+    best = out.solutions[0]
+    gap = (best.objective_s - out.bound_s) / best.objective_s if best.objective_s else 0.0
+    solver_out = SolverOut(
+        status=out.status, wall_s=out.wall_s, objective_s=best.objective_s, bound_s=out.bound_s,
+        gap=max(0.0, gap), time_limit_s=time_limit_s, workers=workers, seed=seed,
+        num_layouts=out.num_layouts, num_layouts_pruned=out.num_pruned,
+    )
+    breakdown = cost_evaluate(inst.graph, inst.cluster, inst.job, best.plan)
+    runner = None
+    if len(out.solutions) > 1:
+        rp = out.solutions[1].plan
+        runner = (rp, cost_evaluate(inst.graph, inst.cluster, inst.job, rp))
+    alternatives = [
+        {"summary": summary(s.plan), "step_time_s": s.objective_s,
+         "plan": plan_out(s.plan, inst.job).model_dump()}
+        for s in out.solutions[1:top]
+    ]
+    return evaluate_plan(inst, best.plan, solver_out, alternatives=alternatives,
+                         explanation=explain(best.plan, breakdown, inst.cluster, runner))

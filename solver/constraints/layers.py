@@ -1,0 +1,28 @@
+"""Layer split: every block on exactly one stage, in multiples of vp; one mode per stage."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ortools.sat.python import cp_model
+
+if TYPE_CHECKING:
+    from paraplan.solver.model import LayoutVars
+
+__all__ = ["add_layer_split"]
+
+
+def add_layer_split(model: cp_model.CpModel, lv: LayoutVars) -> None:
+    """sum_{s,r} x[L,s,r] = layers/vp; exactly one rec per stage; rec => 1 <= x <= k_hi."""
+    tab = lv.tables
+    model.Add(sum(v for xs in lv.x for v in xs.values()) == tab.k_total)
+    k_hi = max(tab.k_choices) if tab.k_choices else tab.k_total - (tab.plan.pp - 1)
+    for s in range(tab.plan.pp):
+        model.AddExactlyOne(lv.rec[s].values())
+        for r, b in lv.rec[s].items():
+            model.Add(lv.x[s][r] >= b)
+            model.Add(lv.x[s][r] <= k_hi * b)
+        if tab.k_choices and len(tab.k_choices) < k_hi:
+            k = model.NewIntVarFromDomain(cp_model.Domain.FromValues(tab.k_choices),
+                                          f"k_{lv.index}_{s}")
+            model.Add(k == lv.k(s))

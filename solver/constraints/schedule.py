@@ -1,0 +1,36 @@
+"""Schedule: stage times, the slowest stage, exposed DP sync and the optimizer step."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ortools.sat.python import cp_model
+
+if TYPE_CHECKING:
+    from paraplan.solver.model import LayoutVars
+
+__all__ = ["add_schedule"]
+
+
+def add_schedule(model: cp_model.CpModel, lv: LayoutVars) -> None:
+    """t = sum_r T1_r x + T0 rec; tmax >= t; e >= sum_r E1_r x + E0 rec, e >= 0; dpmax >= e;
+    omax >= O1 k + O0."""
+    tk, pp, i = lv.ticks, lv.tables.plan.pp, lv.index
+    k_hi = lv.tables.k_total
+
+    def upper(per_k: list[int], fixed: list[int]) -> int:
+        return max(0, max(fixed) + max(0, max(per_k)) * k_hi)
+
+    lv.tmax = model.NewIntVar(0, upper(list(tk.time_per_k.values()), list(tk.time_fixed.values())),
+                              f"tmax_{i}")
+    lv.dpmax = model.NewIntVar(0, upper(list(tk.dp_per_k.values()), list(tk.dp_fixed.values())),
+                               f"dpmax_{i}")
+    lv.omax = model.NewIntVar(0, upper([tk.opt_per_k], list(tk.opt_fixed.values())), f"omax_{i}")
+    for s in range(pp):
+        rs, xs = lv.rec[s], lv.x[s]
+        t = sum(tk.time_per_k[r] * xs[r] + tk.time_fixed[(s, r)] * rs[r] for r in rs)
+        lv.t.append(t)
+        model.Add(lv.tmax >= t)
+        e_lin = sum(tk.dp_per_k[r] * xs[r] + tk.dp_fixed[(s, r)] * rs[r] for r in rs)
+        model.Add(lv.dpmax >= e_lin)
+        model.Add(lv.omax >= tk.opt_per_k * lv.k(s) + tk.opt_fixed[s])

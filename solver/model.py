@@ -1,0 +1,124 @@
+"""The CP-SAT model: choose one layout, its layer split and per-stage recompute, minimising step time.
+
+Instance -> candidate tables (tables.py: every number from cost/) -> variables -> constraints ->
+objective -> solve -> extract. Over the kept layouts L (the others are proven worse by bound before
+the model is built, see solve.py), with k = layers / vp and all times in integer ticks:
+
+Variables
+    use[L]          Boolean; exactly one layout
+    rec[L,s,r]      Boolean; exactly one recompute mode r per stage s
+    x[L,s,r]        integer; k of stage s if it runs mode r, else 0
+    tmax, dpmax, omax[L], e[L,s]   slowest stage, exposed DP sync, optimizer (ticks)
+Constraints (solver/constraints/)
+    layers.add_layer_split     sum_{s,r} x = k_total;  rec => x >= 1;  x <= k_hi * rec
+    memory.add_memory          x[L,s,r] <= kmax[L,s,r] * rec[L,s,r]   (peak memory fits)
+    schedule.add_schedule      t[L,s] = sum_r T1_r x + T0_{s,r} rec;  tmax >= t[L,s]
+                               e[L,s] >= sum_r E1_r x + E0_{s,r} rec, e >= 0;  dpmax >= e
+                               omax >= O1 k[L,s] + O0_s
+Objective
+    minimise z;  use[L] => z >= 12/vp (vp m tmax + sum_s t[L,s] - tmax) + 12 (dpmax + omax);
+    z >= sum_L LB_L use[L] (the layouts' lower bounds, a valid cut).
+    z / 12 is cost.evaluate's step time: m max_s t_s + (sum_s t_s - max_s t_s)/vp + DP + optimizer.
+Ties are broken by a second solve with z fixed (see solve.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ortools.sat.python import cp_model
+
+from paraplan.cost import Recompute
+from paraplan.solver.constraints.layers import add_layer_split
+from paraplan.solver.constraints.memory import add_memory
+from paraplan.solver.constraints.schedule import add_schedule
+from paraplan.solver.scale import VP_SCALE
+from paraplan.solver.tables import LayoutTables, TickTables
+
+__all__ = ["LayoutVars", "ModelVars", "build_model"]
+
+
+@dataclass
+class LayoutVars:
+    index: int
+    tables: LayoutTables
+    ticks: TickTables
+    use: cp_model.IntVar
+    rec: list[dict[Recompute, cp_model.IntVar]]
+    x: list[dict[Recompute, cp_model.IntVar]]
+    t: list[cp_model.LinearExpr] = field(default_factory=list)
+    tmax: cp_model.IntVar | None = None
+    dpmax: cp_model.IntVar | None = None
+    omax: cp_model.IntVar | None = None
+    step: cp_model.LinearExpr | None = None
+
+    def k(self, s: int) -> cp_model.LinearExpr:
+        return sum(self.x[s].values())
+
+    def extract(self, solver: cp_model.CpSolver) -> tuple[list[int], list[Recompute]]:
+        vp = self.tables.plan.vp
+        layers = [vp * sum(solver.Value(v) for v in xs.values()) for xs in self.x]
+        recs = [next(r for r, b in rs.items() if solver.BooleanValue(b)) for rs in self.rec]
+        return layers, recs
+
+
+@dataclass
+class ModelVars:
+    layouts: list[LayoutVars]
+    objective: cp_model.IntVar
+
+    def chosen(self, solver: cp_model.CpSolver) -> LayoutVars:
+        return next(lv for lv in self.layouts if solver.BooleanValue(lv.use))
+
+
+def _layout_vars(model: cp_model.CpModel, i: int, tab: LayoutTables) -> LayoutVars:
+    pp = tab.plan.pp
+    k_hi = max(tab.k_choices) if tab.k_choices else tab.k_total - (pp - 1)
+    use = model.NewBoolVar(f"use_{i}")
+    rec = [{r: model.NewBoolVar(f"rec_{i}_{s}_{r.value}") for r in tab.recomputes}
+           for s in range(pp)]
+    x = [{r: model.NewIntVar(0, k_hi, f"x_{i}_{s}_{r.value}") for r in tab.recomputes}
+         for s in range(pp)]
+    return LayoutVars(i, tab, tab.ticks(), use, rec, x)
+
+
+def build_model(kept: list[LayoutTables]) -> tuple[cp_model.CpModel, ModelVars]:
+    """The model of the module docstring over the kept layouts."""
+    model = cp_model.CpModel()
+    lvs = [_layout_vars(model, i, tab) for i, tab in enumerate(kept)]
+    model.AddExactlyOne(lv.use for lv in lvs)
+    horizon = 1
+    for lv in lvs:
+        add_layer_split(model, lv)
+        add_memory(model, lv)
+        add_schedule(model, lv)
+        plan = lv.tables.plan
+        scale = VP_SCALE // plan.vp
+        m = lv.tables.num_micro_batches
+        lv.step = (scale * (plan.vp * m * lv.tmax + sum(lv.t) - lv.tmax)
+                   + VP_SCALE * (lv.dpmax + lv.omax))
+        horizon = max(horizon, VP_SCALE * (m + plan.pp) * _hi(model, lv.tmax)
+                      + VP_SCALE * (_hi(model, lv.dpmax) + _hi(model, lv.omax)))
+    z = model.NewIntVar(0, horizon, "step_ticks_x12")
+    for lv in lvs:
+        model.Add(z >= lv.step).OnlyEnforceIf(lv.use)
+    model.Add(z >= sum(VP_SCALE * lv.ticks.lower_bound * lv.use for lv in lvs))
+    model.Minimize(z)
+    return model, ModelVars(lvs, z)
+
+
+def _hi(model: cp_model.CpModel, var: cp_model.IntVar) -> int:
+    return list(model.Proto().variables[var.Index()].domain)[-1]
+
+
+def add_hint(model: cp_model.CpModel, mv: ModelVars, index: int, layers: list[int],
+             recs: list[Recompute]) -> None:
+    """Warm start: the given layout with its split and modes (the greedy upper-bound plan)."""
+    for lv in mv.layouts:
+        model.AddHint(lv.use, lv.index == index)
+    lv = mv.layouts[index]
+    for s, n in enumerate(layers):
+        for r in lv.tables.recomputes:
+            on = r is recs[s]
+            model.AddHint(lv.rec[s][r], on)
+            model.AddHint(lv.x[s][r], n // lv.tables.plan.vp if on else 0)

@@ -1,0 +1,308 @@
+"""Solve: enumerate layouts, prune by bounds, build and solve the CP-SAT model, re-check the plan.
+
+1. Layouts (space.py) are ordered by a compute-only floor of their step time (cost/stage.py
+   ``compute_floor_s`` through the 1F1B lower bound); tables and bounds are built cheapest first
+   until the floor exceeds the K-th best upper bound found so far (branch and bound).
+2. Layouts whose lower bound exceeds that K-th best upper bound cannot hold any of the K best plans
+   and stay out of the model. Both steps are exact, so OPTIMAL means optimal over the whole space;
+   the reported bound is min(CP-SAT's bound, the least lower bound left out).
+3. One CP-SAT model over the kept layouts (model.py) finds the optimum; a second solve with the
+   step fixed breaks ties deterministically (preferred layout rank, then no recompute, then the
+   even split), so the plan does not depend on the worker count.
+4. Every plan is re-evaluated by ``cost.evaluate``: it must fit and match the objective within
+   scale.tolerance_s.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from ortools.sat.python import cp_model
+
+from paraplan.cost import DEFAULT_ORDER, Job, Plan, Recompute, evaluate, stage_memory, stage_terms
+from paraplan.cost.pp import pipeline_lower_bound_s
+from paraplan.cost.stage import StageTerms, compute_floor_s, retarget
+from paraplan.graph import LayerGraph
+from paraplan.hardware import Cluster
+from paraplan.solver.model import ModelVars, add_hint, build_model
+from paraplan.solver.scale import VP_SCALE, from_ticks, tolerance_s
+from paraplan.solver.space import Fixed, Options, layouts
+from paraplan.solver.tables import LayoutTables, build_tables, even_layers
+
+__all__ = ["SolverOptions", "Solution", "Outcome", "solve_instance", "NoLayoutError",
+           "NoFitError", "layout_rank"]
+
+_ZERO_PREFERENCE = (1, 0, 2, 3)  # distributed optimizer first: what Megatron and NeMo run
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SolverOptions:
+    time_limit_s: float = 30.0
+    num_workers: int = 2
+    random_seed: int = 0
+    relative_gap: float = 0.0
+    top: int = 1
+    log_search_progress: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Solution:
+    plan: Plan
+    objective_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    status: str
+    solutions: list[Solution]  # best first, distinct layouts
+    bound_s: float
+    wall_s: float
+    num_layouts: int
+    num_pruned: int
+
+
+class NoLayoutError(ValueError):
+    """No layout satisfies the divisibility rules."""
+
+
+class NoFitError(ValueError):
+    """Layouts exist but none fits memory; ``min_bytes`` is the least any plan needs."""
+
+    def __init__(self, message: str, min_bytes: float, capacity: float) -> None:
+        super().__init__(message)
+        self.min_bytes = min_bytes
+        self.capacity = capacity
+
+
+def layout_rank(plan: Plan) -> tuple:
+    """Tie-break order among equally fast layouts: fewer stages, less cp, no interleaving,
+    smaller tp, ZeRO 1/0/2/3, smaller micro-batch, the default rank order."""
+    order_rank = [DEFAULT_ORDER.index(a) for a in plan.order]
+    return (plan.pp, plan.cp, plan.vp, plan.tp, _ZERO_PREFERENCE.index(plan.zero),
+            plan.micro_batch, order_rank)
+
+
+def _recomputes(fixed: Fixed) -> list[Recompute]:
+    if fixed.recompute is not None and len(set(fixed.recompute)) == 1:
+        return [fixed.recompute[0]]
+    return list(Recompute)
+
+
+def _k_choices(layout: Plan, num_layers: int, fixed: Fixed, options: Options) -> list[int] | None:
+    """Allowed layers/vp per stage; None = any; [] = the layout is impossible."""
+    if num_layers % layout.vp:
+        return []
+    if fixed.layers_per_stage is not None:
+        if (len(fixed.layers_per_stage) != layout.pp
+                or any(n % layout.vp for n in fixed.layers_per_stage)):
+            return []
+        return sorted({n // layout.vp for n in fixed.layers_per_stage})
+    if not options.allow_uneven_stages:
+        if num_layers % (layout.pp * layout.vp):
+            return []
+        return [num_layers // (layout.pp * layout.vp)]
+    return None
+
+
+def _can_fit(t: LayoutTables) -> bool:
+    """Some split fits: the most layers each stage can hold (best mode) add up to the model."""
+    cap = [max(t.k_max[(s, r)] for r in t.recomputes) for s in range(t.plan.pp)]
+    return min(cap) >= 1 and sum(cap) >= t.k_total
+
+
+@dataclass
+class _Candidates:
+    kept: list[LayoutTables]
+    num_layouts: int
+    discarded_lb_s: float
+    unfit: int
+
+
+def _bounded_tables(graph: LayerGraph, cluster: Cluster, job: Job, fixed: Fixed,
+                    options: Options, top: int) -> _Candidates:
+    """Branch and bound over layouts, cheapest compute floor first (module docstring, 1-2)."""
+    spec = graph.spec
+    floors: dict[tuple, float] = {}
+    candidates = []
+    for layout in layouts(spec, cluster, job.seq_len, job.global_batch, fixed, options):
+        ks = _k_choices(layout, spec.num_layers, fixed, options)
+        if ks == []:
+            continue
+        key = (layout.tp, layout.cp, layout.micro_batch, layout.sequence_parallel)
+        if key not in floors:
+            floors[key] = compute_floor_s(graph, layout, job, cluster)
+        m = job.global_batch // (layout.micro_batch * layout.dp)
+        floor = pipeline_lower_bound_s(floors[key], layout.pp, layout.vp, m)
+        candidates.append((floor, layout_rank(layout), layout, ks))
+    if not candidates:
+        raise NoLayoutError("no layout satisfies the divisibility rules")
+    candidates.sort(key=lambda c: (c[0], c[1]))
+    uppers: list[float] = []
+    computed: list[LayoutTables] = []
+    unfit, discarded = 0, float("inf")
+    recomputes = _recomputes(fixed)
+    shared: dict[Plan, StageTerms] = {}
+    for floor, _, layout, ks in candidates:
+        if len(uppers) >= top and floor > uppers[top - 1] * (1 + 1e-9):
+            discarded = floor
+            break
+        key = replace(layout, vp=1, zero=0) if layout.zero <= 1 else None
+        terms = retarget(shared[key], layout) if key in shared else None
+        tab = build_tables(graph, cluster, job, layout, recomputes, ks, terms)
+        if key is not None:
+            shared.setdefault(key, tab.terms)
+        if not _can_fit(tab):
+            unfit += 1
+            continue
+        computed.append(tab)
+        if tab.upper_bound_s < float("inf"):
+            uppers = sorted(uppers + [tab.upper_bound_s])[:top]
+    if not computed:
+        least = _least_memory(graph, cluster, job, recomputes, [c[2] for c in candidates])
+        raise NoFitError("no plan fits memory", least, cluster.memory_capacity_bytes)
+    cutoff = uppers[top - 1] * (1 + 1e-9) if len(uppers) >= top else float("inf")
+    kept = [t for t in computed if t.lower_bound_s <= cutoff]
+    left_out = [t.lower_bound_s for t in computed if t.lower_bound_s > cutoff]
+    return _Candidates(kept, len(candidates), min([discarded] + left_out), unfit)
+
+
+def _least_memory(graph: LayerGraph, cluster: Cluster, job: Job, recomputes: list[Recompute],
+                  candidates: list[Plan]) -> float:
+    """Least peak memory per device any layout needs, over its even split and modes."""
+    best = float("inf")
+    for layout in candidates:
+        terms = stage_terms(graph, layout, job, cluster)
+        split = (even_layers(graph.spec.num_layers, layout.pp, layout.vp)
+                 or (max(1, graph.spec.num_layers // layout.pp),) * layout.pp)
+        peak = max(min(stage_memory(terms, s, split[s], r).total_bytes for r in recomputes)
+                   for s in range(layout.pp))
+        best = min(best, peak)
+    return best
+
+
+class _Progress(cp_model.CpSolverSolutionCallback):
+    """Reports each improving plan and the bound; never constrains the search."""
+
+    def __init__(self, report: Callable[[str], None], mv: ModelVars, start: float) -> None:
+        super().__init__()
+        self._report, self._mv, self._start = report, mv, start
+
+    def on_solution_callback(self) -> None:
+        p = self._mv.chosen(self).tables.plan
+        self._report(
+            f"  {time.perf_counter() - self._start:6.2f} s  best "
+            f"{from_ticks(self.ObjectiveValue()) / VP_SCALE:.4f} s  bound "
+            f"{from_ticks(self.BestObjectiveBound()) / VP_SCALE:.4f} s  (dp={p.dp} tp={p.tp} "
+            f"pp={p.pp} cp={p.cp} vp={p.vp} mb={p.micro_batch} zero={p.zero})"
+        )
+
+
+def _stage_rules(model: cp_model.CpModel, mv: ModelVars, fixed: Fixed) -> None:
+    for lv in mv.layouts:
+        pp, vp = lv.tables.plan.pp, lv.tables.plan.vp
+        if fixed.layers_per_stage is not None:
+            for s, n in enumerate(fixed.layers_per_stage):
+                model.Add(lv.k(s) == n // vp)
+        if fixed.recompute is not None and len(fixed.recompute) == pp:
+            for s, r in enumerate(fixed.recompute):
+                model.Add(lv.rec[s][r] == 1)
+
+
+def _tie_break(mv: ModelVars, num_layers: int) -> cp_model.LinearExpr:
+    """Secondary objective: layout rank, then recompute (none < selective < full), then the
+    distance from the even split."""
+    ranked = sorted(mv.layouts, key=lambda lv: (layout_rank(lv.tables.plan), lv.index))
+    rank_of = {lv.index: i for i, lv in enumerate(ranked)}
+    weight = 4 * num_layers * max(len(lv.rec) for lv in mv.layouts) + 1
+    penalty = {Recompute.NONE: 0, Recompute.SELECTIVE: 1, Recompute.FULL: 2}
+    terms = [weight * 3 * rank_of[lv.index] * lv.use for lv in mv.layouts]
+    for lv in mv.layouts:
+        for rs in lv.rec:
+            terms += [penalty[r] * num_layers * b for r, b in rs.items()]
+    return sum(terms)
+
+
+def _configure(solver: cp_model.CpSolver, opts: SolverOptions, seconds: float) -> None:
+    solver.parameters.max_time_in_seconds = max(0.01, seconds)
+    solver.parameters.num_workers = opts.num_workers
+    solver.parameters.random_seed = opts.random_seed
+    solver.parameters.relative_gap_limit = opts.relative_gap
+    solver.parameters.log_search_progress = opts.log_search_progress
+
+
+def _solve_once(kept: list[LayoutTables], graph: LayerGraph, fixed: Fixed, opts: SolverOptions,
+                excluded: list[int], deadline: float, progress: Callable[[str], None] | None,
+                start: float) -> tuple[str, Solution | None, float, int | None]:
+    model, mv = build_model(kept)
+    _stage_rules(model, mv, fixed)
+    for i in excluded:
+        model.Add(mv.layouts[i].use == 0)
+    allowed = [t for t in kept if t.upper_plan is not None and kept.index(t) not in excluded]
+    if allowed and fixed.layers_per_stage is None and fixed.recompute is None:
+        best = min(allowed, key=lambda t: t.upper_bound_s)
+        add_hint(model, mv, kept.index(best), list(best.upper_plan.layers_per_stage),
+                 list(best.upper_plan.recompute))
+    solver = cp_model.CpSolver()
+    _configure(solver, opts, deadline - time.perf_counter())
+    cb = _Progress(progress, mv, start) if progress else None
+    status = solver.Solve(model, cb) if cb else solver.Solve(model)
+    name = solver.StatusName(status)
+    bound = from_ticks(solver.BestObjectiveBound()) / VP_SCALE
+    if name not in ("OPTIMAL", "FEASIBLE"):
+        return name, None, bound, None
+    if name == "OPTIMAL":
+        model.Add(mv.objective == int(solver.ObjectiveValue()))
+        model.ClearHints()
+        model.Minimize(_tie_break(mv, graph.spec.num_layers))
+        second = cp_model.CpSolver()
+        _configure(second, opts, max(1.0, deadline - time.perf_counter()))
+        if second.StatusName(second.Solve(model)) == "OPTIMAL":
+            solver = second
+    lv = mv.chosen(solver)
+    layers, recs = lv.extract(solver)
+    plan = replace(lv.tables.plan, layers_per_stage=tuple(layers), recompute=tuple(recs))
+    objective = from_ticks(solver.Value(mv.objective)) / VP_SCALE
+    return name, Solution(plan, objective), bound, lv.index
+
+
+def solve_instance(graph: LayerGraph, cluster: Cluster, job: Job, fixed: Fixed, options: Options,
+                   opts: SolverOptions, progress: Callable[[str], None] | None = None) -> Outcome:
+    """The K best distinct-layout plans; status OPTIMAL only when CP-SAT proved it."""
+    start = time.perf_counter()
+    deadline = start + opts.time_limit_s
+    cand = _bounded_tables(graph, cluster, job, fixed, options, opts.top)
+    kept = cand.kept
+    if progress:
+        progress(f"paraplan: {cand.num_layouts} layouts; {cand.num_layouts - len(kept)} proven "
+                 f"worse by bound or unable to fit; {len(kept)} in the CP-SAT model "
+                 f"({time.perf_counter() - start:.2f} s)")
+    solutions: list[Solution] = []
+    excluded: list[int] = []
+    status, bound = "UNKNOWN", float("inf")
+    for rank in range(opts.top):
+        if len(excluded) == len(kept):
+            break
+        name, sol, bnd, idx = _solve_once(kept, graph, fixed, opts, excluded, deadline,
+                                          progress if rank == 0 else None, start)
+        if rank == 0:
+            status, bound = name, min(bnd, cand.discarded_lb_s)
+        if sol is None or idx is None:
+            break
+        _check(graph, cluster, job, sol, kept[idx].k_total)
+        solutions.append(sol)
+        excluded.append(idx)
+    return Outcome(status, solutions, bound, time.perf_counter() - start, cand.num_layouts,
+                   cand.num_layouts - len(kept))
+
+
+def _check(graph: LayerGraph, cluster: Cluster, job: Job, sol: Solution, k_total: int) -> None:
+    """Invariant: cost.evaluate re-scores the plan to the objective, and it fits memory."""
+    b = evaluate(graph, cluster, job, sol.plan)
+    tol = tolerance_s(b.num_micro_batches, sol.plan.pp, k_total)
+    if not b.fits or abs(b.step_time_s - sol.objective_s) > tol:
+        raise AssertionError(
+            f"solver/evaluator mismatch: objective {sol.objective_s!r} s vs evaluate "
+            f"{b.step_time_s!r} s (tolerance {tol:.2e} s), fits={b.fits}, plan {sol.plan}"
+        )

@@ -1,0 +1,200 @@
+"""Candidate tables: the cost model's numbers for every per-stage choice of one layout.
+
+For a layout (see space.py), each stage s and recompute mode r, cost/ gives a stage's quantities
+as fixed + per-layer parts (``cost.stage.Affine``): time per micro-batch, exposed DP sync before
+clamping at 0, optimizer time; and memory as the most layers that fit. Nothing here computes a
+cost; it only calls cost/ and converts to integers through scale.py.
+Also the layout's bounds used to prune before CP-SAT:
+- lower bound: the 1F1B step (m - 1/vp) * tmax + sum_t / vp + optimizer grows with each term, so
+  it is bounded below by tmax >= the water-filled integer split at the cheapest block time (each
+  stage capped by the most layers any mode fits), sum_t >= blocks filling the cheapest modes'
+  memory first, optimizer >= its least per-stage value;
+- upper bound: the better of the even split and the water-filled split, each stage running its
+  fastest recompute that fits (a real plan, scored by cost/).
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, replace
+
+from paraplan.cost import Job, Plan, Recompute, StageTerms, stage_terms
+from paraplan.cost.evaluate import step_time_s
+from paraplan.cost.memory import stage_memory_model
+from paraplan.graph import LayerGraph
+from paraplan.hardware import Cluster
+from paraplan.solver.scale import to_ticks
+
+__all__ = ["LayoutTables", "build_tables", "even_layers"]
+
+INF = float("inf")
+
+
+@dataclass
+class LayoutTables:
+    plan: Plan  # the layout (recompute / layers_per_stage are placeholders)
+    terms: StageTerms
+    num_micro_batches: int
+    k_total: int  # layers / vp
+    k_choices: list[int] | None  # allowed k per stage (None: 1..k_total - pp + 1)
+    recomputes: list[Recompute]
+    k_max: dict[tuple[int, Recompute], int]  # most k that fit memory (0: none)
+    lower_bound_s: float
+    upper_bound_s: float
+    upper_plan: Plan | None
+
+    def ticks(self) -> TickTables:
+        return _tick_tables(self)
+
+
+@dataclass(frozen=True)
+class TickTables:
+    """Integer coefficients, per unit of k (vp layers): value = per_k * k + fixed[s, r]."""
+
+    time_per_k: dict[Recompute, int]
+    time_fixed: dict[tuple[int, Recompute], int]
+    dp_per_k: dict[Recompute, int]
+    dp_fixed: dict[tuple[int, Recompute], int]
+    opt_per_k: int
+    opt_fixed: dict[int, int]
+    lower_bound: int
+
+
+def even_layers(num_layers: int, pp: int, vp: int) -> tuple[int, ...] | None:
+    """Even split in multiples of vp, the remainder on the middle stages; None if impossible."""
+    if num_layers % vp:
+        return None
+    k_total = num_layers // vp
+    if k_total < pp:
+        return None
+    base, extra = divmod(k_total, pp)
+    ks = [base] * pp
+    middle = list(range(1, pp - 1)) or list(range(pp))
+    for i in range(extra):
+        ks[middle[i % len(middle)]] += 1
+    return tuple(vp * k for k in ks)
+
+
+def _least_total_s(terms: StageTerms, k_max: dict[tuple[int, Recompute], int],
+                   recomputes: list[Recompute], num_layers: int) -> float:
+    """Least sum of stage times over all splits: blocks fill the cheapest modes' memory first.
+
+    Relaxation: stages using one of the j cheapest modes hold at most sum_s max over those modes
+    of the stage's layer capacity, so filling modes cheapest-first bounds any real split's total.
+    """
+    pp, vp = terms.plan.pp, terms.plan.vp
+    total = sum(terms.stage_time_s(s, 0, recomputes[0]) for s in range(pp))
+    left, placed = num_layers, 0
+    prefix: list[Recompute] = []
+    for r in sorted(recomputes, key=lambda r: terms.block[r].time_s):
+        prefix.append(r)
+        capacity = vp * sum(max(k_max[(s, q)] for q in prefix) for s in range(pp))
+        take = max(0, min(left, capacity - placed))
+        total += take * terms.block[r].time_s
+        left -= take
+        placed += take
+    return total if left == 0 else INF
+
+
+def _water_fill(fixed: list[float], per_k: float, caps: list[int], k_total: int) -> list[int] | None:
+    """Integer split minimising max_s fixed_s + per_k * k_s, 1 <= k_s <= cap_s (None if none).
+
+    Greedy: each next unit goes to the stage that stays fastest after taking it; with identical
+    increments this is optimal for the min-max (an exchange argument)."""
+    pp = len(fixed)
+    if min(caps) < 1 or sum(caps) < k_total or k_total < pp:
+        return None
+    ks = [1] * pp
+    heap = [(fixed[s] + per_k * 2, s) for s in range(pp) if caps[s] > 1]
+    heapq.heapify(heap)
+    for _ in range(k_total - pp):
+        _, s = heapq.heappop(heap)
+        ks[s] += 1
+        if ks[s] < caps[s]:
+            heapq.heappush(heap, (fixed[s] + per_k * (ks[s] + 1), s))
+    return ks
+
+
+def _lower_bound_s(terms: StageTerms, k_max: dict[tuple[int, Recompute], int],
+                   recomputes: list[Recompute], num_layers: int) -> float:
+    pp, vp, m = terms.plan.pp, terms.plan.vp, terms.num_micro_batches
+    total = _least_total_s(terms, k_max, recomputes, num_layers)
+    cheapest = min(recomputes, key=lambda r: terms.block[r].time_s)
+    fixed = [terms.stage_time(s, cheapest).fixed for s in range(pp)]
+    caps = [max(k_max[(s, r)] for r in recomputes) for s in range(pp)]
+    ks = _water_fill(fixed, vp * terms.block[cheapest].time_s, caps, num_layers // vp)
+    if ks is None or total == INF:
+        return INF
+    per_k = vp * terms.block[cheapest].time_s
+    tmax = max(total / pp, max(f + per_k * k for f, k in zip(fixed, ks, strict=True)))
+    opt = [terms.optimizer(s) for s in range(pp)]
+    opt_lb = max(max(o.at(vp) for o in opt),
+                 sum(o.fixed for o in opt) / pp + opt[0].per_layer * num_layers / pp)
+    return (m - 1 / vp) * tmax + total / vp + opt_lb
+
+
+def _upper_plan(terms: StageTerms, layout: Plan, split: tuple[int, ...] | None,
+                k_max: dict[tuple[int, Recompute], int], recomputes: list[Recompute]
+                ) -> tuple[float, Plan | None]:
+    """Score ``split`` with each stage's fastest fitting mode (INF if some stage cannot fit)."""
+    if split is None:
+        return INF, None
+    vp = layout.vp
+    rec: list[Recompute] = []
+    for s, n in enumerate(split):
+        fits = [r for r in recomputes if k_max[(s, r)] * vp >= n]
+        if not fits:
+            return INF, None
+        rec.append(min(fits, key=lambda r: terms.stage_time_s(s, n, r)))
+    plan = replace(layout, recompute=tuple(rec), layers_per_stage=split)
+    return step_time_s(replace(terms, plan=plan)).step_s, plan
+
+
+def build_tables(graph: LayerGraph, cluster: Cluster, job: Job, layout: Plan,
+                 recomputes: list[Recompute], k_choices: list[int] | None = None,
+                 terms: StageTerms | None = None) -> LayoutTables:
+    """Memory capacities and bounds of one layout (integer coefficients via ``.ticks()``).
+
+    ``terms``: the layout's StageTerms when the caller already has them (see cost.stage.retarget).
+    """
+    terms = terms or stage_terms(graph, layout, job, cluster)
+    pp, vp = layout.pp, layout.vp
+    num_layers = graph.spec.num_layers
+    k_total = num_layers // vp
+    k_hi = max(k_choices) if k_choices else k_total - (pp - 1)
+    cap = terms.capacity_bytes
+    k_max = {(s, r): min(k_hi, stage_memory_model(terms, s, r).max_layers(cap) // vp)
+             for s in range(pp) for r in recomputes}
+    lower = _lower_bound_s(terms, k_max, recomputes, num_layers)
+    candidates = [even_layers(num_layers, pp, vp)]
+    if k_choices is None:
+        fastest = min(recomputes, key=lambda r: terms.block[r].time_s)
+        caps = [max(k_max[(s, r)] for r in recomputes) for s in range(pp)]
+        ks = _water_fill([terms.stage_time(s, fastest).fixed for s in range(pp)],
+                         vp * terms.block[fastest].time_s, caps, k_total)
+        candidates.append(tuple(vp * k for k in ks) if ks else None)
+    else:
+        candidates = [c for c in candidates if c and all(n // vp in k_choices for n in c)]
+    upper, upper_plan = min((_upper_plan(terms, layout, c, k_max, recomputes) for c in candidates),
+                            key=lambda u: u[0], default=(INF, None))
+    return LayoutTables(layout, terms, terms.num_micro_batches, k_total, k_choices, recomputes,
+                        k_max, min(lower, upper), upper, upper_plan)
+
+
+def _tick_tables(tab: LayoutTables) -> TickTables:
+    terms, vp = tab.terms, tab.plan.vp
+    stages = range(tab.plan.pp)
+    time_per_k, dp_per_k = {}, {}
+    time_fixed, dp_fixed = {}, {}
+    for r in tab.recomputes:
+        time_per_k[r] = to_ticks(vp * terms.stage_time(0, r).per_layer)
+        dp_per_k[r] = to_ticks(vp * terms.dp_exposed(0, r).per_layer)
+        for s in stages:
+            time_fixed[(s, r)] = to_ticks(terms.stage_time(s, r).fixed)
+            dp_fixed[(s, r)] = to_ticks(terms.dp_exposed(s, r).fixed)
+    return TickTables(
+        time_per_k=time_per_k, time_fixed=time_fixed, dp_per_k=dp_per_k, dp_fixed=dp_fixed,
+        opt_per_k=to_ticks(vp * terms.optimizer(0).per_layer),
+        opt_fixed={s: to_ticks(terms.optimizer(s).fixed) for s in stages},
+        lower_bound=int(to_ticks(tab.lower_bound_s) * 0.999999) if tab.lower_bound_s < INF else 0,
+    )
