@@ -1,0 +1,427 @@
+"""Exporters: a planned Result rendered for the framework that will run it.
+
+Each target lives in its own module (``megatron``, ``deepspeed``, ``torchtitan``, ``maxtext``,
+``nemo``, ``torch``, ``trace``) with a ``render(ctx) -> str`` function, one mapping table of its
+framework's option names, and a ``RULES`` tuple: that framework's validity rules (docs/frameworks.md
+§2.3, §3.2-3.3, §4.1, §5, §7), including those the framework itself only catches at run time.
+A plan a target cannot express raises ``ExportError`` naming the nearest plan it can express and
+that plan's modelled step time next to the original's; nothing is ever dropped silently.
+
+This module holds what the exporters share: the registry, the export context (the Result plus
+the model, cluster and job rebuilt from its scenario), the rule/repair machinery that finds the
+nearest expressible plan, and the header every output carries.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from pydantic import ValidationError
+
+from paraplan.api import evaluate_plan, paraplan_version
+from paraplan.cost import Axis, Plan, Precision, Recompute
+from paraplan.errors import ConfigError, ExportError
+from paraplan.graph import ModelSpec
+from paraplan.hardware import Cluster
+from paraplan.instance import Instance, build_instance
+from paraplan.result import PlanOut, Result
+from paraplan.schema import load_scenario
+
+__all__ = [
+    "EXPORTERS", "Target", "ExportContext", "Draft", "Fix", "Refusal", "Rule",
+    "export", "export_text", "write_exports", "load_result", "context", "to_cost_plan",
+    "plan_summary", "header_lines", "enforce", "effective_order", "order_matches",
+    "order_fixes", "recompute_fixes", "regroup", "repair", "uniform_recompute", "comment_block",
+    "first_refusal",
+]
+
+MAX_REPAIR_DEPTH = 3  # rule repairs chained when searching the nearest expressible plan
+ERROR_PREVIEW = 5  # validation errors quoted when a result file is rejected
+
+
+class Target(NamedTuple):
+    """An export target: the module that renders it and the file ``write_exports`` writes."""
+
+    module: str
+    filename: str
+
+
+EXPORTERS: dict[str, Target] = {
+    "megatron": Target("paraplan.export.megatron", "megatron.sh"),
+    "deepspeed": Target("paraplan.export.deepspeed", "deepspeed.json"),
+    "torchtitan": Target("paraplan.export.torchtitan", "torchtitan.sh"),
+    "maxtext": Target("paraplan.export.maxtext", "maxtext.yaml"),
+    "nemo": Target("paraplan.export.nemo", "nemo.py"),
+    "torch": Target("paraplan.export.torch", "torch_plan.py"),
+    "trace": Target("paraplan.export.trace", "trace.json"),
+}
+"""Target name -> (module with ``render(ctx) -> str``, output file name)."""
+
+
+# --------------------------------------------------------------------------- context
+
+
+@dataclass
+class ExportContext:
+    """A Result with the model, cluster and job its scenario describes.
+
+    ``plan`` is the Result's plan as the cost model's ``Plan``; ``score`` evaluates another plan
+    on the same scenario (optionally at another precision) for nearest-plan messages.
+    """
+
+    result: Result
+    inst: Instance
+    plan: Plan
+    _scored: dict[tuple[Plan, str], Result | None] = field(default_factory=dict, repr=False)
+    _instances: dict[str, Instance] = field(default_factory=dict, repr=False)
+
+    @property
+    def spec(self) -> ModelSpec:
+        return self.inst.spec
+
+    @property
+    def cluster(self) -> Cluster:
+        return self.inst.cluster
+
+    @property
+    def precision(self) -> Precision:
+        return self.inst.job.precision
+
+    @property
+    def step_time_s(self) -> float:
+        return self.result.predicted.step_time_s
+
+    def instance_for(self, precision: Precision) -> Instance:
+        """The scenario's instance, with the job's precision replaced."""
+        if precision == self.precision:
+            return self.inst
+        if precision.value not in self._instances:
+            data = dict(self.result.scenario)
+            data["job"] = {**data["job"], "precision": precision.value}
+            self._instances[precision.value] = build_instance(load_scenario(data))
+        return self._instances[precision.value]
+
+    def score(self, draft: Draft) -> Result | None:
+        """The modelled Result of ``draft``, or None when it breaks one of paraplan's own rules."""
+        key = (draft.plan, draft.precision.value)
+        if key not in self._scored:
+            try:
+                self._scored[key] = evaluate_plan(self.instance_for(draft.precision), draft.plan)
+            except ConfigError:
+                self._scored[key] = None
+        return self._scored[key]
+
+
+def to_cost_plan(plan: PlanOut) -> Plan:
+    """The cost model's ``Plan`` for a Result's plan (one recompute mode per pp rank)."""
+    return Plan(
+        dp=plan.dp, tp=plan.tp, pp=plan.pp, cp=plan.cp, ep=plan.ep, vp=plan.vp,
+        micro_batch=plan.micro_batch, zero=plan.zero, sequence_parallel=plan.sequence_parallel,
+        recompute=tuple(Recompute(r) for r in plan.recompute_per_stage),
+        layers_per_stage=tuple(plan.layers_per_stage),
+        order=tuple(Axis(a) for a in plan.order),
+    )
+
+
+def context(result: Result) -> ExportContext:
+    """Rebuild the scenario behind ``result``; ConfigError if it no longer loads."""
+    inst = build_instance(load_scenario(result.scenario))
+    return ExportContext(result=result, inst=inst, plan=to_cost_plan(result.plan))
+
+
+# --------------------------------------------------------------------------- plan helpers
+
+
+def uniform_recompute(plan: Plan) -> Recompute | None:
+    """The plan's recompute mode when every stage uses the same one, else None."""
+    modes = set(plan.recompute)
+    return next(iter(modes)) if len(modes) == 1 else None
+
+
+def plan_summary(plan: Plan) -> str:
+    """One line naming every knob, e.g. ``dp=2 tp=4 pp=4 cp=2 vp=5 micro_batch=1 zero=1 ...``."""
+    mode = uniform_recompute(plan)
+    recompute = mode.value if mode else ",".join(r.value for r in plan.recompute)
+    parts = [f"dp={plan.dp}", f"tp={plan.tp}", f"pp={plan.pp}", f"cp={plan.cp}"]
+    if plan.ep > 1:
+        parts.append(f"ep={plan.ep}")
+    parts += [
+        f"vp={plan.vp}", f"micro_batch={plan.micro_batch}", f"zero={plan.zero}",
+        f"sequence_parallel={'on' if plan.sequence_parallel else 'off'}",
+        f"recompute={recompute}",
+        f"layers_per_stage={list(plan.layers_per_stage)}",
+        f"order={'-'.join(a.value for a in plan.order)}",
+    ]
+    return " ".join(parts)
+
+
+def effective_order(plan: Plan) -> tuple[Axis, ...]:
+    """Rank order without the axes of degree 1 (those do not change any group), innermost first."""
+    return tuple(a for a in plan.order if plan.degree(a) > 1)
+
+
+def order_matches(plan: Plan, framework_order: Sequence[Axis]) -> bool:
+    """Whether the plan places ranks as a framework with ``framework_order`` does."""
+    wanted = tuple(a for a in framework_order if plan.degree(a) > 1)
+    return effective_order(plan) == wanted
+
+
+def regroup(plan: Plan, **degrees: int) -> Plan | None:
+    """``plan`` with some of tp/pp/cp changed and dp absorbing the difference (same devices).
+
+    Returns None when the device count does not divide. A new pp gets an even layer split and
+    vp=1; per-stage recompute collapses to the plan's most memory-saving mode.
+    """
+    new = replace(plan, **degrees)
+    fixed = new.tp * new.pp * new.cp
+    if plan.num_devices % fixed:
+        return None
+    new = replace(new, dp=plan.num_devices // fixed)
+    if new.pp != plan.pp:
+        num_layers = sum(plan.layers_per_stage)
+        if num_layers < new.pp:
+            return None
+        base, extra = divmod(num_layers, new.pp)
+        split = tuple(base + (1 if s < extra else 0) for s in range(new.pp))
+        strongest = max(plan.recompute, key=list(Recompute).index)
+        new = replace(new, vp=1, layers_per_stage=split, recompute=(strongest,) * new.pp)
+    return new
+
+
+# --------------------------------------------------------------------------- rules and repairs
+
+
+@dataclass(frozen=True, slots=True)
+class Draft:
+    """A plan under consideration, with the job precision it would run at."""
+
+    plan: Plan
+    precision: Precision
+
+
+@dataclass(frozen=True, slots=True)
+class Fix:
+    """One way to repair a refused plan: what changes, and the resulting draft."""
+
+    change: str
+    draft: Draft
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """A rule the target's framework would break: the rule with its values, and repairs."""
+
+    rule: str
+    fixes: tuple[Fix, ...] = ()
+
+
+Rule = Callable[[ExportContext, Draft], Refusal | None]
+"""A framework rule: None when the draft passes, else the Refusal naming values and rule."""
+
+
+def repair(change: str, draft: Draft, plan: Plan | None) -> tuple[Fix, ...]:
+    """A one-element fix tuple when ``plan`` exists (helpers return None for impossible ones)."""
+    return (Fix(change, replace(draft, plan=plan)),) if plan is not None else ()
+
+
+def order_fixes(draft: Draft, orders: Iterable[tuple[str, Sequence[Axis]]]) -> tuple[Fix, ...]:
+    """Repairs that move the plan onto each of a framework's supported rank orders."""
+    fixes: list[Fix] = []
+    for name, order in orders:
+        full = tuple(order) + tuple(a for a in draft.plan.order if a not in order)
+        fixes += repair(f"order -> {name}", draft, replace(draft.plan, order=full))
+    return tuple(fixes)
+
+
+def recompute_fixes(draft: Draft, modes: Iterable[Recompute] | None = None) -> tuple[Fix, ...]:
+    """Repairs that use one recompute mode on every stage (default: each mode the plan uses)."""
+    plan = draft.plan
+    chosen = list(dict.fromkeys(modes if modes is not None else plan.recompute))
+    return tuple(
+        Fix(f"recompute -> {mode.value} on every stage",
+            replace(draft, plan=replace(plan, recompute=(mode,) * plan.pp)))
+        for mode in chosen
+    )
+
+
+def first_refusal(ctx: ExportContext, draft: Draft, rules: Sequence[Rule]) -> Refusal | None:
+    for rule in rules:
+        refusal = rule(ctx, draft)
+        if refusal is not None:
+            return refusal
+    return None
+
+
+class _Candidate(NamedTuple):
+    changes: tuple[str, ...]
+    draft: Draft
+    result: Result
+
+
+def _expressible(ctx: ExportContext, refusal: Refusal, rules: Sequence[Rule]) -> list[_Candidate]:
+    """Drafts the target can express, reached by chaining at most MAX_REPAIR_DEPTH repairs."""
+    frontier = [((f.change,), f.draft) for f in refusal.fixes]
+    seen: set[Draft] = set()
+    for _ in range(MAX_REPAIR_DEPTH):
+        found: list[_Candidate] = []
+        following: list[tuple[tuple[str, ...], Draft]] = []
+        for changes, draft in frontier:
+            if draft in seen:
+                continue
+            seen.add(draft)
+            scored = ctx.score(draft)
+            if scored is None:
+                continue
+            again = first_refusal(ctx, draft, rules)
+            if again is None:
+                found.append(_Candidate(changes, draft, scored))
+            else:
+                following += [(changes + (f.change,), f.draft) for f in again.fixes]
+        if found:
+            return found
+        frontier = following
+    return []
+
+
+def _nearest_text(ctx: ExportContext, framework: str, candidates: list[_Candidate]) -> str:
+    if not candidates:
+        return (f"no plan within {MAX_REPAIR_DEPTH} changes of this one is both valid and "
+                f"expressible in {framework}; re-plan with that rule in mind or choose another "
+                f"target ({', '.join(n for n in EXPORTERS if n != 'trace')})")
+    best = min(candidates, key=lambda c: (not c.result.predicted.fits_memory, len(c.changes),
+                                          c.result.predicted.step_time_s))
+    new_s = best.result.predicted.step_time_s
+    delta = (new_s / ctx.step_time_s - 1) * 100
+    fits = "" if best.result.predicted.fits_memory else "; it does NOT fit in memory"
+    precision = (f" precision={best.draft.precision.value}"
+                 if best.draft.precision != ctx.precision else "")
+    return (f"nearest plan {framework} can express: {plan_summary(best.draft.plan)}{precision} "
+            f"({'; '.join(best.changes)}): modelled step time {new_s:.4g} s vs "
+            f"{ctx.step_time_s:.4g} s for the original ({delta:+.1f}%){fits}")
+
+
+def enforce(ctx: ExportContext, framework: str, rules: Sequence[Rule]) -> None:
+    """Raise ExportError if any rule refuses the context's plan, naming the nearest valid plan."""
+    draft = Draft(ctx.plan, ctx.precision)
+    refusal = first_refusal(ctx, draft, rules)
+    if refusal is None:
+        return
+    nearest = _nearest_text(ctx, framework, _expressible(ctx, refusal, rules))
+    raise ExportError(f"{framework} cannot express this plan: {refusal.rule}. {nearest}.")
+
+
+# --------------------------------------------------------------------------- output helpers
+
+
+def header_lines(ctx: ExportContext, framework: str) -> list[str]:
+    """The lines every export starts with: tool version, plan, prediction and scenario."""
+    r, q = ctx.result, ctx.result.predicted
+    version = paraplan_version()
+    made_by = version if r.version == version else f"{version} (result from paraplan {r.version})"
+    model = r.scenario.get("model", {})
+    cluster = ctx.cluster
+    return [
+        f"Generated by paraplan {made_by} for {framework}.",
+        f"plan: {plan_summary(ctx.plan)}",
+        f"predicted step time: {q.step_time_s:.4f} s (compute {q.compute_s:.4f} s, exposed comm "
+        f"{q.exposed_comm_s:.4f} s, bubble {q.bubble_s:.4f} s, optimizer {q.optimizer_s:.4f} s); "
+        f"{q.num_micro_batches} micro-batches; peak memory {q.peak_memory_bytes / 2**30:.1f} GiB "
+        f"of {q.memory_capacity_bytes / 2**30:.1f} GiB",
+        f"scenario: model {model.get('preset') or model.get('name') or ctx.spec.name}, "
+        f"{cluster.num_nodes} x {cluster.devices_per_node} {cluster.name} devices, "
+        f"seq_len {ctx.inst.job.seq_len}, global_batch {ctx.inst.job.global_batch}, "
+        f"precision {ctx.precision.value}",
+    ]
+
+
+def comment_block(lines: Iterable[str], prefix: str = "# ") -> str:
+    return "\n".join(f"{prefix}{line}".rstrip() for line in lines)
+
+
+# --------------------------------------------------------------------------- public entry points
+
+
+def _target(name: str) -> tuple[str, Target]:
+    key = name.strip().lower()
+    if key not in EXPORTERS:
+        raise ExportError(
+            f"unknown export target {name!r}; choose one of {', '.join(EXPORTERS)}"
+        )
+    return key, EXPORTERS[key]
+
+
+def _render(ctx: ExportContext, target: Target) -> str:
+    module = importlib.import_module(target.module)
+    text: str = module.render(ctx)
+    return text if text.endswith("\n") else text + "\n"
+
+
+def export_text(result: Result, name: str) -> str:
+    """The text of ``result`` exported for target ``name``; ExportError if it cannot be."""
+    _, target = _target(name)
+    return _render(context(result), target)
+
+
+def export(result: Result, name: str) -> str:
+    """``paraplan.export(result, "megatron")``: same as ``export_text``."""
+    return export_text(result, name)
+
+
+def write_exports(result: Result, names: Sequence[str], out_dir: Path) -> list[Path]:
+    """Write one file per target (plus ``trace.json``) into ``out_dir``; return their paths.
+
+    Unknown names fail before anything is written. Targets that refuse the plan do not stop the
+    others: their files are written, then one ExportError lists every refusal and what was written.
+    """
+    keys = list(dict.fromkeys(_target(n)[0] for n in names if n.strip()))
+    if "trace" not in keys:
+        keys.append("trace")
+    ctx = context(result)
+    texts: dict[str, str] = {}
+    errors: list[str] = []
+    for key in keys:
+        try:
+            texts[key] = _render(ctx, EXPORTERS[key])
+        except ExportError as e:
+            errors.append(f"{key}: {e}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for key, text in texts.items():
+        path = out_dir / EXPORTERS[key].filename
+        path.write_text(text)
+        paths.append(path)
+    if errors:
+        wrote = ", ".join(str(p) for p in paths) or "nothing"
+        raise ExportError("; ".join(errors) + f" (wrote {wrote})")
+    return paths
+
+
+def load_result(path: str | Path) -> Result:
+    """A Result from a ``paraplan plan --json`` / ``paraplan evaluate --json`` file.
+
+    ConfigError names the file and what is wrong with it.
+    """
+    p = Path(path)
+    try:
+        data: Any = json.loads(p.read_text())
+    except OSError as e:
+        raise ConfigError(f"cannot read result file {str(p)!r}: {e.strerror}") from None
+    except json.JSONDecodeError as e:
+        raise ConfigError(
+            f"{p}: not a JSON result ({e.msg} at line {e.lineno}); write one with "
+            "`paraplan plan SCENARIO --json > RESULT.json`"
+        ) from None
+    try:
+        return Result.model_validate(data)
+    except ValidationError as e:
+        problems = [f"{'.'.join(str(x) for x in err['loc']) or 'result'}: {err['msg']}"
+                    for err in e.errors()[:ERROR_PREVIEW]]
+        raise ConfigError(
+            f"{p}: not a paraplan result ({len(e.errors())} problems: {'; '.join(problems)}); "
+            "write one with `paraplan plan SCENARIO --json > RESULT.json`"
+        ) from None

@@ -1,0 +1,280 @@
+"""MaxText 0.2.5 export: a config YAML over ``base.yml`` (docs/frameworks.md §5).
+
+MaxText builds a hybrid device mesh: ``ici_*_parallelism`` inside a slice (here: a node, the
+scale-up domain) and ``dcn_*_parallelism`` across slices (nodes). Which axes cross nodes follows
+from the plan's rank order and the node size: walking the order from the innermost axis, axes
+stay inside a node until the product of degrees reaches the node's device count; the axis that
+straddles the boundary is split into an ICI part and a DCN part, and the rest are DCN only.
+
+Mapping: dp -> ``data`` (ZeRO-0; ZeRO-1 adds ``shard_optimizer_over_data``) or ``fsdp`` (ZeRO-3);
+pp -> ``stage`` with ``num_pipeline_repeats`` = vp (circular pipeline); cp -> ``context``;
+tp -> ``tensor``. MaxText's mesh order (``mesh_axes``: data, stage, fsdp, ..., context, ...,
+tensor) fixes the rank order: innermost tensor, context, fsdp, stage, data.
+
+Rules enforced: ICI products equal the devices per node and DCN products the node count (checked
+by MaxText only at mesh creation); stages x repeats x layers per stage == layers (uniform stages
+only); pipeline micro-batches % stages == 0; ``shard_optimizer_over_data`` only without FSDP
+(ZeRO-2 has no MaxText form); one remat policy for every stage; dense models only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from math import prod
+from typing import Any
+
+import yaml
+
+from paraplan.cost import Axis, Plan, Precision, Recompute
+from paraplan.export import (
+    Draft,
+    ExportContext,
+    Fix,
+    Refusal,
+    comment_block,
+    enforce,
+    header_lines,
+    order_fixes,
+    order_matches,
+    recompute_fixes,
+    repair,
+    uniform_recompute,
+)
+
+__all__ = ["KEYS", "RULES", "render", "maxtext_config", "mesh_split", "maxtext_order"]
+
+FRAMEWORK = "MaxText 0.2.5"
+
+KEYS: dict[str, str] = {
+    "base": "base_config", "run_name": "run_name", "model_name": "model_name",
+    "ici": "ici_{}_parallelism", "dcn": "dcn_{}_parallelism", "num_slices": "num_slices",
+    "per_device_batch": "per_device_batch_size", "grad_accum": "gradient_accumulation_steps",
+    "seq_len": "max_target_length",
+    "layers_per_stage": "num_layers_per_pipeline_stage", "repeats": "num_pipeline_repeats",
+    "pp_micro_batches": "num_pipeline_microbatches", "scan_layers": "scan_layers",
+    "zero1": "shard_optimizer_over_data", "remat": "remat_policy",
+    "dtype": "dtype", "weight_dtype": "weight_dtype", "quantization": "quantization",
+    "hidden": "base_emb_dim", "heads": "base_num_query_heads", "kv_heads": "base_num_kv_heads",
+    "ffn_hidden": "base_mlp_dim", "num_layers": "base_num_decoder_layers", "head_dim": "head_dim",
+    "vocab": "vocab_size",
+}
+"""paraplan concept -> MaxText config key; the only place MaxText key names appear."""
+
+DP_AXIS = {False: "data", True: "fsdp"}  # keyed by "ZeRO-3"
+MESH_AXIS = {Axis.TP: "tensor", Axis.CP: "context", Axis.PP: "pipeline"}  # key infixes
+REMAT = {Recompute.NONE: "minimal_with_context", Recompute.SELECTIVE: "minimal",
+         Recompute.FULL: "full"}
+DTYPES = {Precision.BF16: "bfloat16", Precision.FP8: "bfloat16", Precision.FP16: "float16"}
+WEIGHT_DTYPE = "float32"
+FP8_QUANTIZATION = "fp8"
+BASE_CONFIG = "base.yml"
+MODELS = {"llama2-7b", "llama2-13b", "llama2-70b", "llama3-8b", "llama3-70b", "llama3.1-8b",
+          "llama3.1-70b", "llama3.1-405b", "mistral-7b", "gpt3-175b"}
+"""paraplan presets that MaxText ships as ``model_name`` configs of the same shape."""
+
+
+def maxtext_order(plan: Plan) -> tuple[Axis, ...]:
+    """MaxText's innermost-first order for the plan's dp flavour (data or fsdp)."""
+    if plan.zero == 3:
+        return (Axis.TP, Axis.CP, Axis.DP, Axis.PP)
+    return (Axis.TP, Axis.CP, Axis.PP, Axis.DP)
+
+
+def mesh_split(plan: Plan, devices_per_node: int, num_nodes: int) -> dict[Axis, tuple[int, int]]:
+    """(ici, dcn) degree of each axis: inside a node until the order fills it, then across.
+
+    ValueError when an axis would straddle the node boundary unevenly.
+    """
+    split: dict[Axis, tuple[int, int]] = {}
+    inner = 1
+    for axis in plan.order:
+        degree = plan.degree(axis)
+        if inner % devices_per_node == 0:
+            room = 1  # the node is full: this axis runs across nodes
+        elif devices_per_node % inner == 0:
+            room = devices_per_node // inner
+        else:
+            room = 0
+        ici = min(degree, room)
+        if ici == 0 or degree % ici:
+            raise ValueError(f"{axis.value}={degree} after {inner} inner ranks straddles the "
+                             f"{devices_per_node}-device node boundary unevenly")
+        split[axis] = (ici, degree // ici)
+        inner *= degree
+    ici_product = prod(i for i, _ in split.values())
+    if ici_product != devices_per_node or prod(d for _, d in split.values()) != num_nodes:
+        raise ValueError(f"ICI degrees multiply to {ici_product}, not the {devices_per_node} "
+                         "devices per node")
+    return split
+
+
+# --------------------------------------------------------------------------- rules
+
+
+def check_dense_model(ctx: ExportContext, draft: Draft) -> Refusal | None:
+    if draft.plan.ep == 1:
+        return None
+    return Refusal(f"plan.ep={draft.plan.ep} needs a mixture-of-experts model; {ctx.spec.name} "
+                   "is dense", repair("ep -> 1", draft, replace(draft.plan, ep=1)))
+
+
+def check_zero(ctx: ExportContext, draft: Draft) -> Refusal | None:
+    """ZeRO-1 = shard_optimizer_over_data; ZeRO-3 = fsdp axis; nothing shards gradients only."""
+    p = draft.plan
+    if p.zero != 2:
+        return None
+    return Refusal("plan.zero=2: MaxText shards optimizer state only (shard_optimizer_over_data, "
+                   "ZeRO-1) or everything (fsdp axis, ZeRO-3)",
+                   repair("zero -> 1", draft, replace(p, zero=1))
+                   + repair("zero -> 3", draft, replace(p, zero=3)))
+
+
+def check_uniform_stages(ctx: ExportContext, draft: Draft) -> Refusal | None:
+    """stages x repeats x num_layers_per_pipeline_stage == layers: every stage alike."""
+    p = draft.plan
+    if len(set(p.layers_per_stage)) == 1:
+        return None
+    layers = sum(p.layers_per_stage)
+    fixes: tuple[Fix, ...] = ()
+    if layers % p.pp == 0:
+        even = (layers // p.pp,) * p.pp
+        vp = p.vp if (layers // p.pp) % p.vp == 0 else 1
+        fixes = repair(f"layers_per_stage -> {list(even)}", draft,
+                       replace(p, layers_per_stage=even, vp=vp))
+    return Refusal(f"layers_per_stage={list(p.layers_per_stage)}: MaxText pipelines need "
+                   "stages x repeats x num_layers_per_pipeline_stage == layers, so every stage "
+                   "holds the same number of layers", fixes)
+
+
+def check_pipeline_micro_batches(ctx: ExportContext, draft: Draft) -> Refusal | None:
+    """num_pipeline_microbatches % number of stages == 0."""
+    p, gb = draft.plan, ctx.inst.job.global_batch
+    if p.pp == 1:
+        return None
+    n = gb // (p.micro_batch * p.dp)
+    if n % p.pp == 0:
+        return None
+    fixes: tuple[Fix, ...] = sum(
+        (repair(f"micro_batch -> {mb}", draft, replace(p, micro_batch=mb))
+         for mb in range(p.micro_batch - 1, 0, -1)
+         if gb % (mb * p.dp) == 0 and (gb // (mb * p.dp)) % p.pp == 0), ())
+    return Refusal(f"num_pipeline_microbatches={n} must be a multiple of the pp={p.pp} stages",
+                   fixes[:1])
+
+
+def check_uniform_recompute(ctx: ExportContext, draft: Draft) -> Refusal | None:
+    if uniform_recompute(draft.plan) is not None:
+        return None
+    modes = [r.value for r in draft.plan.recompute]
+    return Refusal(f"recompute differs per stage ({modes}); remat_policy applies to every layer",
+                   recompute_fixes(draft))
+
+
+def check_rank_order(ctx: ExportContext, draft: Draft) -> Refusal | None:
+    order = maxtext_order(draft.plan)
+    if order_matches(draft.plan, order):
+        return None
+    name = "-".join(a.value for a in order)
+    return Refusal(f"plan.order={'-'.join(a.value for a in draft.plan.order)}: MaxText's "
+                   f"mesh_axes place ranks as {name} (innermost first)",
+                   order_fixes(draft, [(name, order)]))
+
+
+def check_node_boundary(ctx: ExportContext, draft: Draft) -> Refusal | None:
+    """ICI product == devices per node and DCN product == nodes (mesh creation)."""
+    c = ctx.cluster
+    try:
+        mesh_split(draft.plan, c.devices_per_node, c.num_nodes)
+    except ValueError as e:
+        return Refusal(f"the mesh cannot be cut into ici (inside a {c.devices_per_node}-device "
+                       f"node) and dcn (across {c.num_nodes} nodes) parts: {e}")
+    return None
+
+
+RULES = (check_dense_model, check_zero, check_uniform_stages, check_pipeline_micro_batches,
+         check_uniform_recompute, check_rank_order, check_node_boundary)
+
+
+# --------------------------------------------------------------------------- config
+
+
+def _mesh_keys(ctx: ExportContext) -> dict[str, Any]:
+    p, c = ctx.plan, ctx.cluster
+    split = mesh_split(p, c.devices_per_node, c.num_nodes)
+    names = {**MESH_AXIS, Axis.DP: DP_AXIS[p.zero == 3]}
+    keys: dict[str, Any] = {}
+    for name in ("data", "fsdp", "pipeline", "context", "tensor"):  # set every axis with a default
+        axis = next((a for a, n in names.items() if n == name), None)
+        ici, dcn = split[axis] if axis is not None else (1, 1)
+        keys[KEYS["ici"].format(name)] = ici
+        keys[KEYS["dcn"].format(name)] = dcn
+    keys[KEYS["num_slices"]] = c.num_nodes
+    if p.zero == 1:
+        keys[KEYS["zero1"]] = True
+    return keys
+
+
+def _batch_keys(ctx: ExportContext) -> dict[str, Any]:
+    p, job, c = ctx.plan, ctx.inst.job, ctx.cluster
+    n = job.global_batch // (p.micro_batch * p.dp)
+    per_step = job.global_batch if p.pp > 1 else p.micro_batch * p.dp
+    per_device = per_step / c.num_devices
+    if int(c.num_devices * per_device) != per_step:
+        per_device = round(per_device, 12)
+    keys: dict[str, Any] = {KEYS["per_device_batch"]: per_device,
+                            KEYS["grad_accum"]: 1 if p.pp > 1 else n,
+                            KEYS["seq_len"]: job.seq_len}
+    if p.pp > 1:
+        keys.update({KEYS["layers_per_stage"]: p.layers_per_stage[0] // p.vp,
+                     KEYS["repeats"]: p.vp, KEYS["pp_micro_batches"]: n,
+                     KEYS["scan_layers"]: False})
+    return keys
+
+
+def _model_keys(ctx: ExportContext) -> dict[str, Any]:
+    preset = ctx.result.scenario.get("model", {}).get("preset")
+    if preset in MODELS:
+        return {KEYS["model_name"]: preset}
+    s = ctx.spec
+    return {KEYS["hidden"]: s.hidden, KEYS["heads"]: s.num_heads, KEYS["kv_heads"]: s.num_kv_heads,
+            KEYS["head_dim"]: s.head_dim, KEYS["ffn_hidden"]: s.ffn_hidden,
+            KEYS["num_layers"]: s.num_layers, KEYS["vocab"]: s.vocab}
+
+
+def maxtext_config(ctx: ExportContext) -> dict[str, Any]:
+    """The config mapping for the context's plan (rules enforced first)."""
+    enforce(ctx, FRAMEWORK, RULES)
+    mode = uniform_recompute(ctx.plan) or Recompute.FULL  # RULES refused mixed modes already
+    config: dict[str, Any] = {KEYS["base"]: BASE_CONFIG, KEYS["run_name"]: "paraplan",
+                              **_model_keys(ctx), **_mesh_keys(ctx), **_batch_keys(ctx),
+                              KEYS["remat"]: REMAT[mode], KEYS["dtype"]: DTYPES[ctx.precision],
+                              KEYS["weight_dtype"]: WEIGHT_DTYPE}
+    if ctx.precision is Precision.FP8:
+        config[KEYS["quantization"]] = FP8_QUANTIZATION
+    return config
+
+
+def _notes(ctx: ExportContext) -> list[str]:
+    p = ctx.plan
+    notes = [f"rank order {'-'.join(a.value for a in maxtext_order(p))} (innermost first); ici_* "
+             f"inside a {ctx.cluster.devices_per_node}-device node, dcn_* across "
+             f"{ctx.cluster.num_nodes} nodes"]
+    mode = uniform_recompute(p) or Recompute.FULL
+    if mode is not Recompute.FULL:
+        notes.append(f"recompute={mode.value}: remat_policy {REMAT[mode]} is MaxText's nearest "
+                     "policy (it saves every matmul output"
+                     + (" and the attention context)" if mode is Recompute.NONE else ")"))
+    if p.tp > 1 and p.sequence_parallel:
+        notes.append("sequence_parallel: MaxText shards norm/residual activations over the tensor "
+                     "axis through its logical axis rules; there is no separate switch")
+    if p.cp > 1:
+        notes.append("cp: MaxText's default context_parallel_strategy all-gathers K/V; paraplan "
+                     "modelled a ring exchange")
+    notes.append("run: python -m maxtext.trainers.pre_train.train maxtext.yaml")
+    return notes
+
+
+def render(ctx: ExportContext) -> str:
+    config = maxtext_config(ctx)
+    body = yaml.safe_dump(config, sort_keys=False, default_flow_style=False)
+    return comment_block(header_lines(ctx, FRAMEWORK) + _notes(ctx)) + "\n" + body

@@ -1,0 +1,424 @@
+"""Megatron-LM export: a torchrun launch of ``pretrain_gpt.py`` with megatron-core 0.19.2 flags.
+
+Flag names were dumped from the 0.19.2 argument parser (docs/frameworks.md §2.2); the rules below
+are §2.3's, numbered as there, plus one Megatron only hits at run time: Megatron-FSDP (our ZeRO-2
+and ZeRO-3) builds its DP x TP device mesh over the whole world (``_get_dp_tp_mesh`` in
+``megatron/core/distributed/fsdp/mcore_fsdp_adapter.py``), so it cannot run with PP > 1.
+
+Mapping of the plan:
+- ZeRO 0: plain DDP; 1: ``--use-distributed-optimizer``; 2 and 3: ``--use-megatron-fsdp`` with
+  sharding strategy ``optim_grads`` / ``optim_grads_params`` (the distributed optimizer keeps a
+  full gradient buffer, so it would not give ZeRO-2's memory).
+- Even stages: nothing, or ``--num-virtual-stages-per-pipeline-rank``; stages that differ only at
+  the first/last rank: ``--decoder-first/last-pipeline-num-layers``; anything else: an explicit
+  ``--pipeline-model-parallel-layout`` (virtual stage s = v * pp + r runs on pp rank r).
+- Rank order: ``tp-cp-ep-dp-pp`` (default) or ``tp-cp-ep-pp-dp`` (``--use-tp-pp-dp-mapping``).
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import replace
+from math import prod
+
+from paraplan.cost import Axis, Plan, Precision, Recompute
+from paraplan.export import (
+    Draft,
+    ExportContext,
+    Fix,
+    Refusal,
+    comment_block,
+    enforce,
+    header_lines,
+    order_fixes,
+    order_matches,
+    recompute_fixes,
+    regroup,
+    repair,
+    uniform_recompute,
+)
+from paraplan.result import PlanOut
+
+__all__ = ["FLAGS", "ORDERS", "RULES", "render", "megatron_args", "megatron_env", "rank_groups",
+           "megatron_order", "pipeline_layout", "pipeline_args", "tp_repairs"]
+
+FRAMEWORK = "Megatron-LM (megatron-core 0.19.2)"
+
+FLAGS: dict[str, str] = {
+    # model shape
+    "num_layers": "--num-layers", "hidden": "--hidden-size", "ffn_hidden": "--ffn-hidden-size",
+    "heads": "--num-attention-heads", "gqa": "--group-query-attention",
+    "kv_heads": "--num-query-groups", "head_dim": "--kv-channels", "seq_len": "--seq-length",
+    "max_positions": "--max-position-embeddings", "norm": "--normalization",
+    "swiglu": "--swiglu", "relu2": "--squared-relu",
+    "untied": "--untie-embeddings-and-output-weights",
+    "hidden_dropout": "--hidden-dropout", "attention_dropout": "--attention-dropout",
+    # parallelism
+    "tp": "--tensor-model-parallel-size", "pp": "--pipeline-model-parallel-size",
+    "vp": "--num-virtual-stages-per-pipeline-rank", "layout": "--pipeline-model-parallel-layout",
+    "first_stage_layers": "--decoder-first-pipeline-num-layers",
+    "last_stage_layers": "--decoder-last-pipeline-num-layers",
+    "cp": "--context-parallel-size", "cp_comm": "--cp-comm-type", "sp": "--sequence-parallel",
+    "tp_pp_dp_order": "--use-tp-pp-dp-mapping",
+    # batch
+    "micro_batch": "--micro-batch-size", "global_batch": "--global-batch-size",
+    # data parallel / ZeRO
+    "distributed_optimizer": "--use-distributed-optimizer", "fsdp": "--use-megatron-fsdp",
+    "fsdp_strategy": "--data-parallel-sharding-strategy", "ckpt_format": "--ckpt-format",
+    "overlap_grad_reduce": "--overlap-grad-reduce",
+    "overlap_param_gather": "--overlap-param-gather",
+    "bf16_grads": "--grad-reduce-in-bf16",
+    # recompute
+    "recompute": "--recompute-granularity", "recompute_method": "--recompute-method",
+    "recompute_layers": "--recompute-num-layers", "recompute_modules": "--recompute-modules",
+    # precision
+    "bf16": "--bf16", "fp16": "--fp16", "fp8": "--fp8-format",
+    # data and run length (synthetic data so the script runs as is)
+    "mock_data": "--mock-data", "tokenizer": "--tokenizer-type", "vocab": "--vocab-size",
+    "train_iters": "--train-iters",
+}
+"""paraplan concept -> Megatron-LM flag; the only place Megatron flag names appear."""
+
+ORDERS: dict[str, tuple[Axis, ...]] = {
+    "tp-cp-ep-dp-pp": (Axis.TP, Axis.CP, Axis.DP, Axis.PP),
+    "tp-cp-ep-pp-dp": (Axis.TP, Axis.CP, Axis.PP, Axis.DP),
+}
+"""Megatron's rank orders (RankGenerator strings) as paraplan orders; the second needs a flag."""
+
+NORMS = {"rmsnorm": "RMSNorm", "layernorm": "LayerNorm"}
+ACTIVATION_FLAGS = {"swiglu": "swiglu", "relu2": "relu2"}  # gelu is Megatron's default
+FSDP_STRATEGIES = {2: "optim_grads", 3: "optim_grads_params"}
+FSDP_CKPT_FORMAT = "fsdp_dtensor"  # Megatron-FSDP refuses any other (rule 28)
+SELECTIVE_MODULES = "core_attn"  # paraplan's selective recompute = the attention core
+FULL_RECOMPUTE = ("uniform", "1")  # method, layers per recompute unit: every layer recomputed
+FP8_FORMAT = "hybrid"  # e4m3 forward, e5m2 backward (Transformer Engine)
+MOCK_TOKENIZER = "NullTokenizer"
+DEFAULT_TRAIN_ITERS = 100
+CUDA_CONNECTIONS_VAR = "CUDA_DEVICE_MAX_CONNECTIONS"
+
+
+# --------------------------------------------------------------------------- rules (§2.3)
+
+
+def _divisors_below(n: int) -> list[int]:
+    return [d for d in range(n - 1, 0, -1) if n % d == 0]
+
+
+def _tp_ok(ctx: ExportContext, tp: int) -> bool:
+    s = ctx.spec
+    return (s.num_heads % tp == 0 and (s.num_kv_heads % tp == 0 or tp % s.num_kv_heads == 0)
+            and s.ffn_hidden % tp == 0)
+
+
+def tp_repairs(ctx: ExportContext, draft: Draft) -> tuple[Fix, ...]:
+    """Repairs to the largest smaller tp that heads, query groups and ffn all accept."""
+    for tp in _divisors_below(draft.plan.tp):
+        if _tp_ok(ctx, tp):
+            return repair(f"tp -> {tp}, dp absorbs the rest", draft, regroup(draft.plan, tp=tp))
+    return ()
+
+
+def check_dense_model(ctx: ExportContext, draft: Draft) -> Refusal | None:
+    """Rule 21: EP > 1 needs experts; paraplan's models are dense."""
+    if draft.plan.ep == 1:
+        return None
+    return Refusal(
+        f"plan.ep={draft.plan.ep} needs a mixture-of-experts model (rule: num_experts % "
+        f"expert-model-parallel-size == 0) but {ctx.spec.name} is dense",
+        repair("ep -> 1", draft, replace(draft.plan, ep=1)))
+
+
+def check_batch_divides(ctx: ExportContext, draft: Draft) -> Refusal | None:
+    """Rule 4: global batch % (micro-batch x dp) == 0 (micro-batch calculator)."""
+    p, gb = draft.plan, ctx.inst.job.global_batch
+    if gb % (p.micro_batch * p.dp) == 0:
+        return None
+    fixes = sum((repair(f"micro_batch -> {m}", draft, replace(p, micro_batch=m))
+                 for m in range(p.micro_batch - 1, 0, -1) if gb % (m * p.dp) == 0), ())
+    return Refusal(f"job.global_batch={gb} must be divisible by micro_batch*dp = "
+                   f"{p.micro_batch}*{p.dp} (global-batch-size rule)", fixes[:1])
+
+
+def check_tensor_split(ctx: ExportContext, draft: Draft) -> Refusal | None:
+    """Rules 5, 6, 8: heads % tp, query groups multiple or divisor of tp, ffn_hidden % tp."""
+    tp, s = draft.plan.tp, ctx.spec
+    if _tp_ok(ctx, tp):
+        return None
+    return Refusal(
+        f"plan.tp={tp} must divide model heads={s.num_heads} and ffn_hidden={s.ffn_hidden}, and "
+        f"kv_heads={s.num_kv_heads} must be a multiple or divisor of it (Megatron splits each "
+        "across tensor ranks; ffn is only checked when the model is built)",
+        tp_repairs(ctx, draft))
+
+
+def check_context_split(ctx: ExportContext, draft: Draft) -> Refusal | None:
+    """Rule 20: seq_length % (2 x cp) == 0."""
+    cp, seq = draft.plan.cp, ctx.inst.job.seq_len
+    if cp == 1 or seq % (2 * cp) == 0:
+        return None
+    return Refusal(f"job.seq_len={seq} must be divisible by 2*cp = {2 * cp} (context-parallel "
+                   "load balancing)", repair("cp -> 1", draft, regroup(draft.plan, cp=1)))
+
+
+def check_interleaving(ctx: ExportContext, draft: Draft) -> Refusal | None:
+    """Rules 13, 17, 18: vp needs pp > 1, vp | every stage, micro-batches % pp == 0."""
+    p = draft.plan
+    if p.vp == 1:
+        return None
+    m = ctx.inst.job.global_batch // (p.micro_batch * p.dp)
+    no_vp = repair("vp -> 1", draft, replace(p, vp=1))
+    if p.pp == 1:
+        return Refusal(f"plan.vp={p.vp} needs pipeline-model-parallel-size > 1", no_vp)
+    if any(n % p.vp for n in p.layers_per_stage):
+        return Refusal(f"plan.vp={p.vp} must divide every stage's layers "
+                       f"{list(p.layers_per_stage)}", no_vp)
+    if m % p.pp:
+        return Refusal(f"the interleaved schedule needs the {m} micro-batches per step to be a "
+                       f"multiple of pp={p.pp}", no_vp)
+    return None
+
+
+def check_uniform_recompute(ctx: ExportContext, draft: Draft) -> Refusal | None:
+    """Megatron's recompute settings apply to every pipeline rank alike."""
+    if uniform_recompute(draft.plan) is not None:
+        return None
+    modes = [r.value for r in draft.plan.recompute]
+    return Refusal(
+        f"recompute differs per stage ({modes}); --recompute-granularity, --recompute-method and "
+        "--recompute-num-layers apply to every pipeline rank alike ('block' recomputes the first "
+        "N layers of every stage, never none on some and full on others)",
+        recompute_fixes(draft))
+
+
+def check_fsdp_without_pp(ctx: ExportContext, draft: Draft) -> Refusal | None:
+    """Run-time rule: Megatron-FSDP (ZeRO-2/3) builds a DP x TP mesh over the whole world."""
+    p = draft.plan
+    if p.zero < 2 or p.pp == 1:
+        return None
+    return Refusal(
+        f"plan.zero={p.zero} maps to --use-megatron-fsdp, whose DP x TP device mesh spans the "
+        f"whole world and so fails at start-up with pp={p.pp} > 1 "
+        "(mcore_fsdp_adapter._get_dp_tp_mesh)",
+        repair("zero -> 1 (distributed optimizer)", draft, replace(p, zero=1))
+        + repair("pp -> 1, dp absorbs it", draft, regroup(p, pp=1)))
+
+
+def megatron_order(plan: Plan) -> str | None:
+    """The Megatron rank order that places ranks as ``plan`` does (default first), or None."""
+    return next((name for name, order in ORDERS.items() if order_matches(plan, order)), None)
+
+
+def check_rank_order(ctx: ExportContext, draft: Draft) -> Refusal | None:
+    """RankGenerator supports tp-cp-ep-dp-pp and (with a flag) tp-cp-ep-pp-dp only."""
+    if megatron_order(draft.plan) is not None:
+        return None
+    order = "-".join(a.value for a in draft.plan.order)
+    return Refusal(f"plan.order={order} is neither of Megatron's rank orders "
+                   f"({' nor '.join(ORDERS)})", order_fixes(draft, ORDERS.items()))
+
+
+RULES = (check_dense_model, check_batch_divides, check_tensor_split, check_context_split,
+         check_interleaving, check_uniform_recompute, check_fsdp_without_pp, check_rank_order)
+
+
+# --------------------------------------------------------------------------- rank groups
+
+
+def rank_groups(plan: PlanOut | Plan) -> dict[str, list[list[int]]]:
+    """Ranks of every tp/cp/dp/pp group under the plan's order (innermost axis varies fastest).
+
+    Rank = sum over axes of coordinate x stride, stride = product of the degrees ordered inside.
+    Groups are listed by their smallest rank.
+    """
+    order = [str(a) for a in plan.order]
+    degree = {a: int(getattr(plan, a)) for a in order}
+    stride = {a: prod(degree[b] for b in order[:i]) for i, a in enumerate(order)}
+    world = prod(degree.values())
+    groups: dict[str, list[list[int]]] = {}
+    for a in order:
+        bases = sorted({r - (r // stride[a] % degree[a]) * stride[a] for r in range(world)})
+        groups[a] = [[b + k * stride[a] for k in range(degree[a])] for b in bases]
+    return groups
+
+
+# --------------------------------------------------------------------------- arguments
+
+
+def pipeline_layout(plan: Plan) -> str:
+    """``--pipeline-model-parallel-layout`` string: virtual stage s = v * pp + r on pp rank r."""
+    stages = []
+    for _ in range(plan.vp):
+        for r in range(plan.pp):
+            n = plan.layers_per_stage[r] // plan.vp
+            stages.append("t" if n == 1 else f"t*{n}")
+    stages[0] = "E," + stages[0]
+    stages[-1] = stages[-1] + ",L"
+    return "|".join(stages)
+
+
+def pipeline_args(plan: Plan) -> list[tuple[str, object]]:
+    split = plan.layers_per_stage
+    args: list[tuple[str, object]] = [("pp", plan.pp)] if plan.pp > 1 else []
+    if plan.pp == 1:
+        return args
+    middle = split[1:-1]
+    if len(set(split)) > 1 and len(set(middle)) > 1:
+        return args + [("layout", pipeline_layout(plan))]
+    if len(set(split)) > 1:
+        body = middle[0] if middle else None
+        if split[0] != body:
+            args.append(("first_stage_layers", split[0]))
+        if middle and split[-1] != body:
+            args.append(("last_stage_layers", split[-1]))
+    if plan.vp > 1:
+        args.append(("vp", plan.vp))
+    return args
+
+
+def _parallel_args(plan: Plan) -> list[tuple[str, object]]:
+    args: list[tuple[str, object]] = [("tp", plan.tp)]
+    if plan.tp > 1 and plan.sequence_parallel:
+        args.append(("sp", None))
+    args += pipeline_args(plan)
+    if plan.cp > 1:
+        args += [("cp", plan.cp), ("cp_comm", "p2p")]
+    if megatron_order(plan) == "tp-cp-ep-pp-dp":
+        args.append(("tp_pp_dp_order", None))
+    return args
+
+
+def _data_parallel_args(ctx: ExportContext, plan: Plan) -> list[tuple[str, object]]:
+    args: list[tuple[str, object]] = []
+    if plan.zero == 1:
+        args.append(("distributed_optimizer", None))
+    elif plan.zero >= 2:
+        args += [("fsdp", None), ("fsdp_strategy", FSDP_STRATEGIES[plan.zero]),
+                 ("ckpt_format", FSDP_CKPT_FORMAT)]
+    if ctx.inst.job.overlap_dp_comm and plan.dp * plan.cp > 1:
+        args.append(("overlap_grad_reduce", None))
+        if plan.zero >= 1:
+            args.append(("overlap_param_gather", None))
+    if not ctx.inst.job.fp32_grads:
+        args.append(("bf16_grads", None))
+    return args
+
+
+def _recompute_args(plan: Plan) -> list[tuple[str, object]]:
+    mode = uniform_recompute(plan)
+    if mode is Recompute.SELECTIVE:
+        return [("recompute", "selective"), ("recompute_modules", SELECTIVE_MODULES)]
+    if mode is Recompute.FULL:
+        method, layers = FULL_RECOMPUTE
+        return [("recompute", "full"), ("recompute_method", method), ("recompute_layers", layers)]
+    return []
+
+
+def _model_args(ctx: ExportContext) -> list[tuple[str, object]]:
+    s, job = ctx.spec, ctx.inst.job
+    args: list[tuple[str, object]] = [
+        ("num_layers", s.num_layers), ("hidden", s.hidden), ("ffn_hidden", s.ffn_hidden),
+        ("heads", s.num_heads),
+    ]
+    if s.num_kv_heads != s.num_heads:
+        args += [("gqa", None), ("kv_heads", s.num_kv_heads)]
+    if s.head_dim * s.num_heads != s.hidden:
+        args.append(("head_dim", s.head_dim))
+    args += [("seq_len", job.seq_len), ("max_positions", job.seq_len), ("norm", NORMS[s.norm])]
+    if s.activation.value in ACTIVATION_FLAGS:
+        args.append((ACTIVATION_FLAGS[s.activation.value], None))
+    if not s.tied_embeddings:
+        args.append(("untied", None))
+    if not s.dropout:
+        args += [("hidden_dropout", 0), ("attention_dropout", 0)]
+    return args
+
+
+def _precision_args(precision: Precision) -> list[tuple[str, object]]:
+    if precision is Precision.FP16:
+        return [("fp16", None)]
+    if precision is Precision.FP8:
+        return [("bf16", None), ("fp8", FP8_FORMAT)]
+    return [("bf16", None)]
+
+
+def _flag_args(ctx: ExportContext) -> list[tuple[str, object]]:
+    plan = ctx.plan
+    job = ctx.inst.job
+    return (_model_args(ctx) + _parallel_args(plan)
+            + [("micro_batch", plan.micro_batch), ("global_batch", job.global_batch)]
+            + _data_parallel_args(ctx, plan) + _recompute_args(plan)
+            + _precision_args(ctx.precision)
+            + [("mock_data", None), ("tokenizer", MOCK_TOKENIZER), ("vocab", ctx.spec.vocab),
+               ("train_iters", DEFAULT_TRAIN_ITERS)])
+
+
+def megatron_args(ctx: ExportContext) -> list[str]:
+    """The ``pretrain_gpt.py`` argument vector for the context's plan (rules enforced first)."""
+    enforce(ctx, FRAMEWORK, RULES)
+    argv: list[str] = []
+    for key, value in _flag_args(ctx):
+        argv.append(FLAGS[key])
+        if value is not None:
+            argv.append(str(value))
+    return argv
+
+
+def megatron_env(ctx: ExportContext) -> dict[str, str | None]:
+    """Environment the launch needs (None: must be unset). Rules 28 and 31."""
+    plan = ctx.plan
+    if plan.zero >= 2:
+        return {CUDA_CONNECTIONS_VAR: None}  # Megatron-FSDP needs it unset or > 1
+    if plan.tp > 1 or plan.cp > 1:
+        return {CUDA_CONNECTIONS_VAR: "1"}  # TP/CP comm ordering on pre-Blackwell GPUs
+    return {}
+
+
+# --------------------------------------------------------------------------- render
+
+
+def _argv_lines(argv: list[str]) -> list[str]:
+    lines: list[str] = []
+    for token in argv:
+        if token.startswith("--"):
+            lines.append(token)
+        else:
+            lines[-1] += " " + shlex.quote(token)
+    return lines
+
+
+def _notes(ctx: ExportContext) -> list[str]:
+    plan = ctx.plan
+    order = megatron_order(plan)
+    notes = [f"rank order: {order} (paraplan order {'-'.join(a.value for a in plan.order)})"]
+    if plan.sequence_parallel and plan.tp == 1:
+        notes.append("sequence_parallel is a no-op with tp=1, so --sequence-parallel is omitted")
+    if ctx.spec.activation.value not in ACTIVATION_FLAGS and ctx.spec.activation.value != "gelu":
+        notes.append(f"activation {ctx.spec.activation.value}: no Megatron-LM flag; set "
+                     "TransformerConfig.activation_func in your model provider")
+    notes.append("model shape and parallelism come from the plan; add data, tokenizer, optimizer "
+                 "and logging flags as extra arguments (they are passed through)")
+    return notes
+
+
+def render(ctx: ExportContext) -> str:
+    """The launch script: header, environment, torchrun line with every flag, one per line."""
+    argv = megatron_args(ctx)
+    env = megatron_env(ctx)
+    cluster = ctx.cluster
+    env_lines = [f"unset {k}" if v is None else f"export {k}={v}" for k, v in env.items()]
+    launch = [
+        f"torchrun --nnodes {cluster.num_nodes} --nproc-per-node {cluster.devices_per_node}",
+        '--node-rank "${NODE_RANK:-0}" --master-addr "${MASTER_ADDR:-localhost}"',
+        '--master-port "${MASTER_PORT:-6000}"',
+        '"${MEGATRON_LM:-.}/pretrain_gpt.py"',
+        *_argv_lines(argv),
+        '"$@"',
+    ]
+    body = " \\\n  ".join(launch)
+    return "\n".join([
+        "#!/usr/bin/env bash",
+        comment_block(header_lines(ctx, FRAMEWORK) + _notes(ctx)),
+        "set -euo pipefail",
+        *env_lines,
+        body,
+    ]) + "\n"

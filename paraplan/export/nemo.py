@@ -1,0 +1,192 @@
+"""NeMo 2 / Megatron-Bridge 0.6.2 export: a Python file of recipe overrides (frameworks.md §6).
+
+Megatron-Bridge's ``ConfigContainer`` keeps parallelism on the model provider (a megatron-core
+``TransformerConfig``), batch sizes on ``train``, sharding on ``ddp``; NeMo 2 recipes keep
+parallel degrees on ``trainer.strategy`` and batch sizes on ``data``. Both build megatron-core
+configs, so Megatron's rules apply unchanged (this module reuses ``megatron.RULES``), plus
+Bridge's own: ``dist.use_tp_pp_dp_mapping`` cannot be combined with Megatron-FSDP.
+
+The generated ``nemo.py`` holds ``BRIDGE_OVERRIDES`` and ``NEMO2_OVERRIDES`` (dotted path ->
+value), ``apply(config, overrides)`` to set them on a recipe object, and prints the Bridge
+overrides as Hydra-style ``key=value`` lines when run. The Bridge paths are from the 0.6.2 wheel;
+the NeMo 2 paths follow NVIDIA's NeMo 2 docs and were not executed here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from paraplan.cost import Precision, Recompute
+from paraplan.export import (
+    Draft,
+    ExportContext,
+    Refusal,
+    enforce,
+    header_lines,
+    repair,
+    uniform_recompute,
+)
+from paraplan.export import megatron as mg
+
+__all__ = ["BRIDGE_PATHS", "NEMO2_PATHS", "RULES", "render", "settings", "bridge_overrides",
+           "nemo2_overrides"]
+
+FRAMEWORK = "NeMo 2 / Megatron-Bridge 0.6.2"
+
+BRIDGE_PATHS: dict[str, str] = {
+    "tp": "model.tensor_model_parallel_size", "pp": "model.pipeline_model_parallel_size",
+    "vp": "model.virtual_pipeline_model_parallel_size",
+    "layout": "model.pipeline_model_parallel_layout",
+    "first_stage_layers": "model.num_layers_in_first_pipeline_stage",
+    "last_stage_layers": "model.num_layers_in_last_pipeline_stage",
+    "cp": "model.context_parallel_size", "sp": "model.sequence_parallel",
+    "recompute": "model.recompute_granularity", "recompute_method": "model.recompute_method",
+    "recompute_layers": "model.recompute_num_layers",
+    "recompute_modules": "model.recompute_modules",
+    "seq_len": "model.seq_length",
+    "micro_batch": "train.micro_batch_size", "global_batch": "train.global_batch_size",
+    "distributed_optimizer": "ddp.use_distributed_optimizer", "fsdp": "ddp.use_megatron_fsdp",
+    "fsdp_strategy": "ddp.data_parallel_sharding_strategy",
+    "overlap_grad_reduce": "ddp.overlap_grad_reduce",
+    "overlap_param_gather": "ddp.overlap_param_gather", "fp32_grads": "ddp.grad_reduce_in_fp32",
+    "ckpt_format": "checkpoint.ckpt_format", "tp_pp_dp_order": "dist.use_tp_pp_dp_mapping",
+    "mixed_precision": "mixed_precision",
+}
+"""paraplan concept -> Megatron-Bridge ConfigContainer path."""
+
+NEMO2_PATHS: dict[str, str] = {
+    "tp": "trainer.strategy.tensor_model_parallel_size",
+    "pp": "trainer.strategy.pipeline_model_parallel_size",
+    "vp": "trainer.strategy.virtual_pipeline_model_parallel_size",
+    "layout": "model.config.pipeline_model_parallel_layout",
+    "first_stage_layers": "model.config.num_layers_in_first_pipeline_stage",
+    "last_stage_layers": "model.config.num_layers_in_last_pipeline_stage",
+    "cp": "trainer.strategy.context_parallel_size", "sp": "trainer.strategy.sequence_parallel",
+    "recompute": "model.config.recompute_granularity",
+    "recompute_method": "model.config.recompute_method",
+    "recompute_layers": "model.config.recompute_num_layers",
+    "recompute_modules": "model.config.recompute_modules",
+    "seq_len": "model.config.seq_length",
+    "micro_batch": "data.micro_batch_size", "global_batch": "data.global_batch_size",
+    "distributed_optimizer": "optim.config.use_distributed_optimizer",
+    "fsdp": "trainer.strategy.ddp.use_megatron_fsdp",
+    "fsdp_strategy": "trainer.strategy.ddp.data_parallel_sharding_strategy",
+    "overlap_grad_reduce": "trainer.strategy.ddp.overlap_grad_reduce",
+    "overlap_param_gather": "trainer.strategy.ddp.overlap_param_gather",
+    "fp32_grads": "trainer.strategy.ddp.grad_reduce_in_fp32",
+    "tp_pp_dp_order": "trainer.strategy.use_tp_pp_dp_mapping",
+}
+"""paraplan concept -> NeMo 2 recipe path (precision is a trainer plugin: see the notes)."""
+
+MIXED_PRECISION = {Precision.BF16: "bf16_mixed", Precision.FP16: "fp16_mixed",
+                   Precision.FP8: "bf16_with_fp8_delayed_scaling_mixed"}
+NEMO2_PRECISION = {Precision.BF16: "bf16_mixed()", Precision.FP16: "fp16_mixed()",
+                   Precision.FP8: "bf16_with_fp8_mixed()"}
+
+
+def check_bridge_mapping_with_fsdp(ctx: ExportContext, draft: Draft) -> Refusal | None:
+    """Bridge: use_tp_pp_dp_mapping is not supported with Megatron-FSDP (ConfigContainer)."""
+    p = draft.plan
+    if p.zero < 2 or mg.megatron_order(p) != "tp-cp-ep-pp-dp":
+        return None
+    return Refusal("Megatron-Bridge rejects dist.use_tp_pp_dp_mapping with Megatron-FSDP "
+                   f"(plan.zero={p.zero})", repair("zero -> 1", draft, replace(p, zero=1)))
+
+
+RULES = (*mg.RULES, check_bridge_mapping_with_fsdp)
+
+
+def settings(ctx: ExportContext) -> list[tuple[str, object]]:
+    """(concept, value) pairs of the plan in megatron-core terms (rules enforced first)."""
+    enforce(ctx, FRAMEWORK, RULES)
+    p, job = ctx.plan, ctx.inst.job
+    out: list[tuple[str, object]] = [("tp", p.tp), ("pp", p.pp), ("cp", p.cp),
+                                     ("sp", p.sequence_parallel and p.tp > 1)]
+    for key, value in mg.pipeline_args(p):
+        if key != "pp":
+            out.append((key, value))
+    mode = uniform_recompute(p)
+    if mode is Recompute.SELECTIVE:
+        out += [("recompute", "selective"), ("recompute_modules", [mg.SELECTIVE_MODULES])]
+    elif mode is Recompute.FULL:
+        method, layers = mg.FULL_RECOMPUTE
+        out += [("recompute", "full"), ("recompute_method", method),
+                ("recompute_layers", int(layers))]
+    out += [("seq_len", job.seq_len), ("micro_batch", p.micro_batch),
+            ("global_batch", job.global_batch), ("distributed_optimizer", p.zero >= 1),
+            ("fsdp", p.zero >= 2)]
+    if p.zero >= 2:
+        out += [("fsdp_strategy", mg.FSDP_STRATEGIES[p.zero]), ("ckpt_format", mg.FSDP_CKPT_FORMAT)]
+    overlap = job.overlap_dp_comm and p.dp * p.cp > 1
+    out += [("overlap_grad_reduce", overlap), ("overlap_param_gather", overlap and p.zero >= 1),
+            ("fp32_grads", job.fp32_grads)]
+    if mg.megatron_order(p) == "tp-cp-ep-pp-dp":
+        out.append(("tp_pp_dp_order", True))
+    out.append(("mixed_precision", MIXED_PRECISION[ctx.precision]))
+    return out
+
+
+def bridge_overrides(ctx: ExportContext) -> dict[str, object]:
+    return {BRIDGE_PATHS[k]: v for k, v in settings(ctx)}
+
+
+def nemo2_overrides(ctx: ExportContext) -> dict[str, object]:
+    return {NEMO2_PATHS[k]: v for k, v in settings(ctx) if k in NEMO2_PATHS}
+
+
+def _dict_literal(name: str, values: dict[str, object]) -> str:
+    rows = "".join(f"    {k!r}: {v!r},\n" for k, v in values.items())
+    return f"{name} = {{\n{rows}}}\n"
+
+
+_RUNTIME = '''
+
+def apply(config, overrides=BRIDGE_OVERRIDES):
+    """Set each dotted path of ``overrides`` on ``config`` (a ConfigContainer or a recipe)."""
+    for path, value in overrides.items():
+        *parents, leaf = path.split(".")
+        target = config
+        for name in parents:
+            target = getattr(target, name)
+        setattr(target, leaf, value)
+    return config
+
+
+def _hydra(value):
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return "[" + ",".join(_hydra(v) for v in value) + "]"
+    if isinstance(value, str):
+        return "'" + value + "'"
+    return str(value)
+
+
+def hydra_overrides(overrides=BRIDGE_OVERRIDES):
+    """Hydra-style ``key=value`` strings (Megatron-Bridge ``parse_hydra_overrides``)."""
+    return [f"{path}={_hydra(value)}" for path, value in overrides.items()]
+
+
+if __name__ == "__main__":
+    print("\\n".join(hydra_overrides()))
+'''
+
+
+def render(ctx: ExportContext) -> str:
+    bridge = bridge_overrides(ctx)
+    nemo2 = nemo2_overrides(ctx)
+    notes = [
+        "Megatron-Bridge: cfg = apply(recipe_config, BRIDGE_OVERRIDES); or pass the lines "
+        "`python nemo.py` prints as overrides.",
+        "NeMo 2: apply(recipe, NEMO2_OVERRIDES) on a nemo.collections.llm recipe; set precision "
+        f"with recipe.trainer.plugins = {NEMO2_PRECISION[ctx.precision]}.",
+        f"World size {ctx.cluster.num_devices} ({ctx.cluster.num_nodes} nodes x "
+        f"{ctx.cluster.devices_per_node}); data-parallel size {ctx.plan.dp} follows from it.",
+    ]
+    if ctx.plan.zero >= 2:
+        notes.append(f"Megatron-FSDP: leave {mg.CUDA_CONNECTIONS_VAR} unset (or > 1).")
+    elif ctx.plan.tp > 1 or ctx.plan.cp > 1:
+        notes.append(f"Set {mg.CUDA_CONNECTIONS_VAR}=1 (TP/CP on pre-Blackwell GPUs).")
+    doc = "\n".join(header_lines(ctx, FRAMEWORK) + [""] + notes)
+    return (f'"""{doc}\n"""\n\n' + _dict_literal("BRIDGE_OVERRIDES", bridge) + "\n"
+            + _dict_literal("NEMO2_OVERRIDES", nemo2) + _RUNTIME)

@@ -1,0 +1,276 @@
+"""torchtitan 0.3.0 export: a torchrun command line of tyro overrides (docs/frameworks.md §4.1).
+
+0.3.0 has no TOML job files: ``--module <model> --config <function>`` picks a config function and
+``--parallelism.*`` / ``--training.*`` flags override it; activation checkpointing is a tyro
+subcommand and must be the last token.
+
+Mapping of the plan:
+- dp: ``data_parallel_replicate_degree`` for ZeRO-0; ``data_parallel_shard_degree`` (FSDP2) for
+  ZeRO 1-3, with ``fsdp_reshard_after_forward`` ``never`` for ZeRO-1/2 and ``always`` for ZeRO-3.
+  FSDP2 always shards gradients with the optimizer state, so ZeRO-1 runs as ZeRO-2 (less memory,
+  same traffic); the header says so and gives the ZeRO-2 plan's modelled time.
+- pp: explicit ``module_fqns_per_model_part`` (exact layer counts; virtual stage s = v * pp + r
+  runs on pp rank r, torchtitan's "loop" placement), schedule ``1F1B`` or ``Interleaved1F1B``,
+  micro-batch ``pipeline_parallel_microbatch_size`` and ``local_batch_size`` = micro x count.
+- rank order: the mesh is ``[pp, dp_replicate, dp_shard, cp, tp]``, i.e. tp-cp-dp-pp.
+
+Rules enforced: PP needs ``--training.disable-cuda-graphs`` (emitted); local batch % PP
+micro-batch; global batch % (local x dp); Schedule1F1B needs micro-batches >= stages and
+Interleaved1F1B needs n % max(1, n // pp) == 0 (torch 2.13); one recompute mode for all stages;
+cp needs seq_len % (2 x cp) (head-tail load balancer); bf16 or fp32 parameters only (no fp16).
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import replace
+
+from paraplan.cost import Axis, Precision, Recompute
+from paraplan.export import (
+    Draft,
+    ExportContext,
+    Fix,
+    Refusal,
+    comment_block,
+    enforce,
+    header_lines,
+    order_fixes,
+    order_matches,
+    recompute_fixes,
+    regroup,
+    repair,
+    uniform_recompute,
+)
+
+__all__ = ["FLAGS", "RULES", "ORDER", "CONFIGS", "render", "torchtitan_args", "model_parts"]
+
+FRAMEWORK = "torchtitan 0.3.0"
+
+FLAGS: dict[str, str] = {
+    "module": "--module", "config": "--config",
+    "dp_replicate": "--parallelism.data-parallel-replicate-degree",
+    "dp_shard": "--parallelism.data-parallel-shard-degree",
+    "reshard": "--parallelism.fsdp-reshard-after-forward",
+    "tp": "--parallelism.tensor-parallel-degree",
+    "sp_on": "--parallelism.enable-sequence-parallel",
+    "sp_off": "--parallelism.no-enable-sequence-parallel",
+    "pp": "--parallelism.pipeline-parallel-degree",
+    "schedule": "--parallelism.pipeline-parallel-schedule",
+    "pp_micro_batch": "--parallelism.pipeline-parallel-microbatch-size",
+    "model_parts": "--parallelism.module-fqns-per-model-part",
+    "cp": "--parallelism.context-parallel-degree",
+    "local_batch": "--training.local-batch-size", "global_batch": "--training.global-batch-size",
+    "seq_len": "--training.seq-len", "mixed_precision": "--training.mixed-precision-param",
+    "no_cuda_graphs": "--training.disable-cuda-graphs",
+}
+"""paraplan concept -> torchtitan 0.3.0 flag; the only place torchtitan option names appear."""
+
+RECOMPUTE_SUBCOMMANDS = {
+    Recompute.NONE: "activation-checkpoint:none",
+    Recompute.SELECTIVE: "activation-checkpoint:selective",
+    Recompute.FULL: "activation-checkpoint:full",
+}
+SCHEDULES = {False: "1F1B", True: "Interleaved1F1B"}  # keyed by "interleaved"
+RESHARD = {1: "never", 2: "never", 3: "always"}
+PARAM_DTYPES = {Precision.BF16: "bfloat16", Precision.FP8: "bfloat16"}
+EMBEDDING, LAYER, FINAL_NORM, HEAD = "tok_embeddings", "layers.{}", "norm", "lm_head"
+MODULE = "llama3"
+CONFIGS = {"llama3-8b": "llama3_8b", "llama3.1-8b": "llama3_8b", "llama3-70b": "llama3_70b",
+           "llama3.1-70b": "llama3_70b", "llama3.1-405b": "llama3_405b"}
+"""paraplan presets -> torchtitan llama3 config_registry functions (same shapes)."""
+CUSTOM_CONFIG = "<your_config_function>"
+
+ORDER = (Axis.TP, Axis.CP, Axis.DP, Axis.PP)
+"""Mesh [pp, dp_replicate, dp_shard, cp, tp], row-major: tp varies fastest."""
+
+
+# --------------------------------------------------------------------------- rules
+
+
+def _num_micro_batches(ctx: ExportContext, draft: Draft) -> int:
+    p = draft.plan
+    return ctx.inst.job.global_batch // (p.micro_batch * p.dp)
+
+
+def check_dense_model(ctx: ExportContext, draft: Draft) -> Refusal | None:
+    if draft.plan.ep == 1:
+        return None
+    return Refusal(f"plan.ep={draft.plan.ep} needs a mixture-of-experts model; {ctx.spec.name} "
+                   "is dense", repair("ep -> 1", draft, replace(draft.plan, ep=1)))
+
+
+def check_batch(ctx: ExportContext, draft: Draft) -> Refusal | None:
+    """global_batch_size % (local_batch_size x dp) == 0 (trainer)."""
+    p, gb = draft.plan, ctx.inst.job.global_batch
+    if gb % (p.micro_batch * p.dp) == 0:
+        return None
+    fixes: tuple[Fix, ...] = sum((repair(f"micro_batch -> {m}", draft, replace(p, micro_batch=m))
+                                  for m in range(p.micro_batch - 1, 0, -1)
+                                  if gb % (m * p.dp) == 0), ())
+    return Refusal(f"training.global_batch_size={gb} must be divisible by local batch x dp = "
+                   f"{p.micro_batch}*{p.dp}", fixes[:1])
+
+
+def check_schedule(ctx: ExportContext, draft: Draft) -> Refusal | None:
+    """torch 2.13: 1F1B needs n >= stages; Interleaved1F1B needs n % max(1, n // pp) == 0."""
+    p = draft.plan
+    if p.pp == 1:
+        return None
+    n = _num_micro_batches(ctx, draft)
+    if p.vp == 1 and n < p.pp:
+        return Refusal(f"Schedule1F1B needs at least pp={p.pp} micro-batches per step; the plan "
+                       f"has {n}", repair("pp -> 1, dp absorbs it", draft, regroup(p, pp=1)))
+    if p.vp > 1 and n % max(1, n // p.pp):
+        return Refusal(f"ScheduleInterleaved1F1B needs the {n} micro-batches to satisfy "
+                       f"n % max(1, n // pp) == 0 with pp={p.pp}",
+                       repair("vp -> 1", draft, replace(p, vp=1)))
+    return None
+
+
+def check_uniform_recompute(ctx: ExportContext, draft: Draft) -> Refusal | None:
+    if uniform_recompute(draft.plan) is not None:
+        return None
+    modes = [r.value for r in draft.plan.recompute]
+    return Refusal(f"recompute differs per stage ({modes}); the activation-checkpoint subcommand "
+                   "applies to every stage", recompute_fixes(draft))
+
+
+def check_context_split(ctx: ExportContext, draft: Draft) -> Refusal | None:
+    cp, seq = draft.plan.cp, ctx.inst.job.seq_len
+    if cp == 1 or seq % (2 * cp) == 0:
+        return None
+    return Refusal(f"training.seq_len={seq} must be divisible by 2*cp = {2 * cp} (head-tail "
+                   "load balancer)", repair("cp -> 1, dp absorbs it", draft, regroup(draft.plan,
+                                                                                     cp=1)))
+
+
+def check_precision(ctx: ExportContext, draft: Draft) -> Refusal | None:
+    """training.mixed_precision_param accepts bfloat16 and float32 only."""
+    if draft.precision in PARAM_DTYPES:
+        return None
+    return Refusal(f"job.precision={draft.precision.value}: training.mixed_precision_param takes "
+                   "bfloat16 or float32 only", (Fix("precision -> bf16",
+                                                   replace(draft, precision=Precision.BF16)),))
+
+
+def check_rank_order(ctx: ExportContext, draft: Draft) -> Refusal | None:
+    if order_matches(draft.plan, ORDER):
+        return None
+    order = "-".join(a.value for a in draft.plan.order)
+    return Refusal(f"plan.order={order}: torchtitan's mesh [pp, dp_replicate, dp_shard, cp, tp] "
+                   "places tp innermost, then cp, dp, pp", order_fixes(draft, [("tp-cp-dp-pp",
+                                                                                ORDER)]))
+
+
+RULES = (check_dense_model, check_batch, check_precision, check_context_split,
+         check_uniform_recompute, check_schedule, check_rank_order)
+
+
+# --------------------------------------------------------------------------- arguments
+
+
+def model_parts(layers_per_stage: tuple[int, ...], vp: int) -> list[list[str]]:
+    """Module FQNs per model part; part s = v * pp + r holds rank r's v-th chunk of layers."""
+    pp = len(layers_per_stage)
+    counts = [layers_per_stage[s % pp] // vp for s in range(pp * vp)]
+    parts, first = [], 0
+    for n in counts:
+        parts.append([LAYER.format(i) for i in range(first, first + n)])
+        first += n
+    parts[0].insert(0, EMBEDDING)
+    parts[-1] += [FINAL_NORM, HEAD]
+    return parts
+
+
+def _parallel_args(ctx: ExportContext) -> list[tuple[str, object]]:
+    p = ctx.plan
+    if p.zero == 0:
+        args: list[tuple[str, object]] = [("dp_replicate", p.dp), ("dp_shard", 1)]
+    else:
+        args = [("dp_replicate", 1), ("dp_shard", p.dp), ("reshard", RESHARD[p.zero])]
+    args.append(("tp", p.tp))
+    if p.tp > 1:
+        args.append(("sp_on" if p.sequence_parallel else "sp_off", None))
+    if p.cp > 1:
+        args.append(("cp", p.cp))
+    if p.pp > 1:
+        parts = [",".join(part) for part in model_parts(p.layers_per_stage, p.vp)]
+        args += [("pp", p.pp), ("schedule", SCHEDULES[p.vp > 1]),
+                 ("pp_micro_batch", p.micro_batch), ("model_parts", parts)]
+    return args
+
+
+def _training_args(ctx: ExportContext) -> list[tuple[str, object]]:
+    p, job = ctx.plan, ctx.inst.job
+    n = job.global_batch // (p.micro_batch * p.dp)
+    local = p.micro_batch * n if p.pp > 1 else p.micro_batch  # PP: one step runs all micro-batches
+    args: list[tuple[str, object]] = [
+        ("local_batch", local), ("global_batch", job.global_batch), ("seq_len", job.seq_len),
+        ("mixed_precision", PARAM_DTYPES[ctx.precision]),
+    ]
+    if p.pp > 1:
+        args.append(("no_cuda_graphs", None))
+    return args
+
+
+def torchtitan_args(ctx: ExportContext) -> list[str]:
+    """``torchtitan.train`` arguments, activation-checkpoint subcommand last (rules enforced)."""
+    enforce(ctx, FRAMEWORK, RULES)
+    config = CONFIGS.get(str(ctx.result.scenario.get("model", {}).get("preset")), CUSTOM_CONFIG)
+    argv = [FLAGS["module"], MODULE, FLAGS["config"], config]
+    for key, value in _parallel_args(ctx) + _training_args(ctx):
+        argv.append(FLAGS[key])
+        if isinstance(value, list):
+            argv += value  # a list flag takes several tokens
+        elif value is not None:
+            argv.append(str(value))
+    mode = uniform_recompute(ctx.plan) or Recompute.FULL  # RULES refused mixed modes already
+    return argv + [RECOMPUTE_SUBCOMMANDS[mode]]
+
+
+def _notes(ctx: ExportContext, config: str) -> list[str]:
+    p, s = ctx.plan, ctx.spec
+    notes = ["rank order: mesh [pp, dp_replicate, dp_shard, cp, tp] (paraplan order "
+             f"{'-'.join(a.value for a in p.order)})"]
+    if p.zero == 1:
+        z2 = ctx.score(Draft(replace(p, zero=2), ctx.precision))
+        cost = (f" (modelled {z2.predicted.step_time_s:.4g} s vs {ctx.step_time_s:.4g} s)"
+                if z2 else "")
+        notes.append("zero=1 runs as ZeRO-2: FSDP2 shards gradients with the optimizer "
+                     f"state{cost}")
+    if uniform_recompute(p) is Recompute.SELECTIVE:
+        notes.append("selective recompute: torchtitan's is per-op SAC (saves matmul outputs), "
+                     "the closest to recomputing the attention core only")
+    if ctx.precision is Precision.FP8:
+        notes.append("fp8: add Float8LinearConverter to the config's model_spec converters (as "
+                     "llama3_debugmodel_float8 does); no command-line switch exists")
+    if config == CUSTOM_CONFIG:
+        notes.append(f"model {s.name}: write a config function with num_layers={s.num_layers}, "
+                     f"dim={s.hidden}, n_heads={s.num_heads}, n_kv_heads={s.num_kv_heads}, "
+                     f"ffn hidden={s.ffn_hidden}, vocab={s.vocab}")
+    return notes
+
+
+def _argv_lines(argv: list[str]) -> list[str]:
+    """One line per flag with its value tokens; the trailing subcommand on its own line."""
+    lines: list[str] = []
+    for token in argv:
+        if token.startswith("--") or token in RECOMPUTE_SUBCOMMANDS.values():
+            lines.append(token)
+        else:
+            lines[-1] += " " + shlex.quote(token)
+    return lines
+
+
+def render(ctx: ExportContext) -> str:
+    argv = torchtitan_args(ctx)
+    launch = [f"torchrun --nnodes {ctx.cluster.num_nodes} --nproc-per-node "
+              f"{ctx.cluster.devices_per_node}",
+              '--node-rank "${NODE_RANK:-0}" --rdzv-endpoint "${MASTER_ADDR:-localhost}:29500"',
+              "-m torchtitan.train", *_argv_lines(argv)]
+    return "\n".join([
+        "#!/usr/bin/env bash",
+        comment_block(header_lines(ctx, FRAMEWORK) + _notes(ctx, argv[3])),
+        "set -euo pipefail",
+        " \\\n  ".join(launch),
+    ]) + "\n"

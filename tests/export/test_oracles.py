@@ -1,0 +1,233 @@
+"""Exports validated by the frameworks' own code (the ``oracles`` extra; skipped without it).
+
+- DeepSpeed 0.19.8: ``DeepSpeedConfig`` checks every DeepSpeed export, with the data-parallel
+  world size forced as in docs/frameworks.md §3.5; our copy of its balanced partitioner agrees.
+- megatron-core 0.16.1: ``TransformerConfig`` accepts the model-parallel settings of every
+  Megatron and NeMo/Megatron-Bridge export and builds the same layers per pipeline rank; its
+  ``RankGenerator`` yields the same TP/CP/DP/PP groups as ``megatron.rank_groups``.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+
+import pytest
+
+import paraplan
+from paraplan.export import context
+from paraplan.export.deepspeed import deepspeed_config, partition_balanced
+from paraplan.export.megatron import megatron_args, megatron_order, rank_groups
+from paraplan.export.nemo import bridge_overrides
+from paraplan.result import Result
+
+pytestmark = pytest.mark.oracle
+
+LLAMA8B_2_NODES = {
+    "model": {"preset": "llama3-8b"},
+    "cluster": {"preset": "dgx-h100", "nodes": 2},
+    "job": {"seq_len": 4096, "global_batch": 64, "precision": "bf16"},
+}
+GQA_30_LAYERS = {**LLAMA8B_2_NODES, "model": {"layers": 30, "hidden": 2048, "ffn_hidden": 5632,
+                                              "heads": 16, "kv_heads": 4, "vocab": 32000}}
+
+MEGATRON_PLANS = {
+    "uniform": {"dp": 4, "tp": 2, "pp": 2, "micro_batch": 1, "zero": 1, "recompute": "selective"},
+    "first-last": {"dp": 2, "tp": 2, "pp": 4, "micro_batch": 1, "zero": 1, "recompute": "full",
+                   "layers_per_stage": [7, 9, 9, 7]},
+    "layout": {"dp": 2, "tp": 2, "pp": 4, "micro_batch": 1, "zero": 1, "recompute": "full",
+               "layers_per_stage": [8, 7, 9, 8]},
+    "interleaved-uneven": {"dp": 2, "tp": 2, "pp": 4, "vp": 2, "micro_batch": 1, "zero": 1,
+                           "recompute": "none", "layers_per_stage": [6, 10, 10, 6]},
+    "interleaved-layout": {"dp": 2, "tp": 2, "pp": 4, "vp": 2, "micro_batch": 1, "zero": 0,
+                           "recompute": "none", "layers_per_stage": [8, 6, 10, 8]},
+    "zero3-cp": {"dp": 4, "tp": 2, "pp": 1, "cp": 2, "micro_batch": 1, "zero": 3,
+                 "recompute": "none"},
+    "tp-pp-dp": {"dp": 2, "tp": 2, "pp": 4, "micro_batch": 1, "zero": 1, "recompute": "full",
+                 "order": ["tp", "cp", "pp", "dp"]},
+    "cp-pp": {"dp": 2, "tp": 2, "pp": 2, "cp": 2, "micro_batch": 2, "zero": 1,
+              "recompute": "full"},
+}
+
+DEEPSPEED_PLANS = {
+    "pp-zero1": ({"dp": 8, "tp": 1, "pp": 2, "micro_batch": 1, "zero": 1, "recompute": "full"},
+                 LLAMA8B_2_NODES),
+    "zero3": ({"dp": 16, "tp": 1, "pp": 1, "micro_batch": 2, "zero": 3, "recompute": "none"},
+              LLAMA8B_2_NODES),
+    "autotp-zero2": ({"dp": 8, "tp": 2, "pp": 1, "micro_batch": 1, "zero": 2, "recompute": "full",
+                      "sequence_parallel": False}, LLAMA8B_2_NODES),
+    "ulysses": ({"dp": 4, "tp": 1, "pp": 1, "cp": 4, "micro_batch": 1, "zero": 3,
+                 "recompute": "none"}, LLAMA8B_2_NODES),
+    "balanced-30-layers": ({"dp": 4, "tp": 1, "pp": 4, "micro_batch": 1, "zero": 0,
+                            "recompute": "none", "layers_per_stage": [8, 8, 7, 7]},
+                           GQA_30_LAYERS),
+}
+
+TC_FIELDS = {
+    "--num-layers": "num_layers", "--hidden-size": "hidden_size",
+    "--ffn-hidden-size": "ffn_hidden_size", "--num-attention-heads": "num_attention_heads",
+    "--num-query-groups": "num_query_groups", "--kv-channels": "kv_channels",
+    "--tensor-model-parallel-size": "tensor_model_parallel_size",
+    "--pipeline-model-parallel-size": "pipeline_model_parallel_size",
+    "--num-virtual-stages-per-pipeline-rank": "virtual_pipeline_model_parallel_size",
+    "--pipeline-model-parallel-layout": "pipeline_model_parallel_layout",
+    "--decoder-first-pipeline-num-layers": "num_layers_in_first_pipeline_stage",
+    "--decoder-last-pipeline-num-layers": "num_layers_in_last_pipeline_stage",
+    "--context-parallel-size": "context_parallel_size", "--sequence-parallel": "sequence_parallel",
+    "--recompute-granularity": "recompute_granularity", "--recompute-method": "recompute_method",
+    "--recompute-num-layers": "recompute_num_layers", "--recompute-modules": "recompute_modules",
+    "--bf16": "bf16", "--fp16": "fp16",
+}
+"""Megatron-LM flag -> megatron-core TransformerConfig field, for the flags that reach it."""
+
+
+@cache
+def _result(plan_json: str, scenario_json: str) -> Result:
+    return paraplan.evaluate({**json.loads(scenario_json), "plan": json.loads(plan_json)})
+
+
+def result(plan: dict, scenario: dict = LLAMA8B_2_NODES) -> Result:
+    return _result(json.dumps(plan, sort_keys=True), json.dumps(scenario, sort_keys=True))
+
+
+# --------------------------------------------------------------------------- DeepSpeed
+
+
+@pytest.fixture(scope="module")
+def offline_ds_config() -> type:
+    pytest.importorskip("deepspeed")
+    from deepspeed.runtime.config import DeepSpeedConfig
+
+    class OfflineDSConfig(DeepSpeedConfig):
+        """DeepSpeedConfig with the data-parallel world size forced (frameworks.md §3.5)."""
+
+        def __init__(self, config: dict, dp_world_size: int) -> None:
+            self._ws = dp_world_size
+            super().__init__(config)
+
+        def _configure_train_batch_size(self) -> None:
+            self.world_size = self._ws
+            super()._configure_train_batch_size()
+
+    return OfflineDSConfig
+
+
+@pytest.mark.parametrize("name", DEEPSPEED_PLANS)
+def test_deepspeed_config_accepts_every_deepspeed_export(name: str,
+                                                         offline_ds_config: type) -> None:
+    plan, scenario = DEEPSPEED_PLANS[name]
+    res = result(plan, scenario)
+    config = deepspeed_config(context(res))
+    ds = offline_ds_config(config, dp_world_size=res.plan.dp)
+    assert ds.train_batch_size == scenario["job"]["global_batch"]
+    assert ds.gradient_accumulation_steps == res.plan.grad_accum
+    assert ds.zero_optimization_stage == res.plan.zero
+
+
+def test_deepspeed_oracle_rejects_a_broken_batch_rule(offline_ds_config: type) -> None:
+    from deepspeed.runtime.config import DeepSpeedConfigError
+
+    plan, scenario = DEEPSPEED_PLANS["zero3"]
+    config = deepspeed_config(context(result(plan, scenario)))
+    config["gradient_accumulation_steps"] += 1
+    with pytest.raises((AssertionError, DeepSpeedConfigError)):
+        offline_ds_config(config, dp_world_size=16)
+
+
+@pytest.mark.parametrize("num_layers,pp", [(32, 4), (30, 4), (126, 4), (80, 3), (10, 3),
+                                           (61, 8), (7, 2)])
+def test_balanced_partition_matches_deepspeed(num_layers: int, pp: int) -> None:
+    pytest.importorskip("deepspeed")
+    from deepspeed.runtime.utils import partition_balanced as deepspeed_partition
+
+    weights = [0] + [1] * num_layers + [0, 0]
+    assert partition_balanced(weights, pp) == [int(x) for x in deepspeed_partition(weights, pp)]
+
+
+# --------------------------------------------------------------------------- megatron-core
+
+
+@pytest.fixture(scope="module")
+def mcore() -> object:
+    pytest.importorskip("torch")
+    return pytest.importorskip("megatron.core")
+
+
+def _transformer_config_kwargs(argv: list[str]) -> dict[str, object]:
+    kwargs: dict[str, object] = {}
+    for i, token in enumerate(argv):
+        if token not in TC_FIELDS:
+            continue
+        value = argv[i + 1] if i + 1 < len(argv) and not argv[i + 1].startswith("--") else None
+        if value is None:
+            kwargs[TC_FIELDS[token]] = True
+        elif token == "--recompute-modules":
+            kwargs[TC_FIELDS[token]] = [value]
+        else:
+            kwargs[TC_FIELDS[token]] = int(value) if value.isdigit() else value
+    return kwargs
+
+
+def _transformer_config(kwargs: dict[str, object]) -> object:
+    import torch
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    dtype = torch.float16 if kwargs.get("fp16") else torch.bfloat16
+    if kwargs.get("pipeline_model_parallel_size", 1) > 1:  # type: ignore[operator]
+        kwargs = {**kwargs, "pipeline_dtype": dtype}  # the CLI fills it from the params dtype
+    return TransformerConfig(**kwargs, params_dtype=dtype)
+
+
+def _layers_per_rank(config: object, pp: int, vp: int) -> list[int]:
+    """Decoder layers megatron-core builds on each pipeline rank (all its virtual stages)."""
+    from megatron.core.transformer.enums import LayerType
+    from megatron.core.transformer.transformer_block import get_num_layers_to_build
+
+    layout = config.pipeline_model_parallel_layout  # type: ignore[attr-defined]
+    if layout is not None:
+        return [sum(layout.layout[r][v].count(LayerType.decoder) for v in range(vp))
+                for r in range(pp)]
+    return [sum(get_num_layers_to_build(config, vp_stage=v if vp > 1 else None, pp_rank=r)
+                for v in range(vp)) for r in range(pp)]
+
+
+@pytest.mark.parametrize("name", MEGATRON_PLANS)
+def test_transformer_config_accepts_megatron_export(name: str, mcore: object) -> None:
+    res = result(MEGATRON_PLANS[name])
+    kwargs = _transformer_config_kwargs(megatron_args(context(res)))
+    config = _transformer_config(kwargs)
+    assert _layers_per_rank(config, res.plan.pp, res.plan.vp) == res.plan.layers_per_stage
+
+
+@pytest.mark.parametrize("name", MEGATRON_PLANS)
+def test_transformer_config_accepts_megatron_bridge_export(name: str, mcore: object) -> None:
+    res = result(MEGATRON_PLANS[name])
+    model = {k.removeprefix("model."): v for k, v in bridge_overrides(context(res)).items()
+             if k.startswith("model.") and k != "model.seq_length"}
+    s = context(res).spec
+    config = _transformer_config({**model, "num_layers": s.num_layers, "hidden_size": s.hidden,
+                                  "ffn_hidden_size": s.ffn_hidden,
+                                  "num_attention_heads": s.num_heads,
+                                  "num_query_groups": s.num_kv_heads, "bf16": True})
+    assert _layers_per_rank(config, res.plan.pp, res.plan.vp) == res.plan.layers_per_stage
+
+
+@pytest.mark.parametrize("name", MEGATRON_PLANS)
+def test_rank_generator_gives_paraplans_groups(name: str, mcore: object) -> None:
+    from megatron.core.parallel_state import RankGenerator
+
+    res = result(MEGATRON_PLANS[name])
+    p = res.plan
+    order = megatron_order(context(res).plan)
+    assert order is not None
+    generator = RankGenerator(tp=p.tp, ep=1, dp=p.dp, pp=p.pp, cp=p.cp, order=order)
+    ours = rank_groups(p)
+    for axis in ("tp", "cp", "dp", "pp"):
+        assert sorted(generator.get_ranks(axis)) == sorted(ours[axis]), axis
+
+
+def test_transformer_config_oracle_rejects_a_miscounted_layout(mcore: object) -> None:
+    kwargs = _transformer_config_kwargs(megatron_args(context(result(MEGATRON_PLANS["layout"]))))
+    kwargs["pipeline_model_parallel_layout"] = "E,t*8|t*7|t*8|t*8,L"  # 31 decoder layers, not 32
+    with pytest.raises((AssertionError, ValueError)):
+        _transformer_config(kwargs)
