@@ -4,21 +4,22 @@ Instance -> candidate tables (tables.py: every number from cost/) -> variables -
 objective -> solve -> extract. Over the kept layouts L (the others are proven worse by bound before
 the model is built, see solve.py), with k = layers / vp and all times in integer ticks:
 
-Variables
+Variables (every per-layout variable is 0 unless its layout is used)
     use[L]          Boolean; exactly one layout
-    rec[L,s,r]      Boolean; exactly one recompute mode r per stage s
+    rec[L,s,r]      Boolean; sum_r rec[L,s,r] = use[L]: one recompute mode per stage
     x[L,s,r]        integer; k of stage s if it runs mode r, else 0
-    tmax, dpmax, omax[L], e[L,s]   slowest stage, exposed DP sync, optimizer (ticks)
+    tmax, dpmax, omax[L]   slowest stage time, exposed DP sync, optimizer (ticks)
 Constraints (solver/constraints/)
-    layers.add_layer_split     sum_{s,r} x = k_total;  rec => x >= 1;  x <= k_hi * rec
-    memory.add_memory          x[L,s,r] <= kmax[L,s,r] * rec[L,s,r]   (peak memory fits)
+    layers.add_layer_split     sum_{s,r} x = k_total use;  rec <= x <= k_hi rec
+    memory.add_memory          x[L,s,r] <= kmax[L,s,r] rec[L,s,r]   (peak memory fits)
     schedule.add_schedule      t[L,s] = sum_r T1_r x + T0_{s,r} rec;  tmax >= t[L,s]
-                               e[L,s] >= sum_r E1_r x + E0_{s,r} rec, e >= 0;  dpmax >= e
-                               omax >= O1 k[L,s] + O0_s
+                               dpmax >= sum_r E1_r x + E0_{s,r} rec, dpmax >= 0
+                               omax >= O1 k[L,s] + O0_s use
 Objective
-    minimise z;  use[L] => z >= 12/vp (vp m tmax + sum_s t[L,s] - tmax) + 12 (dpmax + omax);
-    z >= sum_L LB_L use[L] (the layouts' lower bounds, a valid cut).
-    z / 12 is cost.evaluate's step time: m max_s t_s + (sum_s t_s - max_s t_s)/vp + DP + optimizer.
+    minimise z = sum_L 12/vp (vp m tmax + sum_s t[L,s] - tmax) + 12 (dpmax + omax), with the cut
+    z >= sum_L LB_L use[L] (the layouts' lower bounds). Only the used layout's terms are non-zero,
+    and z / 12 is cost.evaluate's step time: m max_s t_s + (sum_s t_s - max_s t_s)/vp + DP +
+    optimizer. The model is linear (no enforcement literals), so its LP relaxation bounds well.
 Ties are broken by a second solve with z fixed (see solve.py).
 """
 
@@ -88,6 +89,7 @@ def build_model(kept: list[LayoutTables]) -> tuple[cp_model.CpModel, ModelVars]:
     lvs = [_layout_vars(model, i, tab) for i, tab in enumerate(kept)]
     model.AddExactlyOne(lv.use for lv in lvs)
     horizon = 1
+    steps = []
     for lv in lvs:
         add_layer_split(model, lv)
         add_memory(model, lv)
@@ -99,9 +101,9 @@ def build_model(kept: list[LayoutTables]) -> tuple[cp_model.CpModel, ModelVars]:
                    + VP_SCALE * (lv.dpmax + lv.omax))
         horizon = max(horizon, VP_SCALE * (m + plan.pp) * _hi(model, lv.tmax)
                       + VP_SCALE * (_hi(model, lv.dpmax) + _hi(model, lv.omax)))
+        steps.append(lv.step)
     z = model.NewIntVar(0, horizon, "step_ticks_x12")
-    for lv in lvs:
-        model.Add(z >= lv.step).OnlyEnforceIf(lv.use)
+    model.Add(z == sum(steps))
     model.Add(z >= sum(VP_SCALE * lv.ticks.lower_bound * lv.use for lv in lvs))
     model.Minimize(z)
     return model, ModelVars(lvs, z)

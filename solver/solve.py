@@ -204,10 +204,10 @@ def _stage_rules(model: cp_model.CpModel, mv: ModelVars, fixed: Fixed) -> None:
         pp, vp = lv.tables.plan.pp, lv.tables.plan.vp
         if fixed.layers_per_stage is not None:
             for s, n in enumerate(fixed.layers_per_stage):
-                model.Add(lv.k(s) == n // vp)
+                model.Add(lv.k(s) == (n // vp) * lv.use)
         if fixed.recompute is not None and len(fixed.recompute) == pp:
             for s, r in enumerate(fixed.recompute):
-                model.Add(lv.rec[s][r] == 1)
+                model.Add(lv.rec[s][r] == lv.use)
 
 
 def _tie_break(mv: ModelVars, num_layers: int) -> cp_model.LinearExpr:
@@ -230,6 +230,7 @@ def _configure(solver: cp_model.CpSolver, opts: SolverOptions, seconds: float) -
     solver.parameters.random_seed = opts.random_seed
     solver.parameters.relative_gap_limit = opts.relative_gap
     solver.parameters.log_search_progress = opts.log_search_progress
+    solver.parameters.linearization_level = 2  # the model is linear: use its full LP relaxation
 
 
 def _solve_once(kept: list[LayoutTables], graph: LayerGraph, fixed: Fixed, opts: SolverOptions,

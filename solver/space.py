@@ -95,8 +95,10 @@ def _canonical(active_order: tuple[Axis, ...]) -> tuple[Axis, ...]:
     return tuple(a if a is not None else next(it) for a in slots)
 
 
-def _orders(plan: Plan, cluster: Cluster, fixed: Fixed, options: Options) -> list[tuple[Axis, ...]]:
-    """Placements worth searching: one per non-dominated communication profile."""
+def _orders(plan: Plan, cluster: Cluster, fixed: Fixed, options: Options,
+            prune: bool = True) -> list[tuple[Axis, ...]]:
+    """Placements worth searching: one per non-dominated communication profile (all distinct
+    ones when ``prune`` is off)."""
     if fixed.order is not None:
         return [fixed.order]
     if not options.search_placement:
@@ -105,6 +107,11 @@ def _orders(plan: Plan, cluster: Cluster, fixed: Fixed, options: Options) -> lis
     candidates = [_canonical(p) for p in permutations(active)]
     candidates.sort(key=lambda o: [DEFAULT_ORDER.index(a) for a in o])
     profiles = [(o, _comm_profile(cluster, replace(plan, order=o))) for o in candidates]
+    if not prune:
+        distinct: dict[tuple[float, ...], tuple[Axis, ...]] = {}
+        for order, prof in profiles:
+            distinct.setdefault(prof, order)
+        return list(distinct.values())
     kept: list[tuple[tuple[Axis, ...], tuple[float, ...]]] = []
     for order, prof in profiles:
         if any(_dominated(prof, other) for _, other in kept):
@@ -115,8 +122,11 @@ def _orders(plan: Plan, cluster: Cluster, fixed: Fixed, options: Options) -> lis
 
 
 def layouts(spec: ModelSpec, cluster: Cluster, seq_len: int, global_batch: int,
-            fixed: Fixed, options: Options) -> list[Plan]:
-    """Every layout of the space, as Plans whose recompute/layers_per_stage are placeholders."""
+            fixed: Fixed, options: Options, *, prune_dominated: bool = True) -> list[Plan]:
+    """Every layout of the space, as Plans whose recompute/layers_per_stage are placeholders.
+
+    ``prune_dominated=False`` keeps ZeRO-0 and every distinct placement (the exhaustive baseline
+    uses it, so the oracle tests check that the pruning is exact)."""
     n = cluster.num_devices
     out: list[Plan] = []
     cps = [c for c in (1, 2, 4, 8, 16, 32, 64)
@@ -135,19 +145,21 @@ def layouts(spec: ModelSpec, cluster: Cluster, seq_len: int, global_batch: int,
                     continue
                 if global_batch % dp:
                     continue
-                out += _layouts_of(spec, cluster, global_batch, dp, tp, pp, cp, fixed, options)
+                out += _layouts_of(spec, cluster, global_batch, dp, tp, pp, cp, fixed, options,
+                                   prune_dominated)
     return out
 
 
 def _layouts_of(spec: ModelSpec, cluster: Cluster, global_batch: int, dp: int, tp: int, pp: int,
-                cp: int, fixed: Fixed, options: Options) -> list[Plan]:
+                cp: int, fixed: Fixed, options: Options, prune: bool) -> list[Plan]:
     out: list[Plan] = []
     per_replica = global_batch // dp
     mbs = [mb for mb in divisors(per_replica)
            if mb <= options.max_micro_batch and _allowed(mb, fixed.micro_batch)]
     if fixed.micro_batch is not None and fixed.micro_batch not in mbs and per_replica % fixed.micro_batch == 0:
         mbs = [fixed.micro_batch]
-    zeros = [z for z in ((1, 2, 3) if dp * cp > 1 else (0,)) if _allowed(z, fixed.zero)]
+    sharded = (1, 2, 3) if prune else (0, 1, 2, 3)
+    zeros = [z for z in (sharded if dp * cp > 1 else (0,)) if _allowed(z, fixed.zero)]
     if fixed.zero == 0:
         zeros = [0]
     if fixed.zero is not None and not zeros:
@@ -155,7 +167,7 @@ def _layouts_of(spec: ModelSpec, cluster: Cluster, global_batch: int, dp: int, t
     sps = [fixed.sequence_parallel] if fixed.sequence_parallel is not None else [tp > 1]
     base = Plan(dp=dp, tp=tp, pp=pp, cp=cp, micro_batch=1, recompute=(Recompute.NONE,) * pp,
                 layers_per_stage=(1,) * pp)
-    orders = _orders(base, cluster, fixed, options)
+    orders = _orders(base, cluster, fixed, options, prune)
     for mb in mbs:
         m = per_replica // mb
         if pp > 1:

@@ -13,16 +13,16 @@ __all__ = ["add_layer_split"]
 
 
 def add_layer_split(model: cp_model.CpModel, lv: LayoutVars) -> None:
-    """sum_{s,r} x[L,s,r] = layers/vp; exactly one rec per stage; rec => 1 <= x <= k_hi."""
+    """sum_{s,r} x[L,s,r] = (layers/vp) use[L]; sum_r rec[L,s,r] = use[L]; rec <= x <= k_hi rec."""
     tab = lv.tables
-    model.Add(sum(v for xs in lv.x for v in xs.values()) == tab.k_total)
+    model.Add(sum(v for xs in lv.x for v in xs.values()) == tab.k_total * lv.use)
     k_hi = max(tab.k_choices) if tab.k_choices else tab.k_total - (tab.plan.pp - 1)
     for s in range(tab.plan.pp):
-        model.AddExactlyOne(lv.rec[s].values())
+        model.Add(sum(lv.rec[s].values()) == lv.use)
         for r, b in lv.rec[s].items():
             model.Add(lv.x[s][r] >= b)
             model.Add(lv.x[s][r] <= k_hi * b)
         if tab.k_choices and len(tab.k_choices) < k_hi:
-            k = model.NewIntVarFromDomain(cp_model.Domain.FromValues(tab.k_choices),
+            k = model.NewIntVarFromDomain(cp_model.Domain.FromValues([0, *tab.k_choices]),
                                           f"k_{lv.index}_{s}")
             model.Add(k == lv.k(s))

@@ -13,8 +13,8 @@ __all__ = ["add_schedule"]
 
 
 def add_schedule(model: cp_model.CpModel, lv: LayoutVars) -> None:
-    """t = sum_r T1_r x + T0 rec; tmax >= t; e >= sum_r E1_r x + E0 rec, e >= 0; dpmax >= e;
-    omax >= O1 k + O0."""
+    """t = sum_r T1_r x + T0 rec; tmax >= t; dpmax >= sum_r E1_r x + E0 rec, dpmax >= 0;
+    omax >= O1 k + O0 use."""
     tk, pp, i = lv.ticks, lv.tables.plan.pp, lv.index
     k_hi = lv.tables.k_total
 
@@ -33,4 +33,4 @@ def add_schedule(model: cp_model.CpModel, lv: LayoutVars) -> None:
         model.Add(lv.tmax >= t)
         e_lin = sum(tk.dp_per_k[r] * xs[r] + tk.dp_fixed[(s, r)] * rs[r] for r in rs)
         model.Add(lv.dpmax >= e_lin)
-        model.Add(lv.omax >= tk.opt_per_k * lv.k(s) + tk.opt_fixed[s])
+        model.Add(lv.omax >= tk.opt_per_k * lv.k(s) + tk.opt_fixed[s] * lv.use)

@@ -1,0 +1,91 @@
+"""Exhaustive enumeration of the same space: the baseline the oracle tests and benchmarks use.
+
+Every layout (dominated ones included), every layer split in multiples of vp, every recompute
+mode per stage, each scored by cost/ (the terms of a layout are built once, then each plan is
+scored by the same step-time and memory functions ``cost.evaluate`` uses; the winner is re-checked
+by ``cost.evaluate`` itself). Exponential: for small instances only.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+
+from paraplan.cost import Job, Plan, Recompute, evaluate, stage_memory, stage_terms
+from paraplan.cost.evaluate import step_time_s
+from paraplan.graph import LayerGraph
+from paraplan.hardware import Cluster
+from paraplan.solver.space import Fixed, Options, layouts
+
+__all__ = ["Enumeration", "enumerate_plans", "EnumerationBudgetExceeded"]
+
+
+class EnumerationBudgetExceeded(RuntimeError):
+    """The enumeration ran past its time budget."""
+
+
+@dataclass(frozen=True, slots=True)
+class Enumeration:
+    best: Plan | None
+    best_s: float
+    num_plans: int
+    wall_s: float
+
+
+def _splits(num_layers: int, pp: int, vp: int, fixed: Fixed,
+            options: Options) -> Iterator[tuple[int, ...]]:
+    if fixed.layers_per_stage is not None:
+        if len(fixed.layers_per_stage) == pp and all(n % vp == 0 for n in fixed.layers_per_stage):
+            yield fixed.layers_per_stage
+        return
+    if num_layers % vp:
+        return
+    k_total = num_layers // vp
+    if not options.allow_uneven_stages:
+        if k_total % pp == 0:
+            yield (num_layers // pp,) * pp
+        return
+    for cuts in itertools.combinations(range(1, k_total), pp - 1):
+        bounds = (0, *cuts, k_total)
+        yield tuple(vp * (b - a) for a, b in itertools.pairwise(bounds))
+
+
+def _modes(pp: int, fixed: Fixed) -> Iterator[tuple[Recompute, ...]]:
+    if fixed.recompute is not None:
+        if len(fixed.recompute) == pp:
+            yield fixed.recompute
+        elif len(set(fixed.recompute)) == 1:
+            yield (fixed.recompute[0],) * pp
+        return
+    yield from itertools.product(list(Recompute), repeat=pp)
+
+
+def enumerate_plans(graph: LayerGraph, cluster: Cluster, job: Job, fixed: Fixed,
+                    options: Options, budget_s: float = float("inf")) -> Enumeration:
+    """Minimum step time over every plan that fits (ties: first in enumeration order)."""
+    start = time.perf_counter()
+    best, best_s, count = None, float("inf"), 0
+    spec = graph.spec
+    for layout in layouts(spec, cluster, job.seq_len, job.global_batch, fixed, options,
+                          prune_dominated=False):
+        terms = stage_terms(graph, layout, job, cluster)
+        for split in _splits(spec.num_layers, layout.pp, layout.vp, fixed, options):
+            for modes in _modes(layout.pp, fixed):
+                plan = replace(layout, layers_per_stage=split, recompute=modes)
+                count += 1
+                t = replace(terms, plan=plan)
+                fits = all(stage_memory(t, s, split[s], modes[s]).total_bytes <= t.capacity_bytes
+                           for s in range(plan.pp))
+                if fits:
+                    step = step_time_s(t).step_s
+                    if step < best_s:
+                        best, best_s = plan, step
+                if time.perf_counter() - start > budget_s:
+                    raise EnumerationBudgetExceeded(f"over {budget_s} s after {count} plans")
+    if best is not None:  # the public evaluator agrees with the shortcut above
+        b = evaluate(graph, cluster, job, best)
+        if not b.fits or abs(b.step_time_s - best_s) > 1e-9 * best_s:
+            raise AssertionError(f"enumeration shortcut disagrees with evaluate for {best}")
+    return Enumeration(best, best_s, count, time.perf_counter() - start)

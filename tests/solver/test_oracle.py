@@ -1,0 +1,85 @@
+"""Optimal means optimal: on random small instances the CP-SAT objective equals the exhaustive
+minimum over the same space, and the solver says infeasible exactly when enumeration finds nothing.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from paraplan.cost import Axis, Job, Precision, Recompute, evaluate
+from paraplan.graph import Activation, ModelSpec, build_graph
+from paraplan.hardware import build_cluster
+from paraplan.solver import Fixed, NoFitError, NoLayoutError, Options, SolverOptions, solve_instance
+from paraplan.solver.enumerate import enumerate_plans
+from paraplan.solver.scale import tolerance_s
+
+CLUSTERS = [("dgx-a100-40gb", 1), ("dgx-a100-80gb", 2), ("dgx-h100", 4), ("dgx-h100", 8),
+            ("dgx-a100-40gb", 8), ("dgx-h100", 16), ("gb200-nvl72", 4)]
+
+
+def random_instance(rng: random.Random):
+    heads = rng.choice([4, 8, 16])
+    hidden = heads * rng.choice([64, 128, 256, 512])
+    spec = ModelSpec(
+        name="rand", num_layers=rng.randint(2, 6), hidden=hidden,
+        ffn_hidden=hidden * rng.choice([2, 4]), num_heads=heads,
+        num_kv_heads=rng.choice([h for h in (1, 2, 4, heads) if heads % h == 0]),
+        vocab=rng.choice([512, 32000, 128256]),
+        activation=rng.choice(list(Activation)), tied_embeddings=rng.random() < 0.3,
+    )
+    preset, gpus = rng.choice(CLUSTERS)
+    cluster = build_cluster(preset, gpus=gpus)
+    job = Job(seq_len=rng.choice([1024, 4096, 16384, 65536]),
+              global_batch=rng.choice([1, 2, 4, 8, 16]),
+              precision=rng.choice([Precision.BF16, Precision.BF16, Precision.FP8])
+              if preset != "dgx-a100-40gb" and preset != "dgx-a100-80gb" else Precision.BF16)
+    fixed_kw = {}
+    if rng.random() < 0.3:
+        fixed_kw["zero"] = rng.choice([0, 1, 2, 3])
+    if rng.random() < 0.2:
+        fixed_kw["recompute"] = (rng.choice(list(Recompute)),)
+    if rng.random() < 0.2:
+        fixed_kw["tp"] = rng.choice([1, 2])
+    if rng.random() < 0.15:
+        fixed_kw["order"] = (Axis.DP, Axis.TP, Axis.CP, Axis.PP)
+    options = Options(allow_uneven_stages=rng.random() < 0.8, search_placement=rng.random() < 0.7,
+                      max_micro_batch=2, max_vp=2)
+    return build_graph(spec), cluster, job, Fixed(**fixed_kw), options
+
+
+def check_instance(seed: int) -> str:
+    rng = random.Random(seed)
+    graph, cluster, job, fixed, options = random_instance(rng)
+    truth = enumerate_plans(graph, cluster, job, fixed, options)
+    opts = SolverOptions(time_limit_s=60, num_workers=1, random_seed=0)
+    if truth.best is None:
+        with pytest.raises((NoFitError, NoLayoutError)):
+            solve_instance(graph, cluster, job, fixed, options, opts)
+        return "infeasible"
+    out = solve_instance(graph, cluster, job, fixed, options, opts)
+    assert out.status == "OPTIMAL"
+    sol = out.solutions[0]
+    b = evaluate(graph, cluster, job, sol.plan)
+    k_total = graph.spec.num_layers // sol.plan.vp
+    tol = tolerance_s(b.num_micro_batches, sol.plan.pp, k_total)
+    assert b.fits
+    assert abs(b.step_time_s - sol.objective_s) <= tol
+    assert b.step_time_s == pytest.approx(truth.best_s, rel=1e-6, abs=2 * tol), (
+        f"seed {seed}: solver {sol.plan} {b.step_time_s} vs enumeration {truth.best} {truth.best_s}"
+    )
+    assert out.bound_s <= truth.best_s + 2 * tol
+    return "optimal"
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_solver_matches_enumeration_quick(seed: int) -> None:
+    check_instance(seed)
+
+
+@pytest.mark.slow
+def test_solver_matches_enumeration_on_200_instances() -> None:
+    outcomes = [check_instance(seed) for seed in range(1000, 1200)]
+    assert outcomes.count("optimal") > 100  # the generator must exercise both outcomes
+    assert outcomes.count("infeasible") >= 1
