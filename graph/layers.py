@@ -10,6 +10,7 @@ arXiv:2205.05198, Sec. 4).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from enum import StrEnum
 
 import networkx as nx
@@ -73,16 +74,24 @@ class Layer:
         return sum(g.flops_per_token for g in self.gemms)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class LayerGraph:
     spec: ModelSpec
     graph: nx.DiGraph
 
+    @cached_property
+    def _ordered(self) -> tuple[Layer, ...]:
+        return tuple(self.graph.nodes[n]["layer"] for n in nx.topological_sort(self.graph))
+
     def layers(self) -> list[Layer]:
-        return [self.graph.nodes[n]["layer"] for n in nx.topological_sort(self.graph)]
+        """Layers in execution order (a topological order of the graph)."""
+        return list(self._ordered)
 
     def block_layers(self, block: int) -> list[Layer]:
-        return [ly for ly in self.layers() if ly.block == block]
+        return [ly for ly in self._ordered if ly.block == block]
+
+    def layer(self, name: str) -> Layer:
+        return self.graph.nodes[name]["layer"]
 
     @property
     def num_blocks(self) -> int:
