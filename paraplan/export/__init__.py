@@ -37,7 +37,7 @@ __all__ = [
     "export", "export_text", "write_exports", "load_result", "context", "to_cost_plan",
     "plan_summary", "header_lines", "enforce", "effective_order", "order_matches",
     "order_fixes", "recompute_fixes", "regroup", "repair", "uniform_recompute", "comment_block",
-    "first_refusal",
+    "first_refusal", "check_dense_model", "micro_batch_repairs",
 ]
 
 MAX_REPAIR_DEPTH = 3  # rule repairs chained when searching the nearest expressible plan
@@ -249,7 +249,28 @@ def recompute_fixes(draft: Draft, modes: Iterable[Recompute] | None = None) -> t
     )
 
 
+def micro_batch_repairs(draft: Draft, global_batch: int,
+                        also: Callable[[int], bool] = lambda n: True) -> tuple[Fix, ...]:
+    """The largest smaller micro-batch that divides global_batch / dp (and passes ``also``,
+    given the resulting micro-batch count)."""
+    p = draft.plan
+    for mb in range(p.micro_batch - 1, 0, -1):
+        if global_batch % (mb * p.dp) == 0 and also(global_batch // (mb * p.dp)):
+            return repair(f"micro_batch -> {mb}", draft, replace(p, micro_batch=mb))
+    return ()
+
+
+def check_dense_model(ctx: ExportContext, draft: Draft) -> Refusal | None:
+    """Expert parallelism needs experts; paraplan's model specs are dense."""
+    if draft.plan.ep == 1:
+        return None
+    return Refusal(f"plan.ep={draft.plan.ep} needs a mixture-of-experts model (num_experts % ep "
+                   f"== 0) but {ctx.spec.name} is dense",
+                   repair("ep -> 1", draft, replace(draft.plan, ep=1)))
+
+
 def first_refusal(ctx: ExportContext, draft: Draft, rules: Sequence[Rule]) -> Refusal | None:
+    """The first rule that refuses ``draft``, or None when all pass."""
     for rule in rules:
         refusal = rule(ctx, draft)
         if refusal is not None:
@@ -283,9 +304,27 @@ def _expressible(ctx: ExportContext, refusal: Refusal, rules: Sequence[Rule]) ->
             else:
                 following += [(changes + (f.change,), f.draft) for f in again.fixes]
         if found:
-            return found
+            return found + _memory_rescue(ctx, found, rules)
         frontier = following
     return []
+
+
+def _memory_rescue(ctx: ExportContext, found: list[_Candidate],
+                   rules: Sequence[Rule]) -> list[_Candidate]:
+    """When no candidate fits memory, the same candidates with full recompute on every stage."""
+    if any(c.result.predicted.fits_memory for c in found):
+        return []
+    rescued = []
+    for c in found:
+        plan = c.draft.plan
+        if set(plan.recompute) == {Recompute.FULL}:
+            continue
+        draft = replace(c.draft, plan=replace(plan, recompute=(Recompute.FULL,) * plan.pp))
+        scored = ctx.score(draft)
+        if scored is not None and first_refusal(ctx, draft, rules) is None:
+            rescued.append(_Candidate(c.changes + ("recompute -> full to fit memory",), draft,
+                                      scored))
+    return rescued
 
 
 def _nearest_text(ctx: ExportContext, framework: str, candidates: list[_Candidate]) -> str:
@@ -340,6 +379,7 @@ def header_lines(ctx: ExportContext, framework: str) -> list[str]:
 
 
 def comment_block(lines: Iterable[str], prefix: str = "# ") -> str:
+    """``lines`` as comment lines (trailing spaces stripped)."""
     return "\n".join(f"{prefix}{line}".rstrip() for line in lines)
 
 

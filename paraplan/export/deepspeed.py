@@ -30,8 +30,10 @@ from paraplan.export import (
     Draft,
     ExportContext,
     Refusal,
+    check_dense_model,
     enforce,
     header_lines,
+    micro_batch_repairs,
     order_fixes,
     order_matches,
     recompute_fixes,
@@ -111,22 +113,14 @@ def balanced_split(num_layers: int, pp: int) -> tuple[int, ...]:
 # --------------------------------------------------------------------------- rules
 
 
-def check_dense_model(ctx: ExportContext, draft: Draft) -> Refusal | None:
-    if draft.plan.ep == 1:
-        return None
-    return Refusal(f"plan.ep={draft.plan.ep} needs a mixture-of-experts model; {ctx.spec.name} "
-                   "is dense", repair("ep -> 1", draft, replace(draft.plan, ep=1)))
-
-
 def check_batch_rule(ctx: ExportContext, draft: Draft) -> Refusal | None:
     """train_batch_size == train_micro_batch_size_per_gpu x gradient_accumulation_steps x dp."""
     p, gb = draft.plan, ctx.inst.job.global_batch
     if gb % (p.micro_batch * p.dp) == 0:
         return None
-    fixes = sum((repair(f"micro_batch -> {m}", draft, replace(p, micro_batch=m))
-                 for m in range(p.micro_batch - 1, 0, -1) if gb % (m * p.dp) == 0), ())
     return Refusal(f"train_batch_size={gb} must equal micro_batch x gradient_accumulation_steps x "
-                   f"dp, and {gb} is not a multiple of {p.micro_batch}*{p.dp}", fixes[:1])
+                   f"dp, and {gb} is not a multiple of {p.micro_batch}*{p.dp}",
+                   micro_batch_repairs(draft, gb))
 
 
 def check_pipeline_zero(ctx: ExportContext, draft: Draft) -> Refusal | None:
@@ -141,6 +135,7 @@ def check_pipeline_zero(ctx: ExportContext, draft: Draft) -> Refusal | None:
 
 
 def check_no_interleaving(ctx: ExportContext, draft: Draft) -> Refusal | None:
+    """PipelineModule has one stage per pipeline rank: no virtual stages."""
     if draft.plan.vp == 1:
         return None
     return Refusal(f"plan.vp={draft.plan.vp}: DeepSpeed pipelines have no interleaved "
@@ -201,6 +196,7 @@ def check_ulysses(ctx: ExportContext, draft: Draft) -> Refusal | None:
 
 
 def check_rank_order(ctx: ExportContext, draft: Draft) -> Refusal | None:
+    """ProcessTopology(['pipe', 'data', 'model']): tp innermost, then dp, then pp."""
     if order_matches(draft.plan, ORDER):
         return None
     order = "-".join(a.value for a in draft.plan.order)
@@ -238,8 +234,9 @@ def _notes(ctx: ExportContext) -> list[str]:
             f"build the model as PipelineModule(layers={LAYER_LIST}, num_stages={p.pp}, "
             f"partition_method='{BLOCK_PARTITION}', activation_checkpoint_interval="
             f"{_pipeline_section(ctx)[KEYS['pipeline']][KEYS['checkpoint_interval']]}): "
-            f"blocks per stage {list(p.layers_per_stage)}; use PipeModelDataParallelTopology("
-            f"num_pp={p.pp}, num_mp={p.tp}, num_dp={p.dp}) for tp > 1")
+            f"blocks per stage {list(p.layers_per_stage)}"
+            + (f"; topology=PipeModelDataParallelTopology(num_pp={p.pp}, num_mp={p.tp}, "
+               f"num_dp={p.dp})" if p.tp > 1 else ""))
     elif uniform_recompute(p) is Recompute.FULL:
         notes.append("full recompute: wrap every transformer block with "
                      "deepspeed.checkpointing.checkpoint")
@@ -284,4 +281,5 @@ def deepspeed_config(ctx: ExportContext) -> dict[str, Any]:
 
 
 def render(ctx: ExportContext) -> str:
+    """``deepspeed.json``: the config with the plan summary under ``_paraplan``."""
     return json.dumps(deepspeed_config(ctx), indent=2) + "\n"

@@ -7,9 +7,10 @@ stay inside a node until the product of degrees reaches the node's device count;
 straddles the boundary is split into an ICI part and a DCN part, and the rest are DCN only.
 
 Mapping: dp -> ``data`` (ZeRO-0; ZeRO-1 adds ``shard_optimizer_over_data``) or ``fsdp`` (ZeRO-3);
-pp -> ``stage`` with ``num_pipeline_repeats`` = vp (circular pipeline); cp -> ``context``;
-tp -> ``tensor``. MaxText's mesh order (``mesh_axes``: data, stage, fsdp, ..., context, ...,
-tensor) fixes the rank order: innermost tensor, context, fsdp, stage, data.
+pp -> ``stage`` (keys ``ici/dcn_pipeline_parallelism``) with ``num_pipeline_repeats`` = vp
+(circular pipeline); cp -> ``context``; tp -> ``tensor``. MaxText's mesh order (``mesh_axes``:
+data, stage, fsdp, ..., context, ..., tensor) fixes the rank order: innermost tensor, context,
+fsdp, stage, data.
 
 Rules enforced: ICI products equal the devices per node and DCN products the node count (checked
 by MaxText only at mesh creation); stages x repeats x layers per stage == layers (uniform stages
@@ -31,9 +32,11 @@ from paraplan.export import (
     ExportContext,
     Fix,
     Refusal,
+    check_dense_model,
     comment_block,
     enforce,
     header_lines,
+    micro_batch_repairs,
     order_fixes,
     order_matches,
     recompute_fixes,
@@ -111,13 +114,6 @@ def mesh_split(plan: Plan, devices_per_node: int, num_nodes: int) -> dict[Axis, 
 # --------------------------------------------------------------------------- rules
 
 
-def check_dense_model(ctx: ExportContext, draft: Draft) -> Refusal | None:
-    if draft.plan.ep == 1:
-        return None
-    return Refusal(f"plan.ep={draft.plan.ep} needs a mixture-of-experts model; {ctx.spec.name} "
-                   "is dense", repair("ep -> 1", draft, replace(draft.plan, ep=1)))
-
-
 def check_zero(ctx: ExportContext, draft: Draft) -> Refusal | None:
     """ZeRO-1 = shard_optimizer_over_data; ZeRO-3 = fsdp axis; nothing shards gradients only."""
     p = draft.plan
@@ -154,15 +150,12 @@ def check_pipeline_micro_batches(ctx: ExportContext, draft: Draft) -> Refusal | 
     n = gb // (p.micro_batch * p.dp)
     if n % p.pp == 0:
         return None
-    fixes: tuple[Fix, ...] = sum(
-        (repair(f"micro_batch -> {mb}", draft, replace(p, micro_batch=mb))
-         for mb in range(p.micro_batch - 1, 0, -1)
-         if gb % (mb * p.dp) == 0 and (gb // (mb * p.dp)) % p.pp == 0), ())
     return Refusal(f"num_pipeline_microbatches={n} must be a multiple of the pp={p.pp} stages",
-                   fixes[:1])
+                   micro_batch_repairs(draft, gb, lambda count: count % p.pp == 0))
 
 
 def check_uniform_recompute(ctx: ExportContext, draft: Draft) -> Refusal | None:
+    """One remat_policy for every layer."""
     if uniform_recompute(draft.plan) is not None:
         return None
     modes = [r.value for r in draft.plan.recompute]
@@ -171,6 +164,7 @@ def check_uniform_recompute(ctx: ExportContext, draft: Draft) -> Refusal | None:
 
 
 def check_rank_order(ctx: ExportContext, draft: Draft) -> Refusal | None:
+    """The plan's order must be mesh_axes' order (tensor, context, fsdp|stage, stage|data)."""
     order = maxtext_order(draft.plan)
     if order_matches(draft.plan, order):
         return None
@@ -275,6 +269,7 @@ def _notes(ctx: ExportContext) -> list[str]:
 
 
 def render(ctx: ExportContext) -> str:
+    """``maxtext.yaml``: header comments, then the config over base.yml."""
     config = maxtext_config(ctx)
     body = yaml.safe_dump(config, sort_keys=False, default_flow_style=False)
     return comment_block(header_lines(ctx, FRAMEWORK) + _notes(ctx)) + "\n" + body

@@ -30,6 +30,7 @@ from paraplan.export import (
     comment_block,
     enforce,
     header_lines,
+    micro_batch_repairs,
     order_fixes,
     order_matches,
     recompute_fixes,
@@ -50,7 +51,7 @@ FLAGS: dict[str, str] = {
     "heads": "--num-attention-heads", "gqa": "--group-query-attention",
     "kv_heads": "--num-query-groups", "head_dim": "--kv-channels", "seq_len": "--seq-length",
     "max_positions": "--max-position-embeddings", "norm": "--normalization",
-    "swiglu": "--swiglu", "relu2": "--squared-relu",
+    "swiglu": "--swiglu", "relu2": "--squared-relu", "no_gelu_fusion": "--no-bias-gelu-fusion",
     "untied": "--untie-embeddings-and-output-weights",
     "hidden_dropout": "--hidden-dropout", "attention_dropout": "--attention-dropout",
     # parallelism
@@ -133,10 +134,9 @@ def check_batch_divides(ctx: ExportContext, draft: Draft) -> Refusal | None:
     p, gb = draft.plan, ctx.inst.job.global_batch
     if gb % (p.micro_batch * p.dp) == 0:
         return None
-    fixes = sum((repair(f"micro_batch -> {m}", draft, replace(p, micro_batch=m))
-                 for m in range(p.micro_batch - 1, 0, -1) if gb % (m * p.dp) == 0), ())
     return Refusal(f"job.global_batch={gb} must be divisible by micro_batch*dp = "
-                   f"{p.micro_batch}*{p.dp} (global-batch-size rule)", fixes[:1])
+                   f"{p.micro_batch}*{p.dp} (global-batch-size rule)",
+                   micro_batch_repairs(draft, gb))
 
 
 def check_tensor_split(ctx: ExportContext, draft: Draft) -> Refusal | None:
@@ -257,6 +257,7 @@ def pipeline_layout(plan: Plan) -> str:
 
 
 def pipeline_args(plan: Plan) -> list[tuple[str, object]]:
+    """(concept, value) pairs of the pipeline split: even, first/last, or an explicit layout."""
     split = plan.layers_per_stage
     args: list[tuple[str, object]] = [("pp", plan.pp)] if plan.pp > 1 else []
     if plan.pp == 1:
@@ -326,6 +327,8 @@ def _model_args(ctx: ExportContext) -> list[tuple[str, object]]:
     args += [("seq_len", job.seq_len), ("max_positions", job.seq_len), ("norm", NORMS[s.norm])]
     if s.activation.value in ACTIVATION_FLAGS:
         args.append((ACTIVATION_FLAGS[s.activation.value], None))
+    if s.activation.value == "relu2":
+        args.append(("no_gelu_fusion", None))  # the fused bias-activation kernel is gelu/swiglu
     if not s.tied_embeddings:
         args.append(("untied", None))
     if not s.dropout:

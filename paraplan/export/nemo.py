@@ -113,10 +113,10 @@ def settings(ctx: ExportContext) -> list[tuple[str, object]]:
         out += [("recompute", "full"), ("recompute_method", method),
                 ("recompute_layers", int(layers))]
     out += [("seq_len", job.seq_len), ("micro_batch", p.micro_batch),
-            ("global_batch", job.global_batch), ("distributed_optimizer", p.zero >= 1),
-            ("fsdp", p.zero >= 2)]
+            ("global_batch", job.global_batch), ("distributed_optimizer", p.zero >= 1)]
     if p.zero >= 2:
-        out += [("fsdp_strategy", mg.FSDP_STRATEGIES[p.zero]), ("ckpt_format", mg.FSDP_CKPT_FORMAT)]
+        out += [("fsdp", True), ("fsdp_strategy", mg.FSDP_STRATEGIES[p.zero]),
+                ("ckpt_format", mg.FSDP_CKPT_FORMAT)]
     overlap = job.overlap_dp_comm and p.dp * p.cp > 1
     out += [("overlap_grad_reduce", overlap), ("overlap_param_gather", overlap and p.zero >= 1),
             ("fp32_grads", job.fp32_grads)]
@@ -127,10 +127,12 @@ def settings(ctx: ExportContext) -> list[tuple[str, object]]:
 
 
 def bridge_overrides(ctx: ExportContext) -> dict[str, object]:
+    """Megatron-Bridge ConfigContainer path -> value."""
     return {BRIDGE_PATHS[k]: v for k, v in settings(ctx)}
 
 
 def nemo2_overrides(ctx: ExportContext) -> dict[str, object]:
+    """NeMo 2 recipe path -> value (precision goes in a trainer plugin instead)."""
     return {NEMO2_PATHS[k]: v for k, v in settings(ctx) if k in NEMO2_PATHS}
 
 
@@ -173,6 +175,7 @@ if __name__ == "__main__":
 
 
 def render(ctx: ExportContext) -> str:
+    """``nemo.py``: docstring header, the two override tables, ``apply`` and Hydra printing."""
     bridge = bridge_overrides(ctx)
     nemo2 = nemo2_overrides(ctx)
     notes = [

@@ -21,6 +21,7 @@ from paraplan.export import (
     Draft,
     ExportContext,
     Refusal,
+    check_dense_model,
     comment_block,
     enforce,
     header_lines,
@@ -50,14 +51,8 @@ def virtual_stage_layers(layers_per_stage: tuple[int, ...], vp: int) -> list[int
 # --------------------------------------------------------------------------- rules
 
 
-def check_dense_model(ctx: ExportContext, draft: Draft) -> Refusal | None:
-    if draft.plan.ep == 1:
-        return None
-    return Refusal(f"plan.ep={draft.plan.ep} needs a mixture-of-experts model; {ctx.spec.name} "
-                   "is dense", repair("ep -> 1", draft, replace(draft.plan, ep=1)))
-
-
 def check_no_context_parallel(ctx: ExportContext, draft: Draft) -> Refusal | None:
+    """The script's mesh has no cp dimension."""
     if draft.plan.cp == 1:
         return None
     return Refusal(f"plan.cp={draft.plan.cp}: the PyTorch-native script has no context "
@@ -66,6 +61,7 @@ def check_no_context_parallel(ctx: ExportContext, draft: Draft) -> Refusal | Non
 
 
 def check_uniform_recompute(ctx: ExportContext, draft: Draft) -> Refusal | None:
+    """The script takes one recompute mode for every block."""
     if uniform_recompute(draft.plan) is not None:
         return None
     modes = [r.value for r in draft.plan.recompute]
@@ -89,6 +85,7 @@ def check_schedule(ctx: ExportContext, draft: Draft) -> Refusal | None:
 
 
 def check_rank_order(ctx: ExportContext, draft: Draft) -> Refusal | None:
+    """Mesh (pp, dp, tp): tp innermost, then dp, then pp."""
     if order_matches(draft.plan, ORDER):
         return None
     return Refusal(f"plan.order={'-'.join(a.value for a in draft.plan.order)}: the script's mesh "
@@ -133,6 +130,7 @@ RULES = (check_dense_model, check_no_context_parallel, check_uniform_recompute, 
 
 
 def render(ctx: ExportContext) -> str:
+    """``torch_plan.py``: header comments, then the runnable script."""
     enforce(ctx, FRAMEWORK, RULES)
     p = ctx.plan
     script = _script(ctx, Draft(p, ctx.precision))

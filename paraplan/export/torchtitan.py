@@ -31,9 +31,11 @@ from paraplan.export import (
     ExportContext,
     Fix,
     Refusal,
+    check_dense_model,
     comment_block,
     enforce,
     header_lines,
+    micro_batch_repairs,
     order_fixes,
     order_matches,
     recompute_fixes,
@@ -92,23 +94,13 @@ def _num_micro_batches(ctx: ExportContext, draft: Draft) -> int:
     return ctx.inst.job.global_batch // (p.micro_batch * p.dp)
 
 
-def check_dense_model(ctx: ExportContext, draft: Draft) -> Refusal | None:
-    if draft.plan.ep == 1:
-        return None
-    return Refusal(f"plan.ep={draft.plan.ep} needs a mixture-of-experts model; {ctx.spec.name} "
-                   "is dense", repair("ep -> 1", draft, replace(draft.plan, ep=1)))
-
-
 def check_batch(ctx: ExportContext, draft: Draft) -> Refusal | None:
     """global_batch_size % (local_batch_size x dp) == 0 (trainer)."""
     p, gb = draft.plan, ctx.inst.job.global_batch
     if gb % (p.micro_batch * p.dp) == 0:
         return None
-    fixes: tuple[Fix, ...] = sum((repair(f"micro_batch -> {m}", draft, replace(p, micro_batch=m))
-                                  for m in range(p.micro_batch - 1, 0, -1)
-                                  if gb % (m * p.dp) == 0), ())
     return Refusal(f"training.global_batch_size={gb} must be divisible by local batch x dp = "
-                   f"{p.micro_batch}*{p.dp}", fixes[:1])
+                   f"{p.micro_batch}*{p.dp}", micro_batch_repairs(draft, gb))
 
 
 def check_schedule(ctx: ExportContext, draft: Draft) -> Refusal | None:
@@ -128,6 +120,7 @@ def check_schedule(ctx: ExportContext, draft: Draft) -> Refusal | None:
 
 
 def check_uniform_recompute(ctx: ExportContext, draft: Draft) -> Refusal | None:
+    """One activation-checkpoint subcommand for the whole model."""
     if uniform_recompute(draft.plan) is not None:
         return None
     modes = [r.value for r in draft.plan.recompute]
@@ -136,6 +129,7 @@ def check_uniform_recompute(ctx: ExportContext, draft: Draft) -> Refusal | None:
 
 
 def check_context_split(ctx: ExportContext, draft: Draft) -> Refusal | None:
+    """The head-tail load balancer cuts the sequence into 2 x cp chunks."""
     cp, seq = draft.plan.cp, ctx.inst.job.seq_len
     if cp == 1 or seq % (2 * cp) == 0:
         return None
@@ -154,6 +148,7 @@ def check_precision(ctx: ExportContext, draft: Draft) -> Refusal | None:
 
 
 def check_rank_order(ctx: ExportContext, draft: Draft) -> Refusal | None:
+    """Mesh [pp, dp_replicate, dp_shard, cp, tp]: tp-cp-dp-pp innermost first."""
     if order_matches(draft.plan, ORDER):
         return None
     order = "-".join(a.value for a in draft.plan.order)
@@ -263,6 +258,7 @@ def _argv_lines(argv: list[str]) -> list[str]:
 
 
 def render(ctx: ExportContext) -> str:
+    """``torchtitan.sh``: header comments and the torchrun line, one flag per line."""
     argv = torchtitan_args(ctx)
     launch = [f"torchrun --nnodes {ctx.cluster.num_nodes} --nproc-per-node "
               f"{ctx.cluster.devices_per_node}",

@@ -210,4 +210,5 @@ def build_trace(ctx: ExportContext) -> dict[str, Any]:
 
 
 def render(ctx: ExportContext) -> str:
+    """``trace.json``: the trace-event object, one event per line."""
     return json.dumps(build_trace(ctx), indent=1) + "\n"

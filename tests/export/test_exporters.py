@@ -278,6 +278,16 @@ def test_deepspeed_balanced_split_puts_extra_blocks_first() -> None:
     assert balanced_split(126, 4) == (32, 32, 31, 31)
 
 
+def test_nearest_plan_recomputes_to_fit_memory_when_the_repairs_alone_do_not() -> None:
+    scenario = {"model": {"preset": "llama3-70b"}, "cluster": {"preset": "dgx-h100", "nodes": 8},
+                "job": {"seq_len": 8192, "global_batch": 128, "precision": "bf16"}}
+    res = result(scenario, dp=4, tp=2, pp=4, cp=2, vp=4, micro_batch=1, zero=3,
+                 recompute="none")
+    message = refusal(res, "deepspeed")
+    assert_names_nearest_plan(message)
+    assert "does NOT fit" not in message
+
+
 # --------------------------------------------------------------------------- torchtitan
 
 
@@ -570,7 +580,7 @@ def test_cli_plan_export_writes_files(tmp_path: Path, capsys: pytest.CaptureFixt
     scenario.write_text(yaml.safe_dump({
         "model": {"preset": "llama3-8b"}, "cluster": {"preset": "dgx-h100", "nodes": 1},
         "job": {"seq_len": 2048, "global_batch": 32, "precision": "bf16"}}))
-    code = main(["plan", str(scenario), "--json", "--time-limit", "20",
+    code = main(["plan", str(scenario), "--json", "--time-limit", "10",
                  "--export", "megatron,torchtitan", "--out", str(tmp_path / "o")])
     assert code in (0, 4)  # 4: a target refused the plan it found; the rest is still written
     assert (tmp_path / "o" / "trace.json").exists()
