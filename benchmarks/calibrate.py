@@ -29,7 +29,7 @@ eff_module = importlib.import_module("paraplan.hardware.efficiency")
 PARAMS = ("gemm_bf16", "gemm_fp8", "attention", "kernel_overhead_us")
 STEPS = {"gemm_bf16": 0.02, "gemm_fp8": 0.02, "attention": 0.04, "kernel_overhead_us": 2.0}
 BOUNDS = {"gemm_bf16": (0.3, 0.95), "gemm_fp8": (0.25, 0.95), "attention": (0.15, 0.9),
-          "kernel_overhead_us": (0.0, 60.0)}
+          "kernel_overhead_us": (0.0, 20.0)}
 
 
 def _generation(case: Case) -> str:

@@ -11,8 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from paraplan.cost.comm import group_span, p2p_s
-from paraplan.cost.compute import ACTIVATION_BYTES, LayerTime, tokens_per_device
-from paraplan.cost.compute import BACKWARD_ATTENTION_FACTOR
+from paraplan.cost.compute import (
+    ACTIVATION_BYTES,
+    BACKWARD_ATTENTION_FACTOR,
+    LayerTime,
+    tokens_per_device,
+)
 from paraplan.cost.plan import Axis, Job, Plan
 from paraplan.hardware import Cluster
 

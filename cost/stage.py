@@ -15,10 +15,10 @@ from paraplan.cost.compute import LayerTime, layer_forward
 from paraplan.cost.cp import cp_layer_comm
 from paraplan.cost.dp import (
     OPTIMIZER_STEP_BYTES_PER_PARAM,
-    shard_degree,
     grad_sync_s,
-    zero3_gather_s,
     micro_batch_reduce_s,
+    shard_degree,
+    zero3_gather_s,
 )
 from paraplan.cost.plan import Job, Plan, Recompute
 from paraplan.cost.pp import p2p_per_micro_batch_s

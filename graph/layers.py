@@ -10,11 +10,10 @@ arXiv:2205.05198, Sec. 4).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import cached_property
 from enum import StrEnum
+from functools import cached_property
 
 import networkx as nx
-
 from paraplan.graph.spec import ModelSpec
 
 __all__ = ["LayerKind", "Gemm", "Layer", "LayerGraph", "build_graph"]

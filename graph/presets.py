@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
 from paraplan.graph.spec import Activation, ModelSpec
 
 __all__ = ["preset_names", "preset", "from_hf_config", "from_fields"]

@@ -26,6 +26,7 @@ __all__ = [
 ]
 
 GB_BYTES = 1e9
+GIB_BYTES = 2**30
 TFLOPS = 1e12
 US_S = 1e-6
 
@@ -109,7 +110,8 @@ def accelerator(key: str) -> Accelerator:
         name=a["name"],
         generation=a["generation"],
         peak_flops_per_s={k: float(v) * TFLOPS for k, v in a["peak_tflops"].items()},
-        hbm_bytes=float(a["hbm_GB"]) * GB_BYTES,
+        hbm_bytes=(float(a["hbm_GiB"]) * GIB_BYTES if "hbm_GiB" in a
+                   else float(a["hbm_GB"]) * GB_BYTES),
         hbm_bytes_per_s=float(a["hbm_TBps"]) * 1e12,
     )
 

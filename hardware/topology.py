@@ -10,8 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import networkx as nx
-
-from paraplan.hardware.catalog import Accelerator, LinkSpec, fabric, node_type, fabric_names
+from paraplan.hardware.catalog import Accelerator, LinkSpec, fabric, fabric_names, node_type
 
 __all__ = ["Tier", "Cluster", "build_cluster", "topology_graph"]
 

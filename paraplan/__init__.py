@@ -5,6 +5,7 @@
     print(result.plan, result.predicted.step_time_s, result.solver.status)
 """
 
+from paraplan import export
 from paraplan.api import evaluate, load_scenario, paraplan_version, solve
 from paraplan.errors import (
     ConfigError,
@@ -27,6 +28,7 @@ __all__ = [
     "Scenario",
     "SolveTimeout",
     "evaluate",
+    "export",
     "load_scenario",
     "solve",
 ]

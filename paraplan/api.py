@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from collections.abc import Callable
 from typing import Any
 
-from paraplan.cost import Plan, evaluate as cost_evaluate
+from paraplan.cost import Plan
+from paraplan.cost import evaluate as cost_evaluate
 from paraplan.errors import ConfigError, InfeasibleError, SolveTimeout
+from paraplan.explain import explain, summary
 from paraplan.instance import Instance, build_instance, fixed_plan
 from paraplan.report import gib
-from paraplan.explain import explain, summary
 from paraplan.result import Result, SolverOut, plan_out, predicted_out
 from paraplan.schema import Scenario, load_scenario
 from paraplan.solver import Fixed, NoFitError, NoLayoutError, Options, SolverOptions, solve_instance

@@ -28,7 +28,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ortools.sat.python import cp_model
-
 from paraplan.cost import Recompute
 from paraplan.solver.constraints.layers import add_layer_split
 from paraplan.solver.constraints.memory import add_memory

@@ -20,7 +20,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from ortools.sat.python import cp_model
-
 from paraplan.cost import DEFAULT_ORDER, Job, Plan, Recompute, evaluate, stage_memory, stage_terms
 from paraplan.cost.pp import pipeline_lower_bound_s
 from paraplan.cost.stage import StageTerms, compute_floor_s, retarget

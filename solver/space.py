@@ -156,8 +156,9 @@ def _layouts_of(spec: ModelSpec, cluster: Cluster, global_batch: int, dp: int, t
     per_replica = global_batch // dp
     mbs = [mb for mb in divisors(per_replica)
            if mb <= options.max_micro_batch and _allowed(mb, fixed.micro_batch)]
-    if fixed.micro_batch is not None and fixed.micro_batch not in mbs and per_replica % fixed.micro_batch == 0:
-        mbs = [fixed.micro_batch]
+    fixed_mb = fixed.micro_batch
+    if fixed_mb is not None and fixed_mb not in mbs and per_replica % fixed_mb == 0:
+        mbs = [fixed_mb]  # a fixed micro-batch above solver.max_micro_batch is still allowed
     sharded = (1, 2, 3) if prune else (0, 1, 2, 3)
     zeros = [z for z in (sharded if dp * cp > 1 else (0,)) if _allowed(z, fixed.zero)]
     if fixed.zero == 0:

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import importlib
 import json
+import sys
+import types
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -465,3 +467,14 @@ def load_result(path: str | Path) -> Result:
             f"{p}: not a paraplan result ({len(e.errors())} problems: {'; '.join(problems)}); "
             "write one with `paraplan plan SCENARIO --json > RESULT.json`"
         ) from None
+
+
+class _CallableModule(types.ModuleType):
+    """Lets ``paraplan.export(result, "megatron")`` work while ``paraplan.export`` stays the
+    package of exporters (the API the planner issue names)."""
+
+    def __call__(self, result: Result, name: str) -> str:
+        return export(result, name)
+
+
+sys.modules[__name__].__class__ = _CallableModule

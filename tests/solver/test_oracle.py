@@ -7,7 +7,6 @@ from __future__ import annotations
 import random
 
 import pytest
-
 from paraplan.cost import Axis, Job, Precision, Recompute, evaluate
 from paraplan.graph import Activation, ModelSpec, build_graph
 from paraplan.hardware import build_cluster

@@ -1,0 +1,85 @@
+"""The command line: readable by default, one JSON object with --json, exit codes, no tracebacks."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from paraplan.cli import build_parser
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "llama3-70b-h100.yaml"
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "paraplan.cli", *args], capture_output=True,
+                          text=True, cwd=ROOT, timeout=300)
+
+
+def test_allowed_flags_are_the_documented_ones() -> None:
+    # adding a flag means updating this list (STYLE.md Sec. 6)
+    parser = build_parser()
+    sub = parser._subparsers._group_actions[0].choices  # noqa: SLF001
+    flags = {name: sorted(o for a in p._actions for o in a.option_strings)  # noqa: SLF001
+             for name, p in sub.items()}
+    assert flags == {
+        "evaluate": ["--help", "--json", "-h"],
+        "plan": ["--export", "--help", "--json", "--out", "--seed", "--time-limit", "--top",
+                 "--workers", "-h"],
+        "export": ["--help", "--out", "--to", "-h"],
+    }
+
+
+def test_evaluate_json_is_one_object() -> None:
+    r = run("evaluate", str(EXAMPLE), "--json")
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert data["plan"]["tp"] == 4 and data["predicted"]["step_time_s"] > 0
+
+
+def test_evaluate_human_table() -> None:
+    r = run("evaluate", str(EXAMPLE))
+    assert r.returncode == 0
+    assert "step" in r.stdout and "memory" in r.stdout and "stage" in r.stdout
+
+
+def test_bad_input_exits_one_without_traceback(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("model: {preset: llama9}\ncluster: {preset: dgx-h100, nodes: 1}\n"
+                   "job: {seq_len: 10, global_batch: 3}\n")
+    r = run("evaluate", str(bad))
+    assert r.returncode == 1
+    assert "llama9" in r.stderr and "Traceback" not in r.stderr
+    r = run("plan", str(tmp_path / "missing.yaml"))
+    assert r.returncode == 1 and "cannot read scenario file" in r.stderr
+
+
+def test_plan_prints_plan_explanation_and_proof() -> None:
+    r = run("plan", str(ROOT / "examples" / "llama3-8b-h100.yaml"), "--time-limit", "60")
+    assert r.returncode == 0, r.stderr
+    assert "OPTIMAL" in r.stdout and "why this plan" in r.stdout
+    assert "best" in r.stderr  # progress while CP-SAT improves
+
+
+def test_plan_json_has_solver_section() -> None:
+    r = run("plan", str(ROOT / "examples" / "llama3-8b-h100.yaml"), "--json", "--top", "3")
+    data = json.loads(r.stdout)
+    assert set(data["solver"]) >= {"status", "wall_s", "objective_s", "bound_s", "gap"}
+    assert data["solver"]["status"] == "OPTIMAL"
+    assert len(data["alternatives"]) == 2
+    steps = [data["predicted"]["step_time_s"]] + [a["step_time_s"] for a in data["alternatives"]]
+    assert steps == sorted(steps)
+
+
+@pytest.mark.parametrize("nodes", [1])
+def test_infeasible_exits_two_with_a_reason(tmp_path: Path, nodes: int) -> None:
+    f = tmp_path / "big.yaml"
+    f.write_text(f"model: {{preset: llama3.1-405b}}\ncluster: {{preset: dgx-a100-40gb, "
+                 f"nodes: {nodes}}}\njob: {{seq_len: 8192, global_batch: 8}}\n")
+    r = run("plan", str(f))
+    assert r.returncode == 2
+    assert "least any plan needs" in r.stderr and "GiB" in r.stderr

@@ -1,0 +1,74 @@
+"""Memory: ZeRO's model-state splits and Korthikanti et al.'s activation formulas."""
+
+from __future__ import annotations
+
+import pytest
+from paraplan.cost import Job, Plan, Recompute, state_bytes, stored_activation_bytes
+from paraplan.cost.recompute import block_input_bytes
+from paraplan.graph import Activation, ModelSpec, build_graph
+
+# GPT-3-style block as Korthikanti et al. 2022 (arXiv:2205.05198) count it: GeLU, 4h MLP, MHA,
+# dropout, no flash attention. Their Table 2 gives bytes per layer of s*b*h*(34 + 5 a s / h).
+SPEC = ModelSpec(name="gpt", num_layers=1, hidden=12288, ffn_hidden=4 * 12288, num_heads=96,
+                 num_kv_heads=96, vocab=51200, activation=Activation.GELU, norm="layernorm",
+                 dropout=True)
+S, B, H, A = 2048, 1, 12288, 96
+JOB = Job(seq_len=S, global_batch=B, flash_attention=False)
+
+
+def _block_bytes(tp: int, sp: bool, recompute: Recompute) -> float:
+    plan = Plan(dp=1, tp=tp, pp=1, micro_batch=B, sequence_parallel=sp, layers_per_stage=(1,))
+    layers = build_graph(SPEC).block_layers(0)
+    return sum(stored_activation_bytes(ly, plan, JOB, recompute) for ly in layers)
+
+
+def test_korthikanti_no_parallelism() -> None:
+    assert _block_bytes(1, False, Recompute.NONE) == pytest.approx(S * B * H * (34 + 5 * A * S / H))
+
+
+@pytest.mark.parametrize("t", [2, 4, 8])
+def test_korthikanti_tensor_parallel_without_sp(t: int) -> None:
+    # s b h (10 + 24/t + 5 a s / (h t))
+    expected = S * B * H * (10 + 24 / t + 5 * A * S / (H * t))
+    assert _block_bytes(t, False, Recompute.NONE) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("t", [2, 8])
+def test_korthikanti_tensor_and_sequence_parallel(t: int) -> None:
+    # s b h / t (34 + 5 a s / h)
+    assert _block_bytes(t, True, Recompute.NONE) == pytest.approx(
+        S * B * H / t * (34 + 5 * A * S / H))
+
+
+def test_korthikanti_selective_recompute_drops_the_quadratic_term() -> None:
+    # 34 s b h / t
+    assert _block_bytes(8, True, Recompute.SELECTIVE) == pytest.approx(34 * S * B * H / 8)
+
+
+def test_full_recompute_keeps_the_block_input() -> None:
+    plan = Plan(dp=1, tp=8, pp=1, micro_batch=B, sequence_parallel=True, layers_per_stage=(1,))
+    assert _block_bytes(8, True, Recompute.FULL) == 0.0
+    assert block_input_bytes(H, plan, JOB) == pytest.approx(2 * S * B * H / 8)
+
+
+def test_flash_attention_stores_no_scores() -> None:
+    plan = Plan(dp=1, tp=1, pp=1, micro_batch=B, sequence_parallel=False, layers_per_stage=(1,))
+    flash = Job(seq_len=S, global_batch=B, flash_attention=True)
+    layers = build_graph(SPEC).block_layers(0)
+    total = sum(stored_activation_bytes(ly, plan, flash, Recompute.NONE) for ly in layers)
+    assert total == pytest.approx(34 * S * B * H)
+
+
+# ZeRO (Rajbhandari et al. 2020, arXiv:1910.02054) Figure 1: 7.5B parameters, 64 GPUs,
+# K = 12 optimizer bytes, fp16 weights and gradients: 120 / 31.4 / 16.6 / 1.9 GB.
+@pytest.mark.parametrize(("zero", "gb"), [(0, 120.0), (1, 31.4), (2, 16.6), (3, 1.9)])
+def test_zero_paper_figure_one(zero: int, gb: float) -> None:
+    total = state_bytes(7.5e9, zero, 64, grad_bytes_per_param=2).total
+    assert total / 1e9 == pytest.approx(gb, abs=0.06)
+
+
+def test_zero_three_shards_everything_over_dp() -> None:
+    one = state_bytes(1e9, 3, 1)
+    eight = state_bytes(1e9, 3, 8)
+    assert eight.total == pytest.approx(one.total / 8)
+    assert one.total == pytest.approx(18e9)  # 2 + 4 + 12 bytes per parameter
