@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from functools import cached_property
 
+from paraplan.cost.comm import group_span
 from paraplan.cost.compute import LayerTime, layer_forward
 from paraplan.cost.cp import cp_layer_comm
 from paraplan.cost.dp import (
@@ -20,14 +21,14 @@ from paraplan.cost.dp import (
     shard_degree,
     zero3_gather_s,
 )
-from paraplan.cost.plan import Job, Plan, Recompute
+from paraplan.cost.plan import Axis, Job, Plan, Recompute
 from paraplan.cost.pp import p2p_per_micro_batch_s
 from paraplan.cost.recompute import block_input_bytes, recompute_forward_s, stored_activation_bytes
 from paraplan.cost.tp import tp_block_comm
 from paraplan.graph import LayerGraph, LayerKind
 from paraplan.hardware import Cluster, efficiency
 
-__all__ = ["Affine", "BlockCost", "StageTerms", "stage_terms", "compute_floor_s", "retarget"]
+__all__ = ["Affine", "BlockCost", "StageTerms", "stage_terms", "compute_floor_s"]
 
 LOGITS_BYTES_PER_ELEMENT = 6  # bf16 logits + fp32 softmax for the fused cross-entropy
 
@@ -222,36 +223,44 @@ def _end_cost(graph: LayerGraph, names: tuple[str, ...], plan: Plan, job: Job,
                    activation_bytes=act)
 
 
-def stage_terms(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster) -> StageTerms:
-    """All per-stage cost terms of the plan's layout (recompute and layer split left open)."""
-    block_params = sum(ly.params for ly in graph.block_layers(0)) / plan.tp
-    first = _end_cost(graph, ("embedding",), plan, job, cluster)
-    last = _end_cost(graph, ("final_norm", "lm_head"), plan, job, cluster)
+def _shared_key(plan: Plan, cluster: Cluster) -> tuple:
+    """What block and end costs depend on: tp, cp, micro-batch, SP, the ZeRO class and the tiers
+    the TP, CP and (for ZeRO-2/3 traffic) DP x CP groups span."""
+    zero_class = plan.zero if plan.zero >= 2 else 0
+    dp_span = group_span(cluster, plan, Axis.DP, Axis.CP).fan_in if zero_class else None
+    return (plan.tp, plan.cp, plan.micro_batch, plan.sequence_parallel, zero_class,
+            group_span(cluster, plan, Axis.TP).fan_in, group_span(cluster, plan, Axis.CP).fan_in,
+            dp_span)
+
+
+def stage_terms(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster,
+                shared: dict | None = None) -> StageTerms:
+    """All per-stage cost terms of the plan's layout (recompute and layer split left open).
+
+    ``shared``: a dict the caller keeps across plans of one graph, job and cluster; block and end
+    costs are computed once per distinct ``_shared_key`` (a solve evaluates thousands of layouts
+    that differ only in pp, vp, dp or the placement of other axes)."""
+    key = _shared_key(plan, cluster) if shared is not None else None
+    if shared is not None and key in shared:
+        block, block_params, first, last = shared[key]
+    else:
+        block_params = sum(ly.params for ly in graph.block_layers(0)) / plan.tp
+        block = _block_costs(graph, plan, job, cluster, block_params)
+        first = _end_cost(graph, ("embedding",), plan, job, cluster)
+        last = _end_cost(graph, ("final_norm", "lm_head"), plan, job, cluster)
+        if shared is not None:
+            shared[key] = (block, block_params, first, last)
     if graph.spec.tied_embeddings and plan.pp > 1:
         # the last stage keeps its own copy of the tied embedding for the LM head
         last = replace(last, params=last.params + first.params)
     return StageTerms(
         plan=plan, job=job, cluster=cluster,
         num_micro_batches=plan.num_micro_batches(job),
-        block=_block_costs(graph, plan, job, cluster, block_params),
+        block=block,
         block_params=block_params,
         first=first, last=last,
         p2p_s=p2p_per_micro_batch_s(graph.spec.hidden, plan, job, cluster),
     )
-
-
-def retarget(terms: StageTerms, plan: Plan) -> StageTerms:
-    """``terms`` for ``plan``, a layout that differs only in vp or in ZeRO stage within {0, 1}.
-
-    No block, end or p2p cost depends on those knobs: they enter through the schedule, the DP sync,
-    the optimizer and memory, which StageTerms computes from its plan. Saves the solver rebuilding
-    identical block costs.
-    """
-    old = terms.plan
-    same = replace(plan, vp=old.vp, zero=old.zero) == old
-    if not same or max(old.zero, plan.zero) > 1:
-        raise ValueError("retarget: plans differ in more than vp and ZeRO stage 0/1")
-    return replace(terms, plan=plan)
 
 
 def compute_floor_s(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster) -> float:

@@ -22,13 +22,13 @@ from dataclasses import dataclass, replace
 from ortools.sat.python import cp_model
 from paraplan.cost import DEFAULT_ORDER, Job, Plan, Recompute, evaluate, stage_memory, stage_terms
 from paraplan.cost.pp import pipeline_lower_bound_s
-from paraplan.cost.stage import StageTerms, compute_floor_s, retarget
+from paraplan.cost.stage import compute_floor_s
 from paraplan.graph import LayerGraph
 from paraplan.hardware import Cluster
 from paraplan.solver.model import ModelVars, add_hint, build_model
 from paraplan.solver.scale import VP_SCALE, from_ticks, tolerance_s
 from paraplan.solver.space import Fixed, Options, layouts
-from paraplan.solver.tables import LayoutTables, build_tables, even_layers
+from paraplan.solver.tables import LayoutTables, build_tables, even_layers, quick_lower_bound_s
 
 __all__ = ["SolverOptions", "Solution", "Outcome", "solve_instance", "NoLayoutError",
            "NoFitError", "layout_rank"]
@@ -142,16 +142,18 @@ def _bounded_tables(graph: LayerGraph, cluster: Cluster, job: Job, fixed: Fixed,
     computed: list[LayoutTables] = []
     unfit, discarded = 0, float("inf")
     recomputes = _recomputes(fixed)
-    shared: dict[Plan, StageTerms] = {}
+    shared: dict = {}
     for floor, _, layout, ks in candidates:
-        if len(uppers) >= top and floor > uppers[top - 1] * (1 + 1e-9):
-            discarded = floor
+        cutoff = uppers[top - 1] * (1 + 1e-9) if len(uppers) >= top else float("inf")
+        if floor > cutoff:
+            discarded = min(discarded, floor)
             break
-        key = replace(layout, vp=1, zero=0) if layout.zero <= 1 else None
-        terms = retarget(shared[key], layout) if key in shared else None
+        terms = stage_terms(graph, layout, job, cluster, shared)
+        quick = quick_lower_bound_s(terms, recomputes, spec.num_layers)
+        if quick > cutoff:
+            discarded = min(discarded, quick)
+            continue
         tab = build_tables(graph, cluster, job, layout, recomputes, ks, terms)
-        if key is not None:
-            shared.setdefault(key, tab.terms)
         if not _can_fit(tab):
             unfit += 1
             continue

@@ -21,11 +21,12 @@ from dataclasses import dataclass, replace
 from paraplan.cost import Job, Plan, Recompute, StageTerms, stage_terms
 from paraplan.cost.evaluate import step_time_s
 from paraplan.cost.memory import stage_memory_model
+from paraplan.cost.pp import pipeline_lower_bound_s
 from paraplan.graph import LayerGraph
 from paraplan.hardware import Cluster
 from paraplan.solver.scale import to_ticks
 
-__all__ = ["LayoutTables", "build_tables", "even_layers"]
+__all__ = ["LayoutTables", "build_tables", "even_layers", "quick_lower_bound_s"]
 
 INF = float("inf")
 
@@ -94,6 +95,20 @@ def _least_total_s(terms: StageTerms, k_max: dict[tuple[int, Recompute], int],
         left -= take
         placed += take
     return total if left == 0 else INF
+
+
+def quick_lower_bound_s(terms: StageTerms, recomputes: list[Recompute], num_layers: int) -> float:
+    """O(1) bound from the layout's terms alone: every block at its cheapest mode, perfectly
+    balanced (pipeline_lower_bound_s), memory ignored."""
+    pp = terms.plan.pp
+    cheapest = min(recomputes, key=lambda r: terms.block[r].time_s)
+    fixed = terms.stage_time(0, cheapest).fixed
+    if pp > 1:
+        fixed += terms.stage_time(pp - 1, cheapest).fixed
+    if pp > 2:
+        fixed += (pp - 2) * terms.stage_time(1, cheapest).fixed
+    total = fixed + num_layers * terms.block[cheapest].time_s
+    return pipeline_lower_bound_s(total, pp, terms.plan.vp, terms.num_micro_batches)
 
 
 def _water_fill(fixed: list[float], per_k: float, caps: list[int], k_total: int) -> list[int] | None:
