@@ -4,6 +4,15 @@ Everything here is per device and per micro-batch unless the name says per step.
 (degrees, micro-batch, ZeRO, SP, order) fixes the cost of one transformer block under each
 recompute mode; a stage's time and memory are then affine in its layer count, which is what lets
 the solver choose uneven layer splits and per-stage recompute without re-deriving any formula.
+
+Mixture-of-experts models: the block is the MoE block. Dense layers among MoE ones (DeepSeek-V3's
+first three) are booked as a correction on the first stage's fixed part, ``dense_credit`` = g x
+(dense block - MoE block) in time, activations and (dense and expert) parameters, where g is the
+number of dense layers the first stage is guaranteed to hold: all of them when pp = 1, else
+min(first_dense_layers, 1) (stage 0 always holds layer 0; how many more is the solver's choice).
+The rest are costed as MoE blocks: conservative (a dense layer is cheaper than a MoE layer in
+time and memory), so a plan never needs more than the model says. With moe_layer_freq > 1 the
+interleaved dense layers are likewise costed as MoE unless pp = 1.
 """
 
 from __future__ import annotations
@@ -21,14 +30,24 @@ from paraplan.cost.dp import (
     shard_degree,
     zero3_gather_s,
 )
+from paraplan.cost.ep import (
+    EPComm,
+    ep_layer_comm,
+    ep_span,
+    expert_dp_span,
+    expert_forward,
+    moe_layer_overhead_s,
+    moe_tp_collectives,
+)
 from paraplan.cost.plan import Axis, Job, Plan, Recompute
 from paraplan.cost.pp import p2p_per_micro_batch_s
 from paraplan.cost.recompute import block_input_bytes, recompute_forward_s, stored_activation_bytes
 from paraplan.cost.tp import tp_block_comm
-from paraplan.graph import LayerGraph, LayerKind
-from paraplan.hardware import Cluster, efficiency
+from paraplan.graph import Layer, LayerGraph, LayerKind
+from paraplan.hardware import Accelerator, Cluster, Efficiency, efficiency
 
-__all__ = ["Affine", "BlockCost", "StageTerms", "stage_terms", "compute_floor_s"]
+__all__ = ["Affine", "BlockCost", "StageTerms", "stage_terms", "compute_floor_s", "layer_time",
+           "block_params_per_device", "dense_layers_credited"]
 
 LOGITS_BYTES_PER_ELEMENT = 6  # bf16 logits + fp32 softmax for the fused cross-entropy
 
@@ -42,6 +61,9 @@ class Affine:
 
     def at(self, layers: int) -> float:
         return self.fixed + layers * self.per_layer
+
+    def __add__(self, other: Affine) -> Affine:
+        return Affine(self.fixed + other.fixed, self.per_layer + other.per_layer)
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +81,15 @@ class BlockCost:
     def time_s(self) -> float:
         return self.compute_s + self.comm_s
 
+    def minus(self, other: BlockCost, times: float = 1.0) -> BlockCost:
+        """times x (self - other), field by field (a correction, may be negative)."""
+        return BlockCost(*(times * (getattr(self, f) - getattr(other, f))
+                           for f in ("forward_s", "backward_s", "compute_s", "comm_s",
+                                     "activation_bytes", "working_bytes")))
+
+
+ZERO_BLOCK = BlockCost(0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+
 
 @dataclass(frozen=True, slots=True)
 class EndCost:
@@ -69,6 +100,7 @@ class EndCost:
     backward_s: float
     params: float  # per device
     activation_bytes: float  # not multiplied by in-flight micro-batches
+    expert_params: float = 0.0  # per device (the first stage's dense-layer correction)
 
 
 @dataclass(frozen=True)
@@ -78,13 +110,16 @@ class StageTerms:
     cluster: Cluster
     num_micro_batches: int
     block: dict[Recompute, BlockCost]
-    block_params: float  # per device (sharded by tp)
+    block_params: float  # per device, all but routed experts (sharded by tp)
     first: EndCost
     last: EndCost
     p2p_s: float
+    block_expert_params: float = 0.0  # per device routed-expert weights (sharded by ep x tp)
+    dense_credit: dict[Recompute, BlockCost] | None = None  # stage 0 (module docstring)
 
     def stage_params(self, stage: int, layers: int) -> float:
-        """Parameters one device of ``stage`` holds (the tied embedding is replicated on the last)."""
+        """Parameters one device of ``stage`` holds (the tied embedding is replicated on the
+        last), routed experts excluded (see stage_expert_params)."""
         params = layers * self.block_params
         if stage == 0:
             params += self.first.params
@@ -92,38 +127,64 @@ class StageTerms:
             params += self.last.params
         return params
 
+    def stage_expert_params(self, stage: int, layers: int) -> float:
+        """Routed-expert parameters one device of ``stage`` holds."""
+        return layers * self.block_expert_params + (self.first.expert_params if stage == 0 else 0.0)
+
     def _ends(self, stage: int, first: float, last: float) -> float:
         return (first if stage == 0 else 0.0) + (last if stage == self.plan.pp - 1 else 0.0)
+
+    def credit(self, stage: int, recompute: Recompute) -> BlockCost:
+        """The dense-layer correction of ``stage`` (zero except on stage 0 of such models)."""
+        if stage or self.dense_credit is None:
+            return ZERO_BLOCK
+        return self.dense_credit[recompute]
 
     def stage_time(self, stage: int, recompute: Recompute) -> Affine:
         """Forward + backward of one micro-batch on ``stage``, exposed per-micro-batch comm included.
 
-        Formula: layers * (block compute + block comm) + p2p + embedding / head on the ends."""
+        Formula: layers * (block compute + block comm) + p2p + embedding / head on the ends
+        (+ the dense-layer correction on stage 0)."""
         ends = self._ends(stage, self.first.compute_s + self.first.comm_s,
                           self.last.compute_s + self.last.comm_s)
-        return Affine(self.p2p_s + ends, self.block[recompute].time_s)
+        credit = self.credit(stage, recompute).time_s
+        return Affine(self.p2p_s + ends + credit, self.block[recompute].time_s)
 
     def stage_compute(self, stage: int, recompute: Recompute) -> Affine:
         ends = self._ends(stage, self.first.compute_s, self.last.compute_s)
-        return Affine(ends, self.block[recompute].compute_s)
+        credit = self.credit(stage, recompute).compute_s
+        return Affine(ends + credit, self.block[recompute].compute_s)
 
     def stage_backward(self, stage: int, recompute: Recompute) -> Affine:
         ends = self._ends(stage, self.first.backward_s, self.last.backward_s)
-        return Affine(ends, self.block[recompute].backward_s)
+        credit = self.credit(stage, recompute).backward_s
+        return Affine(ends + credit, self.block[recompute].backward_s)
 
     @cached_property
     def _sync_per_param(self) -> Affine:
         """grad_sync_s is alpha-beta: latency + bytes / bandwidth, affine in the parameters."""
-        none = grad_sync_s(0.0, self.plan, self.job, self.cluster)
-        block = grad_sync_s(self.block_params, self.plan, self.job, self.cluster)
-        per_param = (block - none) / self.block_params if self.block_params else 0.0
+        return self._sync_line(self.block_params, expert=False)
+
+    @cached_property
+    def _expert_sync_per_param(self) -> Affine:
+        if not self.block_expert_params:
+            return Affine(0.0, 0.0)
+        return self._sync_line(self.block_expert_params, expert=True)
+
+    def _sync_line(self, params: float, expert: bool) -> Affine:
+        none = grad_sync_s(0.0, self.plan, self.job, self.cluster, expert)
+        block = grad_sync_s(params, self.plan, self.job, self.cluster, expert)
+        per_param = (block - none) / params if params else 0.0
         return Affine(none, per_param)
 
     def dp_sync(self, stage: int) -> Affine:
         """Once-per-step gradient sync of the stage's parameters (ZeRO 0-2): alpha-beta, so
-        affine in the parameter count and hence in the layers."""
-        sync = self._sync_per_param
-        return Affine(sync.at(self.stage_params(stage, 0)), sync.per_layer * self.block_params)
+        affine in the parameter count and hence in the layers. Routed-expert gradients sync over
+        the expert-data-parallel group (ep.py) after the others."""
+        sync, esync = self._sync_per_param, self._expert_sync_per_param
+        return (Affine(sync.at(self.stage_params(stage, 0)), sync.per_layer * self.block_params)
+                + Affine(esync.at(self.stage_expert_params(stage, 0)),
+                         esync.per_layer * self.block_expert_params))
 
     def dp_exposed(self, stage: int, recompute: Recompute) -> Affine:
         """sync - window, where the window is the stage's last backward when overlap is on;
@@ -135,13 +196,18 @@ class StageTerms:
         return Affine(sync.fixed - window.fixed, sync.per_layer - window.per_layer)
 
     def optimizer(self, stage: int) -> Affine:
-        """Adam step, HBM-bound: local params * 30 B / (HBM * eff); state sharded from ZeRO-1."""
+        """Adam step, HBM-bound: local params * 30 B / (HBM * eff); state sharded from ZeRO-1
+        (over dp x cp, or dp*cp/ep for routed experts)."""
         accel = self.cluster.accelerator
         scale = OPTIMIZER_STEP_BYTES_PER_PARAM / (accel.hbm_bytes_per_s
                                                   * efficiency(accel.generation).hbm)
+        dense, expert = scale, scale
         if self.plan.zero >= 1:
-            scale /= shard_degree(self.plan)
-        return Affine(self.stage_params(stage, 0) * scale, self.block_params * scale)
+            dense /= shard_degree(self.plan)
+            expert /= shard_degree(self.plan, expert=True)
+        return Affine(self.stage_params(stage, 0) * dense
+                      + self.stage_expert_params(stage, 0) * expert,
+                      self.block_params * dense + self.block_expert_params * expert)
 
     def stage_time_s(self, stage: int, layers: int, recompute: Recompute) -> float:
         return self.stage_time(stage, recompute).at(layers)
@@ -166,29 +232,60 @@ class StageTerms:
         return self.cluster.memory_capacity_bytes
 
 
-def _block_costs(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster,
-                 block_params: float) -> dict[Recompute, BlockCost]:
-    """One block's cost under each recompute mode (forward times computed once)."""
+def layer_time(ly: Layer, plan: Plan, job: Job, accel: Accelerator, eff: Efficiency) -> LayerTime:
+    """Forward time of a layer, routed experts (ep.expert_forward) included."""
+    t = layer_forward(ly, plan, job, accel, eff)
+    if ly.experts is None:
+        return t
+    e = expert_forward(ly.experts, plan, job, accel, eff)
+    return LayerTime(t.gemm_s + e.gemm_s, t.attention_s + e.attention_s,
+                     t.elementwise_s + e.elementwise_s)
+
+
+def block_params_per_device(layers: list[Layer], plan: Plan) -> tuple[float, float]:
+    """(params, expert params) one device holds of a block: TP-sharded weights / tp plus the
+    replicated ones; routed experts / (ep x tp) (expert TP = TP)."""
+    params = sum(ly.tp_params / plan.tp + ly.replicated_params for ly in layers)
+    experts = sum(ly.expert_params for ly in layers) / (plan.ep * plan.tp)
+    return params, experts
+
+
+def _block_costs(graph: LayerGraph, index: int, plan: Plan, job: Job, cluster: Cluster
+                 ) -> dict[Recompute, BlockCost]:
+    """Block ``index``'s cost under each recompute mode (forward times computed once)."""
     accel = cluster.accelerator
     eff = efficiency(accel.generation)
     spec = graph.spec
-    layers = graph.block_layers(0)
-    times: list[LayerTime] = [layer_forward(ly, plan, job, accel, eff) for ly in layers]
-    fwd = sum(t.total_s for t in times)
-    bwd = sum(t.backward_s() for t in times)
-    tp = tp_block_comm(spec.hidden, plan, job, cluster)
+    layers = graph.block_layers(index)
+    params, expert_params = block_params_per_device(layers, plan)
+    times: list[LayerTime] = [layer_time(ly, plan, job, accel, eff) for ly in layers]
+    moe = next((ly.experts for ly in layers if ly.experts), None)
+    host = moe_layer_overhead_s(eff) if moe else 0.0  # once per pass: forward, backward, recompute
+    fwd = sum(t.total_s for t in times) + host
+    bwd = sum(t.backward_s() for t in times) + host
+    if moe is None:
+        tp = tp_block_comm(spec.hidden, plan, job, cluster)
+        ep = EPComm(0.0, 0.0)
+    else:
+        has_shared = spec.shared_ffn_hidden > 0
+        tp = tp_block_comm(spec.hidden, plan, job, cluster,
+                           moe_tp_collectives(moe.top_k, has_shared, plan, job))
+        ep = ep_layer_comm(spec.hidden, moe.top_k, plan, job, cluster)
     attn_time = next(t for t, ly in zip(times, layers, strict=True)
                      if ly.kind is LayerKind.ATTENTION)
     cp = cp_layer_comm(spec.kv_dim, attn_time, plan, job, cluster)
-    gather = zero3_gather_s(block_params, plan, cluster)
-    reduce = micro_batch_reduce_s(block_params, plan, job, cluster)
+    gather = (zero3_gather_s(params, plan, cluster)
+              + zero3_gather_s(expert_params, plan, cluster, expert=True))
+    reduce = (micro_batch_reduce_s(params, plan, job, cluster)
+              + micro_batch_reduce_s(expert_params, plan, job, cluster, expert=True))
     stored_none = sum(stored_activation_bytes(ly, plan, job, Recompute.NONE) for ly in layers)
     out: dict[Recompute, BlockCost] = {}
     for recompute in Recompute:
-        rec = sum(recompute_forward_s(t, recompute) for t in times)
         is_full = recompute is Recompute.FULL
+        rec = sum(recompute_forward_s(t, recompute) for t in times) + (host if is_full else 0.0)
         tp_s = tp.forward_s + tp.backward_s + (tp.forward_s if is_full else 0.0)
         cp_s = cp.exposed_forward_s * (2 if is_full else 1) + cp.exposed_backward_s
+        ep_s = ep.forward_s * (2 if is_full else 1) + ep.backward_s
         zero_s = max(0.0, gather - fwd) + max(0.0, gather + reduce - (bwd + rec))
         if is_full:
             stored, working = block_input_bytes(spec.hidden, plan, job), stored_none
@@ -199,7 +296,7 @@ def _block_costs(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster,
             working = 0.0
         out[recompute] = BlockCost(
             forward_s=fwd, backward_s=bwd + rec, compute_s=fwd + bwd + rec,
-            comm_s=tp_s + cp_s + zero_s, activation_bytes=stored, working_bytes=working,
+            comm_s=tp_s + cp_s + ep_s + zero_s, activation_bytes=stored, working_bytes=working,
         )
     return out
 
@@ -210,7 +307,7 @@ def _end_cost(graph: LayerGraph, names: tuple[str, ...], plan: Plan, job: Job,
     eff = efficiency(accel.generation)
     layers = [graph.layer(n) for n in names]
     times = [layer_forward(ly, plan, job, accel, eff) for ly in layers]
-    params = sum(ly.params for ly in layers) / plan.tp
+    params = sum(ly.tp_params / plan.tp + ly.replicated_params for ly in layers)
     fwd = sum(t.total_s for t in times)
     bwd = sum(t.backward_s() for t in times)
     gather = zero3_gather_s(params, plan, cluster)
@@ -224,13 +321,50 @@ def _end_cost(graph: LayerGraph, names: tuple[str, ...], plan: Plan, job: Job,
 
 
 def _shared_key(plan: Plan, cluster: Cluster) -> tuple:
-    """What block and end costs depend on: tp, cp, micro-batch, SP, the ZeRO class and the tiers
-    the TP, CP and (for ZeRO-2/3 traffic) DP x CP groups span."""
+    """What block and end costs depend on: tp, cp, ep, micro-batch, SP, the ZeRO class and the
+    tiers the TP, CP, EP and (for ZeRO-2/3 traffic) DP x CP and expert-DP groups span."""
     zero_class = plan.zero if plan.zero >= 2 else 0
     dp_span = group_span(cluster, plan, Axis.DP, Axis.CP).fan_in if zero_class else None
-    return (plan.tp, plan.cp, plan.micro_batch, plan.sequence_parallel, zero_class,
+    edp_span = expert_dp_span(cluster, plan).fan_in if zero_class and plan.ep > 1 else None
+    ep_fan_in = ep_span(cluster, plan).fan_in if plan.ep > 1 else None
+    return (plan.tp, plan.cp, plan.ep, plan.micro_batch, plan.sequence_parallel, zero_class,
             group_span(cluster, plan, Axis.TP).fan_in, group_span(cluster, plan, Axis.CP).fan_in,
-            dp_span)
+            dp_span, edp_span, ep_fan_in)
+
+
+@dataclass(frozen=True, slots=True)
+class _Shared:
+    block: dict[Recompute, BlockCost]
+    block_params: float
+    block_expert_params: float
+    dense: dict[Recompute, BlockCost] | None  # the dense block of a MoE model with dense layers
+    dense_params: float
+    first: EndCost
+    last: EndCost
+
+
+def _shared_costs(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster) -> _Shared:
+    moe, dense = graph.moe_block, graph.dense_block
+    index = moe if moe is not None else 0
+    params, expert_params = block_params_per_device(graph.block_layers(index), plan)
+    block = _block_costs(graph, index, plan, job, cluster)
+    dense_costs, dense_params = None, 0.0
+    if moe is not None and dense is not None:
+        dense_costs = _block_costs(graph, dense, plan, job, cluster)
+        dense_params = block_params_per_device(graph.block_layers(dense), plan)[0]
+    return _Shared(
+        block, params, expert_params, dense_costs, dense_params,
+        _end_cost(graph, ("embedding",), plan, job, cluster),
+        _end_cost(graph, ("final_norm", "lm_head"), plan, job, cluster),
+    )
+
+
+def dense_layers_credited(graph: LayerGraph, plan: Plan) -> int:
+    """Dense layers of a MoE model the first stage is guaranteed to hold (module docstring)."""
+    spec = graph.spec
+    if not spec.is_moe:
+        return 0
+    return spec.num_dense_layers if plan.pp == 1 else min(spec.first_dense_layers, 1)
 
 
 def stage_terms(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster,
@@ -242,35 +376,54 @@ def stage_terms(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster,
     that differ only in pp, vp, dp or the placement of other axes)."""
     key = _shared_key(plan, cluster) if shared is not None else None
     if shared is not None and key in shared:
-        block, block_params, first, last = shared[key]
+        costs = shared[key]
     else:
-        block_params = sum(ly.params for ly in graph.block_layers(0)) / plan.tp
-        block = _block_costs(graph, plan, job, cluster, block_params)
-        first = _end_cost(graph, ("embedding",), plan, job, cluster)
-        last = _end_cost(graph, ("final_norm", "lm_head"), plan, job, cluster)
+        costs = _shared_costs(graph, plan, job, cluster)
         if shared is not None:
-            shared[key] = (block, block_params, first, last)
+            shared[key] = costs
+    first, last = costs.first, costs.last
     if graph.spec.tied_embeddings and plan.pp > 1:
         # the last stage keeps its own copy of the tied embedding for the LM head
         last = replace(last, params=last.params + first.params)
+    credit = None
+    g = dense_layers_credited(graph, plan)
+    if g and costs.dense is not None:
+        credit = {r: costs.dense[r].minus(costs.block[r], g) for r in Recompute}
+        first = replace(first, params=first.params + g * (costs.dense_params - costs.block_params),
+                        expert_params=-g * costs.block_expert_params)
     return StageTerms(
         plan=plan, job=job, cluster=cluster,
         num_micro_batches=plan.num_micro_batches(job),
-        block=block,
-        block_params=block_params,
+        block=costs.block,
+        block_params=costs.block_params,
         first=first, last=last,
         p2p_s=p2p_per_micro_batch_s(graph.spec.hidden, plan, job, cluster),
+        block_expert_params=costs.block_expert_params,
+        dense_credit=credit,
     )
 
 
 def compute_floor_s(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster) -> float:
     """Least compute one micro-batch needs summed over all stages: every block forward + backward
-    without recompute, plus the embedding and LM head. Depends on tp, cp, micro_batch, SP only.
+    without recompute, plus the embedding and LM head. Depends on tp, cp, micro_batch, SP only:
+    a MoE block is floored at one kernel per expert GEMM and perfect balance (its least over ep),
+    and dense layers at the lesser of the dense and the MoE floor (the most any plan credits).
     Units: seconds."""
     accel = cluster.accelerator
     eff = efficiency(accel.generation)
-    block = sum(layer_forward(ly, plan, job, accel, eff).forward_backward_s
-                for ly in graph.block_layers(0))
+    spec = graph.spec
+
+    def block_floor(index: int, p: Plan, j: Job) -> float:
+        layers = graph.block_layers(index)
+        host = 2 * moe_layer_overhead_s(eff) if any(ly.experts for ly in layers) else 0.0
+        return host + sum(layer_time(ly, p, j, accel, eff).forward_backward_s for ly in layers)
+
     ends = sum(layer_forward(graph.layer(n), plan, job, accel, eff).forward_backward_s
                for n in ("embedding", "final_norm", "lm_head"))
-    return graph.spec.num_layers * block + ends
+    if graph.moe_block is None:
+        return spec.num_layers * block_floor(0, plan, job) + ends
+    moe_floor = block_floor(graph.moe_block, replace(plan, ep=spec.num_experts),
+                            replace(job, expert_imbalance=1.0))
+    dense = spec.num_dense_layers
+    dense_floor = min(moe_floor, block_floor(graph.dense_block, plan, job)) if dense else 0.0
+    return (spec.num_layers - dense) * moe_floor + dense * dense_floor + ends

@@ -114,12 +114,24 @@ def _hi(model: cp_model.CpModel, var: cp_model.IntVar) -> int:
 
 def add_hint(model: cp_model.CpModel, mv: ModelVars, index: int, layers: list[int],
              recs: list[Recompute]) -> None:
-    """Warm start: the given layout with its split and modes (the greedy upper-bound plan)."""
+    """Warm start: a complete assignment for the given layout's split and modes (every other
+    layout's variables at 0), so CP-SAT starts from that plan's objective."""
     for lv in mv.layouts:
-        model.AddHint(lv.use, lv.index == index)
-    lv = mv.layouts[index]
-    for s, n in enumerate(layers):
-        for r in lv.tables.recomputes:
-            on = r is recs[s]
-            model.AddHint(lv.rec[s][r], on)
-            model.AddHint(lv.x[s][r], n // lv.tables.plan.vp if on else 0)
+        chosen = lv.index == index
+        model.AddHint(lv.use, chosen)
+        tk, vp = lv.ticks, lv.tables.plan.vp
+        t_max = e_max = o_max = 0
+        for s in range(lv.tables.plan.pp):
+            k = layers[s] // vp if chosen else 0
+            for r in lv.tables.recomputes:
+                on = chosen and r is recs[s]
+                model.AddHint(lv.rec[s][r], on)
+                model.AddHint(lv.x[s][r], k if on else 0)
+            if chosen:
+                r = recs[s]
+                t_max = max(t_max, tk.time_per_k[r] * k + tk.time_fixed[(s, r)])
+                e_max = max(e_max, tk.dp_per_k[r] * k + tk.dp_fixed[(s, r)])
+                o_max = max(o_max, tk.opt_per_k * k + tk.opt_fixed[s])
+        model.AddHint(lv.tmax, t_max)
+        model.AddHint(lv.dpmax, e_max)
+        model.AddHint(lv.omax, o_max)

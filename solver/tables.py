@@ -6,10 +6,10 @@ clamping at 0, optimizer time; and memory as the most layers that fit. Nothing h
 cost; it only calls cost/ and converts to integers through scale.py.
 Also the layout's bounds used to prune before CP-SAT:
 - lower bound: the 1F1B step (m - 1/vp) * tmax + sum_t / vp + optimizer grows with each term, so
-  it is bounded below by tmax >= the water-filled integer split at the cheapest block time (each
-  stage capped by the most layers any mode fits), sum_t >= blocks filling the cheapest modes'
-  memory first, optimizer >= its least per-stage value;
-- upper bound: the better of the even split and the water-filled split, each stage running its
+  it is bounded below by tmax >= the least max over integer splits of each stage's fastest
+  memory-feasible time (greedy min-max, exact for these non-decreasing functions), sum_t >= blocks
+  filling the cheapest modes' memory first, optimizer >= its least per-stage value;
+- upper bound: the better of the even split and that min-max split, each stage running its
   fastest recompute that fits (a real plan, scored by cost/).
 """
 
@@ -111,37 +111,49 @@ def quick_lower_bound_s(terms: StageTerms, recomputes: list[Recompute], num_laye
     return pipeline_lower_bound_s(total, pp, terms.plan.vp, terms.num_micro_batches)
 
 
-def _water_fill(fixed: list[float], per_k: float, caps: list[int], k_total: int) -> list[int] | None:
-    """Integer split minimising max_s fixed_s + per_k * k_s, 1 <= k_s <= cap_s (None if none).
+def _stage_time_by_k(terms: StageTerms, stage: int, k_max: dict[tuple[int, Recompute], int],
+                     recomputes: list[Recompute], k_hi: int) -> list[float]:
+    """f(k), k = 0..k_hi: the least time of ``stage`` holding vp*k layers over the recompute
+    modes whose memory fits them (INF where none does). Non-decreasing in k."""
+    vp = terms.plan.vp
+    modes = sorted(recomputes, key=lambda r: terms.block[r].time_s)
+    out = []
+    for k in range(k_hi + 1):
+        r = next((r for r in modes if k_max[(stage, r)] >= k), None)
+        out.append(INF if r is None else terms.stage_time_s(stage, vp * k, r))
+    return out
 
-    Greedy: each next unit goes to the stage that stays fastest after taking it; with identical
-    increments this is optimal for the min-max (an exchange argument)."""
-    pp = len(fixed)
-    if min(caps) < 1 or sum(caps) < k_total or k_total < pp:
+
+def _min_max_split(f: list[list[float]], k_total: int) -> list[int] | None:
+    """Integer split (each stage >= 1) minimising max_s f_s(k_s) for non-decreasing f_s.
+
+    Greedy: each next unit goes to the stage whose time after taking it is least; optimal for
+    the min-max of non-decreasing functions (an exchange argument)."""
+    pp = len(f)
+    if k_total < pp or any(len(fs) < 2 or fs[1] == INF for fs in f):
         return None
     ks = [1] * pp
-    heap = [(fixed[s] + per_k * 2, s) for s in range(pp) if caps[s] > 1]
+    heap = [(f[s][2], s) for s in range(pp) if len(f[s]) > 2 and f[s][2] < INF]
     heapq.heapify(heap)
     for _ in range(k_total - pp):
+        if not heap:
+            return None
         _, s = heapq.heappop(heap)
         ks[s] += 1
-        if ks[s] < caps[s]:
-            heapq.heappush(heap, (fixed[s] + per_k * (ks[s] + 1), s))
+        if ks[s] + 1 < len(f[s]) and f[s][ks[s] + 1] < INF:
+            heapq.heappush(heap, (f[s][ks[s] + 1], s))
     return ks
 
 
-def _lower_bound_s(terms: StageTerms, k_max: dict[tuple[int, Recompute], int],
-                   recomputes: list[Recompute], num_layers: int) -> float:
+def _lower_bound_s(terms: StageTerms, f: list[list[float]], ks: list[int] | None,
+                   k_max: dict[tuple[int, Recompute], int], recomputes: list[Recompute],
+                   num_layers: int) -> float:
+    """(m - 1/vp) * tmax_lb + sum_lb / vp + optimizer_lb (see the module docstring)."""
     pp, vp, m = terms.plan.pp, terms.plan.vp, terms.num_micro_batches
     total = _least_total_s(terms, k_max, recomputes, num_layers)
-    cheapest = min(recomputes, key=lambda r: terms.block[r].time_s)
-    fixed = [terms.stage_time(s, cheapest).fixed for s in range(pp)]
-    caps = [max(k_max[(s, r)] for r in recomputes) for s in range(pp)]
-    ks = _water_fill(fixed, vp * terms.block[cheapest].time_s, caps, num_layers // vp)
     if ks is None or total == INF:
         return INF
-    per_k = vp * terms.block[cheapest].time_s
-    tmax = max(total / pp, max(f + per_k * k for f, k in zip(fixed, ks, strict=True)))
+    tmax = max(total / pp, max(f[s][k] for s, k in enumerate(ks)))
     opt = [terms.optimizer(s) for s in range(pp)]
     opt_lb = max(max(o.at(vp) for o in opt),
                  sum(o.fixed for o in opt) / pp + opt[0].per_layer * num_layers / pp)
@@ -170,7 +182,7 @@ def build_tables(graph: LayerGraph, cluster: Cluster, job: Job, layout: Plan,
                  terms: StageTerms | None = None) -> LayoutTables:
     """Memory capacities and bounds of one layout (integer coefficients via ``.ticks()``).
 
-    ``terms``: the layout's StageTerms when the caller already has them (see cost.stage.retarget).
+    ``terms``: the layout's StageTerms when the caller already has them.
     """
     terms = terms or stage_terms(graph, layout, job, cluster)
     pp, vp = layout.pp, layout.vp
@@ -180,13 +192,11 @@ def build_tables(graph: LayerGraph, cluster: Cluster, job: Job, layout: Plan,
     cap = terms.capacity_bytes
     k_max = {(s, r): min(k_hi, stage_memory_model(terms, s, r).max_layers(cap) // vp)
              for s in range(pp) for r in recomputes}
-    lower = _lower_bound_s(terms, k_max, recomputes, num_layers)
+    f = [_stage_time_by_k(terms, s, k_max, recomputes, k_hi) for s in range(pp)]
+    ks = _min_max_split(f, k_total)
+    lower = _lower_bound_s(terms, f, ks, k_max, recomputes, num_layers)
     candidates = [even_layers(num_layers, pp, vp)]
     if k_choices is None:
-        fastest = min(recomputes, key=lambda r: terms.block[r].time_s)
-        caps = [max(k_max[(s, r)] for r in recomputes) for s in range(pp)]
-        ks = _water_fill([terms.stage_time(s, fastest).fixed for s in range(pp)],
-                         vp * terms.block[fastest].time_s, caps, k_total)
         candidates.append(tuple(vp * k for k in ks) if ks else None)
     else:
         candidates = [c for c in candidates if c and all(n // vp in k_choices for n in c)]
