@@ -10,7 +10,11 @@ Knobs a source does not give take documented defaults, listed in ``Case.defaults
 - gradient sync overlapped with backward, except Megatron-LM before 2023 (no --overlap-grad-reduce);
 - bf16 gradient reduction for NeMo / Megatron-Bridge performance recipes (grad_reduce_in_fp32
   off), fp32 main grads elsewhere.
-Rows whose hardware or architecture paraplan does not model yet (TPU, GB300, MoE), or that give no
+- mixture-of-experts rows: the shape from the row (``ffn_hidden`` "expert N" is the expert width,
+  ``moe_experts`` / ``moe_topk``), the rest of the architecture from the model's preset where the
+  row lacks it (shared experts, dense layers, MLA); expert_imbalance 1.0 where the source forced
+  balanced routing ("tokens force-balanced across experts"), else the documented default.
+Rows whose hardware or architecture paraplan does not model yet (TPU, GB300), or that give no
 step time, are skipped with the reason.
 """
 
@@ -21,6 +25,9 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from paraplan.graph import preset
+from paraplan.graph.presets import MOE_MLA_FIELDS
 
 __all__ = ["Case", "Skipped", "load_cases", "CSV_PATH"]
 
@@ -37,6 +44,9 @@ _PRE_FLASH_SOURCES = {"narayanan2021_t1", "korthikanti2022_t5", "korthikanti2022
 _NO_OVERLAP_SOURCES = {"narayanan2021_t1", "korthikanti2022_t5", "korthikanti2022_dp8", "bloom176b"}
 _DIST_OPTIMIZER_SOURCES = {"nemo_2407", "megatron_bridge_perf"}
 _GPT3_VOCAB = 51200  # NeMo GPT-3 rows match V = 51200 (published_runs.md Sec. 3.4)
+_MOE_PRESETS = {"Qwen3-30B-A3B": "qwen3-30b-a3b", "Qwen3-235B-A22B": "qwen3-235b-a22b",
+                "DeepSeek-V3": "deepseek-v3", "Mixtral 8x7B": "mixtral-8x7b",
+                "Mixtral 8x22B": "mixtral-8x22b", "gpt-oss-120b": "gpt-oss-120b"}
 
 
 @dataclass(frozen=True)
@@ -73,6 +83,37 @@ def _activation(model_type: str) -> str:
     return "gelu"
 
 
+def _moe_fields(row: dict[str, str]) -> dict[str, Any]:
+    """Scenario model fields of a MoE row: experts, top_k and the expert width ("expert 768")
+    from the row; head_dim, activation, norm, shared experts, dense layers and MLA from the
+    model's preset (the row's ``arch_source`` config), which must agree on the row's shape."""
+    if not row["moe_experts"]:
+        return {}
+    width = re.match(r"\s*expert\s+(\d+)", row["ffn_hidden"] or "")
+    name = _MOE_PRESETS.get(row["model"])
+    if not width or not row["moe_topk"] or name is None:
+        return {}
+    spec = preset(name)
+    if (spec.num_layers, spec.hidden, spec.num_experts) != (
+            int(row["n_layers"]), int(row["hidden"]), int(row["moe_experts"])):
+        return {}
+    out: dict[str, Any] = {
+        "experts": int(row["moe_experts"]), "top_k": int(row["moe_topk"]),
+        "moe_ffn_hidden": int(width.group(1)), "head_dim": spec.head_dim,
+        "activation": spec.activation.value, "norm": spec.norm,
+    }
+    if spec.num_shared_experts:
+        out |= {"shared_experts": spec.num_shared_experts,
+                "shared_ffn_hidden": spec.shared_ffn_hidden}
+    if spec.first_dense_layers:
+        out |= {"first_dense_layers": spec.first_dense_layers, "ffn_hidden": spec.ffn_hidden}
+    for key, field_name in MOE_MLA_FIELDS.items():
+        value = getattr(spec, field_name)
+        if key.startswith(("q_", "kv_", "qk_", "v_")) and value:
+            out[key] = value
+    return out
+
+
 def _zero(row: dict[str, str], defaults: list[str]) -> int:
     text = row["zero_fsdp"].lower()
     if "fsdp" in text and "fsdp=0" not in text:
@@ -99,11 +140,10 @@ def _row_case(row: dict[str, str]) -> Case | Skipped:
     hardware = next((p for key, p in _HARDWARE if key in row["hardware"]), None)
     if hardware is None:
         return Skipped(rid, label, f"hardware {row['hardware']!r} not in the catalog")
-    if row["moe_experts"]:
-        return Skipped(rid, label, "mixture-of-experts (not modelled yet)")
     if not row["step_time_s"]:
         return Skipped(rid, label, "no step time published")
-    if not row["ffn_hidden"] or not row["n_kv_heads"]:
+    moe = _moe_fields(row)
+    if (not row["ffn_hidden"] and not moe) or not row["n_kv_heads"]:
         return Skipped(rid, label, "architecture incomplete")
     defaults: list[str] = []
     tp, pp, cp = _int(row["tp"]) or 1, _int(row["pp"]) or 1, _int(row["cp"]) or 1
@@ -131,13 +171,14 @@ def _row_case(row: dict[str, str]) -> Case | Skipped:
         "model": {
             "name": row["model"],
             "layers": int(row["n_layers"]), "hidden": int(row["hidden"]),
-            "ffn_hidden": int(row["ffn_hidden"]), "heads": int(row["n_heads"]),
+            "heads": int(row["n_heads"]),
             "kv_heads": int(row["n_kv_heads"]), "vocab": vocab,
             "activation": _activation(row["model_type"]),
             "tied_embeddings": key in ("narayanan2021_t1", "korthikanti2022_t5", "bloom176b",
                                        "mosaic_llmfoundry"),
             "norm": "rmsnorm" if "swiglu" in row["model_type"].lower() else "layernorm",
             "dropout": key in _PRE_FLASH_SOURCES,
+            **({"ffn_hidden": int(row["ffn_hidden"])} if not moe else moe),
         },
         "cluster": {"preset": hardware, "gpus": n},
         "job": {
@@ -146,9 +187,12 @@ def _row_case(row: dict[str, str]) -> Case | Skipped:
             "flash_attention": key not in _PRE_FLASH_SOURCES,
             "overlap_dp_comm": key not in _NO_OVERLAP_SOURCES,
             "fp32_grads": key not in _DIST_OPTIMIZER_SOURCES,
+            **({"expert_imbalance": 1.0 if "force-balanced" in row["notes"] else 1.1}
+               if moe else {}),
         },
         "plan": {
-            "dp": dp, "tp": tp, "pp": pp, "cp": cp, "vp": vp, "micro_batch": mb,
+            "dp": dp, "tp": tp, "pp": pp, "cp": cp, "ep": _int(row["ep"]) or 1, "vp": vp,
+            "micro_batch": mb,
             "zero": _zero(row, defaults), "sequence_parallel": sp,
             "recompute": rec or "none",
         },

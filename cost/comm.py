@@ -24,7 +24,11 @@ __all__ = [
     "allreduce_s",
     "allgather_s",
     "reduce_scatter_s",
+    "alltoall_s",
     "p2p_s",
+    "SubAxis",
+    "span_of",
+    "axis_stride",
 ]
 
 
@@ -64,6 +68,35 @@ class GroupSpan:
             if f > 1:
                 return tier
         return self.tiers[0]
+
+
+@dataclass(frozen=True, slots=True)
+class SubAxis:
+    """``degree`` group members ``stride`` ranks apart (a whole axis or a slice of one)."""
+
+    stride: int
+    degree: int
+
+
+def span_of(cluster: Cluster, sub_axes: list[SubAxis]) -> GroupSpan:
+    """Tiers a process group spans whose members sit along ``sub_axes`` (as ``group_span``, for
+    groups that take slices of axes, such as the expert-parallel group inside dp x cp)."""
+    size = prod(a.degree for a in sub_axes)
+    fan_in: list[int] = []
+    inside = 1
+    for tier in cluster.tiers:
+        dom = tier.domain_devices
+        members = max(prod(min(a.degree, max(1, dom // a.stride)) for a in sub_axes), inside)
+        fan_in.append(max(1, members // inside))
+        inside = members
+    if inside < size:
+        fan_in[-1] *= size // inside
+    return GroupSpan(cluster.tiers, tuple(fan_in))
+
+
+def axis_stride(plan: Plan, axis: Axis) -> int:
+    """Ranks between neighbours along ``axis``: the product of the degrees ordered inside it."""
+    return prod(plan.degree(b) for b in plan.order[: plan.order.index(axis)])
 
 
 def group_span(cluster: Cluster, plan: Plan, *axes: Axis) -> GroupSpan:
@@ -114,6 +147,32 @@ def allgather_s(span: GroupSpan, n_bytes: float) -> float:
 def reduce_scatter_s(span: GroupSpan, n_bytes: float) -> float:
     """Same volume and phases as all-gather (n = the full, unreduced buffer)."""
     return _hierarchical_s(span, n_bytes, 1, 1.0)
+
+
+def alltoall_s(span: GroupSpan, n_bytes: float) -> float:
+    """Pairwise all-to-all in which every rank sends ``n_bytes`` in total (n/p to each peer).
+
+    Formula: sum_i r_i * alpha_i + max_i (n * r_i / p) / B_i, where r_i = peers first reached at
+    tier i (ranks in the tier-i domain minus those in the tier-(i-1) domain) and B_i the tier's
+    effective per-GPU bandwidth. One tier gives hardware.json ``pairwise_alltoall``:
+    (p-1) alpha + (p-1)/p n / B.
+    Source: hardware.json collective_cost_models.pairwise_alltoall; NCCL maintainers (S25): a
+    cross-node all-to-all runs at the per-GPU NIC bandwidth (one NIC per GPU, no aggregation).
+    Units: seconds.
+    Assumes: the sends on different tiers proceed concurrently (NVLink and NIC are separate
+    links); each peer costs one latency (NCCL posts one send/recv pair per peer).
+    """
+    p = span.size
+    if p <= 1:
+        return 0.0
+    latency, slowest, inner = 0.0, 0.0, 1
+    for tier, f in zip(span.tiers, span.fan_in, strict=True):
+        if f > 1:
+            peers = inner * f - inner
+            latency += peers * tier.alpha_s
+            slowest = max(slowest, n_bytes * peers / p / tier.effective_bytes_per_s)
+        inner *= f
+    return latency + slowest
 
 
 def p2p_s(tier: Tier, n_bytes: float) -> float:

@@ -6,6 +6,8 @@ K = 12, Rajbhandari et al. 2020, arXiv:1910.02054 Sec. 3.1). ZeRO-1 shards the o
 over the data-parallel group, ZeRO-2 also the gradients, ZeRO-3 (FSDP) also the weights. Context-
 parallel ranks hold the same weights, so (as Megatron-Core does) gradients are reduced and state is
 sharded over dp x cp.
+Routed-expert weights live on the expert-data-parallel group instead (dp*cp/ep ranks, see ep.py):
+the same formulas with that group (``expert=True``).
 Traffic: ZeRO-0 all-reduces fp32 gradients once per step; ZeRO-1 reduce-scatters them once per step
 and all-gathers the updated bf16 weights; ZeRO-2 (DeepSpeed) reduce-scatters every micro-batch's
 gradients into the owner's shard (overlapped with backward) and all-gathers weights once per step;
@@ -17,7 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from paraplan.cost.comm import allgather_s, allreduce_s, group_span, reduce_scatter_s
+from paraplan.cost.comm import GroupSpan, allgather_s, allreduce_s, group_span, reduce_scatter_s
+from paraplan.cost.ep import expert_dp_span, expert_shard_degree
 from paraplan.cost.plan import Axis, Job, Plan
 from paraplan.hardware import Cluster
 
@@ -59,16 +62,21 @@ def state_bytes(params: float, zero: int, dp: int, grad_bytes_per_param: int = G
     )
 
 
-def shard_degree(plan: Plan) -> int:
-    """Ranks that hold identical weights and share ZeRO shards: dp x cp."""
-    return plan.dp * plan.cp
+def shard_degree(plan: Plan, expert: bool = False) -> int:
+    """Ranks that hold identical weights and share ZeRO shards: dp x cp (dp*cp/ep for experts)."""
+    return expert_shard_degree(plan) if expert else plan.dp * plan.cp
 
 
-def grad_sync_s(params: float, plan: Plan, job: Job, cluster: Cluster) -> float:
+def _span(plan: Plan, cluster: Cluster, expert: bool) -> GroupSpan:
+    return expert_dp_span(cluster, plan) if expert else group_span(cluster, plan, Axis.DP, Axis.CP)
+
+
+def grad_sync_s(params: float, plan: Plan, job: Job, cluster: Cluster,
+                expert: bool = False) -> float:
     """Once-per-step sync: ZeRO-0 AR(g B/param); ZeRO-1 RS(g B) + AG(2 B); ZeRO-2 AG(2 B)."""
-    if plan.dp * plan.cp == 1 or plan.zero >= 3:
+    if shard_degree(plan, expert) == 1 or plan.zero >= 3:
         return 0.0
-    span = group_span(cluster, plan, Axis.DP, Axis.CP)
+    span = _span(plan, cluster, expert)
     if plan.zero == 0:
         return allreduce_s(span, params * grad_bytes(job))
     gather = allgather_s(span, params * WEIGHT_BYTES)
@@ -77,15 +85,16 @@ def grad_sync_s(params: float, plan: Plan, job: Job, cluster: Cluster) -> float:
     return reduce_scatter_s(span, params * grad_bytes(job)) + gather
 
 
-def zero3_gather_s(params: float, plan: Plan, cluster: Cluster) -> float:
+def zero3_gather_s(params: float, plan: Plan, cluster: Cluster, expert: bool = False) -> float:
     """One all-gather of ``params`` bf16 weights over dp (done in forward, and again in backward)."""
-    if plan.dp * plan.cp == 1 or plan.zero < 3:
+    if shard_degree(plan, expert) == 1 or plan.zero < 3:
         return 0.0
-    return allgather_s(group_span(cluster, plan, Axis.DP, Axis.CP), params * WEIGHT_BYTES)
+    return allgather_s(_span(plan, cluster, expert), params * WEIGHT_BYTES)
 
 
-def micro_batch_reduce_s(params: float, plan: Plan, job: Job, cluster: Cluster) -> float:
+def micro_batch_reduce_s(params: float, plan: Plan, job: Job, cluster: Cluster,
+                         expert: bool = False) -> float:
     """Per micro-batch reduce-scatter of ``params`` gradients over dp x cp under ZeRO-2 and 3."""
-    if plan.dp * plan.cp == 1 or plan.zero < 2:
+    if shard_degree(plan, expert) == 1 or plan.zero < 2:
         return 0.0
-    return reduce_scatter_s(group_span(cluster, plan, Axis.DP, Axis.CP), params * grad_bytes(job))
+    return reduce_scatter_s(_span(plan, cluster, expert), params * grad_bytes(job))

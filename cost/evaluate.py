@@ -82,7 +82,8 @@ def evaluate(graph: LayerGraph, cluster: Cluster, job: Job, plan: Plan) -> Break
     """Step time and memory of ``plan``; ValueError if the plan breaks a rule (see check_plan)."""
     spec = graph.spec
     check_plan(plan, job, num_devices=cluster.num_devices, num_layers=spec.num_layers,
-               num_heads=spec.num_heads, num_kv_heads=spec.num_kv_heads)
+               num_heads=spec.num_heads, num_kv_heads=spec.num_kv_heads,
+               num_experts=spec.num_experts)
     cluster.accelerator.peak_for(job.precision.value)
     terms = stage_terms(graph, plan, job, cluster)
     parts = step_time_s(terms)

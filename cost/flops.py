@@ -3,7 +3,9 @@
 Formula: 3 x forward, forward = 2 x (matmul parameters, LM head included) + causal attention
 2 x 2 x q_dim x seq / 2 per layer, i.e. 6*N_matmul + 6*L*q_dim*s. This is the PaLM-style 6N +
 attention count (Chowdhery et al. 2022, arXiv:2204.02311 App. B) with attention halved for causal
-masking, as Megatron-Bridge counts it (shared/docs/published_runs.md Sec. 3.5).
+masking, as Megatron-Bridge counts it (shared/docs/published_runs.md Sec. 3.5). For MoE models
+N_matmul counts the active weights (top_k routed experts, shared experts, router), for MLA the
+core attention is q.k over qk dims plus softmax.v over v dims, as Megatron-Bridge does.
 """
 
 from __future__ import annotations
@@ -14,10 +16,13 @@ __all__ = ["model_flops_per_token", "matmul_params"]
 
 
 def matmul_params(spec: ModelSpec) -> int:
-    """Parameters that take part in a matmul per token: every GEMM weight (LM head included)."""
-    return sum(g.in_dim * g.out_dim for ly in build_graph(spec).layers() for g in ly.gemms)
+    """Parameters that take part in a matmul per token: every GEMM weight (LM head included;
+    of the routed experts, the top_k a token uses)."""
+    return sum(ly.gemm_flops_per_token for ly in build_graph(spec).layers()) // 2
 
 
 def model_flops_per_token(spec: ModelSpec, seq_len: int) -> float:
-    """Formula: 6 * N_matmul + 6 * L * q_dim * seq_len (causal). Units: FLOPs per token."""
-    return 6.0 * matmul_params(spec) + 6.0 * spec.num_layers * spec.q_dim * seq_len
+    """Formula: 6 * N_matmul + 3 * sum_layers attn_core * seq_len / 2 (causal), i.e.
+    6 * N_matmul + 6 * L * q_dim * seq_len for standard attention. Units: FLOPs per token."""
+    core = sum(ly.attn_core_flops_per_token_per_seq for ly in build_graph(spec).layers())
+    return 6.0 * matmul_params(spec) + 1.5 * core * seq_len

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from paraplan.cost.dp import WEIGHT_BYTES, grad_bytes, shard_degree, state_bytes
+from paraplan.cost.dp import WEIGHT_BYTES, StateBytes, grad_bytes, shard_degree, state_bytes
 from paraplan.cost.plan import Recompute
 from paraplan.cost.pp import in_flight_micro_batches
 from paraplan.cost.stage import StageTerms
@@ -67,15 +67,20 @@ def stage_memory_model(terms: StageTerms, stage: int, recompute: Recompute) -> S
 
     Formula per layer: state(block params) + block activations x in-flight micro-batches;
     fixed: state(embedding/head) + logits + FULL's working block + reserve (+ ZeRO-3 prefetch).
+    Routed-expert state is sharded over the expert-data-parallel group (dp*cp/ep); stage 0 adds
+    the dense-layer correction (stage.py) to its state and, per in-flight micro-batch, activations.
     """
     plan = terms.plan
     shards, gbytes = shard_degree(plan), grad_bytes(terms.job)
-    end_params = terms.stage_params(stage, 0)
-    fixed_state = state_bytes(end_params, plan.zero, shards, gbytes)
-    layer_state = state_bytes(terms.block_params, plan.zero, shards, gbytes)
+    expert_shards = shard_degree(plan, expert=True)
+    fixed_state = _sum(state_bytes(terms.stage_params(stage, 0), plan.zero, shards, gbytes),
+                       state_bytes(terms.stage_expert_params(stage, 0), plan.zero, expert_shards,
+                                   gbytes))
+    layer_state = _sum(state_bytes(terms.block_params, plan.zero, shards, gbytes),
+                       state_bytes(terms.block_expert_params, plan.zero, expert_shards, gbytes))
     block = terms.block[recompute]
     held = in_flight_micro_batches(stage, plan, terms.num_micro_batches)
-    fixed_act = block.working_bytes
+    fixed_act = block.working_bytes + terms.credit(stage, recompute).activation_bytes * held
     if stage == 0:
         fixed_act += terms.first.activation_bytes
     if stage == plan.pp - 1:
@@ -83,12 +88,18 @@ def stage_memory_model(terms: StageTerms, stage: int, recompute: Recompute) -> S
     buffers = RUNTIME_RESERVE_BYTES
     if plan.zero >= 3 and shards > 1:
         buffers += ZERO3_PREFETCH_BLOCKS * terms.block_params * WEIGHT_BYTES
+    if plan.zero >= 3 and expert_shards > 1:
+        buffers += ZERO3_PREFETCH_BLOCKS * terms.block_expert_params * WEIGHT_BYTES
     return StageMemoryModel(
         fixed=StageMemory(fixed_state.weights, fixed_state.grads, fixed_state.optimizer,
                           fixed_act, buffers),
         per_layer=StageMemory(layer_state.weights, layer_state.grads, layer_state.optimizer,
                               block.activation_bytes * held, 0.0),
     )
+
+
+def _sum(a: StateBytes, b: StateBytes) -> StateBytes:
+    return StateBytes(a.weights + b.weights, a.grads + b.grads, a.optimizer + b.optimizer)
 
 
 def stage_memory(terms: StageTerms, stage: int, layers: int, recompute: Recompute) -> StageMemory:

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-__all__ = ["Axis", "Precision", "Recompute", "Job", "Plan", "DEFAULT_ORDER", "check_plan"]
+__all__ = ["Axis", "Precision", "Recompute", "Job", "Plan", "DEFAULT_ORDER", "check_plan",
+           "check_expert_parallel", "expert_axes"]
 
 
 class Axis(StrEnum):
@@ -39,6 +40,7 @@ class Job:
     flash_attention: bool = True
     overlap_dp_comm: bool = True
     fp32_grads: bool = True
+    expert_imbalance: float = 1.1  # see cost/ep.py DEFAULT_EXPERT_IMBALANCE
 
     @property
     def tokens_per_step(self) -> int:
@@ -67,7 +69,7 @@ class Plan:
         return self.dp * self.tp * self.pp * self.cp
 
     def degree(self, axis: Axis) -> int:
-        return getattr(self, axis.value)
+        return getattr(self, axis)  # Axis is a StrEnum: its members are the field names
 
     def num_micro_batches(self, job: Job) -> int:
         """Micro-batches per step per dp rank: global = micro_batch x accumulation x dp."""
@@ -75,7 +77,7 @@ class Plan:
 
 
 def check_plan(plan: Plan, job: Job, *, num_devices: int, num_layers: int, num_heads: int,
-               num_kv_heads: int) -> None:
+               num_kv_heads: int, num_experts: int = 0) -> None:
     """Every rule a plan must meet; ValueError names the knob, the values and the rule."""
     for name in ("dp", "tp", "pp", "cp", "ep", "vp", "micro_batch"):
         if getattr(plan, name) < 1:
@@ -134,3 +136,33 @@ def check_plan(plan: Plan, job: Job, *, num_devices: int, num_layers: int, num_h
         raise ValueError(f"plan.recompute has {len(plan.recompute)} entries; need pp={plan.pp}")
     if sorted(plan.order) != sorted(DEFAULT_ORDER):
         raise ValueError(f"plan.order={list(plan.order)} must be a permutation of tp, cp, dp, pp")
+    check_expert_parallel(plan, num_experts)
+
+
+def check_expert_parallel(plan: Plan, num_experts: int) -> None:
+    """Megatron's expert-parallel rules: EP is carved out of dp x cp (it does not change the
+    device count), ep divides the experts, and MoE with TP needs sequence parallelism."""
+    if plan.ep > 1 and num_experts == 0:
+        raise ValueError(f"plan.ep={plan.ep}: expert parallelism needs a mixture-of-experts model")
+    if num_experts and plan.tp > 1 and not plan.sequence_parallel:
+        raise ValueError(
+            f"plan.tp={plan.tp} on a mixture-of-experts model needs plan.sequence_parallel=true "
+            "(Megatron routes the sequence-parallel shards to the experts)"
+        )
+    if plan.ep == 1:
+        return
+    if num_experts % plan.ep:
+        raise ValueError(f"plan.ep={plan.ep} must divide the model's {num_experts} experts")
+    inner, outer = expert_axes(plan)
+    if (plan.dp * plan.cp) % plan.ep or (plan.ep % inner and inner % plan.ep):
+        raise ValueError(
+            f"plan.ep={plan.ep} must divide dp*cp = {plan.dp}*{plan.cp} and split along the rank "
+            f"order (ep divides, or is a multiple of, the inner of cp/dp, degree {inner}); "
+            "expert parallelism is carved out of the data- and context-parallel ranks"
+        )
+
+
+def expert_axes(plan: Plan) -> tuple[int, int]:
+    """Degrees of the inner and outer of the cp and dp axes under the plan's rank order."""
+    cp_first = plan.order.index(Axis.CP) < plan.order.index(Axis.DP)
+    return (plan.cp, plan.dp) if cp_first else (plan.dp, plan.cp)

@@ -10,6 +10,7 @@ fused flash kernel never materialises the scores); full keeps only the block inp
 from __future__ import annotations
 
 from paraplan.cost.compute import ACTIVATION_BYTES, LayerTime, tokens_per_device
+from paraplan.cost.ep import expert_stored_bytes
 from paraplan.cost.plan import Job, Plan, Precision, Recompute
 from paraplan.graph import Layer
 
@@ -24,7 +25,7 @@ def stored_activation_bytes(layer: Layer, plan: Plan, job: Job, recompute: Recom
 
     Formula: n * (act_tp/tp + act_sp/(tp if SP else 1)) * 2 B, plus n*2.5*a*s/tp elements of
     attention scores without flash attention and without selective recompute; GEMM inputs take
-    1 B instead of 2 under FP8. FULL stores none.
+    1 B instead of 2 under FP8; routed experts add ep.expert_stored_bytes. FULL stores none.
     """
     if recompute is Recompute.FULL:
         return 0.0
@@ -37,6 +38,8 @@ def stored_activation_bytes(layer: Layer, plan: Plan, job: Job, recompute: Recom
     if job.precision is Precision.FP8:
         gemm_inputs = layer.act_tp_gemm_elems / plan.tp + layer.act_sp_gemm_elems / sp_shard
         stored -= n * gemm_inputs * (ACTIVATION_BYTES - FP8_BYTES)
+    if layer.experts is not None:
+        stored += expert_stored_bytes(layer.experts, plan, job)
     return stored
 
 

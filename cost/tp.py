@@ -26,8 +26,10 @@ class TPComm:
     backward_s: float
 
 
-def tp_block_comm(hidden: int, plan: Plan, job: Job, cluster: Cluster) -> TPComm:
-    """Formula: 2 x allreduce(n*h*2 B) forward, the same backward, on the TP group's tiers."""
+def tp_block_comm(hidden: int, plan: Plan, job: Job, cluster: Cluster,
+                  mlp_collectives: float = 1.0) -> TPComm:
+    """Formula: (1 + mlp_collectives) x allreduce(n*h*2 B) forward, the same backward, on the TP
+    group's tiers. ``mlp_collectives``: 1 for a dense MLP; a MoE layer's from ep.moe_tp_collectives."""
     if plan.tp == 1:
         return TPComm(0.0, 0.0)
     span = group_span(cluster, plan, Axis.TP)
@@ -36,5 +38,5 @@ def tp_block_comm(hidden: int, plan: Plan, job: Job, cluster: Cluster) -> TPComm
         one = allgather_s(span, n_bytes) + reduce_scatter_s(span, n_bytes)
     else:
         one = allreduce_s(span, n_bytes)
-    fwd = COLLECTIVES_PER_BLOCK_FORWARD * one
+    fwd = (COLLECTIVES_PER_BLOCK_FORWARD - 1 + mlp_collectives) * one
     return TPComm(fwd, fwd)

@@ -1,11 +1,12 @@
 """Models: architecture specs, presets, Hugging Face import and the layer graph (no devices)."""
 
-from paraplan.graph.layers import Gemm, Layer, LayerGraph, LayerKind, build_graph
+from paraplan.graph.layers import Experts, Gemm, Layer, LayerGraph, LayerKind, build_graph
 from paraplan.graph.presets import from_fields, from_hf_config, preset, preset_names
 from paraplan.graph.spec import Activation, ModelSpec
 
 __all__ = [
     "Activation",
+    "Experts",
     "Gemm",
     "Layer",
     "LayerGraph",

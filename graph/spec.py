@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-__all__ = ["Activation", "ModelSpec"]
+__all__ = ["Activation", "ModelSpec", "check_model"]
 
 
 class Activation(StrEnum):
@@ -21,7 +21,20 @@ class Activation(StrEnum):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ModelSpec:
-    """A decoder-only transformer. ``head_dim`` defaults to hidden // heads."""
+    """A decoder-only transformer. ``head_dim`` defaults to hidden // heads.
+
+    Mixture of experts (``num_experts`` > 0): block ``i`` has a routed-expert MLP when
+    ``i >= first_dense_layers`` and ``(i - first_dense_layers) % moe_layer_freq == 0``, a dense MLP
+    of ``ffn_hidden`` otherwise. A MoE MLP routes each token to ``top_k`` of ``num_experts`` experts
+    of width ``moe_ffn_hidden`` and always runs ``num_shared_experts`` shared experts (total width
+    ``shared_ffn_hidden``, default ``num_shared_experts * moe_ffn_hidden``). Without dense layers
+    ``ffn_hidden`` may be 0 (it then defaults to ``moe_ffn_hidden``).
+
+    Multi-head latent attention (``kv_lora_rank`` > 0, DeepSeek-V2/V3, arXiv:2405.04434 Sec. 2.1):
+    queries through a ``q_lora_rank`` latent (0 = a plain projection), keys and values through a
+    ``kv_lora_rank`` latent; per head q/k have ``qk_nope_head_dim + qk_rope_head_dim`` dims and v
+    ``v_head_dim``.
+    """
 
     name: str
     num_layers: int
@@ -35,19 +48,75 @@ class ModelSpec:
     tied_embeddings: bool = False
     norm: str = "rmsnorm"
     dropout: bool = False  # hidden/attention dropout in training (GPT-3 era); masks are stored
+    num_experts: int = 0
+    top_k: int = 0
+    num_shared_experts: int = 0
+    moe_ffn_hidden: int = 0
+    shared_ffn_hidden: int = 0
+    first_dense_layers: int = 0
+    moe_layer_freq: int = 1
+    q_lora_rank: int = 0
+    kv_lora_rank: int = 0
+    qk_nope_head_dim: int = 0
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0
 
     def __post_init__(self) -> None:
         if self.head_dim == 0:
-            object.__setattr__(self, "head_dim", self.hidden // self.num_heads)
+            default = (self.qk_nope_head_dim + self.qk_rope_head_dim if self.is_mla
+                       else self.hidden // max(1, self.num_heads))
+            object.__setattr__(self, "head_dim", default)
+        if self.is_moe and self.ffn_hidden == 0 and self.num_dense_layers == 0:
+            object.__setattr__(self, "ffn_hidden", self.moe_ffn_hidden)
+        if self.is_moe and self.shared_ffn_hidden == 0 and self.num_shared_experts:
+            object.__setattr__(self, "shared_ffn_hidden",
+                               self.num_shared_experts * self.moe_ffn_hidden)
         check_model(self)
 
     @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank > 0
+
+    @property
     def q_dim(self) -> int:
+        """Query width (and key width under MLA): heads x per-head q/k dims."""
+        if self.is_mla:
+            return self.num_heads * (self.qk_nope_head_dim + self.qk_rope_head_dim)
         return self.num_heads * self.head_dim
 
     @property
     def kv_dim(self) -> int:
+        """Width of K (= of V without MLA); under MLA, the mean of the K and V widths, so that
+        ``2 * kv_dim`` is what one token's K and V hold (context parallel exchanges them)."""
+        if self.is_mla:
+            return self.num_heads * (self.qk_nope_head_dim + self.qk_rope_head_dim
+                                     + self.v_head_dim) // 2
         return self.num_kv_heads * self.head_dim
+
+    @property
+    def v_dim(self) -> int:
+        """Value (and attention output) width."""
+        if self.is_mla:
+            return self.num_heads * self.v_head_dim
+        return self.num_heads * self.head_dim
+
+    def is_moe_layer(self, block: int) -> bool:
+        """Whether block ``block`` has a routed-expert MLP (module docstring)."""
+        if not self.is_moe or block < self.first_dense_layers:
+            return False
+        return (block - self.first_dense_layers) % max(1, self.moe_layer_freq) == 0
+
+    @property
+    def num_moe_layers(self) -> int:
+        return sum(self.is_moe_layer(i) for i in range(self.num_layers))
+
+    @property
+    def num_dense_layers(self) -> int:
+        return self.num_layers - self.num_moe_layers
 
 
 def check_model(spec: ModelSpec) -> None:
@@ -65,4 +134,51 @@ def check_model(spec: ModelSpec) -> None:
         raise ValueError(
             f"model.head_dim={spec.head_dim} must be positive (hidden={spec.hidden}, "
             f"heads={spec.num_heads}); give model.head_dim explicitly"
+        )
+    _check_moe(spec)
+    _check_mla(spec)
+
+
+def _check_moe(spec: ModelSpec) -> None:
+    for field in ("num_experts", "top_k", "num_shared_experts", "moe_ffn_hidden",
+                  "shared_ffn_hidden", "first_dense_layers"):
+        if getattr(spec, field) < 0:
+            raise ValueError(f"model.{field}={getattr(spec, field)} must not be negative")
+    if not spec.is_moe:
+        if spec.top_k or spec.num_shared_experts or spec.moe_ffn_hidden:
+            raise ValueError(
+                "model.top_k, shared_experts and moe_ffn_hidden need model.experts > 0 "
+                "(a mixture-of-experts model)"
+            )
+        return
+    if not 1 <= spec.top_k <= spec.num_experts:
+        raise ValueError(
+            f"model.top_k={spec.top_k} must be between 1 and model.experts={spec.num_experts}"
+        )
+    if spec.moe_ffn_hidden < 1:
+        raise ValueError("model.moe_ffn_hidden (the expert FFN width) must be a positive integer")
+    if spec.moe_layer_freq < 1:
+        raise ValueError(f"model.moe_layer_freq={spec.moe_layer_freq} must be at least 1")
+    if spec.num_moe_layers == 0:
+        raise ValueError(
+            f"model.first_dense_layers={spec.first_dense_layers} leaves no MoE layer among "
+            f"the {spec.num_layers} layers"
+        )
+
+
+def _check_mla(spec: ModelSpec) -> None:
+    if not spec.is_mla:
+        if spec.q_lora_rank:
+            raise ValueError("model.q_lora_rank needs model.kv_lora_rank > 0 (MLA attention)")
+        return
+    for field in ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
+        if getattr(spec, field) < 1:
+            raise ValueError(
+                f"model.{field}={getattr(spec, field)} must be positive for multi-head latent "
+                "attention (model.kv_lora_rank > 0)"
+            )
+    if spec.num_kv_heads != spec.num_heads:
+        raise ValueError(
+            f"model.kv_heads={spec.num_kv_heads} must equal model.heads={spec.num_heads} "
+            "under multi-head latent attention (every head has its own K and V)"
         )

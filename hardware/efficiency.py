@@ -18,6 +18,7 @@ class Efficiency:
     attention: float
     hbm: float
     kernel_overhead_s: float
+    moe_layer_overhead_s: float = 0.0  # host-side time per MoE layer per pass (see the data file)
 
     def gemm(self, precision: str) -> float:
         return self.gemm_fp8 if precision == "fp8" else self.gemm_bf16
@@ -40,4 +41,5 @@ def efficiency(generation: str) -> Efficiency:
         attention=float(e["attention"]),
         hbm=float(e["hbm"]),
         kernel_overhead_s=float(e["kernel_overhead_us"]) * 1e-6,
+        moe_layer_overhead_s=float(e.get("moe_layer_overhead_us", 0.0)) * 1e-6,
     )

@@ -29,8 +29,11 @@ __all__ = [
 ]
 
 _STRICT = ConfigDict(extra="forbid", frozen=True)
+_MOE_MLA_FIELDS = ("experts", "top_k", "shared_experts", "moe_ffn_hidden", "shared_ffn_hidden",
+                   "first_dense_layers", "moe_layer_freq", "q_lora_rank", "kv_lora_rank",
+                   "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
 _EXPLICIT_FIELDS = ("layers", "hidden", "ffn_hidden", "heads", "kv_heads", "head_dim", "vocab",
-                    "activation", "tied_embeddings", "norm", "dropout")
+                    "activation", "tied_embeddings", "norm", "dropout", *_MOE_MLA_FIELDS)
 
 
 class ModelSection(BaseModel):
@@ -49,6 +52,22 @@ class ModelSection(BaseModel):
     tied_embeddings: bool | None = None
     norm: Literal["rmsnorm", "layernorm"] | None = None
     dropout: bool | None = Field(None, description="dropout in training (stores masks)")
+    experts: int | None = Field(None, ge=1, description="routed experts per MoE layer")
+    top_k: int | None = Field(None, ge=1, description="experts each token is routed to")
+    shared_experts: int | None = Field(None, ge=0, description="always-active shared experts")
+    moe_ffn_hidden: int | None = Field(None, ge=1, description="FFN width of one expert")
+    shared_ffn_hidden: int | None = Field(
+        None, ge=1, description="total FFN width of the shared experts (default: "
+        "shared_experts x moe_ffn_hidden)")
+    first_dense_layers: int | None = Field(
+        None, ge=0, description="leading layers with a dense MLP of ffn_hidden")
+    moe_layer_freq: int | None = Field(
+        None, ge=1, description="every k-th layer after the dense ones is MoE (1: all)")
+    q_lora_rank: int | None = Field(None, ge=0, description="MLA query latent (0: none)")
+    kv_lora_rank: int | None = Field(None, ge=1, description="MLA key/value latent")
+    qk_nope_head_dim: int | None = Field(None, ge=1, description="MLA per-head q/k dims without RoPE")
+    qk_rope_head_dim: int | None = Field(None, ge=1, description="MLA per-head q/k RoPE dims")
+    v_head_dim: int | None = Field(None, ge=1, description="MLA per-head value dims")
 
     @model_validator(mode="after")
     def check_one_source(self) -> ModelSection:
@@ -61,8 +80,9 @@ class ModelSection(BaseModel):
                 f"(layers, hidden, ffn_hidden, heads, vocab, ...); got {sources or 'none'}"
             )
         if explicit:
-            missing = [f for f in ("layers", "hidden", "ffn_hidden", "heads", "vocab")
-                       if getattr(self, f) is None]
+            required = ("layers", "hidden", "heads", "vocab") + (
+                ("experts", "top_k", "moe_ffn_hidden") if self.experts else ("ffn_hidden",))
+            missing = [f for f in required if getattr(self, f) is None]
             if missing:
                 raise ValueError(f"explicit model needs {', '.join(missing)}")
         return self
@@ -90,6 +110,9 @@ class JobSection(BaseModel):
     overlap_dp_comm: bool = Field(True, description="overlap gradient sync with backward")
     fp32_grads: bool = Field(True, description="accumulate and reduce gradients in fp32 "
                              "(Megatron main grads); false keeps them in bf16")
+    expert_imbalance: float = Field(
+        1.1, ge=1.0, le=100.0, description="MoE: routed tokens on the busiest expert-parallel "
+        "rank over the mean (1.0 = perfectly balanced); see cost/ep.py")
 
 
 class PlanSection(BaseModel):

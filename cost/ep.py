@@ -1,0 +1,162 @@
+"""Expert parallelism: which ranks share experts, the all-to-all of routed tokens, expert compute.
+
+Megatron-Core semantics (``--expert-model-parallel-size``; docs/frameworks.md Sec. 2.3): the ep
+ranks of an expert-parallel group are carved out of the dp x cp ranks (the device count does not
+change) and each holds num_experts / ep experts; expert tensor parallelism equals tp (Megatron's
+default when ``--expert-tensor-parallel-size`` is not given). The remaining dp*cp/ep ranks holding
+the same experts form the expert-data-parallel group: expert gradients are reduced, and ZeRO shards
+expert state, over it. Rank layout: the EP group is the innermost ep ranks of the dp x cp group
+(Megatron's tp-cp-ep-dp-pp order), so ep divides, or is a multiple of, the inner of cp and dp.
+
+Per MoE layer and micro-batch, each rank routes its n/tp tokens (n = micro_batch*seq/cp; sequence
+parallel shards) as top_k copies of h activations: an all-to-all *dispatch* to the ranks owning the
+experts and an all-to-all *combine* back, forward, and the mirror pair backward (Lepikhin et al.
+2020, GShard, arXiv:2006.16668 Sec. 3; docs/hardware.md "Expert parallelism"). With tp > 1 the
+received copies are all-gathered over TP before the (TP-sharded) experts and reduce-scattered
+after (Megatron MoEAlltoAllTokenDispatcher), so the routed path moves top_k times the dense MLP's
+TP bytes. Not overlapped with compute (Megatron's default; DeepSeek's DualPipe overlaps it).
+
+Load imbalance: the busiest EP rank receives ``expert_imbalance`` times the mean routed load (the
+MaxVio + 1 of Wang et al. 2024, arXiv:2408.15664, at the EP-rank level); its expert compute and
+its all-to-all volume scale by it, and so does everyone's step (the slowest rank paces the layer).
+DEFAULT_EXPERT_IMBALANCE = 1.1 is an assumption for dropless training with an auxiliary loss or
+bias balancing, not a measured constant; job.expert_imbalance = 1.0 is perfectly balanced (what
+the Megatron-Bridge benchmark runs force). With ep = 1 every expert is local: no imbalance.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from paraplan.cost.comm import GroupSpan, SubAxis, alltoall_s, axis_stride, span_of
+from paraplan.cost.compute import ACTIVATION_BYTES, LayerTime, tokens_per_device
+from paraplan.cost.plan import Axis, Job, Plan, Precision
+from paraplan.graph import Experts
+from paraplan.hardware import Accelerator, Cluster, Efficiency
+
+__all__ = [
+    "DEFAULT_EXPERT_IMBALANCE", "EPComm", "expert_imbalance", "routed_copies_per_device",
+    "ep_span", "expert_dp_span", "expert_shard_degree", "ep_layer_comm", "expert_forward",
+    "moe_tp_collectives", "expert_stored_bytes", "moe_layer_overhead_s",
+]
+
+DEFAULT_EXPERT_IMBALANCE = 1.1  # busiest EP rank / mean routed load; assumption (module docstring)
+
+
+@dataclass(frozen=True, slots=True)
+class EPComm:
+    """All-to-all time of one MoE layer, one micro-batch. Units: seconds."""
+
+    forward_s: float  # dispatch + combine
+    backward_s: float  # their mirror pair
+
+
+def expert_imbalance(plan: Plan, job: Job) -> float:
+    """Busiest EP rank's routed load over the mean: job.expert_imbalance, or 1 when ep = 1."""
+    return job.expert_imbalance if plan.ep > 1 else 1.0
+
+
+def routed_copies_per_device(plan: Plan, job: Job, top_k: int) -> float:
+    """Routed token copies one device's experts process per micro-batch (busiest rank).
+
+    Formula: n * top_k * imbalance, n = micro_batch * seq_len / cp (after the TP all-gather each
+    rank sees its TP group's n tokens and runs 1/tp of every local expert's width).
+    """
+    return tokens_per_device(plan, job) * top_k * expert_imbalance(plan, job)
+
+
+def _ep_sub_axes(plan: Plan) -> tuple[list[SubAxis], list[SubAxis]]:
+    """Members of the EP group and of the expert-data-parallel group along the cp/dp axes."""
+    axes = sorted((Axis.CP, Axis.DP), key=plan.order.index)
+    (s1, d1), (s2, d2) = ((axis_stride(plan, a), plan.degree(a)) for a in axes)
+    ep = plan.ep
+    if ep <= d1:
+        return [SubAxis(s1, ep)], [SubAxis(s1 * ep, d1 // ep), SubAxis(s2, d2)]
+    return ([SubAxis(s1, d1), SubAxis(s2, ep // d1)],
+            [SubAxis(s2 * (ep // d1), d1 * d2 // ep)])
+
+
+def ep_span(cluster: Cluster, plan: Plan) -> GroupSpan:
+    """Tiers the expert-parallel group spans (the innermost ep ranks of dp x cp)."""
+    return span_of(cluster, _ep_sub_axes(plan)[0])
+
+
+def expert_dp_span(cluster: Cluster, plan: Plan) -> GroupSpan:
+    """Tiers the expert-data-parallel group spans (dp*cp/ep ranks holding the same experts)."""
+    return span_of(cluster, _ep_sub_axes(plan)[1])
+
+
+def expert_shard_degree(plan: Plan) -> int:
+    """Ranks that hold the same experts and share their gradient sync and ZeRO shards: dp*cp/ep."""
+    return plan.dp * plan.cp // plan.ep
+
+
+def ep_layer_comm(hidden: int, top_k: int, plan: Plan, job: Job, cluster: Cluster) -> EPComm:
+    """Dispatch + combine all-to-all of one MoE layer.
+
+    Formula: 2 x alltoall(n/tp * top_k * imbalance * h * 2 B) forward, the same backward, over
+    the tiers of the EP group (comm.alltoall_s).
+    Units: seconds. Assumes: bf16 dispatch and combine (no FP8 dispatch), no overlap.
+    """
+    if plan.ep == 1:
+        return EPComm(0.0, 0.0)
+    n_bytes = (routed_copies_per_device(plan, job, top_k) / plan.tp * hidden
+               * ACTIVATION_BYTES)
+    one = alltoall_s(ep_span(cluster, plan), n_bytes)
+    return EPComm(2 * one, 2 * one)
+
+
+def moe_tp_collectives(top_k: int, has_shared: bool, plan: Plan, job: Job) -> float:
+    """TP all-gather + reduce-scatter pairs of a MoE layer, in units of the dense MLP's pair
+    (n*h bytes): top_k * imbalance for the routed copies (expert TP = TP), plus one for the
+    shared experts. Zero without TP."""
+    if plan.tp == 1:
+        return 0.0
+    return top_k * expert_imbalance(plan, job) + (1.0 if has_shared else 0.0)
+
+
+def expert_forward(experts: Experts, plan: Plan, job: Job, accel: Accelerator,
+                   eff: Efficiency) -> LayerTime:
+    """Forward time of the routed experts on the busiest device, one micro-batch.
+
+    Formula: GEMMs c * flops_per_copy / tp / (peak * eff) + overhead per expert
+    kernel (num_experts/ep local experts, one kernel per expert GEMM); element-wise
+    c * elems * 2 B / tp / (HBM * eff), with c = routed_copies_per_device.
+    Units: seconds. Assumes: each local expert's GEMM pays the per-kernel overhead (its own wave
+    tail, quantisation under FP8), as a loop of GEMMs or a grouped GEMM over small groups does.
+    """
+    copies = routed_copies_per_device(plan, job, experts.top_k)
+    local = experts.num_experts // plan.ep
+    peak = accel.peak_for(job.precision.value) * eff.gemm(job.precision.value)
+    flops = copies * sum(g.flops_per_token for g in experts.gemms) / plan.tp
+    gemm_s = flops / peak + eff.kernel_overhead_s * local * len(experts.gemms)
+    elementwise_s = copies * experts.mem_bound_elems * ACTIVATION_BYTES / plan.tp / (
+        accel.hbm_bytes_per_s * eff.hbm)
+    return LayerTime(gemm_s, 0.0, elementwise_s)
+
+
+def moe_layer_overhead_s(eff: Efficiency) -> float:
+    """Host-side time of one MoE layer per pass (forward, backward, recompute forward).
+
+    Megatron's dispatcher needs the per-expert token counts on the host (all-to-all splits and
+    grouped-GEMM sizes): a device-to-host sync that drains the launch queue, after which the layer's
+    many small kernels (router, top-k, permute, sort, unpermute) are launch-bound.
+    Source: hardware/data/efficiency.yaml ``moe_layer_overhead_us`` (Empirical). Units: seconds.
+    """
+    return eff.moe_layer_overhead_s
+
+
+def expert_stored_bytes(experts: Experts, plan: Plan, job: Job) -> float:
+    """Activations the routed experts keep for backward on the busiest device, one micro-batch.
+
+    Formula: c * (gathered + tp_elems/tp + sp_elems/tp) * 2 B, c = routed copies (the fc1 input
+    is stored as all-gathered over TP); GEMM inputs take 1 B under FP8.
+    """
+    copies = routed_copies_per_device(plan, job, experts.top_k)
+    tp = plan.tp
+    elems = experts.act_gathered_elems + experts.act_tp_elems / tp + experts.act_sp_elems / tp
+    stored = copies * elems * ACTIVATION_BYTES
+    if job.precision is Precision.FP8:
+        gemm_inputs = experts.act_gathered_gemm_elems + experts.act_tp_gemm_elems / tp
+        stored -= copies * gemm_inputs * (ACTIVATION_BYTES - 1)
+    return stored
