@@ -15,7 +15,8 @@ TIGHT_MEMORY = 0.9  # a stage above 90% of device memory is "memory-bound"
 def summary(plan: Plan) -> str:
     rec = sorted({r.value for r in plan.recompute})
     return (f"dp={plan.dp} tp={plan.tp} pp={plan.pp} cp={plan.cp} vp={plan.vp} "
-            f"mb={plan.micro_batch} zero={plan.zero} recompute={'/'.join(rec)}")
+            f"mb={plan.micro_batch} zero={plan.zero} recompute={'/'.join(rec)} "
+            f"order={'-'.join(plan.order)}")
 
 
 def _tiers(cluster: Cluster, plan: Plan) -> str:
