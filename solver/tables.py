@@ -98,8 +98,8 @@ def _least_total_s(terms: StageTerms, k_max: dict[tuple[int, Recompute], int],
 
 
 def quick_lower_bound_s(terms: StageTerms, recomputes: list[Recompute], num_layers: int) -> float:
-    """O(1) bound from the layout's terms alone: every block at its cheapest mode, perfectly
-    balanced (pipeline_lower_bound_s), memory ignored."""
+    """Bound from the layout's terms alone: every block at its cheapest mode, perfectly balanced
+    (pipeline_lower_bound_s), memory ignored, plus the least exposed DP sync."""
     pp = terms.plan.pp
     cheapest = min(recomputes, key=lambda r: terms.block[r].time_s)
     fixed = terms.stage_time(0, cheapest).fixed
@@ -108,7 +108,8 @@ def quick_lower_bound_s(terms: StageTerms, recomputes: list[Recompute], num_laye
     if pp > 2:
         fixed += (pp - 2) * terms.stage_time(1, cheapest).fixed
     total = fixed + num_layers * terms.block[cheapest].time_s
-    return pipeline_lower_bound_s(total, pp, terms.plan.vp, terms.num_micro_batches)
+    return (pipeline_lower_bound_s(total, pp, terms.plan.vp, terms.num_micro_batches)
+            + _dp_lower_bound_s(terms, recomputes, num_layers // terms.plan.vp))
 
 
 def _stage_time_by_k(terms: StageTerms, stage: int, k_max: dict[tuple[int, Recompute], int],
@@ -157,7 +158,21 @@ def _lower_bound_s(terms: StageTerms, f: list[list[float]], ks: list[int] | None
     opt = [terms.optimizer(s) for s in range(pp)]
     opt_lb = max(max(o.at(vp) for o in opt),
                  sum(o.fixed for o in opt) / pp + opt[0].per_layer * num_layers / pp)
-    return (m - 1 / vp) * tmax + total / vp + opt_lb
+    return (m - 1 / vp) * tmax + total / vp + opt_lb + _dp_lower_bound_s(terms, recomputes,
+                                                                           num_layers // vp)
+
+
+def _dp_lower_bound_s(terms: StageTerms, recomputes: list[Recompute], k_total: int) -> float:
+    """Least exposed DP sync over all splits and modes.
+
+    Each stage's exposure max(0, sync - window) is at least g_s(k) = sync_s(k) - window_s(k) with
+    the largest window any mode gives. Some stage holds k >= ceil(K/pp) and some k <= floor(K/pp);
+    with g increasing (decreasing) in k the former (latter) has g_s(k) >= min_s g_s(that k)."""
+    pp, vp = terms.plan.pp, terms.plan.vp
+    widest = max(recomputes, key=lambda r: terms.block[r].backward_s)
+    g = [terms.dp_exposed(s, widest) for s in range(pp)]
+    k_bar = -(-k_total // pp) if g[0].per_layer >= 0 else k_total // pp
+    return max(0.0, min(gs.at(vp * k_bar) for gs in g))
 
 
 def _upper_plan(terms: StageTerms, layout: Plan, split: tuple[int, ...] | None,
