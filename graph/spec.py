@@ -121,22 +121,27 @@ class ModelSpec:
 
 def check_model(spec: ModelSpec) -> None:
     """Structural rules of a transformer; ValueError names the field."""
-    for field in ("num_layers", "hidden", "ffn_hidden", "num_heads", "num_kv_heads", "vocab"):
+    for field in ("num_layers", "hidden", "num_heads", "num_kv_heads", "vocab"):
         value = getattr(spec, field)
         if value < 1:
             raise ValueError(f"model.{field}={value} must be a positive integer")
+    _check_moe(spec)
+    if spec.ffn_hidden < 1:
+        raise ValueError(
+            f"model.ffn_hidden={spec.ffn_hidden} must be a positive integer"
+            + (" (the width of the model's dense layers)" if spec.is_moe else "")
+        )
     if spec.num_heads % spec.num_kv_heads:
         raise ValueError(
             f"model.kv_heads={spec.num_kv_heads} must divide model.heads={spec.num_heads} "
             "(grouped-query attention shares each K/V head among heads/kv_heads query heads)"
         )
+    _check_mla(spec)
     if spec.head_dim < 1:
         raise ValueError(
             f"model.head_dim={spec.head_dim} must be positive (hidden={spec.hidden}, "
             f"heads={spec.num_heads}); give model.head_dim explicitly"
         )
-    _check_moe(spec)
-    _check_mla(spec)
 
 
 def _check_moe(spec: ModelSpec) -> None:

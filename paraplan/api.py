@@ -57,9 +57,15 @@ def _fixed(inst: Instance) -> Fixed:
         recompute = tuple(p.recompute) if isinstance(p.recompute, list) else (p.recompute,)
         if isinstance(p.recompute, list) and p.pp is None:
             raise ConfigError("plan.recompute lists one mode per stage; fix plan.pp too")
-    if p.ep not in (None, 1):
+    if p.ep not in (None, 1) and not inst.spec.is_moe:
         raise ConfigError(f"plan.ep={p.ep}: expert parallelism needs a mixture-of-experts model")
-    return Fixed(dp=p.dp, tp=p.tp, pp=p.pp, cp=p.cp, vp=p.vp, micro_batch=p.micro_batch,
+    if p.ep is not None and inst.spec.is_moe and inst.spec.num_experts % p.ep:
+        raise ConfigError(
+            f"plan.ep={p.ep} must divide the model's {inst.spec.num_experts} experts; choose from "
+            + ", ".join(str(e) for e in range(1, inst.spec.num_experts + 1)
+                        if inst.spec.num_experts % e == 0)
+        )
+    return Fixed(dp=p.dp, tp=p.tp, pp=p.pp, cp=p.cp, ep=p.ep, vp=p.vp, micro_batch=p.micro_batch,
                  zero=p.zero, sequence_parallel=p.sequence_parallel, recompute=recompute,
                  layers_per_stage=tuple(p.layers_per_stage) if p.layers_per_stage else None,
                  order=tuple(p.order) if p.order else None)

@@ -5,6 +5,9 @@ which the CP-SAT model decides. Domains, each filtered by the scenario's fixed k
 - tp: divisors of the device count that divide the heads, with tp | kv_heads or kv_heads | tp;
 - cp: powers of two with seq_len / cp even (causal load balance needs 2*cp chunks);
 - pp: divisors of devices / (tp*cp), at most the layer count; dp = devices / (tp*cp*pp);
+- ep (mixture-of-experts models only, else 1): divisors of both dp*cp and the expert count that
+  split along the rank order (ep divides, or is a multiple of, the inner of cp and dp: the EP
+  group is the innermost ep ranks of dp x cp, cost/ep.py); tp > 1 forces sequence parallelism;
 - micro_batch: divisors of global_batch / dp up to ``solver.max_micro_batch``;
 - vp: 1..``solver.max_vp`` when pp > 1, micro-batches a multiple of pp, layers >= pp*vp;
 - zero: 0..3 (all collapse to 0 when dp*cp = 1: nothing to shard). ZeRO-0 is dropped when ZeRO-1
@@ -13,9 +16,10 @@ which the CP-SAT model decides. Domains, each filtered by the scenario's fixed k
 - sequence_parallel: on when tp > 1 (it moves the same bytes as plain TP and never stores more;
   a fixed ``plan.sequence_parallel`` overrides);
 - order: permutations of the axes with degree > 1. Each order gives every group (tp, cp, dp x cp,
-  pp) a latency and a seconds-per-byte on the tiers it spans (cost/comm.py); all communication
-  costs grow with both, so an order no better on any of them than another is dropped (equal
-  profiles keep the order nearest Megatron's default tp-cp-dp-pp).
+  pp; ep and expert-dp under expert parallelism) a latency and a seconds-per-byte on the tiers it
+  spans (cost/comm.py); all communication costs grow with both, so an order no better on any of
+  them than another is dropped (equal profiles keep the order nearest Megatron's default
+  tp-cp-dp-pp).
 """
 
 from __future__ import annotations
@@ -24,7 +28,9 @@ from dataclasses import dataclass, replace
 from itertools import permutations
 
 from paraplan.cost import DEFAULT_ORDER, Axis, Plan, Recompute, allgather_s, group_span
-from paraplan.cost.comm import p2p_s
+from paraplan.cost.comm import alltoall_s, p2p_s
+from paraplan.cost.ep import ep_span, expert_dp_span
+from paraplan.cost.plan import expert_axes
 from paraplan.graph import ModelSpec
 from paraplan.hardware import Cluster
 
@@ -39,6 +45,7 @@ class Fixed:
     tp: int | None = None
     pp: int | None = None
     cp: int | None = None
+    ep: int | None = None
     vp: int | None = None
     micro_batch: int | None = None
     zero: int | None = None
@@ -78,7 +85,27 @@ def _comm_profile(cluster: Cluster, plan: Plan) -> tuple[float, ...]:
         profile += [alpha, allgather_s(span, 1.0) - alpha]
         tier = span.outermost
         profile += [p2p_s(tier, 0.0), p2p_s(tier, 1.0) - p2p_s(tier, 0.0)]
+    if plan.ep > 1:
+        a2a = ep_span(cluster, plan)
+        profile += [alltoall_s(a2a, 0.0), alltoall_s(a2a, 1.0) - alltoall_s(a2a, 0.0)]
+        edp = expert_dp_span(cluster, plan)
+        alpha = allgather_s(edp, 0.0)
+        profile += [alpha, allgather_s(edp, 1.0) - alpha]
     return tuple(profile)
+
+
+def _ep_ok(plan: Plan) -> bool:
+    """The EP group splits along the rank order: ep divides, or is a multiple of, the inner of
+    cp and dp (cost.plan.check_expert_parallel)."""
+    inner, _ = expert_axes(plan)
+    return plan.ep % inner == 0 or inner % plan.ep == 0
+
+
+def _eps(spec: ModelSpec, dp: int, cp: int, fixed: Fixed) -> list[int]:
+    """Expert-parallel degrees: 1 for dense models; else divisors of dp*cp and of the experts."""
+    if not spec.is_moe:
+        return [1] if fixed.ep in (None, 1) else []
+    return [e for e in divisors(dp * cp) if spec.num_experts % e == 0 and _allowed(e, fixed.ep)]
 
 
 def _dominated(a: tuple[float, ...], b: tuple[float, ...]) -> bool:
@@ -100,11 +127,12 @@ def _orders(plan: Plan, cluster: Cluster, fixed: Fixed, options: Options,
     """Placements worth searching: one per non-dominated communication profile (all distinct
     ones when ``prune`` is off)."""
     if fixed.order is not None:
-        return [fixed.order]
+        return [fixed.order] if plan.ep == 1 or _ep_ok(replace(plan, order=fixed.order)) else []
     if not options.search_placement:
-        return [DEFAULT_ORDER]
+        return [DEFAULT_ORDER] if plan.ep == 1 or _ep_ok(plan) else []
     active = [a for a in DEFAULT_ORDER if plan.degree(a) > 1]
-    candidates = [_canonical(p) for p in permutations(active)]
+    candidates = [o for o in (_canonical(p) for p in permutations(active))
+                  if plan.ep == 1 or _ep_ok(replace(plan, order=o))]
     candidates.sort(key=lambda o: [DEFAULT_ORDER.index(a) for a in o])
     profiles = [(o, _comm_profile(cluster, replace(plan, order=o))) for o in candidates]
     if not prune:
@@ -145,13 +173,14 @@ def layouts(spec: ModelSpec, cluster: Cluster, seq_len: int, global_batch: int,
                     continue
                 if global_batch % dp:
                     continue
-                out += _layouts_of(spec, cluster, global_batch, dp, tp, pp, cp, fixed, options,
-                                   prune_dominated)
+                for ep in _eps(spec, dp, cp, fixed):
+                    out += _layouts_of(spec, cluster, global_batch, dp, tp, pp, cp, ep, fixed,
+                                       options, prune_dominated)
     return out
 
 
 def _layouts_of(spec: ModelSpec, cluster: Cluster, global_batch: int, dp: int, tp: int, pp: int,
-                cp: int, fixed: Fixed, options: Options, prune: bool) -> list[Plan]:
+                cp: int, ep: int, fixed: Fixed, options: Options, prune: bool) -> list[Plan]:
     out: list[Plan] = []
     per_replica = global_batch // dp
     mbs = [mb for mb in divisors(per_replica)
@@ -166,8 +195,10 @@ def _layouts_of(spec: ModelSpec, cluster: Cluster, global_batch: int, dp: int, t
     if fixed.zero is not None and not zeros:
         zeros = [fixed.zero]  # nothing to shard: every stage behaves as ZeRO-0, keep the user's value
     sps = [fixed.sequence_parallel] if fixed.sequence_parallel is not None else [tp > 1]
-    base = Plan(dp=dp, tp=tp, pp=pp, cp=cp, micro_batch=1, recompute=(Recompute.NONE,) * pp,
-                layers_per_stage=(1,) * pp)
+    if spec.is_moe and tp > 1:
+        sps = [sp for sp in sps if sp]  # MoE with TP needs sequence parallelism (check_plan)
+    base = Plan(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, micro_batch=1,
+                recompute=(Recompute.NONE,) * pp, layers_per_stage=(1,) * pp)
     orders = _orders(base, cluster, fixed, options, prune)
     for mb in mbs:
         m = per_replica // mb
@@ -183,7 +214,7 @@ def _layouts_of(spec: ModelSpec, cluster: Cluster, global_batch: int, dp: int, t
             for zero in zeros:
                 for sp in sps:
                     for order in orders:
-                        out.append(Plan(dp=dp, tp=tp, pp=pp, cp=cp, vp=vp, micro_batch=mb,
+                        out.append(Plan(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, vp=vp, micro_batch=mb,
                                         zero=zero, sequence_parallel=sp,
                                         recompute=(Recompute.NONE,) * pp,
                                         layers_per_stage=(1,) * pp, order=order))

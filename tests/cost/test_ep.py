@@ -1,0 +1,136 @@
+"""Expert parallelism: all-to-all cost, EP/expert-DP groups, expert memory and compute, rules."""
+
+from __future__ import annotations
+
+import pytest
+from paraplan.cost import Job, Plan, Precision, Recompute, evaluate, stage_terms
+from paraplan.cost.comm import alltoall_s, group_span
+from paraplan.cost.ep import (
+    ep_layer_comm,
+    ep_span,
+    expert_dp_span,
+    expert_shard_degree,
+    routed_copies_per_device,
+)
+from paraplan.cost.plan import Axis
+from paraplan.graph import ModelSpec, build_graph, preset
+from paraplan.hardware import build_cluster
+
+QWEN = build_graph(preset("qwen3-30b-a3b"))
+JOB = Job(seq_len=4096, global_batch=64, precision=Precision.BF16, expert_imbalance=1.0)
+
+
+def _plan(dp: int, ep: int, pp: int = 1, tp: int = 1, **kw) -> Plan:
+    return Plan(dp=dp, tp=tp, pp=pp, ep=ep, sequence_parallel=tp > 1,
+                recompute=(Recompute.NONE,) * pp,
+                layers_per_stage=(QWEN.spec.num_layers // pp,) * pp, **kw)
+
+
+def test_alltoall_one_tier_is_the_pairwise_formula() -> None:
+    cluster = build_cluster("dgx-h100", gpus=8)
+    span = group_span(cluster, _plan(8, 1), Axis.DP)
+    nvlink = cluster.tiers[0]
+    n = 64e6
+    # (p-1) alpha + (p-1)/p n / B  (hardware.json pairwise_alltoall)
+    expected = 7 * nvlink.alpha_s + 7 / 8 * n / nvlink.effective_bytes_per_s
+    assert alltoall_s(span, n) == pytest.approx(expected)
+
+
+def test_alltoall_across_nodes_runs_at_the_nic() -> None:
+    cluster = build_cluster("dgx-h100", nodes=4)
+    span = group_span(cluster, _plan(32, 1), Axis.DP)
+    nvlink, net = cluster.tiers
+    n = 64e6
+    # 7 peers on NVLink, 24 across the network; the NIC share (24/32 of the bytes) is the bottleneck
+    expected = (7 * nvlink.alpha_s + 24 * net.alpha_s
+                + max(7 / 32 * n / nvlink.effective_bytes_per_s, 24 / 32 * n / net.effective_bytes_per_s))
+    assert alltoall_s(span, n) == pytest.approx(expected)
+
+
+def test_ep_group_is_the_innermost_ranks_of_dp() -> None:
+    cluster = build_cluster("dgx-h100", nodes=4)  # 32 GPUs
+    plan = _plan(32, 8)
+    assert ep_span(cluster, plan).fan_in == (8, 1)  # inside one node
+    assert expert_dp_span(cluster, plan).fan_in == (1, 4)  # one rank per node
+    assert expert_shard_degree(plan) == 4
+    wide = _plan(32, 16)
+    assert ep_span(cluster, wide).fan_in == (8, 2)
+
+
+def test_dispatch_and_combine_bytes() -> None:
+    cluster = build_cluster("dgx-h100", gpus=8)
+    plan = _plan(8, 8, micro_batch=2)
+    job = Job(seq_len=4096, global_batch=64, expert_imbalance=1.2)
+    comm = ep_layer_comm(2048, 8, plan, job, cluster)
+    # each rank sends n * top_k * imbalance copies of h bf16 values, twice (dispatch + combine)
+    n_bytes = 2 * 4096 * 8 * 1.2 * 2048 * 2
+    one = alltoall_s(ep_span(cluster, plan), n_bytes)
+    assert comm.forward_s == pytest.approx(2 * one) and comm.backward_s == pytest.approx(2 * one)
+    assert routed_copies_per_device(plan, job, 8) == pytest.approx(2 * 4096 * 8 * 1.2)
+    # no expert parallelism: everything local, no all-to-all and no imbalance
+    assert ep_layer_comm(2048, 8, _plan(8, 1), job, cluster).forward_s == 0.0
+    assert routed_copies_per_device(_plan(8, 1), job, 8) == 4096 * 8
+
+
+def test_expert_weights_and_state_shard_over_ep() -> None:
+    cluster = build_cluster("dgx-h100", gpus=8)
+    t1 = stage_terms(QWEN, _plan(8, 1), JOB, cluster)
+    t8 = stage_terms(QWEN, _plan(8, 8), JOB, cluster)
+    experts_per_layer = 128 * 3 * 2048 * 768
+    assert t1.block_expert_params == pytest.approx(experts_per_layer)
+    assert t8.block_expert_params == pytest.approx(experts_per_layer / 8)
+    assert t1.block_params == t8.block_params  # attention, router, norms: not sharded by ep
+    b1 = evaluate(QWEN, cluster, JOB, _plan(8, 1))
+    b8 = evaluate(QWEN, cluster, JOB, _plan(8, 8))
+    assert b8.stage_memory[0].weights_bytes < b1.stage_memory[0].weights_bytes / 4
+
+
+def test_imbalance_slows_expert_parallel_plans_only() -> None:
+    cluster = build_cluster("dgx-h100", gpus=8)
+    balanced = Job(seq_len=4096, global_batch=64, expert_imbalance=1.0)
+    skewed = Job(seq_len=4096, global_batch=64, expert_imbalance=1.5)
+    for ep in (1, 8):
+        a = evaluate(QWEN, cluster, balanced, _plan(8, ep)).step_time_s
+        b = evaluate(QWEN, cluster, skewed, _plan(8, ep)).step_time_s
+        assert (b > a) if ep > 1 else (b == pytest.approx(a))
+
+
+def test_moe_rules_name_the_knob() -> None:
+    cluster = build_cluster("dgx-h100", gpus=8)
+    with pytest.raises(ValueError, match="plan.ep=3 must divide the model's 128 experts"):
+        evaluate(QWEN, cluster, JOB, _plan(8, 3))
+    with pytest.raises(ValueError, match="must divide dp\\*cp"):
+        evaluate(QWEN, cluster, JOB, _plan(4, 8, pp=2))
+    llama = build_graph(preset("llama3-8b"))
+    with pytest.raises(ValueError, match="needs a mixture-of-experts model"):
+        evaluate(llama, cluster, JOB, Plan(dp=8, tp=1, pp=1, ep=2, recompute=(Recompute.NONE,),
+                                           layers_per_stage=(32,)))
+    no_sp = Plan(dp=4, tp=2, pp=1, ep=1, sequence_parallel=False, recompute=(Recompute.NONE,),
+                 layers_per_stage=(48,))
+    with pytest.raises(ValueError, match="sequence_parallel"):
+        evaluate(QWEN, cluster, JOB, no_sp)
+
+
+def test_dense_first_layers_are_credited_on_the_first_stage() -> None:
+    spec = ModelSpec(name="m", num_layers=8, hidden=1024, ffn_hidden=4096, num_heads=8,
+                     num_kv_heads=8, vocab=1000, num_experts=16, top_k=2, moe_ffn_hidden=512,
+                     first_dense_layers=2)
+    all_moe = ModelSpec(name="m", num_layers=8, hidden=1024, ffn_hidden=4096, num_heads=8,
+                        num_kv_heads=8, vocab=1000, num_experts=16, top_k=2, moe_ffn_hidden=512)
+    cluster = build_cluster("dgx-h100", gpus=8)
+    job = Job(seq_len=2048, global_batch=16)
+    plan = Plan(dp=8, tp=1, pp=1, ep=4, recompute=(Recompute.NONE,), layers_per_stage=(8,))
+    g, g_moe = build_graph(spec), build_graph(all_moe)
+    t, t_moe = stage_terms(g, plan, job, cluster), stage_terms(g_moe, plan, job, cluster)
+    # pp = 1: both dense layers credited; expert params of 6 MoE layers, dense FFN params of 2
+    experts = 16 * 3 * 1024 * 512 / 4
+    assert t.stage_expert_params(0, 8) == pytest.approx(6 * experts)
+    assert t.stage_params(0, 8) - t_moe.stage_params(0, 8) == pytest.approx(
+        2 * (3 * 1024 * 4096 - 1024 * 16))  # dense FFN in, router out
+    assert evaluate(g, cluster, job, plan).step_time_s < evaluate(g_moe, cluster, job,
+                                                                  plan).step_time_s
+    # pp = 2: only layer 0 is guaranteed on stage 0; the other dense layer is costed as MoE
+    plan2 = Plan(dp=4, tp=1, pp=2, ep=4, recompute=(Recompute.NONE,) * 2, layers_per_stage=(1, 7))
+    t2 = stage_terms(g, plan2, job, cluster)
+    assert t2.stage_expert_params(0, 1) == pytest.approx(0.0)
+    assert t2.stage_expert_params(1, 7) == pytest.approx(7 * experts)
