@@ -1,0 +1,88 @@
+"""The planner issue's speed table: solve times on this machine, with 2 CP-SAT workers.
+
+    python -m benchmarks.speed [--quick]
+
+1. Llama-3.1-405B on 16,384 H100 (2,048 DGX nodes), seq 8192, global batch 2048.
+2. Every dense preset on 8 to 16,384 GPUs (median and maximum over the grid).
+3. A 126-layer model with uneven stages and per-stage recompute free (Llama-3.1-405B on 512 H100).
+4. Exhaustive enumeration of the same spaces, side by side, where it finishes within a budget.
+Every number is measured by the run; times are wall-clock seconds, model building included.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import statistics
+import sys
+import time
+
+from paraplan.solver import Fixed, Options
+from paraplan.solver.enumerate import EnumerationBudgetExceeded, enumerate_plans
+
+import paraplan
+from paraplan.instance import build_instance
+
+PRESETS = ["gpt3-1.3b", "gpt3-6.7b", "llama2-7b", "llama3-8b", "llama2-13b", "gpt3-13b",
+           "llama2-70b", "llama3-70b", "gpt3-175b", "llama3.1-405b"]
+NODES = [1, 8, 64, 512, 2048]
+
+
+def _scenario(model: str, nodes: int, seq: int = 8192, batch: int | None = None) -> dict:
+    """DGX H100 nodes; global batch one sequence per 4 GPUs, at least 64, unless given."""
+    gpus = 8 * nodes
+    return {"model": {"preset": model}, "cluster": {"preset": "dgx-h100", "nodes": nodes},
+            "job": {"seq_len": seq, "global_batch": batch or max(64, gpus // 4)}}
+
+
+def _solve(scenario: dict, limit: float = 120.0) -> tuple[float, str, float]:
+    t = time.perf_counter()
+    try:
+        r = paraplan.solve(scenario, time_limit_s=limit, workers=2)
+    except paraplan.InfeasibleError:
+        return time.perf_counter() - t, "INFEASIBLE", float("nan")
+    return time.perf_counter() - t, r.solver.status, r.predicted.step_time_s
+
+
+def _enumerate(scenario: dict, budget_s: float) -> str:
+    inst = build_instance(paraplan.load_scenario(scenario))
+    try:
+        e = enumerate_plans(inst.graph, inst.cluster, inst.job, Fixed(), Options(), budget_s)
+    except EnumerationBudgetExceeded:
+        return f"> {budget_s:.0f} s (not finished)"
+    return f"{e.wall_s:.1f} s ({e.num_plans:,} plans)"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a few grid points only")
+    parser.add_argument("--enumeration-budget", type=float, default=120.0)
+    args = parser.parse_args(argv)
+    print(f"# paraplan {paraplan.__version__} speed, {platform.processor() or platform.machine()}, "
+          f"{time.strftime('%Y-%m-%d')}, 2 CP-SAT workers\n")
+
+    flagship = _scenario("llama3.1-405b", 2048, batch=2048)
+    wall, status, step = _solve(flagship)
+    print(f"405B on 16,384 H100: {wall:.2f} s, {status}, step {step:.3f} s; enumeration "
+          f"{_enumerate(flagship, args.enumeration_budget)}")
+
+    uneven = _scenario("llama3.1-405b", 64, batch=512)
+    wall, status, step = _solve(uneven)
+    print(f"126 layers, uneven stages + per-stage recompute, 512 H100: {wall:.2f} s, {status}")
+
+    grid = [(m, n) for m in PRESETS for n in NODES]
+    if args.quick:
+        grid = [("llama3-8b", 1), ("llama3-70b", 8), ("gpt3-175b", 64)]
+    times = []
+    print("\n| model | GPUs | solve s | status | step s |\n|---|---|---|---|---|")
+    for model, nodes in grid:
+        wall, status, step = _solve(_scenario(model, nodes))
+        times.append(wall)
+        print(f"| {model} | {8 * nodes} | {wall:.2f} | {status} | {step:.3f} |", flush=True)
+    print(f"\npresets x 8..16,384 GPUs: median {statistics.median(times):.2f} s, "
+          f"max {max(times):.2f} s over {len(times)} solves")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
