@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from paraplan.cost.comm import group_span, p2p_s
+from paraplan.cost.comm import GroupSpan, group_span, p2p_s
 from paraplan.cost.compute import (
     ACTIVATION_BYTES,
     BACKWARD_ATTENTION_FACTOR,
@@ -32,11 +32,11 @@ class CPComm:
 
 
 def cp_layer_comm(kv_dim: int, attention: LayerTime, plan: Plan, job: Job,
-                  cluster: Cluster) -> CPComm:
+                  cluster: Cluster, span: GroupSpan | None = None) -> CPComm:
     """Formula: (cp-1) * (alpha + n*2*kv_dim*2 B / B_tier) forward, twice that backward."""
     if plan.cp == 1:
         return CPComm(0.0, 0.0, 0.0, 0.0)
-    tier = group_span(cluster, plan, Axis.CP).outermost
+    tier = (span or group_span(cluster, plan, Axis.CP)).outermost
     chunk_bytes = tokens_per_device(plan, job) * 2 * kv_dim / plan.tp * ACTIVATION_BYTES
     fwd = (plan.cp - 1) * p2p_s(tier, chunk_bytes)
     bwd = 2 * fwd

@@ -85,16 +85,18 @@ def grad_sync_s(params: float, plan: Plan, job: Job, cluster: Cluster,
     return reduce_scatter_s(span, params * grad_bytes(job)) + gather
 
 
-def zero3_gather_s(params: float, plan: Plan, cluster: Cluster, expert: bool = False) -> float:
-    """One all-gather of ``params`` bf16 weights over dp (done in forward, and again in backward)."""
-    if shard_degree(plan, expert) == 1 or plan.zero < 3:
+def zero3_gather_s(params: float, plan: Plan, cluster: Cluster, expert: bool = False,
+                   span: GroupSpan | None = None) -> float:
+    """One all-gather of ``params`` bf16 weights over dp (done in forward, and again in backward).
+    ``span``: the group's span when the caller has it (else computed)."""
+    if shard_degree(plan, expert) == 1 or plan.zero < 3 or not params:
         return 0.0
-    return allgather_s(_span(plan, cluster, expert), params * WEIGHT_BYTES)
+    return allgather_s(span or _span(plan, cluster, expert), params * WEIGHT_BYTES)
 
 
 def micro_batch_reduce_s(params: float, plan: Plan, job: Job, cluster: Cluster,
-                         expert: bool = False) -> float:
+                         expert: bool = False, span: GroupSpan | None = None) -> float:
     """Per micro-batch reduce-scatter of ``params`` gradients over dp x cp under ZeRO-2 and 3."""
-    if shard_degree(plan, expert) == 1 or plan.zero < 2:
+    if shard_degree(plan, expert) == 1 or plan.zero < 2 or not params:
         return 0.0
-    return reduce_scatter_s(_span(plan, cluster, expert), params * grad_bytes(job))
+    return reduce_scatter_s(span or _span(plan, cluster, expert), params * grad_bytes(job))

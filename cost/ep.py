@@ -91,7 +91,8 @@ def expert_shard_degree(plan: Plan) -> int:
     return plan.dp * plan.cp // plan.ep
 
 
-def ep_layer_comm(hidden: int, top_k: int, plan: Plan, job: Job, cluster: Cluster) -> EPComm:
+def ep_layer_comm(hidden: int, top_k: int, plan: Plan, job: Job, cluster: Cluster,
+                  span: GroupSpan | None = None) -> EPComm:
     """Dispatch + combine all-to-all of one MoE layer.
 
     Formula: 2 x alltoall(n/tp * top_k * imbalance * h * 2 B) forward, the same backward, over
@@ -102,7 +103,7 @@ def ep_layer_comm(hidden: int, top_k: int, plan: Plan, job: Job, cluster: Cluste
         return EPComm(0.0, 0.0)
     n_bytes = (routed_copies_per_device(plan, job, top_k) / plan.tp * hidden
                * ACTIVATION_BYTES)
-    one = alltoall_s(ep_span(cluster, plan), n_bytes)
+    one = alltoall_s(span or ep_span(cluster, plan), n_bytes)
     return EPComm(2 * one, 2 * one)
 
 

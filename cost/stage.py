@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from functools import cached_property
 
-from paraplan.cost.comm import group_span
+from paraplan.cost.comm import GroupSpan, SubAxis, group_span, span_of
 from paraplan.cost.compute import LayerTime, layer_forward
 from paraplan.cost.cp import cp_layer_comm
 from paraplan.cost.dp import (
@@ -116,6 +116,7 @@ class StageTerms:
     p2p_s: float
     block_expert_params: float = 0.0  # per device routed-expert weights (sharded by ep x tp)
     dense_credit: dict[Recompute, BlockCost] | None = None  # stage 0 (module docstring)
+    sync_lines: tuple[Affine, Affine] = (Affine(0.0, 0.0), Affine(0.0, 0.0))  # see _sync_lines
 
     def stage_params(self, stage: int, layers: int) -> float:
         """Parameters one device of ``stage`` holds (the tied embedding is replicated on the
@@ -160,28 +161,11 @@ class StageTerms:
         credit = self.credit(stage, recompute).backward_s
         return Affine(ends + credit, self.block[recompute].backward_s)
 
-    @cached_property
-    def _sync_per_param(self) -> Affine:
-        """grad_sync_s is alpha-beta: latency + bytes / bandwidth, affine in the parameters."""
-        return self._sync_line(self.block_params, expert=False)
-
-    @cached_property
-    def _expert_sync_per_param(self) -> Affine:
-        if not self.block_expert_params:
-            return Affine(0.0, 0.0)
-        return self._sync_line(self.block_expert_params, expert=True)
-
-    def _sync_line(self, params: float, expert: bool) -> Affine:
-        none = grad_sync_s(0.0, self.plan, self.job, self.cluster, expert)
-        block = grad_sync_s(params, self.plan, self.job, self.cluster, expert)
-        per_param = (block - none) / params if params else 0.0
-        return Affine(none, per_param)
-
     def dp_sync(self, stage: int) -> Affine:
         """Once-per-step gradient sync of the stage's parameters (ZeRO 0-2): alpha-beta, so
         affine in the parameter count and hence in the layers. Routed-expert gradients sync over
         the expert-data-parallel group (ep.py) after the others."""
-        sync, esync = self._sync_per_param, self._expert_sync_per_param
+        sync, esync = self.sync_lines
         return (Affine(sync.at(self.stage_params(stage, 0)), sync.per_layer * self.block_params)
                 + Affine(esync.at(self.stage_expert_params(stage, 0)),
                          esync.per_layer * self.block_expert_params))
@@ -250,86 +234,145 @@ def block_params_per_device(layers: list[Layer], plan: Plan) -> tuple[float, flo
     return params, experts
 
 
-def _block_costs(graph: LayerGraph, index: int, plan: Plan, job: Job, cluster: Cluster
-                 ) -> dict[Recompute, BlockCost]:
-    """Block ``index``'s cost under each recompute mode (forward times computed once)."""
+@dataclass(frozen=True, slots=True)
+class _Work:
+    """The placement-free part of a block's (or an end's) cost: compute, activations, params.
+    Depends on tp, cp, ep, micro-batch and SP only."""
+
+    times: tuple[LayerTime, ...]
+    attention: LayerTime | None
+    forward_s: float
+    backward_s: float
+    recompute_s: dict[Recompute, float]
+    stored_bytes: dict[Recompute, float]
+    working_bytes: float  # FULL recompute's re-materialised block
+    params: float
+    expert_params: float
+    top_k: int  # 0: no routed experts
+
+
+def _block_work(graph: LayerGraph, index: int, plan: Plan, job: Job, cluster: Cluster) -> _Work:
     accel = cluster.accelerator
     eff = efficiency(accel.generation)
-    spec = graph.spec
     layers = graph.block_layers(index)
     params, expert_params = block_params_per_device(layers, plan)
-    times: list[LayerTime] = [layer_time(ly, plan, job, accel, eff) for ly in layers]
+    times = tuple(layer_time(ly, plan, job, accel, eff) for ly in layers)
     moe = next((ly.experts for ly in layers if ly.experts), None)
     host = moe_layer_overhead_s(eff) if moe else 0.0  # once per pass: forward, backward, recompute
-    fwd = sum(t.total_s for t in times) + host
-    bwd = sum(t.backward_s() for t in times) + host
-    if moe is None:
-        tp = tp_block_comm(spec.hidden, plan, job, cluster)
+    stored_none = sum(stored_activation_bytes(ly, plan, job, Recompute.NONE) for ly in layers)
+    return _Work(
+        times=times,
+        attention=next((t for t, ly in zip(times, layers, strict=True)
+                        if ly.kind is LayerKind.ATTENTION), None),
+        forward_s=sum(t.total_s for t in times) + host,
+        backward_s=sum(t.backward_s() for t in times) + host,
+        recompute_s={r: sum(recompute_forward_s(t, r) for t in times)
+                     + (host if r is Recompute.FULL else 0.0) for r in Recompute},
+        stored_bytes={
+            Recompute.NONE: stored_none,
+            Recompute.SELECTIVE: sum(stored_activation_bytes(ly, plan, job, Recompute.SELECTIVE)
+                                     for ly in layers),
+            Recompute.FULL: block_input_bytes(graph.spec.hidden, plan, job),
+        },
+        working_bytes=stored_none,
+        params=params, expert_params=expert_params, top_k=moe.top_k if moe else 0,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Spans:
+    """The groups a layout's per-micro-batch communication runs on (computed once per layout)."""
+
+    tp: GroupSpan
+    cp: GroupSpan
+    ep: GroupSpan | None  # ep > 1
+    dp: GroupSpan | None  # dp x cp, when ZeRO-2/3 moves traffic every micro-batch
+    edp: GroupSpan | None  # expert-data-parallel, likewise (ep > 1)
+
+    @classmethod
+    def of(cls, plan: Plan, cluster: Cluster) -> _Spans:
+        zero = plan.zero >= 2
+        return cls(
+            tp=group_span(cluster, plan, Axis.TP), cp=group_span(cluster, plan, Axis.CP),
+            ep=ep_span(cluster, plan) if plan.ep > 1 else None,
+            dp=group_span(cluster, plan, Axis.DP, Axis.CP) if zero else None,
+            edp=expert_dp_span(cluster, plan) if zero and plan.ep > 1 else None,
+        )
+
+    def key(self) -> tuple:
+        return tuple(s.fan_in if s else None for s in (self.tp, self.cp, self.ep, self.dp,
+                                                        self.edp))
+
+
+def _block_costs(work: _Work, graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster,
+                 spans: _Spans) -> dict[Recompute, BlockCost]:
+    """A block's cost under each recompute mode: its work plus the communication the plan's
+    placement implies (TP, CP, EP, ZeRO-2/3 traffic)."""
+    spec = graph.spec
+    if not work.top_k:
+        tp = tp_block_comm(spec.hidden, plan, job, cluster, span=spans.tp)
         ep = EPComm(0.0, 0.0)
     else:
         has_shared = spec.shared_ffn_hidden > 0
         tp = tp_block_comm(spec.hidden, plan, job, cluster,
-                           moe_tp_collectives(moe.top_k, has_shared, plan, job))
-        ep = ep_layer_comm(spec.hidden, moe.top_k, plan, job, cluster)
-    attn_time = next(t for t, ly in zip(times, layers, strict=True)
-                     if ly.kind is LayerKind.ATTENTION)
-    cp = cp_layer_comm(spec.kv_dim, attn_time, plan, job, cluster)
-    gather = (zero3_gather_s(params, plan, cluster)
-              + zero3_gather_s(expert_params, plan, cluster, expert=True))
-    reduce = (micro_batch_reduce_s(params, plan, job, cluster)
-              + micro_batch_reduce_s(expert_params, plan, job, cluster, expert=True))
-    stored_none = sum(stored_activation_bytes(ly, plan, job, Recompute.NONE) for ly in layers)
+                           moe_tp_collectives(work.top_k, has_shared, plan, job), span=spans.tp)
+        ep = ep_layer_comm(spec.hidden, work.top_k, plan, job, cluster, span=spans.ep)
+    assert work.attention is not None
+    cp = cp_layer_comm(spec.kv_dim, work.attention, plan, job, cluster, span=spans.cp)
+    dp, edp = spans.dp, spans.edp
+    gather = (zero3_gather_s(work.params, plan, cluster, span=dp)
+              + zero3_gather_s(work.expert_params, plan, cluster, expert=True, span=edp))
+    reduce = (micro_batch_reduce_s(work.params, plan, job, cluster, span=dp)
+              + micro_batch_reduce_s(work.expert_params, plan, job, cluster, expert=True,
+                                     span=edp))
+    fwd, bwd = work.forward_s, work.backward_s
     out: dict[Recompute, BlockCost] = {}
     for recompute in Recompute:
         is_full = recompute is Recompute.FULL
-        rec = sum(recompute_forward_s(t, recompute) for t in times) + (host if is_full else 0.0)
+        rec = work.recompute_s[recompute]
         tp_s = tp.forward_s + tp.backward_s + (tp.forward_s if is_full else 0.0)
         cp_s = cp.exposed_forward_s * (2 if is_full else 1) + cp.exposed_backward_s
         ep_s = ep.forward_s * (2 if is_full else 1) + ep.backward_s
         zero_s = max(0.0, gather - fwd) + max(0.0, gather + reduce - (bwd + rec))
-        if is_full:
-            stored, working = block_input_bytes(spec.hidden, plan, job), stored_none
-        elif recompute is Recompute.NONE:
-            stored, working = stored_none, 0.0
-        else:
-            stored = sum(stored_activation_bytes(ly, plan, job, recompute) for ly in layers)
-            working = 0.0
         out[recompute] = BlockCost(
             forward_s=fwd, backward_s=bwd + rec, compute_s=fwd + bwd + rec,
-            comm_s=tp_s + cp_s + ep_s + zero_s, activation_bytes=stored, working_bytes=working,
+            comm_s=tp_s + cp_s + ep_s + zero_s, activation_bytes=work.stored_bytes[recompute],
+            working_bytes=work.working_bytes if is_full else 0.0,
         )
     return out
 
 
-def _end_cost(graph: LayerGraph, names: tuple[str, ...], plan: Plan, job: Job,
-              cluster: Cluster) -> EndCost:
+def _end_work(graph: LayerGraph, names: tuple[str, ...], plan: Plan, job: Job,
+              cluster: Cluster) -> _Work:
     accel = cluster.accelerator
     eff = efficiency(accel.generation)
     layers = [graph.layer(n) for n in names]
-    times = [layer_forward(ly, plan, job, accel, eff) for ly in layers]
-    params = sum(ly.tp_params / plan.tp + ly.replicated_params for ly in layers)
-    fwd = sum(t.total_s for t in times)
-    bwd = sum(t.backward_s() for t in times)
-    gather = zero3_gather_s(params, plan, cluster)
-    comm = 2 * gather + micro_batch_reduce_s(params, plan, job, cluster)  # not overlapped at the ends
+    times = tuple(layer_forward(ly, plan, job, accel, eff) for ly in layers)
     act = 0.0
     if "lm_head" in names:
         n = plan.micro_batch * job.seq_len / plan.cp
         act = n * graph.spec.vocab / plan.tp * LOGITS_BYTES_PER_ELEMENT
-    return EndCost(compute_s=fwd + bwd, comm_s=comm, backward_s=bwd, params=params,
-                   activation_bytes=act)
+    return _Work(times=times, attention=None, forward_s=sum(t.total_s for t in times),
+                 backward_s=sum(t.backward_s() for t in times), recompute_s={},
+                 stored_bytes={}, working_bytes=act,
+                 params=sum(ly.tp_params / plan.tp + ly.replicated_params for ly in layers),
+                 expert_params=0.0, top_k=0)
 
 
-def _shared_key(plan: Plan, cluster: Cluster) -> tuple:
+def _end_cost(work: _Work, plan: Plan, job: Job, cluster: Cluster, spans: _Spans) -> EndCost:
+    gather = zero3_gather_s(work.params, plan, cluster, span=spans.dp)
+    comm = 2 * gather + micro_batch_reduce_s(work.params, plan, job, cluster, span=spans.dp)
+    return EndCost(compute_s=work.forward_s + work.backward_s, comm_s=comm,
+                   backward_s=work.backward_s, params=work.params,
+                   activation_bytes=work.working_bytes)
+
+
+def _shared_key(plan: Plan, spans: _Spans) -> tuple:
     """What block and end costs depend on: tp, cp, ep, micro-batch, SP, the ZeRO class and the
     tiers the TP, CP, EP and (for ZeRO-2/3 traffic) DP x CP and expert-DP groups span."""
     zero_class = plan.zero if plan.zero >= 2 else 0
-    dp_span = group_span(cluster, plan, Axis.DP, Axis.CP).fan_in if zero_class else None
-    edp_span = expert_dp_span(cluster, plan).fan_in if zero_class and plan.ep > 1 else None
-    ep_fan_in = ep_span(cluster, plan).fan_in if plan.ep > 1 else None
     return (plan.tp, plan.cp, plan.ep, plan.micro_batch, plan.sequence_parallel, zero_class,
-            group_span(cluster, plan, Axis.TP).fan_in, group_span(cluster, plan, Axis.CP).fan_in,
-            dp_span, edp_span, ep_fan_in)
+            spans.key())
 
 
 @dataclass(frozen=True, slots=True)
@@ -343,20 +386,54 @@ class _Shared:
     last: EndCost
 
 
-def _shared_costs(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster) -> _Shared:
+def _works(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster
+           ) -> tuple[_Work, _Work | None, _Work, _Work]:
+    """(block, dense block or None, first end, last end) work of the plan's tp, cp, ep, mb, SP."""
     moe, dense = graph.moe_block, graph.dense_block
-    index = moe if moe is not None else 0
-    params, expert_params = block_params_per_device(graph.block_layers(index), plan)
-    block = _block_costs(graph, index, plan, job, cluster)
-    dense_costs, dense_params = None, 0.0
+    block = _block_work(graph, moe if moe is not None else 0, plan, job, cluster)
+    dense_work = None
     if moe is not None and dense is not None:
-        dense_costs = _block_costs(graph, dense, plan, job, cluster)
-        dense_params = block_params_per_device(graph.block_layers(dense), plan)[0]
+        dense_work = _block_work(graph, dense, plan, job, cluster)
+    return (block, dense_work, _end_work(graph, ("embedding",), plan, job, cluster),
+            _end_work(graph, ("final_norm", "lm_head"), plan, job, cluster))
+
+
+def _shared_costs(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster, spans: _Spans,
+                  shared: dict | None) -> _Shared:
+    key = ("work", plan.tp, plan.cp, plan.ep, plan.micro_batch, plan.sequence_parallel)
+    if shared is None:
+        works = _works(graph, plan, job, cluster)
+    elif key in shared:
+        works = shared[key]
+    else:
+        works = shared[key] = _works(graph, plan, job, cluster)
+    block, dense, first, last = works
     return _Shared(
-        block, params, expert_params, dense_costs, dense_params,
-        _end_cost(graph, ("embedding",), plan, job, cluster),
-        _end_cost(graph, ("final_norm", "lm_head"), plan, job, cluster),
+        _block_costs(block, graph, plan, job, cluster, spans), block.params, block.expert_params,
+        _block_costs(dense, graph, plan, job, cluster, spans) if dense else None,
+        dense.params if dense else 0.0,
+        _end_cost(first, plan, job, cluster, spans), _end_cost(last, plan, job, cluster, spans),
     )
+
+
+def _sync_lines(plan: Plan, job: Job, cluster: Cluster, block_params: float,
+                block_expert_params: float, shared: dict | None) -> tuple[Affine, Affine]:
+    """grad_sync_s is alpha-beta: latency + bytes / bandwidth, affine in the parameters; one line
+    for the dense-parallel group, one for the expert-data-parallel group."""
+    key = ("sync", plan.order, plan.tp, plan.cp, plan.dp, plan.pp, plan.ep, plan.zero)
+    if shared is not None and key in shared:
+        return shared[key]
+
+    def line(params: float, expert: bool) -> Affine:
+        none = grad_sync_s(0.0, plan, job, cluster, expert)
+        block = grad_sync_s(params, plan, job, cluster, expert)
+        return Affine(none, (block - none) / params if params else 0.0)
+
+    lines = (line(block_params, False),
+             line(block_expert_params, True) if block_expert_params else Affine(0.0, 0.0))
+    if shared is not None:
+        shared[key] = lines
+    return lines
 
 
 def dense_layers_credited(graph: LayerGraph, plan: Plan) -> int:
@@ -374,11 +451,12 @@ def stage_terms(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster,
     ``shared``: a dict the caller keeps across plans of one graph, job and cluster; block and end
     costs are computed once per distinct ``_shared_key`` (a solve evaluates thousands of layouts
     that differ only in pp, vp, dp or the placement of other axes)."""
-    key = _shared_key(plan, cluster) if shared is not None else None
+    spans = _Spans.of(plan, cluster)
+    key = _shared_key(plan, spans) if shared is not None else None
     if shared is not None and key in shared:
         costs = shared[key]
     else:
-        costs = _shared_costs(graph, plan, job, cluster)
+        costs = _shared_costs(graph, plan, job, cluster, spans, shared)
         if shared is not None:
             shared[key] = costs
     first, last = costs.first, costs.last
@@ -400,30 +478,71 @@ def stage_terms(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster,
         p2p_s=p2p_per_micro_batch_s(graph.spec.hidden, plan, job, cluster),
         block_expert_params=costs.block_expert_params,
         dense_credit=credit,
+        sync_lines=_sync_lines(plan, job, cluster, costs.block_params, costs.block_expert_params,
+                               shared),
     )
 
 
+def _inner_tiers_fastest(cluster: Cluster) -> bool:
+    """Each tier at least as fast as the next one out (latency and bandwidth): then a group whose
+    members are consecutive ranks (stride 1) is its own cheapest placement."""
+    return all(a.alpha_s <= b.alpha_s and a.effective_bytes_per_s >= b.effective_bytes_per_s
+               for a, b in zip(cluster.tiers, cluster.tiers[1:], strict=False))
+
+
+def _moe_comm_floor_s(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster) -> float:
+    """Least routed-expert time of one MoE block, one micro-batch, over every ep and placement:
+    min over ep | experts of expert compute (ep local kernels, imbalance for ep > 1) plus the
+    dispatch/combine all-to-all on ep consecutive ranks; plus the MoE layer's TP traffic at
+    perfect balance on tp consecutive ranks. Units: seconds."""
+    accel = cluster.accelerator
+    eff = efficiency(accel.generation)
+    spec = graph.spec
+    layer = next(ly for ly in graph.block_layers(graph.moe_block or 0) if ly.experts)
+    assert layer.experts is not None
+    best = float("inf")
+    for ep in (e for e in range(1, spec.num_experts + 1) if spec.num_experts % e == 0):
+        p = replace(plan, ep=ep)
+        expert = expert_forward(layer.experts, p, job, accel, eff).forward_backward_s
+        a2a = ep_layer_comm(spec.hidden, spec.top_k, p, job, cluster,
+                            span=span_of(cluster, [SubAxis(1, ep)]))
+        best = min(best, expert + a2a.forward_s + a2a.backward_s)
+    tp = tp_block_comm(spec.hidden, plan, job, cluster,
+                       moe_tp_collectives(spec.top_k, spec.shared_ffn_hidden > 0, plan,
+                                          replace(job, expert_imbalance=1.0)),
+                       span=span_of(cluster, [SubAxis(1, plan.tp)]))
+    return best + tp.forward_s + tp.backward_s
+
+
 def compute_floor_s(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster) -> float:
-    """Least compute one micro-batch needs summed over all stages: every block forward + backward
-    without recompute, plus the embedding and LM head. Depends on tp, cp, micro_batch, SP only:
-    a MoE block is floored at one kernel per expert GEMM and perfect balance (its least over ep),
-    and dense layers at the lesser of the dense and the MoE floor (the most any plan credits).
-    Units: seconds."""
+    """Least time one micro-batch needs summed over all stages: every block forward + backward
+    without recompute, plus the embedding and LM head. Depends on tp, cp, micro_batch, SP only.
+    Dense models: compute only. MoE models: a MoE block is floored at its non-expert compute plus
+    ``_moe_comm_floor_s`` (least expert compute + all-to-all + TP traffic over every ep and
+    placement, when inner tiers are the fastest; else one kernel per expert GEMM at perfect
+    balance and no communication), and dense layers at the lesser of the dense and the MoE floor
+    (the most any plan credits). Units: seconds."""
     accel = cluster.accelerator
     eff = efficiency(accel.generation)
     spec = graph.spec
 
-    def block_floor(index: int, p: Plan, j: Job) -> float:
+    def block_floor(index: int, p: Plan, j: Job, experts: bool = True) -> float:
         layers = graph.block_layers(index)
         host = 2 * moe_layer_overhead_s(eff) if any(ly.experts for ly in layers) else 0.0
-        return host + sum(layer_time(ly, p, j, accel, eff).forward_backward_s for ly in layers)
+        return host + sum((layer_time(ly, p, j, accel, eff) if experts
+                           else layer_forward(ly, p, j, accel, eff)).forward_backward_s
+                          for ly in layers)
 
     ends = sum(layer_forward(graph.layer(n), plan, job, accel, eff).forward_backward_s
                for n in ("embedding", "final_norm", "lm_head"))
     if graph.moe_block is None:
         return spec.num_layers * block_floor(0, plan, job) + ends
-    moe_floor = block_floor(graph.moe_block, replace(plan, ep=spec.num_experts),
-                            replace(job, expert_imbalance=1.0))
+    if _inner_tiers_fastest(cluster):
+        moe_floor = (block_floor(graph.moe_block, plan, job, experts=False)
+                     + _moe_comm_floor_s(graph, plan, job, cluster))
+    else:
+        moe_floor = block_floor(graph.moe_block, replace(plan, ep=spec.num_experts),
+                                replace(job, expert_imbalance=1.0))
     dense = spec.num_dense_layers
     dense_floor = min(moe_floor, block_floor(graph.dense_block, plan, job)) if dense else 0.0
     return (spec.num_layers - dense) * moe_floor + dense * dense_floor + ends

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from paraplan.cost.comm import allgather_s, allreduce_s, group_span, reduce_scatter_s
+from paraplan.cost.comm import GroupSpan, allgather_s, allreduce_s, group_span, reduce_scatter_s
 from paraplan.cost.compute import ACTIVATION_BYTES, tokens_per_device
 from paraplan.cost.plan import Axis, Job, Plan
 from paraplan.hardware import Cluster
@@ -27,12 +27,12 @@ class TPComm:
 
 
 def tp_block_comm(hidden: int, plan: Plan, job: Job, cluster: Cluster,
-                  mlp_collectives: float = 1.0) -> TPComm:
+                  mlp_collectives: float = 1.0, span: GroupSpan | None = None) -> TPComm:
     """Formula: (1 + mlp_collectives) x allreduce(n*h*2 B) forward, the same backward, on the TP
     group's tiers. ``mlp_collectives``: 1 for a dense MLP; a MoE layer's from ep.moe_tp_collectives."""
     if plan.tp == 1:
         return TPComm(0.0, 0.0)
-    span = group_span(cluster, plan, Axis.TP)
+    span = span or group_span(cluster, plan, Axis.TP)
     n_bytes = tokens_per_device(plan, job) * hidden * ACTIVATION_BYTES
     if plan.sequence_parallel:
         one = allgather_s(span, n_bytes) + reduce_scatter_s(span, n_bytes)
