@@ -39,7 +39,7 @@ __all__ = [
     "export", "export_text", "write_exports", "load_result", "context", "to_cost_plan",
     "plan_summary", "header_lines", "enforce", "effective_order", "order_matches",
     "order_fixes", "recompute_fixes", "regroup", "repair", "uniform_recompute", "comment_block",
-    "first_refusal", "check_dense_model", "micro_batch_repairs",
+    "first_refusal", "check_dense_model", "check_no_expert_parallel", "micro_batch_repairs",
 ]
 
 MAX_REPAIR_DEPTH = 3  # rule repairs chained when searching the nearest expressible plan
@@ -263,12 +263,25 @@ def micro_batch_repairs(draft: Draft, global_batch: int,
 
 
 def check_dense_model(ctx: ExportContext, draft: Draft) -> Refusal | None:
-    """Expert parallelism needs experts; paraplan's model specs are dense."""
-    if draft.plan.ep == 1:
+    """Expert parallelism needs experts, and num_experts % ep == 0."""
+    p, s = draft.plan, ctx.spec
+    if p.ep == 1 or (s.is_moe and s.num_experts % p.ep == 0):
         return None
-    return Refusal(f"plan.ep={draft.plan.ep} needs a mixture-of-experts model (num_experts % ep "
-                   f"== 0) but {ctx.spec.name} is dense",
-                   repair("ep -> 1", draft, replace(draft.plan, ep=1)))
+    what = f"{s.name} is dense" if not s.is_moe else f"{s.name} has {s.num_experts} experts"
+    return Refusal(f"plan.ep={p.ep} needs a mixture-of-experts model (num_experts % ep == 0) but "
+                   f"{what}", repair("ep -> 1", draft, replace(p, ep=1)))
+
+
+def check_no_expert_parallel(framework_note: str) -> Rule:
+    """A rule refusing ep > 1 for targets whose config cannot express expert parallelism."""
+
+    def check_expert_parallel_expressible(ctx: ExportContext, draft: Draft) -> Refusal | None:
+        if draft.plan.ep == 1:
+            return None
+        return Refusal(f"plan.ep={draft.plan.ep}: {framework_note}",
+                       repair("ep -> 1", draft, replace(draft.plan, ep=1)))
+
+    return check_expert_parallel_expressible
 
 
 def first_refusal(ctx: ExportContext, draft: Draft, rules: Sequence[Rule]) -> Refusal | None:

@@ -15,7 +15,9 @@ Rules enforced (DeepSpeed catches the starred ones only at run time, or never):
   every stage*: no selective recompute, no per-stage modes;
 - AutoTP has no Megatron-style sequence parallelism*; Ulysses (cp) needs tp = pp = 1 and
   heads and kv heads divisible by cp*;
-- rank order: topology ``['pipe', 'data', 'model']``, i.e. tp innermost, then dp, then pp*.
+- rank order: topology ``['pipe', 'data', 'model']``, i.e. tp innermost, then dp, then pp*;
+- expert parallelism is refused: DeepSpeed's MoE sets ``ep_size`` in model code
+  (``deepspeed.moe.layer.MoE``, docs/frameworks.md §1), which this JSON cannot carry.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from paraplan.export import (
     ExportContext,
     Refusal,
     check_dense_model,
+    check_no_expert_parallel,
     enforce,
     header_lines,
     micro_batch_repairs,
@@ -204,7 +207,9 @@ def check_rank_order(ctx: ExportContext, draft: Draft) -> Refusal | None:
                    "tp innermost, then dp, then pp", order_fixes(draft, [("tp-cp-dp-pp", ORDER)]))
 
 
-RULES = (check_dense_model, check_batch_rule, check_pipeline_zero, check_no_interleaving,
+RULES = (check_dense_model, check_no_expert_parallel(
+    "DeepSpeed sets the expert-parallel size in model code (deepspeed.moe.layer.MoE(ep_size=...)), "
+    "not in the JSON config"), check_batch_rule, check_pipeline_zero, check_no_interleaving,
          check_recompute, check_layer_split, check_sequence_parallel, check_ulysses,
          check_rank_order)
 

@@ -12,10 +12,17 @@ pp -> ``stage`` (keys ``ici/dcn_pipeline_parallelism``) with ``num_pipeline_repe
 data, stage, fsdp, ..., context, ..., tensor) fixes the rank order: innermost tensor, context,
 fsdp, stage, data.
 
+Mixture of experts: ep -> the ``expert`` mesh axis (``ici/dcn_expert_parallelism``), which is
+innermost in ``mesh_axes`` and shards the batch of the non-expert layers like data/fsdp: the
+plan's ep innermost data-parallel ranks (the cost model's EP group), the rest of dp on
+``data``/``fsdp``. That placement matches only without tensor and context parallelism, and with
+pp = 1 or ZeRO-3 (else ``data`` sits outside ``stage``); MoE presets map to MaxText's model
+configs, other MoE shapes to ``num_experts`` / ``num_experts_per_tok`` / ``base_moe_mlp_dim``.
+
 Rules enforced: ICI products equal the devices per node and DCN products the node count (checked
 by MaxText only at mesh creation); stages x repeats x layers per stage == layers (uniform stages
 only); pipeline micro-batches % stages == 0; ``shard_optimizer_over_data`` only without FSDP
-(ZeRO-2 has no MaxText form); one remat policy for every stage; dense models only.
+(ZeRO-2 has no MaxText form); one remat policy for every stage; the expert placement above.
 """
 
 from __future__ import annotations
@@ -59,7 +66,9 @@ KEYS: dict[str, str] = {
     "dtype": "dtype", "weight_dtype": "weight_dtype", "quantization": "quantization",
     "hidden": "base_emb_dim", "heads": "base_num_query_heads", "kv_heads": "base_num_kv_heads",
     "ffn_hidden": "base_mlp_dim", "num_layers": "base_num_decoder_layers", "head_dim": "head_dim",
-    "vocab": "vocab_size",
+    "vocab": "vocab_size", "num_experts": "num_experts", "top_k": "num_experts_per_tok",
+    "moe_ffn_hidden": "base_moe_mlp_dim", "first_dense_layers": "first_num_dense_layers",
+    "shared_experts": "shared_experts",
 }
 """paraplan concept -> MaxText config key; the only place MaxText key names appear."""
 
@@ -71,9 +80,12 @@ DTYPES = {Precision.BF16: "bfloat16", Precision.FP8: "bfloat16", Precision.FP16:
 WEIGHT_DTYPE = "float32"
 FP8_QUANTIZATION = "fp8"
 BASE_CONFIG = "base.yml"
-MODELS = {"llama2-7b", "llama2-13b", "llama2-70b", "llama3-8b", "llama3-70b", "llama3.1-8b",
-          "llama3.1-70b", "llama3.1-405b", "mistral-7b", "gpt3-175b"}
-"""paraplan presets that MaxText ships as ``model_name`` configs of the same shape."""
+MODELS = {name: name for name in (
+    "llama2-7b", "llama2-13b", "llama2-70b", "llama3-8b", "llama3-70b", "llama3.1-8b",
+    "llama3.1-70b", "llama3.1-405b", "mistral-7b", "gpt3-175b", "mixtral-8x7b", "mixtral-8x22b",
+    "qwen3-30b-a3b", "qwen3-235b-a22b", "gpt-oss-120b")} | {"deepseek-v3": "deepseek3-671b"}
+"""paraplan presets -> MaxText ``model_name`` configs of the same shape (MaxText @e591f30
+configs/models, the sources of ../shared/data/models.json)."""
 
 
 def maxtext_order(plan: Plan) -> tuple[Axis, ...]:
@@ -83,15 +95,18 @@ def maxtext_order(plan: Plan) -> tuple[Axis, ...]:
     return (Axis.TP, Axis.CP, Axis.PP, Axis.DP)
 
 
-def mesh_split(plan: Plan, devices_per_node: int, num_nodes: int) -> dict[Axis, tuple[int, int]]:
+def mesh_split(plan: Plan, devices_per_node: int, num_nodes: int
+               ) -> dict[Axis | str, tuple[int, int]]:
     """(ici, dcn) degree of each axis: inside a node until the order fills it, then across.
+    With ep > 1 the ``"expert"`` axis (ep ranks) comes first and dp keeps dp / ep.
 
     ValueError when an axis would straddle the node boundary unevenly.
     """
-    split: dict[Axis, tuple[int, int]] = {}
+    axes: list[tuple[Axis | str, int]] = [("expert", plan.ep)] if plan.ep > 1 else []
+    axes += [(a, plan.degree(a) // (plan.ep if a is Axis.DP else 1)) for a in plan.order]
+    split: dict[Axis | str, tuple[int, int]] = {}
     inner = 1
-    for axis in plan.order:
-        degree = plan.degree(axis)
+    for axis, degree in axes:
         if inner % devices_per_node == 0:
             room = 1  # the node is full: this axis runs across nodes
         elif devices_per_node % inner == 0:
@@ -100,8 +115,8 @@ def mesh_split(plan: Plan, devices_per_node: int, num_nodes: int) -> dict[Axis, 
             room = 0
         ici = min(degree, room)
         if ici == 0 or degree % ici:
-            raise ValueError(f"{axis.value}={degree} after {inner} inner ranks straddles the "
-                             f"{devices_per_node}-device node boundary unevenly")
+            raise ValueError(f"{getattr(axis, 'value', axis)}={degree} after {inner} inner ranks "
+                             f"straddles the {devices_per_node}-device node boundary unevenly")
         split[axis] = (ici, degree // ici)
         inner *= degree
     ici_product = prod(i for i, _ in split.values())
@@ -185,8 +200,38 @@ def check_node_boundary(ctx: ExportContext, draft: Draft) -> Refusal | None:
     return None
 
 
-RULES = (check_dense_model, check_zero, check_uniform_stages, check_pipeline_micro_batches,
-         check_uniform_recompute, check_rank_order, check_node_boundary)
+def check_expert_axis(ctx: ExportContext, draft: Draft) -> Refusal | None:
+    """The expert mesh axis is innermost: it holds the plan's EP group only when tp = cp = 1
+    and dp is the innermost remaining axis (pp = 1 or fsdp)."""
+    p = draft.plan
+    if p.ep == 1 or (p.tp == 1 and p.cp == 1 and (p.pp == 1 or p.zero == 3)):
+        return None
+    return Refusal(f"plan.ep={p.ep}: MaxText's expert axis is innermost in mesh_axes, inside "
+                   f"tensor (tp={p.tp}), context (cp={p.cp}) and stage (pp={p.pp}, unless dp is "
+                   "the fsdp axis), so it cannot hold the plan's expert-parallel group",
+                   repair("ep -> 1", draft, replace(p, ep=1)))
+
+
+def check_model_keys(ctx: ExportContext, draft: Draft) -> Refusal | None:
+    """A model without a MaxText model_name must be expressible in the shape keys written here:
+    no latent attention, no interleaved dense/MoE layers, shared experts of the expert width."""
+    s = ctx.spec
+    if ctx.result.scenario.get("model", {}).get("preset") in MODELS:
+        return None
+    odd = [what for what, on in (
+        ("multi-head latent attention", s.is_mla),
+        (f"moe_layer_freq={s.moe_layer_freq}", s.moe_layer_freq > 1),
+        ("shared experts of another width", s.shared_ffn_hidden
+         and s.shared_ffn_hidden != s.num_shared_experts * s.moe_ffn_hidden)) if on]
+    if not odd:
+        return None
+    return Refusal(f"model {s.name}: {', '.join(odd)} has no key in this export (use a MaxText "
+                   "model config that has it)")
+
+
+RULES = (check_dense_model, check_model_keys, check_zero, check_uniform_stages,
+         check_pipeline_micro_batches, check_uniform_recompute, check_rank_order,
+         check_expert_axis, check_node_boundary)
 
 
 # --------------------------------------------------------------------------- config
@@ -197,9 +242,10 @@ def _mesh_keys(ctx: ExportContext) -> dict[str, Any]:
     split = mesh_split(p, c.devices_per_node, c.num_nodes)
     names = {**MESH_AXIS, Axis.DP: DP_AXIS[p.zero == 3]}
     keys: dict[str, Any] = {}
-    for name in ("data", "fsdp", "pipeline", "context", "tensor"):  # set every axis with a default
-        axis = next((a for a, n in names.items() if n == name), None)
-        ici, dcn = split[axis] if axis is not None else (1, 1)
+    for name in ("data", "fsdp", "pipeline", "context", "tensor", "expert"):  # every axis set
+        axis = "expert" if name == "expert" else next(
+            (a for a, n in names.items() if n == name), None)
+        ici, dcn = split.get(axis, (1, 1)) if axis is not None else (1, 1)
         keys[KEYS["ici"].format(name)] = ici
         keys[KEYS["dcn"].format(name)] = dcn
     keys[KEYS["num_slices"]] = c.num_nodes
@@ -228,11 +274,20 @@ def _batch_keys(ctx: ExportContext) -> dict[str, Any]:
 def _model_keys(ctx: ExportContext) -> dict[str, Any]:
     preset = ctx.result.scenario.get("model", {}).get("preset")
     if preset in MODELS:
-        return {KEYS["model_name"]: preset}
+        return {KEYS["model_name"]: MODELS[preset]}
     s = ctx.spec
-    return {KEYS["hidden"]: s.hidden, KEYS["heads"]: s.num_heads, KEYS["kv_heads"]: s.num_kv_heads,
-            KEYS["head_dim"]: s.head_dim, KEYS["ffn_hidden"]: s.ffn_hidden,
-            KEYS["num_layers"]: s.num_layers, KEYS["vocab"]: s.vocab}
+    keys = {KEYS["hidden"]: s.hidden, KEYS["heads"]: s.num_heads,
+            KEYS["kv_heads"]: s.num_kv_heads, KEYS["head_dim"]: s.head_dim,
+            KEYS["ffn_hidden"]: s.ffn_hidden, KEYS["num_layers"]: s.num_layers,
+            KEYS["vocab"]: s.vocab}
+    if s.is_moe:
+        keys.update({KEYS["num_experts"]: s.num_experts, KEYS["top_k"]: s.top_k,
+                     KEYS["moe_ffn_hidden"]: s.moe_ffn_hidden})
+        if s.first_dense_layers:
+            keys[KEYS["first_dense_layers"]] = s.first_dense_layers
+        if s.num_shared_experts:
+            keys[KEYS["shared_experts"]] = s.num_shared_experts
+    return keys
 
 
 def maxtext_config(ctx: ExportContext) -> dict[str, Any]:
@@ -264,6 +319,9 @@ def _notes(ctx: ExportContext) -> list[str]:
     if p.cp > 1:
         notes.append("cp: MaxText's default context_parallel_strategy all-gathers K/V; paraplan "
                      "modelled a ring exchange")
+    if p.ep > 1:
+        notes.append(f"ep={p.ep}: the expert axis shards the experts and, for the other layers, "
+                     f"the batch (with data/fsdp = dp/ep = {p.dp // p.ep})")
     notes.append("run: python -m maxtext.trainers.pre_train.train maxtext.yaml")
     return notes
 

@@ -13,6 +13,11 @@ Mapping of the plan:
   the first/last rank: ``--decoder-first/last-pipeline-num-layers``; anything else: an explicit
   ``--pipeline-model-parallel-layout`` (virtual stage s = v * pp + r runs on pp rank r).
 - Rank order: ``tp-cp-ep-dp-pp`` (default) or ``tp-cp-ep-pp-dp`` (``--use-tp-pp-dp-mapping``).
+- Mixture of experts: ``--num-experts``, ``--moe-router-topk``, ``--moe-ffn-hidden-size``, shared
+  experts, ``--moe-layer-freq`` (a 0/1 pattern when some layers are dense), the alltoall token
+  dispatcher with grouped GEMM; ``--expert-model-parallel-size`` = ep and
+  ``--expert-tensor-parallel-size`` = tp (paraplan's cost model keeps expert TP = TP, Megatron's
+  default, written out). Latent attention: ``--multi-latent-attention`` and its ranks and dims.
 """
 
 from __future__ import annotations
@@ -41,7 +46,8 @@ from paraplan.export import (
 from paraplan.result import PlanOut
 
 __all__ = ["FLAGS", "ORDERS", "RULES", "render", "megatron_args", "megatron_env", "rank_groups",
-           "megatron_order", "pipeline_layout", "pipeline_args", "tp_repairs"]
+           "megatron_order", "pipeline_layout", "pipeline_args", "tp_repairs", "moe_args",
+           "mla_args", "moe_layer_pattern", "expert_rank_groups"]
 
 FRAMEWORK = "Megatron-LM (megatron-core 0.19.2)"
 
@@ -53,6 +59,15 @@ FLAGS: dict[str, str] = {
     "max_positions": "--max-position-embeddings", "norm": "--normalization",
     "swiglu": "--swiglu", "relu2": "--squared-relu", "no_gelu_fusion": "--no-bias-gelu-fusion",
     "untied": "--untie-embeddings-and-output-weights",
+    "num_experts": "--num-experts", "top_k": "--moe-router-topk",
+    "moe_ffn_hidden": "--moe-ffn-hidden-size",
+    "shared_ffn_hidden": "--moe-shared-expert-intermediate-size",
+    "moe_layer_freq": "--moe-layer-freq", "grouped_gemm": "--moe-grouped-gemm",
+    "no_bias": "--disable-bias-linear",
+    "dispatcher": "--moe-token-dispatcher-type",
+    "mla": "--multi-latent-attention", "q_lora_rank": "--q-lora-rank",
+    "kv_lora_rank": "--kv-lora-rank", "qk_nope_head_dim": "--qk-head-dim",
+    "qk_rope_head_dim": "--qk-pos-emb-head-dim", "v_head_dim": "--v-head-dim",
     "hidden_dropout": "--hidden-dropout", "attention_dropout": "--attention-dropout",
     # parallelism
     "tp": "--tensor-model-parallel-size", "pp": "--pipeline-model-parallel-size",
@@ -60,6 +75,7 @@ FLAGS: dict[str, str] = {
     "first_stage_layers": "--decoder-first-pipeline-num-layers",
     "last_stage_layers": "--decoder-last-pipeline-num-layers",
     "cp": "--context-parallel-size", "cp_comm": "--cp-comm-type", "sp": "--sequence-parallel",
+    "ep": "--expert-model-parallel-size", "etp": "--expert-tensor-parallel-size",
     "tp_pp_dp_order": "--use-tp-pp-dp-mapping",
     # batch
     "micro_batch": "--micro-batch-size", "global_batch": "--global-batch-size",
@@ -95,6 +111,7 @@ FULL_RECOMPUTE = ("uniform", "1")  # method, layers per recompute unit: every la
 FP8_FORMAT = "hybrid"  # e4m3 forward, e5m2 backward (Transformer Engine)
 MOCK_TOKENIZER = "NullTokenizer"
 DEFAULT_TRAIN_ITERS = 100
+MOE_DISPATCHER = "alltoall"  # the all-to-all dispatch + combine paraplan's cost model prices
 CUDA_CONNECTIONS_VAR = "CUDA_DEVICE_MAX_CONNECTIONS"
 
 
@@ -108,7 +125,7 @@ def _divisors_below(n: int) -> list[int]:
 def _tp_ok(ctx: ExportContext, tp: int) -> bool:
     s = ctx.spec
     return (s.num_heads % tp == 0 and (s.num_kv_heads % tp == 0 or tp % s.num_kv_heads == 0)
-            and s.ffn_hidden % tp == 0)
+            and s.ffn_hidden % tp == 0 and s.moe_ffn_hidden % tp == 0)
 
 
 def tp_repairs(ctx: ExportContext, draft: Draft) -> tuple[Fix, ...]:
@@ -120,13 +137,29 @@ def tp_repairs(ctx: ExportContext, draft: Draft) -> tuple[Fix, ...]:
 
 
 def check_dense_model(ctx: ExportContext, draft: Draft) -> Refusal | None:
-    """Rule 21: EP > 1 needs experts; paraplan's models are dense."""
-    if draft.plan.ep == 1:
+    """Rule 21: EP > 1 needs experts, and num_experts % ep == 0."""
+    p, s = draft.plan, ctx.spec
+    if p.ep == 1 or (s.is_moe and s.num_experts % p.ep == 0):
         return None
+    what = f"{s.name} is dense" if not s.is_moe else f"{s.name} has {s.num_experts} experts"
     return Refusal(
-        f"plan.ep={draft.plan.ep} needs a mixture-of-experts model (rule: num_experts % "
-        f"expert-model-parallel-size == 0) but {ctx.spec.name} is dense",
-        repair("ep -> 1", draft, replace(draft.plan, ep=1)))
+        f"plan.ep={p.ep} needs a mixture-of-experts model (rule: num_experts % "
+        f"expert-model-parallel-size == 0) but {what}",
+        repair("ep -> 1", draft, replace(p, ep=1)))
+
+
+def check_expert_data_parallel(ctx: ExportContext, draft: Draft) -> Refusal | None:
+    """Rule 3: with tp-cp-ep-pp-dp and PP > 1, expert DP must equal dense DP (ep == cp)."""
+    p = draft.plan
+    if p.ep == 1 or p.pp == 1 or megatron_order(p) != "tp-cp-ep-pp-dp" or p.ep == p.cp:
+        return None
+    default = ORDERS["tp-cp-ep-dp-pp"]
+    return Refusal(
+        f"plan.ep={p.ep} under --use-tp-pp-dp-mapping with pp={p.pp}: Megatron needs the expert "
+        f"data-parallel size (dp*cp/ep = {p.dp * p.cp // p.ep}) to equal dp={p.dp} when pp is "
+        "not the outermost axis",
+        order_fixes(draft, [("tp-cp-ep-dp-pp", default)])
+        + repair("ep -> 1", draft, replace(p, ep=1)))
 
 
 def check_batch_divides(ctx: ExportContext, draft: Draft) -> Refusal | None:
@@ -218,7 +251,8 @@ def check_rank_order(ctx: ExportContext, draft: Draft) -> Refusal | None:
 
 
 RULES = (check_dense_model, check_batch_divides, check_tensor_split, check_context_split,
-         check_interleaving, check_uniform_recompute, check_fsdp_without_pp, check_rank_order)
+         check_interleaving, check_uniform_recompute, check_fsdp_without_pp, check_rank_order,
+         check_expert_data_parallel)
 
 
 # --------------------------------------------------------------------------- rank groups
@@ -239,6 +273,30 @@ def rank_groups(plan: PlanOut | Plan) -> dict[str, list[list[int]]]:
         bases = sorted({r - (r // stride[a] % degree[a]) * stride[a] for r in range(world)})
         groups[a] = [[b + k * stride[a] for k in range(degree[a])] for b in bases]
     return groups
+
+
+def expert_rank_groups(plan: Plan) -> list[list[int]]:
+    """Ranks of every expert-parallel group: the innermost ep ranks of each dp x cp group (the
+    cost model's EP group, cost/ep.py), listed by their smallest rank."""
+    strides = {a: prod(plan.degree(b) for b in plan.order[:i]) for i, a in enumerate(plan.order)}
+    cp_inner = plan.order.index(Axis.CP) < plan.order.index(Axis.DP)
+    inner, outer = (Axis.CP, Axis.DP) if cp_inner else (Axis.DP, Axis.CP)
+    d1 = plan.degree(inner)
+    if plan.ep <= d1:
+        axes = [(strides[inner], plan.ep)]
+    else:
+        axes = [(strides[inner], d1), (strides[outer], plan.ep // d1)]
+    offsets = [0]
+    for stride, degree in axes:
+        offsets = [o + k * stride for o in offsets for k in range(degree)]
+    seen: set[int] = set()
+    out: list[list[int]] = []
+    for rank in range(plan.num_devices):  # the smallest rank not yet seen is a group's first
+        if rank not in seen:
+            group = sorted(rank + o for o in offsets)
+            seen.update(group)
+            out.append(group)
+    return out
 
 
 # --------------------------------------------------------------------------- arguments
@@ -283,6 +341,8 @@ def _parallel_args(plan: Plan) -> list[tuple[str, object]]:
     args += pipeline_args(plan)
     if plan.cp > 1:
         args += [("cp", plan.cp), ("cp_comm", "p2p")]
+    if plan.ep > 1:
+        args += [("ep", plan.ep), ("etp", plan.tp)]
     if megatron_order(plan) == "tp-cp-ep-pp-dp":
         args.append(("tp_pp_dp_order", None))
     return args
@@ -322,7 +382,7 @@ def _model_args(ctx: ExportContext) -> list[tuple[str, object]]:
     ]
     if s.num_kv_heads != s.num_heads:
         args += [("gqa", None), ("kv_heads", s.num_kv_heads)]
-    if s.head_dim * s.num_heads != s.hidden:
+    if s.head_dim * s.num_heads != s.hidden and not s.is_mla:
         args.append(("head_dim", s.head_dim))
     args += [("seq_len", job.seq_len), ("max_positions", job.seq_len), ("norm", NORMS[s.norm])]
     if s.activation.value in ACTIVATION_FLAGS:
@@ -333,7 +393,50 @@ def _model_args(ctx: ExportContext) -> list[tuple[str, object]]:
         args.append(("untied", None))
     if not s.dropout:
         args += [("hidden_dropout", 0), ("attention_dropout", 0)]
-    return args
+    return args + moe_args(ctx) + mla_args(ctx)
+
+
+def moe_layer_pattern(ctx: ExportContext) -> str | int:
+    """``--moe-layer-freq``: 1 when every layer is MoE, else Megatron's 0/1 list expression."""
+    s = ctx.spec
+    flags = [int(s.is_moe_layer(i)) for i in range(s.num_layers)]
+    if all(flags):
+        return 1
+    runs: list[tuple[int, int]] = []
+    for f in flags:
+        if runs and runs[-1][0] == f:
+            runs[-1] = (f, runs[-1][1] + 1)
+        else:
+            runs.append((f, 1))
+    return "(" + "+".join(f"[{f}]*{n}" for f, n in runs) + ")"
+
+
+def moe_args(ctx: ExportContext) -> list[tuple[str, object]]:
+    """Mixture-of-experts model flags (none for dense models)."""
+    s = ctx.spec
+    if not s.is_moe:
+        return []
+    args: list[tuple[str, object]] = [
+        ("num_experts", s.num_experts), ("top_k", s.top_k), ("moe_ffn_hidden", s.moe_ffn_hidden)]
+    if s.shared_ffn_hidden:
+        args.append(("shared_ffn_hidden", s.shared_ffn_hidden))
+    pattern = moe_layer_pattern(ctx)
+    if pattern != 1:
+        args.append(("moe_layer_freq", pattern))
+    # the MoE presets have no linear biases, and Megatron allows MoE biases only with ETP = 1
+    return args + [("grouped_gemm", None), ("dispatcher", MOE_DISPATCHER), ("no_bias", None)]
+
+
+def mla_args(ctx: ExportContext) -> list[tuple[str, object]]:
+    """Multi-head latent attention flags (none for standard attention)."""
+    s = ctx.spec
+    if not s.is_mla:
+        return []
+    args: list[tuple[str, object]] = [("mla", None)]
+    if s.q_lora_rank:
+        args.append(("q_lora_rank", s.q_lora_rank))
+    return args + [("kv_lora_rank", s.kv_lora_rank), ("qk_nope_head_dim", s.qk_nope_head_dim),
+                   ("qk_rope_head_dim", s.qk_rope_head_dim), ("v_head_dim", s.v_head_dim)]
 
 
 def _precision_args(precision: Precision) -> list[tuple[str, object]]:

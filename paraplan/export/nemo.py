@@ -4,7 +4,9 @@ Megatron-Bridge's ``ConfigContainer`` keeps parallelism on the model provider (a
 ``TransformerConfig``), batch sizes on ``train``, sharding on ``ddp``; NeMo 2 recipes keep
 parallel degrees on ``trainer.strategy`` and batch sizes on ``data``. Both build megatron-core
 configs, so Megatron's rules apply unchanged (this module reuses ``megatron.RULES``), plus
-Bridge's own: ``dist.use_tp_pp_dp_mapping`` cannot be combined with Megatron-FSDP.
+Bridge's own: ``dist.use_tp_pp_dp_mapping`` cannot be combined with Megatron-FSDP. Mixture-of-
+experts plans set the expert-parallel and expert-tensor-parallel sizes (the recipe carries the
+model, experts included).
 
 The generated ``nemo.py`` holds ``BRIDGE_OVERRIDES`` and ``NEMO2_OVERRIDES`` (dotted path ->
 value), ``apply(config, overrides)`` to set them on a recipe object, and prints the Bridge
@@ -40,6 +42,7 @@ BRIDGE_PATHS: dict[str, str] = {
     "first_stage_layers": "model.num_layers_in_first_pipeline_stage",
     "last_stage_layers": "model.num_layers_in_last_pipeline_stage",
     "cp": "model.context_parallel_size", "sp": "model.sequence_parallel",
+    "ep": "model.expert_model_parallel_size", "etp": "model.expert_tensor_parallel_size",
     "recompute": "model.recompute_granularity", "recompute_method": "model.recompute_method",
     "recompute_layers": "model.recompute_num_layers",
     "recompute_modules": "model.recompute_modules",
@@ -62,6 +65,8 @@ NEMO2_PATHS: dict[str, str] = {
     "first_stage_layers": "model.config.num_layers_in_first_pipeline_stage",
     "last_stage_layers": "model.config.num_layers_in_last_pipeline_stage",
     "cp": "trainer.strategy.context_parallel_size", "sp": "trainer.strategy.sequence_parallel",
+    "ep": "trainer.strategy.expert_model_parallel_size",
+    "etp": "model.config.expert_tensor_parallel_size",
     "recompute": "model.config.recompute_granularity",
     "recompute_method": "model.config.recompute_method",
     "recompute_layers": "model.config.recompute_num_layers",
@@ -105,6 +110,8 @@ def settings(ctx: ExportContext) -> list[tuple[str, object]]:
     for key, value in mg.pipeline_args(p):
         if key != "pp":
             out.append((key, value))
+    if ctx.spec.is_moe:  # expert TP = TP in paraplan's cost model (Megatron's default)
+        out += [("ep", p.ep), ("etp", p.tp)]
     mode = uniform_recompute(p)
     if mode is Recompute.SELECTIVE:
         out += [("recompute", "selective"), ("recompute_modules", [mg.SELECTIVE_MODULES])]

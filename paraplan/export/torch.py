@@ -122,8 +122,18 @@ def check_script_accepts(ctx: ExportContext, draft: Draft) -> Refusal | None:
     return None
 
 
-RULES = (check_dense_model, check_no_context_parallel, check_uniform_recompute, check_schedule,
-         check_rank_order, check_script_accepts)
+def check_dense_reference(ctx: ExportContext, draft: Draft) -> Refusal | None:
+    """The script's reference model is a dense Llama: no experts, no latent attention."""
+    s = ctx.spec
+    if not (s.is_moe or s.is_mla):
+        return None
+    return Refusal(f"model {s.name} has "
+                   + ("routed experts" if s.is_moe else "multi-head latent attention")
+                   + ": the PyTorch-native plan's reference model is a dense Llama")
+
+
+RULES = (check_dense_model, check_dense_reference, check_no_context_parallel,
+         check_uniform_recompute, check_schedule, check_rank_order, check_script_accepts)
 
 
 # --------------------------------------------------------------------------- render

@@ -13,6 +13,9 @@ Mapping of the plan:
   runs on pp rank r, torchtitan's "loop" placement), schedule ``1F1B`` or ``Interleaved1F1B``,
   micro-batch ``pipeline_parallel_microbatch_size`` and ``local_batch_size`` = micro x count.
 - rank order: the mesh is ``[pp, dp_replicate, dp_shard, cp, tp]``, i.e. tp-cp-dp-pp.
+- ep: ``expert_parallel_degree``; the sparse mesh ``[pp, dp_replicate, efsdp, ep]`` carves ep out
+  of dp_shard x cp x tp, innermost first, which is the cost model's EP group (the innermost ep
+  ranks of dp x cp) when tp = 1 and dp is sharded (ZeRO 1-3; with ZeRO-0, ep must divide cp).
 
 Rules enforced: PP needs ``--training.disable-cuda-graphs`` (emitted); local batch % PP
 micro-batch; global batch % (local x dp); Schedule1F1B needs micro-batches >= stages and
@@ -61,6 +64,7 @@ FLAGS: dict[str, str] = {
     "pp_micro_batch": "--parallelism.pipeline-parallel-microbatch-size",
     "model_parts": "--parallelism.module-fqns-per-model-part",
     "cp": "--parallelism.context-parallel-degree",
+    "ep": "--parallelism.expert-parallel-degree",
     "local_batch": "--training.local-batch-size", "global_batch": "--training.global-batch-size",
     "seq_len": "--training.seq-len", "mixed_precision": "--training.mixed-precision-param",
     "no_cuda_graphs": "--training.disable-cuda-graphs",
@@ -81,6 +85,7 @@ CONFIGS = {"llama3-8b": "llama3_8b", "llama3.1-8b": "llama3_8b", "llama3-70b": "
            "llama3.1-70b": "llama3_70b", "llama3.1-405b": "llama3_405b"}
 """paraplan presets -> torchtitan llama3 config_registry functions (same shapes)."""
 CUSTOM_CONFIG = "<your_config_function>"
+MOE_MODULE = "<your_moe_module>"  # torchtitan's MoE model modules (DeepSeek-V3, Qwen3 MoE, ...)
 
 ORDER = (Axis.TP, Axis.CP, Axis.DP, Axis.PP)
 """Mesh [pp, dp_replicate, dp_shard, cp, tp], row-major: tp varies fastest."""
@@ -157,8 +162,23 @@ def check_rank_order(ctx: ExportContext, draft: Draft) -> Refusal | None:
                                                                                 ORDER)]))
 
 
+def check_expert_mesh(ctx: ExportContext, draft: Draft) -> Refusal | None:
+    """dp_shard x cp x tp == efsdp x ep with ep innermost: ep ranks inside dp_shard x cp, tp = 1."""
+    p = draft.plan
+    shard = p.dp if p.zero >= 1 else 1
+    if p.ep == 1 or (p.tp == 1 and (shard * p.cp) % p.ep == 0):
+        return None
+    return Refusal(
+        f"plan.ep={p.ep}: torchtitan carves ep out of dp_shard x cp x tp = {shard}*{p.cp}*{p.tp} "
+        "innermost first, so the expert-parallel group matches the plan's only with tp=1 and ep "
+        "dividing dp_shard x cp",
+        repair("tp -> 1, dp absorbs it", draft, regroup(p, tp=1) if p.tp > 1 else None)
+        + repair("zero -> 1", draft, replace(p, zero=1) if p.zero == 0 else None)
+        + repair("ep -> 1", draft, replace(p, ep=1)))
+
+
 RULES = (check_dense_model, check_batch, check_precision, check_context_split,
-         check_uniform_recompute, check_schedule, check_rank_order)
+         check_uniform_recompute, check_schedule, check_rank_order, check_expert_mesh)
 
 
 # --------------------------------------------------------------------------- arguments
@@ -188,6 +208,8 @@ def _parallel_args(ctx: ExportContext) -> list[tuple[str, object]]:
         args.append(("sp_on" if p.sequence_parallel else "sp_off", None))
     if p.cp > 1:
         args.append(("cp", p.cp))
+    if p.ep > 1:
+        args.append(("ep", p.ep))
     if p.pp > 1:
         parts = [",".join(part) for part in model_parts(p.layers_per_stage, p.vp)]
         args += [("pp", p.pp), ("schedule", SCHEDULES[p.vp > 1]),
@@ -212,7 +234,7 @@ def torchtitan_args(ctx: ExportContext) -> list[str]:
     """``torchtitan.train`` arguments, activation-checkpoint subcommand last (rules enforced)."""
     enforce(ctx, FRAMEWORK, RULES)
     config = CONFIGS.get(str(ctx.result.scenario.get("model", {}).get("preset")), CUSTOM_CONFIG)
-    argv = [FLAGS["module"], MODULE, FLAGS["config"], config]
+    argv = [FLAGS["module"], MOE_MODULE if ctx.spec.is_moe else MODULE, FLAGS["config"], config]
     for key, value in _parallel_args(ctx) + _training_args(ctx):
         argv.append(FLAGS[key])
         if isinstance(value, list):
@@ -243,6 +265,12 @@ def _notes(ctx: ExportContext, config: str) -> list[str]:
         notes.append(f"model {s.name}: write a config function with num_layers={s.num_layers}, "
                      f"dim={s.hidden}, n_heads={s.num_heads}, n_kv_heads={s.num_kv_heads}, "
                      f"ffn hidden={s.ffn_hidden}, vocab={s.vocab}")
+    if s.is_moe:
+        notes.append(f"mixture of experts: pick torchtitan's MoE module for {s.name} and give its "
+                     f"config {s.num_experts} experts, top-{s.top_k}, expert width "
+                     f"{s.moe_ffn_hidden}, {s.num_shared_experts} shared, "
+                     f"{s.first_dense_layers} dense first layers"
+                     + (", latent attention" if s.is_mla else ""))
     return notes
 
 

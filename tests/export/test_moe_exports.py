@@ -1,0 +1,185 @@
+"""Mixture-of-experts exports: expert-parallel flags per framework, refusals naming the nearest
+plan, Megatron's MoE/MLA model flags, and the expert groups megatron-core would build."""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+
+import pytest
+from paraplan.cost import Plan, Recompute
+
+import paraplan
+from paraplan.errors import ExportError
+from paraplan.export import context, export_text
+from paraplan.export.maxtext import maxtext_config
+from paraplan.export.megatron import (
+    ORDERS,
+    expert_rank_groups,
+    megatron_args,
+    moe_layer_pattern,
+)
+from paraplan.export.nemo import bridge_overrides, nemo2_overrides
+from paraplan.export.torchtitan import torchtitan_args
+from paraplan.result import Result
+
+QWEN_2_NODES = {
+    "model": {"preset": "qwen3-30b-a3b"},
+    "cluster": {"preset": "dgx-h100", "nodes": 2},
+    "job": {"seq_len": 4096, "global_batch": 256, "precision": "bf16"},
+}
+DEEPSEEK_32_NODES = {
+    "model": {"preset": "deepseek-v3"},
+    "cluster": {"preset": "hgx-h800", "nodes": 32},
+    "job": {"seq_len": 4096, "global_batch": 1024, "precision": "fp8"},
+}
+EP8 = {"dp": 16, "tp": 1, "pp": 1, "ep": 8, "micro_batch": 1, "zero": 1, "recompute": "full"}
+
+
+@cache
+def _result(plan_json: str, scenario_json: str) -> Result:
+    return paraplan.evaluate({**json.loads(scenario_json), "plan": json.loads(plan_json)})
+
+
+def result(scenario: dict, **plan: object) -> Result:
+    return _result(json.dumps(plan, sort_keys=True), json.dumps(scenario, sort_keys=True))
+
+
+def flags(argv: list[str]) -> dict[str, str | None]:
+    out: dict[str, str | None] = {}
+    for i, token in enumerate(argv):
+        if token.startswith("--"):
+            nxt = argv[i + 1] if i + 1 < len(argv) else "--"
+            out[token] = None if nxt.startswith("--") else nxt
+    return out
+
+
+def refusal(res: Result, target: str) -> str:
+    with pytest.raises(ExportError) as err:
+        export_text(res, target)
+    return str(err.value)
+
+
+def test_megatron_sets_expert_parallel_and_moe_model_flags() -> None:
+    f = flags(megatron_args(context(result(QWEN_2_NODES, **EP8))))
+    assert f["--expert-model-parallel-size"] == "8"
+    assert f["--expert-tensor-parallel-size"] == "1"  # expert TP = TP
+    assert f["--num-experts"] == "128" and f["--moe-router-topk"] == "8"
+    assert f["--moe-ffn-hidden-size"] == "768"
+    assert f["--moe-token-dispatcher-type"] == "alltoall" and "--moe-grouped-gemm" in f
+    assert "--moe-layer-freq" not in f  # every layer is MoE
+    assert "--multi-latent-attention" not in f
+
+
+def test_megatron_deepseek_v3_has_mla_shared_experts_and_dense_first_layers() -> None:
+    res = result(DEEPSEEK_32_NODES, dp=16, tp=1, pp=16, ep=8, micro_batch=1, zero=1,
+                 recompute="full")
+    f = flags(megatron_args(context(res)))
+    assert f["--moe-layer-freq"] == "([0]*3+[1]*58)"
+    assert f["--moe-shared-expert-intermediate-size"] == "2048"
+    assert f["--ffn-hidden-size"] == "18432"  # the dense layers
+    assert "--multi-latent-attention" in f and "--kv-channels" not in f
+    assert (f["--q-lora-rank"], f["--kv-lora-rank"], f["--qk-head-dim"],
+            f["--qk-pos-emb-head-dim"], f["--v-head-dim"]) == ("1536", "512", "128", "64", "128")
+    assert moe_layer_pattern(context(result(QWEN_2_NODES, **EP8))) == 1
+
+
+def test_megatron_expert_dp_must_equal_dp_under_tp_pp_dp_order() -> None:
+    res = result(QWEN_2_NODES, dp=8, tp=1, pp=2, ep=4, micro_batch=1, zero=1, recompute="full",
+                 order=["tp", "cp", "pp", "dp"])
+    message = refusal(res, "megatron")
+    assert "expert data-parallel size" in message and "nearest plan" in message
+
+
+def test_nemo_and_bridge_set_expert_sizes() -> None:
+    ctx = context(result(QWEN_2_NODES, **EP8))
+    bridge, nemo2 = bridge_overrides(ctx), nemo2_overrides(ctx)
+    assert bridge["model.expert_model_parallel_size"] == 8
+    assert bridge["model.expert_tensor_parallel_size"] == 1
+    assert nemo2["trainer.strategy.expert_model_parallel_size"] == 8
+
+
+def test_torchtitan_sets_expert_parallel_degree() -> None:
+    f = flags(torchtitan_args(context(result(QWEN_2_NODES, **EP8))))
+    assert f["--parallelism.expert-parallel-degree"] == "8"
+    assert f["--parallelism.data-parallel-shard-degree"] == "16"
+
+
+def test_torchtitan_refuses_expert_parallel_with_tp_and_names_the_nearest_plan() -> None:
+    res = result(QWEN_2_NODES, dp=8, tp=2, pp=1, ep=8, micro_batch=1, zero=1, recompute="full")
+    message = refusal(res, "torchtitan")
+    assert "carves ep out of dp_shard x cp x tp" in message and "nearest plan" in message
+
+
+def test_maxtext_uses_the_expert_axis_and_model_config() -> None:
+    config = maxtext_config(context(result(QWEN_2_NODES, **EP8)))
+    assert config["ici_expert_parallelism"] == 8 and config["dcn_expert_parallelism"] == 1
+    assert config["dcn_data_parallelism"] == 2 and config["ici_data_parallelism"] == 1
+    assert config["model_name"] == "qwen3-30b-a3b"
+    res = result(DEEPSEEK_32_NODES, dp=256, tp=1, pp=1, ep=8, micro_batch=1, zero=3,
+                 recompute="full")
+    assert maxtext_config(context(res))["model_name"] == "deepseek3-671b"
+
+
+def test_maxtext_refuses_experts_inside_tensor_parallel() -> None:
+    res = result(QWEN_2_NODES, dp=8, tp=2, pp=1, ep=8, micro_batch=1, zero=1, recompute="full")
+    assert "expert axis is innermost" in refusal(res, "maxtext")
+
+
+def test_deepspeed_refuses_expert_parallel_and_names_ep_1() -> None:
+    message = refusal(result(QWEN_2_NODES, **EP8), "deepspeed")
+    assert "model code" in message and "(ep -> 1)" in message
+
+
+def test_torch_target_refuses_moe_models() -> None:
+    assert "dense Llama" in refusal(result(QWEN_2_NODES, **EP8), "torch")
+
+
+def test_expert_groups_are_the_innermost_data_parallel_ranks() -> None:
+    plan = context(result(QWEN_2_NODES, dp=8, tp=2, pp=1, ep=4, micro_batch=1, zero=1,
+                          recompute="full")).plan
+    groups = expert_rank_groups(plan)
+    assert groups[0] == [0, 2, 4, 6] and groups[1] == [1, 3, 5, 7]  # stride tp, inside dp
+    assert sorted(r for g in groups for r in g) == list(range(16))
+
+
+@pytest.mark.oracle
+@pytest.mark.parametrize(("tp", "cp", "dp", "ep", "pp", "order"), [
+    (2, 1, 8, 4, 1, "tp-cp-ep-dp-pp"), (1, 2, 8, 8, 1, "tp-cp-ep-dp-pp"),
+    (1, 1, 8, 8, 2, "tp-cp-ep-dp-pp"), (1, 2, 4, 2, 2, "tp-cp-ep-pp-dp"),
+])
+def test_megatron_core_builds_the_same_expert_groups(tp: int, cp: int, dp: int, ep: int, pp: int,
+                                                     order: str) -> None:
+    pytest.importorskip("torch")
+    ps = pytest.importorskip("megatron.core.parallel_state")
+    plan = Plan(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, recompute=(Recompute.NONE,) * pp,
+                layers_per_stage=(1,) * pp, order=ORDERS[order])
+    generator = ps.RankGenerator(tp=tp, ep=ep, dp=dp * cp // ep, pp=pp, cp=1, order=order)
+    assert sorted(generator.get_ranks("ep")) == sorted(expert_rank_groups(plan))
+
+
+@pytest.mark.oracle
+def test_transformer_config_accepts_the_moe_megatron_export() -> None:
+    pytest.importorskip("torch")
+    pytest.importorskip("megatron.core")
+    import torch
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    res = result(QWEN_2_NODES, dp=8, tp=2, pp=1, ep=4, micro_batch=1, zero=1, recompute="full")
+    f = flags(megatron_args(context(res)))
+    config = TransformerConfig(
+        num_layers=int(f["--num-layers"]), hidden_size=int(f["--hidden-size"]),
+        ffn_hidden_size=int(f["--ffn-hidden-size"]),
+        num_attention_heads=int(f["--num-attention-heads"]),
+        num_query_groups=int(f["--num-query-groups"]), kv_channels=int(f["--kv-channels"]),
+        tensor_model_parallel_size=int(f["--tensor-model-parallel-size"]),
+        sequence_parallel="--sequence-parallel" in f,
+        num_moe_experts=int(f["--num-experts"]), moe_router_topk=int(f["--moe-router-topk"]),
+        moe_ffn_hidden_size=int(f["--moe-ffn-hidden-size"]),
+        expert_model_parallel_size=int(f["--expert-model-parallel-size"]),
+        expert_tensor_parallel_size=int(f["--expert-tensor-parallel-size"]),
+        moe_token_dispatcher_type=f["--moe-token-dispatcher-type"],
+        add_bias_linear="--disable-bias-linear" not in f,
+        bf16=True, params_dtype=torch.bfloat16,
+    )
+    assert config.num_moe_experts == 128 and config.expert_model_parallel_size == 4
