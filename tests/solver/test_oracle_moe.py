@@ -87,7 +87,7 @@ def test_moe_solver_matches_enumeration_quick(seed: int) -> None:
 
 
 @pytest.mark.slow
-def test_moe_solver_matches_enumeration_on_60_instances() -> None:
-    outcomes = [check_moe_instance(seed) for seed in range(2000, 2060)]
+def test_moe_solver_matches_enumeration_on_40_instances() -> None:
+    outcomes = [check_moe_instance(seed) for seed in range(2000, 2040)]
     assert outcomes.count("optimal-ep") >= 10  # the generator must exercise expert parallelism
-    assert outcomes.count("optimal") + outcomes.count("optimal-ep") > 30
+    assert outcomes.count("optimal") >= 5  # ... and plans where ep = 1 wins
