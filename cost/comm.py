@@ -106,12 +106,18 @@ def group_span(cluster: Cluster, plan: Plan, *axes: Axis) -> GroupSpan:
     a; a tier domain of D consecutive ranks holds prod_a min(degree_a, max(1, D // stride_a)) of
     them. Fan-in at a tier = members per domain there / members per domain one tier in.
     """
-    strides = {a: prod(plan.degree(b) for b in plan.order[: plan.order.index(a)]) for a in axes}
-    size = prod(plan.degree(a) for a in axes)
+    strides: dict[Axis, int] = {}
+    running = 1
+    for a in plan.order:
+        strides[a] = running
+        running *= getattr(plan, a)
+    degrees = [(getattr(plan, a), strides[a]) for a in axes]
+    size = prod(d for d, _ in degrees)
     fan_in: list[int] = []
     inside = 1
     for tier in cluster.tiers:
-        members = prod(min(plan.degree(a), max(1, tier.domain_devices // strides[a])) for a in axes)
+        dom = tier.domain_devices
+        members = prod(min(d, max(1, dom // stride)) for d, stride in degrees)
         members = max(members, inside)
         fan_in.append(max(1, members // inside))
         inside = members
