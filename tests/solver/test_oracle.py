@@ -7,7 +7,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from paraplan.cost import Axis, Job, Precision, Recompute, evaluate
+from paraplan.cost import Axis, Job, Plan, Precision, Recompute, evaluate
 from paraplan.graph import Activation, ModelSpec, build_graph
 from paraplan.hardware import build_cluster
 from paraplan.solver import Fixed, NoFitError, NoLayoutError, Options, SolverOptions, solve_instance
@@ -48,28 +48,33 @@ def random_instance(rng: random.Random):
     return build_graph(spec), cluster, job, Fixed(**fixed_kw), options
 
 
-def check_instance(seed: int) -> str:
-    rng = random.Random(seed)
-    graph, cluster, job, fixed, options = random_instance(rng)
+def check_against_enumeration(seed: int, instance) -> Plan | None:
+    """Solve and enumerate ``instance`` = (graph, cluster, job, fixed, options); return the
+    solver's plan (None when both say infeasible) after checking they agree."""
+    graph, cluster, job, fixed, options = instance
     truth = enumerate_plans(graph, cluster, job, fixed, options)
     opts = SolverOptions(time_limit_s=60, num_workers=1, random_seed=0)
     if truth.best is None:
         with pytest.raises((NoFitError, NoLayoutError)):
             solve_instance(graph, cluster, job, fixed, options, opts)
-        return "infeasible"
+        return None
     out = solve_instance(graph, cluster, job, fixed, options, opts)
     assert out.status == "OPTIMAL"
     sol = out.solutions[0]
     b = evaluate(graph, cluster, job, sol.plan)
-    k_total = graph.spec.num_layers // sol.plan.vp
-    tol = tolerance_s(b.num_micro_batches, sol.plan.pp, k_total)
+    tol = tolerance_s(b.num_micro_batches, sol.plan.pp, graph.spec.num_layers // sol.plan.vp)
     assert b.fits
     assert abs(b.step_time_s - sol.objective_s) <= tol
     assert b.step_time_s == pytest.approx(truth.best_s, rel=1e-6, abs=2 * tol), (
         f"seed {seed}: solver {sol.plan} {b.step_time_s} vs enumeration {truth.best} {truth.best_s}"
     )
     assert out.bound_s <= truth.best_s + 2 * tol
-    return "optimal"
+    return sol.plan
+
+
+def check_instance(seed: int) -> str:
+    plan = check_against_enumeration(seed, random_instance(random.Random(seed)))
+    return "infeasible" if plan is None else "optimal"
 
 
 @pytest.mark.parametrize("seed", range(25))

@@ -7,12 +7,12 @@ from __future__ import annotations
 import random
 
 import pytest
-from paraplan.cost import Job, Precision, Recompute, evaluate
+from paraplan.cost import Job, Precision, Recompute
 from paraplan.graph import ModelSpec, build_graph
 from paraplan.hardware import build_cluster
-from paraplan.solver import Fixed, NoFitError, NoLayoutError, Options, SolverOptions, solve_instance
-from paraplan.solver.enumerate import enumerate_plans
-from paraplan.solver.scale import tolerance_s
+from paraplan.solver import Fixed, Options
+
+from tests.solver.test_oracle import check_against_enumeration
 
 CLUSTERS = [("dgx-h100", 4), ("dgx-h100", 8), ("dgx-h100", 16), ("dgx-a100-80gb", 16),
             ("gb200-nvl72", 8), ("dgx-b200", 16)]
@@ -59,26 +59,10 @@ def random_moe_instance(rng: random.Random, small: bool = False):
 
 
 def check_moe_instance(seed: int, small: bool = False) -> str:
-    rng = random.Random(seed)
-    graph, cluster, job, fixed, options = random_moe_instance(rng, small)
-    truth = enumerate_plans(graph, cluster, job, fixed, options)
-    opts = SolverOptions(time_limit_s=60, num_workers=1, random_seed=0)
-    if truth.best is None:
-        with pytest.raises((NoFitError, NoLayoutError)):
-            solve_instance(graph, cluster, job, fixed, options, opts)
+    plan = check_against_enumeration(seed, random_moe_instance(random.Random(seed), small))
+    if plan is None:
         return "infeasible"
-    out = solve_instance(graph, cluster, job, fixed, options, opts)
-    assert out.status == "OPTIMAL"
-    sol = out.solutions[0]
-    b = evaluate(graph, cluster, job, sol.plan)
-    tol = tolerance_s(b.num_micro_batches, sol.plan.pp, graph.spec.num_layers // sol.plan.vp)
-    assert b.fits
-    assert abs(b.step_time_s - sol.objective_s) <= tol
-    assert b.step_time_s == pytest.approx(truth.best_s, rel=1e-6, abs=2 * tol), (
-        f"seed {seed}: solver {sol.plan} {b.step_time_s} vs enumeration {truth.best} {truth.best_s}"
-    )
-    assert out.bound_s <= truth.best_s + 2 * tol
-    return "optimal" if sol.plan.ep == 1 else "optimal-ep"
+    return "optimal" if plan.ep == 1 else "optimal-ep"
 
 
 @pytest.mark.parametrize("seed", range(16))
