@@ -33,6 +33,7 @@ from paraplan.solver.tables import LayoutTables, build_tables, even_layers, quic
 __all__ = ["SolverOptions", "Solution", "Outcome", "solve_instance", "NoLayoutError",
            "NoFitError", "layout_rank"]
 
+MIN_CP_SAT_S = 1.0
 _ZERO_PREFERENCE = (1, 0, 2, 3)  # distributed optimizer first: what Megatron and NeMo run
 
 
@@ -117,11 +118,15 @@ class _Candidates:
     num_layouts: int
     discarded_lb_s: float
     unfit: int
+    out_of_time: bool = False  # bounding stopped at the deadline: the rest is bounded by its floor
 
 
 def _bounded_tables(graph: LayerGraph, cluster: Cluster, job: Job, fixed: Fixed,
-                    options: Options, top: int) -> _Candidates:
-    """Branch and bound over layouts, cheapest compute floor first (module docstring, 1-2)."""
+                    options: Options, top: int, deadline: float = float("inf")) -> _Candidates:
+    """Branch and bound over layouts, cheapest compute floor first (module docstring, 1-2).
+
+    At ``deadline`` it stops: layouts not yet examined are bounded by the current floor (the
+    candidates are sorted by it), so the reported bound stays valid."""
     spec = graph.spec
     floors: dict[tuple, float] = {}
     candidates = []
@@ -143,10 +148,14 @@ def _bounded_tables(graph: LayerGraph, cluster: Cluster, job: Job, fixed: Fixed,
     unfit, discarded = 0, float("inf")
     recomputes = _recomputes(fixed)
     shared: dict = {}
+    out_of_time = False
     for floor, _, layout, ks in candidates:
         cutoff = uppers[top - 1] * (1 + 1e-9) if len(uppers) >= top else float("inf")
         if floor > cutoff:
             discarded = min(discarded, floor)
+            break
+        if time.perf_counter() > deadline:
+            discarded, out_of_time = min(discarded, floor), True
             break
         terms = stage_terms(graph, layout, job, cluster, shared)
         quick = quick_lower_bound_s(terms, recomputes, spec.num_layers)
@@ -160,13 +169,15 @@ def _bounded_tables(graph: LayerGraph, cluster: Cluster, job: Job, fixed: Fixed,
         computed.append(tab)
         if tab.upper_bound_s < float("inf"):
             uppers = sorted(uppers + [tab.upper_bound_s])[:top]
+    if not computed and out_of_time:
+        return _Candidates([], len(candidates), discarded, unfit, out_of_time)
     if not computed:
         least = _least_memory(graph, cluster, job, recomputes, [c[2] for c in candidates])
         raise NoFitError("no plan fits memory", least, cluster.memory_capacity_bytes)
     cutoff = uppers[top - 1] * (1 + 1e-9) if len(uppers) >= top else float("inf")
     kept = [t for t in computed if t.lower_bound_s <= cutoff]
     left_out = [t.lower_bound_s for t in computed if t.lower_bound_s > cutoff]
-    return _Candidates(kept, len(candidates), min([discarded] + left_out), unfit)
+    return _Candidates(kept, len(candidates), min([discarded] + left_out), unfit, out_of_time)
 
 
 def _least_memory(graph: LayerGraph, cluster: Cluster, job: Job, recomputes: list[Recompute],
@@ -247,7 +258,8 @@ def _solve_once(kept: list[LayoutTables], graph: LayerGraph, fixed: Fixed, opts:
         add_hint(model, mv, kept.index(best), list(best.upper_plan.layers_per_stage),
                  list(best.upper_plan.recompute))
     solver = cp_model.CpSolver()
-    _configure(solver, opts, deadline - time.perf_counter())
+    # the time limit covers bounding too; CP-SAT still gets a moment to return the warm start
+    _configure(solver, opts, max(MIN_CP_SAT_S, deadline - time.perf_counter()))
     cb = _Progress(progress, mv, start) if progress else None
     status = solver.Solve(model, cb) if cb else solver.Solve(model)
     name = solver.StatusName(status)
@@ -274,7 +286,7 @@ def solve_instance(graph: LayerGraph, cluster: Cluster, job: Job, fixed: Fixed, 
     """The K best distinct-layout plans; status OPTIMAL only when CP-SAT proved it."""
     start = time.perf_counter()
     deadline = start + opts.time_limit_s
-    cand = _bounded_tables(graph, cluster, job, fixed, options, opts.top)
+    cand = _bounded_tables(graph, cluster, job, fixed, options, opts.top, deadline)
     kept = cand.kept
     if progress:
         progress(f"paraplan: {cand.num_layouts} layouts; {cand.num_layouts - len(kept)} proven "
@@ -290,6 +302,9 @@ def solve_instance(graph: LayerGraph, cluster: Cluster, job: Job, fixed: Fixed, 
                                           progress if rank == 0 else None, start)
         if rank == 0:
             status, bound = name, min(bnd, cand.discarded_lb_s)
+            if status == "OPTIMAL" and cand.out_of_time and sol is not None \
+                    and bound < sol.objective_s - tolerance_s(1, 1, kept[idx].k_total):
+                status = "FEASIBLE"  # optimal among the layouts examined before the deadline
         if sol is None or idx is None:
             break
         _check(graph, cluster, job, sol, kept[idx].k_total)

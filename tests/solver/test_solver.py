@@ -106,3 +106,19 @@ def test_explanation_says_what_binds_and_what_the_runner_up_loses() -> None:
     r = _solve(SMALL)
     text = "\n".join(r.explanation)
     assert "memory" in text and "runner-up" in text and "placement" in text
+
+
+def test_expired_time_limit_returns_best_plan_with_gap_or_times_out() -> None:
+    # the limit covers bounding too: a tight one leaves either a feasible plan with its gap,
+    # or a clear SolveTimeout; never a false OPTIMAL or a false INFEASIBLE
+    big = {"model": {"preset": "llama3.1-405b"}, "cluster": {"preset": "dgx-h100", "nodes": 2048},
+           "job": {"seq_len": 8192, "global_batch": 2048}}
+    try:
+        r = paraplan.solve(big, time_limit_s=3)
+    except paraplan.SolveTimeout as e:
+        assert "time-limit" in str(e)
+        return
+    assert r.solver.status in ("FEASIBLE", "OPTIMAL")
+    if r.solver.status == "FEASIBLE":
+        assert r.solver.gap > 0 and r.solver.bound_s < r.solver.objective_s
+    assert r.predicted.fits_memory
