@@ -32,7 +32,7 @@ from paraplan.solver.space import divisors
 import paraplan
 from benchmarks.calibration_set import Case
 from benchmarks.fidelity import evaluate_case
-from paraplan.api import evaluate_plan
+from paraplan.api import evaluate_plan, fixed_knobs, search_options
 from paraplan.instance import Instance, build_instance, even_split
 from paraplan.result import Result
 
@@ -127,24 +127,6 @@ def solve(scenario: dict[str, Any], method: str = Method.PARAPLAN, *, time_limit
     return _from_result(method, r, time.perf_counter() - start)
 
 
-def _fixed(inst: Instance) -> Fixed:
-    """The knobs the scenario's ``plan:`` fixes, as the solver's Fixed."""
-    p = inst.scenario.plan
-    rec = None
-    if p.recompute is not None:
-        rec = tuple(p.recompute) if isinstance(p.recompute, list) else (p.recompute,)
-    return Fixed(dp=p.dp, tp=p.tp, pp=p.pp, cp=p.cp, ep=p.ep, vp=p.vp, micro_batch=p.micro_batch,
-                 zero=p.zero, sequence_parallel=p.sequence_parallel, recompute=rec,
-                 layers_per_stage=tuple(p.layers_per_stage) if p.layers_per_stage else None,
-                 order=tuple(p.order) if p.order else None)
-
-
-def _options(inst: Instance) -> Options:
-    o = inst.scenario.solver
-    return Options(allow_uneven_stages=o.allow_uneven_stages, search_placement=o.search_placement,
-                   max_micro_batch=o.max_micro_batch, max_vp=o.max_vp)
-
-
 def _num_splits(num_layers: int, plan: Plan, fixed: Fixed, options: Options) -> int:
     """Layer splits the enumerator visits for one layout (mirrors its rules, checked by the
     harness against ``Enumeration.num_plans``)."""
@@ -169,7 +151,7 @@ def _num_modes(pp: int, fixed: Fixed) -> int:
 def space_size(scenario: dict[str, Any]) -> int:
     """Complete plans (layout x layer split x recompute per stage) in the unpruned space."""
     inst = build_instance(paraplan.load_scenario(scenario))
-    fixed, options, job = _fixed(inst), _options(inst), inst.job
+    fixed, options, job = fixed_knobs(inst), search_options(inst), inst.job
     total = 0
     for layout in layouts(inst.spec, inst.cluster, job.seq_len, job.global_batch, fixed, options,
                           prune_dominated=False):
@@ -184,7 +166,7 @@ def exhaustive(scenario: dict[str, Any], budget_s: float) -> Attempt:
     start = time.perf_counter()
     inst = build_instance(paraplan.load_scenario(scenario))
     try:
-        e = enumerate_plans(inst.graph, inst.cluster, inst.job, _fixed(inst), _options(inst),
+        e = enumerate_plans(inst.graph, inst.cluster, inst.job, fixed_knobs(inst), search_options(inst),
                             budget_s=budget_s)
     except EnumerationBudgetExceeded as exc:
         m = re.search(r"after (\d+) plans", str(exc))
@@ -245,9 +227,9 @@ def outside_space(scenario: dict[str, Any]) -> str:
         return f"micro_batch={p.micro_batch} > solver.max_micro_batch={o.max_micro_batch}"
     if p.vp is not None and p.vp > o.max_vp:
         return f"vp={p.vp} > solver.max_vp={o.max_vp}"
-    fixed = replace(_fixed(inst), recompute=None, layers_per_stage=None)
+    fixed = replace(fixed_knobs(inst), recompute=None, layers_per_stage=None)
     job = inst.job
-    if not layouts(inst.spec, inst.cluster, job.seq_len, job.global_batch, fixed, _options(inst),
+    if not layouts(inst.spec, inst.cluster, job.seq_len, job.global_batch, fixed, search_options(inst),
                    prune_dominated=False):
         return "no layout of the search space matches it"
     return ""

@@ -17,7 +17,8 @@ from paraplan.result import Result, SolverOut, plan_out, predicted_out
 from paraplan.schema import Scenario, load_scenario
 from paraplan.solver import Fixed, NoFitError, NoLayoutError, Options, SolverOptions, solve_instance
 
-__all__ = ["load_scenario", "evaluate", "evaluate_plan", "solve", "paraplan_version"]
+__all__ = ["load_scenario", "evaluate", "evaluate_plan", "solve", "paraplan_version", "fixed_knobs",
+           "search_options"]
 
 
 def paraplan_version() -> str:
@@ -50,7 +51,8 @@ def evaluate(scenario: str | Path | dict[str, Any] | Scenario) -> Result:
     return evaluate_plan(inst, fixed_plan(inst))
 
 
-def _fixed(inst: Instance) -> Fixed:
+def fixed_knobs(inst: Instance) -> Fixed:
+    """The knobs the scenario's ``plan:`` fixes, as the solver's Fixed; ConfigError on misuse."""
     p = inst.scenario.plan
     recompute = None
     if p.recompute is not None:
@@ -71,7 +73,8 @@ def _fixed(inst: Instance) -> Fixed:
                  order=tuple(p.order) if p.order else None)
 
 
-def _options(inst: Instance) -> Options:
+def search_options(inst: Instance) -> Options:
+    """The scenario's ``solver:`` section as the solver's search Options."""
     o = inst.scenario.solver
     return Options(allow_uneven_stages=o.allow_uneven_stages, search_placement=o.search_placement,
                    max_micro_batch=o.max_micro_batch, max_vp=o.max_vp)
@@ -104,7 +107,7 @@ def solve(scenario: str | Path | dict[str, Any] | Scenario, *, time_limit_s: flo
     opts = SolverOptions(time_limit_s=time_limit_s, num_workers=workers, random_seed=seed,
                          top=max(top, 2))
     try:
-        out = solve_instance(inst.graph, inst.cluster, inst.job, _fixed(inst), _options(inst),
+        out = solve_instance(inst.graph, inst.cluster, inst.job, fixed_knobs(inst), search_options(inst),
                              opts, progress)
     except NoLayoutError:
         raise InfeasibleError(_no_layout_reason(inst), ("divisibility",)) from None
