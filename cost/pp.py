@@ -12,7 +12,7 @@ from __future__ import annotations
 from paraplan.cost.comm import group_span, p2p_s
 from paraplan.cost.compute import ACTIVATION_BYTES, tokens_per_device
 from paraplan.cost.plan import Axis, Job, Plan
-from paraplan.hardware import Cluster
+from paraplan.hardware import Cluster, Tier
 
 __all__ = ["pipeline_s", "bubble_s", "pipeline_lower_bound_s", "p2p_per_micro_batch_s",
            "in_flight_micro_batches"]
@@ -38,15 +38,17 @@ def bubble_s(stage_s: list[float], vp: int) -> float:
     return (sum(stage_s) - max(stage_s)) / vp
 
 
-def p2p_per_micro_batch_s(hidden: int, plan: Plan, job: Job, cluster: Cluster) -> float:
+def p2p_per_micro_batch_s(hidden: int, plan: Plan, job: Job, cluster: Cluster,
+                          tier: Tier | None = None) -> float:
     """Exposed activation send forward + gradient send backward per micro-batch per stage.
 
     Formula: 2 * (alpha + n*h*2 B / B_tier), n*h divided by tp under SP (scattered send).
+    ``tier``: the outermost tier the pipeline group spans, when the caller has it.
     Assumes: the extra (v-1) sends of interleaving overlap with compute (Megatron overlap_p2p_comm).
     """
     if plan.pp == 1:
         return 0.0
-    tier = group_span(cluster, plan, Axis.PP).outermost
+    tier = tier or group_span(cluster, plan, Axis.PP).outermost
     n_bytes = tokens_per_device(plan, job) * hidden * ACTIVATION_BYTES
     if plan.sequence_parallel:
         n_bytes /= plan.tp

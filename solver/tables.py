@@ -170,7 +170,7 @@ def _dp_lower_bound_s(terms: StageTerms, recomputes: list[Recompute], k_total: i
     with g increasing (decreasing) in k the former (latter) has g_s(k) >= min_s g_s(that k)."""
     pp, vp = terms.plan.pp, terms.plan.vp
     widest = max(recomputes, key=lambda r: terms.block[r].backward_s)
-    g = [terms.dp_exposed(s, widest) for s in range(pp)]
+    g = [terms.dp_exposed(s, widest) for s in sorted({0, min(1, pp - 1), pp - 1})]  # middles alike
     k_bar = -(-k_total // pp) if g[0].per_layer >= 0 else k_total // pp
     return max(0.0, min(gs.at(vp * k_bar) for gs in g))
 
