@@ -22,15 +22,31 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from ortools.sat.python import cp_model
-from paraplan.cost import DEFAULT_ORDER, Job, Plan, Recompute, evaluate, stage_memory, stage_terms
+from paraplan.cost import (
+    DEFAULT_ORDER,
+    Job,
+    Plan,
+    Recompute,
+    StageTerms,
+    evaluate,
+    stage_memory,
+    stage_terms,
+)
 from paraplan.cost.pp import pipeline_lower_bound_s
 from paraplan.cost.stage import compute_floor_s, inner_tiers_fastest
 from paraplan.graph import LayerGraph, ModelSpec
 from paraplan.hardware import Cluster
 from paraplan.solver.model import ModelVars, add_hint, build_model
 from paraplan.solver.scale import VP_SCALE, from_ticks, tolerance_s
-from paraplan.solver.space import Fixed, Options, families, layouts, num_orders, orders, zeros
-from paraplan.solver.tables import LayoutTables, build_tables, even_layers, quick_lower_bound_s
+from paraplan.solver.space import Fixed, Options, families, num_orders, orders, zeros
+from paraplan.solver.tables import (
+    LayoutTables,
+    build_tables,
+    even_layers,
+    fits_some_split,
+    layer_caps,
+    quick_lower_bound_s,
+)
 
 __all__ = ["SolverOptions", "Solution", "Outcome", "solve_instance", "NoLayoutError",
            "NoFitError", "layout_rank"]
@@ -108,12 +124,6 @@ def _k_choices(layout: Plan, num_layers: int, fixed: Fixed, options: Options) ->
     return None
 
 
-def _can_fit(t: LayoutTables) -> bool:
-    """Some split fits: the most layers each stage can hold (best mode) add up to the model."""
-    cap = [max(t.k_max[(s, r)] for r in t.recomputes) for s in range(t.plan.pp)]
-    return min(cap) >= 1 and sum(cap) >= t.k_total
-
-
 @dataclass
 class _Candidates:
     kept: list[LayoutTables]
@@ -174,13 +184,16 @@ def _bounded_tables(graph: LayerGraph, cluster: Cluster, job: Job, fixed: Fixed,
         if level == 0:
             for zero in zeros(plan, fixed):
                 p = replace(plan, zero=zero)
+                terms = stage_terms(graph, p, job, cluster, shared, packed=packed)
+                b = bound
                 if packed:
-                    terms = stage_terms(graph, p, job, cluster, shared, packed=True)
                     b = max(bound, quick_lower_bound_s(terms, recomputes, spec.num_layers))
-                else:
-                    b = bound
-                heapq.heappush(heap, (b, next(tick), 1, p, ks))
+                heapq.heappush(heap, (b, next(tick), 1, (p, terms), ks))
         elif level == 1:
+            plan, terms = plan
+            if not _fits(terms, recomputes, spec.num_layers, ks):
+                unfit += 1
+                continue
             for order in orders(plan, cluster, fixed, options, cache=order_cache):
                 layout = replace(plan, order=order)
                 terms = stage_terms(graph, layout, job, cluster, shared)
@@ -190,7 +203,7 @@ def _bounded_tables(graph: LayerGraph, cluster: Cluster, job: Job, fixed: Fixed,
             examined += 1
             layout, terms = plan
             tab = build_tables(graph, cluster, job, layout, recomputes, ks, terms)
-            if not _can_fit(tab):
+            if not fits_some_split(tab.k_max, layout.pp, tab.k_total):
                 unfit += 1
                 continue
             computed.append(tab)
@@ -200,14 +213,25 @@ def _bounded_tables(graph: LayerGraph, cluster: Cluster, job: Job, fixed: Fixed,
     if not computed and out_of_time:
         return _Candidates([], num_layouts, discarded, unfit, out_of_time)
     if not computed:
-        candidates = layouts(spec, cluster, job.seq_len, job.global_batch, fixed, options)
-        candidates = [c for c in candidates if _k_choices(c, spec.num_layers, fixed, options) != []]
+        candidates = [replace(f, zero=z)  # memory does not depend on the rank order
+                      for f in families(spec, cluster, job.seq_len, job.global_batch, fixed, options)
+                      if _k_choices(f, spec.num_layers, fixed, options) != []
+                      for z in zeros(f, fixed)]
         least = _least_memory(graph, cluster, job, recomputes, candidates)
         raise NoFitError("no plan fits memory", least, cluster.memory_capacity_bytes)
     cutoff = uppers[top - 1] * (1 + 1e-9) if len(uppers) >= top else float("inf")
     kept = [t for t in computed if t.lower_bound_s <= cutoff]
     left_out = [t.lower_bound_s for t in computed if t.lower_bound_s > cutoff]
     return _Candidates(kept, num_layouts, min([discarded] + left_out), unfit, out_of_time)
+
+
+def _fits(terms: StageTerms, recomputes: list[Recompute], num_layers: int,
+          ks: list[int] | None) -> bool:
+    """Some split of the layout's layers fits memory (the rank order does not change memory)."""
+    pp, vp = terms.plan.pp, terms.plan.vp
+    k_total = num_layers // vp
+    k_hi = max(ks) if ks else k_total - (pp - 1)
+    return fits_some_split(layer_caps(terms, recomputes, k_hi), pp, k_total)
 
 
 def _space_size(spec: ModelSpec, cluster: Cluster, job: Job, fixed: Fixed, options: Options
@@ -222,8 +246,9 @@ def _least_memory(graph: LayerGraph, cluster: Cluster, job: Job, recomputes: lis
                   candidates: list[Plan]) -> float:
     """Least peak memory per device any layout needs, over its even split and modes."""
     best = float("inf")
+    shared: dict = {}
     for layout in candidates:
-        terms = stage_terms(graph, layout, job, cluster)
+        terms = stage_terms(graph, layout, job, cluster, shared)
         split = (even_layers(graph.spec.num_layers, layout.pp, layout.vp)
                  or (max(1, graph.spec.num_layers // layout.pp),) * layout.pp)
         peak = max(min(stage_memory(terms, s, split[s], r).total_bytes for r in recomputes)
@@ -305,7 +330,7 @@ def _solve_once(kept: list[LayoutTables], graph: LayerGraph, fixed: Fixed, opts:
     if name not in ("OPTIMAL", "FEASIBLE"):
         return name, None, bound, None
     if name == "OPTIMAL":
-        model.Add(mv.objective == int(solver.ObjectiveValue()))
+        model.Add(mv.objective <= int(solver.ObjectiveValue()))  # == at the proven optimum
         model.ClearHints()
         model.Minimize(_tie_break(mv, graph.spec.num_layers))
         second = cp_model.CpSolver()

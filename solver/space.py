@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from itertools import permutations
+from math import factorial
 
 from paraplan.cost import DEFAULT_ORDER, Axis, Plan, Recompute, allgather_s, group_span
 from paraplan.cost.comm import alltoall_s, p2p_s
@@ -242,6 +243,8 @@ def orders(family: Plan, cluster: Cluster, fixed: Fixed, options: Options, *,
 
 def num_orders(family: Plan, fixed: Fixed, options: Options) -> int:
     """Rank orders of a family before dominance pruning (the size of the placement space)."""
+    if family.ep == 1 and fixed.order is None and options.search_placement:
+        return factorial(sum(1 for a in DEFAULT_ORDER if family.degree(a) > 1))
     return len(_candidate_orders(family, fixed, options))
 
 

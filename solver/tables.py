@@ -26,7 +26,8 @@ from paraplan.graph import LayerGraph
 from paraplan.hardware import Cluster
 from paraplan.solver.scale import to_ticks
 
-__all__ = ["LayoutTables", "build_tables", "even_layers", "quick_lower_bound_s"]
+__all__ = ["LayoutTables", "build_tables", "even_layers", "quick_lower_bound_s", "layer_caps",
+           "fits_some_split"]
 
 INF = float("inf")
 
@@ -192,6 +193,21 @@ def _upper_plan(terms: StageTerms, layout: Plan, split: tuple[int, ...] | None,
     return step_time_s(replace(terms, plan=plan)).step_s, plan
 
 
+def layer_caps(terms: StageTerms, recomputes: list[Recompute], k_hi: int
+               ) -> dict[tuple[int, Recompute], int]:
+    """Most k (units of vp layers, at most ``k_hi``) each stage holds in each mode within memory.
+    Memory does not depend on the rank order, so any order's terms give the same caps."""
+    cap, vp = terms.capacity_bytes, terms.plan.vp
+    return {(s, r): min(k_hi, stage_memory_model(terms, s, r).max_layers(cap) // vp)
+            for s in range(terms.plan.pp) for r in recomputes}
+
+
+def fits_some_split(k_max: dict[tuple[int, Recompute], int], pp: int, k_total: int) -> bool:
+    """Some split fits: the most layers each stage can hold (best mode) add up to the model."""
+    cap = [max(k for (s, _), k in k_max.items() if s == stage) for stage in range(pp)]
+    return min(cap) >= 1 and sum(cap) >= k_total
+
+
 def build_tables(graph: LayerGraph, cluster: Cluster, job: Job, layout: Plan,
                  recomputes: list[Recompute], k_choices: list[int] | None = None,
                  terms: StageTerms | None = None) -> LayoutTables:
@@ -204,9 +220,7 @@ def build_tables(graph: LayerGraph, cluster: Cluster, job: Job, layout: Plan,
     num_layers = graph.spec.num_layers
     k_total = num_layers // vp
     k_hi = max(k_choices) if k_choices else k_total - (pp - 1)
-    cap = terms.capacity_bytes
-    k_max = {(s, r): min(k_hi, stage_memory_model(terms, s, r).max_layers(cap) // vp)
-             for s in range(pp) for r in recomputes}
+    k_max = layer_caps(terms, recomputes, k_hi)
     f = [_stage_time_by_k(terms, s, k_max, recomputes, k_hi) for s in range(pp)]
     ks = _min_max_split(f, k_total)
     lower = _lower_bound_s(terms, f, ks, k_max, recomputes, num_layers)
