@@ -171,7 +171,8 @@ def _bounded_tables(graph: LayerGraph, cluster: Cluster, job: Job, fixed: Fixed,
     heapq.heapify(heap)
     uppers: list[float] = []
     computed: list[LayoutTables] = []
-    unfit, examined, discarded, out_of_time = 0, 0, float("inf"), False
+    unfit_terms: list[StageTerms] = []  # families with a ZeRO stage whose no split fits
+    unfit, discarded, out_of_time = 0, float("inf"), False
     while heap:
         cutoff = uppers[top - 1] * (1 + 1e-9) if len(uppers) >= top else float("inf")
         bound, _, level, plan, ks = heapq.heappop(heap)
@@ -192,7 +193,7 @@ def _bounded_tables(graph: LayerGraph, cluster: Cluster, job: Job, fixed: Fixed,
         elif level == 1:
             plan, terms = plan
             if not _fits(terms, recomputes, spec.num_layers, ks):
-                unfit += 1
+                unfit_terms.append(terms)
                 continue
             for order in orders(plan, cluster, fixed, options, cache=order_cache):
                 layout = replace(plan, order=order)
@@ -200,7 +201,6 @@ def _bounded_tables(graph: LayerGraph, cluster: Cluster, job: Job, fixed: Fixed,
                 b = max(bound, quick_lower_bound_s(terms, recomputes, spec.num_layers))
                 heapq.heappush(heap, (b, next(tick), 2, (layout, terms), ks))
         else:
-            examined += 1
             layout, terms = plan
             tab = build_tables(graph, cluster, job, layout, recomputes, ks, terms)
             if not fits_some_split(tab.k_max, layout.pp, tab.k_total):
@@ -211,18 +211,15 @@ def _bounded_tables(graph: LayerGraph, cluster: Cluster, job: Job, fixed: Fixed,
                 uppers = sorted(uppers + [tab.upper_bound_s])[:top]
     num_layouts = _space_size(spec, cluster, job, fixed, options)
     if not computed and out_of_time:
-        return _Candidates([], num_layouts, discarded, unfit, out_of_time)
-    if not computed:
-        candidates = [replace(f, zero=z)  # memory does not depend on the rank order
-                      for f in families(spec, cluster, job.seq_len, job.global_batch, fixed, options)
-                      if _k_choices(f, spec.num_layers, fixed, options) != []
-                      for z in zeros(f, fixed)]
-        least = _least_memory(graph, cluster, job, recomputes, candidates)
+        return _Candidates([], num_layouts, discarded, unfit + len(unfit_terms), out_of_time)
+    if not computed:  # every family was examined and none fits (memory ignores the order)
+        least = _least_memory(graph.spec.num_layers, recomputes, unfit_terms)
         raise NoFitError("no plan fits memory", least, cluster.memory_capacity_bytes)
     cutoff = uppers[top - 1] * (1 + 1e-9) if len(uppers) >= top else float("inf")
     kept = [t for t in computed if t.lower_bound_s <= cutoff]
     left_out = [t.lower_bound_s for t in computed if t.lower_bound_s > cutoff]
-    return _Candidates(kept, num_layouts, min([discarded] + left_out), unfit, out_of_time)
+    return _Candidates(kept, num_layouts, min([discarded] + left_out), unfit + len(unfit_terms),
+                       out_of_time)
 
 
 def _fits(terms: StageTerms, recomputes: list[Recompute], num_layers: int,
@@ -242,17 +239,14 @@ def _space_size(spec: ModelSpec, cluster: Cluster, job: Job, fixed: Fixed, optio
                if _k_choices(f, spec.num_layers, fixed, options) != [])
 
 
-def _least_memory(graph: LayerGraph, cluster: Cluster, job: Job, recomputes: list[Recompute],
-                  candidates: list[Plan]) -> float:
+def _least_memory(num_layers: int, recomputes: list[Recompute], unfit: list[StageTerms]) -> float:
     """Least peak memory per device any layout needs, over its even split and modes."""
     best = float("inf")
-    shared: dict = {}
-    for layout in candidates:
-        terms = stage_terms(graph, layout, job, cluster, shared)
-        split = (even_layers(graph.spec.num_layers, layout.pp, layout.vp)
-                 or (max(1, graph.spec.num_layers // layout.pp),) * layout.pp)
+    for terms in unfit:
+        pp, vp = terms.plan.pp, terms.plan.vp
+        split = even_layers(num_layers, pp, vp) or (max(1, num_layers // pp),) * pp
         peak = max(min(stage_memory(terms, s, split[s], r).total_bytes for r in recomputes)
-                   for s in range(layout.pp))
+                   for s in range(pp))
         best = min(best, peak)
     return best
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 
 from paraplan.cost import Job, Plan, Recompute, StageTerms, stage_terms
 from paraplan.cost.evaluate import step_time_s
-from paraplan.cost.memory import stage_memory_model
+from paraplan.cost.memory import max_layers_per_stage
 from paraplan.cost.pp import pipeline_lower_bound_s
 from paraplan.graph import LayerGraph
 from paraplan.hardware import Cluster
@@ -119,10 +119,11 @@ def _stage_time_by_k(terms: StageTerms, stage: int, k_max: dict[tuple[int, Recom
     modes whose memory fits them (INF where none does). Non-decreasing in k."""
     vp = terms.plan.vp
     modes = sorted(recomputes, key=lambda r: terms.block[r].time_s)
+    lines = [(k_max[(stage, r)], terms.stage_time(stage, r)) for r in modes]
     out = []
     for k in range(k_hi + 1):
-        r = next((r for r in modes if k_max[(stage, r)] >= k), None)
-        out.append(INF if r is None else terms.stage_time_s(stage, vp * k, r))
+        line = next((line for cap, line in lines if cap >= k), None)
+        out.append(INF if line is None else line.at(vp * k))
     return out
 
 
@@ -198,8 +199,8 @@ def layer_caps(terms: StageTerms, recomputes: list[Recompute], k_hi: int
     """Most k (units of vp layers, at most ``k_hi``) each stage holds in each mode within memory.
     Memory does not depend on the rank order, so any order's terms give the same caps."""
     cap, vp = terms.capacity_bytes, terms.plan.vp
-    return {(s, r): min(k_hi, stage_memory_model(terms, s, r).max_layers(cap) // vp)
-            for s in range(terms.plan.pp) for r in recomputes}
+    return {(s, r): min(k_hi, n // vp)
+            for r in recomputes for s, n in enumerate(max_layers_per_stage(terms, r, cap))}
 
 
 def fits_some_split(k_max: dict[tuple[int, Recompute], int], pp: int, k_total: int) -> bool:
