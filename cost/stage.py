@@ -287,16 +287,16 @@ class _Spans:
     cp: GroupSpan
     ep: GroupSpan | None  # ep > 1
     dp: GroupSpan | None  # dp x cp, when ZeRO-2/3 moves traffic every micro-batch
-    edp: GroupSpan | None  # expert-data-parallel, likewise (ep > 1)
+    edp: GroupSpan | None  # expert-data-parallel, likewise
     sync: GroupSpan  # dp x cp: the once-per-step gradient sync
-    esync: GroupSpan | None  # expert-data-parallel sync (ep > 1)
+    esync: GroupSpan  # expert-data-parallel sync (dp x cp / ep ranks holding the same experts)
     pp: Tier | None  # outermost tier between neighbouring stages (pp > 1)
 
     @classmethod
     def of(cls, plan: Plan, cluster: Cluster) -> _Spans:
         zero = plan.zero >= 2
         sync = group_span(cluster, plan, Axis.DP, Axis.CP)
-        esync = expert_dp_span(cluster, plan) if plan.ep > 1 else None
+        esync = expert_dp_span(cluster, plan)
         return cls(
             tp=group_span(cluster, plan, Axis.TP), cp=group_span(cluster, plan, Axis.CP),
             ep=ep_span(cluster, plan) if plan.ep > 1 else None,
@@ -314,7 +314,7 @@ class _Spans:
 
         zero = plan.zero >= 2
         sync = packed(plan.dp * plan.cp)
-        esync = packed(plan.dp * plan.cp // plan.ep) if plan.ep > 1 else None
+        esync = packed(plan.dp * plan.cp // plan.ep)
         return cls(
             tp=packed(plan.tp), cp=packed(plan.cp), ep=packed(plan.ep) if plan.ep > 1 else None,
             dp=sync if zero else None, edp=esync if zero else None, sync=sync, esync=esync,
@@ -444,8 +444,8 @@ def _sync_lines(plan: Plan, job: Job, cluster: Cluster, block_params: float,
                 ) -> tuple[Affine, Affine]:
     """grad_sync_s is alpha-beta: latency + bytes / bandwidth, affine in the parameters; one line
     for the dense-parallel group, one for the expert-data-parallel group."""
-    esync = spans.esync.fan_in if spans.esync else None
-    key = ("sync", plan.tp, plan.cp, plan.dp, plan.ep, plan.zero, spans.sync.fan_in, esync)
+    key = ("sync", plan.tp, plan.cp, plan.dp, plan.ep, plan.zero, spans.sync.fan_in,
+           spans.esync.fan_in)
     if shared is not None and key in shared:
         return shared[key]
 
