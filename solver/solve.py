@@ -234,7 +234,8 @@ def _fits(terms: StageTerms, recomputes: list[Recompute], num_layers: int,
 def _space_size(spec: ModelSpec, cluster: Cluster, job: Job, fixed: Fixed, options: Options
                 ) -> int:
     """Layouts in the space: families x ZeRO stages x rank orders (before dominance pruning)."""
-    return sum(len(zeros(f, fixed)) * num_orders(f, fixed, options)
+    cache: dict = {}
+    return sum(len(zeros(f, fixed)) * num_orders(f, fixed, options, cache)
                for f in families(spec, cluster, job.seq_len, job.global_batch, fixed, options)
                if _k_choices(f, spec.num_layers, fixed, options) != [])
 

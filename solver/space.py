@@ -96,10 +96,13 @@ def _comm_profile(cluster: Cluster, plan: Plan) -> tuple[float, ...]:
     return tuple(profile)
 
 
-def _ep_ok(plan: Plan) -> bool:
-    """The EP group splits along the rank order: ep divides, or is a multiple of, the inner of
-    cp and dp (cost.plan.check_expert_parallel)."""
-    inner, _ = expert_axes(plan)
+def _ep_ok(plan: Plan, order: tuple[Axis, ...] | None = None) -> bool:
+    """The EP group splits along the rank order (``order``, else the plan's): ep divides, or is a
+    multiple of, the inner of cp and dp (cost.plan.check_expert_parallel)."""
+    if order is None:
+        inner, _ = expert_axes(plan)
+    else:
+        inner = plan.cp if order.index(Axis.CP) < order.index(Axis.DP) else plan.dp
     return plan.ep % inner == 0 or inner % plan.ep == 0
 
 
@@ -127,12 +130,12 @@ def _canonical(active_order: tuple[Axis, ...]) -> tuple[Axis, ...]:
 def _candidate_orders(plan: Plan, fixed: Fixed, options: Options) -> list[tuple[Axis, ...]]:
     """Distinct rank orders (permutations of the axes of degree > 1), Megatron's nearest first."""
     if fixed.order is not None:
-        return [fixed.order] if plan.ep == 1 or _ep_ok(replace(plan, order=fixed.order)) else []
+        return [fixed.order] if plan.ep == 1 or _ep_ok(plan, fixed.order) else []
     if not options.search_placement:
-        return [DEFAULT_ORDER] if plan.ep == 1 or _ep_ok(plan) else []
+        return [DEFAULT_ORDER] if plan.ep == 1 or _ep_ok(plan, DEFAULT_ORDER) else []
     active = [a for a in DEFAULT_ORDER if plan.degree(a) > 1]
     candidates = [o for o in (_canonical(p) for p in permutations(active))
-                  if plan.ep == 1 or _ep_ok(replace(plan, order=o))]
+                  if plan.ep == 1 or _ep_ok(plan, o)]
     return sorted(candidates, key=lambda o: [DEFAULT_ORDER.index(a) for a in o])
 
 
@@ -241,11 +244,17 @@ def orders(family: Plan, cluster: Cluster, fixed: Fixed, options: Options, *,
     return out
 
 
-def num_orders(family: Plan, fixed: Fixed, options: Options) -> int:
+def num_orders(family: Plan, fixed: Fixed, options: Options, cache: dict | None = None) -> int:
     """Rank orders of a family before dominance pruning (the size of the placement space)."""
     if family.ep == 1 and fixed.order is None and options.search_placement:
         return factorial(sum(1 for a in DEFAULT_ORDER if family.degree(a) > 1))
-    return len(_candidate_orders(family, fixed, options))
+    key = ("count", family.tp, family.cp, family.pp, family.dp, family.ep)
+    if cache is None or key not in cache:
+        count = len(_candidate_orders(family, fixed, options))
+        if cache is None:
+            return count
+        cache[key] = count
+    return cache[key]
 
 
 def layouts(spec: ModelSpec, cluster: Cluster, seq_len: int, global_batch: int,
