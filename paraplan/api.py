@@ -70,7 +70,8 @@ def fixed_knobs(inst: Instance) -> Fixed:
     return Fixed(dp=p.dp, tp=p.tp, pp=p.pp, cp=p.cp, ep=p.ep, vp=p.vp, micro_batch=p.micro_batch,
                  zero=p.zero, sequence_parallel=p.sequence_parallel, recompute=recompute,
                  layers_per_stage=tuple(p.layers_per_stage) if p.layers_per_stage else None,
-                 order=tuple(p.order) if p.order else None)
+                 order=tuple(p.order) if p.order else None,
+                 stage_pools=tuple(p.stage_pools) if p.stage_pools is not None else None)
 
 
 def search_options(inst: Instance) -> Options:
@@ -78,6 +79,11 @@ def search_options(inst: Instance) -> Options:
     o = inst.scenario.solver
     return Options(allow_uneven_stages=o.allow_uneven_stages, search_placement=o.search_placement,
                    max_micro_batch=o.max_micro_batch, max_vp=o.max_vp)
+
+
+def _device_names(inst: Instance) -> str:
+    pools = inst.cluster.pools or (inst.cluster,)
+    return " / ".join(sorted({p.accelerator.name for p in pools}))
 
 
 def _no_layout_reason(inst: Instance) -> str:
@@ -114,7 +120,7 @@ def solve(scenario: str | Path | dict[str, Any] | Scenario, *, time_limit_s: flo
     except NoFitError as e:
         raise InfeasibleError(
             f"no plan fits memory: the least any plan needs is {gib(e.min_bytes)} per device, "
-            f"but {inst.cluster.accelerator.name} has {gib(e.capacity)} (short by "
+            f"but {_device_names(inst)} has {gib(e.capacity)} (short by "
             f"{gib(e.min_bytes - e.capacity)}); add devices, use a larger-memory GPU, shorten "
             "job.seq_len, or free plan knobs fixed in the scenario",
             ("memory_per_stage",),

@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 
 from ortools.sat.python import cp_model
 from paraplan.cost import DEFAULT_ORDER, Job, Plan, Recompute, evaluate, stage_memory, stage_terms
+from paraplan.cost.pools import pooled_compute_floor_s
 from paraplan.cost.pp import pipeline_lower_bound_s
 from paraplan.cost.stage import compute_floor_s
 from paraplan.graph import LayerGraph
@@ -78,10 +79,11 @@ class NoFitError(ValueError):
 
 def layout_rank(plan: Plan) -> tuple:
     """Tie-break order among equally fast layouts: fewer stages, less cp, no interleaving,
-    smaller tp, ZeRO 1/0/2/3, smaller micro-batch, the default rank order."""
+    smaller tp, ZeRO 1/0/2/3, smaller micro-batch, the default rank order, then (pooled
+    clusters) the pools of the stages in lexicographic order."""
     order_rank = [DEFAULT_ORDER.index(a) for a in plan.order]
     return (plan.pp, plan.cp, plan.vp, plan.tp, _ZERO_PREFERENCE.index(plan.zero),
-            plan.micro_batch, order_rank)
+            plan.micro_batch, order_rank, plan.stage_pools)
 
 
 def _recomputes(fixed: Fixed) -> list[Recompute]:
@@ -134,9 +136,11 @@ def _bounded_tables(graph: LayerGraph, cluster: Cluster, job: Job, fixed: Fixed,
         ks = _k_choices(layout, spec.num_layers, fixed, options)
         if ks == []:
             continue
-        key = (layout.tp, layout.cp, layout.micro_batch, layout.sequence_parallel)
+        key = (layout.tp, layout.cp, layout.micro_batch, layout.sequence_parallel,
+               frozenset(layout.stage_pools))
         if key not in floors:
-            floors[key] = compute_floor_s(graph, layout, job, cluster)
+            floors[key] = (pooled_compute_floor_s(graph, layout, job, cluster) if cluster.pools
+                           else compute_floor_s(graph, layout, job, cluster))
         m = job.global_batch // (layout.micro_batch * layout.dp)
         floor = pipeline_lower_bound_s(floors[key], layout.pp, layout.vp, m)
         candidates.append((floor, layout_rank(layout), layout, ks))

@@ -20,17 +20,26 @@ which the CP-SAT model decides. Domains, each filtered by the scenario's fixed k
   spans (cost/comm.py); all communication costs grow with both, so an order no better on any of
   them than another is dropped (equal profiles keep the order nearest Megatron's default
   tp-cp-dp-pp).
+
+Pooled (mixed-GPU) clusters (cost/pools.py): for each ordered selection of pools (every
+non-empty subset, in every order: stage 0 holds the most in-flight activations, so which pool
+comes first matters), tp, cp and dp range over the divisors of the gcd of those pools' device
+counts, each pool hosts its devices / (tp*cp*dp) stages and pp is their sum; orders keep pp
+outermost, and an order is dropped when another is no worse on the profile of every used pool.
+Degrees are the same on every pool (Megatron-LM and NeMo build one process-group layout).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from itertools import permutations
+from math import gcd
 
 from paraplan.cost import DEFAULT_ORDER, Axis, Plan, Recompute, allgather_s, group_span
 from paraplan.cost.comm import alltoall_s, p2p_s
 from paraplan.cost.ep import ep_span, expert_dp_span
 from paraplan.cost.plan import expert_axes
+from paraplan.cost.pools import pool_sequence, stage_pools_of
 from paraplan.graph import ModelSpec
 from paraplan.hardware import Cluster
 
@@ -53,6 +62,7 @@ class Fixed:
     recompute: tuple[Recompute, ...] | None = None
     layers_per_stage: tuple[int, ...] | None = None
     order: tuple[Axis, ...] | None = None
+    stage_pools: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -108,6 +118,17 @@ def _eps(spec: ModelSpec, dp: int, cp: int, fixed: Fixed) -> list[int]:
     return [e for e in divisors(dp * cp) if spec.num_experts % e == 0 and _allowed(e, fixed.ep)]
 
 
+def _profile(cluster: Cluster, plan: Plan) -> tuple[float, ...]:
+    """_comm_profile, concatenated over the used pools on a pooled cluster."""
+    if not plan.stage_pools:
+        return _comm_profile(cluster, plan)
+    out: tuple[float, ...] = ()
+    for p in sorted(set(plan.stage_pools)):
+        local = replace(plan, pp=plan.stage_pools.count(p), stage_pools=())
+        out += _comm_profile(cluster.pools[p], local)
+    return out
+
+
 def _dominated(a: tuple[float, ...], b: tuple[float, ...]) -> bool:
     """b is no worse than a anywhere (a can be dropped)."""
     return all(y <= x * (1 + 1e-12) for x, y in zip(a, b, strict=True))
@@ -126,15 +147,20 @@ def _orders(plan: Plan, cluster: Cluster, fixed: Fixed, options: Options,
             prune: bool = True) -> list[tuple[Axis, ...]]:
     """Placements worth searching: one per non-dominated communication profile (all distinct
     ones when ``prune`` is off)."""
+    pooled = bool(plan.stage_pools)
     if fixed.order is not None:
+        if pooled and fixed.order[-1] is not Axis.PP:
+            return []
         return [fixed.order] if plan.ep == 1 or _ep_ok(replace(plan, order=fixed.order)) else []
     if not options.search_placement:
         return [DEFAULT_ORDER] if plan.ep == 1 or _ep_ok(plan) else []
     active = [a for a in DEFAULT_ORDER if plan.degree(a) > 1]
-    candidates = [o for o in (_canonical(p) for p in permutations(active))
+    tail = (Axis.PP,) if pooled and Axis.PP in active else ()  # pooled: pp stays outermost
+    movable = [a for a in active if a not in tail]
+    candidates = [o for o in (_canonical(p + tail) for p in permutations(movable))
                   if plan.ep == 1 or _ep_ok(replace(plan, order=o))]
     candidates.sort(key=lambda o: [DEFAULT_ORDER.index(a) for a in o])
-    profiles = [(o, _comm_profile(cluster, replace(plan, order=o))) for o in candidates]
+    profiles = [(o, _profile(cluster, replace(plan, order=o))) for o in candidates]
     if not prune:
         distinct: dict[tuple[float, ...], tuple[Axis, ...]] = {}
         for order, prof in profiles:
@@ -155,6 +181,8 @@ def layouts(spec: ModelSpec, cluster: Cluster, seq_len: int, global_batch: int,
 
     ``prune_dominated=False`` keeps ZeRO-0 and every distinct placement (the exhaustive baseline
     uses it, so the oracle tests check that the pruning is exact)."""
+    if cluster.pools:
+        return _pooled_layouts(spec, cluster, seq_len, global_batch, fixed, options, prune_dominated)
     n = cluster.num_devices
     out: list[Plan] = []
     cps = [c for c in (1, 2, 4, 8, 16, 32, 64)
@@ -180,7 +208,8 @@ def layouts(spec: ModelSpec, cluster: Cluster, seq_len: int, global_batch: int,
 
 
 def _layouts_of(spec: ModelSpec, cluster: Cluster, global_batch: int, dp: int, tp: int, pp: int,
-                cp: int, ep: int, fixed: Fixed, options: Options, prune: bool) -> list[Plan]:
+                cp: int, ep: int, fixed: Fixed, options: Options, prune: bool,
+                stage_pools: tuple[int, ...] = ()) -> list[Plan]:
     out: list[Plan] = []
     per_replica = global_batch // dp
     mbs = [mb for mb in divisors(per_replica)
@@ -198,7 +227,8 @@ def _layouts_of(spec: ModelSpec, cluster: Cluster, global_batch: int, dp: int, t
     if spec.is_moe and tp > 1:
         sps = [sp for sp in sps if sp]  # MoE with TP needs sequence parallelism (check_plan)
     base = Plan(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, micro_batch=1,
-                recompute=(Recompute.NONE,) * pp, layers_per_stage=(1,) * pp)
+                recompute=(Recompute.NONE,) * pp, layers_per_stage=(1,) * pp,
+                stage_pools=stage_pools)
     orders = _orders(base, cluster, fixed, options, prune)
     for mb in mbs:
         m = per_replica // mb
@@ -217,5 +247,43 @@ def _layouts_of(spec: ModelSpec, cluster: Cluster, global_batch: int, dp: int, t
                         out.append(Plan(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, vp=vp, micro_batch=mb,
                                         zero=zero, sequence_parallel=sp,
                                         recompute=(Recompute.NONE,) * pp,
-                                        layers_per_stage=(1,) * pp, order=order))
+                                        layers_per_stage=(1,) * pp, order=order,
+                                        stage_pools=stage_pools))
+    return out
+
+
+def _pool_sequences(cluster: Cluster, fixed: Fixed) -> list[tuple[int, ...]]:
+    """Ordered selections of pools: every non-empty subset in every order (or the fixed one)."""
+    if fixed.stage_pools is not None:
+        return [pool_sequence(fixed.stage_pools)]
+    ids = range(len(cluster.pools))
+    return [seq for k in range(1, len(cluster.pools) + 1) for seq in permutations(ids, k)]
+
+
+def _pooled_layouts(spec: ModelSpec, cluster: Cluster, seq_len: int, global_batch: int,
+                    fixed: Fixed, options: Options, prune: bool) -> list[Plan]:
+    """``layouts`` on a pooled cluster (module docstring)."""
+    out: list[Plan] = []
+    for seq in _pool_sequences(cluster, fixed):
+        g = gcd(*(cluster.pools[p].num_devices for p in seq))
+        cps = [c for c in (1, 2, 4, 8, 16, 32, 64)
+               if g % c == 0 and seq_len % (2 * c) == 0 and _allowed(c, fixed.cp)]
+        for tp in divisors(g):
+            if not (_tp_ok(tp, spec) and _allowed(tp, fixed.tp)):
+                continue
+            for cp in cps:
+                if (g // tp) % cp:
+                    continue
+                for dp in divisors(g // (tp * cp)):
+                    pools = stage_pools_of(cluster, seq, tp * cp * dp)
+                    if pools is None or (fixed.stage_pools is not None
+                                         and pools != fixed.stage_pools):
+                        continue
+                    pp = len(pools)
+                    if (pp > spec.num_layers or not _allowed(pp, fixed.pp)
+                            or not _allowed(dp, fixed.dp) or global_batch % dp):
+                        continue
+                    for ep in _eps(spec, dp, cp, fixed):
+                        out += _layouts_of(spec, cluster, global_batch, dp, tp, pp, cp, ep, fixed,
+                                           options, prune, pools)
     return out
