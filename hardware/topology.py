@@ -13,7 +13,9 @@ model always costs a stage with the pool that hosts it (cost/pools.py).
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import networkx as nx
 from paraplan.hardware.catalog import Accelerator, LinkSpec, fabric, fabric_names, node_type
@@ -84,16 +86,18 @@ def _scale_out(preset: str) -> LinkSpec:
     return node_type(preset).scale_out
 
 
-def build_pooled_cluster(pools: list[tuple[str, int]]) -> Cluster:
-    """Pooled cluster of (preset, nodes) pools in the given order (module docstring).
+def build_pooled_cluster(pools: Sequence[Mapping[str, Any]]) -> Cluster:
+    """Pooled cluster of pools in the given order (module docstring); each pool is the keyword
+    arguments of ``build_cluster``: ``{"preset": "dgx-h100", "nodes": 4}`` (or ``gpus``).
 
     The inter-pool tier is the slower of the pools' scale-out links: the least effective
     bandwidth and the largest latency of any of them (pools meet on the shared scale-out network).
     """
     if not pools:
         raise ValueError("cluster.pools must list at least one pool")
-    built = tuple(build_cluster(preset, nodes=nodes) for preset, nodes in pools)
-    links = [_scale_out(preset) for preset, _ in pools]
+    built = tuple(build_cluster(p["preset"], nodes=p.get("nodes"), gpus=p.get("gpus"))
+                  for p in pools)
+    links = [_scale_out(p["preset"]) for p in pools]
     slowest = min(links, key=lambda lk: lk.per_gpu_bytes_per_s * lk.efficiency)
     num = sum(c.num_devices for c in built)
     link = Tier(name="inter-pool", domain_devices=num,

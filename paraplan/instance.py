@@ -60,10 +60,10 @@ def _cluster(scenario: Scenario) -> Cluster:
         return build_cluster(c.preset, nodes=c.nodes, gpus=c.gpus)
     for i, pool in enumerate(c.pools):
         try:
-            build_cluster(pool.preset, nodes=pool.nodes)
+            build_cluster(pool.preset, nodes=pool.nodes, gpus=pool.gpus)
         except ValueError as e:
-            raise ValueError(str(e).replace("cluster.preset", f"cluster.pools[{i}].preset")) from None
-    return build_pooled_cluster([(p.preset, p.nodes) for p in c.pools])
+            raise ValueError(str(e).replace("cluster.", f"cluster.pools[{i}].")) from None
+    return build_pooled_cluster([p.model_dump(exclude_none=True) for p in c.pools])
 
 
 def default_stage_pools(cluster: Cluster, plan: Plan) -> tuple[int, ...]:

@@ -92,7 +92,14 @@ class ModelSection(BaseModel):
 class PoolSection(BaseModel):
     model_config = _STRICT
     preset: str = Field(description="node type of this pool (dgx-h100, dgx-a100-80gb, ...)")
-    nodes: int = Field(ge=1, description="number of nodes in this pool")
+    nodes: int | None = Field(None, ge=1, description="number of nodes in this pool")
+    gpus: int | None = Field(None, ge=1, description="number of devices, instead of nodes")
+
+    @model_validator(mode="after")
+    def check_size(self) -> PoolSection:
+        if (self.nodes is None) == (self.gpus is None):
+            raise ValueError("give exactly one of nodes or gpus for each of cluster.pools")
+        return self
 
 
 class ClusterSection(BaseModel):
