@@ -14,7 +14,7 @@ Stage s is then costed with its pool's accelerator, memory and tiers (cost/stage
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from paraplan.cost.plan import Axis, Job, Plan
 from paraplan.cost.stage import compute_floor_s, ends_floor_s
@@ -22,7 +22,7 @@ from paraplan.graph import LayerGraph
 from paraplan.hardware import Cluster
 
 __all__ = ["check_stage_pools", "pool_sequence", "stage_pools_of", "pooled_devices",
-           "pooled_compute_floor_s", "peak_flops_per_s"]
+           "PoolFloor", "pool_floors", "pooled_pipeline_floor_s", "peak_flops_per_s"]
 
 
 def pool_sequence(stage_pools: tuple[int, ...]) -> tuple[int, ...]:
@@ -78,18 +78,43 @@ def check_stage_pools(plan: Plan, cluster: Cluster) -> None:
                          "be the outermost axis (last) so that each stage lies inside one pool")
 
 
-def pooled_compute_floor_s(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster) -> float:
-    """Least time one micro-batch needs summed over all stages of a pooled layout.
+@dataclass(frozen=True, slots=True)
+class PoolFloor:
+    """Least compute of one micro-batch on one pool's devices: all the model's blocks, and the
+    embedding + LM head (cost/stage.py compute_floor_s, ends_floor_s). Units: seconds."""
 
-    Formula: min_i (floor_i - ends_i) + min_i ends_i over the pools i the plan uses, where
-    floor_i = compute_floor_s on pool i (all layers + ends there) and ends_i = ends_floor_s: every
-    block runs at least as fast as on the fastest pool for blocks, the ends likewise.
-    Units: seconds."""
+    blocks_s: float
+    ends_s: float
+
+
+def pool_floors(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster) -> dict[int, PoolFloor]:
+    """PoolFloor of each pool the plan uses (depends on tp, cp, micro-batch and SP only)."""
     local = replace(plan, stage_pools=())
-    used = sorted(set(plan.stage_pools))
-    ends = {p: ends_floor_s(graph, local, job, cluster.pools[p]) for p in used}
-    blocks = min(compute_floor_s(graph, local, job, cluster.pools[p]) - ends[p] for p in used)
-    return max(0.0, blocks) + min(ends.values())
+    out = {}
+    for p in sorted(set(plan.stage_pools)):
+        pool = cluster.pools[p]
+        ends = ends_floor_s(graph, local, job, pool)
+        out[p] = PoolFloor(max(0.0, compute_floor_s(graph, local, job, pool) - ends), ends)
+    return out
+
+
+def pooled_pipeline_floor_s(floors: dict[int, PoolFloor], plan: Plan, num_micro_batches: int,
+                            uniform_blocks: bool) -> float:
+    """Least 1F1B step of a pooled layout over every split and recompute (cost/pp.py pipeline_s).
+
+    Formula: (m - 1/v) * M + S / v, with S = min_i B_i + min_i E_i a floor of the sum of stage
+    times (every block at least as fast as on the fastest pool, the ends likewise) and
+    M = max(S / pp, 1 / sum_s 1 / B_p(s)) a floor of the slowest stage: when every block costs
+    the same on a pool (b_i = B_i / L), stage s with k_s blocks takes >= k_s b_p(s), and
+    sum_s k_s = L forces max_s k_s b_p(s) >= L / sum_s (1 / b_p(s)). Not used when blocks differ
+    (dense layers among MoE ones: ``uniform_blocks`` false).
+    Source: pipeline_s = m max + (sum - max) / v = (m - 1/v) max + sum / v grows with both
+    (m >= 1 >= 1/v). Units: seconds."""
+    total = (min(f.blocks_s for f in floors.values()) + min(f.ends_s for f in floors.values()))
+    slowest = total / plan.pp
+    if uniform_blocks and all(f.blocks_s > 0 for f in floors.values()):
+        slowest = max(slowest, 1 / sum(1 / floors[p].blocks_s for p in plan.stage_pools))
+    return (num_micro_batches - 1 / plan.vp) * slowest + total / plan.vp
 
 
 def peak_flops_per_s(plan: Plan, cluster: Cluster, precision: str) -> float:

@@ -18,10 +18,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 from ortools.sat.python import cp_model
 from paraplan.cost import DEFAULT_ORDER, Job, Plan, Recompute, evaluate, stage_memory, stage_terms
-from paraplan.cost.pools import pooled_compute_floor_s
+from paraplan.cost.pools import pool_floors, pooled_pipeline_floor_s
 from paraplan.cost.pp import pipeline_lower_bound_s
 from paraplan.cost.stage import compute_floor_s
 from paraplan.graph import LayerGraph
@@ -130,7 +131,8 @@ def _bounded_tables(graph: LayerGraph, cluster: Cluster, job: Job, fixed: Fixed,
     At ``deadline`` it stops: layouts not yet examined are bounded by the current floor (the
     candidates are sorted by it), so the reported bound stays valid."""
     spec = graph.spec
-    floors: dict[tuple, float] = {}
+    floors: dict[tuple, Any] = {}
+    uniform = not spec.is_moe or spec.num_dense_layers == 0  # pooled_pipeline_floor_s
     candidates = []
     for layout in layouts(spec, cluster, job.seq_len, job.global_batch, fixed, options):
         ks = _k_choices(layout, spec.num_layers, fixed, options)
@@ -139,10 +141,13 @@ def _bounded_tables(graph: LayerGraph, cluster: Cluster, job: Job, fixed: Fixed,
         key = (layout.tp, layout.cp, layout.micro_batch, layout.sequence_parallel,
                frozenset(layout.stage_pools))
         if key not in floors:
-            floors[key] = (pooled_compute_floor_s(graph, layout, job, cluster) if cluster.pools
+            floors[key] = (pool_floors(graph, layout, job, cluster) if cluster.pools
                            else compute_floor_s(graph, layout, job, cluster))
         m = job.global_batch // (layout.micro_batch * layout.dp)
-        floor = pipeline_lower_bound_s(floors[key], layout.pp, layout.vp, m)
+        if cluster.pools:
+            floor = pooled_pipeline_floor_s(floors[key], layout, m, uniform)
+        else:
+            floor = pipeline_lower_bound_s(floors[key], layout.pp, layout.vp, m)
         candidates.append((floor, layout_rank(layout), layout, ks))
     if not candidates:
         raise NoLayoutError("no layout satisfies the divisibility rules")

@@ -109,17 +109,45 @@ def _least_total_s(terms: StageTerms, k_max: dict[tuple[int, Recompute], int],
 def quick_lower_bound_s(terms: StageTerms, recomputes: list[Recompute], num_layers: int) -> float:
     """Bound from the layout's terms alone: every block at the cheapest (stage, mode), perfectly
     balanced (pipeline_lower_bound_s), memory ignored, plus the least exposed DP sync. Stage
-    fixed parts: their least over modes (middle stages share stage 1's on a homogeneous cluster)."""
+    fixed parts: their least over modes (middle stages share stage 1's on a homogeneous cluster).
+    Pooled clusters: the slowest stage is also at least the water level of the stages' own
+    fixed + per-layer lines (_water_level_s), so (m - 1/vp) * max(that, sum/pp) + sum/vp."""
     pp = terms.plan.pp
     stages = range(pp) if terms.pool_terms else sorted({0, min(1, pp - 1), pp - 1})
     weight = {s: 1 for s in stages}
     if not terms.pool_terms and pp > 2:
         weight[1] = pp - 2
-    fixed = sum(weight[s] * min(terms.stage_time(s, r).fixed for r in recomputes) for s in stages)
-    per_layer = min(terms.block_at(s, r).time_s for s in stages for r in recomputes)
-    total = fixed + num_layers * per_layer
-    return (pipeline_lower_bound_s(total, pp, terms.plan.vp, terms.num_micro_batches)
-            + _dp_lower_bound_s(terms, recomputes, num_layers // terms.plan.vp))
+    fixed_s = {s: min(terms.stage_time(s, r).fixed for r in recomputes) for s in stages}
+    per_layer_s = {s: min(terms.block_at(s, r).time_s for r in recomputes) for s in stages}
+    total = sum(weight[s] * fixed_s[s] for s in stages) + num_layers * min(per_layer_s.values())
+    dp_lb = _dp_lower_bound_s(terms, recomputes, num_layers // terms.plan.vp)
+    vp, m = terms.plan.vp, terms.num_micro_batches
+    if not terms.pool_terms:
+        return pipeline_lower_bound_s(total, pp, vp, m) + dp_lb
+    # pooled: the slowest stage is at least the water level of the stages' own lines
+    slowest = max(total / pp, _water_level_s([fixed_s[s] for s in stages],
+                                             [per_layer_s[s] for s in stages], num_layers))
+    return (m - 1 / vp) * slowest + total / vp + dp_lb
+
+
+def _water_level_s(fixed_s: list[float], per_layer_s: list[float], num_layers: int) -> float:
+    """Least max_s (F_s + c_s n_s) over real n_s >= 0 with sum_s n_s = layers (water-filling):
+    the level T with sum_s max(0, (T - F_s) / c_s) = layers. A stage holding n layers takes at
+    least its least fixed part plus n times its cheapest per-layer time, so this bounds the
+    slowest stage of any split. Units: seconds."""
+    if any(c <= 0 for c in per_layer_s):
+        return max(fixed_s) if fixed_s else 0.0
+    order = sorted(range(len(fixed_s)), key=lambda s: fixed_s[s])
+    inv, weighted = 0.0, 0.0
+    level = 0.0
+    for j, s in enumerate(order):
+        inv += 1 / per_layer_s[s]
+        weighted += fixed_s[s] / per_layer_s[s]
+        level = (num_layers + weighted) / inv
+        nxt = fixed_s[order[j + 1]] if j + 1 < len(order) else float("inf")
+        if level <= nxt:
+            break
+    return max(level, min(fixed_s))
 
 
 def _stage_time_by_k(terms: StageTerms, stage: int, k_max: dict[tuple[int, Recompute], int],

@@ -9,7 +9,8 @@ import pytest
 from paraplan.cost import Job, Plan, Recompute, evaluate, stage_terms
 from paraplan.cost.comm import p2p_s
 from paraplan.cost.compute import ACTIVATION_BYTES, tokens_per_device
-from paraplan.cost.pools import check_stage_pools, pooled_compute_floor_s
+from paraplan.cost.pools import check_stage_pools, pool_floors, pooled_pipeline_floor_s
+from paraplan.cost.pp import pipeline_lower_bound_s
 from paraplan.cost.stage import compute_floor_s
 from paraplan.graph import build_graph, preset
 from paraplan.hardware import build_cluster, build_pooled_cluster
@@ -103,14 +104,16 @@ def test_memory_is_checked_against_each_stage_pool() -> None:
                                                              strict=True))
 
 
-def test_pooled_floor_is_a_floor() -> None:
-    # sum over stages of block + ends compute >= the pooled floor, for any split and pool order
+@pytest.mark.parametrize("layers", [(2, 5, 11, 14), (8, 8, 8, 8), (5, 5, 11, 11), (1, 1, 1, 29)])
+@pytest.mark.parametrize("pools", [(1, 1, 0, 0), (0, 0, 1, 1)])
+def test_pooled_pipeline_floor_is_below_every_split(layers: tuple[int, ...],
+                                                    pools: tuple[int, ...]) -> None:
     pooled = build_pooled_cluster([H100, A100])
-    plan = _plan(4, (1, 1, 0, 0), (2, 5, 11, 14))
-    floor = pooled_compute_floor_s(GRAPH, plan, JOB, pooled)
-    terms = stage_terms(GRAPH, plan, JOB, pooled)
-    total = sum(terms.stage_compute_s(s, n, Recompute.NONE)
-                for s, n in enumerate(plan.layers_per_stage))
-    assert floor <= total
+    plan = _plan(4, pools, layers)
+    m = plan.num_micro_batches(JOB)
+    floor = pooled_pipeline_floor_s(pool_floors(GRAPH, plan, JOB, pooled), plan, m, True)
+    assert 0 < floor <= evaluate(GRAPH, pooled, JOB, plan).step_time_s
+    # tighter than treating every stage as the fastest pool (the homogeneous floor)
     local = replace(plan, stage_pools=())
-    assert floor <= min(compute_floor_s(GRAPH, local, JOB, c) for c in pooled.pools)
+    fastest = min(compute_floor_s(GRAPH, local, JOB, c) for c in pooled.pools)
+    assert floor > pipeline_lower_bound_s(fastest, plan.pp, plan.vp, m)
