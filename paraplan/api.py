@@ -59,6 +59,9 @@ def fixed_knobs(inst: Instance) -> Fixed:
         recompute = tuple(p.recompute) if isinstance(p.recompute, list) else (p.recompute,)
         if isinstance(p.recompute, list) and p.pp is None:
             raise ConfigError("plan.recompute lists one mode per stage; fix plan.pp too")
+    if p.stage_pools is not None and not inst.cluster.pools:
+        raise ConfigError(f"plan.stage_pools={p.stage_pools} needs a mixed-GPU cluster "
+                          "(cluster.pools); remove it for a single node type")
     if p.ep not in (None, 1) and not inst.spec.is_moe:
         raise ConfigError(f"plan.ep={p.ep}: expert parallelism needs a mixture-of-experts model")
     if p.ep is not None and inst.spec.is_moe and inst.spec.num_experts % p.ep:
@@ -95,6 +98,8 @@ def _no_layout_reason(inst: Instance) -> str:
         f"{spec.num_heads} (and match kv_heads={spec.num_kv_heads}), pp at most layers="
         f"{spec.num_layers}, dp = devices/(tp*pp*cp) must divide global_batch={job.global_batch}, "
         f"cp must split seq_len={job.seq_len} evenly"
+        + ("; on cluster.pools, tp*cp*dp must divide the devices of every pool used and pp is "
+           "the outermost axis of plan.order" if inst.cluster.pools else "")
         + (f"; fixed knobs {fixed} leave nothing; free some of them" if fixed else
            "; change the device count or the global batch")
     )

@@ -74,7 +74,10 @@ def explain(plan: Plan, b: Breakdown, cluster: Cluster,
     if recomputed:
         lines.append(f"recompute on stage(s) {recomputed}: without it they would not fit")
     lines.append(f"placement: {_tiers(cluster, plan)} (rank order {'-'.join(plan.order)})")
-    if len(set(plan.layers_per_stage)) > 1:
+    if len(set(plan.stage_pools)) > 1:
+        lines.append(f"uneven stages {list(plan.layers_per_stage)} balance the pools' speed and "
+                     "memory, the embedding/LM head and the in-flight activations")
+    elif len(set(plan.layers_per_stage)) > 1:
         lines.append(f"uneven stages {list(plan.layers_per_stage)} balance the embedding/LM head "
                      "and the in-flight activations")
     if runner_up is not None:

@@ -48,6 +48,19 @@ def test_evaluate_rejects_stages_not_matching_pools() -> None:
         paraplan.evaluate(scenario)
 
 
+def test_stage_pools_on_a_single_node_type_is_refused() -> None:
+    scenario = {**SMALL, "cluster": H100, "plan": {"stage_pools": [0]}}
+    with pytest.raises(ConfigError, match=r"plan\.stage_pools=\[0\] needs a mixed-GPU cluster"):
+        paraplan.solve(scenario, time_limit_s=5)
+
+
+def test_cli_report_shows_the_pool_of_each_stage(capsys: pytest.CaptureFixture[str]) -> None:
+    from paraplan.cli import main
+    assert main(["plan", str(EXAMPLE)]) == 0
+    out = capsys.readouterr().out
+    assert "stage  pool  layers" in out and "stage_pools=[" in out
+
+
 def test_evaluate_defaults_to_every_pool_in_order() -> None:
     scenario = {**SMALL, "plan": {"dp": 1, "tp": 8, "pp": 2, "micro_batch": 1, "zero": 1,
                                   "recompute": "none", "layers_per_stage": [18, 14]}}
