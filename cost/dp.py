@@ -72,11 +72,12 @@ def _span(plan: Plan, cluster: Cluster, expert: bool) -> GroupSpan:
 
 
 def grad_sync_s(params: float, plan: Plan, job: Job, cluster: Cluster,
-                expert: bool = False) -> float:
-    """Once-per-step sync: ZeRO-0 AR(g B/param); ZeRO-1 RS(g B) + AG(2 B); ZeRO-2 AG(2 B)."""
+                expert: bool = False, span: GroupSpan | None = None) -> float:
+    """Once-per-step sync: ZeRO-0 AR(g B/param); ZeRO-1 RS(g B) + AG(2 B); ZeRO-2 AG(2 B).
+    ``span``: the group's span when the caller has it (else computed)."""
     if shard_degree(plan, expert) == 1 or plan.zero >= 3:
         return 0.0
-    span = _span(plan, cluster, expert)
+    span = span or _span(plan, cluster, expert)
     if plan.zero == 0:
         return allreduce_s(span, params * grad_bytes(job))
     gather = allgather_s(span, params * WEIGHT_BYTES)

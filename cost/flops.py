@@ -10,19 +10,28 @@ core attention is q.k over qk dims plus softmax.v over v dims, as Megatron-Bridg
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from paraplan.graph import ModelSpec, build_graph
 
 __all__ = ["model_flops_per_token", "matmul_params"]
 
 
+@lru_cache(maxsize=64)
+def _per_token(spec: ModelSpec) -> tuple[int, float]:
+    """(GEMM FLOPs per token, attention-core FLOPs per token per sequence token) of the model."""
+    layers = build_graph(spec).layers()
+    return (sum(ly.gemm_flops_per_token for ly in layers),
+            sum(ly.attn_core_flops_per_token_per_seq for ly in layers))
+
+
 def matmul_params(spec: ModelSpec) -> int:
     """Parameters that take part in a matmul per token: every GEMM weight (LM head included;
     of the routed experts, the top_k a token uses)."""
-    return sum(ly.gemm_flops_per_token for ly in build_graph(spec).layers()) // 2
+    return _per_token(spec)[0] // 2
 
 
 def model_flops_per_token(spec: ModelSpec, seq_len: int) -> float:
     """Formula: 6 * N_matmul + 3 * sum_layers attn_core * seq_len / 2 (causal), i.e.
     6 * N_matmul + 6 * L * q_dim * seq_len for standard attention. Units: FLOPs per token."""
-    core = sum(ly.attn_core_flops_per_token_per_seq for ly in build_graph(spec).layers())
-    return 6.0 * matmul_params(spec) + 1.5 * core * seq_len
+    return 6.0 * matmul_params(spec) + 1.5 * _per_token(spec)[1] * seq_len

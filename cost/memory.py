@@ -16,7 +16,7 @@ from paraplan.cost.pp import in_flight_micro_batches
 from paraplan.cost.stage import StageTerms
 
 __all__ = ["StageMemory", "StageMemoryModel", "stage_memory", "stage_memory_model",
-           "RUNTIME_RESERVE_BYTES"]
+           "max_layers_per_stage", "RUNTIME_RESERVE_BYTES"]
 
 RUNTIME_RESERVE_BYTES = 1.5e9  # CUDA context (~0.5 GB) + NCCL/communication buffers (~1 GB)
 ZERO3_PREFETCH_BLOCKS = 2  # FSDP keeps the current and the prefetched block unsharded
@@ -55,11 +55,13 @@ class StageMemoryModel:
 
     def max_layers(self, capacity_bytes: float) -> int:
         """Most layers that fit ``capacity_bytes`` (0 if even one does not; large if free)."""
-        room = capacity_bytes - self.fixed.total_bytes
-        slope = self.per_layer.total_bytes
-        if room < slope:
-            return 0
-        return int(room // slope) if slope > 0 else 10**9
+        return _max_layers(capacity_bytes - self.fixed.total_bytes, self.per_layer.total_bytes)
+
+
+def _max_layers(room_bytes: float, per_layer_bytes: float) -> int:
+    if room_bytes < per_layer_bytes:
+        return 0
+    return int(room_bytes // per_layer_bytes) if per_layer_bytes > 0 else 10**9
 
 
 def stage_memory_model(terms: StageTerms, stage: int, recompute: Recompute) -> StageMemoryModel:
@@ -96,6 +98,30 @@ def stage_memory_model(terms: StageTerms, stage: int, recompute: Recompute) -> S
         per_layer=StageMemory(layer_state.weights, layer_state.grads, layer_state.optimizer,
                               block.activation_bytes * held, 0.0),
     )
+
+
+def max_layers_per_stage(terms: StageTerms, recompute: Recompute, capacity_bytes: float
+                         ) -> list[int]:
+    """``stage_memory_model(terms, s, recompute).max_layers(capacity_bytes)`` for every stage s.
+
+    Stages other than the first and the last differ only in their in-flight micro-batches (their
+    fixed part has no embedding, head or dense-layer correction), so stage 1's model serves them
+    all with its activations scaled to each stage's in-flight count (summed in the same order as
+    StageMemory.total_bytes, so the result is identical)."""
+    pp = terms.plan.pp
+    ends = {s: stage_memory_model(terms, s, recompute) for s in {0, pp - 1}}
+    if pp <= 2:
+        return [ends[s].max_layers(capacity_bytes) for s in range(pp)]
+    middle = stage_memory_model(terms, 1, recompute)
+    room = capacity_bytes - middle.fixed.total_bytes
+    act = terms.block[recompute].activation_bytes
+    p = middle.per_layer
+    state = p.weights_bytes + p.grads_bytes + p.optimizer_bytes
+    out = [ends[0].max_layers(capacity_bytes)]
+    for s in range(1, pp - 1):
+        held = in_flight_micro_batches(s, terms.plan, terms.num_micro_batches)
+        out.append(_max_layers(room, state + act * held + p.buffers_bytes))
+    return out + [ends[pp - 1].max_layers(capacity_bytes)]
 
 
 def _sum(a: StateBytes, b: StateBytes) -> StateBytes:

@@ -40,15 +40,17 @@ def bubble_s(stage_s: list[float], vp: int) -> float:
     return (sum(stage_s) - max(stage_s)) / vp
 
 
-def p2p_per_micro_batch_s(hidden: int, plan: Plan, job: Job, cluster: Cluster) -> float:
+def p2p_per_micro_batch_s(hidden: int, plan: Plan, job: Job, cluster: Cluster,
+                          tier: Tier | None = None) -> float:
     """Exposed activation send forward + gradient send backward per micro-batch per stage.
 
     Formula: 2 * (alpha + n*h*2 B / B_tier), n*h divided by tp under SP (scattered send).
+    ``tier``: the outermost tier the pipeline group spans, when the caller has it.
     Assumes: the extra (v-1) sends of interleaving overlap with compute (Megatron overlap_p2p_comm).
     """
     if plan.pp == 1:
         return 0.0
-    tier = group_span(cluster, plan, Axis.PP).outermost
+    tier = tier or group_span(cluster, plan, Axis.PP).outermost
     return 2 * p2p_s(tier, _p2p_bytes(hidden, plan, job))
 
 

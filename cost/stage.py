@@ -44,11 +44,10 @@ from paraplan.cost.pp import p2p_per_micro_batch_s, stage_p2p_s
 from paraplan.cost.recompute import block_input_bytes, recompute_forward_s, stored_activation_bytes
 from paraplan.cost.tp import tp_block_comm
 from paraplan.graph import Layer, LayerGraph, LayerKind
-from paraplan.hardware import Accelerator, Cluster, Efficiency, efficiency
+from paraplan.hardware import Accelerator, Cluster, Efficiency, Tier, efficiency
 
 __all__ = ["Affine", "BlockCost", "StageTerms", "stage_terms", "compute_floor_s", "ends_floor_s",
-           "layer_time",
-           "block_params_per_device", "dense_layers_credited"]
+           "layer_time", "block_params_per_device", "dense_layers_credited", "inner_tiers_fastest"]
 
 LOGITS_BYTES_PER_ELEMENT = 6  # bf16 logits + fp32 softmax for the fused cross-entropy
 
@@ -304,25 +303,48 @@ def _block_work(graph: LayerGraph, index: int, plan: Plan, job: Job, cluster: Cl
 
 @dataclass(frozen=True, slots=True)
 class _Spans:
-    """The groups a layout's per-micro-batch communication runs on (computed once per layout)."""
+    """The groups a layout's communication runs on (computed once per layout)."""
 
     tp: GroupSpan
     cp: GroupSpan
     ep: GroupSpan | None  # ep > 1
     dp: GroupSpan | None  # dp x cp, when ZeRO-2/3 moves traffic every micro-batch
-    edp: GroupSpan | None  # expert-data-parallel, likewise (ep > 1)
+    edp: GroupSpan | None  # expert-data-parallel, likewise
+    sync: GroupSpan  # dp x cp: the once-per-step gradient sync
+    esync: GroupSpan  # expert-data-parallel sync (dp x cp / ep ranks holding the same experts)
+    pp: Tier | None  # outermost tier between neighbouring stages (pp > 1)
 
     @classmethod
     def of(cls, plan: Plan, cluster: Cluster) -> _Spans:
         zero = plan.zero >= 2
+        sync = group_span(cluster, plan, Axis.DP, Axis.CP)
+        esync = expert_dp_span(cluster, plan)
         return cls(
             tp=group_span(cluster, plan, Axis.TP), cp=group_span(cluster, plan, Axis.CP),
             ep=ep_span(cluster, plan) if plan.ep > 1 else None,
-            dp=group_span(cluster, plan, Axis.DP, Axis.CP) if zero else None,
-            edp=expert_dp_span(cluster, plan) if zero and plan.ep > 1 else None,
+            dp=sync if zero else None, edp=esync if zero else None, sync=sync, esync=esync,
+            pp=group_span(cluster, plan, Axis.PP).outermost if plan.pp > 1 else None,
+        )
+
+    @classmethod
+    def packed(cls, plan: Plan, cluster: Cluster) -> _Spans:
+        """Every group on consecutive ranks, as if each were innermost in the rank order: when
+        inner tiers are the fastest (``inner_tiers_fastest``) no placement of the group costs less
+        (its members fill the fastest domains first), so costs on these spans bound every order's."""
+        def packed(size: int) -> GroupSpan:
+            return span_of(cluster, [SubAxis(1, size)])
+
+        zero = plan.zero >= 2
+        sync = packed(plan.dp * plan.cp)
+        esync = packed(plan.dp * plan.cp // plan.ep)
+        return cls(
+            tp=packed(plan.tp), cp=packed(plan.cp), ep=packed(plan.ep) if plan.ep > 1 else None,
+            dp=sync if zero else None, edp=esync if zero else None, sync=sync, esync=esync,
+            pp=cluster.tiers[0] if plan.pp > 1 else None,
         )
 
     def key(self) -> tuple:
+        """What per-micro-batch block costs depend on."""
         return tuple(s.fan_in if s else None for s in (self.tp, self.cp, self.ep, self.dp,
                                                         self.edp))
 
@@ -440,16 +462,19 @@ def _shared_costs(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster, spa
 
 
 def _sync_lines(plan: Plan, job: Job, cluster: Cluster, block_params: float,
-                block_expert_params: float, shared: dict | None) -> tuple[Affine, Affine]:
+                block_expert_params: float, spans: _Spans, shared: dict | None
+                ) -> tuple[Affine, Affine]:
     """grad_sync_s is alpha-beta: latency + bytes / bandwidth, affine in the parameters; one line
     for the dense-parallel group, one for the expert-data-parallel group."""
-    key = ("sync", plan.order, plan.tp, plan.cp, plan.dp, plan.pp, plan.ep, plan.zero)
+    key = ("sync", plan.tp, plan.cp, plan.dp, plan.ep, plan.zero, spans.sync.fan_in,
+           spans.esync.fan_in)
     if shared is not None and key in shared:
         return shared[key]
 
     def line(params: float, expert: bool) -> Affine:
-        none = grad_sync_s(0.0, plan, job, cluster, expert)
-        block = grad_sync_s(params, plan, job, cluster, expert)
+        span = spans.esync if expert else spans.sync
+        none = grad_sync_s(0.0, plan, job, cluster, expert, span=span)
+        block = grad_sync_s(params, plan, job, cluster, expert, span=span)
         return Affine(none, (block - none) / params if params else 0.0)
 
     lines = (line(block_params, False),
@@ -468,18 +493,21 @@ def dense_layers_credited(graph: LayerGraph, plan: Plan) -> int:
 
 
 def stage_terms(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster,
-                shared: dict | None = None) -> StageTerms:
+                shared: dict | None = None, *, packed: bool = False) -> StageTerms:
     """All per-stage cost terms of the plan's layout (recompute and layer split left open).
 
     ``shared``: a dict the caller keeps across plans of one graph, job and cluster; block and end
     costs are computed once per distinct ``_shared_key`` (a solve evaluates thousands of layouts
     that differ only in pp, vp, dp or the placement of other axes).
+    ``packed``: cost every group on consecutive ranks whatever the plan's order (``_Spans.packed``):
+    a bound on the terms of every order of the layout, valid when ``inner_tiers_fastest``.
 
     Pooled cluster: each pool hosting a stage gets the layout's terms on its own devices
-    (``StageTerms.at``), and each stage its p2p on the links to its neighbours (pp.stage_p2p_s)."""
+    (``StageTerms.at``), and each stage its p2p on the links to its neighbours (pp.stage_p2p_s,
+    the same for every order: stages are the outermost rank axis there)."""
     if cluster.pools:
-        return _pooled_terms(graph, plan, job, cluster, shared)
-    spans = _Spans.of(plan, cluster)
+        return _pooled_terms(graph, plan, job, cluster, shared, packed)
+    spans = _Spans.packed(plan, cluster) if packed else _Spans.of(plan, cluster)
     key = _shared_key(plan, spans) if shared is not None else None
     if shared is not None and key in shared:
         costs = shared[key]
@@ -503,32 +531,36 @@ def stage_terms(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster,
         block=costs.block,
         block_params=costs.block_params,
         first=first, last=last,
-        p2p_s=p2p_per_micro_batch_s(graph.spec.hidden, plan, job, cluster),
+        p2p_s=p2p_per_micro_batch_s(graph.spec.hidden, plan, job, cluster, spans.pp),
         block_expert_params=costs.block_expert_params,
         dense_credit=credit,
         sync_lines=_sync_lines(plan, job, cluster, costs.block_params, costs.block_expert_params,
-                               shared),
+                               spans, shared),
     )
 
 
 def _pooled_terms(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster,
-                  shared: dict | None) -> StageTerms:
+                  shared: dict | None, packed: bool) -> StageTerms:
     """stage_terms on a pooled cluster (its docstring); ``plan.stage_pools`` must be set."""
     if len(plan.stage_pools) != plan.pp:
         raise ValueError(f"plan.stage_pools={list(plan.stage_pools)} needs one pool per stage "
                          f"(pp={plan.pp}) on the pooled cluster {cluster.name}")
     local = replace(plan, stage_pools=())
     by_pool = {p: stage_terms(graph, local, job, cluster.pools[p],
-                              None if shared is None else shared.setdefault(("pool", p), {}))
+                              None if shared is None else shared.setdefault(("pool", p), {}),
+                              packed=packed)
                for p in sorted(set(plan.stage_pools))}
     return replace(by_pool[plan.stage_pools[0]], plan=plan, cluster=cluster,
                    pool_terms=tuple(by_pool[p] for p in plan.stage_pools),
                    stage_p2p=stage_p2p_s(graph.spec.hidden, plan, job, cluster))
 
 
-def _inner_tiers_fastest(cluster: Cluster) -> bool:
+def inner_tiers_fastest(cluster: Cluster) -> bool:
     """Each tier at least as fast as the next one out (latency and bandwidth): then a group whose
-    members are consecutive ranks (stride 1) is its own cheapest placement."""
+    members are consecutive ranks (stride 1) is its own cheapest placement. A pooled cluster:
+    on every pool (its groups stay inside a pool)."""
+    if cluster.pools:
+        return all(inner_tiers_fastest(p) for p in cluster.pools)
     return all(a.alpha_s <= b.alpha_s and a.effective_bytes_per_s >= b.effective_bytes_per_s
                for a, b in zip(cluster.tiers, cluster.tiers[1:], strict=False))
 
@@ -569,7 +601,9 @@ def ends_floor_s(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster) -> f
 def compute_floor_s(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster) -> float:
     """Least time one micro-batch needs summed over all stages: every block forward + backward
     without recompute, plus the embedding and LM head. Depends on tp, cp, micro_batch, SP only.
-    Dense models: compute only. MoE models: a MoE block is floored at its non-expert compute plus
+    Dense models: compute plus the block's TP and exposed CP traffic with both groups on
+    consecutive ranks (``_Spans.packed``; compute only when inner tiers are not the fastest).
+    MoE models: a MoE block is floored at its non-expert compute plus
     ``_moe_comm_floor_s`` (least expert compute + all-to-all + TP traffic over every ep and
     placement, when inner tiers are the fastest; else one kernel per expert GEMM at perfect
     balance and no communication), and dense layers at the lesser of the dense and the MoE floor
@@ -588,8 +622,13 @@ def compute_floor_s(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster) -
     ends = sum(layer_forward(graph.layer(n), plan, job, accel, eff).forward_backward_s
                for n in ("embedding", "final_norm", "lm_head"))
     if graph.moe_block is None:
-        return spec.num_layers * block_floor(0, plan, job) + ends
-    if _inner_tiers_fastest(cluster):
+        if not inner_tiers_fastest(cluster):
+            return spec.num_layers * block_floor(0, plan, job) + ends
+        p = replace(plan, zero=min(plan.zero, 1))  # no per-micro-batch ZeRO traffic
+        work = _block_work(graph, 0, p, job, cluster)
+        block = _block_costs(work, graph, p, job, cluster, _Spans.packed(p, cluster))
+        return spec.num_layers * block[Recompute.NONE].time_s + ends
+    if inner_tiers_fastest(cluster):
         moe_floor = (block_floor(graph.moe_block, plan, job, experts=False)
                      + _moe_comm_floor_s(graph, plan, job, cluster))
     else:

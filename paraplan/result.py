@@ -80,8 +80,10 @@ class SolverOut(BaseModel):
     time_limit_s: float
     workers: int
     seed: int
-    num_layouts: int = Field(description="layouts (degrees, micro-batch, ZeRO, order) in the model")
-    num_layouts_pruned: int = Field(description="layouts proven worse by bound before CP-SAT")
+    num_layouts: int = Field(
+        description="layouts (degrees, micro-batch, ZeRO, rank order) in the space searched")
+    num_layouts_pruned: int = Field(
+        description="layouts left out of CP-SAT: proven worse by bound or by dominance, or unfit")
 
 
 class Result(BaseModel):

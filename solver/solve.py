@@ -15,22 +15,40 @@
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
 from ortools.sat.python import cp_model
-from paraplan.cost import DEFAULT_ORDER, Job, Plan, Recompute, evaluate, stage_memory, stage_terms
+from paraplan.cost import (
+    DEFAULT_ORDER,
+    Job,
+    Plan,
+    Recompute,
+    StageTerms,
+    evaluate,
+    stage_memory,
+    stage_terms,
+)
 from paraplan.cost.pools import pool_floors, pooled_pipeline_floor_s
 from paraplan.cost.pp import pipeline_lower_bound_s
-from paraplan.cost.stage import compute_floor_s
-from paraplan.graph import LayerGraph
+from paraplan.cost.stage import compute_floor_s, inner_tiers_fastest
+from paraplan.graph import LayerGraph, ModelSpec
 from paraplan.hardware import Cluster
 from paraplan.solver.model import ModelVars, add_hint, build_model
 from paraplan.solver.scale import VP_SCALE, from_ticks, tolerance_s
-from paraplan.solver.space import Fixed, Options, layouts
-from paraplan.solver.tables import LayoutTables, build_tables, even_layers, quick_lower_bound_s
+from paraplan.solver.space import Fixed, Options, families, num_orders, orders, zeros
+from paraplan.solver.tables import (
+    LayoutTables,
+    build_tables,
+    even_layers,
+    fits_some_split,
+    layer_caps,
+    quick_lower_bound_s,
+)
 
 __all__ = ["SolverOptions", "Solution", "Outcome", "solve_instance", "NoLayoutError",
            "NoFitError", "layout_rank"]
@@ -109,12 +127,6 @@ def _k_choices(layout: Plan, num_layers: int, fixed: Fixed, options: Options) ->
     return None
 
 
-def _can_fit(t: LayoutTables) -> bool:
-    """Some split fits: the most layers each stage can hold (best mode) add up to the model."""
-    cap = [max(t.k_max[(s, r)] for r in t.recomputes) for s in range(t.plan.pp)]
-    return min(cap) >= 1 and sum(cap) >= t.k_total
-
-
 @dataclass
 class _Candidates:
     kept: list[LayoutTables]
@@ -126,79 +138,124 @@ class _Candidates:
 
 def _bounded_tables(graph: LayerGraph, cluster: Cluster, job: Job, fixed: Fixed,
                     options: Options, top: int, deadline: float = float("inf")) -> _Candidates:
-    """Branch and bound over layouts, cheapest compute floor first (module docstring, 1-2).
+    """Best-first branch and bound over the space (module docstring, 1-2), in three levels:
 
-    At ``deadline`` it stops: layouts not yet examined are bounded by the current floor (the
-    candidates are sorted by it), so the reported bound stays valid."""
+    0. a family (degrees, ep, micro-batch, vp, SP), bounded by its compute floor through the
+       1F1B bound (cost.stage.compute_floor_s, pipeline_lower_bound_s);
+    1. a family with a ZeRO stage, bounded by quick_lower_bound_s of its terms with every group on
+       consecutive ranks (``stage_terms(packed=True)``: no rank order costs less);
+    2. a layout (that and a rank order), bounded by quick_lower_bound_s of its own terms;
+    then its tables (memory-aware bounds, an upper bound). Each level's bound is at most the next
+    one's, so popping the least bound first and stopping once it exceeds the K-th best upper bound
+    examines exactly what cannot be proven worse. At ``deadline`` it stops with the least bound
+    left as a valid bound on everything not examined."""
     spec = graph.spec
+    recomputes = _recomputes(fixed)
+    packed = inner_tiers_fastest(cluster)
+    shared: dict = {}
+    order_cache: dict = {}
     floors: dict[tuple, Any] = {}
     uniform = not spec.is_moe or spec.num_dense_layers == 0  # pooled_pipeline_floor_s
-    candidates = []
-    for layout in layouts(spec, cluster, job.seq_len, job.global_batch, fixed, options):
-        ks = _k_choices(layout, spec.num_layers, fixed, options)
+    heap: list[tuple] = []
+    tick = itertools.count()
+    num_families = 0
+    for family in families(spec, cluster, job.seq_len, job.global_batch, fixed, options):
+        ks = _k_choices(family, spec.num_layers, fixed, options)
         if ks == []:
             continue
-        key = (layout.tp, layout.cp, layout.micro_batch, layout.sequence_parallel,
-               frozenset(layout.stage_pools))
+        num_families += 1
+        key = (family.tp, family.cp, family.micro_batch, family.sequence_parallel,
+               frozenset(family.stage_pools))
         if key not in floors:
-            floors[key] = (pool_floors(graph, layout, job, cluster) if cluster.pools
-                           else compute_floor_s(graph, layout, job, cluster))
-        m = job.global_batch // (layout.micro_batch * layout.dp)
-        if cluster.pools:
-            floor = pooled_pipeline_floor_s(floors[key], layout, m, uniform)
+            floors[key] = (pool_floors(graph, family, job, cluster) if cluster.pools
+                           else compute_floor_s(graph, family, job, cluster))
+        m = job.global_batch // (family.micro_batch * family.dp)
+        if cluster.pools:  # per-pool floors (cost/pools.py)
+            floor = pooled_pipeline_floor_s(floors[key], family, m, uniform)
         else:
-            floor = pipeline_lower_bound_s(floors[key], layout.pp, layout.vp, m)
-        candidates.append((floor, layout_rank(layout), layout, ks))
-    if not candidates:
+            floor = pipeline_lower_bound_s(floors[key], family.pp, family.vp, m)
+        heap.append((floor, next(tick), 0, family, ks))
+    if not heap:
         raise NoLayoutError("no layout satisfies the divisibility rules")
-    candidates.sort(key=lambda c: (c[0], c[1]))
+    heapq.heapify(heap)
     uppers: list[float] = []
     computed: list[LayoutTables] = []
-    unfit, discarded = 0, float("inf")
-    recomputes = _recomputes(fixed)
-    shared: dict = {}
-    out_of_time = False
-    for floor, _, layout, ks in candidates:
+    unfit_terms: list[StageTerms] = []  # families with a ZeRO stage whose no split fits
+    unfit, discarded, out_of_time = 0, float("inf"), False
+    while heap:
         cutoff = uppers[top - 1] * (1 + 1e-9) if len(uppers) >= top else float("inf")
-        if floor > cutoff:
-            discarded = min(discarded, floor)
+        bound, _, level, plan, ks = heapq.heappop(heap)
+        if bound > cutoff:
+            discarded = min(discarded, bound)
             break
         if time.perf_counter() > deadline:
-            discarded, out_of_time = min(discarded, floor), True
+            discarded, out_of_time = min(discarded, bound), True
             break
-        terms = stage_terms(graph, layout, job, cluster, shared)
-        quick = quick_lower_bound_s(terms, recomputes, spec.num_layers)
-        if quick > cutoff:
-            discarded = min(discarded, quick)
-            continue
-        tab = build_tables(graph, cluster, job, layout, recomputes, ks, terms)
-        if not _can_fit(tab):
-            unfit += 1
-            continue
-        computed.append(tab)
-        if tab.upper_bound_s < float("inf"):
-            uppers = sorted(uppers + [tab.upper_bound_s])[:top]
+        if level == 0:
+            for zero in zeros(plan, fixed):
+                p = replace(plan, zero=zero)
+                terms = stage_terms(graph, p, job, cluster, shared, packed=packed)
+                b = bound
+                if packed:
+                    b = max(bound, quick_lower_bound_s(terms, recomputes, spec.num_layers))
+                heapq.heappush(heap, (b, next(tick), 1, (p, terms), ks))
+        elif level == 1:
+            plan, terms = plan
+            if not _fits(terms, recomputes, spec.num_layers, ks):
+                unfit_terms.append(terms)
+                continue
+            for order in orders(plan, cluster, fixed, options, cache=order_cache):
+                layout = replace(plan, order=order)
+                terms = stage_terms(graph, layout, job, cluster, shared)
+                b = max(bound, quick_lower_bound_s(terms, recomputes, spec.num_layers))
+                heapq.heappush(heap, (b, next(tick), 2, (layout, terms), ks))
+        else:
+            layout, terms = plan
+            tab = build_tables(graph, cluster, job, layout, recomputes, ks, terms)
+            if not fits_some_split(tab.k_max, layout.pp, tab.k_total):
+                unfit += 1
+                continue
+            computed.append(tab)
+            if tab.upper_bound_s < float("inf"):
+                uppers = sorted(uppers + [tab.upper_bound_s])[:top]
+    num_layouts = _space_size(spec, cluster, job, fixed, options)
     if not computed and out_of_time:
-        return _Candidates([], len(candidates), discarded, unfit, out_of_time)
-    if not computed:
-        least = _least_memory(graph, cluster, job, recomputes, [c[2] for c in candidates])
+        return _Candidates([], num_layouts, discarded, unfit + len(unfit_terms), out_of_time)
+    if not computed:  # every family was examined and none fits (memory ignores the order)
+        least = _least_memory(graph.spec.num_layers, recomputes, unfit_terms)
         raise NoFitError("no plan fits memory", least, cluster.memory_capacity_bytes)
     cutoff = uppers[top - 1] * (1 + 1e-9) if len(uppers) >= top else float("inf")
     kept = [t for t in computed if t.lower_bound_s <= cutoff]
     left_out = [t.lower_bound_s for t in computed if t.lower_bound_s > cutoff]
-    return _Candidates(kept, len(candidates), min([discarded] + left_out), unfit, out_of_time)
+    return _Candidates(kept, num_layouts, min([discarded] + left_out), unfit + len(unfit_terms),
+                       out_of_time)
 
 
-def _least_memory(graph: LayerGraph, cluster: Cluster, job: Job, recomputes: list[Recompute],
-                  candidates: list[Plan]) -> float:
+def _fits(terms: StageTerms, recomputes: list[Recompute], num_layers: int,
+          ks: list[int] | None) -> bool:
+    """Some split of the layout's layers fits memory (the rank order does not change memory)."""
+    pp, vp = terms.plan.pp, terms.plan.vp
+    k_total = num_layers // vp
+    k_hi = max(ks) if ks else k_total - (pp - 1)
+    return fits_some_split(layer_caps(terms, recomputes, k_hi), pp, k_total)
+
+
+def _space_size(spec: ModelSpec, cluster: Cluster, job: Job, fixed: Fixed, options: Options
+                ) -> int:
+    """Layouts in the space: families x ZeRO stages x rank orders (before dominance pruning)."""
+    return sum(len(zeros(f, fixed)) * num_orders(f, fixed, options)
+               for f in families(spec, cluster, job.seq_len, job.global_batch, fixed, options)
+               if _k_choices(f, spec.num_layers, fixed, options) != [])
+
+
+def _least_memory(num_layers: int, recomputes: list[Recompute], unfit: list[StageTerms]) -> float:
     """Least peak memory per device any layout needs, over its even split and modes."""
     best = float("inf")
-    for layout in candidates:
-        terms = stage_terms(graph, layout, job, cluster)
-        split = (even_layers(graph.spec.num_layers, layout.pp, layout.vp)
-                 or (max(1, graph.spec.num_layers // layout.pp),) * layout.pp)
+    for terms in unfit:
+        pp, vp = terms.plan.pp, terms.plan.vp
+        split = even_layers(num_layers, pp, vp) or (max(1, num_layers // pp),) * pp
         peak = max(min(stage_memory(terms, s, split[s], r).total_bytes for r in recomputes)
-                   for s in range(layout.pp))
+                   for s in range(pp))
         best = min(best, peak)
     return best
 
@@ -276,7 +333,7 @@ def _solve_once(kept: list[LayoutTables], graph: LayerGraph, fixed: Fixed, opts:
     if name not in ("OPTIMAL", "FEASIBLE"):
         return name, None, bound, None
     if name == "OPTIMAL":
-        model.Add(mv.objective == int(solver.ObjectiveValue()))
+        model.Add(mv.objective <= int(solver.ObjectiveValue()))  # == at the proven optimum
         model.ClearHints()
         model.Minimize(_tie_break(mv, graph.spec.num_layers))
         second = cp_model.CpSolver()
@@ -299,7 +356,7 @@ def solve_instance(graph: LayerGraph, cluster: Cluster, job: Job, fixed: Fixed, 
     kept = cand.kept
     if progress:
         progress(f"paraplan: {cand.num_layouts} layouts; {cand.num_layouts - len(kept)} proven "
-                 f"worse by bound or unable to fit; {len(kept)} in the CP-SAT model "
+                 f"worse by bound or dominance or unable to fit; {len(kept)} in the CP-SAT model "
                  f"({time.perf_counter() - start:.2f} s)")
     solutions: list[Solution] = []
     excluded: list[int] = []

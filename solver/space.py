@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from itertools import permutations
-from math import gcd
+from math import factorial, gcd
 
 from paraplan.cost import DEFAULT_ORDER, Axis, Plan, Recompute, allgather_s, group_span
 from paraplan.cost.comm import alltoall_s, p2p_s
@@ -43,7 +43,8 @@ from paraplan.cost.pools import pool_sequence, stage_pools_of
 from paraplan.graph import ModelSpec
 from paraplan.hardware import Cluster
 
-__all__ = ["Fixed", "Options", "layouts", "divisors"]
+__all__ = ["Fixed", "Options", "layouts", "families", "zeros", "orders", "num_orders",
+           "divisors"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -143,10 +144,9 @@ def _canonical(active_order: tuple[Axis, ...]) -> tuple[Axis, ...]:
     return tuple(a if a is not None else next(it) for a in slots)
 
 
-def _orders(plan: Plan, cluster: Cluster, fixed: Fixed, options: Options,
-            prune: bool = True) -> list[tuple[Axis, ...]]:
-    """Placements worth searching: one per non-dominated communication profile (all distinct
-    ones when ``prune`` is off)."""
+def _candidate_orders(plan: Plan, fixed: Fixed, options: Options) -> list[tuple[Axis, ...]]:
+    """Distinct rank orders (permutations of the axes of degree > 1), Megatron's nearest first;
+    pp stays outermost on a pooled cluster."""
     pooled = bool(plan.stage_pools)
     if fixed.order is not None:
         if pooled and fixed.order[-1] is not Axis.PP:
@@ -159,7 +159,16 @@ def _orders(plan: Plan, cluster: Cluster, fixed: Fixed, options: Options,
     movable = [a for a in active if a not in tail]
     candidates = [o for o in (_canonical(p + tail) for p in permutations(movable))
                   if plan.ep == 1 or _ep_ok(replace(plan, order=o))]
-    candidates.sort(key=lambda o: [DEFAULT_ORDER.index(a) for a in o])
+    return sorted(candidates, key=lambda o: [DEFAULT_ORDER.index(a) for a in o])
+
+
+def _orders(plan: Plan, cluster: Cluster, fixed: Fixed, options: Options,
+            prune: bool = True) -> list[tuple[Axis, ...]]:
+    """Placements worth searching: one per non-dominated communication profile (all distinct
+    ones when ``prune`` is off)."""
+    candidates = _candidate_orders(plan, fixed, options)
+    if len(candidates) <= 1:
+        return candidates
     profiles = [(o, _profile(cluster, replace(plan, order=o))) for o in candidates]
     if not prune:
         distinct: dict[tuple[float, ...], tuple[Axis, ...]] = {}
@@ -175,14 +184,12 @@ def _orders(plan: Plan, cluster: Cluster, fixed: Fixed, options: Options,
     return [o for o, _ in kept]
 
 
-def layouts(spec: ModelSpec, cluster: Cluster, seq_len: int, global_batch: int,
-            fixed: Fixed, options: Options, *, prune_dominated: bool = True) -> list[Plan]:
-    """Every layout of the space, as Plans whose recompute/layers_per_stage are placeholders.
-
-    ``prune_dominated=False`` keeps ZeRO-0 and every distinct placement (the exhaustive baseline
-    uses it, so the oracle tests check that the pruning is exact)."""
+def families(spec: ModelSpec, cluster: Cluster, seq_len: int, global_batch: int,
+             fixed: Fixed, options: Options) -> list[Plan]:
+    """Every layout family: degrees, ep, micro-batch, vp and SP fixed; ZeRO and the rank order
+    left to ``zeros`` and ``orders`` (placeholders here: the first ZeRO stage, Megatron's order)."""
     if cluster.pools:
-        return _pooled_layouts(spec, cluster, seq_len, global_batch, fixed, options, prune_dominated)
+        return _pooled_families(spec, cluster, seq_len, global_batch, fixed, options)
     n = cluster.num_devices
     out: list[Plan] = []
     cps = [c for c in (1, 2, 4, 8, 16, 32, 64)
@@ -202,14 +209,12 @@ def layouts(spec: ModelSpec, cluster: Cluster, seq_len: int, global_batch: int,
                 if global_batch % dp:
                     continue
                 for ep in _eps(spec, dp, cp, fixed):
-                    out += _layouts_of(spec, cluster, global_batch, dp, tp, pp, cp, ep, fixed,
-                                       options, prune_dominated)
+                    out += _families_of(spec, global_batch, dp, tp, pp, cp, ep, fixed, options)
     return out
 
 
-def _layouts_of(spec: ModelSpec, cluster: Cluster, global_batch: int, dp: int, tp: int, pp: int,
-                cp: int, ep: int, fixed: Fixed, options: Options, prune: bool,
-                stage_pools: tuple[int, ...] = ()) -> list[Plan]:
+def _families_of(spec: ModelSpec, global_batch: int, dp: int, tp: int, pp: int, cp: int, ep: int,
+                 fixed: Fixed, options: Options) -> list[Plan]:
     out: list[Plan] = []
     per_replica = global_batch // dp
     mbs = [mb for mb in divisors(per_replica)
@@ -217,19 +222,9 @@ def _layouts_of(spec: ModelSpec, cluster: Cluster, global_batch: int, dp: int, t
     fixed_mb = fixed.micro_batch
     if fixed_mb is not None and fixed_mb not in mbs and per_replica % fixed_mb == 0:
         mbs = [fixed_mb]  # a fixed micro-batch above solver.max_micro_batch is still allowed
-    sharded = (1, 2, 3) if prune else (0, 1, 2, 3)
-    zeros = [z for z in (sharded if dp * cp > 1 else (0,)) if _allowed(z, fixed.zero)]
-    if fixed.zero == 0:
-        zeros = [0]
-    if fixed.zero is not None and not zeros:
-        zeros = [fixed.zero]  # nothing to shard: every stage behaves as ZeRO-0, keep the user's value
     sps = [fixed.sequence_parallel] if fixed.sequence_parallel is not None else [tp > 1]
     if spec.is_moe and tp > 1:
         sps = [sp for sp in sps if sp]  # MoE with TP needs sequence parallelism (check_plan)
-    base = Plan(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, micro_batch=1,
-                recompute=(Recompute.NONE,) * pp, layers_per_stage=(1,) * pp,
-                stage_pools=stage_pools)
-    orders = _orders(base, cluster, fixed, options, prune)
     for mb in mbs:
         m = per_replica // mb
         if pp > 1:
@@ -237,19 +232,64 @@ def _layouts_of(spec: ModelSpec, cluster: Cluster, global_batch: int, dp: int, t
                    if (v == 1 or m % pp == 0) and spec.num_layers >= pp * v]
         else:
             vps = [1]
-        vps = [v for v in vps if _allowed(v, fixed.vp)]
-        for vp in vps:
+        for vp in (v for v in vps if _allowed(v, fixed.vp)):
             if not options.allow_uneven_stages and spec.num_layers % (pp * vp):
                 continue
-            for zero in zeros:
-                for sp in sps:
-                    for order in orders:
-                        out.append(Plan(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, vp=vp, micro_batch=mb,
-                                        zero=zero, sequence_parallel=sp,
-                                        recompute=(Recompute.NONE,) * pp,
-                                        layers_per_stage=(1,) * pp, order=order,
-                                        stage_pools=stage_pools))
+            for sp in sps:
+                out.append(Plan(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, vp=vp, micro_batch=mb,
+                                sequence_parallel=sp, recompute=(Recompute.NONE,) * pp,
+                                layers_per_stage=(1,) * pp))
     return out
+
+
+def zeros(family: Plan, fixed: Fixed, *, prune_dominated: bool = True) -> list[int]:
+    """ZeRO stages of a family (module docstring)."""
+    sharded = (1, 2, 3) if prune_dominated else (0, 1, 2, 3)
+    out = [z for z in (sharded if family.dp * family.cp > 1 else (0,)) if _allowed(z, fixed.zero)]
+    if fixed.zero == 0:
+        out = [0]
+    if fixed.zero is not None and not out:
+        out = [fixed.zero]  # nothing to shard: every stage behaves as ZeRO-0, keep the user's value
+    return out
+
+
+def orders(family: Plan, cluster: Cluster, fixed: Fixed, options: Options, *,
+           prune_dominated: bool = True, cache: dict | None = None) -> list[tuple[Axis, ...]]:
+    """Rank orders of a family (module docstring); ``cache`` keeps them across families with the
+    same degrees."""
+    key = (family.tp, family.cp, family.pp, family.dp, family.ep, prune_dominated,
+           family.stage_pools)
+    if cache is not None and key in cache:
+        return cache[key]
+    base = Plan(dp=family.dp, tp=family.tp, pp=family.pp, cp=family.cp, ep=family.ep,
+                micro_batch=1, recompute=(Recompute.NONE,) * family.pp,
+                layers_per_stage=(1,) * family.pp, stage_pools=family.stage_pools)
+    out = _orders(base, cluster, fixed, options, prune_dominated)
+    if cache is not None:
+        cache[key] = out
+    return out
+
+
+def num_orders(family: Plan, fixed: Fixed, options: Options) -> int:
+    """Rank orders of a family before dominance pruning (the size of the placement space)."""
+    if family.ep == 1 and fixed.order is None and options.search_placement \
+            and not family.stage_pools:
+        return factorial(sum(1 for a in DEFAULT_ORDER if family.degree(a) > 1))
+    return len(_candidate_orders(family, fixed, options))
+
+
+def layouts(spec: ModelSpec, cluster: Cluster, seq_len: int, global_batch: int,
+            fixed: Fixed, options: Options, *, prune_dominated: bool = True) -> list[Plan]:
+    """Every layout of the space, as Plans whose recompute/layers_per_stage are placeholders.
+
+    ``prune_dominated=False`` keeps ZeRO-0 and every distinct placement (the exhaustive baseline
+    uses it, so the oracle tests check that the pruning is exact)."""
+    cache: dict = {}
+    return [replace(family, zero=zero, order=order)
+            for family in families(spec, cluster, seq_len, global_batch, fixed, options)
+            for zero in zeros(family, fixed, prune_dominated=prune_dominated)
+            for order in orders(family, cluster, fixed, options, prune_dominated=prune_dominated,
+                                cache=cache)]
 
 
 def _pool_sequences(cluster: Cluster, fixed: Fixed) -> list[tuple[int, ...]]:
@@ -260,9 +300,9 @@ def _pool_sequences(cluster: Cluster, fixed: Fixed) -> list[tuple[int, ...]]:
     return [seq for k in range(1, len(cluster.pools) + 1) for seq in permutations(ids, k)]
 
 
-def _pooled_layouts(spec: ModelSpec, cluster: Cluster, seq_len: int, global_batch: int,
-                    fixed: Fixed, options: Options, prune: bool) -> list[Plan]:
-    """``layouts`` on a pooled cluster (module docstring)."""
+def _pooled_families(spec: ModelSpec, cluster: Cluster, seq_len: int, global_batch: int,
+                     fixed: Fixed, options: Options) -> list[Plan]:
+    """``families`` on a pooled cluster (module docstring), each with its ``stage_pools``."""
     out: list[Plan] = []
     for seq in _pool_sequences(cluster, fixed):
         g = gcd(*(cluster.pools[p].num_devices for p in seq))
@@ -284,6 +324,6 @@ def _pooled_layouts(spec: ModelSpec, cluster: Cluster, seq_len: int, global_batc
                             or not _allowed(dp, fixed.dp) or global_batch % dp):
                         continue
                     for ep in _eps(spec, dp, cp, fixed):
-                        out += _layouts_of(spec, cluster, global_batch, dp, tp, pp, cp, ep, fixed,
-                                           options, prune, pools)
+                        out += [replace(f, stage_pools=pools) for f in
+                                _families_of(spec, global_batch, dp, tp, pp, cp, ep, fixed, options)]
     return out

@@ -22,13 +22,14 @@ from dataclasses import dataclass, replace
 
 from paraplan.cost import Job, Plan, Recompute, StageTerms, stage_terms
 from paraplan.cost.evaluate import step_time_s
-from paraplan.cost.memory import stage_memory_model
+from paraplan.cost.memory import max_layers_per_stage, stage_memory_model
 from paraplan.cost.pp import pipeline_lower_bound_s
 from paraplan.graph import LayerGraph
 from paraplan.hardware import Cluster
 from paraplan.solver.scale import to_ticks
 
-__all__ = ["LayoutTables", "build_tables", "even_layers", "quick_lower_bound_s"]
+__all__ = ["LayoutTables", "build_tables", "even_layers", "quick_lower_bound_s", "layer_caps",
+           "fits_some_split"]
 
 INF = float("inf")
 
@@ -156,10 +157,11 @@ def _stage_time_by_k(terms: StageTerms, stage: int, k_max: dict[tuple[int, Recom
     modes whose memory fits them (INF where none does). Non-decreasing in k."""
     vp = terms.plan.vp
     modes = sorted(recomputes, key=lambda r: terms.block_at(stage, r).time_s)
+    lines = [(k_max[(stage, r)], terms.stage_time(stage, r)) for r in modes]
     out = []
     for k in range(k_hi + 1):
-        r = next((r for r in modes if k_max[(stage, r)] >= k), None)
-        out.append(INF if r is None else terms.stage_time_s(stage, vp * k, r))
+        line = next((line for cap, line in lines if cap >= k), None)
+        out.append(INF if line is None else line.at(vp * k))
     return out
 
 
@@ -208,8 +210,9 @@ def _dp_lower_bound_s(terms: StageTerms, recomputes: list[Recompute], k_total: i
     and some k in [1, floor(K/pp)]; g_s is affine, so on each range it is least at an end, and
     the exposure is at least the larger of the two minima over stages."""
     pp, vp = terms.plan.pp, terms.plan.vp
+    stages = range(pp) if terms.pool_terms else sorted({0, min(1, pp - 1), pp - 1})  # middles alike
     g = [terms.dp_exposed(s, max(recomputes, key=lambda r: terms.block_at(s, r).backward_s))
-         for s in range(pp)]
+         for s in stages]
     hi, lo = -(-k_total // pp), k_total // pp
     k_last = k_total - pp + 1
     above = min(min(gs.at(vp * hi), gs.at(vp * k_last)) for gs in g)
@@ -234,6 +237,25 @@ def _upper_plan(terms: StageTerms, layout: Plan, split: tuple[int, ...] | None,
     return step_time_s(replace(terms, plan=plan)).step_s, plan
 
 
+def layer_caps(terms: StageTerms, recomputes: list[Recompute], k_hi: int
+               ) -> dict[tuple[int, Recompute], int]:
+    """Most k (units of vp layers, at most ``k_hi``) each stage holds in each mode within memory.
+    Memory does not depend on the rank order, so any order's terms give the same caps."""
+    cap, vp = terms.capacity_bytes, terms.plan.vp
+    if terms.pool_terms:  # each stage on its own pool's memory
+        return {(s, r): min(k_hi, stage_memory_model(terms, s, r).max_layers(
+                    terms.stage_capacity_bytes(s)) // vp)
+                for r in recomputes for s in range(terms.plan.pp)}
+    return {(s, r): min(k_hi, n // vp)
+            for r in recomputes for s, n in enumerate(max_layers_per_stage(terms, r, cap))}
+
+
+def fits_some_split(k_max: dict[tuple[int, Recompute], int], pp: int, k_total: int) -> bool:
+    """Some split fits: the most layers each stage can hold (best mode) add up to the model."""
+    cap = [max(k for (s, _), k in k_max.items() if s == stage) for stage in range(pp)]
+    return min(cap) >= 1 and sum(cap) >= k_total
+
+
 def build_tables(graph: LayerGraph, cluster: Cluster, job: Job, layout: Plan,
                  recomputes: list[Recompute], k_choices: list[int] | None = None,
                  terms: StageTerms | None = None) -> LayoutTables:
@@ -246,9 +268,7 @@ def build_tables(graph: LayerGraph, cluster: Cluster, job: Job, layout: Plan,
     num_layers = graph.spec.num_layers
     k_total = num_layers // vp
     k_hi = max(k_choices) if k_choices else k_total - (pp - 1)
-    k_max = {(s, r): min(k_hi, stage_memory_model(terms, s, r).max_layers(
-                 terms.stage_capacity_bytes(s)) // vp)
-             for s in range(pp) for r in recomputes}
+    k_max = layer_caps(terms, recomputes, k_hi)
     f = [_stage_time_by_k(terms, s, k_max, recomputes, k_hi) for s in range(pp)]
     ks = _min_max_split(f, k_total)
     lower = _lower_bound_s(terms, f, ks, k_max, recomputes, num_layers)

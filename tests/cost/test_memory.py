@@ -72,3 +72,26 @@ def test_zero_three_shards_everything_over_dp() -> None:
     eight = state_bytes(1e9, 3, 8)
     assert eight.total == pytest.approx(one.total / 8)
     assert one.total == pytest.approx(18e9)  # 2 + 4 + 12 bytes per parameter
+
+
+@pytest.mark.parametrize(("pp", "vp", "mb", "zero"), [(4, 1, 1, 1), (8, 2, 2, 3), (16, 1, 1, 0),
+                                                      (3, 1, 4, 2), (12, 3, 1, 1)])
+def test_layer_caps_of_all_stages_match_each_stage_model(pp: int, vp: int, mb: int,
+                                                         zero: int) -> None:
+    """The solver's per-stage layer caps (one model for the middle stages) equal each stage's own
+    memory model, for every recompute mode and a capacity near the boundary."""
+    from paraplan.cost import stage_terms
+    from paraplan.cost.memory import max_layers_per_stage, stage_memory_model
+    from paraplan.graph import preset
+    from paraplan.hardware import build_cluster
+
+    graph = build_graph(preset("llama3-70b"))
+    cluster = build_cluster("dgx-h100", nodes=pp)
+    job = Job(seq_len=4096, global_batch=8 * 64)
+    plan = Plan(dp=8, tp=1, pp=pp, vp=vp, micro_batch=mb, zero=zero,
+                recompute=(Recompute.NONE,) * pp, layers_per_stage=(1,) * pp)
+    terms = stage_terms(graph, plan, job, cluster)
+    for r in Recompute:
+        for cap in (40e9, 80e9, 3e11):
+            expected = [stage_memory_model(terms, s, r).max_layers(cap) for s in range(pp)]
+            assert max_layers_per_stage(terms, r, cap) == expected
