@@ -4,6 +4,8 @@ step_s = pipeline_s + dp_exposed_s + optimizer_s, where
 pipeline_s = m * max_s t_s + (sum_s t_s - max_s t_s) / v            (pp.py)
 t_s = layers_s * block(recompute_s) + ends + p2p                      (stage.py)
 dp_exposed_s = max_s max(0, sync_s - backward_s)                     (dp.py, overlapped)
+On a pooled cluster each stage is costed on its own pool (cost/pools.py); throughput and MFU
+count the devices the plan runs on.
 Parts: compute_s + exposed_comm_s + bubble_s + optimizer_s = step_s.
 """
 
@@ -14,6 +16,7 @@ from dataclasses import dataclass
 from paraplan.cost.flops import model_flops_per_token
 from paraplan.cost.memory import StageMemory, stage_memory
 from paraplan.cost.plan import Job, Plan, check_plan
+from paraplan.cost.pools import check_stage_pools, peak_flops_per_s, pooled_devices
 from paraplan.cost.pp import bubble_s
 from paraplan.cost.stage import StageTerms, stage_terms
 from paraplan.graph import LayerGraph
@@ -37,6 +40,7 @@ class Breakdown:
     tokens_per_s_per_gpu: float
     model_tflops_per_gpu: float
     mfu: float
+    stage_capacity_bytes: tuple[float, ...] = ()  # per stage (differs on a pooled cluster)
 
     @property
     def peak_memory_bytes(self) -> float:
@@ -44,7 +48,8 @@ class Breakdown:
 
     @property
     def fits(self) -> bool:
-        return self.peak_memory_bytes <= self.memory_capacity_bytes
+        caps = self.stage_capacity_bytes or (self.memory_capacity_bytes,) * len(self.stage_memory)
+        return all(m.total_bytes <= c for m, c in zip(self.stage_memory, caps, strict=True))
 
     @property
     def binding_stage(self) -> int:
@@ -81,16 +86,19 @@ def step_time_s(terms: StageTerms) -> StepParts:
 def evaluate(graph: LayerGraph, cluster: Cluster, job: Job, plan: Plan) -> Breakdown:
     """Step time and memory of ``plan``; ValueError if the plan breaks a rule (see check_plan)."""
     spec = graph.spec
-    check_plan(plan, job, num_devices=cluster.num_devices, num_layers=spec.num_layers,
+    check_stage_pools(plan, cluster)
+    num_devices = pooled_devices(plan, cluster) if cluster.pools else cluster.num_devices
+    check_plan(plan, job, num_devices=num_devices, num_layers=spec.num_layers,
                num_heads=spec.num_heads, num_kv_heads=spec.num_kv_heads,
                num_experts=spec.num_experts)
-    cluster.accelerator.peak_for(job.precision.value)
+    peak = peak_flops_per_s(plan, cluster, job.precision.value)
     terms = stage_terms(graph, plan, job, cluster)
     parts = step_time_s(terms)
     memory = tuple(stage_memory(terms, s, plan.layers_per_stage[s], plan.recompute[s])
                    for s in range(plan.pp))
+    caps = tuple(terms.stage_capacity_bytes(s) for s in range(plan.pp))
     flops_per_token = model_flops_per_token(spec, job.seq_len)
-    tokens_per_s_per_gpu = job.tokens_per_step / parts.step_s / cluster.num_devices
+    tokens_per_s_per_gpu = job.tokens_per_step / parts.step_s / num_devices
     achieved = flops_per_token * tokens_per_s_per_gpu
     return Breakdown(
         step_time_s=parts.step_s,
@@ -100,10 +108,11 @@ def evaluate(graph: LayerGraph, cluster: Cluster, job: Job, plan: Plan) -> Break
         optimizer_s=parts.optimizer_s,
         stage_time_s=parts.stage_s,
         stage_memory=memory,
-        memory_capacity_bytes=cluster.memory_capacity_bytes,
+        memory_capacity_bytes=min(caps),
         num_micro_batches=terms.num_micro_batches,
         model_flops_per_token=flops_per_token,
         tokens_per_s_per_gpu=tokens_per_s_per_gpu,
         model_tflops_per_gpu=achieved / 1e12,
-        mfu=achieved / cluster.accelerator.peak_for(job.precision.value),
+        mfu=achieved / peak,
+        stage_capacity_bytes=caps,
     )

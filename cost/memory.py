@@ -80,13 +80,13 @@ def stage_memory_model(terms: StageTerms, stage: int, recompute: Recompute) -> S
                                    gbytes))
     layer_state = _sum(state_bytes(terms.block_params, plan.zero, shards, gbytes),
                        state_bytes(terms.block_expert_params, plan.zero, expert_shards, gbytes))
-    block = terms.block[recompute]
+    block = terms.block_at(stage, recompute)
     held = in_flight_micro_batches(stage, plan, terms.num_micro_batches)
     fixed_act = block.working_bytes + terms.credit(stage, recompute).activation_bytes * held
     if stage == 0:
-        fixed_act += terms.first.activation_bytes
+        fixed_act += terms.at(stage).first.activation_bytes
     if stage == plan.pp - 1:
-        fixed_act += terms.last.activation_bytes
+        fixed_act += terms.at(stage).last.activation_bytes
     buffers = RUNTIME_RESERVE_BYTES
     if plan.zero >= 3 and shards > 1:
         buffers += ZERO3_PREFETCH_BLOCKS * terms.block_params * WEIGHT_BYTES

@@ -49,7 +49,8 @@ class Job:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Plan:
-    """Every knob fixed. ``recompute`` and ``layers_per_stage`` have one entry per pp rank."""
+    """Every knob fixed. ``recompute``, ``layers_per_stage`` and (on a pooled cluster)
+    ``stage_pools`` have one entry per pp rank."""
 
     dp: int
     tp: int
@@ -63,6 +64,7 @@ class Plan:
     recompute: tuple[Recompute, ...] = field(default=(Recompute.NONE,))
     layers_per_stage: tuple[int, ...] = field(default=())
     order: tuple[Axis, ...] = DEFAULT_ORDER
+    stage_pools: tuple[int, ...] = ()  # pooled clusters: the pool of each pp stage (cost/pools.py)
 
     @property
     def num_devices(self) -> int:

@@ -9,13 +9,15 @@ which for equal stages is (m + (p - 1)/v) * t, the paper's bubble (p - 1)/(v m).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from paraplan.cost.comm import group_span, p2p_s
 from paraplan.cost.compute import ACTIVATION_BYTES, tokens_per_device
 from paraplan.cost.plan import Axis, Job, Plan
 from paraplan.hardware import Cluster, Tier
 
 __all__ = ["pipeline_s", "bubble_s", "pipeline_lower_bound_s", "p2p_per_micro_batch_s",
-           "in_flight_micro_batches"]
+           "in_flight_micro_batches", "stage_links", "stage_p2p_s"]
 
 
 def pipeline_s(stage_s: list[float], num_micro_batches: int, vp: int) -> float:
@@ -49,10 +51,43 @@ def p2p_per_micro_batch_s(hidden: int, plan: Plan, job: Job, cluster: Cluster,
     if plan.pp == 1:
         return 0.0
     tier = tier or group_span(cluster, plan, Axis.PP).outermost
+    return 2 * p2p_s(tier, _p2p_bytes(hidden, plan, job))
+
+
+def _p2p_bytes(hidden: int, plan: Plan, job: Job) -> float:
     n_bytes = tokens_per_device(plan, job) * hidden * ACTIVATION_BYTES
-    if plan.sequence_parallel:
-        n_bytes /= plan.tp
-    return 2 * p2p_s(tier, n_bytes)
+    return n_bytes / plan.tp if plan.sequence_parallel else n_bytes
+
+
+def stage_links(plan: Plan, cluster: Cluster) -> list[Tier]:
+    """Pooled cluster: the tier between stage s and s + 1, for s = 0..pp-2.
+
+    At a pool boundary it is ``cluster.pool_link``; inside pool i it is the outermost tier of the
+    PP group of that pool's n_i stages (what ``p2p_per_micro_batch_s`` uses on the pool alone)."""
+    pools = plan.stage_pools
+    links: list[Tier] = []
+    for s in range(plan.pp - 1):
+        a, b = pools[s], pools[s + 1]
+        if a != b:
+            assert cluster.pool_link is not None
+            links.append(cluster.pool_link)
+        else:
+            local = replace(plan, pp=pools.count(a), stage_pools=())
+            links.append(group_span(cluster.pools[a], local, Axis.PP).outermost)
+    return links
+
+
+def stage_p2p_s(hidden: int, plan: Plan, job: Job, cluster: Cluster) -> tuple[float, ...]:
+    """Pooled cluster: each stage's exposed p2p per micro-batch.
+
+    Formula: 2 * (alpha + n*h*2 B / B) on the slower of the stage's links to its neighbours
+    (stage_links); as p2p_per_micro_batch_s when every link is the same tier.
+    Assumes: a stage at a pool boundary pays the inter-pool link for both of its sends."""
+    if plan.pp == 1:
+        return (0.0,)
+    n_bytes = _p2p_bytes(hidden, plan, job)
+    link_s = [2 * p2p_s(t, n_bytes) for t in stage_links(plan, cluster)]
+    return tuple(max(link_s[max(0, s - 1):s + 1]) for s in range(plan.pp))
 
 
 def in_flight_micro_batches(stage: int, plan: Plan, num_micro_batches: int) -> float:

@@ -40,14 +40,14 @@ from paraplan.cost.ep import (
     moe_tp_collectives,
 )
 from paraplan.cost.plan import Axis, Job, Plan, Recompute
-from paraplan.cost.pp import p2p_per_micro_batch_s
+from paraplan.cost.pp import p2p_per_micro_batch_s, stage_p2p_s
 from paraplan.cost.recompute import block_input_bytes, recompute_forward_s, stored_activation_bytes
 from paraplan.cost.tp import tp_block_comm
 from paraplan.graph import Layer, LayerGraph, LayerKind
 from paraplan.hardware import Accelerator, Cluster, Efficiency, Tier, efficiency
 
-__all__ = ["Affine", "BlockCost", "StageTerms", "stage_terms", "compute_floor_s", "layer_time",
-           "block_params_per_device", "dense_layers_credited", "inner_tiers_fastest"]
+__all__ = ["Affine", "BlockCost", "StageTerms", "stage_terms", "compute_floor_s", "ends_floor_s",
+           "layer_time", "block_params_per_device", "dense_layers_credited", "inner_tiers_fastest"]
 
 LOGITS_BYTES_PER_ELEMENT = 6  # bf16 logits + fp32 softmax for the fused cross-entropy
 
@@ -117,6 +117,24 @@ class StageTerms:
     block_expert_params: float = 0.0  # per device routed-expert weights (sharded by ep x tp)
     dense_credit: dict[Recompute, BlockCost] | None = None  # stage 0 (module docstring)
     sync_lines: tuple[Affine, Affine] = (Affine(0.0, 0.0), Affine(0.0, 0.0))  # see _sync_lines
+    pool_terms: tuple[StageTerms, ...] = ()  # pooled cluster: the terms of each stage's pool
+    stage_p2p: tuple[float, ...] = ()  # pooled cluster: each stage's p2p (pp.stage_p2p_s)
+
+    def at(self, stage: int) -> StageTerms:
+        """The terms that cost ``stage``: on a pooled cluster those of the pool hosting it (the
+        same layout on that pool's devices, tiers and accelerator), else these."""
+        return self.pool_terms[stage] if self.pool_terms else self
+
+    def block_at(self, stage: int, recompute: Recompute) -> BlockCost:
+        """One block of ``stage`` under ``recompute`` (per-stage on a pooled cluster)."""
+        return self.at(stage).block[recompute]
+
+    def p2p_at(self, stage: int) -> float:
+        return self.stage_p2p[stage] if self.stage_p2p else self.p2p_s
+
+    def stage_capacity_bytes(self, stage: int) -> float:
+        """Device memory of ``stage``'s devices."""
+        return self.at(stage).cluster.memory_capacity_bytes
 
     def stage_params(self, stage: int, layers: int) -> float:
         """Parameters one device of ``stage`` holds (the tied embedding is replicated on the
@@ -137,35 +155,39 @@ class StageTerms:
 
     def credit(self, stage: int, recompute: Recompute) -> BlockCost:
         """The dense-layer correction of ``stage`` (zero except on stage 0 of such models)."""
-        if stage or self.dense_credit is None:
+        credit = self.at(stage).dense_credit
+        if stage or credit is None:
             return ZERO_BLOCK
-        return self.dense_credit[recompute]
+        return credit[recompute]
 
     def stage_time(self, stage: int, recompute: Recompute) -> Affine:
         """Forward + backward of one micro-batch on ``stage``, exposed per-micro-batch comm included.
 
         Formula: layers * (block compute + block comm) + p2p + embedding / head on the ends
         (+ the dense-layer correction on stage 0)."""
-        ends = self._ends(stage, self.first.compute_s + self.first.comm_s,
-                          self.last.compute_s + self.last.comm_s)
+        t = self.at(stage)
+        ends = self._ends(stage, t.first.compute_s + t.first.comm_s,
+                          t.last.compute_s + t.last.comm_s)
         credit = self.credit(stage, recompute).time_s
-        return Affine(self.p2p_s + ends + credit, self.block[recompute].time_s)
+        return Affine(self.p2p_at(stage) + ends + credit, t.block[recompute].time_s)
 
     def stage_compute(self, stage: int, recompute: Recompute) -> Affine:
-        ends = self._ends(stage, self.first.compute_s, self.last.compute_s)
+        t = self.at(stage)
+        ends = self._ends(stage, t.first.compute_s, t.last.compute_s)
         credit = self.credit(stage, recompute).compute_s
-        return Affine(ends + credit, self.block[recompute].compute_s)
+        return Affine(ends + credit, t.block[recompute].compute_s)
 
     def stage_backward(self, stage: int, recompute: Recompute) -> Affine:
-        ends = self._ends(stage, self.first.backward_s, self.last.backward_s)
+        t = self.at(stage)
+        ends = self._ends(stage, t.first.backward_s, t.last.backward_s)
         credit = self.credit(stage, recompute).backward_s
-        return Affine(ends + credit, self.block[recompute].backward_s)
+        return Affine(ends + credit, t.block[recompute].backward_s)
 
     def dp_sync(self, stage: int) -> Affine:
         """Once-per-step gradient sync of the stage's parameters (ZeRO 0-2): alpha-beta, so
         affine in the parameter count and hence in the layers. Routed-expert gradients sync over
         the expert-data-parallel group (ep.py) after the others."""
-        sync, esync = self.sync_lines
+        sync, esync = self.at(stage).sync_lines
         return (Affine(sync.at(self.stage_params(stage, 0)), sync.per_layer * self.block_params)
                 + Affine(esync.at(self.stage_expert_params(stage, 0)),
                          esync.per_layer * self.block_expert_params))
@@ -182,7 +204,7 @@ class StageTerms:
     def optimizer(self, stage: int) -> Affine:
         """Adam step, HBM-bound: local params * 30 B / (HBM * eff); state sharded from ZeRO-1
         (over dp x cp, or dp*cp/ep for routed experts)."""
-        accel = self.cluster.accelerator
+        accel = self.at(stage).cluster.accelerator
         scale = OPTIMIZER_STEP_BYTES_PER_PARAM / (accel.hbm_bytes_per_s
                                                   * efficiency(accel.generation).hbm)
         dense, expert = scale, scale
@@ -478,7 +500,13 @@ def stage_terms(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster,
     costs are computed once per distinct ``_shared_key`` (a solve evaluates thousands of layouts
     that differ only in pp, vp, dp or the placement of other axes).
     ``packed``: cost every group on consecutive ranks whatever the plan's order (``_Spans.packed``):
-    a bound on the terms of every order of the layout, valid when ``inner_tiers_fastest``."""
+    a bound on the terms of every order of the layout, valid when ``inner_tiers_fastest``.
+
+    Pooled cluster: each pool hosting a stage gets the layout's terms on its own devices
+    (``StageTerms.at``), and each stage its p2p on the links to its neighbours (pp.stage_p2p_s,
+    the same for every order: stages are the outermost rank axis there)."""
+    if cluster.pools:
+        return _pooled_terms(graph, plan, job, cluster, shared, packed)
     spans = _Spans.packed(plan, cluster) if packed else _Spans.of(plan, cluster)
     key = _shared_key(plan, spans) if shared is not None else None
     if shared is not None and key in shared:
@@ -511,9 +539,28 @@ def stage_terms(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster,
     )
 
 
+def _pooled_terms(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster,
+                  shared: dict | None, packed: bool) -> StageTerms:
+    """stage_terms on a pooled cluster (its docstring); ``plan.stage_pools`` must be set."""
+    if len(plan.stage_pools) != plan.pp:
+        raise ValueError(f"plan.stage_pools={list(plan.stage_pools)} needs one pool per stage "
+                         f"(pp={plan.pp}) on the pooled cluster {cluster.name}")
+    local = replace(plan, stage_pools=())
+    by_pool = {p: stage_terms(graph, local, job, cluster.pools[p],
+                              None if shared is None else shared.setdefault(("pool", p), {}),
+                              packed=packed)
+               for p in sorted(set(plan.stage_pools))}
+    return replace(by_pool[plan.stage_pools[0]], plan=plan, cluster=cluster,
+                   pool_terms=tuple(by_pool[p] for p in plan.stage_pools),
+                   stage_p2p=stage_p2p_s(graph.spec.hidden, plan, job, cluster))
+
+
 def inner_tiers_fastest(cluster: Cluster) -> bool:
     """Each tier at least as fast as the next one out (latency and bandwidth): then a group whose
-    members are consecutive ranks (stride 1) is its own cheapest placement."""
+    members are consecutive ranks (stride 1) is its own cheapest placement. A pooled cluster:
+    on every pool (its groups stay inside a pool)."""
+    if cluster.pools:
+        return all(inner_tiers_fastest(p) for p in cluster.pools)
     return all(a.alpha_s <= b.alpha_s and a.effective_bytes_per_s >= b.effective_bytes_per_s
                for a, b in zip(cluster.tiers, cluster.tiers[1:], strict=False))
 
@@ -540,6 +587,15 @@ def _moe_comm_floor_s(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster)
                                           replace(job, expert_imbalance=1.0)),
                        span=span_of(cluster, [SubAxis(1, plan.tp)]))
     return best + tp.forward_s + tp.backward_s
+
+
+def ends_floor_s(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster) -> float:
+    """Forward + backward compute of the embedding, final norm and LM head of one micro-batch
+    (the part of compute_floor_s that is not blocks). Units: seconds."""
+    accel = cluster.accelerator
+    eff = efficiency(accel.generation)
+    return sum(layer_forward(graph.layer(n), plan, job, accel, eff).forward_backward_s
+               for n in ("embedding", "final_norm", "lm_head"))
 
 
 def compute_floor_s(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster) -> float:

@@ -12,7 +12,7 @@ from paraplan.hardware.catalog import (
     node_type_names,
 )
 from paraplan.hardware.efficiency import Efficiency, efficiency
-from paraplan.hardware.topology import Cluster, Tier, build_cluster, topology_graph
+from paraplan.hardware.topology import Cluster, Tier, build_cluster, build_pooled_cluster, topology_graph
 
 __all__ = [
     "Accelerator",
@@ -24,6 +24,7 @@ __all__ = [
     "Tier",
     "accelerator",
     "build_cluster",
+    "build_pooled_cluster",
     "efficiency",
     "fabric",
     "fabric_names",

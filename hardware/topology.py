@@ -3,16 +3,24 @@
 A cluster is a list of tiers, innermost first. Tier ``k`` has domains of ``domain_devices``
 consecutive devices (by global rank); two devices talk over the innermost tier whose domain holds
 both. The last tier's domain is the whole cluster.
+
+A *pooled* cluster (mixed GPU types) is a sequence of homogeneous pools, each a ``Cluster`` of its
+own, sharing the scale-out network: ``pools`` holds them and ``pool_link`` is the tier between
+two pools, the slower of the pools' scale-out links (least effective bandwidth, largest latency).
+Its own ``accelerator`` and ``tiers`` are the first pool's and exist only for display; the cost
+model always costs a stage with the pool that hosts it (cost/pools.py).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import networkx as nx
 from paraplan.hardware.catalog import Accelerator, LinkSpec, fabric, fabric_names, node_type
 
-__all__ = ["Tier", "Cluster", "build_cluster", "topology_graph"]
+__all__ = ["Tier", "Cluster", "build_cluster", "build_pooled_cluster", "topology_graph"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -36,13 +44,21 @@ class Cluster:
     devices_per_node: int
     num_nodes: int
     tiers: tuple[Tier, ...]
+    pools: tuple[Cluster, ...] = ()  # pooled clusters only (module docstring)
+    pool_link: Tier | None = None  # the link between two pools
 
     @property
     def num_devices(self) -> int:
+        if self.pools:
+            return sum(p.num_devices for p in self.pools)
         return self.devices_per_node * self.num_nodes
 
     @property
     def memory_capacity_bytes(self) -> float:
+        """Device memory; for a pooled cluster the least of its pools' (each stage is checked
+        against its own pool's, see cost/pools.py)."""
+        if self.pools:
+            return min(p.memory_capacity_bytes for p in self.pools)
         return self.accelerator.hbm_bytes
 
     def tier_of_span(self, span_devices: int) -> Tier:
@@ -60,6 +76,42 @@ def _tier(link: LinkSpec, domain: int) -> Tier:
         per_gpu_bytes_per_s=link.per_gpu_bytes_per_s,
         alpha_s=link.alpha_s,
         efficiency=link.efficiency,
+    )
+
+
+def _scale_out(preset: str) -> LinkSpec:
+    """The outermost link of a node or fabric preset (what joins it to other pools)."""
+    if preset in fabric_names():
+        return fabric(preset).tiers[-1]
+    return node_type(preset).scale_out
+
+
+def build_pooled_cluster(pools: Sequence[Mapping[str, Any]]) -> Cluster:
+    """Pooled cluster of pools in the given order (module docstring); each pool is the keyword
+    arguments of ``build_cluster``: ``{"preset": "dgx-h100", "nodes": 4}`` (or ``gpus``).
+
+    The inter-pool tier is the slower of the pools' scale-out links: the least effective
+    bandwidth and the largest latency of any of them (pools meet on the shared scale-out network).
+    """
+    if not pools:
+        raise ValueError("cluster.pools must list at least one pool")
+    built = tuple(build_cluster(p["preset"], nodes=p.get("nodes"), gpus=p.get("gpus"))
+                  for p in pools)
+    links = [_scale_out(p["preset"]) for p in pools]
+    slowest = min(links, key=lambda lk: lk.per_gpu_bytes_per_s * lk.efficiency)
+    num = sum(c.num_devices for c in built)
+    link = Tier(name="inter-pool", domain_devices=num,
+                per_gpu_bytes_per_s=slowest.per_gpu_bytes_per_s,
+                alpha_s=max(lk.alpha_s for lk in links), efficiency=slowest.efficiency)
+    first = built[0]
+    return Cluster(
+        name="+".join(f"{c.name}x{c.num_nodes}" for c in built),
+        accelerator=first.accelerator,
+        devices_per_node=first.devices_per_node,
+        num_nodes=sum(c.num_nodes for c in built),
+        tiers=(*first.tiers, link),
+        pools=built,
+        pool_link=link,
     )
 
 

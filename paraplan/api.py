@@ -59,6 +59,9 @@ def fixed_knobs(inst: Instance) -> Fixed:
         recompute = tuple(p.recompute) if isinstance(p.recompute, list) else (p.recompute,)
         if isinstance(p.recompute, list) and p.pp is None:
             raise ConfigError("plan.recompute lists one mode per stage; fix plan.pp too")
+    if p.stage_pools is not None and not inst.cluster.pools:
+        raise ConfigError(f"plan.stage_pools={p.stage_pools} needs a mixed-GPU cluster "
+                          "(cluster.pools); remove it for a single node type")
     if p.ep not in (None, 1) and not inst.spec.is_moe:
         raise ConfigError(f"plan.ep={p.ep}: expert parallelism needs a mixture-of-experts model")
     if p.ep is not None and inst.spec.is_moe and inst.spec.num_experts % p.ep:
@@ -70,7 +73,8 @@ def fixed_knobs(inst: Instance) -> Fixed:
     return Fixed(dp=p.dp, tp=p.tp, pp=p.pp, cp=p.cp, ep=p.ep, vp=p.vp, micro_batch=p.micro_batch,
                  zero=p.zero, sequence_parallel=p.sequence_parallel, recompute=recompute,
                  layers_per_stage=tuple(p.layers_per_stage) if p.layers_per_stage else None,
-                 order=tuple(p.order) if p.order else None)
+                 order=tuple(p.order) if p.order else None,
+                 stage_pools=tuple(p.stage_pools) if p.stage_pools is not None else None)
 
 
 def search_options(inst: Instance) -> Options:
@@ -78,6 +82,11 @@ def search_options(inst: Instance) -> Options:
     o = inst.scenario.solver
     return Options(allow_uneven_stages=o.allow_uneven_stages, search_placement=o.search_placement,
                    max_micro_batch=o.max_micro_batch, max_vp=o.max_vp)
+
+
+def _device_names(inst: Instance) -> str:
+    pools = inst.cluster.pools or (inst.cluster,)
+    return " / ".join(sorted({p.accelerator.name for p in pools}))
 
 
 def _no_layout_reason(inst: Instance) -> str:
@@ -89,6 +98,8 @@ def _no_layout_reason(inst: Instance) -> str:
         f"{spec.num_heads} (and match kv_heads={spec.num_kv_heads}), pp at most layers="
         f"{spec.num_layers}, dp = devices/(tp*pp*cp) must divide global_batch={job.global_batch}, "
         f"cp must split seq_len={job.seq_len} evenly"
+        + ("; on cluster.pools, tp*cp*dp must divide the devices of every pool used and pp is "
+           "the outermost axis of plan.order" if inst.cluster.pools else "")
         + (f"; fixed knobs {fixed} leave nothing; free some of them" if fixed else
            "; change the device count or the global batch")
     )
@@ -114,7 +125,7 @@ def solve(scenario: str | Path | dict[str, Any] | Scenario, *, time_limit_s: flo
     except NoFitError as e:
         raise InfeasibleError(
             f"no plan fits memory: the least any plan needs is {gib(e.min_bytes)} per device, "
-            f"but {inst.cluster.accelerator.name} has {gib(e.capacity)} (short by "
+            f"but {_device_names(inst)} has {gib(e.capacity)} (short by "
             f"{gib(e.min_bytes - e.capacity)}); add devices, use a larger-memory GPU, shorten "
             "job.seq_len, or free plan knobs fixed in the scenario",
             ("memory_per_stage",),

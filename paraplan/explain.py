@@ -3,6 +3,8 @@ runner-up loses, in a few sentences built from cost/ breakdowns."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from paraplan.cost import Axis, Breakdown, Plan, group_span
 from paraplan.hardware import Cluster
 from paraplan.report import gib
@@ -16,15 +18,35 @@ def summary(plan: Plan) -> str:
     rec = sorted({r.value for r in plan.recompute})
     return (f"dp={plan.dp} tp={plan.tp} pp={plan.pp} cp={plan.cp} vp={plan.vp} "
             f"mb={plan.micro_batch} zero={plan.zero} recompute={'/'.join(rec)} "
-            f"order={'-'.join(plan.order)}")
+            f"order={'-'.join(plan.order)}"
+            + (f" stage_pools={list(plan.stage_pools)}" if plan.stage_pools else ""))
 
 
 def _tiers(cluster: Cluster, plan: Plan) -> str:
+    if cluster.pools and plan.stage_pools:  # tp/cp/dp groups lie inside a stage, so in one pool
+        first = plan.stage_pools[0]
+        local = replace(plan, pp=plan.stage_pools.count(first), stage_pools=())
+        text = _tiers(cluster.pools[first], local)
+        if len(set(plan.stage_pools)) > 1:
+            text += f", pp across pools over {cluster.pool_link.name if cluster.pool_link else '?'}"
+        return text
     parts = []
     for axis in (Axis.TP, Axis.CP, Axis.DP, Axis.PP):
         if plan.degree(axis) > 1:
             parts.append(f"{axis.value} over {group_span(cluster, plan, axis).outermost.name}")
     return ", ".join(parts) or "a single device"
+
+
+def _pools(cluster: Cluster, plan: Plan, b: Breakdown) -> str:
+    """Which stages (and layers) each pool hosts, and which pools stay idle."""
+    parts = []
+    for p in dict.fromkeys(plan.stage_pools):
+        stages = [s for s, q in enumerate(plan.stage_pools) if q == p]
+        layers = [plan.layers_per_stage[s] for s in stages]
+        parts.append(f"pool {p} ({cluster.pools[p].name}, {gib(b.stage_capacity_bytes[stages[0]])})"
+                     f" runs stages {stages[0]}-{stages[-1]} with layers {layers}")
+    idle = [i for i in range(len(cluster.pools)) if i not in plan.stage_pools]
+    return "; ".join(parts) + (f"; pools {idle} idle" if idle else "")
 
 
 def explain(plan: Plan, b: Breakdown, cluster: Cluster,
@@ -36,20 +58,26 @@ def explain(plan: Plan, b: Breakdown, cluster: Cluster,
         f"{b.exposed_comm_s / step:.0%}, pipeline bubble {b.bubble_s / step:.0%}, optimizer "
         f"{b.optimizer_s / step:.0%}"
     )
-    s = b.binding_stage
+    caps = b.stage_capacity_bytes or (b.memory_capacity_bytes,) * len(b.stage_memory)
+    s = max(range(len(caps)), key=lambda i: b.stage_memory[i].total_bytes / caps[i])
     mem = b.stage_memory[s]
-    use = mem.total_bytes / b.memory_capacity_bytes
+    use = mem.total_bytes / caps[s]
     if use >= TIGHT_MEMORY:
         lines.append(f"memory binds on stage {s}: {gib(mem.total_bytes)} of "
-                     f"{gib(b.memory_capacity_bytes)} ({use:.0%})")
+                     f"{gib(caps[s])} ({use:.0%})")
     else:
         lines.append(f"memory does not bind: peak {gib(mem.total_bytes)} on stage {s} "
-                     f"({use:.0%} of {gib(b.memory_capacity_bytes)})")
+                     f"({use:.0%} of {gib(caps[s])})")
+    if cluster.pools and plan.stage_pools:
+        lines.append(f"pools: {_pools(cluster, plan, b)}")
     recomputed = [i for i, r in enumerate(plan.recompute) if r.value != "none"]
     if recomputed:
         lines.append(f"recompute on stage(s) {recomputed}: without it they would not fit")
     lines.append(f"placement: {_tiers(cluster, plan)} (rank order {'-'.join(plan.order)})")
-    if len(set(plan.layers_per_stage)) > 1:
+    if len(set(plan.stage_pools)) > 1:
+        lines.append(f"uneven stages {list(plan.layers_per_stage)} balance the pools' speed and "
+                     "memory, the embedding/LM head and the in-flight activations")
+    elif len(set(plan.layers_per_stage)) > 1:
         lines.append(f"uneven stages {list(plan.layers_per_stage)} balance the embedding/LM head "
                      "and the in-flight activations")
     if runner_up is not None:

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from paraplan.cost import DEFAULT_ORDER, Job, Plan, Recompute
+from paraplan.cost.pools import stage_pools_of
 from paraplan.errors import ConfigError
 from paraplan.graph import LayerGraph, ModelSpec, build_graph, from_fields, from_hf_config, preset
-from paraplan.hardware import Cluster, build_cluster
+from paraplan.hardware import Cluster, build_cluster, build_pooled_cluster
 from paraplan.schema import PlanSection, Scenario
 
-__all__ = ["Instance", "build_instance", "fixed_plan", "even_split", "REQUIRED_KNOBS"]
+__all__ = ["Instance", "build_instance", "fixed_plan", "even_split", "default_stage_pools",
+           "REQUIRED_KNOBS"]
 
 REQUIRED_KNOBS = ("dp", "tp", "pp", "micro_batch", "zero", "recompute")
 
@@ -41,13 +43,36 @@ def build_instance(scenario: Scenario) -> Instance:
     """ConfigError (naming the field) for unknown presets, bad shapes or unsupported precision."""
     try:
         spec = _model_spec(scenario)
-        c = scenario.cluster
-        cluster = build_cluster(c.preset, nodes=c.nodes, gpus=c.gpus)
+        cluster = _cluster(scenario)
         job = Job(**scenario.job.model_dump())
-        cluster.accelerator.peak_for(job.precision.value)
+        for pool in cluster.pools or (cluster,):
+            pool.accelerator.peak_for(job.precision.value)
     except ValueError as e:
         raise ConfigError(str(e)) from None
     return Instance(scenario, build_graph(spec), cluster, job)
+
+
+def _cluster(scenario: Scenario) -> Cluster:
+    """The scenario's cluster; ValueError naming ``cluster.pools[i].preset`` for a bad pool."""
+    c = scenario.cluster
+    if c.pools is None:
+        assert c.preset is not None  # ClusterSection.check_size
+        return build_cluster(c.preset, nodes=c.nodes, gpus=c.gpus)
+    for i, pool in enumerate(c.pools):
+        try:
+            build_cluster(pool.preset, nodes=pool.nodes, gpus=pool.gpus)
+        except ValueError as e:
+            raise ValueError(str(e).replace("cluster.", f"cluster.pools[{i}].")) from None
+    return build_pooled_cluster([p.model_dump(exclude_none=True) for p in c.pools])
+
+
+def default_stage_pools(cluster: Cluster, plan: Plan) -> tuple[int, ...]:
+    """Every pool in cluster.pools order, each hosting its devices / (tp*cp*dp) stages
+    (() on a homogeneous cluster or when the pools do not divide)."""
+    if not cluster.pools:
+        return ()
+    return stage_pools_of(cluster, tuple(range(len(cluster.pools))),
+                          plan.tp * plan.cp * plan.dp) or ()
 
 
 def even_split(num_layers: int, pp: int) -> tuple[int, ...]:
@@ -88,4 +113,6 @@ def fixed_plan(inst: Instance, section: PlanSection | None = None) -> Plan:
         layers_per_stage=tuple(p.layers_per_stage or even_split(inst.spec.num_layers, pp)),
         order=tuple(p.order) if p.order else DEFAULT_ORDER,
     )
-    return plan
+    if p.stage_pools is not None:
+        return replace(plan, stage_pools=tuple(p.stage_pools))
+    return replace(plan, stage_pools=default_stage_pools(inst.cluster, plan))

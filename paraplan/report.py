@@ -19,7 +19,8 @@ def render_result(r: Result) -> str:
         f"grad_accum={p.grad_accum} zero={p.zero} sp={'on' if p.sequence_parallel else 'off'} "
         f"recompute={rec}",
         f"          layers_per_stage={p.layers_per_stage} order={'-'.join(p.order)} "
-        f"({p.num_devices} devices)",
+        f"({p.num_devices} devices)"
+        + (f" stage_pools={p.stage_pools}" if p.stage_pools else ""),
         f"step      {q.step_time_s:.3f} s = compute {q.compute_s:.3f} + exposed comm "
         f"{q.exposed_comm_s:.3f} + bubble {q.bubble_s:.3f} + optimizer {q.optimizer_s:.3f}",
         f"speed     {q.tokens_per_s_per_gpu:,.0f} tokens/s/GPU, {q.model_tflops_per_gpu:.0f} model "
@@ -30,9 +31,13 @@ def render_result(r: Result) -> str:
         "stage  layers  recompute  t/microbatch   weights    grads      optimizer  activations  "
         "buffers    total",
     ]
+    pooled = any(s.pool is not None for s in q.stages)
+    if pooled:  # mixed-GPU cluster: which pool (index in cluster.pools) runs each stage
+        lines[-1] = "stage  pool  " + lines[-1].removeprefix("stage  ")
     for s in q.stages:
+        pool = f"{s.pool:>4}  " if pooled else ""
         lines.append(
-            f"{s.stage:>5}  {s.layers:>6}  {s.recompute:<9}  {s.time_per_micro_batch_s * 1e3:>9.1f} ms"
+            f"{s.stage:>5}  {pool}{s.layers:>6}  {s.recompute:<9}  {s.time_per_micro_batch_s * 1e3:>9.1f} ms"
             f"  {gib(s.weights_bytes):>9}  {gib(s.grads_bytes):>9}  {gib(s.optimizer_bytes):>9}"
             f"  {gib(s.activations_bytes):>11}  {gib(s.buffers_bytes):>9}  {gib(s.total_bytes):>9}"
         )

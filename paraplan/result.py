@@ -32,12 +32,16 @@ class PlanOut(BaseModel):
     layers_per_stage: list[int]
     order: list[str] = Field(description="rank order, innermost first")
     num_devices: int
+    stage_pools: list[int] = Field(
+        default_factory=list, description="pooled clusters: the pool (index in cluster.pools) "
+        "of each pipeline stage")
 
 
 class StageOut(BaseModel):
     model_config = _OUT
     stage: int
     layers: int
+    pool: int | None = Field(None, description="pooled clusters: index in cluster.pools")
     recompute: str
     time_per_micro_batch_s: float
     weights_bytes: float
@@ -104,6 +108,7 @@ def plan_out(plan: Plan, job: Job) -> PlanOut:
         layers_per_stage=list(plan.layers_per_stage),
         order=[a.value for a in plan.order],
         num_devices=plan.num_devices,
+        stage_pools=list(plan.stage_pools),
     )
 
 
@@ -111,6 +116,7 @@ def predicted_out(b: Breakdown, plan: Plan) -> Predicted:
     stages = [
         StageOut(
             stage=s, layers=plan.layers_per_stage[s], recompute=plan.recompute[s].value,
+            pool=plan.stage_pools[s] if plan.stage_pools else None,
             time_per_micro_batch_s=b.stage_time_s[s],
             weights_bytes=m.weights_bytes, grads_bytes=m.grads_bytes,
             optimizer_bytes=m.optimizer_bytes, activations_bytes=m.activations_bytes,

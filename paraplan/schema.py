@@ -1,7 +1,7 @@
 """The scenario a user writes (YAML, JSON or a dict), validated at the boundary with pydantic.
 
 model:   exactly one of ``preset`` | ``hf_config`` | explicit fields
-cluster: node ``preset`` and ``nodes`` or ``gpus``
+cluster: node ``preset`` and ``nodes`` or ``gpus``; or ``pools`` of (preset, nodes) for mixed GPUs
 job:     ``seq_len``, ``global_batch``, ``precision``
 plan:    optional; any subset of knobs fixes them (evaluate needs all)
 solver:  optional; search options
@@ -21,6 +21,7 @@ from paraplan.errors import ConfigError
 __all__ = [
     "ModelSection",
     "ClusterSection",
+    "PoolSection",
     "JobSection",
     "PlanSection",
     "SolverSection",
@@ -88,14 +89,41 @@ class ModelSection(BaseModel):
         return self
 
 
-class ClusterSection(BaseModel):
+class PoolSection(BaseModel):
     model_config = _STRICT
-    preset: str = Field(description="node type (dgx-h100, gb200-nvl72, ...) or fabric preset")
-    nodes: int | None = Field(None, ge=1, description="number of nodes (a gb200-nvl72 node is a rack)")
+    preset: str = Field(description="node type of this pool (dgx-h100, dgx-a100-80gb, ...)")
+    nodes: int | None = Field(None, ge=1, description="number of nodes in this pool")
     gpus: int | None = Field(None, ge=1, description="number of devices, instead of nodes")
 
     @model_validator(mode="after")
+    def check_size(self) -> PoolSection:
+        if (self.nodes is None) == (self.gpus is None):
+            raise ValueError("give exactly one of nodes or gpus for each of cluster.pools")
+        return self
+
+
+class ClusterSection(BaseModel):
+    model_config = _STRICT
+    preset: str | None = Field(
+        None, description="node type (dgx-h100, gb200-nvl72, ...) or fabric preset")
+    nodes: int | None = Field(None, ge=1, description="number of nodes (a gb200-nvl72 node is a rack)")
+    gpus: int | None = Field(None, ge=1, description="number of devices, instead of nodes")
+    pools: list[PoolSection] | None = Field(
+        None, description="mixed-GPU cluster: pools of nodes of one type each, on one scale-out "
+        "network; the solver puts each pipeline stage on one pool (instead of preset/nodes/gpus)")
+
+    @model_validator(mode="after")
     def check_size(self) -> ClusterSection:
+        if self.pools is not None:
+            if self.preset is not None or self.nodes is not None or self.gpus is not None:
+                raise ValueError("give either cluster.pools or cluster.preset with nodes/gpus, "
+                                 "not both")
+            if not self.pools:
+                raise ValueError("cluster.pools must list at least one pool, e.g. "
+                                 "[{preset: dgx-h100, nodes: 4}, {preset: dgx-a100-80gb, nodes: 4}]")
+            return self
+        if self.preset is None:
+            raise ValueError("give cluster.preset (with nodes or gpus) or cluster.pools")
         if (self.nodes is None) == (self.gpus is None):
             raise ValueError("give exactly one of cluster.nodes or cluster.gpus")
         return self
@@ -130,6 +158,9 @@ class PlanSection(BaseModel):
         None, description="none | selective | full, or one per pipeline stage")
     layers_per_stage: list[int] | None = Field(None, description="uneven pipeline stages")
     order: list[Axis] | None = Field(None, description="rank order, innermost first")
+    stage_pools: list[int] | None = Field(
+        None, description="pooled clusters: the pool (index in cluster.pools) of each pipeline "
+        "stage; default for evaluate: every pool in cluster.pools order")
 
     @field_validator("layers_per_stage")
     @classmethod

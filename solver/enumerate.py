@@ -1,6 +1,7 @@
 """Exhaustive enumeration of the same space: the baseline the oracle tests and benchmarks use.
 
-Every layout (dominated ones included), every layer split in multiples of vp, every recompute
+Every layout (dominated ones included; on a pooled cluster every selection and order of pools),
+every layer split in multiples of vp, every recompute
 mode per stage, each scored by cost/ (the terms of a layout are built once, then each plan is
 scored by the same step-time and memory functions ``cost.evaluate`` uses; the winner is re-checked
 by ``cost.evaluate`` itself). Exponential: for small instances only.
@@ -76,8 +77,8 @@ def enumerate_plans(graph: LayerGraph, cluster: Cluster, job: Job, fixed: Fixed,
                 plan = replace(layout, layers_per_stage=split, recompute=modes)
                 count += 1
                 t = replace(terms, plan=plan)
-                fits = all(stage_memory(t, s, split[s], modes[s]).total_bytes <= t.capacity_bytes
-                           for s in range(plan.pp))
+                fits = all(stage_memory(t, s, split[s], modes[s]).total_bytes
+                           <= t.stage_capacity_bytes(s) for s in range(plan.pp))
                 if fits:
                     step = step_time_s(t).step_s
                     if step < best_s:

@@ -12,9 +12,10 @@ Variables (every per-layout variable is 0 unless its layout is used)
 Constraints (solver/constraints/)
     layers.add_layer_split     sum_{s,r} x = k_total use;  rec <= x <= k_hi rec
     memory.add_memory          x[L,s,r] <= kmax[L,s,r] rec[L,s,r]   (peak memory fits)
-    schedule.add_schedule      t[L,s] = sum_r T1_r x + T0_{s,r} rec;  tmax >= t[L,s]
-                               dpmax >= sum_r E1_r x + E0_{s,r} rec, dpmax >= 0
-                               omax >= O1 k[L,s] + O0_s use
+    schedule.add_schedule      t[L,s] = sum_r T1_{s,r} x + T0_{s,r} rec;  tmax >= t[L,s]
+                               dpmax >= sum_r E1_{s,r} x + E0_{s,r} rec, dpmax >= 0
+                               omax >= O1_s k[L,s] + O0_s use
+    (per-layer coefficients are per stage: on a pooled cluster each stage's pool sets them)
 Objective
     minimise z = sum_L 12/vp (vp m tmax + sum_s t[L,s] - tmax) + 12 (dpmax + omax), with the cut
     z >= sum_L LB_L use[L] (the layouts' lower bounds). Only the used layout's terms are non-zero,
@@ -129,9 +130,9 @@ def add_hint(model: cp_model.CpModel, mv: ModelVars, index: int, layers: list[in
                 model.AddHint(lv.x[s][r], k if on else 0)
             if chosen:
                 r = recs[s]
-                t_max = max(t_max, tk.time_per_k[r] * k + tk.time_fixed[(s, r)])
-                e_max = max(e_max, tk.dp_per_k[r] * k + tk.dp_fixed[(s, r)])
-                o_max = max(o_max, tk.opt_per_k * k + tk.opt_fixed[s])
+                t_max = max(t_max, tk.time_per_k[(s, r)] * k + tk.time_fixed[(s, r)])
+                e_max = max(e_max, tk.dp_per_k[(s, r)] * k + tk.dp_fixed[(s, r)])
+                o_max = max(o_max, tk.opt_per_k[s] * k + tk.opt_fixed[s])
         model.AddHint(lv.tmax, t_max)
         model.AddHint(lv.dpmax, e_max)
         model.AddHint(lv.omax, o_max)

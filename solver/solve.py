@@ -20,6 +20,7 @@ import itertools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 from ortools.sat.python import cp_model
 from paraplan.cost import (
@@ -32,6 +33,7 @@ from paraplan.cost import (
     stage_memory,
     stage_terms,
 )
+from paraplan.cost.pools import pool_floors, pooled_pipeline_floor_s
 from paraplan.cost.pp import pipeline_lower_bound_s
 from paraplan.cost.stage import compute_floor_s, inner_tiers_fastest
 from paraplan.graph import LayerGraph, ModelSpec
@@ -96,10 +98,11 @@ class NoFitError(ValueError):
 
 def layout_rank(plan: Plan) -> tuple:
     """Tie-break order among equally fast layouts: fewer stages, less cp, no interleaving,
-    smaller tp, ZeRO 1/0/2/3, smaller micro-batch, the default rank order."""
+    smaller tp, ZeRO 1/0/2/3, smaller micro-batch, the default rank order, then (pooled
+    clusters) the pools of the stages in lexicographic order."""
     order_rank = [DEFAULT_ORDER.index(a) for a in plan.order]
     return (plan.pp, plan.cp, plan.vp, plan.tp, _ZERO_PREFERENCE.index(plan.zero),
-            plan.micro_batch, order_rank)
+            plan.micro_batch, order_rank, plan.stage_pools)
 
 
 def _recomputes(fixed: Fixed) -> list[Recompute]:
@@ -151,7 +154,8 @@ def _bounded_tables(graph: LayerGraph, cluster: Cluster, job: Job, fixed: Fixed,
     packed = inner_tiers_fastest(cluster)
     shared: dict = {}
     order_cache: dict = {}
-    floors: dict[tuple, float] = {}
+    floors: dict[tuple, Any] = {}
+    uniform = not spec.is_moe or spec.num_dense_layers == 0  # pooled_pipeline_floor_s
     heap: list[tuple] = []
     tick = itertools.count()
     num_families = 0
@@ -160,11 +164,16 @@ def _bounded_tables(graph: LayerGraph, cluster: Cluster, job: Job, fixed: Fixed,
         if ks == []:
             continue
         num_families += 1
-        key = (family.tp, family.cp, family.micro_batch, family.sequence_parallel)
+        key = (family.tp, family.cp, family.micro_batch, family.sequence_parallel,
+               frozenset(family.stage_pools))
         if key not in floors:
-            floors[key] = compute_floor_s(graph, family, job, cluster)
+            floors[key] = (pool_floors(graph, family, job, cluster) if cluster.pools
+                           else compute_floor_s(graph, family, job, cluster))
         m = job.global_batch // (family.micro_batch * family.dp)
-        floor = pipeline_lower_bound_s(floors[key], family.pp, family.vp, m)
+        if cluster.pools:  # per-pool floors (cost/pools.py)
+            floor = pooled_pipeline_floor_s(floors[key], family, m, uniform)
+        else:
+            floor = pipeline_lower_bound_s(floors[key], family.pp, family.vp, m)
         heap.append((floor, next(tick), 0, family, ks))
     if not heap:
         raise NoLayoutError("no layout satisfies the divisibility rules")

@@ -20,18 +20,26 @@ which the CP-SAT model decides. Domains, each filtered by the scenario's fixed k
   spans (cost/comm.py); all communication costs grow with both, so an order no better on any of
   them than another is dropped (equal profiles keep the order nearest Megatron's default
   tp-cp-dp-pp).
+
+Pooled (mixed-GPU) clusters (cost/pools.py): for each ordered selection of pools (every
+non-empty subset, in every order: stage 0 holds the most in-flight activations, so which pool
+comes first matters), tp, cp and dp range over the divisors of the gcd of those pools' device
+counts, each pool hosts its devices / (tp*cp*dp) stages and pp is their sum; orders keep pp
+outermost, and an order is dropped when another is no worse on the profile of every used pool.
+Degrees are the same on every pool (Megatron-LM and NeMo build one process-group layout).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from itertools import permutations
-from math import factorial
+from math import factorial, gcd
 
 from paraplan.cost import DEFAULT_ORDER, Axis, Plan, Recompute, allgather_s, group_span
 from paraplan.cost.comm import alltoall_s, p2p_s
 from paraplan.cost.ep import ep_span, expert_dp_span
 from paraplan.cost.plan import expert_axes
+from paraplan.cost.pools import pool_sequence, stage_pools_of
 from paraplan.graph import ModelSpec
 from paraplan.hardware import Cluster
 
@@ -55,6 +63,7 @@ class Fixed:
     recompute: tuple[Recompute, ...] | None = None
     layers_per_stage: tuple[int, ...] | None = None
     order: tuple[Axis, ...] | None = None
+    stage_pools: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -113,6 +122,17 @@ def _eps(spec: ModelSpec, dp: int, cp: int, fixed: Fixed) -> list[int]:
     return [e for e in divisors(dp * cp) if spec.num_experts % e == 0 and _allowed(e, fixed.ep)]
 
 
+def _profile(cluster: Cluster, plan: Plan) -> tuple[float, ...]:
+    """_comm_profile, concatenated over the used pools on a pooled cluster."""
+    if not plan.stage_pools:
+        return _comm_profile(cluster, plan)
+    out: tuple[float, ...] = ()
+    for p in sorted(set(plan.stage_pools)):
+        local = replace(plan, pp=plan.stage_pools.count(p), stage_pools=())
+        out += _comm_profile(cluster.pools[p], local)
+    return out
+
+
 def _dominated(a: tuple[float, ...], b: tuple[float, ...]) -> bool:
     """b is no worse than a anywhere (a can be dropped)."""
     return all(y <= x * (1 + 1e-12) for x, y in zip(a, b, strict=True))
@@ -128,13 +148,19 @@ def _canonical(active_order: tuple[Axis, ...]) -> tuple[Axis, ...]:
 
 
 def _candidate_orders(plan: Plan, fixed: Fixed, options: Options) -> list[tuple[Axis, ...]]:
-    """Distinct rank orders (permutations of the axes of degree > 1), Megatron's nearest first."""
+    """Distinct rank orders (permutations of the axes of degree > 1), Megatron's nearest first;
+    pp stays outermost on a pooled cluster."""
+    pooled = bool(plan.stage_pools)
     if fixed.order is not None:
+        if pooled and fixed.order[-1] is not Axis.PP:
+            return []
         return [fixed.order] if plan.ep == 1 or _ep_ok(plan, fixed.order) else []
     if not options.search_placement:
         return [DEFAULT_ORDER] if plan.ep == 1 or _ep_ok(plan, DEFAULT_ORDER) else []
     active = [a for a in DEFAULT_ORDER if plan.degree(a) > 1]
-    candidates = [o for o in (_canonical(p) for p in permutations(active))
+    tail = (Axis.PP,) if pooled and Axis.PP in active else ()  # pooled: pp stays outermost
+    movable = [a for a in active if a not in tail]
+    candidates = [o for o in (_canonical(p + tail) for p in permutations(movable))
                   if plan.ep == 1 or _ep_ok(plan, o)]
     return sorted(candidates, key=lambda o: [DEFAULT_ORDER.index(a) for a in o])
 
@@ -146,7 +172,7 @@ def _orders(plan: Plan, cluster: Cluster, fixed: Fixed, options: Options,
     candidates = _candidate_orders(plan, fixed, options)
     if len(candidates) <= 1:
         return candidates
-    profiles = [(o, _comm_profile(cluster, replace(plan, order=o))) for o in candidates]
+    profiles = [(o, _profile(cluster, replace(plan, order=o))) for o in candidates]
     if not prune:
         distinct: dict[tuple[float, ...], tuple[Axis, ...]] = {}
         for order, prof in profiles:
@@ -165,6 +191,8 @@ def families(spec: ModelSpec, cluster: Cluster, seq_len: int, global_batch: int,
              fixed: Fixed, options: Options) -> list[Plan]:
     """Every layout family: degrees, ep, micro-batch, vp and SP fixed; ZeRO and the rank order
     left to ``zeros`` and ``orders`` (placeholders here: the first ZeRO stage, Megatron's order)."""
+    if cluster.pools:
+        return _pooled_families(spec, cluster, seq_len, global_batch, fixed, options)
     n = cluster.num_devices
     out: list[Plan] = []
     cps = [c for c in (1, 2, 4, 8, 16, 32, 64)
@@ -232,12 +260,13 @@ def orders(family: Plan, cluster: Cluster, fixed: Fixed, options: Options, *,
            prune_dominated: bool = True, cache: dict | None = None) -> list[tuple[Axis, ...]]:
     """Rank orders of a family (module docstring); ``cache`` keeps them across families with the
     same degrees."""
-    key = (family.tp, family.cp, family.pp, family.dp, family.ep, prune_dominated)
+    key = (family.tp, family.cp, family.pp, family.dp, family.ep, prune_dominated,
+           family.stage_pools)
     if cache is not None and key in cache:
         return cache[key]
     base = Plan(dp=family.dp, tp=family.tp, pp=family.pp, cp=family.cp, ep=family.ep,
                 micro_batch=1, recompute=(Recompute.NONE,) * family.pp,
-                layers_per_stage=(1,) * family.pp)
+                layers_per_stage=(1,) * family.pp, stage_pools=family.stage_pools)
     out = _orders(base, cluster, fixed, options, prune_dominated)
     if cache is not None:
         cache[key] = out
@@ -246,9 +275,10 @@ def orders(family: Plan, cluster: Cluster, fixed: Fixed, options: Options, *,
 
 def num_orders(family: Plan, fixed: Fixed, options: Options, cache: dict | None = None) -> int:
     """Rank orders of a family before dominance pruning (the size of the placement space)."""
-    if family.ep == 1 and fixed.order is None and options.search_placement:
+    if family.ep == 1 and fixed.order is None and options.search_placement \
+            and not family.stage_pools:
         return factorial(sum(1 for a in DEFAULT_ORDER if family.degree(a) > 1))
-    key = ("count", family.tp, family.cp, family.pp, family.dp, family.ep)
+    key = ("count", family.tp, family.cp, family.pp, family.dp, family.ep, bool(family.stage_pools))
     if cache is None or key not in cache:
         count = len(_candidate_orders(family, fixed, options))
         if cache is None:
@@ -269,3 +299,40 @@ def layouts(spec: ModelSpec, cluster: Cluster, seq_len: int, global_batch: int,
             for zero in zeros(family, fixed, prune_dominated=prune_dominated)
             for order in orders(family, cluster, fixed, options, prune_dominated=prune_dominated,
                                 cache=cache)]
+
+
+def _pool_sequences(cluster: Cluster, fixed: Fixed) -> list[tuple[int, ...]]:
+    """Ordered selections of pools: every non-empty subset in every order (or the fixed one)."""
+    if fixed.stage_pools is not None:
+        return [pool_sequence(fixed.stage_pools)]
+    ids = range(len(cluster.pools))
+    return [seq for k in range(1, len(cluster.pools) + 1) for seq in permutations(ids, k)]
+
+
+def _pooled_families(spec: ModelSpec, cluster: Cluster, seq_len: int, global_batch: int,
+                     fixed: Fixed, options: Options) -> list[Plan]:
+    """``families`` on a pooled cluster (module docstring), each with its ``stage_pools``."""
+    out: list[Plan] = []
+    for seq in _pool_sequences(cluster, fixed):
+        g = gcd(*(cluster.pools[p].num_devices for p in seq))
+        cps = [c for c in (1, 2, 4, 8, 16, 32, 64)
+               if g % c == 0 and seq_len % (2 * c) == 0 and _allowed(c, fixed.cp)]
+        for tp in divisors(g):
+            if not (_tp_ok(tp, spec) and _allowed(tp, fixed.tp)):
+                continue
+            for cp in cps:
+                if (g // tp) % cp:
+                    continue
+                for dp in divisors(g // (tp * cp)):
+                    pools = stage_pools_of(cluster, seq, tp * cp * dp)
+                    if pools is None or (fixed.stage_pools is not None
+                                         and pools != fixed.stage_pools):
+                        continue
+                    pp = len(pools)
+                    if (pp > spec.num_layers or not _allowed(pp, fixed.pp)
+                            or not _allowed(dp, fixed.dp) or global_batch % dp):
+                        continue
+                    for ep in _eps(spec, dp, cp, fixed):
+                        out += [replace(f, stage_pools=pools) for f in
+                                _families_of(spec, global_batch, dp, tp, pp, cp, ep, fixed, options)]
+    return out

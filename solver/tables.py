@@ -4,11 +4,13 @@ For a layout (see space.py), each stage s and recompute mode r, cost/ gives a st
 as fixed + per-layer parts (``cost.stage.Affine``): time per micro-batch, exposed DP sync before
 clamping at 0, optimizer time; and memory as the most layers that fit. Nothing here computes a
 cost; it only calls cost/ and converts to integers through scale.py.
+Per-layer coefficients are per (stage, mode): on a pooled cluster each stage's pool sets them
+(cost/stage.py ``StageTerms.at``); on a homogeneous one they are equal across stages.
 Also the layout's bounds used to prune before CP-SAT:
 - lower bound: the 1F1B step (m - 1/vp) * tmax + sum_t / vp + optimizer grows with each term, so
   it is bounded below by tmax >= the least max over integer splits of each stage's fastest
   memory-feasible time (greedy min-max, exact for these non-decreasing functions), sum_t >= blocks
-  filling the cheapest modes' memory first, optimizer >= its least per-stage value;
+  filling the cheapest (stage, mode) memory first, optimizer >= its least per-stage value;
 - upper bound: the better of the even split and that min-max split, each stage running its
   fastest recompute that fits (a real plan, scored by cost/).
 """
@@ -20,7 +22,7 @@ from dataclasses import dataclass, replace
 
 from paraplan.cost import Job, Plan, Recompute, StageTerms, stage_terms
 from paraplan.cost.evaluate import step_time_s
-from paraplan.cost.memory import max_layers_per_stage
+from paraplan.cost.memory import max_layers_per_stage, stage_memory_model
 from paraplan.cost.pp import pipeline_lower_bound_s
 from paraplan.graph import LayerGraph
 from paraplan.hardware import Cluster
@@ -51,13 +53,13 @@ class LayoutTables:
 
 @dataclass(frozen=True)
 class TickTables:
-    """Integer coefficients, per unit of k (vp layers): value = per_k * k + fixed[s, r]."""
+    """Integer coefficients, per unit of k (vp layers): value = per_k[s, r] * k + fixed[s, r]."""
 
-    time_per_k: dict[Recompute, int]
+    time_per_k: dict[tuple[int, Recompute], int]
     time_fixed: dict[tuple[int, Recompute], int]
-    dp_per_k: dict[Recompute, int]
+    dp_per_k: dict[tuple[int, Recompute], int]
     dp_fixed: dict[tuple[int, Recompute], int]
-    opt_per_k: int
+    opt_per_k: dict[int, int]
     opt_fixed: dict[int, int]
     lower_bound: int
 
@@ -79,38 +81,74 @@ def even_layers(num_layers: int, pp: int, vp: int) -> tuple[int, ...] | None:
 
 def _least_total_s(terms: StageTerms, k_max: dict[tuple[int, Recompute], int],
                    recomputes: list[Recompute], num_layers: int) -> float:
-    """Least sum of stage times over all splits: blocks fill the cheapest modes' memory first.
+    """Least sum of stage times over all splits: blocks fill the cheapest (stage, mode) memory first.
 
-    Relaxation: stages using one of the j cheapest modes hold at most sum_s max over those modes
-    of the stage's layer capacity, so filling modes cheapest-first bounds any real split's total.
+    Relaxation: stage s holding n layers in some mode costs n * c[s, r] for a mode r whose
+    capacity holds n, which is at least h_s(n): the first cap_1 layers at the stage's cheapest
+    per-layer cost c_1, the next up to cap_2 (the most any of its two cheapest modes holds) at
+    c_2, and so on (cap_j = max of the j cheapest modes' capacities). Each h_s is convex, so the
+    least sum_s h_s(n_s) with sum_s n_s = layers takes the cheapest segments over all stages
+    first; plus each stage's least fixed part.
     """
     pp, vp = terms.plan.pp, terms.plan.vp
-    total = sum(terms.stage_time_s(s, 0, recomputes[0]) for s in range(pp))
-    left, placed = num_layers, 0
-    prefix: list[Recompute] = []
-    for r in sorted(recomputes, key=lambda r: terms.block[r].time_s):
-        prefix.append(r)
-        capacity = vp * sum(max(k_max[(s, q)] for q in prefix) for s in range(pp))
-        take = max(0, min(left, capacity - placed))
-        total += take * terms.block[r].time_s
+    total = sum(min(terms.stage_time(s, r).fixed for r in recomputes) for s in range(pp))
+    segments: list[tuple[float, int]] = []
+    for s in range(pp):
+        held = 0
+        for r in sorted(recomputes, key=lambda r: terms.block_at(s, r).time_s):
+            cap = max(held, vp * k_max[(s, r)])
+            segments.append((terms.block_at(s, r).time_s, cap - held))
+            held = cap
+    left = num_layers
+    for cost, length in sorted(segments):
+        take = min(left, length)
+        total += take * cost
         left -= take
-        placed += take
     return total if left == 0 else INF
 
 
 def quick_lower_bound_s(terms: StageTerms, recomputes: list[Recompute], num_layers: int) -> float:
-    """Bound from the layout's terms alone: every block at its cheapest mode, perfectly balanced
-    (pipeline_lower_bound_s), memory ignored, plus the least exposed DP sync."""
+    """Bound from the layout's terms alone: every block at the cheapest (stage, mode), perfectly
+    balanced (pipeline_lower_bound_s), memory ignored, plus the least exposed DP sync. Stage
+    fixed parts: their least over modes (middle stages share stage 1's on a homogeneous cluster).
+    Pooled clusters: the slowest stage is also at least the water level of the stages' own
+    fixed + per-layer lines (_water_level_s), so (m - 1/vp) * max(that, sum/pp) + sum/vp."""
     pp = terms.plan.pp
-    cheapest = min(recomputes, key=lambda r: terms.block[r].time_s)
-    fixed = terms.stage_time(0, cheapest).fixed
-    if pp > 1:
-        fixed += terms.stage_time(pp - 1, cheapest).fixed
-    if pp > 2:
-        fixed += (pp - 2) * terms.stage_time(1, cheapest).fixed
-    total = fixed + num_layers * terms.block[cheapest].time_s
-    return (pipeline_lower_bound_s(total, pp, terms.plan.vp, terms.num_micro_batches)
-            + _dp_lower_bound_s(terms, recomputes, num_layers // terms.plan.vp))
+    stages = range(pp) if terms.pool_terms else sorted({0, min(1, pp - 1), pp - 1})
+    weight = {s: 1 for s in stages}
+    if not terms.pool_terms and pp > 2:
+        weight[1] = pp - 2
+    fixed_s = {s: min(terms.stage_time(s, r).fixed for r in recomputes) for s in stages}
+    per_layer_s = {s: min(terms.block_at(s, r).time_s for r in recomputes) for s in stages}
+    total = sum(weight[s] * fixed_s[s] for s in stages) + num_layers * min(per_layer_s.values())
+    dp_lb = _dp_lower_bound_s(terms, recomputes, num_layers // terms.plan.vp)
+    vp, m = terms.plan.vp, terms.num_micro_batches
+    if not terms.pool_terms:
+        return pipeline_lower_bound_s(total, pp, vp, m) + dp_lb
+    # pooled: the slowest stage is at least the water level of the stages' own lines
+    slowest = max(total / pp, _water_level_s([fixed_s[s] for s in stages],
+                                             [per_layer_s[s] for s in stages], num_layers))
+    return (m - 1 / vp) * slowest + total / vp + dp_lb
+
+
+def _water_level_s(fixed_s: list[float], per_layer_s: list[float], num_layers: int) -> float:
+    """Least max_s (F_s + c_s n_s) over real n_s >= 0 with sum_s n_s = layers (water-filling):
+    the level T with sum_s max(0, (T - F_s) / c_s) = layers. A stage holding n layers takes at
+    least its least fixed part plus n times its cheapest per-layer time, so this bounds the
+    slowest stage of any split. Units: seconds."""
+    if any(c <= 0 for c in per_layer_s):
+        return max(fixed_s) if fixed_s else 0.0
+    order = sorted(range(len(fixed_s)), key=lambda s: fixed_s[s])
+    inv, weighted = 0.0, 0.0
+    level = 0.0
+    for j, s in enumerate(order):
+        inv += 1 / per_layer_s[s]
+        weighted += fixed_s[s] / per_layer_s[s]
+        level = (num_layers + weighted) / inv
+        nxt = fixed_s[order[j + 1]] if j + 1 < len(order) else float("inf")
+        if level <= nxt:
+            break
+    return max(level, min(fixed_s))
 
 
 def _stage_time_by_k(terms: StageTerms, stage: int, k_max: dict[tuple[int, Recompute], int],
@@ -118,7 +156,7 @@ def _stage_time_by_k(terms: StageTerms, stage: int, k_max: dict[tuple[int, Recom
     """f(k), k = 0..k_hi: the least time of ``stage`` holding vp*k layers over the recompute
     modes whose memory fits them (INF where none does). Non-decreasing in k."""
     vp = terms.plan.vp
-    modes = sorted(recomputes, key=lambda r: terms.block[r].time_s)
+    modes = sorted(recomputes, key=lambda r: terms.block_at(stage, r).time_s)
     lines = [(k_max[(stage, r)], terms.stage_time(stage, r)) for r in modes]
     out = []
     for k in range(k_hi + 1):
@@ -159,7 +197,7 @@ def _lower_bound_s(terms: StageTerms, f: list[list[float]], ks: list[int] | None
     tmax = max(total / pp, max(f[s][k] for s, k in enumerate(ks)))
     opt = [terms.optimizer(s) for s in range(pp)]
     opt_lb = max(max(o.at(vp) for o in opt),
-                 sum(o.fixed for o in opt) / pp + opt[0].per_layer * num_layers / pp)
+                 sum(o.fixed for o in opt) / pp + min(o.per_layer for o in opt) * num_layers / pp)
     return (m - 1 / vp) * tmax + total / vp + opt_lb + _dp_lower_bound_s(terms, recomputes,
                                                                            num_layers // vp)
 
@@ -168,13 +206,18 @@ def _dp_lower_bound_s(terms: StageTerms, recomputes: list[Recompute], k_total: i
     """Least exposed DP sync over all splits and modes.
 
     Each stage's exposure max(0, sync - window) is at least g_s(k) = sync_s(k) - window_s(k) with
-    the largest window any mode gives. Some stage holds k >= ceil(K/pp) and some k <= floor(K/pp);
-    with g increasing (decreasing) in k the former (latter) has g_s(k) >= min_s g_s(that k)."""
+    the largest window any mode gives that stage. Some stage holds k in [ceil(K/pp), K - pp + 1]
+    and some k in [1, floor(K/pp)]; g_s is affine, so on each range it is least at an end, and
+    the exposure is at least the larger of the two minima over stages."""
     pp, vp = terms.plan.pp, terms.plan.vp
-    widest = max(recomputes, key=lambda r: terms.block[r].backward_s)
-    g = [terms.dp_exposed(s, widest) for s in sorted({0, min(1, pp - 1), pp - 1})]  # middles alike
-    k_bar = -(-k_total // pp) if g[0].per_layer >= 0 else k_total // pp
-    return max(0.0, min(gs.at(vp * k_bar) for gs in g))
+    stages = range(pp) if terms.pool_terms else sorted({0, min(1, pp - 1), pp - 1})  # middles alike
+    g = [terms.dp_exposed(s, max(recomputes, key=lambda r: terms.block_at(s, r).backward_s))
+         for s in stages]
+    hi, lo = -(-k_total // pp), k_total // pp
+    k_last = k_total - pp + 1
+    above = min(min(gs.at(vp * hi), gs.at(vp * k_last)) for gs in g)
+    below = min(min(gs.at(vp), gs.at(vp * lo)) for gs in g) if lo >= 1 else above
+    return max(0.0, above, below)
 
 
 def _upper_plan(terms: StageTerms, layout: Plan, split: tuple[int, ...] | None,
@@ -199,6 +242,10 @@ def layer_caps(terms: StageTerms, recomputes: list[Recompute], k_hi: int
     """Most k (units of vp layers, at most ``k_hi``) each stage holds in each mode within memory.
     Memory does not depend on the rank order, so any order's terms give the same caps."""
     cap, vp = terms.capacity_bytes, terms.plan.vp
+    if terms.pool_terms:  # each stage on its own pool's memory
+        return {(s, r): min(k_hi, stage_memory_model(terms, s, r).max_layers(
+                    terms.stage_capacity_bytes(s)) // vp)
+                for r in recomputes for s in range(terms.plan.pp)}
     return {(s, r): min(k_hi, n // vp)
             for r in recomputes for s, n in enumerate(max_layers_per_stage(terms, r, cap))}
 
@@ -242,14 +289,14 @@ def _tick_tables(tab: LayoutTables) -> TickTables:
     time_per_k, dp_per_k = {}, {}
     time_fixed, dp_fixed = {}, {}
     for r in tab.recomputes:
-        time_per_k[r] = to_ticks(vp * terms.stage_time(0, r).per_layer)
-        dp_per_k[r] = to_ticks(vp * terms.dp_exposed(0, r).per_layer)
         for s in stages:
+            time_per_k[(s, r)] = to_ticks(vp * terms.stage_time(s, r).per_layer)
+            dp_per_k[(s, r)] = to_ticks(vp * terms.dp_exposed(s, r).per_layer)
             time_fixed[(s, r)] = to_ticks(terms.stage_time(s, r).fixed)
             dp_fixed[(s, r)] = to_ticks(terms.dp_exposed(s, r).fixed)
     return TickTables(
         time_per_k=time_per_k, time_fixed=time_fixed, dp_per_k=dp_per_k, dp_fixed=dp_fixed,
-        opt_per_k=to_ticks(vp * terms.optimizer(0).per_layer),
+        opt_per_k={s: to_ticks(vp * terms.optimizer(s).per_layer) for s in stages},
         opt_fixed={s: to_ticks(terms.optimizer(s).fixed) for s in stages},
         lower_bound=int(to_ticks(tab.lower_bound_s) * 0.999999) if tab.lower_bound_s < INF else 0,
     )

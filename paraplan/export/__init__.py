@@ -40,6 +40,7 @@ __all__ = [
     "plan_summary", "header_lines", "enforce", "effective_order", "order_matches",
     "order_fixes", "recompute_fixes", "regroup", "repair", "uniform_recompute", "comment_block",
     "first_refusal", "check_dense_model", "check_no_expert_parallel", "micro_batch_repairs",
+    "POOLED_TARGETS", "pool_lines",
 ]
 
 MAX_REPAIR_DEPTH = 3  # rule repairs chained when searching the nearest expressible plan
@@ -127,6 +128,7 @@ def to_cost_plan(plan: PlanOut) -> Plan:
         recompute=tuple(Recompute(r) for r in plan.recompute_per_stage),
         layers_per_stage=tuple(plan.layers_per_stage),
         order=tuple(Axis(a) for a in plan.order),
+        stage_pools=tuple(plan.stage_pools),
     )
 
 
@@ -159,6 +161,8 @@ def plan_summary(plan: Plan) -> str:
         f"layers_per_stage={list(plan.layers_per_stage)}",
         f"order={'-'.join(a.value for a in plan.order)}",
     ]
+    if plan.stage_pools:
+        parts.append(f"stage_pools={list(plan.stage_pools)}")
     return " ".join(parts)
 
 
@@ -390,6 +394,7 @@ def header_lines(ctx: ExportContext, framework: str) -> list[str]:
         f"{cluster.num_nodes} x {cluster.devices_per_node} {cluster.name} devices, "
         f"seq_len {ctx.inst.job.seq_len}, global_batch {ctx.inst.job.global_batch}, "
         f"precision {ctx.precision.value}",
+        *pool_lines(ctx),
     ]
 
 
@@ -410,7 +415,56 @@ def _target(name: str) -> tuple[str, Target]:
     return key, EXPORTERS[key]
 
 
+POOLED_TARGETS = ("megatron", "trace")
+"""Targets that take a plan on a mixed-GPU cluster (cluster.pools): one Megatron job whose pipeline
+stages sit on different node types, launched with the pool -> node-rank mapping the header states
+(pool_lines); the others build one mesh of one device type and refuse."""
+
+
+def pool_lines(ctx: ExportContext) -> list[str]:
+    """Pooled cluster: which node ranks (and global ranks) run on which pool and stages. Stages
+    are the outermost rank axis (cost/pools.py), so stage s holds ranks s*S .. (s+1)*S - 1 with
+    S = tp*cp*dp, and each used pool's nodes take consecutive node ranks in stage order."""
+    plan, cluster = ctx.plan, ctx.cluster
+    if not cluster.pools or not plan.stage_pools:
+        return []
+    per_stage = plan.tp * plan.cp * plan.dp
+    lines = ["mixed-GPU cluster: launch each pool's nodes with these node ranks "
+             "(pipeline stages are the outermost rank axis)"]
+    first_rank = 0
+    for p in dict.fromkeys(plan.stage_pools):
+        pool = cluster.pools[p]
+        stages = [s for s, q in enumerate(plan.stage_pools) if q == p]
+        last_rank = first_rank + len(stages) * per_stage - 1
+        lines.append(
+            f"  pool {p} ({pool.num_nodes} x {pool.name}): NODE_RANK "
+            f"{first_rank // pool.devices_per_node}-{last_rank // pool.devices_per_node}, ranks "
+            f"{first_rank}-{last_rank}, stages {stages[0]}-{stages[-1]} "
+            f"({sum(plan.layers_per_stage[s] for s in stages)} layers)")
+        first_rank = last_rank + 1
+    idle = [i for i in range(len(cluster.pools)) if i not in plan.stage_pools]
+    if idle:
+        lines.append(f"  pools {idle} stay idle (the plan is faster without them)")
+    return lines
+
+
+def _check_pooled(ctx: ExportContext, name: str) -> None:
+    if not ctx.cluster.pools:
+        return
+    if name not in POOLED_TARGETS:
+        raise ExportError(
+            f"{name} cannot express a plan on a mixed-GPU cluster (cluster.pools): it builds one "
+            "device mesh of one GPU type; export to megatron (stages on pools, uneven layers) or "
+            "plan for one pool (cluster.preset)")
+    used = {ctx.cluster.pools[p].devices_per_node for p in set(ctx.plan.stage_pools)}
+    if len(used) > 1:
+        raise ExportError(
+            f"{name} cannot launch pools with different GPUs per node {sorted(used)} in one "
+            "torchrun job (--nproc-per-node is one number)")
+
+
 def _render(ctx: ExportContext, target: Target) -> str:
+    _check_pooled(ctx, next(k for k, t in EXPORTERS.items() if t == target))
     module = importlib.import_module(target.module)
     text: str = module.render(ctx)
     return text if text.endswith("\n") else text + "\n"

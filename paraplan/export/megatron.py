@@ -506,6 +506,14 @@ def _notes(ctx: ExportContext) -> list[str]:
     return notes
 
 
+def _num_nodes(ctx: ExportContext) -> int:
+    """Nodes the job runs on: all of them, or on a mixed-GPU cluster those of the used pools."""
+    pools = ctx.cluster.pools
+    if not pools or not ctx.plan.stage_pools:
+        return ctx.cluster.num_nodes
+    return sum(pools[p].num_nodes for p in set(ctx.plan.stage_pools))
+
+
 def render(ctx: ExportContext) -> str:
     """The launch script: header, environment, torchrun line with every flag, one per line."""
     argv = megatron_args(ctx)
@@ -513,7 +521,7 @@ def render(ctx: ExportContext) -> str:
     cluster = ctx.cluster
     env_lines = [f"unset {k}" if v is None else f"export {k}={v}" for k, v in env.items()]
     launch = [
-        f"torchrun --nnodes {cluster.num_nodes} --nproc-per-node {cluster.devices_per_node}",
+        f"torchrun --nnodes {_num_nodes(ctx)} --nproc-per-node {cluster.devices_per_node}",
         '--node-rank "${NODE_RANK:-0}" --master-addr "${MASTER_ADDR:-localhost}"',
         '--master-port "${MASTER_PORT:-6000}"',
         '"${MEGATRON_LM:-.}/pretrain_gpt.py"',

@@ -83,7 +83,7 @@ def _terms(ctx: ExportContext) -> _Terms | None:
         terms = stage_terms(ctx.inst.graph, plan, ctx.inst.job, ctx.cluster)
         return _Terms(
             compute_s=[terms.stage_compute_s(s, n, plan.recompute[s]) for s, n in stages],
-            p2p_s=[terms.p2p_s] * plan.pp,
+            p2p_s=[terms.p2p_at(s) for s in range(plan.pp)],
             total_s=[terms.stage_time_s(s, n, plan.recompute[s]) for s, n in stages],
             sync_s=[terms.dp_sync_s(s, n) for s, n in stages],
         )

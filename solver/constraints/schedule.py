@@ -13,8 +13,8 @@ __all__ = ["add_schedule"]
 
 
 def add_schedule(model: cp_model.CpModel, lv: LayoutVars) -> None:
-    """t = sum_r T1_r x + T0 rec; tmax >= t; dpmax >= sum_r E1_r x + E0 rec, dpmax >= 0;
-    omax >= O1 k + O0 use."""
+    """t = sum_r T1_{s,r} x + T0_{s,r} rec; tmax >= t; dpmax >= sum_r E1_{s,r} x + E0_{s,r} rec,
+    dpmax >= 0; omax >= O1_s k + O0_s use."""
     tk, pp, i = lv.ticks, lv.tables.plan.pp, lv.index
     k_hi = lv.tables.k_total
 
@@ -25,12 +25,13 @@ def add_schedule(model: cp_model.CpModel, lv: LayoutVars) -> None:
                               f"tmax_{i}")
     lv.dpmax = model.NewIntVar(0, upper(list(tk.dp_per_k.values()), list(tk.dp_fixed.values())),
                                f"dpmax_{i}")
-    lv.omax = model.NewIntVar(0, upper([tk.opt_per_k], list(tk.opt_fixed.values())), f"omax_{i}")
+    lv.omax = model.NewIntVar(0, upper(list(tk.opt_per_k.values()), list(tk.opt_fixed.values())),
+                              f"omax_{i}")
     for s in range(pp):
         rs, xs = lv.rec[s], lv.x[s]
-        t = sum(tk.time_per_k[r] * xs[r] + tk.time_fixed[(s, r)] * rs[r] for r in rs)
+        t = sum(tk.time_per_k[(s, r)] * xs[r] + tk.time_fixed[(s, r)] * rs[r] for r in rs)
         lv.t.append(t)
         model.Add(lv.tmax >= t)
-        e_lin = sum(tk.dp_per_k[r] * xs[r] + tk.dp_fixed[(s, r)] * rs[r] for r in rs)
+        e_lin = sum(tk.dp_per_k[(s, r)] * xs[r] + tk.dp_fixed[(s, r)] * rs[r] for r in rs)
         model.Add(lv.dpmax >= e_lin)
-        model.Add(lv.omax >= tk.opt_per_k * lv.k(s) + tk.opt_fixed[s] * lv.use)
+        model.Add(lv.omax >= tk.opt_per_k[s] * lv.k(s) + tk.opt_fixed[s] * lv.use)
