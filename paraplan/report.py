@@ -48,7 +48,7 @@ def render_result(r: Result) -> str:
             f"solver    {v.status}: objective {v.objective_s:.4f} s, bound {v.bound_s:.4f} s, "
             f"gap {v.gap:.2%}, {v.wall_s:.2f} s wall ({v.workers} workers, seed {v.seed}, "
             f"limit {v.time_limit_s:g} s); {v.num_layouts} layouts, {v.num_layouts_pruned} "
-            "pruned by bound",
+            "left out by bound, dominance or memory",
         ]
     if r.explanation:
         lines += ["", "why this plan"] + [f"  - {e}" for e in r.explanation]
