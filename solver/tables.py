@@ -26,7 +26,7 @@ from paraplan.cost.memory import max_layers_per_stage, stage_memory_model
 from paraplan.cost.pp import pipeline_lower_bound_s
 from paraplan.graph import LayerGraph
 from paraplan.hardware import Cluster
-from paraplan.solver.scale import to_ticks
+from paraplan.solver.scale import TIME_RESOLUTION_S, to_ticks, tolerance_s
 
 __all__ = ["LayoutTables", "build_tables", "even_layers", "quick_lower_bound_s", "layer_caps",
            "fits_some_split"]
@@ -298,5 +298,16 @@ def _tick_tables(tab: LayoutTables) -> TickTables:
         time_per_k=time_per_k, time_fixed=time_fixed, dp_per_k=dp_per_k, dp_fixed=dp_fixed,
         opt_per_k={s: to_ticks(vp * terms.optimizer(s).per_layer) for s in stages},
         opt_fixed={s: to_ticks(terms.optimizer(s).fixed) for s in stages},
-        lower_bound=int(to_ticks(tab.lower_bound_s) * 0.999999) if tab.lower_bound_s < INF else 0,
+        lower_bound=_lower_bound_ticks(tab),
     )
+
+
+def _lower_bound_ticks(tab: LayoutTables) -> int:
+    """The layout's lower bound in ticks, below anything the model can compute for it: the
+    model sums rounded coefficients, off from cost/ by at most scale.tolerance_s, so the bound
+    drops by that much (and a millionth, for floating point) before the floor."""
+    if tab.lower_bound_s == INF:
+        return 0
+    slack = tolerance_s(tab.num_micro_batches, tab.plan.pp, tab.k_total) / TIME_RESOLUTION_S
+    ticks = to_ticks(tab.lower_bound_s)
+    return max(0, int(min(ticks * 0.999999, ticks - slack - 1)))

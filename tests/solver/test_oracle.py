@@ -5,17 +5,31 @@ minimum over the same space, and the solver says infeasible exactly when enumera
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 from paraplan.cost import Axis, Job, Plan, Precision, Recompute, evaluate
 from paraplan.graph import Activation, ModelSpec, build_graph
-from paraplan.hardware import build_cluster
+from paraplan.hardware import Cluster, Tier, build_cluster
 from paraplan.solver import Fixed, NoFitError, NoLayoutError, Options, SolverOptions, solve_instance
 from paraplan.solver.enumerate import enumerate_plans
 from paraplan.solver.scale import tolerance_s
 
 CLUSTERS = [("dgx-a100-40gb", 1), ("dgx-a100-80gb", 2), ("dgx-h100", 4), ("dgx-h100", 8),
-            ("dgx-a100-40gb", 8), ("dgx-h100", 16), ("gb200-nvl72", 4)]
+            ("dgx-a100-40gb", 8), ("dgx-h100", 16), ("gb200-nvl72", 4), ("three-tier", 16)]
+
+
+def three_tier(gpus: int) -> Cluster:
+    """A small rail-optimised fabric in the shape of the Llama 3 cluster (NVLink in pairs, a
+    leaf of 4 GPUs, an oversubscribed spine above): placement must choose which axis crosses
+    which of three tiers."""
+    base = build_cluster("dgx-h100", gpus=2)
+    tiers = (replace(base.tiers[0], domain_devices=2),
+             Tier(name="leaf", domain_devices=4, per_gpu_bytes_per_s=50e9, alpha_s=10e-6,
+                  efficiency=0.9),
+             Tier(name="spine", domain_devices=gpus, per_gpu_bytes_per_s=50e9 / 7, alpha_s=20e-6,
+                  efficiency=0.9))
+    return replace(base, name="three-tier", devices_per_node=2, num_nodes=gpus // 2, tiers=tiers)
 
 
 def random_instance(rng: random.Random):
@@ -29,7 +43,7 @@ def random_instance(rng: random.Random):
         activation=rng.choice(list(Activation)), tied_embeddings=rng.random() < 0.3,
     )
     preset, gpus = rng.choice(CLUSTERS)
-    cluster = build_cluster(preset, gpus=gpus)
+    cluster = three_tier(gpus) if preset == "three-tier" else build_cluster(preset, gpus=gpus)
     job = Job(seq_len=rng.choice([1024, 4096, 16384, 65536]),
               global_batch=rng.choice([1, 2, 4, 8, 16]),
               precision=rng.choice([Precision.BF16, Precision.BF16, Precision.FP8])
@@ -87,3 +101,11 @@ def test_solver_matches_enumeration_on_200_instances() -> None:
     outcomes = [check_instance(seed) for seed in range(1000, 1200)]
     assert outcomes.count("optimal") > 100  # the generator must exercise both outcomes
     assert outcomes.count("infeasible") >= 1
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_three_tier_placement_matches_enumeration(seed: int) -> None:
+    """Placement over three tiers (pairs, leaves, an oversubscribed spine) stays exact."""
+    graph, _, job, fixed, options = random_instance(random.Random(1000 + seed))
+    check_against_enumeration(seed, (graph, three_tier(16), job, replace(fixed, order=None),
+                                     replace(options, search_placement=True)))
