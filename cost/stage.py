@@ -228,9 +228,9 @@ def layer_time(ly: Layer, plan: Plan, job: Job, accel: Accelerator, eff: Efficie
 
 def block_params_per_device(layers: list[Layer], plan: Plan) -> tuple[float, float]:
     """(params, expert params) one device holds of a block: TP-sharded weights / tp plus the
-    replicated ones; routed experts / (ep x tp) (expert TP = TP)."""
+    replicated ones; routed experts / (ep x etp) (plan.expert_tp: etp, or tp when unset)."""
     params = sum(ly.tp_params / plan.tp + ly.replicated_params for ly in layers)
-    experts = sum(ly.expert_params for ly in layers) / (plan.ep * plan.tp)
+    experts = sum(ly.expert_params for ly in layers) / (plan.ep * plan.expert_tp)
     return params, experts
 
 
@@ -287,7 +287,7 @@ class _Spans:
     cp: GroupSpan
     ep: GroupSpan | None  # ep > 1
     dp: GroupSpan | None  # dp x cp, when ZeRO-2/3 moves traffic every micro-batch
-    edp: GroupSpan | None  # expert-data-parallel, likewise (ep > 1)
+    edp: GroupSpan | None  # expert-data-parallel, likewise (ep > 1 or etp < tp)
 
     @classmethod
     def of(cls, plan: Plan, cluster: Cluster) -> _Spans:
@@ -296,7 +296,8 @@ class _Spans:
             tp=group_span(cluster, plan, Axis.TP), cp=group_span(cluster, plan, Axis.CP),
             ep=ep_span(cluster, plan) if plan.ep > 1 else None,
             dp=group_span(cluster, plan, Axis.DP, Axis.CP) if zero else None,
-            edp=expert_dp_span(cluster, plan) if zero and plan.ep > 1 else None,
+            edp=(expert_dp_span(cluster, plan)
+                 if zero and (plan.ep > 1 or plan.expert_tp < plan.tp) else None),
         )
 
     def key(self) -> tuple:
@@ -337,7 +338,7 @@ def _block_costs(work: _Work, graph: LayerGraph, plan: Plan, job: Job, cluster: 
         out[recompute] = BlockCost(
             forward_s=fwd, backward_s=bwd + rec, compute_s=fwd + bwd + rec,
             comm_s=tp_s + cp_s + ep_s + zero_s, activation_bytes=work.stored_bytes[recompute],
-            working_bytes=work.working_bytes if is_full else 0.0,
+            working_bytes=(work.working_bytes if is_full else 0.0) + cp.working_bytes,
         )
     return out
 
@@ -371,8 +372,8 @@ def _shared_key(plan: Plan, spans: _Spans) -> tuple:
     """What block and end costs depend on: tp, cp, ep, micro-batch, SP, the ZeRO class and the
     tiers the TP, CP, EP and (for ZeRO-2/3 traffic) DP x CP and expert-DP groups span."""
     zero_class = plan.zero if plan.zero >= 2 else 0
-    return (plan.tp, plan.cp, plan.ep, plan.micro_batch, plan.sequence_parallel, zero_class,
-            spans.key())
+    return (plan.tp, plan.cp, plan.ep, plan.expert_tp, plan.cp_comm, plan.micro_batch,
+            plan.sequence_parallel, zero_class, spans.key())
 
 
 @dataclass(frozen=True, slots=True)
@@ -400,7 +401,8 @@ def _works(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster
 
 def _shared_costs(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster, spans: _Spans,
                   shared: dict | None) -> _Shared:
-    key = ("work", plan.tp, plan.cp, plan.ep, plan.micro_batch, plan.sequence_parallel)
+    key = ("work", plan.tp, plan.cp, plan.ep, plan.expert_tp, plan.micro_batch,
+           plan.sequence_parallel)
     if shared is None:
         works = _works(graph, plan, job, cluster)
     elif key in shared:
@@ -420,7 +422,8 @@ def _sync_lines(plan: Plan, job: Job, cluster: Cluster, block_params: float,
                 block_expert_params: float, shared: dict | None) -> tuple[Affine, Affine]:
     """grad_sync_s is alpha-beta: latency + bytes / bandwidth, affine in the parameters; one line
     for the dense-parallel group, one for the expert-data-parallel group."""
-    key = ("sync", plan.order, plan.tp, plan.cp, plan.dp, plan.pp, plan.ep, plan.zero)
+    key = ("sync", plan.order, plan.tp, plan.cp, plan.dp, plan.pp, plan.ep, plan.expert_tp,
+           plan.zero)
     if shared is not None and key in shared:
         return shared[key]
 
@@ -494,7 +497,7 @@ def _moe_comm_floor_s(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster)
     """Least routed-expert time of one MoE block, one micro-batch, over every ep and placement:
     min over ep | experts of expert compute (ep local kernels, imbalance for ep > 1) plus the
     dispatch/combine all-to-all on ep consecutive ranks; plus the MoE layer's TP traffic at
-    perfect balance on tp consecutive ranks. Units: seconds."""
+    perfect balance and etp = 1 (its least) on tp consecutive ranks. Units: seconds."""
     accel = cluster.accelerator
     eff = efficiency(accel.generation)
     spec = graph.spec
@@ -508,8 +511,8 @@ def _moe_comm_floor_s(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster)
                             span=span_of(cluster, [SubAxis(1, ep)]))
         best = min(best, expert + a2a.forward_s + a2a.backward_s)
     tp = tp_block_comm(spec.hidden, plan, job, cluster,
-                       moe_tp_collectives(spec.top_k, spec.shared_ffn_hidden > 0, plan,
-                                          replace(job, expert_imbalance=1.0)),
+                       moe_tp_collectives(spec.top_k, spec.shared_ffn_hidden > 0,
+                                          replace(plan, etp=1), replace(job, expert_imbalance=1.0)),
                        span=span_of(cluster, [SubAxis(1, plan.tp)]))
     return best + tp.forward_s + tp.backward_s
 

@@ -8,6 +8,8 @@ which the CP-SAT model decides. Domains, each filtered by the scenario's fixed k
 - ep (mixture-of-experts models only, else 1): divisors of both dp*cp and the expert count that
   split along the rank order (ep divides, or is a multiple of, the inner of cp and dp: the EP
   group is the innermost ep ranks of dp x cp, cost/ep.py); tp > 1 forces sequence parallelism;
+- etp (mixture-of-experts models with tp > 1, else unset): tp or 1 (cost/ep.py);
+- cp_comm (cp > 1, else p2p): p2p or all_gather (cost/cp.py);
 - micro_batch: divisors of global_batch / dp up to ``solver.max_micro_batch``;
 - vp: 1..``solver.max_vp`` when pp > 1, micro-batches a multiple of pp, layers >= pp*vp;
 - zero: 0..3 (all collapse to 0 when dp*cp = 1: nothing to shard). ZeRO-0 is dropped when ZeRO-1
@@ -27,7 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from itertools import permutations
 
-from paraplan.cost import DEFAULT_ORDER, Axis, Plan, Recompute, allgather_s, group_span
+from paraplan.cost import DEFAULT_ORDER, Axis, CPComm, Plan, Recompute, allgather_s, group_span
 from paraplan.cost.comm import alltoall_s, p2p_s
 from paraplan.cost.ep import ep_span, expert_dp_span
 from paraplan.cost.plan import expert_axes
@@ -46,6 +48,8 @@ class Fixed:
     pp: int | None = None
     cp: int | None = None
     ep: int | None = None
+    etp: int | None = None
+    cp_comm: CPComm | None = None
     vp: int | None = None
     micro_batch: int | None = None
     zero: int | None = None
@@ -88,6 +92,7 @@ def _comm_profile(cluster: Cluster, plan: Plan) -> tuple[float, ...]:
     if plan.ep > 1:
         a2a = ep_span(cluster, plan)
         profile += [alltoall_s(a2a, 0.0), alltoall_s(a2a, 1.0) - alltoall_s(a2a, 0.0)]
+    if plan.ep > 1 or plan.expert_tp < plan.tp:
         edp = expert_dp_span(cluster, plan)
         alpha = allgather_s(edp, 0.0)
         profile += [alpha, allgather_s(edp, 1.0) - alpha]
@@ -106,6 +111,20 @@ def _eps(spec: ModelSpec, dp: int, cp: int, fixed: Fixed) -> list[int]:
     if not spec.is_moe:
         return [1] if fixed.ep in (None, 1) else []
     return [e for e in divisors(dp * cp) if spec.num_experts % e == 0 and _allowed(e, fixed.ep)]
+
+
+def _etps(spec: ModelSpec, tp: int, fixed: Fixed) -> list[int | None]:
+    """Expert tensor-parallel degrees: tp and 1 for MoE models with tp > 1; unset otherwise."""
+    if not spec.is_moe or tp == 1:
+        return [None] if fixed.etp in (None, tp, 1) else []
+    return [e for e in (tp, 1) if _allowed(e, fixed.etp)]
+
+
+def _cp_comms(cp: int, fixed: Fixed) -> list[CPComm]:
+    """K/V exchange variants: both when cp > 1 (fixed one if given); p2p (moot) otherwise."""
+    if cp == 1:
+        return [fixed.cp_comm or CPComm.P2P]
+    return [fixed.cp_comm] if fixed.cp_comm is not None else [CPComm.P2P, CPComm.ALL_GATHER]
 
 
 def _dominated(a: tuple[float, ...], b: tuple[float, ...]) -> bool:
@@ -199,7 +218,9 @@ def _layouts_of(spec: ModelSpec, cluster: Cluster, global_batch: int, dp: int, t
         sps = [sp for sp in sps if sp]  # MoE with TP needs sequence parallelism (check_plan)
     base = Plan(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, micro_batch=1,
                 recompute=(Recompute.NONE,) * pp, layers_per_stage=(1,) * pp)
-    orders = _orders(base, cluster, fixed, options, prune)
+    cp_comms = _cp_comms(cp, fixed)
+    expert = [(etp, _orders(replace(base, etp=etp), cluster, fixed, options, prune))
+              for etp in _etps(spec, tp, fixed)]
     for mb in mbs:
         m = per_replica // mb
         if pp > 1:
@@ -213,9 +234,10 @@ def _layouts_of(spec: ModelSpec, cluster: Cluster, global_batch: int, dp: int, t
                 continue
             for zero in zeros:
                 for sp in sps:
-                    for order in orders:
-                        out.append(Plan(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, vp=vp, micro_batch=mb,
-                                        zero=zero, sequence_parallel=sp,
-                                        recompute=(Recompute.NONE,) * pp,
-                                        layers_per_stage=(1,) * pp, order=order))
+                    for etp, orders in expert:
+                        out += [Plan(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, cp_comm=cpc,
+                                     vp=vp, micro_batch=mb, zero=zero, sequence_parallel=sp,
+                                     recompute=(Recompute.NONE,) * pp,
+                                     layers_per_stage=(1,) * pp, order=order)
+                                for cpc in cp_comms for order in orders]
     return out
