@@ -78,10 +78,11 @@ class NoFitError(ValueError):
 
 def layout_rank(plan: Plan) -> tuple:
     """Tie-break order among equally fast layouts: fewer stages, less cp, no interleaving,
-    smaller tp, ZeRO 1/0/2/3, smaller micro-batch, the default rank order."""
+    smaller tp, ZeRO 1/0/2/3, smaller micro-batch, the default rank order, p2p context
+    parallelism, expert TP = tp (Megatron's defaults)."""
     order_rank = [DEFAULT_ORDER.index(a) for a in plan.order]
     return (plan.pp, plan.cp, plan.vp, plan.tp, _ZERO_PREFERENCE.index(plan.zero),
-            plan.micro_batch, order_rank)
+            plan.micro_batch, order_rank, plan.cp_comm != "p2p", plan.expert_tp != plan.tp)
 
 
 def _recomputes(fixed: Fixed) -> list[Recompute]:
