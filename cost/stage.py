@@ -497,7 +497,8 @@ def _moe_comm_floor_s(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster)
     """Least routed-expert time of one MoE block, one micro-batch, over every ep and placement:
     min over ep | experts of expert compute (ep local kernels, imbalance for ep > 1) plus the
     dispatch/combine all-to-all on ep consecutive ranks; plus the MoE layer's TP traffic at
-    perfect balance and etp = 1 (its least) on tp consecutive ranks. Units: seconds."""
+    perfect balance on tp consecutive ranks (the plan's expert TP: etp = 1 has no routed TP
+    collectives). Units: seconds."""
     accel = cluster.accelerator
     eff = efficiency(accel.generation)
     spec = graph.spec
@@ -511,15 +512,16 @@ def _moe_comm_floor_s(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster)
                             span=span_of(cluster, [SubAxis(1, ep)]))
         best = min(best, expert + a2a.forward_s + a2a.backward_s)
     tp = tp_block_comm(spec.hidden, plan, job, cluster,
-                       moe_tp_collectives(spec.top_k, spec.shared_ffn_hidden > 0,
-                                          replace(plan, etp=1), replace(job, expert_imbalance=1.0)),
+                       moe_tp_collectives(spec.top_k, spec.shared_ffn_hidden > 0, plan,
+                                          replace(job, expert_imbalance=1.0)),
                        span=span_of(cluster, [SubAxis(1, plan.tp)]))
     return best + tp.forward_s + tp.backward_s
 
 
 def compute_floor_s(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster) -> float:
     """Least time one micro-batch needs summed over all stages: every block forward + backward
-    without recompute, plus the embedding and LM head. Depends on tp, cp, micro_batch, SP only.
+    without recompute, plus the embedding and LM head. Depends on tp, cp, micro_batch, SP and
+    (MoE) expert TP only.
     Dense models: compute only. MoE models: a MoE block is floored at its non-expert compute plus
     ``_moe_comm_floor_s`` (least expert compute + all-to-all + TP traffic over every ep and
     placement, when inner tiers are the fastest; else one kernel per expert GEMM at perfect

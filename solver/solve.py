@@ -135,7 +135,8 @@ def _bounded_tables(graph: LayerGraph, cluster: Cluster, job: Job, fixed: Fixed,
         ks = _k_choices(layout, spec.num_layers, fixed, options)
         if ks == []:
             continue
-        key = (layout.tp, layout.cp, layout.micro_batch, layout.sequence_parallel)
+        key = (layout.tp, layout.cp, layout.micro_batch, layout.sequence_parallel,
+               layout.expert_tp)
         if key not in floors:
             floors[key] = compute_floor_s(graph, layout, job, cluster)
         m = job.global_batch // (layout.micro_batch * layout.dp)

@@ -9,7 +9,8 @@ which the CP-SAT model decides. Domains, each filtered by the scenario's fixed k
   split along the rank order (ep divides, or is a multiple of, the inner of cp and dp: the EP
   group is the innermost ep ranks of dp x cp, cost/ep.py); tp > 1 forces sequence parallelism;
 - etp (mixture-of-experts models with tp > 1, else unset): tp or 1 (cost/ep.py);
-- cp_comm (cp > 1, else p2p): p2p or all_gather (cost/cp.py);
+- cp_comm (cp > 1, else p2p): p2p or all_gather (cost/cp.py); all_gather only when the CP group
+  spans more than one tier (on one tier it is dominated: _cp_comms);
 - micro_batch: divisors of global_batch / dp up to ``solver.max_micro_batch``;
 - vp: 1..``solver.max_vp`` when pp > 1, micro-batches a multiple of pp, layers >= pp*vp;
 - zero: 0..3 (all collapse to 0 when dp*cp = 1: nothing to shard). ZeRO-0 is dropped when ZeRO-1
@@ -80,8 +81,10 @@ def _tp_ok(tp: int, spec: ModelSpec) -> bool:
     return spec.num_heads % tp == 0 and (spec.num_kv_heads % tp == 0 or tp % spec.num_kv_heads == 0)
 
 
-def _comm_profile(cluster: Cluster, plan: Plan) -> tuple[float, ...]:
-    """(latency, seconds per byte) of each group's collectives under the plan's order."""
+def _comm_profile(cluster: Cluster, plan: Plan,
+                  expert_tps: tuple[int | None, ...] = (None,)) -> tuple[float, ...]:
+    """(latency, seconds per byte) of each group's collectives under the plan's order; the
+    expert-data-parallel group once per expert TP degree searched."""
     profile: list[float] = []
     for axes in ((Axis.TP,), (Axis.CP,), (Axis.DP, Axis.CP), (Axis.DP,), (Axis.PP,)):
         span = group_span(cluster, plan, *axes)
@@ -92,10 +95,11 @@ def _comm_profile(cluster: Cluster, plan: Plan) -> tuple[float, ...]:
     if plan.ep > 1:
         a2a = ep_span(cluster, plan)
         profile += [alltoall_s(a2a, 0.0), alltoall_s(a2a, 1.0) - alltoall_s(a2a, 0.0)]
-    if plan.ep > 1 or plan.expert_tp < plan.tp:
-        edp = expert_dp_span(cluster, plan)
-        alpha = allgather_s(edp, 0.0)
-        profile += [alpha, allgather_s(edp, 1.0) - alpha]
+    for expert_plan in (replace(plan, etp=etp) for etp in expert_tps):
+        if expert_plan.ep > 1 or expert_plan.expert_tp < expert_plan.tp:
+            edp = expert_dp_span(cluster, expert_plan)
+            alpha = allgather_s(edp, 0.0)
+            profile += [alpha, allgather_s(edp, 1.0) - alpha]
     return tuple(profile)
 
 
@@ -120,11 +124,19 @@ def _etps(spec: ModelSpec, tp: int, fixed: Fixed) -> list[int | None]:
     return [e for e in (tp, 1) if _allowed(e, fixed.etp)]
 
 
-def _cp_comms(cp: int, fixed: Fixed) -> list[CPComm]:
-    """K/V exchange variants: both when cp > 1 (fixed one if given); p2p (moot) otherwise."""
-    if cp == 1:
-        return [fixed.cp_comm or CPComm.P2P]
-    return [fixed.cp_comm] if fixed.cp_comm is not None else [CPComm.P2P, CPComm.ALL_GATHER]
+def _cp_comms(plan: Plan, cluster: Cluster, fixed: Fixed, prune: bool) -> list[CPComm]:
+    """K/V exchange variants: the fixed one if given; p2p (moot) when cp = 1; else both, except
+    that all_gather is dropped when the CP group spans one tier: there a one-tier all-gather of
+    cp chunks, (cp-1)(alpha + c/B), equals the ring's busy time, all of it exposed, and it adds
+    the gathered K/V buffer (cost/cp.py), so it is never faster nor smaller."""
+    if fixed.cp_comm is not None:
+        return [fixed.cp_comm]
+    if plan.cp == 1:
+        return [CPComm.P2P]
+    tiers = sum(f > 1 for f in group_span(cluster, plan, Axis.CP).fan_in)
+    if prune and tiers <= 1:
+        return [CPComm.P2P]
+    return [CPComm.P2P, CPComm.ALL_GATHER]
 
 
 def _dominated(a: tuple[float, ...], b: tuple[float, ...]) -> bool:
@@ -142,9 +154,10 @@ def _canonical(active_order: tuple[Axis, ...]) -> tuple[Axis, ...]:
 
 
 def _orders(plan: Plan, cluster: Cluster, fixed: Fixed, options: Options,
-            prune: bool = True) -> list[tuple[Axis, ...]]:
+            prune: bool = True, expert_tps: tuple[int | None, ...] = (None,)
+            ) -> list[tuple[Axis, ...]]:
     """Placements worth searching: one per non-dominated communication profile (all distinct
-    ones when ``prune`` is off)."""
+    ones when ``prune`` is off), the profile covering every expert TP degree searched."""
     if fixed.order is not None:
         return [fixed.order] if plan.ep == 1 or _ep_ok(replace(plan, order=fixed.order)) else []
     if not options.search_placement:
@@ -153,7 +166,8 @@ def _orders(plan: Plan, cluster: Cluster, fixed: Fixed, options: Options,
     candidates = [o for o in (_canonical(p) for p in permutations(active))
                   if plan.ep == 1 or _ep_ok(replace(plan, order=o))]
     candidates.sort(key=lambda o: [DEFAULT_ORDER.index(a) for a in o])
-    profiles = [(o, _comm_profile(cluster, replace(plan, order=o))) for o in candidates]
+    profiles = [(o, _comm_profile(cluster, replace(plan, order=o), expert_tps))
+                for o in candidates]
     if not prune:
         distinct: dict[tuple[float, ...], tuple[Axis, ...]] = {}
         for order, prof in profiles:
@@ -218,9 +232,10 @@ def _layouts_of(spec: ModelSpec, cluster: Cluster, global_batch: int, dp: int, t
         sps = [sp for sp in sps if sp]  # MoE with TP needs sequence parallelism (check_plan)
     base = Plan(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, micro_batch=1,
                 recompute=(Recompute.NONE,) * pp, layers_per_stage=(1,) * pp)
-    cp_comms = _cp_comms(cp, fixed)
-    expert = [(etp, _orders(replace(base, etp=etp), cluster, fixed, options, prune))
-              for etp in _etps(spec, tp, fixed)]
+    etps = tuple(_etps(spec, tp, fixed))
+    placements = [(etp, order, _cp_comms(replace(base, order=order), cluster, fixed, prune))
+                  for order in _orders(base, cluster, fixed, options, prune, etps)
+                  for etp in etps]
     for mb in mbs:
         m = per_replica // mb
         if pp > 1:
@@ -234,10 +249,9 @@ def _layouts_of(spec: ModelSpec, cluster: Cluster, global_batch: int, dp: int, t
                 continue
             for zero in zeros:
                 for sp in sps:
-                    for etp, orders in expert:
-                        out += [Plan(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, cp_comm=cpc,
-                                     vp=vp, micro_batch=mb, zero=zero, sequence_parallel=sp,
-                                     recompute=(Recompute.NONE,) * pp,
-                                     layers_per_stage=(1,) * pp, order=order)
-                                for cpc in cp_comms for order in orders]
+                    out += [Plan(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, cp_comm=cpc, vp=vp,
+                                 micro_batch=mb, zero=zero, sequence_parallel=sp,
+                                 recompute=(Recompute.NONE,) * pp, layers_per_stage=(1,) * pp,
+                                 order=order)
+                            for etp, order, cp_comms in placements for cpc in cp_comms]
     return out

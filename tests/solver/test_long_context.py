@@ -44,3 +44,21 @@ def test_fixed_cp_comm_is_respected(cp_solves) -> None:
 def test_free_cp_comm_takes_the_faster_exchange(cp_solves) -> None:
     best = min(cp_solves[m].predicted.step_time_s for m in ("p2p", "all_gather"))
     assert cp_solves[None].predicted.step_time_s == pytest.approx(best, rel=1e-3)
+
+
+@pytest.mark.parametrize("cp", [4, 16])
+def test_cp_exchange_across_nodes_matches_enumeration(cp: int) -> None:
+    """cp spanning two nodes, where the all-gather exchange is searched (not dominated)."""
+    from paraplan.cost import Job
+    from paraplan.graph import ModelSpec, build_graph
+    from paraplan.hardware import build_cluster
+    from paraplan.solver import Fixed, Options
+
+    from tests.solver.test_oracle import check_against_enumeration
+    spec = ModelSpec(name="small", num_layers=4, hidden=1024, ffn_hidden=4096, num_heads=8,
+                     num_kv_heads=2, vocab=32000)
+    instance = (build_graph(spec), build_cluster("dgx-h100", nodes=2),
+                Job(seq_len=65536, global_batch=16), Fixed(cp=cp, order=None),
+                Options(max_micro_batch=1, max_vp=1))
+    plan = check_against_enumeration(cp, instance)
+    assert plan is not None and plan.cp == cp

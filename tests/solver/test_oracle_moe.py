@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import pytest
 from paraplan.cost import CPComm, Job, Precision, Recompute
-from paraplan.graph import ModelSpec, build_graph
+from paraplan.graph import ModelSpec, build_graph, preset
 from paraplan.hardware import build_cluster
 from paraplan.solver import Fixed, Options
 from paraplan.solver.space import layouts
@@ -108,9 +108,15 @@ def test_moe_solver_matches_enumeration_with_expert_tp_and_cp_comm(seed: int) ->
             assert plan.cp_comm is fixed.cp_comm
 
 
-def test_enumeration_space_holds_both_expert_tp_and_both_cp_exchanges() -> None:
-    graph, cluster, job, _, options = _expert_tp_instance(3000)
-    job = replace(job, seq_len=4096)
-    space = layouts(graph.spec, cluster, job.seq_len, job.global_batch, Fixed(tp=2, cp=2), options)
-    assert {p.expert_tp for p in space} == {1, 2}
-    assert set(p.cp_comm for p in space) == set(CPComm)
+def test_space_holds_both_expert_tp_and_all_gather_only_across_tiers() -> None:
+    spec = preset("qwen3-30b-a3b")
+    node = build_cluster("dgx-h100", gpus=8)
+    pruned = layouts(spec, node, 4096, 64, Fixed(tp=2, cp=2), Options())
+    assert {p.expert_tp for p in pruned} == {1, 2}
+    # one tier: the all-gather exchange equals the ring's busy time, all exposed: dominated
+    assert {p.cp_comm for p in pruned} == {CPComm.P2P}
+    full = layouts(spec, node, 4096, 64, Fixed(tp=2, cp=2), Options(), prune_dominated=False)
+    assert {p.cp_comm for p in full} == set(CPComm)
+    two_nodes = build_cluster("dgx-h100", nodes=2)
+    across = layouts(spec, two_nodes, 4096, 64, Fixed(tp=1, cp=16), Options())
+    assert {p.cp_comm for p in across} == set(CPComm)
