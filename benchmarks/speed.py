@@ -5,7 +5,9 @@
 1. Llama-3.1-405B on 16,384 H100 (2,048 DGX nodes), seq 8192, global batch 2048.
 2. Every dense preset on 8 to 16,384 GPUs (median and maximum over the grid).
 3. A 126-layer model with uneven stages and per-stage recompute free (Llama-3.1-405B on 512 H100).
-4. Exhaustive enumeration of the same spaces, side by side, with the ratio: on the full spaces it
+4. Mixture of experts: DeepSeek-V3 on 2,048 H800 (seq 4096, batch 15360, FP8) and Qwen3-235B-A22B
+   on 256 GB200 (4 NVL72 racks of 16 compute trays; seq 4096, batch 2048, FP8), ep/etp free.
+5. Exhaustive enumeration of the same spaces, side by side, with the ratio: on the full spaces it
    does not finish within its budget (the ratio is then a lower bound), so it is also timed on
    reduced spaces it can finish (even splits, one recompute mode for every stage), each preset on
    8 and 64 GPUs, where both must find the same optimum.
@@ -31,6 +33,14 @@ from paraplan.instance import build_instance
 PRESETS = ["gpt3-1.3b", "gpt3-6.7b", "llama2-7b", "llama3-8b", "llama2-13b", "gpt3-13b",
            "llama2-70b", "llama3-70b", "gpt3-175b", "llama3.1-405b"]
 NODES = [1, 8, 64, 512, 2048]
+MOE_SCENARIOS = {
+    "DeepSeek-V3 on 2,048 H800": {
+        "model": {"preset": "deepseek-v3"}, "cluster": {"preset": "hgx-h800", "gpus": 2048},
+        "job": {"seq_len": 4096, "global_batch": 15360, "precision": "fp8"}},
+    "Qwen3-235B-A22B on 256 GB200": {
+        "model": {"preset": "qwen3-235b-a22b"}, "cluster": {"preset": "gb200-nvl72-64", "gpus": 256},
+        "job": {"seq_len": 4096, "global_batch": 2048, "precision": "fp8"}},
+}
 
 
 def _scenario(model: str, nodes: int, seq: int = 8192, batch: int | None = None) -> dict:
@@ -89,6 +99,10 @@ def main(argv: list[str] | None = None) -> int:
     uneven = _scenario("llama3.1-405b", 64, batch=512)
     wall, status, step = _solve(uneven)
     print(f"126 layers, uneven stages + per-stage recompute, 512 H100: {wall:.2f} s, {status}")
+
+    for label, scenario in MOE_SCENARIOS.items():
+        wall, status, step = _solve(scenario)
+        print(f"{label}: {wall:.2f} s, {status}, step {step:.3f} s")
 
     grid = [(m, n) for m in PRESETS for n in NODES]
     if args.quick:

@@ -14,13 +14,22 @@ from paraplan.cost.dp import state_bytes
 from paraplan.cost.evaluate import Breakdown, evaluate, step_time_s
 from paraplan.cost.flops import matmul_params, model_flops_per_token
 from paraplan.cost.memory import StageMemory, stage_memory
-from paraplan.cost.plan import DEFAULT_ORDER, Axis, Job, Plan, Precision, Recompute, check_plan
+from paraplan.cost.plan import (
+    DEFAULT_ORDER,
+    Axis,
+    CPComm,
+    Job,
+    Plan,
+    Precision,
+    Recompute,
+    check_plan,
+)
 from paraplan.cost.pp import bubble_s, in_flight_micro_batches, pipeline_s
 from paraplan.cost.recompute import stored_activation_bytes
 from paraplan.cost.stage import BlockCost, StageTerms, stage_terms
 
 __all__ = [
-    "DEFAULT_ORDER", "Axis", "BlockCost", "Breakdown", "GroupSpan", "Job", "Plan", "Precision",
+    "DEFAULT_ORDER", "Axis", "BlockCost", "Breakdown", "CPComm", "GroupSpan", "Job", "Plan", "Precision",
     "Recompute", "StageMemory", "StageTerms", "allgather_s", "allreduce_s", "alpha_beta_s",
     "bubble_s", "check_plan", "evaluate", "group_span", "in_flight_micro_batches",
     "matmul_params", "model_flops_per_token", "pipeline_s", "reduce_scatter_s",

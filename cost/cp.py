@@ -1,46 +1,78 @@
-"""Context parallel: ring exchange of K/V chunks, overlapped with attention compute.
+"""Context parallel: K/V exchange between the cp ranks of each attention layer, two variants.
 
-Each attention layer passes K and V (n * 2 * kv_dim elements per rank) around the cp ring in
-cp-1 steps forward, and K, V plus their gradients backward (Liu et al. 2023, Ring Attention,
-arXiv:2310.01889; Megatron-Core context parallel with causal load balancing: each rank holds
-2 chunks of s/(2cp) tokens, so every rank does equal work). Exposed = max(0, comm - attention).
+Causal load balance (Megatron-Core): each rank holds 2 chunks of s/(2cp) tokens, so every rank
+does equal attention work; activations are divided by cp (n = micro_batch * seq_len / cp tokens
+per rank, compute.tokens_per_device). ``plan.cp_comm`` picks the exchange (Megatron
+``--cp-comm-type``, docs/frameworks.md Sec. 2.2):
+
+- ``p2p`` (ring; Liu et al. 2023, Ring Attention, arXiv:2310.01889): K and V (n * 2 * kv_dim
+  elements per rank) pass around the cp ring in cp - 1 steps forward, and K, V plus their
+  gradients backward; each step overlaps with the attention of the chunk already held, so
+  exposed = max(0, comm - attention).
+- ``all_gather`` (Llama 3: Dubey et al. 2024, arXiv:2407.21783 Sec. 3.3.2; Megatron/TE
+  ``allgather``): all-gather the K/V of the whole sequence before attention, compute each local
+  Q chunk against it, and in backward all-gather K/V again and reduce-scatter dK/dV. Collective
+  algorithms (hierarchical, comm.allgather_s) instead of cp - 1 dependent p2p steps, but not
+  overlapped with attention, and the gathered K/V of the whole sequence is a transient buffer.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from paraplan.cost.comm import GroupSpan, group_span, p2p_s
+from paraplan.cost.comm import GroupSpan, allgather_s, group_span, p2p_s, reduce_scatter_s
 from paraplan.cost.compute import (
     ACTIVATION_BYTES,
     BACKWARD_ATTENTION_FACTOR,
     LayerTime,
     tokens_per_device,
 )
-from paraplan.cost.plan import Axis, Job, Plan
+from paraplan.cost.plan import Axis, CPComm, Job, Plan
 from paraplan.hardware import Cluster
 
-__all__ = ["CPComm", "cp_layer_comm"]
+__all__ = ["CPComm", "CPCost", "cp_layer_comm", "kv_chunk_bytes"]
 
 
 @dataclass(frozen=True, slots=True)
-class CPComm:
+class CPCost:
+    """K/V exchange of one attention layer, one micro-batch. Units: seconds, bytes."""
+
     forward_s: float
     backward_s: float
     exposed_forward_s: float
     exposed_backward_s: float
+    working_bytes: float = 0.0  # transient buffer while the layer runs (all-gathered K/V)
+
+
+def kv_chunk_bytes(kv_dim: int, plan: Plan, job: Job) -> float:
+    """K and V of one rank's tokens: n * 2 * kv_dim / tp * 2 B (heads sharded by TP)."""
+    return tokens_per_device(plan, job) * 2 * kv_dim / plan.tp * ACTIVATION_BYTES
 
 
 def cp_layer_comm(kv_dim: int, attention: LayerTime, plan: Plan, job: Job,
-                  cluster: Cluster, span: GroupSpan | None = None) -> CPComm:
-    """Formula: (cp-1) * (alpha + n*2*kv_dim*2 B / B_tier) forward, twice that backward."""
+                  cluster: Cluster, span: GroupSpan | None = None) -> CPCost:
+    """K/V exchange of one attention layer under ``plan.cp_comm``.
+
+    Formula (c = kv_chunk_bytes, cp ranks):
+      p2p:        fwd = (cp-1) * (alpha + c / B_tier), bwd = 2 fwd;
+                  exposed = max(0, fwd - attn_fwd), max(0, bwd - attn_bwd)
+      all_gather: fwd = allgather(cp * c), bwd = allgather(cp * c) + reduce_scatter(cp * c),
+                  all exposed; working buffer cp * c.
+    Source: module docstring. Units: seconds, bytes.
+    Assumes: the p2p ring's tier is the group's outermost (its slowest hop paces every step).
+    """
     if plan.cp == 1:
-        return CPComm(0.0, 0.0, 0.0, 0.0)
-    tier = (span or group_span(cluster, plan, Axis.CP)).outermost
-    chunk_bytes = tokens_per_device(plan, job) * 2 * kv_dim / plan.tp * ACTIVATION_BYTES
-    fwd = (plan.cp - 1) * p2p_s(tier, chunk_bytes)
+        return CPCost(0.0, 0.0, 0.0, 0.0)
+    span = span or group_span(cluster, plan, Axis.CP)
+    chunk_bytes = kv_chunk_bytes(kv_dim, plan, job)
+    if plan.cp_comm is CPComm.ALL_GATHER:
+        full_bytes = plan.cp * chunk_bytes
+        fwd = allgather_s(span, full_bytes)
+        bwd = fwd + reduce_scatter_s(span, full_bytes)
+        return CPCost(fwd, bwd, fwd, bwd, working_bytes=full_bytes)
+    fwd = (plan.cp - 1) * p2p_s(span.outermost, chunk_bytes)
     bwd = 2 * fwd
-    return CPComm(
+    return CPCost(
         fwd, bwd,
         max(0.0, fwd - attention.attention_s),
         max(0.0, bwd - BACKWARD_ATTENTION_FACTOR * attention.attention_s),

@@ -2,11 +2,15 @@
 
 Megatron-Core semantics (``--expert-model-parallel-size``; docs/frameworks.md Sec. 2.3): the ep
 ranks of an expert-parallel group are carved out of the dp x cp ranks (the device count does not
-change) and each holds num_experts / ep experts; expert tensor parallelism equals tp (Megatron's
-default when ``--expert-tensor-parallel-size`` is not given). The remaining dp*cp/ep ranks holding
-the same experts form the expert-data-parallel group: expert gradients are reduced, and ZeRO shards
-expert state, over it. Rank layout: the EP group is the innermost ep ranks of the dp x cp group
-(Megatron's tp-cp-ep-dp-pp order), so ep divides, or is a multiple of, the inner of cp and dp.
+change) and each holds num_experts / ep experts. Expert tensor parallelism (``plan.etp``,
+Megatron ``--expert-tensor-parallel-size``) is tp (the default when unset: each expert's width is
+sharded like the dense MLP's) or 1 (each TP rank runs whole experts on its own sequence-parallel
+tokens: no TP collectives on the routed path, tp times the expert weights). The ranks holding the
+same experts, dp*cp/ep * tp/etp of them, form the expert-data-parallel group (Megatron's
+expert_DP = world / (ETP x EP x PP), docs/frameworks.md Sec. 2.3): expert gradients are reduced,
+and ZeRO shards expert state, over it. Rank layout: the EP group is the innermost ep ranks of the
+dp x cp group (Megatron's tp-cp-ep-dp-pp order), so ep divides, or is a multiple of, the inner of
+cp and dp.
 
 Per MoE layer and micro-batch, each rank routes its n/tp tokens (n = micro_batch*seq/cp; sequence
 parallel shards) as top_k copies of h activations: an all-to-all *dispatch* to the ranks owning the
@@ -14,7 +18,8 @@ experts and an all-to-all *combine* back, forward, and the mirror pair backward 
 2020, GShard, arXiv:2006.16668 Sec. 3; docs/hardware.md "Expert parallelism"). With tp > 1 the
 received copies are all-gathered over TP before the (TP-sharded) experts and reduce-scattered
 after (Megatron MoEAlltoAllTokenDispatcher), so the routed path moves top_k times the dense MLP's
-TP bytes. Not overlapped with compute (Megatron's default; DeepSeek's DualPipe overlaps it).
+TP bytes; with etp = 1 it moves none (each rank dispatches its own n/tp tokens). Not overlapped
+with compute (Megatron's default; DeepSeek's DualPipe overlaps it).
 
 Load imbalance: the busiest EP rank receives ``expert_imbalance`` times the mean routed load (the
 MaxVio + 1 of Wang et al. 2024, arXiv:2408.15664, at the EP-rank level); its expert compute and
@@ -66,14 +71,17 @@ def routed_copies_per_device(plan: Plan, job: Job, top_k: int) -> float:
 
 
 def _ep_sub_axes(plan: Plan) -> tuple[list[SubAxis], list[SubAxis]]:
-    """Members of the EP group and of the expert-data-parallel group along the cp/dp axes."""
+    """Members of the EP group and of the expert-data-parallel group along the cp/dp axes (and
+    tp, whose ranks hold the same whole experts when etp = 1 < tp)."""
     axes = sorted((Axis.CP, Axis.DP), key=plan.order.index)
     (s1, d1), (s2, d2) = ((axis_stride(plan, a), plan.degree(a)) for a in axes)
     ep = plan.ep
+    replicas = ([SubAxis(axis_stride(plan, Axis.TP), plan.tp)]
+                if plan.expert_tp == 1 and plan.tp > 1 else [])
     if ep <= d1:
-        return [SubAxis(s1, ep)], [SubAxis(s1 * ep, d1 // ep), SubAxis(s2, d2)]
+        return [SubAxis(s1, ep)], replicas + [SubAxis(s1 * ep, d1 // ep), SubAxis(s2, d2)]
     return ([SubAxis(s1, d1), SubAxis(s2, ep // d1)],
-            [SubAxis(s2 * (ep // d1), d1 * d2 // ep)])
+            replicas + [SubAxis(s2 * (ep // d1), d1 * d2 // ep)])
 
 
 def ep_span(cluster: Cluster, plan: Plan) -> GroupSpan:
@@ -87,8 +95,9 @@ def expert_dp_span(cluster: Cluster, plan: Plan) -> GroupSpan:
 
 
 def expert_shard_degree(plan: Plan) -> int:
-    """Ranks that hold the same experts and share their gradient sync and ZeRO shards: dp*cp/ep."""
-    return plan.dp * plan.cp // plan.ep
+    """Ranks that hold the same experts and share their gradient sync and ZeRO shards:
+    dp*cp/ep * tp/etp."""
+    return plan.dp * plan.cp // plan.ep * (plan.tp // plan.expert_tp)
 
 
 def ep_layer_comm(hidden: int, top_k: int, plan: Plan, job: Job, cluster: Cluster,
@@ -109,11 +118,12 @@ def ep_layer_comm(hidden: int, top_k: int, plan: Plan, job: Job, cluster: Cluste
 
 def moe_tp_collectives(top_k: int, has_shared: bool, plan: Plan, job: Job) -> float:
     """TP all-gather + reduce-scatter pairs of a MoE layer, in units of the dense MLP's pair
-    (n*h bytes): top_k * imbalance for the routed copies (expert TP = TP), plus one for the
-    shared experts. Zero without TP."""
+    (n*h bytes): top_k * imbalance for the routed copies when etp = tp (none when etp = 1),
+    plus one for the shared experts. Zero without TP."""
     if plan.tp == 1:
         return 0.0
-    return top_k * expert_imbalance(plan, job) + (1.0 if has_shared else 0.0)
+    routed = top_k * expert_imbalance(plan, job) if plan.expert_tp > 1 else 0.0
+    return routed + (1.0 if has_shared else 0.0)
 
 
 def expert_forward(experts: Experts, plan: Plan, job: Job, accel: Accelerator,
@@ -150,14 +160,15 @@ def moe_layer_overhead_s(eff: Efficiency) -> float:
 def expert_stored_bytes(experts: Experts, plan: Plan, job: Job) -> float:
     """Activations the routed experts keep for backward on the busiest device, one micro-batch.
 
-    Formula: c * (gathered + tp_elems/tp + sp_elems/tp) * 2 B, c = routed copies (the fc1 input
-    is stored as all-gathered over TP); GEMM inputs take 1 B under FP8.
+    Formula: c' * (gathered + tp_elems/etp + sp_elems/etp) * 2 B, c' = c * etp/tp the copies the
+    device runs (c = routed copies; etp = tp: the fc1 input is stored as all-gathered over TP;
+    etp = 1: each rank keeps its own c/tp whole copies); GEMM inputs take 1 B under FP8.
     """
-    copies = routed_copies_per_device(plan, job, experts.top_k)
-    tp = plan.tp
-    elems = experts.act_gathered_elems + experts.act_tp_elems / tp + experts.act_sp_elems / tp
+    etp = plan.expert_tp
+    copies = routed_copies_per_device(plan, job, experts.top_k) * etp / plan.tp
+    elems = experts.act_gathered_elems + experts.act_tp_elems / etp + experts.act_sp_elems / etp
     stored = copies * elems * ACTIVATION_BYTES
     if job.precision is Precision.FP8:
-        gemm_inputs = experts.act_gathered_gemm_elems + experts.act_tp_gemm_elems / tp
+        gemm_inputs = experts.act_gathered_gemm_elems + experts.act_tp_gemm_elems / etp
         stored -= copies * gemm_inputs * (ACTIVATION_BYTES - 1)
     return stored

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-__all__ = ["Axis", "Precision", "Recompute", "Job", "Plan", "DEFAULT_ORDER", "check_plan",
+__all__ = ["Axis", "Precision", "Recompute", "CPComm", "Job", "Plan", "DEFAULT_ORDER", "check_plan",
            "check_expert_parallel", "expert_axes"]
 
 
@@ -26,6 +26,13 @@ class Recompute(StrEnum):
     NONE = "none"
     SELECTIVE = "selective"
     FULL = "full"
+
+
+class CPComm(StrEnum):
+    """How context-parallel ranks exchange K/V (Megatron ``--cp-comm-type``; cost/cp.py)."""
+
+    P2P = "p2p"  # ring: cp - 1 send/recv steps overlapped with attention (Megatron's default)
+    ALL_GATHER = "all_gather"  # gather all K/V first, reduce-scatter dK/dV (Llama 3's CP)
 
 
 DEFAULT_ORDER: tuple[Axis, ...] = (Axis.TP, Axis.CP, Axis.DP, Axis.PP)
@@ -57,6 +64,8 @@ class Plan:
     pp: int
     cp: int = 1
     ep: int = 1
+    etp: int | None = None  # expert tensor parallel degree; None = tp (Megatron's default)
+    cp_comm: CPComm = CPComm.P2P
     vp: int = 1
     micro_batch: int = 1
     zero: int = 1
@@ -69,6 +78,11 @@ class Plan:
     @property
     def num_devices(self) -> int:
         return self.dp * self.tp * self.pp * self.cp
+
+    @property
+    def expert_tp(self) -> int:
+        """Degree the routed experts' weights are tensor-parallel over: etp, or tp when unset."""
+        return self.tp if self.etp is None else self.etp
 
     def degree(self, axis: Axis) -> int:
         return getattr(self, axis)  # Axis is a StrEnum: its members are the field names
@@ -151,6 +165,14 @@ def check_expert_parallel(plan: Plan, num_experts: int) -> None:
             f"plan.tp={plan.tp} on a mixture-of-experts model needs plan.sequence_parallel=true "
             "(Megatron routes the sequence-parallel shards to the experts)"
         )
+    if plan.etp is not None and plan.etp not in (1, plan.tp):
+        raise ValueError(
+            f"plan.etp={plan.etp} must be 1 or tp={plan.tp} (expert tensor parallelism either "
+            "shards each expert like the dense layers or not at all; other degrees are not "
+            "modelled)"
+        )
+    if plan.etp is not None and plan.etp != plan.tp and num_experts == 0:
+        raise ValueError(f"plan.etp={plan.etp} needs a mixture-of-experts model")
     if plan.ep == 1:
         return
     if num_experts % plan.ep:

@@ -36,6 +36,7 @@ from paraplan.cost.ep import (
     ep_span,
     expert_dp_span,
     expert_forward,
+    expert_shard_degree,
     moe_layer_overhead_s,
     moe_tp_collectives,
 )
@@ -250,9 +251,9 @@ def layer_time(ly: Layer, plan: Plan, job: Job, accel: Accelerator, eff: Efficie
 
 def block_params_per_device(layers: list[Layer], plan: Plan) -> tuple[float, float]:
     """(params, expert params) one device holds of a block: TP-sharded weights / tp plus the
-    replicated ones; routed experts / (ep x tp) (expert TP = TP)."""
+    replicated ones; routed experts / (ep x etp) (plan.expert_tp: etp, or tp when unset)."""
     params = sum(ly.tp_params / plan.tp + ly.replicated_params for ly in layers)
-    experts = sum(ly.expert_params for ly in layers) / (plan.ep * plan.tp)
+    experts = sum(ly.expert_params for ly in layers) / (plan.ep * plan.expert_tp)
     return params, experts
 
 
@@ -336,7 +337,7 @@ class _Spans:
 
         zero = plan.zero >= 2
         sync = packed(plan.dp * plan.cp)
-        esync = packed(plan.dp * plan.cp // plan.ep)
+        esync = packed(expert_shard_degree(plan))
         return cls(
             tp=packed(plan.tp), cp=packed(plan.cp), ep=packed(plan.ep) if plan.ep > 1 else None,
             dp=sync if zero else None, edp=esync if zero else None, sync=sync, esync=esync,
@@ -382,7 +383,7 @@ def _block_costs(work: _Work, graph: LayerGraph, plan: Plan, job: Job, cluster: 
         out[recompute] = BlockCost(
             forward_s=fwd, backward_s=bwd + rec, compute_s=fwd + bwd + rec,
             comm_s=tp_s + cp_s + ep_s + zero_s, activation_bytes=work.stored_bytes[recompute],
-            working_bytes=work.working_bytes if is_full else 0.0,
+            working_bytes=(work.working_bytes if is_full else 0.0) + cp.working_bytes,
         )
     return out
 
@@ -416,8 +417,8 @@ def _shared_key(plan: Plan, spans: _Spans) -> tuple:
     """What block and end costs depend on: tp, cp, ep, micro-batch, SP, the ZeRO class and the
     tiers the TP, CP, EP and (for ZeRO-2/3 traffic) DP x CP and expert-DP groups span."""
     zero_class = plan.zero if plan.zero >= 2 else 0
-    return (plan.tp, plan.cp, plan.ep, plan.micro_batch, plan.sequence_parallel, zero_class,
-            spans.key())
+    return (plan.tp, plan.cp, plan.ep, plan.expert_tp, plan.cp_comm, plan.micro_batch,
+            plan.sequence_parallel, zero_class, spans.key())
 
 
 @dataclass(frozen=True, slots=True)
@@ -445,7 +446,8 @@ def _works(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster
 
 def _shared_costs(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster, spans: _Spans,
                   shared: dict | None) -> _Shared:
-    key = ("work", plan.tp, plan.cp, plan.ep, plan.micro_batch, plan.sequence_parallel)
+    key = ("work", plan.tp, plan.cp, plan.ep, plan.expert_tp, plan.micro_batch,
+           plan.sequence_parallel)
     if shared is None:
         works = _works(graph, plan, job, cluster)
     elif key in shared:
@@ -466,8 +468,8 @@ def _sync_lines(plan: Plan, job: Job, cluster: Cluster, block_params: float,
                 ) -> tuple[Affine, Affine]:
     """grad_sync_s is alpha-beta: latency + bytes / bandwidth, affine in the parameters; one line
     for the dense-parallel group, one for the expert-data-parallel group."""
-    key = ("sync", plan.tp, plan.cp, plan.dp, plan.ep, plan.zero, spans.sync.fan_in,
-           spans.esync.fan_in)
+    key = ("sync", plan.tp, plan.cp, plan.dp, plan.ep, plan.expert_tp, plan.zero,
+           spans.sync.fan_in, spans.esync.fan_in)
     if shared is not None and key in shared:
         return shared[key]
 
@@ -569,7 +571,8 @@ def _moe_comm_floor_s(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster)
     """Least routed-expert time of one MoE block, one micro-batch, over every ep and placement:
     min over ep | experts of expert compute (ep local kernels, imbalance for ep > 1) plus the
     dispatch/combine all-to-all on ep consecutive ranks; plus the MoE layer's TP traffic at
-    perfect balance on tp consecutive ranks. Units: seconds."""
+    perfect balance on tp consecutive ranks (the plan's expert TP: etp = 1 has no routed TP
+    collectives). Units: seconds."""
     accel = cluster.accelerator
     eff = efficiency(accel.generation)
     spec = graph.spec
@@ -600,7 +603,8 @@ def ends_floor_s(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster) -> f
 
 def compute_floor_s(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster) -> float:
     """Least time one micro-batch needs summed over all stages: every block forward + backward
-    without recompute, plus the embedding and LM head. Depends on tp, cp, micro_batch, SP only.
+    without recompute, plus the embedding and LM head. Depends on tp, cp, micro_batch, SP,
+    cp_comm and (MoE) expert TP only.
     Dense models: compute plus the block's TP and exposed CP traffic with both groups on
     consecutive ranks (``_Spans.packed``; compute only when inner tiers are not the fastest).
     MoE models: a MoE block is floored at its non-expert compute plus

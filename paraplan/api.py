@@ -70,7 +70,13 @@ def fixed_knobs(inst: Instance) -> Fixed:
             + ", ".join(str(e) for e in range(1, inst.spec.num_experts + 1)
                         if inst.spec.num_experts % e == 0)
         )
-    return Fixed(dp=p.dp, tp=p.tp, pp=p.pp, cp=p.cp, ep=p.ep, vp=p.vp, micro_batch=p.micro_batch,
+    if p.etp is not None and not inst.spec.is_moe:
+        raise ConfigError(f"plan.etp={p.etp}: expert tensor parallelism needs a mixture-of-experts "
+                          "model; remove plan.etp")
+    if p.etp not in (None, 1) and p.tp is not None and p.etp != p.tp:
+        raise ConfigError(f"plan.etp={p.etp} must be 1 or plan.tp={p.tp}")
+    return Fixed(dp=p.dp, tp=p.tp, pp=p.pp, cp=p.cp, ep=p.ep, etp=p.etp, cp_comm=p.cp_comm,
+                 vp=p.vp, micro_batch=p.micro_batch,
                  zero=p.zero, sequence_parallel=p.sequence_parallel, recompute=recompute,
                  layers_per_stage=tuple(p.layers_per_stage) if p.layers_per_stage else None,
                  order=tuple(p.order) if p.order else None,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from paraplan.cost import DEFAULT_ORDER, Job, Plan, Recompute
+from paraplan.cost import DEFAULT_ORDER, CPComm, Job, Plan, Recompute
 from paraplan.cost.pools import stage_pools_of
 from paraplan.errors import ConfigError
 from paraplan.graph import LayerGraph, ModelSpec, build_graph, from_fields, from_hf_config, preset
@@ -106,7 +106,8 @@ def fixed_plan(inst: Instance, section: PlanSection | None = None) -> Plan:
     pp = p.pp
     assert pp is not None and p.tp is not None
     plan = Plan(
-        dp=p.dp, tp=p.tp, pp=pp, cp=p.cp or 1, ep=p.ep or 1, vp=p.vp or 1,
+        dp=p.dp, tp=p.tp, pp=pp, cp=p.cp or 1, ep=p.ep or 1, etp=p.etp,
+        cp_comm=p.cp_comm or CPComm.P2P, vp=p.vp or 1,
         micro_batch=p.micro_batch, zero=p.zero,
         sequence_parallel=p.sequence_parallel if p.sequence_parallel is not None else p.tp > 1,
         recompute=_recompute(p.recompute, pp),

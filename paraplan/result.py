@@ -22,6 +22,8 @@ class PlanOut(BaseModel):
     pp: int
     cp: int
     ep: int
+    etp: int | None = Field(None, description="expert tensor-parallel degree; null = tp")
+    cp_comm: str = Field("p2p", description="context-parallel K/V exchange: p2p | all_gather")
     vp: int
     micro_batch: int
     grad_accum: int
@@ -100,7 +102,8 @@ class Result(BaseModel):
 def plan_out(plan: Plan, job: Job) -> PlanOut:
     modes = [r.value for r in plan.recompute]
     return PlanOut(
-        dp=plan.dp, tp=plan.tp, pp=plan.pp, cp=plan.cp, ep=plan.ep, vp=plan.vp,
+        dp=plan.dp, tp=plan.tp, pp=plan.pp, cp=plan.cp, ep=plan.ep, etp=plan.etp,
+        cp_comm=plan.cp_comm.value, vp=plan.vp,
         micro_batch=plan.micro_batch, grad_accum=plan.num_micro_batches(job), zero=plan.zero,
         sequence_parallel=plan.sequence_parallel,
         recompute=modes[0] if len(set(modes)) == 1 else modes,

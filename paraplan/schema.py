@@ -15,7 +15,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from paraplan.cost import Axis, Precision, Recompute
+from paraplan.cost import Axis, CPComm, Precision, Recompute
 from paraplan.errors import ConfigError
 
 __all__ = [
@@ -150,6 +150,8 @@ class PlanSection(BaseModel):
     pp: int | None = Field(None, ge=1)
     cp: int | None = Field(None, ge=1)
     ep: int | None = Field(None, ge=1)
+    etp: int | None = Field(None, ge=1, description="expert tensor-parallel degree: tp (default) or 1")
+    cp_comm: CPComm | None = Field(None, description="context-parallel K/V exchange: p2p | all_gather")
     vp: int | None = Field(None, ge=1)
     micro_batch: int | None = Field(None, ge=1)
     zero: int | None = Field(None, ge=0, le=3, description="ZeRO stage; 3 = fully sharded (FSDP)")

@@ -98,11 +98,13 @@ class NoFitError(ValueError):
 
 def layout_rank(plan: Plan) -> tuple:
     """Tie-break order among equally fast layouts: fewer stages, less cp, no interleaving,
-    smaller tp, ZeRO 1/0/2/3, smaller micro-batch, the default rank order, then (pooled
-    clusters) the pools of the stages in lexicographic order."""
+    smaller tp, ZeRO 1/0/2/3, smaller micro-batch, the default rank order, p2p context
+    parallelism, expert TP = tp (Megatron's defaults), then (pooled clusters) the pools of the
+    stages in lexicographic order."""
     order_rank = [DEFAULT_ORDER.index(a) for a in plan.order]
     return (plan.pp, plan.cp, plan.vp, plan.tp, _ZERO_PREFERENCE.index(plan.zero),
-            plan.micro_batch, order_rank, plan.stage_pools)
+            plan.micro_batch, order_rank, plan.cp_comm != "p2p", plan.expert_tp != plan.tp,
+            plan.stage_pools)
 
 
 def _recomputes(fixed: Fixed) -> list[Recompute]:
@@ -165,7 +167,7 @@ def _bounded_tables(graph: LayerGraph, cluster: Cluster, job: Job, fixed: Fixed,
             continue
         num_families += 1
         key = (family.tp, family.cp, family.micro_batch, family.sequence_parallel,
-               frozenset(family.stage_pools))
+               family.expert_tp, family.cp_comm, frozenset(family.stage_pools))
         if key not in floors:
             floors[key] = (pool_floors(graph, family, job, cluster) if cluster.pools
                            else compute_floor_s(graph, family, job, cluster))

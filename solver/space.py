@@ -8,6 +8,9 @@ which the CP-SAT model decides. Domains, each filtered by the scenario's fixed k
 - ep (mixture-of-experts models only, else 1): divisors of both dp*cp and the expert count that
   split along the rank order (ep divides, or is a multiple of, the inner of cp and dp: the EP
   group is the innermost ep ranks of dp x cp, cost/ep.py); tp > 1 forces sequence parallelism;
+- etp (mixture-of-experts models with tp > 1, else unset): tp or 1 (cost/ep.py);
+- cp_comm (cp > 1, else p2p): p2p or all_gather (cost/cp.py); all_gather only when the CP group
+  spans more than one tier (on one tier it is dominated: _cp_comms);
 - micro_batch: divisors of global_batch / dp up to ``solver.max_micro_batch``;
 - vp: 1..``solver.max_vp`` when pp > 1, micro-batches a multiple of pp, layers >= pp*vp;
 - zero: 0..3 (all collapse to 0 when dp*cp = 1: nothing to shard). ZeRO-0 is dropped when ZeRO-1
@@ -35,7 +38,7 @@ from dataclasses import dataclass, replace
 from itertools import permutations
 from math import factorial, gcd
 
-from paraplan.cost import DEFAULT_ORDER, Axis, Plan, Recompute, allgather_s, group_span
+from paraplan.cost import DEFAULT_ORDER, Axis, CPComm, Plan, Recompute, allgather_s, group_span
 from paraplan.cost.comm import alltoall_s, p2p_s
 from paraplan.cost.ep import ep_span, expert_dp_span
 from paraplan.cost.plan import expert_axes
@@ -56,6 +59,8 @@ class Fixed:
     pp: int | None = None
     cp: int | None = None
     ep: int | None = None
+    etp: int | None = None
+    cp_comm: CPComm | None = None
     vp: int | None = None
     micro_batch: int | None = None
     zero: int | None = None
@@ -87,8 +92,10 @@ def _tp_ok(tp: int, spec: ModelSpec) -> bool:
     return spec.num_heads % tp == 0 and (spec.num_kv_heads % tp == 0 or tp % spec.num_kv_heads == 0)
 
 
-def _comm_profile(cluster: Cluster, plan: Plan) -> tuple[float, ...]:
-    """(latency, seconds per byte) of each group's collectives under the plan's order."""
+def _comm_profile(cluster: Cluster, plan: Plan,
+                  expert_tps: tuple[int | None, ...] = (None,)) -> tuple[float, ...]:
+    """(latency, seconds per byte) of each group's collectives under the plan's order; the
+    expert-data-parallel group once per expert TP degree searched."""
     profile: list[float] = []
     for axes in ((Axis.TP,), (Axis.CP,), (Axis.DP, Axis.CP), (Axis.DP,), (Axis.PP,)):
         span = group_span(cluster, plan, *axes)
@@ -99,9 +106,11 @@ def _comm_profile(cluster: Cluster, plan: Plan) -> tuple[float, ...]:
     if plan.ep > 1:
         a2a = ep_span(cluster, plan)
         profile += [alltoall_s(a2a, 0.0), alltoall_s(a2a, 1.0) - alltoall_s(a2a, 0.0)]
-        edp = expert_dp_span(cluster, plan)
-        alpha = allgather_s(edp, 0.0)
-        profile += [alpha, allgather_s(edp, 1.0) - alpha]
+    for expert_plan in (replace(plan, etp=etp) for etp in expert_tps):
+        if expert_plan.ep > 1 or expert_plan.expert_tp < expert_plan.tp:
+            edp = expert_dp_span(cluster, expert_plan)
+            alpha = allgather_s(edp, 0.0)
+            profile += [alpha, allgather_s(edp, 1.0) - alpha]
     return tuple(profile)
 
 
@@ -122,15 +131,39 @@ def _eps(spec: ModelSpec, dp: int, cp: int, fixed: Fixed) -> list[int]:
     return [e for e in divisors(dp * cp) if spec.num_experts % e == 0 and _allowed(e, fixed.ep)]
 
 
-def _profile(cluster: Cluster, plan: Plan) -> tuple[float, ...]:
+def _profile(cluster: Cluster, plan: Plan,
+             expert_tps: tuple[int | None, ...] = (None,)) -> tuple[float, ...]:
     """_comm_profile, concatenated over the used pools on a pooled cluster."""
     if not plan.stage_pools:
-        return _comm_profile(cluster, plan)
+        return _comm_profile(cluster, plan, expert_tps)
     out: tuple[float, ...] = ()
     for p in sorted(set(plan.stage_pools)):
         local = replace(plan, pp=plan.stage_pools.count(p), stage_pools=())
-        out += _comm_profile(cluster.pools[p], local)
+        out += _comm_profile(cluster.pools[p], local, expert_tps)
     return out
+
+
+def _etps(spec: ModelSpec, tp: int, fixed: Fixed) -> list[int | None]:
+    """Expert tensor-parallel degrees: tp and 1 for MoE models with tp > 1; unset otherwise."""
+    if not spec.is_moe or tp == 1:
+        return [None] if fixed.etp in (None, tp, 1) else []
+    return [e for e in (tp, 1) if _allowed(e, fixed.etp)]
+
+
+def _cp_comms(cp: int, fixed: Fixed) -> list[CPComm]:
+    """K/V exchange variants: the fixed one if given; p2p (moot) when cp = 1; else both."""
+    if fixed.cp_comm is not None:
+        return [fixed.cp_comm]
+    return [CPComm.P2P] if cp == 1 else [CPComm.P2P, CPComm.ALL_GATHER]
+
+
+def _all_gather_dominated(plan: Plan, cluster: Cluster) -> bool:
+    """all_gather CP on a group that spans one tier: there a one-tier all-gather of cp chunks,
+    (cp-1)(alpha + c/B), equals the ring's busy time, all of it exposed, and it adds the gathered
+    K/V buffer (cost/cp.py), so it is never faster nor smaller than p2p."""
+    span = group_span(cluster.pools[plan.stage_pools[0]] if plan.stage_pools else cluster, plan,
+                      Axis.CP)
+    return sum(f > 1 for f in span.fan_in) <= 1
 
 
 def _dominated(a: tuple[float, ...], b: tuple[float, ...]) -> bool:
@@ -166,13 +199,14 @@ def _candidate_orders(plan: Plan, fixed: Fixed, options: Options) -> list[tuple[
 
 
 def _orders(plan: Plan, cluster: Cluster, fixed: Fixed, options: Options,
-            prune: bool = True) -> list[tuple[Axis, ...]]:
+            prune: bool = True, expert_tps: tuple[int | None, ...] = (None,)
+            ) -> list[tuple[Axis, ...]]:
     """Placements worth searching: one per non-dominated communication profile (all distinct
-    ones when ``prune`` is off)."""
+    ones when ``prune`` is off), the profile covering every expert TP degree in ``expert_tps``."""
     candidates = _candidate_orders(plan, fixed, options)
     if len(candidates) <= 1:
         return candidates
-    profiles = [(o, _profile(cluster, replace(plan, order=o))) for o in candidates]
+    profiles = [(o, _profile(cluster, replace(plan, order=o), expert_tps)) for o in candidates]
     if not prune:
         distinct: dict[tuple[float, ...], tuple[Axis, ...]] = {}
         for order, prof in profiles:
@@ -228,6 +262,7 @@ def _families_of(spec: ModelSpec, global_batch: int, dp: int, tp: int, pp: int, 
     sps = [fixed.sequence_parallel] if fixed.sequence_parallel is not None else [tp > 1]
     if spec.is_moe and tp > 1:
         sps = [sp for sp in sps if sp]  # MoE with TP needs sequence parallelism (check_plan)
+    etps, cp_comms = _etps(spec, tp, fixed), _cp_comms(cp, fixed)
     for mb in mbs:
         m = per_replica // mb
         if pp > 1:
@@ -238,10 +273,10 @@ def _families_of(spec: ModelSpec, global_batch: int, dp: int, tp: int, pp: int, 
         for vp in (v for v in vps if _allowed(v, fixed.vp)):
             if not options.allow_uneven_stages and spec.num_layers % (pp * vp):
                 continue
-            for sp in sps:
-                out.append(Plan(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, vp=vp, micro_batch=mb,
-                                sequence_parallel=sp, recompute=(Recompute.NONE,) * pp,
-                                layers_per_stage=(1,) * pp))
+            out += [Plan(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, cp_comm=cpc, vp=vp,
+                         micro_batch=mb, sequence_parallel=sp, recompute=(Recompute.NONE,) * pp,
+                         layers_per_stage=(1,) * pp)
+                    for sp in sps for etp in etps for cpc in cp_comms]
     return out
 
 
@@ -259,15 +294,18 @@ def zeros(family: Plan, fixed: Fixed, *, prune_dominated: bool = True) -> list[i
 def orders(family: Plan, cluster: Cluster, fixed: Fixed, options: Options, *,
            prune_dominated: bool = True, cache: dict | None = None) -> list[tuple[Axis, ...]]:
     """Rank orders of a family (module docstring); ``cache`` keeps them across families with the
-    same degrees."""
-    key = (family.tp, family.cp, family.pp, family.dp, family.ep, prune_dominated,
-           family.stage_pools)
+    same degrees. An all_gather CP family keeps only the orders where its CP group spans more
+    than one tier (``_all_gather_dominated``) unless cp_comm is fixed or pruning is off."""
+    key = (family.tp, family.cp, family.pp, family.dp, family.ep, family.etp, family.cp_comm,
+           prune_dominated, family.stage_pools)
     if cache is not None and key in cache:
         return cache[key]
     base = Plan(dp=family.dp, tp=family.tp, pp=family.pp, cp=family.cp, ep=family.ep,
-                micro_batch=1, recompute=(Recompute.NONE,) * family.pp,
+                etp=family.etp, micro_batch=1, recompute=(Recompute.NONE,) * family.pp,
                 layers_per_stage=(1,) * family.pp, stage_pools=family.stage_pools)
-    out = _orders(base, cluster, fixed, options, prune_dominated)
+    out = _orders(base, cluster, fixed, options, prune_dominated, (family.etp,))
+    if (prune_dominated and family.cp_comm is CPComm.ALL_GATHER and fixed.cp_comm is None):
+        out = [o for o in out if not _all_gather_dominated(replace(base, order=o), cluster)]
     if cache is not None:
         cache[key] = out
     return out

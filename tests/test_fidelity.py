@@ -41,3 +41,43 @@ def test_beats_the_constant_mfu_estimate(rows) -> None:
 def test_no_published_run_is_predicted_out_of_memory(rows) -> None:
     oom = [r.case.label for r in rows if not r.fits]
     assert not oom, oom
+
+
+def _by_id(rows) -> dict:
+    return {r.case.row_id: r for r in rows}
+
+
+MOE_ROWS = (332, 340, 346)  # Megatron-Bridge 25.11 Qwen3-30B-A3B on 8 GB200, 8 B200, 16 H100
+LONG_CONTEXT_ROWS = (570, 581, 592, 603, 614)  # MosaicML MPT at seq 32K on 8 A100 40GB
+CONTEXT_PARALLEL_ROWS = (58, 59)  # NeMo 24.07 Llama 3 8B / 70B with cp = 2
+
+
+def test_moe_rows_are_covered(rows) -> None:
+    by_id = _by_id(rows)
+    assert set(MOE_ROWS) <= set(by_id), sorted(set(MOE_ROWS) - set(by_id))
+    assert all(by_id[i].case.scenario["model"].get("experts") == 128 for i in MOE_ROWS)
+
+
+def test_moe_rows_on_blackwell_within_15_percent(rows) -> None:
+    """Qwen3-30B-A3B (128 experts of width 768, top-8) on 8 B200 and 8 GB200, pp = 1."""
+    by_id = _by_id(rows)
+    errors = {i: by_id[i].error for i in (332, 340)}
+    assert all(abs(e) <= 0.15 for e in errors.values()), errors
+
+
+def test_moe_h100_pipeline_row_stays_a_known_under_prediction(rows) -> None:
+    """Row 346 (16 H100, pp=2 x vp=24, one MoE layer per virtual stage) is predicted about
+    twice as fast as published; its cause is not modelled (benchmarks/fidelity.py notes). This
+    bound fails if a model change moves it, so the note is revisited rather than forgotten."""
+    error = _by_id(rows)[346].error
+    assert -0.6 <= error <= -0.3, f"row 346 error {error:+.1%}: update the note and this bound"
+
+
+def test_long_context_and_context_parallel_rows_within_15_percent(rows) -> None:
+    by_id = _by_id(rows)
+    ids = LONG_CONTEXT_ROWS + CONTEXT_PARALLEL_ROWS
+    assert set(ids) <= set(by_id), sorted(set(ids) - set(by_id))
+    assert all(by_id[i].case.scenario["job"]["seq_len"] >= 32768 for i in LONG_CONTEXT_ROWS)
+    assert all(by_id[i].case.scenario["plan"]["cp"] == 2 for i in CONTEXT_PARALLEL_ROWS)
+    errors = {i: round(by_id[i].error, 3) for i in ids}
+    assert all(abs(e) <= 0.15 for e in errors.values()), errors

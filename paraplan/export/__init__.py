@@ -26,7 +26,7 @@ from typing import Any, NamedTuple
 from pydantic import ValidationError
 
 from paraplan.api import evaluate_plan, paraplan_version
-from paraplan.cost import Axis, Plan, Precision, Recompute
+from paraplan.cost import Axis, CPComm, Plan, Precision, Recompute
 from paraplan.errors import ConfigError, ExportError
 from paraplan.graph import ModelSpec
 from paraplan.hardware import Cluster
@@ -123,7 +123,8 @@ class ExportContext:
 def to_cost_plan(plan: PlanOut) -> Plan:
     """The cost model's ``Plan`` for a Result's plan (one recompute mode per pp rank)."""
     return Plan(
-        dp=plan.dp, tp=plan.tp, pp=plan.pp, cp=plan.cp, ep=plan.ep, vp=plan.vp,
+        dp=plan.dp, tp=plan.tp, pp=plan.pp, cp=plan.cp, ep=plan.ep, etp=plan.etp,
+        cp_comm=CPComm(plan.cp_comm), vp=plan.vp,
         micro_batch=plan.micro_batch, zero=plan.zero, sequence_parallel=plan.sequence_parallel,
         recompute=tuple(Recompute(r) for r in plan.recompute_per_stage),
         layers_per_stage=tuple(plan.layers_per_stage),
@@ -152,8 +153,12 @@ def plan_summary(plan: Plan) -> str:
     mode = uniform_recompute(plan)
     recompute = mode.value if mode else ",".join(r.value for r in plan.recompute)
     parts = [f"dp={plan.dp}", f"tp={plan.tp}", f"pp={plan.pp}", f"cp={plan.cp}"]
+    if plan.cp > 1:
+        parts.append(f"cp_comm={plan.cp_comm.value}")
     if plan.ep > 1:
         parts.append(f"ep={plan.ep}")
+    if plan.etp is not None and plan.etp != plan.tp:
+        parts.append(f"etp={plan.etp}")
     parts += [
         f"vp={plan.vp}", f"micro_batch={plan.micro_batch}", f"zero={plan.zero}",
         f"sequence_parallel={'on' if plan.sequence_parallel else 'off'}",

@@ -33,7 +33,7 @@ from typing import Any
 
 import yaml
 
-from paraplan.cost import Axis, Plan, Precision, Recompute
+from paraplan.cost import Axis, CPComm, Plan, Precision, Recompute
 from paraplan.export import (
     Draft,
     ExportContext,
@@ -68,7 +68,7 @@ KEYS: dict[str, str] = {
     "ffn_hidden": "base_mlp_dim", "num_layers": "base_num_decoder_layers", "head_dim": "head_dim",
     "vocab": "vocab_size", "num_experts": "num_experts", "top_k": "num_experts_per_tok",
     "moe_ffn_hidden": "base_moe_mlp_dim", "first_dense_layers": "first_num_dense_layers",
-    "shared_experts": "shared_experts",
+    "shared_experts": "shared_experts", "cp_strategy": "context_parallel_strategy",
 }
 """paraplan concept -> MaxText config key; the only place MaxText key names appear."""
 
@@ -76,6 +76,7 @@ DP_AXIS = {False: "data", True: "fsdp"}  # keyed by "ZeRO-3"
 MESH_AXIS = {Axis.TP: "tensor", Axis.CP: "context", Axis.PP: "pipeline"}  # key infixes
 REMAT = {Recompute.NONE: "minimal_with_context", Recompute.SELECTIVE: "minimal",
          Recompute.FULL: "full"}
+CP_STRATEGY = {CPComm.P2P: "ring", CPComm.ALL_GATHER: "all_gather"}  # context_parallel_strategy
 DTYPES = {Precision.BF16: "bfloat16", Precision.FP8: "bfloat16", Precision.FP16: "float16"}
 WEIGHT_DTYPE = "float32"
 FP8_QUANTIZATION = "fp8"
@@ -229,7 +230,16 @@ def check_model_keys(ctx: ExportContext, draft: Draft) -> Refusal | None:
                    "model config that has it)")
 
 
-RULES = (check_dense_model, check_model_keys, check_zero, check_uniform_stages,
+def check_expert_tp(ctx: ExportContext, draft: Draft) -> Refusal | None:
+    """MaxText shards expert weights over the tensor axis like the dense MLP: expert TP = tp."""
+    p = draft.plan
+    if p.expert_tp == p.tp:
+        return None
+    return Refusal(f"plan.etp={p.etp} with tp={p.tp}: MaxText has no separate expert "
+                   "tensor-parallel degree", repair(f"etp -> {p.tp}", draft, replace(p, etp=p.tp)))
+
+
+RULES = (check_dense_model, check_expert_tp, check_model_keys, check_zero, check_uniform_stages,
          check_pipeline_micro_batches, check_uniform_recompute, check_rank_order,
          check_expert_axis, check_node_boundary)
 
@@ -300,6 +310,8 @@ def maxtext_config(ctx: ExportContext) -> dict[str, Any]:
                               KEYS["weight_dtype"]: WEIGHT_DTYPE}
     if ctx.precision is Precision.FP8:
         config[KEYS["quantization"]] = FP8_QUANTIZATION
+    if ctx.plan.cp > 1:
+        config[KEYS["cp_strategy"]] = CP_STRATEGY[ctx.plan.cp_comm]
     return config
 
 
@@ -317,8 +329,8 @@ def _notes(ctx: ExportContext) -> list[str]:
         notes.append("sequence_parallel: MaxText shards norm/residual activations over the tensor "
                      "axis through its logical axis rules; there is no separate switch")
     if p.cp > 1:
-        notes.append("cp: MaxText's default context_parallel_strategy all-gathers K/V; paraplan "
-                     "modelled a ring exchange")
+        notes.append(f"cp_comm={p.cp_comm.value}: context_parallel_strategy "
+                     f"{CP_STRATEGY[p.cp_comm]} (MaxText's default all-gathers K/V)")
     if p.ep > 1:
         notes.append(f"ep={p.ep}: the expert axis shards the experts and, for the other layers, "
                      f"the batch (with data/fsdp = dp/ep = {p.dp // p.ep})")

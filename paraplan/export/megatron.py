@@ -26,7 +26,7 @@ import shlex
 from dataclasses import replace
 from math import prod
 
-from paraplan.cost import Axis, Plan, Precision, Recompute
+from paraplan.cost import Axis, CPComm, Plan, Precision, Recompute
 from paraplan.export import (
     Draft,
     ExportContext,
@@ -255,6 +255,10 @@ RULES = (check_dense_model, check_batch_divides, check_tensor_split, check_conte
          check_expert_data_parallel)
 
 
+CP_COMM_TYPES = {CPComm.P2P: "p2p", CPComm.ALL_GATHER: "allgather"}
+"""plan.cp_comm -> ``--cp-comm-type`` value (docs/frameworks.md Sec. 2.2)."""
+
+
 # --------------------------------------------------------------------------- rank groups
 
 
@@ -340,9 +344,9 @@ def _parallel_args(plan: Plan) -> list[tuple[str, object]]:
         args.append(("sp", None))
     args += pipeline_args(plan)
     if plan.cp > 1:
-        args += [("cp", plan.cp), ("cp_comm", "p2p")]
-    if plan.ep > 1:
-        args += [("ep", plan.ep), ("etp", plan.tp)]
+        args += [("cp", plan.cp), ("cp_comm", CP_COMM_TYPES[plan.cp_comm])]
+    if plan.ep > 1 or plan.expert_tp != plan.tp:
+        args += [("ep", plan.ep), ("etp", plan.expert_tp)]
     if megatron_order(plan) == "tp-cp-ep-pp-dp":
         args.append(("tp_pp_dp_order", None))
     return args

@@ -41,7 +41,8 @@ BRIDGE_PATHS: dict[str, str] = {
     "layout": "model.pipeline_model_parallel_layout",
     "first_stage_layers": "model.num_layers_in_first_pipeline_stage",
     "last_stage_layers": "model.num_layers_in_last_pipeline_stage",
-    "cp": "model.context_parallel_size", "sp": "model.sequence_parallel",
+    "cp": "model.context_parallel_size", "cp_comm": "model.cp_comm_type",
+    "sp": "model.sequence_parallel",
     "ep": "model.expert_model_parallel_size", "etp": "model.expert_tensor_parallel_size",
     "recompute": "model.recompute_granularity", "recompute_method": "model.recompute_method",
     "recompute_layers": "model.recompute_num_layers",
@@ -64,7 +65,8 @@ NEMO2_PATHS: dict[str, str] = {
     "layout": "model.config.pipeline_model_parallel_layout",
     "first_stage_layers": "model.config.num_layers_in_first_pipeline_stage",
     "last_stage_layers": "model.config.num_layers_in_last_pipeline_stage",
-    "cp": "trainer.strategy.context_parallel_size", "sp": "trainer.strategy.sequence_parallel",
+    "cp": "trainer.strategy.context_parallel_size", "cp_comm": "model.config.cp_comm_type",
+    "sp": "trainer.strategy.sequence_parallel",
     "ep": "trainer.strategy.expert_model_parallel_size",
     "etp": "model.config.expert_tensor_parallel_size",
     "recompute": "model.config.recompute_granularity",
@@ -110,8 +112,10 @@ def settings(ctx: ExportContext) -> list[tuple[str, object]]:
     for key, value in mg.pipeline_args(p):
         if key != "pp":
             out.append((key, value))
-    if ctx.spec.is_moe:  # expert TP = TP in paraplan's cost model (Megatron's default)
-        out += [("ep", p.ep), ("etp", p.tp)]
+    if p.cp > 1:
+        out.append(("cp_comm", mg.CP_COMM_TYPES[p.cp_comm]))
+    if ctx.spec.is_moe:
+        out += [("ep", p.ep), ("etp", p.expert_tp)]
     mode = uniform_recompute(p)
     if mode is Recompute.SELECTIVE:
         out += [("recompute", "selective"), ("recompute_modules", [mg.SELECTIVE_MODULES])]

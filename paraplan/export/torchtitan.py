@@ -28,7 +28,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import replace
 
-from paraplan.cost import Axis, Precision, Recompute
+from paraplan.cost import Axis, CPComm, Precision, Recompute
 from paraplan.export import (
     Draft,
     ExportContext,
@@ -177,7 +177,29 @@ def check_expert_mesh(ctx: ExportContext, draft: Draft) -> Refusal | None:
         + repair("ep -> 1", draft, replace(p, ep=1)))
 
 
-RULES = (check_dense_model, check_batch, check_precision, check_context_split,
+def check_cp_comm(ctx: ExportContext, draft: Draft) -> Refusal | None:
+    """torchtitan 0.3 has no option selecting the K/V exchange (0.2.x had
+    context_parallel_rotate_method); only the ring (p2p) plan is exported."""
+    p = draft.plan
+    if p.cp == 1 or p.cp_comm is CPComm.P2P:
+        return None
+    return Refusal(f"plan.cp_comm={p.cp_comm.value}: torchtitan 0.3 has no option to select the "
+                   "context-parallel K/V exchange", repair("cp_comm -> p2p", draft,
+                                                           replace(p, cp_comm=CPComm.P2P)))
+
+
+def check_expert_tp(ctx: ExportContext, draft: Draft) -> Refusal | None:
+    """torchtitan 0.3 has no expert tensor-parallel degree (0.2.x's expert_tensor_parallel_degree
+    is gone): the plan's expert TP must be the default, tp."""
+    p = draft.plan
+    if p.expert_tp == p.tp:
+        return None
+    return Refusal(f"plan.etp={p.etp} with tp={p.tp}: torchtitan 0.3 has no expert tensor-parallel "
+                   "option", repair(f"etp -> {p.tp}", draft, replace(p, etp=p.tp)))
+
+
+RULES = (check_dense_model, check_cp_comm, check_expert_tp, check_batch, check_precision,
+         check_context_split,
          check_uniform_recompute, check_schedule, check_rank_order, check_expert_mesh)
 
 

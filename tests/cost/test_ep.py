@@ -134,3 +134,57 @@ def test_dense_first_layers_are_credited_on_the_first_stage() -> None:
     t2 = stage_terms(g, plan2, job, cluster)
     assert t2.stage_expert_params(0, 1) == pytest.approx(0.0)
     assert t2.stage_expert_params(1, 7) == pytest.approx(7 * experts)
+
+
+def test_expert_tp_one_keeps_whole_experts_and_replicates_them_over_tp() -> None:
+    cluster = build_cluster("dgx-h100", nodes=2)  # 16 GPUs: tp 2 x dp 8
+    sharded = _plan(8, 4, tp=2)  # etp unset = tp
+    whole = _plan(8, 4, tp=2, etp=1)
+    assert sharded.expert_tp == 2 and whole.expert_tp == 1
+    a = stage_terms(QWEN, sharded, JOB, cluster)
+    b = stage_terms(QWEN, whole, JOB, cluster)
+    experts_per_layer = 128 * 3 * 2048 * 768
+    assert a.block_expert_params == pytest.approx(experts_per_layer / (4 * 2))  # / (ep x etp)
+    assert b.block_expert_params == pytest.approx(experts_per_layer / 4)
+    assert a.block_params == b.block_params  # attention and router: TP-sharded either way
+    # expert-data-parallel group: dp*cp/ep * tp/etp ranks hold the same experts
+    assert expert_shard_degree(sharded) == 2 and expert_shard_degree(whole) == 4
+    assert expert_dp_span(cluster, whole).size == 4
+
+
+def test_expert_tp_one_drops_the_routed_tp_collectives() -> None:
+    # moe_tp_collectives: top_k * imbalance pairs (+1 shared) with etp = tp, only the shared one
+    # (none for Qwen3) with etp = 1
+    from paraplan.cost.ep import moe_tp_collectives
+    assert moe_tp_collectives(8, False, _plan(8, 4, tp=2), JOB) == pytest.approx(8.0)
+    assert moe_tp_collectives(8, False, _plan(8, 4, tp=2, etp=1), JOB) == 0.0
+    assert moe_tp_collectives(8, True, _plan(8, 4, tp=2, etp=1), JOB) == 1.0
+    cluster = build_cluster("dgx-h100", nodes=2)
+    a = stage_terms(QWEN, _plan(8, 4, tp=2), JOB, cluster).block[Recompute.NONE]
+    b = stage_terms(QWEN, _plan(8, 4, tp=2, etp=1), JOB, cluster).block[Recompute.NONE]
+    assert b.comm_s < a.comm_s
+    assert b.compute_s == pytest.approx(a.compute_s)  # same expert FLOPs per device
+
+
+def test_expert_tp_one_stores_the_same_routed_activations_per_device() -> None:
+    # c' = c etp/tp copies of (gathered + tp_elems/etp + sp_elems/etp): etp = 1 keeps c/tp whole
+    # copies, etp = tp keeps c copies with the fc1 input all-gathered, so etp = 1 stores less
+    from paraplan.cost.ep import expert_stored_bytes
+    layer = next(ly for ly in QWEN.block_layers(0) if ly.experts)
+    e = layer.experts
+    sharded = expert_stored_bytes(e, _plan(8, 4, tp=2), JOB)
+    whole = expert_stored_bytes(e, _plan(8, 4, tp=2, etp=1), JOB)
+    c = routed_copies_per_device(_plan(8, 4, tp=2), JOB, e.top_k)
+    expected = c / 2 * (e.act_gathered_elems + e.act_tp_elems + e.act_sp_elems) * 2
+    assert whole == pytest.approx(expected)
+    assert whole < sharded
+
+
+def test_expert_tp_must_be_one_or_tp() -> None:
+    cluster = build_cluster("dgx-h100", gpus=8)
+    with pytest.raises(ValueError, match="plan.etp=4 must be 1 or tp=2"):
+        evaluate(QWEN, cluster, JOB, _plan(4, 4, tp=2, etp=4))
+    llama = build_graph(preset("llama3-8b"))
+    with pytest.raises(ValueError, match="plan.etp=1 needs a mixture-of-experts model"):
+        evaluate(llama, cluster, JOB, Plan(dp=4, tp=2, pp=1, etp=1, recompute=(Recompute.NONE,),
+                                           layers_per_stage=(32,)))

@@ -183,3 +183,56 @@ def test_transformer_config_accepts_the_moe_megatron_export() -> None:
         bf16=True, params_dtype=torch.bfloat16,
     )
     assert config.num_moe_experts == 128 and config.expert_model_parallel_size == 4
+
+
+ETP1 = {"dp": 8, "tp": 2, "pp": 1, "ep": 4, "etp": 1, "micro_batch": 1, "zero": 1,
+        "recompute": "full"}
+LLAMA_LONG = {
+    "model": {"preset": "llama3-8b"},
+    "cluster": {"preset": "dgx-h100", "nodes": 2},
+    "job": {"seq_len": 65536, "global_batch": 8, "precision": "bf16"},
+}
+CP8 = {"dp": 2, "tp": 1, "pp": 1, "cp": 8, "micro_batch": 1, "zero": 1, "recompute": "full"}
+
+
+def test_megatron_and_nemo_set_expert_tensor_parallel_size() -> None:
+    res = result(QWEN_2_NODES, **ETP1)
+    assert res.plan.etp == 1
+    f = flags(megatron_args(context(res)))
+    assert f["--expert-tensor-parallel-size"] == "1" and f["--tensor-model-parallel-size"] == "2"
+    assert bridge_overrides(context(res))["model.expert_tensor_parallel_size"] == 1
+    assert nemo2_overrides(context(res))["model.config.expert_tensor_parallel_size"] == 1
+    default = flags(megatron_args(context(result(QWEN_2_NODES, **{**ETP1, "etp": None}))))
+    assert default["--expert-tensor-parallel-size"] == "2"  # unset etp = tp, written out
+
+
+def test_torchtitan_and_maxtext_refuse_expert_tp_other_than_tp() -> None:
+    res = result(QWEN_2_NODES, **ETP1)
+    assert "plan.etp=1 with tp=2: torchtitan 0.3 has no expert tensor-parallel" in refusal(
+        res, "torchtitan")
+    assert "plan.etp=1 with tp=2: MaxText has no separate expert" in refusal(res, "maxtext")
+
+
+@pytest.mark.parametrize(("mode", "flag"), [("p2p", "p2p"), ("all_gather", "allgather")])
+def test_megatron_and_nemo_set_cp_comm_type(mode: str, flag: str) -> None:
+    res = result(LLAMA_LONG, **CP8, cp_comm=mode)
+    assert res.plan.cp_comm == mode
+    f = flags(megatron_args(context(res)))
+    assert f["--context-parallel-size"] == "8" and f["--cp-comm-type"] == flag
+    assert bridge_overrides(context(res))["model.cp_comm_type"] == flag
+    assert nemo2_overrides(context(res))["model.config.cp_comm_type"] == flag
+
+
+def test_maxtext_sets_the_context_parallel_strategy() -> None:
+    for mode, strategy in (("p2p", "ring"), ("all_gather", "all_gather")):
+        res = result(LLAMA_LONG, **{**CP8, "dp": 1, "zero": 3, "cp": 16}, cp_comm=mode)
+        assert maxtext_config(context(res))["context_parallel_strategy"] == strategy
+
+
+def test_torchtitan_refuses_the_all_gather_exchange_and_names_the_ring() -> None:
+    res = result(LLAMA_LONG, **CP8, cp_comm="all_gather")
+    text = refusal(res, "torchtitan")
+    assert "plan.cp_comm=all_gather: torchtitan 0.3 has no option" in text
+    assert "cp_comm -> p2p" in text
+    ring = torchtitan_args(context(result(LLAMA_LONG, **CP8, cp_comm="p2p")))
+    assert "--parallelism.context-parallel-degree" in ring

@@ -6,7 +6,7 @@ import pytest
 from paraplan.hardware import build_cluster, node_type, node_type_names, topology_graph
 
 PRESETS = ["dgx-a100-40gb", "dgx-a100-80gb", "dgx-h100", "dgx-h200", "hgx-h800", "dgx-b200",
-           "gb200-nvl72", "mi300x"]
+           "gb200-nvl72", "gb200-nvl72-64", "mi300x"]
 
 
 @pytest.mark.parametrize("name", PRESETS)
@@ -57,3 +57,11 @@ def test_topology_graph_links_devices_to_switches() -> None:
     assert len(gpus) == 16
     assert g.degree[("gpu", 0)] == 1
     assert g.has_edge(("nvlink", 1), ("network", 0))
+
+
+def test_256_gb200_are_four_racks_of_16_compute_trays() -> None:
+    c = build_cluster("gb200-nvl72-64", gpus=256)
+    assert (c.num_devices, c.devices_per_node, c.num_nodes) == (256, 64, 4)
+    assert c.accelerator == node_type("gb200-nvl72").accelerator
+    with pytest.raises(ValueError, match="multiple of the 72 GPUs"):
+        build_cluster("gb200-nvl72", gpus=256)

@@ -5,12 +5,14 @@ exhaustive minimum over the same space, ep included."""
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
-from paraplan.cost import Job, Precision, Recompute
-from paraplan.graph import ModelSpec, build_graph
+from paraplan.cost import CPComm, Job, Precision, Recompute
+from paraplan.graph import ModelSpec, build_graph, preset
 from paraplan.hardware import build_cluster
 from paraplan.solver import Fixed, Options
+from paraplan.solver.space import layouts
 
 from tests.solver.test_oracle import check_against_enumeration
 
@@ -75,3 +77,46 @@ def test_moe_solver_matches_enumeration_on_40_instances() -> None:
     outcomes = [check_moe_instance(seed) for seed in range(2000, 2040)]
     assert outcomes.count("optimal-ep") >= 10  # the generator must exercise expert parallelism
     assert outcomes.count("optimal") >= 5  # ... and plans where ep = 1 wins
+
+
+def _expert_tp_instance(seed: int):
+    """A small MoE instance with tp = 2 fixed, so expert TP (etp = tp or 1) is a live choice,
+    and sometimes cp = 2 (the p2p / all_gather K/V exchange too) or a fixed etp / cp_comm."""
+    rng = random.Random(seed)
+    graph, cluster, job, fixed, options = random_moe_instance(rng, small=True)
+    kw = {"tp": 2, "zero": fixed.zero, "recompute": fixed.recompute}
+    if rng.random() < 0.5:
+        kw["cp"] = 2
+        job = replace(job, seq_len=max(job.seq_len, 4096))
+    if rng.random() < 0.3:
+        kw["etp"] = rng.choice([1, 2])
+    if rng.random() < 0.3:
+        kw["cp_comm"] = rng.choice(list(CPComm))
+    return graph, cluster, job, Fixed(**kw), options
+
+
+@pytest.mark.parametrize("seed", range(3000, 3010))
+def test_moe_solver_matches_enumeration_with_expert_tp_and_cp_comm(seed: int) -> None:
+    instance = _expert_tp_instance(seed)
+    plan = check_against_enumeration(seed, instance)
+    fixed = instance[3]
+    if plan is not None:
+        assert plan.tp == 2 and plan.expert_tp in (1, 2)
+        if fixed.etp is not None:
+            assert plan.expert_tp == fixed.etp
+        if fixed.cp_comm is not None and plan.cp > 1:
+            assert plan.cp_comm is fixed.cp_comm
+
+
+def test_space_holds_both_expert_tp_and_all_gather_only_across_tiers() -> None:
+    spec = preset("qwen3-30b-a3b")
+    node = build_cluster("dgx-h100", gpus=8)
+    pruned = layouts(spec, node, 4096, 64, Fixed(tp=2, cp=2), Options())
+    assert {p.expert_tp for p in pruned} == {1, 2}
+    # one tier: the all-gather exchange equals the ring's busy time, all exposed: dominated
+    assert {p.cp_comm for p in pruned} == {CPComm.P2P}
+    full = layouts(spec, node, 4096, 64, Fixed(tp=2, cp=2), Options(), prune_dominated=False)
+    assert {p.cp_comm for p in full} == set(CPComm)
+    two_nodes = build_cluster("dgx-h100", nodes=2)
+    across = layouts(spec, two_nodes, 4096, 64, Fixed(tp=1, cp=16), Options())
+    assert {p.cp_comm for p in across} == set(CPComm)
