@@ -43,7 +43,8 @@ from benchmarks.baselines import (
 )
 from benchmarks.calibration_set import Case
 from benchmarks.fidelity import constant_mfu_errors, fidelity_rows
-from paraplan.api import paraplan_version
+from paraplan.api import load_scenario, paraplan_version
+from paraplan.instance import build_instance
 
 __all__ = ["Config", "BenchScenario", "ScenarioResult", "CalibrationResult", "SweepPoint",
            "load_suite", "call_in_child", "run_bounded", "measure", "run_scenarios", "run_calibration",
@@ -95,7 +96,10 @@ class BenchScenario:
 
     @property
     def num_devices(self) -> int:
-        return int(self.scenario["cluster"]["gpus"])
+        cluster = self.scenario["cluster"]
+        if "gpus" in cluster:
+            return int(cluster["gpus"])
+        return build_instance(load_scenario(self.scenario)).cluster.num_devices  # pools, nodes
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
