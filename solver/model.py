@@ -1,5 +1,8 @@
 """The CP-SAT model: choose one layout, its layer split and per-stage recompute, minimising step time.
 
+solve.py builds it over one layout at a time (a list of one); the formulation below holds for
+any number of layouts.
+
 Instance -> candidate tables (tables.py: every number from cost/) -> variables -> constraints ->
 objective -> solve -> extract. Over the kept layouts L (the others are proven worse by bound before
 the model is built, see solve.py), with k = layers / vp and all times in integer ticks:

@@ -1,14 +1,15 @@
 """Solve: enumerate layouts, prune by bounds, build and solve the CP-SAT model, re-check the plan.
 
-1. Layouts (space.py) are ordered by a compute-only floor of their step time (cost/stage.py
-   ``compute_floor_s`` through the 1F1B lower bound); tables and bounds are built cheapest first
-   until the floor exceeds the K-th best upper bound found so far (branch and bound).
+1. Layouts (space.py) are bounded best-first in levels (family, + ZeRO stage, + rank order, then
+   tables; see ``_bounded_tables``), cheapest bound first, until the least bound left exceeds the
+   K-th best upper bound found so far (branch and bound).
 2. Layouts whose lower bound exceeds that K-th best upper bound cannot hold any of the K best plans
-   and stay out of the model. Both steps are exact, so OPTIMAL means optimal over the whole space;
-   the reported bound is min(CP-SAT's bound, the least lower bound left out).
-3. One CP-SAT model over the kept layouts (model.py) finds the optimum; a second solve with the
-   step fixed breaks ties deterministically (preferred layout rank, then no recompute, then the
-   even split), so the plan does not depend on the worker count.
+   and stay out of CP-SAT. Both steps are exact, so OPTIMAL means optimal over the whole space;
+   the reported bound is min(CP-SAT's bounds, the least lower bound left out).
+3. Each kept layout is solved in its own CP-SAT model (model.py), least lower bound first and
+   capped by the best objective so far, until a layout's lower bound exceeds it; within a layout
+   a second solve with the step fixed breaks ties (no recompute first, then the even split), and
+   across layouts the better layout_rank wins, so the plan does not depend on the worker count.
 4. Every plan is re-evaluated by ``cost.evaluate``: it must fit and match the objective within
    scale.tolerance_s.
 """
@@ -314,18 +315,19 @@ def _configure(solver: cp_model.CpSolver, opts: SolverOptions, seconds: float) -
     solver.parameters.linearization_level = 2  # the model is linear: use its full LP relaxation
 
 
-def _solve_once(kept: list[LayoutTables], graph: LayerGraph, fixed: Fixed, opts: SolverOptions,
-                excluded: list[int], deadline: float, progress: Callable[[str], None] | None,
-                start: float) -> tuple[str, Solution | None, float, int | None]:
-    model, mv = build_model(kept)
+def _solve_layout(tab: LayoutTables, graph: LayerGraph, fixed: Fixed, opts: SolverOptions,
+                  cap_ticks: int | None, deadline: float,
+                  progress: Callable[[str], None] | None, start: float
+                  ) -> tuple[str, Solution | None, float, int]:
+    """One layout's own model, its objective at most ``cap_ticks`` when given (the best plan so
+    far: ties stay feasible). Returns (status, solution, bound s, objective ticks)."""
+    model, mv = build_model([tab])
     _stage_rules(model, mv, fixed)
-    for i in excluded:
-        model.Add(mv.layouts[i].use == 0)
-    allowed = [t for t in kept if t.upper_plan is not None and kept.index(t) not in excluded]
-    if allowed and fixed.layers_per_stage is None and fixed.recompute is None:
-        best = min(allowed, key=lambda t: t.upper_bound_s)
-        add_hint(model, mv, kept.index(best), list(best.upper_plan.layers_per_stage),
-                 list(best.upper_plan.recompute))
+    if cap_ticks is not None:
+        model.Add(mv.objective <= cap_ticks)
+    if tab.upper_plan is not None and fixed.layers_per_stage is None and fixed.recompute is None:
+        add_hint(model, mv, 0, list(tab.upper_plan.layers_per_stage),
+                 list(tab.upper_plan.recompute))
     solver = cp_model.CpSolver()
     # the time limit covers bounding too; CP-SAT still gets a moment to return the warm start
     _configure(solver, opts, max(MIN_CP_SAT_S, deadline - time.perf_counter()))
@@ -334,7 +336,7 @@ def _solve_once(kept: list[LayoutTables], graph: LayerGraph, fixed: Fixed, opts:
     name = solver.StatusName(status)
     bound = from_ticks(solver.BestObjectiveBound()) / VP_SCALE
     if name not in ("OPTIMAL", "FEASIBLE"):
-        return name, None, bound, None
+        return name, None, bound, 0
     if name == "OPTIMAL":
         model.Add(mv.objective <= int(solver.ObjectiveValue()))  # == at the proven optimum
         model.ClearHints()
@@ -343,11 +345,49 @@ def _solve_once(kept: list[LayoutTables], graph: LayerGraph, fixed: Fixed, opts:
         _configure(second, opts, max(1.0, deadline - time.perf_counter()))
         if second.StatusName(second.Solve(model)) == "OPTIMAL":
             solver = second
-    lv = mv.chosen(solver)
+    lv = mv.layouts[0]
     layers, recs = lv.extract(solver)
-    plan = replace(lv.tables.plan, layers_per_stage=tuple(layers), recompute=tuple(recs))
-    objective = from_ticks(solver.Value(mv.objective)) / VP_SCALE
-    return name, Solution(plan, objective), bound, lv.index
+    plan = replace(tab.plan, layers_per_stage=tuple(layers), recompute=tuple(recs))
+    ticks = int(solver.Value(mv.objective))
+    return name, Solution(plan, from_ticks(ticks) / VP_SCALE), bound, ticks
+
+
+def _solve_once(kept: list[LayoutTables], graph: LayerGraph, fixed: Fixed, opts: SolverOptions,
+                excluded: list[int], deadline: float, progress: Callable[[str], None] | None,
+                start: float) -> tuple[str, Solution | None, float, int | None]:
+    """The best plan over the kept layouts but ``excluded`` (module docstring, 3).
+
+    Each layout is solved in its own model, least lower bound first, capped by the best
+    objective so far; once a layout's lower bound exceeds it, that layout and every later one
+    are proven worse. Ties go to the better layout_rank. One model per layout keeps each LP
+    relaxation tight (a model over several layouts mixes them fractionally and proved slowly)."""
+    order = sorted((i for i in range(len(kept)) if i not in excluded),
+                   key=lambda i: (kept[i].lower_bound_s, layout_rank(kept[i].plan), i))
+    best: tuple[int, tuple, int, Solution] | None = None  # ticks, rank, index, solution
+    proven, bound, statuses = True, float("inf"), []
+    for i in order:
+        tab = kept[i]
+        if best is not None and tab.lower_bound_s > best[3].objective_s + tolerance_s(
+                tab.num_micro_batches, tab.plan.pp, tab.k_total):
+            bound = min(bound, tab.lower_bound_s)
+            break
+        if best is not None and time.perf_counter() > deadline:
+            proven, bound = False, min(bound, tab.lower_bound_s)
+            break
+        name, sol, bnd, ticks = _solve_layout(tab, graph, fixed, opts,
+                                              best[0] if best else None, deadline, progress,
+                                              start)
+        statuses.append(name)
+        if name == "INFEASIBLE":
+            continue  # no plan of this layout within the cap: proven no better
+        if sol is None or name != "OPTIMAL":
+            proven, bound = False, min(bound, bnd)
+        if sol is not None and (best is None or (ticks, layout_rank(tab.plan)) < best[:2]):
+            best = (ticks, layout_rank(tab.plan), i, sol)
+    if best is None:
+        name = "INFEASIBLE" if statuses and all(n == "INFEASIBLE" for n in statuses) else "UNKNOWN"
+        return name, None, bound, None
+    return ("OPTIMAL" if proven else "FEASIBLE"), best[3], min(bound, best[3].objective_s), best[2]
 
 
 def solve_instance(graph: LayerGraph, cluster: Cluster, job: Job, fixed: Fixed, options: Options,
