@@ -39,7 +39,8 @@ __all__ = [
     "export", "export_text", "write_exports", "load_result", "context", "to_cost_plan",
     "plan_summary", "header_lines", "enforce", "effective_order", "order_matches",
     "order_fixes", "recompute_fixes", "regroup", "repair", "uniform_recompute", "comment_block",
-    "first_refusal", "check_dense_model", "check_no_expert_parallel", "micro_batch_repairs",
+    "first_refusal", "check_dense_model", "check_no_expert_parallel", "check_expert_tp_is_tp",
+    "uniform_recompute_rule", "micro_batch_repairs",
     "POOLED_TARGETS", "pool_lines",
 ]
 
@@ -291,6 +292,33 @@ def check_no_expert_parallel(framework_note: str) -> Rule:
                        repair("ep -> 1", draft, replace(draft.plan, ep=1)))
 
     return check_expert_parallel_expressible
+
+
+def check_expert_tp_is_tp(framework_note: str) -> Rule:
+    """A rule refusing etp != tp for targets with no separate expert tensor-parallel degree."""
+
+    def check_expert_tp(ctx: ExportContext, draft: Draft) -> Refusal | None:
+        p = draft.plan
+        if p.expert_tp == p.tp:
+            return None
+        return Refusal(f"plan.etp={p.etp} with tp={p.tp}: {framework_note}",
+                       repair(f"etp -> {p.tp}", draft, replace(p, etp=p.tp)))
+
+    return check_expert_tp
+
+
+def uniform_recompute_rule(framework_note: str) -> Rule:
+    """A rule refusing per-stage recompute for targets whose recompute setting covers every
+    stage alike (``framework_note`` says which setting)."""
+
+    def check_recompute_uniform(ctx: ExportContext, draft: Draft) -> Refusal | None:
+        if uniform_recompute(draft.plan) is not None:
+            return None
+        modes = [r.value for r in draft.plan.recompute]
+        return Refusal(f"recompute differs per stage ({modes}); {framework_note}",
+                       recompute_fixes(draft))
+
+    return check_recompute_uniform
 
 
 def first_refusal(ctx: ExportContext, draft: Draft, rules: Sequence[Rule]) -> Refusal | None:

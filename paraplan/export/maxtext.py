@@ -40,15 +40,16 @@ from paraplan.export import (
     Fix,
     Refusal,
     check_dense_model,
+    check_expert_tp_is_tp,
     comment_block,
     enforce,
     header_lines,
     micro_batch_repairs,
     order_fixes,
     order_matches,
-    recompute_fixes,
     repair,
     uniform_recompute,
+    uniform_recompute_rule,
 )
 
 __all__ = ["KEYS", "RULES", "render", "maxtext_config", "mesh_split", "maxtext_order"]
@@ -170,13 +171,7 @@ def check_pipeline_micro_batches(ctx: ExportContext, draft: Draft) -> Refusal | 
                    micro_batch_repairs(draft, gb, lambda count: count % p.pp == 0))
 
 
-def check_uniform_recompute(ctx: ExportContext, draft: Draft) -> Refusal | None:
-    """One remat_policy for every layer."""
-    if uniform_recompute(draft.plan) is not None:
-        return None
-    modes = [r.value for r in draft.plan.recompute]
-    return Refusal(f"recompute differs per stage ({modes}); remat_policy applies to every layer",
-                   recompute_fixes(draft))
+check_uniform_recompute = uniform_recompute_rule("remat_policy applies to every layer")
 
 
 def check_rank_order(ctx: ExportContext, draft: Draft) -> Refusal | None:
@@ -230,13 +225,8 @@ def check_model_keys(ctx: ExportContext, draft: Draft) -> Refusal | None:
                    "model config that has it)")
 
 
-def check_expert_tp(ctx: ExportContext, draft: Draft) -> Refusal | None:
-    """MaxText shards expert weights over the tensor axis like the dense MLP: expert TP = tp."""
-    p = draft.plan
-    if p.expert_tp == p.tp:
-        return None
-    return Refusal(f"plan.etp={p.etp} with tp={p.tp}: MaxText has no separate expert "
-                   "tensor-parallel degree", repair(f"etp -> {p.tp}", draft, replace(p, etp=p.tp)))
+# MaxText shards expert weights over the tensor axis like the dense MLP: expert TP = tp
+check_expert_tp = check_expert_tp_is_tp("MaxText has no separate expert tensor-parallel degree")
 
 
 RULES = (check_dense_model, check_expert_tp, check_model_keys, check_zero, check_uniform_stages,

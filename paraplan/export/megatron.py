@@ -38,10 +38,10 @@ from paraplan.export import (
     micro_batch_repairs,
     order_fixes,
     order_matches,
-    recompute_fixes,
     regroup,
     repair,
     uniform_recompute,
+    uniform_recompute_rule,
 )
 from paraplan.result import PlanOut
 
@@ -211,16 +211,10 @@ def check_interleaving(ctx: ExportContext, draft: Draft) -> Refusal | None:
     return None
 
 
-def check_uniform_recompute(ctx: ExportContext, draft: Draft) -> Refusal | None:
-    """Megatron's recompute settings apply to every pipeline rank alike."""
-    if uniform_recompute(draft.plan) is not None:
-        return None
-    modes = [r.value for r in draft.plan.recompute]
-    return Refusal(
-        f"recompute differs per stage ({modes}); --recompute-granularity, --recompute-method and "
-        "--recompute-num-layers apply to every pipeline rank alike ('block' recomputes the first "
-        "N layers of every stage, never none on some and full on others)",
-        recompute_fixes(draft))
+check_uniform_recompute = uniform_recompute_rule(
+    "--recompute-granularity, --recompute-method and --recompute-num-layers apply to every "
+    "pipeline rank alike ('block' recomputes the first N layers of every stage, never none on "
+    "some and full on others)")
 
 
 def check_fsdp_without_pp(ctx: ExportContext, draft: Draft) -> Refusal | None:

@@ -27,10 +27,10 @@ from paraplan.export import (
     header_lines,
     order_fixes,
     order_matches,
-    recompute_fixes,
     regroup,
     repair,
     uniform_recompute,
+    uniform_recompute_rule,
 )
 from paraplan.export.torch_plan import render_torch_plan
 
@@ -60,13 +60,7 @@ def check_no_context_parallel(ctx: ExportContext, draft: Draft) -> Refusal | Non
                                                                                    cp=1)))
 
 
-def check_uniform_recompute(ctx: ExportContext, draft: Draft) -> Refusal | None:
-    """The script takes one recompute mode for every block."""
-    if uniform_recompute(draft.plan) is not None:
-        return None
-    modes = [r.value for r in draft.plan.recompute]
-    return Refusal(f"recompute differs per stage ({modes}); the script wraps every block the "
-                   "same way", recompute_fixes(draft))
+check_uniform_recompute = uniform_recompute_rule("the script wraps every block the same way")
 
 
 def check_schedule(ctx: ExportContext, draft: Draft) -> Refusal | None:

@@ -35,16 +35,17 @@ from paraplan.export import (
     Fix,
     Refusal,
     check_dense_model,
+    check_expert_tp_is_tp,
     comment_block,
     enforce,
     header_lines,
     micro_batch_repairs,
     order_fixes,
     order_matches,
-    recompute_fixes,
     regroup,
     repair,
     uniform_recompute,
+    uniform_recompute_rule,
 )
 
 __all__ = ["FLAGS", "RULES", "ORDER", "CONFIGS", "render", "torchtitan_args", "model_parts"]
@@ -124,13 +125,8 @@ def check_schedule(ctx: ExportContext, draft: Draft) -> Refusal | None:
     return None
 
 
-def check_uniform_recompute(ctx: ExportContext, draft: Draft) -> Refusal | None:
-    """One activation-checkpoint subcommand for the whole model."""
-    if uniform_recompute(draft.plan) is not None:
-        return None
-    modes = [r.value for r in draft.plan.recompute]
-    return Refusal(f"recompute differs per stage ({modes}); the activation-checkpoint subcommand "
-                   "applies to every stage", recompute_fixes(draft))
+check_uniform_recompute = uniform_recompute_rule(
+    "the activation-checkpoint subcommand applies to every stage")
 
 
 def check_context_split(ctx: ExportContext, draft: Draft) -> Refusal | None:
@@ -188,14 +184,8 @@ def check_cp_comm(ctx: ExportContext, draft: Draft) -> Refusal | None:
                                                            replace(p, cp_comm=CPComm.P2P)))
 
 
-def check_expert_tp(ctx: ExportContext, draft: Draft) -> Refusal | None:
-    """torchtitan 0.3 has no expert tensor-parallel degree (0.2.x's expert_tensor_parallel_degree
-    is gone): the plan's expert TP must be the default, tp."""
-    p = draft.plan
-    if p.expert_tp == p.tp:
-        return None
-    return Refusal(f"plan.etp={p.etp} with tp={p.tp}: torchtitan 0.3 has no expert tensor-parallel "
-                   "option", repair(f"etp -> {p.tp}", draft, replace(p, etp=p.tp)))
+# torchtitan 0.3 dropped 0.2.x's expert_tensor_parallel_degree: expert TP must be the default, tp
+check_expert_tp = check_expert_tp_is_tp("torchtitan 0.3 has no expert tensor-parallel option")
 
 
 RULES = (check_dense_model, check_cp_comm, check_expert_tp, check_batch, check_precision,
