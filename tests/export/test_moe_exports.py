@@ -3,15 +3,10 @@ plan, Megatron's MoE/MLA model flags, and the expert groups megatron-core would 
 
 from __future__ import annotations
 
-import json
-from functools import cache
-
 import pytest
 from paraplan.cost import Plan, Recompute
 
-import paraplan
-from paraplan.errors import ExportError
-from paraplan.export import context, export_text
+from paraplan.export import context
 from paraplan.export.maxtext import maxtext_config
 from paraplan.export.megatron import (
     ORDERS,
@@ -21,7 +16,7 @@ from paraplan.export.megatron import (
 )
 from paraplan.export.nemo import bridge_overrides, nemo2_overrides
 from paraplan.export.torchtitan import torchtitan_args
-from paraplan.result import Result
+from tests.export.test_exporters import flags, refusal, result
 
 QWEN_2_NODES = {
     "model": {"preset": "qwen3-30b-a3b"},
@@ -34,30 +29,6 @@ DEEPSEEK_32_NODES = {
     "job": {"seq_len": 4096, "global_batch": 1024, "precision": "fp8"},
 }
 EP8 = {"dp": 16, "tp": 1, "pp": 1, "ep": 8, "micro_batch": 1, "zero": 1, "recompute": "full"}
-
-
-@cache
-def _result(plan_json: str, scenario_json: str) -> Result:
-    return paraplan.evaluate({**json.loads(scenario_json), "plan": json.loads(plan_json)})
-
-
-def result(scenario: dict, **plan: object) -> Result:
-    return _result(json.dumps(plan, sort_keys=True), json.dumps(scenario, sort_keys=True))
-
-
-def flags(argv: list[str]) -> dict[str, str | None]:
-    out: dict[str, str | None] = {}
-    for i, token in enumerate(argv):
-        if token.startswith("--"):
-            nxt = argv[i + 1] if i + 1 < len(argv) else "--"
-            out[token] = None if nxt.startswith("--") else nxt
-    return out
-
-
-def refusal(res: Result, target: str) -> str:
-    with pytest.raises(ExportError) as err:
-        export_text(res, target)
-    return str(err.value)
 
 
 def test_megatron_sets_expert_parallel_and_moe_model_flags() -> None:

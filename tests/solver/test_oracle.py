@@ -48,18 +48,28 @@ def random_instance(rng: random.Random):
               global_batch=rng.choice([1, 2, 4, 8, 16]),
               precision=rng.choice([Precision.BF16, Precision.BF16, Precision.FP8])
               if preset != "dgx-a100-40gb" and preset != "dgx-a100-80gb" else Precision.BF16)
-    fixed_kw = {}
+    fixed_kw = random_fixed_knobs(rng)
+    if rng.random() < 0.15:
+        fixed_kw["order"] = (Axis.DP, Axis.TP, Axis.CP, Axis.PP)
+    return build_graph(spec), cluster, job, Fixed(**fixed_kw), random_options(rng)
+
+
+def random_fixed_knobs(rng: random.Random) -> dict:
+    """Knobs a random instance fixes: sometimes ZeRO, a recompute mode, tp."""
+    fixed_kw: dict = {}
     if rng.random() < 0.3:
         fixed_kw["zero"] = rng.choice([0, 1, 2, 3])
     if rng.random() < 0.2:
         fixed_kw["recompute"] = (rng.choice(list(Recompute)),)
     if rng.random() < 0.2:
         fixed_kw["tp"] = rng.choice([1, 2])
-    if rng.random() < 0.15:
-        fixed_kw["order"] = (Axis.DP, Axis.TP, Axis.CP, Axis.PP)
-    options = Options(allow_uneven_stages=rng.random() < 0.8, search_placement=rng.random() < 0.7,
-                      max_micro_batch=2, max_vp=2)
-    return build_graph(spec), cluster, job, Fixed(**fixed_kw), options
+    return fixed_kw
+
+
+def random_options(rng: random.Random) -> Options:
+    """Search options of a random instance (small micro-batch and vp ranges: enumerable)."""
+    return Options(allow_uneven_stages=rng.random() < 0.8, search_placement=rng.random() < 0.7,
+                   max_micro_batch=2, max_vp=2)
 
 
 def check_against_enumeration(seed: int, instance) -> Plan | None:

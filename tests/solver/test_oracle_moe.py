@@ -8,13 +8,13 @@ import random
 from dataclasses import replace
 
 import pytest
-from paraplan.cost import CPComm, Job, Precision, Recompute
+from paraplan.cost import CPComm, Job, Precision
 from paraplan.graph import ModelSpec, build_graph, preset
 from paraplan.hardware import build_cluster
 from paraplan.solver import Fixed, Options
 from paraplan.solver.space import layouts
 
-from tests.solver.test_oracle import check_against_enumeration
+from tests.solver.test_oracle import check_against_enumeration, random_fixed_knobs, random_options
 
 CLUSTERS = [("dgx-h100", 4), ("dgx-h100", 8), ("dgx-h100", 16), ("dgx-a100-80gb", 16),
             ("gb200-nvl72", 8), ("dgx-b200", 16)]
@@ -46,18 +46,10 @@ def random_moe_instance(rng: random.Random, small: bool = False):
               precision=rng.choice([Precision.BF16, Precision.FP8])
               if not preset.startswith("dgx-a100") else Precision.BF16,
               expert_imbalance=rng.choice([1.0, 1.1, 1.3]))
-    fixed_kw = {}
-    if rng.random() < 0.3:
-        fixed_kw["zero"] = rng.choice([0, 1, 2, 3])
-    if rng.random() < 0.2:
-        fixed_kw["recompute"] = (rng.choice(list(Recompute)),)
-    if rng.random() < 0.2:
-        fixed_kw["tp"] = rng.choice([1, 2])
+    fixed_kw = random_fixed_knobs(rng)
     if rng.random() < 0.15:
         fixed_kw["ep"] = rng.choice([1, 2, 4])
-    options = Options(allow_uneven_stages=rng.random() < 0.8, search_placement=rng.random() < 0.7,
-                      max_micro_batch=2, max_vp=2)
-    return build_graph(spec), cluster, job, Fixed(**fixed_kw), options
+    return build_graph(spec), cluster, job, Fixed(**fixed_kw), random_options(rng)
 
 
 def check_moe_instance(seed: int, small: bool = False) -> str:
