@@ -100,15 +100,23 @@ def stage_memory_model(terms: StageTerms, stage: int, recompute: Recompute) -> S
     )
 
 
-def max_layers_per_stage(terms: StageTerms, recompute: Recompute, capacity_bytes: float
-                         ) -> list[int]:
-    """``stage_memory_model(terms, s, recompute).max_layers(capacity_bytes)`` for every stage s.
+def max_layers_per_stage(terms: StageTerms, recompute: Recompute,
+                         capacity_bytes: float | None = None) -> list[int]:
+    """``stage_memory_model(terms, s, recompute).max_layers(capacity)`` for every stage s, where
+    capacity is ``capacity_bytes`` or, when None, the memory of the stage's own devices.
 
-    Stages other than the first and the last differ only in their in-flight micro-batches (their
-    fixed part has no embedding, head or dense-layer correction), so stage 1's model serves them
-    all with its activations scaled to each stage's in-flight count (summed in the same order as
-    StageMemory.total_bytes, so the result is identical)."""
+    On one device type, stages other than the first and the last differ only in their in-flight
+    micro-batches (their fixed part has no embedding, head or dense-layer correction), so stage
+    1's model serves them all with its activations scaled to each stage's in-flight count (summed
+    in the same order as StageMemory.total_bytes, so the result is identical). On a pooled
+    cluster each stage has its own pool's model."""
     pp = terms.plan.pp
+    if terms.pool_terms:
+        return [stage_memory_model(terms, s, recompute).max_layers(
+                    terms.stage_capacity_bytes(s) if capacity_bytes is None else capacity_bytes)
+                for s in range(pp)]
+    if capacity_bytes is None:
+        capacity_bytes = terms.capacity_bytes
     ends = {s: stage_memory_model(terms, s, recompute) for s in {0, pp - 1}}
     if pp <= 2:
         return [ends[s].max_layers(capacity_bytes) for s in range(pp)]

@@ -161,12 +161,10 @@ def _bounded_tables(graph: LayerGraph, cluster: Cluster, job: Job, fixed: Fixed,
     uniform = not spec.is_moe or spec.num_dense_layers == 0  # pooled_pipeline_floor_s
     heap: list[tuple] = []
     tick = itertools.count()
-    num_families = 0
     for family in families(spec, cluster, job.seq_len, job.global_batch, fixed, options):
         ks = _k_choices(family, spec.num_layers, fixed, options)
         if ks == []:
             continue
-        num_families += 1
         key = (family.tp, family.cp, family.micro_batch, family.sequence_parallel,
                family.expert_tp, family.cp_comm, frozenset(family.stage_pools))
         if key not in floors:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 
 from paraplan.cost import Job, Plan, Recompute, StageTerms, stage_terms
 from paraplan.cost.evaluate import step_time_s
-from paraplan.cost.memory import max_layers_per_stage, stage_memory_model
+from paraplan.cost.memory import max_layers_per_stage
 from paraplan.cost.pp import pipeline_lower_bound_s
 from paraplan.graph import LayerGraph
 from paraplan.hardware import Cluster
@@ -241,13 +241,9 @@ def layer_caps(terms: StageTerms, recomputes: list[Recompute], k_hi: int
                ) -> dict[tuple[int, Recompute], int]:
     """Most k (units of vp layers, at most ``k_hi``) each stage holds in each mode within memory.
     Memory does not depend on the rank order, so any order's terms give the same caps."""
-    cap, vp = terms.capacity_bytes, terms.plan.vp
-    if terms.pool_terms:  # each stage on its own pool's memory
-        return {(s, r): min(k_hi, stage_memory_model(terms, s, r).max_layers(
-                    terms.stage_capacity_bytes(s)) // vp)
-                for r in recomputes for s in range(terms.plan.pp)}
+    vp = terms.plan.vp
     return {(s, r): min(k_hi, n // vp)
-            for r in recomputes for s, n in enumerate(max_layers_per_stage(terms, r, cap))}
+            for r in recomputes for s, n in enumerate(max_layers_per_stage(terms, r))}
 
 
 def fits_some_split(k_max: dict[tuple[int, Recompute], int], pp: int, k_total: int) -> bool:
