@@ -39,6 +39,7 @@ _HARDWARE = (
     ("H100 80GB", "dgx-h100"),
     ("B200 (DGX-B200)", "dgx-b200"),
     ("GB200", "gb200-nvl72"),
+    ("GB300", "gb300-nvl72"),
 )
 _PRE_FLASH_SOURCES = {"narayanan2021_t1", "korthikanti2022_t5", "korthikanti2022_dp8", "bloom176b"}
 _NO_OVERLAP_SOURCES = {"narayanan2021_t1", "korthikanti2022_t5", "korthikanti2022_dp8", "bloom176b"}
