@@ -3,46 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-from paraplan.cost import Plan
 from paraplan.cost import evaluate as cost_evaluate
 from paraplan.errors import ConfigError, InfeasibleError, SolveTimeout
 from paraplan.explain import explain, summary
 from paraplan.instance import Instance, build_instance, fixed_plan
 from paraplan.report import gib
-from paraplan.result import Result, SolverOut, plan_out, predicted_out
+from paraplan.result import Result, SolverOut, evaluate_plan, paraplan_version, plan_out
 from paraplan.schema import Scenario, load_scenario
 from paraplan.solver import Fixed, NoFitError, NoLayoutError, Options, SolverOptions, solve_instance
 
 __all__ = ["load_scenario", "evaluate", "evaluate_plan", "solve", "paraplan_version", "fixed_knobs",
            "search_options"]
-
-
-def paraplan_version() -> str:
-    try:
-        return version("paraplan")
-    except PackageNotFoundError:
-        return "0+unknown"
-
-
-def evaluate_plan(inst: Instance, plan: Plan, solver: SolverOut | None = None,
-                  **extra: Any) -> Result:
-    """Result of ``plan`` on the instance; ConfigError when the plan breaks a rule."""
-    try:
-        breakdown = cost_evaluate(inst.graph, inst.cluster, inst.job, plan)
-    except ValueError as e:
-        raise ConfigError(str(e)) from None
-    return Result(
-        plan=plan_out(plan, inst.job),
-        predicted=predicted_out(breakdown, plan),
-        solver=solver,
-        scenario=inst.scenario.model_dump(mode="json", exclude_none=True),
-        version=paraplan_version(),
-        **extra,
-    )
 
 
 def evaluate(scenario: str | Path | dict[str, Any] | Scenario) -> Result:

@@ -6,11 +6,18 @@
 
 from __future__ import annotations
 
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from paraplan.cost import Breakdown, Job, Plan
+from paraplan.cost import evaluate as cost_evaluate
+from paraplan.errors import ConfigError
+from paraplan.instance import Instance
 
-__all__ = ["PlanOut", "StageOut", "Predicted", "SolverOut", "Result", "plan_out", "predicted_out"]
+__all__ = ["PlanOut", "StageOut", "Predicted", "SolverOut", "Result", "plan_out", "predicted_out",
+           "evaluate_plan", "paraplan_version"]
 
 _OUT = ConfigDict(extra="forbid", frozen=True)
 
@@ -134,4 +141,28 @@ def predicted_out(b: Breakdown, plan: Plan) -> Predicted:
         memory_capacity_bytes=b.memory_capacity_bytes, fits_memory=b.fits, compute_s=b.compute_s,
         bubble_s=b.bubble_s, exposed_comm_s=b.exposed_comm_s, optimizer_s=b.optimizer_s,
         num_micro_batches=b.num_micro_batches, stages=stages,
+    )
+
+
+def paraplan_version() -> str:
+    try:
+        return version("paraplan")
+    except PackageNotFoundError:
+        return "0+unknown"
+
+
+def evaluate_plan(inst: Instance, plan: Plan, solver: SolverOut | None = None,
+                  **extra: Any) -> Result:
+    """Result of ``plan`` on the instance; ConfigError when the plan breaks a rule."""
+    try:
+        breakdown = cost_evaluate(inst.graph, inst.cluster, inst.job, plan)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    return Result(
+        plan=plan_out(plan, inst.job),
+        predicted=predicted_out(breakdown, plan),
+        solver=solver,
+        scenario=inst.scenario.model_dump(mode="json", exclude_none=True),
+        version=paraplan_version(),
+        **extra,
     )

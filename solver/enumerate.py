@@ -1,10 +1,11 @@
 """Exhaustive enumeration of the same space: the baseline the oracle tests and benchmarks use.
 
 Every layout (dominated ones included; on a pooled cluster every selection and order of pools),
-every layer split in multiples of vp, every recompute
-mode per stage, each scored by cost/ (the terms of a layout are built once, then each plan is
-scored by the same step-time and memory functions ``cost.evaluate`` uses; the winner is re-checked
-by ``cost.evaluate`` itself). Exponential: for small instances only.
+every layer split in multiples of vp, every recompute mode per stage (one for all stages under
+``uniform_recompute``; only ``recompute_modes``; only layouts passing ``layout_filter``), each
+scored by cost/ (the terms of a layout are built once, then each plan is scored by the same
+step-time and memory functions ``cost.evaluate`` uses; the winner is re-checked by
+``cost.evaluate`` itself). Exponential: for small instances only.
 """
 
 from __future__ import annotations
@@ -53,14 +54,25 @@ def _splits(num_layers: int, pp: int, vp: int, fixed: Fixed,
         yield tuple(vp * (b - a) for a, b in itertools.pairwise(bounds))
 
 
-def _modes(pp: int, fixed: Fixed) -> Iterator[tuple[Recompute, ...]]:
+def _modes(pp: int, fixed: Fixed, options: Options) -> Iterator[tuple[Recompute, ...]]:
+    allowed = [r for r in Recompute
+               if options.recompute_modes is None or r in options.recompute_modes]
     if fixed.recompute is not None:
         if len(fixed.recompute) == pp:
-            yield fixed.recompute
+            modes = fixed.recompute
         elif len(set(fixed.recompute)) == 1:
-            yield (fixed.recompute[0],) * pp
-        return
-    yield from itertools.product(list(Recompute), repeat=pp)
+            modes = (fixed.recompute[0],) * pp
+        else:
+            return
+        candidates: Iterator[tuple[Recompute, ...]] = iter([modes])
+    elif options.uniform_recompute:
+        candidates = ((r,) * pp for r in Recompute)
+    else:
+        candidates = itertools.product(list(Recompute), repeat=pp)
+    for modes in candidates:
+        if all(r in allowed for r in modes) and not (options.uniform_recompute
+                                                     and len(set(modes)) > 1):
+            yield modes
 
 
 def enumerate_plans(graph: LayerGraph, cluster: Cluster, job: Job, fixed: Fixed,
@@ -73,7 +85,7 @@ def enumerate_plans(graph: LayerGraph, cluster: Cluster, job: Job, fixed: Fixed,
                           prune_dominated=False):
         terms = stage_terms(graph, layout, job, cluster)
         for split in _splits(spec.num_layers, layout.pp, layout.vp, fixed, options):
-            for modes in _modes(layout.pp, fixed):
+            for modes in _modes(layout.pp, fixed, options):
                 plan = replace(layout, layers_per_stage=split, recompute=modes)
                 count += 1
                 t = replace(terms, plan=plan)

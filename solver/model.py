@@ -14,6 +14,7 @@ Variables (every per-layout variable is 0 unless its layout is used)
     tmax, dpmax, omax[L]   slowest stage time, exposed DP sync, optimizer (ticks)
 Constraints (solver/constraints/)
     layers.add_layer_split     sum_{s,r} x = k_total use;  rec <= x <= k_hi rec
+                               (uniform recompute: rec[L,s,r] = rec[L,0,r])
     memory.add_memory          x[L,s,r] <= kmax[L,s,r] rec[L,s,r]   (peak memory fits)
     schedule.add_schedule      t[L,s] = sum_r T1_{s,r} x + T0_{s,r} rec;  tmax >= t[L,s]
                                dpmax >= sum_r E1_{s,r} x + E0_{s,r} rec, dpmax >= 0

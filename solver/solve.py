@@ -108,10 +108,13 @@ def layout_rank(plan: Plan) -> tuple:
             plan.stage_pools)
 
 
-def _recomputes(fixed: Fixed) -> list[Recompute]:
+def _recomputes(fixed: Fixed, options: Options) -> list[Recompute]:
     if fixed.recompute is not None and len(set(fixed.recompute)) == 1:
-        return [fixed.recompute[0]]
-    return list(Recompute)
+        modes = [fixed.recompute[0]]
+    else:
+        modes = list(Recompute)
+    allowed = options.recompute_modes
+    return [r for r in modes if allowed is None or r in allowed]
 
 
 def _k_choices(layout: Plan, num_layers: int, fixed: Fixed, options: Options) -> list[int] | None:
@@ -153,12 +156,15 @@ def _bounded_tables(graph: LayerGraph, cluster: Cluster, job: Job, fixed: Fixed,
     examines exactly what cannot be proven worse. At ``deadline`` it stops with the least bound
     left as a valid bound on everything not examined."""
     spec = graph.spec
-    recomputes = _recomputes(fixed)
+    recomputes = _recomputes(fixed, options)
+    if not recomputes:
+        raise NoLayoutError("no recompute mode is both fixed and allowed")
+    uniform = options.uniform_recompute
     packed = inner_tiers_fastest(cluster)
     shared: dict = {}
     order_cache: dict = {}
     floors: dict[tuple, Any] = {}
-    uniform = not spec.is_moe or spec.num_dense_layers == 0  # pooled_pipeline_floor_s
+    same_layers = not spec.is_moe or spec.num_dense_layers == 0  # pooled_pipeline_floor_s
     heap: list[tuple] = []
     tick = itertools.count()
     for family in families(spec, cluster, job.seq_len, job.global_batch, fixed, options):
@@ -172,7 +178,7 @@ def _bounded_tables(graph: LayerGraph, cluster: Cluster, job: Job, fixed: Fixed,
                            else compute_floor_s(graph, family, job, cluster))
         m = job.global_batch // (family.micro_batch * family.dp)
         if cluster.pools:  # per-pool floors (cost/pools.py)
-            floor = pooled_pipeline_floor_s(floors[key], family, m, uniform)
+            floor = pooled_pipeline_floor_s(floors[key], family, m, same_layers)
         else:
             floor = pipeline_lower_bound_s(floors[key], family.pp, family.vp, m)
         heap.append((floor, next(tick), 0, family, ks))
@@ -183,6 +189,7 @@ def _bounded_tables(graph: LayerGraph, cluster: Cluster, job: Job, fixed: Fixed,
     computed: list[LayoutTables] = []
     unfit_terms: list[StageTerms] = []  # families with a ZeRO stage whose no split fits
     unfit, discarded, out_of_time = 0, float("inf"), False
+    passed = 0  # layouts that reached level 2 (under a layout filter: that passed it)
     while heap:
         cutoff = uppers[top - 1] * (1 + 1e-9) if len(uppers) >= top else float("inf")
         bound, _, level, plan, ks = heapq.heappop(heap)
@@ -193,7 +200,7 @@ def _bounded_tables(graph: LayerGraph, cluster: Cluster, job: Job, fixed: Fixed,
             discarded, out_of_time = min(discarded, bound), True
             break
         if level == 0:
-            for zero in zeros(plan, fixed):
+            for zero in zeros(plan, fixed, options=options):
                 p = replace(plan, zero=zero)
                 terms = stage_terms(graph, p, job, cluster, shared, packed=packed)
                 b = bound
@@ -202,18 +209,19 @@ def _bounded_tables(graph: LayerGraph, cluster: Cluster, job: Job, fixed: Fixed,
                 heapq.heappush(heap, (b, next(tick), 1, (p, terms), ks))
         elif level == 1:
             plan, terms = plan
-            if not _fits(terms, recomputes, spec.num_layers, ks):
+            if not _fits(terms, recomputes, spec.num_layers, ks, uniform):
                 unfit_terms.append(terms)
                 continue
             for order in orders(plan, cluster, fixed, options, cache=order_cache):
+                passed += 1
                 layout = replace(plan, order=order)
                 terms = stage_terms(graph, layout, job, cluster, shared)
                 b = max(bound, quick_lower_bound_s(terms, recomputes, spec.num_layers))
                 heapq.heappush(heap, (b, next(tick), 2, (layout, terms), ks))
         else:
             layout, terms = plan
-            tab = build_tables(graph, cluster, job, layout, recomputes, ks, terms)
-            if not fits_some_split(tab.k_max, layout.pp, tab.k_total):
+            tab = build_tables(graph, cluster, job, layout, recomputes, ks, terms, uniform)
+            if not fits_some_split(tab.k_max, layout.pp, tab.k_total, uniform):
                 unfit += 1
                 continue
             computed.append(tab)
@@ -222,6 +230,8 @@ def _bounded_tables(graph: LayerGraph, cluster: Cluster, job: Job, fixed: Fixed,
     num_layouts = _space_size(spec, cluster, job, fixed, options)
     if not computed and out_of_time:
         return _Candidates([], num_layouts, discarded, unfit + len(unfit_terms), out_of_time)
+    if not computed and not passed and options.layout_filter is not None and not unfit_terms:
+        raise NoLayoutError("no layout passes the layout filter")
     if not computed:  # every family was examined and none fits (memory ignores the order)
         least = _least_memory(graph.spec.num_layers, recomputes, unfit_terms)
         raise NoFitError("no plan fits memory", least, cluster.memory_capacity_bytes)
@@ -233,19 +243,19 @@ def _bounded_tables(graph: LayerGraph, cluster: Cluster, job: Job, fixed: Fixed,
 
 
 def _fits(terms: StageTerms, recomputes: list[Recompute], num_layers: int,
-          ks: list[int] | None) -> bool:
+          ks: list[int] | None, uniform: bool = False) -> bool:
     """Some split of the layout's layers fits memory (the rank order does not change memory)."""
     pp, vp = terms.plan.pp, terms.plan.vp
     k_total = num_layers // vp
     k_hi = max(ks) if ks else k_total - (pp - 1)
-    return fits_some_split(layer_caps(terms, recomputes, k_hi), pp, k_total)
+    return fits_some_split(layer_caps(terms, recomputes, k_hi), pp, k_total, uniform)
 
 
 def _space_size(spec: ModelSpec, cluster: Cluster, job: Job, fixed: Fixed, options: Options
                 ) -> int:
     """Layouts in the space: families x ZeRO stages x rank orders (before dominance pruning)."""
     cache: dict = {}
-    return sum(len(zeros(f, fixed)) * num_orders(f, fixed, options, cache)
+    return sum(len(zeros(f, fixed, options=options)) * num_orders(f, fixed, options, cache)
                for f in families(spec, cluster, job.seq_len, job.global_batch, fixed, options)
                if _k_choices(f, spec.num_layers, fixed, options) != [])
 

@@ -34,6 +34,7 @@ Degrees are the same on every pool (Megatron-LM and NeMo build one process-group
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from itertools import permutations
 from math import factorial, gcd
@@ -73,10 +74,19 @@ class Fixed:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Options:
+    """How wide to search. ``uniform_recompute``: every stage runs the same recompute mode;
+    ``recompute_modes``: the modes allowed (None: all); ``layout_filter``: a predicate on a layout
+    (a Plan whose layers_per_stage/recompute are placeholders) that the layout must pass, e.g. a
+    framework's rules. With a filter no alternative is dropped as dominated before the filter has
+    seen it (SP off, ZeRO-0, every rank order), so the search stays exact over what passes."""
+
     allow_uneven_stages: bool = True
     search_placement: bool = True
     max_micro_batch: int = 8
     max_vp: int = 4
+    uniform_recompute: bool = False
+    recompute_modes: tuple[Recompute, ...] | None = None
+    layout_filter: Callable[[Plan], bool] | None = None
 
 
 def divisors(n: int) -> list[int]:
@@ -199,11 +209,14 @@ def _candidate_orders(plan: Plan, fixed: Fixed, options: Options) -> list[tuple[
 
 
 def _orders(plan: Plan, cluster: Cluster, fixed: Fixed, options: Options,
-            prune: bool = True, expert_tps: tuple[int | None, ...] = (None,)
-            ) -> list[tuple[Axis, ...]]:
+            prune: bool = True, expert_tps: tuple[int | None, ...] = (None,),
+            family: Plan | None = None) -> list[tuple[Axis, ...]]:
     """Placements worth searching: one per non-dominated communication profile (all distinct
-    ones when ``prune`` is off), the profile covering every expert TP degree in ``expert_tps``."""
+    ones when ``prune`` is off), the profile covering every expert TP degree in ``expert_tps``.
+    Under a layout filter, the orders ``family`` fails are removed before any comparison."""
     candidates = _candidate_orders(plan, fixed, options)
+    if options.layout_filter is not None and family is not None:
+        candidates = [o for o in candidates if options.layout_filter(replace(family, order=o))]
     if len(candidates) <= 1:
         return candidates
     profiles = [(o, _profile(cluster, replace(plan, order=o), expert_tps)) for o in candidates]
@@ -260,6 +273,8 @@ def _families_of(spec: ModelSpec, global_batch: int, dp: int, tp: int, pp: int, 
     if fixed_mb is not None and fixed_mb not in mbs and per_replica % fixed_mb == 0:
         mbs = [fixed_mb]  # a fixed micro-batch above solver.max_micro_batch is still allowed
     sps = [fixed.sequence_parallel] if fixed.sequence_parallel is not None else [tp > 1]
+    if fixed.sequence_parallel is None and tp > 1 and options.layout_filter is not None:
+        sps = [True, False]  # SP off is dominated, but a filter may refuse SP
     if spec.is_moe and tp > 1:
         sps = [sp for sp in sps if sp]  # MoE with TP needs sequence parallelism (check_plan)
     etps, cp_comms = _etps(spec, tp, fixed), _cp_comms(cp, fixed)
@@ -280,8 +295,11 @@ def _families_of(spec: ModelSpec, global_batch: int, dp: int, tp: int, pp: int, 
     return out
 
 
-def zeros(family: Plan, fixed: Fixed, *, prune_dominated: bool = True) -> list[int]:
-    """ZeRO stages of a family (module docstring)."""
+def zeros(family: Plan, fixed: Fixed, *, prune_dominated: bool = True,
+          options: Options | None = None) -> list[int]:
+    """ZeRO stages of a family (module docstring); ZeRO-0 kept under a layout filter."""
+    if options is not None and options.layout_filter is not None:
+        prune_dominated = False
     sharded = (1, 2, 3) if prune_dominated else (0, 1, 2, 3)
     out = [z for z in (sharded if family.dp * family.cp > 1 else (0,)) if _allowed(z, fixed.zero)]
     if fixed.zero == 0:
@@ -295,16 +313,19 @@ def orders(family: Plan, cluster: Cluster, fixed: Fixed, options: Options, *,
            prune_dominated: bool = True, cache: dict | None = None) -> list[tuple[Axis, ...]]:
     """Rank orders of a family (module docstring); ``cache`` keeps them across families with the
     same degrees. An all_gather CP family keeps only the orders where its CP group spans more
-    than one tier (``_all_gather_dominated``) unless cp_comm is fixed or pruning is off."""
+    than one tier (``_all_gather_dominated``) unless cp_comm is fixed or pruning is off. Under a
+    layout filter, the orders are those ``family`` (with its ZeRO stage) passes."""
+    filtered = options.layout_filter is not None
     key = (family.tp, family.cp, family.pp, family.dp, family.ep, family.etp, family.cp_comm,
-           prune_dominated, family.stage_pools)
+           prune_dominated, family.stage_pools) + ((family,) if filtered else ())
     if cache is not None and key in cache:
         return cache[key]
     base = Plan(dp=family.dp, tp=family.tp, pp=family.pp, cp=family.cp, ep=family.ep,
                 etp=family.etp, micro_batch=1, recompute=(Recompute.NONE,) * family.pp,
                 layers_per_stage=(1,) * family.pp, stage_pools=family.stage_pools)
-    out = _orders(base, cluster, fixed, options, prune_dominated, (family.etp,))
-    if (prune_dominated and family.cp_comm is CPComm.ALL_GATHER and fixed.cp_comm is None):
+    out = _orders(base, cluster, fixed, options, prune_dominated, (family.etp,), family)
+    if (prune_dominated and family.cp_comm is CPComm.ALL_GATHER and fixed.cp_comm is None
+            and not filtered):
         out = [o for o in out if not _all_gather_dominated(replace(base, order=o), cluster)]
     if cache is not None:
         cache[key] = out
@@ -334,9 +355,9 @@ def layouts(spec: ModelSpec, cluster: Cluster, seq_len: int, global_batch: int,
     cache: dict = {}
     return [replace(family, zero=zero, order=order)
             for family in families(spec, cluster, seq_len, global_batch, fixed, options)
-            for zero in zeros(family, fixed, prune_dominated=prune_dominated)
-            for order in orders(family, cluster, fixed, options, prune_dominated=prune_dominated,
-                                cache=cache)]
+            for zero in zeros(family, fixed, prune_dominated=prune_dominated, options=options)
+            for order in orders(replace(family, zero=zero), cluster, fixed, options,
+                                prune_dominated=prune_dominated, cache=cache)]
 
 
 def _pool_sequences(cluster: Cluster, fixed: Fixed) -> list[tuple[int, ...]]:

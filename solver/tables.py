@@ -12,7 +12,8 @@ Also the layout's bounds used to prune before CP-SAT:
   memory-feasible time (greedy min-max, exact for these non-decreasing functions), sum_t >= blocks
   filling the cheapest (stage, mode) memory first, optimizer >= its least per-stage value;
 - upper bound: the better of the even split and that min-max split, each stage running its
-  fastest recompute that fits (a real plan, scored by cost/).
+  fastest recompute that fits (a real plan, scored by cost/); under ``uniform`` recompute the
+  fastest single mode every stage fits in. The lower bounds ignore ``uniform`` (a relaxation).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ class LayoutTables:
     lower_bound_s: float
     upper_bound_s: float
     upper_plan: Plan | None
+    uniform: bool = False  # every stage runs the same recompute mode
 
     def ticks(self) -> TickTables:
         return _tick_tables(self)
@@ -221,12 +223,18 @@ def _dp_lower_bound_s(terms: StageTerms, recomputes: list[Recompute], k_total: i
 
 
 def _upper_plan(terms: StageTerms, layout: Plan, split: tuple[int, ...] | None,
-                k_max: dict[tuple[int, Recompute], int], recomputes: list[Recompute]
-                ) -> tuple[float, Plan | None]:
-    """Score ``split`` with each stage's fastest fitting mode (INF if some stage cannot fit)."""
+                k_max: dict[tuple[int, Recompute], int], recomputes: list[Recompute],
+                uniform: bool = False) -> tuple[float, Plan | None]:
+    """Score ``split`` with each stage's fastest fitting mode (INF if some stage cannot fit);
+    ``uniform``: the fastest single mode that fits every stage."""
     if split is None:
         return INF, None
     vp = layout.vp
+    if uniform:
+        scored = [(step_time_s(replace(terms, plan=p)).step_s, p) for p in (
+            replace(layout, recompute=(r,) * layout.pp, layers_per_stage=split)
+            for r in recomputes if all(k_max[(s, r)] * vp >= n for s, n in enumerate(split)))]
+        return min(scored, key=lambda u: u[0], default=(INF, None))
     rec: list[Recompute] = []
     for s, n in enumerate(split):
         fits = [r for r in recomputes if k_max[(s, r)] * vp >= n]
@@ -246,18 +254,25 @@ def layer_caps(terms: StageTerms, recomputes: list[Recompute], k_hi: int
             for r in recomputes for s, n in enumerate(max_layers_per_stage(terms, r))}
 
 
-def fits_some_split(k_max: dict[tuple[int, Recompute], int], pp: int, k_total: int) -> bool:
-    """Some split fits: the most layers each stage can hold (best mode) add up to the model."""
+def fits_some_split(k_max: dict[tuple[int, Recompute], int], pp: int, k_total: int,
+                    uniform: bool = False) -> bool:
+    """Some split fits: the most layers each stage can hold (best mode; ``uniform``: one mode
+    for all stages) add up to the model."""
+    if uniform:
+        modes = {r for _, r in k_max}
+        return any(min(k_max[(s, r)] for s in range(pp)) >= 1
+                   and sum(k_max[(s, r)] for s in range(pp)) >= k_total for r in modes)
     cap = [max(k for (s, _), k in k_max.items() if s == stage) for stage in range(pp)]
     return min(cap) >= 1 and sum(cap) >= k_total
 
 
 def build_tables(graph: LayerGraph, cluster: Cluster, job: Job, layout: Plan,
                  recomputes: list[Recompute], k_choices: list[int] | None = None,
-                 terms: StageTerms | None = None) -> LayoutTables:
+                 terms: StageTerms | None = None, uniform: bool = False) -> LayoutTables:
     """Memory capacities and bounds of one layout (integer coefficients via ``.ticks()``).
 
-    ``terms``: the layout's StageTerms when the caller already has them.
+    ``terms``: the layout's StageTerms when the caller already has them; ``uniform``: one
+    recompute mode for every stage.
     """
     terms = terms or stage_terms(graph, layout, job, cluster)
     pp, vp = layout.pp, layout.vp
@@ -273,10 +288,10 @@ def build_tables(graph: LayerGraph, cluster: Cluster, job: Job, layout: Plan,
         candidates.append(tuple(vp * k for k in ks) if ks else None)
     else:
         candidates = [c for c in candidates if c and all(n // vp in k_choices for n in c)]
-    upper, upper_plan = min((_upper_plan(terms, layout, c, k_max, recomputes) for c in candidates),
-                            key=lambda u: u[0], default=(INF, None))
+    upper, upper_plan = min((_upper_plan(terms, layout, c, k_max, recomputes, uniform)
+                             for c in candidates), key=lambda u: u[0], default=(INF, None))
     return LayoutTables(layout, terms, terms.num_micro_batches, k_total, k_choices, recomputes,
-                        k_max, min(lower, upper), upper, upper_plan)
+                        k_max, min(lower, upper), upper, upper_plan, uniform)
 
 
 def _tick_tables(tab: LayoutTables) -> TickTables:

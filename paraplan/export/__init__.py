@@ -25,13 +25,12 @@ from typing import Any, NamedTuple
 
 from pydantic import ValidationError
 
-from paraplan.api import evaluate_plan, paraplan_version
 from paraplan.cost import Axis, CPComm, Plan, Precision, Recompute
 from paraplan.errors import ConfigError, ExportError
 from paraplan.graph import ModelSpec
 from paraplan.hardware import Cluster
 from paraplan.instance import Instance, build_instance
-from paraplan.result import PlanOut, Result
+from paraplan.result import PlanOut, Result, evaluate_plan, paraplan_version
 from paraplan.schema import load_scenario
 
 __all__ = [

@@ -26,7 +26,6 @@ import json
 from dataclasses import replace
 from typing import Any
 
-from paraplan.api import paraplan_version
 from paraplan.cost import Axis, Precision, Recompute
 from paraplan.export import (
     Draft,
@@ -44,6 +43,7 @@ from paraplan.export import (
     repair,
     uniform_recompute,
 )
+from paraplan.result import paraplan_version
 
 __all__ = ["KEYS", "RULES", "ORDER", "render", "deepspeed_config", "balanced_split",
            "partition_balanced"]

@@ -23,9 +23,9 @@ import json
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from paraplan.api import paraplan_version
 from paraplan.cost import Axis, group_span, stage_terms
 from paraplan.export import ExportContext, plan_summary
+from paraplan.result import paraplan_version
 
 __all__ = ["render", "build_trace", "StageSplit", "US_PER_S", "CRITICAL_PATH_KEY"]
 

@@ -13,7 +13,8 @@ __all__ = ["add_layer_split"]
 
 
 def add_layer_split(model: cp_model.CpModel, lv: LayoutVars) -> None:
-    """sum_{s,r} x[L,s,r] = (layers/vp) use[L]; sum_r rec[L,s,r] = use[L]; rec <= x <= k_hi rec."""
+    """sum_{s,r} x[L,s,r] = (layers/vp) use[L]; sum_r rec[L,s,r] = use[L]; rec <= x <= k_hi rec;
+    under uniform recompute rec[L,s,r] = rec[L,0,r]."""
     tab = lv.tables
     model.Add(sum(v for xs in lv.x for v in xs.values()) == tab.k_total * lv.use)
     k_hi = max(tab.k_choices) if tab.k_choices else tab.k_total - (tab.plan.pp - 1)
@@ -26,3 +27,6 @@ def add_layer_split(model: cp_model.CpModel, lv: LayoutVars) -> None:
             k = model.NewIntVarFromDomain(cp_model.Domain.FromValues([0, *tab.k_choices]),
                                           f"k_{lv.index}_{s}")
             model.Add(k == lv.k(s))
+        if tab.uniform and s > 0:
+            for r, b in lv.rec[s].items():
+                model.Add(b == lv.rec[0][r])
