@@ -14,6 +14,7 @@ from paraplan.report import gib
 from paraplan.result import Result, SolverOut, evaluate_plan, paraplan_version, plan_out
 from paraplan.schema import Scenario, load_scenario
 from paraplan.solver import Fixed, NoFitError, NoLayoutError, Options, SolverOptions, solve_instance
+from paraplan.targets import TargetFilter, target_options
 
 __all__ = ["load_scenario", "evaluate", "evaluate_plan", "solve", "paraplan_version", "fixed_knobs",
            "search_options"]
@@ -58,10 +59,13 @@ def fixed_knobs(inst: Instance) -> Fixed:
 
 
 def search_options(inst: Instance) -> Options:
-    """The scenario's ``solver:`` section as the solver's search Options."""
+    """The scenario's ``solver:`` section as the solver's search Options (``target``: narrowed to
+    what that framework runs, paraplan/targets.py)."""
     o = inst.scenario.solver
-    return Options(allow_uneven_stages=o.allow_uneven_stages, search_placement=o.search_placement,
-                   max_micro_batch=o.max_micro_batch, max_vp=o.max_vp)
+    options = Options(allow_uneven_stages=o.allow_uneven_stages,
+                      search_placement=o.search_placement, max_micro_batch=o.max_micro_batch,
+                      max_vp=o.max_vp, uniform_recompute=o.uniform_recompute)
+    return target_options(options, o.target, inst) if o.target else options
 
 
 def _device_names(inst: Instance) -> str:
@@ -97,10 +101,16 @@ def solve(scenario: str | Path | dict[str, Any] | Scenario, *, time_limit_s: flo
     inst = build_instance(load_scenario(scenario))
     opts = SolverOptions(time_limit_s=time_limit_s, num_workers=workers, random_seed=seed,
                          top=max(top, 2))
+    options = search_options(inst)
     try:
-        out = solve_instance(inst.graph, inst.cluster, inst.job, fixed_knobs(inst), search_options(inst),
-                             opts, progress)
+        out = solve_instance(inst.graph, inst.cluster, inst.job, fixed_knobs(inst), options, opts,
+                             progress)
     except NoLayoutError:
+        if isinstance(options.layout_filter, TargetFilter) and options.layout_filter.refused:
+            raise InfeasibleError(
+                f"no plan {options.layout_filter.name} can run: "
+                f"{options.layout_filter.reason()}; change the scenario or drop solver.target",
+                ("solver.target",)) from None
         raise InfeasibleError(_no_layout_reason(inst), ("divisibility",)) from None
     except NoFitError as e:
         raise InfeasibleError(
@@ -120,6 +130,7 @@ def solve(scenario: str | Path | dict[str, Any] | Scenario, *, time_limit_s: flo
         status=out.status, wall_s=out.wall_s, objective_s=best.objective_s, bound_s=out.bound_s,
         gap=max(0.0, gap), time_limit_s=time_limit_s, workers=workers, seed=seed,
         num_layouts=out.num_layouts, num_layouts_pruned=out.num_pruned,
+        target=inst.scenario.solver.target,
     )
     breakdown = cost_evaluate(inst.graph, inst.cluster, inst.job, best.plan)
     runner = None

@@ -10,8 +10,10 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import get_args
 
 from paraplan.errors import ParaplanError
+from paraplan.schema import SolverTarget
 
 __all__ = ["main", "build_parser"]
 
@@ -33,6 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--seed", type=int, default=0, help="CP-SAT random seed (default 0)")
     pl.add_argument("--export", default=None, help="comma-separated targets to export")
     pl.add_argument("--out", default=".", help="directory for --export files")
+    pl.add_argument("--target", default=None, choices=get_args(SolverTarget),
+                    help="search only plans this framework can run (sets solver.target)")
 
     ex = sub.add_parser("export", help="write a result (from --json) for a framework")
     ex.add_argument("result", help="RESULT.json as printed by `paraplan plan --json`")
@@ -63,7 +67,14 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     def progress(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
-    result = solve(args.scenario, time_limit_s=args.time_limit, workers=args.workers,
+    scenario = args.scenario
+    if args.target:
+        from paraplan.schema import load_scenario
+
+        scenario = load_scenario(args.scenario)
+        solver = scenario.solver.model_copy(update={"target": args.target})
+        scenario = scenario.model_copy(update={"solver": solver})
+    result = solve(scenario, time_limit_s=args.time_limit, workers=args.workers,
                    top=args.top, seed=args.seed, progress=None if args.json else progress)
     _print_result(result, args.json)
     if args.export:

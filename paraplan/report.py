@@ -50,6 +50,9 @@ def render_result(r: Result) -> str:
             f"limit {v.time_limit_s:g} s); {v.num_layouts} layouts, {v.num_layouts_pruned} "
             "left out by bound, dominance or memory",
         ]
+        if v.target:
+            lines.append(f"          searched only plans {v.target} can run (solver.target): layouts "
+                         "its rules refuse are among those left out")
     if r.explanation:
         lines += ["", "why this plan"] + [f"  - {e}" for e in r.explanation]
     if r.alternatives:

@@ -93,6 +93,8 @@ class SolverOut(BaseModel):
         description="layouts (degrees, micro-batch, ZeRO, rank order) in the space searched")
     num_layouts_pruned: int = Field(
         description="layouts left out of CP-SAT: proven worse by bound or by dominance, or unfit")
+    target: str | None = Field(
+        None, description="solver.target: the framework whose runnable plans were searched")
 
 
 class Result(BaseModel):

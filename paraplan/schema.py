@@ -172,12 +172,21 @@ class PlanSection(BaseModel):
         return v
 
 
+SolverTarget = Literal["megatron", "nemo", "deepspeed", "torchtitan", "maxtext", "torch"]
+"""Frameworks ``solver.target`` accepts: the exporters that launch a training run."""
+
+
 class SolverSection(BaseModel):
     model_config = _STRICT
     allow_uneven_stages: bool = Field(True, description="let the solver split layers unevenly")
     search_placement: bool = Field(True, description="let the solver choose the rank order")
     max_micro_batch: int = Field(8, ge=1, description="largest micro-batch considered")
     max_vp: int = Field(4, ge=1, description="largest interleaving degree considered")
+    uniform_recompute: bool = Field(
+        False, description="one recompute mode for every pipeline stage (what frameworks run)")
+    target: SolverTarget | None = Field(
+        None, description="search only the plans this framework can run (its exporter's rules); "
+                          "the plan exports to it without a refusal")
 
 
 class Scenario(BaseModel):

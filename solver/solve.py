@@ -230,8 +230,11 @@ def _bounded_tables(graph: LayerGraph, cluster: Cluster, job: Job, fixed: Fixed,
     num_layouts = _space_size(spec, cluster, job, fixed, options)
     if not computed and out_of_time:
         return _Candidates([], num_layouts, discarded, unfit + len(unfit_terms), out_of_time)
-    if not computed and not passed and options.layout_filter is not None and not unfit_terms:
-        raise NoLayoutError("no layout passes the layout filter")
+    if not computed and options.layout_filter is not None:  # unfit families it would refuse
+        unfit_terms = [t for t in unfit_terms
+                       if orders(t.plan, cluster, fixed, options, cache=order_cache)]
+        if not passed and not unfit_terms:
+            raise NoLayoutError("no layout passes the layout filter")
     if not computed:  # every family was examined and none fits (memory ignores the order)
         least = _least_memory(graph.spec.num_layers, recomputes, unfit_terms)
         raise NoFitError("no plan fits memory", least, cluster.memory_capacity_bytes)
@@ -321,6 +324,7 @@ def _configure(solver: cp_model.CpSolver, opts: SolverOptions, seconds: float) -
     solver.parameters.relative_gap_limit = opts.relative_gap
     solver.parameters.log_search_progress = opts.log_search_progress
     solver.parameters.linearization_level = 2  # the model is linear: use its full LP relaxation
+    solver.parameters.use_lns = False  # one small model per layout; LNS only adds noise
 
 
 def _solve_layout(tab: LayoutTables, graph: LayerGraph, fixed: Fixed, opts: SolverOptions,

@@ -40,7 +40,7 @@ __all__ = [
     "order_fixes", "recompute_fixes", "regroup", "repair", "uniform_recompute", "comment_block",
     "first_refusal", "check_dense_model", "check_no_expert_parallel", "check_expert_tp_is_tp",
     "uniform_recompute_rule", "micro_batch_repairs",
-    "POOLED_TARGETS", "pool_lines",
+    "POOLED_TARGETS", "pool_lines", "SearchLimits", "target_rules", "planning_context",
 ]
 
 MAX_REPAIR_DEPTH = 3  # rule repairs chained when searching the nearest expressible plan
@@ -74,7 +74,8 @@ class ExportContext:
     """A Result with the model, cluster and job its scenario describes.
 
     ``plan`` is the Result's plan as the cost model's ``Plan``; ``score`` evaluates another plan
-    on the same scenario (optionally at another precision) for nearest-plan messages.
+    on the same scenario (optionally at another precision) for nearest-plan messages. While
+    planning (``planning_context``) there is no Result and no plan: only rules run on it.
     """
 
     result: Result
@@ -82,10 +83,19 @@ class ExportContext:
     plan: Plan
     _scored: dict[tuple[Plan, str], Result | None] = field(default_factory=dict, repr=False)
     _instances: dict[str, Instance] = field(default_factory=dict, repr=False)
+    _scenario: dict[str, Any] | None = field(default=None, repr=False)
 
     @property
     def spec(self) -> ModelSpec:
         return self.inst.spec
+
+    @property
+    def scenario(self) -> dict[str, Any]:
+        """The scenario as a dict (the Result's; while planning, the instance's)."""
+        if self._scenario is None:
+            self._scenario = (self.result.scenario if self.result is not None else
+                              self.inst.scenario.model_dump(mode="json", exclude_none=True))
+        return self._scenario
 
     @property
     def cluster(self) -> Cluster:
@@ -104,7 +114,7 @@ class ExportContext:
         if precision == self.precision:
             return self.inst
         if precision.value not in self._instances:
-            data = dict(self.result.scenario)
+            data = dict(self.scenario)
             data["job"] = {**data["job"], "precision": precision.value}
             self._instances[precision.value] = build_instance(load_scenario(data))
         return self._instances[precision.value]
@@ -137,6 +147,33 @@ def context(result: Result) -> ExportContext:
     """Rebuild the scenario behind ``result``; ConfigError if it no longer loads."""
     inst = build_instance(load_scenario(result.scenario))
     return ExportContext(result=result, inst=inst, plan=to_cost_plan(result.plan))
+
+
+# --------------------------------------------------------------------------- search limits
+
+
+@dataclass(frozen=True, slots=True)
+class SearchLimits:
+    """What solver.target needs beyond a target's RULES, which are checked on each layout with
+    an even split and one recompute mode: how the per-stage choices the CP-SAT model makes may
+    vary. ``even_stages``: every stage holds the same number of layers; ``recompute_modes``: the
+    modes the framework has (None: all)."""
+
+    uniform_recompute: bool = True
+    even_stages: bool = False
+    recompute_modes: tuple[Recompute, ...] | None = None
+
+
+def target_rules(name: str) -> tuple[tuple[Rule, ...], SearchLimits]:
+    """A target's RULES and SearchLimits (``SEARCH`` in its module); ExportError if unknown."""
+    _, target = _target(name)
+    module = importlib.import_module(target.module)
+    return tuple(module.RULES), module.SEARCH
+
+
+def planning_context(inst: Instance) -> ExportContext:
+    """A context for checking rules while planning: no Result and no plan yet."""
+    return ExportContext(result=None, inst=inst, plan=None)  # type: ignore[arg-type]
 
 
 # --------------------------------------------------------------------------- plan helpers
@@ -496,9 +533,16 @@ def _check_pooled(ctx: ExportContext, name: str) -> None:
 
 
 def _render(ctx: ExportContext, target: Target) -> str:
-    _check_pooled(ctx, next(k for k, t in EXPORTERS.items() if t == target))
+    key = next(k for k, t in EXPORTERS.items() if t == target)
+    _check_pooled(ctx, key)
     module = importlib.import_module(target.module)
-    text: str = module.render(ctx)
+    try:
+        text: str = module.render(ctx)
+    except ExportError as e:
+        if key == "trace" or (ctx.result.solver and ctx.result.solver.target == key):
+            raise
+        raise ExportError(f"{e} For the fastest plan {key} can run, re-plan with solver.target: "
+                          f"{key} (paraplan plan --target {key}).") from None
     return text if text.endswith("\n") else text + "\n"
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from functools import cache
 from typing import Any
 
 from paraplan.cost import Axis, Precision, Recompute
@@ -31,6 +32,7 @@ from paraplan.export import (
     Draft,
     ExportContext,
     Refusal,
+    SearchLimits,
     check_dense_model,
     check_no_expert_parallel,
     enforce,
@@ -106,6 +108,7 @@ def partition_balanced(weights: list[int], num_parts: int) -> list[int]:
     return parts[::-1]
 
 
+@cache
 def balanced_split(num_layers: int, pp: int) -> tuple[int, ...]:
     """Blocks per stage DeepSpeed gives ``LAYER_LIST`` under ``partition_method="type:<block>"``."""
     weights = [0] + [1] * num_layers + [0, 0]
@@ -212,6 +215,10 @@ RULES = (check_dense_model, check_no_expert_parallel(
     "not in the JSON config"), check_batch_rule, check_pipeline_zero, check_no_interleaving,
          check_recompute, check_layer_split, check_sequence_parallel, check_ulysses,
          check_rank_order)
+
+SEARCH = SearchLimits(even_stages=True, recompute_modes=(Recompute.NONE, Recompute.FULL))
+"""solver.target=deepspeed: PipelineModule balances the blocks itself (only an even split is
+searched, so a layer count pp does not divide gets no pipeline); whole-layer checkpointing only."""
 
 
 # --------------------------------------------------------------------------- config

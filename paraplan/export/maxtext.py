@@ -39,6 +39,7 @@ from paraplan.export import (
     ExportContext,
     Fix,
     Refusal,
+    SearchLimits,
     check_dense_model,
     check_expert_tp_is_tp,
     comment_block,
@@ -212,7 +213,7 @@ def check_model_keys(ctx: ExportContext, draft: Draft) -> Refusal | None:
     """A model without a MaxText model_name must be expressible in the shape keys written here:
     no latent attention, no interleaved dense/MoE layers, shared experts of the expert width."""
     s = ctx.spec
-    if ctx.result.scenario.get("model", {}).get("preset") in MODELS:
+    if ctx.scenario.get("model", {}).get("preset") in MODELS:
         return None
     odd = [what for what, on in (
         ("multi-head latent attention", s.is_mla),
@@ -232,6 +233,9 @@ check_expert_tp = check_expert_tp_is_tp("MaxText has no separate expert tensor-p
 RULES = (check_dense_model, check_expert_tp, check_model_keys, check_zero, check_uniform_stages,
          check_pipeline_micro_batches, check_uniform_recompute, check_rank_order,
          check_expert_axis, check_node_boundary)
+
+SEARCH = SearchLimits(even_stages=True)
+"""solver.target=maxtext: num_layers_per_pipeline_stage: every stage alike; one remat_policy."""
 
 
 # --------------------------------------------------------------------------- config
@@ -272,7 +276,7 @@ def _batch_keys(ctx: ExportContext) -> dict[str, Any]:
 
 
 def _model_keys(ctx: ExportContext) -> dict[str, Any]:
-    preset = ctx.result.scenario.get("model", {}).get("preset")
+    preset = ctx.scenario.get("model", {}).get("preset")
     if preset in MODELS:
         return {KEYS["model_name"]: MODELS[preset]}
     s = ctx.spec

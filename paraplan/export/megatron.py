@@ -32,6 +32,7 @@ from paraplan.export import (
     ExportContext,
     Fix,
     Refusal,
+    SearchLimits,
     comment_block,
     enforce,
     header_lines,
@@ -247,6 +248,10 @@ def check_rank_order(ctx: ExportContext, draft: Draft) -> Refusal | None:
 RULES = (check_dense_model, check_batch_divides, check_tensor_split, check_context_split,
          check_interleaving, check_uniform_recompute, check_fsdp_without_pp, check_rank_order,
          check_expert_data_parallel)
+
+SEARCH = SearchLimits()
+"""solver.target=megatron: uneven stages through --pipeline-model-parallel-layout; one recompute
+setting for every rank."""
 
 
 CP_COMM_TYPES = {CPComm.P2P: "p2p", CPComm.ALL_GATHER: "allgather"}

@@ -101,6 +101,7 @@ def check_bridge_mapping_with_fsdp(ctx: ExportContext, draft: Draft) -> Refusal 
 
 
 RULES = (*mg.RULES, check_bridge_mapping_with_fsdp)
+SEARCH = mg.SEARCH
 
 
 def settings(ctx: ExportContext) -> list[tuple[str, object]]:

@@ -21,6 +21,7 @@ from paraplan.export import (
     Draft,
     ExportContext,
     Refusal,
+    SearchLimits,
     check_dense_model,
     comment_block,
     enforce,
@@ -128,6 +129,9 @@ def check_dense_reference(ctx: ExportContext, draft: Draft) -> Refusal | None:
 
 RULES = (check_dense_model, check_dense_reference, check_no_context_parallel,
          check_uniform_recompute, check_schedule, check_rank_order, check_script_accepts)
+
+SEARCH = SearchLimits()
+"""solver.target=torch: the script takes layers per virtual stage; every block wrapped alike."""
 
 
 # --------------------------------------------------------------------------- render

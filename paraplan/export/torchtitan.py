@@ -34,6 +34,7 @@ from paraplan.export import (
     ExportContext,
     Fix,
     Refusal,
+    SearchLimits,
     check_dense_model,
     check_expert_tp_is_tp,
     comment_block,
@@ -192,6 +193,9 @@ RULES = (check_dense_model, check_cp_comm, check_expert_tp, check_batch, check_p
          check_context_split,
          check_uniform_recompute, check_schedule, check_rank_order, check_expert_mesh)
 
+SEARCH = SearchLimits()
+"""solver.target=torchtitan: module names per stage express any split; one activation-checkpoint setting."""
+
 
 # --------------------------------------------------------------------------- arguments
 
@@ -245,7 +249,7 @@ def _training_args(ctx: ExportContext) -> list[tuple[str, object]]:
 def torchtitan_args(ctx: ExportContext) -> list[str]:
     """``torchtitan.train`` arguments, activation-checkpoint subcommand last (rules enforced)."""
     enforce(ctx, FRAMEWORK, RULES)
-    config = CONFIGS.get(str(ctx.result.scenario.get("model", {}).get("preset")), CUSTOM_CONFIG)
+    config = CONFIGS.get(str(ctx.scenario.get("model", {}).get("preset")), CUSTOM_CONFIG)
     argv = [FLAGS["module"], MOE_MODULE if ctx.spec.is_moe else MODULE, FLAGS["config"], config]
     for key, value in _parallel_args(ctx) + _training_args(ctx):
         argv.append(FLAGS[key])

@@ -28,8 +28,8 @@ def test_allowed_flags_are_the_documented_ones() -> None:
              for name, p in sub.items()}
     assert flags == {
         "evaluate": ["--help", "--json", "-h"],
-        "plan": ["--export", "--help", "--json", "--out", "--seed", "--time-limit", "--top",
-                 "--workers", "-h"],
+        "plan": ["--export", "--help", "--json", "--out", "--seed", "--target", "--time-limit",
+                 "--top", "--workers", "-h"],
         "export": ["--help", "--out", "--to", "-h"],
     }
 

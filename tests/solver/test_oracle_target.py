@@ -55,3 +55,15 @@ def test_restricted_search_matches_enumeration(seed: int) -> None:
         assert len(set(plan.recompute)) == 1
     if options.recompute_modes is not None:
         assert set(plan.recompute) <= set(options.recompute_modes)
+
+
+@pytest.mark.slow
+def test_restricted_search_matches_enumeration_on_200_instances() -> None:
+    outcomes = []
+    for seed in range(6000, 6200):
+        rng = random.Random(seed)
+        graph, cluster, job, fixed, options = random_instance(rng)
+        options, _ = restricted(rng, options)
+        plan = check_against_enumeration(seed, (graph, cluster, job, fixed, options))
+        outcomes.append("infeasible" if plan is None else "optimal")
+    assert outcomes.count("optimal") > 100 and outcomes.count("infeasible") >= 1

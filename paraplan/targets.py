@@ -1,0 +1,83 @@
+"""solver.target: search only the plans one training framework can run.
+
+The target's exporter (paraplan/export/<name>.py) states the framework's rules (``RULES``) and how
+its per-stage choices may vary (``SEARCH``). The solver gets them as search options: a layout
+filter that runs the rules on each layout with an even split and one recompute mode (choices every
+framework has), one recompute mode for every stage, the framework's recompute modes, and even
+stages where the framework needs them. The search stays exact over what passes (solver/space.py
+``Options``), so the plan is the best the framework can run under the cost model, and it exports
+to that framework without a refusal.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import replace
+from typing import get_args
+
+from paraplan.cost import Plan, Recompute
+from paraplan.errors import ConfigError
+from paraplan.export import POOLED_TARGETS, Draft, first_refusal, planning_context, target_rules
+from paraplan.instance import Instance
+from paraplan.schema import SolverTarget
+from paraplan.solver import Options
+from paraplan.solver.tables import even_layers
+
+__all__ = ["TARGETS", "TargetFilter", "target_options"]
+
+TARGETS: tuple[str, ...] = get_args(SolverTarget)
+
+
+class TargetFilter:
+    """A layout filter: the target's rules on the layout with an even split and no recompute.
+
+    Remembers each verdict (the solver may ask again) and how often each rule refused, so an
+    empty search can say which rule stood in the way."""
+
+    def __init__(self, name: str, inst: Instance) -> None:
+        self.name = name
+        self._rules, _ = target_rules(name)
+        self._ctx = planning_context(inst)
+        self._num_layers = inst.spec.num_layers
+        self._verdicts: dict[Plan, bool] = {}
+        self.refused: Counter[str] = Counter()
+
+    def __call__(self, layout: Plan) -> bool:
+        if layout in self._verdicts:
+            return self._verdicts[layout]
+        split = even_layers(self._num_layers, layout.pp, layout.vp)
+        ok = split is not None
+        if split is not None:
+            plan = replace(layout, layers_per_stage=split, recompute=(Recompute.NONE,) * layout.pp)
+            refusal = first_refusal(self._ctx, Draft(plan, self._ctx.precision), self._rules)
+            if refusal is not None:
+                ok = False
+                self.refused[refusal.rule] += 1
+        self._verdicts[layout] = ok
+        return ok
+
+    def reason(self) -> str:
+        """Why nothing passed: the rules that refused, most frequent first."""
+        if not self.refused:
+            return f"{self.name} can run none of the layouts"
+        rules = [rule for rule, _ in self.refused.most_common(2)]
+        return f"{self.name} refused every layout, e.g.: " + "; ".join(rules)
+
+
+def target_options(options: Options, name: str, inst: Instance) -> Options:
+    """``options`` narrowed to what framework ``name`` runs (module docstring)."""
+    if inst.cluster.pools and name not in POOLED_TARGETS:
+        raise ConfigError(f"solver.target={name}: {name} builds one mesh of one device type and "
+                          "cannot run a mixed-GPU cluster (cluster.pools); use megatron or no "
+                          "target")
+    _, limits = target_rules(name)
+    modes = limits.recompute_modes
+    if modes is not None and options.recompute_modes is not None:
+        modes = tuple(r for r in modes if r in options.recompute_modes)
+    return replace(
+        options,
+        uniform_recompute=options.uniform_recompute or limits.uniform_recompute,
+        allow_uneven_stages=options.allow_uneven_stages and not limits.even_stages,
+        recompute_modes=modes if modes is not None else options.recompute_modes,
+        layout_filter=TargetFilter(name, inst),
+    )
