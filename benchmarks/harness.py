@@ -124,6 +124,16 @@ class CalibrationResult:
     const_mfu_error: float
     published: Attempt | None = None  # same plan, as a baseline (None: not compared this run)
     paraplan: Attempt | None = None
+    target: str | None = None  # the framework the run used, as a solver.target (SOURCE_TARGETS)
+    paraplan_target: Attempt | None = None  # paraplan's plan restricted to what it runs
+
+
+SOURCE_TARGETS = {"megatron_bridge_perf": "nemo", "nemo_2407": "nemo",
+                  "narayanan2021_t1": "megatron", "korthikanti2022_t5": "megatron",
+                  "korthikanti2022_dp8": "megatron", "bloom176b": "megatron",
+                  "mosaic_llmfoundry": "torch"}
+"""Calibration source -> the exporter of the framework it ran on (BLOOM: Megatron-DeepSpeed, as
+Megatron; MosaicML llm-foundry: PyTorch FSDP, as the plain-PyTorch script)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -276,7 +286,8 @@ def run_calibration(cfg: Config) -> list[CalibrationResult]:
     out = []
     for row, const_error in zip(rows, const_errors, strict=True):
         c = row.case
-        pub = ours = None
+        pub = ours = matched = None
+        target = SOURCE_TARGETS.get(c.source_key)
         if c.row_id in compare:
             pub = run_bounded(Method.PUBLISHED, published, c, kill_after_s=120)
             free = {k: v for k, v in c.scenario.items() if k != "plan"}
@@ -290,12 +301,20 @@ def run_calibration(cfg: Config) -> list[CalibrationResult]:
                      f"{c.scenario['cluster']['gpus']:>5} GPUs: {solved[key].outcome}, "
                      f"solve {solved[key].wall_s:.2f} s")
             ours = solved[key]
+            if target is not None:
+                tkey = f"{key}|{target}"
+                if tkey not in solved:
+                    solved[tkey] = run_bounded(
+                        Method.PARAPLAN, solve, {**free, "solver": {"target": target}},
+                        Method.PARAPLAN, kill_after_s=cfg.kill_after_s(cfg.time_limit_s),
+                        time_limit_s=cfg.time_limit_s, workers=cfg.workers, seed=cfg.seed)
+                matched = solved[tkey]
         out.append(CalibrationResult(
             row_id=c.row_id, label=c.label, num_devices=c.scenario["cluster"]["gpus"],
             cluster=c.scenario["cluster"]["preset"], published_step_s=c.published_step_s,
             predicted_s=row.predicted_s, error=row.error, fits=row.fits, recompute=row.recompute,
             defaults=c.defaults, const_mfu=mfu, const_mfu_error=const_error, published=pub,
-            paraplan=ours))
+            paraplan=ours, target=target, paraplan_target=matched))
     return out
 
 

@@ -174,9 +174,11 @@ def _write_csvs(suite: Suite, out: Path) -> list[Path]:
         w.writerow(["row_id", "run", "gpus", "cluster", "published_step_s", "predicted_s",
                     "error", "fits", "recompute", "constant_mfu_error", "paraplan_step_s",
                     "paraplan_status", "paraplan_wall_s", "published_over_paraplan", "paraplan_plan",
-                    "published_plan", "published_outside_space", "defaults"])
+                    "published_plan", "published_outside_space", "defaults", "target",
+                    "paraplan_target_step_s", "published_over_paraplan_target",
+                    "paraplan_target_plan"])
         for c in suite.calibration:
-            ours = c.paraplan
+            ours, matched = c.paraplan, c.paraplan_target
             w.writerow([c.row_id, c.label, c.num_devices, c.cluster, c.published_step_s,
                         f"{c.predicted_s:.4f}", f"{c.error:.4f}", c.fits, c.recompute,
                         f"{c.const_mfu_error:.4f}", ours.step_time_s if ours else None,
@@ -185,7 +187,10 @@ def _write_csvs(suite: Suite, out: Path) -> list[Path]:
                         _step_ratio(c.published, ours) if ours else None,
                         _plan(ours.plan) if ours else None,
                         _plan(c.published.plan) if c.published else None,
-                        c.published.detail if c.published else None, "; ".join(c.defaults)])
+                        c.published.detail if c.published else None, "; ".join(c.defaults),
+                        c.target, matched.step_time_s if matched else None,
+                        _step_ratio(c.published, matched) if matched else None,
+                        _plan(matched.plan) if matched else None])
     with paths[2].open("w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["sweep", "x", "label", "space_size", "solver_outcome", "solver_status",
@@ -282,6 +287,18 @@ def _headline(suite: Suite, issues: list[str]) -> list[str]:
             f"{len(_published_wins(comp, inside_space=False))} published plans lie outside "
             "paraplan's search space, e.g. micro_batch > solver.max_micro_batch or "
             "vp > solver.max_vp; see section 2).")
+    matched = [(c, x) for c in comp if (x := _step_ratio(c.published, c.paraplan_target))]
+    if matched:
+        ratios = [x for _, x in matched]
+        frameworks = ", ".join(sorted({c.target for c, _ in matched if c.target}))
+        lines.append(
+            f"- **Published expert plans, same framework** ({len(matched)} runs; paraplan "
+            f"restricted with solver.target to what the run's framework executes: {frameworks}): "
+            f"the published plan's step time is {_ratio(_geomean(ratios))} paraplan's (geometric "
+            f"mean; worst {_ratio(max(ratios))}, best {_ratio(min(ratios))}); paraplan's plan is "
+            f"faster on {sum(x > 1 + BUG_TOLERANCE for x in ratios)}, equal on "
+            f"{sum(abs(x - 1) <= BUG_TOLERANCE for x in ratios)}, slower on "
+            f"{sum(x < 1 - BUG_TOLERANCE for x in ratios)}.")
     if suite.calibration:
         med, p90 = summary([c.error for c in suite.calibration])
         cmed, cp90 = summary([c.const_mfu_error for c in suite.calibration])

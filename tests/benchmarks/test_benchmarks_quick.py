@@ -50,6 +50,8 @@ def test_quick_suite_tables_have_rows_for_every_method(quick_run: tuple[Path, st
     with (out / "calibration.csv").open() as f:
         calibration = list(csv.DictReader(f))
     assert len(calibration) >= 100  # every supported published run gets a fidelity row
+    compared = [r for r in calibration if r["published_over_paraplan_target"]]
+    assert compared and all(r["target"] for r in compared)  # same-framework comparison ran
     with (out / "sweeps.csv").open() as f:
         assert {r["sweep"] for r in csv.DictReader(f)} == {"gpus", "layers", "space"}
     data = json.loads((out / "results.json").read_text())
