@@ -65,6 +65,8 @@ def _timed_solve(scenario: dict, limit: float = 120.0) -> tuple[float, str, floa
         status, step = r.solver.status, r.predicted.step_time_s
     except paraplan.InfeasibleError:
         status, step = "INFEASIBLE", float("nan")
+    except paraplan.SolveTimeout:
+        status, step = "TIMEOUT", float("nan")
     return time.perf_counter() - t, status, step, time.process_time() - c
 
 

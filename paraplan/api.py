@@ -123,7 +123,11 @@ def solve(scenario: str | Path | dict[str, Any] | Scenario, *, time_limit_s: flo
     if not out.solutions:
         if out.status == "INFEASIBLE":
             raise InfeasibleError("the solver proved the model infeasible", ("model",))
-        raise SolveTimeout(f"no plan found within --time-limit {time_limit_s:g} s; raise it")
+        refused = (f"; solver.target: {options.layout_filter.reason()}"
+                   if isinstance(options.layout_filter, TargetFilter)
+                   and options.layout_filter.refused else "")
+        raise SolveTimeout(f"no plan found within --time-limit {time_limit_s:g} s; raise it"
+                           + refused)
     best = out.solutions[0]
     gap = (best.objective_s - out.bound_s) / best.objective_s if best.objective_s else 0.0
     solver_out = SolverOut(

@@ -16,7 +16,7 @@ from dataclasses import replace
 from typing import get_args
 
 from paraplan.cost import Plan, Recompute
-from paraplan.errors import ConfigError
+from paraplan.errors import ConfigError, InfeasibleError
 from paraplan.export import POOLED_TARGETS, Draft, first_refusal, planning_context, target_rules
 from paraplan.instance import Instance
 from paraplan.schema import SolverTarget
@@ -36,7 +36,7 @@ class TargetFilter:
 
     def __init__(self, name: str, inst: Instance) -> None:
         self.name = name
-        self._rules, _ = target_rules(name)
+        self._rules = target_rules(name).rules
         self._ctx = planning_context(inst)
         self._num_layers = inst.spec.num_layers
         self._verdicts: dict[Plan, bool] = {}
@@ -64,13 +64,28 @@ class TargetFilter:
         return f"{self.name} refused every layout, e.g.: " + "; ".join(rules)
 
 
+def _check_model(name: str, inst: Instance, model_rules: tuple) -> None:
+    """InfeasibleError when a rule about the model or job alone refuses: no layout can pass."""
+    layers = inst.spec.num_layers
+    plan = Plan(dp=1, tp=1, pp=1, micro_batch=1, recompute=(Recompute.NONE,),
+                layers_per_stage=(layers,))
+    ctx = planning_context(inst)
+    refusal = first_refusal(ctx, Draft(plan, ctx.precision), model_rules)
+    if refusal is not None:
+        raise InfeasibleError(f"no plan {name} can run: {refusal.rule}; change the scenario or "
+                              "drop solver.target", ("solver.target",))
+
+
 def target_options(options: Options, name: str, inst: Instance) -> Options:
-    """``options`` narrowed to what framework ``name`` runs (module docstring)."""
+    """``options`` narrowed to what framework ``name`` runs (module docstring); InfeasibleError
+    when the model or job alone rules the framework out (its MODEL_RULES)."""
     if inst.cluster.pools and name not in POOLED_TARGETS:
         raise ConfigError(f"solver.target={name}: {name} builds one mesh of one device type and "
                           "cannot run a mixed-GPU cluster (cluster.pools); use megatron or no "
                           "target")
-    _, limits = target_rules(name)
+    rules = target_rules(name)
+    _check_model(name, inst, rules.model_rules)
+    limits = rules.search
     modes = limits.recompute_modes
     if modes is not None and options.recompute_modes is not None:
         modes = tuple(r for r in modes if r in options.recompute_modes)

@@ -99,6 +99,8 @@ def test_a_target_that_runs_nothing_says_which_rule() -> None:
     fp16 = {**LLAMA8B_16, "job": {**LLAMA8B_16["job"], "precision": "fp16"}}
     with pytest.raises(InfeasibleError, match=r"no plan torchtitan can run: .*mixed_precision_param"):
         paraplan.solve(_with(fp16, target="torchtitan"), time_limit_s=30)
+    with pytest.raises(InfeasibleError, match=r"no plan torch can run: .*routed experts"):
+        paraplan.solve(_with(QWEN3_MOE_16, target="torch"), time_limit_s=30)
 
 
 def test_a_mixed_gpu_cluster_with_a_single_mesh_target_is_refused() -> None:

@@ -40,7 +40,7 @@ __all__ = [
     "order_fixes", "recompute_fixes", "regroup", "repair", "uniform_recompute", "comment_block",
     "first_refusal", "check_dense_model", "check_no_expert_parallel", "check_expert_tp_is_tp",
     "uniform_recompute_rule", "micro_batch_repairs",
-    "POOLED_TARGETS", "pool_lines", "SearchLimits", "target_rules", "planning_context",
+    "POOLED_TARGETS", "pool_lines", "SearchLimits", "TargetRules", "target_rules", "planning_context",
 ]
 
 MAX_REPAIR_DEPTH = 3  # rule repairs chained when searching the nearest expressible plan
@@ -164,11 +164,20 @@ class SearchLimits:
     recompute_modes: tuple[Recompute, ...] | None = None
 
 
-def target_rules(name: str) -> tuple[tuple[Rule, ...], SearchLimits]:
-    """A target's RULES and SearchLimits (``SEARCH`` in its module); ExportError if unknown."""
+class TargetRules(NamedTuple):
+    """What solver.target takes from an exporter module: ``RULES``, ``SEARCH`` and
+    ``MODEL_RULES`` (those of RULES that read only the model and job, so one check decides)."""
+
+    rules: tuple[Rule, ...]
+    search: SearchLimits
+    model_rules: tuple[Rule, ...]
+
+
+def target_rules(name: str) -> TargetRules:
+    """The rules and search limits of target ``name``; ExportError if unknown."""
     _, target = _target(name)
     module = importlib.import_module(target.module)
-    return tuple(module.RULES), module.SEARCH
+    return TargetRules(tuple(module.RULES), module.SEARCH, tuple(module.MODEL_RULES))
 
 
 def planning_context(inst: Instance) -> ExportContext:

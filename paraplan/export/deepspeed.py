@@ -219,6 +219,8 @@ RULES = (check_dense_model, check_no_expert_parallel(
 SEARCH = SearchLimits(even_stages=True, recompute_modes=(Recompute.NONE, Recompute.FULL))
 """solver.target=deepspeed: PipelineModule balances the blocks itself (only an even split is
 searched, so a layer count pp does not divide gets no pipeline); whole-layer checkpointing only."""
+MODEL_RULES = ()
+"""The RULES that read only the model and job (solver.target checks them once, first)."""
 
 
 # --------------------------------------------------------------------------- config

@@ -236,6 +236,8 @@ RULES = (check_dense_model, check_expert_tp, check_model_keys, check_zero, check
 
 SEARCH = SearchLimits(even_stages=True)
 """solver.target=maxtext: num_layers_per_pipeline_stage: every stage alike; one remat_policy."""
+MODEL_RULES = (check_model_keys,)
+"""The RULES that read only the model and job (solver.target checks them once, first)."""
 
 
 # --------------------------------------------------------------------------- config

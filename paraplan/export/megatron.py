@@ -252,6 +252,8 @@ RULES = (check_dense_model, check_batch_divides, check_tensor_split, check_conte
 SEARCH = SearchLimits()
 """solver.target=megatron: uneven stages through --pipeline-model-parallel-layout; one recompute
 setting for every rank."""
+MODEL_RULES = ()
+"""The RULES that read only the model and job (solver.target checks them once, first)."""
 
 
 CP_COMM_TYPES = {CPComm.P2P: "p2p", CPComm.ALL_GATHER: "allgather"}

@@ -102,6 +102,7 @@ def check_bridge_mapping_with_fsdp(ctx: ExportContext, draft: Draft) -> Refusal 
 
 RULES = (*mg.RULES, check_bridge_mapping_with_fsdp)
 SEARCH = mg.SEARCH
+MODEL_RULES = mg.MODEL_RULES
 
 
 def settings(ctx: ExportContext) -> list[tuple[str, object]]:

@@ -132,6 +132,8 @@ RULES = (check_dense_model, check_dense_reference, check_no_context_parallel,
 
 SEARCH = SearchLimits()
 """solver.target=torch: the script takes layers per virtual stage; every block wrapped alike."""
+MODEL_RULES = (check_dense_reference,)
+"""The RULES that read only the model and job (solver.target checks them once, first)."""
 
 
 # --------------------------------------------------------------------------- render

@@ -195,6 +195,8 @@ RULES = (check_dense_model, check_cp_comm, check_expert_tp, check_batch, check_p
 
 SEARCH = SearchLimits()
 """solver.target=torchtitan: module names per stage express any split; one activation-checkpoint setting."""
+MODEL_RULES = (check_precision,)
+"""The RULES that read only the model and job (solver.target checks them once, first)."""
 
 
 # --------------------------------------------------------------------------- arguments
