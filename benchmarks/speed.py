@@ -141,8 +141,9 @@ def _per_target(scenarios: dict[str, dict]) -> None:
         _, _, free, _ = _timed_solve(scenario)
         for target in TARGETS:
             wall, status, step, cpu = _timed_solve({**scenario, "solver": {"target": target}})
-            print(f"| {label} | {target} | {wall:.2f} | {cpu:.2f} | {status} | {step:.3f} | "
-                  f"{step / free:.3f}x |", flush=True)
+            cells = f"{step:.3f} | {step / free:.3f}x" if step == step else "- | -"
+            print(f"| {label} | {target} | {wall:.2f} | {cpu:.2f} | {status} | {cells} |",
+                  flush=True)
 
 
 def _side_by_side(grid: list[tuple[str, int]], budget_s: float) -> None:

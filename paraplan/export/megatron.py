@@ -245,9 +245,19 @@ def check_rank_order(ctx: ExportContext, draft: Draft) -> Refusal | None:
                    f"({' nor '.join(ORDERS)})", order_fixes(draft, ORDERS.items()))
 
 
+def check_one_launch(ctx: ExportContext, draft: Draft) -> Refusal | None:
+    """Mixed-GPU pools: one torchrun job has one --nproc-per-node for every node."""
+    pools = ctx.cluster.pools
+    used = sorted({pools[p].devices_per_node for p in set(draft.plan.stage_pools)}) if pools else []
+    if len(used) <= 1:
+        return None
+    return Refusal(f"plan.stage_pools={list(draft.plan.stage_pools)} uses pools with {used} GPUs "
+                   "per node, but one torchrun job takes one --nproc-per-node")
+
+
 RULES = (check_dense_model, check_batch_divides, check_tensor_split, check_context_split,
          check_interleaving, check_uniform_recompute, check_fsdp_without_pp, check_rank_order,
-         check_expert_data_parallel)
+         check_expert_data_parallel, check_one_launch)
 
 SEARCH = SearchLimits()
 """solver.target=megatron: uneven stages through --pipeline-model-parallel-layout; one recompute
