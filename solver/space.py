@@ -23,6 +23,9 @@ which the CP-SAT model decides. Domains, each filtered by the scenario's fixed k
   spans (cost/comm.py); all communication costs grow with both, so an order no better on any of
   them than another is dropped (equal profiles keep the order nearest Megatron's default
   tp-cp-dp-pp).
+Under a layout filter (``Options.layout_filter``, e.g. solver.target) no alternative is dropped as
+dominated before the filter has judged it: SP off and ZeRO-0 stay, all_gather CP stays, and the
+orders a layout fails are removed before profiles are compared.
 
 Pooled (mixed-GPU) clusters (cost/pools.py): for each ordered selection of pools (every
 non-empty subset, in every order: stage 0 holds the most in-flight activations, so which pool
