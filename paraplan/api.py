@@ -65,6 +65,11 @@ def search_options(inst: Instance) -> Options:
     options = Options(allow_uneven_stages=o.allow_uneven_stages,
                       search_placement=o.search_placement, max_micro_batch=o.max_micro_batch,
                       max_vp=o.max_vp, uniform_recompute=o.uniform_recompute)
+    fixed = inst.scenario.plan.recompute
+    if o.uniform_recompute and isinstance(fixed, list) and len(set(fixed)) > 1:
+        raise ConfigError(f"plan.recompute={[str(getattr(m, 'value', m)) for m in fixed]} differs "
+                          "per stage but solver.uniform_recompute is true; fix one mode or turn "
+                          "it off")
     return target_options(options, o.target, inst) if o.target else options
 
 

@@ -39,16 +39,29 @@ class TargetFilter:
         self._rules = target_rules(name).rules
         self._ctx = planning_context(inst)
         self._num_layers = inst.spec.num_layers
+        fixed = inst.scenario.plan
+        self._layers = tuple(fixed.layers_per_stage) if fixed.layers_per_stage else None
+        self._recompute = _fixed_modes(inst)
         self._verdicts: dict[Plan, bool] = {}
         self.refused: Counter[str] = Counter()
+
+    def _representative(self, layout: Plan) -> Plan | None:
+        """The layout with the scenario's fixed split and mode, else an even split and none."""
+        pp = layout.pp
+        split = (self._layers if self._layers and len(self._layers) == pp
+                 else even_layers(self._num_layers, pp, layout.vp))
+        if split is None:
+            return None
+        modes = self._recompute or (Recompute.NONE,)
+        return replace(layout, layers_per_stage=split,
+                       recompute=modes if len(modes) == pp else (modes[0],) * pp)
 
     def __call__(self, layout: Plan) -> bool:
         if layout in self._verdicts:
             return self._verdicts[layout]
-        split = even_layers(self._num_layers, layout.pp, layout.vp)
-        ok = split is not None
-        if split is not None:
-            plan = replace(layout, layers_per_stage=split, recompute=(Recompute.NONE,) * layout.pp)
+        plan = self._representative(layout)
+        ok = plan is not None
+        if plan is not None:
             refusal = first_refusal(self._ctx, Draft(plan, self._ctx.precision), self._rules)
             if refusal is not None:
                 ok = False
@@ -76,6 +89,30 @@ def _check_model(name: str, inst: Instance, model_rules: tuple) -> None:
                               "drop solver.target", ("solver.target",))
 
 
+def _fixed_modes(inst: Instance) -> tuple[Recompute, ...] | None:
+    """The recompute mode(s) the scenario's plan fixes (one, or one per stage), else None."""
+    r = inst.scenario.plan.recompute
+    if r is None:
+        return None
+    return tuple(Recompute(m) for m in r) if isinstance(r, list) else (Recompute(r),)
+
+
+def _check_fixed_recompute(name: str, inst: Instance, modes: tuple[Recompute, ...] | None,
+                           uniform: bool) -> None:
+    """InfeasibleError when the scenario fixes recompute modes the framework does not run."""
+    fixed = _fixed_modes(inst)
+    if fixed is None:
+        return
+    if uniform and len(set(fixed)) > 1:
+        raise InfeasibleError(f"no plan {name} can run: plan.recompute={[m.value for m in fixed]} "
+                              f"differs per stage, but {name} applies one recompute setting to "
+                              "every stage; fix one mode or drop solver.target", ("solver.target",))
+    if modes is not None and not set(fixed) <= set(modes):
+        raise InfeasibleError(f"no plan {name} can run: plan.recompute={fixed[0].value} is not a "
+                              f"mode {name} has ({', '.join(m.value for m in modes)}); change it "
+                              "or drop solver.target", ("solver.target",))
+
+
 def target_options(options: Options, name: str, inst: Instance) -> Options:
     """``options`` narrowed to what framework ``name`` runs (module docstring); InfeasibleError
     when the model or job alone rules the framework out (its MODEL_RULES)."""
@@ -86,6 +123,7 @@ def target_options(options: Options, name: str, inst: Instance) -> Options:
     rules = target_rules(name)
     _check_model(name, inst, rules.model_rules)
     limits = rules.search
+    _check_fixed_recompute(name, inst, limits.recompute_modes, limits.uniform_recompute)
     modes = limits.recompute_modes
     if modes is not None and options.recompute_modes is not None:
         modes = tuple(r for r in modes if r in options.recompute_modes)

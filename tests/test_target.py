@@ -156,3 +156,28 @@ def test_target_search_matches_enumeration_and_exports(seed: int) -> None:
     assert r.solver.status == "OPTIMAL"
     assert r.predicted.step_time_s == pytest.approx(truth.best_s, rel=1e-6, abs=1e-6), seed
     assert export_text(r, target)
+
+
+@pytest.mark.parametrize(("target", "plan", "pattern"), [
+    ("megatron", {"pp": 4, "recompute": ["full", "none", "none", "none"]},
+     r"no plan megatron can run: plan.recompute=.*differs per stage"),
+    ("deepspeed", {"recompute": "selective"}, r"no plan deepspeed can run: .*\(none, full\)"),
+    ("maxtext", {"pp": 4, "layers_per_stage": [19, 21, 21, 19]},
+     r"no plan maxtext can run: .*every stage holds the same number of layers"),
+])
+def test_fixed_knobs_the_target_cannot_run_are_named(target: str, plan: dict,
+                                                     pattern: str) -> None:
+    with pytest.raises(InfeasibleError, match=pattern):
+        paraplan.solve(_with({**_example(), "plan": plan}, target=target), time_limit_s=30)
+
+
+def test_fixed_knobs_the_target_runs_are_kept() -> None:
+    r = solve(_with({**_example(), "plan": {"pp": 4, "layers_per_stage": [19, 21, 21, 19]}},
+                    target="megatron"))
+    assert r.plan.layers_per_stage == [19, 21, 21, 19] and export_text(r, "megatron")
+
+
+def test_uniform_recompute_with_modes_fixed_per_stage_is_a_config_error() -> None:
+    scenario = {**_example(), "plan": {"pp": 4, "recompute": ["full", "none", "none", "none"]}}
+    with pytest.raises(ConfigError, match="solver.uniform_recompute"):
+        paraplan.solve(_with(scenario, uniform_recompute=True))
