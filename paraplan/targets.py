@@ -42,14 +42,20 @@ class TargetFilter:
         fixed = inst.scenario.plan
         self._layers = tuple(fixed.layers_per_stage) if fixed.layers_per_stage else None
         self._recompute = _fixed_modes(inst)
+        self._split = target_rules(name).search.stage_split
         self._verdicts: dict[Plan, bool] = {}
         self.refused: Counter[str] = Counter()
 
     def _representative(self, layout: Plan) -> Plan | None:
-        """The layout with the scenario's fixed split and mode, else an even split and none."""
+        """The layout with the scenario's fixed split (else the framework's own, else an even
+        one) and its fixed recompute mode (else none)."""
         pp = layout.pp
-        split = (self._layers if self._layers and len(self._layers) == pp
-                 else even_layers(self._num_layers, pp, layout.vp))
+        if self._layers and len(self._layers) == pp:
+            split: tuple[int, ...] | None = self._layers
+        elif self._split is not None:
+            split = self._split(self._num_layers, pp, layout.vp)
+        else:
+            split = even_layers(self._num_layers, pp, layout.vp)
         if split is None:
             return None
         modes = self._recompute or (Recompute.NONE,)
@@ -133,4 +139,5 @@ def target_options(options: Options, name: str, inst: Instance) -> Options:
         allow_uneven_stages=options.allow_uneven_stages and not limits.even_stages,
         recompute_modes=modes if modes is not None else options.recompute_modes,
         layout_filter=TargetFilter(name, inst),
+        stage_split=limits.stage_split,
     )

@@ -19,7 +19,7 @@ from paraplan.cost import Job, Plan, Recompute, evaluate, stage_memory, stage_te
 from paraplan.cost.evaluate import step_time_s
 from paraplan.graph import LayerGraph
 from paraplan.hardware import Cluster
-from paraplan.solver.space import Fixed, Options, layouts
+from paraplan.solver.space import Fixed, Options, exact_split, layouts
 
 __all__ = ["Enumeration", "enumerate_plans", "EnumerationBudgetExceeded"]
 
@@ -36,11 +36,13 @@ class Enumeration:
     wall_s: float
 
 
-def _splits(num_layers: int, pp: int, vp: int, fixed: Fixed,
+def _splits(layout: Plan, num_layers: int, fixed: Fixed,
             options: Options) -> Iterator[tuple[int, ...]]:
-    if fixed.layers_per_stage is not None:
-        if len(fixed.layers_per_stage) == pp and all(n % vp == 0 for n in fixed.layers_per_stage):
-            yield fixed.layers_per_stage
+    pp, vp = layout.pp, layout.vp
+    split = exact_split(layout, num_layers, fixed, options)
+    if split is not None:
+        if split:
+            yield split
         return
     if num_layers % vp:
         return
@@ -84,7 +86,7 @@ def enumerate_plans(graph: LayerGraph, cluster: Cluster, job: Job, fixed: Fixed,
     for layout in layouts(spec, cluster, job.seq_len, job.global_batch, fixed, options,
                           prune_dominated=False):
         terms = stage_terms(graph, layout, job, cluster)
-        for split in _splits(spec.num_layers, layout.pp, layout.vp, fixed, options):
+        for split in _splits(layout, spec.num_layers, fixed, options):
             for modes in _modes(layout.pp, fixed, options):
                 plan = replace(layout, layers_per_stage=split, recompute=modes)
                 count += 1

@@ -41,7 +41,15 @@ from paraplan.graph import LayerGraph, ModelSpec
 from paraplan.hardware import Cluster
 from paraplan.solver.model import ModelVars, add_hint, build_model
 from paraplan.solver.scale import VP_SCALE, from_ticks, tolerance_s
-from paraplan.solver.space import Fixed, Options, families, num_orders, orders, zeros
+from paraplan.solver.space import (
+    Fixed,
+    Options,
+    exact_split,
+    families,
+    num_orders,
+    orders,
+    zeros,
+)
 from paraplan.solver.tables import (
     LayoutTables,
     build_tables,
@@ -121,11 +129,9 @@ def _k_choices(layout: Plan, num_layers: int, fixed: Fixed, options: Options) ->
     """Allowed layers/vp per stage; None = any; [] = the layout is impossible."""
     if num_layers % layout.vp:
         return []
-    if fixed.layers_per_stage is not None:
-        if (len(fixed.layers_per_stage) != layout.pp
-                or any(n % layout.vp for n in fixed.layers_per_stage)):
-            return []
-        return sorted({n // layout.vp for n in fixed.layers_per_stage})
+    split = exact_split(layout, num_layers, fixed, options)
+    if split is not None:
+        return sorted({n // layout.vp for n in split})
     if not options.allow_uneven_stages:
         if num_layers % (layout.pp * layout.vp):
             return []
@@ -220,7 +226,8 @@ def _bounded_tables(graph: LayerGraph, cluster: Cluster, job: Job, fixed: Fixed,
                 heapq.heappush(heap, (b, next(tick), 2, (layout, terms), ks))
         else:
             layout, terms = plan
-            tab = build_tables(graph, cluster, job, layout, recomputes, ks, terms, uniform)
+            tab = build_tables(graph, cluster, job, layout, recomputes, ks, terms, uniform,
+                               exact_split(layout, spec.num_layers, fixed, options))
             if not fits_some_split(tab.k_max, layout.pp, tab.k_total, uniform):
                 unfit += 1
                 continue
@@ -295,8 +302,8 @@ class _Progress(cp_model.CpSolverSolutionCallback):
 def _stage_rules(model: cp_model.CpModel, mv: ModelVars, fixed: Fixed) -> None:
     for lv in mv.layouts:
         pp, vp = lv.tables.plan.pp, lv.tables.plan.vp
-        if fixed.layers_per_stage is not None:
-            for s, n in enumerate(fixed.layers_per_stage):
+        if lv.tables.split:  # the scenario's fixed split, or the one the framework builds
+            for s, n in enumerate(lv.tables.split):
                 model.Add(lv.k(s) == (n // vp) * lv.use)
         if fixed.recompute is not None and len(fixed.recompute) == pp:
             for s, r in enumerate(fixed.recompute):

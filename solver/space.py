@@ -51,7 +51,7 @@ from paraplan.graph import ModelSpec
 from paraplan.hardware import Cluster
 
 __all__ = ["Fixed", "Options", "layouts", "families", "zeros", "orders", "num_orders",
-           "divisors"]
+           "divisors", "exact_split"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -80,8 +80,10 @@ class Options:
     """How wide to search. ``uniform_recompute``: every stage runs the same recompute mode;
     ``recompute_modes``: the modes allowed (None: all); ``layout_filter``: a predicate on a layout
     (a Plan whose layers_per_stage/recompute are placeholders) that the layout must pass, e.g. a
-    framework's rules. With a filter no alternative is dropped as dominated before the filter has
-    seen it (SP off, ZeRO-0, every rank order), so the search stays exact over what passes."""
+    framework's rules; ``stage_split(layers, pp, vp)``: the one split a framework builds (None:
+    it cannot), instead of a free one. With a filter no alternative is dropped as dominated
+    before the filter has seen it (SP off, ZeRO-0, every rank order), so the search stays exact
+    over what passes."""
 
     allow_uneven_stages: bool = True
     search_placement: bool = True
@@ -90,6 +92,25 @@ class Options:
     uniform_recompute: bool = False
     recompute_modes: tuple[Recompute, ...] | None = None
     layout_filter: Callable[[Plan], bool] | None = None
+    stage_split: Callable[[int, int, int], tuple[int, ...] | None] | None = None
+
+
+def exact_split(layout: Plan, num_layers: int, fixed: Fixed, options: Options
+                ) -> tuple[int, ...] | None:
+    """The one layer split ``layout`` must use, if any: the scenario's fixed split, else
+    ``options.stage_split(layers, pp, vp)`` (a framework that builds its own split). None: free;
+    () : no valid split (wrong length, not multiples of vp, or not the model's layers)."""
+    pp, vp = layout.pp, layout.vp
+    if fixed.layers_per_stage is not None:
+        split: tuple[int, ...] | None = fixed.layers_per_stage
+    elif options.stage_split is not None:
+        split = options.stage_split(num_layers, pp, vp)
+    else:
+        return None
+    if (split is None or len(split) != pp or sum(split) != num_layers
+            or any(n < vp or n % vp for n in split)):
+        return ()
+    return tuple(split)
 
 
 def divisors(n: int) -> list[int]:

@@ -48,6 +48,7 @@ class LayoutTables:
     upper_bound_s: float
     upper_plan: Plan | None
     uniform: bool = False  # every stage runs the same recompute mode
+    split: tuple[int, ...] | None = None  # the one layer split allowed (None: free)
 
     def ticks(self) -> TickTables:
         return _tick_tables(self)
@@ -268,11 +269,12 @@ def fits_some_split(k_max: dict[tuple[int, Recompute], int], pp: int, k_total: i
 
 def build_tables(graph: LayerGraph, cluster: Cluster, job: Job, layout: Plan,
                  recomputes: list[Recompute], k_choices: list[int] | None = None,
-                 terms: StageTerms | None = None, uniform: bool = False) -> LayoutTables:
+                 terms: StageTerms | None = None, uniform: bool = False,
+                 split: tuple[int, ...] | None = None) -> LayoutTables:
     """Memory capacities and bounds of one layout (integer coefficients via ``.ticks()``).
 
     ``terms``: the layout's StageTerms when the caller already has them; ``uniform``: one
-    recompute mode for every stage.
+    recompute mode for every stage; ``split``: the only layer split allowed (its upper bound).
     """
     terms = terms or stage_terms(graph, layout, job, cluster)
     pp, vp = layout.pp, layout.vp
@@ -284,14 +286,16 @@ def build_tables(graph: LayerGraph, cluster: Cluster, job: Job, layout: Plan,
     ks = _min_max_split(f, k_total)
     lower = _lower_bound_s(terms, f, ks, k_max, recomputes, num_layers)
     candidates = [even_layers(num_layers, pp, vp)]
-    if k_choices is None:
+    if split:
+        candidates = [split]
+    elif k_choices is None:
         candidates.append(tuple(vp * k for k in ks) if ks else None)
     else:
         candidates = [c for c in candidates if c and all(n // vp in k_choices for n in c)]
     upper, upper_plan = min((_upper_plan(terms, layout, c, k_max, recomputes, uniform)
                              for c in candidates), key=lambda u: u[0], default=(INF, None))
     return LayoutTables(layout, terms, terms.num_micro_batches, k_total, k_choices, recomputes,
-                        k_max, min(lower, upper), upper, upper_plan, uniform)
+                        k_max, min(lower, upper), upper, upper_plan, uniform, split or None)
 
 
 def _tick_tables(tab: LayoutTables) -> TickTables:

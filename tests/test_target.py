@@ -181,3 +181,19 @@ def test_uniform_recompute_with_modes_fixed_per_stage_is_a_config_error() -> Non
     scenario = {**_example(), "plan": {"pp": 4, "recompute": ["full", "none", "none", "none"]}}
     with pytest.raises(ConfigError, match="solver.uniform_recompute"):
         paraplan.solve(_with(scenario, uniform_recompute=True))
+
+
+def test_deepspeed_plans_its_own_balanced_split() -> None:
+    """PipelineModule takes no layer counts: with 10 layers on 4 stages the plan uses the split
+    DeepSpeed's partition_balanced builds, not an even or a free one."""
+    from paraplan.export.deepspeed import balanced_split
+
+    scenario = {"model": {"name": "gpt-10l", "layers": 10, "hidden": 2048, "ffn_hidden": 8192,
+                          "heads": 16, "kv_heads": 16, "vocab": 32000},
+                "cluster": {"preset": "dgx-h100", "nodes": 2},
+                "job": {"seq_len": 4096, "global_batch": 64, "precision": "bf16"},
+                "plan": {"pp": 4}}
+    r = solve(_with(scenario, target="deepspeed"))
+    assert r.solver.status == "OPTIMAL"
+    assert tuple(r.plan.layers_per_stage) == balanced_split(10, 4)
+    assert export_text(r, "deepspeed")

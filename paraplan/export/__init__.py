@@ -157,11 +157,13 @@ class SearchLimits:
     """What solver.target needs beyond a target's RULES, which are checked on each layout with
     an even split and one recompute mode: how the per-stage choices the CP-SAT model makes may
     vary. ``even_stages``: every stage holds the same number of layers; ``recompute_modes``: the
-    modes the framework has (None: all)."""
+    modes the framework has (None: all); ``stage_split(layers, pp, vp)``: the one split the
+    framework builds itself (None: it cannot), when it takes no layer counts."""
 
     uniform_recompute: bool = True
     even_stages: bool = False
     recompute_modes: tuple[Recompute, ...] | None = None
+    stage_split: Callable[[int, int, int], tuple[int, ...] | None] | None = None
 
 
 class TargetRules(NamedTuple):

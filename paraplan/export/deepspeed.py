@@ -216,9 +216,14 @@ RULES = (check_dense_model, check_no_expert_parallel(
          check_recompute, check_layer_split, check_sequence_parallel, check_ulysses,
          check_rank_order)
 
-SEARCH = SearchLimits(even_stages=True, recompute_modes=(Recompute.NONE, Recompute.FULL))
-"""solver.target=deepspeed: PipelineModule balances the blocks itself (only an even split is
-searched, so a layer count pp does not divide gets no pipeline); whole-layer checkpointing only."""
+def pipeline_split(num_layers: int, pp: int, vp: int) -> tuple[int, ...] | None:
+    """The split PipelineModule builds (balanced_split); none with virtual stages."""
+    return balanced_split(num_layers, pp) if vp == 1 and num_layers >= pp else None
+
+
+SEARCH = SearchLimits(stage_split=pipeline_split, recompute_modes=(Recompute.NONE, Recompute.FULL))
+"""solver.target=deepspeed: PipelineModule balances the blocks itself (the solver uses that one
+split per layout); whole-layer checkpointing only."""
 MODEL_RULES = ()
 """The RULES that read only the model and job (solver.target checks them once, first)."""
 

@@ -34,12 +34,21 @@ FILTERS = {
 }
 
 
+def front_heavy_split(num_layers: int, pp: int, vp: int) -> tuple[int, ...] | None:
+    """A framework-built split (DeepSpeed-like): blocks of vp layers, the remainder up front."""
+    if num_layers % vp or num_layers // vp < pp:
+        return None
+    base, extra = divmod(num_layers // vp, pp)
+    return tuple(vp * (base + (s < extra)) for s in range(pp))
+
+
 def restricted(rng: random.Random, options: Options) -> tuple[Options, list[str]]:
     names = rng.sample(sorted(FILTERS), rng.randint(1, 3))
     chosen = [FILTERS[n] for n in names]
     modes = rng.choice([None, None, (Recompute.NONE, Recompute.FULL), (Recompute.SELECTIVE,)])
+    split = front_heavy_split if rng.random() < 0.3 else None
     return replace(options, uniform_recompute=rng.random() < 0.8, recompute_modes=modes,
-                   layout_filter=lambda p: all(f(p) for f in chosen)), names
+                   layout_filter=lambda p: all(f(p) for f in chosen), stage_split=split), names
 
 
 @pytest.mark.parametrize("seed", range(20))
@@ -55,6 +64,8 @@ def test_restricted_search_matches_enumeration(seed: int) -> None:
         assert len(set(plan.recompute)) == 1
     if options.recompute_modes is not None:
         assert set(plan.recompute) <= set(options.recompute_modes)
+    if options.stage_split is not None and fixed.layers_per_stage is None:
+        assert plan.layers_per_stage == front_heavy_split(graph.spec.num_layers, plan.pp, plan.vp)
 
 
 @pytest.mark.slow
