@@ -56,6 +56,15 @@ def _step_ratio(a: Attempt | None, ref: Attempt) -> float | None:
     return a.step_time_s / ref.step_time_s
 
 
+def _against_paraplan(ratios: list[float]) -> str:
+    """Published-plan / paraplan step ratios: geometric mean, range, and win/tie/loss counts."""
+    return (f"{_ratio(_geomean(ratios))} paraplan's (geometric mean; worst {_ratio(max(ratios))}, "
+            f"best {_ratio(min(ratios))}); paraplan's plan is faster on "
+            f"{sum(x > 1 + BUG_TOLERANCE for x in ratios)}, equal on "
+            f"{sum(abs(x - 1) <= BUG_TOLERANCE for x in ratios)}, slower on "
+            f"{sum(x < 1 - BUG_TOLERANCE for x in ratios)}")
+
+
 def _geomean(xs: list[float]) -> float | None:
     return math.exp(statistics.fmean(math.log(x) for x in xs)) if xs else None
 
@@ -279,11 +288,7 @@ def _headline(suite: Suite, issues: list[str]) -> list[str]:
     if ratios:
         lines.append(
             f"- **Published expert plans** ({len(comp)} calibration runs compared): the published "
-            f"plan's modelled step time is {_ratio(_geomean(ratios))} paraplan's (geometric mean; "
-            f"worst {_ratio(max(ratios))}, best {_ratio(min(ratios))}); paraplan's plan is faster "
-            f"on {sum(x > 1 + BUG_TOLERANCE for x in ratios)}, equal on "
-            f"{sum(abs(x - 1) <= BUG_TOLERANCE for x in ratios)}, slower on "
-            f"{sum(x < 1 - BUG_TOLERANCE for x in ratios)} (of which "
+            f"plan's modelled step time is {_against_paraplan(ratios)} (of which "
             f"{len(_published_wins(comp, inside_space=False))} published plans lie outside "
             "paraplan's search space, e.g. micro_batch > solver.max_micro_batch or "
             "vp > solver.max_vp; see section 2).")
@@ -294,11 +299,7 @@ def _headline(suite: Suite, issues: list[str]) -> list[str]:
         lines.append(
             f"- **Published expert plans, same framework** ({len(matched)} runs; paraplan "
             f"restricted with solver.target to what the run's framework executes: {frameworks}): "
-            f"the published plan's step time is {_ratio(_geomean(ratios))} paraplan's (geometric "
-            f"mean; worst {_ratio(max(ratios))}, best {_ratio(min(ratios))}); paraplan's plan is "
-            f"faster on {sum(x > 1 + BUG_TOLERANCE for x in ratios)}, equal on "
-            f"{sum(abs(x - 1) <= BUG_TOLERANCE for x in ratios)}, slower on "
-            f"{sum(x < 1 - BUG_TOLERANCE for x in ratios)}.")
+            f"the published plan's step time is {_against_paraplan(ratios)}.")
     if suite.calibration:
         med, p90 = summary([c.error for c in suite.calibration])
         cmed, cp90 = summary([c.const_mfu_error for c in suite.calibration])

@@ -14,7 +14,7 @@ from paraplan.report import gib
 from paraplan.result import Result, SolverOut, evaluate_plan, paraplan_version, plan_out
 from paraplan.schema import Scenario, load_scenario
 from paraplan.solver import Fixed, NoFitError, NoLayoutError, Options, SolverOptions, solve_instance
-from paraplan.targets import TargetFilter, target_options
+from paraplan.targets import TargetFilter, fixed_modes, target_options
 
 __all__ = ["load_scenario", "evaluate", "evaluate_plan", "solve", "paraplan_version", "fixed_knobs",
            "search_options"]
@@ -65,11 +65,10 @@ def search_options(inst: Instance) -> Options:
     options = Options(allow_uneven_stages=o.allow_uneven_stages,
                       search_placement=o.search_placement, max_micro_batch=o.max_micro_batch,
                       max_vp=o.max_vp, uniform_recompute=o.uniform_recompute)
-    fixed = inst.scenario.plan.recompute
-    if o.uniform_recompute and isinstance(fixed, list) and len(set(fixed)) > 1:
-        raise ConfigError(f"plan.recompute={[str(getattr(m, 'value', m)) for m in fixed]} differs "
-                          "per stage but solver.uniform_recompute is true; fix one mode or turn "
-                          "it off")
+    fixed = fixed_modes(inst)
+    if o.uniform_recompute and fixed and len(set(fixed)) > 1:
+        raise ConfigError(f"plan.recompute={[m.value for m in fixed]} differs per stage but "
+                          "solver.uniform_recompute is true; fix one mode or turn it off")
     return target_options(options, o.target, inst) if o.target else options
 
 

@@ -17,34 +17,52 @@ from typing import get_args
 
 from paraplan.cost import Plan, Recompute
 from paraplan.errors import ConfigError, InfeasibleError
-from paraplan.export import POOLED_TARGETS, Draft, first_refusal, planning_context, target_rules
+from paraplan.export import (
+    POOLED_TARGETS,
+    Draft,
+    TargetRules,
+    first_refusal,
+    planning_context,
+    target_rules,
+)
 from paraplan.instance import Instance
 from paraplan.schema import SolverTarget
 from paraplan.solver import Options
 from paraplan.solver.tables import even_layers
 
-__all__ = ["TARGETS", "TargetFilter", "target_options"]
+__all__ = ["TARGETS", "TargetFilter", "target_options", "fixed_modes"]
 
 TARGETS: tuple[str, ...] = get_args(SolverTarget)
 
 
 class TargetFilter:
-    """A layout filter: the target's rules on the layout with an even split and no recompute.
+    """A layout filter: the target's rules on the layout with one representative split and mode.
 
     Remembers each verdict (the solver may ask again) and how often each rule refused, so an
     empty search can say which rule stood in the way."""
 
-    def __init__(self, name: str, inst: Instance) -> None:
+    def __init__(self, name: str, inst: Instance, rules: TargetRules) -> None:
         self.name = name
-        self._rules = target_rules(name).rules
+        self._model_rules = rules.model_rules
+        self._rules = tuple(r for r in rules.rules if r not in rules.model_rules)
         self._ctx = planning_context(inst)
         self._num_layers = inst.spec.num_layers
         fixed = inst.scenario.plan
         self._layers = tuple(fixed.layers_per_stage) if fixed.layers_per_stage else None
-        self._recompute = _fixed_modes(inst)
-        self._split = target_rules(name).search.stage_split
+        self._recompute = fixed_modes(inst)
+        self._split = rules.search.stage_split
         self._verdicts: dict[Plan, bool] = {}
         self.refused: Counter[str] = Counter()
+
+    def check_model(self) -> None:
+        """InfeasibleError when a rule about the model or job alone (MODEL_RULES) refuses: then
+        no layout can pass, and the per-layout check leaves those rules out."""
+        plan = Plan(dp=1, tp=1, pp=1, micro_batch=1, recompute=(Recompute.NONE,),
+                    layers_per_stage=(self._num_layers,))
+        refusal = first_refusal(self._ctx, Draft(plan, self._ctx.precision), self._model_rules)
+        if refusal is not None:
+            raise InfeasibleError(f"no plan {self.name} can run: {refusal.rule}; change the "
+                                  "scenario or drop solver.target", ("solver.target",))
 
     def _representative(self, layout: Plan) -> Plan | None:
         """The layout with the scenario's fixed split (else the framework's own, else an even
@@ -83,19 +101,7 @@ class TargetFilter:
         return f"{self.name} refused every layout, e.g.: " + "; ".join(rules)
 
 
-def _check_model(name: str, inst: Instance, model_rules: tuple) -> None:
-    """InfeasibleError when a rule about the model or job alone refuses: no layout can pass."""
-    layers = inst.spec.num_layers
-    plan = Plan(dp=1, tp=1, pp=1, micro_batch=1, recompute=(Recompute.NONE,),
-                layers_per_stage=(layers,))
-    ctx = planning_context(inst)
-    refusal = first_refusal(ctx, Draft(plan, ctx.precision), model_rules)
-    if refusal is not None:
-        raise InfeasibleError(f"no plan {name} can run: {refusal.rule}; change the scenario or "
-                              "drop solver.target", ("solver.target",))
-
-
-def _fixed_modes(inst: Instance) -> tuple[Recompute, ...] | None:
+def fixed_modes(inst: Instance) -> tuple[Recompute, ...] | None:
     """The recompute mode(s) the scenario's plan fixes (one, or one per stage), else None."""
     r = inst.scenario.plan.recompute
     if r is None:
@@ -106,7 +112,7 @@ def _fixed_modes(inst: Instance) -> tuple[Recompute, ...] | None:
 def _check_fixed_recompute(name: str, inst: Instance, modes: tuple[Recompute, ...] | None,
                            uniform: bool) -> None:
     """InfeasibleError when the scenario fixes recompute modes the framework does not run."""
-    fixed = _fixed_modes(inst)
+    fixed = fixed_modes(inst)
     if fixed is None:
         return
     if uniform and len(set(fixed)) > 1:
@@ -127,7 +133,8 @@ def target_options(options: Options, name: str, inst: Instance) -> Options:
                           "cannot run a mixed-GPU cluster (cluster.pools); use megatron or no "
                           "target")
     rules = target_rules(name)
-    _check_model(name, inst, rules.model_rules)
+    layout_filter = TargetFilter(name, inst, rules)
+    layout_filter.check_model()
     limits = rules.search
     _check_fixed_recompute(name, inst, limits.recompute_modes, limits.uniform_recompute)
     modes = limits.recompute_modes
@@ -138,6 +145,6 @@ def target_options(options: Options, name: str, inst: Instance) -> Options:
         uniform_recompute=options.uniform_recompute or limits.uniform_recompute,
         allow_uneven_stages=options.allow_uneven_stages and not limits.even_stages,
         recompute_modes=modes if modes is not None else options.recompute_modes,
-        layout_filter=TargetFilter(name, inst),
+        layout_filter=layout_filter,
         stage_split=limits.stage_split,
     )
