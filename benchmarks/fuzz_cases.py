@@ -189,7 +189,7 @@ def _cluster(d: Draw) -> tuple[dict[str, Any], int, tuple[str, ...]]:
             precisions &= set(_precisions(preset))
         return {"pools": pools}, total, tuple(sorted(precisions))
     preset = d.choice(NODE_TYPES)
-    per_node = build_cluster(preset, gpus=8).devices_per_node
+    per_node = build_cluster(preset, nodes=1).num_devices  # an NVL72 node is a 72-GPU rack
     if per_node == 8 and d.chance(0.3):
         nodes = d.integer(1, 8)
         return {"preset": preset, "nodes": nodes}, nodes * 8, _precisions(preset)
@@ -558,13 +558,23 @@ def check_error(err: ParaplanError, expect_keys: Sequence[str]) -> None:
                        f"{message[:300]!r}")
 
 
+WATCH: list[Any] = []
+"""Optional (before(time_limit_s), after()) hooks around every solve: the long-run driver arms a
+faulthandler dump there, so a hang reports where it was stuck."""
+
+
 def solve_timed(scenario: Any, args: dict[str, Any]) -> tuple[Any, float]:
     """(Result or ParaplanError, seconds from the call's start); other exceptions propagate."""
+    for before, _ in WATCH:
+        before(args.get("time_limit_s", 30.0))
     start = time.perf_counter()
     try:
         out: Any = paraplan.solve(scenario, **args)
     except ParaplanError as e:
         out = e
+    finally:
+        for _, after in WATCH:
+            after()
     return out, time.perf_counter() - start
 
 

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+from hypothesis.configuration import set_hypothesis_home_dir
+
+# hypothesis writes failing-example patches under its home directory: keep them out of the tree
+set_hypothesis_home_dir(Path(__file__).resolve().parents[2] / ".pytest_cache" / "hypothesis")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -22,13 +22,13 @@ def _run(case: Case) -> None:
         run_case(case, Path(where), factor=2.0, margin_s=5.0, deep=False)
 
 
-@settings_for(150)
+@settings_for(300)
 @given(malformed_cases(known_bad=False))
 def test_malformed_document_raises_an_error_naming_the_key(case: Case) -> None:
     _run(case)
 
 
-@settings_for(40)
+@settings_for(80)
 @given(api_arg_cases(known_bad=False))
 def test_bad_api_arguments_raise_config_error(case: Case) -> None:
     _run(case)

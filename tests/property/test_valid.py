@@ -24,7 +24,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from hypothesis import given
+from hypothesis import event, given
 
 from benchmarks.fuzz_cases import Case, run_case
 from tests.property.strategies import settings_for, valid_cases
@@ -34,17 +34,20 @@ TIME_FACTOR, TIME_MARGIN_S = (1.2, 1.0) if STRICT_TIME else (2.0, 5.0)  # a nois
 
 
 def _run(case: Case, deep: bool) -> None:
+    event(case.tag)
     with tempfile.TemporaryDirectory() as where:
-        run_case(case, Path(where), factor=TIME_FACTOR, margin_s=TIME_MARGIN_S, deep=deep)
+        out = run_case(case, Path(where), factor=TIME_FACTOR, margin_s=TIME_MARGIN_S, deep=deep)
+    status = getattr(getattr(out, "solver", None), "status", None)
+    event(f"outcome: {status or type(out).__name__}")
 
 
-@settings_for(60)
+@settings_for(200)
 @given(valid_cases(time_limit_s=5.0))
 def test_valid_scenario_gives_a_checked_plan_or_a_clear_error(case: Case) -> None:
     _run(case, deep=False)
 
 
-@settings_for(25)
+@settings_for(80)
 @given(valid_cases(time_limit_s=5.0))
 def test_optimal_plan_beats_neighbours_runner_ups_and_is_worker_independent(case: Case) -> None:
     _run(case, deep=True)
