@@ -40,7 +40,8 @@ from paraplan.errors import ExportError, ParaplanError
 
 T = TypeVar("T")
 
-__all__ = ["Draw", "RandomDraw", "PropertyFailure", "Case", "valid_case", "malformed_case",
+__all__ = ["Draw", "RandomDraw", "PropertyFailure", "Case", "valid_case", "evaluate_case",
+           "malformed_case",
            "api_args", "check_solve", "check_error", "solve_timed", "run_case",
            "TIME_MARGIN_S", "TIME_FACTOR"]
 
@@ -99,6 +100,7 @@ class Case:
     expect_keys: tuple[str, ...] = ()  # a ParaplanError must name one of these
     tag: str = ""
     files: dict[str, Any] | None = None  # hf config.json name -> JSON value (written next to it)
+    api: str = "solve"  # "solve" | "evaluate"
 
 
 # ------------------------------------------------------------------------------- valid scenarios
@@ -311,6 +313,36 @@ def valid_case(d: Draw, *, time_limit_s: float = 5.0) -> Case:
     return Case("valid", scenario, args, tag=f"valid:{source}", files=files or None)
 
 
+def evaluate_case(d: Draw) -> Case:
+    """A valid scenario whose ``plan:`` fixes every knob ``evaluate`` needs, drawn from the
+    device count's divisors (so often consistent, sometimes not)."""
+    case = valid_case(d)
+    sc = case.scenario
+    assert isinstance(sc, dict)
+    cluster = sc["cluster"]
+    devices = (sum(_pool_devices(p) for p in cluster["pools"]) if "pools" in cluster
+               else _pool_devices(cluster))
+    plan = dict(sc.get("plan", {}))
+    tp = plan.get("tp") or d.choice(_divisors(devices))
+    pp = plan.get("pp") or d.choice(_divisors(devices // tp if devices % tp == 0 else devices))
+    rest = devices // (tp * pp) if devices % (tp * pp) == 0 else 1
+    plan.update(tp=tp, pp=pp, dp=plan.get("dp") or max(1, rest // plan.get("cp", 1)),
+                micro_batch=plan.get("micro_batch") or 1, zero=plan.get("zero", d.integer(0, 3)),
+                recompute=plan.get("recompute") or d.choice(("none", "selective", "full")))
+    if isinstance(plan["recompute"], list) and len(plan["recompute"]) != pp:
+        plan["recompute"] = plan["recompute"][0]
+    if "layers_per_stage" in plan and len(plan["layers_per_stage"]) != pp:
+        del plan["layers_per_stage"]
+    sc["plan"] = plan
+    return replace(case, api="evaluate", tag=case.tag.replace("valid", "evaluate"))
+
+
+def _pool_devices(section: dict[str, Any]) -> int:
+    if "gpus" in section:
+        return section["gpus"]
+    return section["nodes"] * build_cluster(section["preset"], nodes=1).num_devices
+
+
 # ------------------------------------------------------------------------------ malformed input
 
 _SECTION_KEYS = {
@@ -352,8 +384,14 @@ KNOWN_BAD_VARIANTS = frozenset({  # issue 16 reports these crashes; CI leaves th
 def malformed_case(d: Draw, *, extreme: bool = False, known_bad: bool = True,
                    time_limit_s: float = 3.0) -> Case:
     """A broken document: an unknown key, a wrong-typed value, a missing section, broken text,
-    a broken Hugging Face config. ``extreme``: also huge, deep and alias-bomb documents (the
-    long-run driver, under a memory cap); ``known_bad=False`` leaves out KNOWN_BAD_VARIANTS."""
+    a broken Hugging Face config; given to ``solve`` or (one in four) ``evaluate``. ``extreme``:
+    also huge, deep and alias-bomb documents (the long-run driver, under a memory cap);
+    ``known_bad=False`` leaves out KNOWN_BAD_VARIANTS."""
+    api = "evaluate" if d.chance(0.25) else "solve"
+    return replace(_malformed(d, extreme, known_bad, time_limit_s), api=api)
+
+
+def _malformed(d: Draw, extreme: bool, known_bad: bool, time_limit_s: float) -> Case:
     args = {"time_limit_s": time_limit_s, "workers": 1, "top": 1, "seed": 0}
     kinds = ["unknown-key", "bad-value", "missing", "text", "hf"]
     kind = d.choice(kinds)
@@ -867,6 +905,21 @@ def _plan_key(result: Any) -> dict[str, Any]:
     return result.plan.model_dump(mode="json")
 
 
+def check_evaluate(case: Case, scenario: Any, where: Path) -> Any:
+    """``paraplan.evaluate``: a Result (strict JSON, reloads, fits or not, stable) or a
+    ParaplanError naming a field."""
+    try:
+        out = paraplan.evaluate(scenario)
+    except ParaplanError as e:
+        check_error(e, case.expect_keys)
+        return e
+    check_json(out, where)
+    again = paraplan.evaluate(scenario)
+    if again.predicted.step_time_s != out.predicted.step_time_s:
+        _fail("reeval", "evaluate is not deterministic")
+    return out
+
+
 def check_solve(case: Case, scenario: Any, where: Path, *, factor: float = TIME_FACTOR,
                 margin_s: float = TIME_MARGIN_S, deep: bool = True) -> Any:
     """Every property of one solve; ``deep``: also neighbours, top=1 vs top=K and 1 vs 2
@@ -913,5 +966,8 @@ def check_solve(case: Case, scenario: Any, where: Path, *, factor: float = TIME_
 
 
 def run_case(case: Case, where: Path, **kw: Any) -> Any:
-    """Write the case's files under ``where`` and check it (``check_solve``)."""
-    return check_solve(case, write_case(case, where), where, **kw)
+    """Write the case's files under ``where`` and check it (``check_solve``, ``check_evaluate``)."""
+    scenario = write_case(case, where)
+    if case.api == "evaluate":
+        return check_evaluate(case, scenario, where)
+    return check_solve(case, scenario, where, **kw)

@@ -16,12 +16,12 @@ from typing import Any, TypeVar
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
-from benchmarks.fuzz_cases import Case, api_args, malformed_case, valid_case
+from benchmarks.fuzz_cases import Case, api_args, evaluate_case, malformed_case, valid_case
 
 T = TypeVar("T")
 
-__all__ = ["HypothesisDraw", "valid_cases", "malformed_cases", "api_arg_cases", "settings_for",
-           "EXAMPLES_SCALE"]
+__all__ = ["HypothesisDraw", "valid_cases", "evaluate_cases", "malformed_cases", "api_arg_cases",
+           "settings_for", "EXAMPLES_SCALE"]
 
 EXAMPLES_SCALE = int(os.environ.get("PARAPLAN_PROPERTY_EXAMPLES", "100")) / 100
 
@@ -47,6 +47,11 @@ class HypothesisDraw:
 @st.composite
 def valid_cases(draw: Any, time_limit_s: float = 5.0) -> Case:
     return valid_case(HypothesisDraw(draw), time_limit_s=time_limit_s)
+
+
+@st.composite
+def evaluate_cases(draw: Any) -> Case:
+    return evaluate_case(HypothesisDraw(draw))
 
 
 @st.composite

@@ -27,7 +27,7 @@ from pathlib import Path
 from hypothesis import event, given
 
 from benchmarks.fuzz_cases import Case, run_case
-from tests.property.strategies import settings_for, valid_cases
+from tests.property.strategies import evaluate_cases, settings_for, valid_cases
 
 STRICT_TIME = os.environ.get("PARAPLAN_PROPERTY_STRICT_TIME") == "1"
 TIME_FACTOR, TIME_MARGIN_S = (1.2, 1.0) if STRICT_TIME else (2.0, 5.0)  # a noisy 2-core CI box
@@ -51,3 +51,9 @@ def test_valid_scenario_gives_a_checked_plan_or_a_clear_error(case: Case) -> Non
 @given(valid_cases(time_limit_s=5.0))
 def test_optimal_plan_beats_neighbours_runner_ups_and_is_worker_independent(case: Case) -> None:
     _run(case, deep=True)
+
+
+@settings_for(150)
+@given(evaluate_cases())
+def test_evaluate_gives_a_result_or_a_clear_error(case: Case) -> None:
+    _run(case, deep=False)
