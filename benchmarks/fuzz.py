@@ -43,7 +43,8 @@ PROJECT_DIRS = ("paraplan/", "graph/", "hardware/", "cost/", "solver/")
 KIND_WEIGHTS = (("valid", 45), ("evaluate", 10), ("malformed", 32), ("api-args", 13))
 
 
-def make_case(seed: int, *, time_limit_s: float, deep_share: float) -> tuple[Any, bool]:
+def make_case(seed: int, *, time_limit_s: float, deep_share: float,
+              large_share: float = 0.0) -> tuple[Any, bool]:
     """(case, deep) drawn from ``seed``."""
     from benchmarks.fuzz_cases import RandomDraw, api_args, evaluate_case, malformed_case, valid_case
 
@@ -56,7 +57,9 @@ def make_case(seed: int, *, time_limit_s: float, deep_share: float) -> tuple[Any
             break
         pick -= weight
     if kind == "valid":
-        return valid_case(d, time_limit_s=time_limit_s), d.chance(deep_share)
+        large = d.chance(large_share)
+        return (valid_case(d, time_limit_s=time_limit_s * (3 if large else 1), large=large),
+                d.chance(deep_share))
     if kind == "evaluate":
         return evaluate_case(d), False
     if kind == "malformed":
@@ -72,6 +75,9 @@ def _project_frame(frames: list[tuple[str, int, str]]) -> str:
             rel = rel.split(str(ROOT).replace("\\", "/") + "/", 1)[-1]
         if rel.startswith(PROJECT_DIRS):
             return f"{rel}:{line} ({name})"
+    if frames:  # e.g. a hang deep in PyYAML whose project caller is past the dump's 100 frames
+        filename, line, name = frames[-1]
+        return "/".join(Path(filename).parts[-2:]) + f":{line} ({name}; no project frame)"
     return "outside the project"
 
 
@@ -81,7 +87,7 @@ def _calls(case: Any, deep: bool) -> int:
 
 def _limit(case: Any) -> float:
     t = case.args.get("time_limit_s", 30.0)
-    return t if isinstance(t, float | int) and 0 < t < 60 else 5.0
+    return t if isinstance(t, float | int) and 0 < t < 60 else 10.0
 
 
 def classify(case: Any, deep: bool, where: Path) -> dict[str, Any]:
@@ -364,6 +370,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--deep", type=float, default=0.3,
                         help="share of valid cases also checked against neighbours, top and "
                              "workers (default 0.3)")
+    parser.add_argument("--large", type=float, default=0.2,
+                        help="share of valid cases on 96-4,608 devices, limit x 3 (default 0.2)")
     parser.add_argument("--mem-gib", type=float, default=6.0, help="memory cap per worker")
     parser.add_argument("--grace", type=float, default=20.0, help="watchdog seconds over the limits")
     parser.add_argument("--shrink", type=int, default=25, help="re-runs to shrink each signature")
@@ -371,7 +379,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     if args.one is not None:
-        case, deep = make_case(args.one, time_limit_s=args.time_limit, deep_share=args.deep)
+        case, deep = make_case(args.one, time_limit_s=args.time_limit, deep_share=args.deep,
+                               large_share=args.large)
         print(f"case {args.one}: {case.tag} deep={deep} args={case.args}")
         with tempfile.TemporaryDirectory() as where:
             print(json.dumps(classify(case, deep, Path(where)), indent=1))
@@ -402,7 +411,8 @@ def main(argv: list[str] | None = None) -> int:
         jobs, watchdogs = [], {}
         for i in range(args.n):
             seed = args.seed * 10**6 + i
-            case, deep = make_case(seed, time_limit_s=args.time_limit, deep_share=args.deep)
+            case, deep = make_case(seed, time_limit_s=args.time_limit, deep_share=args.deep,
+                                   large_share=args.large)
             watchdog = _calls(case, deep) * (_limit(case) * 1.2 + 1) + args.grace
             watchdogs[seed] = watchdog
             jobs.append((seed, case, deep, watchdog))

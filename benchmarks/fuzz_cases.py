@@ -52,6 +52,7 @@ SMALL_PRESETS = ("gpt3-1.3b", "gpt3-2.7b", "llama3-8b", "mistral-7b", "qwen2.5-7
                  "qwen3-30b-a3b", "mixtral-8x7b")
 NODE_TYPES = tuple(node_type_names()) + tuple(fabric_names())
 GPU_COUNTS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
+LARGE_GPU_COUNTS = (128, 256, 512, 96, 384, 1024, 2048)  # valid_case(large=True): the long run
 SEQ_LENS = (128, 256, 512, 1000, 1024, 2048, 4096, 8192)
 TARGETS = ("megatron", "nemo", "deepspeed", "torchtitan", "maxtext", "torch")
 
@@ -179,7 +180,7 @@ def _precisions(node_type: str) -> tuple[str, ...]:
     return ("bf16", "fp16") if node_type.startswith("dgx-a100") else ("bf16", "fp16", "fp8")
 
 
-def _cluster(d: Draw) -> tuple[dict[str, Any], int, tuple[str, ...]]:
+def _cluster(d: Draw, large: bool = False) -> tuple[dict[str, Any], int, tuple[str, ...]]:
     """(cluster section, device count, precisions every node type runs)."""
     if d.chance(0.15):  # mixed-GPU pools: 2-3 small pools (more is the known pool-subset blow-up)
         pools, total, precisions = [], 0, {"bf16", "fp16", "fp8"}
@@ -195,6 +196,12 @@ def _cluster(d: Draw) -> tuple[dict[str, Any], int, tuple[str, ...]]:
     if per_node == 8 and d.chance(0.3):
         nodes = d.integer(1, 8)
         return {"preset": preset, "nodes": nodes}, nodes * 8, _precisions(preset)
+    if large:
+        if per_node > 8:
+            nodes = d.choice((2, 4, 8, 16, 32, 64))
+            return {"preset": preset, "nodes": nodes}, nodes * per_node, _precisions(preset)
+        gpus = d.choice(LARGE_GPU_COUNTS)
+        return {"preset": preset, "gpus": gpus}, gpus, _precisions(preset)
     gpus = d.choice(GPU_COUNTS)
     return {"preset": preset, "gpus": gpus}, gpus, _precisions(preset)
 
@@ -266,11 +273,12 @@ def _solver_section(d: Draw) -> dict[str, Any]:
     return s
 
 
-def valid_case(d: Draw, *, time_limit_s: float = 5.0) -> Case:
+def valid_case(d: Draw, *, time_limit_s: float = 5.0, large: bool = False) -> Case:
     """A well-formed scenario of a small instance (it may still be infeasible or break a rule
-    between fields: then a ParaplanError is the right answer)."""
+    between fields: then a ParaplanError is the right answer). ``large``: presets on 96 to
+    4,608 devices (the long run; the issue's wrong OPTIMALs were on such clusters)."""
     files: dict[str, Any] = {}
-    source = d.choice(("explicit", "preset", "hf"))
+    source = "preset" if large else d.choice(("explicit", "preset", "hf"))
     if source == "preset":
         name = d.choice(SMALL_PRESETS) if d.chance(0.7) else d.choice(preset_names())
         model: dict[str, Any] = {"preset": name}
@@ -287,9 +295,11 @@ def valid_case(d: Draw, *, time_limit_s: float = 5.0) -> Case:
     else:
         model = _explicit_model(d)
         layers, is_moe, experts = model["layers"], "experts" in model, model.get("experts", 0)
-    cluster, devices, precisions = _cluster(d)
+    cluster, devices, precisions = _cluster(d, large)
     seq_len = d.choice(SEQ_LENS)
     batch = d.choice((8, 16, 32, 64, 1, 2, 4, 12, 24, 48, 96, 128, 256, 7, 139))
+    if large:
+        batch = d.choice((128, 256, 512, 1024, 96, 139, 1118, 2048))
     job: dict[str, Any] = {"seq_len": seq_len, "global_batch": batch}
     if d.chance(0.6):
         job["precision"] = d.choice(precisions or ("bf16",))
@@ -310,7 +320,8 @@ def valid_case(d: Draw, *, time_limit_s: float = 5.0) -> Case:
             scenario["solver"] = solver
     args = {"time_limit_s": time_limit_s, "workers": d.choice((2, 1)), "top": d.choice((1, 3, 2)),
             "seed": d.choice((0, 1, 12345))}
-    return Case("valid", scenario, args, tag=f"valid:{source}", files=files or None)
+    return Case("valid", scenario, args, tag=f"valid:{'large' if large else source}",
+                files=files or None)
 
 
 def evaluate_case(d: Draw) -> Case:
@@ -848,6 +859,35 @@ def check_neighbours(scenario: Any, result: Any) -> None:
                                f"{b.step_time_s!r} s: {p}")
 
 
+ORACLE_MAX_DEVICES = 16
+ORACLE_MAX_LAYERS = 8
+ORACLE_BUDGET_S = 3.0
+
+
+def check_oracle(scenario: Any, result: Any) -> None:
+    """(d) on small instances: an OPTIMAL objective equals exhaustive enumeration of the same space
+    (solver/enumerate.py, dominated plans included); skipped past ORACLE_BUDGET_S."""
+    from paraplan.solver.enumerate import EnumerationBudgetExceeded, enumerate_plans
+
+    if result.solver is None or result.solver.status != "OPTIMAL":
+        return
+    inst, fixed, options = _instance(scenario)
+    if inst.cluster.num_devices > ORACLE_MAX_DEVICES or inst.spec.num_layers > ORACLE_MAX_LAYERS:
+        return
+    try:
+        truth = enumerate_plans(inst.graph, inst.cluster, inst.job, fixed, options,
+                                budget_s=ORACLE_BUDGET_S)
+    except EnumerationBudgetExceeded:
+        return
+    step = result.predicted.step_time_s
+    if truth.best is None:
+        _fail("neighbour", f"OPTIMAL {step!r} s but enumeration finds no plan that fits")
+    tol = _tolerance_s(inst, truth.best, step)
+    if truth.best_s < step - tol:
+        _fail("neighbour", f"OPTIMAL {step!r} s but enumeration finds {truth.best_s!r} s: "
+                           f"{truth.best}")
+
+
 def check_alternatives(scenario: Any, result: Any) -> None:
     """(d) runner-ups: sorted, each re-evaluates to its step time, none beats an OPTIMAL best."""
     inst = _instance(scenario)[0]
@@ -938,6 +978,7 @@ def check_solve(case: Case, scenario: Any, where: Path, *, factor: float = TIME_
     if not deep or out.solver is None:
         return out
     check_neighbours(scenario, out)
+    check_oracle(scenario, out)
     if out.solver.status != "OPTIMAL":
         return out
     step = out.predicted.step_time_s
