@@ -40,7 +40,7 @@ from paraplan.cost.stage import compute_floor_s, inner_tiers_fastest
 from paraplan.graph import LayerGraph, ModelSpec
 from paraplan.hardware import Cluster
 from paraplan.solver.model import ModelVars, add_hint, build_model
-from paraplan.solver.scale import VP_SCALE, from_ticks, tolerance_s
+from paraplan.solver.scale import from_ticks, resolution_for, tolerance_s
 from paraplan.solver.space import (
     Fixed,
     Options,
@@ -123,6 +123,13 @@ def _recomputes(fixed: Fixed, options: Options) -> list[Recompute]:
         modes = list(Recompute)
     allowed = options.recompute_modes
     return [r for r in modes if allowed is None or r in allowed]
+
+
+def _stage_modes(fixed: Fixed, pp: int) -> tuple[Recompute, ...] | None:
+    """The scenario's recompute mode of each stage when it fixes one per stage, else None."""
+    if fixed.recompute is not None and len(fixed.recompute) == pp and len(set(fixed.recompute)) > 1:
+        return tuple(fixed.recompute)
+    return None
 
 
 def _k_choices(layout: Plan, num_layers: int, fixed: Fixed, options: Options) -> list[int] | None:
@@ -215,7 +222,8 @@ def _bounded_tables(graph: LayerGraph, cluster: Cluster, job: Job, fixed: Fixed,
                 heapq.heappush(heap, (b, next(tick), 1, (p, terms), ks))
         elif level == 1:
             plan, terms = plan
-            if not _fits(terms, recomputes, spec.num_layers, ks, uniform):
+            if not _fits(terms, recomputes, spec.num_layers, ks, uniform,
+                         _stage_modes(fixed, plan.pp)):
                 unfit_terms.append(terms)
                 continue
             for order in orders(plan, cluster, fixed, options, cache=order_cache):
@@ -227,7 +235,8 @@ def _bounded_tables(graph: LayerGraph, cluster: Cluster, job: Job, fixed: Fixed,
         else:
             layout, terms = plan
             tab = build_tables(graph, cluster, job, layout, recomputes, ks, terms, uniform,
-                               exact_split(layout, spec.num_layers, fixed, options))
+                               exact_split(layout, spec.num_layers, fixed, options),
+                               _stage_modes(fixed, layout.pp))
             if not fits_some_split(tab.k_max, layout.pp, tab.k_total, uniform):
                 unfit += 1
                 continue
@@ -253,12 +262,13 @@ def _bounded_tables(graph: LayerGraph, cluster: Cluster, job: Job, fixed: Fixed,
 
 
 def _fits(terms: StageTerms, recomputes: list[Recompute], num_layers: int,
-          ks: list[int] | None, uniform: bool = False) -> bool:
+          ks: list[int] | None, uniform: bool = False,
+          stage_modes: tuple[Recompute, ...] | None = None) -> bool:
     """Some split of the layout's layers fits memory (the rank order does not change memory)."""
     pp, vp = terms.plan.pp, terms.plan.vp
     k_total = num_layers // vp
     k_hi = max(ks) if ks else k_total - (pp - 1)
-    return fits_some_split(layer_caps(terms, recomputes, k_hi), pp, k_total, uniform)
+    return fits_some_split(layer_caps(terms, recomputes, k_hi, stage_modes), pp, k_total, uniform)
 
 
 def _space_size(spec: ModelSpec, cluster: Cluster, job: Job, fixed: Fixed, options: Options
@@ -289,12 +299,15 @@ class _Progress(cp_model.CpSolverSolutionCallback):
         super().__init__()
         self._report, self._mv, self._start = report, mv, start
 
+    def _seconds(self, value: float) -> float:
+        return from_ticks(value, self._mv.layouts[0].tables.resolution_s) / self._mv.scale
+
     def on_solution_callback(self) -> None:
         p = self._mv.chosen(self).tables.plan
         self._report(
             f"  {time.perf_counter() - self._start:6.2f} s  best "
-            f"{from_ticks(self.ObjectiveValue()) / VP_SCALE:.4f} s  bound "
-            f"{from_ticks(self.BestObjectiveBound()) / VP_SCALE:.4f} s  (dp={p.dp} tp={p.tp} "
+            f"{self._seconds(self.ObjectiveValue()):.4f} s  bound "
+            f"{self._seconds(self.BestObjectiveBound()):.4f} s  (dp={p.dp} tp={p.tp} "
             f"pp={p.pp} cp={p.cp} vp={p.vp} mb={p.micro_batch} zero={p.zero})"
         )
 
@@ -353,7 +366,8 @@ def _solve_layout(tab: LayoutTables, graph: LayerGraph, fixed: Fixed, opts: Solv
     cb = _Progress(progress, mv, start) if progress else None
     status = solver.Solve(model, cb) if cb else solver.Solve(model)
     name = solver.StatusName(status)
-    bound = from_ticks(solver.BestObjectiveBound()) / VP_SCALE
+    res = tab.resolution_s
+    bound = from_ticks(solver.BestObjectiveBound(), res) / mv.scale
     if name not in ("OPTIMAL", "FEASIBLE"):
         return name, None, bound, 0
     if name == "OPTIMAL":
@@ -368,7 +382,7 @@ def _solve_layout(tab: LayoutTables, graph: LayerGraph, fixed: Fixed, opts: Solv
     layers, recs = lv.extract(solver)
     plan = replace(tab.plan, layers_per_stage=tuple(layers), recompute=tuple(recs))
     ticks = int(solver.Value(mv.objective))
-    return name, Solution(plan, from_ticks(ticks) / VP_SCALE), bound, ticks
+    return name, Solution(plan, from_ticks(ticks, res) / mv.scale), bound, ticks
 
 
 def _solve_once(kept: list[LayoutTables], graph: LayerGraph, fixed: Fixed, opts: SolverOptions,
@@ -387,7 +401,7 @@ def _solve_once(kept: list[LayoutTables], graph: LayerGraph, fixed: Fixed, opts:
     for i in order:
         tab = kept[i]
         if best is not None and tab.lower_bound_s > best[3].objective_s + tolerance_s(
-                tab.num_micro_batches, tab.plan.pp, tab.k_total):
+                tab.num_micro_batches, tab.plan.pp, tab.k_total, tab.resolution_s):
             bound = min(bound, tab.lower_bound_s)
             break
         if best is not None and time.perf_counter() > deadline:
@@ -415,7 +429,9 @@ def solve_instance(graph: LayerGraph, cluster: Cluster, job: Job, fixed: Fixed, 
     start = time.perf_counter()
     deadline = start + opts.time_limit_s
     cand = _bounded_tables(graph, cluster, job, fixed, options, opts.top, deadline)
-    kept = cand.kept
+    resolution_s = resolution_for(max((t.ceiling_s() for t in cand.kept), default=0.0),
+                                  max((t.plan.vp for t in cand.kept), default=1))
+    kept = [replace(t, resolution_s=resolution_s) for t in cand.kept]
     if progress:
         progress(f"paraplan: {cand.num_layouts} layouts; {cand.num_layouts - len(kept)} proven "
                  f"worse by bound or dominance or unable to fit; {len(kept)} in the CP-SAT model "
@@ -431,21 +447,23 @@ def solve_instance(graph: LayerGraph, cluster: Cluster, job: Job, fixed: Fixed, 
         if rank == 0:
             status, bound = name, min(bnd, cand.discarded_lb_s)
             if status == "OPTIMAL" and cand.out_of_time and sol is not None \
-                    and bound < sol.objective_s - tolerance_s(1, 1, kept[idx].k_total):
+                    and bound < sol.objective_s - tolerance_s(1, 1, kept[idx].k_total,
+                                                              resolution_s):
                 status = "FEASIBLE"  # optimal among the layouts examined before the deadline
         if sol is None or idx is None:
             break
-        _check(graph, cluster, job, sol, kept[idx].k_total)
+        _check(graph, cluster, job, sol, kept[idx].k_total, resolution_s)
         solutions.append(sol)
         excluded.append(idx)
     return Outcome(status, solutions, bound, time.perf_counter() - start, cand.num_layouts,
                    cand.num_layouts - len(kept))
 
 
-def _check(graph: LayerGraph, cluster: Cluster, job: Job, sol: Solution, k_total: int) -> None:
+def _check(graph: LayerGraph, cluster: Cluster, job: Job, sol: Solution, k_total: int,
+           resolution_s: float) -> None:
     """Invariant: cost.evaluate re-scores the plan to the objective, and it fits memory."""
     b = evaluate(graph, cluster, job, sol.plan)
-    tol = tolerance_s(b.num_micro_batches, sol.plan.pp, k_total)
+    tol = tolerance_s(b.num_micro_batches, sol.plan.pp, k_total, resolution_s)
     if not b.fits or abs(b.step_time_s - sol.objective_s) > tol:
         raise AssertionError(
             f"solver/evaluator mismatch: objective {sol.objective_s!r} s vs evaluate "
