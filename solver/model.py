@@ -16,15 +16,17 @@ Constraints (solver/constraints/)
     layers.add_layer_split     sum_{s,r} x = k_total use;  rec <= x <= k_hi rec
                                (uniform recompute: rec[L,s,r] = rec[L,0,r])
     memory.add_memory          x[L,s,r] <= kmax[L,s,r] rec[L,s,r]   (peak memory fits)
-    schedule.add_schedule      t[L,s] = sum_r T1_{s,r} x + T0_{s,r} rec;  tmax >= t[L,s]
-                               dpmax >= sum_r E1_{s,r} x + E0_{s,r} rec, dpmax >= 0
-                               omax >= O1_s k[L,s] + O0_s use
+    schedule.add_schedule      t[L,s] = sum_r T1_{s,r} x + T0_{s,r} rec;  tmax = max_s t[L,s]
+                               dpmax = max(0, max_s sum_r E1_{s,r} x + E0_{s,r} rec)
+                               omax = max_s O1_s k[L,s] + O0_s use
+                               (each max also as linear >= rows, which the LP relaxation uses)
     (per-layer coefficients are per stage: on a pooled cluster each stage's pool sets them)
 Objective
-    minimise z = sum_L S/vp (vp m tmax + sum_s t[L,s] - tmax) + S (dpmax + omax)
-    (S = lcm of the layouts' vp), with the cut z >= sum_L S LB_L use[L] (the layouts' lower bounds). Only the used layout's terms are non-zero,
-    and z / S is cost.evaluate's step time: m max_s t_s + (sum_s t_s - max_s t_s)/vp + DP +
-    optimizer. The model is linear (no enforcement literals), so its LP relaxation bounds well.
+    minimise z = sum_L S/vp (vp m tmax + sum_s t[L,s] - tmax) + S (dpmax + omax), S = the lcm
+    of the layouts' vp, with the cut z >= sum_L S LB_L use[L] (the layouts' lower bounds). Only
+    the used layout's terms are non-zero, and z / S is cost.evaluate's step time:
+    m max_s t_s + (sum_s t_s - max_s t_s)/vp + DP + optimizer, for every solution (the max
+    equalities leave no slack), not only the optimum.
 Ties are broken by a second solve with z fixed (see solve.py).
 """
 

@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from fractions import Fraction
 from typing import Any
 
 from ortools.sat.python import cp_model
@@ -62,7 +64,7 @@ from paraplan.solver.tables import (
 __all__ = ["SolverOptions", "Solution", "Outcome", "solve_instance", "NoLayoutError",
            "NoFitError", "layout_rank"]
 
-MIN_CP_SAT_S = 1.0
+MIN_CP_SAT_S = 0.2  # past the deadline, time CP-SAT still gets to return the warm start
 _ZERO_PREFERENCE = (1, 0, 2, 3)  # distributed optimizer first: what Megatron and NeMo run
 
 
@@ -323,17 +325,26 @@ def _stage_rules(model: cp_model.CpModel, mv: ModelVars, fixed: Fixed) -> None:
                 model.Add(lv.rec[s][r] == lv.use)
 
 
-def _tie_break(mv: ModelVars, num_layers: int) -> cp_model.LinearExpr:
-    """Secondary objective: layout rank, then recompute (none < selective < full), then the
-    distance from the even split."""
+def _tie_break(model: cp_model.CpModel, mv: ModelVars, num_layers: int) -> cp_model.LinearExpr:
+    """Secondary objective, in priority order: layout rank, recompute (none < selective < full),
+    then the distance sum_s |k_s - even_s| from the even split (tables.even_layers)."""
     ranked = sorted(mv.layouts, key=lambda lv: (layout_rank(lv.tables.plan), lv.index))
     rank_of = {lv.index: i for i, lv in enumerate(ranked)}
-    weight = 4 * num_layers * max(len(lv.rec) for lv in mv.layouts) + 1
+    max_pp = max(len(lv.rec) for lv in mv.layouts)
+    rec_unit = 2 * num_layers + 1  # above the largest distance
+    rank_unit = 2 * max_pp * rec_unit + 1  # above the largest recompute penalty
     penalty = {Recompute.NONE: 0, Recompute.SELECTIVE: 1, Recompute.FULL: 2}
-    terms = [weight * 3 * rank_of[lv.index] * lv.use for lv in mv.layouts]
+    terms = [rank_unit * rank_of[lv.index] * lv.use for lv in mv.layouts]
     for lv in mv.layouts:
         for rs in lv.rec:
-            terms += [penalty[r] * num_layers * b for r, b in rs.items()]
+            terms += [penalty[r] * rec_unit * b for r, b in rs.items()]
+        plan = lv.tables.plan
+        even = even_layers(num_layers, plan.pp, plan.vp)
+        for s, n in enumerate(even or ()):
+            dist = model.NewIntVar(0, lv.tables.k_total, f"dist_{lv.index}_{s}")
+            model.Add(dist >= lv.k(s) - (n // plan.vp) * lv.use)
+            model.Add(dist >= (n // plan.vp) * lv.use - lv.k(s))
+            terms.append(dist)
     return sum(terms)
 
 
@@ -348,15 +359,16 @@ def _configure(solver: cp_model.CpSolver, opts: SolverOptions, seconds: float) -
 
 
 def _solve_layout(tab: LayoutTables, graph: LayerGraph, fixed: Fixed, opts: SolverOptions,
-                  cap_ticks: int | None, deadline: float,
+                  cap: Fraction | None, deadline: float,
                   progress: Callable[[str], None] | None, start: float
-                  ) -> tuple[str, Solution | None, float, int]:
-    """One layout's own model, its objective at most ``cap_ticks`` when given (the best plan so
-    far: ties stay feasible). Returns (status, solution, bound s, objective ticks)."""
+                  ) -> tuple[str, Solution | None, float, Fraction]:
+    """One layout's own model, its step at most ``cap`` ticks when given (the best plan so far:
+    ties stay feasible). Returns (status, solution, bound s, step in ticks: objective / scale,
+    exact, so that layouts with different objective scales compare without rounding)."""
     model, mv = build_model([tab])
     _stage_rules(model, mv, fixed)
-    if cap_ticks is not None:
-        model.Add(mv.objective <= cap_ticks)
+    if cap is not None:
+        model.Add(mv.objective <= math.floor(cap * mv.scale))
     if tab.upper_plan is not None and fixed.layers_per_stage is None and fixed.recompute is None:
         add_hint(model, mv, 0, list(tab.upper_plan.layers_per_stage),
                  list(tab.upper_plan.recompute))
@@ -369,20 +381,21 @@ def _solve_layout(tab: LayoutTables, graph: LayerGraph, fixed: Fixed, opts: Solv
     res = tab.resolution_s
     bound = from_ticks(solver.BestObjectiveBound(), res) / mv.scale
     if name not in ("OPTIMAL", "FEASIBLE"):
-        return name, None, bound, 0
+        return name, None, bound, Fraction(0)
     if name == "OPTIMAL":
         model.Add(mv.objective <= int(solver.ObjectiveValue()))  # == at the proven optimum
         model.ClearHints()
-        model.Minimize(_tie_break(mv, graph.spec.num_layers))
-        second = cp_model.CpSolver()
-        _configure(second, opts, max(1.0, deadline - time.perf_counter()))
+        model.Minimize(_tie_break(model, mv, graph.spec.num_layers))
+        second = cp_model.CpSolver()  # one worker: the same tied plan for any worker count
+        _configure(second, replace(opts, num_workers=1),
+                   max(MIN_CP_SAT_S, deadline - time.perf_counter()))
         if second.StatusName(second.Solve(model)) == "OPTIMAL":
             solver = second
     lv = mv.layouts[0]
     layers, recs = lv.extract(solver)
     plan = replace(tab.plan, layers_per_stage=tuple(layers), recompute=tuple(recs))
     ticks = int(solver.Value(mv.objective))
-    return name, Solution(plan, from_ticks(ticks, res) / mv.scale), bound, ticks
+    return name, Solution(plan, from_ticks(ticks, res) / mv.scale), bound, Fraction(ticks, mv.scale)
 
 
 def _solve_once(kept: list[LayoutTables], graph: LayerGraph, fixed: Fixed, opts: SolverOptions,
@@ -396,7 +409,7 @@ def _solve_once(kept: list[LayoutTables], graph: LayerGraph, fixed: Fixed, opts:
     relaxation tight (a model over several layouts mixes them fractionally and proved slowly)."""
     order = sorted((i for i in range(len(kept)) if i not in excluded),
                    key=lambda i: (kept[i].lower_bound_s, layout_rank(kept[i].plan), i))
-    best: tuple[int, tuple, int, Solution] | None = None  # ticks, rank, index, solution
+    best: tuple[Fraction, tuple, int, Solution] | None = None  # ticks, rank, index, solution
     proven, bound, statuses = True, float("inf"), []
     for i in order:
         tab = kept[i]
@@ -440,7 +453,7 @@ def solve_instance(graph: LayerGraph, cluster: Cluster, job: Job, fixed: Fixed, 
     excluded: list[int] = []
     status, bound = "UNKNOWN", float("inf")
     for rank in range(opts.top):
-        if len(excluded) == len(kept):
+        if len(excluded) == len(kept) or (rank and time.perf_counter() > deadline):
             break
         name, sol, bnd, idx = _solve_once(kept, graph, fixed, opts, excluded, deadline,
                                           progress if rank == 0 else None, start)
@@ -450,6 +463,8 @@ def solve_instance(graph: LayerGraph, cluster: Cluster, job: Job, fixed: Fixed, 
                     and bound < sol.objective_s - tolerance_s(1, 1, kept[idx].k_total,
                                                               resolution_s):
                 status = "FEASIBLE"  # optimal among the layouts examined before the deadline
+        elif name != "OPTIMAL":
+            break  # a runner-up is listed only when proven the next best
         if sol is None or idx is None:
             break
         _check(graph, cluster, job, sol, kept[idx].k_total, resolution_s)
