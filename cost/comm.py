@@ -10,6 +10,7 @@ generalised to any number of tiers).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 from math import prod
 
 from paraplan.cost.plan import Axis, Plan
@@ -79,19 +80,45 @@ class SubAxis:
 
 
 def span_of(cluster: Cluster, sub_axes: list[SubAxis]) -> GroupSpan:
-    """Tiers a process group spans whose members sit along ``sub_axes`` (as ``group_span``, for
-    groups that take slices of axes, such as the expert-parallel group inside dp x cp)."""
+    """Tiers a process group spans whose members sit along ``sub_axes`` (whole axes, or slices
+    of axes such as the expert-parallel group inside dp x cp).
+
+    A tier domain of D consecutive ranks holds, along each sub-axis, the largest divisor of its
+    degree that is at most D // stride and a multiple of what the next inner tier holds (groups
+    tile a domain only in divisors: 32 ranks 4 apart on 72-GPU racks hold 16 per rack, not 18,
+    and cross the scale-out tier). Fan-in at a tier = members per domain there / members per
+    domain one tier in, so the fan-ins multiply to the group size.
+    """
     size = prod(a.degree for a in sub_axes)
+    held = [1] * len(sub_axes)
     fan_in: list[int] = []
     inside = 1
     for tier in cluster.tiers:
         dom = tier.domain_devices
-        members = max(prod(min(a.degree, max(1, dom // a.stride)) for a in sub_axes), inside)
-        fan_in.append(max(1, members // inside))
+        held = [_tiling(a.degree, max(1, dom // a.stride), h) for a, h in zip(sub_axes, held,
+                                                                               strict=True)]
+        members = prod(held)
+        fan_in.append(members // inside)
         inside = members
     if inside < size:
         fan_in[-1] *= size // inside
     return GroupSpan(cluster.tiers, tuple(fan_in))
+
+
+@cache
+def _tiling(degree: int, room: int, inner: int) -> int:
+    """Largest divisor of ``degree`` that is a multiple of ``inner`` and at most ``room``
+    (``inner`` when none larger fits)."""
+    rest = degree // inner
+    best = 1
+    q = 1
+    while q * q <= rest:
+        if rest % q == 0:
+            for c in (q, rest // q):
+                if inner * c <= room:
+                    best = max(best, c)
+        q += 1
+    return inner * best
 
 
 def axis_stride(plan: Plan, axis: Axis) -> int:
@@ -100,30 +127,14 @@ def axis_stride(plan: Plan, axis: Axis) -> int:
 
 
 def group_span(cluster: Cluster, plan: Plan, *axes: Axis) -> GroupSpan:
-    """Tiers a process group over ``axes`` spans under the plan's rank order.
-
-    Members along axis a are stride_a ranks apart, stride_a = product of the degrees ordered inside
-    a; a tier domain of D consecutive ranks holds prod_a min(degree_a, max(1, D // stride_a)) of
-    them. Fan-in at a tier = members per domain there / members per domain one tier in.
-    """
+    """Tiers a process group over ``axes`` spans under the plan's rank order (members along axis
+    a are stride_a ranks apart, stride_a = product of the degrees ordered inside a; span_of)."""
     strides: dict[Axis, int] = {}
     running = 1
     for a in plan.order:
         strides[a] = running
         running *= getattr(plan, a)
-    degrees = [(getattr(plan, a), strides[a]) for a in axes]
-    size = prod(d for d, _ in degrees)
-    fan_in: list[int] = []
-    inside = 1
-    for tier in cluster.tiers:
-        dom = tier.domain_devices
-        members = prod(min(d, max(1, dom // stride)) for d, stride in degrees)
-        members = max(members, inside)
-        fan_in.append(max(1, members // inside))
-        inside = members
-    if inside < size:
-        fan_in[-1] *= size // inside
-    return GroupSpan(cluster.tiers, tuple(fan_in))
+    return span_of(cluster, [SubAxis(strides[a], getattr(plan, a)) for a in axes])
 
 
 def _hierarchical_s(span: GroupSpan, n_bytes: float, phases_per_step: int, data_factor: float) -> float:

@@ -93,6 +93,28 @@ def _no_layout_reason(inst: Instance) -> str:
     )
 
 
+MAX_TIME_LIMIT_S = 86_400.0  # a day; CP-SAT's clock and the deadline arithmetic stay exact
+MAX_WORKERS = 256
+MAX_TOP = 1_000
+MAX_SEED = 2**31 - 1  # CP-SAT's random_seed is a 32-bit signed integer
+
+
+def _check_solve_args(time_limit_s: object, workers: object, top: object, seed: object) -> None:
+    """ConfigError naming the argument (and its CLI flag) unless each is a number in range."""
+    def whole(name: str, flag: str, value: object, low: int, high: int) -> None:
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise ConfigError(f"{name}={value!r} ({flag}) must be a whole number from {low:,} "
+                              f"to {high:,}")
+
+    if (isinstance(time_limit_s, bool) or not isinstance(time_limit_s, int | float)
+            or not 0 < time_limit_s <= MAX_TIME_LIMIT_S):  # also refuses nan
+        raise ConfigError(f"time_limit_s={time_limit_s!r} (--time-limit) must be a number of "
+                          f"seconds above 0 and at most {MAX_TIME_LIMIT_S:,.0f}")
+    whole("workers", "--workers", workers, 1, MAX_WORKERS)
+    whole("top", "--top", top, 1, MAX_TOP)
+    whole("seed", "--seed", seed, 0, MAX_SEED)
+
+
 def solve(scenario: str | Path | dict[str, Any] | Scenario, *, time_limit_s: float = 30.0,
           workers: int = 2, top: int = 1, seed: int = 0,
           progress: Callable[[str], None] | None = None) -> Result:
@@ -100,8 +122,7 @@ def solve(scenario: str | Path | dict[str, Any] | Scenario, *, time_limit_s: flo
     OPTIMAL (otherwise the gap says how far it can be). Knobs fixed in the scenario's ``plan:``
     are respected. InfeasibleError says which resource binds; SolveTimeout if no plan was found
     in time."""
-    if time_limit_s <= 0 or workers < 1 or top < 1:
-        raise ConfigError("time_limit_s must be > 0, workers >= 1 and top >= 1")
+    _check_solve_args(time_limit_s, workers, top, seed)
     inst = build_instance(load_scenario(scenario))
     opts = SolverOptions(time_limit_s=time_limit_s, num_workers=workers, random_seed=seed,
                          top=max(top, 2))

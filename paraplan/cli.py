@@ -1,7 +1,8 @@
 """The ``paraplan`` command: ``evaluate``, ``plan`` and ``export`` (STYLE.md Sec. 6).
 
-Exit codes: 0 plan found, 1 invalid input, 2 proven infeasible, 3 no plan within the time limit,
-4 export not supported by the target. Human output goes to stdout, progress and errors to stderr.
+Exit codes: 0 plan found, 1 invalid input or usage, 2 proven infeasible, 3 no plan within the
+time limit, 4 export not supported by the target, 70 internal error (a bug: please report it; the
+traceback with ``--debug``). Human output goes to stdout, progress and errors to stderr.
 """
 
 from __future__ import annotations
@@ -9,25 +10,43 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import traceback
 from pathlib import Path
-from typing import get_args
+from typing import NoReturn, get_args
 
 from paraplan.errors import ParaplanError
 from paraplan.schema import SolverTarget
 
-__all__ = ["main", "build_parser"]
+__all__ = ["main", "build_parser", "EXIT_USAGE", "EXIT_INTERNAL"]
+
+EXIT_USAGE = 1  # same as invalid input: 2 means "proven infeasible"
+EXIT_INTERNAL = 70  # EX_SOFTWARE (sysexits.h)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with usage errors exiting 1 (argparse's own 2 is "proven infeasible" here)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="paraplan", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = _Parser(prog="paraplan", description=__doc__.splitlines()[0])
+    parser.add_argument("--debug", action="store_true",
+                        help="show the traceback of an internal error")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     ev = sub.add_parser("evaluate", help="step time and memory of a fully fixed plan")
     ev.add_argument("scenario", help="scenario YAML/JSON file")
+    ev.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                    help="show the traceback of an internal error")
     ev.add_argument("--json", action="store_true", help="print one JSON object")
 
     pl = sub.add_parser("plan", help="find the fastest plan (CP-SAT, proven optimal)")
     pl.add_argument("scenario", help="scenario YAML/JSON file")
+    pl.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                    help="show the traceback of an internal error")
     pl.add_argument("--json", action="store_true", help="print one JSON object")
     pl.add_argument("--time-limit", type=float, default=30.0, help="seconds (default 30)")
     pl.add_argument("--workers", type=int, default=2, help="CP-SAT workers (default 2)")
@@ -40,6 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     ex = sub.add_parser("export", help="write a result (from --json) for a framework")
     ex.add_argument("result", help="RESULT.json as printed by `paraplan plan --json`")
+    ex.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                    help="show the traceback of an internal error")
     ex.add_argument("--to", required=True, help="megatron|deepspeed|torchtitan|maxtext|nemo|torch")
     ex.add_argument("--out", default=None, help="directory to write into (default: stdout)")
     return parser
@@ -105,6 +126,20 @@ def main(argv: list[str] | None = None) -> int:
     except ParaplanError as e:
         print(f"paraplan {args.command}: {e}", file=sys.stderr)
         return e.exit_code
+    except BrokenPipeError:  # e.g. `paraplan plan ... | head -1`: the reader left, not an error
+        sys.stderr.close()
+        return 0
+    except KeyboardInterrupt:
+        print(f"paraplan {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # noqa: BLE001 - the one place that turns a bug into an exit code
+        if args.debug:
+            traceback.print_exc()
+        first = (str(e).splitlines() or [""])[0][:300]
+        print(f"paraplan {args.command}: internal error: {type(e).__name__}: {first} "
+              f"(please report it with the scenario; --debug shows the traceback)",
+              file=sys.stderr)
+        return EXIT_INTERNAL
 
 
 if __name__ == "__main__":

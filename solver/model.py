@@ -16,15 +16,17 @@ Constraints (solver/constraints/)
     layers.add_layer_split     sum_{s,r} x = k_total use;  rec <= x <= k_hi rec
                                (uniform recompute: rec[L,s,r] = rec[L,0,r])
     memory.add_memory          x[L,s,r] <= kmax[L,s,r] rec[L,s,r]   (peak memory fits)
-    schedule.add_schedule      t[L,s] = sum_r T1_{s,r} x + T0_{s,r} rec;  tmax >= t[L,s]
-                               dpmax >= sum_r E1_{s,r} x + E0_{s,r} rec, dpmax >= 0
-                               omax >= O1_s k[L,s] + O0_s use
+    schedule.add_schedule      t[L,s] = sum_r T1_{s,r} x + T0_{s,r} rec;  tmax = max_s t[L,s]
+                               dpmax = max(0, max_s sum_r E1_{s,r} x + E0_{s,r} rec)
+                               omax = max_s O1_s k[L,s] + O0_s use
+                               (each max also as linear >= rows, which the LP relaxation uses)
     (per-layer coefficients are per stage: on a pooled cluster each stage's pool sets them)
 Objective
-    minimise z = sum_L 12/vp (vp m tmax + sum_s t[L,s] - tmax) + 12 (dpmax + omax), with the cut
-    z >= sum_L LB_L use[L] (the layouts' lower bounds). Only the used layout's terms are non-zero,
-    and z / 12 is cost.evaluate's step time: m max_s t_s + (sum_s t_s - max_s t_s)/vp + DP +
-    optimizer. The model is linear (no enforcement literals), so its LP relaxation bounds well.
+    minimise z = sum_L S/vp (vp m tmax + sum_s t[L,s] - tmax) + S (dpmax + omax), S = the lcm
+    of the layouts' vp, with the cut z >= sum_L S LB_L use[L] (the layouts' lower bounds). Only
+    the used layout's terms are non-zero, and z / S is cost.evaluate's step time:
+    m max_s t_s + (sum_s t_s - max_s t_s)/vp + DP + optimizer, for every solution (the max
+    equalities leave no slack), not only the optimum.
 Ties are broken by a second solve with z fixed (see solve.py).
 """
 
@@ -37,7 +39,7 @@ from paraplan.cost import Recompute
 from paraplan.solver.constraints.layers import add_layer_split
 from paraplan.solver.constraints.memory import add_memory
 from paraplan.solver.constraints.schedule import add_schedule
-from paraplan.solver.scale import VP_SCALE
+from paraplan.solver.scale import objective_scale
 from paraplan.solver.tables import LayoutTables, TickTables
 
 __all__ = ["LayoutVars", "ModelVars", "build_model"]
@@ -71,6 +73,7 @@ class LayoutVars:
 class ModelVars:
     layouts: list[LayoutVars]
     objective: cp_model.IntVar
+    scale: int  # objective ticks per tick of step time (objective_scale of the layouts' vp)
 
     def chosen(self, solver: cp_model.CpSolver) -> LayoutVars:
         return next(lv for lv in self.layouts if solver.BooleanValue(lv.use))
@@ -94,23 +97,24 @@ def build_model(kept: list[LayoutTables]) -> tuple[cp_model.CpModel, ModelVars]:
     model.AddExactlyOne(lv.use for lv in lvs)
     horizon = 1
     steps = []
+    full = objective_scale([lv.tables.plan.vp for lv in lvs])
     for lv in lvs:
         add_layer_split(model, lv)
         add_memory(model, lv)
         add_schedule(model, lv)
         plan = lv.tables.plan
-        scale = VP_SCALE // plan.vp
+        scale = full // plan.vp
         m = lv.tables.num_micro_batches
         lv.step = (scale * (plan.vp * m * lv.tmax + sum(lv.t) - lv.tmax)
-                   + VP_SCALE * (lv.dpmax + lv.omax))
-        horizon = max(horizon, VP_SCALE * (m + plan.pp) * _hi(model, lv.tmax)
-                      + VP_SCALE * (_hi(model, lv.dpmax) + _hi(model, lv.omax)))
+                   + full * (lv.dpmax + lv.omax))
+        horizon = max(horizon, full * (m + plan.pp) * _hi(model, lv.tmax)
+                      + full * (_hi(model, lv.dpmax) + _hi(model, lv.omax)))
         steps.append(lv.step)
-    z = model.NewIntVar(0, horizon, "step_ticks_x12")
+    z = model.NewIntVar(0, horizon, "step_ticks_scaled")
     model.Add(z == sum(steps))
-    model.Add(z >= sum(VP_SCALE * lv.ticks.lower_bound * lv.use for lv in lvs))
+    model.Add(z >= sum(full * lv.ticks.lower_bound * lv.use for lv in lvs))
     model.Minimize(z)
-    return model, ModelVars(lvs, z)
+    return model, ModelVars(lvs, z, full)
 
 
 def _hi(model: cp_model.CpModel, var: cp_model.IntVar) -> int:

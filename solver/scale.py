@@ -1,28 +1,51 @@
 """The only place that turns SI seconds into CP-SAT integers.
 
-Times become ticks of ``TIME_RESOLUTION_S`` (1 ns), rounded to nearest. Memory never enters the
-model as an integer: feasibility is decided in floating point by cost/ (most layers per stage and
-mode) and passed as variable bounds, so no capacity rounding is needed.
-Overflow: the objective is at most 12 x step ticks; a 10^5 s step is 1.2e15, far below 2**63.
+Times become ticks of a resolution (1 ns unless the step is so long that its ticks would not fit
+in 62 bits: ``resolution_for``), rounded to nearest; one resolution per solve. Memory never
+enters the model as an integer: feasibility is decided in floating point by cost/ (most layers
+per stage and mode) and passed as variable bounds, so no capacity rounding is needed.
+Overflow: the objective is at most vp x (m + pp) x the slowest stage's ticks plus the sync and
+optimizer terms; ``resolution_for`` keeps that ceiling below 2**62 for any step time.
 Tolerance against ``cost.evaluate``: each per-layer coefficient is off by at most half a tick, so
 a stage time by (k + 1)/2 ticks and the step by (m + pp + 2)(k_total + 1)/2 ticks.
 """
 
 from __future__ import annotations
 
-__all__ = ["TIME_RESOLUTION_S", "VP_SCALE", "to_ticks", "from_ticks", "tolerance_s"]
+import math
+
+__all__ = ["TIME_RESOLUTION_S", "to_ticks", "from_ticks", "tolerance_s", "resolution_for",
+           "objective_scale"]
 
 TIME_RESOLUTION_S = 1e-9
-VP_SCALE = 12  # lcm(1, 2, 3, 4): the pipeline bubble (sum - max) / vp stays integral
+_MAX_TICKS = 2**62
 
 
-def to_ticks(seconds: float) -> int:
-    return int(round(seconds / TIME_RESOLUTION_S))
+def to_ticks(seconds: float, resolution_s: float = TIME_RESOLUTION_S) -> int:
+    return int(round(seconds / resolution_s))
 
 
-def from_ticks(ticks: float) -> float:
-    return ticks * TIME_RESOLUTION_S
+def from_ticks(ticks: float, resolution_s: float = TIME_RESOLUTION_S) -> float:
+    return ticks * resolution_s
 
 
-def tolerance_s(num_micro_batches: int, pp: int, k_total: int) -> float:
-    return (num_micro_batches + pp + 2) * (k_total + 1) / 2 * TIME_RESOLUTION_S
+def tolerance_s(num_micro_batches: int, pp: int, k_total: int,
+                resolution_s: float = TIME_RESOLUTION_S) -> float:
+    return (num_micro_batches + pp + 2) * (k_total + 1) / 2 * resolution_s
+
+
+def resolution_for(ceiling_s: float, scale: int) -> float:
+    """The finest power-of-ten tick (at least 1 ns) at which ``scale`` x ``ceiling_s`` (the
+    largest objective the model can take, in seconds) stays below 2**62 ticks."""
+    if not math.isfinite(ceiling_s) or ceiling_s <= 0:
+        return TIME_RESOLUTION_S
+    need = ceiling_s * scale / _MAX_TICKS
+    if need <= TIME_RESOLUTION_S:
+        return TIME_RESOLUTION_S
+    return 10.0 ** math.ceil(math.log10(need))
+
+
+def objective_scale(vps: list[int]) -> int:
+    """Multiplier that keeps the pipeline bubble (sum - max) / vp integral for every layout's vp:
+    their least common multiple."""
+    return math.lcm(*vps) if vps else 1

@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from fractions import Fraction
 from typing import Any
 
 from ortools.sat.python import cp_model
@@ -40,7 +42,7 @@ from paraplan.cost.stage import compute_floor_s, inner_tiers_fastest
 from paraplan.graph import LayerGraph, ModelSpec
 from paraplan.hardware import Cluster
 from paraplan.solver.model import ModelVars, add_hint, build_model
-from paraplan.solver.scale import VP_SCALE, from_ticks, tolerance_s
+from paraplan.solver.scale import from_ticks, resolution_for, tolerance_s
 from paraplan.solver.space import (
     Fixed,
     Options,
@@ -62,7 +64,7 @@ from paraplan.solver.tables import (
 __all__ = ["SolverOptions", "Solution", "Outcome", "solve_instance", "NoLayoutError",
            "NoFitError", "layout_rank"]
 
-MIN_CP_SAT_S = 1.0
+MIN_CP_SAT_S = 0.2  # past the deadline, time CP-SAT still gets to return the warm start
 _ZERO_PREFERENCE = (1, 0, 2, 3)  # distributed optimizer first: what Megatron and NeMo run
 
 
@@ -123,6 +125,13 @@ def _recomputes(fixed: Fixed, options: Options) -> list[Recompute]:
         modes = list(Recompute)
     allowed = options.recompute_modes
     return [r for r in modes if allowed is None or r in allowed]
+
+
+def _stage_modes(fixed: Fixed, pp: int) -> tuple[Recompute, ...] | None:
+    """The scenario's recompute mode of each stage when it fixes one per stage, else None."""
+    if fixed.recompute is not None and len(fixed.recompute) == pp and len(set(fixed.recompute)) > 1:
+        return tuple(fixed.recompute)
+    return None
 
 
 def _k_choices(layout: Plan, num_layers: int, fixed: Fixed, options: Options) -> list[int] | None:
@@ -215,7 +224,8 @@ def _bounded_tables(graph: LayerGraph, cluster: Cluster, job: Job, fixed: Fixed,
                 heapq.heappush(heap, (b, next(tick), 1, (p, terms), ks))
         elif level == 1:
             plan, terms = plan
-            if not _fits(terms, recomputes, spec.num_layers, ks, uniform):
+            if not _fits(terms, recomputes, spec.num_layers, ks, uniform,
+                         _stage_modes(fixed, plan.pp)):
                 unfit_terms.append(terms)
                 continue
             for order in orders(plan, cluster, fixed, options, cache=order_cache):
@@ -227,7 +237,8 @@ def _bounded_tables(graph: LayerGraph, cluster: Cluster, job: Job, fixed: Fixed,
         else:
             layout, terms = plan
             tab = build_tables(graph, cluster, job, layout, recomputes, ks, terms, uniform,
-                               exact_split(layout, spec.num_layers, fixed, options))
+                               exact_split(layout, spec.num_layers, fixed, options),
+                               _stage_modes(fixed, layout.pp))
             if not fits_some_split(tab.k_max, layout.pp, tab.k_total, uniform):
                 unfit += 1
                 continue
@@ -253,12 +264,13 @@ def _bounded_tables(graph: LayerGraph, cluster: Cluster, job: Job, fixed: Fixed,
 
 
 def _fits(terms: StageTerms, recomputes: list[Recompute], num_layers: int,
-          ks: list[int] | None, uniform: bool = False) -> bool:
+          ks: list[int] | None, uniform: bool = False,
+          stage_modes: tuple[Recompute, ...] | None = None) -> bool:
     """Some split of the layout's layers fits memory (the rank order does not change memory)."""
     pp, vp = terms.plan.pp, terms.plan.vp
     k_total = num_layers // vp
     k_hi = max(ks) if ks else k_total - (pp - 1)
-    return fits_some_split(layer_caps(terms, recomputes, k_hi), pp, k_total, uniform)
+    return fits_some_split(layer_caps(terms, recomputes, k_hi, stage_modes), pp, k_total, uniform)
 
 
 def _space_size(spec: ModelSpec, cluster: Cluster, job: Job, fixed: Fixed, options: Options
@@ -289,12 +301,15 @@ class _Progress(cp_model.CpSolverSolutionCallback):
         super().__init__()
         self._report, self._mv, self._start = report, mv, start
 
+    def _seconds(self, value: float) -> float:
+        return from_ticks(value, self._mv.layouts[0].tables.resolution_s) / self._mv.scale
+
     def on_solution_callback(self) -> None:
         p = self._mv.chosen(self).tables.plan
         self._report(
             f"  {time.perf_counter() - self._start:6.2f} s  best "
-            f"{from_ticks(self.ObjectiveValue()) / VP_SCALE:.4f} s  bound "
-            f"{from_ticks(self.BestObjectiveBound()) / VP_SCALE:.4f} s  (dp={p.dp} tp={p.tp} "
+            f"{self._seconds(self.ObjectiveValue()):.4f} s  bound "
+            f"{self._seconds(self.BestObjectiveBound()):.4f} s  (dp={p.dp} tp={p.tp} "
             f"pp={p.pp} cp={p.cp} vp={p.vp} mb={p.micro_batch} zero={p.zero})"
         )
 
@@ -310,17 +325,26 @@ def _stage_rules(model: cp_model.CpModel, mv: ModelVars, fixed: Fixed) -> None:
                 model.Add(lv.rec[s][r] == lv.use)
 
 
-def _tie_break(mv: ModelVars, num_layers: int) -> cp_model.LinearExpr:
-    """Secondary objective: layout rank, then recompute (none < selective < full), then the
-    distance from the even split."""
+def _tie_break(model: cp_model.CpModel, mv: ModelVars, num_layers: int) -> cp_model.LinearExpr:
+    """Secondary objective, in priority order: layout rank, recompute (none < selective < full),
+    then the distance sum_s |k_s - even_s| from the even split (tables.even_layers)."""
     ranked = sorted(mv.layouts, key=lambda lv: (layout_rank(lv.tables.plan), lv.index))
     rank_of = {lv.index: i for i, lv in enumerate(ranked)}
-    weight = 4 * num_layers * max(len(lv.rec) for lv in mv.layouts) + 1
+    max_pp = max(len(lv.rec) for lv in mv.layouts)
+    rec_unit = 2 * num_layers + 1  # above the largest distance
+    rank_unit = 2 * max_pp * rec_unit + 1  # above the largest recompute penalty
     penalty = {Recompute.NONE: 0, Recompute.SELECTIVE: 1, Recompute.FULL: 2}
-    terms = [weight * 3 * rank_of[lv.index] * lv.use for lv in mv.layouts]
+    terms = [rank_unit * rank_of[lv.index] * lv.use for lv in mv.layouts]
     for lv in mv.layouts:
         for rs in lv.rec:
-            terms += [penalty[r] * num_layers * b for r, b in rs.items()]
+            terms += [penalty[r] * rec_unit * b for r, b in rs.items()]
+        plan = lv.tables.plan
+        even = even_layers(num_layers, plan.pp, plan.vp)
+        for s, n in enumerate(even or ()):
+            dist = model.NewIntVar(0, lv.tables.k_total, f"dist_{lv.index}_{s}")
+            model.Add(dist >= lv.k(s) - (n // plan.vp) * lv.use)
+            model.Add(dist >= (n // plan.vp) * lv.use - lv.k(s))
+            terms.append(dist)
     return sum(terms)
 
 
@@ -335,15 +359,16 @@ def _configure(solver: cp_model.CpSolver, opts: SolverOptions, seconds: float) -
 
 
 def _solve_layout(tab: LayoutTables, graph: LayerGraph, fixed: Fixed, opts: SolverOptions,
-                  cap_ticks: int | None, deadline: float,
+                  cap: Fraction | None, deadline: float,
                   progress: Callable[[str], None] | None, start: float
-                  ) -> tuple[str, Solution | None, float, int]:
-    """One layout's own model, its objective at most ``cap_ticks`` when given (the best plan so
-    far: ties stay feasible). Returns (status, solution, bound s, objective ticks)."""
+                  ) -> tuple[str, Solution | None, float, Fraction]:
+    """One layout's own model, its step at most ``cap`` ticks when given (the best plan so far:
+    ties stay feasible). Returns (status, solution, bound s, step in ticks: objective / scale,
+    exact, so that layouts with different objective scales compare without rounding)."""
     model, mv = build_model([tab])
     _stage_rules(model, mv, fixed)
-    if cap_ticks is not None:
-        model.Add(mv.objective <= cap_ticks)
+    if cap is not None:
+        model.Add(mv.objective <= math.floor(cap * mv.scale))
     if tab.upper_plan is not None and fixed.layers_per_stage is None and fixed.recompute is None:
         add_hint(model, mv, 0, list(tab.upper_plan.layers_per_stage),
                  list(tab.upper_plan.recompute))
@@ -353,22 +378,24 @@ def _solve_layout(tab: LayoutTables, graph: LayerGraph, fixed: Fixed, opts: Solv
     cb = _Progress(progress, mv, start) if progress else None
     status = solver.Solve(model, cb) if cb else solver.Solve(model)
     name = solver.StatusName(status)
-    bound = from_ticks(solver.BestObjectiveBound()) / VP_SCALE
+    res = tab.resolution_s
+    bound = from_ticks(solver.BestObjectiveBound(), res) / mv.scale
     if name not in ("OPTIMAL", "FEASIBLE"):
-        return name, None, bound, 0
+        return name, None, bound, Fraction(0)
     if name == "OPTIMAL":
         model.Add(mv.objective <= int(solver.ObjectiveValue()))  # == at the proven optimum
         model.ClearHints()
-        model.Minimize(_tie_break(mv, graph.spec.num_layers))
-        second = cp_model.CpSolver()
-        _configure(second, opts, max(1.0, deadline - time.perf_counter()))
+        model.Minimize(_tie_break(model, mv, graph.spec.num_layers))
+        second = cp_model.CpSolver()  # one worker: the same tied plan for any worker count
+        _configure(second, replace(opts, num_workers=1),
+                   max(MIN_CP_SAT_S, deadline - time.perf_counter()))
         if second.StatusName(second.Solve(model)) == "OPTIMAL":
             solver = second
     lv = mv.layouts[0]
     layers, recs = lv.extract(solver)
     plan = replace(tab.plan, layers_per_stage=tuple(layers), recompute=tuple(recs))
     ticks = int(solver.Value(mv.objective))
-    return name, Solution(plan, from_ticks(ticks) / VP_SCALE), bound, ticks
+    return name, Solution(plan, from_ticks(ticks, res) / mv.scale), bound, Fraction(ticks, mv.scale)
 
 
 def _solve_once(kept: list[LayoutTables], graph: LayerGraph, fixed: Fixed, opts: SolverOptions,
@@ -382,12 +409,12 @@ def _solve_once(kept: list[LayoutTables], graph: LayerGraph, fixed: Fixed, opts:
     relaxation tight (a model over several layouts mixes them fractionally and proved slowly)."""
     order = sorted((i for i in range(len(kept)) if i not in excluded),
                    key=lambda i: (kept[i].lower_bound_s, layout_rank(kept[i].plan), i))
-    best: tuple[int, tuple, int, Solution] | None = None  # ticks, rank, index, solution
+    best: tuple[Fraction, tuple, int, Solution] | None = None  # ticks, rank, index, solution
     proven, bound, statuses = True, float("inf"), []
     for i in order:
         tab = kept[i]
         if best is not None and tab.lower_bound_s > best[3].objective_s + tolerance_s(
-                tab.num_micro_batches, tab.plan.pp, tab.k_total):
+                tab.num_micro_batches, tab.plan.pp, tab.k_total, tab.resolution_s):
             bound = min(bound, tab.lower_bound_s)
             break
         if best is not None and time.perf_counter() > deadline:
@@ -415,7 +442,9 @@ def solve_instance(graph: LayerGraph, cluster: Cluster, job: Job, fixed: Fixed, 
     start = time.perf_counter()
     deadline = start + opts.time_limit_s
     cand = _bounded_tables(graph, cluster, job, fixed, options, opts.top, deadline)
-    kept = cand.kept
+    resolution_s = resolution_for(max((t.ceiling_s() for t in cand.kept), default=0.0),
+                                  max((t.plan.vp for t in cand.kept), default=1))
+    kept = [replace(t, resolution_s=resolution_s) for t in cand.kept]
     if progress:
         progress(f"paraplan: {cand.num_layouts} layouts; {cand.num_layouts - len(kept)} proven "
                  f"worse by bound or dominance or unable to fit; {len(kept)} in the CP-SAT model "
@@ -424,28 +453,32 @@ def solve_instance(graph: LayerGraph, cluster: Cluster, job: Job, fixed: Fixed, 
     excluded: list[int] = []
     status, bound = "UNKNOWN", float("inf")
     for rank in range(opts.top):
-        if len(excluded) == len(kept):
+        if len(excluded) == len(kept) or (rank and time.perf_counter() > deadline):
             break
         name, sol, bnd, idx = _solve_once(kept, graph, fixed, opts, excluded, deadline,
                                           progress if rank == 0 else None, start)
         if rank == 0:
             status, bound = name, min(bnd, cand.discarded_lb_s)
             if status == "OPTIMAL" and cand.out_of_time and sol is not None \
-                    and bound < sol.objective_s - tolerance_s(1, 1, kept[idx].k_total):
+                    and bound < sol.objective_s - tolerance_s(1, 1, kept[idx].k_total,
+                                                              resolution_s):
                 status = "FEASIBLE"  # optimal among the layouts examined before the deadline
+        elif name != "OPTIMAL":
+            break  # a runner-up is listed only when proven the next best
         if sol is None or idx is None:
             break
-        _check(graph, cluster, job, sol, kept[idx].k_total)
+        _check(graph, cluster, job, sol, kept[idx].k_total, resolution_s)
         solutions.append(sol)
         excluded.append(idx)
     return Outcome(status, solutions, bound, time.perf_counter() - start, cand.num_layouts,
                    cand.num_layouts - len(kept))
 
 
-def _check(graph: LayerGraph, cluster: Cluster, job: Job, sol: Solution, k_total: int) -> None:
+def _check(graph: LayerGraph, cluster: Cluster, job: Job, sol: Solution, k_total: int,
+           resolution_s: float) -> None:
     """Invariant: cost.evaluate re-scores the plan to the objective, and it fits memory."""
     b = evaluate(graph, cluster, job, sol.plan)
-    tol = tolerance_s(b.num_micro_batches, sol.plan.pp, k_total)
+    tol = tolerance_s(b.num_micro_batches, sol.plan.pp, k_total, resolution_s)
     if not b.fits or abs(b.step_time_s - sol.objective_s) > tol:
         raise AssertionError(
             f"solver/evaluator mismatch: objective {sol.objective_s!r} s vs evaluate "

@@ -192,12 +192,13 @@ def _cp_comms(cp: int, fixed: Fixed) -> list[CPComm]:
 
 
 def _all_gather_dominated(plan: Plan, cluster: Cluster) -> bool:
-    """all_gather CP on a group that spans one tier: there a one-tier all-gather of cp chunks,
-    (cp-1)(alpha + c/B), equals the ring's busy time, all of it exposed, and it adds the gathered
-    K/V buffer (cost/cp.py), so it is never faster nor smaller than p2p."""
-    span = group_span(cluster.pools[plan.stage_pools[0]] if plan.stage_pools else cluster, plan,
-                      Axis.CP)
-    return sum(f > 1 for f in span.fan_in) <= 1
+    """all_gather CP on a group that spans one tier (in every pool the stages use): there a
+    one-tier all-gather of cp chunks, (cp-1)(alpha + c/B), equals the ring's busy time, all of it
+    exposed, and it adds the gathered K/V buffer (cost/cp.py), so it is never faster nor smaller
+    than p2p."""
+    pools = [cluster.pools[p] for p in sorted(set(plan.stage_pools))] if plan.stage_pools \
+        else [cluster]
+    return all(sum(f > 1 for f in group_span(pool, plan, Axis.CP).fan_in) <= 1 for pool in pools)
 
 
 def _dominated(a: tuple[float, ...], b: tuple[float, ...]) -> bool:

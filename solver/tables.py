@@ -49,9 +49,21 @@ class LayoutTables:
     upper_plan: Plan | None
     uniform: bool = False  # every stage runs the same recompute mode
     split: tuple[int, ...] | None = None  # the one layer split allowed (None: free)
+    resolution_s: float = TIME_RESOLUTION_S  # seconds per tick (scale.resolution_for)
 
     def ticks(self) -> TickTables:
         return _tick_tables(self)
+
+    def ceiling_s(self) -> float:
+        """The largest step time the layout's model can take (every stage at its slowest mode
+        holding the most layers), per unit of the objective scale: what its ticks must hold."""
+        pp, vp, m = self.plan.pp, self.plan.vp, self.num_micro_batches
+        k_hi = max(self.k_choices) if self.k_choices else self.k_total - (pp - 1)
+        n = vp * k_hi
+        stage = max(self.terms.stage_time(s, r).at(n) for s in range(pp) for r in self.recomputes)
+        sync = max(self.terms.dp_exposed(s, r).at(n) for s in range(pp) for r in self.recomputes)
+        opt = max(self.terms.optimizer(s).at(n) for s in range(pp))
+        return (m + pp) * max(0.0, stage) + max(0.0, sync) + max(0.0, opt)
 
 
 @dataclass(frozen=True)
@@ -246,12 +258,15 @@ def _upper_plan(terms: StageTerms, layout: Plan, split: tuple[int, ...] | None,
     return step_time_s(replace(terms, plan=plan)).step_s, plan
 
 
-def layer_caps(terms: StageTerms, recomputes: list[Recompute], k_hi: int
+def layer_caps(terms: StageTerms, recomputes: list[Recompute], k_hi: int,
+               stage_modes: tuple[Recompute, ...] | None = None
                ) -> dict[tuple[int, Recompute], int]:
-    """Most k (units of vp layers, at most ``k_hi``) each stage holds in each mode within memory.
-    Memory does not depend on the rank order, so any order's terms give the same caps."""
+    """Most k (units of vp layers, at most ``k_hi``) each stage holds in each mode within memory;
+    0 for a mode other than the stage's own in ``stage_modes`` (the scenario fixes one mode per
+    stage), so every bound and the model see only what that stage may run. Memory does not
+    depend on the rank order, so any order's terms give the same caps."""
     vp = terms.plan.vp
-    return {(s, r): min(k_hi, n // vp)
+    return {(s, r): min(k_hi, n // vp) if stage_modes is None or stage_modes[s] == r else 0
             for r in recomputes for s, n in enumerate(max_layers_per_stage(terms, r))}
 
 
@@ -270,18 +285,20 @@ def fits_some_split(k_max: dict[tuple[int, Recompute], int], pp: int, k_total: i
 def build_tables(graph: LayerGraph, cluster: Cluster, job: Job, layout: Plan,
                  recomputes: list[Recompute], k_choices: list[int] | None = None,
                  terms: StageTerms | None = None, uniform: bool = False,
-                 split: tuple[int, ...] | None = None) -> LayoutTables:
+                 split: tuple[int, ...] | None = None,
+                 stage_modes: tuple[Recompute, ...] | None = None) -> LayoutTables:
     """Memory capacities and bounds of one layout (integer coefficients via ``.ticks()``).
 
     ``terms``: the layout's StageTerms when the caller already has them; ``uniform``: one
-    recompute mode for every stage; ``split``: the only layer split allowed (its upper bound).
+    recompute mode for every stage; ``split``: the only layer split allowed (its upper bound);
+    ``stage_modes``: the one recompute mode each stage may run (layer_caps).
     """
     terms = terms or stage_terms(graph, layout, job, cluster)
     pp, vp = layout.pp, layout.vp
     num_layers = graph.spec.num_layers
     k_total = num_layers // vp
     k_hi = max(k_choices) if k_choices else k_total - (pp - 1)
-    k_max = layer_caps(terms, recomputes, k_hi)
+    k_max = layer_caps(terms, recomputes, k_hi, stage_modes)
     f = [_stage_time_by_k(terms, s, k_max, recomputes, k_hi) for s in range(pp)]
     ks = _min_max_split(f, k_total)
     lower = _lower_bound_s(terms, f, ks, k_max, recomputes, num_layers)
@@ -299,20 +316,20 @@ def build_tables(graph: LayerGraph, cluster: Cluster, job: Job, layout: Plan,
 
 
 def _tick_tables(tab: LayoutTables) -> TickTables:
-    terms, vp = tab.terms, tab.plan.vp
+    terms, vp, res = tab.terms, tab.plan.vp, tab.resolution_s
     stages = range(tab.plan.pp)
     time_per_k, dp_per_k = {}, {}
     time_fixed, dp_fixed = {}, {}
     for r in tab.recomputes:
         for s in stages:
-            time_per_k[(s, r)] = to_ticks(vp * terms.stage_time(s, r).per_layer)
-            dp_per_k[(s, r)] = to_ticks(vp * terms.dp_exposed(s, r).per_layer)
-            time_fixed[(s, r)] = to_ticks(terms.stage_time(s, r).fixed)
-            dp_fixed[(s, r)] = to_ticks(terms.dp_exposed(s, r).fixed)
+            time_per_k[(s, r)] = to_ticks(vp * terms.stage_time(s, r).per_layer, res)
+            dp_per_k[(s, r)] = to_ticks(vp * terms.dp_exposed(s, r).per_layer, res)
+            time_fixed[(s, r)] = to_ticks(terms.stage_time(s, r).fixed, res)
+            dp_fixed[(s, r)] = to_ticks(terms.dp_exposed(s, r).fixed, res)
     return TickTables(
         time_per_k=time_per_k, time_fixed=time_fixed, dp_per_k=dp_per_k, dp_fixed=dp_fixed,
-        opt_per_k={s: to_ticks(vp * terms.optimizer(s).per_layer) for s in stages},
-        opt_fixed={s: to_ticks(terms.optimizer(s).fixed) for s in stages},
+        opt_per_k={s: to_ticks(vp * terms.optimizer(s).per_layer, res) for s in stages},
+        opt_fixed={s: to_ticks(terms.optimizer(s).fixed, res) for s in stages},
         lower_bound=_lower_bound_ticks(tab),
     )
 
@@ -323,6 +340,7 @@ def _lower_bound_ticks(tab: LayoutTables) -> int:
     drops by that much (and a millionth, for floating point) before the floor."""
     if tab.lower_bound_s == INF:
         return 0
-    slack = tolerance_s(tab.num_micro_batches, tab.plan.pp, tab.k_total) / TIME_RESOLUTION_S
-    ticks = to_ticks(tab.lower_bound_s)
+    res = tab.resolution_s
+    slack = tolerance_s(tab.num_micro_batches, tab.plan.pp, tab.k_total, res) / res
+    ticks = to_ticks(tab.lower_bound_s, res)
     return max(0, int(min(ticks * 0.999999, ticks - slack - 1)))

@@ -13,8 +13,13 @@ __all__ = ["add_schedule"]
 
 
 def add_schedule(model: cp_model.CpModel, lv: LayoutVars) -> None:
-    """t = sum_r T1_{s,r} x + T0_{s,r} rec; tmax >= t; dpmax >= sum_r E1_{s,r} x + E0_{s,r} rec,
-    dpmax >= 0; omax >= O1_s k + O0_s use."""
+    """t = sum_r T1_{s,r} x + T0_{s,r} rec; tmax = max_s t; dpmax = max(0, max_s sum_r E1_{s,r} x
+    + E0_{s,r} rec); omax = max_s O1_s k + O0_s use.
+
+    Each max is stated twice: as linear >= rows (what the LP relaxation bounds with) and as a
+    max equality, so every solution's objective is its plan's step time. With >= alone a
+    feasible solution may carry slack, and a single-worker search spends its time removing it a
+    tick at a time instead of changing the split."""
     tk, pp, i = lv.ticks, lv.tables.plan.pp, lv.index
     k_hi = lv.tables.k_total
 
@@ -27,6 +32,7 @@ def add_schedule(model: cp_model.CpModel, lv: LayoutVars) -> None:
                                f"dpmax_{i}")
     lv.omax = model.NewIntVar(0, upper(list(tk.opt_per_k.values()), list(tk.opt_fixed.values())),
                               f"omax_{i}")
+    exposed, optimizer = [], []
     for s in range(pp):
         rs, xs = lv.rec[s], lv.x[s]
         t = sum(tk.time_per_k[(s, r)] * xs[r] + tk.time_fixed[(s, r)] * rs[r] for r in rs)
@@ -34,4 +40,10 @@ def add_schedule(model: cp_model.CpModel, lv: LayoutVars) -> None:
         model.Add(lv.tmax >= t)
         e_lin = sum(tk.dp_per_k[(s, r)] * xs[r] + tk.dp_fixed[(s, r)] * rs[r] for r in rs)
         model.Add(lv.dpmax >= e_lin)
-        model.Add(lv.omax >= tk.opt_per_k[s] * lv.k(s) + tk.opt_fixed[s] * lv.use)
+        exposed.append(e_lin)
+        o_lin = tk.opt_per_k[s] * lv.k(s) + tk.opt_fixed[s] * lv.use
+        model.Add(lv.omax >= o_lin)
+        optimizer.append(o_lin)
+    model.AddMaxEquality(lv.tmax, lv.t)
+    model.AddMaxEquality(lv.dpmax, [0, *exposed])
+    model.AddMaxEquality(lv.omax, optimizer)
