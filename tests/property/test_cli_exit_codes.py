@@ -88,14 +88,10 @@ def test_no_plan_in_time_exits_three(tmp_path: Path) -> None:
     _clean_error(_cli("plan", _write(tmp_path, doc), "--time-limit", "1e-6"), 3)
 
 
-@pytest.mark.xfail(reason="issue 16 item 3: argparse usage errors exit 2 (= infeasible); remove "
-                   "once main has the exit-code fix", strict=False)
 def test_usage_error_exits_one(tmp_path: Path) -> None:
     _clean_error(_cli("plan", _write(tmp_path, SMALL), "--no-such-flag"), 1)
 
 
-@pytest.mark.xfail(reason="issue 16: --time-limit nan is accepted and --json prints NaN; remove "
-                   "once main has the fix", strict=False)
 def test_nan_time_limit_exits_one(tmp_path: Path) -> None:
     _clean_error(_cli("plan", _write(tmp_path, SMALL), "--time-limit", "nan", "--json"), 1)
 
