@@ -938,14 +938,33 @@ def check_json(result: Any, where: Path) -> None:
 
 
 def check_export(scenario: Any, result: Any) -> None:
-    """Under solver.target the plan exports to that framework without a refusal."""
+    """Every exporter renders the plan or refuses with an ExportError (exit 4) naming why;
+    under solver.target the plan exports to that framework without a refusal. Other
+    exceptions propagate (a crash)."""
+    from paraplan.export import EXPORTERS
+
     target = paraplan.load_scenario(scenario).solver.target
-    if target is None:
-        return
-    try:
-        paraplan.export(result, target)
-    except ExportError as e:
-        _fail("export", f"solver.target={target} but the export refuses: {e}")
+    for name in EXPORTERS:
+        try:
+            text = paraplan.export(result, name)
+        except ExportError as e:
+            if name == target:
+                _fail("export", f"solver.target={target} but the export refuses: {e}")
+            check_error(e, ())
+            continue
+        except ParaplanError as e:
+            _fail("export", f"export to {name} raises {type(e).__name__} (not ExportError): {e}")
+        if not text.strip():
+            _fail("export", f"export to {name} is empty")
+        if name in ("deepspeed", "trace"):
+            try:
+                json.loads(text, parse_constant=_refuse_constant)
+            except ValueError as e:
+                _fail("export", f"export to {name} is not strict JSON: {e}")
+
+
+def _refuse_constant(name: str) -> None:
+    raise ValueError(f"{name} is not JSON")
 
 
 def _plan_key(result: Any) -> dict[str, Any]:
