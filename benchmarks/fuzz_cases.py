@@ -706,6 +706,47 @@ def check_reeval(scenario: Any, result: Any) -> None:
         _fail("reeval", f"the returned plan is outside the search space: {reason}")
 
 
+def check_fields(scenario: Any, result: Any, args: dict[str, Any] | None = None) -> None:
+    """(c) the numbers of a Result agree with each other: degrees, batch, stages, memory, MFU and
+    (from the planner) the proof status, bound and gap, echoed arguments."""
+    inst = _instance(scenario)[0]
+    p, pr = result.plan, result.predicted
+    problems = []
+    if p.dp * p.tp * p.pp * p.cp != p.num_devices:
+        problems.append(f"dp*tp*pp*cp != num_devices {p.num_devices}")
+    if p.micro_batch * p.grad_accum * p.dp != inst.job.global_batch:
+        problems.append("micro_batch * grad_accum * dp != global_batch")
+    if len(p.layers_per_stage) != p.pp or sum(p.layers_per_stage) != inst.spec.num_layers:
+        problems.append(f"layers_per_stage {p.layers_per_stage} vs pp {p.pp}")
+    if len(pr.stages) != p.pp or [st.layers for st in pr.stages] != p.layers_per_stage:
+        problems.append("predicted.stages do not match the plan's stages")
+    if not (math.isfinite(pr.step_time_s) and pr.step_time_s > 0):
+        problems.append(f"step_time_s {pr.step_time_s}")
+    if not 0 < pr.mfu <= 1:
+        problems.append(f"mfu {pr.mfu}")
+    if pr.fits_memory and pr.peak_memory_bytes > pr.memory_capacity_bytes * (1 + 1e-9):
+        problems.append("fits_memory but peak > capacity")
+    if pr.num_micro_batches != p.grad_accum:
+        problems.append("num_micro_batches != grad_accum")
+    sv = result.solver
+    if sv is not None:
+        tol = _tolerance_s(inst, paraplan.export.to_cost_plan(p), pr.step_time_s)
+        if not (0 <= sv.gap <= 1 and sv.bound_s <= sv.objective_s + tol):
+            problems.append(f"bound {sv.bound_s} / gap {sv.gap} vs objective {sv.objective_s}")
+        if sv.status == "OPTIMAL" and sv.bound_s < sv.objective_s - tol:
+            problems.append(f"OPTIMAL with bound {sv.bound_s} < objective {sv.objective_s} "
+                            f"(gap {sv.gap})")
+        if sv.status not in ("OPTIMAL", "FEASIBLE"):
+            problems.append(f"status {sv.status} with a plan")
+        if not 0 <= sv.num_layouts_pruned <= sv.num_layouts:
+            problems.append(f"num_layouts {sv.num_layouts} pruned {sv.num_layouts_pruned}")
+        for key in ("workers", "seed", "time_limit_s"):
+            if args and key in args and getattr(sv, key) != args[key]:
+                problems.append(f"solver.{key}={getattr(sv, key)} but the call gave {args[key]}")
+    if problems:
+        _fail("reeval", "; ".join(problems))
+
+
 def outside_space(plan: Plan, inst: Any, fixed: Any, options: Any) -> str | None:
     """Why ``plan`` lies outside the space the solver searches (solver/space.py docstring, before
     dominance pruning, which claims the pruned plans are never faster); None when inside."""
@@ -990,6 +1031,7 @@ def check_evaluate(case: Case, scenario: Any, where: Path) -> Any:
         check_case_error(case, e)
         return e
     check_json(out, where)
+    check_fields(scenario, out)
     again = paraplan.evaluate(scenario)
     if again.predicted.step_time_s != out.predicted.step_time_s:
         _fail("reeval", "evaluate is not deterministic")
@@ -1008,6 +1050,7 @@ def check_solve(case: Case, scenario: Any, where: Path, *, factor: float = TIME_
     if case.refuse:
         _fail("error", f"bad API arguments {case.expect_keys} accepted: {case.args}")
     check_json(out, where)
+    check_fields(scenario, out, case.args)
     check_reeval(scenario, out)
     check_alternatives(scenario, out)
     check_export(scenario, out)
