@@ -9,7 +9,7 @@ from typing import Any
 from paraplan.cost import evaluate as cost_evaluate
 from paraplan.errors import ConfigError, InfeasibleError, SolveTimeout
 from paraplan.explain import explain, summary
-from paraplan.instance import Instance, build_instance, fixed_plan
+from paraplan.instance import Calibration, Instance, build_instance, fixed_plan
 from paraplan.report import gib
 from paraplan.result import Result, SolverOut, evaluate_plan, paraplan_version, plan_out
 from paraplan.schema import Scenario, load_scenario
@@ -20,9 +20,11 @@ __all__ = ["load_scenario", "evaluate", "evaluate_plan", "solve", "paraplan_vers
            "search_options"]
 
 
-def evaluate(scenario: str | Path | dict[str, Any] | Scenario) -> Result:
-    """Step time and memory of the scenario's fully fixed plan."""
-    inst = build_instance(load_scenario(scenario))
+def evaluate(scenario: str | Path | dict[str, Any] | Scenario, *,
+             calibration: Calibration | None = None) -> Result:
+    """Step time and memory of the scenario's fully fixed plan (``calibration``: a profile
+    file or object, instead of the scenario's ``calibration:`` key)."""
+    inst = build_instance(load_scenario(scenario), calibration)
     return evaluate_plan(inst, fixed_plan(inst))
 
 
@@ -95,14 +97,15 @@ def _no_layout_reason(inst: Instance) -> str:
 
 def solve(scenario: str | Path | dict[str, Any] | Scenario, *, time_limit_s: float = 30.0,
           workers: int = 2, top: int = 1, seed: int = 0,
-          progress: Callable[[str], None] | None = None) -> Result:
+          progress: Callable[[str], None] | None = None,
+          calibration: Calibration | None = None) -> Result:
     """The fastest plan under the cost model, proven optimal when ``result.solver.status`` is
     OPTIMAL (otherwise the gap says how far it can be). Knobs fixed in the scenario's ``plan:``
     are respected. InfeasibleError says which resource binds; SolveTimeout if no plan was found
-    in time."""
+    in time. ``calibration``: a profile file or object (as in ``evaluate``)."""
     if time_limit_s <= 0 or workers < 1 or top < 1:
         raise ConfigError("time_limit_s must be > 0, workers >= 1 and top >= 1")
-    inst = build_instance(load_scenario(scenario))
+    inst = build_instance(load_scenario(scenario), calibration)
     opts = SolverOptions(time_limit_s=time_limit_s, num_workers=workers, random_seed=seed,
                          top=max(top, 2))
     options = search_options(inst)
