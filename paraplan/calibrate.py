@@ -40,7 +40,7 @@ import numpy as np
 from paraplan.cost import Plan
 from paraplan.cost import evaluate as cost_evaluate
 from paraplan.errors import ConfigError
-from paraplan.hardware import CalibrationProfile
+from paraplan.hardware import CalibrationProfile, accelerator
 from paraplan.hardware.calibration import PLAUSIBLE_RANGE, AcceleratorCalibration
 from paraplan.hardware.efficiency import PARAMETER_NAMES, catalog_parameters, efficiency_from_parameters
 from paraplan.instance import Instance, build_instance, fixed_plan
@@ -282,8 +282,11 @@ def calibrate(records: str | Path | list, *, source: str = "") -> CalibrationPro
         entries[gen] = _entry(fit, [c for c in cases if c.generation == gen])
     micro = [r for r in loaded if isinstance(r, MicroRecord)]
     for key, entry in fit_microbenchmarks(micro).items():
-        if key in entries:
-            entries[key] = replace(entries[key], microbenchmarks=entry.microbenchmarks)
+        gen = None if entry.is_smoke_test else accelerator(key).generation
+        if gen in entries:  # measured steps win; kernel rates are kept beside them
+            assert gen is not None
+            entries[gen] = replace(entries[gen], microbenchmarks={
+                **entry.microbenchmarks, "accelerator": key, "parameters": dict(entry.parameters)})
         else:
             entries[key] = entry
     return CalibrationProfile(

@@ -62,7 +62,8 @@ def _cmd_profile(args: argparse.Namespace) -> int:
 
     path = run_profile(Path(args.out), processes=args.processes,
                        log=lambda line: print(line, file=sys.stderr, flush=True))
-    print(f"wrote {path}")
+    smoke = '"smoke_test": true' in path.read_text()
+    print(f"wrote {path}" + (" (CPU smoke test: these numbers calibrate no GPU)" if smoke else ""))
     return 0
 
 

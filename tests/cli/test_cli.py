@@ -27,10 +27,12 @@ def test_allowed_flags_are_the_documented_ones() -> None:
     flags = {name: sorted(o for a in p._actions for o in a.option_strings)  # noqa: SLF001
              for name, p in sub.items()}
     assert flags == {
-        "evaluate": ["--help", "--json", "-h"],
-        "plan": ["--export", "--help", "--json", "--out", "--seed", "--target", "--time-limit",
-                 "--top", "--workers", "-h"],
+        "evaluate": ["--calibration", "--help", "--json", "-h"],
+        "plan": ["--calibration", "--export", "--help", "--json", "--out", "--seed", "--target",
+                 "--time-limit", "--top", "--workers", "-h"],
         "export": ["--help", "--out", "--to", "-h"],
+        "calibrate": ["--help", "--out", "-h"],
+        "profile": ["--help", "--out", "--processes", "-h"],
     }
 
 
