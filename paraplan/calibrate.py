@@ -49,7 +49,7 @@ from paraplan.records import MicroRecord, StepRecord, load_records
 from paraplan.result import paraplan_version
 
 __all__ = ["FitCase", "GenerationFit", "fit_cases", "fit_generation", "calibrate",
-           "cases_from_records", "predict_s", "SIGMA_MEASURED", "SIGMA_PRIOR"]
+           "cases_from_records", "predict_s", "profile_entry", "SIGMA_MEASURED", "SIGMA_PRIOR"]
 
 SIGMA_MEASURED = 0.1  # log-error the model keeps on a measured step (calibration set: median
 #                       |error| 6.2%, p90 14.1%, README)
@@ -256,7 +256,7 @@ def _median_abs(errors: Sequence[float]) -> float:
     return round(statistics.median(abs(e) for e in errors), 4) if errors else 0.0
 
 
-def _entry(fit: GenerationFit, cases: Sequence[FitCase]) -> AcceleratorCalibration:
+def profile_entry(fit: GenerationFit, cases: Sequence[FitCase]) -> AcceleratorCalibration:
     records = tuple(
         {"name": c.name, "measured_step_time_s": round(c.measured_s, 6),
          "predicted_before_s": round(pb, 6), "predicted_after_s": round(pa, 6),
@@ -279,7 +279,7 @@ def calibrate(records: str | Path | list, *, source: str = "") -> CalibrationPro
     cases = cases_from_records(loaded)
     entries: dict[str, AcceleratorCalibration] = {}
     for gen, fit in fit_cases(cases).items():
-        entries[gen] = _entry(fit, [c for c in cases if c.generation == gen])
+        entries[gen] = profile_entry(fit, [c for c in cases if c.generation == gen])
     micro = [r for r in loaded if isinstance(r, MicroRecord)]
     for key, entry in fit_microbenchmarks(micro).items():
         gen = None if entry.is_smoke_test else accelerator(key).generation
