@@ -122,8 +122,8 @@ def _residuals(cases: Sequence[FitCase], params: Mapping[str, float]) -> np.ndar
 
 def _jacobian(residual: Callable[[np.ndarray], np.ndarray], theta: np.ndarray,
               r0: np.ndarray) -> np.ndarray:
-    """Forward differences J_ij = (r_i(theta + h e_j) - r_i(theta)) / h, stepping inward at an
-    upper bound."""
+    """Forward differences J_ij = (r_i(theta + h e_j) - r_i(theta)) / h, h = FD_STEP (a 1% step
+    may cross a bound; the cost model is defined there)."""
     cols = []
     for j in range(len(theta)):
         t = theta.copy()
