@@ -19,6 +19,7 @@ from typing import Any
 
 import networkx as nx
 from paraplan.hardware.catalog import Accelerator, LinkSpec, fabric, fabric_names, node_type
+from paraplan.hardware.efficiency import Efficiency, efficiency
 
 __all__ = ["Tier", "Cluster", "build_cluster", "build_pooled_cluster", "topology_graph"]
 
@@ -46,6 +47,15 @@ class Cluster:
     tiers: tuple[Tier, ...]
     pools: tuple[Cluster, ...] = ()  # pooled clusters only (module docstring)
     pool_link: Tier | None = None  # the link between two pools
+    efficiency_override: Efficiency | None = None  # from a calibration profile (calibration.py)
+
+    @property
+    def efficiency(self) -> Efficiency:
+        """The achieved-efficiency parameters the cost model uses for this cluster's accelerator:
+        a calibration profile's when one was applied, else the catalog's (data/efficiency.yaml)."""
+        if self.efficiency_override is not None:
+            return self.efficiency_override
+        return efficiency(self.accelerator.generation)
 
     @property
     def num_devices(self) -> int:

@@ -11,7 +11,7 @@ from paraplan.cost import DEFAULT_ORDER
 from paraplan.cost import evaluate as cost_evaluate
 from paraplan.errors import ConfigError, InfeasibleError, SolveTimeout
 from paraplan.explain import explain, summary
-from paraplan.instance import Instance, build_instance, fixed_plan
+from paraplan.instance import Calibration, Instance, build_instance, fixed_plan
 from paraplan.report import gib
 from paraplan.result import Result, SolverOut, evaluate_plan, paraplan_version, plan_out
 from paraplan.schema import Scenario, load_scenario
@@ -30,9 +30,11 @@ __all__ = ["load_scenario", "evaluate", "evaluate_plan", "solve", "paraplan_vers
            "search_options"]
 
 
-def evaluate(scenario: str | Path | dict[str, Any] | Scenario) -> Result:
-    """Step time and memory of the scenario's fully fixed plan."""
-    inst = build_instance(load_scenario(scenario))
+def evaluate(scenario: str | Path | dict[str, Any] | Scenario, *,
+             calibration: Calibration | None = None) -> Result:
+    """Step time and memory of the scenario's fully fixed plan (``calibration``: a profile
+    file or object, instead of the scenario's ``calibration:`` key)."""
+    inst = build_instance(load_scenario(scenario), calibration)
     return evaluate_plan(inst, fixed_plan(inst))
 
 
@@ -130,14 +132,15 @@ def _check_solve_args(time_limit_s: object, workers: object, top: object, seed: 
 
 def solve(scenario: str | Path | dict[str, Any] | Scenario, *, time_limit_s: float = 30.0,
           workers: int = 2, top: int = 1, seed: int = 0,
-          progress: Callable[[str], None] | None = None) -> Result:
+          progress: Callable[[str], None] | None = None,
+          calibration: Calibration | None = None) -> Result:
     """The fastest plan under the cost model, proven optimal when ``result.solver.status`` is
     OPTIMAL (otherwise the gap says how far it can be). Knobs fixed in the scenario's ``plan:``
     are respected. InfeasibleError says which resource binds; SolveTimeout if no plan was found
-    in time."""
+    in time. ``calibration``: a profile file or object (as in ``evaluate``)."""
     started = time.perf_counter()
     _check_solve_args(time_limit_s, workers, top, seed)
-    inst = build_instance(load_scenario(scenario))
+    inst = build_instance(load_scenario(scenario), calibration)
     options = search_options(inst)
     fixed = fixed_knobs(inst)
     left_s = time_limit_s - (time.perf_counter() - started)  # the limit counts from the call

@@ -5,6 +5,7 @@ cluster: node ``preset`` and ``nodes`` or ``gpus``; or ``pools`` of (preset, nod
 job:     ``seq_len``, ``global_batch``, ``precision``
 plan:    optional; any subset of knobs fixes them (evaluate needs all)
 solver:  optional; search options
+calibration: optional; a calibration profile file (``paraplan calibrate``)
 """
 
 from __future__ import annotations
@@ -196,6 +197,9 @@ class Scenario(BaseModel):
     job: JobSection
     plan: PlanSection = Field(default_factory=PlanSection)
     solver: SolverSection = Field(default_factory=SolverSection)
+    calibration: str | None = Field(
+        None, description="calibration profile (YAML from `paraplan calibrate`) whose fitted "
+        "efficiencies replace the catalog's; a path relative to the scenario file")
 
 
 def _format(err: ValidationError) -> str:
@@ -236,4 +240,7 @@ def load_scenario(source: str | Path | dict[str, Any] | Scenario) -> Scenario:
     if base is not None and hf and not Path(hf).is_absolute():
         model = scenario.model.model_copy(update={"hf_config": str(base / hf)})
         scenario = scenario.model_copy(update={"model": model})
+    cal = scenario.calibration
+    if base is not None and cal and not Path(cal).is_absolute():
+        scenario = scenario.model_copy(update={"calibration": str(base / cal)})
     return scenario
