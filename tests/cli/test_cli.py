@@ -31,8 +31,8 @@ def test_allowed_flags_are_the_documented_ones() -> None:
         "plan": ["--calibration", "--debug", "--export", "--help", "--json", "--out", "--seed",
                  "--target", "--time-limit", "--top", "--workers", "-h"],
         "export": ["--debug", "--help", "--out", "--to", "-h"],
-        "calibrate": ["--help", "--out", "-h"],
-        "profile": ["--help", "--out", "--processes", "-h"],
+        "calibrate": ["--debug", "--help", "--out", "-h"],
+        "profile": ["--debug", "--help", "--out", "--processes", "-h"],
     }
 
 
