@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -36,7 +37,7 @@ def show_value(value: object) -> str:
     if isinstance(value, int) and not isinstance(value, bool):
         if abs(value) < 10**18:
             return f"{value:,}"
-        return f"{'-' if value < 0 else ''}~10^{int((abs(value).bit_length() - 1) * 0.30103)}"
+        return f"~{'-' if value < 0 else ''}10^{int(math.log10(abs(value)))}"
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
 
