@@ -40,8 +40,8 @@ MAX_SEQ_LEN = 16_777_216
 MAX_GLOBAL_BATCH = 16_777_216
 """Sequences per optimizer step: ~1,000x the largest published batches."""
 MAX_TOKENS_PER_STEP = 2**32
-"""seq_len x global_batch: ~250x the 16M-token steps of the largest published runs; keeps the
-step time in the solver's 64-bit ticks."""
+"""seq_len x global_batch: ~250x the 16M-token steps of the largest published runs; keeps step
+times far inside the solver's 64-bit ticks (a 10^15-token step overflowed them)."""
 MAX_LAYERS = MODEL_LIMITS["num_layers"]
 """Longest per-stage list (layers_per_stage, recompute, stage_pools): one entry per stage, and a
 stage holds at least one layer."""
