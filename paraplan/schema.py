@@ -277,9 +277,10 @@ def _format(err: ValidationError) -> str:
         elif e["type"] == "less_than_equal":
             msg = (f"{show_value(e['input'])} exceeds paraplan's limit of {show_value(ctx['le'])} "
                    "(README \"Limits\")")
-        elif e["type"] == "too_long":
-            msg = (f"lists {ctx['actual_length']:,} items; paraplan's limit is "
-                   f"{ctx['max_length']:,} (README \"Limits\")")
+        elif e["type"] == "too_long":  # actual_length is None for an iterator, not a list
+            count = (f"{ctx['actual_length']:,} items" if ctx.get("actual_length")
+                     else f"more than {ctx['max_length']:,} items")
+            msg = f"lists {count}; paraplan's limit is {ctx['max_length']:,} (README \"Limits\")"
         lines.append(f"{where}: {msg}")
     if len(lines) == 1:
         return f"invalid scenario: {lines[0]}"

@@ -4,6 +4,7 @@ CLI prints it as one line with exit code 1, never a traceback."""
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 import sys
 import time
@@ -222,3 +223,8 @@ def test_issue16_cli_prints_one_line_and_exits_1(name: str) -> None:
     assert "Traceback" not in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
     assert r.stderr.startswith("paraplan plan: ")
+
+
+def test_an_endless_iterator_from_the_api_stops_at_the_limit() -> None:
+    with pytest.raises(ConfigError, match=r"plan\.layers_per_stage: lists more than 1,024 items"):
+        load_scenario(_with("plan", layers_per_stage=itertools.count(1)))
