@@ -171,8 +171,8 @@ class JobSection(BaseModel):
     fp32_grads: bool = Field(True, description="accumulate and reduce gradients in fp32 "
                              "(Megatron main grads); false keeps them in bf16")
     expert_imbalance: float = Field(
-        1.1, ge=1.0, le=100.0, description="MoE: routed tokens on the busiest expert-parallel "
-        "rank over the mean (1.0 = perfectly balanced); see cost/ep.py")
+        1.1, ge=1.0, le=100.0, allow_inf_nan=False, description="MoE: routed tokens on the "
+        "busiest expert-parallel rank over the mean (1.0 = perfectly balanced); see cost/ep.py")
 
     @model_validator(mode="after")
     def check_tokens_per_step(self) -> JobSection:
@@ -274,13 +274,12 @@ def _format(err: ValidationError) -> str:
         ctx = e.get("ctx") or {}
         if e["type"] == "extra_forbidden":
             msg = "unknown key (check the spelling; see README for the scenario keys)"
-        elif e["type"] == "less_than_equal":
-            msg = (f"{show_value(e['input'])} exceeds paraplan's limit of {show_value(ctx['le'])} "
-                   "(README \"Limits\")")
+        elif e["type"] == "less_than_equal":  # the limits are listed in README "Limits"
+            msg = f"{show_value(e['input'])} must be at most {show_value(ctx['le'])}"
         elif e["type"] == "too_long":  # actual_length is None for an iterator, not a list
             count = (f"{ctx['actual_length']:,} items" if ctx.get("actual_length")
                      else f"more than {ctx['max_length']:,} items")
-            msg = f"lists {count}; paraplan's limit is {ctx['max_length']:,} (README \"Limits\")"
+            msg = f"lists {count}; at most {ctx['max_length']:,} are allowed"
         lines.append(f"{where}: {msg}")
     if len(lines) == 1:
         return f"invalid scenario: {lines[0]}"
