@@ -1,6 +1,7 @@
 """Fit the few efficiency parameters of ``hardware/data/efficiency.yaml`` to the calibration set.
 
     python -m benchmarks.calibrate            # prints the fitted values and the fit quality
+    python -m benchmarks.calibrate --profile P.yaml   # the library's fit (paraplan calibrate)
 
 Coordinate descent over physical parameters only (per generation: large-GEMM efficiency per
 precision, fused-attention efficiency, fixed per-kernel overhead), minimising
@@ -93,7 +94,38 @@ def fit(rounds: int = 3) -> dict:
         eff_module._raw = original
 
 
+def fit_profile(path: str) -> None:
+    """Write the calibration profile ``paraplan calibrate`` fits to every supported row of the
+    calibration set (paraplan/calibrate.py: bounded, catalog prior), recompute fixed as
+    benchmarks/fidelity.py chooses it; prints its summary. Does not touch efficiency.yaml."""
+    from paraplan.hardware import CalibrationProfile
+    from paraplan.hardware.calibration import profile_to_dict
+
+    import paraplan
+    from paraplan.calibrate import FitCase, fit_cases, profile_entry
+    from paraplan.cli_calibrate import render_profile
+    from paraplan.instance import fixed_plan
+
+    cases = []
+    for c in load_cases()[0]:
+        sc = {**c.scenario, "plan": {**c.scenario["plan"], "recompute": evaluate_case(c).recompute}}
+        inst = build_instance(paraplan.load_scenario(sc))
+        cases.append(FitCase(name=f"row {c.row_id}: {c.label}", instance=inst,
+                             plan=fixed_plan(inst), measured_s=c.published_step_s))
+    entries = {g: profile_entry(f, [c for c in cases if c.generation == g])
+               for g, f in fit_cases(cases).items()}
+    data = profile_to_dict(CalibrationProfile(
+        accelerators=entries, paraplan_version=paraplan.paraplan_version(),
+        source="benchmarks/data/published_runs_calibration.csv"))
+    with open(path, "w") as f:
+        yaml.safe_dump(data, f, sort_keys=False, default_flow_style=None, width=100)
+    print(render_profile(data))
+
+
 def main() -> int:
+    if sys.argv[1:2] == ["--profile"] and len(sys.argv) == 3:
+        fit_profile(sys.argv[2])
+        return 0
     table = fit()
     print(yaml.safe_dump({"generations": table}, default_flow_style=None, sort_keys=False))
     return 0

@@ -45,7 +45,7 @@ from paraplan.cost.pp import p2p_per_micro_batch_s, stage_p2p_s
 from paraplan.cost.recompute import block_input_bytes, recompute_forward_s, stored_activation_bytes
 from paraplan.cost.tp import tp_block_comm
 from paraplan.graph import Layer, LayerGraph, LayerKind
-from paraplan.hardware import Accelerator, Cluster, Efficiency, Tier, efficiency
+from paraplan.hardware import Accelerator, Cluster, Efficiency, Tier
 
 __all__ = ["Affine", "BlockCost", "StageTerms", "stage_terms", "compute_floor_s", "ends_floor_s",
            "layer_time", "block_params_per_device", "dense_layers_credited", "inner_tiers_fastest"]
@@ -205,9 +205,9 @@ class StageTerms:
     def optimizer(self, stage: int) -> Affine:
         """Adam step, HBM-bound: local params * 30 B / (HBM * eff); state sharded from ZeRO-1
         (over dp x cp, or dp*cp/ep for routed experts)."""
-        accel = self.at(stage).cluster.accelerator
-        scale = OPTIMIZER_STEP_BYTES_PER_PARAM / (accel.hbm_bytes_per_s
-                                                  * efficiency(accel.generation).hbm)
+        cluster = self.at(stage).cluster
+        scale = OPTIMIZER_STEP_BYTES_PER_PARAM / (cluster.accelerator.hbm_bytes_per_s
+                                                  * cluster.efficiency.hbm)
         dense, expert = scale, scale
         if self.plan.zero >= 1:
             dense /= shard_degree(self.plan)
@@ -276,7 +276,7 @@ class _Work:
 
 def _block_work(graph: LayerGraph, index: int, plan: Plan, job: Job, cluster: Cluster) -> _Work:
     accel = cluster.accelerator
-    eff = efficiency(accel.generation)
+    eff = cluster.efficiency
     layers = graph.block_layers(index)
     params, expert_params = block_params_per_device(layers, plan)
     times = tuple(layer_time(ly, plan, job, accel, eff) for ly in layers)
@@ -391,7 +391,7 @@ def _block_costs(work: _Work, graph: LayerGraph, plan: Plan, job: Job, cluster: 
 def _end_work(graph: LayerGraph, names: tuple[str, ...], plan: Plan, job: Job,
               cluster: Cluster) -> _Work:
     accel = cluster.accelerator
-    eff = efficiency(accel.generation)
+    eff = cluster.efficiency
     layers = [graph.layer(n) for n in names]
     times = tuple(layer_forward(ly, plan, job, accel, eff) for ly in layers)
     act = 0.0
@@ -574,7 +574,7 @@ def _moe_comm_floor_s(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster)
     perfect balance on tp consecutive ranks (the plan's expert TP: etp = 1 has no routed TP
     collectives). Units: seconds."""
     accel = cluster.accelerator
-    eff = efficiency(accel.generation)
+    eff = cluster.efficiency
     spec = graph.spec
     layer = next(ly for ly in graph.block_layers(graph.moe_block or 0) if ly.experts)
     assert layer.experts is not None
@@ -596,7 +596,7 @@ def ends_floor_s(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster) -> f
     """Forward + backward compute of the embedding, final norm and LM head of one micro-batch
     (the part of compute_floor_s that is not blocks). Units: seconds."""
     accel = cluster.accelerator
-    eff = efficiency(accel.generation)
+    eff = cluster.efficiency
     return sum(layer_forward(graph.layer(n), plan, job, accel, eff).forward_backward_s
                for n in ("embedding", "final_norm", "lm_head"))
 
@@ -613,7 +613,7 @@ def compute_floor_s(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster) -
     balance and no communication), and dense layers at the lesser of the dense and the MoE floor
     (the most any plan credits). Units: seconds."""
     accel = cluster.accelerator
-    eff = efficiency(accel.generation)
+    eff = cluster.efficiency
     spec = graph.spec
 
     def block_floor(index: int, p: Plan, j: Job, experts: bool = True) -> float:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from paraplan.graph.spec import Activation, ModelSpec
+from paraplan.graph.spec import MODEL_LIMITS, Activation, ModelSpec, scenario_key, show_value
 
 __all__ = ["preset_names", "preset", "from_hf_config", "from_fields", "MOE_MLA_FIELDS"]
 
@@ -72,95 +72,180 @@ def preset(name: str) -> ModelSpec:
     return from_fields(name, presets[name])
 
 
-def _first(cfg: dict[str, Any], *keys: str, default: Any = None) -> Any:
-    for k in keys:
-        if cfg.get(k) is not None:
-            return cfg[k]
-    return default
+MAX_HF_CONFIG_BYTES = 4 << 20  # a config.json is a few KB; refuse anything that is not one
+_REQUIRED = object()
+
+
+def _value(cfg: dict[str, Any], keys: tuple[str, ...]) -> tuple[str, Any]:
+    """The first of ``keys`` that ``cfg`` sets to something other than null, and its value."""
+    for key in keys:
+        if cfg.get(key) is not None:
+            return key, cfg[key]
+    return "", None
+
+
+def _int(cfg: dict[str, Any], *keys: str, spec: str, default: Any = _REQUIRED,
+         minimum: int = 1, needed_for: str = "") -> int:
+    """The first of ``keys`` set in ``cfg``, an integer from ``minimum`` to MODEL_LIMITS[spec]
+    (``spec``: the ModelSpec field it fills); ``default`` when none is set. ValueError names
+    model.hf_config, the JSON key and the rule."""
+    key, value = _value(cfg, keys)
+    if not key:
+        if default is _REQUIRED:
+            raise ValueError(f"model.hf_config: needs {' or '.join(keys)}{needed_for}")
+        return default
+    if type(value) is not int:  # bool is an int subclass; floats, strings, lists are no sizes
+        raise ValueError(f"model.hf_config: {key}={show_value(value)} must be an integer, "
+                         f"not a {type(value).__name__}")
+    limit = MODEL_LIMITS[spec]
+    if value < minimum:
+        raise ValueError(f"model.hf_config: {key}={show_value(value)} must be at least {minimum}")
+    if value > limit:
+        raise ValueError(f"model.hf_config: {key}={show_value(value)} exceeds paraplan's limit of "
+                         f"{limit:,} for model.{scenario_key(spec)} (README \"Limits\")")
+    return value
+
+
+def _str(cfg: dict[str, Any], *keys: str, default: str) -> str:
+    """The first of ``keys`` set in ``cfg``, which must be a string; ``default`` when none is."""
+    key, value = _value(cfg, keys)
+    if not key:
+        return default
+    if not isinstance(value, str):
+        raise ValueError(f"model.hf_config: {key}={show_value(value)} must be a string, "
+                         f"not a {type(value).__name__}")
+    return value
+
+
+def _bool(cfg: dict[str, Any], key: str, *, default: bool) -> bool:
+    value = cfg.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise ValueError(f"model.hf_config: {key}={show_value(value)} must be true or false")
+    return value
+
+
+def _dense_prefix(cfg: dict[str, Any]) -> int:
+    """Length of Qwen-MoE's ``mlp_only_layers`` (dense layers), which must be 0, 1, ..., n-1."""
+    value = cfg.get("mlp_only_layers") or []
+    if not isinstance(value, list) or any(type(i) is not int for i in value):
+        raise ValueError(f"model.hf_config: mlp_only_layers={show_value(value)} must be a list "
+                         "of layer indices")
+    if value != list(range(len(value))):
+        raise ValueError(
+            f"model.hf_config: mlp_only_layers={show_value(value)} is not a prefix of the layers; "
+            "paraplan models dense layers only as the first ones (first_dense_layers)"
+        )
+    if len(value) > MODEL_LIMITS["first_dense_layers"]:
+        raise ValueError(f"model.hf_config: mlp_only_layers lists {len(value):,} layers, over "
+                         f"paraplan's limit of {MODEL_LIMITS['first_dense_layers']:,}")
+    return len(value)
 
 
 def _hf_moe_mla(cfg: dict[str, Any]) -> dict[str, int]:
     """MoE and MLA fields of a Mixtral, Qwen2/3-MoE, DeepSeek-V2/V3 or gpt-oss config."""
-    experts = _first(cfg, "num_local_experts", "n_routed_experts", "num_experts", default=0)
+    experts = _int(cfg, "num_local_experts", "n_routed_experts", "num_experts", spec="num_experts",
+                   default=0, minimum=0)
     out: dict[str, int] = {}
     if experts:
-        out["num_experts"] = int(experts)
-        out["top_k"] = int(_first(cfg, "num_experts_per_tok", "experts_per_token", "moe_topk"))
+        moe = f" for a mixture-of-experts model ({experts} experts)"
+        out["num_experts"] = experts
+        out["top_k"] = _int(cfg, "num_experts_per_tok", "experts_per_token", "moe_topk",
+                            spec="num_experts", needed_for=moe)
         # Mixtral and gpt-oss give the expert width as intermediate_size
-        out["moe_ffn_hidden"] = int(_first(cfg, "moe_intermediate_size", "intermediate_size"))
-        shared = int(_first(cfg, "n_shared_experts", default=0) or 0)
-        shared_width = _first(cfg, "shared_expert_intermediate_size", default=0) or 0
+        out["moe_ffn_hidden"] = _int(cfg, "moe_intermediate_size", "intermediate_size",
+                                     spec="moe_ffn_hidden", needed_for=moe)
+        shared = _int(cfg, "n_shared_experts", spec="num_shared_experts", default=0, minimum=0)
+        shared_width = _int(cfg, "shared_expert_intermediate_size", spec="shared_ffn_hidden",
+                            default=0, minimum=0)
         if shared_width and not shared:
             shared = 1  # Qwen2-MoE: one shared expert of its own width
         out["num_shared_experts"] = shared
-        out["shared_ffn_hidden"] = int(shared_width or shared * out["moe_ffn_hidden"])
-        out["first_dense_layers"] = int(_first(cfg, "first_k_dense_replace", default=0))
-        out["moe_layer_freq"] = int(_first(cfg, "moe_layer_freq", default=1))
-        step = int(_first(cfg, "decoder_sparse_step", default=1))
+        out["shared_ffn_hidden"] = shared_width or shared * out["moe_ffn_hidden"]
+        out["first_dense_layers"] = _int(cfg, "first_k_dense_replace", spec="first_dense_layers",
+                                         default=0, minimum=0)
+        out["moe_layer_freq"] = _int(cfg, "moe_layer_freq", spec="moe_layer_freq", default=1)
+        step = _int(cfg, "decoder_sparse_step", spec="moe_layer_freq", default=1, minimum=0)
         if step > 1:  # Qwen MoE: layer i is sparse when (i + 1) % step == 0
             out["first_dense_layers"], out["moe_layer_freq"] = step - 1, step
-        dense_only = list(cfg.get("mlp_only_layers") or [])
-        if dense_only:
-            if dense_only != list(range(len(dense_only))):
-                raise ValueError(
-                    f"model.hf_config: mlp_only_layers={dense_only} is not a prefix of the layers; "
-                    "paraplan models dense layers only as the first ones (first_dense_layers)"
-                )
-            out["first_dense_layers"] = max(out["first_dense_layers"], len(dense_only))
-    if _first(cfg, "kv_lora_rank", default=0):
-        out["kv_lora_rank"] = int(cfg["kv_lora_rank"])
-        out["q_lora_rank"] = int(_first(cfg, "q_lora_rank", default=0) or 0)
+        out["first_dense_layers"] = max(out["first_dense_layers"], _dense_prefix(cfg))
+    kv_lora_rank = _int(cfg, "kv_lora_rank", spec="kv_lora_rank", default=0, minimum=0)
+    if kv_lora_rank:
+        mla = f" for multi-head latent attention (kv_lora_rank={kv_lora_rank})"
+        out["kv_lora_rank"] = kv_lora_rank
+        out["q_lora_rank"] = _int(cfg, "q_lora_rank", spec="q_lora_rank", default=0, minimum=0)
         for key in ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
-            out[key] = int(cfg[key])
+            out[key] = _int(cfg, key, spec=key, needed_for=mla)
     return out
+
+
+def _read_json(path: Path) -> Any:
+    """The parsed JSON of an hf_config file; ValueError naming model.hf_config and the cause."""
+    where = f"model.hf_config={str(path)!r}"
+    try:
+        with path.open("rb") as f:
+            raw = f.read(MAX_HF_CONFIG_BYTES + 1)
+    except FileNotFoundError:
+        raise ValueError(f"{where}: no such file") from None
+    except IsADirectoryError:
+        raise ValueError(f"{where} is a directory; give the path of its config.json") from None
+    except (OSError, ValueError) as e:  # ValueError: a NUL byte in the path
+        raise ValueError(f"{where}: cannot read it ({getattr(e, 'strerror', None) or e})") from None
+    if len(raw) > MAX_HF_CONFIG_BYTES:
+        raise ValueError(f"{where} is larger than {MAX_HF_CONFIG_BYTES >> 20} MiB; "
+                         "it is not a Hugging Face config.json")
+    try:
+        return json.loads(raw.decode("utf-8-sig"))
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{where} is not UTF-8 text (byte 0x{raw[e.start]:02x} at "
+                         f"position {e.start})") from None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{where} is not valid JSON: {e}") from None
+    except RecursionError:
+        raise ValueError(f"{where} is nested too deeply to be a config.json") from None
+    except ValueError as e:  # e.g. an integer over Python's 4,300-digit conversion limit
+        raise ValueError(f"{where} is not valid JSON: {e}") from None
 
 
 def from_hf_config(path: str | Path | dict[str, Any]) -> ModelSpec:
     """Import a Hugging Face ``config.json``: Llama, Mistral, Qwen2/3, GPT-2 and GPT-NeoX styles,
     and the mixture-of-experts families Mixtral, Qwen2/3-MoE, DeepSeek-V2/V3 (with MLA) and
     gpt-oss. Not modelled: DeepSeek's multi-token-prediction module, gpt-oss's sliding-window
-    layers (costed as full attention) and biases."""
+    layers (costed as full attention) and biases. Every value is type- and range-checked: a
+    ValueError names model.hf_config, the JSON key and the rule."""
     if isinstance(path, dict):
-        cfg, name = path, str(path.get("_name_or_path", "hf-model"))
+        cfg, stem = path, "hf-model"
     else:
         p = Path(path)
-        try:
-            cfg = json.loads(p.read_text())
-        except FileNotFoundError:
-            raise ValueError(f"model.hf_config={str(p)!r}: no such file") from None
-        except json.JSONDecodeError as e:
-            raise ValueError(f"model.hf_config={str(p)!r} is not valid JSON: {e}") from None
-        name = str(cfg.get("_name_or_path") or p.stem)
-    model_type = cfg.get("model_type", "")
-    hidden = _first(cfg, "hidden_size", "n_embd", "d_model")
-    heads = _first(cfg, "num_attention_heads", "n_head")
-    layers = _first(cfg, "num_hidden_layers", "n_layer")
-    vocab = _first(cfg, "vocab_size")
-    if None in (hidden, heads, layers, vocab):
-        raise ValueError(
-            f"model.hf_config: model_type={model_type!r} lacks one of hidden_size/n_embd, "
-            "num_attention_heads/n_head, num_hidden_layers/n_layer, vocab_size"
-        )
-    act_name = _first(cfg, "hidden_act", "activation_function", default="gelu")
+        cfg, stem = _read_json(p), p.stem
+    if not isinstance(cfg, dict):
+        raise ValueError(f"model.hf_config: the file holds a JSON {type(cfg).__name__}, not an "
+                         "object of model settings (hidden_size, num_hidden_layers, ...)")
+    name = cfg.get("_name_or_path")
+    name = name if isinstance(name, str) and name else stem  # only a display name
+    model_type = _str(cfg, "model_type", default="")
+    act_name = _str(cfg, "hidden_act", "activation_function", default="gelu")
     if act_name not in _HF_ACTIVATIONS:
-        raise ValueError(f"model.hf_config: activation {act_name!r} is not supported")
-    activation = _HF_ACTIVATIONS[act_name]
-    ffn = _first(cfg, "intermediate_size", "n_inner", default=4 * hidden)
-    tied_default = model_type in ("gpt2",)
+        raise ValueError(f"model.hf_config: activation {act_name!r} is not supported; paraplan "
+                         f"models {', '.join(sorted(_HF_ACTIVATIONS))}")
+    hidden = _int(cfg, "hidden_size", "n_embd", "d_model", spec="hidden")
+    heads = _int(cfg, "num_attention_heads", "n_head", spec="num_heads")
     extra = _hf_moe_mla(cfg)
+    ffn = _int(cfg, "intermediate_size", "n_inner", spec="ffn_hidden", default=4 * hidden)
     if extra.get("num_experts") and not extra.get("first_dense_layers"):
         ffn = 0  # every MLP is MoE: intermediate_size is the expert width (or unused)
     return ModelSpec(
         name=name,
-        num_layers=int(layers),
-        hidden=int(hidden),
-        ffn_hidden=int(ffn),
-        num_heads=int(heads),
-        num_kv_heads=int(_first(cfg, "num_key_value_heads", default=heads)),
-        vocab=int(vocab),
-        head_dim=int(_first(cfg, "head_dim", default=0)),
-        activation=activation,
-        tied_embeddings=bool(cfg.get("tie_word_embeddings", tied_default)),
+        num_layers=_int(cfg, "num_hidden_layers", "n_layer", spec="num_layers"),
+        hidden=hidden,
+        ffn_hidden=ffn,
+        num_heads=heads,
+        num_kv_heads=_int(cfg, "num_key_value_heads", spec="num_kv_heads", default=heads),
+        vocab=_int(cfg, "vocab_size", spec="vocab"),
+        head_dim=_int(cfg, "head_dim", spec="head_dim", default=0, minimum=0),
+        activation=_HF_ACTIVATIONS[act_name],
+        tied_embeddings=_bool(cfg, "tie_word_embeddings", default=model_type in ("gpt2",)),
         norm="layernorm" if model_type in ("gpt2", "gpt_neox") else "rmsnorm",
         **extra,
     )

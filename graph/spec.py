@@ -2,10 +2,44 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from enum import StrEnum
 
-__all__ = ["Activation", "ModelSpec", "check_model"]
+__all__ = ["Activation", "ModelSpec", "check_model", "MODEL_LIMITS", "scenario_key", "show_value"]
+
+MODEL_LIMITS: dict[str, int] = {
+    "num_layers": 1_024, "first_dense_layers": 1_024, "moe_layer_freq": 1_024,
+    "hidden": 262_144,
+    "ffn_hidden": 1_048_576, "moe_ffn_hidden": 1_048_576, "shared_ffn_hidden": 1_048_576,
+    "num_heads": 4_096, "num_kv_heads": 4_096,
+    "head_dim": 4_096, "qk_nope_head_dim": 4_096, "qk_rope_head_dim": 4_096, "v_head_dim": 4_096,
+    "q_lora_rank": 65_536, "kv_lora_rank": 65_536,
+    "vocab": 16_777_216,
+    "num_experts": 4_096, "num_shared_experts": 4_096,
+}
+"""Largest accepted value of each ModelSpec size (README "Limits"): at least 8x the largest
+published model, so no real model is refused while absurd sizes (10^9 layers or experts), which
+would take minutes to build and search, are refused at once."""
+
+_SCENARIO_KEYS = {"num_layers": "layers", "num_heads": "heads", "num_kv_heads": "kv_heads",
+                  "num_experts": "experts", "num_shared_experts": "shared_experts"}
+
+
+def scenario_key(field: str) -> str:
+    """The scenario key (``model.<key>``) of a ModelSpec field: ``num_layers`` -> ``layers``."""
+    return _SCENARIO_KEYS.get(field, field)
+
+
+def show_value(value: object) -> str:
+    """``value`` for an error message: ints with thousands separators, huge ints by their
+    magnitude (str() of a 4,300-digit int raises), anything else as a repr cut to 60 characters."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        if abs(value) < 10**18:
+            return f"{value:,}"
+        return f"~{'-' if value < 0 else ''}10^{int(math.log10(abs(value)))}"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 class Activation(StrEnum):
@@ -62,6 +96,7 @@ class ModelSpec:
     v_head_dim: int = 0
 
     def __post_init__(self) -> None:
+        _check_limits(self)  # first: the defaults below walk the layers
         if self.head_dim == 0:
             default = (self.qk_nope_head_dim + self.qk_rope_head_dim if self.is_mla
                        else self.hidden // max(1, self.num_heads))
@@ -121,10 +156,11 @@ class ModelSpec:
 
 def check_model(spec: ModelSpec) -> None:
     """Structural rules of a transformer; ValueError names the field."""
+    _check_limits(spec)
     for field in ("num_layers", "hidden", "num_heads", "num_kv_heads", "vocab"):
         value = getattr(spec, field)
         if value < 1:
-            raise ValueError(f"model.{field}={value} must be a positive integer")
+            raise ValueError(f"model.{scenario_key(field)}={value} must be a positive integer")
     _check_moe(spec)
     if spec.ffn_hidden < 1:
         raise ValueError(
@@ -144,11 +180,23 @@ def check_model(spec: ModelSpec) -> None:
         )
 
 
+def _check_limits(spec: ModelSpec) -> None:
+    """Every size in MODEL_LIMITS at most its limit; ValueError names the field and the limit."""
+    for field, limit in MODEL_LIMITS.items():
+        value = getattr(spec, field)
+        if value > limit:
+            raise ValueError(
+                f"model.{scenario_key(field)}={show_value(value)} exceeds paraplan's limit of "
+                f"{limit:,} (at least 8x the largest published model; README \"Limits\")"
+            )
+
+
 def _check_moe(spec: ModelSpec) -> None:
     for field in ("num_experts", "top_k", "num_shared_experts", "moe_ffn_hidden",
                   "shared_ffn_hidden", "first_dense_layers"):
         if getattr(spec, field) < 0:
-            raise ValueError(f"model.{field}={getattr(spec, field)} must not be negative")
+            raise ValueError(
+                f"model.{scenario_key(field)}={getattr(spec, field)} must not be negative")
     if not spec.is_moe:
         if spec.top_k or spec.num_shared_experts or spec.moe_ffn_hidden:
             raise ValueError(

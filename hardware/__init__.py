@@ -1,5 +1,11 @@
 """Machines: accelerators, link tiers, clusters and their topology graph (no model knowledge)."""
 
+from paraplan.hardware.calibration import (
+    CalibrationProfile,
+    apply_calibration,
+    load_profile,
+    profile_from_dict,
+)
 from paraplan.hardware.catalog import (
     Accelerator,
     Fabric,
@@ -16,6 +22,7 @@ from paraplan.hardware.topology import Cluster, Tier, build_cluster, build_poole
 
 __all__ = [
     "Accelerator",
+    "CalibrationProfile",
     "Cluster",
     "Efficiency",
     "Fabric",
@@ -23,12 +30,15 @@ __all__ = [
     "NodeType",
     "Tier",
     "accelerator",
+    "apply_calibration",
     "build_cluster",
     "build_pooled_cluster",
     "efficiency",
     "fabric",
     "fabric_names",
+    "load_profile",
     "node_type",
     "node_type_names",
+    "profile_from_dict",
     "topology_graph",
 ]

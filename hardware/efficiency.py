@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 
 import yaml
 
-__all__ = ["Efficiency", "efficiency"]
+__all__ = ["Efficiency", "efficiency", "catalog_parameters", "efficiency_from_parameters",
+           "PARAMETER_NAMES"]
+
+US_S = 1e-6
+PARAMETER_NAMES = ("gemm_bf16", "gemm_fp8", "attention", "hbm", "kernel_overhead_us",
+                   "moe_layer_overhead_us")
+"""The parameters of ``data/efficiency.yaml`` (and of calibration profiles), in its units."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -30,16 +37,26 @@ def _raw() -> dict:
     return yaml.safe_load(text)["generations"]
 
 
-def efficiency(generation: str) -> Efficiency:
+def catalog_parameters(generation: str) -> dict[str, float]:
+    """The data file's parameters of ``generation`` by name (``PARAMETER_NAMES``, file units)."""
     raw = _raw()
     if generation not in raw:
         raise ValueError(f"no efficiency calibration for accelerator generation {generation!r}")
     e = raw[generation]
+    return {name: float(e.get(name, 0.0)) for name in PARAMETER_NAMES}
+
+
+def efficiency_from_parameters(params: Mapping[str, float]) -> Efficiency:
+    """Efficiency from parameters named as in the data file (``*_us`` converted to seconds)."""
     return Efficiency(
-        gemm_bf16=float(e["gemm_bf16"]),
-        gemm_fp8=float(e["gemm_fp8"]),
-        attention=float(e["attention"]),
-        hbm=float(e["hbm"]),
-        kernel_overhead_s=float(e["kernel_overhead_us"]) * 1e-6,
-        moe_layer_overhead_s=float(e.get("moe_layer_overhead_us", 0.0)) * 1e-6,
+        gemm_bf16=float(params["gemm_bf16"]),
+        gemm_fp8=float(params["gemm_fp8"]),
+        attention=float(params["attention"]),
+        hbm=float(params["hbm"]),
+        kernel_overhead_s=float(params["kernel_overhead_us"]) * US_S,
+        moe_layer_overhead_s=float(params.get("moe_layer_overhead_us", 0.0)) * US_S,
     )
+
+
+def efficiency(generation: str) -> Efficiency:
+    return efficiency_from_parameters(catalog_parameters(generation))

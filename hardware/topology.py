@@ -19,8 +19,17 @@ from typing import Any
 
 import networkx as nx
 from paraplan.hardware.catalog import Accelerator, LinkSpec, fabric, fabric_names, node_type
+from paraplan.hardware.efficiency import Efficiency, efficiency
 
-__all__ = ["Tier", "Cluster", "build_cluster", "build_pooled_cluster", "topology_graph"]
+__all__ = ["Tier", "Cluster", "build_cluster", "build_pooled_cluster", "topology_graph",
+           "MAX_DEVICES", "MAX_POOLS"]
+
+MAX_DEVICES = 1_000_000
+"""Most devices in a cluster, summed over pools (README "Limits"): ~10x the largest training
+clusters built so far; beyond it the planner's divisor and rank-order searches grow for nothing."""
+MAX_POOLS = 8
+"""Most pools of a mixed-GPU cluster (README "Limits"): the solver tries every ordered subset of
+pools, which grows factorially (8 pools: 109,600 orders)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -46,6 +55,15 @@ class Cluster:
     tiers: tuple[Tier, ...]
     pools: tuple[Cluster, ...] = ()  # pooled clusters only (module docstring)
     pool_link: Tier | None = None  # the link between two pools
+    efficiency_override: Efficiency | None = None  # from a calibration profile (calibration.py)
+
+    @property
+    def efficiency(self) -> Efficiency:
+        """The achieved-efficiency parameters the cost model uses for this cluster's accelerator:
+        a calibration profile's when one was applied, else the catalog's (data/efficiency.yaml)."""
+        if self.efficiency_override is not None:
+            return self.efficiency_override
+        return efficiency(self.accelerator.generation)
 
     @property
     def num_devices(self) -> int:
@@ -95,8 +113,15 @@ def build_pooled_cluster(pools: Sequence[Mapping[str, Any]]) -> Cluster:
     """
     if not pools:
         raise ValueError("cluster.pools must list at least one pool")
+    if len(pools) > MAX_POOLS:
+        raise ValueError(f"cluster.pools lists {len(pools)} pools; paraplan's limit is {MAX_POOLS} "
+                         "(README \"Limits\"); merge pools of the same node type")
     built = tuple(build_cluster(p["preset"], nodes=p.get("nodes"), gpus=p.get("gpus"))
                   for p in pools)
+    total = sum(c.num_devices for c in built)
+    if total > MAX_DEVICES:
+        raise ValueError(f"cluster.pools hold {total:,} devices in all, over paraplan's limit of "
+                         f"{MAX_DEVICES:,} (README \"Limits\")")
     links = [_scale_out(p["preset"]) for p in pools]
     slowest = min(links, key=lambda lk: lk.per_gpu_bytes_per_s * lk.efficiency)
     num = sum(c.num_devices for c in built)
@@ -140,6 +165,11 @@ def build_cluster(preset: str, *, nodes: int | None = None, gpus: int | None = N
     if nodes < 1:
         raise ValueError(f"cluster.nodes={nodes} must be at least 1")
     num = dpn * nodes
+    if num > MAX_DEVICES:
+        given = f"cluster.gpus={gpus:,}" if gpus is not None else (
+            f"cluster.nodes={nodes:,} x {dpn} GPUs per {preset} node = {num:,} devices")
+        raise ValueError(f"{given} exceeds paraplan's limit of {MAX_DEVICES:,} devices "
+                         "(README \"Limits\")")
     tiers = [_tier(nt.scale_up, dpn)]
     if fab:
         for link in fab.tiers:

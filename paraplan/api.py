@@ -2,27 +2,39 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from paraplan.cost import DEFAULT_ORDER
 from paraplan.cost import evaluate as cost_evaluate
 from paraplan.errors import ConfigError, InfeasibleError, SolveTimeout
 from paraplan.explain import explain, summary
-from paraplan.instance import Instance, build_instance, fixed_plan
+from paraplan.instance import Calibration, Instance, build_instance, fixed_plan
 from paraplan.report import gib
 from paraplan.result import Result, SolverOut, evaluate_plan, paraplan_version, plan_out
 from paraplan.schema import Scenario, load_scenario
-from paraplan.solver import Fixed, NoFitError, NoLayoutError, Options, SolverOptions, solve_instance
+from paraplan.solver import (
+    Fixed,
+    NoFitError,
+    NoLayoutError,
+    Options,
+    OutOfTime,
+    SolverOptions,
+    solve_instance,
+)
 from paraplan.targets import TargetFilter, fixed_modes, target_options
 
 __all__ = ["load_scenario", "evaluate", "evaluate_plan", "solve", "paraplan_version", "fixed_knobs",
            "search_options"]
 
 
-def evaluate(scenario: str | Path | dict[str, Any] | Scenario) -> Result:
-    """Step time and memory of the scenario's fully fixed plan."""
-    inst = build_instance(load_scenario(scenario))
+def evaluate(scenario: str | Path | dict[str, Any] | Scenario, *,
+             calibration: Calibration | None = None) -> Result:
+    """Step time and memory of the scenario's fully fixed plan (``calibration``: a profile
+    file or object, instead of the scenario's ``calibration:`` key)."""
+    inst = build_instance(load_scenario(scenario), calibration)
     return evaluate_plan(inst, fixed_plan(inst))
 
 
@@ -48,6 +60,9 @@ def fixed_knobs(inst: Instance) -> Fixed:
     if p.etp is not None and not inst.spec.is_moe:
         raise ConfigError(f"plan.etp={p.etp}: expert tensor parallelism needs a mixture-of-experts "
                           "model; remove plan.etp")
+    if p.order is not None and sorted(p.order) != sorted(DEFAULT_ORDER):
+        raise ConfigError(f"plan.order={[a.value for a in p.order]} must be a permutation of "
+                          "tp, cp, dp, pp (every axis once, innermost first)")
     if p.etp not in (None, 1) and p.tp is not None and p.etp != p.tp:
         raise ConfigError(f"plan.etp={p.etp} must be 1 or plan.tp={p.tp}")
     return Fixed(dp=p.dp, tp=p.tp, pp=p.pp, cp=p.cp, ep=p.ep, etp=p.etp, cp_comm=p.cp_comm,
@@ -117,19 +132,28 @@ def _check_solve_args(time_limit_s: object, workers: object, top: object, seed: 
 
 def solve(scenario: str | Path | dict[str, Any] | Scenario, *, time_limit_s: float = 30.0,
           workers: int = 2, top: int = 1, seed: int = 0,
-          progress: Callable[[str], None] | None = None) -> Result:
+          progress: Callable[[str], None] | None = None,
+          calibration: Calibration | None = None) -> Result:
     """The fastest plan under the cost model, proven optimal when ``result.solver.status`` is
     OPTIMAL (otherwise the gap says how far it can be). Knobs fixed in the scenario's ``plan:``
     are respected. InfeasibleError says which resource binds; SolveTimeout if no plan was found
-    in time."""
+    in time. ``calibration``: a profile file or object (as in ``evaluate``)."""
+    started = time.perf_counter()
     _check_solve_args(time_limit_s, workers, top, seed)
-    inst = build_instance(load_scenario(scenario))
-    opts = SolverOptions(time_limit_s=time_limit_s, num_workers=workers, random_seed=seed,
-                         top=max(top, 2))
+    inst = build_instance(load_scenario(scenario), calibration)
     options = search_options(inst)
+    fixed = fixed_knobs(inst)
+    left_s = time_limit_s - (time.perf_counter() - started)  # the limit counts from the call
+    if left_s <= 0:
+        raise SolveTimeout(f"--time-limit {time_limit_s:g} s ran out while reading the scenario; "
+                           "raise it")
+    opts = SolverOptions(time_limit_s=left_s, num_workers=workers, random_seed=seed,
+                         top=max(top, 2))
     try:
-        out = solve_instance(inst.graph, inst.cluster, inst.job, fixed_knobs(inst), options, opts,
-                             progress)
+        out = solve_instance(inst.graph, inst.cluster, inst.job, fixed, options, opts, progress)
+    except OutOfTime as e:
+        raise SolveTimeout(f"no plan found within --time-limit {time_limit_s:g} s ({e}); raise "
+                           "it, or fix more plan knobs to shrink the space") from None
     except NoLayoutError:
         if isinstance(options.layout_filter, TargetFilter) and options.layout_filter.refused:
             raise InfeasibleError(

@@ -1,4 +1,4 @@
-"""The ``paraplan`` command: ``evaluate``, ``plan`` and ``export`` (STYLE.md Sec. 6).
+"""The ``paraplan`` command: ``evaluate``, ``plan``, ``export``, ``calibrate``, ``profile`` (STYLE.md Sec. 6).
 
 Exit codes: 0 plan found, 1 invalid input or usage, 2 proven infeasible, 3 no plan within the
 time limit, 4 export not supported by the target, 70 internal error (a bug: please report it; the
@@ -14,6 +14,8 @@ import traceback
 from pathlib import Path
 from typing import NoReturn, get_args
 
+from paraplan.cli_calibrate import HANDLERS as CALIBRATE_HANDLERS
+from paraplan.cli_calibrate import add_parsers as add_calibrate_parsers
 from paraplan.errors import ParaplanError
 from paraplan.schema import SolverTarget
 
@@ -39,14 +41,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     ev = sub.add_parser("evaluate", help="step time and memory of a fully fixed plan")
     ev.add_argument("scenario", help="scenario YAML/JSON file")
-    ev.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
-                    help="show the traceback of an internal error")
     ev.add_argument("--json", action="store_true", help="print one JSON object")
+    ev.add_argument("--calibration", default=None, help="calibration profile (paraplan calibrate)")
 
     pl = sub.add_parser("plan", help="find the fastest plan (CP-SAT, proven optimal)")
     pl.add_argument("scenario", help="scenario YAML/JSON file")
-    pl.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
-                    help="show the traceback of an internal error")
     pl.add_argument("--json", action="store_true", help="print one JSON object")
     pl.add_argument("--time-limit", type=float, default=30.0, help="seconds (default 30)")
     pl.add_argument("--workers", type=int, default=2, help="CP-SAT workers (default 2)")
@@ -56,13 +55,16 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--out", default=".", help="directory for --export files")
     pl.add_argument("--target", default=None, choices=get_args(SolverTarget),
                     help="search only plans this framework can run (sets solver.target)")
+    pl.add_argument("--calibration", default=None, help="calibration profile (paraplan calibrate)")
 
     ex = sub.add_parser("export", help="write a result (from --json) for a framework")
     ex.add_argument("result", help="RESULT.json as printed by `paraplan plan --json`")
-    ex.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
-                    help="show the traceback of an internal error")
     ex.add_argument("--to", required=True, help="megatron|deepspeed|torchtitan|maxtext|nemo|torch")
     ex.add_argument("--out", default=None, help="directory to write into (default: stdout)")
+    add_calibrate_parsers(sub)
+    for command in sub.choices.values():  # `paraplan plan X --debug` as well as `paraplan --debug`
+        command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                             help="show the traceback of an internal error")
     return parser
 
 
@@ -70,7 +72,7 @@ def _print_result(result, as_json: bool) -> None:
     from paraplan.report import render_result
 
     if as_json:
-        print(json.dumps(result.model_dump(mode="json")))
+        print(json.dumps(result.model_dump(mode="json"), allow_nan=False))  # strict JSON
     else:
         print(render_result(result))
 
@@ -78,7 +80,7 @@ def _print_result(result, as_json: bool) -> None:
 def _cmd_evaluate(args: argparse.Namespace) -> int:
     from paraplan.api import evaluate
 
-    _print_result(evaluate(args.scenario), args.json)
+    _print_result(evaluate(args.scenario, calibration=args.calibration), args.json)
     return 0
 
 
@@ -96,7 +98,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         solver = scenario.solver.model_copy(update={"target": args.target})
         scenario = scenario.model_copy(update={"solver": solver})
     result = solve(scenario, time_limit_s=args.time_limit, workers=args.workers,
-                   top=args.top, seed=args.seed, progress=None if args.json else progress)
+                   top=args.top, seed=args.seed, progress=None if args.json else progress,
+                   calibration=args.calibration)
     _print_result(result, args.json)
     if args.export:
         from paraplan.export import write_exports
@@ -120,7 +123,8 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    handler = {"evaluate": _cmd_evaluate, "plan": _cmd_plan, "export": _cmd_export}[args.command]
+    handler = {"evaluate": _cmd_evaluate, "plan": _cmd_plan, "export": _cmd_export,
+               **CALIBRATE_HANDLERS}[args.command]
     try:
         return handler(args)
     except ParaplanError as e:

@@ -3,15 +3,23 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from paraplan.cost import DEFAULT_ORDER, CPComm, Job, Plan, Recompute
 from paraplan.cost.pools import stage_pools_of
 from paraplan.errors import ConfigError
 from paraplan.graph import LayerGraph, ModelSpec, build_graph, from_fields, from_hf_config, preset
-from paraplan.hardware import Cluster, build_cluster, build_pooled_cluster
+from paraplan.hardware import (
+    CalibrationProfile,
+    Cluster,
+    apply_calibration,
+    build_cluster,
+    build_pooled_cluster,
+    load_profile,
+)
 from paraplan.schema import PlanSection, Scenario
 
-__all__ = ["Instance", "build_instance", "fixed_plan", "even_split", "default_stage_pools",
+__all__ = ["Instance", "Calibration", "build_instance", "fixed_plan", "even_split", "default_stage_pools",
            "REQUIRED_KNOBS"]
 
 REQUIRED_KNOBS = ("dp", "tp", "pp", "micro_batch", "zero", "recompute")
@@ -39,17 +47,32 @@ def _model_spec(scenario: Scenario) -> ModelSpec:
     return from_fields(m.name or "custom", fields)
 
 
-def build_instance(scenario: Scenario) -> Instance:
-    """ConfigError (naming the field) for unknown presets, bad shapes or unsupported precision."""
+Calibration = str | Path | CalibrationProfile
+"""A calibration profile: a YAML file (``paraplan calibrate``) or a loaded profile."""
+
+
+def build_instance(scenario: Scenario, calibration: Calibration | None = None) -> Instance:
+    """ConfigError (naming the field) for unknown presets, bad shapes or unsupported precision.
+
+    ``calibration`` (else the scenario's ``calibration:`` key) replaces the catalog efficiencies
+    of the accelerators it covers (hardware/calibration.py)."""
     try:
         spec = _model_spec(scenario)
-        cluster = _cluster(scenario)
+        cluster = _calibrated(_cluster(scenario), calibration or scenario.calibration)
         job = Job(**scenario.job.model_dump())
         for pool in cluster.pools or (cluster,):
             pool.accelerator.peak_for(job.precision.value)
     except ValueError as e:
         raise ConfigError(str(e)) from None
     return Instance(scenario, build_graph(spec), cluster, job)
+
+
+def _calibrated(cluster: Cluster, calibration: Calibration | None) -> Cluster:
+    if calibration is None:
+        return cluster
+    profile = (calibration if isinstance(calibration, CalibrationProfile)
+               else load_profile(calibration))
+    return apply_calibration(cluster, profile)
 
 
 def _cluster(scenario: Scenario) -> Cluster:

@@ -5,10 +5,12 @@ cluster: node ``preset`` and ``nodes`` or ``gpus``; or ``pools`` of (preset, nod
 job:     ``seq_len``, ``global_batch``, ``precision``
 plan:    optional; any subset of knobs fixes them (evaluate needs all)
 solver:  optional; search options
+calibration: optional; a calibration profile file (``paraplan calibrate``)
 """
 
 from __future__ import annotations
 
+from os import PathLike
 from pathlib import Path
 from typing import Any, Literal
 
@@ -17,6 +19,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from paraplan.cost import Axis, CPComm, Precision, Recompute
 from paraplan.errors import ConfigError
+from paraplan.graph.spec import MODEL_LIMITS, show_value
+from paraplan.hardware.topology import MAX_DEVICES, MAX_POOLS
 
 __all__ = [
     "ModelSection",
@@ -28,6 +32,31 @@ __all__ = [
     "Scenario",
     "load_scenario",
 ]
+
+# Limits of the scenario's job, plan and solver keys (README "Limits"; the model's are
+# graph.spec.MODEL_LIMITS, the cluster's hardware.topology.MAX_DEVICES and MAX_POOLS). Each is far
+# beyond any real training job, so absurd sizes are refused at once instead of searched for minutes.
+MAX_SEQ_LEN = 16_777_216
+"""Tokens per sequence: 16x the 1M-token contexts paraplan plans today."""
+MAX_GLOBAL_BATCH = 16_777_216
+"""Sequences per optimizer step: ~1,000x the largest published batches."""
+MAX_TOKENS_PER_STEP = 2**32
+"""seq_len x global_batch: ~250x the 16M-token steps of the largest published runs; keeps step
+times far inside the solver's 64-bit ticks (a 10^15-token step overflowed them)."""
+MAX_LAYERS = MODEL_LIMITS["num_layers"]
+"""Longest per-stage list (layers_per_stage, recompute, stage_pools): one entry per stage, and a
+stage holds at least one layer."""
+MAX_SEARCH_MICRO_BATCH = 1_024
+"""solver.max_micro_batch: sequences per micro-batch the search considers."""
+MAX_SEARCH_VP = 64
+"""solver.max_vp: interleaving degrees the search considers (real runs use at most ~24)."""
+MAX_SCENARIO_BYTES = 1 << 20
+"""A scenario file is a few KB even with per-stage lists for 1,024 layers."""
+MAX_NESTING = 16
+"""Levels of mappings and lists in a scenario (it needs 5); deeper documents make YAML, pydantic
+and repr() recurse past Python's stack."""
+MAX_VALUES = 100_000
+"""Values in a scenario once YAML aliases are expanded (an alias bomb is exponential)."""
 
 _STRICT = ConfigDict(extra="forbid", frozen=True)
 _MOE_MLA_FIELDS = ("experts", "top_k", "shared_experts", "moe_ffn_hidden", "shared_ffn_hidden",
@@ -92,8 +121,9 @@ class ModelSection(BaseModel):
 class PoolSection(BaseModel):
     model_config = _STRICT
     preset: str = Field(description="node type of this pool (dgx-h100, dgx-a100-80gb, ...)")
-    nodes: int | None = Field(None, ge=1, description="number of nodes in this pool")
-    gpus: int | None = Field(None, ge=1, description="number of devices, instead of nodes")
+    nodes: int | None = Field(None, ge=1, le=MAX_DEVICES, description="number of nodes in this pool")
+    gpus: int | None = Field(None, ge=1, le=MAX_DEVICES,
+                             description="number of devices, instead of nodes")
 
     @model_validator(mode="after")
     def check_size(self) -> PoolSection:
@@ -106,11 +136,14 @@ class ClusterSection(BaseModel):
     model_config = _STRICT
     preset: str | None = Field(
         None, description="node type (dgx-h100, gb200-nvl72, ...) or fabric preset")
-    nodes: int | None = Field(None, ge=1, description="number of nodes (a gb200-nvl72 node is a rack)")
-    gpus: int | None = Field(None, ge=1, description="number of devices, instead of nodes")
+    nodes: int | None = Field(None, ge=1, le=MAX_DEVICES,
+                              description="number of nodes (a gb200-nvl72 node is a rack)")
+    gpus: int | None = Field(None, ge=1, le=MAX_DEVICES,
+                             description="number of devices, instead of nodes")
     pools: list[PoolSection] | None = Field(
-        None, description="mixed-GPU cluster: pools of nodes of one type each, on one scale-out "
-        "network; the solver puts each pipeline stage on one pool (instead of preset/nodes/gpus)")
+        None, max_length=MAX_POOLS, description="mixed-GPU cluster: pools of nodes of one type "
+        "each, on one scale-out network; the solver puts each pipeline stage on one pool "
+        "(instead of preset/nodes/gpus)")
 
     @model_validator(mode="after")
     def check_size(self) -> ClusterSection:
@@ -131,44 +164,78 @@ class ClusterSection(BaseModel):
 
 class JobSection(BaseModel):
     model_config = _STRICT
-    seq_len: int = Field(ge=1, description="tokens per sequence")
-    global_batch: int = Field(ge=1, description="sequences per optimizer step")
+    seq_len: int = Field(ge=1, le=MAX_SEQ_LEN, description="tokens per sequence")
+    global_batch: int = Field(ge=1, le=MAX_GLOBAL_BATCH, description="sequences per optimizer step")
     precision: Precision = Field(Precision.BF16, description="bf16 | fp16 | fp8")
     flash_attention: bool = Field(True, description="fused attention: no s^2 activations stored")
     overlap_dp_comm: bool = Field(True, description="overlap gradient sync with backward")
     fp32_grads: bool = Field(True, description="accumulate and reduce gradients in fp32 "
                              "(Megatron main grads); false keeps them in bf16")
     expert_imbalance: float = Field(
-        1.1, ge=1.0, le=100.0, description="MoE: routed tokens on the busiest expert-parallel "
-        "rank over the mean (1.0 = perfectly balanced); see cost/ep.py")
+        1.1, ge=1.0, le=100.0, allow_inf_nan=False, description="MoE: routed tokens on the "
+        "busiest expert-parallel rank over the mean (1.0 = perfectly balanced); see cost/ep.py")
+
+    @model_validator(mode="after")
+    def check_tokens_per_step(self) -> JobSection:
+        tokens = self.seq_len * self.global_batch
+        if tokens > MAX_TOKENS_PER_STEP:
+            raise ValueError(
+                f"job.seq_len x job.global_batch = {self.seq_len:,} x {self.global_batch:,} = "
+                f"{tokens:,} tokens per step exceeds paraplan's limit of {MAX_TOKENS_PER_STEP:,} "
+                "(2^32; README \"Limits\")")
+        return self
 
 
 class PlanSection(BaseModel):
     model_config = _STRICT
-    dp: int | None = Field(None, ge=1)
-    tp: int | None = Field(None, ge=1)
-    pp: int | None = Field(None, ge=1)
-    cp: int | None = Field(None, ge=1)
-    ep: int | None = Field(None, ge=1)
-    etp: int | None = Field(None, ge=1, description="expert tensor-parallel degree: tp (default) or 1")
+    dp: int | None = Field(None, ge=1, le=MAX_DEVICES)
+    tp: int | None = Field(None, ge=1, le=MAX_DEVICES)
+    pp: int | None = Field(None, ge=1, le=MAX_LAYERS, description="pipeline stages (each holds a layer)")
+    cp: int | None = Field(None, ge=1, le=MAX_DEVICES)
+    ep: int | None = Field(None, ge=1, le=MAX_DEVICES)
+    etp: int | None = Field(None, ge=1, le=MAX_DEVICES,
+                            description="expert tensor-parallel degree: tp (default) or 1")
     cp_comm: CPComm | None = Field(None, description="context-parallel K/V exchange: p2p | all_gather")
-    vp: int | None = Field(None, ge=1)
-    micro_batch: int | None = Field(None, ge=1)
+    vp: int | None = Field(None, ge=1, le=MAX_LAYERS, description="virtual stages per pp rank")
+    micro_batch: int | None = Field(None, ge=1, le=MAX_GLOBAL_BATCH)
     zero: int | None = Field(None, ge=0, le=3, description="ZeRO stage; 3 = fully sharded (FSDP)")
     sequence_parallel: bool | None = None
     recompute: Recompute | list[Recompute] | None = Field(
         None, description="none | selective | full, or one per pipeline stage")
-    layers_per_stage: list[int] | None = Field(None, description="uneven pipeline stages")
-    order: list[Axis] | None = Field(None, description="rank order, innermost first")
+    layers_per_stage: list[int] | None = Field(None, max_length=MAX_LAYERS,
+                                               description="uneven pipeline stages")
+    order: list[Axis] | None = Field(None, max_length=len(Axis),
+                                     description="rank order, innermost first")
     stage_pools: list[int] | None = Field(
-        None, description="pooled clusters: the pool (index in cluster.pools) of each pipeline "
-        "stage; default for evaluate: every pool in cluster.pools order")
+        None, max_length=MAX_LAYERS, description="pooled clusters: the pool (index in "
+        "cluster.pools) of each pipeline stage; default for evaluate: every pool in cluster.pools "
+        "order")
+
+    @field_validator("recompute")
+    @classmethod
+    def check_recompute_length(
+            cls, v: Recompute | list[Recompute] | None) -> Recompute | list[Recompute] | None:
+        if isinstance(v, list) and len(v) > MAX_LAYERS:
+            raise ValueError(f"lists {len(v):,} stages; at most {MAX_LAYERS:,} (one per stage, "
+                             "and a stage holds at least one layer)")
+        return v
 
     @field_validator("layers_per_stage")
     @classmethod
     def check_layers_positive(cls, v: list[int] | None) -> list[int] | None:
         if v is not None and any(n < 1 for n in v):
-            raise ValueError(f"every stage needs at least one layer; got {v}")
+            raise ValueError(f"every stage needs at least one layer; got {show_value(v)}")
+        if v is not None and any(n > MAX_LAYERS for n in v):
+            raise ValueError(f"a stage of {show_value(max(v))} layers exceeds paraplan's limit of "
+                             f"{MAX_LAYERS:,} layers (README \"Limits\")")
+        return v
+
+    @field_validator("stage_pools")
+    @classmethod
+    def check_pool_indices(cls, v: list[int] | None) -> list[int] | None:
+        if v is not None and any(not 0 <= i < MAX_POOLS for i in v):
+            raise ValueError(f"pool indices run from 0 to {MAX_POOLS - 1} (at most {MAX_POOLS} "
+                             f"pools); got {show_value(v)}")
         return v
 
 
@@ -180,8 +247,9 @@ class SolverSection(BaseModel):
     model_config = _STRICT
     allow_uneven_stages: bool = Field(True, description="let the solver split layers unevenly")
     search_placement: bool = Field(True, description="let the solver choose the rank order")
-    max_micro_batch: int = Field(8, ge=1, description="largest micro-batch considered")
-    max_vp: int = Field(4, ge=1, description="largest interleaving degree considered")
+    max_micro_batch: int = Field(8, ge=1, le=MAX_SEARCH_MICRO_BATCH,
+                                 description="largest micro-batch considered")
+    max_vp: int = Field(4, ge=1, le=MAX_SEARCH_VP, description="largest interleaving degree considered")
     uniform_recompute: bool = Field(
         False, description="one recompute mode for every pipeline stage (what frameworks run)")
     target: SolverTarget | None = Field(
@@ -196,38 +264,147 @@ class Scenario(BaseModel):
     job: JobSection
     plan: PlanSection = Field(default_factory=PlanSection)
     solver: SolverSection = Field(default_factory=SolverSection)
+    calibration: str | None = Field(
+        None, description="calibration profile (YAML from `paraplan calibrate`) whose fitted "
+        "efficiencies replace the catalog's; a path relative to the scenario file")
 
 
 def _format(err: ValidationError) -> str:
     lines = []
     for e in err.errors():
-        where = ".".join(str(p) for p in e["loc"]) or "scenario"
+        where = ".".join(show_value(p) if isinstance(p, int) else str(p) for p in e["loc"])
+        where = where or "scenario"
         msg = e["msg"].removeprefix("Value error, ")
+        ctx = e.get("ctx") or {}
         if e["type"] == "extra_forbidden":
             msg = "unknown key (check the spelling; see README for the scenario keys)"
+        elif e["type"] == "less_than_equal":  # the limits are listed in README "Limits"
+            msg = f"{show_value(e['input'])} must be at most {show_value(ctx['le'])}"
+        elif e["type"] == "too_long":  # actual_length is None for an iterator, not a list
+            count = (f"{ctx['actual_length']:,} items" if ctx.get("actual_length")
+                     else f"more than {ctx['max_length']:,} items")
+            msg = f"lists {count}; at most {ctx['max_length']:,} are allowed"
         lines.append(f"{where}: {msg}")
+    if len(lines) == 1:
+        return f"invalid scenario: {lines[0]}"
     return "invalid scenario:\n  " + "\n  ".join(lines)
 
 
-def load_scenario(source: str | Path | dict[str, Any] | Scenario) -> Scenario:
-    """Scenario from a YAML/JSON file path or a dict; ConfigError names each bad field."""
+class _ScenarioLoader(yaml.SafeLoader):
+    """PyYAML's SafeLoader that refuses, as a YAMLError with the line and column, documents
+    nested deeper than MAX_NESTING (its composer recurses once per level) and integers too long
+    for Python's 4,300-digit string conversion limit (a ValueError otherwise)."""
+
+    _depth = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self._depth >= MAX_NESTING:
+            raise yaml.composer.ComposerError(
+                None, None, f"nested more than {MAX_NESTING} levels deep; a scenario needs 5",
+                self.peek_event().start_mark)
+        self._depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
+        try:
+            return super().construct_yaml_int(node)
+        except ValueError:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"an integer of {len(node.value):,} characters is too long",
+                node.start_mark) from None
+
+
+_ScenarioLoader.add_constructor("tag:yaml.org,2002:int", _ScenarioLoader.construct_yaml_int)
+
+
+def _read(path: Path) -> Any:
+    """The parsed YAML/JSON document of a scenario file; ConfigError names the file and the
+    cause (unreadable, too large, not UTF-8, not YAML)."""
+    try:
+        with path.open("rb") as f:
+            raw = f.read(MAX_SCENARIO_BYTES + 1)
+    except OSError as e:
+        raise ConfigError(f"cannot read scenario file {str(path)!r}: {e.strerror}") from None
+    if len(raw) > MAX_SCENARIO_BYTES:
+        raise ConfigError(f"{path}: larger than {MAX_SCENARIO_BYTES >> 20} MiB; a scenario is a "
+                          "few KB (README \"Limits\")")
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        utf16 = " (it looks like UTF-16)" if raw[:2] in (b"\xff\xfe", b"\xfe\xff") else ""
+        raise ConfigError(f"{path}: not UTF-8 text{utf16}: byte 0x{raw[e.start]:02x} at position "
+                          f"{e.start}; save the scenario as UTF-8") from None
+    try:
+        return yaml.load(text, Loader=_ScenarioLoader)  # a SafeLoader: never executes anything
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        at = f", line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        what = "; ".join(x for x in (e.context, e.problem) if x)
+        raise ConfigError(f"{path}{at}: not valid YAML/JSON: {what}") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML/JSON: {e}") from None
+    except ValueError as e:  # a value YAML recognises but cannot build, e.g. date 2024-13-01
+        raise ConfigError(f"{path}: not valid YAML/JSON: {e}") from None
+
+
+def _check_shape(data: Any, where: str) -> None:
+    """Refuse documents nested deeper than MAX_NESTING (or referring to themselves through a
+    YAML alias) or holding more than MAX_VALUES values once aliases are expanded: pydantic and
+    repr() recurse over them and walk every alias copy. Iterative; each distinct container is
+    measured once, so an alias bomb costs no more than its text."""
+    measured: dict[int, tuple[int, int]] = {}  # id -> (values, height) of a measured container
+    stack: list[tuple[Any, int, bool]] = [(data, 1, False)]  # (container, depth, children done)
+    while stack:
+        node, depth, done = stack.pop()
+        if len(node) > MAX_VALUES:
+            raise ConfigError(f"{where}: a list or mapping of {len(node):,} entries; a scenario "
+                              "needs a few hundred values")
+        children = [c for c in _entries(node) if isinstance(c, _CONTAINERS)]
+        if done:
+            sub = [measured[id(c)] for c in children]
+            values = 1 + len(node) + sum(v for v, _ in sub)
+            if values > MAX_VALUES:
+                raise ConfigError(f"{where}: holds more than {MAX_VALUES:,} values (YAML aliases "
+                                  "expanded); a scenario needs a few hundred")
+            measured[id(node)] = (values, 1 + max((h for _, h in sub), default=0))
+        elif depth + measured.get(id(node), (0, 1))[1] - 1 > MAX_NESTING:
+            raise ConfigError(f"{where}: nested more than {MAX_NESTING} levels deep (or a YAML "
+                              "alias refers to itself); a scenario needs 5")
+        elif id(node) not in measured:
+            stack.append((node, depth, True))
+            stack.extend((c, depth + 1, False) for c in children)
+
+
+_CONTAINERS = (dict, list, tuple, set, frozenset)
+
+
+def _entries(node: Any) -> list[Any]:
+    """The keys and values of a mapping, the items of any other container."""
+    return [x for kv in node.items() for x in kv] if isinstance(node, dict) else list(node)
+
+
+def load_scenario(source: str | PathLike[str] | dict[str, Any] | Scenario) -> Scenario:
+    """Scenario from a YAML/JSON file path or a dict; ConfigError names each bad field, and the
+    file and the cause when the file is no scenario document at all."""
     if isinstance(source, Scenario):
         return source
     if isinstance(source, dict):
-        data, base = source, None
-    else:
+        data, base, where = source, None, "scenario"
+    elif isinstance(source, (str, PathLike)):
         path = Path(source)
-        try:
-            text = path.read_text()
-        except OSError as e:
-            raise ConfigError(f"cannot read scenario file {str(path)!r}: {e.strerror}") from None
-        try:
-            data = yaml.safe_load(text)  # JSON is YAML; safe_load never executes anything
-        except yaml.YAMLError as e:
-            raise ConfigError(f"{path}: not valid YAML/JSON: {e}") from None
-        base = path.parent
+        if "\0" in str(path):
+            raise ConfigError(f"cannot read scenario file {str(path)!r}: the path has a NUL byte")
+        data, base, where = _read(path), path.parent, str(path)
+    else:
+        raise ConfigError(f"a scenario is a file path, a dict or a Scenario, not a "
+                          f"{type(source).__name__}")
     if not isinstance(data, dict):
-        raise ConfigError("a scenario must be a mapping with model, cluster and job sections")
+        raise ConfigError(f"{where}: a scenario must be a mapping with model, cluster and job "
+                          f"sections, not a {type(data).__name__}")
+    _check_shape(data, where)
     try:
         scenario = Scenario.model_validate(data)
     except ValidationError as e:
@@ -236,4 +413,7 @@ def load_scenario(source: str | Path | dict[str, Any] | Scenario) -> Scenario:
     if base is not None and hf and not Path(hf).is_absolute():
         model = scenario.model.model_copy(update={"hf_config": str(base / hf)})
         scenario = scenario.model_copy(update={"model": model})
+    cal = scenario.calibration
+    if base is not None and cal and not Path(cal).is_absolute():
+        scenario = scenario.model_copy(update={"calibration": str(base / cal)})
     return scenario

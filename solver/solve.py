@@ -46,6 +46,7 @@ from paraplan.solver.scale import from_ticks, resolution_for, tolerance_s
 from paraplan.solver.space import (
     Fixed,
     Options,
+    OutOfTime,
     exact_split,
     families,
     num_orders,
@@ -61,7 +62,7 @@ from paraplan.solver.tables import (
     quick_lower_bound_s,
 )
 
-__all__ = ["SolverOptions", "Solution", "Outcome", "solve_instance", "NoLayoutError",
+__all__ = ["SolverOptions", "Solution", "Outcome", "solve_instance", "NoLayoutError", "OutOfTime",
            "NoFitError", "layout_rank"]
 
 MIN_CP_SAT_S = 0.2  # past the deadline, time CP-SAT still gets to return the warm start
@@ -182,7 +183,10 @@ def _bounded_tables(graph: LayerGraph, cluster: Cluster, job: Job, fixed: Fixed,
     same_layers = not spec.is_moe or spec.num_dense_layers == 0  # pooled_pipeline_floor_s
     heap: list[tuple] = []
     tick = itertools.count()
-    for family in families(spec, cluster, job.seq_len, job.global_batch, fixed, options):
+    space = families(spec, cluster, job.seq_len, job.global_batch, fixed, options, deadline)
+    for i, family in enumerate(space):
+        if i % 256 == 0 and time.perf_counter() > deadline:
+            raise OutOfTime("the time limit ran out while bounding the layout families")
         ks = _k_choices(family, spec.num_layers, fixed, options)
         if ks == []:
             continue
@@ -245,7 +249,7 @@ def _bounded_tables(graph: LayerGraph, cluster: Cluster, job: Job, fixed: Fixed,
             computed.append(tab)
             if tab.upper_bound_s < float("inf"):
                 uppers = sorted(uppers + [tab.upper_bound_s])[:top]
-    num_layouts = _space_size(spec, cluster, job, fixed, options)
+    num_layouts = _space_size(space, spec, fixed, options, deadline)
     if not computed and out_of_time:
         return _Candidates([], num_layouts, discarded, unfit + len(unfit_terms), out_of_time)
     if not computed and options.layout_filter is not None:  # unfit families it would refuse
@@ -273,13 +277,18 @@ def _fits(terms: StageTerms, recomputes: list[Recompute], num_layers: int,
     return fits_some_split(layer_caps(terms, recomputes, k_hi, stage_modes), pp, k_total, uniform)
 
 
-def _space_size(spec: ModelSpec, cluster: Cluster, job: Job, fixed: Fixed, options: Options
-                ) -> int:
-    """Layouts in the space: families x ZeRO stages x rank orders (before dominance pruning)."""
+def _space_size(space: list[Plan], spec: ModelSpec, fixed: Fixed, options: Options,
+                deadline: float) -> int:
+    """Layouts in the space: families x ZeRO stages x rank orders (before dominance pruning);
+    0 when the deadline has passed (the count is a report, not part of the proof)."""
     cache: dict = {}
-    return sum(len(zeros(f, fixed, options=options)) * num_orders(f, fixed, options, cache)
-               for f in families(spec, cluster, job.seq_len, job.global_batch, fixed, options)
-               if _k_choices(f, spec.num_layers, fixed, options) != [])
+    total = 0
+    for i, f in enumerate(space):
+        if i % 1024 == 0 and time.perf_counter() > deadline:
+            return 0
+        if _k_choices(f, spec.num_layers, fixed, options) != []:
+            total += len(zeros(f, fixed, options=options)) * num_orders(f, fixed, options, cache)
+    return total
 
 
 def _least_memory(num_layers: int, recomputes: list[Recompute], unfit: list[StageTerms]) -> float:

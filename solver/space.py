@@ -37,10 +37,12 @@ Degrees are the same on every pool (Megatron-LM and NeMo build one process-group
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
+from functools import cache
 from itertools import permutations
-from math import factorial, gcd
+from math import factorial, gcd, isqrt
 
 from paraplan.cost import DEFAULT_ORDER, Axis, CPComm, Plan, Recompute, allgather_s, group_span
 from paraplan.cost.comm import alltoall_s, p2p_s
@@ -113,9 +115,20 @@ def exact_split(layout: Plan, num_layers: int, fixed: Fixed, options: Options
     return tuple(split)
 
 
+@cache
 def divisors(n: int) -> list[int]:
-    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
+    """Every divisor of n, ascending (trial division to isqrt(n): exact for any int)."""
+    small = [d for d in range(1, isqrt(n) + 1) if n % d == 0]
     return sorted(set(small + [n // d for d in small]))
+
+
+class OutOfTime(RuntimeError):
+    """The deadline passed while the space was being enumerated."""
+
+
+def _on_time(deadline: float) -> None:
+    if time.perf_counter() > deadline:
+        raise OutOfTime("the time limit ran out while enumerating the search space")
 
 
 def _allowed(value: int, fixed: int | None) -> bool:
@@ -260,11 +273,12 @@ def _orders(plan: Plan, cluster: Cluster, fixed: Fixed, options: Options,
 
 
 def families(spec: ModelSpec, cluster: Cluster, seq_len: int, global_batch: int,
-             fixed: Fixed, options: Options) -> list[Plan]:
+             fixed: Fixed, options: Options, deadline: float = float("inf")) -> list[Plan]:
     """Every layout family: degrees, ep, micro-batch, vp and SP fixed; ZeRO and the rank order
-    left to ``zeros`` and ``orders`` (placeholders here: the first ZeRO stage, Megatron's order)."""
+    left to ``zeros`` and ``orders`` (placeholders here: the first ZeRO stage, Megatron's order).
+    OutOfTime once ``deadline`` (time.perf_counter) has passed."""
     if cluster.pools:
-        return _pooled_families(spec, cluster, seq_len, global_batch, fixed, options)
+        return _pooled_families(spec, cluster, seq_len, global_batch, fixed, options, deadline)
     n = cluster.num_devices
     out: list[Plan] = []
     cps = [c for c in (1, 2, 4, 8, 16, 32, 64)
@@ -277,6 +291,7 @@ def families(spec: ModelSpec, cluster: Cluster, seq_len: int, global_batch: int,
         for cp in cps:
             if (n // tp) % cp:
                 continue
+            _on_time(deadline)
             for pp in divisors(n // (tp * cp)):
                 dp = n // (tp * cp * pp)
                 if pp > spec.num_layers or not _allowed(pp, fixed.pp) or not _allowed(dp, fixed.dp):
@@ -292,8 +307,8 @@ def _families_of(spec: ModelSpec, global_batch: int, dp: int, tp: int, pp: int, 
                  fixed: Fixed, options: Options) -> list[Plan]:
     out: list[Plan] = []
     per_replica = global_batch // dp
-    mbs = [mb for mb in divisors(per_replica)
-           if mb <= options.max_micro_batch and _allowed(mb, fixed.micro_batch)]
+    mbs = [mb for mb in range(1, min(options.max_micro_batch, per_replica) + 1)
+           if per_replica % mb == 0 and _allowed(mb, fixed.micro_batch)]
     fixed_mb = fixed.micro_batch
     if fixed_mb is not None and fixed_mb not in mbs and per_replica % fixed_mb == 0:
         mbs = [fixed_mb]  # a fixed micro-batch above solver.max_micro_batch is still allowed
@@ -306,8 +321,8 @@ def _families_of(spec: ModelSpec, global_batch: int, dp: int, tp: int, pp: int, 
     for mb in mbs:
         m = per_replica // mb
         if pp > 1:
-            vps = [v for v in range(1, options.max_vp + 1)
-                   if (v == 1 or m % pp == 0) and spec.num_layers >= pp * v]
+            vps = [v for v in range(1, min(options.max_vp, spec.num_layers // pp) + 1)
+                   if v == 1 or m % pp == 0]
         else:
             vps = [1]
         for vp in (v for v in vps if _allowed(v, fixed.vp)):
@@ -385,19 +400,36 @@ def layouts(spec: ModelSpec, cluster: Cluster, seq_len: int, global_batch: int,
                                 prune_dominated=prune_dominated, cache=cache)]
 
 
-def _pool_sequences(cluster: Cluster, fixed: Fixed) -> list[tuple[int, ...]]:
-    """Ordered selections of pools: every non-empty subset in every order (or the fixed one)."""
+def _pool_sequences(cluster: Cluster, fixed: Fixed) -> Iterator[tuple[int, ...]]:
+    """Ordered selections of pools: every non-empty subset in every order (or the fixed one),
+    up to the symmetry of identical pools (same node type and size: exchanging two changes no
+    cost), of which only the first ones are used, in index order."""
     if fixed.stage_pools is not None:
-        return [pool_sequence(fixed.stage_pools)]
-    ids = range(len(cluster.pools))
-    return [seq for k in range(1, len(cluster.pools) + 1) for seq in permutations(ids, k)]
+        yield pool_sequence(fixed.stage_pools)
+        return
+    classes: dict[tuple, list[int]] = {}
+    for i, pool in enumerate(cluster.pools):
+        classes.setdefault(repr(pool), []).append(i)  # equal fields: an identical pool
+    members = list(classes.values())
+
+    def extend(seq: tuple[int, ...], used: tuple[int, ...]) -> Iterator[tuple[int, ...]]:
+        if seq:
+            yield seq
+        for c, ids in enumerate(members):
+            if used[c] < len(ids):
+                yield from extend(seq + (ids[used[c]],),
+                                  used[:c] + (used[c] + 1,) + used[c + 1:])
+
+    yield from extend((), (0,) * len(members))
 
 
 def _pooled_families(spec: ModelSpec, cluster: Cluster, seq_len: int, global_batch: int,
-                     fixed: Fixed, options: Options) -> list[Plan]:
+                     fixed: Fixed, options: Options, deadline: float = float("inf")
+                     ) -> list[Plan]:
     """``families`` on a pooled cluster (module docstring), each with its ``stage_pools``."""
     out: list[Plan] = []
     for seq in _pool_sequences(cluster, fixed):
+        _on_time(deadline)
         g = gcd(*(cluster.pools[p].num_devices for p in seq))
         cps = [c for c in (1, 2, 4, 8, 16, 32, 64)
                if g % c == 0 and seq_len % (2 * c) == 0 and _allowed(c, fixed.cp)]
