@@ -40,7 +40,7 @@ from paraplan.errors import ConfigError, ExportError, ParaplanError
 
 T = TypeVar("T")
 
-__all__ = ["Draw", "RandomDraw", "PropertyFailure", "Case", "valid_case", "evaluate_case",
+__all__ = ["Draw", "RandomDraw", "PropertyFailure", "Case", "valid_case", "evaluate_case", "check_neighbours",
            "malformed_case",
            "api_args", "check_solve", "check_error", "solve_timed", "run_case",
            "TIME_MARGIN_S", "TIME_FACTOR"]

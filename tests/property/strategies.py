@@ -55,12 +55,12 @@ def evaluate_cases(draw: Any) -> Case:
 
 
 @st.composite
-def malformed_cases(draw: Any, known_bad: bool = False) -> Case:
-    return malformed_case(HypothesisDraw(draw), known_bad=known_bad)
+def malformed_cases(draw: Any, known_bad: bool = True, extreme: bool = False) -> Case:
+    return malformed_case(HypothesisDraw(draw), known_bad=known_bad, extreme=extreme)
 
 
 @st.composite
-def api_arg_cases(draw: Any, known_bad: bool = False) -> Case:
+def api_arg_cases(draw: Any, known_bad: bool = True) -> Case:
     return api_args(HypothesisDraw(draw), known_bad=known_bad)
 
 

@@ -96,7 +96,5 @@ def test_nan_time_limit_exits_one(tmp_path: Path) -> None:
     _clean_error(_cli("plan", _write(tmp_path, SMALL), "--time-limit", "nan", "--json"), 1)
 
 
-@pytest.mark.xfail(reason="issue 16: a binary scenario file crashes with a traceback "
-                   "(UnicodeDecodeError); remove once main has the schema fix", strict=False)
 def test_binary_scenario_exits_one_without_traceback(tmp_path: Path) -> None:
     _clean_error(_cli("plan", _write(tmp_path, bytes(range(256)) * 4), "--time-limit", "5"), 1)
