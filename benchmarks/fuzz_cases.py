@@ -219,15 +219,15 @@ def _plan_knobs(d: Draw, devices: int, layers: int, batch: int, seq_len: int,
                 is_moe: bool, experts: int, num_pools: int) -> dict[str, Any]:
     """A subset of knobs, mostly consistent with the drawn sizes, sometimes not."""
     plan: dict[str, Any] = {}
-    tp = d.choice(_divisors(devices)) if d.chance(0.3) else None
+    tp = d.choice(_divisors(devices) + [3, 5]) if d.chance(0.3) else None  # 3, 5: often invalid
     if tp is not None:
         plan["tp"] = tp
-    rest = devices // (tp or 1)
+    rest = max(1, devices // (tp or 1))
     if d.chance(0.2):
         plan["cp"] = d.choice((1, 2, 4))
     pp = None
     if d.chance(0.3) and not num_pools:
-        pp = d.choice([p for p in _divisors(rest) if p <= layers] or [1])
+        pp = d.choice([p for p in _divisors(rest) if p <= layers] + [layers + 1])
         plan["pp"] = pp
     if d.chance(0.15):
         plan["dp"] = d.choice(_divisors(rest))

@@ -4,10 +4,13 @@ not on main (an XPASS in the summary means the marker should go)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
 import pytest
+import yaml
 
 import paraplan
 from benchmarks.fuzz_cases import Case, check_neighbours, run_case
@@ -62,13 +65,43 @@ def test_plan_does_not_depend_on_workers() -> None:
             "job": {"seq_len": 128, "global_batch": 139}}, workers=1, time_limit_s=5.0)
 
 
-@_xfail("FINDINGS F1: intermittently ~7.9 s on a 5 s limit: a runner-up _solve_once started just "
-        "before the deadline keeps solving kept layouts while it has no solution "
+STARTUP_S = 4.0  # a fresh interpreter importing paraplan and OR-Tools on a loaded 2-core box
+
+
+def _cli_within_limit(tmp_path: Path, scenario: dict, limit_s: float, *args: str) -> None:
+    """``paraplan plan`` returns (any exit code) within limit x 1.2 + 1 s (+ start-up); a
+    subprocess, so a runaway solve costs the test no more than that."""
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(scenario))
+    budget = limit_s * 1.2 + 1.0 + STARTUP_S
+    try:
+        subprocess.run([sys.executable, "-m", "paraplan.cli", "plan", str(path), "--time-limit",
+                        str(limit_s), *args], capture_output=True, timeout=budget, check=False)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"paraplan plan --time-limit {limit_s} still running after {budget:.1f} s")
+
+
+@_xfail("FINDINGS F1/F9: intermittently ~7.9 s on a 5 s limit: a runner-up _solve_once started "
+        "just before the deadline keeps solving kept layouts while it has no solution "
         "(solver/solve.py)")
-def test_top_k_honours_the_time_limit() -> None:
-    _check({"model": {"preset": "qwen3-32b"}, "cluster": {"preset": "gb300-nvl72", "nodes": 7},
-            "job": {"seq_len": 128, "global_batch": 12}},
-           deep=False, strict_time=True, top=2, seed=1, time_limit_s=5.0)
+def test_top_k_honours_the_time_limit(tmp_path: Path) -> None:
+    _cli_within_limit(tmp_path, {"model": {"preset": "qwen3-32b"},
+                                 "cluster": {"preset": "gb300-nvl72", "nodes": 7},
+                                 "job": {"seq_len": 128, "global_batch": 12}},
+                      5.0, "--top", "2", "--seed", "1")
+
+
+@_xfail("FINDINGS F10: bounding uses the whole limit, then _solve_once (no solution yet) solves "
+        "all 68 kept layouts past the deadline, ~0.4 s each: 33-52 s on a 5 s limit "
+        "(solver/solve.py)")
+def test_pooled_cluster_honours_the_time_limit(tmp_path: Path) -> None:
+    _cli_within_limit(tmp_path, {"model": {"preset": "gpt-neox-20b"},
+                                 "cluster": {"pools": [{"preset": "gb200-nvl72-64", "gpus": 2},
+                                                       {"preset": "hgx-h800", "gpus": 16},
+                                                       {"preset": "dgx-b200", "gpus": 4}]},
+                                 "job": {"seq_len": 1024, "global_batch": 12,
+                                         "precision": "fp8"}},
+                      3.0, "--workers", "1")
 
 
 def test_infinite_time_limit_is_refused_or_strict_json() -> None:
