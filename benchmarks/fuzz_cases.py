@@ -724,8 +724,11 @@ def check_fields(scenario: Any, result: Any, args: dict[str, Any] | None = None)
         problems.append(f"step_time_s {pr.step_time_s}")
     if not 0 < pr.mfu <= 1:
         problems.append(f"mfu {pr.mfu}")
-    if pr.fits_memory and pr.peak_memory_bytes > pr.memory_capacity_bytes * (1 + 1e-9):
-        problems.append("fits_memory but peak > capacity")
+    for st in pr.stages:  # each stage against its own pool's memory (pooled clusters)
+        pool = inst.cluster.pools[st.pool] if st.pool is not None else inst.cluster
+        if pr.fits_memory and st.total_bytes > pool.memory_capacity_bytes * (1 + 1e-9):
+            problems.append(f"fits_memory but stage {st.stage} needs {st.total_bytes:.4g} B of "
+                            f"{pool.memory_capacity_bytes:.4g} B")
     if pr.num_micro_batches != p.grad_accum:
         problems.append("num_micro_batches != grad_accum")
     sv = result.solver
