@@ -3,9 +3,11 @@ process under a memory cap and a watchdog, classified and written out with minim
 
     python -m benchmarks.fuzz --n 10000 --seed 1 --out benchmarks/results/tmp/fuzz --jobs 2
 
-Cases (benchmarks/fuzz_cases.py): valid scenarios (every property, ``--deep`` share of them also
-neighbours, top=1 vs top=3 and 1 vs 2 workers), malformed documents (huge, deep and alias-bomb
-ones included) and odd API arguments. Each case is classified as
+Cases (benchmarks/fuzz_cases.py; properties: benchmarks/fuzz_checks.py): valid scenarios (every
+property; a ``--deep`` share of them also neighbours, enumeration, top=1 vs top=3 and 1 vs 2
+workers; a ``--large`` share presets on 96-4,608 devices), ``evaluate`` of fully fixed plans,
+malformed documents (huge, deep and alias-bomb ones included) and odd API arguments. Each case is
+classified as
 
 - ``ok``: a Result or a ParaplanError that passed every check (``ok:Result``, ``ok:ConfigError``...);
 - ``violation``: a property broke (``violation:neighbour``, ``violation:time``, ...);
@@ -92,7 +94,7 @@ def _limit(case: Any) -> float:
 
 def classify(case: Any, deep: bool, where: Path) -> dict[str, Any]:
     """Run one case in this process; the record of its outcome (module docstring)."""
-    from benchmarks.fuzz_cases import PropertyFailure, run_case
+    from benchmarks.fuzz_checks import PropertyFailure, run_case
     from paraplan.errors import ParaplanError
 
     start = time.perf_counter()
@@ -118,7 +120,7 @@ def classify(case: Any, deep: bool, where: Path) -> dict[str, Any]:
 
 def _worker(conn: Any, mem_bytes: int, dump_path: str) -> None:
     """Answer (case, deep) requests until told to stop; memory capped, hangs dumped."""
-    from benchmarks import fuzz_cases
+    from benchmarks import fuzz_checks
 
     if mem_bytes:
         resource.setrlimit(resource.RLIMIT_AS, (mem_bytes, mem_bytes))
@@ -129,10 +131,10 @@ def _worker(conn: Any, mem_bytes: int, dump_path: str) -> None:
         t = limit if isinstance(limit, float | int) and 0 < limit < 1e6 else 30.0
         dump.seek(0)
         dump.truncate()
-        faulthandler.dump_traceback_later(t * fuzz_cases.TIME_FACTOR + fuzz_cases.TIME_MARGIN_S + 1,
+        faulthandler.dump_traceback_later(t * fuzz_checks.TIME_FACTOR + fuzz_checks.TIME_MARGIN_S + 1,
                                           file=dump)
 
-    fuzz_cases.WATCH.append((before, faulthandler.cancel_dump_traceback_later))
+    fuzz_checks.WATCH.append((before, faulthandler.cancel_dump_traceback_later))
     while True:
         msg = conn.recv()
         if msg is None:

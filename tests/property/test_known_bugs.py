@@ -1,5 +1,5 @@
 """Issue 16's wrong answers and the suite's own findings, each as one case through the same
-property checks (benchmarks/fuzz_cases.py): regression cases once fixed, xfail while the fix is
+property checks (benchmarks/fuzz_checks.py): regression cases once fixed, xfail while the fix is
 not on main (an XPASS in the summary means the marker should go)."""
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ import pytest
 import yaml
 
 import paraplan
-from benchmarks.fuzz_cases import Case, check_neighbours, run_case
+from benchmarks.fuzz_cases import Case
+from benchmarks.fuzz_checks import check_neighbours, run_case
 
 SMALL = {"model": {"layers": 3, "hidden": 512, "ffn_hidden": 2048, "heads": 8, "vocab": 1000},
          "cluster": {"preset": "dgx-a100-80gb", "gpus": 4}, "job": {"seq_len": 1024, "global_batch": 16}}

@@ -11,7 +11,8 @@ from pathlib import Path
 
 from hypothesis import given
 
-from benchmarks.fuzz_cases import Case, run_case
+from benchmarks.fuzz_cases import Case
+from benchmarks.fuzz_checks import run_case
 from tests.property.strategies import api_arg_cases, malformed_cases, settings_for
 
 

@@ -26,7 +26,8 @@ from pathlib import Path
 
 from hypothesis import event, given
 
-from benchmarks.fuzz_cases import Case, run_case
+from benchmarks.fuzz_cases import Case
+from benchmarks.fuzz_checks import run_case
 from tests.property.strategies import evaluate_cases, settings_for, valid_cases
 
 STRICT_TIME = os.environ.get("PARAPLAN_PROPERTY_STRICT_TIME") == "1"
