@@ -392,7 +392,7 @@ def load_scenario(source: str | PathLike[str] | dict[str, Any] | Scenario) -> Sc
     if isinstance(source, Scenario):
         return source
     if isinstance(source, dict):
-        data, base, where = source, None, "scenario"
+        data, base, where = source, Path.cwd(), "scenario"  # relative paths: from here
     elif isinstance(source, (str, PathLike)):
         path = Path(source)
         if "\0" in str(path):
@@ -411,9 +411,9 @@ def load_scenario(source: str | PathLike[str] | dict[str, Any] | Scenario) -> Sc
         raise ConfigError(_format(e)) from None
     hf = scenario.model.hf_config
     if base is not None and hf and not Path(hf).is_absolute():
-        model = scenario.model.model_copy(update={"hf_config": str(base / hf)})
+        model = scenario.model.model_copy(update={"hf_config": str((base / hf).resolve())})
         scenario = scenario.model_copy(update={"model": model})
     cal = scenario.calibration
     if base is not None and cal and not Path(cal).is_absolute():
-        scenario = scenario.model_copy(update={"calibration": str(base / cal)})
+        scenario = scenario.model_copy(update={"calibration": str((base / cal).resolve())})
     return scenario
