@@ -24,8 +24,9 @@ Knobs a source does not give take documented defaults, listed in ``Case.defaults
   2048") take the expert width after "expert" and the rest from the preset, as other MoE rows;
 - ZeRO: "ZeRO-3" -> 3, FSDP SHARD_GRAD_OP "(ZeRO-2)" -> 2, other FSDP -> 3; LoRA rows are skipped
   (frozen base weights: no gradients or optimizer state for them), SFT rows map as pre-training;
-- precision: any "fp8" (tensorwise FP8-CS, "FP8", "FP8 (recipe not named on page)", FP8-MX, MXFP8)
-  -> fp8 and "fp16" -> fp16 as before, else bf16; NVFP4 rows are skipped (not modelled yet).
+- precision: NVFP4 -> nvfp4, MXFP8 / "FP8-MX" -> mxfp8 (both mapped to fp8 before 2026-11-30,
+  when paraplan had one FP8 format), blockwise -> fp8_blockwise, any other FP8 (FP8-CS, "FP8",
+  "FP8 (recipe not named on page)") -> fp8, "fp16" -> fp16, else bf16.
 Rows whose hardware or architecture paraplan does not model yet (TPU, the H100 96GB HBM2e part,
 hybrid Mamba models without published dimensions, MoE models without a preset), or that give no
 step time, are skipped with the reason; ``benchmarks.fidelity`` counts each reason.
@@ -98,6 +99,21 @@ def _step_time_s(row: dict[str, str]) -> float | None:
         return (int(row["global_batch_seqs"]) * int(row["seq_len"])
                 / (float(row["tokens_per_sec_per_gpu"]) * int(row["n_gpus"])))
     return None
+
+
+def _precision(text: str) -> str:
+    """Job precision of a row: NVFP4 -> nvfp4; MXFP8 / "FP8-MX" -> mxfp8; blockwise -> fp8_blockwise;
+    any other FP8 (FP8-CS, "FP8", recipe not named, torchao float8) -> fp8; fp16 -> fp16; else bf16."""
+    t = text.lower()
+    if "nvfp4" in t:
+        return "nvfp4"
+    if "mxfp8" in t or "fp8-mx" in t:
+        return "mxfp8"
+    if "fp8" in t and "block" in t:
+        return "fp8_blockwise"
+    if "fp8" in t:
+        return "fp8"
+    return "fp16" if "fp16" in t else "bf16"
 
 
 def _publication(source: str) -> str:
@@ -183,8 +199,6 @@ def _row_case(row: dict[str, str]) -> Case | Skipped:
         return Skipped(rid, label, "no step time or tokens/s published")
     if row["task"] == "lora":
         return Skipped(rid, label, "LoRA fine-tuning not modelled (frozen base weights)")
-    if "nvfp4" in row["precision"].lower():
-        return Skipped(rid, label, "precision NVFP4 not modelled")
     moe = _moe_fields(row)
     if row["moe_experts"] and not moe:
         return Skipped(rid, label, "MoE model without a matching preset")
@@ -210,8 +224,7 @@ def _row_case(row: dict[str, str]) -> Case | Skipped:
     if not sp_text and tp > 1:
         defaults.append("sequence_parallel=on")
     vocab = _int(row["vocab_size"]) or _GPT3_VOCAB
-    precision = "fp8" if "fp8" in row["precision"].lower() else (
-        "fp16" if "fp16" in row["precision"].lower() else "bf16")
+    precision = _precision(row["precision"])
     rec = _recompute(row["recompute"])
     key = row["source_key"]
     scenario = {

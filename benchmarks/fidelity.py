@@ -42,7 +42,8 @@ from benchmarks.calibration_set import Case, Skipped, load_cases
 from paraplan.errors import ConfigError
 from paraplan.instance import build_instance, fixed_plan
 
-__all__ = ["Row", "evaluate_case", "fidelity_rows", "scored_rows", "summary", "constant_mfu_errors", "main"]
+__all__ = ["Row", "evaluate_case", "fidelity_cases", "fidelity_rows", "scored_rows", "summary",
+           "constant_mfu_errors", "main"]
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,11 @@ def scored_rows() -> tuple[list[Row], list[Skipped]]:
         except ConfigError as e:
             skipped.append(Skipped(c.row_id, c.label, f"plan not expressible: {str(e)[:60]}"))
     return rows, skipped
+
+
+def fidelity_cases() -> list[Case]:
+    """The mapped cases the model accepts (those ``scored_rows`` scores)."""
+    return [r.case for r in fidelity_rows()]
 
 
 def fidelity_rows() -> list[Row]:
