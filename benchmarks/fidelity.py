@@ -9,7 +9,8 @@ Coverage beyond dense 2-8K runs (tests/test_fidelity.py): the mixture-of-experts
 (Megatron-Bridge 25.11 Qwen3-30B-A3B, 128 experts of width 768, top-8, balanced routing: rows 332
 on 8 GB200 and 340 on 8 B200 within 15%, 323 on 8 GB300 +23%, row 346 on 16 H100 below), the
 32K-token rows (MosaicML MPT on A100), the cp = 2 rows (NeMo 24.07 Llama 3) and the GB300 rows
-(316-318, 323), predicted with no parameter fitted to GB300.
+(316-318, 323; blackwell_ultra is fitted since the 312-row sync). Cross-validation by held-out
+source: ``python -m benchmarks.crossval``.
 
 The four MoE rows pull in opposite directions, which is why no MoE term is fitted further: the
 GB300 run is 22% faster than the same GB200 run (only attention differs in the model, worth 9%),

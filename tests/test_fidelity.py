@@ -34,8 +34,8 @@ def test_covers_the_supported_rows(scored) -> None:
 
 def test_median_and_p90_error(rows) -> None:
     median, p90 = summary([r.error for r in rows])
-    assert median <= 0.10, f"median |error| {median:.1%}"
-    assert p90 <= 0.25, f"p90 |error| {p90:.1%}"
+    assert median <= 0.085, f"median |error| {median:.1%}"  # 7.9% on 225 runs (2026-11-30)
+    assert p90 <= 0.21, f"p90 |error| {p90:.1%}"  # 19.2%
 
 
 def test_beats_the_constant_mfu_estimate(rows) -> None:
@@ -79,9 +79,8 @@ def test_moe_rows_on_blackwell_within_15_percent(rows) -> None:
 
 
 def test_gb300_rows_predicted_from_blackwell_within_25_percent(rows) -> None:
-    """GB300 has no fitted parameters: Blackwell's fit with the vendor's doubled attention
-    (hardware/data/efficiency.yaml). Its four runs are an out-of-sample check of that transfer,
-    held to the calibration set's p90 bar."""
+    """GB300 (blackwell_ultra) is fitted since 2026-11-30 to its 13 scored B300/GB300 runs
+    (hardware/data/efficiency.yaml); these four stay within the calibration set's p90 bar."""
     by_id = _by_id(rows)
     assert set(GB300_ROWS) <= set(by_id), sorted(set(GB300_ROWS) - set(by_id))
     assert all(by_id[i].case.scenario["cluster"]["preset"] == "gb300-nvl72" for i in GB300_ROWS)
