@@ -166,7 +166,8 @@ class JobSection(BaseModel):
     model_config = _STRICT
     seq_len: int = Field(ge=1, le=MAX_SEQ_LEN, description="tokens per sequence")
     global_batch: int = Field(ge=1, le=MAX_GLOBAL_BATCH, description="sequences per optimizer step")
-    precision: Precision = Field(Precision.BF16, description="bf16 | fp16 | fp8")
+    precision: Precision = Field(
+        Precision.BF16, description="bf16 | fp16 | fp8 (per-tensor scaling) | fp8_blockwise | mxfp8 | nvfp4")
     flash_attention: bool = Field(True, description="fused attention: no s^2 activations stored")
     overlap_dp_comm: bool = Field(True, description="overlap gradient sync with backward")
     fp32_grads: bool = Field(True, description="accumulate and reduce gradients in fp32 "
