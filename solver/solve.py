@@ -482,8 +482,9 @@ def solve_instance(graph: LayerGraph, cluster: Cluster, job: Job, fixed: Fixed, 
         _check(graph, cluster, job, sol, kept[idx].k_total, resolution_s)
         solutions.append(sol)
         excluded.append(idx)
-    return Outcome(status, solutions, bound, time.perf_counter() - start, cand.num_layouts,
-                   cand.num_layouts - len(kept))
+    counted = max(cand.num_layouts, len(kept))  # the count stops at the deadline
+    return Outcome(status, solutions, bound, time.perf_counter() - start, counted,
+                   counted - len(kept))
 
 
 def _check(graph: LayerGraph, cluster: Cluster, job: Job, sol: Solution, k_total: int,
