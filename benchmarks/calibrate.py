@@ -6,8 +6,10 @@
 Coordinate descent over physical parameters only (per generation: large-GEMM efficiency per
 precision, fused-attention efficiency, fixed per-kernel overhead), minimising
 median(|log(pred/pub)|) + p90(|log(pred/pub)|) over the rows of that generation. HBM efficiency
-stays at its measured prior (hardware.json hbm_stream, 0.8). The result is pasted into the data
-file with the date; never per-row constants. Generations in ``NOT_FITTED`` are only checked.
+stays at its measured prior (hardware.json hbm_stream, 0.8). The descent starts from the physical
+priors of the data file (``priors:``, MAMF fractions); a parameter is fitted only where at least
+``MIN_ROWS`` runs use it. The result is pasted into the data file with the date; never per-row
+constants. ``fit_table`` is also what ``benchmarks.crossval`` refits with one source held out.
 """
 
 from __future__ import annotations
@@ -16,24 +18,34 @@ import importlib
 import math
 import statistics
 import sys
-from collections import defaultdict
+from collections import Counter, defaultdict
+from contextlib import contextmanager
+from dataclasses import replace
+from importlib import resources
 
 import yaml
 
-from benchmarks.calibration_set import Case, load_cases
-from benchmarks.fidelity import _quantile, evaluate_case
+from benchmarks.calibration_set import Case
+from benchmarks.fidelity import _quantile, evaluate_case, fidelity_cases
 from paraplan.instance import build_instance
 from paraplan.schema import load_scenario
 
 eff_module = importlib.import_module("paraplan.hardware.efficiency")
 
-PARAMS = ("gemm_bf16", "gemm_fp8", "attention", "kernel_overhead_us")
-STEPS = {"gemm_bf16": 0.02, "gemm_fp8": 0.02, "attention": 0.04, "kernel_overhead_us": 2.0}
-BOUNDS = {"gemm_bf16": (0.3, 0.95), "gemm_fp8": (0.25, 0.95), "attention": (0.15, 0.9),
-          "kernel_overhead_us": (0.0, 20.0)}
-# Derived from another generation by a documented hardware factor (efficiency.yaml); their runs
-# check the derivation and are not fitted.
-NOT_FITTED = frozenset({"blackwell_ultra"})
+GEMM_PARAM = {"bf16": "gemm_bf16", "fp16": "gemm_bf16", "fp8": "gemm_fp8",
+              "fp8_blockwise": "gemm_fp8_blockwise", "mxfp8": "gemm_mxfp8", "nvfp4": "gemm_nvfp4"}
+SHARED = ("attention", "kernel_overhead_us")
+LOG_STEP = 0.03  # multiplicative step of the fractions (3%)
+OVERHEAD_STEP_US = 2.0
+BOUNDS = {"attention": (0.1, 0.9), "kernel_overhead_us": (0.0, 30.0)}
+GEMM_BOUNDS = (0.2, 0.95)
+MIN_ROWS = 3  # a parameter is fitted only to at least this many runs (never to one row)
+
+
+def priors() -> dict[str, dict[str, float]]:
+    """The physical priors of ``efficiency.yaml`` (``priors:``), every parameter filled."""
+    text = resources.files("paraplan.hardware").joinpath("data/efficiency.yaml").read_text()
+    return {g: dict(v) for g, v in yaml.safe_load(text)["priors"].items()}
 
 
 def _generation(case: Case) -> str:
@@ -41,43 +53,73 @@ def _generation(case: Case) -> str:
     return inst.cluster.accelerator.generation
 
 
+def _fixed_recompute(case: Case) -> Case:
+    """The case with recompute fixed to what ``evaluate_case`` picks under the committed table."""
+    if case.recompute_given:
+        return case
+    mode = evaluate_case(case).recompute
+    return replace(case, scenario={**case.scenario, "plan": {**case.scenario["plan"],
+                                                            "recompute": mode}},
+                   recompute_given=True)
+
+
+def _log_errors(cases: list[Case]) -> list[float]:
+    return [abs(math.log(evaluate_case(c).predicted_s / c.published_step_s)) for c in cases]
+
+
 def _loss(cases: list[Case]) -> float:
-    errs = [abs(math.log(evaluate_case(c).predicted_s / c.published_step_s)) for c in cases]
+    errs = _log_errors(cases)
     return statistics.median(errs) + _quantile(errs, 0.9)
 
 
-def _set(table: dict, gen: str, name: str, value: float) -> None:
-    table[gen][name] = value
-    eff_module._raw.cache_clear()
-
-
-def fit(rounds: int = 3) -> dict:
-    table = eff_module._raw()
+@contextmanager
+def _table(table: dict):
+    """Evaluate with ``table`` as efficiency.yaml's generations."""
     original = eff_module._raw
     eff_module._raw = lambda: table  # type: ignore[assignment]
     eff_module._raw.cache_clear = lambda: None  # type: ignore[attr-defined]
     try:
-        cases, _ = load_cases()
+        yield
+    finally:
+        eff_module._raw = original
+
+
+def fit_table(cases: list[Case], start: dict[str, dict[str, float]], rounds: int = 2,
+              log=None, reuse: tuple[dict, dict[str, list[str]]] | None = None,
+              only: set[str] | None = None) -> tuple[dict[str, dict[str, float]], dict[str, list[str]]]:
+    """Fit, per generation, the parameters at least ``MIN_ROWS`` of ``cases`` are sensitive to,
+    starting from ``start`` (coordinate descent on median + p90 |log(pred/pub)|). A parameter no
+    generation's rows determine keeps its prior times the geometric-mean fitted/prior ratio of the
+    same parameter where it was fitted (the transfer the old Hopper BF16 prior used), else the
+    prior. Returns the table and the fitted parameter names per generation. With ``reuse`` (a
+    previous result on a superset of the cases) and ``only``, generations outside ``only`` take
+    the previous fit unchanged (their cases are the same) and only ``only`` is refitted."""
+    table = {g: dict(v) for g, v in start.items()}
+    fitted: dict[str, list[str]] = {}
+    with _table(table):
         by_gen: dict[str, list[Case]] = defaultdict(list)
         for c in cases:
             by_gen[_generation(c)].append(c)
-        for gen, gcases in by_gen.items():
-            if gen in NOT_FITTED:
-                print(f"{gen}: {len(gcases)} runs, loss {_loss(gcases):.4f} (derived, not fitted)",
-                      file=sys.stderr)
+        for gen, gcases in sorted(by_gen.items()):
+            if reuse is not None and only is not None and gen not in only:
+                names = reuse[1].get(gen, [])
+                table[gen].update({n: reuse[0][gen][n] for n in names})
+                fitted[gen] = names
                 continue
-            precisions = {c.scenario["job"]["precision"] for c in gcases}
-            names = [p for p in PARAMS
-                     if not (p == "gemm_fp8" and "fp8" not in precisions)
-                     and not (p == "gemm_bf16" and precisions == {"fp8"})]
+            counts = Counter(GEMM_PARAM[c.scenario["job"]["precision"]] for c in gcases)
+            names = [n for n, k in sorted(counts.items()) if k >= MIN_ROWS]
+            names += [n for n in SHARED if len(gcases) >= MIN_ROWS]
+            fitted[gen] = names
             best = _loss(gcases)
             for _ in range(rounds):
                 for name in names:
+                    lo, hi = BOUNDS.get(name, GEMM_BOUNDS)
                     for direction in (+1, -1):
                         while True:
                             old = table[gen][name]
-                            lo, hi = BOUNDS[name]
-                            new = min(hi, max(lo, round(old + direction * STEPS[name], 4)))
+                            new = (old + direction * OVERHEAD_STEP_US if name.endswith("_us")
+                                   else old * math.exp(direction * LOG_STEP))
+                            new = round(min(hi, max(lo, new)), 4)
                             if new == old:
                                 break
                             table[gen][name] = new
@@ -87,11 +129,25 @@ def fit(rounds: int = 3) -> dict:
                             else:
                                 table[gen][name] = old
                                 break
-            print(f"{gen}: {len(gcases)} runs, loss {best:.4f}, "
-                  + ", ".join(f"{n}={table[gen][n]}" for n in PARAMS), file=sys.stderr)
-        return table
-    finally:
-        eff_module._raw = original
+            if log:
+                log(f"{gen}: {len(gcases)} runs, loss {best:.4f}, "
+                    + ", ".join(f"{n}={table[gen][n]}" for n in names))
+    for name in sorted({n for names in fitted.values() for n in names if not n.endswith("_us")}):
+        ratios = [math.log(table[g][name] / start[g][name]) for g, names in fitted.items()
+                  if name in names and start[g][name] > 0]
+        if not ratios:
+            continue  # fitted nowhere: stays at the prior
+        scale = math.exp(statistics.mean(ratios))
+        for g in table:
+            if name not in fitted.get(g, []):
+                table[g][name] = round(start[g][name] * scale, 4)
+    return table, fitted
+
+
+def fit(rounds: int = 2) -> dict:
+    cases = [_fixed_recompute(c) for c in fidelity_cases()]
+    table, _ = fit_table(cases, priors(), rounds, log=lambda m: print(m, file=sys.stderr))
+    return table
 
 
 def fit_profile(path: str) -> None:
@@ -107,7 +163,7 @@ def fit_profile(path: str) -> None:
     from paraplan.instance import fixed_plan
 
     cases = []
-    for c in load_cases()[0]:
+    for c in fidelity_cases():
         sc = {**c.scenario, "plan": {**c.scenario["plan"], "recompute": evaluate_case(c).recompute}}
         inst = build_instance(paraplan.load_scenario(sc))
         cases.append(FitCase(name=f"row {c.row_id}: {c.label}", instance=inst,

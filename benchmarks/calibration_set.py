@@ -8,14 +8,28 @@ Knobs a source does not give take documented defaults, listed in ``Case.defaults
 - flash attention off and dropout on for runs before 2022-06 (Megatron-LM 2021, Korthikanti 2022,
   BLOOM: GPT-3-style training with dropout 0.1); fused attention and no dropout after;
 - gradient sync overlapped with backward, except Megatron-LM before 2023 (no --overlap-grad-reduce);
+- NVL72 racks: up to 72 GPUs one rack; larger jobs use racks as 64-GPU NVLink domains
+  (gb200-nvl72-64 / gb300-nvl72-64: NVIDIA's 128/256/512-GPU recipes are power-of-two);
 - bf16 gradient reduction for NeMo / Megatron-Bridge performance recipes (grad_reduce_in_fp32
   off), fp32 main grads elsewhere.
 - mixture-of-experts rows: the shape from the row (``ffn_hidden`` "expert N" is the expert width,
   ``moe_experts`` / ``moe_topk``), the rest of the architecture from the model's preset where the
   row lacks it (shared experts, dense layers, MLA); expert_imbalance 1.0 where the source forced
   balanced routing ("tokens force-balanced across experts"), else the documented default.
-Rows whose hardware or architecture paraplan does not model yet (TPU, GB300), or that give no
-step time, are skipped with the reason.
+- step time: ``step_time_s``; where a row gives only ``tokens_per_sec_per_gpu`` (torchtitan on
+  A100), the file's own convention gbs * seq_len / (tokens/s/GPU * n_gpus) (published_runs.md Sec. 4);
+- model names: a "(tokendrop)" suffix is dropped for the preset look-up and such MoE runs (capacity
+  factor, dropped tokens) take expert_imbalance 1.0 like force-balanced ones; MLA rows (``n_kv_heads``
+  "MLA") and rows with a dense-layer note in ``ffn_hidden`` ("18432 (first 3 dense layers); expert
+  2048") take the expert width after "expert" and the rest from the preset, as other MoE rows;
+- ZeRO: "ZeRO-3" -> 3, FSDP SHARD_GRAD_OP "(ZeRO-2)" -> 2, other FSDP -> 3; LoRA rows are skipped
+  (frozen base weights: no gradients or optimizer state for them), SFT rows map as pre-training;
+- precision: NVFP4 -> nvfp4, MXFP8 / "FP8-MX" -> mxfp8 (both mapped to fp8 before 2026-11-30,
+  when paraplan had one FP8 format), blockwise -> fp8_blockwise, any other FP8 (FP8-CS, "FP8",
+  "FP8 (recipe not named on page)") -> fp8, "fp16" -> fp16, else bf16.
+Rows whose hardware or architecture paraplan does not model yet (TPU, the H100 96GB HBM2e part,
+hybrid Mamba models without published dimensions, MoE models without a preset), or that give no
+step time, are skipped with the reason; ``benchmarks.fidelity`` counts each reason.
 """
 
 from __future__ import annotations
@@ -38,6 +52,7 @@ _HARDWARE = (
     ("A100 80GB", "dgx-a100-80gb"),
     ("H100 80GB", "dgx-h100"),
     ("B200 (DGX-B200)", "dgx-b200"),
+    ("B300 (DGX-B300)", "dgx-b300"),
     ("GB200", "gb200-nvl72"),
     ("GB300", "gb300-nvl72"),
 )
@@ -47,7 +62,9 @@ _DIST_OPTIMIZER_SOURCES = {"nemo_2407", "megatron_bridge_perf"}
 _GPT3_VOCAB = 51200  # NeMo GPT-3 rows match V = 51200 (published_runs.md Sec. 3.4)
 _MOE_PRESETS = {"Qwen3-30B-A3B": "qwen3-30b-a3b", "Qwen3-235B-A22B": "qwen3-235b-a22b",
                 "DeepSeek-V3": "deepseek-v3", "Mixtral 8x7B": "mixtral-8x7b",
-                "Mixtral 8x22B": "mixtral-8x22b", "gpt-oss-120b": "gpt-oss-120b"}
+                "Mixtral 8x22B": "mixtral-8x22b", "gpt-oss-120b": "gpt-oss-120b",
+                "Qwen3 MoE 30B": "qwen3-30b-a3b", "GPT-OSS 120B": "gpt-oss-120b"}
+_TOKENDROP = " (tokendrop)"
 
 
 @dataclass(frozen=True)
@@ -59,6 +76,7 @@ class Case:
     published_step_s: float
     recompute_given: bool
     defaults: tuple[str, ...] = field(default=())
+    source: str = ""  # the publication (the CSV's ``source`` column up to a comma/parenthesis)
 
 
 @dataclass(frozen=True)
@@ -71,6 +89,37 @@ class Skipped:
 def _int(text: str) -> int | None:
     m = re.match(r"\s*(\d+)", text or "")
     return int(m.group(1)) if m else None
+
+
+def _step_time_s(row: dict[str, str]) -> float | None:
+    """Published step time, else gbs * seq_len / (tokens/s/GPU * n) (published_runs.md Sec. 4)."""
+    if row["step_time_s"]:
+        return float(row["step_time_s"])
+    if row["tokens_per_sec_per_gpu"] and row["global_batch_seqs"]:
+        return (int(row["global_batch_seqs"]) * int(row["seq_len"])
+                / (float(row["tokens_per_sec_per_gpu"]) * int(row["n_gpus"])))
+    return None
+
+
+def _precision(text: str) -> str:
+    """Job precision of a row: NVFP4 -> nvfp4; MXFP8 / "FP8-MX" -> mxfp8; blockwise -> fp8_blockwise;
+    any other FP8 (FP8-CS, "FP8", recipe not named, torchao float8) -> fp8; fp16 -> fp16; else bf16."""
+    t = text.lower()
+    if "nvfp4" in t:
+        return "nvfp4"
+    if "mxfp8" in t or "fp8-mx" in t:
+        return "mxfp8"
+    if "fp8" in t and "block" in t:
+        return "fp8_blockwise"
+    if "fp8" in t:
+        return "fp8"
+    return "fp16" if "fp16" in t else "bf16"
+
+
+def _publication(source: str) -> str:
+    """The publication of a row's ``source`` text: the part before the first comma or parenthesis
+    ("Korthikanti et al. 2022, Reducing ..." and "Korthikanti et al. 2022" are one source)."""
+    return re.split(r"[,(]", source, maxsplit=1)[0].strip()
 
 
 def _activation(model_type: str) -> str:
@@ -90,16 +139,16 @@ def _moe_fields(row: dict[str, str]) -> dict[str, Any]:
     model's preset (the row's ``arch_source`` config), which must agree on the row's shape."""
     if not row["moe_experts"]:
         return {}
-    width = re.match(r"\s*expert\s+(\d+)", row["ffn_hidden"] or "")
-    name = _MOE_PRESETS.get(row["model"])
+    width = re.search(r"expert\s+(\d+)", row["ffn_hidden"] or "")
+    name = _MOE_PRESETS.get(row["model"].removesuffix(_TOKENDROP))
     if not width or not row["moe_topk"] or name is None:
         return {}
     spec = preset(name)
     if (spec.num_layers, spec.hidden, spec.num_experts) != (
-            int(row["n_layers"]), int(row["hidden"]), int(row["moe_experts"])):
+            int(row["n_layers"]), int(row["hidden"]), _int(row["moe_experts"])):
         return {}
     out: dict[str, Any] = {
-        "experts": int(row["moe_experts"]), "top_k": int(row["moe_topk"]),
+        "experts": spec.num_experts, "top_k": int(row["moe_topk"]),
         "moe_ffn_hidden": int(width.group(1)), "head_dim": spec.head_dim,
         "activation": spec.activation.value, "norm": spec.norm,
     }
@@ -117,7 +166,9 @@ def _moe_fields(row: dict[str, str]) -> dict[str, Any]:
 
 def _zero(row: dict[str, str], defaults: list[str]) -> int:
     text = row["zero_fsdp"].lower()
-    if "fsdp" in text and "fsdp=0" not in text:
+    if "(zero-2)" in text:
+        return 2  # FSDP SHARD_GRAD_OP
+    if ("fsdp" in text and "fsdp=0" not in text) or text == "zero-3":
         return 3
     if "zero-1" in text:
         return 1
@@ -141,11 +192,20 @@ def _row_case(row: dict[str, str]) -> Case | Skipped:
     hardware = next((p for key, p in _HARDWARE if key in row["hardware"]), None)
     if hardware is None:
         return Skipped(rid, label, f"hardware {row['hardware']!r} not in the catalog")
-    if not row["step_time_s"]:
-        return Skipped(rid, label, "no step time published")
+    if hardware.endswith("-nvl72") and int(row["n_gpus"]) > 72:
+        hardware += "-64"  # racks used as 64-GPU NVLink domains (16 of 18 trays), e.g. 256 GPUs
+    step_s = _step_time_s(row)
+    if step_s is None:
+        return Skipped(rid, label, "no step time or tokens/s published")
+    if row["task"] == "lora":
+        return Skipped(rid, label, "LoRA fine-tuning not modelled (frozen base weights)")
     moe = _moe_fields(row)
+    if row["moe_experts"] and not moe:
+        return Skipped(rid, label, "MoE model without a matching preset")
     if (not row["ffn_hidden"] and not moe) or not row["n_kv_heads"]:
         return Skipped(rid, label, "architecture incomplete")
+    kv_heads = _int(row["n_kv_heads"]) or preset(
+        _MOE_PRESETS[row["model"].removesuffix(_TOKENDROP)]).num_kv_heads  # "MLA": the preset's
     defaults: list[str] = []
     tp, pp, cp = _int(row["tp"]) or 1, _int(row["pp"]) or 1, _int(row["cp"]) or 1
     n = int(row["n_gpus"])
@@ -164,8 +224,7 @@ def _row_case(row: dict[str, str]) -> Case | Skipped:
     if not sp_text and tp > 1:
         defaults.append("sequence_parallel=on")
     vocab = _int(row["vocab_size"]) or _GPT3_VOCAB
-    precision = "fp8" if "fp8" in row["precision"].lower() else (
-        "fp16" if "fp16" in row["precision"].lower() else "bf16")
+    precision = _precision(row["precision"])
     rec = _recompute(row["recompute"])
     key = row["source_key"]
     scenario = {
@@ -173,7 +232,7 @@ def _row_case(row: dict[str, str]) -> Case | Skipped:
             "name": row["model"],
             "layers": int(row["n_layers"]), "hidden": int(row["hidden"]),
             "heads": int(row["n_heads"]),
-            "kv_heads": int(row["n_kv_heads"]), "vocab": vocab,
+            "kv_heads": kv_heads, "vocab": vocab,
             "activation": _activation(row["model_type"]),
             "tied_embeddings": key in ("narayanan2021_t1", "korthikanti2022_t5", "bloom176b",
                                        "mosaic_llmfoundry"),
@@ -188,7 +247,8 @@ def _row_case(row: dict[str, str]) -> Case | Skipped:
             "flash_attention": key not in _PRE_FLASH_SOURCES,
             "overlap_dp_comm": key not in _NO_OVERLAP_SOURCES,
             "fp32_grads": key not in _DIST_OPTIMIZER_SOURCES,
-            **({"expert_imbalance": 1.0 if "force-balanced" in row["notes"] else 1.1}
+            **({"expert_imbalance": 1.0 if ("force-balanced" in row["notes"]
+                                            or row["model"].endswith(_TOKENDROP)) else 1.1}
                if moe else {}),
         },
         "plan": {
@@ -202,8 +262,8 @@ def _row_case(row: dict[str, str]) -> Case | Skipped:
         defaults.append("recompute=fastest that fits")
     if dp * tp * pp * cp != n:
         return Skipped(rid, label, f"degrees {dp}x{tp}x{pp}x{cp} do not multiply to {n}")
-    return Case(rid, key, label, scenario, float(row["step_time_s"]), rec is not None,
-                tuple(defaults))
+    return Case(rid, key, label, scenario, step_s, rec is not None, tuple(defaults),
+                _publication(row["source"]))
 
 
 def load_cases(path: Path = CSV_PATH) -> tuple[list[Case], list[Skipped]]:

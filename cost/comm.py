@@ -9,9 +9,9 @@ generalised to any number of tiers).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
-from math import prod
+from math import isqrt, prod
 
 from paraplan.cost.plan import Axis, Plan
 from paraplan.hardware import Cluster, Tier
@@ -29,6 +29,8 @@ __all__ = [
     "p2p_s",
     "SubAxis",
     "span_of",
+    "packed_span",
+    "least_phases",
     "axis_stride",
 ]
 
@@ -58,6 +60,7 @@ class GroupSpan:
 
     tiers: tuple[Tier, ...]
     fan_in: tuple[int, ...]
+    latency_floor: bool = False  # a bound over placements: hierarchical latency at its least
 
     @property
     def size(self) -> int:
@@ -138,17 +141,45 @@ def group_span(cluster: Cluster, plan: Plan, *axes: Axis) -> GroupSpan:
 
 
 def _hierarchical_s(span: GroupSpan, n_bytes: float, phases_per_step: int, data_factor: float) -> float:
+    """Sum over tiers of phases (f-1) alpha + data n (f-1)/(f M B), M = inner fan-in.
+
+    ``span.latency_floor``: the span bounds every placement of the group (``packed_span``), so
+    the latency is the least any factorisation of the group over the tiers can have,
+    phases x least alpha x least_phases(size, tiers): a group split over two tiers takes fewer
+    phases than one flat ring, so packing every member into the fastest tier is not the cheapest
+    latency (the bandwidth part is: inner tiers at least as fast)."""
     total, inner = 0.0, 1
     for tier, f in zip(span.tiers, span.fan_in, strict=True):
         if f > 1:
+            phases = 0 if span.latency_floor else phases_per_step * (f - 1)
             total += alpha_beta_s(
-                phases_per_step * (f - 1),
+                phases,
                 tier.alpha_s,
                 data_factor * n_bytes * (f - 1) / (f * inner),
                 tier.effective_bytes_per_s,
             )
         inner *= f
+    if span.latency_floor and span.size > 1:
+        alpha = min(t.alpha_s for t in span.tiers)
+        total += phases_per_step * least_phases(span.size, len(span.tiers)) * alpha
     return total
+
+
+@cache
+def least_phases(size: int, tiers: int) -> int:
+    """min sum_i (f_i - 1) over factorisations size = prod f_i into at most ``tiers`` factors:
+    the fewest latency-bearing steps of a hierarchical collective of ``size`` members."""
+    if tiers <= 1 or size <= 1:
+        return size - 1
+    small = [f for f in range(1, isqrt(size) + 1) if size % f == 0]
+    return min(f - 1 + least_phases(size // f, tiers - 1)
+               for f in {*small, *(size // f for f in small)})
+
+
+def packed_span(cluster: Cluster, size: int) -> GroupSpan:
+    """A group of ``size`` consecutive ranks, as a bound over every placement of such a group
+    (its members fill the fastest domains first; latency at its floor, ``_hierarchical_s``)."""
+    return replace(span_of(cluster, [SubAxis(1, size)]), latency_floor=True)
 
 
 def allreduce_s(span: GroupSpan, n_bytes: float) -> float:

@@ -15,12 +15,26 @@ from paraplan.graph import Layer, LayerKind
 from paraplan.hardware import Accelerator, Efficiency
 
 __all__ = ["LayerTime", "tokens_per_device", "layer_forward", "BACKWARD_GEMM_FACTOR",
-           "BACKWARD_ATTENTION_FACTOR", "ACTIVATION_BYTES"]
+           "BACKWARD_ATTENTION_FACTOR", "ACTIVATION_BYTES", "GEMM_INPUT_BYTES", "gemm_input_bytes"]
 
 ACTIVATION_BYTES = 2  # bf16/fp16 activations (FP8 runs keep activations in bf16: Transformer Engine)
 BACKWARD_GEMM_FACTOR = 2.0  # dgrad + wgrad, each the forward's FLOPs (Narayanan et al. 2021 Sec 5.1)
 BACKWARD_ATTENTION_FACTOR = 2.5  # flash-attention backward / forward FLOPs (Dao 2023, FA2 Sec 3.1)
 CAUSAL_FRACTION = 0.5  # causal masking skips half the score blocks (fused kernels)
+# Bytes per element of a GEMM input kept for backward (Transformer Engine stores the quantised
+# copy): the element plus its share of the block scale (S-TE in hardware/data/catalog.yaml: FP8
+# blockwise 1 scale (4 B) per 128 elements, MXFP8 1 B per 32, NVFP4 4 bits + 1 B per 16).
+GEMM_INPUT_BYTES = {
+    Precision.FP8: 1.0,
+    Precision.FP8_BLOCKWISE: 1.0 + 4 / 128,
+    Precision.MXFP8: 1.0 + 1 / 32,
+    Precision.NVFP4: 0.5 + 1 / 16,
+}
+
+
+def gemm_input_bytes(precision: Precision) -> float:
+    """Stored bytes per GEMM-input element for backward: ACTIVATION_BYTES unless low precision."""
+    return GEMM_INPUT_BYTES.get(precision, float(ACTIVATION_BYTES))
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,8 +34,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from paraplan.cost.comm import GroupSpan, SubAxis, alltoall_s, axis_stride, span_of
-from paraplan.cost.compute import ACTIVATION_BYTES, LayerTime, tokens_per_device
-from paraplan.cost.plan import Axis, Job, Plan, Precision
+from paraplan.cost.compute import (
+    ACTIVATION_BYTES,
+    GEMM_INPUT_BYTES,
+    LayerTime,
+    gemm_input_bytes,
+    tokens_per_device,
+)
+from paraplan.cost.plan import Axis, Job, Plan
 from paraplan.graph import Experts
 from paraplan.hardware import Accelerator, Cluster, Efficiency
 
@@ -168,7 +174,7 @@ def expert_stored_bytes(experts: Experts, plan: Plan, job: Job) -> float:
     copies = routed_copies_per_device(plan, job, experts.top_k) * etp / plan.tp
     elems = experts.act_gathered_elems + experts.act_tp_elems / etp + experts.act_sp_elems / etp
     stored = copies * elems * ACTIVATION_BYTES
-    if job.precision is Precision.FP8:
+    if job.precision in GEMM_INPUT_BYTES:
         gemm_inputs = experts.act_gathered_gemm_elems + experts.act_tp_gemm_elems / etp
-        stored -= copies * gemm_inputs * (ACTIVATION_BYTES - 1)
+        stored -= copies * gemm_inputs * (ACTIVATION_BYTES - gemm_input_bytes(job.precision))
     return stored

@@ -19,7 +19,10 @@ class Axis(StrEnum):
 class Precision(StrEnum):
     BF16 = "bf16"
     FP16 = "fp16"
-    FP8 = "fp8"
+    FP8 = "fp8"  # per-tensor scaling, delayed or current ("FP8-CS"; Megatron --fp8-recipe tensorwise)
+    FP8_BLOCKWISE = "fp8_blockwise"  # 1x128 / 128x128 block scales (--fp8-recipe blockwise)
+    MXFP8 = "mxfp8"  # 32-element blocks, E8M0 scales, Blackwell (--fp8-recipe mxfp8, "FP8-MX")
+    NVFP4 = "nvfp4"  # 16-element FP4 blocks, E4M3 scales, Blackwell (--fp4-recipe nvfp4)
 
 
 class Recompute(StrEnum):

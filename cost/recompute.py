@@ -9,15 +9,20 @@ fused flash kernel never materialises the scores); full keeps only the block inp
 
 from __future__ import annotations
 
-from paraplan.cost.compute import ACTIVATION_BYTES, LayerTime, tokens_per_device
+from paraplan.cost.compute import (
+    ACTIVATION_BYTES,
+    GEMM_INPUT_BYTES,
+    LayerTime,
+    gemm_input_bytes,
+    tokens_per_device,
+)
 from paraplan.cost.ep import expert_stored_bytes
-from paraplan.cost.plan import Job, Plan, Precision, Recompute
+from paraplan.cost.plan import Job, Plan, Recompute
 from paraplan.graph import Layer
 
 __all__ = ["stored_activation_bytes", "block_input_bytes", "recompute_forward_s"]
 
 QUADRATIC_ELEMS_PER_HEAD = 2.5  # softmax out (2 B), dropout mask (1 B), dropout out (2 B) = 5 B
-FP8_BYTES = 1
 
 
 def stored_activation_bytes(layer: Layer, plan: Plan, job: Job, recompute: Recompute) -> float:
@@ -35,9 +40,9 @@ def stored_activation_bytes(layer: Layer, plan: Plan, job: Job, recompute: Recom
     if layer.act_quadratic_heads and not job.flash_attention and recompute is Recompute.NONE:
         elems += QUADRATIC_ELEMS_PER_HEAD * layer.act_quadratic_heads * job.seq_len / plan.cp / plan.tp
     stored = n * elems * ACTIVATION_BYTES
-    if job.precision is Precision.FP8:
+    if job.precision in GEMM_INPUT_BYTES:
         gemm_inputs = layer.act_tp_gemm_elems / plan.tp + layer.act_sp_gemm_elems / sp_shard
-        stored -= n * gemm_inputs * (ACTIVATION_BYTES - FP8_BYTES)
+        stored -= n * gemm_inputs * (ACTIVATION_BYTES - gemm_input_bytes(job.precision))
     if layer.experts is not None:
         stored += expert_stored_bytes(layer.experts, plan, job)
     return stored

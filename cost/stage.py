@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from functools import cached_property
 
-from paraplan.cost.comm import GroupSpan, SubAxis, group_span, span_of
+from paraplan.cost.comm import GroupSpan, group_span, packed_span
 from paraplan.cost.compute import LayerTime, layer_forward
 from paraplan.cost.cp import cp_layer_comm
 from paraplan.cost.dp import (
@@ -333,7 +333,7 @@ class _Spans:
         inner tiers are the fastest (``inner_tiers_fastest``) no placement of the group costs less
         (its members fill the fastest domains first), so costs on these spans bound every order's."""
         def packed(size: int) -> GroupSpan:
-            return span_of(cluster, [SubAxis(1, size)])
+            return packed_span(cluster, size)
 
         zero = plan.zero >= 2
         sync = packed(plan.dp * plan.cp)
@@ -346,8 +346,8 @@ class _Spans:
 
     def key(self) -> tuple:
         """What per-micro-batch block costs depend on."""
-        return tuple(s.fan_in if s else None for s in (self.tp, self.cp, self.ep, self.dp,
-                                                        self.edp))
+        return tuple((s.fan_in, s.latency_floor) if s else None
+                     for s in (self.tp, self.cp, self.ep, self.dp, self.edp))
 
 
 def _block_costs(work: _Work, graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster,
@@ -469,7 +469,7 @@ def _sync_lines(plan: Plan, job: Job, cluster: Cluster, block_params: float,
     """grad_sync_s is alpha-beta: latency + bytes / bandwidth, affine in the parameters; one line
     for the dense-parallel group, one for the expert-data-parallel group."""
     key = ("sync", plan.tp, plan.cp, plan.dp, plan.ep, plan.expert_tp, plan.zero,
-           spans.sync.fan_in, spans.esync.fan_in)
+           spans.sync.fan_in, spans.esync.fan_in, spans.sync.latency_floor)
     if shared is not None and key in shared:
         return shared[key]
 
@@ -583,12 +583,12 @@ def _moe_comm_floor_s(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster)
         p = replace(plan, ep=ep)
         expert = expert_forward(layer.experts, p, job, accel, eff).forward_backward_s
         a2a = ep_layer_comm(spec.hidden, spec.top_k, p, job, cluster,
-                            span=span_of(cluster, [SubAxis(1, ep)]))
+                            span=packed_span(cluster, ep))
         best = min(best, expert + a2a.forward_s + a2a.backward_s)
     tp = tp_block_comm(spec.hidden, plan, job, cluster,
                        moe_tp_collectives(spec.top_k, spec.shared_ffn_hidden > 0, plan,
                                           replace(job, expert_imbalance=1.0)),
-                       span=span_of(cluster, [SubAxis(1, plan.tp)]))
+                       span=packed_span(cluster, plan.tp))
     return best + tp.forward_s + tp.backward_s
 
 

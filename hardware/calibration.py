@@ -51,6 +51,9 @@ PLAUSIBLE_RANGE: dict[str, tuple[float, float]] = {
     # peak on A100/H100, hardware.json gemm_efficiency; in-step values are lower)
     "gemm_bf16": (0.2, 0.98),
     "gemm_fp8": (0.15, 0.98),
+    "gemm_fp8_blockwise": (0.15, 0.98),
+    "gemm_mxfp8": (0.15, 0.98),
+    "gemm_nvfp4": (0.1, 0.98),
     "attention": (0.1, 0.98),
     # fraction of HBM bandwidth (hbm_stream in hardware.json: 0.8-0.9 for copies)
     "hbm": (0.3, 0.98),

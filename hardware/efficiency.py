@@ -14,8 +14,9 @@ __all__ = ["Efficiency", "efficiency", "catalog_parameters", "efficiency_from_pa
 
 US_S = 1e-6
 PARAMETER_NAMES = ("gemm_bf16", "gemm_fp8", "attention", "hbm", "kernel_overhead_us",
-                   "moe_layer_overhead_us")
+                   "moe_layer_overhead_us", "gemm_fp8_blockwise", "gemm_mxfp8", "gemm_nvfp4")
 """The parameters of ``data/efficiency.yaml`` (and of calibration profiles), in its units."""
+_OPTIONAL_GEMM = ("gemm_fp8_blockwise", "gemm_mxfp8", "gemm_nvfp4")  # default: gemm_fp8
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -26,9 +27,17 @@ class Efficiency:
     hbm: float
     kernel_overhead_s: float
     moe_layer_overhead_s: float = 0.0  # host-side time per MoE layer per pass (see the data file)
+    gemm_fp8_blockwise: float | None = None  # None: as gemm_fp8
+    gemm_mxfp8: float | None = None  # None: as gemm_fp8
+    gemm_nvfp4: float | None = None  # None: as gemm_fp8
 
     def gemm(self, precision: str) -> float:
-        return self.gemm_fp8 if precision == "fp8" else self.gemm_bf16
+        """Large-GEMM efficiency of ``precision`` (bf16/fp16 share gemm_bf16; the block-scaled
+        formats fall back to gemm_fp8 where the data file gives none)."""
+        if precision in ("bf16", "fp16"):
+            return self.gemm_bf16
+        own = getattr(self, f"gemm_{precision}", None)
+        return self.gemm_fp8 if own is None else own
 
 
 @cache
@@ -43,7 +52,8 @@ def catalog_parameters(generation: str) -> dict[str, float]:
     if generation not in raw:
         raise ValueError(f"no efficiency calibration for accelerator generation {generation!r}")
     e = raw[generation]
-    return {name: float(e.get(name, 0.0)) for name in PARAMETER_NAMES}
+    out = {name: float(e.get(name, 0.0)) for name in PARAMETER_NAMES if name not in _OPTIONAL_GEMM}
+    return out | {name: float(e.get(name, e["gemm_fp8"])) for name in _OPTIONAL_GEMM}  # fallback
 
 
 def efficiency_from_parameters(params: Mapping[str, float]) -> Efficiency:
@@ -55,6 +65,8 @@ def efficiency_from_parameters(params: Mapping[str, float]) -> Efficiency:
         hbm=float(params["hbm"]),
         kernel_overhead_s=float(params["kernel_overhead_us"]) * US_S,
         moe_layer_overhead_s=float(params.get("moe_layer_overhead_us", 0.0)) * US_S,
+        **{name: float(params[name]) for name in _OPTIONAL_GEMM
+           if params.get(name) is not None},
     )
 
 

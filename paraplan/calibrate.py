@@ -56,6 +56,7 @@ SIGMA_MEASURED = 0.1  # log-error the model keeps on a measured step (calibratio
 SIGMA_PRIOR = {  # log-width of the prior around the catalog value
     "gemm_bf16": 0.3, "gemm_fp8": 0.3, "attention": 0.5, "hbm": 0.3,
     "kernel_overhead_us": 1.0, "moe_layer_overhead_us": 1.0,
+    "gemm_fp8_blockwise": 0.3, "gemm_mxfp8": 0.3, "gemm_nvfp4": 0.3,
 }
 OVERHEAD_FLOOR_US = 0.1  # log-space floor of the *_us parameters (their range starts at 0)
 MIN_RECORDS = 2

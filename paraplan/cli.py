@@ -16,7 +16,8 @@ from typing import NoReturn, get_args
 
 from paraplan.cli_calibrate import HANDLERS as CALIBRATE_HANDLERS
 from paraplan.cli_calibrate import add_parsers as add_calibrate_parsers
-from paraplan.errors import ParaplanError
+from paraplan.errors import ConfigError, ParaplanError
+from paraplan.result import paraplan_version
 from paraplan.schema import SolverTarget
 
 __all__ = ["main", "build_parser", "EXIT_USAGE", "EXIT_INTERNAL"]
@@ -37,6 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="paraplan", description=__doc__.splitlines()[0])
     parser.add_argument("--debug", action="store_true",
                         help="show the traceback of an internal error")
+    parser.add_argument("--version", action="version",
+                        version=f"paraplan {paraplan_version()}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     ev = sub.add_parser("evaluate", help="step time and memory of a fully fixed plan")
@@ -52,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--top", type=int, default=1, help="list the K best distinct plans")
     pl.add_argument("--seed", type=int, default=0, help="CP-SAT random seed (default 0)")
     pl.add_argument("--export", default=None, help="comma-separated targets to export")
-    pl.add_argument("--out", default=".", help="directory for --export files")
+    pl.add_argument("--out", default=None, help="directory for --export files (default .)")
     pl.add_argument("--target", default=None, choices=get_args(SolverTarget),
                     help="search only plans this framework can run (sets solver.target)")
     pl.add_argument("--calibration", default=None, help="calibration profile (paraplan calibrate)")
@@ -90,6 +93,15 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     def progress(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
+    if args.export:  # a misspelt target fails before the solve, not after it
+        from paraplan.export import EXPORTERS
+
+        unknown = [n for n in args.export.split(",") if n.strip().lower() not in EXPORTERS]
+        if unknown:
+            raise ConfigError(f"--export {','.join(unknown)}: unknown target; choose from "
+                              + ", ".join(EXPORTERS))
+    elif args.out is not None:
+        raise ConfigError("--out names the directory for --export files; add --export TARGETS")
     scenario = args.scenario
     if args.target:
         from paraplan.schema import load_scenario
@@ -104,7 +116,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     if args.export:
         from paraplan.export import write_exports
 
-        for path in write_exports(result, args.export.split(","), Path(args.out)):
+        for path in write_exports(result, args.export.split(","), Path(args.out or ".")):
             print(f"wrote {path}", file=sys.stderr)
     return 0
 

@@ -166,7 +166,8 @@ class JobSection(BaseModel):
     model_config = _STRICT
     seq_len: int = Field(ge=1, le=MAX_SEQ_LEN, description="tokens per sequence")
     global_batch: int = Field(ge=1, le=MAX_GLOBAL_BATCH, description="sequences per optimizer step")
-    precision: Precision = Field(Precision.BF16, description="bf16 | fp16 | fp8")
+    precision: Precision = Field(
+        Precision.BF16, description="bf16 | fp16 | fp8 (per-tensor scaling) | fp8_blockwise | mxfp8 | nvfp4")
     flash_attention: bool = Field(True, description="fused attention: no s^2 activations stored")
     overlap_dp_comm: bool = Field(True, description="overlap gradient sync with backward")
     fp32_grads: bool = Field(True, description="accumulate and reduce gradients in fp32 "
@@ -392,7 +393,7 @@ def load_scenario(source: str | PathLike[str] | dict[str, Any] | Scenario) -> Sc
     if isinstance(source, Scenario):
         return source
     if isinstance(source, dict):
-        data, base, where = source, None, "scenario"
+        data, base, where = source, Path.cwd(), "scenario"  # relative paths: from here
     elif isinstance(source, (str, PathLike)):
         path = Path(source)
         if "\0" in str(path):
@@ -411,9 +412,9 @@ def load_scenario(source: str | PathLike[str] | dict[str, Any] | Scenario) -> Sc
         raise ConfigError(_format(e)) from None
     hf = scenario.model.hf_config
     if base is not None and hf and not Path(hf).is_absolute():
-        model = scenario.model.model_copy(update={"hf_config": str(base / hf)})
+        model = scenario.model.model_copy(update={"hf_config": str((base / hf).resolve())})
         scenario = scenario.model_copy(update={"model": model})
     cal = scenario.calibration
     if base is not None and cal and not Path(cal).is_absolute():
-        scenario = scenario.model_copy(update={"calibration": str(base / cal)})
+        scenario = scenario.model_copy(update={"calibration": str((base / cal).resolve())})
     return scenario

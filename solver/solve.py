@@ -426,7 +426,7 @@ def _solve_once(kept: list[LayoutTables], graph: LayerGraph, fixed: Fixed, opts:
                 tab.num_micro_batches, tab.plan.pp, tab.k_total, tab.resolution_s):
             bound = min(bound, tab.lower_bound_s)
             break
-        if best is not None and time.perf_counter() > deadline:
+        if statuses and time.perf_counter() > deadline:  # one layout may start past it
             proven, bound = False, min(bound, tab.lower_bound_s)
             break
         name, sol, bnd, ticks = _solve_layout(tab, graph, fixed, opts,
@@ -454,7 +454,10 @@ def solve_instance(graph: LayerGraph, cluster: Cluster, job: Job, fixed: Fixed, 
     resolution_s = resolution_for(max((t.ceiling_s() for t in cand.kept), default=0.0),
                                   max((t.plan.vp for t in cand.kept), default=1))
     kept = [replace(t, resolution_s=resolution_s) for t in cand.kept]
-    if progress:
+    if progress and cand.out_of_time:
+        progress(f"paraplan: the time limit ran out while bounding; {len(kept)} layouts examined "
+                 f"go to CP-SAT ({time.perf_counter() - start:.2f} s)")
+    elif progress:
         progress(f"paraplan: {cand.num_layouts} layouts; {cand.num_layouts - len(kept)} proven "
                  f"worse by bound or dominance or unable to fit; {len(kept)} in the CP-SAT model "
                  f"({time.perf_counter() - start:.2f} s)")
@@ -479,8 +482,9 @@ def solve_instance(graph: LayerGraph, cluster: Cluster, job: Job, fixed: Fixed, 
         _check(graph, cluster, job, sol, kept[idx].k_total, resolution_s)
         solutions.append(sol)
         excluded.append(idx)
-    return Outcome(status, solutions, bound, time.perf_counter() - start, cand.num_layouts,
-                   cand.num_layouts - len(kept))
+    counted = max(cand.num_layouts, len(kept))  # the count stops at the deadline
+    return Outcome(status, solutions, bound, time.perf_counter() - start, counted,
+                   counted - len(kept))
 
 
 def _check(graph: LayerGraph, cluster: Cluster, job: Job, sol: Solution, k_total: int,

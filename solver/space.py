@@ -304,7 +304,7 @@ def families(spec: ModelSpec, cluster: Cluster, seq_len: int, global_batch: int,
 
 
 def _families_of(spec: ModelSpec, global_batch: int, dp: int, tp: int, pp: int, cp: int, ep: int,
-                 fixed: Fixed, options: Options) -> list[Plan]:
+                 fixed: Fixed, options: Options, stage_pools: tuple[int, ...] = ()) -> list[Plan]:
     out: list[Plan] = []
     per_replica = global_batch // dp
     mbs = [mb for mb in range(1, min(options.max_micro_batch, per_replica) + 1)
@@ -330,7 +330,7 @@ def _families_of(spec: ModelSpec, global_batch: int, dp: int, tp: int, pp: int, 
                 continue
             out += [Plan(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, cp_comm=cpc, vp=vp,
                          micro_batch=mb, sequence_parallel=sp, recompute=(Recompute.NONE,) * pp,
-                         layers_per_stage=(1,) * pp)
+                         layers_per_stage=(1,) * pp, stage_pools=stage_pools)
                     for sp in sps for etp in etps for cpc in cp_comms]
     return out
 
@@ -449,6 +449,6 @@ def _pooled_families(spec: ModelSpec, cluster: Cluster, seq_len: int, global_bat
                             or not _allowed(dp, fixed.dp) or global_batch % dp):
                         continue
                     for ep in _eps(spec, dp, cp, fixed):
-                        out += [replace(f, stage_pools=pools) for f in
-                                _families_of(spec, global_batch, dp, tp, pp, cp, ep, fixed, options)]
+                        out += _families_of(spec, global_batch, dp, tp, pp, cp, ep, fixed, options,
+                                            pools)
     return out

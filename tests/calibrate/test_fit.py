@@ -104,7 +104,8 @@ def test_half_of_one_source_lowers_the_error_on_its_other_half() -> None:
 
 def test_example_records_cut_the_error_on_the_family_other_runs() -> None:
     # examples/calibration/mosaic-h100-bf16.yaml: 8 MosaicML H100 BF16 runs; the other 15 of the
-    # family (tests/data) are predicted ~23% too fast by the catalog (Hopper BF16 never fitted)
+    # family (tests/data) are predicted 12.6% off (median) by the catalog, whose Hopper BF16
+    # efficiency is fitted with the FP8 runs too (was ~23% before Hopper BF16 was fitted at all)
     profile = calibrate(EXAMPLE_RECORDS)
     entry = profile.accelerators["hopper"]
     assert set(entry.parameters) == {"gemm_bf16", "attention"}
@@ -114,6 +115,6 @@ def test_example_records_cut_the_error_on_the_family_other_runs() -> None:
     fitted = {**catalog, **entry.parameters}
     errors_before = sorted(abs(predict_s(c, catalog) / c.measured_s - 1) for c in heldout)
     errors_after = sorted(abs(predict_s(c, fitted) / c.measured_s - 1) for c in heldout)
-    assert statistics.median(errors_before) > 0.20
+    assert statistics.median(errors_before) > 0.10
     assert statistics.median(errors_after) < 0.08
     assert errors_after[math.ceil(0.9 * 15) - 1] < errors_before[math.ceil(0.9 * 15) - 1]
