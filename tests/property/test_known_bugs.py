@@ -1,6 +1,6 @@
-"""Issue 16's wrong answers and the suite's own findings, each as one case through the same
-property checks (benchmarks/fuzz_checks.py): regression cases once fixed, xfail while the fix is
-not on main (an XPASS in the summary means the marker should go)."""
+"""Issue 16's wrong answers and the property suite's own findings (FINDINGS F1-F10), each as one
+case through the same property checks (benchmarks/fuzz_checks.py): regression cases. While a fix
+is not on main, mark its case ``pytest.mark.xfail(strict=False, reason=...)``."""
 
 from __future__ import annotations
 
@@ -26,11 +26,6 @@ def _check(scenario: dict, deep: bool = True, strict_time: bool = False, **args:
     with tempfile.TemporaryDirectory() as where:
         run_case(Case("valid", scenario, args), Path(where), factor=factor, margin_s=margin_s,
                  deep=deep)
-
-
-def _xfail(reason: str) -> pytest.MarkDecorator:
-    return pytest.mark.xfail(reason=f"{reason}; remove the marker once main has the fix",
-                             strict=False)
 
 
 def test_optimal_does_not_depend_on_top() -> None:
