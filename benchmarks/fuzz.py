@@ -421,7 +421,8 @@ def main(argv: list[str] | None = None) -> int:
         pool.run(jobs, done)
     wall = time.monotonic() - start
     for signature, (case, deep, record, seed, watchdog) in failing.items():
-        budget = args.shrink if not signature.startswith("hang") else min(args.shrink, 6)
+        slow = signature.startswith(("hang", "violation:time"))  # each re-run costs the limit
+        budget = min(args.shrink, 6) if slow else args.shrink
         small, deep = shrink(pool, case, deep, record, watchdog, budget)
         repros[signature] = write_repro(out, small, deep, record, seed)
     pool.close()
