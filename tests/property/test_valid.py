@@ -42,13 +42,13 @@ def _run(case: Case, deep: bool) -> None:
     event(f"outcome: {status or type(out).__name__}")
 
 
-@settings_for(80)
+@settings_for(150)
 @given(valid_cases(time_limit_s=5.0))
 def test_valid_scenario_gives_a_checked_plan_or_a_clear_error(case: Case) -> None:
     _run(case, deep=False)
 
 
-@settings_for(40)
+@settings_for(25)
 @given(valid_cases(time_limit_s=5.0))
 def test_optimal_plan_beats_neighbours_runner_ups_and_is_worker_independent(case: Case) -> None:
     _run(case, deep=True)
