@@ -138,6 +138,7 @@ def to_cost_plan(plan: PlanOut) -> Plan:
         micro_batch=plan.micro_batch, zero=plan.zero, sequence_parallel=plan.sequence_parallel,
         recompute=tuple(Recompute(r) for r in plan.recompute_per_stage),
         layers_per_stage=tuple(plan.layers_per_stage),
+        layers_per_chunk=tuple(tuple(r) for r in plan.layers_per_chunk),
         order=tuple(Axis(a) for a in plan.order),
         stage_pools=tuple(plan.stage_pools),
     )
