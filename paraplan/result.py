@@ -12,8 +12,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from paraplan.cost import Breakdown, Job, Plan
-from paraplan.cost.plan import chunk_layers, is_even_chunks
 from paraplan.cost import evaluate as cost_evaluate
+from paraplan.cost.plan import chunk_layers, is_even_chunks
 from paraplan.errors import ConfigError
 from paraplan.instance import Instance
 
