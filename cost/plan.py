@@ -133,12 +133,12 @@ def check_plan(plan: Plan, job: Job, *, num_devices: int, num_layers: int, num_h
         raise ValueError(
             f"plan.layers_per_stage has {len(plan.layers_per_stage)} entries; need pp={plan.pp}"
         )
+    check_chunks(plan, num_layers)
     if sum(plan.layers_per_stage) != num_layers or min(plan.layers_per_stage) < plan.vp:
         raise ValueError(
             f"plan.layers_per_stage={list(plan.layers_per_stage)} must sum to the model's "
             f"{num_layers} layers with at least vp={plan.vp} per stage"
         )
-    check_chunks(plan)
     if plan.vp > 1:
         if plan.pp == 1:
             raise ValueError(f"plan.vp={plan.vp} needs pp > 1 (interleaving splits pipeline stages)")
@@ -177,9 +177,9 @@ def is_even_chunks(plan: Plan) -> bool:
     return all(len(set(row)) == 1 for row in chunk_layers(plan))
 
 
-def check_chunks(plan: Plan) -> None:
-    """plan.layers_per_chunk: pp rows of vp counts, each >= 1, row s summing to
-    layers_per_stage[s]. Without it, each stage's layers are spread over its chunks by
+def check_chunks(plan: Plan, num_layers: int) -> None:
+    """plan.layers_per_chunk: pp rows of vp counts, each >= 1, all summing to the model's layers,
+    row s to layers_per_stage[s]. Without it, each stage's layers are spread over its chunks by
     default_chunks (so vp need not divide a stage)."""
     rows = plan.layers_per_chunk
     if not rows:
@@ -197,6 +197,11 @@ def check_chunks(plan: Plan) -> None:
             "one layer"
         )
     sums = [sum(r) for r in rows]
+    if sum(sums) != num_layers:
+        raise ValueError(
+            f"plan.layers_per_chunk holds {sum(sums)} layers (stages {sums}); the model has "
+            f"{num_layers}"
+        )
     if tuple(sums) != tuple(plan.layers_per_stage):
         raise ValueError(
             f"plan.layers_per_chunk row sums {sums} must equal plan.layers_per_stage="
