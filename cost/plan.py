@@ -7,7 +7,7 @@ from enum import StrEnum
 
 __all__ = ["Axis", "Precision", "Recompute", "CPComm", "Job", "Plan", "DEFAULT_ORDER", "check_plan",
            "check_expert_parallel", "expert_axes", "chunk_layers", "default_chunks",
-           "is_even_chunks"]
+           "is_even_chunks", "pipeline_slots"]
 
 
 class Axis(StrEnum):
@@ -165,6 +165,23 @@ def default_chunks(layers_per_stage: tuple[int, ...], vp: int) -> tuple[tuple[in
         short, long_ = [base] * (vp - extra), [base + 1] * extra
         rows.append(tuple(short + long_) if s == 0 else tuple(long_ + short))
     return tuple(rows)
+
+
+def pipeline_slots(num_layers: int, pp: int, vp: int) -> tuple[int, ...] | None:
+    """Per stage, the layer slots the embedding / loss take when layers are split in units of
+    vp (Megatron's --account-for-embedding/loss-in-pipeline-split): stage s holds
+    vp * k_s - slots[s] layers, k_s >= 1 + slots[s] (every virtual stage keeps a layer).
+
+    Formula: none when vp divides the layers; one slot on the last stage (the loss, next to
+    the costlier LM head) when layers + 1 is a multiple of vp; one on the first and one on the
+    last when layers + 2 is; else None (no such split; e.g. 126 layers on vp 8 take both: 128
+    slots, 2 per virtual stage, the first and last virtual stages holding 1 layer)."""
+    if vp == 1 or num_layers % vp == 0:
+        return (0,) * pp
+    need = -num_layers % vp
+    if need > 2 or pp < 2:
+        return None
+    return (need - 1,) + (0,) * (pp - 2) + (1,)
 
 
 def chunk_layers(plan: Plan) -> tuple[tuple[int, ...], ...]:
