@@ -140,8 +140,8 @@ def _k_choices(layout: Plan, num_layers: int, fixed: Fixed, options: Options) ->
     """Allowed k = (layers + slot) / vp per stage (cost.plan.pipeline_slots); None = any;
     [] = the layout is impossible."""
     slots = pipeline_slots(num_layers, layout.pp, layout.vp)
-    if slots is None:
-        return []
+    if slots is None or (num_layers + sum(slots)) // layout.vp < layout.pp + sum(slots):
+        return []  # no split in units of vp, or too few for each stage's least k (1 + slot)
     split = exact_split(layout, num_layers, fixed, options)
     if split is not None:
         return sorted({(n + sl) // layout.vp for n, sl in zip(split, slots, strict=True)})

@@ -309,6 +309,8 @@ def fits_some_split(k_max: dict[tuple[int, Recompute], int], pp: int, k_total: i
     """Some split fits: the most layers each stage can hold (best mode; ``uniform``: one mode
     for all stages), each at least its least k (1 + slot), add up to the model."""
     low = [1 + sl for sl in slots] if slots else [1] * pp
+    if sum(low) > k_total:
+        return False
     if uniform:
         modes = {r for _, r in k_max}
         return any(all(k_max[(s, r)] >= low[s] for s in range(pp))
