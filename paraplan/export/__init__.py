@@ -285,8 +285,16 @@ Rule = Callable[[ExportContext, Draft], Refusal | None]
 
 
 def repair(change: str, draft: Draft, plan: Plan | None) -> tuple[Fix, ...]:
-    """A one-element fix tuple when ``plan`` exists (helpers return None for impossible ones)."""
-    return (Fix(change, replace(draft, plan=plan)),) if plan is not None else ()
+    """A one-element fix tuple when ``plan`` exists (helpers return None for impossible ones).
+    A chunk layout the change no longer fits (other pp, vp or split) falls back to the default
+    one of the new split (cost.plan.default_chunks)."""
+    if plan is None:
+        return ()
+    rows = plan.layers_per_chunk
+    if rows and (len(rows) != plan.pp or any(len(r) != plan.vp for r in rows)
+                 or tuple(sum(r) for r in rows) != tuple(plan.layers_per_stage)):
+        plan = replace(plan, layers_per_chunk=())
+    return (Fix(change, replace(draft, plan=plan)),)
 
 
 def order_fixes(draft: Draft, orders: Iterable[tuple[str, Sequence[Axis]]]) -> tuple[Fix, ...]:
