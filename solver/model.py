@@ -22,7 +22,8 @@ Constraints (solver/constraints/)
                                dpmax = max(0, max_s sum_r E1_{s,r} x + E0_{s,r} rec)
                                omax = max_s O1_s k[L,s] + O0_s use
                                (each max also as linear >= rows, which the LP relaxation uses)
-    (per-layer coefficients are per stage: on a pooled cluster each stage's pool sets them)
+    (per-layer coefficients are per stage: on a pooled cluster each stage's pool sets them;
+    T0 is the cost/ line at vp k - slot layers: fixed - slot_s * per_layer, tables.py)
 Objective
     minimise z = sum_L S/vp (vp m tmax + sum_s t[L,s] - tmax) + S (dpmax + omax), S = the lcm
     of the layouts' vp, with the cut z >= sum_L S LB_L use[L] (the layouts' lower bounds). Only
