@@ -7,7 +7,7 @@ from enum import StrEnum
 
 __all__ = ["Axis", "Precision", "Recompute", "CPComm", "Job", "Plan", "DEFAULT_ORDER", "check_plan",
            "check_expert_parallel", "expert_axes", "chunk_layers", "default_chunks",
-           "is_even_chunks", "pipeline_slots"]
+           "is_even_chunks", "pipeline_slots", "check_chunks"]
 
 
 class Axis(StrEnum):

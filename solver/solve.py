@@ -143,8 +143,9 @@ def _k_choices(layout: Plan, num_layers: int, fixed: Fixed, options: Options) ->
     if slots is None or (num_layers + sum(slots)) // layout.vp < layout.pp + sum(slots):
         return []  # no split in units of vp, or too few for each stage's least k (1 + slot)
     split = exact_split(layout, num_layers, fixed, options)
-    if split is not None:  # () : no valid split
-        return sorted({(n + sl) // layout.vp for n, sl in zip(split, slots)})
+    if split is not None:  # () : no valid split, so no k
+        return sorted({(n + sl) // layout.vp for n, sl in zip(split, slots, strict=True)}
+                      ) if split else []
     if not options.allow_uneven_stages:
         even = even_layers(num_layers, layout.pp, layout.vp)
         if even is None or (num_layers + sum(slots)) % (layout.pp * layout.vp):
