@@ -9,6 +9,7 @@ from typing import Any
 
 from paraplan.cost import DEFAULT_ORDER
 from paraplan.cost import evaluate as cost_evaluate
+from paraplan.cost.plan import default_chunks
 from paraplan.errors import ConfigError, InfeasibleError, SolveTimeout
 from paraplan.explain import explain, summary
 from paraplan.instance import Calibration, Instance, build_instance, fixed_plan
@@ -65,12 +66,37 @@ def fixed_knobs(inst: Instance) -> Fixed:
                           "tp, cp, dp, pp (every axis once, innermost first)")
     if p.etp not in (None, 1) and p.tp is not None and p.etp != p.tp:
         raise ConfigError(f"plan.etp={p.etp} must be 1 or plan.tp={p.tp}")
+    layers, vp = _fixed_chunks(p)
     return Fixed(dp=p.dp, tp=p.tp, pp=p.pp, cp=p.cp, ep=p.ep, etp=p.etp, cp_comm=p.cp_comm,
-                 vp=p.vp, micro_batch=p.micro_batch,
+                 vp=vp, micro_batch=p.micro_batch,
                  zero=p.zero, sequence_parallel=p.sequence_parallel, recompute=recompute,
-                 layers_per_stage=tuple(p.layers_per_stage) if p.layers_per_stage else None,
+                 layers_per_stage=layers,
                  order=tuple(p.order) if p.order else None,
                  stage_pools=tuple(p.stage_pools) if p.stage_pools is not None else None)
+
+
+def _fixed_chunks(p: Any) -> tuple[tuple[int, ...] | None, int | None]:
+    """The split and vp a scenario fixes; plan.layers_per_chunk fixes both, and the search
+    builds only the default chunk layout of its split (cost.plan.default_chunks, Megatron's
+    account-for-embedding/loss placement), so other chunk layouts are for evaluate."""
+    layers = tuple(p.layers_per_stage) if p.layers_per_stage else None
+    if not p.layers_per_chunk:
+        return layers, p.vp
+    rows = tuple(tuple(r) for r in p.layers_per_chunk)
+    sums, vp = tuple(sum(r) for r in rows), len(rows[0])
+    if p.vp is not None and p.vp != vp or any(len(r) != vp for r in rows):
+        raise ConfigError(f"plan.layers_per_chunk rows must each list vp={p.vp or vp} layer "
+                          f"counts; got {[len(r) for r in rows]}")
+    if layers is not None and layers != sums:
+        raise ConfigError(f"plan.layers_per_chunk row sums {list(sums)} differ from "
+                          f"plan.layers_per_stage={list(layers)}")
+    if rows != default_chunks(sums, vp):
+        raise ConfigError(
+            f"plan.layers_per_chunk={[list(r) for r in rows]}: `paraplan plan` builds each "
+            f"stage's chunks as {[list(r) for r in default_chunks(sums, vp)]} (even, short chunks "
+            "next to the embedding and the loss); give that, or only plan.layers_per_stage, or "
+            "score this layout with `paraplan evaluate`")
+    return sums, vp
 
 
 def search_options(inst: Instance) -> Options:

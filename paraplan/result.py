@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from paraplan.cost import Breakdown, Job, Plan
 from paraplan.cost import evaluate as cost_evaluate
+from paraplan.cost.plan import chunk_layers, is_even_chunks
 from paraplan.errors import ConfigError
 from paraplan.instance import Instance
 
@@ -39,6 +40,9 @@ class PlanOut(BaseModel):
     recompute: str | list[str] = Field(description="one mode, or one per stage when they differ")
     recompute_per_stage: list[str]
     layers_per_stage: list[int]
+    layers_per_chunk: list[list[int]] = Field(
+        default_factory=list, description="interleaving with unequal virtual stages: each pipeline "
+        "stage's vp chunk layer counts (empty when vp divides every stage)")
     order: list[str] = Field(description="rank order, innermost first")
     num_devices: int
     stage_pools: list[int] = Field(
@@ -118,6 +122,7 @@ def plan_out(plan: Plan, job: Job) -> PlanOut:
         recompute=modes[0] if len(set(modes)) == 1 else modes,
         recompute_per_stage=modes,
         layers_per_stage=list(plan.layers_per_stage),
+        layers_per_chunk=[] if is_even_chunks(plan) else [list(r) for r in chunk_layers(plan)],
         order=[a.value for a in plan.order],
         num_devices=plan.num_devices,
         stage_pools=list(plan.stage_pools),

@@ -36,6 +36,7 @@ from paraplan.cost import (
     stage_memory,
     stage_terms,
 )
+from paraplan.cost.plan import pipeline_slots
 from paraplan.cost.pools import pool_floors, pooled_pipeline_floor_s
 from paraplan.cost.pp import pipeline_lower_bound_s
 from paraplan.cost.stage import compute_floor_s, inner_tiers_fastest
@@ -136,16 +137,20 @@ def _stage_modes(fixed: Fixed, pp: int) -> tuple[Recompute, ...] | None:
 
 
 def _k_choices(layout: Plan, num_layers: int, fixed: Fixed, options: Options) -> list[int] | None:
-    """Allowed layers/vp per stage; None = any; [] = the layout is impossible."""
-    if num_layers % layout.vp:
-        return []
+    """Allowed k = (layers + slot) / vp per stage (cost.plan.pipeline_slots); None = any;
+    [] = the layout is impossible."""
+    slots = pipeline_slots(num_layers, layout.pp, layout.vp)
+    if slots is None or (num_layers + sum(slots)) // layout.vp < layout.pp + sum(slots):
+        return []  # no split in units of vp, or too few for each stage's least k (1 + slot)
     split = exact_split(layout, num_layers, fixed, options)
-    if split is not None:
-        return sorted({n // layout.vp for n in split})
+    if split is not None:  # () : no valid split, so no k
+        return sorted({(n + sl) // layout.vp for n, sl in zip(split, slots, strict=True)}
+                      ) if split else []
     if not options.allow_uneven_stages:
-        if num_layers % (layout.pp * layout.vp):
+        even = even_layers(num_layers, layout.pp, layout.vp)
+        if even is None or (num_layers + sum(slots)) % (layout.pp * layout.vp):
             return []
-        return [num_layers // (layout.pp * layout.vp)]
+        return [(num_layers + sum(slots)) // (layout.pp * layout.vp)]
     return None
 
 
@@ -243,7 +248,7 @@ def _bounded_tables(graph: LayerGraph, cluster: Cluster, job: Job, fixed: Fixed,
             tab = build_tables(graph, cluster, job, layout, recomputes, ks, terms, uniform,
                                exact_split(layout, spec.num_layers, fixed, options),
                                _stage_modes(fixed, layout.pp))
-            if not fits_some_split(tab.k_max, layout.pp, tab.k_total, uniform):
+            if not fits_some_split(tab.k_max, layout.pp, tab.k_total, uniform, tab.slots):
                 unfit += 1
                 continue
             computed.append(tab)
@@ -272,9 +277,11 @@ def _fits(terms: StageTerms, recomputes: list[Recompute], num_layers: int,
           stage_modes: tuple[Recompute, ...] | None = None) -> bool:
     """Some split of the layout's layers fits memory (the rank order does not change memory)."""
     pp, vp = terms.plan.pp, terms.plan.vp
-    k_total = num_layers // vp
+    slots = pipeline_slots(num_layers, pp, vp) or (0,) * pp
+    k_total = (num_layers + sum(slots)) // vp
     k_hi = max(ks) if ks else k_total - (pp - 1)
-    return fits_some_split(layer_caps(terms, recomputes, k_hi, stage_modes), pp, k_total, uniform)
+    return fits_some_split(layer_caps(terms, recomputes, k_hi, stage_modes, num_layers), pp,
+                           k_total, uniform, slots)
 
 
 def _space_size(space: list[Plan], spec: ModelSpec, fixed: Fixed, options: Options,
@@ -328,7 +335,7 @@ def _stage_rules(model: cp_model.CpModel, mv: ModelVars, fixed: Fixed) -> None:
         pp, vp = lv.tables.plan.pp, lv.tables.plan.vp
         if lv.tables.split:  # the scenario's fixed split, or the one the framework builds
             for s, n in enumerate(lv.tables.split):
-                model.Add(lv.k(s) == (n // vp) * lv.use)
+                model.Add(lv.k(s) == ((n + lv.tables.slot(s)) // vp) * lv.use)
         if fixed.recompute is not None and len(fixed.recompute) == pp:
             for s, r in enumerate(fixed.recompute):
                 model.Add(lv.rec[s][r] == lv.use)
@@ -351,8 +358,9 @@ def _tie_break(model: cp_model.CpModel, mv: ModelVars, num_layers: int) -> cp_mo
         even = even_layers(num_layers, plan.pp, plan.vp)
         for s, n in enumerate(even or ()):
             dist = model.NewIntVar(0, lv.tables.k_total, f"dist_{lv.index}_{s}")
-            model.Add(dist >= lv.k(s) - (n // plan.vp) * lv.use)
-            model.Add(dist >= (n // plan.vp) * lv.use - lv.k(s))
+            k_even = (n + lv.tables.slot(s)) // plan.vp
+            model.Add(dist >= lv.k(s) - k_even * lv.use)
+            model.Add(dist >= k_even * lv.use - lv.k(s))
             terms.append(dist)
     return sum(terms)
 
