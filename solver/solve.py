@@ -41,6 +41,7 @@ from paraplan.cost.pp import pipeline_lower_bound_s
 from paraplan.cost.stage import compute_floor_s, inner_tiers_fastest
 from paraplan.graph import LayerGraph, ModelSpec
 from paraplan.hardware import Cluster
+from paraplan.solver.distinct import is_near_duplicate, layout_key
 from paraplan.solver.model import ModelVars, add_hint, build_model
 from paraplan.solver.scale import from_ticks, resolution_for, tolerance_s
 from paraplan.solver.space import (
@@ -77,6 +78,10 @@ class SolverOptions:
     relative_gap: float = 0.0
     top: int = 1
     log_search_progress: bool = False
+    # top-K lists plans that differ in a degree or mode: a runner-up that differs from a listed
+    # plan only in rank order, ZeRO stage or layer split, within this relative step time, is
+    # skipped (solver/distinct.py); None lists the best plan of every layout
+    duplicate_rel: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,7 +164,8 @@ class _Candidates:
 
 
 def _bounded_tables(graph: LayerGraph, cluster: Cluster, job: Job, fixed: Fixed,
-                    options: Options, top: int, deadline: float = float("inf")) -> _Candidates:
+                    options: Options, top: int, deadline: float = float("inf"),
+                    distinct: bool = False) -> _Candidates:
     """Best-first branch and bound over the space (module docstring, 1-2), in three levels:
 
     0. a family (degrees, ep, micro-batch, vp, SP), bounded by its compute floor through the
@@ -170,7 +176,8 @@ def _bounded_tables(graph: LayerGraph, cluster: Cluster, job: Job, fixed: Fixed,
     then its tables (memory-aware bounds, an upper bound). Each level's bound is at most the next
     one's, so popping the least bound first and stopping once it exceeds the K-th best upper bound
     examines exactly what cannot be proven worse. At ``deadline`` it stops with the least bound
-    left as a valid bound on everything not examined."""
+    left as a valid bound on everything not examined. ``distinct``: the K-th best upper bound
+    counts one per layout_key (near-duplicates are not listed, solver/distinct.py)."""
     spec = graph.spec
     recomputes = _recomputes(fixed, options)
     if not recomputes:
@@ -205,6 +212,7 @@ def _bounded_tables(graph: LayerGraph, cluster: Cluster, job: Job, fixed: Fixed,
         raise NoLayoutError("no layout satisfies the divisibility rules")
     heapq.heapify(heap)
     uppers: list[float] = []
+    best_upper: dict[Any, float] = {}  # per layout_key when ``distinct``, else per layout
     computed: list[LayoutTables] = []
     unfit_terms: list[StageTerms] = []  # families with a ZeRO stage whose no split fits
     unfit, discarded, out_of_time = 0, float("inf"), False
@@ -248,7 +256,9 @@ def _bounded_tables(graph: LayerGraph, cluster: Cluster, job: Job, fixed: Fixed,
                 continue
             computed.append(tab)
             if tab.upper_bound_s < float("inf"):
-                uppers = sorted(uppers + [tab.upper_bound_s])[:top]
+                key = layout_key(tab.plan) if distinct else len(computed)
+                best_upper[key] = min(best_upper.get(key, float("inf")), tab.upper_bound_s)
+                uppers = heapq.nsmallest(top, best_upper.values())
     num_layouts = _space_size(space, spec, fixed, options, deadline)
     if not computed and out_of_time:
         return _Candidates([], num_layouts, discarded, unfit + len(unfit_terms), out_of_time)
@@ -447,10 +457,13 @@ def _solve_once(kept: list[LayoutTables], graph: LayerGraph, fixed: Fixed, opts:
 
 def solve_instance(graph: LayerGraph, cluster: Cluster, job: Job, fixed: Fixed, options: Options,
                    opts: SolverOptions, progress: Callable[[str], None] | None = None) -> Outcome:
-    """The K best distinct-layout plans; status OPTIMAL only when CP-SAT proved it."""
+    """The K best distinct-layout plans (with ``opts.duplicate_rel``: distinct in a degree or
+    mode, solver/distinct.py), each runner-up proven the next best, in order, stopping at the
+    time limit; status OPTIMAL only when CP-SAT proved it."""
     start = time.perf_counter()
     deadline = start + opts.time_limit_s
-    cand = _bounded_tables(graph, cluster, job, fixed, options, opts.top, deadline)
+    cand = _bounded_tables(graph, cluster, job, fixed, options, opts.top, deadline,
+                           opts.duplicate_rel is not None)
     resolution_s = resolution_for(max((t.ceiling_s() for t in cand.kept), default=0.0),
                                   max((t.plan.vp for t in cand.kept), default=1))
     kept = [replace(t, resolution_s=resolution_s) for t in cand.kept]
@@ -461,12 +474,13 @@ def solve_instance(graph: LayerGraph, cluster: Cluster, job: Job, fixed: Fixed, 
     solutions: list[Solution] = []
     excluded: list[int] = []
     status, bound = "UNKNOWN", float("inf")
-    for rank in range(opts.top):
-        if len(excluded) == len(kept) or (rank and time.perf_counter() > deadline):
+    while len(solutions) < opts.top:
+        first = not solutions
+        if len(excluded) == len(kept) or (not first and time.perf_counter() > deadline):
             break
         name, sol, bnd, idx = _solve_once(kept, graph, fixed, opts, excluded, deadline,
-                                          progress if rank == 0 else None, start)
-        if rank == 0:
+                                          progress if first else None, start)
+        if first:
             status, bound = name, min(bnd, cand.discarded_lb_s)
             if status == "OPTIMAL" and cand.out_of_time and sol is not None \
                     and bound < sol.objective_s - tolerance_s(1, 1, kept[idx].k_total,
@@ -477,8 +491,12 @@ def solve_instance(graph: LayerGraph, cluster: Cluster, job: Job, fixed: Fixed, 
         if sol is None or idx is None:
             break
         _check(graph, cluster, job, sol, kept[idx].k_total, resolution_s)
-        solutions.append(sol)
         excluded.append(idx)
+        if not first and opts.duplicate_rel is not None and is_near_duplicate(
+                sol.plan, sol.objective_s, [(s.plan, s.objective_s) for s in solutions],
+                opts.duplicate_rel):
+            continue  # a near-duplicate of a listed plan: the next distinct one instead
+        solutions.append(sol)
     return Outcome(status, solutions, bound, time.perf_counter() - start, cand.num_layouts,
                    cand.num_layouts - len(kept))
 
