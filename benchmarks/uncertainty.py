@@ -25,11 +25,11 @@ from datetime import date
 from pathlib import Path
 
 import yaml
+from paraplan.hardware import node_type, node_type_names
 
 import paraplan
 from benchmarks.calibration_set import CSV_PATH, load_cases
 from benchmarks.fidelity import Row, evaluate_case
-from paraplan.hardware import node_type, node_type_names
 
 __all__ = ["MIN_ROWS", "OUT_PATH", "band_table", "generation_of", "main"]
 

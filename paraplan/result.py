@@ -17,8 +17,8 @@ from paraplan.errors import ConfigError
 from paraplan.hardware import Cluster, step_time_band
 from paraplan.instance import Instance
 
-__all__ = ["PlanOut", "StageOut", "StepTimeBandOut", "Predicted", "band_out", "SolverOut", "Result", "plan_out", "predicted_out",
-           "evaluate_plan", "paraplan_version"]
+__all__ = ["PlanOut", "StageOut", "StepTimeBandOut", "Predicted", "band_out", "SolverOut",
+           "Result", "plan_out", "predicted_out", "evaluate_plan", "paraplan_version"]
 
 _OUT = ConfigDict(extra="forbid", frozen=True)
 
