@@ -329,7 +329,8 @@ class _Progress(cp_model.CpSolverSolutionCallback):
             f"  {time.perf_counter() - self._start:6.2f} s  best "
             f"{self._seconds(self.ObjectiveValue()):.4f} s  bound "
             f"{self._seconds(self.BestObjectiveBound()):.4f} s  (dp={p.dp} tp={p.tp} "
-            f"pp={p.pp} cp={p.cp} vp={p.vp} mb={p.micro_batch} zero={p.zero})"
+            f"pp={p.pp} cp={p.cp} ep={p.ep} etp={p.expert_tp} vp={p.vp} mb={p.micro_batch} "
+            f"zero={p.zero})"
         )
 
 
