@@ -420,13 +420,17 @@ def _solve_layout(tab: LayoutTables, graph: LayerGraph, fixed: Fixed, opts: Solv
 
 def _solve_once(kept: list[LayoutTables], graph: LayerGraph, fixed: Fixed, opts: SolverOptions,
                 excluded: list[int], deadline: float, progress: Callable[[str], None] | None,
-                start: float) -> tuple[str, Solution | None, float, int | None]:
+                start: float, memo: dict[int, tuple] | None = None
+                ) -> tuple[str, Solution | None, float, int | None]:
     """The best plan over the kept layouts but ``excluded`` (module docstring, 3).
 
     Each layout is solved in its own model, least lower bound first, capped by the best
     objective so far; once a layout's lower bound exceeds it, that layout and every later one
     are proven worse. Ties go to the better layout_rank. One model per layout keeps each LP
-    relaxation tight (a model over several layouts mixes them fractionally and proved slowly)."""
+    relaxation tight (a model over several layouts mixes them fractionally and proved slowly).
+    ``memo`` keeps across the top-K rounds each layout's proven optimum (a cap does not change
+    an optimum found under it) or the cap it was proven worse than, so a layout is solved to
+    optimality once and not re-proven worse than a cap at least as low."""
     order = sorted((i for i in range(len(kept)) if i not in excluded),
                    key=lambda i: (kept[i].lower_bound_s, layout_rank(kept[i].plan), i))
     best: tuple[Fraction, tuple, int, Solution] | None = None  # ticks, rank, index, solution
@@ -440,9 +444,17 @@ def _solve_once(kept: list[LayoutTables], graph: LayerGraph, fixed: Fixed, opts:
         if best is not None and time.perf_counter() > deadline:
             proven, bound = False, min(bound, tab.lower_bound_s)
             break
-        name, sol, bnd, ticks = _solve_layout(tab, graph, fixed, opts,
-                                              best[0] if best else None, deadline, progress,
-                                              start)
+        cached = memo.get(i) if memo is not None else None
+        if cached is not None and (cached[0] == "OPTIMAL" or (best and best[0] <= cached[3])):
+            name, sol, bnd, ticks = cached  # INFEASIBLE: its step exceeds a cap >= the best
+        else:
+            name, sol, bnd, ticks = _solve_layout(tab, graph, fixed, opts,
+                                                  best[0] if best else None, deadline, progress,
+                                                  start)
+            if memo is not None and name == "OPTIMAL":
+                memo[i] = (name, sol, bnd, ticks)
+            elif memo is not None and name == "INFEASIBLE" and best is not None:
+                memo[i] = (name, sol, bnd, best[0])  # the cap it was proven worse than
         statuses.append(name)
         if name == "INFEASIBLE":
             continue  # no plan of this layout within the cap: proven no better
@@ -474,13 +486,14 @@ def solve_instance(graph: LayerGraph, cluster: Cluster, job: Job, fixed: Fixed, 
                  f"({time.perf_counter() - start:.2f} s)")
     solutions: list[Solution] = []
     excluded: list[int] = []
+    memo: dict[int, tuple] = {}
     status, bound = "UNKNOWN", float("inf")
     while len(solutions) < opts.top:
         first = not solutions
         if len(excluded) == len(kept) or (not first and time.perf_counter() > deadline):
             break
         name, sol, bnd, idx = _solve_once(kept, graph, fixed, opts, excluded, deadline,
-                                          progress if first else None, start)
+                                          progress if first else None, start, memo)
         if first:
             status, bound = name, min(bnd, cand.discarded_lb_s)
             if status == "OPTIMAL" and cand.out_of_time and sol is not None \
