@@ -14,9 +14,17 @@ from paraplan.errors import ConfigError, InfeasibleError, SolveTimeout
 from paraplan.explain import explain, summary
 from paraplan.instance import Calibration, Instance, build_instance, fixed_plan
 from paraplan.report import gib
-from paraplan.result import Result, SolverOut, evaluate_plan, paraplan_version, plan_out
+from paraplan.result import (
+    Result,
+    SolverOut,
+    band_out,
+    evaluate_plan,
+    paraplan_version,
+    plan_out,
+)
 from paraplan.schema import Scenario, load_scenario
 from paraplan.solver import (
+    DUPLICATE_REL,
     Fixed,
     NoFitError,
     NoLayoutError,
@@ -174,7 +182,7 @@ def solve(scenario: str | Path | dict[str, Any] | Scenario, *, time_limit_s: flo
         raise SolveTimeout(f"--time-limit {time_limit_s:g} s ran out while reading the scenario; "
                            "raise it")
     opts = SolverOptions(time_limit_s=left_s, num_workers=workers, random_seed=seed,
-                         top=max(top, 2))
+                         top=max(top, 2), duplicate_rel=DUPLICATE_REL)
     try:
         out = solve_instance(inst.graph, inst.cluster, inst.job, fixed, options, opts, progress)
     except OutOfTime as e:
@@ -218,8 +226,10 @@ def solve(scenario: str | Path | dict[str, Any] | Scenario, *, time_limit_s: flo
         runner = (rp, cost_evaluate(inst.graph, inst.cluster, inst.job, rp))
     alternatives = [
         {"summary": summary(s.plan), "step_time_s": s.objective_s,
+         "step_time_band_s": band_out(inst.cluster, s.objective_s).model_dump(),
          "plan": plan_out(s.plan, inst.job).model_dump()}
         for s in out.solutions[1:top]
     ]
+    band = band_out(inst.cluster, breakdown.step_time_s)
     return evaluate_plan(inst, best.plan, solver_out, alternatives=alternatives,
-                         explanation=explain(best.plan, breakdown, inst.cluster, runner))
+                         explanation=explain(best.plan, breakdown, inst.cluster, runner, band))
