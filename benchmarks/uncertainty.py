@@ -28,8 +28,8 @@ import yaml
 from paraplan.hardware import node_type, node_type_names
 
 import paraplan
-from benchmarks.calibration_set import CSV_PATH, load_cases
-from benchmarks.fidelity import Row, evaluate_case
+from benchmarks.calibration_set import CSV_PATH
+from benchmarks.fidelity import Row, fidelity_rows
 
 __all__ = ["MIN_ROWS", "OUT_PATH", "band_table", "generation_of", "main"]
 
@@ -97,8 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--check", action="store_true", help="print the band; write nothing")
     ap.add_argument("--out", type=Path, default=OUT_PATH, help=f"data file ({OUT_PATH})")
     args = ap.parse_args(argv)
-    cases, _ = load_cases()
-    table = band_table([evaluate_case(c) for c in cases])
+    table = band_table(fidelity_rows())  # the runs the fidelity figures score
     print(f"{'generation':<16} {'rows':>5} {'p10':>7} {'p50':>7} {'p90':>7}  source")
     for gen, g in table["generations"].items():
         print(f"{gen:<16} {g['rows']:>5} {g['p10']:>7.3f} {g['p50']:>7.3f} {g['p90']:>7.3f}  "

@@ -9,16 +9,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from benchmarks.calibration_set import load_cases
-from benchmarks.fidelity import evaluate_case
+from benchmarks.fidelity import fidelity_rows
 from benchmarks.uncertainty import band_table, main
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_shipped_band_matches_the_calibration_residuals() -> None:
-    cases, _ = load_cases()
-    fresh = band_table([evaluate_case(c) for c in cases])
+    fresh = band_table(fidelity_rows())
     text = resources.files("paraplan.hardware").joinpath("data/uncertainty.yaml").read_text()
     shipped = yaml.safe_load(text)
     assert shipped["generations"] == fresh["generations"], (
