@@ -25,6 +25,7 @@ from enum import StrEnum
 from typing import Any
 
 from paraplan.cost import DEFAULT_ORDER, Plan, Recompute
+from paraplan.cost.plan import pipeline_slots
 from paraplan.solver import Fixed, Options, layouts
 from paraplan.solver.enumerate import EnumerationBudgetExceeded, enumerate_plans
 from paraplan.solver.space import divisors
@@ -131,15 +132,18 @@ def _num_splits(num_layers: int, plan: Plan, fixed: Fixed, options: Options) -> 
     """Layer splits the enumerator visits for one layout (mirrors its rules, checked by the
     harness against ``Enumeration.num_plans``)."""
     pp, vp = plan.pp, plan.vp
+    slots = pipeline_slots(num_layers, pp, vp)
+    if slots is None:
+        return 0
     if fixed.layers_per_stage is not None:
         return int(len(fixed.layers_per_stage) == pp
-                   and all(n % vp == 0 for n in fixed.layers_per_stage))
-    if num_layers % vp:
-        return 0
-    k_total = num_layers // vp
+                   and all((n + sl) % vp == 0 and n + sl >= vp * (1 + sl)
+                           for n, sl in zip(fixed.layers_per_stage, slots, strict=True)))
+    k_total = (num_layers + sum(slots)) // vp
     if not options.allow_uneven_stages:
-        return int(k_total % pp == 0)
-    return math.comb(k_total - 1, pp - 1)
+        return int(k_total % pp == 0 and all(k_total // pp >= 1 + sl for sl in slots))
+    free = k_total - sum(slots)  # units left once each stage has its least k = 1 + slot
+    return math.comb(free - 1, pp - 1) if free >= pp else 0
 
 
 def _num_modes(pp: int, fixed: Fixed) -> int:

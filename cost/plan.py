@@ -6,7 +6,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 __all__ = ["Axis", "Precision", "Recompute", "CPComm", "Job", "Plan", "DEFAULT_ORDER", "check_plan",
-           "check_expert_parallel", "expert_axes"]
+           "check_expert_parallel", "expert_axes", "chunk_layers", "default_chunks",
+           "is_even_chunks", "pipeline_slots", "check_chunks"]
 
 
 class Axis(StrEnum):
@@ -60,7 +61,9 @@ class Job:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Plan:
     """Every knob fixed. ``recompute``, ``layers_per_stage`` and (on a pooled cluster)
-    ``stage_pools`` have one entry per pp rank."""
+    ``stage_pools`` have one entry per pp rank. ``layers_per_chunk``: with interleaving, the
+    layers of each virtual stage (chunk), one row of vp counts per pp rank, rank s chunk c
+    holding virtual stage c*pp + s; empty = ``default_chunks`` of ``layers_per_stage``."""
 
     dp: int
     tp: int
@@ -75,6 +78,7 @@ class Plan:
     sequence_parallel: bool = True
     recompute: tuple[Recompute, ...] = field(default=(Recompute.NONE,))
     layers_per_stage: tuple[int, ...] = field(default=())
+    layers_per_chunk: tuple[tuple[int, ...], ...] = field(default=())
     order: tuple[Axis, ...] = DEFAULT_ORDER
     stage_pools: tuple[int, ...] = ()  # pooled clusters: the pool of each pp stage (cost/pools.py)
 
@@ -132,6 +136,7 @@ def check_plan(plan: Plan, job: Job, *, num_devices: int, num_layers: int, num_h
         raise ValueError(
             f"plan.layers_per_stage has {len(plan.layers_per_stage)} entries; need pp={plan.pp}"
         )
+    check_chunks(plan, num_layers)
     if sum(plan.layers_per_stage) != num_layers or min(plan.layers_per_stage) < plan.vp:
         raise ValueError(
             f"plan.layers_per_stage={list(plan.layers_per_stage)} must sum to the model's "
@@ -140,12 +145,6 @@ def check_plan(plan: Plan, job: Job, *, num_devices: int, num_layers: int, num_h
     if plan.vp > 1:
         if plan.pp == 1:
             raise ValueError(f"plan.vp={plan.vp} needs pp > 1 (interleaving splits pipeline stages)")
-        bad = [n for n in plan.layers_per_stage if n % plan.vp]
-        if bad:
-            raise ValueError(
-                f"plan.vp={plan.vp} must divide each stage's layer count; "
-                f"layers_per_stage={list(plan.layers_per_stage)}"
-            )
         if plan.num_micro_batches(job) % plan.pp:
             raise ValueError(
                 f"interleaved schedule (vp={plan.vp}) needs the micro-batch count "
@@ -156,6 +155,78 @@ def check_plan(plan: Plan, job: Job, *, num_devices: int, num_layers: int, num_h
     if sorted(plan.order) != sorted(DEFAULT_ORDER):
         raise ValueError(f"plan.order={list(plan.order)} must be a permutation of tp, cp, dp, pp")
     check_expert_parallel(plan, num_experts)
+
+
+def default_chunks(layers_per_stage: tuple[int, ...], vp: int) -> tuple[tuple[int, ...], ...]:
+    """Each stage's layers over its vp chunks as evenly as possible: stage 0 puts its short
+    chunks first (next to the embedding), every other stage last (the last stage's are next to
+    the loss). 126 layers as [15, 16 x 6, 15] on vp 8 give stage 0 [1, 2 x 7] and stage 7
+    [2 x 7, 1]: Megatron's --account-for-embedding/loss-in-pipeline-split layout."""
+    rows = []
+    for s, n in enumerate(layers_per_stage):
+        base, extra = divmod(n, vp)
+        short, long_ = [base] * (vp - extra), [base + 1] * extra
+        rows.append(tuple(short + long_) if s == 0 else tuple(long_ + short))
+    return tuple(rows)
+
+
+def pipeline_slots(num_layers: int, pp: int, vp: int) -> tuple[int, ...] | None:
+    """Per stage, the layer slots the embedding / loss take when layers are split in units of
+    vp (Megatron's --account-for-embedding/loss-in-pipeline-split): stage s holds
+    vp * k_s - slots[s] layers, k_s >= 1 + slots[s] (every virtual stage keeps a layer).
+
+    Formula: none when vp divides the layers; one slot on the last stage (the loss, next to
+    the costlier LM head) when layers + 1 is a multiple of vp; one on the first and one on the
+    last when layers + 2 is; else None (no such split; e.g. 126 layers on vp 8 take both: 128
+    slots, 2 per virtual stage, the first and last virtual stages holding 1 layer)."""
+    if vp == 1 or num_layers % vp == 0:
+        return (0,) * pp
+    need = -num_layers % vp
+    if need > 2 or pp < 2:
+        return None
+    return (need - 1,) + (0,) * (pp - 2) + (1,)
+
+
+def chunk_layers(plan: Plan) -> tuple[tuple[int, ...], ...]:
+    """Layers of each (pp rank, chunk): ``plan.layers_per_chunk`` or ``default_chunks``."""
+    return plan.layers_per_chunk or default_chunks(plan.layers_per_stage, plan.vp)
+
+
+def is_even_chunks(plan: Plan) -> bool:
+    """Every chunk of each stage holds the same number of layers (vp divides every stage)."""
+    return all(len(set(row)) == 1 for row in chunk_layers(plan))
+
+
+def check_chunks(plan: Plan, num_layers: int) -> None:
+    """plan.layers_per_chunk: pp rows of vp counts, each >= 1, all summing to the model's layers,
+    row s to layers_per_stage[s]. Without it, each stage's layers are spread over its chunks by
+    default_chunks (so vp need not divide a stage)."""
+    rows = plan.layers_per_chunk
+    if not rows:
+        return
+    if len(rows) != plan.pp or any(len(r) != plan.vp for r in rows):
+        raise ValueError(
+            f"plan.layers_per_chunk has {len(rows)} rows of {sorted({len(r) for r in rows})} "
+            f"entries; need pp={plan.pp} rows of vp={plan.vp} layer counts (one per virtual stage)"
+        )
+    bad = [(s, c) for s, r in enumerate(rows) for c, n in enumerate(r) if n < 1]
+    if bad:
+        s, c = bad[0]
+        raise ValueError(
+            f"plan.layers_per_chunk[{s}][{c}]={rows[s][c]}: every virtual stage holds at least "
+            "one layer"
+        )
+    sums = [sum(r) for r in rows]
+    if sum(sums) != num_layers:
+        raise ValueError(
+            f"plan.layers_per_chunk holds {sum(sums)} layers (stages {sums}); the model has "
+            f"{num_layers}"
+        )
+    if tuple(sums) != tuple(plan.layers_per_stage):
+        raise ValueError(
+            f"plan.layers_per_chunk row sums {sums} must equal plan.layers_per_stage="
+            f"{list(plan.layers_per_stage)} (each row is one pp stage's chunks)"
+        )
 
 
 def check_expert_parallel(plan: Plan, num_experts: int) -> None:

@@ -19,6 +19,7 @@ from paraplan.hardware.catalog import (
 )
 from paraplan.hardware.efficiency import Efficiency, efficiency
 from paraplan.hardware.topology import Cluster, Tier, build_cluster, build_pooled_cluster, topology_graph
+from paraplan.hardware.uncertainty import StepTimeBand, step_time_band
 
 __all__ = [
     "Accelerator",
@@ -28,6 +29,7 @@ __all__ = [
     "Fabric",
     "LinkSpec",
     "NodeType",
+    "StepTimeBand",
     "Tier",
     "accelerator",
     "apply_calibration",
@@ -40,5 +42,6 @@ __all__ = [
     "node_type",
     "node_type_names",
     "profile_from_dict",
+    "step_time_band",
     "topology_graph",
 ]

@@ -9,13 +9,22 @@ from typing import Any
 
 from paraplan.cost import DEFAULT_ORDER
 from paraplan.cost import evaluate as cost_evaluate
+from paraplan.cost.plan import default_chunks
 from paraplan.errors import ConfigError, InfeasibleError, SolveTimeout
 from paraplan.explain import explain, summary
 from paraplan.instance import Calibration, Instance, build_instance, fixed_plan
 from paraplan.report import gib
-from paraplan.result import Result, SolverOut, evaluate_plan, paraplan_version, plan_out
+from paraplan.result import (
+    Result,
+    SolverOut,
+    band_out,
+    evaluate_plan,
+    paraplan_version,
+    plan_out,
+)
 from paraplan.schema import Scenario, load_scenario
 from paraplan.solver import (
+    DUPLICATE_REL,
     Fixed,
     NoFitError,
     NoLayoutError,
@@ -65,12 +74,37 @@ def fixed_knobs(inst: Instance) -> Fixed:
                           "tp, cp, dp, pp (every axis once, innermost first)")
     if p.etp not in (None, 1) and p.tp is not None and p.etp != p.tp:
         raise ConfigError(f"plan.etp={p.etp} must be 1 or plan.tp={p.tp}")
+    layers, vp = _fixed_chunks(p)
     return Fixed(dp=p.dp, tp=p.tp, pp=p.pp, cp=p.cp, ep=p.ep, etp=p.etp, cp_comm=p.cp_comm,
-                 vp=p.vp, micro_batch=p.micro_batch,
+                 vp=vp, micro_batch=p.micro_batch,
                  zero=p.zero, sequence_parallel=p.sequence_parallel, recompute=recompute,
-                 layers_per_stage=tuple(p.layers_per_stage) if p.layers_per_stage else None,
+                 layers_per_stage=layers,
                  order=tuple(p.order) if p.order else None,
                  stage_pools=tuple(p.stage_pools) if p.stage_pools is not None else None)
+
+
+def _fixed_chunks(p: Any) -> tuple[tuple[int, ...] | None, int | None]:
+    """The split and vp a scenario fixes; plan.layers_per_chunk fixes both, and the search
+    builds only the default chunk layout of its split (cost.plan.default_chunks, Megatron's
+    account-for-embedding/loss placement), so other chunk layouts are for evaluate."""
+    layers = tuple(p.layers_per_stage) if p.layers_per_stage else None
+    if not p.layers_per_chunk:
+        return layers, p.vp
+    rows = tuple(tuple(r) for r in p.layers_per_chunk)
+    sums, vp = tuple(sum(r) for r in rows), len(rows[0])
+    if p.vp is not None and p.vp != vp or any(len(r) != vp for r in rows):
+        raise ConfigError(f"plan.layers_per_chunk rows must each list vp={p.vp or vp} layer "
+                          f"counts; got {[len(r) for r in rows]}")
+    if layers is not None and layers != sums:
+        raise ConfigError(f"plan.layers_per_chunk row sums {list(sums)} differ from "
+                          f"plan.layers_per_stage={list(layers)}")
+    if rows != default_chunks(sums, vp):
+        raise ConfigError(
+            f"plan.layers_per_chunk={[list(r) for r in rows]}: `paraplan plan` builds each "
+            f"stage's chunks as {[list(r) for r in default_chunks(sums, vp)]} (even, short chunks "
+            "next to the embedding and the loss); give that, or only plan.layers_per_stage, or "
+            "score this layout with `paraplan evaluate`")
+    return sums, vp
 
 
 def search_options(inst: Instance) -> Options:
@@ -148,7 +182,7 @@ def solve(scenario: str | Path | dict[str, Any] | Scenario, *, time_limit_s: flo
         raise SolveTimeout(f"--time-limit {time_limit_s:g} s ran out while reading the scenario; "
                            "raise it")
     opts = SolverOptions(time_limit_s=left_s, num_workers=workers, random_seed=seed,
-                         top=max(top, 2))
+                         top=max(top, 2), duplicate_rel=DUPLICATE_REL)
     try:
         out = solve_instance(inst.graph, inst.cluster, inst.job, fixed, options, opts, progress)
     except OutOfTime as e:
@@ -192,8 +226,10 @@ def solve(scenario: str | Path | dict[str, Any] | Scenario, *, time_limit_s: flo
         runner = (rp, cost_evaluate(inst.graph, inst.cluster, inst.job, rp))
     alternatives = [
         {"summary": summary(s.plan), "step_time_s": s.objective_s,
+         "step_time_band_s": band_out(inst.cluster, s.objective_s).model_dump(),
          "plan": plan_out(s.plan, inst.job).model_dump()}
         for s in out.solutions[1:top]
     ]
+    band = band_out(inst.cluster, breakdown.step_time_s)
     return evaluate_plan(inst, best.plan, solver_out, alternatives=alternatives,
-                         explanation=explain(best.plan, breakdown, inst.cluster, runner))
+                         explanation=explain(best.plan, breakdown, inst.cluster, runner, band))

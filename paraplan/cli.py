@@ -52,7 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--json", action="store_true", help="print one JSON object")
     pl.add_argument("--time-limit", type=float, default=30.0, help="seconds (default 30)")
     pl.add_argument("--workers", type=int, default=2, help="CP-SAT workers (default 2)")
-    pl.add_argument("--top", type=int, default=1, help="list the K best distinct plans")
+    pl.add_argument("--top", type=int, default=1,
+                    help="list the K best plans that differ in a degree or mode")
     pl.add_argument("--seed", type=int, default=0, help="CP-SAT random seed (default 0)")
     pl.add_argument("--export", default=None, help="comma-separated targets to export")
     pl.add_argument("--out", default=None, help="directory for --export files (default .)")

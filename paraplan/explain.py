@@ -8,6 +8,7 @@ from dataclasses import replace
 from paraplan.cost import Axis, Breakdown, Plan, group_span
 from paraplan.hardware import Cluster
 from paraplan.report import gib
+from paraplan.result import StepTimeBandOut
 
 __all__ = ["explain", "summary"]
 
@@ -15,10 +16,13 @@ TIGHT_MEMORY = 0.9  # a stage above 90% of device memory is "memory-bound"
 
 
 def summary(plan: Plan) -> str:
+    """One line with every degree and mode (ep, etp and cp included, as in the text report)."""
     rec = sorted({r.value for r in plan.recompute})
-    return (f"dp={plan.dp} tp={plan.tp} pp={plan.pp} cp={plan.cp} vp={plan.vp} "
-            f"mb={plan.micro_batch} zero={plan.zero} recompute={'/'.join(rec)} "
-            f"order={'-'.join(plan.order)}"
+    return (f"dp={plan.dp} tp={plan.tp} pp={plan.pp} cp={plan.cp} ep={plan.ep} "
+            f"etp={plan.expert_tp} vp={plan.vp} mb={plan.micro_batch} zero={plan.zero} "
+            f"recompute={'/'.join(rec)} order={'-'.join(plan.order)}"
+            + (f" cp_comm={plan.cp_comm}" if plan.cp > 1 else "")
+            + ("" if plan.sequence_parallel or plan.tp == 1 else " sp=off")
             + (f" stage_pools={list(plan.stage_pools)}" if plan.stage_pools else ""))
 
 
@@ -49,8 +53,18 @@ def _pools(cluster: Cluster, plan: Plan, b: Breakdown) -> str:
     return "; ".join(parts) + (f"; pools {idle} idle" if idle else "")
 
 
+def _runner_up_vs_band(runner_s: float, band: StepTimeBandOut) -> str:
+    """Whether the runner-up's step lies inside the winner's p10-p90 band."""
+    span = f"p10-p90 band {band.p10:.3f}-{band.p90:.3f} s"
+    if band.p10 <= runner_s <= band.p90:
+        return (f"indistinguishable under the model's uncertainty: inside this plan's {span}; "
+                "measure both if the difference matters")
+    return f"outside this plan's {span}"
+
+
 def explain(plan: Plan, b: Breakdown, cluster: Cluster,
-            runner_up: tuple[Plan, Breakdown] | None) -> list[str]:
+            runner_up: tuple[Plan, Breakdown] | None,
+            band: StepTimeBandOut | None = None) -> list[str]:
     lines = []
     step = b.step_time_s
     lines.append(
@@ -91,5 +105,6 @@ def explain(plan: Plan, b: Breakdown, cluster: Cluster,
             if abs(o - a) > 0.005 * step:
                 parts.append(f"{name} {o - a:+.3f} s")
         lines.append(f"runner-up {summary(other)}: {ob.step_time_s:.3f} s "
-                     f"({delta / step:+.1%}; {', '.join(parts) or 'ties within 0.5%'})")
+                     f"({delta / step:+.1%}; {', '.join(parts) or 'ties within 0.5%'})"
+                     + (f"; {_runner_up_vs_band(ob.step_time_s, band)}" if band else ""))
     return lines

@@ -108,6 +108,11 @@ def even_split(num_layers: int, pp: int) -> tuple[int, ...]:
     return tuple(split)
 
 
+def _chunk_sums(rows: list[list[int]] | None) -> tuple[int, ...]:
+    """plan.layers_per_chunk's stage totals (layers_per_stage when only the chunks are given)."""
+    return tuple(sum(r) for r in rows or ())
+
+
 def _recompute(value: Recompute | list[Recompute], pp: int) -> tuple[Recompute, ...]:
     if isinstance(value, list):
         if len(value) != pp:
@@ -134,7 +139,9 @@ def fixed_plan(inst: Instance, section: PlanSection | None = None) -> Plan:
         micro_batch=p.micro_batch, zero=p.zero,
         sequence_parallel=p.sequence_parallel if p.sequence_parallel is not None else p.tp > 1,
         recompute=_recompute(p.recompute, pp),
-        layers_per_stage=tuple(p.layers_per_stage or even_split(inst.spec.num_layers, pp)),
+        layers_per_stage=tuple(p.layers_per_stage or _chunk_sums(p.layers_per_chunk)
+                               or even_split(inst.spec.num_layers, pp)),
+        layers_per_chunk=tuple(tuple(r) for r in p.layers_per_chunk or ()),
         order=tuple(p.order) if p.order else DEFAULT_ORDER,
     )
     if p.stage_pools is not None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from paraplan.result import Result
+from paraplan.result import Result, StepTimeBandOut
 
 __all__ = ["render_result", "gib"]
 
@@ -11,18 +11,26 @@ def gib(n_bytes: float) -> str:
     return f"{n_bytes / 2**30:.1f} GiB"
 
 
+def _band_lines(band: StepTimeBandOut | None) -> list[str]:
+    if band is None:
+        return []
+    return [f"band      {band.p10:.3f}-{band.p90:.3f} s ({band.source})"]
+
+
 def render_result(r: Result) -> str:
     p, q = r.plan, r.predicted
     rec = p.recompute if isinstance(p.recompute, str) else ",".join(p.recompute)
     lines = [
-        f"plan      dp={p.dp} tp={p.tp} pp={p.pp} cp={p.cp} vp={p.vp} micro_batch={p.micro_batch} "
-        f"grad_accum={p.grad_accum} zero={p.zero} sp={'on' if p.sequence_parallel else 'off'} "
-        f"recompute={rec}",
+        f"plan      dp={p.dp} tp={p.tp} pp={p.pp} cp={p.cp} ep={p.ep} etp={p.etp or p.tp} "
+        f"vp={p.vp} micro_batch={p.micro_batch} grad_accum={p.grad_accum} zero={p.zero} "
+        f"sp={'on' if p.sequence_parallel else 'off'} recompute={rec}"
+        + (f" cp_comm={p.cp_comm}" if p.cp > 1 else ""),
         f"          layers_per_stage={p.layers_per_stage} order={'-'.join(p.order)} "
         f"({p.num_devices} devices)"
         + (f" stage_pools={p.stage_pools}" if p.stage_pools else ""),
         f"step      {q.step_time_s:.3f} s = compute {q.compute_s:.3f} + exposed comm "
         f"{q.exposed_comm_s:.3f} + bubble {q.bubble_s:.3f} + optimizer {q.optimizer_s:.3f}",
+        *_band_lines(q.step_time_band_s),
         f"speed     {q.tokens_per_s_per_gpu:,.0f} tokens/s/GPU, {q.model_tflops_per_gpu:.0f} model "
         f"TFLOP/s/GPU, MFU {q.mfu:.1%}",
         f"memory    peak {gib(q.peak_memory_bytes)} of {gib(q.memory_capacity_bytes)}"
@@ -57,7 +65,10 @@ def render_result(r: Result) -> str:
         lines += ["", "why this plan"] + [f"  - {e}" for e in r.explanation]
     if r.alternatives:
         lines += ["", "runners-up"]
+        band = q.step_time_band_s
         for i, alt in enumerate(r.alternatives, 2):
-            lines.append(f"  #{i} {alt['summary']}: {alt['step_time_s']:.4f} s")
+            inside = band is not None and band.p10 <= alt["step_time_s"] <= band.p90
+            lines.append(f"  #{i} {alt['summary']}: {alt['step_time_s']:.4f} s"
+                         + ("  (inside #1's band)" if inside else ""))
     lines.append(f"\nparaplan {r.version}")
     return "\n".join(lines)

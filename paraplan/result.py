@@ -13,11 +13,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from paraplan.cost import Breakdown, Job, Plan
 from paraplan.cost import evaluate as cost_evaluate
+from paraplan.cost.plan import chunk_layers, is_even_chunks
 from paraplan.errors import ConfigError
+from paraplan.hardware import Cluster, step_time_band
 from paraplan.instance import Instance
 
-__all__ = ["PlanOut", "StageOut", "Predicted", "SolverOut", "Result", "plan_out", "predicted_out",
-           "evaluate_plan", "paraplan_version"]
+__all__ = ["PlanOut", "StageOut", "StepTimeBandOut", "Predicted", "band_out", "SolverOut",
+           "Result", "plan_out", "predicted_out", "evaluate_plan", "paraplan_version"]
 
 _OUT = ConfigDict(extra="forbid", frozen=True)
 
@@ -39,6 +41,9 @@ class PlanOut(BaseModel):
     recompute: str | list[str] = Field(description="one mode, or one per stage when they differ")
     recompute_per_stage: list[str]
     layers_per_stage: list[int]
+    layers_per_chunk: list[list[int]] = Field(
+        default_factory=list, description="interleaving with unequal virtual stages: each pipeline "
+        "stage's vp chunk layer counts (empty when vp divides every stage)")
     order: list[str] = Field(description="rank order, innermost first")
     num_devices: int
     stage_pools: list[int] = Field(
@@ -61,9 +66,19 @@ class StageOut(BaseModel):
     total_bytes: float
 
 
+class StepTimeBandOut(BaseModel):
+    model_config = _OUT
+    p10: float = Field(description="10th percentile of the step time, seconds")
+    p90: float = Field(description="90th percentile of the step time, seconds")
+    source: str = Field(description="the residuals it comes from (hardware/data/uncertainty.yaml)")
+
+
 class Predicted(BaseModel):
     model_config = _OUT
     step_time_s: float
+    step_time_band_s: StepTimeBandOut | None = Field(
+        None, description="the model's uncertainty: p10-p90 of measured/predicted over the "
+        "published runs of the hardware generation, times step_time_s")
     tokens_per_s_per_gpu: float
     model_flops_per_token: float
     model_tflops_per_gpu: float
@@ -118,13 +133,25 @@ def plan_out(plan: Plan, job: Job) -> PlanOut:
         recompute=modes[0] if len(set(modes)) == 1 else modes,
         recompute_per_stage=modes,
         layers_per_stage=list(plan.layers_per_stage),
+        layers_per_chunk=[] if is_even_chunks(plan) else [list(r) for r in chunk_layers(plan)],
         order=[a.value for a in plan.order],
         num_devices=plan.num_devices,
         stage_pools=list(plan.stage_pools),
     )
 
 
-def predicted_out(b: Breakdown, plan: Plan) -> Predicted:
+def band_out(cluster: Cluster, step_time_s: float) -> StepTimeBandOut:
+    """The uncertainty band of a step time predicted on ``cluster`` (hardware/uncertainty.py)."""
+    pools = cluster.pools or (cluster,)
+    band = step_time_band([p.accelerator.generation for p in pools])
+    calibrated = any(p.efficiency_override is not None for p in pools + (cluster,))
+    source = band.source + ("; of the catalog model: a calibration profile is applied, its own "
+                            "residuals are in the profile" if calibrated else "")
+    return StepTimeBandOut(p10=band.p10_ratio * step_time_s, p90=band.p90_ratio * step_time_s,
+                           source=source)
+
+
+def predicted_out(b: Breakdown, plan: Plan, band: StepTimeBandOut | None = None) -> Predicted:
     stages = [
         StageOut(
             stage=s, layers=plan.layers_per_stage[s], recompute=plan.recompute[s].value,
@@ -137,7 +164,7 @@ def predicted_out(b: Breakdown, plan: Plan) -> Predicted:
         for s, m in enumerate(b.stage_memory)
     ]
     return Predicted(
-        step_time_s=b.step_time_s, tokens_per_s_per_gpu=b.tokens_per_s_per_gpu,
+        step_time_s=b.step_time_s, step_time_band_s=band, tokens_per_s_per_gpu=b.tokens_per_s_per_gpu,
         model_flops_per_token=b.model_flops_per_token, model_tflops_per_gpu=b.model_tflops_per_gpu,
         mfu=b.mfu, peak_memory_bytes=b.peak_memory_bytes,
         memory_capacity_bytes=b.memory_capacity_bytes, fits_memory=b.fits, compute_s=b.compute_s,
@@ -162,7 +189,7 @@ def evaluate_plan(inst: Instance, plan: Plan, solver: SolverOut | None = None,
         raise ConfigError(str(e)) from None
     return Result(
         plan=plan_out(plan, inst.job),
-        predicted=predicted_out(breakdown, plan),
+        predicted=predicted_out(breakdown, plan, band_out(inst.cluster, breakdown.step_time_s)),
         solver=solver,
         scenario=inst.scenario.model_dump(mode="json", exclude_none=True),
         version=paraplan_version(),

@@ -205,6 +205,11 @@ class PlanSection(BaseModel):
         None, description="none | selective | full, or one per pipeline stage")
     layers_per_stage: list[int] | None = Field(None, max_length=MAX_LAYERS,
                                                description="uneven pipeline stages")
+    layers_per_chunk: list[list[int]] | None = Field(
+        None, max_length=MAX_LAYERS, description="interleaving with unequal virtual stages: one "
+        "row of vp layer counts per pipeline stage (rank s chunk c = virtual stage c*pp + s); "
+        "default: each stage's layers spread evenly, short chunks next to the embedding on stage "
+        "0 and next to the loss elsewhere (Megatron's account-for-embedding/loss split)")
     order: list[Axis] | None = Field(None, max_length=len(Axis),
                                      description="rank order, innermost first")
     stage_pools: list[int] | None = Field(
@@ -229,6 +234,17 @@ class PlanSection(BaseModel):
         if v is not None and any(n > MAX_LAYERS for n in v):
             raise ValueError(f"a stage of {show_value(max(v))} layers exceeds paraplan's limit of "
                              f"{MAX_LAYERS:,} layers (README \"Limits\")")
+        return v
+
+    @field_validator("layers_per_chunk")
+    @classmethod
+    def check_chunks_positive(cls, v: list[list[int]] | None) -> list[list[int]] | None:
+        if v is None:
+            return v
+        for s, row in enumerate(v):
+            if not row or len(row) > MAX_LAYERS or any(n < 1 or n > MAX_LAYERS for n in row):
+                raise ValueError(f"row {s} = {show_value(row)}: each pipeline stage lists vp "
+                                 f"virtual-stage layer counts, each from 1 to {MAX_LAYERS:,}")
         return v
 
     @field_validator("stage_pools")

@@ -1,5 +1,6 @@
 """The CP-SAT planner: search space, candidate tables, model, solve, explanation, enumeration."""
 
+from paraplan.solver.distinct import DUPLICATE_REL, distinct_key, is_near_duplicate
 from paraplan.solver.solve import (
     NoFitError,
     NoLayoutError,
@@ -12,6 +13,7 @@ from paraplan.solver.solve import (
 from paraplan.solver.space import Fixed, Options, layouts
 
 __all__ = [
+    "DUPLICATE_REL",
     "Fixed",
     "NoFitError",
     "NoLayoutError",
@@ -19,6 +21,8 @@ __all__ = [
     "Outcome",
     "OutOfTime",
     "Solution",
+    "distinct_key",
+    "is_near_duplicate",
     "SolverOptions",
     "layouts",
     "solve_instance",

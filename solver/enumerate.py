@@ -1,7 +1,8 @@
 """Exhaustive enumeration of the same space: the baseline the oracle tests and benchmarks use.
 
 Every layout (dominated ones included; on a pooled cluster every selection and order of pools),
-every layer split in multiples of vp, every recompute mode per stage (one for all stages under
+every layer split in units of vp (less the embedding / loss slots where vp does not divide the
+layers, cost.plan.pipeline_slots), every recompute mode per stage (one for all stages under
 ``uniform_recompute``; only ``recompute_modes``; only layouts passing ``layout_filter``), each
 scored by cost/ (the terms of a layout are built once, then each plan is scored by the same
 step-time and memory functions ``cost.evaluate`` uses; the winner is re-checked by
@@ -17,6 +18,7 @@ from dataclasses import dataclass, replace
 
 from paraplan.cost import Job, Plan, Recompute, evaluate, stage_memory, stage_terms
 from paraplan.cost.evaluate import step_time_s
+from paraplan.cost.plan import pipeline_slots
 from paraplan.graph import LayerGraph
 from paraplan.hardware import Cluster
 from paraplan.solver.space import Fixed, Options, exact_split, layouts
@@ -44,16 +46,19 @@ def _splits(layout: Plan, num_layers: int, fixed: Fixed,
         if split:
             yield split
         return
-    if num_layers % vp:
+    slots = pipeline_slots(num_layers, pp, vp)
+    if slots is None:
         return
-    k_total = num_layers // vp
+    k_total = (num_layers + sum(slots)) // vp
     if not options.allow_uneven_stages:
-        if k_total % pp == 0:
-            yield (num_layers // pp,) * pp
+        if k_total % pp == 0 and all(k_total // pp >= 1 + sl for sl in slots):
+            yield tuple(vp * (k_total // pp) - sl for sl in slots)
         return
     for cuts in itertools.combinations(range(1, k_total), pp - 1):
         bounds = (0, *cuts, k_total)
-        yield tuple(vp * (b - a) for a, b in itertools.pairwise(bounds))
+        ks = [b - a for a, b in itertools.pairwise(bounds)]
+        if all(k >= 1 + sl for k, sl in zip(ks, slots, strict=True)):
+            yield tuple(vp * k - sl for k, sl in zip(ks, slots, strict=True))
 
 
 def _modes(pp: int, fixed: Fixed, options: Options) -> Iterator[tuple[Recompute, ...]]:

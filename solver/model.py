@@ -5,7 +5,9 @@ any number of layouts.
 
 Instance -> candidate tables (tables.py: every number from cost/) -> variables -> constraints ->
 objective -> solve -> extract. Over the kept layouts L (the others are proven worse by bound before
-the model is built, see solve.py), with k = layers / vp and all times in integer ticks:
+the model is built, see solve.py), with k = (layers + slot) / vp per stage (slot: Megatron's
+embedding / loss slot on the first / last stage when vp does not divide the layers,
+cost.plan.pipeline_slots; 0 elsewhere) and all times in integer ticks:
 
 Variables (every per-layout variable is 0 unless its layout is used)
     use[L]          Boolean; exactly one layout
@@ -13,14 +15,15 @@ Variables (every per-layout variable is 0 unless its layout is used)
     x[L,s,r]        integer; k of stage s if it runs mode r, else 0
     tmax, dpmax, omax[L]   slowest stage time, exposed DP sync, optimizer (ticks)
 Constraints (solver/constraints/)
-    layers.add_layer_split     sum_{s,r} x = k_total use;  rec <= x <= k_hi rec
+    layers.add_layer_split     sum_{s,r} x = k_total use;  (1 + slot_s) rec <= x <= k_hi rec
                                (uniform recompute: rec[L,s,r] = rec[L,0,r])
     memory.add_memory          x[L,s,r] <= kmax[L,s,r] rec[L,s,r]   (peak memory fits)
     schedule.add_schedule      t[L,s] = sum_r T1_{s,r} x + T0_{s,r} rec;  tmax = max_s t[L,s]
                                dpmax = max(0, max_s sum_r E1_{s,r} x + E0_{s,r} rec)
                                omax = max_s O1_s k[L,s] + O0_s use
                                (each max also as linear >= rows, which the LP relaxation uses)
-    (per-layer coefficients are per stage: on a pooled cluster each stage's pool sets them)
+    (per-layer coefficients are per stage: on a pooled cluster each stage's pool sets them;
+    T0 is the cost/ line at vp k - slot layers: fixed - slot_s * per_layer, tables.py)
 Objective
     minimise z = sum_L S/vp (vp m tmax + sum_s t[L,s] - tmax) + S (dpmax + omax), S = the lcm
     of the layouts' vp, with the cut z >= sum_L S LB_L use[L] (the layouts' lower bounds). Only
@@ -63,8 +66,9 @@ class LayoutVars:
         return sum(self.x[s].values())
 
     def extract(self, solver: cp_model.CpSolver) -> tuple[list[int], list[Recompute]]:
-        vp = self.tables.plan.vp
-        layers = [vp * sum(solver.Value(v) for v in xs.values()) for xs in self.x]
+        vp, tab = self.tables.plan.vp, self.tables
+        layers = [vp * sum(solver.Value(v) for v in xs.values()) - tab.slot(s)
+                  for s, xs in enumerate(self.x)]
         recs = [next(r for r, b in rs.items() if solver.BooleanValue(b)) for rs in self.rec]
         return layers, recs
 
@@ -131,7 +135,7 @@ def add_hint(model: cp_model.CpModel, mv: ModelVars, index: int, layers: list[in
         tk, vp = lv.ticks, lv.tables.plan.vp
         t_max = e_max = o_max = 0
         for s in range(lv.tables.plan.pp):
-            k = layers[s] // vp if chosen else 0
+            k = (layers[s] + lv.tables.slot(s)) // vp if chosen else 0
             for r in lv.tables.recomputes:
                 on = chosen and r is recs[s]
                 model.AddHint(lv.rec[s][r], on)

@@ -36,11 +36,13 @@ from paraplan.cost import (
     stage_memory,
     stage_terms,
 )
+from paraplan.cost.plan import pipeline_slots
 from paraplan.cost.pools import pool_floors, pooled_pipeline_floor_s
 from paraplan.cost.pp import pipeline_lower_bound_s
 from paraplan.cost.stage import compute_floor_s, inner_tiers_fastest
 from paraplan.graph import LayerGraph, ModelSpec
 from paraplan.hardware import Cluster
+from paraplan.solver.distinct import is_near_duplicate, layout_key
 from paraplan.solver.model import ModelVars, add_hint, build_model
 from paraplan.solver.scale import from_ticks, resolution_for, tolerance_s
 from paraplan.solver.space import (
@@ -77,6 +79,10 @@ class SolverOptions:
     relative_gap: float = 0.0
     top: int = 1
     log_search_progress: bool = False
+    # top-K lists plans that differ in a degree or mode: a runner-up that differs from a listed
+    # plan only in rank order, ZeRO stage or layer split, within this relative step time, is
+    # skipped (solver/distinct.py); None lists the best plan of every layout
+    duplicate_rel: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,16 +142,20 @@ def _stage_modes(fixed: Fixed, pp: int) -> tuple[Recompute, ...] | None:
 
 
 def _k_choices(layout: Plan, num_layers: int, fixed: Fixed, options: Options) -> list[int] | None:
-    """Allowed layers/vp per stage; None = any; [] = the layout is impossible."""
-    if num_layers % layout.vp:
-        return []
+    """Allowed k = (layers + slot) / vp per stage (cost.plan.pipeline_slots); None = any;
+    [] = the layout is impossible."""
+    slots = pipeline_slots(num_layers, layout.pp, layout.vp)
+    if slots is None or (num_layers + sum(slots)) // layout.vp < layout.pp + sum(slots):
+        return []  # no split in units of vp, or too few for each stage's least k (1 + slot)
     split = exact_split(layout, num_layers, fixed, options)
-    if split is not None:
-        return sorted({n // layout.vp for n in split})
+    if split is not None:  # () : no valid split, so no k
+        return sorted({(n + sl) // layout.vp for n, sl in zip(split, slots, strict=True)}
+                      ) if split else []
     if not options.allow_uneven_stages:
-        if num_layers % (layout.pp * layout.vp):
+        even = even_layers(num_layers, layout.pp, layout.vp)
+        if even is None or (num_layers + sum(slots)) % (layout.pp * layout.vp):
             return []
-        return [num_layers // (layout.pp * layout.vp)]
+        return [(num_layers + sum(slots)) // (layout.pp * layout.vp)]
     return None
 
 
@@ -159,7 +169,8 @@ class _Candidates:
 
 
 def _bounded_tables(graph: LayerGraph, cluster: Cluster, job: Job, fixed: Fixed,
-                    options: Options, top: int, deadline: float = float("inf")) -> _Candidates:
+                    options: Options, top: int, deadline: float = float("inf"),
+                    distinct: bool = False) -> _Candidates:
     """Best-first branch and bound over the space (module docstring, 1-2), in three levels:
 
     0. a family (degrees, ep, micro-batch, vp, SP), bounded by its compute floor through the
@@ -170,7 +181,8 @@ def _bounded_tables(graph: LayerGraph, cluster: Cluster, job: Job, fixed: Fixed,
     then its tables (memory-aware bounds, an upper bound). Each level's bound is at most the next
     one's, so popping the least bound first and stopping once it exceeds the K-th best upper bound
     examines exactly what cannot be proven worse. At ``deadline`` it stops with the least bound
-    left as a valid bound on everything not examined."""
+    left as a valid bound on everything not examined. ``distinct``: the K-th best upper bound
+    counts one per layout_key (near-duplicates are not listed, solver/distinct.py)."""
     spec = graph.spec
     recomputes = _recomputes(fixed, options)
     if not recomputes:
@@ -205,6 +217,7 @@ def _bounded_tables(graph: LayerGraph, cluster: Cluster, job: Job, fixed: Fixed,
         raise NoLayoutError("no layout satisfies the divisibility rules")
     heapq.heapify(heap)
     uppers: list[float] = []
+    best_upper: dict[Any, float] = {}  # per layout_key when ``distinct``, else per layout
     computed: list[LayoutTables] = []
     unfit_terms: list[StageTerms] = []  # families with a ZeRO stage whose no split fits
     unfit, discarded, out_of_time = 0, float("inf"), False
@@ -243,12 +256,14 @@ def _bounded_tables(graph: LayerGraph, cluster: Cluster, job: Job, fixed: Fixed,
             tab = build_tables(graph, cluster, job, layout, recomputes, ks, terms, uniform,
                                exact_split(layout, spec.num_layers, fixed, options),
                                _stage_modes(fixed, layout.pp))
-            if not fits_some_split(tab.k_max, layout.pp, tab.k_total, uniform):
+            if not fits_some_split(tab.k_max, layout.pp, tab.k_total, uniform, tab.slots):
                 unfit += 1
                 continue
             computed.append(tab)
             if tab.upper_bound_s < float("inf"):
-                uppers = sorted(uppers + [tab.upper_bound_s])[:top]
+                key = layout_key(tab.plan) if distinct else len(computed)
+                best_upper[key] = min(best_upper.get(key, float("inf")), tab.upper_bound_s)
+                uppers = heapq.nsmallest(top, best_upper.values())
     num_layouts = _space_size(space, spec, fixed, options, deadline)
     if not computed and out_of_time:
         return _Candidates([], num_layouts, discarded, unfit + len(unfit_terms), out_of_time)
@@ -272,9 +287,11 @@ def _fits(terms: StageTerms, recomputes: list[Recompute], num_layers: int,
           stage_modes: tuple[Recompute, ...] | None = None) -> bool:
     """Some split of the layout's layers fits memory (the rank order does not change memory)."""
     pp, vp = terms.plan.pp, terms.plan.vp
-    k_total = num_layers // vp
+    slots = pipeline_slots(num_layers, pp, vp) or (0,) * pp
+    k_total = (num_layers + sum(slots)) // vp
     k_hi = max(ks) if ks else k_total - (pp - 1)
-    return fits_some_split(layer_caps(terms, recomputes, k_hi, stage_modes), pp, k_total, uniform)
+    return fits_some_split(layer_caps(terms, recomputes, k_hi, stage_modes, num_layers), pp,
+                           k_total, uniform, slots)
 
 
 def _space_size(space: list[Plan], spec: ModelSpec, fixed: Fixed, options: Options,
@@ -319,7 +336,8 @@ class _Progress(cp_model.CpSolverSolutionCallback):
             f"  {time.perf_counter() - self._start:6.2f} s  best "
             f"{self._seconds(self.ObjectiveValue()):.4f} s  bound "
             f"{self._seconds(self.BestObjectiveBound()):.4f} s  (dp={p.dp} tp={p.tp} "
-            f"pp={p.pp} cp={p.cp} vp={p.vp} mb={p.micro_batch} zero={p.zero})"
+            f"pp={p.pp} cp={p.cp} ep={p.ep} etp={p.expert_tp} vp={p.vp} mb={p.micro_batch} "
+            f"zero={p.zero})"
         )
 
 
@@ -328,7 +346,7 @@ def _stage_rules(model: cp_model.CpModel, mv: ModelVars, fixed: Fixed) -> None:
         pp, vp = lv.tables.plan.pp, lv.tables.plan.vp
         if lv.tables.split:  # the scenario's fixed split, or the one the framework builds
             for s, n in enumerate(lv.tables.split):
-                model.Add(lv.k(s) == (n // vp) * lv.use)
+                model.Add(lv.k(s) == ((n + lv.tables.slot(s)) // vp) * lv.use)
         if fixed.recompute is not None and len(fixed.recompute) == pp:
             for s, r in enumerate(fixed.recompute):
                 model.Add(lv.rec[s][r] == lv.use)
@@ -351,8 +369,9 @@ def _tie_break(model: cp_model.CpModel, mv: ModelVars, num_layers: int) -> cp_mo
         even = even_layers(num_layers, plan.pp, plan.vp)
         for s, n in enumerate(even or ()):
             dist = model.NewIntVar(0, lv.tables.k_total, f"dist_{lv.index}_{s}")
-            model.Add(dist >= lv.k(s) - (n // plan.vp) * lv.use)
-            model.Add(dist >= (n // plan.vp) * lv.use - lv.k(s))
+            k_even = (n + lv.tables.slot(s)) // plan.vp
+            model.Add(dist >= lv.k(s) - k_even * lv.use)
+            model.Add(dist >= k_even * lv.use - lv.k(s))
             terms.append(dist)
     return sum(terms)
 
@@ -409,13 +428,17 @@ def _solve_layout(tab: LayoutTables, graph: LayerGraph, fixed: Fixed, opts: Solv
 
 def _solve_once(kept: list[LayoutTables], graph: LayerGraph, fixed: Fixed, opts: SolverOptions,
                 excluded: list[int], deadline: float, progress: Callable[[str], None] | None,
-                start: float) -> tuple[str, Solution | None, float, int | None]:
+                start: float, memo: dict[int, tuple] | None = None
+                ) -> tuple[str, Solution | None, float, int | None]:
     """The best plan over the kept layouts but ``excluded`` (module docstring, 3).
 
     Each layout is solved in its own model, least lower bound first, capped by the best
     objective so far; once a layout's lower bound exceeds it, that layout and every later one
     are proven worse. Ties go to the better layout_rank. One model per layout keeps each LP
-    relaxation tight (a model over several layouts mixes them fractionally and proved slowly)."""
+    relaxation tight (a model over several layouts mixes them fractionally and proved slowly).
+    ``memo`` keeps across the top-K rounds each layout's proven optimum (a cap does not change
+    an optimum found under it) or the cap it was proven worse than, so a layout is solved to
+    optimality once and not re-proven worse than a cap at least as low."""
     order = sorted((i for i in range(len(kept)) if i not in excluded),
                    key=lambda i: (kept[i].lower_bound_s, layout_rank(kept[i].plan), i))
     best: tuple[Fraction, tuple, int, Solution] | None = None  # ticks, rank, index, solution
@@ -429,9 +452,17 @@ def _solve_once(kept: list[LayoutTables], graph: LayerGraph, fixed: Fixed, opts:
         if statuses and time.perf_counter() > deadline:  # one layout may start past it
             proven, bound = False, min(bound, tab.lower_bound_s)
             break
-        name, sol, bnd, ticks = _solve_layout(tab, graph, fixed, opts,
-                                              best[0] if best else None, deadline, progress,
-                                              start)
+        cached = memo.get(i) if memo is not None else None
+        if cached is not None and (cached[0] == "OPTIMAL" or (best and best[0] <= cached[3])):
+            name, sol, bnd, ticks = cached  # INFEASIBLE: its step exceeds a cap >= the best
+        else:
+            name, sol, bnd, ticks = _solve_layout(tab, graph, fixed, opts,
+                                                  best[0] if best else None, deadline, progress,
+                                                  start)
+            if memo is not None and name == "OPTIMAL":
+                memo[i] = (name, sol, bnd, ticks)
+            elif memo is not None and name == "INFEASIBLE" and best is not None:
+                memo[i] = (name, sol, bnd, best[0])  # the cap it was proven worse than
         statuses.append(name)
         if name == "INFEASIBLE":
             continue  # no plan of this layout within the cap: proven no better
@@ -447,10 +478,13 @@ def _solve_once(kept: list[LayoutTables], graph: LayerGraph, fixed: Fixed, opts:
 
 def solve_instance(graph: LayerGraph, cluster: Cluster, job: Job, fixed: Fixed, options: Options,
                    opts: SolverOptions, progress: Callable[[str], None] | None = None) -> Outcome:
-    """The K best distinct-layout plans; status OPTIMAL only when CP-SAT proved it."""
+    """The K best distinct-layout plans (with ``opts.duplicate_rel``: distinct in a degree or
+    mode, solver/distinct.py), each runner-up proven the next best, in order, stopping at the
+    time limit; status OPTIMAL only when CP-SAT proved it."""
     start = time.perf_counter()
     deadline = start + opts.time_limit_s
-    cand = _bounded_tables(graph, cluster, job, fixed, options, opts.top, deadline)
+    cand = _bounded_tables(graph, cluster, job, fixed, options, opts.top, deadline,
+                           opts.duplicate_rel is not None)
     resolution_s = resolution_for(max((t.ceiling_s() for t in cand.kept), default=0.0),
                                   max((t.plan.vp for t in cand.kept), default=1))
     kept = [replace(t, resolution_s=resolution_s) for t in cand.kept]
@@ -463,13 +497,15 @@ def solve_instance(graph: LayerGraph, cluster: Cluster, job: Job, fixed: Fixed, 
                  f"({time.perf_counter() - start:.2f} s)")
     solutions: list[Solution] = []
     excluded: list[int] = []
+    memo: dict[int, tuple] = {}
     status, bound = "UNKNOWN", float("inf")
-    for rank in range(opts.top):
-        if len(excluded) == len(kept) or (rank and time.perf_counter() > deadline):
+    while len(solutions) < opts.top:
+        first = not solutions
+        if len(excluded) == len(kept) or (not first and time.perf_counter() > deadline):
             break
         name, sol, bnd, idx = _solve_once(kept, graph, fixed, opts, excluded, deadline,
-                                          progress if rank == 0 else None, start)
-        if rank == 0:
+                                          progress if first else None, start, memo)
+        if first:
             status, bound = name, min(bnd, cand.discarded_lb_s)
             if status == "OPTIMAL" and cand.out_of_time and sol is not None \
                     and bound < sol.objective_s - tolerance_s(1, 1, kept[idx].k_total,
@@ -480,8 +516,12 @@ def solve_instance(graph: LayerGraph, cluster: Cluster, job: Job, fixed: Fixed, 
         if sol is None or idx is None:
             break
         _check(graph, cluster, job, sol, kept[idx].k_total, resolution_s)
-        solutions.append(sol)
         excluded.append(idx)
+        if not first and opts.duplicate_rel is not None and is_near_duplicate(
+                sol.plan, sol.objective_s, [(s.plan, s.objective_s) for s in solutions],
+                opts.duplicate_rel):
+            continue  # a near-duplicate of a listed plan: the next distinct one instead
+        solutions.append(sol)
     counted = max(cand.num_layouts, len(kept))  # the count stops at the deadline
     return Outcome(status, solutions, bound, time.perf_counter() - start, counted,
                    counted - len(kept))

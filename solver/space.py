@@ -12,7 +12,9 @@ which the CP-SAT model decides. Domains, each filtered by the scenario's fixed k
 - cp_comm (cp > 1, else p2p): p2p or all_gather (cost/cp.py); all_gather only when the CP group
   spans more than one tier (on one tier it is dominated: _cp_comms);
 - micro_batch: divisors of global_batch / dp up to ``solver.max_micro_batch``;
-- vp: 1..``solver.max_vp`` when pp > 1, micro-batches a multiple of pp, layers >= pp*vp;
+- vp: 1..``solver.max_vp`` when pp > 1, micro-batches a multiple of pp, layers >= pp*vp; stages
+  hold vp k - slot layers (cost.plan.pipeline_slots: where vp does not divide the layers,
+  Megatron's embedding / loss slots on the first / last stage make up the difference);
 - zero: 0..3 (all collapse to 0 when dp*cp = 1: nothing to shard). ZeRO-0 is dropped when ZeRO-1
   is allowed: in the cost model it is never faster (RS + bf16 AG <= AR; sharded optimizer step)
   and never smaller;
@@ -47,7 +49,7 @@ from math import factorial, gcd, isqrt
 from paraplan.cost import DEFAULT_ORDER, Axis, CPComm, Plan, Recompute, allgather_s, group_span
 from paraplan.cost.comm import alltoall_s, p2p_s
 from paraplan.cost.ep import ep_span, expert_dp_span
-from paraplan.cost.plan import expert_axes
+from paraplan.cost.plan import expert_axes, pipeline_slots
 from paraplan.cost.pools import pool_sequence, stage_pools_of
 from paraplan.graph import ModelSpec
 from paraplan.hardware import Cluster
@@ -101,7 +103,8 @@ def exact_split(layout: Plan, num_layers: int, fixed: Fixed, options: Options
                 ) -> tuple[int, ...] | None:
     """The one layer split ``layout`` must use, if any: the scenario's fixed split, else
     ``options.stage_split(layers, pp, vp)`` (a framework that builds its own split). None: free;
-    () : no valid split (wrong length, not multiples of vp, or not the model's layers)."""
+    () : no valid split (wrong length, not the model's layers, or a stage not vp k - slot
+    layers with k >= 1 + slot, cost.plan.pipeline_slots)."""
     pp, vp = layout.pp, layout.vp
     if fixed.layers_per_stage is not None:
         split: tuple[int, ...] | None = fixed.layers_per_stage
@@ -109,8 +112,10 @@ def exact_split(layout: Plan, num_layers: int, fixed: Fixed, options: Options
         split = options.stage_split(num_layers, pp, vp)
     else:
         return None
-    if (split is None or len(split) != pp or sum(split) != num_layers
-            or any(n < vp or n % vp for n in split)):
+    slots = pipeline_slots(num_layers, pp, vp)
+    if (split is None or slots is None or len(split) != pp or sum(split) != num_layers
+            or any(n + sl < vp * (1 + sl) or (n + sl) % vp
+                   for n, sl in zip(split, slots, strict=True))):
         return ()
     return tuple(split)
 
@@ -326,7 +331,9 @@ def _families_of(spec: ModelSpec, global_batch: int, dp: int, tp: int, pp: int, 
         else:
             vps = [1]
         for vp in (v for v in vps if _allowed(v, fixed.vp)):
-            if not options.allow_uneven_stages and spec.num_layers % (pp * vp):
+            slots = pipeline_slots(spec.num_layers, pp, vp)
+            if not options.allow_uneven_stages and (
+                    slots is None or (spec.num_layers + sum(slots)) % (pp * vp)):
                 continue
             out += [Plan(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, cp_comm=cpc, vp=vp,
                          micro_batch=mb, sequence_parallel=sp, recompute=(Recompute.NONE,) * pp,

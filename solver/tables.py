@@ -6,6 +6,9 @@ clamping at 0, optimizer time; and memory as the most layers that fit. Nothing h
 cost; it only calls cost/ and converts to integers through scale.py.
 Per-layer coefficients are per (stage, mode): on a pooled cluster each stage's pool sets them
 (cost/stage.py ``StageTerms.at``); on a homogeneous one they are equal across stages.
+Units of vp: stage s holds vp * k_s - slots[s] layers (cost.plan.pipeline_slots: Megatron's
+embedding / loss slots when vp does not divide the layers), k_s >= 1 + slots[s]; so a stage's
+line in k has the fixed part fixed - slots[s] * per_layer, and k_total = (layers + sum slots)/vp.
 Also the layout's bounds used to prune before CP-SAT:
 - lower bound: the 1F1B step (m - 1/vp) * tmax + sum_t / vp + optimizer grows with each term, so
   it is bounded below by tmax >= the least max over integer splits of each stage's fastest
@@ -24,7 +27,9 @@ from dataclasses import dataclass, replace
 from paraplan.cost import Job, Plan, Recompute, StageTerms, stage_terms
 from paraplan.cost.evaluate import step_time_s
 from paraplan.cost.memory import max_layers_per_stage
+from paraplan.cost.plan import pipeline_slots
 from paraplan.cost.pp import pipeline_lower_bound_s
+from paraplan.cost.stage import Affine
 from paraplan.graph import LayerGraph
 from paraplan.hardware import Cluster
 from paraplan.solver.scale import TIME_RESOLUTION_S, to_ticks, tolerance_s
@@ -50,6 +55,10 @@ class LayoutTables:
     uniform: bool = False  # every stage runs the same recompute mode
     split: tuple[int, ...] | None = None  # the one layer split allowed (None: free)
     resolution_s: float = TIME_RESOLUTION_S  # seconds per tick (scale.resolution_for)
+    slots: tuple[int, ...] = ()  # per stage: layers = vp * k - slots[s] (pipeline_slots)
+
+    def slot(self, stage: int) -> int:
+        return self.slots[stage] if self.slots else 0
 
     def ticks(self) -> TickTables:
         return _tick_tables(self)
@@ -80,18 +89,27 @@ class TickTables:
 
 
 def even_layers(num_layers: int, pp: int, vp: int) -> tuple[int, ...] | None:
-    """Even split in multiples of vp, the remainder on the middle stages; None if impossible."""
-    if num_layers % vp:
+    """Even split in units of vp (less the embedding / loss slots, pipeline_slots), the
+    remainder on the middle stages; None if impossible."""
+    slots = pipeline_slots(num_layers, pp, vp)
+    if slots is None:
         return None
-    k_total = num_layers // vp
-    if k_total < pp:
-        return None
+    k_total = (num_layers + sum(slots)) // vp
     base, extra = divmod(k_total, pp)
     ks = [base] * pp
     middle = list(range(1, pp - 1)) or list(range(pp))
     for i in range(extra):
         ks[middle[i % len(middle)]] += 1
-    return tuple(vp * k for k in ks)
+    if any(k < 1 + slot for k, slot in zip(ks, slots, strict=True)):
+        return None
+    return tuple(vp * k - slot for k, slot in zip(ks, slots, strict=True))
+
+
+def _slots(terms: StageTerms, num_layers: int) -> tuple[int, ...]:
+    """pipeline_slots of the layout (all zero when it has none: such layouts are refused
+    before their tables are built)."""
+    pp, vp = terms.plan.pp, terms.plan.vp
+    return pipeline_slots(num_layers, pp, vp) or (0,) * pp
 
 
 def _least_total_s(terms: StageTerms, k_max: dict[tuple[int, Recompute], int],
@@ -106,12 +124,13 @@ def _least_total_s(terms: StageTerms, k_max: dict[tuple[int, Recompute], int],
     first; plus each stage's least fixed part.
     """
     pp, vp = terms.plan.pp, terms.plan.vp
+    slots = _slots(terms, num_layers)
     total = sum(min(terms.stage_time(s, r).fixed for r in recomputes) for s in range(pp))
     segments: list[tuple[float, int]] = []
     for s in range(pp):
         held = 0
         for r in sorted(recomputes, key=lambda r: terms.block_at(s, r).time_s):
-            cap = max(held, vp * k_max[(s, r)])
+            cap = max(held, vp * k_max[(s, r)] - slots[s])
             segments.append((terms.block_at(s, r).time_s, cap - held))
             held = cap
     left = num_layers
@@ -136,7 +155,7 @@ def quick_lower_bound_s(terms: StageTerms, recomputes: list[Recompute], num_laye
     fixed_s = {s: min(terms.stage_time(s, r).fixed for r in recomputes) for s in stages}
     per_layer_s = {s: min(terms.block_at(s, r).time_s for r in recomputes) for s in stages}
     total = sum(weight[s] * fixed_s[s] for s in stages) + num_layers * min(per_layer_s.values())
-    dp_lb = _dp_lower_bound_s(terms, recomputes, num_layers // terms.plan.vp)
+    dp_lb = _dp_lower_bound_s(terms, recomputes, num_layers)
     vp, m = terms.plan.vp, terms.num_micro_batches
     if not terms.pool_terms:
         return pipeline_lower_bound_s(total, pp, vp, m) + dp_lb
@@ -167,16 +186,16 @@ def _water_level_s(fixed_s: list[float], per_layer_s: list[float], num_layers: i
 
 
 def _stage_time_by_k(terms: StageTerms, stage: int, k_max: dict[tuple[int, Recompute], int],
-                     recomputes: list[Recompute], k_hi: int) -> list[float]:
-    """f(k), k = 0..k_hi: the least time of ``stage`` holding vp*k layers over the recompute
-    modes whose memory fits them (INF where none does). Non-decreasing in k."""
+                     recomputes: list[Recompute], k_hi: int, slot: int = 0) -> list[float]:
+    """f(k), k = 0..k_hi: the least time of ``stage`` holding vp*k - slot layers over the
+    recompute modes whose memory fits them (INF where none does). Non-decreasing in k."""
     vp = terms.plan.vp
     modes = sorted(recomputes, key=lambda r: terms.block_at(stage, r).time_s)
     lines = [(k_max[(stage, r)], terms.stage_time(stage, r)) for r in modes]
     out = []
     for k in range(k_hi + 1):
         line = next((line for cap, line in lines if cap >= k), None)
-        out.append(INF if line is None else line.at(vp * k))
+        out.append(INF if line is None else line.at(max(0, vp * k - slot)))
     return out
 
 
@@ -214,43 +233,55 @@ def _lower_bound_s(terms: StageTerms, f: list[list[float]], ks: list[int] | None
     opt_lb = max(max(o.at(vp) for o in opt),
                  sum(o.fixed for o in opt) / pp + min(o.per_layer for o in opt) * num_layers / pp)
     return (m - 1 / vp) * tmax + total / vp + opt_lb + _dp_lower_bound_s(terms, recomputes,
-                                                                           num_layers // vp)
+                                                                           num_layers)
 
 
-def _dp_lower_bound_s(terms: StageTerms, recomputes: list[Recompute], k_total: int) -> float:
+def _dp_lower_bound_s(terms: StageTerms, recomputes: list[Recompute], num_layers: int) -> float:
     """Least exposed DP sync over all splits and modes.
 
     Each stage's exposure max(0, sync - window) is at least g_s(k) = sync_s(k) - window_s(k) with
     the largest window any mode gives that stage. Some stage holds k in [ceil(K/pp), K - pp + 1]
-    and some k in [1, floor(K/pp)]; g_s is affine, so on each range it is least at an end, and
-    the exposure is at least the larger of the two minima over stages."""
+    and some k in [1, floor(K/pp)] (K = k_total; a stage holds vp k - slot layers); g_s is
+    affine, so on each range it is least at an end, and the exposure is at least the larger of
+    the two minima over stages."""
     pp, vp = terms.plan.pp, terms.plan.vp
+    slots = _slots(terms, num_layers)
+    k_total = (num_layers + sum(slots)) // vp
     stages = range(pp) if terms.pool_terms else sorted({0, min(1, pp - 1), pp - 1})  # middles alike
-    g = [terms.dp_exposed(s, max(recomputes, key=lambda r: terms.block_at(s, r).backward_s))
-         for s in stages]
+    g = [(terms.dp_exposed(s, max(recomputes, key=lambda r: terms.block_at(s, r).backward_s)),
+          slots[s]) for s in stages]
     hi, lo = -(-k_total // pp), k_total // pp
     k_last = k_total - pp + 1
-    above = min(min(gs.at(vp * hi), gs.at(vp * k_last)) for gs in g)
-    below = min(min(gs.at(vp), gs.at(vp * lo)) for gs in g) if lo >= 1 else above
+
+    def at(gs: Affine, k: int, slot: int) -> float:
+        return gs.at(max(0, vp * k - slot))
+
+    above = min(min(at(gs, hi, sl), at(gs, k_last, sl)) for gs, sl in g)
+    below = min(min(at(gs, 1, sl), at(gs, lo, sl)) for gs, sl in g) if lo >= 1 else above
     return max(0.0, above, below)
 
 
 def _upper_plan(terms: StageTerms, layout: Plan, split: tuple[int, ...] | None,
                 k_max: dict[tuple[int, Recompute], int], recomputes: list[Recompute],
-                uniform: bool = False) -> tuple[float, Plan | None]:
-    """Score ``split`` with each stage's fastest fitting mode (INF if some stage cannot fit);
-    ``uniform``: the fastest single mode that fits every stage."""
+                uniform: bool = False, slots: tuple[int, ...] = ()) -> tuple[float, Plan | None]:
+    """Score ``split`` with each stage's fastest fitting mode (INF if some stage cannot fit or
+    holds fewer than vp (1 + slot) - slot layers); ``uniform``: the fastest single mode that
+    fits every stage."""
     if split is None:
         return INF, None
     vp = layout.vp
+    slots = slots or (0,) * layout.pp
+    if any(n < vp * (1 + sl) - sl or (n + sl) % vp for n, sl in zip(split, slots, strict=True)):
+        return INF, None
     if uniform:
         scored = [(step_time_s(replace(terms, plan=p)).step_s, p) for p in (
             replace(layout, recompute=(r,) * layout.pp, layers_per_stage=split)
-            for r in recomputes if all(k_max[(s, r)] * vp >= n for s, n in enumerate(split)))]
+            for r in recomputes
+            if all(k_max[(s, r)] * vp - slots[s] >= n for s, n in enumerate(split)))]
         return min(scored, key=lambda u: u[0], default=(INF, None))
     rec: list[Recompute] = []
     for s, n in enumerate(split):
-        fits = [r for r in recomputes if k_max[(s, r)] * vp >= n]
+        fits = [r for r in recomputes if k_max[(s, r)] * vp - slots[s] >= n]
         if not fits:
             return INF, None
         rec.append(min(fits, key=lambda r: terms.stage_time_s(s, n, r)))
@@ -259,27 +290,33 @@ def _upper_plan(terms: StageTerms, layout: Plan, split: tuple[int, ...] | None,
 
 
 def layer_caps(terms: StageTerms, recomputes: list[Recompute], k_hi: int,
-               stage_modes: tuple[Recompute, ...] | None = None
+               stage_modes: tuple[Recompute, ...] | None = None, num_layers: int | None = None
                ) -> dict[tuple[int, Recompute], int]:
-    """Most k (units of vp layers, at most ``k_hi``) each stage holds in each mode within memory;
-    0 for a mode other than the stage's own in ``stage_modes`` (the scenario fixes one mode per
-    stage), so every bound and the model see only what that stage may run. Memory does not
-    depend on the rank order, so any order's terms give the same caps."""
+    """Most k (units of vp layers less the stage's slot, at most ``k_hi``) each stage holds in
+    each mode within memory: (most layers + slot) // vp; 0 for a mode other than the stage's own
+    in ``stage_modes`` (the scenario fixes one mode per stage), so every bound and the model see
+    only what that stage may run. Memory does not depend on the rank order, so any order's terms
+    give the same caps. ``num_layers``: the model's (for the slots; None: no slots)."""
     vp = terms.plan.vp
-    return {(s, r): min(k_hi, n // vp) if stage_modes is None or stage_modes[s] == r else 0
+    slots = _slots(terms, num_layers) if num_layers is not None else (0,) * terms.plan.pp
+    return {(s, r): min(k_hi, (n + slots[s]) // vp)
+            if stage_modes is None or stage_modes[s] == r else 0
             for r in recomputes for s, n in enumerate(max_layers_per_stage(terms, r))}
 
 
 def fits_some_split(k_max: dict[tuple[int, Recompute], int], pp: int, k_total: int,
-                    uniform: bool = False) -> bool:
+                    uniform: bool = False, slots: tuple[int, ...] = ()) -> bool:
     """Some split fits: the most layers each stage can hold (best mode; ``uniform``: one mode
-    for all stages) add up to the model."""
+    for all stages), each at least its least k (1 + slot), add up to the model."""
+    low = [1 + sl for sl in slots] if slots else [1] * pp
+    if sum(low) > k_total:
+        return False
     if uniform:
         modes = {r for _, r in k_max}
-        return any(min(k_max[(s, r)] for s in range(pp)) >= 1
+        return any(all(k_max[(s, r)] >= low[s] for s in range(pp))
                    and sum(k_max[(s, r)] for s in range(pp)) >= k_total for r in modes)
     cap = [max(k for (s, _), k in k_max.items() if s == stage) for stage in range(pp)]
-    return min(cap) >= 1 and sum(cap) >= k_total
+    return all(c >= lo for c, lo in zip(cap, low, strict=True)) and sum(cap) >= k_total
 
 
 def build_tables(graph: LayerGraph, cluster: Cluster, job: Job, layout: Plan,
@@ -296,23 +333,28 @@ def build_tables(graph: LayerGraph, cluster: Cluster, job: Job, layout: Plan,
     terms = terms or stage_terms(graph, layout, job, cluster)
     pp, vp = layout.pp, layout.vp
     num_layers = graph.spec.num_layers
-    k_total = num_layers // vp
+    slots = _slots(terms, num_layers)
+    k_total = (num_layers + sum(slots)) // vp
     k_hi = max(k_choices) if k_choices else k_total - (pp - 1)
-    k_max = layer_caps(terms, recomputes, k_hi, stage_modes)
-    f = [_stage_time_by_k(terms, s, k_max, recomputes, k_hi) for s in range(pp)]
+    k_max = layer_caps(terms, recomputes, k_hi, stage_modes, num_layers)
+    f = [_stage_time_by_k(terms, s, k_max, recomputes, k_hi, slots[s]) for s in range(pp)]
     ks = _min_max_split(f, k_total)
     lower = _lower_bound_s(terms, f, ks, k_max, recomputes, num_layers)
     candidates = [even_layers(num_layers, pp, vp)]
     if split:
         candidates = [split]
     elif k_choices is None:
-        candidates.append(tuple(vp * k for k in ks) if ks else None)
+        candidates.append(tuple(vp * k - sl for k, sl in zip(ks, slots, strict=True))
+                          if ks else None)
     else:
-        candidates = [c for c in candidates if c and all(n // vp in k_choices for n in c)]
-    upper, upper_plan = min((_upper_plan(terms, layout, c, k_max, recomputes, uniform)
+        candidates = [c for c in candidates
+                      if c and all((n + sl) // vp in k_choices
+                                   for n, sl in zip(c, slots, strict=True))]
+    upper, upper_plan = min((_upper_plan(terms, layout, c, k_max, recomputes, uniform, slots)
                              for c in candidates), key=lambda u: u[0], default=(INF, None))
     return LayoutTables(layout, terms, terms.num_micro_batches, k_total, k_choices, recomputes,
-                        k_max, min(lower, upper), upper, upper_plan, uniform, split or None)
+                        k_max, min(lower, upper), upper, upper_plan, uniform, split or None,
+                        slots=slots)
 
 
 def _tick_tables(tab: LayoutTables) -> TickTables:
@@ -320,16 +362,20 @@ def _tick_tables(tab: LayoutTables) -> TickTables:
     stages = range(tab.plan.pp)
     time_per_k, dp_per_k = {}, {}
     time_fixed, dp_fixed = {}, {}
+
+    def fixed(line: Affine, s: int) -> int:  # the line at k = 0: fixed - slot * per_layer
+        return to_ticks(line.fixed - tab.slot(s) * line.per_layer, res)
+
     for r in tab.recomputes:
         for s in stages:
             time_per_k[(s, r)] = to_ticks(vp * terms.stage_time(s, r).per_layer, res)
             dp_per_k[(s, r)] = to_ticks(vp * terms.dp_exposed(s, r).per_layer, res)
-            time_fixed[(s, r)] = to_ticks(terms.stage_time(s, r).fixed, res)
-            dp_fixed[(s, r)] = to_ticks(terms.dp_exposed(s, r).fixed, res)
+            time_fixed[(s, r)] = fixed(terms.stage_time(s, r), s)
+            dp_fixed[(s, r)] = fixed(terms.dp_exposed(s, r), s)
     return TickTables(
         time_per_k=time_per_k, time_fixed=time_fixed, dp_per_k=dp_per_k, dp_fixed=dp_fixed,
         opt_per_k={s: to_ticks(vp * terms.optimizer(s).per_layer, res) for s in stages},
-        opt_fixed={s: to_ticks(terms.optimizer(s).fixed, res) for s in stages},
+        opt_fixed={s: fixed(terms.optimizer(s), s) for s in stages},
         lower_bound=_lower_bound_ticks(tab),
     )
 

@@ -184,6 +184,9 @@ BIG_POOL = {"preset": "dgx-h100", "gpus": 600_000}
     (_with("plan", recompute=["none"] * 1_025), r"plan\.recompute: lists 1,025 stages; at most "
                                                 r"1,024"),
     (_with("plan", stage_pools=[0, 9]), r"plan\.stage_pools: pool indices run from 0 to 7"),
+    (_with("plan", layers_per_chunk=[[1]] * 1_025), r"plan\.layers_per_chunk: lists 1,025 items"),
+    (_with("plan", layers_per_chunk=[[10**12]]), r"plan\.layers_per_chunk: row 0 = "
+                                                 r"\[1000000000000\]: .* from 1 to 1,024"),
     (_with("model", preset=None, layers=10**12, hidden=4096, heads=32, vocab=32000,
            ffn_hidden=14336), r"model\.layers=1,000,000,000,000 exceeds paraplan's limit of "
                               r"1,024"),

@@ -138,6 +138,7 @@ def to_cost_plan(plan: PlanOut) -> Plan:
         micro_batch=plan.micro_batch, zero=plan.zero, sequence_parallel=plan.sequence_parallel,
         recompute=tuple(Recompute(r) for r in plan.recompute_per_stage),
         layers_per_stage=tuple(plan.layers_per_stage),
+        layers_per_chunk=tuple(tuple(r) for r in plan.layers_per_chunk),
         order=tuple(Axis(a) for a in plan.order),
         stage_pools=tuple(plan.stage_pools),
     )
@@ -284,8 +285,16 @@ Rule = Callable[[ExportContext, Draft], Refusal | None]
 
 
 def repair(change: str, draft: Draft, plan: Plan | None) -> tuple[Fix, ...]:
-    """A one-element fix tuple when ``plan`` exists (helpers return None for impossible ones)."""
-    return (Fix(change, replace(draft, plan=plan)),) if plan is not None else ()
+    """A one-element fix tuple when ``plan`` exists (helpers return None for impossible ones).
+    A chunk layout the change no longer fits (other pp, vp or split) falls back to the default
+    one of the new split (cost.plan.default_chunks)."""
+    if plan is None:
+        return ()
+    rows = plan.layers_per_chunk
+    if rows and (len(rows) != plan.pp or any(len(r) != plan.vp for r in rows)
+                 or tuple(sum(r) for r in rows) != tuple(plan.layers_per_stage)):
+        plan = replace(plan, layers_per_chunk=())
+    return (Fix(change, replace(draft, plan=plan)),)
 
 
 def order_fixes(draft: Draft, orders: Iterable[tuple[str, Sequence[Axis]]]) -> tuple[Fix, ...]:

@@ -146,7 +146,7 @@ def check_zero(ctx: ExportContext, draft: Draft) -> Refusal | None:
 def check_uniform_stages(ctx: ExportContext, draft: Draft) -> Refusal | None:
     """stages x repeats x num_layers_per_pipeline_stage == layers: every stage alike."""
     p = draft.plan
-    if len(set(p.layers_per_stage)) == 1:
+    if len(set(p.layers_per_stage)) == 1 and p.layers_per_stage[0] % p.vp == 0:
         return None
     layers = sum(p.layers_per_stage)
     fixes: tuple[Fix, ...] = ()
@@ -157,7 +157,7 @@ def check_uniform_stages(ctx: ExportContext, draft: Draft) -> Refusal | None:
                        replace(p, layers_per_stage=even, vp=vp))
     return Refusal(f"layers_per_stage={list(p.layers_per_stage)}: MaxText pipelines need "
                    "stages x repeats x num_layers_per_pipeline_stage == layers, so every stage "
-                   "holds the same number of layers", fixes)
+                   "holds the same number of layers, a multiple of the repeats (vp)", fixes)
 
 
 def check_pipeline_micro_batches(ctx: ExportContext, draft: Draft) -> Refusal | None:

@@ -12,6 +12,11 @@ Mapping of the plan:
 - Even stages: nothing, or ``--num-virtual-stages-per-pipeline-rank``; stages that differ only at
   the first/last rank: ``--decoder-first/last-pipeline-num-layers``; anything else: an explicit
   ``--pipeline-model-parallel-layout`` (virtual stage s = v * pp + r runs on pp rank r).
+- Unequal virtual stages (plan.layers_per_chunk): every chunk q layers but the first of rank 0
+  and/or the last of the last rank, q - 1: ``--account-for-embedding-in-pipeline-split`` /
+  ``--account-for-loss-in-pipeline-split`` (megatron-core ``get_num_layers_to_build``: the
+  (layers + 1 + 1) / pp slots per rank split by vp, one slot taken by the embedding / loss);
+  any other chunk layout: ``--pipeline-model-parallel-layout``.
 - Rank order: ``tp-cp-ep-dp-pp`` (default) or ``tp-cp-ep-pp-dp`` (``--use-tp-pp-dp-mapping``).
 - Mixture of experts: ``--num-experts``, ``--moe-router-topk``, ``--moe-ffn-hidden-size``, shared
   experts, ``--moe-layer-freq`` (a 0/1 pattern when some layers are dense), the alltoall token
@@ -27,6 +32,7 @@ from dataclasses import replace
 from math import prod
 
 from paraplan.cost import Axis, CPComm, Plan, Precision, Recompute
+from paraplan.cost.plan import chunk_layers, is_even_chunks
 from paraplan.export import (
     Draft,
     ExportContext,
@@ -75,6 +81,8 @@ FLAGS: dict[str, str] = {
     "vp": "--num-virtual-stages-per-pipeline-rank", "layout": "--pipeline-model-parallel-layout",
     "first_stage_layers": "--decoder-first-pipeline-num-layers",
     "last_stage_layers": "--decoder-last-pipeline-num-layers",
+    "account_for_embedding": "--account-for-embedding-in-pipeline-split",
+    "account_for_loss": "--account-for-loss-in-pipeline-split",
     "cp": "--context-parallel-size", "cp_comm": "--cp-comm-type", "sp": "--sequence-parallel",
     "ep": "--expert-model-parallel-size", "etp": "--expert-tensor-parallel-size",
     "tp_pp_dp_order": "--use-tp-pp-dp-mapping",
@@ -195,7 +203,8 @@ def check_context_split(ctx: ExportContext, draft: Draft) -> Refusal | None:
 
 
 def check_interleaving(ctx: ExportContext, draft: Draft) -> Refusal | None:
-    """Rules 13, 17, 18: vp needs pp > 1, vp | every stage, micro-batches % pp == 0."""
+    """Rules 13, 17, 18: vp needs pp > 1, micro-batches % pp == 0 (a stage vp does not divide
+    exports as account-for slots or a layout, pipeline_args)."""
     p = draft.plan
     if p.vp == 1:
         return None
@@ -203,9 +212,6 @@ def check_interleaving(ctx: ExportContext, draft: Draft) -> Refusal | None:
     no_vp = repair("vp -> 1", draft, replace(p, vp=1))
     if p.pp == 1:
         return Refusal(f"plan.vp={p.vp} needs pipeline-model-parallel-size > 1", no_vp)
-    if any(n % p.vp for n in p.layers_per_stage):
-        return Refusal(f"plan.vp={p.vp} must divide every stage's layers "
-                       f"{list(p.layers_per_stage)}", no_vp)
     if m % p.pp:
         return Refusal(f"the interleaved schedule needs the {m} micro-batches per step to be a "
                        f"multiple of pp={p.pp}", no_vp)
@@ -318,23 +324,48 @@ def expert_rank_groups(plan: Plan) -> list[list[int]]:
 
 
 def pipeline_layout(plan: Plan) -> str:
-    """``--pipeline-model-parallel-layout`` string: virtual stage s = v * pp + r on pp rank r."""
+    """``--pipeline-model-parallel-layout`` string: virtual stage s = v * pp + r on pp rank r,
+    holding ``chunk_layers(plan)[r][v]`` layers."""
+    chunks = chunk_layers(plan)
     stages = []
-    for _ in range(plan.vp):
+    for v in range(plan.vp):
         for r in range(plan.pp):
-            n = plan.layers_per_stage[r] // plan.vp
+            n = chunks[r][v]
             stages.append("t" if n == 1 else f"t*{n}")
     stages[0] = "E," + stages[0]
     stages[-1] = stages[-1] + ",L"
     return "|".join(stages)
 
 
+def account_for_slots(plan: Plan) -> tuple[bool, bool] | None:
+    """(embedding, loss) when the chunks are Megatron's account-for split: every chunk holds q
+    layers except the first of rank 0 (q - 1 with the embedding) and/or the last of the last
+    rank (q - 1 with the loss), at least one of them short; else None."""
+    chunks = chunk_layers(plan)
+    q = max(max(row) for row in chunks)
+    emb, loss = chunks[0][0] == q - 1, chunks[-1][-1] == q - 1
+    rest = [n for r, row in enumerate(chunks) for c, n in enumerate(row)
+            if not (emb and (r, c) == (0, 0)) and not (loss and (r, c) == (plan.pp - 1,
+                                                                           plan.vp - 1))]
+    if plan.vp == 1 or not (emb or loss) or q < 2 or any(n != q for n in rest):
+        return None
+    return emb, loss
+
+
 def pipeline_args(plan: Plan) -> list[tuple[str, object]]:
-    """(concept, value) pairs of the pipeline split: even, first/last, or an explicit layout."""
+    """(concept, value) pairs of the pipeline split: even, first/last, account-for slots, or an
+    explicit layout."""
     split = plan.layers_per_stage
     args: list[tuple[str, object]] = [("pp", plan.pp)] if plan.pp > 1 else []
     if plan.pp == 1:
         return args
+    if not is_even_chunks(plan):
+        slots = account_for_slots(plan)
+        if slots is None:
+            return args + [("layout", pipeline_layout(plan))]
+        emb, loss = slots
+        return (args + [("account_for_embedding", None)] * emb
+                + [("account_for_loss", None)] * loss + [("vp", plan.vp)])
     middle = split[1:-1]
     if len(set(split)) > 1 and len(set(middle)) > 1:
         return args + [("layout", pipeline_layout(plan))]

@@ -41,6 +41,8 @@ BRIDGE_PATHS: dict[str, str] = {
     "layout": "model.pipeline_model_parallel_layout",
     "first_stage_layers": "model.num_layers_in_first_pipeline_stage",
     "last_stage_layers": "model.num_layers_in_last_pipeline_stage",
+    "account_for_embedding": "model.account_for_embedding_in_pipeline_split",
+    "account_for_loss": "model.account_for_loss_in_pipeline_split",
     "cp": "model.context_parallel_size", "cp_comm": "model.cp_comm_type",
     "sp": "model.sequence_parallel",
     "ep": "model.expert_model_parallel_size", "etp": "model.expert_tensor_parallel_size",
@@ -65,6 +67,8 @@ NEMO2_PATHS: dict[str, str] = {
     "layout": "model.config.pipeline_model_parallel_layout",
     "first_stage_layers": "model.config.num_layers_in_first_pipeline_stage",
     "last_stage_layers": "model.config.num_layers_in_last_pipeline_stage",
+    "account_for_embedding": "model.config.account_for_embedding_in_pipeline_split",
+    "account_for_loss": "model.config.account_for_loss_in_pipeline_split",
     "cp": "trainer.strategy.context_parallel_size", "cp_comm": "model.config.cp_comm_type",
     "sp": "trainer.strategy.sequence_parallel",
     "ep": "trainer.strategy.expert_model_parallel_size",
@@ -113,7 +117,7 @@ def settings(ctx: ExportContext) -> list[tuple[str, object]]:
                                      ("sp", p.sequence_parallel and p.tp > 1)]
     for key, value in mg.pipeline_args(p):
         if key != "pp":
-            out.append((key, value))
+            out.append((key, True if value is None else value))  # store_true flags: True
     if p.cp > 1:
         out.append(("cp_comm", mg.CP_COMM_TYPES[p.cp_comm]))
     if ctx.spec.is_moe:

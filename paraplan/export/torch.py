@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from paraplan.cost import Axis, Recompute
+from paraplan.cost import Axis, Plan, Recompute
+from paraplan.cost.plan import chunk_layers
 from paraplan.export import (
     Draft,
     ExportContext,
@@ -43,10 +44,11 @@ ORDER = (Axis.TP, Axis.CP, Axis.DP, Axis.PP)
 """init_device_mesh(("pp", "dp", "tp")) is row-major: tp varies fastest, then dp, then pp."""
 
 
-def virtual_stage_layers(layers_per_stage: tuple[int, ...], vp: int) -> list[int]:
-    """Layers per virtual stage, in virtual-stage order (stage s = v * pp + r on pp rank r)."""
-    pp = len(layers_per_stage)
-    return [layers_per_stage[s % pp] // vp for s in range(pp * vp)]
+def virtual_stage_layers(plan: Plan) -> list[int]:
+    """Layers per virtual stage, in virtual-stage order (stage s = v * pp + r on pp rank r;
+    unequal chunks from plan.layers_per_chunk)."""
+    chunks = chunk_layers(plan)
+    return [chunks[s % plan.pp][s // plan.pp] for s in range(plan.pp * plan.vp)]
 
 
 # --------------------------------------------------------------------------- rules
@@ -96,7 +98,7 @@ def _script(ctx: ExportContext, draft: Draft) -> str:
         dp=p.dp, tp=p.tp, pp=p.pp, vp=p.vp, micro_batch=p.micro_batch,
         global_batch=job.global_batch, seq_len=job.seq_len, zero=p.zero,
         sequence_parallel=p.sequence_parallel, recompute=mode.value,
-        layers_per_stage=virtual_stage_layers(p.layers_per_stage, p.vp),
+        layers_per_stage=virtual_stage_layers(p),
         num_layers=ctx.spec.num_layers,
     )
 

@@ -28,7 +28,8 @@ from __future__ import annotations
 import shlex
 from dataclasses import replace
 
-from paraplan.cost import Axis, CPComm, Precision, Recompute
+from paraplan.cost import Axis, CPComm, Plan, Precision, Recompute
+from paraplan.cost.plan import chunk_layers
 from paraplan.export import (
     Draft,
     ExportContext,
@@ -202,10 +203,11 @@ MODEL_RULES = (check_precision,)
 # --------------------------------------------------------------------------- arguments
 
 
-def model_parts(layers_per_stage: tuple[int, ...], vp: int) -> list[list[str]]:
-    """Module FQNs per model part; part s = v * pp + r holds rank r's v-th chunk of layers."""
-    pp = len(layers_per_stage)
-    counts = [layers_per_stage[s % pp] // vp for s in range(pp * vp)]
+def model_parts(plan: Plan) -> list[list[str]]:
+    """Module FQNs per model part; part s = v * pp + r holds rank r's v-th chunk of layers
+    (unequal chunks from plan.layers_per_chunk)."""
+    chunks = chunk_layers(plan)
+    counts = [chunks[s % plan.pp][s // plan.pp] for s in range(plan.pp * plan.vp)]
     parts, first = [], 0
     for n in counts:
         parts.append([LAYER.format(i) for i in range(first, first + n)])
@@ -229,7 +231,7 @@ def _parallel_args(ctx: ExportContext) -> list[tuple[str, object]]:
     if p.ep > 1:
         args.append(("ep", p.ep))
     if p.pp > 1:
-        parts = [",".join(part) for part in model_parts(p.layers_per_stage, p.vp)]
+        parts = [",".join(part) for part in model_parts(p)]
         args += [("pp", p.pp), ("schedule", SCHEDULES[p.vp > 1]),
                  ("pp_micro_batch", p.micro_batch), ("model_parts", parts)]
     return args

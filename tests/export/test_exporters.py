@@ -316,7 +316,7 @@ def test_torchtitan_zero0_replicates_and_zero3_reshards() -> None:
 
 
 def test_torchtitan_model_parts_follow_uneven_interleaved_stages() -> None:
-    parts = model_parts((6, 10, 10, 6), vp=2)
+    parts = model_parts(Plan(dp=1, tp=1, pp=4, vp=2, layers_per_stage=(6, 10, 10, 6)))
     assert len(parts) == 8
     assert parts[0] == ["tok_embeddings", "layers.0", "layers.1", "layers.2"]
     assert parts[1] == [f"layers.{i}" for i in range(3, 8)]

@@ -49,6 +49,22 @@ MEGATRON_PLANS = {
               "recompute": "full"},
 }
 
+GQA_31_LAYERS = {**GQA_30_LAYERS, "model": {**GQA_30_LAYERS["model"], "layers": 31}}
+
+UNEVEN_VP_PLANS = {  # issue 11 item 4: virtual stages of unequal size (plan.layers_per_chunk)
+    "account-for-both": ({"dp": 2, "tp": 2, "pp": 4, "vp": 4, "micro_batch": 1, "zero": 1,
+                          "recompute": "none", "layers_per_stage": [7, 8, 8, 7]}, GQA_30_LAYERS),
+    "account-for-embedding": ({"dp": 2, "tp": 2, "pp": 4, "vp": 2, "micro_batch": 1, "zero": 1,
+                               "recompute": "none", "layers_per_stage": [7, 8, 8, 8]},
+                              GQA_31_LAYERS),
+    "account-for-loss": ({"dp": 2, "tp": 2, "pp": 4, "vp": 2, "micro_batch": 1, "zero": 1,
+                          "recompute": "none",
+                          "layers_per_chunk": [[4, 4], [4, 4], [4, 4], [4, 3]]}, GQA_31_LAYERS),
+    "chunk-layout": ({"dp": 2, "tp": 2, "pp": 4, "vp": 2, "micro_batch": 1, "zero": 0,
+                      "recompute": "none",
+                      "layers_per_chunk": [[2, 5], [4, 4], [3, 4], [4, 4]]}, GQA_30_LAYERS),
+}
+
 DEEPSPEED_PLANS = {
     "pp-zero1": ({"dp": 8, "tp": 1, "pp": 2, "micro_batch": 1, "zero": 1, "recompute": "full"},
                  LLAMA8B_2_NODES),
@@ -73,6 +89,8 @@ TC_FIELDS = {
     "--pipeline-model-parallel-layout": "pipeline_model_parallel_layout",
     "--decoder-first-pipeline-num-layers": "num_layers_in_first_pipeline_stage",
     "--decoder-last-pipeline-num-layers": "num_layers_in_last_pipeline_stage",
+    "--account-for-embedding-in-pipeline-split": "account_for_embedding_in_pipeline_split",
+    "--account-for-loss-in-pipeline-split": "account_for_loss_in_pipeline_split",
     "--context-parallel-size": "context_parallel_size", "--sequence-parallel": "sequence_parallel",
     "--recompute-granularity": "recompute_granularity", "--recompute-method": "recompute_method",
     "--recompute-num-layers": "recompute_num_layers", "--recompute-modules": "recompute_modules",
@@ -231,3 +249,60 @@ def test_transformer_config_oracle_rejects_a_miscounted_layout(mcore: object) ->
     kwargs["pipeline_model_parallel_layout"] = "E,t*8|t*7|t*8|t*8,L"  # 31 decoder layers, not 32
     with pytest.raises((AssertionError, ValueError)):
         _transformer_config(kwargs)
+
+
+def _layers_per_chunk(config: object, pp: int, vp: int) -> list[list[int]]:
+    """Decoder layers megatron-core builds on each (pipeline rank, virtual stage)."""
+    from megatron.core.transformer.enums import LayerType
+    from megatron.core.transformer.transformer_block import get_num_layers_to_build
+
+    layout = config.pipeline_model_parallel_layout  # type: ignore[attr-defined]
+    if layout is not None:
+        return [[layout.layout[r][v].count(LayerType.decoder) for v in range(vp)]
+                for r in range(pp)]
+    return [[get_num_layers_to_build(config, vp_stage=v, pp_rank=r) for v in range(vp)]
+            for r in range(pp)]
+
+
+def _chunks(res: Result) -> list[list[int]]:
+    p = res.plan
+    return p.layers_per_chunk or [[n // p.vp] * p.vp for n in p.layers_per_stage]
+
+
+@pytest.mark.parametrize("name", UNEVEN_VP_PLANS)
+def test_transformer_config_builds_the_unequal_virtual_stages(name: str, mcore: object) -> None:
+    """Megatron's own layer assignment (get_num_layers_to_build per pp rank and vp stage) from
+    the exported flags equals the plan's chunks."""
+    res = result(*UNEVEN_VP_PLANS[name])
+    assert res.plan.layers_per_chunk, "the plan's virtual stages are unequal"
+    argv = megatron_args(context(res))
+    config = _transformer_config(_transformer_config_kwargs(argv))
+    assert _layers_per_chunk(config, res.plan.pp, res.plan.vp) == _chunks(res)
+    uses_layout = "--pipeline-model-parallel-layout" in argv
+    assert uses_layout == (name == "chunk-layout")
+
+
+@pytest.mark.parametrize("name", UNEVEN_VP_PLANS)
+def test_bridge_config_builds_the_unequal_virtual_stages(name: str, mcore: object) -> None:
+    res = result(*UNEVEN_VP_PLANS[name])
+    model = {k.removeprefix("model."): v for k, v in bridge_overrides(context(res)).items()
+             if k.startswith("model.") and k != "model.seq_length"}
+    s = context(res).spec
+    config = _transformer_config({**model, "num_layers": s.num_layers, "hidden_size": s.hidden,
+                                  "ffn_hidden_size": s.ffn_hidden,
+                                  "num_attention_heads": s.num_heads,
+                                  "num_query_groups": s.num_kv_heads, "bf16": True})
+    assert _layers_per_chunk(config, res.plan.pp, res.plan.vp) == _chunks(res)
+
+
+def test_megatron_rejects_account_for_slots_that_do_not_split() -> None:
+    """The oracle is strict: 30 layers + embedding alone (31 slots) do not split over pp 4."""
+    pytest.importorskip("torch")
+    pytest.importorskip("megatron.core")
+    res = result(*UNEVEN_VP_PLANS["account-for-both"])
+    kwargs = _transformer_config_kwargs(megatron_args(context(res)))
+    assert kwargs["account_for_embedding_in_pipeline_split"] is True
+    kwargs.pop("account_for_loss_in_pipeline_split")
+    with pytest.raises((AssertionError, ValueError)):
+        config = _transformer_config(kwargs)
+        _layers_per_chunk(config, res.plan.pp, res.plan.vp)

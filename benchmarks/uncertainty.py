@@ -1,0 +1,115 @@
+"""The model's uncertainty band per accelerator generation, from the calibration residuals.
+
+    python -m benchmarks.uncertainty            # rewrite hardware/data/uncertainty.yaml
+    python -m benchmarks.uncertainty --check    # print the band, write nothing
+
+Every published run of the calibration set (benchmarks/data/published_runs_calibration.csv,
+mapped to scenarios by benchmarks/calibration_set.py and scored by benchmarks/fidelity.py, the
+same rows and mapping as the fidelity figures) gives a ratio measured / predicted step time.
+Per accelerator generation the band is the 10th and 90th percentile of those ratios (linear
+interpolation between order statistics, ``statistics.quantiles(method="inclusive")``): a
+prediction of T seconds is then reported as [p10 * T, p90 * T]. A generation with fewer than
+``MIN_ROWS`` runs, or none, uses the percentiles of all rows pooled, and the file says so.
+
+Regenerate after any change to the cost model's fidelity (efficiency.yaml, cost/, new
+calibration rows): the band describes the model that scored the rows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from collections import defaultdict
+from datetime import date
+from pathlib import Path
+
+import yaml
+from paraplan.hardware import node_type, node_type_names
+
+import paraplan
+from benchmarks.calibration_set import CSV_PATH
+from benchmarks.fidelity import Row, fidelity_rows
+
+__all__ = ["MIN_ROWS", "OUT_PATH", "band_table", "generation_of", "main"]
+
+MIN_ROWS = 8  # fewer runs than this: the generation's own percentiles are too noisy to report
+OUT_PATH = Path(__file__).resolve().parents[1] / "hardware" / "data" / "uncertainty.yaml"
+
+_HEADER = """\
+# Uncertainty band of the cost model's step time, per accelerator generation.
+# Empirical: written by `python -m benchmarks.uncertainty` (benchmarks/uncertainty.py), {today},
+# from the residuals of the calibration set: {csv},
+# {num_rows} runs scored with the mapping of benchmarks/calibration_set.py and benchmarks/fidelity.py.
+# In-sample: efficiency.yaml is fitted to these runs, so runs outside the set err more.
+# ratio = measured / predicted step time; p10 / p90 are its 10th / 90th percentiles, so a
+# prediction of T s is reported as [p10 * T, p90 * T] (result JSON: predicted.step_time_band_s).
+# source: "generation" = that generation's own runs; "pooled" = fewer than {min_rows} runs of
+# its own, so the percentiles of all runs pooled. Do not edit by hand: regenerate after any
+# change to the cost model or the calibration rows.
+"""
+
+
+def generation_of(row: Row) -> str:
+    """The accelerator generation of the run's cluster preset (hardware/data/catalog.yaml)."""
+    return node_type(row.case.scenario["cluster"]["preset"]).accelerator.generation
+
+
+def _percentiles(ratios: list[float]) -> dict[str, float]:
+    deciles = statistics.quantiles(ratios, n=10, method="inclusive")
+    return {"p10": round(deciles[0], 4), "p50": round(statistics.median(ratios), 4),
+            "p90": round(deciles[-1], 4)}
+
+
+def _catalog_generations() -> list[str]:
+    return sorted({node_type(k).accelerator.generation for k in node_type_names()})
+
+
+def band_table(rows: list[Row]) -> dict:
+    """The data file's content: per generation its band, row count and source, and the pool."""
+    by_gen: dict[str, list[float]] = defaultdict(list)
+    for r in rows:
+        by_gen[generation_of(r)].append(r.case.published_step_s / r.predicted_s)
+    every = [x for v in by_gen.values() for x in v]
+    pooled = {**_percentiles(every), "rows": len(every)}
+    generations = {}
+    for gen in sorted(set(by_gen) | set(_catalog_generations())):
+        own = by_gen.get(gen, [])
+        if len(own) >= MIN_ROWS:
+            generations[gen] = {**_percentiles(own), "rows": len(own), "source": "generation"}
+        else:
+            generations[gen] = {**pooled, "rows": len(own), "source": "pooled"}
+    return {"date": date.today().isoformat(), "calibration_rows": len(every),
+            "min_rows": MIN_ROWS, "paraplan_version": paraplan.paraplan_version(),
+            "pooled": pooled, "generations": generations}
+
+
+def _render(table: dict) -> str:
+    csv = CSV_PATH.relative_to(CSV_PATH.parents[2]).as_posix()
+    head = _HEADER.format(csv=csv, num_rows=table["calibration_rows"], today=table["date"],
+                          min_rows=MIN_ROWS)
+    return head + yaml.safe_dump(table, sort_keys=False, default_flow_style=None, width=100)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.uncertainty",
+                                 description=__doc__.splitlines()[0])
+    ap.add_argument("--check", action="store_true", help="print the band; write nothing")
+    ap.add_argument("--out", type=Path, default=OUT_PATH, help=f"data file ({OUT_PATH})")
+    args = ap.parse_args(argv)
+    table = band_table(fidelity_rows())  # the runs the fidelity figures score
+    print(f"{'generation':<16} {'rows':>5} {'p10':>7} {'p50':>7} {'p90':>7}  source")
+    for gen, g in table["generations"].items():
+        print(f"{gen:<16} {g['rows']:>5} {g['p10']:>7.3f} {g['p50']:>7.3f} {g['p90']:>7.3f}  "
+              f"{g['source']}")
+    p = table["pooled"]
+    print(f"{'(all pooled)':<16} {p['rows']:>5} {p['p10']:>7.3f} {p['p50']:>7.3f} "
+          f"{p['p90']:>7.3f}")
+    if not args.check:
+        args.out.write_text(_render(table))
+        print(f"wrote {args.out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,64 @@
+"""The cost model's step-time uncertainty per accelerator generation (``data/uncertainty.yaml``).
+
+The data file holds, per generation, the 10th and 90th percentiles of measured / predicted step
+time over the published runs of the calibration set (written by ``python -m
+benchmarks.uncertainty``); generations with too few runs carry the percentiles of all runs
+pooled, marked ``source: pooled``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+
+import yaml
+
+__all__ = ["StepTimeBand", "step_time_band"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepTimeBand:
+    """Ratios measured / predicted at the 10th and 90th percentile, and where they come from."""
+
+    p10_ratio: float
+    p90_ratio: float
+    source: str
+
+    def contains(self, predicted_s: float, other_s: float) -> bool:
+        """``other_s`` lies within the band around ``predicted_s`` (p10 * T <= other <= p90 * T)."""
+        return self.p10_ratio * predicted_s <= other_s <= self.p90_ratio * predicted_s
+
+
+@cache
+def _raw() -> dict:
+    text = resources.files("paraplan.hardware").joinpath("data/uncertainty.yaml").read_text()
+    return yaml.safe_load(text)
+
+
+def _describe(generation: str, entry: dict, raw: dict) -> str:
+    own = entry["rows"]
+    if entry["source"] == "generation":
+        where = f"{own} published {generation} runs"
+    else:
+        where = (f"all {raw['pooled']['rows']} published runs pooled ({own} {generation} runs, "
+                 f"fewer than {raw['min_rows']})")
+    return f"p10-p90 of measured/predicted step time over {where}, in-sample, {raw['date']}"
+
+
+def step_time_band(generations: Sequence[str]) -> StepTimeBand:
+    """The band of a cluster whose devices belong to ``generations`` (several on mixed-GPU
+    clusters: the widest of them). An unknown generation takes the pooled band."""
+    raw = _raw()
+    entries = []
+    for gen in dict.fromkeys(generations):
+        entry = raw["generations"].get(gen)
+        if entry is None:
+            entry = {**raw["pooled"], "rows": 0, "source": "pooled"}
+        entries.append((gen, entry))
+    return StepTimeBand(
+        p10_ratio=min(float(e["p10"]) for _, e in entries),
+        p90_ratio=max(float(e["p90"]) for _, e in entries),
+        source="; ".join(_describe(g, e, raw) for g, e in entries),
+    )
