@@ -163,11 +163,15 @@ def predicted_out(b: Breakdown, plan: Plan, band: StepTimeBandOut | None = None)
         )
         for s, m in enumerate(b.stage_memory)
     ]
+    # the peak stage's own device memory (pooled clusters: its pool's), so peak <= capacity
+    # reads the same as fits_memory
+    peak_capacity = (b.stage_capacity_bytes[b.binding_stage] if b.stage_capacity_bytes
+                     else b.memory_capacity_bytes)
     return Predicted(
         step_time_s=b.step_time_s, step_time_band_s=band, tokens_per_s_per_gpu=b.tokens_per_s_per_gpu,
         model_flops_per_token=b.model_flops_per_token, model_tflops_per_gpu=b.model_tflops_per_gpu,
         mfu=b.mfu, peak_memory_bytes=b.peak_memory_bytes,
-        memory_capacity_bytes=b.memory_capacity_bytes, fits_memory=b.fits, compute_s=b.compute_s,
+        memory_capacity_bytes=peak_capacity, fits_memory=b.fits, compute_s=b.compute_s,
         bubble_s=b.bubble_s, exposed_comm_s=b.exposed_comm_s, optimizer_s=b.optimizer_s,
         num_micro_batches=b.num_micro_batches, stages=stages,
     )
