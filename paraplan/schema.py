@@ -12,10 +12,18 @@ from __future__ import annotations
 
 from os import PathLike
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from paraplan.cost import Axis, CPComm, Precision, Recompute
 from paraplan.errors import ConfigError
@@ -59,6 +67,40 @@ MAX_VALUES = 100_000
 """Values in a scenario once YAML aliases are expanded (an alias bomb is exponential)."""
 
 _STRICT = ConfigDict(extra="forbid", frozen=True)
+
+
+def _takes_int(annotation: Any) -> bool:
+    """The annotation is int, int | None or a list of ints (not bool, which subclasses int)."""
+    if annotation is int:
+        return True
+    return any(_takes_int(a) for a in get_args(annotation))
+
+
+class _Section(BaseModel):
+    """A scenario section: unknown keys refused, values frozen, and true/false refused where a
+    whole number is expected (pydantic would read true as 1: `layers: true` is one layer)."""
+
+    model_config = _STRICT
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_for_int(cls, value: Any, info: ValidationInfo) -> Any:
+        field = cls.model_fields.get(info.field_name or "")
+        if field is None or not _takes_int(field.annotation) or _takes_bool(field.annotation):
+            return value
+        if isinstance(value, bool):
+            raise ValueError(f"{value!r} is true/false; give a whole number")
+        if isinstance(value, list) and any(isinstance(v, bool) for v in _flat(value)):
+            raise ValueError("holds true/false; give whole numbers")
+        return value
+
+
+def _flat(values: list) -> list:
+    return [x for v in values for x in (_flat(v) if isinstance(v, list) else [v])]
+
+
+def _takes_bool(annotation: Any) -> bool:
+    return annotation is bool or any(_takes_bool(a) for a in get_args(annotation))
 _MOE_MLA_FIELDS = ("experts", "top_k", "shared_experts", "moe_ffn_hidden", "shared_ffn_hidden",
                    "first_dense_layers", "moe_layer_freq", "q_lora_rank", "kv_lora_rank",
                    "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
@@ -66,8 +108,7 @@ _EXPLICIT_FIELDS = ("layers", "hidden", "ffn_hidden", "heads", "kv_heads", "head
                     "activation", "tied_embeddings", "norm", "dropout", *_MOE_MLA_FIELDS)
 
 
-class ModelSection(BaseModel):
-    model_config = _STRICT
+class ModelSection(_Section):
     preset: str | None = Field(None, description="a model preset name, e.g. llama3-70b")
     hf_config: str | None = Field(None, description="path to a Hugging Face config.json")
     name: str | None = Field(None, description="display name for explicit models")
@@ -118,8 +159,7 @@ class ModelSection(BaseModel):
         return self
 
 
-class PoolSection(BaseModel):
-    model_config = _STRICT
+class PoolSection(_Section):
     preset: str = Field(description="node type of this pool (dgx-h100, dgx-a100-80gb, ...)")
     nodes: int | None = Field(None, ge=1, le=MAX_DEVICES, description="number of nodes in this pool")
     gpus: int | None = Field(None, ge=1, le=MAX_DEVICES,
@@ -132,8 +172,7 @@ class PoolSection(BaseModel):
         return self
 
 
-class ClusterSection(BaseModel):
-    model_config = _STRICT
+class ClusterSection(_Section):
     preset: str | None = Field(
         None, description="node type (dgx-h100, gb200-nvl72, ...) or fabric preset")
     nodes: int | None = Field(None, ge=1, le=MAX_DEVICES,
@@ -162,8 +201,7 @@ class ClusterSection(BaseModel):
         return self
 
 
-class JobSection(BaseModel):
-    model_config = _STRICT
+class JobSection(_Section):
     seq_len: int = Field(ge=1, le=MAX_SEQ_LEN, description="tokens per sequence")
     global_batch: int = Field(ge=1, le=MAX_GLOBAL_BATCH, description="sequences per optimizer step")
     precision: Precision = Field(
@@ -187,8 +225,7 @@ class JobSection(BaseModel):
         return self
 
 
-class PlanSection(BaseModel):
-    model_config = _STRICT
+class PlanSection(_Section):
     dp: int | None = Field(None, ge=1, le=MAX_DEVICES)
     tp: int | None = Field(None, ge=1, le=MAX_DEVICES)
     pp: int | None = Field(None, ge=1, le=MAX_LAYERS, description="pipeline stages (each holds a layer)")
@@ -260,8 +297,7 @@ SolverTarget = Literal["megatron", "nemo", "deepspeed", "torchtitan", "maxtext",
 """Frameworks ``solver.target`` accepts: the exporters that launch a training run."""
 
 
-class SolverSection(BaseModel):
-    model_config = _STRICT
+class SolverSection(_Section):
     allow_uneven_stages: bool = Field(True, description="let the solver split layers unevenly")
     search_placement: bool = Field(True, description="let the solver choose the rank order")
     max_micro_batch: int = Field(8, ge=1, le=MAX_SEARCH_MICRO_BATCH,

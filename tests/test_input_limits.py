@@ -236,3 +236,16 @@ def test_an_endless_iterator_from_the_api_stops_at_the_limit() -> None:
 def test_a_non_finite_expert_imbalance_is_refused() -> None:
     with pytest.raises(ConfigError, match=r"job\.expert_imbalance: Input should be a finite number"):
         load_scenario(_with("job", expert_imbalance=float("nan")))
+
+
+@pytest.mark.parametrize("section, value", [
+    ({"plan": {"tp": True}}, "plan.tp"),
+    ({"job": {"seq_len": True, "global_batch": 8}}, "job.seq_len"),
+    ({"plan": {"layers_per_stage": [True, 31]}}, "plan.layers_per_stage"),
+])
+def test_true_or_false_is_not_a_whole_number(section: dict, value: str) -> None:
+    # pydantic reads true as 1: `layers: true` was a one-layer model (fuzz finding F8)
+    scenario = {"model": {"preset": "llama3-8b"}, "cluster": {"preset": "dgx-h100", "nodes": 1},
+                "job": {"seq_len": 4096, "global_batch": 8}, **section}
+    with pytest.raises(ConfigError, match=value.replace(".", r"\.")):
+        paraplan.load_scenario(scenario)
