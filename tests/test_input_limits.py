@@ -248,4 +248,4 @@ def test_true_or_false_is_not_a_whole_number(section: dict, value: str) -> None:
     scenario = {"model": {"preset": "llama3-8b"}, "cluster": {"preset": "dgx-h100", "nodes": 1},
                 "job": {"seq_len": 4096, "global_batch": 8}, **section}
     with pytest.raises(ConfigError, match=value.replace(".", r"\.")):
-        paraplan.load_scenario(scenario)
+        load_scenario(scenario)
