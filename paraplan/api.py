@@ -114,6 +114,10 @@ def search_options(inst: Instance) -> Options:
     options = Options(allow_uneven_stages=o.allow_uneven_stages,
                       search_placement=o.search_placement, max_micro_batch=o.max_micro_batch,
                       max_vp=o.max_vp, uniform_recompute=o.uniform_recompute)
+    split = inst.scenario.plan.layers_per_stage
+    if not o.allow_uneven_stages and split and len(set(split)) > 1:
+        raise ConfigError(f"plan.layers_per_stage={split} is uneven but "
+                          "solver.allow_uneven_stages is false; make the stages equal or turn it on")
     fixed = fixed_modes(inst)
     if o.uniform_recompute and fixed and len(set(fixed)) > 1:
         raise ConfigError(f"plan.recompute={[m.value for m in fixed]} differs per stage but "
@@ -137,6 +141,8 @@ def _no_layout_reason(inst: Instance) -> str:
         f"cp must split seq_len={job.seq_len} evenly"
         + ("; on cluster.pools, tp*cp*dp must divide the devices of every pool used and pp is "
            "the outermost axis of plan.order" if inst.cluster.pools else "")
+        + (f"; solver.allow_uneven_stages is false, so pp x vp must divide layers="
+           f"{spec.num_layers}" if not inst.scenario.solver.allow_uneven_stages else "")
         + (f"; fixed knobs {fixed} leave nothing; free some of them" if fixed else
            "; change the device count or the global batch")
     )

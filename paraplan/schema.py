@@ -298,7 +298,9 @@ SolverTarget = Literal["megatron", "nemo", "deepspeed", "torchtitan", "maxtext",
 
 
 class SolverSection(_Section):
-    allow_uneven_stages: bool = Field(True, description="let the solver split layers unevenly")
+    allow_uneven_stages: bool = Field(
+        True, description="let the solver split layers unevenly (false: pp x vp divides the "
+        "layers, equal stages and chunks)")
     search_placement: bool = Field(True, description="let the solver choose the rank order")
     max_micro_batch: int = Field(8, ge=1, le=MAX_SEARCH_MICRO_BATCH,
                                  description="largest micro-batch considered")

@@ -50,9 +50,9 @@ def _splits(layout: Plan, num_layers: int, fixed: Fixed,
     if slots is None:
         return
     k_total = (num_layers + sum(slots)) // vp
-    if not options.allow_uneven_stages:
-        if k_total % pp == 0 and all(k_total // pp >= 1 + sl for sl in slots):
-            yield tuple(vp * (k_total // pp) - sl for sl in slots)
+    if not options.allow_uneven_stages:  # equal stages and chunks (no slots: vp | layers)
+        if num_layers % (pp * vp) == 0:
+            yield (num_layers // pp,) * pp
         return
     for cuts in itertools.combinations(range(1, k_total), pp - 1):
         bounds = (0, *cuts, k_total)

@@ -151,11 +151,10 @@ def _k_choices(layout: Plan, num_layers: int, fixed: Fixed, options: Options) ->
     if split is not None:  # () : no valid split, so no k
         return sorted({(n + sl) // layout.vp for n, sl in zip(split, slots, strict=True)}
                       ) if split else []
-    if not options.allow_uneven_stages:
-        even = even_layers(num_layers, layout.pp, layout.vp)
-        if even is None or (num_layers + sum(slots)) % (layout.pp * layout.vp):
+    if not options.allow_uneven_stages:  # equal stages and chunks (no slots: vp | layers)
+        if num_layers % (layout.pp * layout.vp):
             return []
-        return [(num_layers + sum(slots)) // (layout.pp * layout.vp)]
+        return [num_layers // (layout.pp * layout.vp)]
     return None
 
 

@@ -331,10 +331,8 @@ def _families_of(spec: ModelSpec, global_batch: int, dp: int, tp: int, pp: int, 
         else:
             vps = [1]
         for vp in (v for v in vps if _allowed(v, fixed.vp)):
-            slots = pipeline_slots(spec.num_layers, pp, vp)
-            if not options.allow_uneven_stages and (
-                    slots is None or (spec.num_layers + sum(slots)) % (pp * vp)):
-                continue
+            if not options.allow_uneven_stages and spec.num_layers % (pp * vp):
+                continue  # equal stages and chunks: no embedding/loss slots either
             out += [Plan(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, cp_comm=cpc, vp=vp,
                          micro_batch=mb, sequence_parallel=sp, recompute=(Recompute.NONE,) * pp,
                          layers_per_stage=(1,) * pp, stage_pools=stage_pools)

@@ -16,7 +16,7 @@ from paraplan.hardware import build_cluster
 from paraplan.solver.scale import resolution_for
 
 import paraplan
-from paraplan.errors import ConfigError, SolveTimeout
+from paraplan.errors import ConfigError, InfeasibleError, SolveTimeout
 from paraplan.export.deepspeed import partition_balanced
 
 
@@ -157,3 +157,16 @@ def test_evaluator_recheck_of_fixed_recompute_list() -> None:
     result = paraplan.solve(scenario, workers=2)
     assert result.plan.recompute == ["full", "none", "selective", "none"]
     assert result.solver.objective_s == pytest.approx(_step(result), rel=1e-6)
+
+
+def test_even_stages_mean_equal_stages() -> None:
+    # with vp = 2 the uneven-vp slots made (4, 3) count as "even" for 7 layers (fuzz, seed 30008430)
+    scenario = {"model": {"layers": 7, "hidden": 64, "heads": 1, "vocab": 32000, "ffn_hidden": 64},
+                "cluster": {"preset": "dgx-b200", "nodes": 1},
+                "job": {"seq_len": 4096, "global_batch": 16}, "plan": {"pp": 2},
+                "solver": {"allow_uneven_stages": False}}
+    with pytest.raises(InfeasibleError, match="allow_uneven_stages is false"):
+        paraplan.solve(scenario, workers=1)
+    with pytest.raises(ConfigError, match="plan.layers_per_stage"):
+        paraplan.solve({**scenario, "model": {"preset": "gpt3-2.7b"},
+                        "plan": {"layers_per_stage": [5, 4, 2, 21]}}, workers=1)
