@@ -179,7 +179,9 @@ def check_reeval(scenario: Any, result: Any) -> None:
 def check_fields(scenario: Any, result: Any, args: dict[str, Any] | None = None) -> None:
     """(c) the numbers of a Result agree with each other: degrees, batch, stages, memory, MFU and
     (from the planner) the proof status, bound and gap, echoed arguments."""
-    inst = _instance(scenario)[0]
+    from paraplan.instance import build_instance
+
+    inst = build_instance(paraplan.load_scenario(scenario))  # evaluate ignores solver options
     p, pr = result.plan, result.predicted
     problems = []
     if p.dp * p.tp * p.pp * p.cp != p.num_devices:
