@@ -217,16 +217,22 @@ def test_transformer_config_accepts_megatron_export(name: str, mcore: object) ->
     assert _layers_per_rank(config, res.plan.pp, res.plan.vp) == res.plan.layers_per_stage
 
 
-@pytest.mark.parametrize("name", MEGATRON_PLANS)
-def test_transformer_config_accepts_megatron_bridge_export(name: str, mcore: object) -> None:
-    res = result(MEGATRON_PLANS[name])
+def _bridge_config(res: Result) -> object:
+    """megatron-core's TransformerConfig from the Megatron-Bridge export's model.* overrides
+    (sizes the recipe would take from the model provider added)."""
     model = {k.removeprefix("model."): v for k, v in bridge_overrides(context(res)).items()
              if k.startswith("model.") and k != "model.seq_length"}
     s = context(res).spec
-    config = _transformer_config({**model, "num_layers": s.num_layers, "hidden_size": s.hidden,
-                                  "ffn_hidden_size": s.ffn_hidden,
-                                  "num_attention_heads": s.num_heads,
-                                  "num_query_groups": s.num_kv_heads, "bf16": True})
+    return _transformer_config({**model, "num_layers": s.num_layers, "hidden_size": s.hidden,
+                                "ffn_hidden_size": s.ffn_hidden,
+                                "num_attention_heads": s.num_heads,
+                                "num_query_groups": s.num_kv_heads, "bf16": True})
+
+
+@pytest.mark.parametrize("name", MEGATRON_PLANS)
+def test_transformer_config_accepts_megatron_bridge_export(name: str, mcore: object) -> None:
+    res = result(MEGATRON_PLANS[name])
+    config = _bridge_config(res)
     assert _layers_per_rank(config, res.plan.pp, res.plan.vp) == res.plan.layers_per_stage
 
 
@@ -285,13 +291,7 @@ def test_transformer_config_builds_the_unequal_virtual_stages(name: str, mcore: 
 @pytest.mark.parametrize("name", UNEVEN_VP_PLANS)
 def test_bridge_config_builds_the_unequal_virtual_stages(name: str, mcore: object) -> None:
     res = result(*UNEVEN_VP_PLANS[name])
-    model = {k.removeprefix("model."): v for k, v in bridge_overrides(context(res)).items()
-             if k.startswith("model.") and k != "model.seq_length"}
-    s = context(res).spec
-    config = _transformer_config({**model, "num_layers": s.num_layers, "hidden_size": s.hidden,
-                                  "ffn_hidden_size": s.ffn_hidden,
-                                  "num_attention_heads": s.num_heads,
-                                  "num_query_groups": s.num_kv_heads, "bf16": True})
+    config = _bridge_config(res)
     assert _layers_per_chunk(config, res.plan.pp, res.plan.vp) == _chunks(res)
 
 
