@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from functools import cached_property
+from typing import Any
 
 from paraplan.cost.comm import GroupSpan, group_span, packed_span
 from paraplan.cost.compute import LayerTime, layer_forward
@@ -60,7 +61,7 @@ class Affine:
     fixed: float
     per_layer: float
 
-    def at(self, layers: int) -> float:
+    def at(self, layers: float) -> float:
         return self.fixed + layers * self.per_layer
 
     def __add__(self, other: Affine) -> Affine:
@@ -344,7 +345,7 @@ class _Spans:
             pp=cluster.tiers[0] if plan.pp > 1 else None,
         )
 
-    def key(self) -> tuple:
+    def key(self) -> tuple[object, ...]:
         """What per-micro-batch block costs depend on."""
         return tuple((s.fan_in, s.latency_floor) if s else None
                      for s in (self.tp, self.cp, self.ep, self.dp, self.edp))
@@ -413,7 +414,10 @@ def _end_cost(work: _Work, plan: Plan, job: Job, cluster: Cluster, spans: _Spans
                    activation_bytes=work.working_bytes)
 
 
-def _shared_key(plan: Plan, spans: _Spans) -> tuple:
+SharedCache = dict[tuple[object, ...], Any]  # per-layout work and sync lines shared across stages
+
+
+def _shared_key(plan: Plan, spans: _Spans) -> tuple[object, ...]:
     """What block and end costs depend on: tp, cp, ep, micro-batch, SP, the ZeRO class and the
     tiers the TP, CP, EP and (for ZeRO-2/3 traffic) DP x CP and expert-DP groups span."""
     zero_class = plan.zero if plan.zero >= 2 else 0
@@ -445,7 +449,7 @@ def _works(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster
 
 
 def _shared_costs(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster, spans: _Spans,
-                  shared: dict | None) -> _Shared:
+                  shared: SharedCache | None) -> _Shared:
     key = ("work", plan.tp, plan.cp, plan.ep, plan.expert_tp, plan.micro_batch,
            plan.sequence_parallel)
     if shared is None:
@@ -464,7 +468,7 @@ def _shared_costs(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster, spa
 
 
 def _sync_lines(plan: Plan, job: Job, cluster: Cluster, block_params: float,
-                block_expert_params: float, spans: _Spans, shared: dict | None
+                block_expert_params: float, spans: _Spans, shared: SharedCache | None
                 ) -> tuple[Affine, Affine]:
     """grad_sync_s is alpha-beta: latency + bytes / bandwidth, affine in the parameters; one line
     for the dense-parallel group, one for the expert-data-parallel group."""
@@ -495,7 +499,7 @@ def dense_layers_credited(graph: LayerGraph, plan: Plan) -> int:
 
 
 def stage_terms(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster,
-                shared: dict | None = None, *, packed: bool = False) -> StageTerms:
+                shared: SharedCache | None = None, *, packed: bool = False) -> StageTerms:
     """All per-stage cost terms of the plan's layout (recompute and layer split left open).
 
     ``shared``: a dict the caller keeps across plans of one graph, job and cluster; block and end
@@ -510,13 +514,13 @@ def stage_terms(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster,
     if cluster.pools:
         return _pooled_terms(graph, plan, job, cluster, shared, packed)
     spans = _Spans.packed(plan, cluster) if packed else _Spans.of(plan, cluster)
-    key = _shared_key(plan, spans) if shared is not None else None
-    if shared is not None and key in shared:
-        costs = shared[key]
-    else:
+    if shared is None:
         costs = _shared_costs(graph, plan, job, cluster, spans, shared)
-        if shared is not None:
-            shared[key] = costs
+    else:
+        key = _shared_key(plan, spans)
+        if key not in shared:
+            shared[key] = _shared_costs(graph, plan, job, cluster, spans, shared)
+        costs = shared[key]
     first, last = costs.first, costs.last
     if graph.spec.tied_embeddings and plan.pp > 1:
         # the last stage keeps its own copy of the tied embedding for the LM head
@@ -542,7 +546,7 @@ def stage_terms(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster,
 
 
 def _pooled_terms(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster,
-                  shared: dict | None, packed: bool) -> StageTerms:
+                  shared: SharedCache | None, packed: bool) -> StageTerms:
     """stage_terms on a pooled cluster (its docstring); ``plan.stage_pools`` must be set."""
     if len(plan.stage_pools) != plan.pp:
         raise ValueError(f"plan.stage_pools={list(plan.stage_pools)} needs one pool per stage "

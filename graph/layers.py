@@ -235,6 +235,7 @@ def _mla_attention(spec: ModelSpec, i: int) -> Layer:
     h, heads = spec.hidden, spec.num_heads
     qk = spec.qk_nope_head_dim + spec.qk_rope_head_dim
     rq, rkv, rope = spec.q_lora_rank, spec.kv_lora_rank, spec.qk_rope_head_dim
+    q_gemms: tuple[Gemm, ...]
     if rq:
         q_gemms = (Gemm(name="q_down", in_dim=h, out_dim=rq, tp_split="none"),
                    Gemm(name="q_up", in_dim=rq, out_dim=heads * qk, tp_split="out"))

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
+from typing import Any
 
 import yaml
 
@@ -41,7 +42,7 @@ class Efficiency:
 
 
 @cache
-def _raw() -> dict:
+def _raw() -> dict[str, Any]:
     text = resources.files("paraplan.hardware").joinpath("data/efficiency.yaml").read_text()
     return yaml.safe_load(text)["generations"]
 

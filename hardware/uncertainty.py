@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
+from typing import Any
 
 import yaml
 
@@ -32,12 +33,12 @@ class StepTimeBand:
 
 
 @cache
-def _raw() -> dict:
+def _raw() -> dict[str, Any]:
     text = resources.files("paraplan.hardware").joinpath("data/uncertainty.yaml").read_text()
     return yaml.safe_load(text)
 
 
-def _describe(generation: str, entry: dict, raw: dict) -> str:
+def _describe(generation: str, entry: dict[str, Any], raw: dict[str, Any]) -> str:
     own = entry["rows"]
     if entry["source"] == "generation":
         where = f"{own} published {generation} runs"

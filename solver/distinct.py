@@ -19,14 +19,14 @@ __all__ = ["DUPLICATE_REL", "distinct_key", "layout_key", "is_near_duplicate"]
 DUPLICATE_REL = 0.005  # 0.5%: the explanation's "ties within 0.5%", far inside the model's band
 
 
-def layout_key(plan: Plan) -> tuple:
+def layout_key(plan: Plan) -> tuple[object, ...]:
     """The degrees and modes a layout fixes before the layer split and recompute are chosen."""
     return (plan.dp, plan.tp, plan.pp, plan.cp, plan.ep, plan.expert_tp, plan.vp,
             plan.micro_batch, str(plan.cp_comm), plan.sequence_parallel,
             frozenset(plan.stage_pools))
 
 
-def distinct_key(plan: Plan) -> tuple:
+def distinct_key(plan: Plan) -> tuple[object, ...]:
     """``layout_key`` and the set of recompute modes: plans with equal keys are alike."""
     return layout_key(plan) + (frozenset(str(r) for r in plan.recompute),)
 

@@ -63,13 +63,18 @@ class LayoutVars:
     step: cp_model.LinearExpr | None = None
 
     def k(self, s: int) -> cp_model.LinearExpr:
-        return sum(self.x[s].values())
+        return cp_model.LinearExpr.sum(list(self.x[s].values()))
+
+    def maxima(self) -> tuple[cp_model.IntVar, cp_model.IntVar, cp_model.IntVar]:
+        """tmax, dpmax, omax (set by constraints.add_schedule)."""
+        assert self.tmax is not None and self.dpmax is not None and self.omax is not None
+        return self.tmax, self.dpmax, self.omax
 
     def extract(self, solver: cp_model.CpSolver) -> tuple[list[int], list[Recompute]]:
         vp, tab = self.tables.plan.vp, self.tables
-        layers = [vp * sum(solver.Value(v) for v in xs.values()) - tab.slot(s)
+        layers = [vp * sum(solver.value(v) for v in xs.values()) - tab.slot(s)
                   for s, xs in enumerate(self.x)]
-        recs = [next(r for r, b in rs.items() if solver.BooleanValue(b)) for rs in self.rec]
+        recs = [next(r for r, b in rs.items() if solver.boolean_value(b)) for rs in self.rec]
         return layers, recs
 
 
@@ -80,16 +85,16 @@ class ModelVars:
     scale: int  # objective ticks per tick of step time (objective_scale of the layouts' vp)
 
     def chosen(self, solver: cp_model.CpSolver) -> LayoutVars:
-        return next(lv for lv in self.layouts if solver.BooleanValue(lv.use))
+        return next(lv for lv in self.layouts if solver.boolean_value(lv.use))
 
 
 def _layout_vars(model: cp_model.CpModel, i: int, tab: LayoutTables) -> LayoutVars:
     pp = tab.plan.pp
     k_hi = max(tab.k_choices) if tab.k_choices else tab.k_total - (pp - 1)
-    use = model.NewBoolVar(f"use_{i}")
-    rec = [{r: model.NewBoolVar(f"rec_{i}_{s}_{r.value}") for r in tab.recomputes}
+    use = model.new_bool_var(f"use_{i}")
+    rec = [{r: model.new_bool_var(f"rec_{i}_{s}_{r.value}") for r in tab.recomputes}
            for s in range(pp)]
-    x = [{r: model.NewIntVar(0, k_hi, f"x_{i}_{s}_{r.value}") for r in tab.recomputes}
+    x = [{r: model.new_int_var(0, k_hi, f"x_{i}_{s}_{r.value}") for r in tab.recomputes}
          for s in range(pp)]
     return LayoutVars(i, tab, tab.ticks(), use, rec, x)
 
@@ -98,7 +103,7 @@ def build_model(kept: list[LayoutTables]) -> tuple[cp_model.CpModel, ModelVars]:
     """The model of the module docstring over the kept layouts."""
     model = cp_model.CpModel()
     lvs = [_layout_vars(model, i, tab) for i, tab in enumerate(kept)]
-    model.AddExactlyOne(lv.use for lv in lvs)
+    model.add_exactly_one(lv.use for lv in lvs)
     horizon = 1
     steps = []
     full = objective_scale([lv.tables.plan.vp for lv in lvs])
@@ -109,20 +114,21 @@ def build_model(kept: list[LayoutTables]) -> tuple[cp_model.CpModel, ModelVars]:
         plan = lv.tables.plan
         scale = full // plan.vp
         m = lv.tables.num_micro_batches
-        lv.step = (scale * (plan.vp * m * lv.tmax + sum(lv.t) - lv.tmax)
-                   + full * (lv.dpmax + lv.omax))
-        horizon = max(horizon, full * (m + plan.pp) * _hi(model, lv.tmax)
-                      + full * (_hi(model, lv.dpmax) + _hi(model, lv.omax)))
+        tmax, dpmax, omax = lv.maxima()
+        lv.step = (scale * (plan.vp * m * tmax + sum(lv.t) - tmax)
+                   + full * (dpmax + omax))
+        horizon = max(horizon, full * (m + plan.pp) * _hi(model, tmax)
+                      + full * (_hi(model, dpmax) + _hi(model, omax)))
         steps.append(lv.step)
-    z = model.NewIntVar(0, horizon, "step_ticks_scaled")
-    model.Add(z == sum(steps))
-    model.Add(z >= sum(full * lv.ticks.lower_bound * lv.use for lv in lvs))
-    model.Minimize(z)
+    z = model.new_int_var(0, horizon, "step_ticks_scaled")
+    model.add(z == sum(steps))
+    model.add(z >= sum(full * lv.ticks.lower_bound * lv.use for lv in lvs))
+    model.minimize(z)
     return model, ModelVars(lvs, z, full)
 
 
 def _hi(model: cp_model.CpModel, var: cp_model.IntVar) -> int:
-    return list(model.Proto().variables[var.Index()].domain)[-1]
+    return list(model.proto.variables[var.index].domain)[-1]
 
 
 def add_hint(model: cp_model.CpModel, mv: ModelVars, index: int, layers: list[int],
@@ -131,20 +137,21 @@ def add_hint(model: cp_model.CpModel, mv: ModelVars, index: int, layers: list[in
     layout's variables at 0), so CP-SAT starts from that plan's objective."""
     for lv in mv.layouts:
         chosen = lv.index == index
-        model.AddHint(lv.use, chosen)
+        model.add_hint(lv.use, chosen)
         tk, vp = lv.ticks, lv.tables.plan.vp
         t_max = e_max = o_max = 0
         for s in range(lv.tables.plan.pp):
             k = (layers[s] + lv.tables.slot(s)) // vp if chosen else 0
             for r in lv.tables.recomputes:
                 on = chosen and r is recs[s]
-                model.AddHint(lv.rec[s][r], on)
-                model.AddHint(lv.x[s][r], k if on else 0)
+                model.add_hint(lv.rec[s][r], on)
+                model.add_hint(lv.x[s][r], k if on else 0)
             if chosen:
                 r = recs[s]
                 t_max = max(t_max, tk.time_per_k[(s, r)] * k + tk.time_fixed[(s, r)])
                 e_max = max(e_max, tk.dp_per_k[(s, r)] * k + tk.dp_fixed[(s, r)])
                 o_max = max(o_max, tk.opt_per_k[s] * k + tk.opt_fixed[s])
-        model.AddHint(lv.tmax, t_max)
-        model.AddHint(lv.dpmax, e_max)
-        model.AddHint(lv.omax, o_max)
+        tmax, dpmax, omax = lv.maxima()
+        model.add_hint(tmax, t_max)
+        model.add_hint(dpmax, e_max)
+        model.add_hint(omax, o_max)

@@ -48,6 +48,7 @@ from paraplan.solver.scale import from_ticks, resolution_for, tolerance_s
 from paraplan.solver.space import (
     Fixed,
     Options,
+    OrderCache,
     OutOfTime,
     exact_split,
     families,
@@ -114,7 +115,7 @@ class NoFitError(ValueError):
         self.capacity = capacity
 
 
-def layout_rank(plan: Plan) -> tuple:
+def layout_rank(plan: Plan) -> tuple[object, ...]:
     """Tie-break order among equally fast layouts: fewer stages, less cp, no interleaving,
     smaller tp, ZeRO 1/0/2/3, smaller micro-batch, the default rank order, p2p context
     parallelism, expert TP = tp (Megatron's defaults), then (pooled clusters) the pools of the
@@ -188,11 +189,11 @@ def _bounded_tables(graph: LayerGraph, cluster: Cluster, job: Job, fixed: Fixed,
         raise NoLayoutError("no recompute mode is both fixed and allowed")
     uniform = options.uniform_recompute
     packed = inner_tiers_fastest(cluster)
-    shared: dict = {}
-    order_cache: dict = {}
-    floors: dict[tuple, Any] = {}
+    shared: dict[tuple[object, ...], Any] = {}
+    order_cache: OrderCache = {}
+    floors: dict[tuple[object, ...], Any] = {}
     same_layers = not spec.is_moe or spec.num_dense_layers == 0  # pooled_pipeline_floor_s
-    heap: list[tuple] = []
+    heap: list[tuple[Any, ...]] = []
     tick = itertools.count()
     space = families(spec, cluster, job.seq_len, job.global_batch, fixed, options, deadline)
     for i, family in enumerate(space):
@@ -201,16 +202,16 @@ def _bounded_tables(graph: LayerGraph, cluster: Cluster, job: Job, fixed: Fixed,
         ks = _k_choices(family, spec.num_layers, fixed, options)
         if ks == []:
             continue
-        key = (family.tp, family.cp, family.micro_batch, family.sequence_parallel,
-               family.expert_tp, family.cp_comm, frozenset(family.stage_pools))
-        if key not in floors:
-            floors[key] = (pool_floors(graph, family, job, cluster) if cluster.pools
-                           else compute_floor_s(graph, family, job, cluster))
+        floor_key = (family.tp, family.cp, family.micro_batch, family.sequence_parallel,
+                     family.expert_tp, family.cp_comm, frozenset(family.stage_pools))
+        if floor_key not in floors:
+            floors[floor_key] = (pool_floors(graph, family, job, cluster) if cluster.pools
+                                 else compute_floor_s(graph, family, job, cluster))
         m = job.global_batch // (family.micro_batch * family.dp)
         if cluster.pools:  # per-pool floors (cost/pools.py)
-            floor = pooled_pipeline_floor_s(floors[key], family, m, same_layers)
+            floor = pooled_pipeline_floor_s(floors[floor_key], family, m, same_layers)
         else:
-            floor = pipeline_lower_bound_s(floors[key], family.pp, family.vp, m)
+            floor = pipeline_lower_bound_s(floors[floor_key], family.pp, family.vp, m)
         heap.append((floor, next(tick), 0, family, ks))
     if not heap:
         raise NoLayoutError("no layout satisfies the divisibility rules")
@@ -260,7 +261,7 @@ def _bounded_tables(graph: LayerGraph, cluster: Cluster, job: Job, fixed: Fixed,
                 continue
             computed.append(tab)
             if tab.upper_bound_s < float("inf"):
-                key = layout_key(tab.plan) if distinct else len(computed)
+                key: object = layout_key(tab.plan) if distinct else len(computed)
                 best_upper[key] = min(best_upper.get(key, float("inf")), tab.upper_bound_s)
                 uppers = heapq.nsmallest(top, best_upper.values())
     num_layouts = _space_size(space, spec, fixed, options, deadline)
@@ -297,7 +298,7 @@ def _space_size(space: list[Plan], spec: ModelSpec, fixed: Fixed, options: Optio
                 deadline: float) -> int:
     """Layouts in the space: families x ZeRO stages x rank orders (before dominance pruning);
     0 when the deadline has passed (the count is a report, not part of the proof)."""
-    cache: dict = {}
+    cache: dict[tuple[object, ...], Any] = {}
     total = 0
     for i, f in enumerate(space):
         if i % 1024 == 0 and time.perf_counter() > deadline:
@@ -333,8 +334,8 @@ class _Progress(cp_model.CpSolverSolutionCallback):
         p = self._mv.chosen(self).tables.plan
         self._report(
             f"  {time.perf_counter() - self._start:6.2f} s  best "
-            f"{self._seconds(self.ObjectiveValue()):.4f} s  bound "
-            f"{self._seconds(self.BestObjectiveBound()):.4f} s  (dp={p.dp} tp={p.tp} "
+            f"{self._seconds(self.objective_value):.4f} s  bound "
+            f"{self._seconds(self.best_objective_bound):.4f} s  (dp={p.dp} tp={p.tp} "
             f"pp={p.pp} cp={p.cp} ep={p.ep} etp={p.expert_tp} vp={p.vp} mb={p.micro_batch} "
             f"zero={p.zero})"
         )
@@ -345,10 +346,10 @@ def _stage_rules(model: cp_model.CpModel, mv: ModelVars, fixed: Fixed) -> None:
         pp, vp = lv.tables.plan.pp, lv.tables.plan.vp
         if lv.tables.split:  # the scenario's fixed split, or the one the framework builds
             for s, n in enumerate(lv.tables.split):
-                model.Add(lv.k(s) == ((n + lv.tables.slot(s)) // vp) * lv.use)
+                model.add(lv.k(s) == ((n + lv.tables.slot(s)) // vp) * lv.use)
         if fixed.recompute is not None and len(fixed.recompute) == pp:
             for s, r in enumerate(fixed.recompute):
-                model.Add(lv.rec[s][r] == lv.use)
+                model.add(lv.rec[s][r] == lv.use)
 
 
 def _tie_break(model: cp_model.CpModel, mv: ModelVars, num_layers: int) -> cp_model.LinearExpr:
@@ -367,10 +368,10 @@ def _tie_break(model: cp_model.CpModel, mv: ModelVars, num_layers: int) -> cp_mo
         plan = lv.tables.plan
         even = even_layers(num_layers, plan.pp, plan.vp)
         for s, n in enumerate(even or ()):
-            dist = model.NewIntVar(0, lv.tables.k_total, f"dist_{lv.index}_{s}")
+            dist = model.new_int_var(0, lv.tables.k_total, f"dist_{lv.index}_{s}")
             k_even = (n + lv.tables.slot(s)) // plan.vp
-            model.Add(dist >= lv.k(s) - k_even * lv.use)
-            model.Add(dist >= k_even * lv.use - lv.k(s))
+            model.add(dist >= lv.k(s) - k_even * lv.use)
+            model.add(dist >= k_even * lv.use - lv.k(s))
             terms.append(dist)
     return sum(terms)
 
@@ -399,7 +400,7 @@ def _solve_layout(tab: LayoutTables, graph: LayerGraph, fixed: Fixed, opts: Solv
     model, mv = build_model([tab])
     _stage_rules(model, mv, fixed)
     if cap is not None:
-        model.Add(mv.objective <= math.floor(cap * mv.scale))
+        model.add(mv.objective <= math.floor(cap * mv.scale))
     if tab.upper_plan is not None and fixed.layers_per_stage is None and fixed.recompute is None:
         add_hint(model, mv, 0, list(tab.upper_plan.layers_per_stage),
                  list(tab.upper_plan.recompute))
@@ -407,31 +408,31 @@ def _solve_layout(tab: LayoutTables, graph: LayerGraph, fixed: Fixed, opts: Solv
     # the time limit covers bounding too; CP-SAT still gets a moment to return the warm start
     _configure(solver, opts, max(MIN_CP_SAT_S, deadline - time.perf_counter()))
     cb = _Progress(progress, mv, start) if progress else None
-    status = solver.Solve(model, cb) if cb else solver.Solve(model)
-    name = solver.StatusName(status)
+    status = solver.solve(model, cb) if cb else solver.solve(model)
+    name = solver.status_name(status)
     res = tab.resolution_s
-    bound = from_ticks(solver.BestObjectiveBound(), res) / mv.scale
+    bound = from_ticks(solver.best_objective_bound, res) / mv.scale
     if name not in ("OPTIMAL", "FEASIBLE"):
         return name, None, bound, Fraction(0)
     if name == "OPTIMAL":
-        model.Add(mv.objective <= int(solver.ObjectiveValue()))  # == at the proven optimum
-        model.ClearHints()
-        model.Minimize(_tie_break(model, mv, graph.spec.num_layers))
+        model.add(mv.objective <= int(solver.objective_value))  # == at the proven optimum
+        model.clear_hints()
+        model.minimize(_tie_break(model, mv, graph.spec.num_layers))
         second = cp_model.CpSolver()  # one worker: the same tied plan for any worker count
         _configure(second, replace(opts, num_workers=1),
                    max(MIN_CP_SAT_S, deadline - time.perf_counter()))
-        if second.StatusName(second.Solve(model)) == "OPTIMAL":
+        if second.status_name(second.solve(model)) == "OPTIMAL":
             solver = second
     lv = mv.layouts[0]
     layers, recs = lv.extract(solver)
     plan = replace(tab.plan, layers_per_stage=tuple(layers), recompute=tuple(recs))
-    ticks = int(solver.Value(mv.objective))
+    ticks = int(solver.value(mv.objective))
     return name, Solution(plan, from_ticks(ticks, res) / mv.scale), bound, Fraction(ticks, mv.scale)
 
 
 def _solve_once(kept: list[LayoutTables], graph: LayerGraph, fixed: Fixed, opts: SolverOptions,
                 excluded: list[int], deadline: float, progress: Callable[[str], None] | None,
-                start: float, memo: dict[int, tuple] | None = None
+                start: float, memo: dict[int, tuple[Any, ...]] | None = None
                 ) -> tuple[str, Solution | None, float, int | None]:
     """The best plan over the kept layouts but ``excluded`` (module docstring, 3).
 
@@ -444,8 +445,9 @@ def _solve_once(kept: list[LayoutTables], graph: LayerGraph, fixed: Fixed, opts:
     optimality once and not re-proven worse than a cap at least as low."""
     order = sorted((i for i in range(len(kept)) if i not in excluded),
                    key=lambda i: (kept[i].lower_bound_s, layout_rank(kept[i].plan), i))
-    best: tuple[Fraction, tuple, int, Solution] | None = None  # ticks, rank, index, solution
-    proven, bound, statuses = True, float("inf"), []
+    best: tuple[Fraction, tuple[object, ...], int, Solution] | None = None  # ticks, rank, index, solution
+    statuses: list[str] = []
+    proven, bound = True, float("inf")
     for i in order:
         tab = kept[i]
         if best is not None and tab.lower_bound_s > best[3].objective_s + tolerance_s(
@@ -500,7 +502,7 @@ def solve_instance(graph: LayerGraph, cluster: Cluster, job: Job, fixed: Fixed, 
                  f"({time.perf_counter() - start:.2f} s)")
     solutions: list[Solution] = []
     excluded: list[int] = []
-    memo: dict[int, tuple] = {}
+    memo: dict[int, tuple[Any, ...]] = {}
     status, bound = "UNKNOWN", float("inf")
     while len(solutions) < opts.top:
         first = not solutions
@@ -510,7 +512,7 @@ def solve_instance(graph: LayerGraph, cluster: Cluster, job: Job, fixed: Fixed, 
                                           progress if first else None, start, memo)
         if first:
             status, bound = name, min(bnd, cand.discarded_lb_s)
-            if status == "OPTIMAL" and cand.out_of_time and sol is not None \
+            if status == "OPTIMAL" and cand.out_of_time and sol is not None and idx is not None \
                     and bound < sol.objective_s - tolerance_s(1, 1, kept[idx].k_total,
                                                               resolution_s):
                 status = "FEASIBLE"  # optimal among the layouts examined before the deadline

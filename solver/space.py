@@ -45,6 +45,7 @@ from dataclasses import dataclass, replace
 from functools import cache
 from itertools import permutations
 from math import factorial, gcd, isqrt
+from typing import Any
 
 from paraplan.cost import DEFAULT_ORDER, Axis, CPComm, Plan, Recompute, allgather_s, group_span
 from paraplan.cost.comm import alltoall_s, p2p_s
@@ -54,7 +55,9 @@ from paraplan.cost.pools import pool_sequence, stage_pools_of
 from paraplan.graph import ModelSpec
 from paraplan.hardware import Cluster
 
-__all__ = ["Fixed", "Options", "layouts", "families", "zeros", "orders", "num_orders",
+OrderCache = dict[tuple[object, ...], Any]  # a family's degrees -> its rank orders (or their count)
+
+__all__ = ["Fixed", "Options", "OrderCache", "layouts", "families", "zeros", "orders", "num_orders",
            "divisors", "exact_split"]
 
 
@@ -355,7 +358,7 @@ def zeros(family: Plan, fixed: Fixed, *, prune_dominated: bool = True,
 
 
 def orders(family: Plan, cluster: Cluster, fixed: Fixed, options: Options, *,
-           prune_dominated: bool = True, cache: dict | None = None) -> list[tuple[Axis, ...]]:
+           prune_dominated: bool = True, cache: OrderCache | None = None) -> list[tuple[Axis, ...]]:
     """Rank orders of a family (module docstring); ``cache`` keeps them across families with the
     same degrees. An all_gather CP family keeps only the orders where its CP group spans more
     than one tier (``_all_gather_dominated``) unless cp_comm is fixed or pruning is off. Under a
@@ -377,7 +380,7 @@ def orders(family: Plan, cluster: Cluster, fixed: Fixed, options: Options, *,
     return out
 
 
-def num_orders(family: Plan, fixed: Fixed, options: Options, cache: dict | None = None) -> int:
+def num_orders(family: Plan, fixed: Fixed, options: Options, cache: OrderCache | None = None) -> int:
     """Rank orders of a family before dominance pruning (the size of the placement space)."""
     if family.ep == 1 and fixed.order is None and options.search_placement \
             and not family.stage_pools:
@@ -397,7 +400,7 @@ def layouts(spec: ModelSpec, cluster: Cluster, seq_len: int, global_batch: int,
 
     ``prune_dominated=False`` keeps ZeRO-0 and every distinct placement (the exhaustive baseline
     uses it, so the oracle tests check that the pruning is exact)."""
-    cache: dict = {}
+    cache: OrderCache = {}
     return [replace(family, zero=zero, order=order)
             for family in families(spec, cluster, seq_len, global_batch, fixed, options)
             for zero in zeros(family, fixed, prune_dominated=prune_dominated, options=options)
@@ -412,7 +415,7 @@ def _pool_sequences(cluster: Cluster, fixed: Fixed) -> Iterator[tuple[int, ...]]
     if fixed.stage_pools is not None:
         yield pool_sequence(fixed.stage_pools)
         return
-    classes: dict[tuple, list[int]] = {}
+    classes: dict[str, list[int]] = {}
     for i, pool in enumerate(cluster.pools):
         classes.setdefault(repr(pool), []).append(i)  # equal fields: an identical pool
     members = list(classes.values())

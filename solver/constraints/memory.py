@@ -16,4 +16,4 @@ def add_memory(model: cp_model.CpModel, lv: LayoutVars) -> None:
     """x[L,s,r] <= kmax[L,s,r] * rec[L,s,r]: a mode that fits no layer is off on that stage."""
     for s, rs in enumerate(lv.rec):
         for r, b in rs.items():
-            model.Add(lv.x[s][r] <= lv.tables.k_max[(s, r)] * b)
+            model.add(lv.x[s][r] <= lv.tables.k_max[(s, r)] * b)

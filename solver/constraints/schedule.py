@@ -26,24 +26,24 @@ def add_schedule(model: cp_model.CpModel, lv: LayoutVars) -> None:
     def upper(per_k: list[int], fixed: list[int]) -> int:
         return max(0, max(fixed) + max(0, max(per_k)) * k_hi)
 
-    lv.tmax = model.NewIntVar(0, upper(list(tk.time_per_k.values()), list(tk.time_fixed.values())),
+    lv.tmax = model.new_int_var(0, upper(list(tk.time_per_k.values()), list(tk.time_fixed.values())),
                               f"tmax_{i}")
-    lv.dpmax = model.NewIntVar(0, upper(list(tk.dp_per_k.values()), list(tk.dp_fixed.values())),
+    lv.dpmax = model.new_int_var(0, upper(list(tk.dp_per_k.values()), list(tk.dp_fixed.values())),
                                f"dpmax_{i}")
-    lv.omax = model.NewIntVar(0, upper(list(tk.opt_per_k.values()), list(tk.opt_fixed.values())),
+    lv.omax = model.new_int_var(0, upper(list(tk.opt_per_k.values()), list(tk.opt_fixed.values())),
                               f"omax_{i}")
     exposed, optimizer = [], []
     for s in range(pp):
         rs, xs = lv.rec[s], lv.x[s]
         t = sum(tk.time_per_k[(s, r)] * xs[r] + tk.time_fixed[(s, r)] * rs[r] for r in rs)
         lv.t.append(t)
-        model.Add(lv.tmax >= t)
+        model.add(lv.tmax >= t)
         e_lin = sum(tk.dp_per_k[(s, r)] * xs[r] + tk.dp_fixed[(s, r)] * rs[r] for r in rs)
-        model.Add(lv.dpmax >= e_lin)
+        model.add(lv.dpmax >= e_lin)
         exposed.append(e_lin)
         o_lin = tk.opt_per_k[s] * lv.k(s) + tk.opt_fixed[s] * lv.use
-        model.Add(lv.omax >= o_lin)
+        model.add(lv.omax >= o_lin)
         optimizer.append(o_lin)
-    model.AddMaxEquality(lv.tmax, lv.t)
-    model.AddMaxEquality(lv.dpmax, [0, *exposed])
-    model.AddMaxEquality(lv.omax, optimizer)
+    model.add_max_equality(lv.tmax, lv.t)
+    model.add_max_equality(lv.dpmax, [0, *exposed])
+    model.add_max_equality(lv.omax, optimizer)
