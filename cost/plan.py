@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from enum import StrEnum
+from functools import cache
 
 __all__ = ["Axis", "Precision", "Recompute", "CPComm", "Job", "Plan", "DEFAULT_ORDER", "check_plan",
            "check_expert_parallel", "expert_axes", "chunk_layers", "default_chunks",
-           "is_even_chunks", "pipeline_slots", "check_chunks"]
+           "is_even_chunks", "pipeline_slots", "check_chunks", "plan_key"]
 
 
 class Axis(StrEnum):
@@ -97,6 +98,22 @@ class Plan:
     def num_micro_batches(self, job: Job) -> int:
         """Micro-batches per step per dp rank: global = micro_batch x accumulation x dp."""
         return job.global_batch // (self.micro_batch * self.dp)
+
+
+def plan_key(plan: Plan, ignore: frozenset[str]) -> tuple[object, ...]:
+    """A cache key: every field of ``plan`` but those the cached value is declared not to depend
+    on. Derived from the dataclass, so a knob added to Plan enters every key (a cache that does
+    not need it must say so), never silently missing from one."""
+    return tuple(getattr(plan, name) for name in _key_fields(ignore))
+
+
+@cache
+def _key_fields(ignore: frozenset[str]) -> tuple[str, ...]:
+    names = tuple(f.name for f in fields(Plan))
+    unknown = ignore.difference(names)
+    if unknown:
+        raise ValueError(f"plan_key: {sorted(unknown)} are not Plan fields")
+    return tuple(n for n in names if n not in ignore)
 
 
 def check_plan(plan: Plan, job: Job, *, num_devices: int, num_layers: int, num_heads: int,

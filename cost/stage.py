@@ -41,15 +41,16 @@ from paraplan.cost.ep import (
     moe_layer_overhead_s,
     moe_tp_collectives,
 )
-from paraplan.cost.plan import Axis, Job, Plan, Recompute
+from paraplan.cost.plan import Axis, Job, Plan, Recompute, plan_key
 from paraplan.cost.pp import p2p_per_micro_batch_s, stage_p2p_s
 from paraplan.cost.recompute import block_input_bytes, recompute_forward_s, stored_activation_bytes
 from paraplan.cost.tp import tp_block_comm
 from paraplan.graph import Layer, LayerGraph, LayerKind
 from paraplan.hardware import Accelerator, Cluster, Efficiency, Tier
 
-__all__ = ["Affine", "BlockCost", "StageTerms", "stage_terms", "compute_floor_s", "ends_floor_s",
-           "layer_time", "block_params_per_device", "dense_layers_credited", "inner_tiers_fastest"]
+__all__ = ["Affine", "BlockCost", "StageTerms", "stage_terms", "compute_floor_s", "FLOOR_IGNORES",
+           "ends_floor_s", "layer_time", "block_params_per_device", "dense_layers_credited",
+           "inner_tiers_fastest"]
 
 LOGITS_BYTES_PER_ELEMENT = 6  # bf16 logits + fp32 softmax for the fused cross-entropy
 
@@ -416,13 +417,19 @@ def _end_cost(work: _Work, plan: Plan, job: Job, cluster: Cluster, spans: _Spans
 
 SharedCache = dict[tuple[object, ...], Any]  # per-layout work and sync lines shared across stages
 
+# What each cache's value does not depend on (plan_key keeps every other field). The stage split,
+# recompute and rank order never enter a per-layer cost (the order acts through the spans).
+_PER_STAGE = frozenset({"recompute", "layers_per_stage", "layers_per_chunk", "order", "stage_pools"})
+_WORK_IGNORES = _PER_STAGE | {"dp", "pp", "vp", "zero", "cp_comm"}  # FLOPs, bytes: no comm
+_SHARED_IGNORES = _PER_STAGE | {"dp", "pp", "vp", "zero"}  # zero enters as its class
+_SYNC_IGNORES = _PER_STAGE | {"pp", "vp", "cp_comm", "micro_batch", "sequence_parallel"}
+
 
 def _shared_key(plan: Plan, spans: _Spans) -> tuple[object, ...]:
     """What block and end costs depend on: tp, cp, ep, micro-batch, SP, the ZeRO class and the
     tiers the TP, CP, EP and (for ZeRO-2/3 traffic) DP x CP and expert-DP groups span."""
     zero_class = plan.zero if plan.zero >= 2 else 0
-    return (plan.tp, plan.cp, plan.ep, plan.expert_tp, plan.cp_comm, plan.micro_batch,
-            plan.sequence_parallel, zero_class, spans.key())
+    return (plan_key(plan, _SHARED_IGNORES), zero_class, spans.key())
 
 
 @dataclass(frozen=True, slots=True)
@@ -450,8 +457,7 @@ def _works(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster
 
 def _shared_costs(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster, spans: _Spans,
                   shared: SharedCache | None) -> _Shared:
-    key = ("work", plan.tp, plan.cp, plan.ep, plan.expert_tp, plan.micro_batch,
-           plan.sequence_parallel)
+    key = ("work", *plan_key(plan, _WORK_IGNORES))
     if shared is None:
         works = _works(graph, plan, job, cluster)
     elif key in shared:
@@ -472,8 +478,8 @@ def _sync_lines(plan: Plan, job: Job, cluster: Cluster, block_params: float,
                 ) -> tuple[Affine, Affine]:
     """grad_sync_s is alpha-beta: latency + bytes / bandwidth, affine in the parameters; one line
     for the dense-parallel group, one for the expert-data-parallel group."""
-    key = ("sync", plan.tp, plan.cp, plan.dp, plan.ep, plan.expert_tp, plan.zero,
-           spans.sync.fan_in, spans.esync.fan_in, spans.sync.latency_floor)
+    key = ("sync", *plan_key(plan, _SYNC_IGNORES), spans.sync.fan_in, spans.esync.fan_in,
+           spans.sync.latency_floor)
     if shared is not None and key in shared:
         return shared[key]
 
@@ -603,6 +609,11 @@ def ends_floor_s(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster) -> f
     eff = cluster.efficiency
     return sum(layer_forward(graph.layer(n), plan, job, accel, eff).forward_backward_s
                for n in ("embedding", "final_norm", "lm_head"))
+
+
+FLOOR_IGNORES = frozenset({"dp", "pp", "ep", "vp", "zero", "recompute", "layers_per_stage",
+                           "layers_per_chunk", "order"})
+"""What ``compute_floor_s`` does not depend on (a cache key for it is ``plan_key`` without these)."""
 
 
 def compute_floor_s(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster) -> float:

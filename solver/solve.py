@@ -36,10 +36,10 @@ from paraplan.cost import (
     stage_memory,
     stage_terms,
 )
-from paraplan.cost.plan import pipeline_slots
+from paraplan.cost.plan import pipeline_slots, plan_key
 from paraplan.cost.pools import pool_floors, pooled_pipeline_floor_s
 from paraplan.cost.pp import pipeline_lower_bound_s
-from paraplan.cost.stage import compute_floor_s, inner_tiers_fastest
+from paraplan.cost.stage import FLOOR_IGNORES, compute_floor_s, inner_tiers_fastest
 from paraplan.graph import LayerGraph, ModelSpec
 from paraplan.hardware import Cluster
 from paraplan.solver.distinct import is_near_duplicate, layout_key
@@ -202,8 +202,7 @@ def _bounded_tables(graph: LayerGraph, cluster: Cluster, job: Job, fixed: Fixed,
         ks = _k_choices(family, spec.num_layers, fixed, options)
         if ks == []:
             continue
-        floor_key = (family.tp, family.cp, family.micro_batch, family.sequence_parallel,
-                     family.expert_tp, family.cp_comm, frozenset(family.stage_pools))
+        floor_key = plan_key(family, FLOOR_IGNORES)
         if floor_key not in floors:
             floors[floor_key] = (pool_floors(graph, family, job, cluster) if cluster.pools
                                  else compute_floor_s(graph, family, job, cluster))

@@ -50,12 +50,15 @@ from typing import Any
 from paraplan.cost import DEFAULT_ORDER, Axis, CPComm, Plan, Recompute, allgather_s, group_span
 from paraplan.cost.comm import alltoall_s, p2p_s
 from paraplan.cost.ep import ep_span, expert_dp_span
-from paraplan.cost.plan import expert_axes, pipeline_slots
+from paraplan.cost.plan import expert_axes, pipeline_slots, plan_key
 from paraplan.cost.pools import pool_sequence, stage_pools_of
 from paraplan.graph import ModelSpec
 from paraplan.hardware import Cluster
 
 OrderCache = dict[tuple[object, ...], Any]  # a family's degrees -> its rank orders (or their count)
+_ORDERS_IGNORE = frozenset({"vp", "micro_batch", "zero", "sequence_parallel", "recompute",
+                            "layers_per_stage", "layers_per_chunk", "order"})
+"""Rank orders depend on the degrees, cp_comm and pools only (a layout filter sees the whole family)."""
 
 __all__ = ["Fixed", "Options", "OrderCache", "layouts", "families", "zeros", "orders", "num_orders",
            "divisors", "exact_split"]
@@ -364,8 +367,7 @@ def orders(family: Plan, cluster: Cluster, fixed: Fixed, options: Options, *,
     than one tier (``_all_gather_dominated``) unless cp_comm is fixed or pruning is off. Under a
     layout filter, the orders are those ``family`` (with its ZeRO stage) passes."""
     filtered = options.layout_filter is not None
-    key = (family.tp, family.cp, family.pp, family.dp, family.ep, family.etp, family.cp_comm,
-           prune_dominated, family.stage_pools) + ((family,) if filtered else ())
+    key = (prune_dominated, *plan_key(family, frozenset() if filtered else _ORDERS_IGNORE))
     if cache is not None and key in cache:
         return cache[key]
     base = Plan(dp=family.dp, tp=family.tp, pp=family.pp, cp=family.cp, ep=family.ep,
@@ -385,7 +387,7 @@ def num_orders(family: Plan, fixed: Fixed, options: Options, cache: OrderCache |
     if family.ep == 1 and fixed.order is None and options.search_placement \
             and not family.stage_pools:
         return factorial(sum(1 for a in DEFAULT_ORDER if family.degree(a) > 1))
-    key = ("count", family.tp, family.cp, family.pp, family.dp, family.ep, bool(family.stage_pools))
+    key = ("count", *plan_key(family, _ORDERS_IGNORE | {"etp", "cp_comm"}))
     if cache is None or key not in cache:
         count = len(_candidate_orders(family, fixed, options))
         if cache is None:
