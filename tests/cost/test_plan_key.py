@@ -4,7 +4,6 @@ cache declares it irrelevant, and a declared field that Plan does not have is re
 from dataclasses import fields, replace
 
 import pytest
-
 from paraplan.cost import Plan
 from paraplan.cost.plan import plan_key
 from paraplan.cost.stage import FLOOR_IGNORES
