@@ -8,7 +8,7 @@ from functools import cache
 
 __all__ = ["Axis", "Precision", "Recompute", "CPComm", "Job", "Plan", "DEFAULT_ORDER", "check_plan",
            "check_expert_parallel", "expert_axes", "chunk_layers", "default_chunks",
-           "is_even_chunks", "pipeline_slots", "check_chunks", "plan_key"]
+           "is_even_chunks", "pipeline_slots", "check_chunks", "plan_key", "even_split"]
 
 
 class Axis(StrEnum):
@@ -98,6 +98,17 @@ class Plan:
     def num_micro_batches(self, job: Job) -> int:
         """Micro-batches per step per dp rank: global = micro_batch x accumulation x dp."""
         return job.global_batch // (self.micro_batch * self.dp)
+
+
+def even_split(num_layers: int, pp: int) -> tuple[int, ...]:
+    """The one even split: equal counts, the remainder spread over the middle stages (the first
+    and last also hold the embedding and the LM head), then over all when pp <= 2."""
+    base, extra = divmod(num_layers, pp)
+    split = [base] * pp
+    middle = list(range(1, pp - 1)) or list(range(pp))
+    for i in range(extra):
+        split[middle[i % len(middle)]] += 1
+    return tuple(split)
 
 
 def plan_key(plan: Plan, ignore: frozenset[str]) -> tuple[object, ...]:

@@ -6,6 +6,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from paraplan.cost import DEFAULT_ORDER, CPComm, Job, Plan, Recompute
+from paraplan.cost.plan import even_split
 from paraplan.cost.pools import stage_pools_of
 from paraplan.errors import ConfigError
 from paraplan.graph import LayerGraph, ModelSpec, build_graph, from_fields, from_hf_config, preset
@@ -96,16 +97,6 @@ def default_stage_pools(cluster: Cluster, plan: Plan) -> tuple[int, ...]:
         return ()
     return stage_pools_of(cluster, tuple(range(len(cluster.pools))),
                           plan.tp * plan.cp * plan.dp) or ()
-
-
-def even_split(num_layers: int, pp: int) -> tuple[int, ...]:
-    """Layers per stage when none are given: equal, the remainder spread over the middle stages."""
-    base, extra = divmod(num_layers, pp)
-    split = [base] * pp
-    middle = list(range(1, pp - 1)) or list(range(pp))
-    for i in range(extra):
-        split[middle[i % len(middle)]] += 1
-    return tuple(split)
 
 
 def _chunk_sums(rows: list[list[int]] | None) -> tuple[int, ...]:

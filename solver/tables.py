@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 from paraplan.cost import Job, Plan, Recompute, StageTerms, stage_terms
 from paraplan.cost.evaluate import step_time_s
 from paraplan.cost.memory import max_layers_per_stage
-from paraplan.cost.plan import pipeline_slots
+from paraplan.cost.plan import even_split, pipeline_slots
 from paraplan.cost.pp import pipeline_lower_bound_s
 from paraplan.cost.stage import Affine
 from paraplan.graph import LayerGraph
@@ -95,11 +95,7 @@ def even_layers(num_layers: int, pp: int, vp: int) -> tuple[int, ...] | None:
     if slots is None:
         return None
     k_total = (num_layers + sum(slots)) // vp
-    base, extra = divmod(k_total, pp)
-    ks = [base] * pp
-    middle = list(range(1, pp - 1)) or list(range(pp))
-    for i in range(extra):
-        ks[middle[i % len(middle)]] += 1
+    ks = even_split(k_total, pp)
     if any(k < 1 + slot for k, slot in zip(ks, slots, strict=True)):
         return None
     return tuple(vp * k - slot for k, slot in zip(ks, slots, strict=True))

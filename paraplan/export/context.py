@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from paraplan.cost import Axis, CPComm, Plan, Precision, Recompute
+from paraplan.cost.plan import even_split
 from paraplan.errors import ConfigError
 from paraplan.graph import ModelSpec
 from paraplan.hardware import Cluster
@@ -158,8 +159,7 @@ def regroup(plan: Plan, **degrees: int) -> Plan | None:
         num_layers = sum(plan.layers_per_stage)
         if num_layers < new.pp:
             return None
-        base, extra = divmod(num_layers, new.pp)
-        split = tuple(base + (1 if s < extra else 0) for s in range(new.pp))
+        split = even_split(num_layers, new.pp)
         strongest = max(plan.recompute, key=list(Recompute).index)
         new = replace(new, vp=1, layers_per_stage=split, recompute=(strongest,) * new.pp)
     return new

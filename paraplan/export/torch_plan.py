@@ -36,6 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
+from paraplan.cost.plan import even_split
+
 __all__ = ["render_torch_plan"]
 
 RECOMPUTE_CHOICES = ("none", "selective", "full")
@@ -182,12 +184,6 @@ def check_sequence_parallel(plan: _Plan) -> None:
             f"sequence_parallel=True shards the sequence over tp: seq_len="
             f"{plan.seq_len} must be divisible by tp={plan.tp}."
         )
-
-
-def _even_layers_per_stage(num_layers: int, num_stages: int) -> tuple[int, ...]:
-    """Split layers evenly; the first num_layers % num_stages stages get one more."""
-    base, extra = divmod(num_layers, num_stages)
-    return tuple(base + (1 if s < extra else 0) for s in range(num_stages))
 
 
 def _reference_dims(tp: int) -> _ModelDims:
@@ -700,7 +696,7 @@ def render_torch_plan(
         check_sequence_parallel,
     ):
         check(plan)
-    layers = plan.layers_per_stage or _even_layers_per_stage(plan.num_layers, plan.num_stages)
+    layers = plan.layers_per_stage or even_split(plan.num_layers, plan.num_stages)
     model_imports, model_body = _reference_source_parts()
     runtime_imports = _RUNTIME_IMPORTS.splitlines()
     imports = [i for i in model_imports if i not in runtime_imports] + runtime_imports

@@ -138,9 +138,9 @@ def test_embedded_model_is_the_reference_module() -> None:
     torch.testing.assert_close(embedded(tokens), expected(tokens), rtol=0, atol=0)
 
 
-def test_uneven_split_fills_earlier_stages() -> None:
+def test_uneven_split_fills_middle_stages_as_the_cost_model_does() -> None:
     src = render_torch_plan(**_plan(pp=2, vp=2, num_layers=6))
-    assert "\nLAYERS_PER_STAGE = [2, 2, 1, 1]\n" in src
+    assert "\nLAYERS_PER_STAGE = [1, 2, 2, 1]\n" in src
 
 
 @pytest.mark.parametrize(
