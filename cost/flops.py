@@ -3,7 +3,7 @@
 Formula: 3 x forward, forward = 2 x (matmul parameters, LM head included) + causal attention
 2 x 2 x q_dim x seq / 2 per layer, i.e. 6*N_matmul + 6*L*q_dim*s. This is the PaLM-style 6N +
 attention count (Chowdhery et al. 2022, arXiv:2204.02311 App. B) with attention halved for causal
-masking, as Megatron-Bridge counts it (shared/docs/published_runs.md Sec. 3.5). For MoE models
+masking, as Megatron-Bridge counts it (docs/published_runs.md Sec. 3.5). For MoE models
 N_matmul counts the active weights (top_k routed experts, shared experts, router), for MLA the
 core attention is q.k over qk dims plus softmax.v over v dims, as Megatron-Bridge does.
 """

@@ -1,6 +1,6 @@
 """Calibration profiles: per-accelerator efficiency parameters fitted to a user's own measurements.
 
-A profile is data (DESIGN.md, last section): ``paraplan calibrate`` writes it, this module reads
+A profile is data (docs/DESIGN.md §7): ``paraplan calibrate`` writes it, this module reads
 and validates it and turns it into ``Efficiency`` overrides on a ``Cluster``
 (``Cluster.efficiency_override``); the cost model only ever reads ``cluster.efficiency``.
 

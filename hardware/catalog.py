@@ -1,6 +1,6 @@
 """The hardware catalog: accelerators, node types and fabrics, loaded from ``data/catalog.yaml``.
 
-Every figure in the data file carries the source ids of ``shared/data/hardware.json``; this module
+Every figure in the data file carries the source ids of ``docs/data/hardware.json``; this module
 only converts units (GB -> bytes, TFLOP/s -> FLOP/s, us -> s) and builds typed records.
 """
 

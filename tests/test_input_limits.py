@@ -18,7 +18,7 @@ from paraplan.instance import build_instance
 from paraplan.schema import MAX_NESTING, MAX_VALUES, load_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
-FUZZ = ROOT / "tests" / "data" / "fuzz"  # copies of ../shared/fuzz-repros (README there)
+FUZZ = ROOT / "tests" / "data" / "fuzz"  # fuzzer reproducers (README there says where from)
 BASE = {"model": {"preset": "llama3-8b"}, "cluster": {"preset": "dgx-h100", "nodes": 1},
         "job": {"seq_len": 4096, "global_batch": 64}}
 NESTED = rf"nested more than {MAX_NESTING} levels deep"

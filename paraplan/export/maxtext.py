@@ -88,7 +88,7 @@ MODELS = {name: name for name in (
     "llama3.1-70b", "llama3.1-405b", "mistral-7b", "gpt3-175b", "mixtral-8x7b", "mixtral-8x22b",
     "qwen3-30b-a3b", "qwen3-235b-a22b", "gpt-oss-120b")} | {"deepseek-v3": "deepseek3-671b"}
 """paraplan presets -> MaxText ``model_name`` configs of the same shape (MaxText @e591f30
-configs/models, the sources of ../shared/data/models.json)."""
+configs/models, the sources of docs/data/models.json)."""
 
 
 def maxtext_order(plan: Plan) -> tuple[Axis, ...]:

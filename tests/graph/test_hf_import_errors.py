@@ -16,7 +16,7 @@ from paraplan.instance import build_instance
 from paraplan.schema import load_scenario
 
 ROOT = Path(__file__).resolve().parents[2]
-FUZZ = ROOT / "tests" / "data" / "fuzz"  # copies of ../shared/fuzz-repros (README there)
+FUZZ = ROOT / "tests" / "data" / "fuzz"  # fuzzer reproducers (README there says where from)
 LLAMA = json.loads((ROOT / "graph" / "data" / "hf" / "llama3-8b.json").read_text())
 MIXTRAL = json.loads((ROOT / "graph" / "data" / "hf" / "mixtral-8x7b.json").read_text())
 DEEPSEEK = json.loads((ROOT / "graph" / "data" / "hf" / "deepseek-v3.json").read_text())

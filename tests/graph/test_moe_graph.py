@@ -13,7 +13,7 @@ MOE_PRESETS = ["mixtral-8x7b", "mixtral-8x22b", "deepseek-v3", "qwen3-30b-a3b", 
                "gpt-oss-120b"]
 
 
-# Totals / active from ../shared/data/models.json params_computed_check (weights, no biases):
+# Totals / active from docs/data/models.json params_computed_check (weights, no biases):
 # Mixtral 8x7B 46.70B / 12.88B, 8x22B 140.63B / 39.16B, DeepSeek-V3 671.03B / 37.55B (incl. the
 # 1.85B embedding + head), Qwen3-30B-A3B 30.53B / 3.35B, Qwen3-235B-A22B 235.09B / 22.19B,
 # gpt-oss-120b 116.79B / 5.71B incl. the 0.58B input embedding.

@@ -1,7 +1,7 @@
 """Regressions from the independent fuzzer (issue 16): OPTIMAL must be optimal, the plan must not
 depend on the worker count, runner-ups come in order, and the time limit holds.
 
-Each scenario is a reproducer the fuzzer found on main (../shared/fuzz-repros, 2026-11-30), kept
+Each scenario is a reproducer the fuzzer found on main (its reproducer folder, 2026-11-30), kept
 here inline so CI needs nothing outside the repository.
 """
 
