@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from paraplan.cost import stage_terms
+from paraplan.errors import ConfigError
 from paraplan.export import ExportContext, context
 from paraplan.export.trace import build_trace
 from paraplan.report_cluster import cluster_svgs, group_rows, groups_table
@@ -35,8 +36,9 @@ from paraplan.report_svg import (
 )
 from paraplan.result import Result
 
-__all__ = ["report_html", "write_report", "SECTION_IDS"]
+__all__ = ["report_html", "write_report", "check_report_path", "SECTION_IDS", "REPORT_TOP"]
 
+REPORT_TOP = 3  # plans `paraplan plan --report` asks for when --top is left at 1 (runner-ups)
 SECTION_IDS = ("summary", "schedule", "memory", "cluster", "alternatives")
 COMPARED_KNOBS = ("dp", "tp", "pp", "cp", "ep", "etp", "vp", "micro_batch", "grad_accum", "zero",
                   "sequence_parallel", "recompute", "cp_comm", "layers_per_stage", "order",
@@ -288,8 +290,23 @@ def report_html(result: Result) -> str:
             "memory are predictions, not measurements</footer></main></body></html>\n")
 
 
-def write_report(result: Result, path: str | Path) -> Path:
-    """Write ``report_html(result)`` to ``path`` (UTF-8); returns the path."""
+def check_report_path(path: str | Path) -> Path:
+    """``path`` if a report can be written there (checked before solving); else ConfigError."""
     out = Path(path)
-    out.write_text(report_html(result), encoding="utf-8")
+    if out.is_dir():
+        raise ConfigError(f"--report {out}: is a folder; give a file name such as {out / 'plan.html'}")
+    if not out.parent.is_dir():
+        raise ConfigError(f"--report {out}: folder {out.parent} does not exist; create it first")
+    return out
+
+
+def write_report(result: Result, path: str | Path) -> Path:
+    """Write ``report_html(result)`` to ``path`` (UTF-8); returns the path. ConfigError when the
+    file cannot be written."""
+    out = check_report_path(path)
+    page = report_html(result)
+    try:
+        out.write_text(page, encoding="utf-8")
+    except OSError as e:
+        raise ConfigError(f"--report {out}: cannot write it ({e.strerror or e})") from None
     return out

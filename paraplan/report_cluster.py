@@ -137,7 +137,7 @@ def _ladder_svg(cluster: Cluster, rows: list[GroupRow], width: float) -> str:
             fan = next((f for t, f in row.fan_in if t.name == tier.name), 0)
             if not fan:
                 continue
-            text = f"{row.name}  ×{fan}"
+            text = f"{row.name} ×{fan}"
             w = 18 + 7.4 * len(text)
             svg.rect(x, y + 9, w, band_h - 18, AXIS_COLORS[row.name], rx=13, class_="pill",
                      title=f"{row.name} group of {row.size}: {row.crossing}")
