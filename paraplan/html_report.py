@@ -78,6 +78,7 @@ vertical-align:-2px;border:1px solid rgba(0,0,0,.12)}
 table{border-collapse:collapse;font-size:13px;margin-top:8px}
 th,td{border-bottom:1px solid var(--line);padding:5px 10px;text-align:left;vertical-align:top}
 th{color:var(--muted);font-weight:600}
+table.groups td:first-child{white-space:nowrap}
 table.alts td.diff{background:#FEF3C7;font-weight:600}
 table.alts td.best{background:#ECFDF5}
 td.mono,span.mono{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12px}

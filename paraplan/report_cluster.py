@@ -30,6 +30,7 @@ STAGE_TINTS = ["#EAF1FB", "#FDF0E2", "#E9F5E8", "#F6E8F3", "#FFF8DC", "#E6F6F6",
                "#EDEDF7"]
 MAX_DRAWN_DOMAINS = 8  # innermost-tier domains (nodes) drawn; the others are elided
 MAX_DRAWN_CELLS = 144  # devices drawn per domain
+MAX_DRAWN_DEVICES = 320  # fewer domains are drawn when each is large (NVL72 racks: 4)
 CELL_PX = 30
 DOT_AXES = ("tp", "cp", "ep", "dp", "pp")
 
@@ -147,12 +148,23 @@ def _ladder_svg(cluster: Cluster, rows: list[GroupRow], width: float) -> str:
 
 
 def _domains_to_draw(rows: list[GroupRow], ranks: dict[int, int], domain: int,
-                     num_domains: int) -> list[int]:
-    device_of = {r: d for d, r in ranks.items()}
-    wanted = {0} | {device_of[m] // domain for row in rows for m in row.members if m in device_of}
-    if num_domains <= MAX_DRAWN_DOMAINS:
+                     num_domains: int, limit: int) -> list[int]:
+    """All domains when they are few; else domain 0 and those of rank 0's group members, taking
+    each group's next member in turn so that every group's reach shows (at most ``limit``)."""
+    if num_domains <= limit:
         return list(range(num_domains))
-    return sorted(wanted)[:MAX_DRAWN_DOMAINS]
+    device_of = {r: d for d, r in ranks.items()}
+    chosen = [0]
+    longest = max((len(r.members) for r in rows), default=0)
+    for k in range(1, longest):
+        for row in rows:
+            if k < len(row.members) and row.members[k] in device_of:
+                d = device_of[row.members[k]] // domain
+                if d not in chosen:
+                    chosen.append(d)
+                if len(chosen) == limit:
+                    return sorted(chosen)
+    return sorted(chosen)
 
 
 def _nodes_svg(cluster: Cluster, plan: Plan, rows: list[GroupRow], width: float) -> str:
@@ -169,7 +181,8 @@ def _nodes_svg(cluster: Cluster, plan: Plan, rows: list[GroupRow], width: float)
     per_row = max(1, int((width + 14) // (box_w + 14)))
     tiles: list[int | tuple[int, int]] = []  # a domain, or (first, count) of elided domains
     prev = -1
-    for d in _domains_to_draw(rows, ranks, domain, num_domains):
+    limit = min(MAX_DRAWN_DOMAINS, max(2, MAX_DRAWN_DEVICES // drawn))
+    for d in _domains_to_draw(rows, ranks, domain, num_domains, limit):
         if d > prev + 1:
             tiles.append((prev + 1, d - prev - 1))
         tiles.append(d)
@@ -226,7 +239,9 @@ def cluster_svgs(cluster: Cluster, plan: Plan, rows: list[GroupRow], width: floa
     """The tier ladder, a legend and the node drawing."""
     dots = [(AXIS_COLORS[r.name], f"rank 0's {r.name} group ({r.size})") for r in rows
             if r.name in DOT_AXES]
-    stages = [(STAGE_TINTS[s % len(STAGE_TINTS)], f"stage {s}") for s in range(min(plan.pp, 8))]
+    n = len(STAGE_TINTS)
+    stages = [(STAGE_TINTS[s], f"stage {s}" + (f", {s + n}, …" if plan.pp > s + n else ""))
+              for s in range(min(plan.pp, n))]
     return (_ladder_svg(cluster, rows, width)
             + legend_html(dots + stages + ([("#F3F4F6", "idle")] if cluster.pools else []))
             + _nodes_svg(cluster, plan, rows, width))

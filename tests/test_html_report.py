@@ -203,6 +203,20 @@ def test_pooled_cluster_report_names_pools_and_the_inter_pool_link() -> None:
     assert "stage 1 · 8 layers · none · pool 1" in page
 
 
+def test_large_cluster_draws_the_nodes_of_far_apart_group_members() -> None:
+    scenario = {"model": {"preset": "llama3-8b"}, "cluster": {"preset": "dgx-h100", "nodes": 128},
+                "job": {"seq_len": 8192, "global_batch": 1024, "precision": "bf16"},
+                "plan": {"dp": 64, "tp": 2, "pp": 8, "cp": 1, "micro_batch": 1, "zero": 1,
+                         "recompute": "none"}}
+    section = report_html(paraplan.evaluate(scenario)).split('id="cluster"')[1]
+    nodes = re.findall(r'class="node-name">node (\d+)<', section)
+    assert len(nodes) <= 8 and "0" in nodes
+    assert "16" in nodes  # pp members are tp x dp = 128 ranks = 16 nodes apart
+    assert "more nodes" in section  # the others are elided, not drawn
+    assert re.search(r"</i>pp</td><td>8</td><td>0, 128, 256, [^<]*</td><td>8 over network</td>",
+                     section)
+
+
 # --------------------------------------------------------------------------- CLI
 
 
@@ -287,7 +301,7 @@ def main() -> None:
     tmp.mkdir(exist_ok=True)
     try:
         html_file = write_report(result, tmp / "report.html")
-        _, console = render(html_file, SCREENSHOT, tmp / "profile", height=2900)
+        _, console = render(html_file, SCREENSHOT, tmp / "profile", height=2860)
         assert console == [], console
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
