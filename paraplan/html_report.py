@@ -53,9 +53,9 @@ main{max-width:1180px;margin:0 auto;padding:24px}
 header.top{background:#0F172A;color:#F9FAFB;border-radius:12px;padding:20px 24px;margin-bottom:18px}
 header.top h1{margin:0 0 4px;font-size:22px}
 header.top .plan{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:13px;color:#CBD5E1}
-.kpis{display:flex;flex-wrap:wrap;gap:12px;margin-top:14px}
-.kpi{background:#1E293B;border-radius:8px;padding:8px 14px;min-width:140px}
-.kpi b{display:block;font-size:20px}.kpi span{font-size:12px;color:#94A3B8}
+.kpis{display:flex;flex-wrap:wrap;gap:10px;margin-top:14px}
+.kpi{background:#1E293B;border-radius:8px;padding:8px 12px;min-width:120px}
+.kpi b{display:block;font-size:18px}.kpi span{font-size:12px;color:#94A3B8}
 .facts{display:grid;grid-template-columns:max-content 1fr;gap:2px 14px;margin-top:12px;font-size:13px}
 .facts dt{color:#94A3B8}.facts dd{margin:0}
 section{background:#fff;border-radius:12px;padding:18px 22px;margin-bottom:18px;
@@ -125,7 +125,7 @@ def _summary(r: Result, ctx: ExportContext) -> str:
             ("peak memory", f"{q.peak_memory_bytes / GIB:,.1f} / {q.memory_capacity_bytes / GIB:,.1f}"
                             " GiB")]
     if r.solver:
-        kpis.append(("solver", f"{r.solver.status} (gap {r.solver.gap:.2%})"))
+        kpis.append(("solver", f"{r.solver.status}, gap {r.solver.gap:.2%}"))
     else:
         kpis.append(("solver", "evaluated (fixed plan)"))
     facts = [("model", _model_name(r.scenario)), ("cluster", _cluster_name(ctx)),

@@ -179,7 +179,7 @@ def test_runner_ups_side_by_side_with_what_differs(planned: paraplan.Result) -> 
         for k in changed:
             assert f"{k} {best[k]} → {alt['plan'][k]}" in section
     assert 'class="diff"' in section
-    assert f"{planned.solver.status} (gap" in report_html(planned)
+    assert f"{planned.solver.status}, gap" in report_html(planned)
 
 
 def test_user_and_result_text_is_escaped(evaluated: paraplan.Result) -> None:
