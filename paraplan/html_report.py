@@ -18,7 +18,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from paraplan.cost import stage_terms
+from paraplan.cost import StageTerms, stage_terms
 from paraplan.errors import ConfigError
 from paraplan.export import ExportContext, context
 from paraplan.export.trace import build_trace
@@ -95,6 +95,10 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:,.1f} ms"
 
 
+def _devices(n: int) -> str:
+    return f"{n:,} device" + ("" if n == 1 else "s")
+
+
 def _model_name(scenario: dict[str, Any]) -> str:
     model = scenario.get("model", {})
     if model.get("preset"):
@@ -146,7 +150,7 @@ def _summary(r: Result, ctx: ExportContext) -> str:
            if r.explanation else "")
     return (
         '<header class="top" id="summary"><h1>paraplan plan: ' + _e(_model_name(r.scenario))
-        + f" on {ctx.cluster.num_devices:,} devices</h1>"
+        + f" on {_devices(ctx.cluster.num_devices)}</h1>"
         + f'<div class="plan">{_e(_plan_line(r.plan.model_dump()))}</div>'
         + '<div class="kpis">' + "".join(f'<div class="kpi"><b>{_e(v)}</b><span>{_e(k)}</span>'
                                          "</div>" for k, v in kpis) + "</div>"
@@ -164,9 +168,8 @@ def _plan_line(plan: dict[str, Any]) -> str:
             f"order={'-'.join(plan.get('order') or [])}")
 
 
-def _schedule(ctx: ExportContext) -> str:
+def _schedule(ctx: ExportContext, terms: StageTerms) -> str:
     q, plan = ctx.result.predicted, ctx.plan
-    terms = stage_terms(ctx.inst.graph, plan, ctx.inst.job, ctx.cluster)
     shares = backward_shares(terms, list(plan.layers_per_stage), list(plan.recompute))
     legend = legend_html([(COLORS["forward"], "forward"), (COLORS["backward"],
                                                            "backward (recompute included)"),
@@ -183,9 +186,8 @@ def _schedule(ctx: ExportContext) -> str:
         f"</p>{legend}{schedule_svg(build_trace(ctx), shares)}</section>")
 
 
-def _memory(ctx: ExportContext) -> str:
+def _memory(ctx: ExportContext, terms: StageTerms) -> str:
     q = ctx.result.predicted
-    terms = stage_terms(ctx.inst.graph, ctx.plan, ctx.inst.job, ctx.cluster)
     caps = [terms.stage_capacity_bytes(s.stage) for s in q.stages]
     legend = legend_html([(MEMORY_COLORS[k % len(MEMORY_COLORS)], part_label(p))
                           for k, p in enumerate(memory_parts())]
@@ -281,8 +283,9 @@ def report_html(result: Result) -> str:
     """The report page of ``result`` (module docstring); ConfigError if its scenario no longer
     loads."""
     ctx = context(result)
-    title = f"paraplan: {_model_name(result.scenario)} on {ctx.cluster.num_devices:,} devices"
-    body = (_summary(result, ctx) + _schedule(ctx) + _memory(ctx) + _cluster(ctx)
+    title = f"paraplan: {_model_name(result.scenario)} on {_devices(ctx.cluster.num_devices)}"
+    terms = stage_terms(ctx.inst.graph, ctx.plan, ctx.inst.job, ctx.cluster)
+    body = (_summary(result, ctx) + _schedule(ctx, terms) + _memory(ctx, terms) + _cluster(ctx)
             + _alternatives(result))
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             '<meta name="viewport" content="width=device-width, initial-scale=1">'

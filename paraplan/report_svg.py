@@ -20,8 +20,8 @@ from paraplan.cost import StageTerms
 from paraplan.export.trace import CRITICAL_PATH_KEY, US_PER_S
 from paraplan.result import Predicted, StageOut
 
-__all__ = ["Svg", "nice_ticks", "schedule_svg", "memory_svg", "memory_parts", "COLORS",
-           "legend_html", "GIB"]
+__all__ = ["Svg", "nice_ticks", "schedule_svg", "backward_shares", "memory_svg", "memory_parts",
+           "part_label", "legend_html", "COLORS", "MEMORY_COLORS", "GIB"]
 
 GIB = 2**30
 MS_PER_S = 1e3
@@ -123,13 +123,10 @@ def _mb_label(name: str) -> str:
     return m.group(1) if m else ""
 
 
-def backward_shares(terms: StageTerms | None, layers: list[int], recompute: list[Any]) -> list[float]:
+def backward_shares(terms: StageTerms, layers: list[int], recompute: list[Any]) -> list[float]:
     """Backward (recompute included) share of each stage's compute, from the cost terms."""
     shares = []
     for s, n in enumerate(layers):
-        if terms is None:
-            shares.append(0.0)
-            continue
         compute = terms.stage_compute_s(s, n, recompute[s])
         shares.append(terms.stage_backward_s(s, n, recompute[s]) / compute if compute > 0 else 0.0)
     return shares
@@ -217,7 +214,7 @@ def memory_svg(predicted: Predicted, capacities: list[float], width: float = 110
     """Stacked bars of each stage's memory parts (GiB) with its device capacity as a red line."""
     parts = memory_parts()
     stages = predicted.stages
-    label_w, right, top, bar_h, gap = 240, 150, 8, 22, 8
+    label_w, right, top, bar_h, gap = 240, 230, 8, 22, 8
     top_gib = max([*capacities, *(s.total_bytes for s in stages)]) / GIB * 1.04
     plot_w = width - label_w - right
     y_end = top + len(stages) * (bar_h + gap)
