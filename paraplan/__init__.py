@@ -14,6 +14,7 @@ from paraplan.errors import (
     ParaplanError,
     SolveTimeout,
 )
+from paraplan.html_report import report_html, write_report
 from paraplan.result import Result
 from paraplan.schema import Scenario
 
@@ -30,5 +31,7 @@ __all__ = [
     "evaluate",
     "export",
     "load_scenario",
+    "report_html",
     "solve",
+    "write_report",
 ]

@@ -46,20 +46,25 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("scenario", help="scenario YAML/JSON file")
     ev.add_argument("--json", action="store_true", help="print one JSON object")
     ev.add_argument("--calibration", default=None, help="calibration profile (paraplan calibrate)")
+    ev.add_argument("--report", default=None, metavar="FILE.html",
+                    help="also write a self-contained HTML report of the result")
 
     pl = sub.add_parser("plan", help="find the fastest plan (CP-SAT, proven optimal)")
     pl.add_argument("scenario", help="scenario YAML/JSON file")
     pl.add_argument("--json", action="store_true", help="print one JSON object")
     pl.add_argument("--time-limit", type=float, default=30.0, help="seconds (default 30)")
     pl.add_argument("--workers", type=int, default=2, help="CP-SAT workers (default 2)")
-    pl.add_argument("--top", type=int, default=1,
-                    help="list the K best plans that differ in a degree or mode")
+    pl.add_argument("--top", type=int, default=None,
+                    help="list the K best plans that differ in a degree or mode (default 1; "
+                         "3 with --report)")
     pl.add_argument("--seed", type=int, default=0, help="CP-SAT random seed (default 0)")
     pl.add_argument("--export", default=None, help="comma-separated targets to export")
     pl.add_argument("--out", default=None, help="directory for --export files (default .)")
     pl.add_argument("--target", default=None, choices=get_args(SolverTarget),
                     help="search only plans this framework can run (sets solver.target)")
     pl.add_argument("--calibration", default=None, help="calibration profile (paraplan calibrate)")
+    pl.add_argument("--report", default=None, metavar="FILE.html",
+                    help="also write a self-contained HTML report (lists 3 plans unless --top)")
 
     ex = sub.add_parser("export", help="write a result (from --json) for a framework")
     ex.add_argument("result", help="RESULT.json as printed by `paraplan plan --json`")
@@ -84,8 +89,22 @@ def _print_result(result, as_json: bool) -> None:
 def _cmd_evaluate(args: argparse.Namespace) -> int:
     from paraplan.api import evaluate
 
-    _print_result(evaluate(args.scenario, calibration=args.calibration), args.json)
+    if args.report:
+        from paraplan.html_report import check_report_path
+
+        check_report_path(args.report)
+    result = evaluate(args.scenario, calibration=args.calibration)
+    _print_result(result, args.json)
+    _write_report(result, args.report)
     return 0
+
+
+def _write_report(result, path: str | None) -> None:
+    """``--report FILE.html``: the HTML report of ``result`` (paraplan/html_report.py)."""
+    if path:
+        from paraplan.html_report import write_report
+
+        print(f"wrote {write_report(result, path)}", file=sys.stderr)
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
@@ -103,6 +122,12 @@ def _cmd_plan(args: argparse.Namespace) -> int:
                               + ", ".join(EXPORTERS))
     elif args.out is not None:
         raise ConfigError("--out names the directory for --export files; add --export TARGETS")
+    top = 1 if args.top is None else args.top
+    if args.report:  # a bad path fails before the solve; the report shows runner-ups
+        from paraplan.html_report import REPORT_TOP, check_report_path
+
+        check_report_path(args.report)
+        top = REPORT_TOP if args.top is None else top
     scenario = args.scenario
     if args.target:
         from paraplan.schema import load_scenario
@@ -111,9 +136,10 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         solver = scenario.solver.model_copy(update={"target": args.target})
         scenario = scenario.model_copy(update={"solver": solver})
     result = solve(scenario, time_limit_s=args.time_limit, workers=args.workers,
-                   top=args.top, seed=args.seed, progress=None if args.json else progress,
+                   top=top, seed=args.seed, progress=None if args.json else progress,
                    calibration=args.calibration)
     _print_result(result, args.json)
+    _write_report(result, args.report)
     if args.export:
         from paraplan.export import write_exports
 

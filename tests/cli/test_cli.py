@@ -27,9 +27,9 @@ def test_allowed_flags_are_the_documented_ones() -> None:
     flags = {name: sorted(o for a in p._actions for o in a.option_strings)  # noqa: SLF001
              for name, p in sub.items()}
     assert flags == {
-        "evaluate": ["--calibration", "--debug", "--help", "--json", "-h"],
-        "plan": ["--calibration", "--debug", "--export", "--help", "--json", "--out", "--seed",
-                 "--target", "--time-limit", "--top", "--workers", "-h"],
+        "evaluate": ["--calibration", "--debug", "--help", "--json", "--report", "-h"],
+        "plan": ["--calibration", "--debug", "--export", "--help", "--json", "--out", "--report",
+                 "--seed", "--target", "--time-limit", "--top", "--workers", "-h"],
         "export": ["--debug", "--help", "--out", "--to", "-h"],
         "calibrate": ["--debug", "--help", "--out", "-h"],
         "profile": ["--debug", "--help", "--out", "--processes", "-h"],
