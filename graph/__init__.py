@@ -3,6 +3,13 @@
 from paraplan.graph.layers import Experts, Gemm, Layer, LayerGraph, LayerKind, build_graph
 from paraplan.graph.presets import from_fields, from_hf_config, preset, preset_names
 from paraplan.graph.spec import Activation, ModelSpec
+from paraplan.graph.trace import (
+    TracedModel,
+    from_hf_trace,
+    from_module,
+    trace_hf_config,
+    trace_module,
+)
 
 __all__ = [
     "Activation",
@@ -12,9 +19,14 @@ __all__ = [
     "LayerGraph",
     "LayerKind",
     "ModelSpec",
+    "TracedModel",
     "build_graph",
     "from_fields",
     "from_hf_config",
+    "from_hf_trace",
+    "from_module",
     "preset",
     "preset_names",
+    "trace_hf_config",
+    "trace_module",
 ]
