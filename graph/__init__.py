@@ -1,7 +1,7 @@
 """Models: architecture specs, presets, Hugging Face import and the layer graph (no devices)."""
 
 from paraplan.graph.layers import Experts, Gemm, Layer, LayerGraph, LayerKind, build_graph
-from paraplan.graph.presets import from_fields, from_hf_config, preset, preset_names
+from paraplan.graph.presets import from_fields, from_hf_config, preset, preset_names, to_fields
 from paraplan.graph.spec import Activation, ModelSpec
 from paraplan.graph.trace import (
     TracedModel,
@@ -27,6 +27,7 @@ __all__ = [
     "from_module",
     "preset",
     "preset_names",
+    "to_fields",
     "trace_hf_config",
     "trace_module",
 ]

@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 from paraplan.graph.spec import MODEL_LIMITS, Activation, ModelSpec, scenario_key, show_value
 
-__all__ = ["preset_names", "preset", "from_hf_config", "from_fields", "MOE_MLA_FIELDS"]
+__all__ = ["preset_names", "preset", "from_hf_config", "from_fields", "to_fields", "MOE_MLA_FIELDS"]
 
 _HF_ACTIVATIONS = {
     "silu": Activation.SWIGLU, "swiglu": Activation.SWIGLU,
@@ -61,6 +61,25 @@ def from_fields(name: str, fields: dict[str, Any]) -> ModelSpec:
         dropout=bool(fields.get("dropout", False)),
         **extra,
     )
+
+
+def to_fields(spec: ModelSpec) -> dict[str, Any]:
+    """The scenario's explicit ``model:`` fields of ``spec`` (from_fields reads them back into an
+    equal spec): e.g. ``paraplan.solve({"model": to_fields(from_module(...)), ...})``."""
+    fields: dict[str, Any] = {
+        "name": spec.name, "layers": spec.num_layers, "hidden": spec.hidden,
+        "ffn_hidden": spec.ffn_hidden, "heads": spec.num_heads, "kv_heads": spec.num_kv_heads,
+        "head_dim": spec.head_dim, "vocab": spec.vocab, "activation": spec.activation.value,
+        "tied_embeddings": spec.tied_embeddings, "norm": spec.norm, "dropout": spec.dropout}
+    moe = ("experts", "top_k", "shared_experts", "moe_ffn_hidden", "shared_ffn_hidden",
+           "first_dense_layers", "moe_layer_freq") if spec.is_moe else ()
+    mla = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
+           "v_head_dim") if spec.is_mla else ()
+    for key in (*moe, *mla):
+        value = getattr(spec, MOE_MLA_FIELDS[key])
+        if value:
+            fields[key] = value
+    return fields
 
 
 def preset(name: str) -> ModelSpec:

@@ -61,7 +61,7 @@ class Parts:
 
 
 def _path(prefix: str, name: str) -> str:
-    return f"{prefix}.{name}" if prefix else name
+    return f"{prefix}.{name}" if prefix and name else prefix or name
 
 
 def norm_modules(module: Any, hidden: int) -> list[tuple[str, Any]]:

@@ -9,7 +9,15 @@ from paraplan.cost import DEFAULT_ORDER, CPComm, Job, Plan, Recompute
 from paraplan.cost.plan import even_split
 from paraplan.cost.pools import stage_pools_of
 from paraplan.errors import ConfigError
-from paraplan.graph import LayerGraph, ModelSpec, build_graph, from_fields, from_hf_config, preset
+from paraplan.graph import (
+    LayerGraph,
+    ModelSpec,
+    build_graph,
+    from_fields,
+    from_hf_config,
+    from_hf_trace,
+    preset,
+)
 from paraplan.hardware import (
     CalibrationProfile,
     Cluster,
@@ -42,6 +50,8 @@ def _model_spec(scenario: Scenario) -> ModelSpec:
     m = scenario.model
     if m.preset:
         return preset(m.preset)
+    if m.hf_config and m.trace:
+        return from_hf_trace(m.hf_config, allow_bias=bool(m.allow_bias))
     if m.hf_config:
         return from_hf_config(m.hf_config)
     fields = {k: v for k, v in m.model_dump().items() if v is not None}

@@ -111,6 +111,12 @@ _EXPLICIT_FIELDS = ("layers", "hidden", "ffn_hidden", "heads", "kv_heads", "head
 class ModelSection(_Section):
     preset: str | None = Field(None, description="a model preset name, e.g. llama3-70b")
     hf_config: str | None = Field(None, description="path to a Hugging Face config.json")
+    trace: bool | None = Field(
+        None, description="with hf_config: build the model with transformers on the meta device "
+        "and read it off the real code, checked against the formulas (the [trace] extra)")
+    allow_bias: bool | None = Field(
+        None, description="with trace: plan a model with biases (not in the formulas) when its "
+        "FLOPs and parameters still agree within 1%")
     name: str | None = Field(None, description="display name for explicit models")
     layers: int | None = Field(None, ge=1)
     hidden: int | None = Field(None, ge=1)
@@ -156,6 +162,15 @@ class ModelSection(_Section):
             missing = [f for f in required if getattr(self, f) is None]
             if missing:
                 raise ValueError(f"explicit model needs {', '.join(missing)}")
+        return self
+
+    @model_validator(mode="after")
+    def check_trace(self) -> ModelSection:
+        if self.trace and not self.hf_config:
+            raise ValueError("model.trace: true needs model.hf_config (the config transformers "
+                             "builds on the meta device)")
+        if self.allow_bias is not None and not self.trace:
+            raise ValueError("model.allow_bias applies to a traced model; add model.trace: true")
         return self
 
 
