@@ -329,11 +329,12 @@ def trace_hf_config(config: str | Path | dict[str, Any], *, allow_bias: bool = F
         raise ValueError("model.hf_config: model.trace needs the config's model_type (e.g. llama) "
                          "to build the model with transformers")
     settings = {k: v for k, v in cfg.items() if k != "model_type"}
+    auto_model: Any = transformers.AutoModelForCausalLM  # untyped in transformers
     try:
         hf_config = transformers.AutoConfig.for_model(model_type, **settings)
         with torch.device("meta"):
-            model = transformers.AutoModelForCausalLM.from_config(
-                hf_config, attn_implementation="sdpa", experts_implementation="batched_mm")
+            model = auto_model.from_config(hf_config, attn_implementation="sdpa",
+                                           experts_implementation="batched_mm")
     except (ValueError, KeyError, TypeError, AttributeError, RuntimeError) as e:
         first = (str(e).splitlines() or [""])[0][:300]
         raise ValueError(f"model.hf_config: transformers {transformers.__version__} cannot build "

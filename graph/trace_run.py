@@ -240,7 +240,7 @@ def run_on_meta(module: Any, example_batch: Any, parts: dict[str, Any]) -> tuple
                          "one sequence of at least one token")
     inputs = _to_meta(example_batch)
     state, names = _meta_state(module)
-    owners, calls = _Owners(), []
+    owners, calls = _Owners(), list[Call]()
     args, kwargs = ((), inputs) if isinstance(inputs, dict) else (
         (inputs,) if isinstance(inputs, torch.Tensor) else tuple(inputs), {})
     root = type(module).__name__

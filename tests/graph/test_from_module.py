@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,9 +16,7 @@ torch = pytest.importorskip("torch")
 nn = torch.nn
 F = torch.nn.functional
 
-import paraplan  # noqa: E402
 from paraplan.cost.compute import BACKWARD_GEMM_FACTOR  # noqa: E402
-from paraplan.errors import ConfigError  # noqa: E402
 from paraplan.graph import (  # noqa: E402
     ModelSpec,
     build_graph,
@@ -28,6 +27,9 @@ from paraplan.graph import (  # noqa: E402
     trace_module,
 )
 from paraplan.graph.trace import AUTOGRAD_BACKWARD_PER_FORWARD, TOLERANCE  # noqa: E402
+
+import paraplan  # noqa: E402
+from paraplan.errors import ConfigError  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 HF = ROOT / "tests" / "data" / "hf_trace"
@@ -378,6 +380,16 @@ def test_trace_needs_hf_config_and_allow_bias_needs_trace() -> None:
     with pytest.raises(ConfigError, match="model.allow_bias applies to a traced model"):
         paraplan.load_scenario({"model": {"hf_config": str(HF / "qwen2.json"),
                                           "allow_bias": True}, **SMALL_JOB})
+
+
+def test_without_torch_or_transformers_the_error_says_which_extra(monkeypatch) -> None:
+    monkeypatch.setitem(sys.modules, "transformers", None)  # import fails as if not installed
+    model = {"hf_config": str(HF / "llama.json"), "trace": True}
+    with pytest.raises(ConfigError, match=r"model\.trace: .*pip install 'paraplan\[trace\]'"):
+        paraplan.solve({"model": model, **SMALL_JOB}, time_limit_s=10, workers=1)
+    monkeypatch.setitem(sys.modules, "torch", None)
+    with pytest.raises(ImportError, match=r"needs torch: pip install 'paraplan\[torch\]'"):
+        from_module(object(), TOKENS)
 
 
 # --- the README's example runs as written ---------------------------------------------------------
