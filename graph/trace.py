@@ -93,17 +93,20 @@ def _embedding(module: Any, stack: str) -> tuple[str, Any]:
     return max(found, key=lambda nm: nm[1].num_embeddings)
 
 
-def _head(module: Any, run: Run, names: tuple[str, str], vocab: int, hidden: int
-          ) -> tuple[str, bool]:
+def _head(module: Any, run: Run, emb_weight: str, vocab: int, hidden: int) -> tuple[str, bool]:
     """Weight name of the LM head (the last projection to the vocabulary outside the blocks) and
-    whether it is the embedding's (tied)."""
-    emb_weight = names[0]
+    whether it is the embedding's weight (tied)."""
     heads = [c.weight for c in run.calls
              if c.kind == "linear" and not c.owner and c.shapes[0] == (vocab, hidden)]
     if not heads or not heads[-1]:
         raise ValueError(f"{type(module).__name__}: no LM head found; paraplan needs a projection "
                          f"from hidden={hidden} to the vocabulary ({vocab}) after the blocks")
     return heads[-1], heads[-1] == emb_weight
+
+
+def _norm_kind(norm: Any) -> str:
+    """A norm with a bias has LayerNorm's 2 x hidden parameters; one without, RMSNorm's hidden."""
+    return "layernorm" if getattr(norm, "bias", None) is not None else "rmsnorm"
 
 
 def _spec_fields(blocks: list[Block], where: list[str]) -> dict[str, Any]:
@@ -177,6 +180,83 @@ def _numel(mod: Any) -> int:
     return sum(p.numel() for p in mod.parameters())
 
 
+def _read_blocks(blocks: list[Any], where: list[str], run: Run, hidden: int, parts: Parts
+                 ) -> tuple[list[Block], set[str], dict[str, int]]:
+    """Each block's attention and MLP, the norm kinds, and the parameters of the attention and
+    MLP parts (each with one of the block's two norms, as build_graph counts them)."""
+    read, kinds, params = [], set(), {"attention": 0, "mlp": 0}
+    attention_owners = _attention_owners(run)
+    for w, b in zip(where, blocks, strict=True):
+        read.append(read_block(b, w, run, hidden, parts))
+        norms = norm_modules(b, hidden)
+        if len(norms) != 2:
+            raise ValueError(f"{w}: {len(norms)} norms of width {hidden} "
+                             f"({', '.join(n for n, _ in norms) or 'none'}); paraplan models two "
+                             "per block (before attention and before the MLP)")
+        for n, m in norms:
+            parts.read.update(f"{w}.{n}.{q}" for q, _ in m.named_parameters())
+            kinds.add(_norm_kind(m))
+        for (name, mod), (_, norm) in zip(sorted(mixers(b), key=lambda nm: f"{w}.{nm[0]}"
+                                                 not in attention_owners), norms, strict=True):
+            params["attention" if f"{w}.{name}" in attention_owners else "mlp"] += (
+                _numel(mod) + _numel(norm))
+    return read, kinds, params
+
+
+def _read_ends(module: Any, run: Run, stack: str, emb_path: str, vocab: int, hidden: int,
+               parts: Parts) -> tuple[str, bool, dict[str, int]]:
+    """The final norm (its kind) and the LM head (tied or not), with their parameters."""
+    outside = [(n, m) for n, m in norm_modules(module, hidden) if not n.startswith(stack + ".")]
+    if len(outside) != 1:
+        raise ValueError(f"{type(module).__name__}: {len(outside)} norms outside the blocks "
+                         f"({', '.join(n for n, _ in outside) or 'none'}); paraplan models one "
+                         "final norm before the LM head")
+    final_path, final_norm = outside[0]
+    parts.read.update(f"{final_path}.{q}" for q, _ in final_norm.named_parameters())
+    head_weight, tied = _head(module, run, f"{emb_path}.weight", vocab, hidden)
+    params = {"final_norm": _numel(final_norm), "lm_head": 0}
+    if not tied:
+        head_path = head_weight.rsplit(".", 1)[0]
+        head = module.get_submodule(head_path)
+        params["lm_head"] = _numel(head)
+        parts.read.update(f"{head_path}.{q}" for q, _ in head.named_parameters())
+        if getattr(head, "bias", None) is not None:
+            parts.biases.append(f"{head_path}.bias")
+    return _norm_kind(final_norm), tied, params
+
+
+def _traced_flops(run: Run, where: list[str], mixer_paths: list[str]) -> dict[str, int]:
+    """Forward FLOPs per part: attention and MLP sub-modules, the rest of the blocks ("other"),
+    and everything outside the blocks (the LM head; the embedding and norms do no GEMM)."""
+    blocks = sum(run.forward_flops.get(w, 0) for w in where)  # the list itself never runs
+    attention_owners = _attention_owners(run)
+    attention = sum(run.forward_flops.get(p, 0) for p in attention_owners)
+    mlp = sum(run.forward_flops.get(p, 0) for p in mixer_paths if p not in attention_owners)
+    return {"embedding": 0, "attention": attention, "mlp": mlp, "final_norm": 0,
+            "lm_head": run.forward_flops[""] - blocks, "other": blocks - attention - mlp}
+
+
+def _check_numbers(spec: ModelSpec, run: Run, flops: dict[str, int], params: dict[str, int]
+                   ) -> tuple[dict[str, int], dict[str, int]]:
+    """build_graph(spec)'s FLOPs and parameters per part; ValueError naming every part whose
+    traced number differs by more than TOLERANCE, and a backward that is not 2x the forward."""
+    formula_flops, formula_params = _formula(spec, run)
+    problems = (_differences(flops, formula_flops, "forward FLOPs")
+                + _differences(params, formula_params, "parameters"))
+    total = run.forward_flops[""]
+    if run.backward_flops is not None and abs(
+            run.backward_flops - AUTOGRAD_BACKWARD_PER_FORWARD * total) > TOLERANCE * total:
+        problems.append(f"backward FLOPs {run.backward_flops:,} are "
+                        f"{run.backward_flops / max(total, 1):.2f}x the forward's, not "
+                        f"{AUTOGRAD_BACKWARD_PER_FORWARD}x")
+    if problems:
+        raise ValueError(
+            f"{spec.name}: the traced module differs from paraplan's formulas for {_describe(spec)} "
+            f"by more than {TOLERANCE:.0%}: {'; '.join(problems)}. The module has something the "
+            "formulas do not model; refused rather than planned as a different model")
+    return formula_flops, formula_params
+
+
 def trace_module(module: Any, example_batch: Any, *, name: str | None = None,
                  allow_bias: bool = False) -> TracedModel:
     """Trace ``module`` on the meta device (module docstring) and return the spec with the
@@ -190,75 +270,24 @@ def trace_module(module: Any, example_batch: Any, *, name: str | None = None,
     hidden, vocab = int(emb.embedding_dim), int(emb.num_embeddings)
     where = [f"{stack}.{i}" if stack else str(i) for i in range(len(blocks))]
     hooked = {f"{w}.{n}": m for w, b in zip(where, blocks, strict=True) for n, m in mixers(b)}
-    run, names = run_on_meta(module, example_batch, hooked)
+    run = run_on_meta(module, example_batch, hooked)
     parts = Parts(read={f"{emb_path}.weight"})
-    read, norm_kinds, attn_params, mlp_params = [], set(), 0, 0
-    for w, b in zip(where, blocks, strict=True):
-        block = read_block(b, w, run, hidden, parts)
-        read.append(block)
-        norms = norm_modules(b, hidden)
-        if len(norms) != 2:
-            raise ValueError(f"{w}: {len(norms)} norms of width {hidden} "
-                             f"({', '.join(n for n, _ in norms) or 'none'}); paraplan models two "
-                             "per block (before attention and before the MLP)")
-        for n, m in norms:
-            parts.read.update(f"{w}.{p}" for p in [f"{n}.{q}" for q, _ in m.named_parameters()])
-            norm_kinds.add("layernorm" if getattr(m, "bias", None) is not None else "rmsnorm")
-        (a_name, a_mod), (m_name, m_mod) = sorted(
-            mixers(b), key=lambda nm: f"{w}.{nm[0]}" not in _attention_owners(run))
-        attn_params += _numel(a_mod) + _numel(norms[0][1])
-        mlp_params += _numel(m_mod) + _numel(norms[1][1])
-    outside = [(n, m) for n, m in norm_modules(module, hidden) if not n.startswith(stack + ".")]
-    if len(outside) != 1:
-        raise ValueError(f"{type(module).__name__}: {len(outside)} norms outside the blocks "
-                         f"({', '.join(n for n, _ in outside) or 'none'}); paraplan models one "
-                         "final norm before the LM head")
-    final_path, final_norm = outside[0]
-    parts.read.update(f"{final_path}.{q}" for q, _ in final_norm.named_parameters())
-    norm_kinds.add("layernorm" if getattr(final_norm, "bias", None) is not None else "rmsnorm")
-    head_weight, tied = _head(module, run, (f"{emb_path}.weight", ""), vocab, hidden)
-    head_params = 0
-    if not tied:
-        head_mod = module.get_submodule(head_weight.rsplit(".", 1)[0])
-        head_params = _numel(head_mod)
-        parts.read.update(f"{head_weight.rsplit('.', 1)[0]}.{q}" for q, _ in head_mod.named_parameters())
-        if getattr(head_mod, "bias", None) is not None:
-            parts.biases.append(head_weight.rsplit(".", 1)[0] + ".bias")
+    read, norm_kinds, params = _read_blocks(blocks, where, run, hidden, parts)
+    final_kind, tied, end_params = _read_ends(module, run, stack, emb_path, vocab, hidden, parts)
     _check_all_read(module, parts, allow_bias)
-    if len(norm_kinds) != 1:
-        raise ValueError(f"{type(module).__name__}: mixes RMSNorm and LayerNorm; paraplan models one")
-    fields = _spec_fields(read, where)
+    if norm_kinds | {final_kind} != {final_kind}:
+        raise ValueError(f"{type(module).__name__}: mixes RMSNorm and LayerNorm (norms with and "
+                         "without a bias); paraplan models one kind")
     try:
         spec = ModelSpec(name=name or type(module).__name__, hidden=hidden, vocab=vocab,
-                         tied_embeddings=tied, norm=norm_kinds.pop(), **fields)
+                         tied_embeddings=tied, norm=final_kind, **_spec_fields(read, where))
     except ValueError as e:
         raise ValueError(f"the traced module is no model paraplan plans: {e}") from None
     _check_pattern(spec, read, where)
-    stack_flops = sum(run.forward_flops.get(w, 0) for w in where)  # the list itself never runs
-    attn_paths = _attention_owners(run)
-    attn_flops = sum(run.forward_flops.get(p, 0) for p in attn_paths)
-    mlp_flops = sum(run.forward_flops.get(p, 0) for p in hooked if p not in attn_paths)
-    traced_flops = dict(embedding=0, attention=attn_flops, mlp=mlp_flops, final_norm=0,
-                        lm_head=run.forward_flops[""] - stack_flops,
-                        other=stack_flops - attn_flops - mlp_flops)
-    all_params = sum(p.numel() for p in module.parameters())
-    traced_params = dict(embedding=emb.weight.numel(), attention=attn_params, mlp=mlp_params,
-                         final_norm=_numel(final_norm), lm_head=head_params)
-    traced_params["other"] = all_params - sum(traced_params.values())
-    formula_flops, formula_params = _formula(spec, run)
-    problems = (_differences(traced_flops, formula_flops, "forward FLOPs")
-                + _differences(traced_params, formula_params, "parameters"))
-    total = run.forward_flops[""]
-    if run.backward_flops is not None and abs(
-            run.backward_flops - AUTOGRAD_BACKWARD_PER_FORWARD * total) > TOLERANCE * total:
-        problems.append(f"backward FLOPs {run.backward_flops:,} are "
-                        f"{run.backward_flops / max(total, 1):.2f}x the forward's, not "
-                        f"{AUTOGRAD_BACKWARD_PER_FORWARD}x")
-    if problems:
-        raise ValueError(
-            f"{spec.name}: the traced module differs from paraplan's formulas for {_describe(spec)} "
-            f"by more than {TOLERANCE:.0%}: {'; '.join(problems)}. The module has something the "
-            "formulas do not model; refused rather than planned as a different model")
+    traced_params = {"embedding": emb.weight.numel(), **params, **end_params}
+    traced_params["other"] = _numel(module) - sum(traced_params.values())
+    traced_flops = _traced_flops(run, where, list(hooked))
+    formula_flops, formula_params = _check_numbers(spec, run, traced_flops, traced_params)
     if parts.biases:
         warnings.warn(f"{spec.name}: {len(parts.biases)} bias parameters "
                       f"({', '.join(parts.biases[:3])}{', ...' if len(parts.biases) > 3 else ''}) "
@@ -333,8 +362,12 @@ def trace_hf_config(config: str | Path | dict[str, Any], *, allow_bias: bool = F
     try:
         hf_config = transformers.AutoConfig.for_model(model_type, **settings)
         with torch.device("meta"):
-            model = auto_model.from_config(hf_config, attn_implementation="sdpa",
-                                           experts_implementation="batched_mm")
+            try:
+                model = auto_model.from_config(hf_config, attn_implementation="sdpa",
+                                               experts_implementation="batched_mm")
+            except ValueError:  # no SDPA for this architecture: its own (eager) attention
+                model = auto_model.from_config(hf_config, attn_implementation="eager",
+                                               experts_implementation="batched_mm")
     except (ValueError, KeyError, TypeError, AttributeError, RuntimeError) as e:
         first = (str(e).splitlines() or [""])[0][:300]
         raise ValueError(f"model.hf_config: transformers {transformers.__version__} cannot build "

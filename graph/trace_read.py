@@ -98,6 +98,14 @@ def _claim(parts: Parts, prefix: str, name: str, mod: Any) -> None:
         parts.biases.append(_path(prefix, _path(name, "bias")))
 
 
+def _weighted(module: Any) -> str:
+    """Sub-modules holding matrices, with their class and shapes (for an error message)."""
+    return ", ".join(f"{n or 'itself'} ({type(m).__name__} "
+                     f"{[list(p.shape) for p in m.parameters(recurse=False) if p.dim() >= 2]})"
+                     for n, m in module.named_modules()
+                     if any(p.dim() >= 2 for p in m.parameters(recurse=False)))
+
+
 def _check_window(module: Any, where: str) -> None:
     for name, mod in module.named_modules():
         for attr in _WINDOW_ATTRS:
@@ -150,7 +158,8 @@ def read_attention(mod: Any, where: str, run: Run, hidden: int, parts: Parts) ->
     after = [linears[c.weight] for c in calls[index:] if c.kind == "linear"]
     outs = sorted(m.out_features for m in before)
     kv_dim, rest = divmod(sum(outs) - q_dim, 2)
-    shapes = ", ".join(f"{n} [{m.in_features} -> {m.out_features}]" for n, m in linears.items())
+    shapes = ", ".join(f"{n} [{m.in_features} -> {m.out_features}]" for n, m in linears.items()
+                       ) or "no nn.Linear: " + _weighted(mod)
     if (rest or kv_dim <= 0 or kv_dim % head_dim or any(m.in_features != hidden for m in before)
             or outs not in ([q_dim + 2 * kv_dim], sorted([q_dim, 2 * kv_dim]),
                             sorted([q_dim, kv_dim, kv_dim]))
@@ -200,7 +209,7 @@ def _dense_shape(linears: list[Any], hidden: int, where: str) -> tuple[int, bool
         if widths in ([f, f], [2 * f], [f]):
             return f, widths != [f]
     shapes = ", ".join(f"[{m.in_features} -> {m.out_features}]" for m in linears)
-    raise ValueError(f"{where}: an MLP paraplan cannot read ({shapes or 'no Linear'}); it reads "
+    raise ValueError(f"{where}: an MLP paraplan cannot read ({shapes or 'no nn.Linear'}); it reads "
                      f"gate + up + down, fused gate_up + down, or up + down projections around "
                      f"hidden={hidden}")
 

@@ -196,9 +196,8 @@ def _recorder(owners: _Owners, names: dict[int, str], calls: list[Call]) -> Any:
             elif kind == "topk":
                 k = kwargs.get("k", args[1] if len(args) > 1 else 0)
                 calls.append(Call(owners.current, kind, value=float(k)))
-            elif kind == "square":
-                exponent = kwargs.get("exponent", args[1] if len(args) > 1 else 2)
-                if exponent == 2 or kind != "square":
+            elif kind == "square":  # pow(x, 2) too; norms' x.pow(2) run outside the MLP
+                if kwargs.get("exponent", args[1] if len(args) > 1 else 2) == 2:
                     calls.append(Call(owners.current, kind))
             elif kind == "dropout":
                 p = kwargs.get("p", args[1] if len(args) > 1 else 0.5)
@@ -223,10 +222,10 @@ def _flops_by_module(counter: Any, root: str) -> dict[str, int]:
     return out
 
 
-def run_on_meta(module: Any, example_batch: Any, parts: dict[str, Any]) -> tuple[Run, dict[int, str]]:
+def run_on_meta(module: Any, example_batch: Any, parts: dict[str, Any]) -> Run:
     """Run ``module`` on ``example_batch`` on the meta device: forward under FlopCounterMode and
     the call recorder (``parts``: path -> block sub-module whose calls are recorded), then
-    backward of the output's sum. Returns the Run and the parameter name of each tensor used.
+    backward of the output's sum (``torch.autograd.grad``: no ``.grad`` is written).
     ValueError when the forward cannot run on the meta device (data-dependent control flow)."""
     torch = import_torch()
     from torch.utils.flop_counter import FlopCounterMode
@@ -265,7 +264,7 @@ def run_on_meta(module: Any, example_batch: Any, parts: dict[str, Any]) -> tuple
     if logits is None or not logits.requires_grad or not params:
         warnings.warn("from_module: no differentiable output; checked the forward FLOPs only",
                       stacklevel=3)
-        return run, names
+        return run
     try:
         with torch.device("meta"), FlopCounterMode(display=False) as backward:
             torch.autograd.grad(logits.float().sum(), list({id(p): p for p in params}.values()),
@@ -274,4 +273,4 @@ def run_on_meta(module: Any, example_batch: Any, parts: dict[str, Any]) -> tuple
     except (RuntimeError, NotImplementedError) as e:
         warnings.warn(f"from_module: backward does not run on the meta device ({e}); checked the "
                       "forward FLOPs only", stacklevel=3)
-    return run, names
+    return run
