@@ -23,6 +23,7 @@ from paraplan.graph import (  # noqa: E402
     from_fields,
     from_hf_config,
     from_module,
+    preset,
     to_fields,
     trace_module,
 )
@@ -81,11 +82,11 @@ class SwiGLU(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, mlp: nn.Module, attention: nn.Module | None = None) -> None:
+    def __init__(self, mlp: nn.Module, attention: nn.Module | None = None, dim: int = DIM) -> None:
         super().__init__()
-        self.attention_norm = RMSNorm(DIM)
-        self.attention = attention or Attention(DIM, HEADS, KV_HEADS)
-        self.ffn_norm = RMSNorm(DIM)
+        self.attention_norm = RMSNorm(dim)
+        self.attention = attention or Attention(dim, HEADS, KV_HEADS)
+        self.ffn_norm = RMSNorm(dim)
         self.feed_forward = mlp
 
     def forward(self, x):
@@ -94,13 +95,14 @@ class Block(nn.Module):
 
 
 class TinyLlama(nn.Module):
-    def __init__(self, tied: bool = False, make_block=None) -> None:
+    def __init__(self, tied: bool = False, make_block=None, vocab: int = VOCAB, dim: int = DIM,
+                 layers: int = LAYERS) -> None:
         super().__init__()
-        self.tok_embeddings = nn.Embedding(VOCAB, DIM)
+        self.tok_embeddings = nn.Embedding(vocab, dim)
         make_block = make_block or (lambda: Block(SwiGLU(DIM, FFN)))
-        self.layers = nn.ModuleList(make_block() for _ in range(LAYERS))
-        self.norm = RMSNorm(DIM)
-        self.output = nn.Linear(DIM, VOCAB, bias=False)
+        self.layers = nn.ModuleList(make_block() for _ in range(layers))
+        self.norm = RMSNorm(dim)
+        self.output = nn.Linear(dim, vocab, bias=False)
         if tied:
             self.output.weight = self.tok_embeddings.weight
 
@@ -242,6 +244,38 @@ def test_a_mixture_of_experts_module_traces_to_its_experts_and_top_k() -> None:
     assert spec == from_fields("moe", {"layers": LAYERS, "hidden": DIM, "heads": HEADS,
                                        "kv_heads": KV_HEADS, "vocab": VOCAB, "experts": 8,
                                        "top_k": 2, "moe_ffn_hidden": 64})
+
+
+def _mixed(moe_blocks: set[int]):
+    """Blocks of one class, MoE where listed, dense elsewhere."""
+    count = iter(range(LAYERS))
+    return lambda: Block(BatchedMoE(DIM, 64, 8, 2) if next(count) in moe_blocks
+                         else SwiGLU(DIM, FFN))
+
+
+def test_dense_first_blocks_then_moe_trace_to_first_dense_layers() -> None:
+    spec = from_module(_meta(lambda: TinyLlama(make_block=_mixed({1, 2}))), TOKENS, name="m")
+    assert (spec.first_dense_layers, spec.moe_layer_freq, spec.ffn_hidden) == (1, 1, FFN)
+    assert [spec.is_moe_layer(i) for i in range(LAYERS)] == [False, True, True]
+
+
+def test_moe_blocks_off_paraplans_pattern_are_refused() -> None:
+    with pytest.raises(ValueError, match=r"layers: MoE MLPs in blocks \[0, 1\] do not follow"):
+        from_module(_meta(lambda: TinyLlama(make_block=_mixed({0, 1}))), TOKENS)
+
+
+@pytest.mark.parametrize("name", ["llama3-8b", "mixtral-8x7b"])
+def test_a_module_of_a_presets_shape_traces_to_that_preset(name: str) -> None:
+    p = preset(name)
+
+    def block() -> Block:
+        mlp = (BatchedMoE(p.hidden, p.moe_ffn_hidden, p.num_experts, p.top_k) if p.is_moe
+               else SwiGLU(p.hidden, p.ffn_hidden))
+        return Block(mlp, Attention(p.hidden, p.num_heads, p.num_kv_heads), dim=p.hidden)
+
+    model = _meta(lambda: TinyLlama(make_block=block, vocab=p.vocab, dim=p.hidden,
+                                    layers=p.num_layers))
+    assert from_module(model, torch.zeros(1, 16, dtype=torch.long), name=name) == p
 
 
 # --- what the formulas do not model is refused, by name -----------------------------------------
