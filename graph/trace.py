@@ -101,7 +101,7 @@ def _head(module: Any, run: Run, emb_weight: str, vocab: int, hidden: int) -> tu
     if not heads or not heads[-1]:
         raise ValueError(f"{type(module).__name__}: no LM head found; paraplan needs a projection "
                          f"from hidden={hidden} to the vocabulary ({vocab}) after the blocks")
-    return heads[-1], heads[-1] == emb_weight
+    return heads[-1], module.get_parameter(heads[-1]) is module.get_parameter(emb_weight)
 
 
 def _norm_kind(norm: Any) -> str:
@@ -315,7 +315,8 @@ def _describe(spec: ModelSpec) -> str:
 def _check_all_read(module: Any, parts: Parts, allow_bias: bool) -> None:
     """Every parameter is part of something paraplan models; biases only with allow_bias."""
     shapes = {n: tuple(p.shape) for n, p in module.named_parameters()}
-    left = [n for n in shapes if n not in parts.read]
+    read = {id(module.get_parameter(n)) for n in parts.read}  # a tied weight has two names
+    left = [n for n in shapes if id(module.get_parameter(n)) not in read]
     if left:
         count = sum(module.get_parameter(n).numel() for n in left)
         listed = ", ".join(f"{n} {list(shapes[n])}" for n in left[:5])

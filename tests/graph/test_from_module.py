@@ -143,6 +143,20 @@ def test_a_llama_module_traces_to_the_spec_of_its_architecture(tied: bool) -> No
     assert sum(traced.traced_flops.values()) == per_token * TOKENS.numel()
 
 
+def test_a_head_registered_before_the_embedding_it_shares_is_read_as_tied() -> None:
+    class HeadFirst(TinyLlama):
+        def __init__(self) -> None:
+            super().__init__()
+            del self.tok_embeddings
+            self.output.weight = self.output.weight  # registered first: the canonical name
+            self.tok_embeddings = nn.Embedding(VOCAB, DIM)
+            self.tok_embeddings.weight = self.output.weight
+
+    model = _meta(HeadFirst)
+    assert next(n for n, _ in model.named_parameters() if "output" in n or "tok" in n) == "output.weight"
+    assert from_module(model, TOKENS, name="TinyLlama") == _llama_spec(tied=True)
+
+
 def test_backward_is_traced_as_twice_the_forward_like_the_cost_model() -> None:
     traced = trace_module(_meta(TinyLlama), TOKENS)
     assert AUTOGRAD_BACKWARD_PER_FORWARD == BACKWARD_GEMM_FACTOR
