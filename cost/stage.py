@@ -260,7 +260,8 @@ def block_params_per_device(layers: list[Layer], plan: Plan) -> tuple[float, flo
 @dataclass(frozen=True, slots=True)
 class _Work:
     """The placement-free part of a block's (or an end's) cost: compute, activations, params.
-    Depends on tp, cp, ep, micro-batch and SP only."""
+    Depends on tp, cp, cp_comm (the attention kernels, compute.attention_shape), ep, micro-batch
+    and SP only."""
 
     times: tuple[LayerTime, ...]
     attention: LayerTime | None
@@ -446,7 +447,7 @@ def _works(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster
 
 def _shared_costs(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster, spans: _Spans,
                   shared: dict | None) -> _Shared:
-    key = ("work", plan.tp, plan.cp, plan.ep, plan.expert_tp, plan.micro_batch,
+    key = ("work", plan.tp, plan.cp, plan.cp_comm, plan.ep, plan.expert_tp, plan.micro_batch,
            plan.sequence_parallel)
     if shared is None:
         works = _works(graph, plan, job, cluster)
