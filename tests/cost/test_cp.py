@@ -9,6 +9,7 @@ from paraplan.cost import CPComm, Job, Plan, Recompute, evaluate
 from paraplan.cost.comm import allgather_s, group_span, p2p_s, reduce_scatter_s
 from paraplan.cost.compute import AttentionShape, LayerTime, attention_shape, layer_forward
 from paraplan.cost.cp import cp_layer_comm, kv_chunk_bytes
+from paraplan.cost.memory import ALLOCATOR_FRAGMENTATION
 from paraplan.cost.plan import Axis, check_plan
 from paraplan.graph import build_graph, preset
 from paraplan.hardware import build_cluster
@@ -80,7 +81,9 @@ def test_all_gather_holds_the_gathered_kv_on_top_of_the_ring_plans_memory() -> N
     a = evaluate(LLAMA, cluster, JOB, ring)
     b = evaluate(LLAMA, cluster, JOB, gather)
     extra = b.peak_memory_bytes - a.peak_memory_bytes
-    assert extra == pytest.approx(8 * kv_chunk_bytes(KV_DIM, gather, JOB), rel=1e-6)
+    # the gathered K/V buffer, plus the allocator's fragmentation share of it (cost/memory.py)
+    assert extra == pytest.approx(8 * kv_chunk_bytes(KV_DIM, gather, JOB)
+                                  * (1 + ALLOCATOR_FRAGMENTATION), rel=1e-6)
 
 
 def test_ring_runs_cp_attention_kernels_over_short_chunks_all_gather_one_over_the_sequence() -> None:
