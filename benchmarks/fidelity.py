@@ -63,8 +63,8 @@ class Row:
 
 def evaluate_case(case: Case) -> Row:
     """Evaluate the published plan; unknown recompute -> the fastest mode that fits."""
-    modes = [case.scenario["plan"]["recompute"]] if case.recompute_given else [
-        "none", "selective", "full"]
+    modes = ([case.scenario["plan"]["recompute"]] if case.recompute_given
+             else list(case.recompute_options))
     best = None
     for mode in modes:
         sc = {**case.scenario, "plan": {**case.scenario["plan"], "recompute": mode}}
@@ -134,7 +134,8 @@ def _reason_kind(reason: str) -> str:
     for prefix in ("hardware 'TPU", "degrees", "plan not expressible"):
         if reason.startswith(prefix):
             return {"hardware 'TPU": "TPU (another issue)", "degrees": "model-parallel split not given",
-                    "plan not expressible": "plan the model rejects (uneven virtual pipeline)"}[prefix]
+                    "plan not expressible": "plan the model rejects (EP wider than dp x cp: "
+                    "Megatron's expert-parallel folding over tp is not modelled)"}[prefix]
     return reason
 
 
