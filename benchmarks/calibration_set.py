@@ -7,7 +7,8 @@ Knobs a source does not give take documented defaults, listed in ``Case.defaults
 - recompute: the fastest of none / selective / full that fits memory (what a tuner would pick);
 - flash attention off and dropout on for runs before 2022-06 (Megatron-LM 2021, Korthikanti 2022,
   BLOOM: GPT-3-style training with dropout 0.1); fused attention and no dropout after;
-- gradient sync overlapped with backward, except Megatron-LM before 2023 (no --overlap-grad-reduce);
+- gradient sync overlapped with backward, except Megatron-LM before 2023 (no --overlap-grad-reduce)
+  and the DeepSpeed ZeRO-3 baselines of Narayanan et al. 2021 Table 2 (overlap_comm off by default);
 - NVL72 racks: up to 72 GPUs one rack; larger jobs use racks as 64-GPU NVLink domains
   (gb200-nvl72-64 / gb300-nvl72-64: NVIDIA's 128/256/512-GPU recipes are power-of-two);
 - bf16 gradient reduction for NeMo / Megatron-Bridge performance recipes (grad_reduce_in_fp32
@@ -57,7 +58,8 @@ _HARDWARE = (
     ("GB300", "gb300-nvl72"),
 )
 _PRE_FLASH_SOURCES = {"narayanan2021_t1", "korthikanti2022_t5", "korthikanti2022_dp8", "bloom176b"}
-_NO_OVERLAP_SOURCES = {"narayanan2021_t1", "korthikanti2022_t5", "korthikanti2022_dp8", "bloom176b"}
+_NO_OVERLAP_SOURCES = {"narayanan2021_t1", "narayanan2021_t2", "korthikanti2022_t5",
+                       "korthikanti2022_dp8", "bloom176b"}
 _DIST_OPTIMIZER_SOURCES = {"nemo_2407", "megatron_bridge_perf"}
 _GPT3_VOCAB = 51200  # NeMo GPT-3 rows match V = 51200 (published_runs.md Sec. 3.4)
 _MOE_PRESETS = {"Qwen3-30B-A3B": "qwen3-30b-a3b", "Qwen3-235B-A22B": "qwen3-235b-a22b",

@@ -351,6 +351,20 @@ class _Spans:
                      for s in (self.tp, self.cp, self.ep, self.dp, self.edp))
 
 
+def _zero_exposed_s(gather_s: float, reduce_s: float, forward_s: float, backward_s: float,
+                    overlap: bool) -> float:
+    """Exposed ZeRO-2/3 traffic of one block, one micro-batch.
+
+    Formula: max(0, gather - forward) + max(0, gather + reduce - backward) when gradient
+    communication overlaps backward (job.overlap_dp_comm); else the gradient reduce-scatter is
+    exposed whole: max(0, gather - forward) + max(0, gather - backward) + reduce (the parameter
+    prefetch still overlaps: DeepSpeed ZeRO-3 ``overlap_comm`` defaults to false, and it governs
+    the gradient reduction only; DeepSpeed docs, ZeRO configuration). Units: seconds."""
+    if overlap:
+        return max(0.0, gather_s - forward_s) + max(0.0, gather_s + reduce_s - backward_s)
+    return max(0.0, gather_s - forward_s) + max(0.0, gather_s - backward_s) + reduce_s
+
+
 def _block_costs(work: _Work, graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster,
                  spans: _Spans) -> dict[Recompute, BlockCost]:
     """A block's cost under each recompute mode: its work plus the communication the plan's
@@ -380,7 +394,7 @@ def _block_costs(work: _Work, graph: LayerGraph, plan: Plan, job: Job, cluster: 
         tp_s = tp.forward_s + tp.backward_s + (tp.forward_s if is_full else 0.0)
         cp_s = cp.exposed_forward_s * (2 if is_full else 1) + cp.exposed_backward_s
         ep_s = ep.forward_s * (2 if is_full else 1) + ep.backward_s
-        zero_s = max(0.0, gather - fwd) + max(0.0, gather + reduce - (bwd + rec))
+        zero_s = _zero_exposed_s(gather, reduce, fwd, bwd + rec, job.overlap_dp_comm)
         out[recompute] = BlockCost(
             forward_s=fwd, backward_s=bwd + rec, compute_s=fwd + bwd + rec,
             comm_s=tp_s + cp_s + ep_s + zero_s, activation_bytes=work.stored_bytes[recompute],
