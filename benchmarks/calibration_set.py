@@ -261,6 +261,9 @@ def _row_case(row: dict[str, str]) -> Case | Skipped:
     moe = _moe_fields(row)
     if row["moe_experts"] and not moe:
         return Skipped(rid, label, "MoE model without a matching preset")
+    if moe and not row["ep"] and "deepep" in row["notes"].lower():
+        # DeepEP is an expert-parallel all-to-all library: the run used ep > 1, degree unstated
+        return Skipped(rid, label, "MoE run with expert parallelism of unpublished degree")
     row = _gpt_mha_defaults(row)
     if (not row["ffn_hidden"] and not moe) or not row["n_kv_heads"]:
         return Skipped(rid, label, "architecture incomplete")
