@@ -9,8 +9,8 @@ peak = model state (weights + grads + optimizer, by ZeRO stage, see dp.py)
 The reserve is memory a real run loses that no tensor of the model accounts for:
 - CUDA context and library workspaces: ``CUDA_CONTEXT_BYTES``. With lazy module loading (CUDA
   11.7+, default in PyTorch 2.x: NVIDIA CUDA C++ Programming Guide, "Lazy Loading") the context
-  is a few hundred MB; cuBLAS/cuBLASLt workspaces add tens of MB per stream (PyTorch docs,
-  "CUDA semantics", cuBLAS workspaces: CUBLAS_WORKSPACE_CONFIG ":4096:8", 32 MiB on Hopper).
+  is a few hundred MB; cuBLAS/cuBLASLt workspaces add a few to tens of MiB per stream (PyTorch
+  docs, "CUDA semantics", cuBLAS workspaces / CUBLAS_WORKSPACE_CONFIG). 0.5 GB is an estimate.
 - NCCL buffers: each communicator a rank belongs to allocates NCCL_BUFFSIZE (default 4 MiB, NCCL
   docs "Environment Variables") per channel per peer and per protocol; with 16-32 channels on an
   NVLink/NVSwitch node and send + receive peers that is ~0.25 GB per communicator

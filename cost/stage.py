@@ -48,7 +48,8 @@ from paraplan.graph import Layer, LayerGraph, LayerKind
 from paraplan.hardware import Accelerator, Cluster, Efficiency, Tier
 
 __all__ = ["Affine", "BlockCost", "StageTerms", "stage_terms", "compute_floor_s", "ends_floor_s",
-           "layer_time", "block_params_per_device", "dense_layers_credited", "inner_tiers_fastest"]
+           "layer_time", "block_params_per_device", "dense_layers_credited", "inner_tiers_fastest",
+           "zero_exposed_s"]
 
 LOGITS_BYTES_PER_ELEMENT = 6  # bf16 logits + fp32 softmax for the fused cross-entropy
 
@@ -351,7 +352,7 @@ class _Spans:
                      for s in (self.tp, self.cp, self.ep, self.dp, self.edp))
 
 
-def _zero_exposed_s(gather_s: float, reduce_s: float, forward_s: float, backward_s: float,
+def zero_exposed_s(gather_s: float, reduce_s: float, forward_s: float, backward_s: float,
                     overlap: bool) -> float:
     """Exposed ZeRO-2/3 traffic of one block, one micro-batch.
 
@@ -394,7 +395,7 @@ def _block_costs(work: _Work, graph: LayerGraph, plan: Plan, job: Job, cluster: 
         tp_s = tp.forward_s + tp.backward_s + (tp.forward_s if is_full else 0.0)
         cp_s = cp.exposed_forward_s * (2 if is_full else 1) + cp.exposed_backward_s
         ep_s = ep.forward_s * (2 if is_full else 1) + ep.backward_s
-        zero_s = _zero_exposed_s(gather, reduce, fwd, bwd + rec, job.overlap_dp_comm)
+        zero_s = zero_exposed_s(gather, reduce, fwd, bwd + rec, job.overlap_dp_comm)
         out[recompute] = BlockCost(
             forward_s=fwd, backward_s=bwd + rec, compute_s=fwd + bwd + rec,
             comm_s=tp_s + cp_s + ep_s + zero_s, activation_bytes=work.stored_bytes[recompute],

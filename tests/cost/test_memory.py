@@ -121,3 +121,15 @@ def test_runtime_reserve_counts_the_context_and_one_nccl_communicator_per_group(
     # CUDA context + NCCL buffers per communicator
     assert runtime_reserve_bytes(three_d) == pytest.approx(
         CUDA_CONTEXT_BYTES + 4 * NCCL_BYTES_PER_COMMUNICATOR)
+
+
+def test_zero_gradient_reduce_is_exposed_whole_without_overlap() -> None:
+    """ZeRO-2/3 per-micro-batch traffic of a block: the gradient reduce-scatter hides behind
+    backward only when job.overlap_dp_comm (DeepSpeed overlap_comm); the prefetch always overlaps."""
+    from paraplan.cost.stage import zero_exposed_s
+
+    gather, reduce, fwd, bwd = 0.3, 0.5, 0.2, 1.0
+    # overlap: max(0, g - f) + max(0, g + r - b)
+    assert zero_exposed_s(gather, reduce, fwd, bwd, True) == pytest.approx(0.1 + 0.0)
+    # no overlap: max(0, g - f) + max(0, g - b) + r
+    assert zero_exposed_s(gather, reduce, fwd, bwd, False) == pytest.approx(0.1 + 0.0 + 0.5)
