@@ -7,7 +7,8 @@ Knobs a source does not give take documented defaults, listed in ``Case.defaults
 - recompute: the fastest of none / selective / full that fits memory (what a tuner would pick);
 - flash attention off and dropout on for runs before 2022-06 (Megatron-LM 2021, Korthikanti 2022,
   BLOOM: GPT-3-style training with dropout 0.1); fused attention and no dropout after;
-- gradient sync overlapped with backward, except Megatron-LM before 2023 (no --overlap-grad-reduce);
+- gradient sync overlapped with backward, except Megatron-LM before 2023 (no --overlap-grad-reduce)
+  and the DeepSpeed ZeRO-3 baselines of Narayanan et al. 2021 Table 2 (overlap_comm off by default);
 - NVL72 racks: up to 72 GPUs one rack; larger jobs use racks as 64-GPU NVLink domains
   (gb200-nvl72-64 / gb300-nvl72-64: NVIDIA's 128/256/512-GPU recipes are power-of-two);
 - bf16 gradient reduction for NeMo / Megatron-Bridge performance recipes (grad_reduce_in_fp32
@@ -57,7 +58,8 @@ _HARDWARE = (
     ("GB300", "gb300-nvl72"),
 )
 _PRE_FLASH_SOURCES = {"narayanan2021_t1", "korthikanti2022_t5", "korthikanti2022_dp8", "bloom176b"}
-_NO_OVERLAP_SOURCES = {"narayanan2021_t1", "korthikanti2022_t5", "korthikanti2022_dp8", "bloom176b"}
+_NO_OVERLAP_SOURCES = {"narayanan2021_t1", "narayanan2021_t2", "korthikanti2022_t5",
+                       "korthikanti2022_dp8", "bloom176b"}
 _DIST_OPTIMIZER_SOURCES = {"nemo_2407", "megatron_bridge_perf"}
 _GPT3_VOCAB = 51200  # NeMo GPT-3 rows match V = 51200 (published_runs.md Sec. 3.4)
 _MOE_PRESETS = {"Qwen3-30B-A3B": "qwen3-30b-a3b", "Qwen3-235B-A22B": "qwen3-235b-a22b",
@@ -77,6 +79,7 @@ class Case:
     recompute_given: bool
     defaults: tuple[str, ...] = field(default=())
     source: str = ""  # the publication (the CSV's ``source`` column up to a comma/parenthesis)
+    recompute_options: tuple[str, ...] = ("none", "selective", "full")  # when not given
 
 
 @dataclass(frozen=True)
@@ -92,12 +95,41 @@ def _int(text: str) -> int | None:
 
 
 def _step_time_s(row: dict[str, str]) -> float | None:
-    """Published step time, else gbs * seq_len / (tokens/s/GPU * n) (published_runs.md Sec. 4)."""
+    """Published step time, else gbs * seq_len / (tokens/s/GPU * n) (published_runs.md Sec. 4),
+    else model FLOPs per step / (TFLOP/s/GPU * n) where the row's FLOP convention is a documented
+    formula (``_flops_per_step``)."""
     if row["step_time_s"]:
         return float(row["step_time_s"])
     if row["tokens_per_sec_per_gpu"] and row["global_batch_seqs"]:
         return (int(row["global_batch_seqs"]) * int(row["seq_len"])
                 / (float(row["tokens_per_sec_per_gpu"]) * int(row["n_gpus"])))
+    flops = _flops_per_step(row)
+    if flops is not None and row["tflops_per_gpu"]:
+        return flops / (float(row["tflops_per_gpu"]) * 1e12 * int(row["n_gpus"]))
+    return None
+
+
+def _flops_per_step(row: dict[str, str]) -> float | None:
+    """Model FLOPs of one step under the row's convention (published_runs.md Sec. 3), or None:
+    - Megatron "model FLOPs" (Korthikanti 2022, Sec. 3.2): 72 B s l h^2 (1 + s/(6h) + V/(12 l h));
+    - NeMo model TFLOP/s (``nemo_longseq``): no recompute, non-causal attention, as NeMo 24.07
+      (Sec. 3.4): B s (6 N_matmul + 12 l h s), N_matmul = l (2 h^2 + 2 h kv_dim + 3 h f) + V h
+      (SwiGLU, GQA). The source marks this convention "likely, not verified" for these
+      containers; the rows' ``confidence`` column says so."""
+    convention = row["flop_counting"].lower()
+    b, s_len = _int(row["global_batch_seqs"]), _int(row["seq_len"])
+    h, layers, vocab = _int(row["hidden"]), _int(row["n_layers"]), _int(row["vocab_size"])
+    if None in (b, s_len, h, layers, vocab):
+        return None
+    if row["source_key"].startswith("korthikanti2022") and convention.startswith("model flops"):
+        return 72 * b * s_len * layers * h**2 * (1 + s_len / (6 * h) + vocab / (12 * layers * h))
+    if row["source_key"] == "nemo_longseq" and "swiglu" in row["model_type"].lower():
+        f, heads, kv = _int(row["ffn_hidden"]), _int(row["n_heads"]), _int(row["n_kv_heads"])
+        if None in (f, heads, kv):
+            return None
+        kv_dim = kv * h // heads
+        n_matmul = layers * (2 * h * h + 2 * h * kv_dim + 3 * h * f) + vocab * h
+        return b * s_len * (6 * n_matmul + 12 * layers * h * s_len)
     return None
 
 
@@ -179,6 +211,33 @@ def _zero(row: dict[str, str], defaults: list[str]) -> int:
     return 0
 
 
+_MODEL_PARALLEL = re.compile(r"model-parallel size M=t\*p=(\d+)")
+NODE_TP = 8  # Narayanan et al. 2021 Table 1: t = 8 (one DGX A100 node) for every model >= 18B
+
+
+def _table2_split(row: dict[str, str]) -> tuple[int, int] | None:
+    """Narayanan et al. 2021 Table 2 rows give only the model-parallel size M = t * p (notes);
+    the paper's Table 1 runs every model from 18.4B up at t = 8, the GPUs of one node (its Sec.
+    3.3: tensor parallelism inside a node, pipeline across nodes), so t = 8 and p = M / 8."""
+    m = _MODEL_PARALLEL.search(row["notes"])
+    if row["source_key"] != "narayanan2021_t2" or row["tp"] or m is None:
+        return None
+    size = int(m.group(1))
+    return (NODE_TP, size // NODE_TP) if size % NODE_TP == 0 else None
+
+
+def _gpt_mha_defaults(row: dict[str, str]) -> dict[str, str]:
+    """GPT-3-family rows ("GPT ..." models typed "dense (GeLU, MHA)") that leave ffn_hidden and
+    n_kv_heads empty take the GPT-3 block: ffn = 4h (Brown et al. 2020, arXiv:2005.14165 Sec.
+    2.1, d_ff = 4 d_model) and one K/V head per head (MHA, as the row's model_type says)."""
+    if not row["model"].startswith("GPT") or "mha" not in row["model_type"].lower():
+        return row
+    if row["ffn_hidden"] and row["n_kv_heads"]:
+        return row
+    return {**row, "ffn_hidden": row["ffn_hidden"] or str(4 * int(row["hidden"])),
+            "n_kv_heads": row["n_kv_heads"] or row["n_heads"]}
+
+
 def _recompute(text: str) -> str | None:
     t = text.lower()
     for mode in ("full", "selective", "none"):
@@ -202,6 +261,10 @@ def _row_case(row: dict[str, str]) -> Case | Skipped:
     moe = _moe_fields(row)
     if row["moe_experts"] and not moe:
         return Skipped(rid, label, "MoE model without a matching preset")
+    if moe and not row["ep"] and "deepep" in row["notes"].lower():
+        # DeepEP is an expert-parallel all-to-all library: the run used ep > 1, degree unstated
+        return Skipped(rid, label, "MoE run with expert parallelism of unpublished degree")
+    row = _gpt_mha_defaults(row)
     if (not row["ffn_hidden"] and not moe) or not row["n_kv_heads"]:
         return Skipped(rid, label, "architecture incomplete")
     kv_heads = _int(row["n_kv_heads"]) or preset(
@@ -209,6 +272,10 @@ def _row_case(row: dict[str, str]) -> Case | Skipped:
     defaults: list[str] = []
     tp, pp, cp = _int(row["tp"]) or 1, _int(row["pp"]) or 1, _int(row["cp"]) or 1
     n = int(row["n_gpus"])
+    split = _table2_split(row)
+    if split is not None:
+        tp, pp = split
+        defaults.append(f"tp={tp} x pp={pp} (model-parallel size M split as Table 1)")
     dp = _int(row["dp"]) or n // (tp * pp * cp)
     vp = _int(row["vp"])
     if vp is None:
@@ -248,6 +315,7 @@ def _row_case(row: dict[str, str]) -> Case | Skipped:
             "overlap_dp_comm": key not in _NO_OVERLAP_SOURCES,
             "fp32_grads": key not in _DIST_OPTIMIZER_SOURCES,
             **({"expert_imbalance": 1.0 if ("force-balanced" in row["notes"]
+                                            or "fake balanced gate" in row["notes"]
                                             or row["model"].endswith(_TOKENDROP)) else 1.1}
                if moe else {}),
         },
@@ -258,12 +326,19 @@ def _row_case(row: dict[str, str]) -> Case | Skipped:
             "recompute": rec or "none",
         },
     }
-    if rec is None:
+    options = ("none", "selective", "full")
+    if rec == "selective" and "(op)" in row["recompute"].lower():
+        # torchtitan's per-op selective checkpointing saves the outputs of some matmuls and
+        # recomputes the rest: less than Megatron's selective (attention core only) keeps,
+        # more than full. paraplan has no mode in between: the faster of the two that fits.
+        rec, options = None, ("selective", "full")
+        defaults.append("recompute=selective if it fits, else full (torchtitan per-op SAC)")
+    elif rec is None:
         defaults.append("recompute=fastest that fits")
     if dp * tp * pp * cp != n:
         return Skipped(rid, label, f"degrees {dp}x{tp}x{pp}x{cp} do not multiply to {n}")
     return Case(rid, key, label, scenario, step_s, rec is not None, tuple(defaults),
-                _publication(row["source"]))
+                _publication(row["source"]), options)
 
 
 def load_cases(path: Path = CSV_PATH) -> tuple[list[Case], list[Skipped]]:

@@ -1,26 +1,48 @@
-"""Compute time of one layer for one micro-batch on one device.
+"""Compute time of one layer for one micro-batch on one device, from the per-device operation shapes.
 
-A GEMM of W FLOPs takes ``W / (peak * eff) + overhead``: the fixed overhead (launch, wave tail) is
-what makes small per-device GEMMs inefficient (fits the cuBLAS m=n=k sweeps of hardware.json,
-``gemm_efficiency.cublaslt_square_sweeps``, within ~10% from 2048 up). Fused attention runs at the
-BF16 peak times ``attention`` efficiency; element-wise work is HBM-bound.
+Shape-aware efficiency (issue 11 item 2): every cost is that of the operation each device runs
+after every split, so splitting too finely costs what it costs.
+
+- GEMM of M x N x K per device (M = micro_batch * seq_len / cp tokens, the gathered sequence
+  under TP + SP; N or K divided by tp as the GEMM is column- or row-parallel; replicated GEMMs
+  run on the n / tp sequence-parallel tokens): ``max(W / (peak * eff), B / (HBM * eff_hbm)) +
+  overhead``, W = 2 M N K FLOPs, B = (M K + K N) input bytes + M N output bytes. The fixed
+  per-kernel overhead (launch, prologue, wave tail) and the HBM roofline are what make small
+  per-device GEMMs inefficient; efficiency W / (peak * t) is then a function of M, N, K that rises
+  to ``eff`` for large GEMMs. Checked against the cuBLASLt m=n=k sweeps of hardware.json
+  (``gemm_efficiency.cublaslt_square_sweeps``, S34-S36): the intercepts they imply are about 10 us
+  on A100 FP16, 4-6 us on H200 FP8 and 2-4 us on GB200 FP8 at 1024^3-2048^3.
+- Fused (flash) attention over a key/value chunk of L tokens runs at the BF16 peak times
+  ``attention * L / (L + ATTENTION_HALF_TOKENS)``, plus the per-kernel overhead per kernel: the
+  per-query-block work (loading Q, writing O, the softmax rescale) is amortised over the L keys it
+  iterates. Under context parallelism (ring, ``cp_comm`` p2p) each rank runs cp kernels, one per
+  ring step, over chunks of L = seq_len / cp keys; under the all-gather variant one kernel over
+  the gathered L = seq_len keys.
+- Element-wise work is HBM-bound.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from paraplan.cost.plan import Job, Plan, Precision
-from paraplan.graph import Layer, LayerKind
+from paraplan.cost.plan import CPComm, Job, Plan, Precision
+from paraplan.graph import Gemm, Layer, LayerKind
 from paraplan.hardware import Accelerator, Efficiency
 
 __all__ = ["LayerTime", "tokens_per_device", "layer_forward", "BACKWARD_GEMM_FACTOR",
-           "BACKWARD_ATTENTION_FACTOR", "ACTIVATION_BYTES", "GEMM_INPUT_BYTES", "gemm_input_bytes"]
+           "BACKWARD_ATTENTION_FACTOR", "ACTIVATION_BYTES", "GEMM_INPUT_BYTES", "gemm_input_bytes",
+           "GemmShape", "gemm_shape", "gemm_s", "gemm_efficiency", "AttentionShape",
+           "attention_shape", "attention_s", "attention_efficiency", "ATTENTION_HALF_TOKENS"]
 
 ACTIVATION_BYTES = 2  # bf16/fp16 activations (FP8 runs keep activations in bf16: Transformer Engine)
 BACKWARD_GEMM_FACTOR = 2.0  # dgrad + wgrad, each the forward's FLOPs (Narayanan et al. 2021 Sec 5.1)
 BACKWARD_ATTENTION_FACTOR = 2.5  # flash-attention backward / forward FLOPs (Dao 2023, FA2 Sec 3.1)
 CAUSAL_FRACTION = 0.5  # causal masking skips half the score blocks (fused kernels)
+# Key/value length at which a fused attention kernel reaches half its long-sequence throughput:
+# FlashAttention-2 (Dao 2023, arXiv:2307.08691, Fig. 4-5: A100, head dim 128) and -3 (Shah et al.
+# 2024, arXiv:2407.08608, Fig. 5-6: H100) run at roughly half their 16K-token TFLOP/s at 512
+# tokens and at ~90% from 4K; L / (L + 512) gives 0.50 at 512, 0.89 at 4K, 0.97 at 16K.
+ATTENTION_HALF_TOKENS = 512
 # Bytes per element of a GEMM input kept for backward (Transformer Engine stores the quantised
 # copy): the element plus its share of the block scale (S-TE in hardware/data/catalog.yaml: FP8
 # blockwise 1 scale (4 B) per 128 elements, MXFP8 1 B per 32, NVFP4 4 bits + 1 B per 16).
@@ -64,30 +86,103 @@ def tokens_per_device(plan: Plan, job: Job) -> float:
     return plan.micro_batch * job.seq_len / plan.cp
 
 
+@dataclass(frozen=True, slots=True)
+class GemmShape:
+    """One GEMM as a device runs it: (m x k) @ (k x n). Units: elements."""
+
+    m: float
+    n: float
+    k: float
+
+    @property
+    def flops(self) -> float:
+        return 2.0 * self.m * self.n * self.k
+
+
+def gemm_shape(gemm: Gemm, tokens: float, tp: int) -> GemmShape:
+    """Per-device shape of ``gemm`` on ``tokens`` tokens (tokens_per_device) under ``tp``.
+
+    Formula: column-parallel ("out"): m x (out/tp) x in; row-parallel ("in"): m x out x (in/tp);
+    replicated ("none"): (m/tp) x out x in (the sequence-parallel shard; without SP it stands for
+    the same FLOPs). Units: elements.
+    """
+    if gemm.tp_split == "out":
+        return GemmShape(tokens, gemm.out_dim / tp, gemm.in_dim)
+    if gemm.tp_split == "in":
+        return GemmShape(tokens, gemm.out_dim, gemm.in_dim / tp)
+    return GemmShape(tokens / tp, gemm.out_dim, gemm.in_dim)
+
+
+def gemm_s(shape: GemmShape, precision: Precision, accel: Accelerator, eff: Efficiency) -> float:
+    """Time of one GEMM kernel on one device.
+
+    Formula: max(2mnk / (peak_p * eff_p), ((mk + kn) * in_B + mn * 2 B) / (HBM * eff_hbm))
+             + kernel_overhead (in_B: gemm_input_bytes(precision)).
+    Source: module docstring (roofline; overhead from the cuBLASLt sweeps). Units: seconds.
+    """
+    compute_s = shape.flops / (accel.peak_for(precision.value) * eff.gemm(precision.value))
+    moved = ((shape.m * shape.k + shape.k * shape.n) * gemm_input_bytes(precision)
+             + shape.m * shape.n * ACTIVATION_BYTES)
+    memory_s = moved / (accel.hbm_bytes_per_s * eff.hbm)
+    return max(compute_s, memory_s) + eff.kernel_overhead_s
+
+
+def gemm_efficiency(shape: GemmShape, precision: Precision, accel: Accelerator,
+                    eff: Efficiency) -> float:
+    """Achieved fraction of the precision's peak: 2mnk / (peak * gemm_s). Dimensionless."""
+    return shape.flops / (accel.peak_for(precision.value) * gemm_s(shape, precision, accel, eff))
+
+
+@dataclass(frozen=True, slots=True)
+class AttentionShape:
+    """The fused-attention kernels of one layer on one device: ``kernels`` launches, each
+    iterating ``kv_tokens`` keys per query block."""
+
+    kernels: int
+    kv_tokens: float
+
+
+def attention_shape(plan: Plan, job: Job) -> AttentionShape:
+    """cp = 1: one kernel over seq_len keys; ring CP (p2p): cp kernels over seq_len / cp keys
+    (one per ring step, load-balanced chunks); all-gather CP: one kernel over seq_len keys."""
+    if plan.cp > 1 and plan.cp_comm is CPComm.P2P:
+        return AttentionShape(plan.cp, job.seq_len / plan.cp)
+    return AttentionShape(1, float(job.seq_len))
+
+
+def attention_efficiency(shape: AttentionShape, eff: Efficiency) -> float:
+    """Fraction of the BF16 peak the fused attention reaches: attention * L / (L + L_half).
+    Source: ATTENTION_HALF_TOKENS. Dimensionless."""
+    return eff.attention * shape.kv_tokens / (shape.kv_tokens + ATTENTION_HALF_TOKENS)
+
+
+def attention_s(flops: float, shape: AttentionShape, accel: Accelerator, eff: Efficiency) -> float:
+    """Forward attention-core time: flops / (bf16 peak * attention_efficiency) + kernels * overhead.
+    Units: seconds."""
+    bf16_peak = accel.peak_for(Precision.BF16.value)
+    return (flops / (bf16_peak * attention_efficiency(shape, eff))
+            + shape.kernels * eff.kernel_overhead_s)
+
+
 def layer_forward(layer: Layer, plan: Plan, job: Job, accel: Accelerator,
                   eff: Efficiency) -> LayerTime:
     """Forward time of ``layer`` for one micro-batch.
 
-    Formula: sum over GEMMs of n*flops_per_token/tp / (peak*eff) + overhead;
-    attention core n * 4*q_dim * seq * 1/2 (causal) / tp at the BF16 peak;
+    Formula: sum over GEMMs of gemm_s(gemm_shape(g, n, tp)); attention core
+    n * 4*q_dim * seq * 1/2 (causal) / tp FLOPs at attention_s(attention_shape);
     element-wise n * elems * 2 bytes / (HBM * eff), sharded by tp when SP is on.
     Units: seconds. Assumes: the LM head is column-parallel over tp, the embedding lookup is HBM-bound.
     """
     n = tokens_per_device(plan, job)
     tp = plan.tp
-    gemm_peak = accel.peak_for(job.precision.value)
-    gemm_eff = eff.gemm(job.precision.value)
-    gemm_s = sum(
-        n * g.flops_per_token / tp / (gemm_peak * gemm_eff) + eff.kernel_overhead_s
-        for g in layer.gemms
-    )
-    attention_s = 0.0
+    gemm_total_s = sum(gemm_s(gemm_shape(g, n, tp), job.precision, accel, eff)
+                       for g in layer.gemms)
+    attn_s = 0.0
     if layer.attn_core_flops_per_token_per_seq:
-        bf16_peak = accel.peak_for(Precision.BF16.value)
         flops = n * layer.attn_core_flops_per_token_per_seq * job.seq_len * CAUSAL_FRACTION / tp
-        attention_s = flops / (bf16_peak * eff.attention) + eff.kernel_overhead_s
+        attn_s = attention_s(flops, attention_shape(plan, job), accel, eff)
     shard = tp if (plan.sequence_parallel or layer.kind is LayerKind.LM_HEAD) else 1
     elementwise_s = n * layer.mem_bound_elems * ACTIVATION_BYTES / shard / (
         accel.hbm_bytes_per_s * eff.hbm
     )
-    return LayerTime(gemm_s, attention_s, elementwise_s)
+    return LayerTime(gemm_total_s, attn_s, elementwise_s)

@@ -5,10 +5,14 @@ does equal attention work; activations are divided by cp (n = micro_batch * seq_
 per rank, compute.tokens_per_device). ``plan.cp_comm`` picks the exchange (Megatron
 ``--cp-comm-type``, docs/frameworks.md Sec. 2.2):
 
-- ``p2p`` (ring; Liu et al. 2023, Ring Attention, arXiv:2310.01889): K and V (n * 2 * kv_dim
-  elements per rank) pass around the cp ring in cp - 1 steps forward, and K, V plus their
-  gradients backward; each step overlaps with the attention of the chunk already held, so
-  exposed = max(0, comm - attention).
+- ``p2p`` (ring; Liu et al. 2023, Ring Attention, arXiv:2310.01889; Megatron-Core/TE
+  ``AttnFuncWithCPAndKVP2P``): K and V (n * 2 * kv_dim elements per rank) pass around the cp ring
+  in cp - 1 hops forward, and K, V plus their gradients backward. The attention runs as cp
+  kernels, one per ring step over the chunk already held (compute.attention_shape; with causal
+  load balancing each step is 1/cp of the rank's attention work); hop i + 1 is in flight while
+  step i computes, so each of the cp - 1 hops is exposed by max(0, hop - step): at short
+  sequences the chunks are too small to hide the hops (a sum of per-hop maxima, not one max of
+  totals, which would let a long step hide a short one's hop).
 - ``all_gather`` (Llama 3: Dubey et al. 2024, arXiv:2407.21783 Sec. 3.3.2; Megatron/TE
   ``allgather``): all-gather the K/V of the whole sequence before attention, compute each local
   Q chunk against it, and in backward all-gather K/V again and reduce-scatter dK/dV. Collective
@@ -54,8 +58,9 @@ def cp_layer_comm(kv_dim: int, attention: LayerTime, plan: Plan, job: Job,
     """K/V exchange of one attention layer under ``plan.cp_comm``.
 
     Formula (c = kv_chunk_bytes, cp ranks):
-      p2p:        fwd = (cp-1) * (alpha + c / B_tier), bwd = 2 fwd;
-                  exposed = max(0, fwd - attn_fwd), max(0, bwd - attn_bwd)
+      p2p:        hop = alpha + c / B_tier, fwd = (cp-1) * hop, bwd = 2 fwd (K, V, dK, dV);
+                  exposed_fwd = (cp-1) * max(0, hop - attn_fwd / cp),
+                  exposed_bwd = (cp-1) * max(0, 2 hop - attn_bwd / cp)
       all_gather: fwd = allgather(cp * c), bwd = allgather(cp * c) + reduce_scatter(cp * c),
                   all exposed; working buffer cp * c.
     Source: module docstring. Units: seconds, bytes.
@@ -70,10 +75,12 @@ def cp_layer_comm(kv_dim: int, attention: LayerTime, plan: Plan, job: Job,
         fwd = allgather_s(span, full_bytes)
         bwd = fwd + reduce_scatter_s(span, full_bytes)
         return CPCost(fwd, bwd, fwd, bwd, working_bytes=full_bytes)
-    fwd = (plan.cp - 1) * p2p_s(span.outermost, chunk_bytes)
-    bwd = 2 * fwd
+    hops = plan.cp - 1
+    hop = p2p_s(span.outermost, chunk_bytes)
+    step_fwd = attention.attention_s / plan.cp
+    step_bwd = BACKWARD_ATTENTION_FACTOR * step_fwd
     return CPCost(
-        fwd, bwd,
-        max(0.0, fwd - attention.attention_s),
-        max(0.0, bwd - BACKWARD_ATTENTION_FACTOR * attention.attention_s),
+        hops * hop, 2 * hops * hop,
+        hops * max(0.0, hop - step_fwd),
+        hops * max(0.0, 2 * hop - step_bwd),
     )

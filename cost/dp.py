@@ -33,6 +33,8 @@ __all__ = [
 WEIGHT_BYTES = 2
 GRAD_BYTES = 4  # fp32 main grads; 2 when the job keeps gradients in bf16 (job.fp32_grads=False)
 OPTIMIZER_BYTES = 12
+FSDP_SHARD_WEIGHT_BYTES = 4  # ZeRO-3 with fp32 grads: the fp32 shard is the master (state_bytes)
+FSDP_MOMENT_BYTES = 8  # Adam's fp32 momentum + variance
 OPTIMIZER_STEP_BYTES_PER_PARAM = 30  # Adam reads grad, master, m, v (16 B), writes master, m, v, bf16 (14 B)
 
 
@@ -54,7 +56,20 @@ def grad_bytes(job: Job) -> int:
 
 def state_bytes(params: float, zero: int, dp: int, grad_bytes_per_param: int = GRAD_BYTES
                 ) -> StateBytes:
-    """Formula: params * (2/(d if z>=3) + g/(d if z>=2) + 12/(d if z>=1)) bytes, d = shard group."""
+    """Formula: params * (2/(d if z>=3) + g/(d if z>=2) + 12/(d if z>=1)) bytes, d = shard group;
+    ZeRO-3 with fp32 gradients (g = 4): params * (4 + 4 + 8) / d.
+
+    Fully sharded data parallelism keeps one sharded copy of each parameter: PyTorch FSDP/FSDP2
+    mixed precision stores the shard in fp32 (it is the optimizer's master weight) and all-gathers
+    a bf16 copy per layer (PyTorch docs, ``torch.distributed.fsdp.MixedPrecisionPolicy``:
+    ``param_dtype`` is the unsharded compute dtype; the sharded parameter keeps its fp32 dtype),
+    so fp32 gradients (``reduce_dtype`` fp32) leave Adam only its two moments (8 B): 16 B/param,
+    the same total as DeepSpeed ZeRO-3's 2 + 2 + 12 (Rajbhandari et al. 2020, Sec. 3.1 / Fig. 1).
+    """
+    if zero >= 3 and grad_bytes_per_param == GRAD_BYTES:
+        return StateBytes(weights=params * FSDP_SHARD_WEIGHT_BYTES / dp,
+                          grads=params * grad_bytes_per_param / dp,
+                          optimizer=params * FSDP_MOMENT_BYTES / dp)
     return StateBytes(
         weights=params * WEIGHT_BYTES / (dp if zero >= 3 else 1),
         grads=params * grad_bytes_per_param / (dp if zero >= 2 else 1),

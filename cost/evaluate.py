@@ -41,6 +41,7 @@ class Breakdown:
     model_tflops_per_gpu: float
     mfu: float
     stage_capacity_bytes: tuple[float, ...] = ()  # per stage (differs on a pooled cluster)
+    memory_headroom_bytes: float = 0.0  # kept free by solver.memory_headroom (not in capacity)
 
     @property
     def peak_memory_bytes(self) -> float:
@@ -50,6 +51,11 @@ class Breakdown:
     def fits(self) -> bool:
         caps = self.stage_capacity_bytes or (self.memory_capacity_bytes,) * len(self.stage_memory)
         return all(m.total_bytes <= c for m, c in zip(self.stage_memory, caps, strict=True))
+
+    @property
+    def memory_reserve_bytes(self) -> float:
+        """The runtime reserve (CUDA context, NCCL buffers, fragmentation) of the peak stage."""
+        return self.stage_memory[self.binding_stage].reserve_bytes
 
     @property
     def binding_stage(self) -> int:
@@ -115,4 +121,5 @@ def evaluate(graph: LayerGraph, cluster: Cluster, job: Job, plan: Plan) -> Break
         model_tflops_per_gpu=achieved / 1e12,
         mfu=achieved / peak,
         stage_capacity_bytes=caps,
+        memory_headroom_bytes=cluster.memory_headroom_bytes,
     )

@@ -3,7 +3,27 @@
 peak = model state (weights + grads + optimizer, by ZeRO stage, see dp.py)
      + activations (per block per micro-batch, see recompute.py) * layers * in-flight micro-batches
      + transient working set (FULL recompute re-materialises one block; ZeRO-3 gathers two blocks)
-     + logits on the last stage + a fixed runtime reserve.
+     + logits on the last stage + the runtime reserve (``runtime_reserve_bytes``: CUDA context,
+       NCCL buffers per communicator, allocator fragmentation of the activation working set).
+
+The reserve is memory a real run loses that no tensor of the model accounts for:
+- CUDA context and library workspaces: ``CUDA_CONTEXT_BYTES``. With lazy module loading (CUDA
+  11.7+, default in PyTorch 2.x: NVIDIA CUDA C++ Programming Guide, "Lazy Loading") the context
+  is a few hundred MB; cuBLAS/cuBLASLt workspaces add a few to tens of MiB per stream (PyTorch
+  docs, "CUDA semantics", cuBLAS workspaces / CUBLAS_WORKSPACE_CONFIG). 0.5 GB is an estimate.
+- NCCL buffers: each communicator a rank belongs to allocates NCCL_BUFFSIZE (default 4 MiB, NCCL
+  docs "Environment Variables") per channel per peer and per protocol; with 16-32 channels on an
+  NVLink/NVSwitch node and send + receive peers that is ~0.25 GB per communicator
+  (``NCCL_BYTES_PER_COMMUNICATOR``). A rank belongs to the default (world) communicator and one
+  per parallel group of size > 1 (tp, cp, dp x cp, pp, ep, expert data parallel).
+- Allocator fragmentation: PyTorch's caching allocator keeps freed blocks reserved and rounds
+  and splits them (PyTorch docs, "CUDA semantics", memory management: ``memory_reserved`` exceeds
+  ``memory_allocated``; ``expandable_segments`` exists to reduce it). Model state is allocated once
+  and does not fragment; the activation working set churns every micro-batch.
+  ``ALLOCATOR_FRAGMENTATION`` = 2% of it is an assumption, not a measured constant, bounded by
+  the calibration set: the MosaicML MPT-350m runs (micro-batch 18 on A100 40GB, rows 607-610 of
+  benchmarks/data/published_runs_calibration.csv) hold ~40 GB of modelled activations and run,
+  which leaves room for about 4% at most.
 """
 
 from __future__ import annotations
@@ -11,14 +31,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from paraplan.cost.dp import WEIGHT_BYTES, StateBytes, grad_bytes, shard_degree, state_bytes
-from paraplan.cost.plan import Recompute
+from paraplan.cost.ep import expert_shard_degree
+from paraplan.cost.plan import Plan, Recompute
 from paraplan.cost.pp import in_flight_micro_batches
 from paraplan.cost.stage import StageTerms
 
 __all__ = ["StageMemory", "StageMemoryModel", "stage_memory", "stage_memory_model",
-           "max_layers_per_stage", "RUNTIME_RESERVE_BYTES"]
+           "max_layers_per_stage", "runtime_reserve_bytes", "num_communicators",
+           "CUDA_CONTEXT_BYTES", "NCCL_BYTES_PER_COMMUNICATOR", "ALLOCATOR_FRAGMENTATION"]
 
-RUNTIME_RESERVE_BYTES = 1.5e9  # CUDA context (~0.5 GB) + NCCL/communication buffers (~1 GB)
+CUDA_CONTEXT_BYTES = 0.5e9  # CUDA context + cuBLAS workspaces, lazy loading (module docstring)
+NCCL_BYTES_PER_COMMUNICATOR = 0.25e9  # NCCL_BUFFSIZE 4 MiB x channels x peers (module docstring)
+ALLOCATOR_FRAGMENTATION = 0.02  # of the activation working set; assumption (module docstring)
 ZERO3_PREFETCH_BLOCKS = 2  # FSDP keeps the current and the prefetched block unsharded
 
 
@@ -28,7 +52,8 @@ class StageMemory:
     grads_bytes: float
     optimizer_bytes: float
     activations_bytes: float
-    buffers_bytes: float
+    buffers_bytes: float  # the runtime reserve included (ZeRO-3 prefetch buffers besides)
+    reserve_bytes: float = 0.0  # the runtime reserve part of buffers_bytes (informational)
 
     @property
     def total_bytes(self) -> float:
@@ -51,6 +76,7 @@ class StageMemoryModel:
             f.optimizer_bytes + layers * p.optimizer_bytes,
             f.activations_bytes + layers * p.activations_bytes,
             f.buffers_bytes + layers * p.buffers_bytes,
+            f.reserve_bytes + layers * p.reserve_bytes,
         )
 
     def max_layers(self, capacity_bytes: float) -> int:
@@ -64,11 +90,32 @@ def _max_layers(room_bytes: float, per_layer_bytes: float) -> int:
     return int(room_bytes // per_layer_bytes) if per_layer_bytes > 0 else 10**9
 
 
+def num_communicators(plan: Plan) -> int:
+    """NCCL communicators a rank belongs to: the world one plus one per parallel group of size > 1
+    (tp, cp, dp x cp, pp, and with experts ep and the expert-data-parallel group)."""
+    groups: tuple[int, ...] = (plan.tp, plan.cp, plan.dp * plan.cp, plan.pp)
+    if plan.ep > 1:
+        groups += (plan.ep, expert_shard_degree(plan))
+    return 1 + sum(1 for g in groups if g > 1)
+
+
+def runtime_reserve_bytes(plan: Plan) -> float:
+    """Fixed part of the runtime reserve of one device.
+
+    Formula: CUDA_CONTEXT_BYTES + NCCL_BYTES_PER_COMMUNICATOR * num_communicators(plan).
+    Source: module docstring. Units: bytes. (Fragmentation scales with the activations and is
+    added per stage in stage_memory_model.)
+    """
+    return CUDA_CONTEXT_BYTES + NCCL_BYTES_PER_COMMUNICATOR * num_communicators(plan)
+
+
 def stage_memory_model(terms: StageTerms, stage: int, recompute: Recompute) -> StageMemoryModel:
     """Parts of the module docstring, split into what one layer adds and what the stage has anyway.
 
     Formula per layer: state(block params) + block activations x in-flight micro-batches;
-    fixed: state(embedding/head) + logits + FULL's working block + reserve (+ ZeRO-3 prefetch).
+    fixed: state(embedding/head) + logits + FULL's working block + reserve (+ ZeRO-3 prefetch);
+    the reserve is runtime_reserve_bytes + ALLOCATOR_FRAGMENTATION x the activations (fixed and
+    per layer).
     Routed-expert state is sharded over the expert-data-parallel group (dp*cp/ep); stage 0 adds
     the dense-layer correction (stage.py) to its state and, per in-flight micro-batch, activations.
     """
@@ -87,16 +134,19 @@ def stage_memory_model(terms: StageTerms, stage: int, recompute: Recompute) -> S
         fixed_act += terms.at(stage).first.activation_bytes
     if stage == plan.pp - 1:
         fixed_act += terms.at(stage).last.activation_bytes
-    buffers = RUNTIME_RESERVE_BYTES
+    layer_act = block.activation_bytes * held
+    reserve = runtime_reserve_bytes(plan) + ALLOCATOR_FRAGMENTATION * fixed_act
+    layer_reserve = ALLOCATOR_FRAGMENTATION * layer_act
+    buffers = reserve
     if plan.zero >= 3 and shards > 1:
         buffers += ZERO3_PREFETCH_BLOCKS * terms.block_params * WEIGHT_BYTES
     if plan.zero >= 3 and expert_shards > 1:
         buffers += ZERO3_PREFETCH_BLOCKS * terms.block_expert_params * WEIGHT_BYTES
     return StageMemoryModel(
         fixed=StageMemory(fixed_state.weights, fixed_state.grads, fixed_state.optimizer,
-                          fixed_act, buffers),
+                          fixed_act, buffers, reserve),
         per_layer=StageMemory(layer_state.weights, layer_state.grads, layer_state.optimizer,
-                              block.activation_bytes * held, 0.0),
+                              layer_act, layer_reserve, layer_reserve),
     )
 
 
@@ -128,7 +178,8 @@ def max_layers_per_stage(terms: StageTerms, recompute: Recompute,
     out = [ends[0].max_layers(capacity_bytes)]
     for s in range(1, pp - 1):
         held = in_flight_micro_batches(s, terms.plan, terms.num_micro_batches)
-        out.append(_max_layers(room, state + act * held + p.buffers_bytes))
+        layer_act = act * held
+        out.append(_max_layers(room, state + layer_act + ALLOCATOR_FRAGMENTATION * layer_act))
     return out + [ends[pp - 1].max_layers(capacity_bytes)]
 
 

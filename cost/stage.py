@@ -50,7 +50,7 @@ from paraplan.hardware import Accelerator, Cluster, Efficiency, Tier
 
 __all__ = ["Affine", "BlockCost", "StageTerms", "stage_terms", "compute_floor_s", "FLOOR_IGNORES",
            "ends_floor_s", "layer_time", "block_params_per_device", "dense_layers_credited",
-           "inner_tiers_fastest"]
+           "inner_tiers_fastest", "zero_exposed_s"]
 
 LOGITS_BYTES_PER_ELEMENT = 6  # bf16 logits + fp32 softmax for the fused cross-entropy
 
@@ -262,7 +262,8 @@ def block_params_per_device(layers: list[Layer], plan: Plan) -> tuple[float, flo
 @dataclass(frozen=True, slots=True)
 class _Work:
     """The placement-free part of a block's (or an end's) cost: compute, activations, params.
-    Depends on tp, cp, ep, micro-batch and SP only."""
+    Depends on tp, cp, cp_comm (the attention kernels, compute.attention_shape), ep, micro-batch
+    and SP only."""
 
     times: tuple[LayerTime, ...]
     attention: LayerTime | None
@@ -352,6 +353,20 @@ class _Spans:
                      for s in (self.tp, self.cp, self.ep, self.dp, self.edp))
 
 
+def zero_exposed_s(gather_s: float, reduce_s: float, forward_s: float, backward_s: float,
+                    overlap: bool) -> float:
+    """Exposed ZeRO-2/3 traffic of one block, one micro-batch.
+
+    Formula: max(0, gather - forward) + max(0, gather + reduce - backward) when gradient
+    communication overlaps backward (job.overlap_dp_comm); else the gradient reduce-scatter is
+    exposed whole: max(0, gather - forward) + max(0, gather - backward) + reduce (the parameter
+    prefetch still overlaps: DeepSpeed ZeRO-3 ``overlap_comm`` defaults to false, and it governs
+    the gradient reduction only; DeepSpeed docs, ZeRO configuration). Units: seconds."""
+    if overlap:
+        return max(0.0, gather_s - forward_s) + max(0.0, gather_s + reduce_s - backward_s)
+    return max(0.0, gather_s - forward_s) + max(0.0, gather_s - backward_s) + reduce_s
+
+
 def _block_costs(work: _Work, graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster,
                  spans: _Spans) -> dict[Recompute, BlockCost]:
     """A block's cost under each recompute mode: its work plus the communication the plan's
@@ -381,7 +396,7 @@ def _block_costs(work: _Work, graph: LayerGraph, plan: Plan, job: Job, cluster: 
         tp_s = tp.forward_s + tp.backward_s + (tp.forward_s if is_full else 0.0)
         cp_s = cp.exposed_forward_s * (2 if is_full else 1) + cp.exposed_backward_s
         ep_s = ep.forward_s * (2 if is_full else 1) + ep.backward_s
-        zero_s = max(0.0, gather - fwd) + max(0.0, gather + reduce - (bwd + rec))
+        zero_s = zero_exposed_s(gather, reduce, fwd, bwd + rec, job.overlap_dp_comm)
         out[recompute] = BlockCost(
             forward_s=fwd, backward_s=bwd + rec, compute_s=fwd + bwd + rec,
             comm_s=tp_s + cp_s + ep_s + zero_s, activation_bytes=work.stored_bytes[recompute],
@@ -420,7 +435,7 @@ SharedCache = dict[tuple[object, ...], Any]  # per-layout work and sync lines sh
 # What each cache's value does not depend on (plan_key keeps every other field). The stage split,
 # recompute and rank order never enter a per-layer cost (the order acts through the spans).
 _PER_STAGE = frozenset({"recompute", "layers_per_stage", "layers_per_chunk", "order", "stage_pools"})
-_WORK_IGNORES = _PER_STAGE | {"dp", "pp", "vp", "zero", "cp_comm"}  # FLOPs, bytes: no comm
+_WORK_IGNORES = _PER_STAGE | {"dp", "pp", "vp", "zero"}  # cp_comm sets the attention kernels
 _SHARED_IGNORES = _PER_STAGE | {"dp", "pp", "vp", "zero"}  # zero enters as its class
 _SYNC_IGNORES = _PER_STAGE | {"pp", "vp", "cp_comm", "micro_batch", "sequence_parallel"}
 

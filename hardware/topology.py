@@ -14,7 +14,7 @@ model always costs a stage with the pool that hosts it (cost/pools.py).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import networkx as nx
@@ -22,7 +22,7 @@ from paraplan.hardware.catalog import Accelerator, LinkSpec, fabric, fabric_name
 from paraplan.hardware.efficiency import Efficiency, efficiency
 
 __all__ = ["Tier", "Cluster", "build_cluster", "build_pooled_cluster", "topology_graph",
-           "MAX_DEVICES", "MAX_POOLS"]
+           "with_memory_headroom", "MAX_DEVICES", "MAX_POOLS"]
 
 MAX_DEVICES = 1_000_000
 """Most devices in a cluster, summed over pools (README "Limits"): ~10x the largest training
@@ -56,6 +56,7 @@ class Cluster:
     pools: tuple[Cluster, ...] = ()  # pooled clusters only (module docstring)
     pool_link: Tier | None = None  # the link between two pools
     efficiency_override: Efficiency | None = None  # from a calibration profile (calibration.py)
+    memory_headroom: float = 0.0  # fraction of device memory kept free (solver.memory_headroom)
 
     @property
     def efficiency(self) -> Efficiency:
@@ -77,7 +78,14 @@ class Cluster:
         against its own pool's, see cost/pools.py)."""
         if self.pools:
             return min(p.memory_capacity_bytes for p in self.pools)
-        return self.accelerator.hbm_bytes
+        return self.accelerator.hbm_bytes * (1.0 - self.memory_headroom)
+
+    @property
+    def memory_headroom_bytes(self) -> float:
+        """Device memory kept free by ``memory_headroom`` (of the pool with the least capacity)."""
+        if self.pools:
+            return min(self.pools, key=lambda p: p.memory_capacity_bytes).memory_headroom_bytes
+        return self.accelerator.hbm_bytes * self.memory_headroom
 
     def tier_of_span(self, span_devices: int) -> Tier:
         """Innermost tier whose domain holds ``span_devices`` consecutive ranks."""
@@ -102,6 +110,15 @@ def _scale_out(preset: str) -> LinkSpec:
     if preset in fabric_names():
         return fabric(preset).tiers[-1]
     return node_type(preset).scale_out
+
+
+def with_memory_headroom(cluster: Cluster, fraction: float) -> Cluster:
+    """``cluster`` (and each of its pools) with ``fraction`` of device memory kept free: the
+    capacity every plan is checked against becomes HBM x (1 - fraction)."""
+    if not 0.0 <= fraction < 0.5:
+        raise ValueError(f"solver.memory_headroom={fraction} must be at least 0 and below 0.5")
+    return replace(cluster, memory_headroom=fraction,
+                   pools=tuple(replace(p, memory_headroom=fraction) for p in cluster.pools))
 
 
 def build_pooled_cluster(pools: Sequence[Mapping[str, Any]]) -> Cluster:

@@ -25,6 +25,7 @@ from paraplan.hardware import (
     build_cluster,
     build_pooled_cluster,
     load_profile,
+    with_memory_headroom,
 )
 from paraplan.schema import PlanSection, Scenario
 
@@ -70,6 +71,8 @@ def build_instance(scenario: Scenario, calibration: Calibration | None = None) -
     try:
         spec = _model_spec(scenario)
         cluster = _calibrated(_cluster(scenario), calibration or scenario.calibration)
+        if scenario.solver.memory_headroom:
+            cluster = with_memory_headroom(cluster, scenario.solver.memory_headroom)
         job = Job(**scenario.job.model_dump())
         for pool in cluster.pools or (cluster,):
             pool.accelerator.peak_for(job.precision.value)

@@ -85,6 +85,12 @@ class Predicted(BaseModel):
     mfu: float
     peak_memory_bytes: float
     memory_capacity_bytes: float
+    memory_reserve_bytes: float = Field(
+        0.0, description="runtime reserve on the peak stage (CUDA context, NCCL buffers, "
+        "allocator fragmentation; cost/memory.py), included in peak_memory_bytes")
+    memory_headroom_bytes: float = Field(
+        0.0, description="device memory kept free by solver.memory_headroom, already taken off "
+        "memory_capacity_bytes")
     fits_memory: bool
     compute_s: float
     bubble_s: float
@@ -171,7 +177,8 @@ def predicted_out(b: Breakdown, plan: Plan, band: StepTimeBandOut | None = None)
         step_time_s=b.step_time_s, step_time_band_s=band, tokens_per_s_per_gpu=b.tokens_per_s_per_gpu,
         model_flops_per_token=b.model_flops_per_token, model_tflops_per_gpu=b.model_tflops_per_gpu,
         mfu=b.mfu, peak_memory_bytes=b.peak_memory_bytes,
-        memory_capacity_bytes=peak_capacity, fits_memory=b.fits, compute_s=b.compute_s,
+        memory_capacity_bytes=peak_capacity, memory_reserve_bytes=b.memory_reserve_bytes,
+        memory_headroom_bytes=b.memory_headroom_bytes, fits_memory=b.fits, compute_s=b.compute_s,
         bubble_s=b.bubble_s, exposed_comm_s=b.exposed_comm_s, optimizer_s=b.optimizer_s,
         num_micro_batches=b.num_micro_batches, stages=stages,
     )

@@ -325,6 +325,17 @@ class SolverSection(_Section):
     target: SolverTarget | None = Field(
         None, description="search only the plans this framework can run (its exporter's rules); "
                           "the plan exports to it without a refusal")
+    memory_headroom: float = Field(
+        0.0, description="fraction of each device's memory kept free (0 <= x < 0.5): plans "
+        "must fit HBM x (1 - memory_headroom), on top of the modelled runtime reserve")
+
+    @field_validator("memory_headroom")
+    @classmethod
+    def check_memory_headroom(cls, value: float) -> float:
+        if not 0.0 <= value < 0.5:
+            raise ValueError(f"solver.memory_headroom={value} must be at least 0 and below 0.5 "
+                             "(a fraction of device memory kept free, e.g. 0.05)")
+        return value
 
 
 class Scenario(BaseModel):

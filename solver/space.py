@@ -9,8 +9,9 @@ which the CP-SAT model decides. Domains, each filtered by the scenario's fixed k
   split along the rank order (ep divides, or is a multiple of, the inner of cp and dp: the EP
   group is the innermost ep ranks of dp x cp, cost/ep.py); tp > 1 forces sequence parallelism;
 - etp (mixture-of-experts models with tp > 1, else unset): tp or 1 (cost/ep.py);
-- cp_comm (cp > 1, else p2p): p2p or all_gather (cost/cp.py); all_gather only when the CP group
-  spans more than one tier (on one tier it is dominated: _cp_comms);
+- cp_comm (cp > 1, else p2p): p2p or all_gather (cost/cp.py), on every placement: all_gather runs
+  the attention as one kernel over the gathered keys, the ring as cp kernels over seq/cp-key
+  chunks (cost/compute.attention_shape), so neither dominates the other even on one tier;
 - micro_batch: divisors of global_batch / dp up to ``solver.max_micro_batch``;
 - vp: 1..``solver.max_vp`` when pp > 1, micro-batches a multiple of pp, layers >= pp*vp; stages
   hold vp k - slot layers (cost.plan.pipeline_slots: where vp does not divide the layers,
@@ -26,8 +27,8 @@ which the CP-SAT model decides. Domains, each filtered by the scenario's fixed k
   them than another is dropped (equal profiles keep the order nearest Megatron's default
   tp-cp-dp-pp).
 Under a layout filter (``Options.layout_filter``, e.g. solver.target) no alternative is dropped as
-dominated before the filter has judged it: SP off and ZeRO-0 stay, all_gather CP stays, and the
-orders a layout fails are removed before profiles are compared.
+dominated before the filter has judged it: SP off and ZeRO-0 stay, and the orders a layout fails
+are removed before profiles are compared.
 
 Pooled (mixed-GPU) clusters (cost/pools.py): for each ordered selection of pools (every
 non-empty subset, in every order: stage 0 holds the most in-flight activations, so which pool
@@ -215,16 +216,6 @@ def _cp_comms(cp: int, fixed: Fixed) -> list[CPComm]:
     return [CPComm.P2P] if cp == 1 else [CPComm.P2P, CPComm.ALL_GATHER]
 
 
-def _all_gather_dominated(plan: Plan, cluster: Cluster) -> bool:
-    """all_gather CP on a group that spans one tier (in every pool the stages use): there a
-    one-tier all-gather of cp chunks, (cp-1)(alpha + c/B), equals the ring's busy time, all of it
-    exposed, and it adds the gathered K/V buffer (cost/cp.py), so it is never faster nor smaller
-    than p2p."""
-    pools = [cluster.pools[p] for p in sorted(set(plan.stage_pools))] if plan.stage_pools \
-        else [cluster]
-    return all(sum(f > 1 for f in group_span(pool, plan, Axis.CP).fan_in) <= 1 for pool in pools)
-
-
 def _dominated(a: tuple[float, ...], b: tuple[float, ...]) -> bool:
     """b is no worse than a anywhere (a can be dropped)."""
     return all(y <= x * (1 + 1e-12) for x, y in zip(a, b, strict=True))
@@ -363,9 +354,8 @@ def zeros(family: Plan, fixed: Fixed, *, prune_dominated: bool = True,
 def orders(family: Plan, cluster: Cluster, fixed: Fixed, options: Options, *,
            prune_dominated: bool = True, cache: OrderCache | None = None) -> list[tuple[Axis, ...]]:
     """Rank orders of a family (module docstring); ``cache`` keeps them across families with the
-    same degrees. An all_gather CP family keeps only the orders where its CP group spans more
-    than one tier (``_all_gather_dominated``) unless cp_comm is fixed or pruning is off. Under a
-    layout filter, the orders are those ``family`` (with its ZeRO stage) passes."""
+    same degrees. Under a layout filter, the orders are those ``family`` (with its ZeRO stage)
+    passes."""
     filtered = options.layout_filter is not None
     key = (prune_dominated, *plan_key(family, frozenset() if filtered else _ORDERS_IGNORE))
     if cache is not None and key in cache:
@@ -374,9 +364,6 @@ def orders(family: Plan, cluster: Cluster, fixed: Fixed, options: Options, *,
                 etp=family.etp, micro_batch=1, recompute=(Recompute.NONE,) * family.pp,
                 layers_per_stage=(1,) * family.pp, stage_pools=family.stage_pools)
     out = _orders(base, cluster, fixed, options, prune_dominated, (family.etp,), family)
-    if (prune_dominated and family.cp_comm is CPComm.ALL_GATHER and fixed.cp_comm is None
-            and not filtered):
-        out = [o for o in out if not _all_gather_dominated(replace(base, order=o), cluster)]
     if cache is not None:
         cache[key] = out
     return out

@@ -71,7 +71,16 @@ def test_zero_three_shards_everything_over_dp() -> None:
     one = state_bytes(1e9, 3, 1)
     eight = state_bytes(1e9, 3, 8)
     assert eight.total == pytest.approx(one.total / 8)
-    assert one.total == pytest.approx(18e9)  # 2 + 4 + 12 bytes per parameter
+    # fp32 gradients: the fp32 shard is the master weight (FSDP mixed precision): 4 + 4 + 8 B
+    assert (one.weights, one.grads, one.optimizer) == pytest.approx((4e9, 4e9, 8e9))
+
+
+def test_zero3_state_is_16_bytes_per_parameter_with_fp32_or_bf16_gradients() -> None:
+    """FSDP (fp32 shard = master, fp32 grads, Adam moments) and DeepSpeed ZeRO-3 (bf16 weights and
+    grads, K = 12) both hold 16 B/param; ZeRO-2 with fp32 grads still holds 2 + 4 + 12."""
+    assert state_bytes(1e9, 3, 1).total == pytest.approx(16e9)
+    assert state_bytes(1e9, 3, 1, grad_bytes_per_param=2).total == pytest.approx(16e9)
+    assert state_bytes(1e9, 2, 1).total == pytest.approx(18e9)
 
 
 @pytest.mark.parametrize(("pp", "vp", "mb", "zero"), [(4, 1, 1, 1), (8, 2, 2, 3), (16, 1, 1, 0),
@@ -95,3 +104,32 @@ def test_layer_caps_of_all_stages_match_each_stage_model(pp: int, vp: int, mb: i
         for cap in (40e9, 80e9, 3e11):
             expected = [stage_memory_model(terms, s, r).max_layers(cap) for s in range(pp)]
             assert max_layers_per_stage(terms, r, cap) == expected
+
+
+def test_runtime_reserve_counts_the_context_and_one_nccl_communicator_per_group() -> None:
+    from paraplan.cost.memory import (
+        CUDA_CONTEXT_BYTES,
+        NCCL_BYTES_PER_COMMUNICATOR,
+        num_communicators,
+        runtime_reserve_bytes,
+    )
+
+    single = Plan(dp=1, tp=1, pp=1, layers_per_stage=(1,))
+    three_d = Plan(dp=4, tp=8, pp=2, layers_per_stage=(1, 1))
+    assert num_communicators(single) == 1  # the world communicator only
+    assert num_communicators(three_d) == 4  # world + tp + dp + pp
+    # CUDA context + NCCL buffers per communicator
+    assert runtime_reserve_bytes(three_d) == pytest.approx(
+        CUDA_CONTEXT_BYTES + 4 * NCCL_BYTES_PER_COMMUNICATOR)
+
+
+def test_zero_gradient_reduce_is_exposed_whole_without_overlap() -> None:
+    """ZeRO-2/3 per-micro-batch traffic of a block: the gradient reduce-scatter hides behind
+    backward only when job.overlap_dp_comm (DeepSpeed overlap_comm); the prefetch always overlaps."""
+    from paraplan.cost.stage import zero_exposed_s
+
+    gather, reduce, fwd, bwd = 0.3, 0.5, 0.2, 1.0
+    # overlap: max(0, g - f) + max(0, g + r - b)
+    assert zero_exposed_s(gather, reduce, fwd, bwd, True) == pytest.approx(0.1 + 0.0)
+    # no overlap: max(0, g - f) + max(0, g - b) + r
+    assert zero_exposed_s(gather, reduce, fwd, bwd, False) == pytest.approx(0.1 + 0.0 + 0.5)

@@ -50,9 +50,11 @@ def _solve_raw(top: int, duplicate_rel: float | None) -> list:
 
 def test_top3_on_llama3_70b_used_to_list_a_rank_order_twin() -> None:
     # the solver alone lists one plan per layout: #2 was #1 with dp and cp swapped in the order
-    raw = _solve_raw(3, None)
-    assert distinct_key(raw[1].plan) == distinct_key(raw[0].plan)
-    assert raw[1].plan.order != raw[0].plan.order
+    # (under constant GEMM efficiency; with shape-aware costs, 2026-12-01, such twins still
+    # appear among the raw best, further down the list)
+    raw = _solve_raw(8, None)
+    assert any(distinct_key(a.plan) == distinct_key(b.plan) and a.plan.order != b.plan.order
+               for i, a in enumerate(raw) for b in raw[i + 1:])
 
 
 def test_top_k_lists_plans_that_differ_in_a_degree_or_mode() -> None:
