@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
-from paraplan.cost import DEFAULT_ORDER
+from paraplan.cost import DEFAULT_ORDER, Plan
 from paraplan.cost import evaluate as cost_evaluate
 from paraplan.cost.plan import default_chunks
 from paraplan.errors import ConfigError, InfeasibleError, SolveTimeout
@@ -29,11 +30,21 @@ from paraplan.solver import (
     NoFitError,
     NoLayoutError,
     Options,
+    Outcome,
     OutOfTime,
     SolverOptions,
     solve_instance,
 )
-from paraplan.targets import TargetFilter, fixed_modes, target_options
+from paraplan.targets import (
+    UNRESTRICTED,
+    RunnableSpace,
+    TargetFilter,
+    UnionFilter,
+    fixed_modes,
+    runnable_space,
+    runs_on,
+    target_options,
+)
 
 __all__ = ["load_scenario", "evaluate", "evaluate_plan", "solve", "paraplan_version", "fixed_knobs",
            "search_options"]
@@ -44,7 +55,13 @@ def evaluate(scenario: str | Path | dict[str, Any] | Scenario, *,
     """Step time and memory of the scenario's fully fixed plan (``calibration``: a profile
     file or object, instead of the scenario's ``calibration:`` key)."""
     inst = build_instance(load_scenario(scenario), calibration)
-    return evaluate_plan(inst, fixed_plan(inst))
+    plan = fixed_plan(inst)
+    return _with_runs_on(evaluate_plan(inst, plan), inst, plan)
+
+
+def _with_runs_on(result: Result, inst: Instance, plan: Plan) -> Result:
+    """``result`` with ``runs_on``: the frameworks whose exporter takes its plan as it is."""
+    return result.model_copy(update={"runs_on": runs_on(inst, plan)})
 
 
 def fixed_knobs(inst: Instance) -> Fixed:
@@ -107,9 +124,8 @@ def _fixed_chunks(p: Any) -> tuple[tuple[int, ...] | None, int | None]:
     return sums, vp
 
 
-def search_options(inst: Instance) -> Options:
-    """The scenario's ``solver:`` section as the solver's search Options (``target``: narrowed to
-    what that framework runs, paraplan/targets.py)."""
+def _base_options(inst: Instance) -> Options:
+    """The scenario's ``solver:`` section as the solver's search Options, before any target."""
     o = inst.scenario.solver
     options = Options(allow_uneven_stages=o.allow_uneven_stages,
                       search_placement=o.search_placement, max_micro_batch=o.max_micro_batch,
@@ -122,7 +138,24 @@ def search_options(inst: Instance) -> Options:
     if o.uniform_recompute and fixed and len(set(fixed)) > 1:
         raise ConfigError(f"plan.recompute={[m.value for m in fixed]} differs per stage but "
                           "solver.uniform_recompute is true; fix one mode or turn it off")
-    return target_options(options, o.target, inst) if o.target else options
+    vp = inst.scenario.plan.vp
+    if vp is not None and vp > o.max_vp:  # a fixed knob raises its cap
+        options = replace(options, max_vp=vp)
+    return options
+
+
+def search_options(inst: Instance) -> Options:
+    """The scenario's ``solver:`` section as the solver's search Options: ``target`` narrows it to
+    what that framework runs (paraplan/targets.py); ``any`` leaves it unrestricted; unset, the
+    relaxed search of what at least one framework runs (targets.runnable_space; unrestricted
+    when no framework runs any plan of the scenario)."""
+    options = _base_options(inst)
+    target = inst.scenario.solver.target
+    if target == UNRESTRICTED:
+        return options
+    if target is not None:
+        return target_options(options, target, inst)
+    return runnable_space(options, inst).relaxed or options
 
 
 def _device_names(inst: Instance) -> str:
@@ -170,36 +203,27 @@ def _check_solve_args(time_limit_s: object, workers: object, top: object, seed: 
     whole("seed", "--seed", seed, 0, MAX_SEED)
 
 
-def solve(scenario: str | Path | dict[str, Any] | Scenario, *, time_limit_s: float = 30.0,
-          workers: int = 2, top: int = 1, seed: int = 0,
-          progress: Callable[[str], None] | None = None,
-          calibration: Calibration | None = None) -> Result:
-    """The fastest plan under the cost model, proven optimal when ``result.solver.status`` is
-    OPTIMAL (otherwise the gap says how far it can be). Knobs fixed in the scenario's ``plan:``
-    are respected. InfeasibleError says which resource binds; SolveTimeout if no plan was found
-    in time. ``calibration``: a profile file or object (as in ``evaluate``)."""
-    started = time.perf_counter()
-    _check_solve_args(time_limit_s, workers, top, seed)
-    inst = build_instance(load_scenario(scenario), calibration)
-    options = search_options(inst)
-    fixed = fixed_knobs(inst)
-    left_s = time_limit_s - (time.perf_counter() - started)  # the limit counts from the call
-    if left_s <= 0:
-        raise SolveTimeout(f"--time-limit {time_limit_s:g} s ran out while reading the scenario; "
-                           "raise it")
-    opts = SolverOptions(time_limit_s=left_s, num_workers=workers, random_seed=seed,
-                         top=max(top, 2), duplicate_rel=DUPLICATE_REL)
+class _Search(NamedTuple):
+    """One search's outcome with the options it ran under."""
+
+    out: Outcome
+    options: Options
+
+
+def _search(inst: Instance, fixed: Fixed, options: Options, opts: SolverOptions,
+            progress: Callable[[str], None] | None, time_limit_s: float) -> _Search:
+    """solve_instance with its failures as the API's errors (InfeasibleError, SolveTimeout)."""
     try:
         out = solve_instance(inst.graph, inst.cluster, inst.job, fixed, options, opts, progress)
     except OutOfTime as e:
         raise SolveTimeout(f"no plan found within --time-limit {time_limit_s:g} s ({e}); raise "
                            "it, or fix more plan knobs to shrink the space") from None
     except NoLayoutError:
-        if isinstance(options.layout_filter, TargetFilter) and options.layout_filter.refused:
+        f = options.layout_filter
+        if isinstance(f, TargetFilter | UnionFilter) and f.refused:
             raise InfeasibleError(
-                f"no plan {options.layout_filter.name} can run: "
-                f"{options.layout_filter.reason()}; change the scenario or drop solver.target",
-                ("solver.target",)) from None
+                f"no plan {f.name} can run: {f.reason()}; change the scenario or drop "
+                "solver.target", ("solver.target",)) from None
         raise InfeasibleError(_no_layout_reason(inst), ("divisibility",)) from None
     except NoFitError as e:
         raise InfeasibleError(
@@ -212,30 +236,117 @@ def solve(scenario: str | Path | dict[str, Any] | Scenario, *, time_limit_s: flo
     if not out.solutions:
         if out.status == "INFEASIBLE":
             raise InfeasibleError("the solver proved the model infeasible", ("model",))
-        refused = (f"; solver.target: {options.layout_filter.reason()}"
-                   if isinstance(options.layout_filter, TargetFilter)
-                   and options.layout_filter.refused else "")
+        f = options.layout_filter
+        refused = (f"; solver.target: {f.reason()}"
+                   if isinstance(f, TargetFilter | UnionFilter) and f.refused else "")
         raise SolveTimeout(f"no plan found within --time-limit {time_limit_s:g} s; raise it"
                            + refused)
+    return _Search(out, options)
+
+
+def _runnable_search(inst: Instance, fixed: Fixed, space: RunnableSpace, base: Options,
+                     opts: SolverOptions, progress: Callable[[str], None] | None,
+                     time_limit_s: float, deadline: float) -> tuple[_Search, list[str]]:
+    """The runnable-by-default search (paraplan/targets.py), widest space first: the unrestricted
+    search, then the relaxed one, each kept when its optimum runs on some framework (its space
+    holds every framework's, so that plan is the fastest any framework runs); else one search per
+    group of frameworks, the fastest winning (the bound the least over the groups). When no
+    framework runs any plan of the scenario: the unrestricted optimum, with a note."""
+    widest = _search(inst, fixed, base, opts, progress, time_limit_s)
+    if space.relaxed is None:
+        return widest, ["no framework runs any plan of this scenario ("
+                        + "; ".join(f"{n}: {r}" for n, r in space.excluded.items())
+                        + "), so this is the unrestricted optimum (solver.target: any)"]
+    if runs_on(inst, widest.out.solutions[0].plan):
+        return widest, []
+    searches = [space.relaxed] if len(space.groups) == 1 else [space.relaxed, *space.groups]
+    found: list[_Search] = []
+    for i, options in enumerate(searches):
+        try:
+            found.append(_search(inst, fixed, options, replace(
+                opts, time_limit_s=_left(deadline, time_limit_s)), progress, time_limit_s))
+        except InfeasibleError:
+            continue
+        if i == 0 and runs_on(inst, found[0].out.solutions[0].plan):
+            return found[0], []
+    found = [f for f in found[1:] if runs_on(inst, f.out.solutions[0].plan)]
+    if not found:
+        return widest, ["no plan a framework runs as it is was found, so this is the "
+                        "unrestricted optimum (solver.target: any); `paraplan export --to NAME` "
+                        "names the nearest plan NAME runs"]
+    best = min(found, key=lambda f: f.out.solutions[0].objective_s)
+    statuses = {f.out.status for f in found}
+    out = replace(best.out, bound_s=min(f.out.bound_s for f in found),
+                  status="OPTIMAL" if statuses == {"OPTIMAL"} else "FEASIBLE")
+    return _Search(out, best.options), []
+
+
+def _left(deadline: float, time_limit_s: float) -> float:
+    """Seconds left before ``deadline``; SolveTimeout when none are."""
+    left_s = deadline - time.perf_counter()
+    if left_s <= 0:
+        raise SolveTimeout(f"no plan found within --time-limit {time_limit_s:g} s; raise it")
+    return left_s
+
+
+def solve(scenario: str | Path | dict[str, Any] | Scenario, *, time_limit_s: float = 30.0,
+          workers: int = 2, top: int = 1, seed: int = 0,
+          progress: Callable[[str], None] | None = None,
+          calibration: Calibration | None = None) -> Result:
+    """The fastest plan under the cost model that at least one framework runs (``runs_on``
+    names them; ``solver.target`` narrows the search to one framework, ``any`` widens it to
+    the unrestricted optimum), proven optimal when ``result.solver.status`` is OPTIMAL
+    (otherwise the gap says how far it can be). Knobs fixed in the scenario's ``plan:`` are
+    respected. InfeasibleError says which resource binds; SolveTimeout if no plan was found in
+    time. ``calibration``: a profile file or object (as in ``evaluate``)."""
+    started = time.perf_counter()
+    _check_solve_args(time_limit_s, workers, top, seed)
+    inst = build_instance(load_scenario(scenario), calibration)
+    target = inst.scenario.solver.target
+    base = _base_options(inst)
+    fixed = fixed_knobs(inst)
+    deadline = started + time_limit_s  # the limit counts from the call
+    left_s = deadline - time.perf_counter()
+    if left_s <= 0:
+        raise SolveTimeout(f"--time-limit {time_limit_s:g} s ran out while reading the scenario; "
+                           "raise it")
+    opts = SolverOptions(time_limit_s=left_s, num_workers=workers, random_seed=seed,
+                         top=max(top, 2), duplicate_rel=DUPLICATE_REL)
+    notes: list[str] = []
+    if target is None:
+        space = runnable_space(base, inst)
+        searched, notes = _runnable_search(inst, fixed, space, base, opts, progress,
+                                           time_limit_s, deadline)
+        runnable_only = not notes
+    else:
+        options = base if target == UNRESTRICTED else target_options(base, target, inst)
+        searched = _search(inst, fixed, options, opts, progress, time_limit_s)
+        runnable_only = False
+    out = searched.out
     best = out.solutions[0]
     gap = (best.objective_s - out.bound_s) / best.objective_s if best.objective_s else 0.0
     solver_out = SolverOut(
         status=out.status, wall_s=out.wall_s, objective_s=best.objective_s, bound_s=out.bound_s,
         gap=max(0.0, gap), time_limit_s=time_limit_s, workers=workers, seed=seed,
         num_layouts=out.num_layouts, num_layouts_pruned=out.num_pruned,
-        target=inst.scenario.solver.target,
+        target=target,
     )
     breakdown = cost_evaluate(inst.graph, inst.cluster, inst.job, best.plan)
+    others = [(s, runs_on(inst, s.plan)) for s in out.solutions[1:]]
+    if runnable_only:  # runners-up a framework runs, as the plan itself
+        others = [(s, on) for s, on in others if on]
     runner = None
-    if len(out.solutions) > 1:
-        rp = out.solutions[1].plan
+    if others:
+        rp = others[0][0].plan
         runner = (rp, cost_evaluate(inst.graph, inst.cluster, inst.job, rp))
     alternatives = [
         {"summary": summary(s.plan), "step_time_s": s.objective_s,
          "step_time_band_s": band_out(inst.cluster, s.objective_s).model_dump(),
-         "plan": plan_out(s.plan, inst.job).model_dump()}
-        for s in out.solutions[1:top]
+         "plan": plan_out(s.plan, inst.job).model_dump(), "runs_on": on}
+        for s, on in others[:top - 1]
     ]
     band = band_out(inst.cluster, breakdown.step_time_s)
-    return evaluate_plan(inst, best.plan, solver_out, alternatives=alternatives,
-                         explanation=explain(best.plan, breakdown, inst.cluster, runner, band))
+    explanation = explain(best.plan, breakdown, inst.cluster, runner, band) + notes
+    result = evaluate_plan(inst, best.plan, solver_out, alternatives=alternatives,
+                           explanation=explanation)
+    return _with_runs_on(result, inst, best.plan)

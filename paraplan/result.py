@@ -117,6 +117,9 @@ class Result(BaseModel):
     plan: PlanOut
     predicted: Predicted
     solver: SolverOut | None = None
+    runs_on: list[str] | None = Field(
+        None, description="the frameworks whose exporter takes this plan as it is (paraplan "
+        "export --to NAME); null in results from versions that did not check")
     scenario: dict = Field(description="the scenario this result answers, for export")
     version: str
     alternatives: list[dict] = Field(default_factory=list, description="--top K runners-up")

@@ -293,8 +293,10 @@ class PlanSection(_Section):
         return v
 
 
-SolverTarget = Literal["megatron", "nemo", "deepspeed", "torchtitan", "maxtext", "torch"]
-"""Frameworks ``solver.target`` accepts: the exporters that launch a training run."""
+SolverTarget = Literal["megatron", "nemo", "deepspeed", "torchtitan", "maxtext", "torch", "any"]
+"""Frameworks ``solver.target`` accepts: the exporters that launch a training run, or ``any``
+(the unrestricted optimum of the cost model, which may run on no framework). Unset: the fastest
+plan at least one of the frameworks runs (paraplan/targets.py, runnable_space)."""
 
 
 class SolverSection(_Section):
@@ -309,7 +311,9 @@ class SolverSection(_Section):
         False, description="one recompute mode for every pipeline stage (what frameworks run)")
     target: SolverTarget | None = Field(
         None, description="search only the plans this framework can run (its exporter's rules); "
-                          "the plan exports to it without a refusal")
+                          "the plan exports to it without a refusal. any: every plan the cost "
+                          "model allows (the unrestricted optimum). Unset: the fastest plan at "
+                          "least one framework runs (result.runs_on names them)")
 
 
 class Scenario(BaseModel):
