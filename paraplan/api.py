@@ -47,7 +47,7 @@ from paraplan.targets import (
 )
 
 __all__ = ["load_scenario", "evaluate", "evaluate_plan", "solve", "paraplan_version", "fixed_knobs",
-           "search_options"]
+           "search_options", "check_derived_knobs"]
 
 
 def evaluate(scenario: str | Path | dict[str, Any] | Scenario, *,
@@ -55,6 +55,7 @@ def evaluate(scenario: str | Path | dict[str, Any] | Scenario, *,
     """Step time and memory of the scenario's fully fixed plan (``calibration``: a profile
     file or object, instead of the scenario's ``calibration:`` key)."""
     inst = build_instance(load_scenario(scenario), calibration)
+    check_derived_knobs(inst)
     plan = fixed_plan(inst)
     return _with_runs_on(evaluate_plan(inst, plan), inst, plan)
 
@@ -64,9 +65,29 @@ def _with_runs_on(result: Result, inst: Instance, plan: Plan) -> Result:
     return result.model_copy(update={"runs_on": runs_on(inst, plan)})
 
 
+def check_derived_knobs(inst: Instance) -> None:
+    """ConfigError unless the derived values a result's plan lists (``grad_accum``,
+    ``num_devices``) agree with the job, the cluster and the degrees fixed beside them."""
+    p, job = inst.scenario.plan, inst.job
+    if p.grad_accum is not None:
+        if p.dp is None or p.micro_batch is None:
+            raise ConfigError(f"plan.grad_accum={p.grad_accum} is checked against plan.dp and "
+                              "plan.micro_batch; fix both or drop plan.grad_accum")
+        if p.grad_accum * p.micro_batch * p.dp != job.global_batch:
+            raise ConfigError(
+                f"plan.grad_accum={p.grad_accum} but job.global_batch / (micro_batch x dp) = "
+                f"{job.global_batch} / ({p.micro_batch} x {p.dp}) = "
+                f"{job.global_batch / (p.micro_batch * p.dp):g}; fix it or drop plan.grad_accum")
+    n = inst.cluster.num_devices
+    if p.num_devices is not None and not inst.cluster.pools and p.num_devices != n:
+        raise ConfigError(f"plan.num_devices={p.num_devices} but the cluster has {n} devices; "
+                          "fix it or drop plan.num_devices")
+
+
 def fixed_knobs(inst: Instance) -> Fixed:
     """The knobs the scenario's ``plan:`` fixes, as the solver's Fixed; ConfigError on misuse."""
     p = inst.scenario.plan
+    check_derived_knobs(inst)
     recompute = None
     if p.recompute is not None:
         recompute = tuple(p.recompute) if isinstance(p.recompute, list) else (p.recompute,)
