@@ -1,4 +1,4 @@
-"""The ``paraplan`` command: ``evaluate``, ``plan``, ``export``, ``presets``, ``calibrate``, ``profile`` (STYLE.md Sec. 6).
+"""The ``paraplan`` command: evaluate, plan, export, presets, calibrate, profile (STYLE.md Sec. 6).
 
 Exit codes: 0 plan found, 1 invalid input or usage, 2 proven infeasible, 3 no plan within the
 time limit, 4 export not supported by the target, 70 internal error (a bug: please report it; the

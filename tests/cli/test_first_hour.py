@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from paraplan.graph import from_hf_config
 
 import paraplan
 from paraplan.errors import ConfigError
 from paraplan.export import export_text
-from paraplan.graph import from_hf_config
 from paraplan.targets import TARGETS
 
 ROOT = Path(__file__).resolve().parents[2]
