@@ -280,25 +280,30 @@ def _runnable_search(inst: Instance, fixed: Fixed, space: RunnableSpace, base: O
                         + "), so this is the unrestricted optimum (solver.target: any)"]
     if runs_on(inst, widest.out.solutions[0].plan):
         return widest, []
-    searches = [space.relaxed] if len(space.groups) == 1 else [space.relaxed, *space.groups]
+    try:
+        relaxed = _search(inst, fixed, space.relaxed, replace(
+            opts, time_limit_s=_left(deadline, time_limit_s)), progress, time_limit_s)
+    except InfeasibleError as e:
+        return widest, [f"no plan a framework runs is feasible ({e}), so this is the "
+                        "unrestricted optimum (solver.target: any)"]
+    if runs_on(inst, relaxed.out.solutions[0].plan):
+        return relaxed, []
     found: list[_Search] = []
-    for i, options in enumerate(searches):
+    for options in space.groups if len(space.groups) > 1 else ():  # search each group exactly
         try:
             found.append(_search(inst, fixed, options, replace(
                 opts, time_limit_s=_left(deadline, time_limit_s)), progress, time_limit_s))
         except InfeasibleError:
-            continue
-        if i == 0 and runs_on(inst, found[0].out.solutions[0].plan):
-            return found[0], []
-    found = [f for f in found[1:] if runs_on(inst, f.out.solutions[0].plan)]
-    if not found:
+            continue  # nothing in this group's space: it adds nothing to the union
+    runnable = [f for f in found if runs_on(inst, f.out.solutions[0].plan)]
+    if not runnable:
         return widest, ["no plan a framework runs as it is was found, so this is the "
                         "unrestricted optimum (solver.target: any); `paraplan export --to NAME` "
                         "names the nearest plan NAME runs"]
-    best = min(found, key=lambda f: f.out.solutions[0].objective_s)
-    statuses = {f.out.status for f in found}
+    best = min(runnable, key=lambda f: f.out.solutions[0].objective_s)
+    proven = len(runnable) == len(found) and all(f.out.status == "OPTIMAL" for f in found)
     out = replace(best.out, bound_s=min(f.out.bound_s for f in found),
-                  status="OPTIMAL" if statuses == {"OPTIMAL"} else "FEASIBLE")
+                  status="OPTIMAL" if proven else "FEASIBLE")
     return _Search(out, best.options), []
 
 
