@@ -286,22 +286,30 @@ def _runnable_search(inst: Instance, fixed: Fixed, space: RunnableSpace, base: O
     except InfeasibleError as e:
         return widest, [f"no plan a framework runs is feasible ({e}), so this is the "
                         "unrestricted optimum (solver.target: any)"]
+    except SolveTimeout:
+        return widest, ["the time limit ran out before a plan a framework runs was found, so this "
+                        "is the unrestricted optimum (solver.target: any); raise --time-limit"]
     if runs_on(inst, relaxed.out.solutions[0].plan):
         return relaxed, []
     found: list[_Search] = []
+    timed_out = False
     for options in space.groups if len(space.groups) > 1 else ():  # search each group exactly
         try:
             found.append(_search(inst, fixed, options, replace(
                 opts, time_limit_s=_left(deadline, time_limit_s)), progress, time_limit_s))
         except InfeasibleError:
             continue  # nothing in this group's space: it adds nothing to the union
+        except SolveTimeout:
+            timed_out = True
+            break
     runnable = [f for f in found if runs_on(inst, f.out.solutions[0].plan)]
     if not runnable:
         return widest, ["no plan a framework runs as it is was found, so this is the "
                         "unrestricted optimum (solver.target: any); `paraplan export --to NAME` "
                         "names the nearest plan NAME runs"]
     best = min(runnable, key=lambda f: f.out.solutions[0].objective_s)
-    proven = len(runnable) == len(found) and all(f.out.status == "OPTIMAL" for f in found)
+    proven = (not timed_out and len(runnable) == len(found)
+              and all(f.out.status == "OPTIMAL" for f in found))
     out = replace(best.out, bound_s=min(f.out.bound_s for f in found),
                   status="OPTIMAL" if proven else "FEASIBLE")
     return _Search(out, best.options), []
