@@ -232,11 +232,15 @@ FAST_BENCHMARKS = sorted(
 @pytest.mark.parametrize("path", FAST_BENCHMARKS, ids=lambda p: p.stem)
 def test_result_plan_round_trips_as_a_scenario_plan(path: Path) -> None:
     """Issue 12: evaluate of the scenario with `plan:` = result.plan as returned (no key stripped)
-    gives the same step time, for the plan of each runnable default and the unrestricted one."""
+    gives the same step time, for the plan of each runnable default and the unrestricted one;
+    issue 15: the default plan exports to every framework in its runs_on, and it names one."""
     scenario = yaml.safe_load(path.read_text())
     scenario.pop("bench", None)
     for target in (None, "any"):
         r = solve(_with(scenario, target=target) if target else scenario)
         again = paraplan.evaluate({**r.scenario, "plan": r.plan.model_dump()})
         assert again.predicted.step_time_s == r.predicted.step_time_s
-        assert again.plan == r.plan
+        assert again.plan == r.plan and again.runs_on == r.runs_on
+    assert solve(scenario).runs_on
+    for name in solve(scenario).runs_on:  # the default plan exports to each framework it names
+        assert export_text(solve(scenario), name)
