@@ -32,6 +32,7 @@ from paraplan.solver import (
     Options,
     Outcome,
     OutOfTime,
+    Solution,
     SolverOptions,
     solve_instance,
 )
@@ -241,7 +242,10 @@ def _search(inst: Instance, fixed: Fixed, options: Options, opts: SolverOptions,
                            "it, or fix more plan knobs to shrink the space") from None
     except NoLayoutError:
         f = options.layout_filter
-        if isinstance(f, TargetFilter | UnionFilter) and f.refused:
+        if isinstance(f, UnionFilter) and f.refused:
+            raise InfeasibleError(f"no framework runs any layout of this scenario: {f.reason()}; "
+                                  "change the scenario", ("solver.target",)) from None
+        if isinstance(f, TargetFilter) and f.refused:
             raise InfeasibleError(
                 f"no plan {f.name} can run: {f.reason()}; change the scenario or drop "
                 "solver.target", ("solver.target",)) from None
@@ -272,7 +276,9 @@ def _runnable_search(inst: Instance, fixed: Fixed, space: RunnableSpace, base: O
     search, then the relaxed one, each kept when its optimum runs on some framework (its space
     holds every framework's, so that plan is the fastest any framework runs); else one search per
     group of frameworks, the fastest winning (the bound the least over the groups). When no
-    framework runs any plan of the scenario: the unrestricted optimum, with a note."""
+    framework runs any plan of the scenario at all (``space.relaxed`` is None): the unrestricted
+    optimum, with a note. InfeasibleError / SolveTimeout when the frameworks' plans are none or
+    not found in time (naming the unrestricted optimum, which ``solver.target: any`` returns)."""
     widest = _search(inst, fixed, base, opts, progress, time_limit_s)
     if space.relaxed is None:
         return widest, ["no framework runs any plan of this scenario ("
@@ -280,39 +286,55 @@ def _runnable_search(inst: Instance, fixed: Fixed, space: RunnableSpace, base: O
                         + "), so this is the unrestricted optimum (solver.target: any)"]
     if runs_on(inst, widest.out.solutions[0].plan):
         return widest, []
+    twin = _uniform_twin(inst, widest.out.solutions[0]) if fixed.recompute is None else None
+    if twin is not None:  # as fast, so as optimal, and a framework runs it
+        return _Search(replace(widest.out, solutions=[twin, *widest.out.solutions[1:]]),
+                       widest.options), []
+    free_s = widest.out.solutions[0].objective_s
+    any_hint = (f"; the unrestricted optimum ({free_s:.4g} s, solver.target: any / --target any) "
+                "runs on no framework as it is")
     try:
         relaxed = _search(inst, fixed, space.relaxed, replace(
             opts, time_limit_s=_left(deadline, time_limit_s)), progress, time_limit_s)
     except InfeasibleError as e:
-        return widest, [f"no plan a framework runs is feasible ({e}), so this is the "
-                        "unrestricted optimum (solver.target: any)"]
-    except SolveTimeout:
-        return widest, ["the time limit ran out before a plan a framework runs was found, so this "
-                        "is the unrestricted optimum (solver.target: any); raise --time-limit"]
+        raise InfeasibleError(f"{e}{any_hint}", e.families) from None
+    except SolveTimeout as e:
+        raise SolveTimeout(f"{e}: no plan a framework runs was found in time{any_hint}") from None
     if runs_on(inst, relaxed.out.solutions[0].plan):
         return relaxed, []
     found: list[_Search] = []
-    timed_out = False
     for options in space.groups if len(space.groups) > 1 else ():  # search each group exactly
         try:
             found.append(_search(inst, fixed, options, replace(
                 opts, time_limit_s=_left(deadline, time_limit_s)), progress, time_limit_s))
         except InfeasibleError:
             continue  # nothing in this group's space: it adds nothing to the union
-        except SolveTimeout:
-            timed_out = True
-            break
+        except SolveTimeout as e:
+            raise SolveTimeout(f"{e}: no plan a framework runs was found in time{any_hint}"
+                               ) from None
     runnable = [f for f in found if runs_on(inst, f.out.solutions[0].plan)]
     if not runnable:
-        return widest, ["no plan a framework runs as it is was found, so this is the "
-                        "unrestricted optimum (solver.target: any); `paraplan export --to NAME` "
-                        "names the nearest plan NAME runs"]
+        raise InfeasibleError(f"no plan a framework runs was found{any_hint}", ("solver.target",))
     best = min(runnable, key=lambda f: f.out.solutions[0].objective_s)
-    proven = (not timed_out and len(runnable) == len(found)
-              and all(f.out.status == "OPTIMAL" for f in found))
+    proven = len(runnable) == len(found) and all(f.out.status == "OPTIMAL" for f in found)
     out = replace(best.out, bound_s=min(f.out.bound_s for f in found),
                   status="OPTIMAL" if proven else "FEASIBLE")
     return _Search(out, best.options), []
+
+
+def _uniform_twin(inst: Instance, best: Solution) -> Solution | None:
+    """``best`` with one of its recompute modes on every stage, when that is no slower (the
+    solver breaks such ties its own way), fits, and a framework runs it; else None."""
+    plan = best.plan
+    best_s = cost_evaluate(inst.graph, inst.cluster, inst.job, plan).step_time_s
+    for mode in dict.fromkeys(plan.recompute):
+        twin = replace(plan, recompute=(mode,) * plan.pp)
+        if twin == plan:
+            continue
+        b = cost_evaluate(inst.graph, inst.cluster, inst.job, twin)
+        if b.fits and b.step_time_s <= best_s and runs_on(inst, twin):
+            return Solution(twin, best.objective_s + b.step_time_s - best_s)
+    return None
 
 
 def _left(deadline: float, time_limit_s: float) -> float:
