@@ -55,10 +55,21 @@ def evaluate(scenario: str | Path | dict[str, Any] | Scenario, *,
              calibration: Calibration | None = None) -> Result:
     """Step time and memory of the scenario's fully fixed plan (``calibration``: a profile
     file or object, instead of the scenario's ``calibration:`` key)."""
-    inst = build_instance(load_scenario(scenario), calibration)
+    inst = _instance(scenario, calibration)
     check_derived_knobs(inst)
     plan = fixed_plan(inst)
     return _with_runs_on(evaluate_plan(inst, plan), inst, plan)
+
+
+def _instance(scenario: str | Path | dict[str, Any] | Scenario,
+              calibration: Calibration | None) -> Instance:
+    """The scenario's instance; a calibration file given here is recorded in the scenario (as an
+    absolute path) so the result, its exports and ``paraplan evaluate RESULT.json`` use it too."""
+    sc = load_scenario(scenario)
+    if isinstance(calibration, str | Path):
+        sc = sc.model_copy(update={"calibration": str(Path(calibration).resolve())})
+        calibration = None
+    return build_instance(sc, calibration)
 
 
 def _with_runs_on(result: Result, inst: Instance, plan: Plan) -> Result:
@@ -357,7 +368,7 @@ def solve(scenario: str | Path | dict[str, Any] | Scenario, *, time_limit_s: flo
     time. ``calibration``: a profile file or object (as in ``evaluate``)."""
     started = time.perf_counter()
     _check_solve_args(time_limit_s, workers, top, seed)
-    inst = build_instance(load_scenario(scenario), calibration)
+    inst = _instance(scenario, calibration)
     target = inst.scenario.solver.target
     base = _base_options(inst)
     fixed = fixed_knobs(inst)

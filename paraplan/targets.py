@@ -8,14 +8,16 @@ stages where the framework needs them. The search stays exact over what passes (
 ``Options``), so the plan is the best the framework can run under the cost model, and it exports
 to that framework without a refusal.
 
-Without ``solver.target`` the planner is *runnable by default* (``runnable_space``): it searches
-the plans at least one framework runs. One relaxed search covers them all (a layout passes when
-any framework's rules accept it; one recompute mode per stage, as every framework runs; the
-per-stage limits that all frameworks share). Its space contains every framework's, so when its
-optimum passes some framework's full rules (``runs_on``) that plan is the fastest any framework
-runs; otherwise the frameworks are searched in groups that share their per-stage limits (a
-union filter each) and the fastest group plan wins. ``solver.target: any`` searches everything
-the cost model allows (the unrestricted optimum, which may run nowhere).
+Without ``solver.target`` the planner is *runnable by default* (``runnable_space``; the search
+order is paraplan/api.py ``_runnable_search``): the fastest plan at least one framework runs.
+The unrestricted search comes first; its space holds every framework's, so when a framework runs
+its optimum (``runs_on``), or the same plan with one recompute mode on every stage at the same
+step time, that plan is the answer. Else one relaxed search covers all frameworks (a layout
+passes when any framework's rules accept it, ``UnionFilter``; one recompute mode per stage, as
+every framework runs; the per-stage limits all frameworks share): again a superset, so a runnable
+optimum is the answer. Else the frameworks are searched in groups that share their per-stage
+limits (a union filter each) and the fastest group plan wins. ``solver.target: any`` searches
+everything the cost model allows (the unrestricted optimum, which may run nowhere).
 """
 
 

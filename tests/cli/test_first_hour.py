@@ -244,3 +244,26 @@ def test_result_plan_round_trips_as_a_scenario_plan(path: Path) -> None:
     assert solve(scenario).runs_on
     for name in solve(scenario).runs_on:  # the default plan exports to each framework it names
         assert export_text(solve(scenario), name)
+
+
+def test_a_calibrated_result_keeps_its_profile(tmp_path: Path) -> None:
+    """--calibration PROFILE is recorded (absolute) in the result's scenario, so exports and
+    `paraplan evaluate RESULT.json` from elsewhere score the same calibrated plan."""
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump(
+        {"accelerators": {"hopper": {"parameters": {"gemm_bf16": 0.3}}}}))
+    scenario = {**LLAMA8B_16, "cluster": {"preset": "dgx-h100", "nodes": 1},
+                "plan": {"dp": 8, "tp": 1, "pp": 1, "micro_batch": 1, "zero": 1,
+                         "recompute": "none"}}
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(scenario))
+    r = run("evaluate", "s.yaml", "--calibration", "p.yaml", "--json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    calibrated = json.loads(r.stdout)
+    assert calibrated["scenario"]["calibration"] == str(tmp_path / "p.yaml")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "r.json").write_text(r.stdout)
+    r = run("evaluate", "r.json", "--json", cwd=elsewhere)
+    assert r.returncode == 0, r.stderr
+    again = json.loads(r.stdout)["predicted"]["step_time_s"]
+    assert again == calibrated["predicted"]["step_time_s"]
+    assert again > 1.2 * paraplan.evaluate(scenario).predicted.step_time_s
