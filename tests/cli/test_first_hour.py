@@ -102,6 +102,9 @@ def test_default_refuses_an_unrestricted_optimum_no_framework_runs() -> None:
     assert default.runs_on and default.solver.status == "OPTIMAL"
     assert free.predicted.step_time_s < default.predicted.step_time_s
     assert default.predicted.step_time_s == pytest.approx(titan.predicted.step_time_s, rel=1e-6)
+    assert any("unrestricted optimum" in line and "runs on no framework" in line
+               for line in default.explanation)
+    assert all(a["runs_on"] for a in default.alternatives)
     for name in default.runs_on:
         assert export_text(default, name)
 
