@@ -1,7 +1,9 @@
 """The result a user gets back: plan, prediction and (from the planner) the solver's proof status.
 
-``Result.model_dump()`` is the JSON object ``--json`` prints; ``Result.from_json`` reads it back
-(``paraplan export`` does).
+``Result.model_dump()`` is the JSON object ``--json`` prints; ``paraplan.export.load_result``
+reads it back (``paraplan export`` does), and its ``plan`` works as a scenario's ``plan:`` as it is
+(``paraplan evaluate RESULT.json``). ``runs_on`` names the frameworks whose exporter takes the plan
+as it is (paraplan/targets.py).
 """
 
 from __future__ import annotations
