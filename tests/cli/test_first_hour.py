@@ -77,15 +77,15 @@ def test_default_is_the_fastest_plan_over_every_frameworks_own_search() -> None:
 def test_group_searches_find_the_fastest_runnable_plan(monkeypatch: pytest.MonkeyPatch) -> None:
     """When neither the unrestricted nor the relaxed optimum runs anywhere (forced here), one
     search per group of frameworks gives the fastest plan over every framework's own search."""
-    import paraplan.api as api
+    import paraplan.search as search
 
-    real, calls = api.runs_on, []
+    real, calls = search.runs_on, []
 
     def first_two_run_nowhere(inst, plan):  # noqa: ANN001, ANN202
         calls.append(plan)
         return [] if len(calls) <= 2 else real(inst, plan)
 
-    monkeypatch.setattr(api, "runs_on", first_two_run_nowhere)
+    monkeypatch.setattr(search, "runs_on", first_two_run_nowhere)
     r = paraplan.solve(LLAMA8B_16, time_limit_s=120)
     fastest = min(solve(_with(LLAMA8B_16, target=t)).predicted.step_time_s for t in TARGETS)
     assert len(calls) >= 5  # widest, relaxed, then one per group (3 groups) at least
