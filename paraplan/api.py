@@ -11,8 +11,9 @@ from typing import Any
 from paraplan.cost import DEFAULT_ORDER, Plan
 from paraplan.cost import evaluate as cost_evaluate
 from paraplan.cost.plan import default_chunks
-from paraplan.errors import ConfigError, SolveTimeout
+from paraplan.errors import ConfigError, ExportError, SolveTimeout
 from paraplan.explain import explain, summary
+from paraplan.export import ExportContext, render_target
 from paraplan.instance import Calibration, Instance, build_instance, fixed_plan
 from paraplan.result import (
     Result,
@@ -64,8 +65,21 @@ def _instance(scenario: str | Path | dict[str, Any] | Scenario,
 
 
 def _with_runs_on(result: Result, inst: Instance, plan: Plan) -> Result:
-    """``result`` with ``runs_on``: the frameworks whose exporter takes its plan as it is."""
-    return result.model_copy(update={"runs_on": runs_on(inst, plan)})
+    """``result`` with ``runs_on``: the frameworks whose exporter takes its plan as it is (its
+    rules pass, targets.runs_on, and it renders the plan without a refusal)."""
+    names = runs_on(inst, plan)
+    if names:
+        ctx = ExportContext(result=result, inst=inst, plan=plan)
+        names = [n for n in names if _renders(ctx, n)]
+    return result.model_copy(update={"runs_on": names})
+
+
+def _renders(ctx: ExportContext, name: str) -> bool:
+    try:
+        render_target(ctx, name)
+    except ExportError:
+        return False
+    return True
 
 
 def check_derived_knobs(inst: Instance) -> None:
