@@ -69,6 +69,7 @@ class TargetFilter:
         self._recompute = fixed_modes(inst)
         self._split = rules.search.stage_split
         self._verdicts: dict[Plan, bool] = {}
+        self._splits: dict[tuple[int, int], tuple[int, ...] | None] = {}
         self.refused: Counter[str] = Counter()
 
     def check_model(self) -> None:
@@ -85,12 +86,15 @@ class TargetFilter:
         """The layout with the scenario's fixed split (else the framework's own, else an even
         one) and its fixed recompute mode (else none)."""
         pp = layout.pp
-        if self._layers and len(self._layers) == pp:
-            split: tuple[int, ...] | None = self._layers
-        elif self._split is not None:
-            split = self._split(self._num_layers, pp, layout.vp)
-        else:
-            split = even_layers(self._num_layers, pp, layout.vp)
+        if (pp, layout.vp) not in self._splits:  # one per (pp, vp): the filter sees many layouts
+            if self._layers and len(self._layers) == pp:
+                chosen: tuple[int, ...] | None = self._layers
+            elif self._split is not None:
+                chosen = self._split(self._num_layers, pp, layout.vp)
+            else:
+                chosen = even_layers(self._num_layers, pp, layout.vp)
+            self._splits[pp, layout.vp] = chosen
+        split = self._splits[pp, layout.vp]
         if split is None:
             return None
         modes = self._recompute or (Recompute.NONE,)
