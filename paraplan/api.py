@@ -43,10 +43,13 @@ __all__ = ["load_scenario", "evaluate", "evaluate_plan", "solve", "paraplan_vers
            "search_options", "check_derived_knobs"]
 
 
-def evaluate(scenario: str | Path | dict[str, Any] | Scenario, *,
+def evaluate(scenario: str | Path | dict[str, Any] | Scenario | Result, *,
              calibration: Calibration | None = None) -> Result:
     """Step time and memory of the scenario's fully fixed plan (``calibration``: a profile
-    file or object, instead of the scenario's ``calibration:`` key)."""
+    file or object, instead of the scenario's ``calibration:`` key). A Result (or its JSON file)
+    re-scores its own plan on its own scenario."""
+    if isinstance(scenario, Result):
+        scenario = scenario.model_dump(mode="json")
     inst = _instance(scenario, calibration)
     check_derived_knobs(inst)
     plan = fixed_plan(inst)

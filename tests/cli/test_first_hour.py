@@ -244,6 +244,7 @@ def test_result_plan_round_trips_as_a_scenario_plan(path: Path) -> None:
         again = paraplan.evaluate({**r.scenario, "plan": r.plan.model_dump()})
         assert again.predicted.step_time_s == r.predicted.step_time_s
         assert again.plan == r.plan and again.runs_on == r.runs_on
+        assert paraplan.evaluate(r).predicted.step_time_s == r.predicted.step_time_s
     assert solve(scenario).runs_on
     for name in solve(scenario).runs_on:  # the default plan exports to each framework it names
         assert export_text(solve(scenario), name)
