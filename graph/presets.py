@@ -11,13 +11,66 @@ from typing import Any
 import yaml
 from paraplan.graph.spec import MODEL_LIMITS, Activation, ModelSpec, scenario_key, show_value
 
-__all__ = ["preset_names", "preset", "from_hf_config", "from_fields", "to_fields", "MOE_MLA_FIELDS"]
+__all__ = ["preset_names", "preset", "from_hf_config", "from_fields", "to_fields", "MOE_MLA_FIELDS",
+           "HF_MODEL_TYPES", "preset_fields"]
 
 _HF_ACTIVATIONS = {
     "silu": Activation.SWIGLU, "swiglu": Activation.SWIGLU,
     "gelu": Activation.GELU, "gelu_new": Activation.GELU, "gelu_fast": Activation.GELU,
     "gelu_pytorch_tanh": Activation.GELU, "relu": Activation.RELU, "relu2": Activation.RELU2,
 }
+
+
+# Hugging Face model_type values whose architecture paraplan models (decoder-only transformers
+# with the MLP and attention kinds of graph/layers.py), and those among them whose MLP is gated
+# (act(gate) * up, as transformers' LlamaMLP / MixtralBlockSparseTop2MLP / DeepseekV3MLP):
+# there hidden_act names the gate's activation, and paraplan models only the SiLU gate (SwiGLU).
+HF_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "gpt2", "gpt_neox", "mixtral",
+                  "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "gpt_oss")
+_GATED_MODEL_TYPES = frozenset(HF_MODEL_TYPES) - {"gpt2", "gpt_neox"}
+# rope_scaling types that only rescale the rotary frequencies (transformers
+# modeling_rope_utils.ROPE_INIT_FUNCTIONS): no FLOPs or memory change, so the cost model holds.
+_ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "llama3", "longrope")
+# model types whose sliding-window layers paraplan costs as full attention (an upper bound on
+# their attention time and memory; exact while seq_len <= the window), as its docs state
+_SLIDING_WINDOW_TYPES = ("mistral", "gpt_oss")
+
+
+def _check_modelled(cfg: dict[str, Any], model_type: str) -> None:
+    """ValueError naming model.hf_config and the key when the config describes something the
+    cost model does not: another architecture (model_type), a gated MLP with a gate other than
+    SiLU (e.g. Gemma's GeGLU, ``hidden_activation``), rope scaling of an unknown type, or sliding
+    windows outside the model types documented as costed as full attention."""
+    if model_type and model_type not in HF_MODEL_TYPES:
+        raise ValueError(f"model.hf_config: model_type={model_type!r} is not an architecture "
+                         f"paraplan models; it imports {', '.join(HF_MODEL_TYPES)} (or give the "
+                         "model's sizes as explicit model fields)")
+    if "hidden_activation" in cfg:
+        raise ValueError(f"model.hf_config: hidden_activation={show_value(cfg['hidden_activation'])}"
+                         " (Gemma's gated GELU MLP) is not modelled; paraplan models SwiGLU, GELU, "
+                         "ReLU and ReLU^2 MLPs")
+    act = cfg.get("hidden_act")
+    if model_type in _GATED_MODEL_TYPES and act not in (None, "silu", "swiglu"):
+        raise ValueError(f"model.hf_config: hidden_act={show_value(act)} with model_type="
+                         f"{model_type!r} is a gated MLP (act(gate) * up) with a {act} gate; "
+                         "paraplan models the gated MLP only with SiLU (SwiGLU)")
+    rope = cfg.get("rope_scaling")
+    if isinstance(rope, dict):
+        kind = rope.get("rope_type", rope.get("type"))
+        if kind not in _ROPE_TYPES:
+            raise ValueError(f"model.hf_config: rope_scaling type {show_value(kind)} is not one "
+                             f"paraplan knows ({', '.join(_ROPE_TYPES)}: each only rescales the "
+                             "rotary frequencies)")
+    elif rope is not None:
+        raise ValueError(f"model.hf_config: rope_scaling={show_value(rope)} must be an object "
+                         "or null")
+    window = cfg.get("sliding_window")
+    if (window is not None and cfg.get("use_sliding_window") is not False
+            and model_type not in _SLIDING_WINDOW_TYPES):
+        raise ValueError(f"model.hf_config: sliding_window={show_value(window)} is not modelled "
+                         f"for model_type={model_type!r} (paraplan costs full causal attention); "
+                         "set use_sliding_window: false or sliding_window: null to plan it as "
+                         "full attention")
 
 
 @cache
@@ -28,6 +81,12 @@ def _presets() -> dict[str, dict[str, Any]]:
 
 def preset_names() -> list[str]:
     return sorted(_presets())
+
+
+def preset_fields(name: str) -> dict[str, Any]:
+    """The data file's entry of preset ``name`` (its model fields and ``source``); KeyError if
+    unknown."""
+    return dict(_presets()[name])
 
 
 # scenario / preset field name -> ModelSpec field, for the optional MoE and MLA shape fields
@@ -230,8 +289,10 @@ def _read_json(path: Path) -> Any:
 def from_hf_config(path: str | Path | dict[str, Any]) -> ModelSpec:
     """Import a Hugging Face ``config.json``: Llama, Mistral, Qwen2/3, GPT-2 and GPT-NeoX styles,
     and the mixture-of-experts families Mixtral, Qwen2/3-MoE, DeepSeek-V2/V3 (with MLA) and
-    gpt-oss. Not modelled: DeepSeek's multi-token-prediction module, gpt-oss's sliding-window
-    layers (costed as full attention) and biases. Every value is type- and range-checked: a
+    gpt-oss. Not modelled: DeepSeek's multi-token-prediction module, Mistral's and gpt-oss's
+    sliding-window layers (costed as full attention) and biases (a few vectors per layer). Other
+    model types, a gated MLP with a non-SiLU gate, unknown rope scaling and other sliding
+    windows are refused (``_check_modelled``). Every value is type- and range-checked: a
     ValueError names model.hf_config, the JSON key and the rule."""
     if isinstance(path, dict):
         cfg, stem = path, "hf-model"
@@ -245,6 +306,7 @@ def from_hf_config(path: str | Path | dict[str, Any]) -> ModelSpec:
     name = name if isinstance(name, str) and name else stem  # only a display name
     model_type = _str(cfg, "model_type", default="")
     act_name = _str(cfg, "hidden_act", "activation_function", default="gelu")
+    _check_modelled(cfg, model_type)
     if act_name not in _HF_ACTIVATIONS:
         raise ValueError(f"model.hf_config: activation {act_name!r} is not supported; paraplan "
                          f"models {', '.join(sorted(_HF_ACTIVATIONS))}")

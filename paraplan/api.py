@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from paraplan.cost import DEFAULT_ORDER
+from paraplan.cost import DEFAULT_ORDER, Plan
 from paraplan.cost import evaluate as cost_evaluate
 from paraplan.cost.plan import default_chunks
-from paraplan.errors import ConfigError, InfeasibleError, SolveTimeout
+from paraplan.errors import ConfigError, ExportError, SolveTimeout
 from paraplan.explain import explain, summary
+from paraplan.export import ExportContext, render_target
 from paraplan.instance import Calibration, Instance, build_instance, fixed_plan
-from paraplan.report import gib
 from paraplan.result import (
     Result,
     SolverOut,
@@ -23,33 +24,90 @@ from paraplan.result import (
     plan_out,
 )
 from paraplan.schema import Scenario, load_scenario
+from paraplan.search import run_search, runnable_search
 from paraplan.solver import (
     DUPLICATE_REL,
     Fixed,
-    NoFitError,
-    NoLayoutError,
     Options,
-    OutOfTime,
     SolverOptions,
-    solve_instance,
 )
-from paraplan.targets import TargetFilter, fixed_modes, target_options
+from paraplan.targets import (
+    UNRESTRICTED,
+    fixed_modes,
+    runnable_space,
+    runs_on,
+    target_options,
+)
 
 __all__ = ["load_scenario", "evaluate", "evaluate_plan", "solve", "paraplan_version", "fixed_knobs",
-           "search_options"]
+           "search_options", "check_derived_knobs"]
 
 
-def evaluate(scenario: str | Path | dict[str, Any] | Scenario, *,
+def evaluate(scenario: str | Path | dict[str, Any] | Scenario | Result, *,
              calibration: Calibration | None = None) -> Result:
     """Step time and memory of the scenario's fully fixed plan (``calibration``: a profile
-    file or object, instead of the scenario's ``calibration:`` key)."""
-    inst = build_instance(load_scenario(scenario), calibration)
-    return evaluate_plan(inst, fixed_plan(inst))
+    file or object, instead of the scenario's ``calibration:`` key). A Result (or its JSON file)
+    re-scores its own plan on its own scenario."""
+    if isinstance(scenario, Result):
+        scenario = scenario.model_dump(mode="json")
+    inst = _instance(scenario, calibration)
+    check_derived_knobs(inst)
+    plan = fixed_plan(inst)
+    return _with_runs_on(evaluate_plan(inst, plan), inst, plan)
+
+
+def _instance(scenario: str | Path | dict[str, Any] | Scenario,
+              calibration: Calibration | None) -> Instance:
+    """The scenario's instance; a calibration file given here is recorded in the scenario (as an
+    absolute path) so the result, its exports and ``paraplan evaluate RESULT.json`` use it too."""
+    sc = load_scenario(scenario)
+    if isinstance(calibration, str | Path):
+        sc = sc.model_copy(update={"calibration": str(Path(calibration).resolve())})
+        calibration = None
+    return build_instance(sc, calibration)
+
+
+def _with_runs_on(result: Result, inst: Instance, plan: Plan) -> Result:
+    """``result`` with ``runs_on``: the frameworks whose exporter takes its plan as it is (its
+    rules pass, targets.runs_on, and it renders the plan without a refusal)."""
+    names = runs_on(inst, plan)
+    if names:
+        ctx = ExportContext(result=result, inst=inst, plan=plan)
+        names = [n for n in names if _renders(ctx, n)]
+    return result.model_copy(update={"runs_on": names})
+
+
+def _renders(ctx: ExportContext, name: str) -> bool:
+    try:
+        render_target(ctx, name)
+    except ExportError:
+        return False
+    return True
+
+
+def check_derived_knobs(inst: Instance) -> None:
+    """ConfigError unless the derived values a result's plan lists (``grad_accum``,
+    ``num_devices``) agree with the job, the cluster and the degrees fixed beside them."""
+    p, job = inst.scenario.plan, inst.job
+    if p.grad_accum is not None:
+        if p.dp is None or p.micro_batch is None:
+            raise ConfigError(f"plan.grad_accum={p.grad_accum} is checked against plan.dp and "
+                              "plan.micro_batch; fix both or drop plan.grad_accum")
+        if p.grad_accum * p.micro_batch * p.dp != job.global_batch:
+            raise ConfigError(
+                f"plan.grad_accum={p.grad_accum} but job.global_batch / (micro_batch x dp) = "
+                f"{job.global_batch} / ({p.micro_batch} x {p.dp}) = "
+                f"{job.global_batch / (p.micro_batch * p.dp):g}; fix it or drop plan.grad_accum")
+    n = inst.cluster.num_devices
+    if p.num_devices is not None and not inst.cluster.pools and p.num_devices != n:
+        raise ConfigError(f"plan.num_devices={p.num_devices} but the cluster has {n} devices; "
+                          "fix it or drop plan.num_devices")
 
 
 def fixed_knobs(inst: Instance) -> Fixed:
     """The knobs the scenario's ``plan:`` fixes, as the solver's Fixed; ConfigError on misuse."""
     p = inst.scenario.plan
+    check_derived_knobs(inst)
     recompute = None
     if p.recompute is not None:
         recompute = tuple(p.recompute) if isinstance(p.recompute, list) else (p.recompute,)
@@ -107,9 +165,8 @@ def _fixed_chunks(p: Any) -> tuple[tuple[int, ...] | None, int | None]:
     return sums, vp
 
 
-def search_options(inst: Instance) -> Options:
-    """The scenario's ``solver:`` section as the solver's search Options (``target``: narrowed to
-    what that framework runs, paraplan/targets.py)."""
+def _base_options(inst: Instance) -> Options:
+    """The scenario's ``solver:`` section as the solver's search Options, before any target."""
     o = inst.scenario.solver
     options = Options(allow_uneven_stages=o.allow_uneven_stages,
                       search_placement=o.search_placement, max_micro_batch=o.max_micro_batch,
@@ -122,30 +179,24 @@ def search_options(inst: Instance) -> Options:
     if o.uniform_recompute and fixed and len(set(fixed)) > 1:
         raise ConfigError(f"plan.recompute={[m.value for m in fixed]} differs per stage but "
                           "solver.uniform_recompute is true; fix one mode or turn it off")
-    return target_options(options, o.target, inst) if o.target else options
+    vp = inst.scenario.plan.vp
+    if vp is not None and vp > o.max_vp:  # a fixed knob raises its cap
+        options = replace(options, max_vp=vp)
+    return options
 
 
-def _device_names(inst: Instance) -> str:
-    pools = inst.cluster.pools or (inst.cluster,)
-    return " / ".join(sorted({p.accelerator.name for p in pools}))
-
-
-def _no_layout_reason(inst: Instance) -> str:
-    spec, job, n = inst.spec, inst.job, inst.cluster.num_devices
-    p = inst.scenario.plan
-    fixed = {k: v for k, v in p.model_dump().items() if v is not None}
-    return (
-        f"no parallel layout satisfies the rules for {n} devices: tp must divide heads="
-        f"{spec.num_heads} (and match kv_heads={spec.num_kv_heads}), pp at most layers="
-        f"{spec.num_layers}, dp = devices/(tp*pp*cp) must divide global_batch={job.global_batch}, "
-        f"cp must split seq_len={job.seq_len} evenly"
-        + ("; on cluster.pools, tp*cp*dp must divide the devices of every pool used and pp is "
-           "the outermost axis of plan.order" if inst.cluster.pools else "")
-        + (f"; solver.allow_uneven_stages is false, so pp x vp must divide layers="
-           f"{spec.num_layers}" if not inst.scenario.solver.allow_uneven_stages else "")
-        + (f"; fixed knobs {fixed} leave nothing; free some of them" if fixed else
-           "; change the device count or the global batch")
-    )
+def search_options(inst: Instance) -> Options:
+    """The scenario's ``solver:`` section as the solver's search Options: ``target`` narrows it to
+    what that framework runs (paraplan/targets.py); ``any`` leaves it unrestricted; unset, the
+    relaxed search of what at least one framework runs (targets.runnable_space; unrestricted
+    when no framework runs any plan of the scenario)."""
+    options = _base_options(inst)
+    target = inst.scenario.solver.target
+    if target == UNRESTRICTED:
+        return options
+    if target is not None:
+        return target_options(options, target, inst)
+    return runnable_space(options, inst).relaxed or options
 
 
 MAX_TIME_LIMIT_S = 86_400.0  # a day; CP-SAT's clock and the deadline arithmetic stay exact
@@ -174,68 +225,60 @@ def solve(scenario: str | Path | dict[str, Any] | Scenario, *, time_limit_s: flo
           workers: int = 2, top: int = 1, seed: int = 0,
           progress: Callable[[str], None] | None = None,
           calibration: Calibration | None = None) -> Result:
-    """The fastest plan under the cost model, proven optimal when ``result.solver.status`` is
-    OPTIMAL (otherwise the gap says how far it can be). Knobs fixed in the scenario's ``plan:``
-    are respected. InfeasibleError says which resource binds; SolveTimeout if no plan was found
-    in time. ``calibration``: a profile file or object (as in ``evaluate``)."""
+    """The fastest plan under the cost model that at least one framework runs (``runs_on``
+    names them; ``solver.target`` narrows the search to one framework, ``any`` widens it to
+    the unrestricted optimum), proven optimal when ``result.solver.status`` is OPTIMAL
+    (otherwise the gap says how far it can be). Knobs fixed in the scenario's ``plan:`` are
+    respected. InfeasibleError says which resource binds; SolveTimeout if no plan was found in
+    time. ``calibration``: a profile file or object (as in ``evaluate``)."""
     started = time.perf_counter()
     _check_solve_args(time_limit_s, workers, top, seed)
-    inst = build_instance(load_scenario(scenario), calibration)
-    options = search_options(inst)
+    inst = _instance(scenario, calibration)
+    target = inst.scenario.solver.target
+    base = _base_options(inst)
     fixed = fixed_knobs(inst)
-    left_s = time_limit_s - (time.perf_counter() - started)  # the limit counts from the call
+    deadline = started + time_limit_s  # the limit counts from the call
+    left_s = deadline - time.perf_counter()
     if left_s <= 0:
         raise SolveTimeout(f"--time-limit {time_limit_s:g} s ran out while reading the scenario; "
                            "raise it")
     opts = SolverOptions(time_limit_s=left_s, num_workers=workers, random_seed=seed,
                          top=max(top, 2), duplicate_rel=DUPLICATE_REL)
-    try:
-        out = solve_instance(inst.graph, inst.cluster, inst.job, fixed, options, opts, progress)
-    except OutOfTime as e:
-        raise SolveTimeout(f"no plan found within --time-limit {time_limit_s:g} s ({e}); raise "
-                           "it, or fix more plan knobs to shrink the space") from None
-    except NoLayoutError:
-        if isinstance(options.layout_filter, TargetFilter) and options.layout_filter.refused:
-            raise InfeasibleError(
-                f"no plan {options.layout_filter.name} can run: "
-                f"{options.layout_filter.reason()}; change the scenario or drop solver.target",
-                ("solver.target",)) from None
-        raise InfeasibleError(_no_layout_reason(inst), ("divisibility",)) from None
-    except NoFitError as e:
-        raise InfeasibleError(
-            f"no plan fits memory: the least any plan needs is {gib(e.min_bytes)} per device, "
-            f"but {_device_names(inst)} has {gib(e.capacity)} (short by "
-            f"{gib(e.min_bytes - e.capacity)}); add devices, use a larger-memory GPU, shorten "
-            "job.seq_len, or free plan knobs fixed in the scenario",
-            ("memory_per_stage",),
-        ) from None
-    if not out.solutions:
-        if out.status == "INFEASIBLE":
-            raise InfeasibleError("the solver proved the model infeasible", ("model",))
-        refused = (f"; solver.target: {options.layout_filter.reason()}"
-                   if isinstance(options.layout_filter, TargetFilter)
-                   and options.layout_filter.refused else "")
-        raise SolveTimeout(f"no plan found within --time-limit {time_limit_s:g} s; raise it"
-                           + refused)
+    notes: list[str] = []
+    if target is None:
+        space = runnable_space(base, inst)
+        searched, notes = runnable_search(inst, fixed, space, base, opts, progress,
+                                           time_limit_s, deadline)
+        runnable_only = space.relaxed is not None
+    else:
+        options = base if target == UNRESTRICTED else target_options(base, target, inst)
+        searched = run_search(inst, fixed, options, opts, progress, time_limit_s)
+        runnable_only = False
+    out = searched.out
     best = out.solutions[0]
     gap = (best.objective_s - out.bound_s) / best.objective_s if best.objective_s else 0.0
     solver_out = SolverOut(
         status=out.status, wall_s=out.wall_s, objective_s=best.objective_s, bound_s=out.bound_s,
         gap=max(0.0, gap), time_limit_s=time_limit_s, workers=workers, seed=seed,
         num_layouts=out.num_layouts, num_layouts_pruned=out.num_pruned,
-        target=inst.scenario.solver.target,
+        target=target,
     )
     breakdown = cost_evaluate(inst.graph, inst.cluster, inst.job, best.plan)
+    others = [(s, runs_on(inst, s.plan)) for s in out.solutions[1:]]
+    if runnable_only:  # runners-up a framework runs, as the plan itself
+        others = [(s, on) for s, on in others if on]
     runner = None
-    if len(out.solutions) > 1:
-        rp = out.solutions[1].plan
+    if others:
+        rp = others[0][0].plan
         runner = (rp, cost_evaluate(inst.graph, inst.cluster, inst.job, rp))
     alternatives = [
         {"summary": summary(s.plan), "step_time_s": s.objective_s,
          "step_time_band_s": band_out(inst.cluster, s.objective_s).model_dump(),
-         "plan": plan_out(s.plan, inst.job).model_dump()}
-        for s in out.solutions[1:top]
+         "plan": plan_out(s.plan, inst.job).model_dump(), "runs_on": on}
+        for s, on in others[:top - 1]
     ]
     band = band_out(inst.cluster, breakdown.step_time_s)
-    return evaluate_plan(inst, best.plan, solver_out, alternatives=alternatives,
-                         explanation=explain(best.plan, breakdown, inst.cluster, runner, band))
+    explanation = explain(best.plan, breakdown, inst.cluster, runner, band) + notes
+    result = evaluate_plan(inst, best.plan, solver_out, alternatives=alternatives,
+                           explanation=explanation)
+    return _with_runs_on(result, inst, best.plan)

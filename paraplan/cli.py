@@ -1,4 +1,4 @@
-"""The ``paraplan`` command: ``evaluate``, ``plan``, ``export``, ``calibrate``, ``profile`` (STYLE.md Sec. 6).
+"""The ``paraplan`` command: evaluate, plan, export, presets, calibrate, profile (STYLE.md Sec. 6).
 
 Exit codes: 0 plan found, 1 invalid input or usage, 2 proven infeasible, 3 no plan within the
 time limit, 4 export not supported by the target, 70 internal error (a bug: please report it; the
@@ -43,7 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     ev = sub.add_parser("evaluate", help="step time and memory of a fully fixed plan")
-    ev.add_argument("scenario", help="scenario YAML/JSON file")
+    ev.add_argument("scenario", help="scenario YAML/JSON file, or a RESULT.json (its plan)")
     ev.add_argument("--json", action="store_true", help="print one JSON object")
     ev.add_argument("--calibration", default=None, help="calibration profile (paraplan calibrate)")
     ev.add_argument("--report", default=None, metavar="FILE.html",
@@ -61,7 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--export", default=None, help="comma-separated targets to export")
     pl.add_argument("--out", default=None, help="directory for --export files (default .)")
     pl.add_argument("--target", default=None, choices=get_args(SolverTarget),
-                    help="search only plans this framework can run (sets solver.target)")
+                    help="search only plans this framework can run (sets solver.target); any: "
+                    "the unrestricted optimum (default: plans at least one framework runs)")
     pl.add_argument("--calibration", default=None, help="calibration profile (paraplan calibrate)")
     pl.add_argument("--report", default=None, metavar="FILE.html",
                     help="also write a self-contained HTML report (lists 3 plans unless --top)")
@@ -70,6 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("result", help="RESULT.json as printed by `paraplan plan --json`")
     ex.add_argument("--to", required=True, help="megatron|deepspeed|torchtitan|maxtext|nemo|torch")
     ex.add_argument("--out", default=None, help="directory to write into (default: stdout)")
+    pr = sub.add_parser("presets", help="list the model and cluster presets")
+    pr.add_argument("--json", action="store_true",
+                    help="print one JSON object: {models: [...], clusters: [...]}")
     add_calibrate_parsers(sub)
     for command in sub.choices.values():  # `paraplan plan X --debug` as well as `paraplan --debug`
         command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
@@ -160,10 +164,20 @@ def _cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_presets(args: argparse.Namespace) -> int:
+    from paraplan.presets import cluster_rows, model_rows, render_presets
+
+    if args.json:
+        print(json.dumps({"models": model_rows(), "clusters": cluster_rows()}))
+    else:
+        print(render_presets())
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     handler = {"evaluate": _cmd_evaluate, "plan": _cmd_plan, "export": _cmd_export,
-               **CALIBRATE_HANDLERS}[args.command]
+               "presets": _cmd_presets, **CALIBRATE_HANDLERS}[args.command]
     try:
         return handler(args)
     except ParaplanError as e:

@@ -17,6 +17,16 @@ def _band_lines(band: StepTimeBandOut | None) -> list[str]:
     return [f"band      {band.p10:.3f}-{band.p90:.3f} s ({band.source})"]
 
 
+def _runs_on_lines(r: Result) -> list[str]:
+    """``runs on: megatron, nemo``: the frameworks whose exporter takes the plan as it is."""
+    if r.runs_on is None:
+        return []
+    if r.runs_on:
+        return [f"runs on: {', '.join(r.runs_on)}"]
+    return ["runs on: no framework as it is (paraplan export --to NAME names the nearest plan "
+            "NAME runs; solver.target: NAME plans for it)"]
+
+
 def render_result(r: Result) -> str:
     p, q = r.plan, r.predicted
     rec = p.recompute if isinstance(p.recompute, str) else ",".join(p.recompute)
@@ -35,6 +45,7 @@ def render_result(r: Result) -> str:
         f"TFLOP/s/GPU, MFU {q.mfu:.1%}",
         f"memory    peak {gib(q.peak_memory_bytes)} of {gib(q.memory_capacity_bytes)}"
         + ("" if q.fits_memory else "  ** DOES NOT FIT **"),
+        *_runs_on_lines(r),
         "",
         "stage  layers  recompute  t/microbatch   weights    grads      optimizer  activations  "
         "buffers    total",
@@ -58,9 +69,15 @@ def render_result(r: Result) -> str:
             f"limit {v.time_limit_s:g} s); {v.num_layouts} layouts, {v.num_layouts_pruned} "
             "left out by bound, dominance or memory",
         ]
-        if v.target:
+        if v.target == "any":
+            lines.append("          searched every plan the cost model allows (solver.target: "
+                         "any): the unrestricted optimum, which may run on no framework")
+        elif v.target:
             lines.append(f"          searched only plans {v.target} can run (solver.target): layouts "
                          "its rules refuse are among those left out")
+        else:
+            lines.append("          searched the plans at least one framework runs (the default; "
+                         "solver.target: any for the unrestricted optimum)")
     if r.explanation:
         lines += ["", "why this plan"] + [f"  - {e}" for e in r.explanation]
     if r.alternatives:
@@ -68,7 +85,9 @@ def render_result(r: Result) -> str:
         band = q.step_time_band_s
         for i, alt in enumerate(r.alternatives, 2):
             inside = band is not None and band.p10 <= alt["step_time_s"] <= band.p90
+            on = alt.get("runs_on")
             lines.append(f"  #{i} {alt['summary']}: {alt['step_time_s']:.4f} s"
-                         + ("  (inside #1's band)" if inside else ""))
+                         + ("  (inside #1's band)" if inside else "")
+                         + (f"  [runs on: {', '.join(on) or 'none'}]" if on is not None else ""))
     lines.append(f"\nparaplan {r.version}")
     return "\n".join(lines)

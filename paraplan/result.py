@@ -1,7 +1,9 @@
 """The result a user gets back: plan, prediction and (from the planner) the solver's proof status.
 
-``Result.model_dump()`` is the JSON object ``--json`` prints; ``Result.from_json`` reads it back
-(``paraplan export`` does).
+``Result.model_dump()`` is the JSON object ``--json`` prints; ``paraplan.export.load_result``
+reads it back (``paraplan export`` does), and its ``plan`` works as a scenario's ``plan:`` as it is
+(``paraplan evaluate RESULT.json``). ``runs_on`` names the frameworks whose exporter takes the plan
+as it is (paraplan/targets.py).
 """
 
 from __future__ import annotations
@@ -123,6 +125,9 @@ class Result(BaseModel):
     plan: PlanOut
     predicted: Predicted
     solver: SolverOut | None = None
+    runs_on: list[str] | None = Field(
+        None, description="the frameworks whose exporter takes this plan as it is (paraplan "
+        "export --to NAME); null in results from versions that did not check")
     scenario: dict = Field(description="the scenario this result answers, for export")
     version: str
     alternatives: list[dict] = Field(default_factory=list, description="--top K runners-up")

@@ -268,6 +268,51 @@ class PlanSection(_Section):
         None, max_length=MAX_LAYERS, description="pooled clusters: the pool (index in "
         "cluster.pools) of each pipeline stage; default for evaluate: every pool in cluster.pools "
         "order")
+    grad_accum: int | None = Field(
+        None, ge=1, le=MAX_GLOBAL_BATCH, description="micro-batches per step per dp rank, as a "
+        "result's plan lists it: must equal job.global_batch / (micro_batch x dp)")
+    num_devices: int | None = Field(
+        None, ge=1, le=MAX_DEVICES, description="devices the plan uses, as a result's plan lists "
+        "it: must equal dp x tp x pp x cp")
+
+    @model_validator(mode="before")
+    @classmethod
+    def accept_result_plan(cls, data: Any) -> Any:
+        """A result's plan as returned (``result.plan``): empty ``stage_pools`` and
+        ``layers_per_chunk`` mean none; ``recompute_per_stage`` is the per-stage form of
+        ``recompute`` and must agree with it."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        for key in ("stage_pools", "layers_per_chunk"):
+            if data.get(key) == []:
+                del data[key]
+        if "recompute_per_stage" in data:
+            per_stage = data.pop("recompute_per_stage")
+            given = data.get("recompute")
+            if per_stage is None:
+                return data
+            if not isinstance(per_stage, list) or not per_stage:
+                raise ValueError(f"plan.recompute_per_stage={show_value(per_stage)} must list one "
+                                 "recompute mode per pipeline stage")
+            same = (given is None or given == per_stage
+                    or (isinstance(given, str) and all(m == given for m in per_stage)))
+            if not same:
+                raise ValueError(f"plan.recompute_per_stage={show_value(per_stage)} disagrees with "
+                                 f"plan.recompute={show_value(given)}; give one of them")
+            if given is None:
+                data["recompute"] = per_stage
+        return data
+
+    @model_validator(mode="after")
+    def check_num_devices(self) -> PlanSection:
+        degrees = (self.dp, self.tp, self.pp)
+        if self.num_devices is not None and None not in degrees:
+            used = self.dp * self.tp * self.pp * (self.cp or 1)  # type: ignore[operator]
+            if used != self.num_devices:
+                raise ValueError(f"plan.num_devices={self.num_devices} but dp x tp x pp x cp = "
+                                 f"{used}; fix the degrees or drop plan.num_devices")
+        return self
 
     @field_validator("recompute")
     @classmethod
@@ -308,8 +353,10 @@ class PlanSection(_Section):
         return v
 
 
-SolverTarget = Literal["megatron", "nemo", "deepspeed", "torchtitan", "maxtext", "torch"]
-"""Frameworks ``solver.target`` accepts: the exporters that launch a training run."""
+SolverTarget = Literal["megatron", "nemo", "deepspeed", "torchtitan", "maxtext", "torch", "any"]
+"""Frameworks ``solver.target`` accepts: the exporters that launch a training run, or ``any``
+(the unrestricted optimum of the cost model, which may run on no framework). Unset: the fastest
+plan at least one of the frameworks runs (paraplan/targets.py, runnable_space)."""
 
 
 class SolverSection(_Section):
@@ -324,7 +371,9 @@ class SolverSection(_Section):
         False, description="one recompute mode for every pipeline stage (what frameworks run)")
     target: SolverTarget | None = Field(
         None, description="search only the plans this framework can run (its exporter's rules); "
-                          "the plan exports to it without a refusal")
+                          "the plan exports to it without a refusal. any: every plan the cost "
+                          "model allows (the unrestricted optimum). Unset: the fastest plan at "
+                          "least one framework runs (result.runs_on names them)")
     memory_headroom: float = Field(
         0.0, description="fraction of each device's memory kept free (0 <= x < 0.5): plans "
         "must fit HBM x (1 - memory_headroom), on top of the modelled runtime reserve")
@@ -467,9 +516,22 @@ def _entries(node: Any) -> list[Any]:
     return [x for kv in node.items() for x in kv] if isinstance(node, dict) else list(node)
 
 
+RESULT_KEYS = frozenset({"plan", "predicted", "scenario", "version"})
+"""Keys that mark a result document (``paraplan plan --json``) rather than a scenario."""
+
+
+def _scenario_of_result(data: dict[str, Any]) -> dict[str, Any]:
+    """A result document read as a scenario: its scenario with its plan fixed as returned (so
+    ``paraplan evaluate RESULT.json`` re-scores the plan); any other mapping unchanged."""
+    if not RESULT_KEYS <= data.keys() or not isinstance(data["scenario"], dict):
+        return data
+    return {**data["scenario"], "plan": data["plan"]}
+
+
 def load_scenario(source: str | PathLike[str] | dict[str, Any] | Scenario) -> Scenario:
     """Scenario from a YAML/JSON file path or a dict; ConfigError names each bad field, and the
-    file and the cause when the file is no scenario document at all."""
+    file and the cause when the file is no scenario document at all. A result document
+    (``paraplan plan --json``) reads as its scenario with its plan fixed."""
     if isinstance(source, Scenario):
         return source
     if isinstance(source, dict):
@@ -486,6 +548,7 @@ def load_scenario(source: str | PathLike[str] | dict[str, Any] | Scenario) -> Sc
         raise ConfigError(f"{where}: a scenario must be a mapping with model, cluster and job "
                           f"sections, not a {type(data).__name__}")
     _check_shape(data, where)
+    data = _scenario_of_result(data)
     try:
         scenario = Scenario.model_validate(data)
     except ValidationError as e:

@@ -7,17 +7,30 @@ framework has), one recompute mode for every stage, the framework's recompute mo
 stages where the framework needs them. The search stays exact over what passes (solver/space.py
 ``Options``), so the plan is the best the framework can run under the cost model, and it exports
 to that framework without a refusal.
+
+Without ``solver.target`` the planner is *runnable by default* (``runnable_space``; the search
+order is paraplan/api.py ``_runnable_search``): the fastest plan at least one framework runs.
+The unrestricted search comes first; its space holds every framework's, so when a framework runs
+its optimum (``runs_on``), or the same plan with one recompute mode on every stage at the same
+step time, that plan is the answer. Else one relaxed search covers all frameworks (a layout
+passes when any framework's rules accept it, ``UnionFilter``; one recompute mode per stage, as
+every framework runs; the per-stage limits all frameworks share): again a superset, so a runnable
+optimum is the answer. Else the frameworks are searched in groups that share their per-stage
+limits (a union filter each) and the fastest group plan wins. ``solver.target: any`` searches
+everything the cost model allows (the unrestricted optimum, which may run nowhere).
 """
+
 
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import get_args
 
 from paraplan.cost import Plan, Recompute
 from paraplan.errors import ConfigError, InfeasibleError
 from paraplan.export import (
+    EXPORTED_PRECISIONS,
     POOLED_TARGETS,
     Draft,
     TargetRules,
@@ -30,9 +43,13 @@ from paraplan.schema import SolverTarget
 from paraplan.solver import Options
 from paraplan.solver.tables import even_layers
 
-__all__ = ["TARGETS", "TargetFilter", "target_options", "fixed_modes"]
+__all__ = ["TARGETS", "UNRESTRICTED", "TargetFilter", "UnionFilter", "RunnableSpace",
+           "target_options", "fixed_modes", "runnable_space", "runs_on"]
 
-TARGETS: tuple[str, ...] = get_args(SolverTarget)
+UNRESTRICTED = "any"
+"""``solver.target: any``: the unrestricted optimum of the cost model (may run on no framework)."""
+TARGETS: tuple[str, ...] = tuple(t for t in get_args(SolverTarget) if t != UNRESTRICTED)
+"""The frameworks a plan can be searched for and exported to, in the order ``runs_on`` lists."""
 
 
 class TargetFilter:
@@ -52,6 +69,7 @@ class TargetFilter:
         self._recompute = fixed_modes(inst)
         self._split = rules.search.stage_split
         self._verdicts: dict[Plan, bool] = {}
+        self._splits: dict[tuple[int, int], tuple[int, ...] | None] = {}
         self.refused: Counter[str] = Counter()
 
     def check_model(self) -> None:
@@ -68,12 +86,15 @@ class TargetFilter:
         """The layout with the scenario's fixed split (else the framework's own, else an even
         one) and its fixed recompute mode (else none)."""
         pp = layout.pp
-        if self._layers and len(self._layers) == pp:
-            split: tuple[int, ...] | None = self._layers
-        elif self._split is not None:
-            split = self._split(self._num_layers, pp, layout.vp)
-        else:
-            split = even_layers(self._num_layers, pp, layout.vp)
+        if (pp, layout.vp) not in self._splits:  # one per (pp, vp): the filter sees many layouts
+            if self._layers and len(self._layers) == pp:
+                chosen: tuple[int, ...] | None = self._layers
+            elif self._split is not None:
+                chosen = self._split(self._num_layers, pp, layout.vp)
+            else:
+                chosen = even_layers(self._num_layers, pp, layout.vp)
+            self._splits[pp, layout.vp] = chosen
+        split = self._splits[pp, layout.vp]
         if split is None:
             return None
         modes = self._recompute or (Recompute.NONE,)
@@ -148,3 +169,98 @@ def target_options(options: Options, name: str, inst: Instance) -> Options:
         layout_filter=layout_filter,
         stage_split=limits.stage_split,
     )
+
+
+class UnionFilter:
+    """A layout filter passing what at least one of ``filters`` passes (first to accept wins;
+    the frameworks that accept most come first, so most layouts cost one check)."""
+
+    def __init__(self, filters: list[TargetFilter]) -> None:
+        self.filters = filters
+        self.name = " or ".join(f.name for f in filters)
+        self._verdicts: dict[Plan, bool] = {}
+
+    @property
+    def refused(self) -> Counter[str]:
+        total: Counter[str] = Counter()
+        for f in self.filters:
+            total.update({f"{f.name}: {rule}": n for rule, n in f.refused.items()})
+        return total
+
+    def __call__(self, layout: Plan) -> bool:
+        if layout not in self._verdicts:
+            self._verdicts[layout] = any(f(layout) for f in self.filters)
+        return self._verdicts[layout]
+
+    def reason(self) -> str:
+        """Why nothing passed: each framework's most frequent refusal."""
+        return "; ".join(f.reason() for f in self.filters)
+
+
+@dataclass(frozen=True)
+class RunnableSpace:
+    """What the runnable-by-default search (module docstring) searches.
+
+    ``names``: the frameworks that can run some plan of the scenario; ``relaxed``: one search
+    whose space holds all of theirs; ``groups``: searches whose union is exactly theirs (one per
+    distinct set of per-stage limits); ``excluded``: framework -> why it runs no plan at all."""
+
+    names: tuple[str, ...]
+    relaxed: Options | None
+    groups: tuple[Options, ...]
+    excluded: dict[str, str]
+
+
+_LIMIT_FIELDS = ("uniform_recompute", "allow_uneven_stages", "recompute_modes", "stage_split")
+
+
+def _merge(options: list[Options]) -> Options:
+    """The narrowest options whose space holds each of ``options``' spaces (their layout
+    filters united)."""
+    first = options[0]
+    modes = [o.recompute_modes for o in options]
+    splits = {o.stage_split for o in options}
+    return replace(
+        first,
+        uniform_recompute=all(o.uniform_recompute for o in options),
+        allow_uneven_stages=any(o.allow_uneven_stages for o in options),
+        recompute_modes=(None if any(m is None for m in modes)
+                         else tuple(r for r in Recompute if any(r in m for m in modes))),
+        stage_split=splits.pop() if len(splits) == 1 else None,
+        layout_filter=UnionFilter([o.layout_filter for o in options]),  # type: ignore[misc]
+    )
+
+
+def runnable_space(options: Options, inst: Instance) -> RunnableSpace:
+    """The runnable-by-default search of ``inst`` (module docstring): each framework's own
+    narrowing of ``options`` (``target_options``), united."""
+    narrowed: dict[str, Options] = {}
+    excluded: dict[str, str] = {}
+    if inst.job.precision not in EXPORTED_PRECISIONS:
+        reason = (f"job.precision={inst.job.precision.value} is modelled but not exported to any "
+                  "framework yet")
+        return RunnableSpace((), None, (), {name: reason for name in TARGETS})
+    for name in TARGETS:
+        try:
+            narrowed[name] = target_options(options, name, inst)
+        except (ConfigError, InfeasibleError) as e:
+            excluded[name] = str(e)
+    if not narrowed:
+        return RunnableSpace((), None, (), excluded)
+    groups: dict[tuple, list[Options]] = {}
+    for o in narrowed.values():
+        groups.setdefault(tuple(getattr(o, f) for f in _LIMIT_FIELDS), []).append(o)
+    return RunnableSpace(tuple(narrowed), _merge(list(narrowed.values())),
+                         tuple(_merge(g) for g in groups.values()), excluded)
+
+
+def runs_on(inst: Instance, plan: Plan) -> list[str]:
+    """The frameworks whose exporter takes ``plan`` as it is (every rule passes, the cluster
+    and precision are ones it launches), in TARGETS order."""
+    if inst.job.precision not in EXPORTED_PRECISIONS:
+        return []
+    ctx = planning_context(inst)
+    draft = Draft(plan, ctx.precision)
+    return [name for name in TARGETS
+            if (not inst.cluster.pools or name in POOLED_TARGETS)
+            and first_refusal(ctx, draft, target_rules(name).rules) is None]

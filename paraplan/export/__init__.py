@@ -61,7 +61,7 @@ from paraplan.result import Result
 
 __all__ = [
     "EXPORTERS", "Target", "ExportContext", "Draft", "Fix", "Refusal", "Rule",
-    "export", "export_text", "write_exports", "load_result", "context", "to_cost_plan",
+    "export", "export_text", "render_target", "write_exports", "load_result", "context", "to_cost_plan",
     "plan_summary", "header_lines", "enforce", "effective_order", "order_matches",
     "order_fixes", "recompute_fixes", "regroup", "repair", "uniform_recompute", "comment_block",
     "first_refusal", "check_dense_model", "check_no_expert_parallel", "check_expert_tp_is_tp",
@@ -112,6 +112,11 @@ def _render(ctx: ExportContext, target: Target) -> str:
         raise ExportError(f"{e} For the fastest plan {key} can run, re-plan with solver.target: "
                           f"{key} (paraplan plan --target {key}).") from None
     return text if text.endswith("\n") else text + "\n"
+
+
+def render_target(ctx: ExportContext, name: str) -> str:
+    """The text of ``ctx``'s plan exported for target ``name``; ExportError if it cannot be."""
+    return _render(ctx, lookup(name)[1])
 
 
 def export_text(result: Result, name: str) -> str:

@@ -34,7 +34,7 @@ from paraplan.export import (
     uniform_recompute,
     uniform_recompute_rule,
 )
-from paraplan.export.torch_plan import render_torch_plan
+from paraplan.export.torch_plan import check_torch_plan, render_torch_plan
 
 __all__ = ["RULES", "ORDER", "render", "virtual_stage_layers"]
 
@@ -90,11 +90,11 @@ def check_rank_order(ctx: ExportContext, draft: Draft) -> Refusal | None:
                    order_fixes(draft, [("tp-cp-dp-pp", ORDER)]))
 
 
-def _script(ctx: ExportContext, draft: Draft) -> str:
-    """The torch_plan script for ``draft``; ValueError names the knob the script rejects."""
+def _script_args(ctx: ExportContext, draft: Draft) -> dict[str, object]:
+    """The torch_plan script's arguments for ``draft``."""
     p, job = draft.plan, ctx.inst.job
     mode = uniform_recompute(p) or Recompute.FULL  # RULES refuse mixed modes before this runs
-    return render_torch_plan(
+    return dict(
         dp=p.dp, tp=p.tp, pp=p.pp, vp=p.vp, micro_batch=p.micro_batch,
         global_batch=job.global_batch, seq_len=job.seq_len, zero=p.zero,
         sequence_parallel=p.sequence_parallel, recompute=mode.value,
@@ -103,10 +103,16 @@ def _script(ctx: ExportContext, draft: Draft) -> str:
     )
 
 
+def _script(ctx: ExportContext, draft: Draft) -> str:
+    """The torch_plan script for ``draft``; ValueError names the knob the script rejects."""
+    return render_torch_plan(**_script_args(ctx, draft))  # type: ignore[arg-type]
+
+
 def check_script_accepts(ctx: ExportContext, draft: Draft) -> Refusal | None:
-    """Whatever else ``render_torch_plan`` rejects, with the generic repairs."""
+    """Whatever else ``render_torch_plan`` rejects (its checks, without rendering), with the
+    generic repairs."""
     try:
-        _script(ctx, draft)
+        check_torch_plan(**_script_args(ctx, draft))
     except ValueError as e:
         p = draft.plan
         return Refusal(f"torch_plan rejects it: {e}",

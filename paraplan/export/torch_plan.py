@@ -38,7 +38,7 @@ from typing import NamedTuple
 
 from paraplan.cost.plan import even_split
 
-__all__ = ["render_torch_plan"]
+__all__ = ["render_torch_plan", "check_torch_plan"]
 
 RECOMPUTE_CHOICES = ("none", "selective", "full")
 ZERO_STAGES = (0, 1, 2, 3)
@@ -647,6 +647,55 @@ if __name__ == "__main__":
 '''
 
 
+def check_torch_plan(**knobs: object) -> None:
+    """The checks ``render_torch_plan`` runs on the same keyword arguments, without rendering:
+    ValueError naming the knob and the rule when the plan cannot run (cheap enough to run on
+    every layout the planner considers)."""
+    _checked_plan(**knobs)  # type: ignore[arg-type]
+
+
+def _checked_plan(
+    *,
+    dp: int,
+    tp: int,
+    pp: int,
+    vp: int,
+    micro_batch: int,
+    global_batch: int,
+    seq_len: int,
+    zero: int,
+    sequence_parallel: bool,
+    recompute: str,
+    layers_per_stage: list[int] | None,
+    num_layers: int,
+) -> _Plan:
+    plan = _Plan(
+        dp=dp,
+        tp=tp,
+        pp=pp,
+        vp=vp,
+        micro_batch=micro_batch,
+        global_batch=global_batch,
+        seq_len=seq_len,
+        zero=zero,
+        sequence_parallel=bool(sequence_parallel),
+        recompute=str(recompute),
+        layers_per_stage=None if layers_per_stage is None else tuple(layers_per_stage),
+        num_layers=num_layers,
+    )
+    for check in (
+        check_positive_knobs,
+        check_zero_and_recompute,
+        check_batch_divisible,
+        check_virtual_stages,
+        check_schedule_micro_batches,
+        check_layers_per_stage,
+        check_sequence_parallel,
+    ):
+        check(plan)
+    return plan
+
+
 def render_torch_plan(
     *,
     dp: int,
@@ -672,30 +721,11 @@ def render_torch_plan(
     plan cannot run, e.g. when Schedule1F1B would get fewer micro-batches than stages.
     Never imports torch.
     """
-    plan = _Plan(
-        dp=dp,
-        tp=tp,
-        pp=pp,
-        vp=vp,
-        micro_batch=micro_batch,
-        global_batch=global_batch,
-        seq_len=seq_len,
-        zero=zero,
-        sequence_parallel=bool(sequence_parallel),
-        recompute=str(recompute),
-        layers_per_stage=None if layers_per_stage is None else tuple(layers_per_stage),
-        num_layers=num_layers,
+    plan = _checked_plan(
+        dp=dp, tp=tp, pp=pp, vp=vp, micro_batch=micro_batch, global_batch=global_batch,
+        seq_len=seq_len, zero=zero, sequence_parallel=sequence_parallel, recompute=recompute,
+        layers_per_stage=layers_per_stage, num_layers=num_layers,
     )
-    for check in (
-        check_positive_knobs,
-        check_zero_and_recompute,
-        check_batch_divisible,
-        check_virtual_stages,
-        check_schedule_micro_batches,
-        check_layers_per_stage,
-        check_sequence_parallel,
-    ):
-        check(plan)
     layers = plan.layers_per_stage or even_split(plan.num_layers, plan.num_stages)
     model_imports, model_body = _reference_source_parts()
     runtime_imports = _RUNTIME_IMPORTS.splitlines()

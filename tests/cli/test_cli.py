@@ -33,6 +33,7 @@ def test_allowed_flags_are_the_documented_ones() -> None:
         "export": ["--debug", "--help", "--out", "--to", "-h"],
         "calibrate": ["--debug", "--help", "--out", "-h"],
         "profile": ["--debug", "--help", "--out", "--processes", "-h"],
+        "presets": ["--debug", "--help", "--json", "-h"],
     }
 
 

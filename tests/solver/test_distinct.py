@@ -42,7 +42,9 @@ def test_a_degree_or_mode_makes_a_plan_distinct() -> None:
 
 
 def _solve_raw(top: int, duplicate_rel: float | None) -> list:
-    inst = build_instance(paraplan.load_scenario(LLAMA70B_64))
+    scenario = paraplan.load_scenario(LLAMA70B_64)  # the unrestricted space (solver.target: any)
+    inst = build_instance(scenario.model_copy(update={"solver": scenario.solver.model_copy(
+        update={"target": "any"})}))
     opts = SolverOptions(time_limit_s=120, num_workers=2, top=top, duplicate_rel=duplicate_rel)
     return solve_instance(inst.graph, inst.cluster, inst.job, paraplan.api.fixed_knobs(inst),
                           paraplan.api.search_options(inst), opts).solutions
