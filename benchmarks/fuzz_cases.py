@@ -120,7 +120,7 @@ def _hf_config(d: Draw) -> dict[str, Any]:
     hidden = heads * d.choice((64, 32))
     layers = d.integer(2, 12)
     vocab = d.choice((32000, 1000, 50257))
-    style = d.choice(("llama", "gpt2", "neox", "mixtral", "qwen-moe", "deepseek"))
+    style = d.choice(("llama", "gpt2", "neox", "mixtral", "qwen2_moe", "deepseek_v3"))
     if style == "gpt2":
         return {"model_type": "gpt2", "n_embd": hidden, "n_head": heads, "n_layer": layers,
                 "vocab_size": vocab, "activation_function": "gelu_new"}
@@ -134,10 +134,10 @@ def _hf_config(d: Draw) -> dict[str, Any]:
                num_key_value_heads=d.choice([k for k in (1, 2, 4) if heads % k == 0]))
     if style == "mixtral":
         cfg.update(num_local_experts=d.choice((4, 8)), num_experts_per_tok=2)
-    elif style == "qwen-moe":
+    elif style == "qwen2_moe":
         cfg.update(num_experts=d.choice((4, 8)), num_experts_per_tok=2,
                    moe_intermediate_size=hidden, decoder_sparse_step=d.choice((1, 2)))
-    elif style == "deepseek":
+    elif style == "deepseek_v3":
         cfg.update(n_routed_experts=8, num_experts_per_tok=2, moe_intermediate_size=hidden // 2,
                    n_shared_experts=1, first_k_dense_replace=1, kv_lora_rank=64,
                    q_lora_rank=0, qk_nope_head_dim=32, qk_rope_head_dim=16, v_head_dim=32)
