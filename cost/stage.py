@@ -563,6 +563,8 @@ def inner_tiers_fastest(cluster: Cluster) -> bool:
     on every pool (its groups stay inside a pool)."""
     if cluster.pools:
         return all(inner_tiers_fastest(p) for p in cluster.pools)
+    if cluster.torus is not None:
+        return False  # torus axes: a strided group can span more axes than a packed one
     return all(a.alpha_s <= b.alpha_s and a.effective_bytes_per_s >= b.effective_bytes_per_s
                for a, b in zip(cluster.tiers, cluster.tiers[1:], strict=False))
 

@@ -18,7 +18,15 @@ from paraplan.hardware.catalog import (
     node_type_names,
 )
 from paraplan.hardware.efficiency import Efficiency, efficiency
-from paraplan.hardware.topology import Cluster, Tier, build_cluster, build_pooled_cluster, topology_graph
+from paraplan.hardware.topology import (
+    Cluster,
+    Tier,
+    build_cluster,
+    build_pooled_cluster,
+    topology_graph,
+    with_torus_shape,
+)
+from paraplan.hardware.tpu import Torus, parse_slice, tpu_chip
 from paraplan.hardware.uncertainty import StepTimeBand, step_time_band
 
 __all__ = [
@@ -44,4 +52,8 @@ __all__ = [
     "profile_from_dict",
     "step_time_band",
     "topology_graph",
+    "Torus",
+    "parse_slice",
+    "tpu_chip",
+    "with_torus_shape",
 ]
