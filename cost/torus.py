@@ -11,6 +11,10 @@ collective_cost_models.torus_axis_allgather): along one axis with wraparound an 
 reduce-scatter of V bytes takes T = max(V / W_bidir, (p/2) t_hop); an all-reduce twice that;
 gathering over k axes at once divides the time by k; an all-to-all costs about a quarter of an
 all-gather on a bidirectional ring; without wraparound, one-way bandwidth and p - 1 hops.
+Here the max is written as the alpha-beta sum (p/2) t_hop + V / W_bidir: equal in both limits,
+at most 2x above the max where the two terms meet (messages of ~45 KB on v5e, S6), and affine in
+the bytes as every other collective of the cost model (gradient-sync lines in cost/stage.py and
+the solver's tables take collectives to be affine in the bytes).
 Units: seconds, bytes, bytes/s.
 Assumes: members ``step`` > 1 chips apart share each link with the step - 1 interleaved groups on
 the same axis (bandwidth / step, hops x step); a group over several axes is a box (the product of
@@ -27,8 +31,8 @@ import numpy as np
 from paraplan.hardware import Cluster, with_torus_shape
 from paraplan.hardware.tpu import Torus
 
-__all__ = ["AxisUse", "TorusGroup", "torus_group", "torus_collective_s", "torus_alltoall_s",
-           "placed_cluster"]
+__all__ = ["AxisUse", "TorusGroup", "torus_group", "torus_floor", "torus_collective_s",
+           "torus_alltoall_s", "torus_profile", "placed_cluster"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,23 +47,59 @@ class AxisUse:
 
 @dataclass(frozen=True, slots=True)
 class TorusGroup:
-    """A process group on a TPU cluster: its torus axes, slices, and the link figures."""
+    """A process group on a TPU cluster: where it lies, and the terms its collectives cost.
 
-    axes: tuple[AxisUse, ...]  # the axes it spans (members > 1)
+    The six ``*_s`` / ``*_s_per_byte`` terms are what every collective of the group is a
+    non-negative combination of (``torus_collective_s``, ``torus_alltoall_s``), so a group no
+    worse in each term is no slower in any collective of any size."""
+
+    axes: tuple[AxisUse, ...]  # the axes it spans (members > 1); () for a floor (torus_floor)
     slices: int  # slices it spans (fan-in over DCN)
     size: int
     fan_in: tuple[int, ...]  # per cluster tier (each torus axis longer than 1, then DCN)
-    link_bytes_per_s: float  # effective, one way, per ICI link
-    hop_s: float
-    dcn_bytes_per_s: float  # effective, one way, per chip
-    dcn_alpha_s: float
+    ici_s_per_byte: float  # (M-1)/M / sum_a W_a
+    ici_latency_s: float  # sum_a hops_a t_hop
+    dcn_latency_s: float  # (S-1) alpha_dcn
+    dcn_s_per_byte: float  # (S-1)/(S M) / B_dcn
+    a2a_ici_s_per_byte: float  # max_a (M/p) f_a step_a / (c W)
+    a2a_dcn_s_per_byte: float  # (p-M)/p / B_dcn
 
-    @property
-    def ici_members(self) -> int:
-        return prod(a.members for a in self.axes)
+    def terms(self) -> tuple[float, ...]:
+        return (self.ici_s_per_byte, self.ici_latency_s, self.dcn_latency_s, self.dcn_s_per_byte,
+                self.a2a_ici_s_per_byte, self.a2a_dcn_s_per_byte)
+
+
+def _hops(use: AxisUse) -> float:
+    """Hops of one pass along an axis: p/2 round a ring, p - 1 along a line (times the step)."""
+    return (use.members / 2 if use.ring else use.members - 1) * use.step
+
+
+def _group(torus: Torus, uses: list[AxisUse], slices: int, size: int,
+           fan_in: tuple[int, ...]) -> TorusGroup:
+    """The cost terms of a group lying along ``uses`` over ``slices`` slices.
+
+    W_a = link x efficiency x (2 on a ring, both directions; 1 on a line) / step; hops_a = p/2
+    (ring) or p - 1 (line), x step; c = 8 on a ring (two links each way across the middle), 4
+    on a line (S6; see torus_collective_s and torus_alltoall_s)."""
+    link = torus.link_bytes_per_s * torus.ici_efficiency
+    dcn = torus.dcn_bytes_per_s * torus.dcn_efficiency
+    m = prod(a.members for a in uses)
+    bandwidth = sum(link * (2 if a.ring else 1) / a.step for a in uses)
+    return TorusGroup(
+        axes=tuple(uses), slices=slices, size=size, fan_in=fan_in,
+        ici_s_per_byte=(m - 1) / m / bandwidth if m > 1 else 0.0,
+        ici_latency_s=sum(_hops(a) for a in uses) * torus.hop_s,
+        dcn_latency_s=(slices - 1) * torus.dcn_alpha_s,
+        dcn_s_per_byte=(slices - 1) / (slices * m) / dcn,
+        a2a_ici_s_per_byte=max((m / size * a.members * a.step / ((8 if a.ring else 4) * link)
+                                for a in uses), default=0.0),
+        a2a_dcn_s_per_byte=(size - m) / size / dcn,
+    )
 
 
 def _axis_use(axis: int, coords: np.ndarray, length: int, wraps: bool) -> AxisUse | None:
+    """Members along one axis: their count, the chips between neighbours, and whether they close
+    into a ring (evenly spaced, covering an axis with wraparound)."""
     values = np.unique(coords)
     f = len(values)
     if f <= 1:
@@ -96,37 +136,27 @@ def torus_group(torus: Torus, sub_axes: tuple[tuple[int, int], ...]) -> TorusGro
         fan_in.append(1)
     if torus.num_slices > 1:
         fan_in.append(slices)
-    return TorusGroup(
-        axes=tuple(uses), slices=slices, size=len(ranks), fan_in=tuple(fan_in),
-        link_bytes_per_s=torus.link_bytes_per_s * torus.ici_efficiency, hop_s=torus.hop_s,
-        dcn_bytes_per_s=torus.dcn_bytes_per_s * torus.dcn_efficiency, dcn_alpha_s=torus.dcn_alpha_s,
-    )
+    return _group(torus, uses, slices, len(ranks), tuple(fan_in))
 
 
-def _hops(use: AxisUse) -> float:
-    """Hops of one pass along an axis: p/2 round a ring, p - 1 along a line (times the step)."""
-    return (use.members / 2 if use.ring else use.members - 1) * use.step
+def torus_floor(groups: list[TorusGroup]) -> TorusGroup:
+    """A group no slower than any of ``groups`` in every collective: each cost term at its least
+    (a bound over placements; its fan-in is that of the group spanning the fewest slices)."""
+    fewest = min(groups, key=lambda g: (g.slices, g.fan_in))
+    terms = [min(t) for t in zip(*(g.terms() for g in groups), strict=True)]
+    return TorusGroup((), fewest.slices, fewest.size, fewest.fan_in, *terms)
 
 
 def torus_collective_s(group: TorusGroup, n_bytes: float, phases: int, data_factor: float) -> float:
     """All-gather / reduce-scatter (phases 1, data 1) or all-reduce (2, 2) of an n-byte buffer.
 
-    Formula: ICI: max(data n (M-1)/M / sum_a W_a, phases sum_a hops_a t_hop), W_a = link x 2 on a
-    ring (both directions) or x 1 on a line, / step; hops_a = p/2 (ring) or p - 1 (line), x step.
-    DCN (S slices): phases (S-1) alpha + data n (S-1)/(S M) / B_dcn.
+    Formula: ICI: phases sum_a hops_a t_hop + data n (M-1)/M / sum_a W_a (the scaling book's max
+    of the two terms written as their sum: module docstring); DCN (S slices, after ICI):
+    phases (S-1) alpha + data n (S-1)/(S M) / B_dcn.
     Source: S6 (module docstring); DCN as cost.comm's hierarchical ring (Thakur et al. 2005).
     """
-    total = 0.0
-    m = group.ici_members
-    if m > 1:
-        bandwidth = sum(group.link_bytes_per_s * (2 if a.ring else 1) / a.step for a in group.axes)
-        total += max(data_factor * n_bytes * (m - 1) / m / bandwidth,
-                     phases * sum(_hops(a) for a in group.axes) * group.hop_s)
-    s = group.slices
-    if s > 1:
-        total += (phases * (s - 1) * group.dcn_alpha_s
-                  + data_factor * n_bytes * (s - 1) / (s * m) / group.dcn_bytes_per_s)
-    return total
+    return (phases * (group.ici_latency_s + group.dcn_latency_s)
+            + data_factor * n_bytes * (group.ici_s_per_byte + group.dcn_s_per_byte))
 
 
 def torus_alltoall_s(group: TorusGroup, n_bytes: float) -> float:
@@ -138,18 +168,16 @@ def torus_alltoall_s(group: TorusGroup, n_bytes: float) -> float:
     Source: S6: an all-to-all is ~1/4 of an all-gather on a bidirectional ring (one ring:
     n p / (8 W) against the all-gather's n p / (2 W)).
     """
-    p = group.size
-    if p <= 1:
+    if group.size <= 1:
         return 0.0
-    m = group.ici_members
-    local = n_bytes * m / p
-    slowest = max((local * a.members * a.step / ((8 if a.ring else 4) * group.link_bytes_per_s)
-                   for a in group.axes), default=0.0)
-    latency = sum(_hops(a) for a in group.axes) * group.hop_s
-    if group.slices > 1:
-        latency += (group.slices - 1) * group.dcn_alpha_s
-        slowest = max(slowest, n_bytes * (p - m) / p / group.dcn_bytes_per_s)
-    return latency + slowest
+    return (group.ici_latency_s + group.dcn_latency_s
+            + n_bytes * max(group.a2a_ici_s_per_byte, group.a2a_dcn_s_per_byte))
+
+
+def torus_profile(group: TorusGroup) -> tuple[float, ...]:
+    """The terms every torus cost of ``group`` grows with (TorusGroup.terms): a placement no
+    worse than another in each is no slower in any collective (the solver's dominance)."""
+    return group.terms()
 
 
 def placed_cluster(cluster: Cluster, torus_shape: tuple[int, ...]) -> Cluster:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 import networkx as nx
@@ -170,11 +171,16 @@ def with_torus_shape(cluster: Cluster, shape: tuple[int, ...]) -> Cluster:
     circuit switching lets a v4/v5p job choose); ``cluster`` itself when shape is () or current."""
     if cluster.torus is None or not shape or tuple(shape) == cluster.torus.shape:
         return cluster
-    torus = cluster.torus.reshaped(tuple(shape))
+    torus, tiers = _reshaped(cluster.torus, tuple(shape))
     return Cluster(name=cluster.name, accelerator=cluster.accelerator,
                    devices_per_node=cluster.devices_per_node, num_nodes=cluster.num_nodes,
-                   tiers=torus_tiers(torus), efficiency_override=cluster.efficiency_override,
-                   torus=torus)
+                   tiers=tiers, efficiency_override=cluster.efficiency_override, torus=torus)
+
+
+@cache
+def _reshaped(torus: Torus, shape: tuple[int, ...]) -> tuple[Torus, tuple[Tier, ...]]:
+    new = torus.reshaped(shape)
+    return new, torus_tiers(new)
 
 
 def _tpu_cluster(preset: str, slices: int | None, chips: int | None) -> Cluster:

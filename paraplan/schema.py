@@ -253,6 +253,9 @@ class PlanSection(_Section):
         None, max_length=MAX_LAYERS, description="pooled clusters: the pool (index in "
         "cluster.pools) of each pipeline stage; default for evaluate: every pool in cluster.pools "
         "order")
+    torus_shape: list[int] | None = Field(
+        None, max_length=3, description="TPU slices: the slice's torus shape, e.g. [4, 8, 16] "
+        "(v4/v5p slices of whole cubes may take any shape; default: the most cubic)")
 
     @field_validator("recompute")
     @classmethod
