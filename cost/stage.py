@@ -44,7 +44,7 @@ from paraplan.cost.ep import (
 from paraplan.cost.plan import DEFAULT_ORDER, Axis, Job, Plan, Recompute
 from paraplan.cost.pp import p2p_per_micro_batch_s, stage_p2p_s
 from paraplan.cost.recompute import block_input_bytes, recompute_forward_s, stored_activation_bytes
-from paraplan.cost.torus import torus_floor
+from paraplan.cost.torus import collective_matmul_exposed_s, torus_floor
 from paraplan.cost.tp import tp_block_comm
 from paraplan.graph import Layer, LayerGraph, LayerKind
 from paraplan.hardware import Accelerator, Cluster, Efficiency, Tier
@@ -416,6 +416,9 @@ def _block_costs(work: _Work, graph: LayerGraph, plan: Plan, job: Job, cluster: 
         is_full = recompute is Recompute.FULL
         rec = work.recompute_s[recompute]
         tp_s = tp.forward_s + tp.backward_s + (tp.forward_s if is_full else 0.0)
+        if cluster.torus is not None:  # XLA's collective matmul (cost/torus.py)
+            tp_s = collective_matmul_exposed_s(tp.forward_s, fwd) * (2 if is_full else 1) \
+                + collective_matmul_exposed_s(tp.backward_s, bwd + rec)
         cp_s = cp.exposed_forward_s * (2 if is_full else 1) + cp.exposed_backward_s
         ep_s = ep.forward_s * (2 if is_full else 1) + ep.backward_s
         zero_s = max(0.0, gather - fwd) + max(0.0, gather + reduce - (bwd + rec))

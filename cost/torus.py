@@ -32,7 +32,7 @@ from paraplan.hardware import Cluster, with_torus_shape
 from paraplan.hardware.tpu import Torus
 
 __all__ = ["AxisUse", "TorusGroup", "torus_group", "torus_floor", "torus_collective_s",
-           "torus_alltoall_s", "torus_profile", "placed_cluster"]
+           "torus_alltoall_s", "torus_profile", "placed_cluster", "collective_matmul_exposed_s"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,6 +178,20 @@ def torus_profile(group: TorusGroup) -> tuple[float, ...]:
     """The terms every torus cost of ``group`` grows with (TorusGroup.terms): a placement no
     worse than another in each is no slower in any collective (the solver's dominance)."""
     return group.terms()
+
+
+def collective_matmul_exposed_s(comm_s: float, compute_s: float) -> float:
+    """Tensor-parallel collectives left exposed on a TPU: XLA's collective matmul splits each
+    all-gather -> matmul and matmul -> reduce-scatter into per-shard steps whose transfers run
+    under the partial matmuls, so only what exceeds the pass's compute stays on the critical path.
+
+    Formula: max(0, comm_s - compute_s) per pass (forward, backward).
+    Source: Wang et al. 2023, "Overlap Communication with Dependent Computation via Decomposition
+    in Large Deep Learning Models", ASPLOS '23 (XLA's collective matmul on TPU); the scaling book
+    (S5, S6) on TPU tensor parallelism hiding its collectives behind matmuls.
+    Assumes: the pass's compute (its GEMMs and attention) is what the transfers can hide under.
+    """
+    return max(0.0, comm_s - compute_s)
 
 
 def placed_cluster(cluster: Cluster, torus_shape: tuple[int, ...]) -> Cluster:
