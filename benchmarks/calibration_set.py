@@ -40,9 +40,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks.calibration_set_tpu import is_tpu_row, tpu_row_case
 from paraplan.graph import preset
 from paraplan.graph.presets import MOE_MLA_FIELDS
+
+from benchmarks.calibration_set_tpu import is_tpu_row, tpu_row_case
 
 __all__ = ["Case", "Skipped", "load_cases", "CSV_PATH"]
 

@@ -29,6 +29,7 @@ import re
 from typing import Any
 
 from paraplan.cost.flops import model_flops_per_token
+
 from paraplan.instance import build_instance
 from paraplan.schema import load_scenario
 
