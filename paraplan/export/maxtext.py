@@ -285,7 +285,9 @@ def _mesh_keys(ctx: ExportContext) -> dict[str, Any]:
     split = mesh_split(p, per_slice, num)
     names = {**MESH_AXIS, Axis.DP: DP_AXIS[p.zero == 3]}
     keys: dict[str, Any] = {}
-    for name in ("data", "fsdp", "pipeline", "context", "tensor", "expert"):  # every axis set
+    # every mesh axis written out; fsdp_transpose and tensor_sequence have no paraplan axis (1)
+    for name in ("data", "fsdp", "fsdp_transpose", "pipeline", "context", "tensor",
+                 "tensor_sequence", "expert"):
         axis = "expert" if name == "expert" else next(
             (a for a, n in names.items() if n == name), None)
         ici, dcn = split.get(axis, (1, 1)) if axis is not None else (1, 1)
