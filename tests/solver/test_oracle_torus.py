@@ -56,15 +56,16 @@ def test_slice_shape_choice_matches_enumeration(seed: int) -> None:
 
 def test_shape_choice_changes_the_optimum() -> None:
     """Fixing the slice to a worse shape cannot beat the free choice, and on a job whose tensor
-    group needs a full ring some fixed shape is strictly worse (the choice matters)."""
-    spec = ModelSpec(name="wide", num_layers=2, hidden=8192, ffn_hidden=32768, num_heads=64,
-                     num_kv_heads=8, vocab=32000, activation=Activation.SWIGLU)
+    traffic outweighs its matmuls (small hidden, tp 16) the shape matters: 16 chips are two full
+    4-rings on 4x4x8 but a 4-ring and half a 8-ring (a line) on 4x8x4."""
+    spec = ModelSpec(name="narrow", num_layers=2, hidden=1024, ffn_hidden=4096, num_heads=16,
+                     num_kv_heads=16, vocab=32000, activation=Activation.SWIGLU)
     graph, cluster = build_graph(spec), build_cluster("v5p-256", nodes=1)
     job = Job(seq_len=4096, global_batch=16, precision=Precision.BF16)
     opts = Options(max_micro_batch=1, max_vp=1)
-    free = enumerate_plans(graph, cluster, job, Fixed(tp=8, pp=1, micro_batch=1), opts)
+    free = enumerate_plans(graph, cluster, job, Fixed(tp=16, pp=1, micro_batch=1), opts)
     per_shape = {s: enumerate_plans(graph, cluster, job,
-                                    Fixed(tp=8, pp=1, micro_batch=1, torus_shape=s), opts).best_s
+                                    Fixed(tp=16, pp=1, micro_batch=1, torus_shape=s), opts).best_s
                  for s in cluster.torus.shapes}
     assert free.best_s == pytest.approx(min(per_shape.values()))
     assert max(per_shape.values()) > min(per_shape.values()) * (1 + 1e-6)
