@@ -1,7 +1,7 @@
 """The TPU rows of the calibration set (MaxText's Dec-2023 tables on v4, v5e, v5p) as scenarios.
 
 ``calibration_set._row_case`` hands every row whose hardware names a TPU to ``tpu_row_case``.
-Mapping (shared/docs/published_runs.md Sec. 3 item 9 and Sec. 4; the CSV's own columns):
+Mapping (docs/published_runs.md §3.9 and §4; the CSV's own columns):
 - cluster: the slice preset and slice count of the ``interconnect`` text ("2 x v5p-128 slice(s)"
   -> preset v5p-128, nodes 2); ICI inside a slice, DCN between slices;
 - model: the row's explicit dimensions; MaxText's default decoder at that commit: head_dim 256

@@ -8,7 +8,7 @@ from paraplan.hardware.tpu import slice_shapes
 
 
 def test_chips_carry_the_vendor_figures() -> None:
-    # hardware.md 1.1 / hardware.json: v5p 459 TFLOP/s BF16, 95 GB at 2.765 TB/s; v4 32 GiB
+    # hardware.json google_tpu_*: v5p 459 TFLOP/s BF16, 95 GB at 2.765 TB/s; v4 32 GiB
     v5p = tpu_chip("tpu-v5p")
     assert v5p.peak_for("bf16") == pytest.approx(459e12)
     assert v5p.peak_for("fp8") == pytest.approx(459e12)  # Google lists FP8 = BF16 on v5p
