@@ -67,8 +67,8 @@ def main() -> int:
     loco = leave_one_chip_out(cases, log=log)
     for c in cases:
         e, fits = fitted[c.row_id]
-        print(f"row {c.row_id} {_generation(c)} {c.scenario['cluster']['preset']} x"
-              f"{c.scenario['cluster']['nodes']}: in-sample {e:+.1%}, LOCO {loco[c.row_id]:+.1%}"
+        print(f"row {c.row_id} {_generation(c)} {c.scenario['cluster']['gpus']} chips of "
+              f"{c.scenario['cluster']['preset']}: in-sample {e:+.1%}, LOCO {loco[c.row_id]:+.1%}"
               + ("" if fits else "  (predicted out of memory)"))
     print(f"median |err| in-sample {statistics.median(abs(e) for e, _ in fitted.values()):.1%}, "
           f"leave-one-chip-out {statistics.median(abs(e) for e in loco.values()):.1%}; "

@@ -2,8 +2,8 @@
 
 ``calibration_set._row_case`` hands every row whose hardware names a TPU to ``tpu_row_case``.
 Mapping (docs/published_runs.md §3.9 and §4; the CSV's own columns):
-- cluster: the slice preset and slice count of the ``interconnect`` text ("2 x v5p-128 slice(s)"
-  -> preset v5p-128, nodes 2); ICI inside a slice, DCN between slices;
+- cluster: the slice preset of the ``interconnect`` text ("2 x v5p-128 slice(s)" -> preset
+  v5p-128) and the row's chips (``gpus``: 128 = 2 slices of 64); ICI inside a slice, DCN between;
 - model: the row's explicit dimensions; MaxText's default decoder at that commit: head_dim 256
   ("head_dim 256" in ``model_type``), a ReLU MLP (not gated), untied embeddings, no dropout;
 - plan: tp = the row's tensor parallelism, dp = chips / tp, ZeRO-3 (MaxText shards parameters,
@@ -76,7 +76,7 @@ def tpu_row_case(row: dict[str, str], case_type: Any, skipped_type: Any, publica
             "vocab": int(row["vocab_size"]), "activation": "relu", "tied_embeddings": False,
             "dropout": False, **({"head_dim": int(head_dim.group(1))} if head_dim else {}),
         },
-        "cluster": {"preset": preset, "nodes": slices},
+        "cluster": {"preset": preset, "gpus": n},  # n chips = slices x chips per slice
         "job": {"seq_len": int(row["seq_len"]), "global_batch": gbs, "precision": "bf16"},
         "plan": {"dp": dp, "tp": tp, "pp": 1, "micro_batch": gbs // dp, "zero": 3,
                  "sequence_parallel": tp > 1, "recompute": _REMAT[remat.group(1)]},
