@@ -44,7 +44,6 @@ def test_tpu_out_of_memory_predictions_do_not_grow(tpu_rows) -> None:
     assert oom <= KNOWN_OOM_ROWS, sorted(oom - KNOWN_OOM_ROWS)
 
 
-@pytest.mark.slow
 def test_leave_one_chip_out_within_ten_percent() -> None:
     from benchmarks.calibrate_tpu import leave_one_chip_out, tpu_cases
 
