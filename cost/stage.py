@@ -363,14 +363,16 @@ class _Spans:
         """Every group on consecutive ranks, as if each were innermost in the rank order: when
         inner tiers are the fastest (``inner_tiers_fastest``) no placement of the group costs less
         (its members fill the fastest domains first), so costs on these spans bound every order's.
-        On a TPU torus: ``torus_floor`` (kept in ``shared`` per degrees and ZeRO stage)."""
+        On a TPU torus: ``torus_floor`` (kept in ``shared`` per degrees; ZeRO-2/3 keep the
+        per-micro-batch dp groups, lower stages drop them)."""
         if cluster.torus is not None:
-            key = ("torus_floor", plan.tp, plan.cp, plan.dp, plan.pp, plan.ep, plan.etp, plan.zero)
-            if shared is None:
-                return cls.torus_floor(plan, cluster)
-            if key not in shared:
-                shared[key] = cls.torus_floor(plan, cluster)
-            return shared[key]
+            key = ("torus_floor", plan.tp, plan.cp, plan.dp, plan.pp, plan.ep, plan.etp)
+            if shared is None or key not in shared:
+                floor = cls.torus_floor(replace(plan, zero=3), cluster)
+                if shared is None:
+                    return floor if plan.zero >= 2 else replace(floor, dp=None, edp=None)
+                shared[key] = floor
+            return shared[key] if plan.zero >= 2 else replace(shared[key], dp=None, edp=None)
         def packed(size: int) -> GroupSpan:
             return packed_span(cluster, size)
 
