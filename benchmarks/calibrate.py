@@ -50,8 +50,10 @@ MIN_ROWS = 3  # a parameter is fitted only to at least this many runs (never to 
 
 def priors() -> dict[str, dict[str, float]]:
     """The physical priors of ``efficiency.yaml`` (``priors:``), every parameter filled."""
-    text = resources.files("paraplan.hardware").joinpath("data/efficiency.yaml").read_text()
-    return {g: dict(v) for g, v in yaml.safe_load(text)["priors"].items()}
+    data = resources.files("paraplan.hardware").joinpath("data")
+    gpu = yaml.safe_load(data.joinpath("efficiency.yaml").read_text())["priors"]
+    tpu = yaml.safe_load(data.joinpath("efficiency_tpu.yaml").read_text())["priors"]  # TPU families
+    return {g: dict(v) for g, v in (gpu | tpu).items()}
 
 
 def _generation(case: Case) -> str:

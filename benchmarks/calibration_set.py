@@ -44,6 +44,8 @@ from typing import Any
 from paraplan.graph import preset
 from paraplan.graph.presets import MOE_MLA_FIELDS
 
+from benchmarks.calibration_set_tpu import is_tpu_row, tpu_row_case
+
 __all__ = ["Case", "Skipped", "load_cases", "CSV_PATH"]
 
 CSV_PATH = Path(__file__).parent / "data" / "published_runs_calibration.csv"
@@ -248,6 +250,8 @@ def _recompute(text: str) -> str | None:
 
 def _row_case(row: dict[str, str]) -> Case | Skipped:
     rid, label = int(row["row_id"]), f"{row['source_key']}:{row['model']}"
+    if is_tpu_row(row):  # MaxText on TPU slices: benchmarks/calibration_set_tpu.py
+        return tpu_row_case(row, Case, Skipped, _publication(row["source"]))
     hardware = next((p for key, p in _HARDWARE if key in row["hardware"]), None)
     if hardware is None:
         return Skipped(rid, label, f"hardware {row['hardware']!r} not in the catalog")

@@ -131,9 +131,10 @@ class CalibrationResult:
 SOURCE_TARGETS = {"megatron_bridge_perf": "nemo", "nemo_2407": "nemo",
                   "narayanan2021_t1": "megatron", "korthikanti2022_t5": "megatron",
                   "korthikanti2022_dp8": "megatron", "bloom176b": "megatron",
-                  "mosaic_llmfoundry": "torch"}
+                  "mosaic_llmfoundry": "torch", "maxtext_tpu": "maxtext"}
 """Calibration source -> the exporter of the framework it ran on (BLOOM: Megatron-DeepSpeed, as
-Megatron; MosaicML llm-foundry: PyTorch FSDP, as the plain-PyTorch script)."""
+Megatron; MosaicML llm-foundry: PyTorch FSDP, as the plain-PyTorch script; MaxText's TPU tables:
+MaxText)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

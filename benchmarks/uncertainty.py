@@ -25,7 +25,8 @@ from datetime import date
 from pathlib import Path
 
 import yaml
-from paraplan.hardware import node_type, node_type_names
+from paraplan.hardware import build_cluster, node_type, node_type_names, tpu_chip
+from paraplan.hardware.tpu import tpu_chip_names
 
 import paraplan
 from benchmarks.calibration_set import CSV_PATH
@@ -51,8 +52,9 @@ _HEADER = """\
 
 
 def generation_of(row: Row) -> str:
-    """The accelerator generation of the run's cluster preset (hardware/data/catalog.yaml)."""
-    return node_type(row.case.scenario["cluster"]["preset"]).accelerator.generation
+    """The accelerator generation of the run's cluster preset (hardware/data/catalog.yaml; TPU
+    slices: hardware/data/tpu.yaml)."""
+    return build_cluster(row.case.scenario["cluster"]["preset"], nodes=1).accelerator.generation
 
 
 def _percentiles(ratios: list[float]) -> dict[str, float]:
@@ -62,7 +64,8 @@ def _percentiles(ratios: list[float]) -> dict[str, float]:
 
 
 def _catalog_generations() -> list[str]:
-    return sorted({node_type(k).accelerator.generation for k in node_type_names()})
+    return sorted({node_type(k).accelerator.generation for k in node_type_names()}
+                  | {tpu_chip(k).generation for k in tpu_chip_names()})
 
 
 def band_table(rows: list[Row]) -> dict:

@@ -14,6 +14,7 @@ from functools import cache
 from math import isqrt, prod
 
 from paraplan.cost.plan import Axis, Plan
+from paraplan.cost.torus import TorusGroup, placed_cluster, torus_alltoall_s, torus_collective_s, torus_group
 from paraplan.hardware import Cluster, Tier
 
 __all__ = [
@@ -61,6 +62,7 @@ class GroupSpan:
     tiers: tuple[Tier, ...]
     fan_in: tuple[int, ...]
     latency_floor: bool = False  # a bound over placements: hierarchical latency at its least
+    torus: TorusGroup | None = None  # TPU clusters: the group's torus axes (cost/torus.py)
 
     @property
     def size(self) -> int:
@@ -92,6 +94,9 @@ def span_of(cluster: Cluster, sub_axes: list[SubAxis]) -> GroupSpan:
     and cross the scale-out tier). Fan-in at a tier = members per domain there / members per
     domain one tier in, so the fan-ins multiply to the group size.
     """
+    if cluster.torus is not None:  # TPU slices: per-axis rings, DCN outside (cost/torus.py)
+        group = torus_group(cluster.torus, tuple((a.stride, a.degree) for a in sub_axes))
+        return GroupSpan(cluster.tiers, group.fan_in, torus=group)
     size = prod(a.degree for a in sub_axes)
     held = [1] * len(sub_axes)
     fan_in: list[int] = []
@@ -137,7 +142,8 @@ def group_span(cluster: Cluster, plan: Plan, *axes: Axis) -> GroupSpan:
     for a in plan.order:
         strides[a] = running
         running *= getattr(plan, a)
-    return span_of(cluster, [SubAxis(strides[a], getattr(plan, a)) for a in axes])
+    return span_of(placed_cluster(cluster, plan.torus_shape),
+                   [SubAxis(strides[a], getattr(plan, a)) for a in axes])
 
 
 def _hierarchical_s(span: GroupSpan, n_bytes: float, phases_per_step: int, data_factor: float) -> float:
@@ -148,6 +154,8 @@ def _hierarchical_s(span: GroupSpan, n_bytes: float, phases_per_step: int, data_
     phases x least alpha x least_phases(size, tiers): a group split over two tiers takes fewer
     phases than one flat ring, so packing every member into the fastest tier is not the cheapest
     latency (the bandwidth part is: inner tiers at least as fast)."""
+    if span.torus is not None:
+        return torus_collective_s(span.torus, n_bytes, phases_per_step, data_factor)
     total, inner = 0.0, 1
     for tier, f in zip(span.tiers, span.fan_in, strict=True):
         if f > 1:
@@ -210,6 +218,8 @@ def alltoall_s(span: GroupSpan, n_bytes: float) -> float:
     Assumes: the sends on different tiers proceed concurrently (NVLink and NIC are separate
     links); each peer costs one latency (NCCL posts one send/recv pair per peer).
     """
+    if span.torus is not None:
+        return torus_alltoall_s(span.torus, n_bytes)
     p = span.size
     if p <= 1:
         return 0.0

@@ -42,6 +42,7 @@ from paraplan.cost.compute import (
     tokens_per_device,
 )
 from paraplan.cost.plan import Axis, Job, Plan
+from paraplan.cost.torus import placed_cluster
 from paraplan.graph import Experts
 from paraplan.hardware import Accelerator, Cluster, Efficiency
 
@@ -92,12 +93,12 @@ def _ep_sub_axes(plan: Plan) -> tuple[list[SubAxis], list[SubAxis]]:
 
 def ep_span(cluster: Cluster, plan: Plan) -> GroupSpan:
     """Tiers the expert-parallel group spans (the innermost ep ranks of dp x cp)."""
-    return span_of(cluster, _ep_sub_axes(plan)[0])
+    return span_of(placed_cluster(cluster, plan.torus_shape), _ep_sub_axes(plan)[0])
 
 
 def expert_dp_span(cluster: Cluster, plan: Plan) -> GroupSpan:
     """Tiers the expert-data-parallel group spans (dp*cp/ep ranks holding the same experts)."""
-    return span_of(cluster, _ep_sub_axes(plan)[1])
+    return span_of(placed_cluster(cluster, plan.torus_shape), _ep_sub_axes(plan)[1])
 
 
 def expert_shard_degree(plan: Plan) -> int:

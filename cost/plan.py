@@ -82,6 +82,7 @@ class Plan:
     layers_per_chunk: tuple[tuple[int, ...], ...] = field(default=())
     order: tuple[Axis, ...] = DEFAULT_ORDER
     stage_pools: tuple[int, ...] = ()  # pooled clusters: the pool of each pp stage (cost/pools.py)
+    torus_shape: tuple[int, ...] = ()  # TPU: the slice shape chosen (cost/torus.py); () = default
 
     @property
     def num_devices(self) -> int:

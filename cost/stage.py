@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from functools import cached_property
+from itertools import permutations
 from typing import Any
 
 from paraplan.cost.comm import GroupSpan, group_span, packed_span
@@ -41,9 +42,10 @@ from paraplan.cost.ep import (
     moe_layer_overhead_s,
     moe_tp_collectives,
 )
-from paraplan.cost.plan import Axis, Job, Plan, Recompute, plan_key
+from paraplan.cost.plan import DEFAULT_ORDER, Axis, Job, Plan, Recompute, plan_key
 from paraplan.cost.pp import p2p_per_micro_batch_s, stage_p2p_s
 from paraplan.cost.recompute import block_input_bytes, recompute_forward_s, stored_activation_bytes
+from paraplan.cost.torus import collective_matmul_exposed_s, torus_floor
 from paraplan.cost.tp import tp_block_comm
 from paraplan.graph import Layer, LayerGraph, LayerKind
 from paraplan.hardware import Accelerator, Cluster, Efficiency, Tier
@@ -51,6 +53,8 @@ from paraplan.hardware import Accelerator, Cluster, Efficiency, Tier
 __all__ = ["Affine", "BlockCost", "StageTerms", "stage_terms", "compute_floor_s", "FLOOR_IGNORES",
            "ends_floor_s", "layer_time", "block_params_per_device", "dense_layers_credited",
            "inner_tiers_fastest", "zero_exposed_s"]
+
+SharedCache = dict[tuple[object, ...], Any]  # per-layout work and sync lines shared across stages
 
 LOGITS_BYTES_PER_ELEMENT = 6  # bf16 logits + fp32 softmax for the fused cross-entropy
 
@@ -331,10 +335,49 @@ class _Spans:
         )
 
     @classmethod
-    def packed(cls, plan: Plan, cluster: Cluster) -> _Spans:
+    def torus_floor(cls, plan: Plan, cluster: Cluster) -> _Spans:
+        """TPU torus: each group's cost terms at their least over every rank order of the active
+        axes and every slice shape (cost/torus.py ``torus_floor``); collectives are sums of those
+        terms, so costs on these spans bound every placement's."""
+        assert cluster.torus is not None
+        active = [a for a in DEFAULT_ORDER if plan.degree(a) > 1]
+        idle = tuple(a for a in DEFAULT_ORDER if plan.degree(a) == 1)
+        every: list[_Spans] = []
+        for shape in cluster.torus.shapes:
+            for perm in permutations(active):
+                try:
+                    every.append(cls.of(replace(plan, order=perm + idle, torus_shape=shape), cluster))
+                except ValueError:
+                    continue  # an order the expert-parallel split does not allow
+
+        def floor(field: str) -> GroupSpan | None:
+            spans = [getattr(s, field) for s in every if getattr(s, field) is not None]
+            if not spans:
+                return None
+            fewest = min(spans, key=lambda s: (s.torus.slices, s.fan_in))
+            return replace(fewest, latency_floor=True, torus=torus_floor([s.torus for s in spans]))
+
+        sync, esync = floor("sync"), floor("esync")
+        assert sync is not None and esync is not None
+        return cls(tp=floor("tp") or every[0].tp, cp=floor("cp") or every[0].cp, ep=floor("ep"),
+                   dp=floor("dp"), edp=floor("edp"), sync=sync, esync=esync,
+                   pp=cluster.tiers[0] if plan.pp > 1 else None)
+
+    @classmethod
+    def packed(cls, plan: Plan, cluster: Cluster, shared: SharedCache | None = None) -> _Spans:
         """Every group on consecutive ranks, as if each were innermost in the rank order: when
         inner tiers are the fastest (``inner_tiers_fastest``) no placement of the group costs less
-        (its members fill the fastest domains first), so costs on these spans bound every order's."""
+        (its members fill the fastest domains first), so costs on these spans bound every order's.
+        On a TPU torus: ``torus_floor`` (kept in ``shared`` per degrees; ZeRO-2/3 keep the
+        per-micro-batch dp groups, lower stages drop them)."""
+        if cluster.torus is not None:
+            key = ("torus_floor", plan.tp, plan.cp, plan.dp, plan.pp, plan.ep, plan.etp)
+            if shared is None or key not in shared:
+                floor = cls.torus_floor(replace(plan, zero=3), cluster)
+                if shared is None:
+                    return floor if plan.zero >= 2 else replace(floor, dp=None, edp=None)
+                shared[key] = floor
+            return shared[key] if plan.zero >= 2 else replace(shared[key], dp=None, edp=None)
         def packed(size: int) -> GroupSpan:
             return packed_span(cluster, size)
 
@@ -349,7 +392,7 @@ class _Spans:
 
     def key(self) -> tuple[object, ...]:
         """What per-micro-batch block costs depend on."""
-        return tuple((s.fan_in, s.latency_floor) if s else None
+        return tuple((s.fan_in, s.latency_floor, s.torus) if s else None
                      for s in (self.tp, self.cp, self.ep, self.dp, self.edp))
 
 
@@ -394,6 +437,9 @@ def _block_costs(work: _Work, graph: LayerGraph, plan: Plan, job: Job, cluster: 
         is_full = recompute is Recompute.FULL
         rec = work.recompute_s[recompute]
         tp_s = tp.forward_s + tp.backward_s + (tp.forward_s if is_full else 0.0)
+        if cluster.torus is not None:  # XLA's collective matmul (cost/torus.py)
+            tp_s = collective_matmul_exposed_s(tp.forward_s, fwd) * (2 if is_full else 1) \
+                + collective_matmul_exposed_s(tp.backward_s, bwd + rec)
         cp_s = cp.exposed_forward_s * (2 if is_full else 1) + cp.exposed_backward_s
         ep_s = ep.forward_s * (2 if is_full else 1) + ep.backward_s
         zero_s = zero_exposed_s(gather, reduce, fwd, bwd + rec, job.overlap_dp_comm)
@@ -430,7 +476,6 @@ def _end_cost(work: _Work, plan: Plan, job: Job, cluster: Cluster, spans: _Spans
                    activation_bytes=work.working_bytes)
 
 
-SharedCache = dict[tuple[object, ...], Any]  # per-layout work and sync lines shared across stages
 
 # What each cache's value does not depend on (plan_key keeps every other field). The stage split,
 # recompute and rank order never enter a per-layer cost (the order acts through the spans).
@@ -494,7 +539,7 @@ def _sync_lines(plan: Plan, job: Job, cluster: Cluster, block_params: float,
     """grad_sync_s is alpha-beta: latency + bytes / bandwidth, affine in the parameters; one line
     for the dense-parallel group, one for the expert-data-parallel group."""
     key = ("sync", *plan_key(plan, _SYNC_IGNORES), spans.sync.fan_in, spans.esync.fan_in,
-           spans.sync.latency_floor)
+           spans.sync.latency_floor, spans.sync.torus, spans.esync.torus)
     if shared is not None and key in shared:
         return shared[key]
 
@@ -527,14 +572,15 @@ def stage_terms(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster,
     costs are computed once per distinct ``_shared_key`` (a solve evaluates thousands of layouts
     that differ only in pp, vp, dp or the placement of other axes).
     ``packed``: cost every group on consecutive ranks whatever the plan's order (``_Spans.packed``):
-    a bound on the terms of every order of the layout, valid when ``inner_tiers_fastest``.
+    a bound on the terms of every order of the layout, valid when ``inner_tiers_fastest``; on a
+    TPU torus each group's terms at their least over every order and slice shape.
 
     Pooled cluster: each pool hosting a stage gets the layout's terms on its own devices
     (``StageTerms.at``), and each stage its p2p on the links to its neighbours (pp.stage_p2p_s,
     the same for every order: stages are the outermost rank axis there)."""
     if cluster.pools:
         return _pooled_terms(graph, plan, job, cluster, shared, packed)
-    spans = _Spans.packed(plan, cluster) if packed else _Spans.of(plan, cluster)
+    spans = _Spans.packed(plan, cluster, shared) if packed else _Spans.of(plan, cluster)
     if shared is None:
         costs = _shared_costs(graph, plan, job, cluster, spans, shared)
     else:
@@ -588,6 +634,8 @@ def inner_tiers_fastest(cluster: Cluster) -> bool:
     on every pool (its groups stay inside a pool)."""
     if cluster.pools:
         return all(inner_tiers_fastest(p) for p in cluster.pools)
+    if cluster.torus is not None:
+        return False  # torus axes: a strided group can span more axes than a packed one
     return all(a.alpha_s <= b.alpha_s and a.effective_bytes_per_s >= b.effective_bytes_per_s
                for a, b in zip(cluster.tiers, cluster.tiers[1:], strict=False))
 

@@ -25,7 +25,9 @@ from paraplan.hardware.topology import (
     build_pooled_cluster,
     topology_graph,
     with_memory_headroom,
+    with_torus_shape,
 )
+from paraplan.hardware.tpu import Torus, parse_slice, tpu_chip
 from paraplan.hardware.uncertainty import StepTimeBand, step_time_band
 
 __all__ = [
@@ -52,4 +54,8 @@ __all__ = [
     "step_time_band",
     "topology_graph",
     "with_memory_headroom",
+    "Torus",
+    "parse_slice",
+    "tpu_chip",
+    "with_torus_shape",
 ]

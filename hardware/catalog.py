@@ -103,7 +103,10 @@ def _did_you_mean(field: str, value: str, known: list[str]) -> ValueError:
 def accelerator(key: str) -> Accelerator:
     raw = _raw()["accelerators"]
     if key not in raw:
-        raise _did_you_mean("accelerator", key, sorted(raw))
+        from paraplan.hardware.tpu import tpu_chip, tpu_chip_names  # data/tpu.yaml
+        if key in tpu_chip_names():
+            return tpu_chip(key)
+        raise _did_you_mean("accelerator", key, sorted(raw) + tpu_chip_names())
     a = raw[key]
     return Accelerator(
         key=key,
@@ -127,7 +130,8 @@ def fabric_names() -> list[str]:
 def node_type(key: str) -> NodeType:
     raw = _raw()["nodes"]
     if key not in raw:
-        raise _did_you_mean("cluster.preset", key, sorted(raw) + fabric_names())
+        raise _did_you_mean("cluster.preset", key, sorted(raw) + fabric_names()
+                            + ["a TPU slice <family>-<N> (v4-128, v5p-1024, v5e-256, v6e-256)"])
     n = raw[key]
     return NodeType(
         key=key,

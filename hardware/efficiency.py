@@ -43,8 +43,10 @@ class Efficiency:
 
 @cache
 def _raw() -> dict[str, Any]:
-    text = resources.files("paraplan.hardware").joinpath("data/efficiency.yaml").read_text()
-    return yaml.safe_load(text)["generations"]
+    data = resources.files("paraplan.hardware").joinpath("data")
+    gpus = yaml.safe_load(data.joinpath("efficiency.yaml").read_text())["generations"]
+    tpus = yaml.safe_load(data.joinpath("efficiency_tpu.yaml").read_text())["generations"]
+    return gpus | tpus  # TPU chip families: data/efficiency_tpu.yaml
 
 
 def catalog_parameters(generation: str) -> dict[str, float]:

@@ -15,14 +15,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import cache
 from typing import Any
 
 import networkx as nx
 from paraplan.hardware.catalog import Accelerator, LinkSpec, fabric, fabric_names, node_type
 from paraplan.hardware.efficiency import Efficiency, efficiency
+from paraplan.hardware.tpu import Torus, is_slice_name, parse_slice, torus_of, tpu_chip
 
 __all__ = ["Tier", "Cluster", "build_cluster", "build_pooled_cluster", "topology_graph",
-           "with_memory_headroom", "MAX_DEVICES", "MAX_POOLS"]
+           "with_memory_headroom", "MAX_DEVICES", "MAX_POOLS", "with_torus_shape", "torus_tiers"]
 
 MAX_DEVICES = 1_000_000
 """Most devices in a cluster, summed over pools (README "Limits"): ~10x the largest training
@@ -57,6 +59,7 @@ class Cluster:
     pool_link: Tier | None = None  # the link between two pools
     efficiency_override: Efficiency | None = None  # from a calibration profile (calibration.py)
     memory_headroom: float = 0.0  # fraction of device memory kept free (solver.memory_headroom)
+    torus: Torus | None = None  # TPU slices: the ICI torus (tiers = its axes, then DCN; tpu.py)
 
     @property
     def efficiency(self) -> Efficiency:
@@ -130,6 +133,9 @@ def build_pooled_cluster(pools: Sequence[Mapping[str, Any]]) -> Cluster:
     """
     if not pools:
         raise ValueError("cluster.pools must list at least one pool")
+    if any(is_slice_name(str(p.get("preset", ""))) for p in pools):
+        raise ValueError("cluster.pools: TPU slices are not pooled; give one slice preset with "
+                         "cluster.nodes = slices (multislice over DCN)")
     if len(pools) > MAX_POOLS:
         raise ValueError(f"cluster.pools lists {len(pools)} pools; paraplan's limit is {MAX_POOLS} "
                          "(README \"Limits\"); merge pools of the same node type")
@@ -157,8 +163,72 @@ def build_pooled_cluster(pools: Sequence[Mapping[str, Any]]) -> Cluster:
     )
 
 
+def torus_tiers(torus: Torus) -> tuple[Tier, ...]:
+    """One tier per torus axis longer than 1 (domain: the chips of the axes up to it, as ranks
+    run row-major over the torus), then DCN across slices. The axis tiers carry one ICI link
+    one way and the hop latency (what a point-to-point send gets); collectives on a torus are
+    costed per axis by cost/torus.py."""
+    tiers: list[Tier] = []
+    domain = 1
+    for d, length in enumerate(torus.shape):
+        domain *= length
+        if length > 1 or (d == len(torus.shape) - 1 and not tiers):
+            tiers.append(Tier(name=f"ici-{'xyz'[d]}", domain_devices=domain,
+                              per_gpu_bytes_per_s=torus.link_bytes_per_s, alpha_s=torus.hop_s,
+                              efficiency=torus.ici_efficiency))
+    if torus.num_slices > 1:
+        tiers.append(Tier(name="dcn", domain_devices=domain * torus.num_slices,
+                          per_gpu_bytes_per_s=torus.dcn_bytes_per_s, alpha_s=torus.dcn_alpha_s,
+                          efficiency=torus.dcn_efficiency))
+    return tuple(tiers)
+
+
+def with_torus_shape(cluster: Cluster, shape: tuple[int, ...]) -> Cluster:
+    """The TPU cluster with its slices in ``shape`` (one of ``cluster.torus.shapes``: optical
+    circuit switching lets a v4/v5p job choose); ``cluster`` itself when shape is () or current."""
+    if cluster.torus is None or not shape or tuple(shape) == cluster.torus.shape:
+        return cluster
+    torus, tiers = _reshaped(cluster.torus, tuple(shape))
+    return Cluster(name=cluster.name, accelerator=cluster.accelerator,
+                   devices_per_node=cluster.devices_per_node, num_nodes=cluster.num_nodes,
+                   tiers=tiers, efficiency_override=cluster.efficiency_override, torus=torus)
+
+
+@cache
+def _reshaped(torus: Torus, shape: tuple[int, ...]) -> tuple[Torus, tuple[Tier, ...]]:
+    new = torus.reshaped(shape)
+    return new, torus_tiers(new)
+
+
+def _tpu_cluster(preset: str, slices: int | None, chips: int | None) -> Cluster:
+    """``slices`` slices of the TPU slice ``preset`` (``v5p-1024``), or ``chips`` chips of them.
+    A scenario's cluster.nodes counts slices (as a gb200-nvl72 node is a rack); devices_per_node
+    is the host's chips (4 or 8)."""
+    spec = parse_slice(preset)
+    if chips is not None:
+        if chips < 1 or chips % spec.chips:
+            raise ValueError(f"cluster.gpus={chips} must be a positive multiple of the {spec.chips} "
+                             f"chips of a {preset} slice; or give cluster.nodes = slices")
+        slices = chips // spec.chips
+    assert slices is not None
+    if slices < 1:
+        raise ValueError(f"cluster.nodes={slices} (slices of {preset}) must be at least 1")
+    if slices * spec.chips > MAX_DEVICES:
+        raise ValueError(f"{slices:,} slices of {preset} exceed paraplan's limit of "
+                         f"{MAX_DEVICES:,} devices (README \"Limits\")")
+    torus = torus_of(spec, slices)
+    host = min(spec.host_chips, spec.chips)
+    return Cluster(name=preset, accelerator=tpu_chip(spec.chip), devices_per_node=host,
+                   num_nodes=slices * spec.chips // host, tiers=torus_tiers(torus), torus=torus)
+
+
 def build_cluster(preset: str, *, nodes: int | None = None, gpus: int | None = None) -> Cluster:
-    """Cluster of ``nodes`` nodes (or ``gpus`` devices) of a node preset or a fabric preset."""
+    """Cluster of ``nodes`` nodes (or ``gpus`` devices) of a node preset or a fabric preset;
+    for a TPU slice preset (``v5p-1024``), ``nodes`` slices joined by DCN."""
+    if is_slice_name(preset):
+        if (nodes is None) == (gpus is None):
+            raise ValueError("cluster: give exactly one of cluster.nodes (slices) or cluster.gpus")
+        return _tpu_cluster(preset, nodes, gpus)
     fab = fabric(preset) if preset in fabric_names() else None
     nt = node_type(fab.node if fab else preset)
     dpn = nt.devices_per_node

@@ -138,7 +138,23 @@ def fixed_knobs(inst: Instance) -> Fixed:
                  zero=p.zero, sequence_parallel=p.sequence_parallel, recompute=recompute,
                  layers_per_stage=layers,
                  order=tuple(p.order) if p.order else None,
-                 stage_pools=tuple(p.stage_pools) if p.stage_pools is not None else None)
+                 stage_pools=tuple(p.stage_pools) if p.stage_pools is not None else None,
+                 torus_shape=_torus_shape(inst, p.torus_shape))
+
+
+def _torus_shape(inst: Instance, shape: list[int] | None) -> tuple[int, ...] | None:
+    """plan.torus_shape checked against the cluster's slice shapes (ConfigError otherwise)."""
+    if shape is None:
+        return None
+    torus = inst.cluster.torus
+    if torus is None:
+        raise ConfigError(f"plan.torus_shape={shape} needs a TPU slice cluster (cluster.preset "
+                          "such as v5p-1024); remove it for this cluster")
+    try:
+        torus.reshaped(tuple(shape))
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    return tuple(shape)
 
 
 def _fixed_chunks(p: Any) -> tuple[tuple[int, ...] | None, int | None]:

@@ -34,11 +34,28 @@ def _tiers(cluster: Cluster, plan: Plan) -> str:
         if len(set(plan.stage_pools)) > 1:
             text += f", pp across pools over {cluster.pool_link.name if cluster.pool_link else '?'}"
         return text
+    if cluster.torus is not None:
+        return _torus_tiers(cluster, plan)
     parts = []
     for axis in (Axis.TP, Axis.CP, Axis.DP, Axis.PP):
         if plan.degree(axis) > 1:
             parts.append(f"{axis.value} over {group_span(cluster, plan, axis).outermost.name}")
     return ", ".join(parts) or "a single device"
+
+
+def _torus_tiers(cluster: Cluster, plan: Plan) -> str:
+    """TPU: the torus axes each group lies along (ring or line, members), DCN, and the shape."""
+    assert cluster.torus is not None
+    parts = []
+    for axis in (Axis.TP, Axis.CP, Axis.DP, Axis.PP):
+        if plan.degree(axis) > 1:
+            group = group_span(cluster, plan, axis).torus
+            assert group is not None
+            along = [f"{'xyz'[a.axis]} ({a.members} {'ring' if a.ring else 'line'})"
+                     for a in group.axes] + (["dcn"] if group.slices > 1 else [])
+            parts.append(f"{axis.value} along {' + '.join(along)}")
+    shape = plan.torus_shape or cluster.torus.shape
+    return (", ".join(parts) or "a single device") + f" on {'x'.join(map(str, shape))} slices"
 
 
 def _pools(cluster: Cluster, plan: Plan, b: Breakdown) -> str:

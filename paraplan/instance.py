@@ -147,6 +147,7 @@ def fixed_plan(inst: Instance, section: PlanSection | None = None) -> Plan:
                                or even_split(inst.spec.num_layers, pp)),
         layers_per_chunk=tuple(tuple(r) for r in p.layers_per_chunk or ()),
         order=tuple(p.order) if p.order else DEFAULT_ORDER,
+        torus_shape=tuple(p.torus_shape or ()),
     )
     if p.stage_pools is not None:
         return replace(plan, stage_pools=tuple(p.stage_pools))

@@ -51,6 +51,8 @@ class PlanOut(BaseModel):
     stage_pools: list[int] = Field(
         default_factory=list, description="pooled clusters: the pool (index in cluster.pools) "
         "of each pipeline stage")
+    torus_shape: list[int] = Field(
+        default_factory=list, description="TPU slices: the torus shape chosen (empty: the default)")
 
 
 class StageOut(BaseModel):
@@ -148,6 +150,7 @@ def plan_out(plan: Plan, job: Job) -> PlanOut:
         order=[a.value for a in plan.order],
         num_devices=plan.num_devices,
         stage_pools=list(plan.stage_pools),
+        torus_shape=list(plan.torus_shape),
     )
 
 

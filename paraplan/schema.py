@@ -313,6 +313,9 @@ class PlanSection(_Section):
                 raise ValueError(f"plan.num_devices={self.num_devices} but dp x tp x pp x cp = "
                                  f"{used}; fix the degrees or drop plan.num_devices")
         return self
+    torus_shape: list[int] | None = Field(
+        None, max_length=3, description="TPU slices: the slice's torus shape, e.g. [4, 8, 16] "
+        "(v4/v5p slices of whole cubes may take any shape; default: the most cubic)")
 
     @field_validator("recompute")
     @classmethod

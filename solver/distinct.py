@@ -23,7 +23,7 @@ def layout_key(plan: Plan) -> tuple[object, ...]:
     """The degrees and modes a layout fixes before the layer split and recompute are chosen."""
     return (plan.dp, plan.tp, plan.pp, plan.cp, plan.ep, plan.expert_tp, plan.vp,
             plan.micro_batch, str(plan.cp_comm), plan.sequence_parallel,
-            frozenset(plan.stage_pools))
+            frozenset(plan.stage_pools), plan.torus_shape)
 
 
 def distinct_key(plan: Plan) -> tuple[object, ...]:

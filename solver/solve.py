@@ -54,6 +54,7 @@ from paraplan.solver.space import (
     families,
     num_orders,
     orders,
+    placements,
     zeros,
 )
 from paraplan.solver.tables import (
@@ -119,11 +120,12 @@ def layout_rank(plan: Plan) -> tuple[object, ...]:
     """Tie-break order among equally fast layouts: fewer stages, less cp, no interleaving,
     smaller tp, ZeRO 1/0/2/3, smaller micro-batch, the default rank order, p2p context
     parallelism, expert TP = tp (Megatron's defaults), then (pooled clusters) the pools of the
-    stages in lexicographic order."""
+    stages in lexicographic order, then (TPU) the most cubic slice shape (hardware/tpu.py)."""
     order_rank = [DEFAULT_ORDER.index(a) for a in plan.order]
     return (plan.pp, plan.cp, plan.vp, plan.tp, _ZERO_PREFERENCE.index(plan.zero),
             plan.micro_batch, order_rank, plan.cp_comm != "p2p", plan.expert_tp != plan.tp,
-            plan.stage_pools)
+            plan.stage_pools, (max(plan.torus_shape, default=0), sorted(plan.torus_shape),
+                               plan.torus_shape))
 
 
 def _recomputes(fixed: Fixed, options: Options) -> list[Recompute]:
@@ -188,7 +190,7 @@ def _bounded_tables(graph: LayerGraph, cluster: Cluster, job: Job, fixed: Fixed,
     if not recomputes:
         raise NoLayoutError("no recompute mode is both fixed and allowed")
     uniform = options.uniform_recompute
-    packed = inner_tiers_fastest(cluster)
+    packed = inner_tiers_fastest(cluster) or cluster.torus is not None  # torus: _Spans.torus_floor
     shared: dict[tuple[object, ...], Any] = {}
     order_cache: OrderCache = {}
     floors: dict[tuple[object, ...], Any] = {}
@@ -244,9 +246,9 @@ def _bounded_tables(graph: LayerGraph, cluster: Cluster, job: Job, fixed: Fixed,
                          _stage_modes(fixed, plan.pp)):
                 unfit_terms.append(terms)
                 continue
-            for order in orders(plan, cluster, fixed, options, cache=order_cache):
+            for order, shape in placements(plan, cluster, fixed, options, cache=order_cache):
                 passed += 1
-                layout = replace(plan, order=order)
+                layout = replace(plan, order=order, torus_shape=shape)
                 terms = stage_terms(graph, layout, job, cluster, shared)
                 b = max(bound, quick_lower_bound_s(terms, recomputes, spec.num_layers))
                 heapq.heappush(heap, (b, next(tick), 2, (layout, terms), ks))

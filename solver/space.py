@@ -53,6 +53,7 @@ from paraplan.cost.comm import alltoall_s, p2p_s
 from paraplan.cost.ep import ep_span, expert_dp_span
 from paraplan.cost.plan import expert_axes, pipeline_slots, plan_key
 from paraplan.cost.pools import pool_sequence, stage_pools_of
+from paraplan.cost.torus import torus_profile
 from paraplan.graph import ModelSpec
 from paraplan.hardware import Cluster
 
@@ -61,7 +62,8 @@ _ORDERS_IGNORE = frozenset({"vp", "micro_batch", "zero", "sequence_parallel", "r
                             "layers_per_stage", "layers_per_chunk", "order"})
 """Rank orders depend on the degrees, cp_comm and pools only (a layout filter sees the whole family)."""
 
-__all__ = ["Fixed", "Options", "OrderCache", "layouts", "families", "zeros", "orders", "num_orders",
+__all__ = ["Fixed", "Options", "OrderCache", "layouts", "families", "zeros", "orders", "placements",
+           "num_orders",
            "divisors", "exact_split"]
 
 
@@ -84,6 +86,7 @@ class Fixed:
     layers_per_stage: tuple[int, ...] | None = None
     order: tuple[Axis, ...] | None = None
     stage_pools: tuple[int, ...] | None = None
+    torus_shape: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -160,16 +163,22 @@ def _comm_profile(cluster: Cluster, plan: Plan,
         span = group_span(cluster, plan, *axes)
         alpha = allgather_s(span, 0.0)
         profile += [alpha, allgather_s(span, 1.0) - alpha]
+        if span.torus is not None:  # costs max(a n, b) + c + d n: compare every term
+            profile += torus_profile(span.torus)
         tier = span.outermost
         profile += [p2p_s(tier, 0.0), p2p_s(tier, 1.0) - p2p_s(tier, 0.0)]
     if plan.ep > 1:
         a2a = ep_span(cluster, plan)
         profile += [alltoall_s(a2a, 0.0), alltoall_s(a2a, 1.0) - alltoall_s(a2a, 0.0)]
+        if a2a.torus is not None:
+            profile += torus_profile(a2a.torus)
     for expert_plan in (replace(plan, etp=etp) for etp in expert_tps):
         if expert_plan.ep > 1 or expert_plan.expert_tp < expert_plan.tp:
             edp = expert_dp_span(cluster, expert_plan)
             alpha = allgather_s(edp, 0.0)
             profile += [alpha, allgather_s(edp, 1.0) - alpha]
+            if edp.torus is not None:
+                profile += torus_profile(edp.torus)
     return tuple(profile)
 
 
@@ -302,7 +311,55 @@ def families(spec: ModelSpec, cluster: Cluster, seq_len: int, global_batch: int,
                     continue
                 for ep in _eps(spec, dp, cp, fixed):
                     out += _families_of(spec, global_batch, dp, tp, pp, cp, ep, fixed, options)
+    if fixed.torus_shape is not None:
+        return [replace(f, torus_shape=fixed.torus_shape) for f in out]
     return out
+
+
+def _shapes(cluster: Cluster, fixed: Fixed) -> tuple[tuple[int, ...], ...]:
+    """Slice shapes to weigh: a TPU cluster's (hardware/tpu.py; the fixed one if given), else ()."""
+    torus = cluster.torus
+    if torus is None or fixed.torus_shape is not None or len(torus.shapes) <= 1:
+        return ()
+    return torus.shapes
+
+
+def placements(family: Plan, cluster: Cluster, fixed: Fixed, options: Options, *,
+               prune_dominated: bool = True, cache: OrderCache | None = None
+               ) -> list[tuple[tuple[Axis, ...], tuple[int, ...]]]:
+    """(rank order, slice shape) pairs of a family. On a TPU cluster whose slices may take several
+    shapes (optical circuit switching, hardware/tpu.py), the orders of every shape, pruned
+    jointly: a placement no better than another one, of any shape, on every communication term
+    of ``_comm_profile`` is dropped (ties keep the earlier shape, the most cubic first).
+    Elsewhere: ``orders`` with the family's own shape."""
+    shapes = _shapes(cluster, fixed)
+    if not shapes:
+        return [(o, family.torus_shape) for o in orders(family, cluster, fixed, options,
+                                                        prune_dominated=prune_dominated,
+                                                        cache=cache)]
+    key = ("placements", family.tp, family.cp, family.pp, family.dp, family.ep, family.etp,
+           family.cp_comm, prune_dominated) + ((family,) if options.layout_filter else ())
+    if cache is not None and key in cache:
+        return cache[key]
+    pairs = [(o, s) for s in shapes
+             for o in orders(replace(family, torus_shape=s), cluster, fixed, options,
+                             prune_dominated=prune_dominated, cache=cache)]
+    if prune_dominated and len(pairs) > 1:
+        base = Plan(dp=family.dp, tp=family.tp, pp=family.pp, cp=family.cp, ep=family.ep,
+                    etp=family.etp, micro_batch=1, recompute=(Recompute.NONE,) * family.pp,
+                    layers_per_stage=(1,) * family.pp)
+        kept: list[tuple[tuple[tuple[Axis, ...], tuple[int, ...]], tuple[float, ...]]] = []
+        for pair in pairs:
+            prof = _profile(cluster, replace(base, order=pair[0], torus_shape=pair[1]),
+                            (family.etp,))
+            if any(_dominated(prof, other) for _, other in kept):
+                continue
+            kept = [(q, p) for q, p in kept if not _dominated(p, prof)]
+            kept.append((pair, prof))
+        pairs = [q for q, _ in kept]
+    if cache is not None:
+        cache[key] = pairs
+    return pairs
 
 
 def _families_of(spec: ModelSpec, global_batch: int, dp: int, tp: int, pp: int, cp: int, ep: int,
@@ -362,7 +419,8 @@ def orders(family: Plan, cluster: Cluster, fixed: Fixed, options: Options, *,
         return cache[key]
     base = Plan(dp=family.dp, tp=family.tp, pp=family.pp, cp=family.cp, ep=family.ep,
                 etp=family.etp, micro_batch=1, recompute=(Recompute.NONE,) * family.pp,
-                layers_per_stage=(1,) * family.pp, stage_pools=family.stage_pools)
+                layers_per_stage=(1,) * family.pp, stage_pools=family.stage_pools,
+                torus_shape=family.torus_shape)
     out = _orders(base, cluster, fixed, options, prune_dominated, (family.etp,), family)
     if cache is not None:
         cache[key] = out
@@ -390,11 +448,11 @@ def layouts(spec: ModelSpec, cluster: Cluster, seq_len: int, global_batch: int,
     ``prune_dominated=False`` keeps ZeRO-0 and every distinct placement (the exhaustive baseline
     uses it, so the oracle tests check that the pruning is exact)."""
     cache: OrderCache = {}
-    return [replace(family, zero=zero, order=order)
+    return [replace(family, zero=zero, order=order, torus_shape=shape)
             for family in families(spec, cluster, seq_len, global_batch, fixed, options)
             for zero in zeros(family, fixed, prune_dominated=prune_dominated, options=options)
-            for order in orders(replace(family, zero=zero), cluster, fixed, options,
-                                prune_dominated=prune_dominated, cache=cache)]
+            for order, shape in placements(replace(family, zero=zero), cluster, fixed, options,
+                                           prune_dominated=prune_dominated, cache=cache)]
 
 
 def _pool_sequences(cluster: Cluster, fixed: Fixed) -> Iterator[tuple[int, ...]]:

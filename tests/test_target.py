@@ -121,7 +121,7 @@ def test_cli_target_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
                  "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "searched only plans maxtext can run" in out
-    assert (tmp_path / "maxtext.yaml").exists()
+    assert (tmp_path / "maxtext.yml").exists()
 
 
 def _random_scenario(rng: random.Random) -> dict:

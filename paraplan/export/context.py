@@ -94,6 +94,7 @@ def to_cost_plan(plan: PlanOut) -> Plan:
         layers_per_chunk=tuple(tuple(r) for r in plan.layers_per_chunk),
         order=tuple(Axis(a) for a in plan.order),
         stage_pools=tuple(plan.stage_pools),
+        torus_shape=tuple(plan.torus_shape),
     )
 
 

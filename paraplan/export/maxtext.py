@@ -1,10 +1,13 @@
 """MaxText 0.2.5 export: a config YAML over ``base.yml`` (docs/frameworks.md §5).
 
-MaxText builds a hybrid device mesh: ``ici_*_parallelism`` inside a slice (here: a node, the
-scale-up domain) and ``dcn_*_parallelism`` across slices (nodes). Which axes cross nodes follows
-from the plan's rank order and the node size: walking the order from the innermost axis, axes
-stay inside a node until the product of degrees reaches the node's device count; the axis that
-straddles the boundary is split into an ICI part and a DCN part, and the rest are DCN only.
+MaxText builds a hybrid device mesh: ``ici_*_parallelism`` inside a slice and
+``dcn_*_parallelism`` across slices. On TPU clusters a slice is a TPU slice (``v5p-1024``: 512
+chips) and the config says ``hardware: tpu``; on GPU clusters a slice is a node (the scale-up
+domain) and ``hardware: gpu``. Which axes cross slices follows from the plan's rank order and the
+slice size: walking the order from the innermost axis, axes stay inside a slice until the product
+of degrees reaches the slice's device count; the axis that straddles the boundary is split into
+an ICI part and a DCN part, and the rest are DCN only. The file is ``maxtext.yml``: MaxText reads
+only a config whose name ends in ``.yml``.
 
 Mapping: dp -> ``data`` (ZeRO-0; ZeRO-1 adds ``shard_optimizer_over_data``) or ``fsdp`` (ZeRO-3);
 pp -> ``stage`` (keys ``ici/dcn_pipeline_parallelism``) with ``num_pipeline_repeats`` = vp
@@ -19,10 +22,15 @@ plan's ep innermost data-parallel ranks (the cost model's EP group), the rest of
 pp = 1 or ZeRO-3 (else ``data`` sits outside ``stage``); MoE presets map to MaxText's model
 configs, other MoE shapes to ``num_experts`` / ``num_experts_per_tok`` / ``base_moe_mlp_dim``.
 
-Rules enforced: ICI products equal the devices per node and DCN products the node count (checked
+Rules enforced: ICI products equal the devices per slice and DCN products the slice count (checked
 by MaxText only at mesh creation); stages x repeats x layers per stage == layers (uniform stages
 only); pipeline micro-batches % stages == 0; ``shard_optimizer_over_data`` only without FSDP
-(ZeRO-2 has no MaxText form); one remat policy for every stage; the expert placement above.
+(ZeRO-2 has no MaxText form); one remat policy for every stage; the expert placement above;
+"FP8 quantization is not compatible with gradient accumulation" (MaxText's config check).
+
+Rank order: ``mesh_axes`` lists data first, then stage, then fsdp, ..., tensor: outermost first.
+With pp > 1 the pipeline stage axis therefore sits inside ``data`` and outside ``fsdp``; the
+header writes the order innermost first (tensor, context, fsdp|stage, stage|data).
 """
 
 from __future__ import annotations
@@ -71,6 +79,7 @@ KEYS: dict[str, str] = {
     "vocab": "vocab_size", "num_experts": "num_experts", "top_k": "num_experts_per_tok",
     "moe_ffn_hidden": "base_moe_mlp_dim", "first_dense_layers": "first_num_dense_layers",
     "shared_experts": "shared_experts", "cp_strategy": "context_parallel_strategy",
+    "hardware": "hardware",
 }
 """paraplan concept -> MaxText config key; the only place MaxText key names appear."""
 
@@ -83,6 +92,10 @@ DTYPES = {Precision.BF16: "bfloat16", Precision.FP8: "bfloat16", Precision.FP16:
 WEIGHT_DTYPE = "float32"
 FP8_QUANTIZATION = "fp8"
 BASE_CONFIG = "base.yml"
+HARDWARE = {True: "tpu", False: "gpu"}  # keyed by "the cluster is a TPU slice"
+TRAIN = "python3 -m maxtext.trainers.pre_train.train maxtext.yml"
+XPK_TPU_TYPE = {"v5e": "v5litepod", "v4": "v4", "v5p": "v5p", "v6e": "v6e"}
+"""Slice family -> the TPU type prefix xpk / GKE name it by (v5e slices are ``v5litepod-N``)."""
 MODELS = {name: name for name in (
     "llama2-7b", "llama2-13b", "llama2-70b", "llama3-8b", "llama3-70b", "llama3.1-8b",
     "llama3.1-70b", "llama3.1-405b", "mistral-7b", "gpt3-175b", "mixtral-8x7b", "mixtral-8x22b",
@@ -186,15 +199,38 @@ def check_rank_order(ctx: ExportContext, draft: Draft) -> Refusal | None:
                    order_fixes(draft, [(name, order)]))
 
 
-def check_node_boundary(ctx: ExportContext, draft: Draft) -> Refusal | None:
-    """ICI product == devices per node and DCN product == nodes (mesh creation)."""
+def slices(ctx: ExportContext) -> tuple[int, int, str]:
+    """(devices per slice, slices, what a slice is): a TPU slice on TPU clusters, else a node."""
     c = ctx.cluster
+    if c.torus is not None:
+        return c.torus.slice_chips, c.torus.num_slices, f"{c.name} slice"
+    return c.devices_per_node, c.num_nodes, "node"
+
+
+def check_node_boundary(ctx: ExportContext, draft: Draft) -> Refusal | None:
+    """ICI product == devices per slice and DCN product == slices (mesh creation)."""
+    per_slice, num, what = slices(ctx)
     try:
-        mesh_split(draft.plan, c.devices_per_node, c.num_nodes)
+        mesh_split(draft.plan, per_slice, num)
     except ValueError as e:
-        return Refusal(f"the mesh cannot be cut into ici (inside a {c.devices_per_node}-device "
-                       f"node) and dcn (across {c.num_nodes} nodes) parts: {e}")
+        return Refusal(f"the mesh cannot be cut into ici (inside a {per_slice}-device {what}) and "
+                       f"dcn (across {num} of them) parts: {e}")
     return None
+
+
+def check_fp8_accumulation(ctx: ExportContext, draft: Draft) -> Refusal | None:
+    """MaxText: "FP8 quantization is not compatible with gradient accumulation"."""
+    p = draft.plan
+    accumulation = 1 if p.pp > 1 else ctx.inst.job.global_batch // (p.micro_batch * p.dp)
+    if draft.precision is not Precision.FP8 or accumulation == 1:
+        return None
+    whole = ctx.inst.job.global_batch // p.dp
+    fixes = repair(f"micro_batch -> {whole} (no accumulation)", draft,
+                   replace(p, micro_batch=whole))
+    fixes += (Fix("precision -> bf16", replace(draft, precision=Precision.BF16)),)
+    return Refusal(f"precision fp8 with gradient_accumulation_steps={accumulation}: MaxText "
+                   "refuses it (\"FP8 quantization is not compatible with gradient "
+                   "accumulation\"); run one micro-batch per step or bf16", fixes)
 
 
 def check_expert_axis(ctx: ExportContext, draft: Draft) -> Refusal | None:
@@ -232,7 +268,7 @@ check_expert_tp = check_expert_tp_is_tp("MaxText has no separate expert tensor-p
 
 RULES = (check_dense_model, check_expert_tp, check_model_keys, check_zero, check_uniform_stages,
          check_pipeline_micro_batches, check_uniform_recompute, check_rank_order,
-         check_expert_axis, check_node_boundary)
+         check_expert_axis, check_node_boundary, check_fp8_accumulation)
 
 SEARCH = SearchLimits(even_stages=True)
 """solver.target=maxtext: num_layers_per_pipeline_stage: every stage alike; one remat_policy."""
@@ -244,17 +280,20 @@ MODEL_RULES = (check_model_keys,)
 
 
 def _mesh_keys(ctx: ExportContext) -> dict[str, Any]:
-    p, c = ctx.plan, ctx.cluster
-    split = mesh_split(p, c.devices_per_node, c.num_nodes)
+    p = ctx.plan
+    per_slice, num, _ = slices(ctx)
+    split = mesh_split(p, per_slice, num)
     names = {**MESH_AXIS, Axis.DP: DP_AXIS[p.zero == 3]}
     keys: dict[str, Any] = {}
-    for name in ("data", "fsdp", "pipeline", "context", "tensor", "expert"):  # every axis set
+    # every mesh axis written out; fsdp_transpose and tensor_sequence have no paraplan axis (1)
+    for name in ("data", "fsdp", "fsdp_transpose", "pipeline", "context", "tensor",
+                 "tensor_sequence", "expert"):
         axis = "expert" if name == "expert" else next(
             (a for a, n in names.items() if n == name), None)
         ici, dcn = split.get(axis, (1, 1)) if axis is not None else (1, 1)
         keys[KEYS["ici"].format(name)] = ici
         keys[KEYS["dcn"].format(name)] = dcn
-    keys[KEYS["num_slices"]] = c.num_nodes
+    keys[KEYS["num_slices"]] = num
     if p.zero == 1:
         keys[KEYS["zero1"]] = True
     return keys
@@ -301,6 +340,7 @@ def maxtext_config(ctx: ExportContext) -> dict[str, Any]:
     enforce(ctx, FRAMEWORK, RULES)
     mode = uniform_recompute(ctx.plan) or Recompute.FULL  # RULES refused mixed modes already
     config: dict[str, Any] = {KEYS["base"]: BASE_CONFIG, KEYS["run_name"]: "paraplan",
+                              KEYS["hardware"]: HARDWARE[ctx.cluster.torus is not None],
                               **_model_keys(ctx), **_mesh_keys(ctx), **_batch_keys(ctx),
                               KEYS["remat"]: REMAT[mode], KEYS["dtype"]: DTYPES[ctx.precision],
                               KEYS["weight_dtype"]: WEIGHT_DTYPE}
@@ -311,11 +351,34 @@ def maxtext_config(ctx: ExportContext) -> dict[str, Any]:
     return config
 
 
+def _launch(ctx: ExportContext) -> list[str]:
+    """How to start the run: on TPU an xpk workload over the slices (the slice shape, where the
+    plan chose one, is the slice's --topology at creation); on GPU the train module per host."""
+    c = ctx.cluster
+    if c.torus is None:
+        return [f"run: {TRAIN}"]
+    family, size = c.name.split("-")
+    lines = [f"run (every host of every slice; xpk starts them): xpk workload create "
+             f"--cluster CLUSTER --workload paraplan --tpu-type={XPK_TPU_TYPE[family]}-{size} "
+             f"--num-slices={c.torus.num_slices} --command \"{TRAIN}\""]
+    if ctx.plan.torus_shape and ctx.plan.torus_shape != c.torus.shapes[0]:
+        lines.append(f"slice shape {'x'.join(map(str, ctx.plan.torus_shape))} (optical circuit "
+                     f"switching): create each slice with --type={family} --topology="
+                     f"{'x'.join(map(str, ctx.plan.torus_shape))}")
+    return lines
+
+
 def _notes(ctx: ExportContext) -> list[str]:
     p = ctx.plan
-    notes = [f"rank order {'-'.join(a.value for a in maxtext_order(p))} (innermost first); ici_* "
-             f"inside a {ctx.cluster.devices_per_node}-device node, dcn_* across "
-             f"{ctx.cluster.num_nodes} nodes"]
+    per_slice, num, what = slices(ctx)
+    notes = [f"rank order {'-'.join(a.value for a in maxtext_order(p))} (innermost first; "
+             f"mesh_axes lists them outermost first); ici_* inside a {per_slice}-device {what}, "
+             f"dcn_* across {num}"]
+    if ctx.cluster.torus is not None:
+        shape = p.torus_shape or ctx.cluster.torus.shape
+        notes.append(f"placement: paraplan laid the ranks row-major over the {'x'.join(map(str, shape))} "
+                     "torus in this order; MaxText's create_device_mesh assigns physical axes "
+                     "to mesh axes itself (allow_split_physical_axes for axes that split one)")
     mode = uniform_recompute(p) or Recompute.FULL
     if mode is not Recompute.FULL:
         notes.append(f"recompute={mode.value}: remat_policy {REMAT[mode]} is MaxText's nearest "
@@ -330,12 +393,11 @@ def _notes(ctx: ExportContext) -> list[str]:
     if p.ep > 1:
         notes.append(f"ep={p.ep}: the expert axis shards the experts and, for the other layers, "
                      f"the batch (with data/fsdp = dp/ep = {p.dp // p.ep})")
-    notes.append("run: python -m maxtext.trainers.pre_train.train maxtext.yaml")
-    return notes
+    return notes + _launch(ctx)
 
 
 def render(ctx: ExportContext) -> str:
-    """``maxtext.yaml``: header comments, then the config over base.yml."""
+    """``maxtext.yml``: header comments, then the config over base.yml."""
     config = maxtext_config(ctx)
     body = yaml.safe_dump(config, sort_keys=False, default_flow_style=False)
     return comment_block(header_lines(ctx, FRAMEWORK) + _notes(ctx)) + "\n" + body

@@ -19,7 +19,7 @@ EXPORTERS: dict[str, Target] = {
     "megatron": Target("paraplan.export.megatron", "megatron.sh"),
     "deepspeed": Target("paraplan.export.deepspeed", "deepspeed.json"),
     "torchtitan": Target("paraplan.export.torchtitan", "torchtitan.sh"),
-    "maxtext": Target("paraplan.export.maxtext", "maxtext.yaml"),
+    "maxtext": Target("paraplan.export.maxtext", "maxtext.yml"),  # MaxText reads only .yml
     "nemo": Target("paraplan.export.nemo", "nemo.py"),
     "torch": Target("paraplan.export.torch", "torch_plan.py"),
     "trace": Target("paraplan.export.trace", "trace.json"),

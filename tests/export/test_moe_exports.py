@@ -87,7 +87,8 @@ def test_maxtext_uses_the_expert_axis_and_model_config() -> None:
     assert config["ici_expert_parallelism"] == 8 and config["dcn_expert_parallelism"] == 1
     assert config["dcn_data_parallelism"] == 2 and config["ici_data_parallelism"] == 1
     assert config["model_name"] == "qwen3-30b-a3b"
-    res = result(DEEPSEEK_32_NODES, dp=256, tp=1, pp=1, ep=8, micro_batch=1, zero=3,
+    # micro_batch 4: one micro-batch per step (MaxText refuses FP8 with gradient accumulation)
+    res = result(DEEPSEEK_32_NODES, dp=256, tp=1, pp=1, ep=8, micro_batch=4, zero=3,
                  recompute="full")
     assert maxtext_config(context(res))["model_name"] == "deepseek3-671b"
 
