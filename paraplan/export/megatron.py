@@ -520,7 +520,7 @@ def layer_args(s: ModelSpec) -> list[tuple[str, object]]:
         args.append(("no_bias", None))
     if s.qkv_bias and not s.linear_bias:
         args.append(("qkv_bias", None))
-    if s.qk_norm:
+    if s.qk_norm or s.is_mla:  # under MLA the flag adds the q and kv latent RMSNorms (models.json)
         args.append(("qk_norm", None))
     if s.sliding_window:
         args.append(("window", f"{s.sliding_window},0"))
