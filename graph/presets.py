@@ -254,7 +254,8 @@ def _hf_rope(cfg: dict[str, Any]) -> Rope:
     return Rope(**common, beta_fast=_float(scaling, "beta_fast", 32.0),
                 beta_slow=_float(scaling, "beta_slow", 1.0),
                 mscale=_float(scaling, "mscale", 1.0),
-                mscale_all_dim=float(scaling.get("mscale_all_dim") or 0.0))
+                mscale_all_dim=float(scaling.get("mscale_all_dim") or 0.0),
+                round_correction_range=scaling.get("truncate", True) is not False)
 
 
 def _full_attention_every(cfg: dict[str, Any]) -> int:

@@ -82,6 +82,8 @@ class Rope:
     beta_slow: float = 1.0  # YaRN
     mscale: float = 1.0  # YaRN attention scale
     mscale_all_dim: float = 0.0  # YaRN (DeepSeek-V3: 1.0)
+    round_correction_range: bool = True  # YaRN: round the blended dim range to integers
+    # (DeepSeek-V3 does; gpt-oss's config.json "truncate": false does not)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -84,6 +84,7 @@ FLAGS: dict[str, str] = {
     "mscale_all_dim": "--mscale-all-dim",
     "yarn_original_max_positions": "--yarn-original-max-position-embeddings",
     "yarn_beta_fast": "--yarn-beta-fast", "yarn_beta_slow": "--yarn-beta-slow",
+    "yarn_no_rounding": "--no-yarn-correction-range-round-to-int",
     "norm_eps": "--norm-epsilon", "zero_centered_norm": "--apply-layernorm-1p",
     "qkv_bias": "--add-qkv-bias", "qk_norm": "--qk-layernorm", "window": "--window-size",
     "window_skip_freq": "--window-attn-skip-freq", "softmax_type": "--softmax-type",
@@ -302,6 +303,8 @@ def _architecture_gap(spec: ModelSpec) -> str | None:
     if spec.is_mla and rope.original_max_positions != MLA_YARN_ORIGINAL_MAX_POSITIONS:
         return (f"YaRN over {rope.original_max_positions} original positions under latent "
                 f"attention: MLATransformerConfig fixes {MLA_YARN_ORIGINAL_MAX_POSITIONS} (no flag)")
+    if spec.is_mla and not rope.round_correction_range:
+        return "YaRN without rounding the correction range under latent attention (no flag)"
     if spec.is_mla and rope.fraction != 1:
         return f"rotating {rope.fraction:g} of the head under latent attention"
     if rope.scaling == "llama3":
@@ -551,6 +554,8 @@ def position_args(s: ModelSpec) -> list[tuple[str, object]]:
                  ("yarn_original_max_positions", rope.original_max_positions),
                  ("yarn_beta_fast", rope.beta_fast), ("yarn_beta_slow", rope.beta_slow),
                  ("mscale", rope.mscale), ("mscale_all_dim", rope.mscale_all_dim)]
+        if not rope.round_correction_range:
+            args.append(("yarn_no_rounding", None))
     return args
 
 

@@ -146,7 +146,8 @@ def _rope_fields(ctx: ExportContext) -> list[tuple[str, object]]:
         out += [("yarn_rotary_scaling_factor", rope.factor),
                 ("yarn_original_max_position_embeddings", rope.original_max_positions),
                 ("yarn_beta_fast", rope.beta_fast), ("yarn_beta_slow", rope.beta_slow),
-                ("yarn_mscale", rope.mscale), ("yarn_mscale_all_dim", rope.mscale_all_dim)]
+                ("yarn_mscale", rope.mscale), ("yarn_mscale_all_dim", rope.mscale_all_dim),
+                ("yarn_correction_range_round_to_int", rope.round_correction_range)]
     return out
 
 

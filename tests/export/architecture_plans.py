@@ -78,9 +78,10 @@ def unmodelled_params(spec: ModelSpec, *, padded_vocab: int, max_positions: int)
     """Parameters a framework builds that the layer graph does not count.
 
     Per layer: linear biases (QKV q + 2 kv, projection h, MLP fc1 (2f gated) + fc2 h, each
-    routed and shared expert alike, one router logit per expert), QKV-only biases (q + 2 kv), QK-norm weights (RMSNorm on q and
-    k: 2 head_dim), attention sinks (one logit per head). Once: the learned position table
-    (max_positions x h) and the rows the framework pads the vocabulary with (x h, twice untied).
+    routed and shared expert alike, one router logit per expert), QKV-only biases (q + 2 kv),
+    QK-norm weights (RMSNorm on q and k: 2 head_dim), attention sinks (one logit per head).
+    Once: the learned position table (max_positions x h) and the rows the framework pads the
+    vocabulary with (x h, twice untied).
     """
     h, q, kv = spec.hidden, spec.q_dim, spec.kv_dim
     gate = 2 if spec.activation.is_gated else 1
