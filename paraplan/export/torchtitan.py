@@ -17,7 +17,8 @@ Mapping of the plan:
   of dp_shard x cp x tp, innermost first, which is the cost model's EP group (the innermost ep
   ranks of dp x cp) when tp = 1 and dp is sharded (ZeRO 1-3; with ZeRO-0, ep must divide cp).
 
-Rules enforced: PP needs ``--training.disable-cuda-graphs`` (emitted); local batch % PP
+Rules enforced: PP and EP (its all-to-all dispatcher synchronises with the CPU) need
+``--training.disable-cuda-graphs`` (emitted); local batch % PP
 micro-batch; global batch % (local x dp); Schedule1F1B needs micro-batches >= stages and
 Interleaved1F1B needs n % max(1, n // pp) == 0 (torch 2.13); one recompute mode for all stages;
 cp needs seq_len % (2 x cp) (head-tail load balancer); bf16 or fp32 parameters only (no fp16).
@@ -288,7 +289,7 @@ def _training_args(ctx: ExportContext) -> list[tuple[str, object]]:
         ("local_batch", local), ("global_batch", job.global_batch), ("seq_len", job.seq_len),
         ("mixed_precision", PARAM_DTYPES[ctx.precision]),
     ]
-    if p.pp > 1:
+    if p.pp > 1 or p.ep > 1:  # Trainer.Config._validate_cuda_graphs: no PP, no blocking EP
         args.append(("no_cuda_graphs", None))
     return args + [("no_compile", None), ("no_async_tp", None)]  # the plan models eager kernels
 

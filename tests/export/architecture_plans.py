@@ -106,3 +106,35 @@ def unmodelled_params(spec: ModelSpec, *, padded_vocab: int, max_positions: int)
     if spec.position_embedding == "learned":
         total += max_positions * h
     return total + (padded_vocab - spec.vocab) * h * (1 if spec.tied_embeddings else 2)
+
+
+TORCHTITAN_CASES: dict[str, tuple[dict, dict]] = {
+    "llama3.1-8b-fsdp": (scenario("llama3.1-8b", 1), plan(8, zero=3, recompute="none")),
+    "llama3.1-8b-ddp": (scenario("llama3.1-8b", 1), plan(8, zero=0)),
+    "llama3.1-8b-tp2-sp": (scenario("llama3.1-8b", 1),
+                           plan(4, 2, zero=2, sequence_parallel=True, recompute="selective")),
+    "llama3.1-8b-pp2": (scenario("llama3.1-8b", 2), plan(4, 2, 2)),
+    "llama3.1-8b-cp2": (scenario("llama3.1-8b", 1), plan(2, 2, cp=2, zero=3)),
+    "llama3.1-70b-tp8-pp4": (scenario("llama3.1-70b", 8), plan(2, 8, 4)),
+    "llama3.1-70b-interleaved": (scenario("llama3.1-70b", 8),
+                                 plan(2, 8, 4, vp=2, recompute="none")),
+    "llama3.1-70b-uneven": (scenario("llama3.1-70b", 8), plan(4, 8, 2, layers_per_stage=[39, 41])),
+    "qwen3-32b-tp8": (scenario("qwen3-32b", 2), plan(2, 8, zero=3)),
+    "qwen3-32b-pp2": (scenario("qwen3-32b", 4), plan(4, 4, 2)),
+    "qwen3-30b-a3b-ep8": (scenario("qwen3-30b-a3b", 2), plan(16, ep=8)),
+    "qwen3-30b-a3b-cp2-ep4": (scenario("qwen3-30b-a3b", 2), plan(8, cp=2, ep=4, zero=3)),
+    "deepseek-v3-pp8-ep32": (scenario("deepseek-v3", 32, global_batch=1024),
+                             plan(32, 1, 8, ep=32, layers_per_stage=[7, 8, 8, 8, 8, 8, 8, 6])),
+    "gpt-oss-120b-ep8": (scenario("gpt-oss-120b", 2), plan(16, ep=8, zero=3)),
+    "gpt-oss-120b-pp2-ep8": (scenario("gpt-oss-120b", 2), plan(8, 1, 2, ep=8)),
+}
+"""torchtitan plans: every model its config functions build (llama3_405b needs torchao's float8,
+so it is left out), over FSDP/HSDP/DDP, tp, pp (1F1B, interleaved, uneven), cp and ep."""
+
+REFUSED_BY_TORCHTITAN = {
+    "llama3-70b": (scenario("llama3-70b", 8), plan(2, 8, 4), "RoPE scaling"),
+    "mixtral-8x7b": (scenario("mixtral-8x7b", 4), plan(32, ep=8), "none of the models"),
+    "llama3.1-405b-bf16": (scenario("llama3.1-405b", 64, global_batch=1024),
+                           plan(8, 8, 8, layers_per_stage=[15, 16, 16, 16, 16, 16, 16, 15]),
+                           "float8"),
+}
