@@ -138,3 +138,37 @@ REFUSED_BY_TORCHTITAN = {
                            plan(8, 8, 8, layers_per_stage=[15, 16, 16, 16, 16, 16, 16, 15]),
                            "float8"),
 }
+
+
+GQA_30_LAYERS = {"model": {"layers": 30, "hidden": 2048, "ffn_hidden": 5632, "heads": 16,
+                           "kv_heads": 4, "vocab": 32000},
+                 "cluster": {"preset": "dgx-h100", "nodes": 2},
+                 "job": {"seq_len": 4096, "global_batch": 64, "precision": "bf16"}}
+
+DEEPSPEED_CASES: dict[str, tuple[dict, dict]] = {
+    "ddp": (scenario("llama3.1-8b", 2), plan(16, zero=0)),
+    "zero1-mb2": (scenario("llama3.1-8b", 2), plan(16, micro_batch=2)),
+    "zero2": (scenario("llama3.1-8b", 2), plan(16, zero=2, recompute="none")),
+    "zero3": (scenario("llama3.1-8b", 1), plan(8, zero=3)),
+    "autotp2-zero1": (scenario("llama3.1-8b", 2), plan(8, 2, sequence_parallel=False)),
+    "autotp8-zero3": (scenario("llama3-70b", 8), plan(8, 8, zero=3, sequence_parallel=False)),
+    "autotp4-zero2": (scenario("qwen2.5-7b", 2), plan(4, 4, zero=2, sequence_parallel=False)),
+    "ulysses4-zero3": (scenario("llama3.1-8b", 2), plan(4, cp=4, zero=3, recompute="none")),
+    "ulysses8-zero1": (scenario("llama3.1-8b", 2), plan(2, cp=8)),
+    "pp2-zero1": (scenario("llama3.1-8b", 2), plan(8, 1, 2)),
+    "pp4-ddp": (scenario("llama3.1-8b", 2), plan(4, 1, 4, zero=0, recompute="none")),
+    "pp4-30-layers": (GQA_30_LAYERS, plan(4, 1, 4, zero=0, recompute="none",
+                                          layers_per_stage=[8, 8, 7, 7])),
+    "pp8-70b": (scenario("llama3-70b", 8), plan(8, 1, 8)),
+    "fp16-gpt3": (scenario("gpt3-1.3b", 1, seq_len=2048, precision="fp16"), plan(8)),
+    "mistral-zero2-mb2": (scenario("mistral-7b", 1), plan(8, zero=2, micro_batch=2)),
+    "pp16-405b": (scenario("llama3.1-405b", 32, global_batch=1024),
+                  plan(16, 1, 16, layers_per_stage=[8] * 14 + [7, 7])),
+}
+"""DeepSpeed plans: ZeRO 0-3, AutoTP 2/4/8, Ulysses 4/8, PipelineModule 2-16 stages (one of
+them over 30 layers, where the balanced split is uneven), fp16 and bf16."""
+
+REFUSED_BY_DEEPSPEED = {
+    "autotp-with-pipeline": (scenario("llama3.1-8b", 2), plan(4, 2, 2, sequence_parallel=False),
+                             "PipelineModule"),
+}
