@@ -283,9 +283,11 @@ def _hf_router(cfg: dict[str, Any], model_type: str) -> Router:
                       group_topk=_int(cfg, "topk_group", spec="num_experts", default=0, minimum=0),
                       scaling_factor=_float(cfg, "routed_scaling_factor", 1.0),
                       balance="seq_aux_loss",
+                      normalize_top_k=cfg.get("norm_topk_prob", True) is not False,
                       aux_loss_coeff=_float(cfg, "aux_loss_alpha", DEEPSEEK_V3_BALANCE_FACTOR))
     coeff = cfg.get("router_aux_loss_coef")
-    return Router(aux_loss_coeff=_float(cfg, "router_aux_loss_coef", 1.0) if coeff else 0.0)
+    return Router(aux_loss_coeff=_float(cfg, "router_aux_loss_coef", 1.0) if coeff else 0.0,
+                  normalize_top_k=cfg.get("norm_topk_prob", True) is not False)
 
 
 def _hf_architecture(cfg: dict[str, Any], model_type: str) -> dict[str, Any]:

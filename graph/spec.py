@@ -91,7 +91,8 @@ class Router:
     """How a mixture-of-experts layer picks its ``top_k`` experts (no parameters of its own beyond
     the router GEMM the graph counts; ``expert_bias`` adds one per expert, not trained by SGD)."""
 
-    score: str = "softmax"  # one of ROUTER_SCORES; top-k probabilities renormalised
+    score: str = "softmax"  # one of ROUTER_SCORES
+    normalize_top_k: bool = True  # the top-k weights sum to 1 (HF norm_topk_prob; Qwen2-MoE: no)
     expert_bias: bool = False  # aux-loss-free balancing bias (DeepSeek-V3)
     groups: int = 0  # group-limited routing: experts in `groups` groups, tokens pick `group_topk`
     group_topk: int = 0

@@ -88,7 +88,7 @@ FLAGS: dict[str, str] = {
     "norm_eps": "--norm-epsilon", "zero_centered_norm": "--apply-layernorm-1p",
     "qkv_bias": "--add-qkv-bias", "qk_norm": "--qk-layernorm", "window": "--window-size",
     "window_skip_freq": "--window-attn-skip-freq", "softmax_type": "--softmax-type",
-    "router_score": "--moe-router-score-function",
+    "router_score": "--moe-router-score-function", "router_pre_softmax": "--moe-router-pre-softmax",
     "router_expert_bias": "--moe-router-enable-expert-bias",
     "router_groups": "--moe-router-num-groups", "router_group_topk": "--moe-router-group-topk",
     "router_scaling": "--moe-router-topk-scaling-factor",
@@ -296,6 +296,9 @@ def _architecture_gap(spec: ModelSpec) -> str | None:
     if spec.parallel_residual:
         return ("a parallel attention + MLP residual: megatron-core's TransformerLayer runs "
                 "attention, then the MLP on its output")
+    if spec.is_moe and spec.router.score == "sigmoid" and not spec.router.normalize_top_k:
+        return ("sigmoid routing without normalising the top-k weights: megatron-core "
+                "normalises sigmoid scores whenever top_k > 1")
     if spec.position_embedding != "rope" or not rope.scaling:
         return None
     if spec.is_mla and rope.scaling != "yarn":
@@ -593,6 +596,8 @@ def router_args(s: ModelSpec) -> list[tuple[str, object]]:
     """Router score function, expert bias, group-limited routing, scaling, balance loss."""
     r = s.router
     args: list[tuple[str, object]] = [("router_score", r.score)]
+    if not r.normalize_top_k:  # softmax over every expert, top-k weights kept as they are
+        args.append(("router_pre_softmax", None))
     if r.expert_bias:
         args.append(("router_expert_bias", None))
     if r.groups:

@@ -162,6 +162,7 @@ def _moe_fields(ctx: ExportContext) -> list[tuple[str, object]]:
             ("moe_shared_expert_intermediate_size", s.shared_ffn_hidden or None),
             ("moe_layer_freq", 1 if all(layers) else layers),
             ("moe_router_score_function", r.score),
+            ("moe_router_pre_softmax", not r.normalize_top_k),
             ("moe_router_enable_expert_bias", r.expert_bias),
             ("moe_router_num_groups", r.groups or None),
             ("moe_router_group_topk", r.group_topk or None),

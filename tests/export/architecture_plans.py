@@ -53,6 +53,15 @@ MEGATRON_CASES: dict[str, tuple[dict, dict]] = {
     "deepseek-v3-pp8-ep16": (scenario("deepseek-v3", 32, global_batch=1024),
                              plan(16, 2, 8, ep=16, layers_per_stage=[7, 8, 8, 8, 8, 8, 8, 6])),
     "gpt-oss-120b-ep8-etp1": (scenario("gpt-oss-120b", 2), plan(16, 1, ep=8)),
+    "explicit-qwen2-moe-style": (  # an explicit model: QKV bias, un-normalised top-k, shared
+        {"model": {"name": "qwen2-moe-like", "layers": 8, "hidden": 1024, "heads": 16,
+                   "kv_heads": 16, "vocab": 32000, "experts": 16, "top_k": 4,
+                   "moe_ffn_hidden": 512, "shared_experts": 1, "shared_ffn_hidden": 2048,
+                   "qkv_bias": True, "norm_eps": 1e-6, "rope": {"theta": 1000000},
+                   "router": {"normalize_top_k": False, "aux_loss_coeff": 0.001}},
+         "cluster": {"preset": "dgx-h100", "nodes": 1},
+         "job": {"seq_len": 4096, "global_batch": 64, "precision": "bf16"}},
+        plan(4, 2, ep=4)),
 }
 """Megatron-LM / Megatron-Bridge plans: every preset family megatron-core builds."""
 
