@@ -23,6 +23,13 @@ Mapping of the plan:
   dispatcher with grouped GEMM; ``--expert-model-parallel-size`` = ep and
   ``--expert-tensor-parallel-size`` = tp (paraplan's cost model keeps expert TP = TP, Megatron's
   default, written out). Latent attention: ``--multi-latent-attention`` and its ranks and dims.
+- Architecture (ModelSpec): position embedding type, RoPE base / rotated fraction / llama3 or
+  YaRN scaling, norm epsilon and zero-centred LayerNorm, biases (all linear layers, or QKV only),
+  QK-norm (under MLA the q/kv latent norms), attention windows and sinks, and the MoE router
+  (score function, top-k normalisation, expert bias, group-limited routing, scaling, balance
+  loss). Refused (check_architecture): ALiBi, a parallel attention + MLP residual, and RoPE
+  scalings megatron-core fixes differently. tests/export/test_megatron_lm_oracle.py parses every
+  family's command with Megatron-LM 0.19.2 and checks the built model's parameter count.
 """
 
 from __future__ import annotations

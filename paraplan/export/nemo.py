@@ -5,8 +5,11 @@ Megatron-Bridge's ``ConfigContainer`` keeps parallelism on the model provider (a
 parallel degrees on ``trainer.strategy`` and batch sizes on ``data``. Both build megatron-core
 configs, so Megatron's rules apply unchanged (this module reuses ``megatron.RULES``), plus
 Bridge's own: ``dist.use_tp_pp_dp_mapping`` cannot be combined with Megatron-FSDP. Mixture-of-
-experts plans set the expert-parallel and expert-tensor-parallel sizes (the recipe carries the
-model, experts included).
+experts plans set the expert-parallel and expert-tensor-parallel sizes. The planned model goes in
+as ``model.*`` TransformerConfig / GPTModelProvider fields (``model_fields``: shape, positions,
+norms, biases, QK-norm, windows, router, MLA), so whatever recipe the user starts from builds it;
+megatron-core 0.16.1 builds them into the plan model's parameter count in
+tests/export/test_oracles.py.
 
 The generated ``nemo.py`` holds ``BRIDGE_OVERRIDES`` and ``NEMO2_OVERRIDES`` (dotted path ->
 value), ``apply(config, overrides)`` to set them on a recipe object, and prints the Bridge

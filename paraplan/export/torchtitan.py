@@ -4,6 +4,11 @@
 ``--parallelism.*`` / ``--training.*`` flags override it; activation checkpointing is a tyro
 subcommand and must be the last token.
 
+The model: torchtitan takes it only from a config function, so the export names the one that
+builds the planned model (CONFIGS: llama3 for Llama 3.1, qwen3, deepseek_v3, gpt_oss) and refuses
+any other model; ``llama3_405b`` converts linear layers to float8, so only fp8 plans may use it.
+Compile and async TP are switched off (the plan models eager kernels).
+
 Mapping of the plan:
 - dp: ``data_parallel_replicate_degree`` for ZeRO-0; ``data_parallel_shard_degree`` (FSDP2) for
   ZeRO 1-3, with ``fsdp_reshard_after_forward`` ``never`` for ZeRO-1/2 and ``always`` for ZeRO-3.
