@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from paraplan.graph.spec import MODEL_LIMITS, Activation, ModelSpec, scenario_key, show_value
+from paraplan.graph.spec import MODEL_LIMITS, Activation, ModelSpec, Rope, Router, scenario_key, show_value
 
 __all__ = ["preset_names", "preset", "from_hf_config", "from_fields", "to_fields", "MOE_MLA_FIELDS",
-           "HF_MODEL_TYPES", "preset_fields"]
+           "HF_MODEL_TYPES", "preset_fields", "ARCHITECTURE_FIELDS"]
 
 _HF_ACTIVATIONS = {
     "silu": Activation.SWIGLU, "swiglu": Activation.SWIGLU,
@@ -100,6 +100,39 @@ MOE_MLA_FIELDS = {
 }
 
 
+ARCHITECTURE_FIELDS: dict[str, type] = {
+    "position_embedding": str, "norm_eps": float, "zero_centered_norm": bool, "linear_bias": bool,
+    "qkv_bias": bool, "qk_norm": bool, "parallel_residual": bool, "sliding_window": int,
+    "full_attention_every": int, "attention_sinks": bool,
+}
+"""Optional ModelSpec fields that shape the built model, not the layer graph's numbers; ``rope``
+and ``router`` are mappings of :class:`Rope` / :class:`Router` fields."""
+
+
+def _nested(cls: type, key: str, value: Any) -> Any:
+    """A Rope or Router from a mapping of its fields; ValueError names the unknown key."""
+    if value is None:
+        return cls()
+    if not isinstance(value, dict):
+        raise ValueError(f"model.{key} must be a mapping of {cls.__name__} fields")
+    known = set(cls.__dataclass_fields__)
+    unknown = sorted(set(value) - known)
+    if unknown:
+        raise ValueError(f"model.{key}.{unknown[0]} is not a known field; choose from "
+                         f"{', '.join(sorted(known))}")
+    defaults = cls()
+    return cls(**{k: type(getattr(defaults, k))(v) for k, v in value.items()})
+
+
+def _architecture(fields: dict[str, Any]) -> dict[str, Any]:
+    """The ModelSpec keyword arguments of ARCHITECTURE_FIELDS, ``rope`` and ``router``."""
+    out: dict[str, Any] = {key: kind(fields[key]) for key, kind in ARCHITECTURE_FIELDS.items()
+                           if fields.get(key) is not None}
+    out["rope"] = _nested(Rope, "rope", fields.get("rope"))
+    out["router"] = _nested(Router, "router", fields.get("router"))
+    return out
+
+
 def from_fields(name: str, fields: dict[str, Any]) -> ModelSpec:
     """ModelSpec from the scenario's explicit field names (layers, hidden, heads, ...; experts,
     top_k, ... for mixture-of-experts models; kv_lora_rank, ... for latent attention)."""
@@ -119,6 +152,7 @@ def from_fields(name: str, fields: dict[str, Any]) -> ModelSpec:
         norm=str(fields.get("norm", "rmsnorm")),
         dropout=bool(fields.get("dropout", False)),
         **extra,
+        **_architecture(fields),
     )
 
 
@@ -258,6 +292,105 @@ def _hf_moe_mla(cfg: dict[str, Any]) -> dict[str, int]:
     return out
 
 
+_LEARNED_POSITIONS = ("gpt2", "gpt_neo", "opt")  # learned absolute position tables
+_BIASED = ("gpt2", "gpt_neox", "bloom", "gpt_oss")  # biases on every linear layer
+_QKV_BIAS = ("qwen2", "qwen2_moe")  # Qwen2 attention: bias on q, k, v only
+_QK_NORM = ("qwen3", "qwen3_moe")  # Qwen3: RMSNorm on per-head queries and keys
+DEEPSEEK_V3_BALANCE_FACTOR = 1e-4  # sequence-wise balance loss alpha, arXiv:2412.19437 Sec. 4.2
+
+
+def _float(cfg: dict[str, Any], key: str, default: float) -> float:
+    value = cfg.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise ValueError(f"model.hf_config: {key}={show_value(value)} must be a positive number")
+    return float(value)
+
+
+def _hf_rope(cfg: dict[str, Any]) -> Rope:
+    """RoPE theta, rotated fraction and the llama3 / YaRN scaling of a config.json; other
+    scalings (linear, dynamic, longrope) are not modelled and refused."""
+    fraction = _float(cfg, "partial_rotary_factor", _float(cfg, "rotary_pct", 1.0))
+    theta = _float(cfg, "rope_theta", 10_000.0)
+    scaling = cfg.get("rope_scaling")
+    if not scaling:
+        return Rope(theta=theta, fraction=fraction)
+    if not isinstance(scaling, dict):
+        raise ValueError(f"model.hf_config: rope_scaling={show_value(scaling)} must be an object")
+    kind = scaling.get("rope_type") or scaling.get("type")
+    if kind not in ("llama3", "yarn"):
+        raise ValueError(f"model.hf_config: rope_scaling type {kind!r} is not modelled; paraplan "
+                         "models llama3 and yarn")
+    common = {"theta": theta, "fraction": fraction, "scaling": kind,
+              "factor": _float(scaling, "factor", 1.0),
+              "original_max_positions": int(_float(scaling, "original_max_position_embeddings",
+                                                   0.0))}
+    if kind == "llama3":
+        return Rope(**common, low_freq_factor=_float(scaling, "low_freq_factor", 1.0),
+                    high_freq_factor=_float(scaling, "high_freq_factor", 4.0))
+    return Rope(**common, beta_fast=_float(scaling, "beta_fast", 32.0),
+                beta_slow=_float(scaling, "beta_slow", 1.0),
+                mscale=_float(scaling, "mscale", 1.0),
+                mscale_all_dim=float(scaling.get("mscale_all_dim") or 0.0),
+                round_correction_range=scaling.get("truncate", True) is not False)
+
+
+def _full_attention_every(cfg: dict[str, Any]) -> int:
+    """n when config.json's ``layer_types`` makes every n-th layer full attention, 0 when none
+    is; any other pattern is refused."""
+    types = cfg.get("layer_types")
+    if not types:
+        return 0
+    full = [i for i, t in enumerate(types) if t == "full_attention"]
+    if not full:
+        return 0
+    n = full[0] + 1
+    if full != list(range(n - 1, len(types), n)):
+        raise ValueError("model.hf_config: layer_types places full-attention layers in a pattern "
+                         "paraplan does not model (every n-th layer)")
+    return n
+
+
+def _hf_router(cfg: dict[str, Any], model_type: str) -> Router:
+    """Score function, expert bias, group-limited routing, scaling and balance loss."""
+    if model_type.startswith("deepseek"):
+        return Router(score=_str(cfg, "scoring_func", default="softmax"),
+                      expert_bias=cfg.get("topk_method") == "noaux_tc",
+                      groups=_int(cfg, "n_group", spec="num_experts", default=0, minimum=0),
+                      group_topk=_int(cfg, "topk_group", spec="num_experts", default=0, minimum=0),
+                      scaling_factor=_float(cfg, "routed_scaling_factor", 1.0),
+                      balance="seq_aux_loss",
+                      normalize_top_k=cfg.get("norm_topk_prob", True) is not False,
+                      aux_loss_coeff=_float(cfg, "aux_loss_alpha", DEEPSEEK_V3_BALANCE_FACTOR))
+    coeff = cfg.get("router_aux_loss_coef")
+    return Router(aux_loss_coeff=_float(cfg, "router_aux_loss_coef", 1.0) if coeff else 0.0,
+                  normalize_top_k=cfg.get("norm_topk_prob", True) is not False)
+
+
+def _hf_architecture(cfg: dict[str, Any], model_type: str) -> dict[str, Any]:
+    """ModelSpec's architecture fields (positions, biases, norms, windows, router) of a
+    config.json."""
+    window = cfg.get("sliding_window") if cfg.get("use_sliding_window", True) else None
+    out: dict[str, Any] = {
+        "position_embedding": ("learned" if model_type in _LEARNED_POSITIONS
+                               else "alibi" if model_type == "bloom" else "rope"),
+        "rope": _hf_rope(cfg),
+        "norm_eps": _float(cfg, "rms_norm_eps", _float(cfg, "layer_norm_epsilon",
+                                                        _float(cfg, "layer_norm_eps", 1e-5))),
+        "linear_bias": model_type in _BIASED,
+        "qkv_bias": model_type in _QKV_BIAS,
+        "qk_norm": model_type in _QK_NORM,
+        "parallel_residual": model_type == "gpt_neox" and cfg.get("use_parallel_residual", True),
+        "sliding_window": int(window) if isinstance(window, int) and window > 0 else 0,
+        "attention_sinks": model_type == "gpt_oss",
+    }
+    out["full_attention_every"] = _full_attention_every(cfg) if out["sliding_window"] else 0
+    if _value(cfg, ("num_local_experts", "n_routed_experts", "num_experts"))[0]:
+        out["router"] = _hf_router(cfg, model_type)
+    return out
+
+
 def _read_json(path: Path) -> Any:
     """The parsed JSON of an hf_config file; ValueError naming model.hf_config and the cause."""
     where = f"model.hf_config={str(path)!r}"
@@ -329,4 +462,5 @@ def from_hf_config(path: str | Path | dict[str, Any]) -> ModelSpec:
         tied_embeddings=_bool(cfg, "tie_word_embeddings", default=model_type in ("gpt2",)),
         norm="layernorm" if model_type in ("gpt2", "gpt_neox") else "rmsnorm",
         **extra,
+        **_hf_architecture(cfg, model_type),
     )

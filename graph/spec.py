@@ -6,7 +6,8 @@ import math
 from dataclasses import dataclass
 from enum import StrEnum
 
-__all__ = ["Activation", "ModelSpec", "check_model", "MODEL_LIMITS", "scenario_key", "show_value"]
+__all__ = ["Activation", "ModelSpec", "Rope", "Router", "POSITION_EMBEDDINGS", "ROPE_SCALINGS",
+           "ROUTER_SCORES", "ROUTER_BALANCES", "check_model", "MODEL_LIMITS", "scenario_key", "show_value"]
 
 MODEL_LIMITS: dict[str, int] = {
     "num_layers": 1_024, "first_dense_layers": 1_024, "moe_layer_freq": 1_024,
@@ -53,6 +54,53 @@ class Activation(StrEnum):
         return self is Activation.SWIGLU
 
 
+POSITION_EMBEDDINGS = ("rope", "learned", "alibi", "none")
+"""How positions enter the model: rotary (Su et al. 2021, arXiv:2104.09864), a learned absolute
+table (GPT-2/3), ALiBi biases (Press et al. 2021, arXiv:2108.12409; BLOOM) or none (NoPE)."""
+ROPE_SCALINGS = ("", "llama3", "yarn")
+"""RoPE frequency scaling: none, Llama 3.1's (meta-llama/Llama-3.1-8B config.json rope_scaling)
+or YaRN (Peng et al. 2023, arXiv:2309.00071)."""
+ROUTER_SCORES = ("softmax", "sigmoid")
+ROUTER_BALANCES = ("aux_loss", "seq_aux_loss", "none")
+"""MoE load balancing: the batch-wise auxiliary loss (Fedus et al. 2021, arXiv:2101.03961), the
+sequence-wise one of DeepSeek-V2/V3 (arXiv:2412.19437 Sec. 2.1.2) or none."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Rope:
+    """Rotary position embedding settings. Parameters and FLOPs do not depend on them; the model
+    does (a framework that cannot set one trains a different model)."""
+
+    theta: float = 10_000.0  # base of the rotation frequencies
+    fraction: float = 1.0  # share of each head's dims that rotate (Nemotron-4 0.5, GPT-NeoX 0.25)
+    scaling: str = ""  # one of ROPE_SCALINGS
+    factor: float = 1.0  # context extension factor of the scaling
+    original_max_positions: int = 0  # pre-extension context of the scaling
+    low_freq_factor: float = 1.0  # llama3 scaling
+    high_freq_factor: float = 4.0  # llama3 scaling
+    beta_fast: float = 32.0  # YaRN
+    beta_slow: float = 1.0  # YaRN
+    mscale: float = 1.0  # YaRN attention scale
+    mscale_all_dim: float = 0.0  # YaRN (DeepSeek-V3: 1.0)
+    round_correction_range: bool = True  # YaRN: round the blended dim range to integers
+    # (DeepSeek-V3 does; gpt-oss's config.json "truncate": false does not)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Router:
+    """How a mixture-of-experts layer picks its ``top_k`` experts (no parameters of its own beyond
+    the router GEMM the graph counts; ``expert_bias`` adds one per expert, not trained by SGD)."""
+
+    score: str = "softmax"  # one of ROUTER_SCORES
+    normalize_top_k: bool = True  # the top-k weights sum to 1 (HF norm_topk_prob; Qwen2-MoE: no)
+    expert_bias: bool = False  # aux-loss-free balancing bias (DeepSeek-V3)
+    groups: int = 0  # group-limited routing: experts in `groups` groups, tokens pick `group_topk`
+    group_topk: int = 0
+    scaling_factor: float = 1.0  # routed output multiplier (DeepSeek-V3 2.5)
+    balance: str = "aux_loss"  # one of ROUTER_BALANCES
+    aux_loss_coeff: float = 0.0
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ModelSpec:
     """A decoder-only transformer. ``head_dim`` defaults to hidden // heads.
@@ -94,6 +142,21 @@ class ModelSpec:
     qk_nope_head_dim: int = 0
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
+    # architecture details that do not change the layer graph's numbers but do change the model a
+    # framework builds (exporters must express them or refuse); the graph does not count linear
+    # biases, QK-norm weights, learned position tables or attention sinks (a few parameters)
+    position_embedding: str = "rope"  # one of POSITION_EMBEDDINGS
+    rope: Rope = Rope()
+    norm_eps: float = 1e-5
+    zero_centered_norm: bool = False  # LayerNorm weight stored as gamma - 1 (Nemotron "1p")
+    linear_bias: bool = False  # biases on every linear layer (GPT-3, BLOOM, GPT-NeoX, gpt-oss)
+    qkv_bias: bool = False  # biases on the QKV projection only (Qwen2/2.5)
+    qk_norm: bool = False  # RMSNorm on each head's queries and keys (Qwen3)
+    parallel_residual: bool = False  # attention and MLP read the same input (GPT-NeoX, GPT-J)
+    sliding_window: int = 0  # tokens each query sees in windowed layers; 0 = full attention
+    full_attention_every: int = 0  # with a window: every n-th layer is full attention (0: none)
+    attention_sinks: bool = False  # a learned softmax sink logit per head (gpt-oss)
+    router: Router = Router()
 
     def __post_init__(self) -> None:
         _check_limits(self)  # first: the defaults below walk the layers
@@ -173,6 +236,7 @@ def check_model(spec: ModelSpec) -> None:
             "(grouped-query attention shares each K/V head among heads/kv_heads query heads)"
         )
     _check_mla(spec)
+    _check_architecture(spec)
     if spec.head_dim < 1:
         raise ValueError(
             f"model.head_dim={spec.head_dim} must be positive (hidden={spec.hidden}, "
@@ -235,3 +299,30 @@ def _check_mla(spec: ModelSpec) -> None:
             f"model.kv_heads={spec.num_kv_heads} must equal model.heads={spec.num_heads} "
             "under multi-head latent attention (every head has its own K and V)"
         )
+
+
+def _check_architecture(spec: ModelSpec) -> None:
+    """Named choices are known, RoPE fractions in (0, 1], scaling factors positive."""
+    choices = (("position_embedding", spec.position_embedding, POSITION_EMBEDDINGS),
+               ("rope.scaling", spec.rope.scaling, ROPE_SCALINGS),
+               ("router.score", spec.router.score, ROUTER_SCORES),
+               ("router.balance", spec.router.balance, ROUTER_BALANCES))
+    for field, value, allowed in choices:
+        if value not in allowed:
+            raise ValueError(f"model.{field}={value!r} is not one of {', '.join(map(repr, allowed))}")
+    if not 0 < spec.rope.fraction <= 1:
+        raise ValueError(f"model.rope.fraction={spec.rope.fraction} must be in (0, 1]")
+    if spec.rope.theta <= 0 or spec.rope.factor <= 0 or spec.norm_eps <= 0:
+        raise ValueError("model.rope.theta, model.rope.factor and model.norm_eps must be positive")
+    if spec.rope.scaling and spec.rope.original_max_positions < 1:
+        raise ValueError(f"model.rope.scaling={spec.rope.scaling!r} needs "
+                         "model.rope.original_max_positions (the pre-extension context)")
+    if spec.sliding_window < 0 or spec.full_attention_every < 0:
+        raise ValueError("model.sliding_window and model.full_attention_every must not be negative")
+    r = spec.router
+    if r.groups < 0 or r.group_topk < 0 or r.group_topk > r.groups:
+        raise ValueError(f"model.router.group_topk={r.group_topk} must be between 0 and "
+                         f"model.router.groups={r.groups}")
+    if r.groups and spec.num_experts % r.groups:
+        raise ValueError(f"model.router.groups={r.groups} must divide model.experts="
+                         f"{spec.num_experts}")

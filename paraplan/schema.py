@@ -104,6 +104,9 @@ def _takes_bool(annotation: Any) -> bool:
 _MOE_MLA_FIELDS = ("experts", "top_k", "shared_experts", "moe_ffn_hidden", "shared_ffn_hidden",
                    "first_dense_layers", "moe_layer_freq", "q_lora_rank", "kv_lora_rank",
                    "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+_ARCHITECTURE_FIELDS = ("position_embedding", "rope", "norm_eps", "zero_centered_norm",
+                        "linear_bias", "qkv_bias", "qk_norm", "parallel_residual", "sliding_window",
+                        "full_attention_every", "attention_sinks", "router")
 _EXPLICIT_FIELDS = ("layers", "hidden", "ffn_hidden", "heads", "kv_heads", "head_dim", "vocab",
                     "activation", "tied_embeddings", "norm", "dropout", *_MOE_MLA_FIELDS)
 
@@ -145,6 +148,31 @@ class ModelSection(_Section):
     qk_nope_head_dim: int | None = Field(None, ge=1, description="MLA per-head q/k dims without RoPE")
     qk_rope_head_dim: int | None = Field(None, ge=1, description="MLA per-head q/k RoPE dims")
     v_head_dim: int | None = Field(None, ge=1, description="MLA per-head value dims")
+    # architecture details of an explicit model (graph/spec.py ModelSpec; exporters express them)
+    position_embedding: Literal["rope", "learned", "alibi", "none"] | None = None
+    rope: dict[str, float | int | bool | str] | None = Field(
+        None, description="RoPE: theta, fraction, scaling (llama3|yarn), factor, "
+        "original_max_positions, low/high_freq_factor, beta_fast/slow, mscale(_all_dim)")
+    norm_eps: float | None = Field(None, gt=0)
+    zero_centered_norm: bool | None = None
+    linear_bias: bool | None = Field(None, description="biases on every linear layer")
+    qkv_bias: bool | None = Field(None, description="biases on the QKV projection only")
+    qk_norm: bool | None = Field(None, description="RMSNorm on per-head queries and keys")
+    parallel_residual: bool | None = None
+    sliding_window: int | None = Field(None, ge=0, description="attention window in tokens")
+    full_attention_every: int | None = Field(None, ge=0)
+    attention_sinks: bool | None = None
+    router: dict[str, float | int | bool | str] | None = Field(
+        None, description="MoE router: score (softmax|sigmoid), expert_bias, groups, group_topk, "
+        "scaling_factor, balance (aux_loss|seq_aux_loss|none), aux_loss_coeff")
+
+    @model_validator(mode="after")
+    def check_architecture_needs_explicit_model(self) -> ModelSection:
+        given = [f for f in _ARCHITECTURE_FIELDS if getattr(self, f) is not None]
+        if given and (self.preset or self.hf_config):
+            raise ValueError(f"model.{given[0]} describes an explicit model; a preset or "
+                             "hf_config carries its own architecture")
+        return self
 
     @model_validator(mode="after")
     def check_one_source(self) -> ModelSection:

@@ -27,7 +27,7 @@ from paraplan.targets import TARGETS
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "llama3-70b-64xh100.yaml"
 LLAMA8B_16 = {
-    "model": {"preset": "llama3-8b"},
+    "model": {"preset": "llama3.1-8b"},  # torchtitan's llama3_8b builds Llama 3.1 (issue 15)
     "cluster": {"preset": "dgx-h100", "nodes": 2},
     "job": {"seq_len": 8192, "global_batch": 64, "precision": "bf16"},
 }
@@ -145,6 +145,10 @@ def test_target_search_matches_enumeration_and_exports(seed: int) -> None:
     the target passes, and the plan exports to that target."""
     scenario = _random_scenario(random.Random(seed))
     target = scenario["solver"]["target"]
+    if target == "torchtitan":  # it builds only its config functions' models (issue 15)
+        with pytest.raises(InfeasibleError, match="none of the models torchtitan"):
+            paraplan.solve(scenario, time_limit_s=60, workers=1)
+        return
     inst = build_instance(load_scenario(scenario))
     truth = enumerate_plans(inst.graph, inst.cluster, inst.job, fixed_knobs(inst),
                             search_options(inst))

@@ -6,7 +6,10 @@ split itself is a ``PipelineModule`` code argument, spelled out under the top-le
 key together with the plan summary and prediction (DeepSpeed accepts unknown top-level keys).
 
 Rules enforced (DeepSpeed catches the starred ones only at run time, or never):
-- train_batch_size == micro x gradient_accumulation_steps x dp (§3.2);
+- train_batch_size == micro x gradient_accumulation_steps x dp (§3.2); under AutoTP the key is
+  left out (DeepSpeed derives it, counting the tp ranks, then re-derives it without them under
+  ZeRO-3, so no fixed value passes);
+- AutoTP cannot shard a PipelineModule* (tp > 1 with pp > 1 is refused);
 - pipeline parallelism with ZeRO-2/3 is invalid* (PipelineEngine assertion, §3.3);
 - no interleaved (virtual) stages*;
 - no explicit layer counts*: ``partition_method="type:<block>"`` balances blocks with DeepSpeed's
@@ -50,7 +53,7 @@ from paraplan.export import (
 from paraplan.result import paraplan_version
 
 __all__ = ["KEYS", "RULES", "ORDER", "render", "deepspeed_config", "balanced_split",
-           "partition_balanced"]
+           "partition_balanced", "autotp_batch_note"]
 
 FRAMEWORK = "DeepSpeed 0.19.8"
 
@@ -209,6 +212,19 @@ def check_ulysses(ctx: ExportContext, draft: Draft) -> Refusal | None:
                    repair("cp -> 1, dp absorbs it", draft, regroup(p, cp=1)))
 
 
+def check_autotp_without_pipeline(ctx: ExportContext, draft: Draft) -> Refusal | None:
+    """AutoTP shards a Hugging Face-style model; a PipelineModule has no policy it recognises
+    (deepspeed.initialize fails with "Not able to determine model policy")."""
+    p = draft.plan
+    if p.tp == 1 or p.pp == 1:
+        return None
+    return Refusal(f"plan.tp={p.tp} with pp={p.pp}: tensor_parallel.autotp_size cannot shard a "
+                   "PipelineModule (AutoTP: 'Not able to determine model policy'), and DeepSpeed "
+                   "itself has no other tensor parallelism",
+                   repair("tp -> 1, dp absorbs it", draft, regroup(p, tp=1))
+                   + repair("pp -> 1, dp absorbs it", draft, regroup(p, pp=1)))
+
+
 def check_rank_order(ctx: ExportContext, draft: Draft) -> Refusal | None:
     """ProcessTopology(['pipe', 'data', 'model']): tp innermost, then dp, then pp."""
     if order_matches(draft.plan, ORDER):
@@ -222,7 +238,7 @@ RULES = (check_dense_model, check_no_expert_parallel(
     "DeepSpeed sets the expert-parallel size in model code (deepspeed.moe.layer.MoE(ep_size=...)), "
     "not in the JSON config"), check_batch_rule, check_pipeline_zero, check_no_interleaving,
          check_recompute, check_layer_split, check_sequence_parallel, check_ulysses,
-         check_rank_order)
+         check_autotp_without_pipeline, check_rank_order)
 
 def pipeline_split(num_layers: int, pp: int, vp: int) -> tuple[int, ...] | None:
     """The split PipelineModule builds (balanced_split); none with virtual stages."""
@@ -272,10 +288,27 @@ def _notes(ctx: ExportContext) -> list[str]:
                      "under Transformer Engine's fp8_autocast in the model code")
     if p.cp > 1:
         notes.append(f"cp={p.cp} runs as DeepSpeed-Ulysses (all-to-all over heads), not ring "
-                     "attention; wrap attention in deepspeed.sequence.layer.DistributedAttention")
+                     "attention; wrap attention in deepspeed.sequence.layer.DistributedAttention, "
+                     "call deepspeed.runtime.sequence_parallel.parallel_state_sp."
+                     f"initialize_sequence_parallel({p.cp}) and pass mpu=parallel_state_sp to "
+                     "deepspeed.initialize (without it the engine runs with no sequence-parallel "
+                     "group and reduces gradients as if every rank were data parallel)")
+    if p.tp > 1:
+        notes.append(autotp_batch_note(ctx) + "; build the model as a Hugging Face model AutoTP "
+                     "has a policy for")
     notes.append(f"launch: deepspeed --num_nodes {ctx.cluster.num_nodes} --num_gpus "
                  f"{ctx.cluster.devices_per_node} <train.py> --deepspeed_config deepspeed.json")
     return notes
+
+
+def autotp_batch_note(ctx: ExportContext) -> str:
+    """Why an AutoTP config leaves train_batch_size out (DeepSpeedConfig's batch rule)."""
+    p, gb = ctx.plan, ctx.inst.job.global_batch
+    return (f"train_batch_size is left out: under AutoTP DeepSpeed derives it as micro_batch x "
+            f"gradient_accumulation_steps x world size, first over all {p.num_devices} ranks "
+            f"({gb * p.tp}, the tp ranks counted), then (ZeRO-3's zero.Init) over the {p.dp} "
+            f"data-parallel ranks ({gb}); no fixed value passes both checks. A step trains on "
+            f"{gb} sequences: the {p.tp} tp ranks of a replica share their data")
 
 
 def deepspeed_config(ctx: ExportContext) -> dict[str, Any]:
@@ -286,7 +319,6 @@ def deepspeed_config(ctx: ExportContext) -> dict[str, Any]:
     config: dict[str, Any] = {
         KEYS["header"]: {"generated_by": f"paraplan {paraplan_version()}", "summary": header,
                          "predicted_step_time_s": ctx.step_time_s, "notes": _notes(ctx)},
-        KEYS["global_batch"]: job.global_batch,
         KEYS["micro_batch"]: p.micro_batch,
         KEYS["grad_accum"]: job.global_batch // (p.micro_batch * p.dp),
         **_precision_section(ctx),
@@ -294,6 +326,9 @@ def deepspeed_config(ctx: ExportContext) -> dict[str, Any]:
                        KEYS["contiguous_gradients"]: True, KEYS["reduce_scatter"]: True},
         KEYS["gradient_clipping"]: GRADIENT_CLIPPING,
     }
+    if p.tp == 1:  # AutoTP: DeepSpeed derives it (autotp_batch_note)
+        config = {KEYS["header"]: config.pop(KEYS["header"]),
+                  KEYS["global_batch"]: job.global_batch, **config}
     if p.tp > 1:
         config[KEYS["tp"]] = {KEYS["autotp_size"]: p.tp}
     if p.cp > 1:

@@ -23,6 +23,13 @@ Mapping of the plan:
   dispatcher with grouped GEMM; ``--expert-model-parallel-size`` = ep and
   ``--expert-tensor-parallel-size`` = tp (paraplan's cost model keeps expert TP = TP, Megatron's
   default, written out). Latent attention: ``--multi-latent-attention`` and its ranks and dims.
+- Architecture (ModelSpec): position embedding type, RoPE base / rotated fraction / llama3 or
+  YaRN scaling, norm epsilon and zero-centred LayerNorm, biases (all linear layers, or QKV only),
+  QK-norm (under MLA the q/kv latent norms), attention windows and sinks, and the MoE router
+  (score function, top-k normalisation, expert bias, group-limited routing, scaling, balance
+  loss). Refused (check_architecture): ALiBi, a parallel attention + MLP residual, and RoPE
+  scalings megatron-core fixes differently. tests/export/test_megatron_lm_oracle.py parses every
+  family's command with Megatron-LM 0.19.2 and checks the built model's parameter count.
 """
 
 from __future__ import annotations
@@ -50,6 +57,7 @@ from paraplan.export import (
     uniform_recompute,
     uniform_recompute_rule,
 )
+from paraplan.graph import ModelSpec
 from paraplan.result import PlanOut
 
 __all__ = ["FLAGS", "ORDERS", "RULES", "render", "megatron_args", "megatron_env", "rank_groups",
@@ -76,6 +84,22 @@ FLAGS: dict[str, str] = {
     "kv_lora_rank": "--kv-lora-rank", "qk_nope_head_dim": "--qk-head-dim",
     "qk_rope_head_dim": "--qk-pos-emb-head-dim", "v_head_dim": "--v-head-dim",
     "hidden_dropout": "--hidden-dropout", "attention_dropout": "--attention-dropout",
+    "position_embedding": "--position-embedding-type", "rotary_base": "--rotary-base",
+    "rotary_percent": "--rotary-percent", "rope_scaling": "--use-rope-scaling",
+    "rope_scaling_factor": "--rope-scaling-factor", "rope_type": "--rope-type",
+    "rotary_scaling_factor": "--rotary-scaling-factor", "mscale": "--mscale",
+    "mscale_all_dim": "--mscale-all-dim",
+    "yarn_original_max_positions": "--yarn-original-max-position-embeddings",
+    "yarn_beta_fast": "--yarn-beta-fast", "yarn_beta_slow": "--yarn-beta-slow",
+    "yarn_no_rounding": "--no-yarn-correction-range-round-to-int",
+    "norm_eps": "--norm-epsilon", "zero_centered_norm": "--apply-layernorm-1p",
+    "qkv_bias": "--add-qkv-bias", "qk_norm": "--qk-layernorm", "window": "--window-size",
+    "window_skip_freq": "--window-attn-skip-freq", "softmax_type": "--softmax-type",
+    "router_score": "--moe-router-score-function", "router_pre_softmax": "--moe-router-pre-softmax",
+    "router_expert_bias": "--moe-router-enable-expert-bias",
+    "router_groups": "--moe-router-num-groups", "router_group_topk": "--moe-router-group-topk",
+    "router_scaling": "--moe-router-topk-scaling-factor",
+    "router_balance": "--moe-router-load-balancing-type", "aux_loss_coeff": "--moe-aux-loss-coeff",
     # parallelism
     "tp": "--tensor-model-parallel-size", "pp": "--pipeline-model-parallel-size",
     "vp": "--num-virtual-stages-per-pipeline-rank", "layout": "--pipeline-model-parallel-layout",
@@ -112,6 +136,15 @@ ORDERS: dict[str, tuple[Axis, ...]] = {
 """Megatron's rank orders (RankGenerator strings) as paraplan orders; the second needs a flag."""
 
 NORMS = {"rmsnorm": "RMSNorm", "layernorm": "LayerNorm"}
+POSITION_TYPES = {"rope": "rope", "learned": "learned_absolute", "none": "none"}
+"""ModelSpec.position_embedding -> --position-embedding-type (ALiBi has none: refused)."""
+LLAMA3_ROPE_SCALING = {"low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                       "original_max_positions": 8192}
+"""The llama3 scaling megatron-core applies (``RotaryEmbedding._apply_scaling`` defaults in
+megatron/core/models/common/embeddings/rotary_pos_embedding.py, 0.19.2); only the factor is a
+flag."""
+MLA_YARN_ORIGINAL_MAX_POSITIONS = 4096  # MLATransformerConfig.original_max_position_embeddings
+SINK_SOFTMAX = "learnable"  # TransformerConfig.softmax_type for a learned sink logit per head
 ACTIVATION_FLAGS = {"swiglu": "swiglu", "relu2": "relu2"}  # gelu is Megatron's default
 FSDP_STRATEGIES = {2: "optim_grads", 3: "optim_grads_params"}
 FSDP_CKPT_FORMAT = "fsdp_dtensor"  # Megatron-FSDP refuses any other (rule 28)
@@ -261,14 +294,63 @@ def check_one_launch(ctx: ExportContext, draft: Draft) -> Refusal | None:
                    "per node, but one torchrun job takes one --nproc-per-node")
 
 
-RULES = (check_dense_model, check_batch_divides, check_tensor_split, check_context_split,
-         check_interleaving, check_uniform_recompute, check_fsdp_without_pp, check_rank_order,
-         check_expert_data_parallel, check_one_launch)
+def _architecture_gap(spec: ModelSpec) -> str | None:
+    """What of ``spec`` megatron-core 0.19.2 cannot build, or None."""
+    rope = spec.rope
+    if spec.position_embedding == "alibi":
+        return ("ALiBi position biases: megatron-core has no ALiBi (--position-embedding-type "
+                "takes learned_absolute, rope, yarn, mrope, relative or none)")
+    if spec.parallel_residual:
+        return ("a parallel attention + MLP residual: megatron-core's TransformerLayer runs "
+                "attention, then the MLP on its output")
+    if spec.is_moe and spec.router.score == "sigmoid" and not spec.router.normalize_top_k:
+        return ("sigmoid routing without normalising the top-k weights: megatron-core "
+                "normalises sigmoid scores whenever top_k > 1")
+    if spec.position_embedding != "rope" or not rope.scaling:
+        return None
+    if spec.is_mla and rope.scaling != "yarn":
+        return f"{rope.scaling} RoPE scaling under latent attention (MLA takes rope or yarn)"
+    if spec.is_mla and rope.original_max_positions != MLA_YARN_ORIGINAL_MAX_POSITIONS:
+        return (f"YaRN over {rope.original_max_positions} original positions under latent "
+                f"attention: MLATransformerConfig fixes {MLA_YARN_ORIGINAL_MAX_POSITIONS} (no flag)")
+    if spec.is_mla and not rope.round_correction_range:
+        return "YaRN without rounding the correction range under latent attention (no flag)"
+    if spec.is_mla and rope.fraction != 1:
+        return f"rotating {rope.fraction:g} of the head under latent attention"
+    if rope.scaling == "llama3":
+        ours = {k: getattr(rope, k) for k in LLAMA3_ROPE_SCALING}
+        if ours != LLAMA3_ROPE_SCALING:
+            return (f"llama3 RoPE scaling with {ours}: --use-rope-scaling fixes "
+                    f"{LLAMA3_ROPE_SCALING} (only the factor is a flag)")
+    return None
+
+
+def check_architecture(ctx: ExportContext, draft: Draft) -> Refusal | None:
+    """The model's architecture is one megatron-core builds (positions, residual, RoPE)."""
+    gap = _architecture_gap(ctx.spec)
+    if gap is None:
+        return None
+    return Refusal(f"model {ctx.spec.name} has {gap}, so Megatron would train another model")
+
+
+def check_moe_bias(ctx: ExportContext, draft: Draft) -> Refusal | None:
+    """megatron-core: biased linear layers in a MoE model need expert tensor parallel size 1."""
+    p, s = draft.plan, ctx.spec
+    if not (s.is_moe and s.linear_bias) or p.expert_tp == 1:
+        return None
+    return Refusal(f"model {s.name} has biased expert layers, which megatron-core supports only "
+                   f"with expert tensor parallel size 1 (plan: {p.expert_tp})",
+                   repair("expert tp -> 1", draft, replace(p, etp=1)))
+
+
+RULES = (check_architecture, check_moe_bias, check_dense_model, check_batch_divides,
+         check_tensor_split, check_context_split, check_interleaving, check_uniform_recompute,
+         check_fsdp_without_pp, check_rank_order, check_expert_data_parallel, check_one_launch)
 
 SEARCH = SearchLimits()
 """solver.target=megatron: uneven stages through --pipeline-model-parallel-layout; one recompute
 setting for every rank."""
-MODEL_RULES = ()
+MODEL_RULES = (check_architecture,)
 """The RULES that read only the model and job (solver.target checks them once, first)."""
 
 
@@ -439,7 +521,52 @@ def _model_args(ctx: ExportContext) -> list[tuple[str, object]]:
         args.append(("untied", None))
     if not s.dropout:
         args += [("hidden_dropout", 0), ("attention_dropout", 0)]
-    return args + moe_args(ctx) + mla_args(ctx)
+    return args + layer_args(s) + position_args(s) + moe_args(ctx) + mla_args(ctx)
+
+
+def layer_args(s: ModelSpec) -> list[tuple[str, object]]:
+    """Biases, norm details, QK-norm, attention windows and sinks."""
+    args: list[tuple[str, object]] = [("norm_eps", s.norm_eps)]
+    if s.zero_centered_norm:
+        args.append(("zero_centered_norm", None))
+    if not s.linear_bias:
+        args.append(("no_bias", None))
+    if s.qkv_bias and not s.linear_bias:
+        args.append(("qkv_bias", None))
+    if s.qk_norm or s.is_mla:  # under MLA the flag adds the q and kv latent RMSNorms (models.json)
+        args.append(("qk_norm", None))
+    if s.sliding_window:
+        args.append(("window", f"{s.sliding_window},0"))
+        if s.full_attention_every:
+            args.append(("window_skip_freq", s.full_attention_every))
+    if s.attention_sinks:
+        args.append(("softmax_type", SINK_SOFTMAX))
+    return args
+
+
+def position_args(s: ModelSpec) -> list[tuple[str, object]]:
+    """Position embedding type, RoPE base, rotated fraction and scaling (MLA's YaRN in
+    mla_args)."""
+    rope = s.rope
+    if s.position_embedding != "rope":
+        return [("position_embedding", POSITION_TYPES[s.position_embedding])]
+    if s.is_mla:  # MLA's rotary settings are rope_type / rotary_scaling_factor / mscale
+        return [("position_embedding", "rope"), ("rotary_base", int(rope.theta))]
+    kind = "yarn" if rope.scaling == "yarn" else "rope"
+    args: list[tuple[str, object]] = [("position_embedding", kind),
+                                      ("rotary_base", int(rope.theta))]
+    if rope.fraction != 1:
+        args.append(("rotary_percent", rope.fraction))
+    if rope.scaling == "llama3":
+        args += [("rope_scaling", None), ("rope_scaling_factor", rope.factor)]
+    elif rope.scaling == "yarn":
+        args += [("rotary_scaling_factor", rope.factor),
+                 ("yarn_original_max_positions", rope.original_max_positions),
+                 ("yarn_beta_fast", rope.beta_fast), ("yarn_beta_slow", rope.beta_slow),
+                 ("mscale", rope.mscale), ("mscale_all_dim", rope.mscale_all_dim)]
+        if not rope.round_correction_range:
+            args.append(("yarn_no_rounding", None))
+    return args
 
 
 def moe_layer_pattern(ctx: ExportContext) -> str | int:
@@ -469,8 +596,22 @@ def moe_args(ctx: ExportContext) -> list[tuple[str, object]]:
     pattern = moe_layer_pattern(ctx)
     if pattern != 1:
         args.append(("moe_layer_freq", pattern))
-    # the MoE presets have no linear biases, and Megatron allows MoE biases only with ETP = 1
-    return args + [("grouped_gemm", None), ("dispatcher", MOE_DISPATCHER), ("no_bias", None)]
+    return args + router_args(s) + [("grouped_gemm", None), ("dispatcher", MOE_DISPATCHER)]
+
+
+def router_args(s: ModelSpec) -> list[tuple[str, object]]:
+    """Router score function, expert bias, group-limited routing, scaling, balance loss."""
+    r = s.router
+    args: list[tuple[str, object]] = [("router_score", r.score)]
+    if not r.normalize_top_k:  # softmax over every expert, top-k weights kept as they are
+        args.append(("router_pre_softmax", None))
+    if r.expert_bias:
+        args.append(("router_expert_bias", None))
+    if r.groups:
+        args += [("router_groups", r.groups), ("router_group_topk", r.group_topk)]
+    if r.scaling_factor != 1:
+        args.append(("router_scaling", r.scaling_factor))
+    return args + [("router_balance", r.balance), ("aux_loss_coeff", r.aux_loss_coeff)]
 
 
 def mla_args(ctx: ExportContext) -> list[tuple[str, object]]:
@@ -481,8 +622,13 @@ def mla_args(ctx: ExportContext) -> list[tuple[str, object]]:
     args: list[tuple[str, object]] = [("mla", None)]
     if s.q_lora_rank:
         args.append(("q_lora_rank", s.q_lora_rank))
-    return args + [("kv_lora_rank", s.kv_lora_rank), ("qk_nope_head_dim", s.qk_nope_head_dim),
-                   ("qk_rope_head_dim", s.qk_rope_head_dim), ("v_head_dim", s.v_head_dim)]
+    args += [("kv_lora_rank", s.kv_lora_rank), ("qk_nope_head_dim", s.qk_nope_head_dim),
+             ("qk_rope_head_dim", s.qk_rope_head_dim), ("v_head_dim", s.v_head_dim)]
+    rope = s.rope
+    if rope.scaling != "yarn":
+        return args + [("rope_type", "rope")]
+    return args + [("rope_type", "yarn"), ("rotary_scaling_factor", rope.factor),
+                   ("mscale", rope.mscale), ("mscale_all_dim", rope.mscale_all_dim)]
 
 
 def _precision_args(precision: Precision) -> list[tuple[str, object]]:

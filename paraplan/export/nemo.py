@@ -5,8 +5,11 @@ Megatron-Bridge's ``ConfigContainer`` keeps parallelism on the model provider (a
 parallel degrees on ``trainer.strategy`` and batch sizes on ``data``. Both build megatron-core
 configs, so Megatron's rules apply unchanged (this module reuses ``megatron.RULES``), plus
 Bridge's own: ``dist.use_tp_pp_dp_mapping`` cannot be combined with Megatron-FSDP. Mixture-of-
-experts plans set the expert-parallel and expert-tensor-parallel sizes (the recipe carries the
-model, experts included).
+experts plans set the expert-parallel and expert-tensor-parallel sizes. The planned model goes in
+as ``model.*`` TransformerConfig / GPTModelProvider fields (``model_fields``: shape, positions,
+norms, biases, QK-norm, windows, router, MLA), so whatever recipe the user starts from builds it;
+megatron-core 0.16.1 builds them into the plan model's parameter count in
+tests/export/test_oracles.py.
 
 The generated ``nemo.py`` holds ``BRIDGE_OVERRIDES`` and ``NEMO2_OVERRIDES`` (dotted path ->
 value), ``apply(config, overrides)`` to set them on a recipe object, and prints the Bridge
@@ -89,6 +92,105 @@ NEMO2_PATHS: dict[str, str] = {
 }
 """paraplan concept -> NeMo 2 recipe path (precision is a trainer plugin: see the notes)."""
 
+class Expr(str):
+    """A value written into ``nemo.py`` as Python code (a function), not as a literal."""
+
+    def __repr__(self) -> str:
+        return str(self)
+
+
+ACTIVATIONS = {"swiglu": (True, Expr("torch.nn.functional.silu")),
+               "gelu": (False, Expr("torch.nn.functional.gelu")),
+               "relu": (False, Expr("torch.nn.functional.relu")),
+               "relu2": (False, Expr("megatron.core.activations.squared_relu"))}
+"""activation -> (gated_linear_unit, activation_func) of megatron-core's TransformerConfig."""
+POSITION_TYPES = {"rope": "rope", "learned": "learned_absolute", "none": "none"}
+
+
+def model_fields(ctx: ExportContext) -> list[tuple[str, object]]:
+    """The model as megatron-core TransformerConfig / Megatron-Bridge GPTModelProvider fields, so
+    a recipe of another model still builds the planned one (refusals: megatron.RULES)."""
+    s = ctx.spec
+    gated, act = ACTIVATIONS[s.activation.value]
+    out: list[tuple[str, object]] = [
+        ("num_layers", s.num_layers), ("hidden_size", s.hidden), ("ffn_hidden_size", s.ffn_hidden),
+        ("num_attention_heads", s.num_heads), ("num_query_groups", s.num_kv_heads),
+        ("kv_channels", s.head_dim), ("vocab_size", s.vocab),
+        ("share_embeddings_and_output_weights", s.tied_embeddings),
+        ("normalization", mg.NORMS[s.norm]), ("layernorm_epsilon", s.norm_eps),
+        ("layernorm_zero_centered_gamma", s.zero_centered_norm),
+        ("gated_linear_unit", gated), ("activation_func", act),
+        ("add_bias_linear", s.linear_bias), ("add_qkv_bias", s.qkv_bias and not s.linear_bias),
+        ("qk_layernorm", s.qk_norm or s.is_mla),  # MLA: the q and kv latent RMSNorms
+        ("hidden_dropout", 0.1 if s.dropout else 0.0),
+        ("attention_dropout", 0.1 if s.dropout else 0.0),
+        ("position_embedding_type", POSITION_TYPES.get(s.position_embedding, "none")),
+        ("max_position_embeddings", ctx.inst.job.seq_len),
+    ]
+    if s.sliding_window:
+        out.append(("window_size", (s.sliding_window, 0)))
+        if s.full_attention_every:
+            out.append(("window_attn_skip_freq", s.full_attention_every))
+    if s.attention_sinks:
+        out.append(("softmax_type", mg.SINK_SOFTMAX))
+    if s.position_embedding == "rope":
+        out += _rope_fields(ctx)
+    return out + _moe_fields(ctx) + _mla_fields(ctx)
+
+
+def _rope_fields(ctx: ExportContext) -> list[tuple[str, object]]:
+    s, rope = ctx.spec, ctx.spec.rope
+    out: list[tuple[str, object]] = [("rotary_base", int(rope.theta)),
+                                     ("rotary_percent", rope.fraction)]
+    if rope.scaling == "llama3":
+        out += [("rope_scaling", True), ("rope_scaling_factor", rope.factor)]
+    elif rope.scaling == "yarn" and not s.is_mla:
+        out[0:0] = [("position_embedding_type", "yarn")]
+        out += [("yarn_rotary_scaling_factor", rope.factor),
+                ("yarn_original_max_position_embeddings", rope.original_max_positions),
+                ("yarn_beta_fast", rope.beta_fast), ("yarn_beta_slow", rope.beta_slow),
+                ("yarn_mscale", rope.mscale), ("yarn_mscale_all_dim", rope.mscale_all_dim),
+                ("yarn_correction_range_round_to_int", rope.round_correction_range)]
+    return out
+
+
+def _moe_fields(ctx: ExportContext) -> list[tuple[str, object]]:
+    s = ctx.spec
+    if not s.is_moe:
+        return []
+    r = s.router
+    layers = [int(s.is_moe_layer(i)) for i in range(s.num_layers)]
+    return [("num_moe_experts", s.num_experts), ("moe_router_topk", s.top_k),
+            ("moe_ffn_hidden_size", s.moe_ffn_hidden),
+            ("moe_shared_expert_intermediate_size", s.shared_ffn_hidden or None),
+            ("moe_layer_freq", 1 if all(layers) else layers),
+            ("moe_router_score_function", r.score),
+            ("moe_router_pre_softmax", not r.normalize_top_k),
+            ("moe_router_enable_expert_bias", r.expert_bias),
+            ("moe_router_num_groups", r.groups or None),
+            ("moe_router_group_topk", r.group_topk or None),
+            ("moe_router_topk_scaling_factor", r.scaling_factor if r.scaling_factor != 1 else None),
+            ("moe_router_load_balancing_type", r.balance), ("moe_aux_loss_coeff", r.aux_loss_coeff),
+            ("moe_grouped_gemm", True), ("moe_token_dispatcher_type", mg.MOE_DISPATCHER)]
+
+
+def _mla_fields(ctx: ExportContext) -> list[tuple[str, object]]:
+    """MLATransformerConfig fields (a DeepSeek provider/recipe has them; a GPT one does not)."""
+    s, rope = ctx.spec, ctx.spec.rope
+    if not s.is_mla:
+        return []
+    out: list[tuple[str, object]] = [
+        ("multi_latent_attention", True), ("q_lora_rank", s.q_lora_rank or None),
+        ("kv_lora_rank", s.kv_lora_rank), ("qk_head_dim", s.qk_nope_head_dim),
+        ("qk_pos_emb_head_dim", s.qk_rope_head_dim), ("v_head_dim", s.v_head_dim)]
+    if rope.scaling != "yarn":
+        return out + [("rope_type", "rope")]
+    return out + [("rope_type", "yarn"), ("rotary_scaling_factor", rope.factor),
+                  ("original_max_position_embeddings", rope.original_max_positions),
+                  ("beta_fast", rope.beta_fast), ("beta_slow", rope.beta_slow),
+                  ("mscale", rope.mscale), ("mscale_all_dim", rope.mscale_all_dim)]
+
+
 MIXED_PRECISION = {Precision.BF16: "bf16_mixed", Precision.FP16: "fp16_mixed",
                    Precision.FP8: "bf16_with_fp8_delayed_scaling_mixed"}
 NEMO2_PRECISION = {Precision.BF16: "bf16_mixed()", Precision.FP16: "fp16_mixed()",
@@ -144,19 +246,23 @@ def settings(ctx: ExportContext) -> list[tuple[str, object]]:
 
 
 def bridge_overrides(ctx: ExportContext) -> dict[str, object]:
-    """Megatron-Bridge ConfigContainer path -> value."""
-    return {BRIDGE_PATHS[k]: v for k, v in settings(ctx)}
+    """Megatron-Bridge ConfigContainer path -> value: the plan's settings, then the model."""
+    out = {BRIDGE_PATHS[k]: v for k, v in settings(ctx)}
+    return out | {f"model.{k}": v for k, v in model_fields(ctx)}
 
 
 def nemo2_overrides(ctx: ExportContext) -> dict[str, object]:
     """NeMo 2 recipe path -> value (precision goes in a trainer plugin instead)."""
-    return {NEMO2_PATHS[k]: v for k, v in settings(ctx) if k in NEMO2_PATHS}
+    out = {NEMO2_PATHS[k]: v for k, v in settings(ctx) if k in NEMO2_PATHS}
+    return out | {f"model.config.{k}": v for k, v in model_fields(ctx)}
 
 
 def _dict_literal(name: str, values: dict[str, object]) -> str:
     rows = "".join(f"    {k!r}: {v!r},\n" for k, v in values.items())
     return f"{name} = {{\n{rows}}}\n"
 
+
+_IMPORTS = "import megatron.core.activations  # noqa: F401\nimport torch\n\n"
 
 _RUNTIME = '''
 
@@ -172,9 +278,11 @@ def apply(config, overrides=BRIDGE_OVERRIDES):
 
 
 def _hydra(value):
+    if value is None:
+        return "null"
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, list):
+    if isinstance(value, list | tuple):
         return "[" + ",".join(_hydra(v) for v in value) + "]"
     if isinstance(value, str):
         return "'" + value + "'"
@@ -182,8 +290,9 @@ def _hydra(value):
 
 
 def hydra_overrides(overrides=BRIDGE_OVERRIDES):
-    """Hydra-style ``key=value`` strings (Megatron-Bridge ``parse_hydra_overrides``)."""
-    return [f"{path}={_hydra(value)}" for path, value in overrides.items()]
+    """Hydra-style ``key=value`` strings (Megatron-Bridge ``parse_hydra_overrides``); functions
+    (model.activation_func) are no Hydra values: ``apply`` sets them."""
+    return [f"{path}={_hydra(value)}" for path, value in overrides.items() if not callable(value)]
 
 
 if __name__ == "__main__":
@@ -200,6 +309,9 @@ def render(ctx: ExportContext) -> str:
         "`python nemo.py` prints as overrides.",
         "NeMo 2: apply(recipe, NEMO2_OVERRIDES) on a nemo.collections.llm recipe; set precision "
         f"with recipe.trainer.plugins = {NEMO2_PRECISION[ctx.precision]}.",
+        "The model.* overrides set the planned architecture on whatever recipe you start "
+        "from" + (" (latent attention: start from a DeepSeek recipe, whose provider is an "
+                  "MLATransformerConfig)" if ctx.spec.is_mla else "") + ".",
         f"World size {ctx.cluster.num_devices} ({ctx.cluster.num_nodes} nodes x "
         f"{ctx.cluster.devices_per_node}); data-parallel size {ctx.plan.dp} follows from it.",
     ]
@@ -208,5 +320,5 @@ def render(ctx: ExportContext) -> str:
     elif ctx.plan.tp > 1 or ctx.plan.cp > 1:
         notes.append(f"Set {mg.CUDA_CONNECTIONS_VAR}=1 (TP/CP on pre-Blackwell GPUs).")
     doc = "\n".join(header_lines(ctx, FRAMEWORK) + [""] + notes)
-    return (f'"""{doc}\n"""\n\n' + _dict_literal("BRIDGE_OVERRIDES", bridge) + "\n"
+    return (f'"""{doc}\n"""\n\n' + _IMPORTS + _dict_literal("BRIDGE_OVERRIDES", bridge) + "\n"
             + _dict_literal("NEMO2_OVERRIDES", nemo2) + _RUNTIME)

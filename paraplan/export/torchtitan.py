@@ -4,6 +4,11 @@
 ``--parallelism.*`` / ``--training.*`` flags override it; activation checkpointing is a tyro
 subcommand and must be the last token.
 
+The model: torchtitan takes it only from a config function, so the export names the one that
+builds the planned model (CONFIGS: llama3 for Llama 3.1, qwen3, deepseek_v3, gpt_oss) and refuses
+any other model; ``llama3_405b`` converts linear layers to float8, so only fp8 plans may use it.
+Compile and async TP are switched off (the plan models eager kernels).
+
 Mapping of the plan:
 - dp: ``data_parallel_replicate_degree`` for ZeRO-0; ``data_parallel_shard_degree`` (FSDP2) for
   ZeRO 1-3, with ``fsdp_reshard_after_forward`` ``never`` for ZeRO-1/2 and ``always`` for ZeRO-3.
@@ -17,7 +22,8 @@ Mapping of the plan:
   of dp_shard x cp x tp, innermost first, which is the cost model's EP group (the innermost ep
   ranks of dp x cp) when tp = 1 and dp is sharded (ZeRO 1-3; with ZeRO-0, ep must divide cp).
 
-Rules enforced: PP needs ``--training.disable-cuda-graphs`` (emitted); local batch % PP
+Rules enforced: PP and EP (its all-to-all dispatcher synchronises with the CPU) need
+``--training.disable-cuda-graphs`` (emitted); local batch % PP
 micro-batch; global batch % (local x dp); Schedule1F1B needs micro-batches >= stages and
 Interleaved1F1B needs n % max(1, n // pp) == 0 (torch 2.13); one recompute mode for all stages;
 cp needs seq_len % (2 x cp) (head-tail load balancer); bf16 or fp32 parameters only (no fp16).
@@ -49,6 +55,7 @@ from paraplan.export import (
     uniform_recompute,
     uniform_recompute_rule,
 )
+from paraplan.graph import ModelSpec, preset
 
 __all__ = ["FLAGS", "RULES", "ORDER", "CONFIGS", "render", "torchtitan_args", "model_parts"]
 
@@ -71,6 +78,8 @@ FLAGS: dict[str, str] = {
     "local_batch": "--training.local-batch-size", "global_batch": "--training.global-batch-size",
     "seq_len": "--training.seq-len", "mixed_precision": "--training.mixed-precision-param",
     "no_cuda_graphs": "--training.disable-cuda-graphs",
+    "no_compile": "--compile.no-enable",
+    "no_async_tp": "--compile.no-enable-async-tensor-parallel",
 }
 """paraplan concept -> torchtitan 0.3.0 flag; the only place torchtitan option names appear."""
 
@@ -83,12 +92,19 @@ SCHEDULES = {False: "1F1B", True: "Interleaved1F1B"}  # keyed by "interleaved"
 RESHARD = {1: "never", 2: "never", 3: "always"}
 PARAM_DTYPES = {Precision.BF16: "bfloat16", Precision.FP8: "bfloat16"}
 EMBEDDING, LAYER, FINAL_NORM, HEAD = "tok_embeddings", "layers.{}", "norm", "lm_head"
-MODULE = "llama3"
-CONFIGS = {"llama3-8b": "llama3_8b", "llama3.1-8b": "llama3_8b", "llama3-70b": "llama3_70b",
-           "llama3.1-70b": "llama3_70b", "llama3.1-405b": "llama3_405b"}
-"""paraplan presets -> torchtitan llama3 config_registry functions (same shapes)."""
-CUSTOM_CONFIG = "<your_config_function>"
-MOE_MODULE = "<your_moe_module>"  # torchtitan's MoE model modules (DeepSeek-V3, Qwen3 MoE, ...)
+CONFIGS: dict[str, tuple[str, str]] = {
+    "llama3.1-8b": ("llama3", "llama3_8b"), "llama3.1-70b": ("llama3", "llama3_70b"),
+    "llama3.1-405b": ("llama3", "llama3_405b"), "qwen3-32b": ("qwen3", "qwen3_32b"),
+    "qwen3-30b-a3b": ("qwen3", "qwen3_30b_a3b"), "deepseek-v3": ("deepseek_v3", "deepseek_v3_671b"),
+    "gpt-oss-120b": ("gpt_oss", "gpt_oss_120b"),
+}
+"""paraplan preset -> torchtitan 0.3.0 (module, config_registry function) building the same model
+(tests/export/test_torchtitan_oracle.py builds each and compares). torchtitan takes the model
+shape only from such a function: a model equal to none of these presets is refused. The llama3
+functions build Llama 3.1 (RoPE scaling x8), so Llama 3 without scaling is refused too."""
+FLOAT8_CONFIGS = {"llama3_405b"}
+"""Config functions that convert linear layers to float8 (Float8LinearConverter in
+model_spec; no command-line option removes it): only an fp8 plan may use them."""
 
 ORDER = (Axis.TP, Axis.CP, Axis.DP, Axis.PP)
 """Mesh [pp, dp_replicate, dp_shard, cp, tp], row-major: tp varies fastest."""
@@ -190,13 +206,46 @@ def check_cp_comm(ctx: ExportContext, draft: Draft) -> Refusal | None:
 check_expert_tp = check_expert_tp_is_tp("torchtitan 0.3 has no expert tensor-parallel option")
 
 
-RULES = (check_dense_model, check_cp_comm, check_expert_tp, check_batch, check_precision,
-         check_context_split,
+def torchtitan_config(spec: ModelSpec) -> tuple[str, str] | None:
+    """The (module, config function) whose model equals ``spec`` (any name), or None."""
+    return next((target for name, target in CONFIGS.items()
+                 if replace(preset(name), name=spec.name) == spec), None)
+
+
+def check_model_config(ctx: ExportContext, draft: Draft) -> Refusal | None:
+    """torchtitan builds only the models of its config_registry functions (CONFIGS)."""
+    if torchtitan_config(ctx.spec) is not None:
+        return None
+    same_shape = [n for n in CONFIGS if _shape(preset(n)) == _shape(ctx.spec)]
+    hint = (f"; preset {same_shape[0]} has its shape but another architecture (e.g. RoPE "
+            "scaling), so torchtitan would train another model" if same_shape else "")
+    return Refusal(f"model {ctx.spec.name} is none of the models torchtitan 0.3.0's config "
+                   f"functions build ({', '.join(CONFIGS)}): the model shape is Python, not a "
+                   f"command-line option{hint}")
+
+
+def check_float8_config(ctx: ExportContext, draft: Draft) -> Refusal | None:
+    """llama3_405b converts linear layers to float8: only fp8 plans may use it."""
+    target = torchtitan_config(ctx.spec)
+    if target is None or target[1] not in FLOAT8_CONFIGS or draft.precision is Precision.FP8:
+        return None
+    return Refusal(f"torchtitan's {target[1]} trains in float8 (Float8LinearConverter, which no "
+                   f"command-line option removes), not job.precision={draft.precision.value}",
+                   (Fix("precision -> fp8", replace(draft, precision=Precision.FP8)),))
+
+
+def _shape(spec: ModelSpec) -> tuple[int, ...]:
+    return (spec.num_layers, spec.hidden, spec.ffn_hidden, spec.num_heads, spec.num_kv_heads,
+            spec.vocab, spec.num_experts)
+
+
+RULES = (check_model_config, check_float8_config, check_dense_model, check_cp_comm,
+         check_expert_tp, check_batch, check_precision, check_context_split,
          check_uniform_recompute, check_schedule, check_rank_order, check_expert_mesh)
 
 SEARCH = SearchLimits()
 """solver.target=torchtitan: module names per stage express any split; one activation-checkpoint setting."""
-MODEL_RULES = (check_precision,)
+MODEL_RULES = (check_model_config, check_float8_config, check_precision)
 """The RULES that read only the model and job (solver.target checks them once, first)."""
 
 
@@ -245,16 +294,16 @@ def _training_args(ctx: ExportContext) -> list[tuple[str, object]]:
         ("local_batch", local), ("global_batch", job.global_batch), ("seq_len", job.seq_len),
         ("mixed_precision", PARAM_DTYPES[ctx.precision]),
     ]
-    if p.pp > 1:
+    if p.pp > 1 or p.ep > 1:  # Trainer.Config._validate_cuda_graphs: no PP, no blocking EP
         args.append(("no_cuda_graphs", None))
-    return args
+    return args + [("no_compile", None), ("no_async_tp", None)]  # the plan models eager kernels
 
 
 def torchtitan_args(ctx: ExportContext) -> list[str]:
     """``torchtitan.train`` arguments, activation-checkpoint subcommand last (rules enforced)."""
     enforce(ctx, FRAMEWORK, RULES)
-    config = CONFIGS.get(str(ctx.scenario.get("model", {}).get("preset")), CUSTOM_CONFIG)
-    argv = [FLAGS["module"], MOE_MODULE if ctx.spec.is_moe else MODULE, FLAGS["config"], config]
+    module, config = torchtitan_config(ctx.spec)  # type: ignore[misc]  # RULES: not None
+    argv = [FLAGS["module"], module, FLAGS["config"], config]
     for key, value in _parallel_args(ctx) + _training_args(ctx):
         argv.append(FLAGS[key])
         if isinstance(value, list):
@@ -281,16 +330,8 @@ def _notes(ctx: ExportContext, config: str) -> list[str]:
     if ctx.precision is Precision.FP8:
         notes.append("fp8: add Float8LinearConverter to the config's model_spec converters (as "
                      "llama3_debugmodel_float8 does); no command-line switch exists")
-    if config == CUSTOM_CONFIG:
-        notes.append(f"model {s.name}: write a config function with num_layers={s.num_layers}, "
-                     f"dim={s.hidden}, n_heads={s.num_heads}, n_kv_heads={s.num_kv_heads}, "
-                     f"ffn hidden={s.ffn_hidden}, vocab={s.vocab}")
-    if s.is_moe:
-        notes.append(f"mixture of experts: pick torchtitan's MoE module for {s.name} and give its "
-                     f"config {s.num_experts} experts, top-{s.top_k}, expert width "
-                     f"{s.moe_ffn_hidden}, {s.num_shared_experts} shared, "
-                     f"{s.first_dense_layers} dense first layers"
-                     + (", latent attention" if s.is_mla else ""))
+    notes.append(f"model {s.name}: torchtitan's {config} builds it; compile and async TP off "
+                 "(the plan models eager kernels; turn them on for speed, same model)")
     return notes
 
 

@@ -37,7 +37,7 @@ from paraplan.export.trace import CRITICAL_PATH_KEY, US_PER_S, build_trace
 from paraplan.result import Result
 
 LLAMA8B_2_NODES = {
-    "model": {"preset": "llama3-8b"},
+    "model": {"preset": "llama3.1-8b"},
     "cluster": {"preset": "dgx-h100", "nodes": 2},
     "job": {"seq_len": 4096, "global_batch": 64, "precision": "bf16"},
 }

@@ -160,7 +160,7 @@ def test_transformer_config_accepts_the_moe_megatron_export() -> None:
 ETP1 = {"dp": 8, "tp": 2, "pp": 1, "ep": 4, "etp": 1, "micro_batch": 1, "zero": 1,
         "recompute": "full"}
 LLAMA_LONG = {
-    "model": {"preset": "llama3-8b"},
+    "model": {"preset": "llama3.1-8b"},
     "cluster": {"preset": "dgx-h100", "nodes": 2},
     "job": {"seq_len": 65536, "global_batch": 8, "precision": "bf16"},
 }

@@ -1,0 +1,98 @@
+"""Megatron-LM 0.19.2's own code accepts every Megatron export and builds the planned model.
+
+For 19 plans over every preset family megatron-core builds (tests/export/architecture_plans.py),
+``megatron_lm_oracle.py`` runs under Python 3.12 with megatron-core 0.19.2 (which ships
+Megatron-LM's ``megatron/training``; it needs Python >= 3.12): ``parse_and_validate_args`` on
+the exported arguments and environment in a world of the plan's size, the process groups of
+``initialize_model_parallel`` on torch's fake backend, and the GPT model ``pretrain_gpt.py``
+builds, on the meta device. Its parameter count must equal the layer graph's plus the few
+parameters the graph does not model (architecture_plans.unmodelled_params).
+
+The 3.12 interpreter: $PARAPLAN_MEGATRON_LM_PYTHON, else ``.venv-megatron-lm/bin/python`` in
+the repository (``.ci/run`` builds it); skipped when neither exists.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from functools import cache
+from pathlib import Path
+
+import pytest
+from paraplan.graph import build_graph
+
+from paraplan.export import ExportError, context
+from paraplan.export.megatron import megatron_args, megatron_env
+
+sys.path.insert(0, str(Path(__file__).parent))
+from architecture_plans import (  # noqa: E402
+    MEGATRON_CASES,
+    REFUSED_BY_MEGATRON,
+    result,
+    unmodelled_params,
+)
+
+pytestmark = [pytest.mark.oracle, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+ORACLE = Path(__file__).with_name("megatron_lm_oracle.py")
+
+
+def _python() -> str | None:
+    path = os.environ.get("PARAPLAN_MEGATRON_LM_PYTHON") or str(
+        ROOT / ".venv-megatron-lm" / "bin" / "python")
+    return path if Path(path).exists() else None
+
+
+@cache
+def _verdicts() -> dict[str, dict]:
+    """The oracle's verdict on every case, from one run of the 3.12 interpreter."""
+    python = _python()
+    if python is None:
+        pytest.skip("no Python 3.12 with megatron-core 0.19.2 (set PARAPLAN_MEGATRON_LM_PYTHON "
+                    "or build .venv-megatron-lm as .ci/run does)")
+    cases = []
+    for name, case in MEGATRON_CASES.items():
+        ctx = context(result(case))
+        cases.append({"name": name, "argv": megatron_args(ctx), "env": megatron_env(ctx),
+                      "num_devices": ctx.plan.num_devices})
+    done = subprocess.run([python, str(ORACLE)], input=json.dumps(cases), text=True,
+                          capture_output=True, timeout=900, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("name", MEGATRON_CASES)
+def test_megatron_lm_accepts_the_export_and_builds_the_planned_model(name: str) -> None:
+    verdict = _verdicts()[name]
+    assert verdict["ok"], verdict.get("error")
+    res = result(MEGATRON_CASES[name])
+    p, spec = res.plan, context(res).spec
+    assert verdict["groups"] == {"tp": p.tp, "pp": p.pp, "dp": p.dp, "cp": p.cp, "ep": p.ep}
+    expected = build_graph(spec).num_params + unmodelled_params(
+        spec, padded_vocab=verdict["padded_vocab"],
+        max_positions=MEGATRON_CASES[name][0]["job"]["seq_len"])
+    assert verdict["params"] == expected
+
+
+def test_the_plans_cover_every_family_and_parallel_axis() -> None:
+    plans = [result(case).plan for case in MEGATRON_CASES.values()]
+    families = {case[0]["model"].get("preset", "explicit").split("-")[0]
+                for case in MEGATRON_CASES.values()}
+    assert families == {"explicit", "gpt3", "llama2", "llama3", "llama3.1", "mistral", "qwen2.5", "qwen3",
+                        "nemotron4", "mixtral", "deepseek", "gpt"}
+    assert len(plans) >= 15
+    assert {p.zero for p in plans} == {0, 1, 2, 3}
+    for axis in ("tp", "pp", "vp", "cp", "ep"):
+        assert any(getattr(p, axis) > 1 for p in plans), axis
+
+
+@pytest.mark.parametrize("name", REFUSED_BY_MEGATRON)
+def test_megatron_refuses_an_architecture_it_cannot_build(name: str) -> None:
+    scenario, plan, what = REFUSED_BY_MEGATRON[name]
+    with pytest.raises(ExportError, match=re.escape(what)):
+        megatron_args(context(result((scenario, plan))))
