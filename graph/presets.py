@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import fields
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -115,7 +116,7 @@ def _nested(cls: type, key: str, value: Any) -> Any:
         return cls()
     if not isinstance(value, dict):
         raise ValueError(f"model.{key} must be a mapping of {cls.__name__} fields")
-    known = set(cls.__dataclass_fields__)
+    known = {f.name for f in fields(cls)}
     unknown = sorted(set(value) - known)
     if unknown:
         raise ValueError(f"model.{key}.{unknown[0]} is not a known field; choose from "
