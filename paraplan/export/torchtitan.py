@@ -56,6 +56,7 @@ from paraplan.export import (
     uniform_recompute_rule,
 )
 from paraplan.graph import ModelSpec, preset
+from paraplan.graph.spec import Rope
 
 __all__ = ["FLAGS", "RULES", "ORDER", "CONFIGS", "render", "torchtitan_args", "model_parts"]
 
@@ -207,9 +208,30 @@ check_expert_tp = check_expert_tp_is_tp("torchtitan 0.3 has no expert tensor-par
 
 
 def torchtitan_config(spec: ModelSpec) -> tuple[str, str] | None:
-    """The (module, config function) whose model equals ``spec`` (any name), or None."""
+    """The (module, config function) whose model equals ``spec`` (any name), or None. A model that
+    differs only in its RoPE frequency scaling (Llama 3 beside torchtitan's Llama 3.1 configs)
+    counts: shapes, parameters and cost are the same, and the export notes the difference."""
     return next((target for name, target in CONFIGS.items()
-                 if replace(preset(name), name=spec.name) == spec), None)
+                 if _same_but_rope_scaling(preset(name), spec)), None)
+
+
+def _same_but_rope_scaling(built: ModelSpec, spec: ModelSpec) -> bool:
+    def unscaled(m: ModelSpec) -> ModelSpec:
+        return replace(m, name="", rope=Rope(theta=m.rope.theta, fraction=m.rope.fraction))
+    return unscaled(built) == unscaled(spec) and built.rope.scaling in ("", "llama3") \
+        and spec.rope.scaling in ("", "llama3")
+
+
+def _rope_note(spec: ModelSpec, config: str) -> list[str]:
+    """The note when torchtitan's config scales RoPE frequencies differently from the plan's model."""
+    name = next(n for n, t in CONFIGS.items() if t[1] == config)
+    built = preset(name).rope
+    if built.scaling == spec.rope.scaling and built.factor == spec.rope.factor:
+        return []
+    return [f"model: torchtitan's {config} builds {name}'s RoPE frequency scaling "
+            f"({built.scaling or 'none'}, factor {built.factor:g}); {spec.name} has "
+            f"{spec.rope.scaling or 'none'}. Shapes, parameters and cost are the same; to load "
+            f"{spec.name} weights, set its rope scaling in the config function"]
 
 
 def check_model_config(ctx: ExportContext, draft: Draft) -> Refusal | None:
@@ -317,7 +339,7 @@ def torchtitan_args(ctx: ExportContext) -> list[str]:
 def _notes(ctx: ExportContext, config: str) -> list[str]:
     p, s = ctx.plan, ctx.spec
     notes = ["rank order: mesh [pp, dp_replicate, dp_shard, cp, tp] (paraplan order "
-             f"{'-'.join(a.value for a in p.order)})"]
+             f"{'-'.join(a.value for a in p.order)})", *_rope_note(s, config)]
     if p.zero == 1:
         z2 = ctx.score(Draft(replace(p, zero=2), ctx.precision))
         cost = (f" (modelled {z2.predicted.step_time_s:.4g} s vs {ctx.step_time_s:.4g} s)"
