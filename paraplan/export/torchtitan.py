@@ -218,8 +218,9 @@ def torchtitan_config(spec: ModelSpec) -> tuple[str, str] | None:
 def _same_but_rope_scaling(built: ModelSpec, spec: ModelSpec) -> bool:
     def unscaled(m: ModelSpec) -> ModelSpec:
         return replace(m, name="", rope=Rope(theta=m.rope.theta, fraction=m.rope.fraction))
-    return unscaled(built) == unscaled(spec) and built.rope.scaling in ("", "llama3") \
-        and spec.rope.scaling in ("", "llama3")
+    if replace(built, name=spec.name) == spec:
+        return True
+    return unscaled(built) == unscaled(spec) and {built.rope.scaling, spec.rope.scaling} <= {"", "llama3"}
 
 
 def _rope_note(spec: ModelSpec, config: str) -> list[str]:

@@ -21,12 +21,13 @@ from pathlib import Path
 import pytest
 from paraplan.graph import build_graph
 
-from paraplan.export import ExportError, context
+from paraplan.export import ExportError, context, export_text
 from paraplan.export.megatron import rank_groups
 from paraplan.export.torchtitan import torchtitan_args
 
 sys.path.insert(0, str(Path(__file__).parent))
 from architecture_plans import (  # noqa: E402
+    LLAMA3_ON_TORCHTITAN,
     REFUSED_BY_TORCHTITAN,
     TORCHTITAN_CASES,
     result,
@@ -127,3 +128,12 @@ def test_torchtitan_refuses_a_model_no_config_function_builds(name: str) -> None
     scenario, plan, what = REFUSED_BY_TORCHTITAN[name]
     with pytest.raises(ExportError, match=re.escape(what)):
         torchtitan_args(context(result((scenario, plan))))
+
+
+def test_llama3_exports_on_the_llama31_config_with_a_rope_note() -> None:
+    """Same shapes, parameters and cost; only the RoPE frequency scaling differs, and the export
+    says so instead of refusing (a user training Llama 3 from scratch runs torchtitan's llama3)."""
+    ctx = context(result(LLAMA3_ON_TORCHTITAN))
+    args = torchtitan_args(ctx)
+    assert "llama3_70b" in args
+    assert "RoPE frequency scaling" in export_text(ctx.result, "torchtitan")
