@@ -5,12 +5,12 @@ re-materialised block live at different times, and SELECTIVE is MaxText's ``mini
 from __future__ import annotations
 
 import pytest
-
 from paraplan.cost import Job, Plan, Recompute, stored_activation_bytes
 from paraplan.cost.memory import runtime_reserve_bytes, stage_memory
 from paraplan.cost.recompute import block_input_bytes
 from paraplan.cost.stage import stage_terms
 from paraplan.graph import Activation, ModelSpec, build_graph
+
 from paraplan.instance import build_instance, fixed_plan
 from paraplan.schema import load_scenario
 
