@@ -38,7 +38,7 @@ def test_every_tpu_row_is_scored(tpu_rows) -> None:
 
 def test_tpu_median_error_within_ten_percent(tpu_rows) -> None:
     median = statistics.median(abs(r.error) for r in tpu_rows)
-    assert median <= 0.10, f"median |error| {median:.1%}"  # 5.5% (2026-12-01; the refit of calibrate_tpu: 6.4%)
+    assert median <= 0.10, f"median |error| {median:.1%}"  # 5.5% (2026-12-01; calibrate_tpu refit 6.4%)
 
 
 def test_no_tpu_row_is_predicted_out_of_memory(tpu_rows) -> None:
