@@ -16,7 +16,12 @@ Mapping (docs/published_runs.md §3.9 and §4; the CSV's own columns):
   (tp chips) takes micro_batch = per_device_batch_size x tp = global batch / dp, one micro-batch
   per step (no gradient accumulation in these configs);
 - recompute: remat_policy=full -> full; minimal (saves the matmul outputs, recomputes the rest)
-  -> selective (the nearest of paraplan's modes; listed in ``Case.defaults``);
+  -> selective, which on a TPU stores exactly minimal's set (cost/recompute.py) and recomputes
+  the attention core (MaxText also re-runs norms and activation functions; listed in
+  ``Case.defaults``);
+- memory: XLA's accounting (cost/memory.py: no CUDA/NCCL reserve, no fragmentation, logits and
+  the re-materialised block not live together); the checks behind this mapping (dimensions,
+  batch, memory) are in benchmarks/data/README.md, "TPU rows";
 - step time: the rows give per-device model TFLOP/s, not step times. The published step is
   model FLOPs per step / (chips x TFLOP/s), with paraplan's own FLOP count (cost.flops, causal
   attention). MaxText's counting convention at that commit is unconfirmed (published_runs.md);

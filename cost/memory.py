@@ -24,6 +24,21 @@ The reserve is memory a real run loses that no tensor of the model accounts for:
   the calibration set: the MosaicML MPT-350m runs (micro-batch 18 on A100 40GB, rows 607-610 of
   benchmarks/data/published_runs_calibration.csv) hold ~40 GB of modelled activations and run,
   which leaves room for about 4% at most.
+
+On a TPU (``Accelerator.is_tpu``) the program is compiled by XLA, which changes three things:
+- No runtime reserve is modelled (``XLA_RUNTIME_RESERVE_BYTES`` = 0): there is no CUDA context and
+  no NCCL communicator (XLA compiles each collective into the program and its buffers into the
+  program's memory plan). The TPU runtime keeps some HBM for itself, but no source gives a
+  figure (MaxText's and Google's docs quote none), so none is modelled rather than a guess.
+- No allocator fragmentation (``XLA_FRAGMENTATION`` = 0): XLA fixes every buffer's offset at
+  compile time (buffer assignment over the heap simulator's live ranges, openxla.org/xla,
+  "XLA architecture"), so no caching allocator churns with the activations.
+- The same live ranges free the logits and their gradient before the first decoder layer's
+  backward starts, so FULL recompute's re-materialised block and the last stage's logits are
+  transient at different times: the stage holds the larger of the two, not their sum.
+XLA's own buffer assignment agrees (tests/cost/test_xla_memory_oracle.py, a MaxText-shaped
+decoder compiled by jax: the layer-backward transient does not grow with the vocabulary, and
+MaxText's cross entropy keeps 4 B per logit element against the 6 B counted here).
 """
 
 from __future__ import annotations
@@ -38,11 +53,14 @@ from paraplan.cost.stage import StageTerms
 
 __all__ = ["StageMemory", "StageMemoryModel", "stage_memory", "stage_memory_model",
            "max_layers_per_stage", "runtime_reserve_bytes", "num_communicators",
-           "CUDA_CONTEXT_BYTES", "NCCL_BYTES_PER_COMMUNICATOR", "ALLOCATOR_FRAGMENTATION"]
+           "CUDA_CONTEXT_BYTES", "NCCL_BYTES_PER_COMMUNICATOR", "ALLOCATOR_FRAGMENTATION",
+           "XLA_RUNTIME_RESERVE_BYTES", "XLA_FRAGMENTATION", "fragmentation"]
 
 CUDA_CONTEXT_BYTES = 0.5e9  # CUDA context + cuBLAS workspaces, lazy loading (module docstring)
 NCCL_BYTES_PER_COMMUNICATOR = 0.25e9  # NCCL_BUFFSIZE 4 MiB x channels x peers (module docstring)
 ALLOCATOR_FRAGMENTATION = 0.02  # of the activation working set; assumption (module docstring)
+XLA_RUNTIME_RESERVE_BYTES = 0.0  # TPU: no CUDA context or NCCL buffers; no figure published
+XLA_FRAGMENTATION = 0.0  # TPU: XLA assigns buffers at compile time (module docstring)
 ZERO3_PREFETCH_BLOCKS = 2  # FSDP keeps the current and the prefetched block unsharded
 
 
@@ -99,14 +117,23 @@ def num_communicators(plan: Plan) -> int:
     return 1 + sum(1 for g in groups if g > 1)
 
 
-def runtime_reserve_bytes(plan: Plan) -> float:
+def runtime_reserve_bytes(plan: Plan, *, is_tpu: bool = False) -> float:
     """Fixed part of the runtime reserve of one device.
 
-    Formula: CUDA_CONTEXT_BYTES + NCCL_BYTES_PER_COMMUNICATOR * num_communicators(plan).
+    Formula: CUDA_CONTEXT_BYTES + NCCL_BYTES_PER_COMMUNICATOR * num_communicators(plan); on a TPU
+    XLA_RUNTIME_RESERVE_BYTES.
     Source: module docstring. Units: bytes. (Fragmentation scales with the activations and is
     added per stage in stage_memory_model.)
     """
+    if is_tpu:
+        return XLA_RUNTIME_RESERVE_BYTES
     return CUDA_CONTEXT_BYTES + NCCL_BYTES_PER_COMMUNICATOR * num_communicators(plan)
+
+
+def fragmentation(is_tpu: bool) -> float:
+    """Share of the activation working set lost to the allocator: ALLOCATOR_FRAGMENTATION on a
+    GPU, XLA_FRAGMENTATION on a TPU (module docstring)."""
+    return XLA_FRAGMENTATION if is_tpu else ALLOCATOR_FRAGMENTATION
 
 
 def stage_memory_model(terms: StageTerms, stage: int, recompute: Recompute) -> StageMemoryModel:
@@ -114,8 +141,9 @@ def stage_memory_model(terms: StageTerms, stage: int, recompute: Recompute) -> S
 
     Formula per layer: state(block params) + block activations x in-flight micro-batches;
     fixed: state(embedding/head) + logits + FULL's working block + reserve (+ ZeRO-3 prefetch);
-    the reserve is runtime_reserve_bytes + ALLOCATOR_FRAGMENTATION x the activations (fixed and
-    per layer).
+    the reserve is runtime_reserve_bytes + fragmentation x the activations (fixed and per layer).
+    On a TPU the logits and the working block count as max(logits, working), not their sum
+    (module docstring).
     Routed-expert state is sharded over the expert-data-parallel group (dp*cp/ep); stage 0 adds
     the dense-layer correction (stage.py) to its state and, per in-flight micro-batch, activations.
     """
@@ -128,15 +156,18 @@ def stage_memory_model(terms: StageTerms, stage: int, recompute: Recompute) -> S
     layer_state = _sum(state_bytes(terms.block_params, plan.zero, shards, gbytes),
                        state_bytes(terms.block_expert_params, plan.zero, expert_shards, gbytes))
     block = terms.block_at(stage, recompute)
+    is_tpu = terms.at(stage).cluster.accelerator.is_tpu
+    frag = fragmentation(is_tpu)
     held = in_flight_micro_batches(stage, plan, terms.num_micro_batches)
     fixed_act = block.working_bytes + terms.credit(stage, recompute).activation_bytes * held
     if stage == 0:
         fixed_act += terms.at(stage).first.activation_bytes
-    if stage == plan.pp - 1:
-        fixed_act += terms.at(stage).last.activation_bytes
+    if stage == plan.pp - 1:  # on a TPU max(working, logits): only the excess over the block
+        logits = terms.at(stage).last.activation_bytes
+        fixed_act += max(0.0, logits - block.working_bytes) if is_tpu else logits
     layer_act = block.activation_bytes * held
-    reserve = runtime_reserve_bytes(plan) + ALLOCATOR_FRAGMENTATION * fixed_act
-    layer_reserve = ALLOCATOR_FRAGMENTATION * layer_act
+    reserve = runtime_reserve_bytes(plan, is_tpu=is_tpu) + frag * fixed_act
+    layer_reserve = frag * layer_act
     buffers = reserve
     if plan.zero >= 3 and shards > 1:
         buffers += ZERO3_PREFETCH_BLOCKS * terms.block_params * WEIGHT_BYTES
@@ -173,13 +204,14 @@ def max_layers_per_stage(terms: StageTerms, recompute: Recompute,
     middle = stage_memory_model(terms, 1, recompute)
     room = capacity_bytes - middle.fixed.total_bytes
     act = terms.block[recompute].activation_bytes
+    frag = fragmentation(terms.cluster.accelerator.is_tpu)
     p = middle.per_layer
     state = p.weights_bytes + p.grads_bytes + p.optimizer_bytes
     out = [ends[0].max_layers(capacity_bytes)]
     for s in range(1, pp - 1):
         held = in_flight_micro_batches(s, terms.plan, terms.num_micro_batches)
         layer_act = act * held
-        out.append(_max_layers(room, state + layer_act + ALLOCATOR_FRAGMENTATION * layer_act))
+        out.append(_max_layers(room, state + layer_act + frag * layer_act))
     return out + [ends[pp - 1].max_layers(capacity_bytes)]
 
 

@@ -5,6 +5,20 @@ none stores everything (s*b*h*(34 + 5*a*s/h) bytes for a GPT block, /t with TP+S
 selective recomputes the attention core (drops the 5*a*s^2*b term: nothing left to drop when a
 fused flash kernel never materialises the scores); full keeps only the block input (2*s*b*h bytes,
 /t with SP) and re-runs the whole forward in backward.
+
+On a TPU (``Accelerator.is_tpu``) SELECTIVE is MaxText's ``remat_policy=minimal`` (the policy
+paraplan's MaxText export writes for it): ``jax.checkpoint_policies.save_only_these_names`` over
+the weight-matmul outputs (query/key/value/qkv_proj, out_proj, mlpwi, mlpwo; MaxText 0.2.5
+``layers/nnx_decoders.py`` ``minimal_policy``; at the Dec-2023 commit of the calibration rows,
+``checkpoint_dots_with_no_batch_dims``, the same set). JAX keeps a saveable value only where the
+backward needs it, so a sub-layer (attention, MLP) keeps its residual-stream input (the scan
+carry, or the sum rebuilt from the carry and the saved out_proj) and the outputs of its GEMMs
+other than the row-parallel output projection that feeds the residual add; norms, activation
+functions and the attention core (flash) are recomputed. Per token and sub-layer:
+h/t + sum(out_dim / (t if column-parallel else 1)), activation sharding over MaxText's tensor axis
+(logical rule ``activation_embed: tensor``) playing the part of SP. Checked against XLA: a
+MaxText-shaped decoder compiled by jax keeps exactly these bytes per layer under ``minimal`` and
+exactly the block input under ``full`` (tests/cost/test_xla_memory_oracle.py).
 """
 
 from __future__ import annotations
@@ -20,20 +34,25 @@ from paraplan.cost.ep import expert_stored_bytes
 from paraplan.cost.plan import Job, Plan, Recompute
 from paraplan.graph import Layer
 
-__all__ = ["stored_activation_bytes", "block_input_bytes", "recompute_forward_s"]
+__all__ = ["stored_activation_bytes", "tpu_minimal_stored_bytes", "block_input_bytes",
+           "recompute_forward_s"]
 
 QUADRATIC_ELEMS_PER_HEAD = 2.5  # softmax out (2 B), dropout mask (1 B), dropout out (2 B) = 5 B
 
 
-def stored_activation_bytes(layer: Layer, plan: Plan, job: Job, recompute: Recompute) -> float:
+def stored_activation_bytes(layer: Layer, plan: Plan, job: Job, recompute: Recompute, *,
+                            is_tpu: bool = False) -> float:
     """Bytes one layer keeps for backward, per micro-batch, per device (not counting FULL's input).
 
     Formula: n * (act_tp/tp + act_sp/(tp if SP else 1)) * 2 B, plus n*2.5*a*s/tp elements of
     attention scores without flash attention and without selective recompute; GEMM inputs take
     1 B instead of 2 under FP8; routed experts add ep.expert_stored_bytes. FULL stores none.
+    On a TPU, SELECTIVE is MaxText's ``minimal`` policy (tpu_minimal_stored_bytes).
     """
     if recompute is Recompute.FULL:
         return 0.0
+    if is_tpu and recompute is Recompute.SELECTIVE:
+        return tpu_minimal_stored_bytes(layer, plan, job)
     n = tokens_per_device(plan, job)
     sp_shard = plan.tp if plan.sequence_parallel else 1
     elems = layer.act_tp_elems / plan.tp + layer.act_sp_elems / sp_shard
@@ -43,6 +62,28 @@ def stored_activation_bytes(layer: Layer, plan: Plan, job: Job, recompute: Recom
     if job.precision in GEMM_INPUT_BYTES:
         gemm_inputs = layer.act_tp_gemm_elems / plan.tp + layer.act_sp_gemm_elems / sp_shard
         stored -= n * gemm_inputs * (ACTIVATION_BYTES - gemm_input_bytes(job.precision))
+    if layer.experts is not None:
+        stored += expert_stored_bytes(layer.experts, plan, job)
+    return stored
+
+
+def tpu_minimal_stored_bytes(layer: Layer, plan: Plan, job: Job) -> float:
+    """Bytes one layer keeps under MaxText's ``remat_policy=minimal`` (module docstring).
+
+    Formula: n * (h/sp + sum over GEMMs not row-parallel of out_dim/(tp if column-parallel else 1))
+    * 2 B for a layer with GEMMs (none for norm-only layers); routed experts add
+    ep.expert_stored_bytes. sp = tp with sequence parallelism, else 1.
+    Source: MaxText 0.2.5 layers/nnx_decoders.py (minimal_policy), JAX jax.checkpoint policies.
+    Assumes: the saved GEMM outputs stay in bf16 (MaxText's activation dtype) under FP8 too.
+    """
+    if not layer.gemms:
+        return 0.0
+    sp_shard = plan.tp if plan.sequence_parallel else 1
+    elems = layer.gemms[0].in_dim / sp_shard  # the sub-layer's residual-stream input
+    for g in layer.gemms:
+        if g.tp_split != "in":
+            elems += g.out_dim / (plan.tp if g.tp_split == "out" else 1)
+    stored = tokens_per_device(plan, job) * elems * ACTIVATION_BYTES
     if layer.experts is not None:
         stored += expert_stored_bytes(layer.experts, plan, job)
     return stored

@@ -300,7 +300,8 @@ def _block_work(graph: LayerGraph, index: int, plan: Plan, job: Job, cluster: Cl
                      + (host if r is Recompute.FULL else 0.0) for r in Recompute},
         stored_bytes={
             Recompute.NONE: stored_none,
-            Recompute.SELECTIVE: sum(stored_activation_bytes(ly, plan, job, Recompute.SELECTIVE)
+            Recompute.SELECTIVE: sum(stored_activation_bytes(ly, plan, job, Recompute.SELECTIVE,
+                                                             is_tpu=accel.is_tpu)
                                      for ly in layers),
             Recompute.FULL: block_input_bytes(graph.spec.hidden, plan, job),
         },

@@ -39,6 +39,9 @@ class Accelerator:
     peak_flops_per_s: dict[str, float]
     hbm_bytes: float
     hbm_bytes_per_s: float
+    is_tpu: bool = False
+    """A TPU chip run by XLA: buffers are assigned at compile time and collectives are compiled
+    into the program (no CUDA context, NCCL communicators or caching allocator; cost/memory.py)."""
 
     def peak_for(self, precision: str) -> float:
         """Dense peak FLOP/s for ``precision``; ValueError if the part has no such tensor mode."""

@@ -62,6 +62,7 @@ def tpu_chip(key: str) -> Accelerator:
         hbm_bytes=(float(c["hbm_GiB"]) * GIB_BYTES if "hbm_GiB" in c
                    else float(c["hbm_GB"]) * GB_BYTES),
         hbm_bytes_per_s=float(c["hbm_TBps"]) * 1e12,
+        is_tpu=True,
     )
 
 
