@@ -1,6 +1,6 @@
 """Architecture fields of the presets and of Hugging Face imports (issue 15 item 2).
 
-Expected values: ../shared/data/models.json (position_encoding, attention_variant, norm, extra)
+Expected values: docs/data/models.json (position_encoding, attention_variant, norm, extra)
 for each preset's model, and the config.json files under graph/data/hf.
 """
 
