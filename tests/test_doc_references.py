@@ -36,14 +36,17 @@ DATA = re.compile(r"(?<![\w-])(" + "|".join(re.escape(n) for n in DATA_FILES) + 
 HEADING = re.compile(r"^#{1,6}\s+(\d+(?:\.\d+)*)\.?\s", re.MULTILINE)
 
 
+def _skipped(rel: Path) -> bool:
+    """Folders that are not the project's: caches, builds and any hidden folder or virtual
+    environment (CI builds .venv-megatron-lm inside the clone)."""
+    return any(p in SKIP_DIRS or p.startswith(".") or p.endswith(".egg-info") or p.startswith("venv")
+               for p in rel.parts[:-1])
+
+
 def _files() -> list[Path]:
-    out = []
-    for path in ROOT.rglob("*"):
-        rel = path.relative_to(ROOT)
-        if (path.suffix in SUFFIXES and path.is_file()
-                and not any(p in SKIP_DIRS or p.endswith(".egg-info") for p in rel.parts[:-1])):
-            out.append(path)
-    return sorted(out)
+    return sorted(path for path in ROOT.rglob("*")
+                  if path.suffix in SUFFIXES and path.is_file()
+                  and not _skipped(path.relative_to(ROOT)))
 
 
 @cache
@@ -55,7 +58,7 @@ def _sections(doc: Path) -> frozenset[str]:
 @cache
 def _data_names() -> frozenset[str]:
     return frozenset(p.name for p in ROOT.rglob("*") if p.name in DATA_FILES
-                     and not any(part in SKIP_DIRS for part in p.relative_to(ROOT).parts))
+                     and not _skipped(p.relative_to(ROOT)))
 
 
 def _doc_path(match: re.Match[str]) -> Path | None:
