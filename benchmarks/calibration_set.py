@@ -339,6 +339,13 @@ def _row_case(row: dict[str, str]) -> Case | Skipped:
         defaults.append("recompute=selective if it fits, else full (torchtitan per-op SAC)")
     elif rec is None:
         defaults.append("recompute=fastest that fits")
+    ep = _int(row["ep"]) or 1
+    if ep > 1 and (dp * cp) % ep and n % (tp * ep * pp) and n % (ep * pp) == 0:
+        # Megatron's expert grid ETP x EP x expert-DP x PP covers the world (docs/frameworks.md
+        # Sec. 2.3, rule 2: world % (ETP*EP*PP) == 0): with ep wider than dp*cp only etp = 1 fits,
+        # and the EP group folds over the tp ranks (MoE parallel folding, cost/ep.py)
+        scenario["plan"]["etp"] = 1
+        defaults.append("etp=1 (EP folded over tp: world % (etp*ep*pp) == 0 forces it)")
     if dp * tp * pp * cp != n:
         return Skipped(rid, label, f"degrees {dp}x{tp}x{pp}x{cp} do not multiply to {n}")
     return Case(rid, key, label, scenario, step_s, rec is not None, tuple(defaults),

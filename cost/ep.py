@@ -41,7 +41,7 @@ from paraplan.cost.compute import (
     gemm_input_bytes,
     tokens_per_device,
 )
-from paraplan.cost.plan import Axis, Job, Plan
+from paraplan.cost.plan import Axis, Job, Plan, expert_folded, folded_ep_axes
 from paraplan.cost.torus import placed_cluster
 from paraplan.graph import Experts
 from paraplan.hardware import Accelerator, Cluster, Efficiency
@@ -80,6 +80,8 @@ def routed_copies_per_device(plan: Plan, job: Job, top_k: int) -> float:
 def _ep_sub_axes(plan: Plan) -> tuple[list[SubAxis], list[SubAxis]]:
     """Members of the EP group and of the expert-data-parallel group along the cp/dp axes (and
     tp, whose ranks hold the same whole experts when etp = 1 < tp)."""
+    if expert_folded(plan):
+        return _folded_sub_axes(plan)
     axes = sorted((Axis.CP, Axis.DP), key=plan.order.index)
     (s1, d1), (s2, d2) = ((axis_stride(plan, a), plan.degree(a)) for a in axes)
     ep = plan.ep
@@ -89,6 +91,20 @@ def _ep_sub_axes(plan: Plan) -> tuple[list[SubAxis], list[SubAxis]]:
         return [SubAxis(s1, ep)], replicas + [SubAxis(s1 * ep, d1 // ep), SubAxis(s2, d2)]
     return ([SubAxis(s1, d1), SubAxis(s2, ep // d1)],
             replicas + [SubAxis(s2 * (ep // d1), d1 * d2 // ep)])
+
+
+def _folded_sub_axes(plan: Plan) -> tuple[list[SubAxis], list[SubAxis]]:
+    """Folded EP (etp = 1, ep over tp ranks; cost.plan.folded_ep_axes): the EP group takes the
+    innermost ep ranks of tp x cp x dp, the expert-data-parallel group the rest of them."""
+    taken = dict(folded_ep_axes(plan) or [])
+    ep_axes, edp_axes = [], []
+    for axis in (a for a in plan.order if a != Axis.PP):
+        stride, d, k = axis_stride(plan, axis), plan.degree(axis), taken.get(axis, 1)
+        if k > 1:
+            ep_axes.append(SubAxis(stride, k))
+        if d // k > 1:
+            edp_axes.append(SubAxis(stride * k, d // k))
+    return ep_axes, edp_axes or [SubAxis(1, 1)]
 
 
 def ep_span(cluster: Cluster, plan: Plan) -> GroupSpan:
@@ -103,8 +119,9 @@ def expert_dp_span(cluster: Cluster, plan: Plan) -> GroupSpan:
 
 def expert_shard_degree(plan: Plan) -> int:
     """Ranks that hold the same experts and share their gradient sync and ZeRO shards:
-    dp*cp/ep * tp/etp."""
-    return plan.dp * plan.cp // plan.ep * (plan.tp // plan.expert_tp)
+    dp*cp*tp / (ep*etp) (with folding, ep may take tp ranks: docs/frameworks.md Sec. 2.3,
+    expert_DP = world / (ETP x EP x PP))."""
+    return plan.dp * plan.cp * plan.tp // (plan.ep * plan.expert_tp)
 
 
 def ep_layer_comm(hidden: int, top_k: int, plan: Plan, job: Job, cluster: Cluster,
