@@ -253,6 +253,11 @@ def _row_case(row: dict[str, str]) -> Case | Skipped:
     if is_tpu_row(row):  # MaxText on TPU slices: benchmarks/calibration_set_tpu.py
         return tpu_row_case(row, Case, Skipped, _publication(row["source"]))
     hardware = next((p for key, p in _HARDWARE if key in row["hardware"]), None)
+    if "96GB HBM2e" in row["hardware"]:
+        # torchtitan's Dec 2024 H100s (rows 384, 390-394): a 500 W, 96 GB HBM2e part. No source
+        # the project cites gives its peak, clocks or HBM bandwidth (hardware.json lists the
+        # 80 GB 700 W Grand Teton node only, S38-S39), so no catalog entry is invented for it
+        return Skipped(rid, label, "hardware 'H100 96GB HBM2e 500 W' has no sourced figures")
     if hardware is None:
         return Skipped(rid, label, f"hardware {row['hardware']!r} not in the catalog")
     if hardware.endswith("-nvl72") and int(row["n_gpus"]) > 72:
@@ -340,6 +345,11 @@ def _row_case(row: dict[str, str]) -> Case | Skipped:
     elif rec is None:
         defaults.append("recompute=fastest that fits")
     ep = _int(row["ep"]) or 1
+    if ep > 1 and n % (ep * pp):
+        # e.g. row 355 (DeepSeek-V3 on 256 GB200: pp 8, ep 64): the expert grid would need
+        # ep*pp = 512 ranks; the published degrees contradict each other
+        return Skipped(rid, label, f"degrees: ep={ep} x pp={pp} exceed the {n} GPUs (Megatron's "
+                       "expert grid etp*ep*pp must divide the world)")
     if ep > 1 and (dp * cp) % ep and n % (tp * ep * pp) and n % (ep * pp) == 0:
         # Megatron's expert grid ETP x EP x expert-DP x PP covers the world (docs/frameworks.md
         # Sec. 2.3, rule 2: world % (ETP*EP*PP) == 0): with ep wider than dp*cp only etp = 1 fits,

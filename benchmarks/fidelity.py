@@ -161,11 +161,12 @@ def constant_mfu_errors(rows: list[Row]) -> tuple[float, list[float]]:
 
 def _reason_kind(reason: str) -> str:
     """A skip reason without its per-row values (for counting)."""
-    for prefix in ("hardware 'TPU", "degrees", "plan not expressible"):
+    for prefix in ("hardware 'TPU", "degrees: ep", "degrees", "plan not expressible"):
         if reason.startswith(prefix):
-            return {"hardware 'TPU": "TPU (another issue)", "degrees": "model-parallel split not given",
-                    "plan not expressible": "plan the model rejects (EP wider than dp x cp: "
-                    "Megatron's expert-parallel folding over tp is not modelled)"}[prefix]
+            return {"hardware 'TPU": "TPU (another issue)",
+                    "degrees: ep": "expert grid larger than the GPU count (ep x pp > n)",
+                    "degrees": "model-parallel split not given",
+                    "plan not expressible": "plan the model rejects"}[prefix]
     return reason
 
 
