@@ -28,6 +28,8 @@ Knobs a source does not give take documented defaults, listed in ``Case.defaults
 - precision: NVFP4 -> nvfp4, MXFP8 / "FP8-MX" -> mxfp8 (both mapped to fp8 before 2026-11-30,
   when paraplan had one FP8 format), blockwise -> fp8_blockwise, any other FP8 (FP8-CS, "FP8",
   "FP8 (recipe not named on page)") -> fp8, "fp16" -> fp16, else bf16.
+- expert parallelism wider than dp*cp: Megatron's MoE parallel folding, etp = 1 where the world
+  rule world % (etp*ep*pp) == 0 allows no other expert TP (cost/ep.py); ep*pp > n is skipped;
 Rows whose hardware or architecture paraplan does not model yet (TPU, the H100 96GB HBM2e part,
 hybrid Mamba models without published dimensions, MoE models without a preset), or that give no
 step time, are skipped with the reason; ``benchmarks.fidelity`` counts each reason.

@@ -12,6 +12,16 @@ and ZeRO shards expert state, over it. Rank layout: the EP group is the innermos
 dp x cp group (Megatron's tp-cp-ep-dp-pp order), so ep divides, or is a multiple of, the inner of
 cp and dp.
 
+MoE parallel folding (Megatron-core: the expert grid ETP x EP x expert-DP x PP is laid over the
+same ranks as TP x CP x DP x PP, each with its own order): with etp = 1 the EP group may span TP
+ranks. paraplan folds when the plan needs it, i.e. etp = 1 < tp and ep does not divide dp*cp
+(cost.plan.expert_folded): the EP group is then the innermost ep ranks of tp x cp x dp (whole
+inner axes and a divisor of the next; Megatron's expert rank generator puts ep right after
+etp = 1), and the expert-DP group the remaining tp*cp*dp/ep ranks. Each rank still dispatches its
+own n/tp sequence-parallel tokens and runs num_experts/ep whole experts. Example: Megatron-Bridge
+Qwen3-235B-A22B on 256 H100, tp 2 x pp 8 x dp 16 with ep 32 (world % (etp*ep*pp) == 0 forces
+etp = 1); the 32-rank EP group spans four DGX nodes.
+
 Per MoE layer and micro-batch, each rank routes its n/tp tokens (n = micro_batch*seq/cp; sequence
 parallel shards) as top_k copies of h activations: an all-to-all *dispatch* to the ranks owning the
 experts and an all-to-all *combine* back, forward, and the mirror pair backward (Lepikhin et al.
