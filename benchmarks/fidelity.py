@@ -42,7 +42,8 @@ runs (was 8.7% / 20.5% on 243 under constant GEMM efficiency). Investigated gaps
   exposed at node-aggregate bandwidth, more than the whole published 4.3 s step). The run's
   notes name DeepEP, an expert-parallel all-to-all, so it ran ep > 1; the row is now skipped
   (benchmarks/data/README.md) rather than scored under an invented degree.
-- Mixture-of-experts rows (30 scored) remain the tail: median ~20%, p90 ~55% over them; e.g. the
+- Mixture-of-experts rows (30 scored before the folded rows below) remain the tail: median ~20%,
+  p90 ~55% over them; e.g. the
   same Qwen3-235B-A22B GB300 configuration measured 18.8 s in Megatron-Bridge 26.04 and 14.5 s in
   26.06, a software change the model cannot see. The host-side MoE term refitted over all 30
   (grid 0-3000 us) stays at 2000 us (1500 us within 0.01 of the loss).
