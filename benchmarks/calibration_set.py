@@ -28,6 +28,8 @@ Knobs a source does not give take documented defaults, listed in ``Case.defaults
 - precision: NVFP4 -> nvfp4, MXFP8 / "FP8-MX" -> mxfp8 (both mapped to fp8 before 2026-11-30,
   when paraplan had one FP8 format), blockwise -> fp8_blockwise, any other FP8 (FP8-CS, "FP8",
   "FP8 (recipe not named on page)") -> fp8, "fp16" -> fp16, else bf16.
+- expert parallelism wider than dp*cp: Megatron's MoE parallel folding, etp = 1 where the world
+  rule world % (etp*ep*pp) == 0 allows no other expert TP (cost/ep.py); ep*pp > n is skipped;
 Rows whose hardware or architecture paraplan does not model yet (TPU, the H100 96GB HBM2e part,
 hybrid Mamba models without published dimensions, MoE models without a preset), or that give no
 step time, are skipped with the reason; ``benchmarks.fidelity`` counts each reason.
@@ -253,6 +255,11 @@ def _row_case(row: dict[str, str]) -> Case | Skipped:
     if is_tpu_row(row):  # MaxText on TPU slices: benchmarks/calibration_set_tpu.py
         return tpu_row_case(row, Case, Skipped, _publication(row["source"]))
     hardware = next((p for key, p in _HARDWARE if key in row["hardware"]), None)
+    if "96GB HBM2e" in row["hardware"]:
+        # torchtitan's Dec 2024 H100s (rows 384, 390-394): a 500 W, 96 GB HBM2e part. No source
+        # the project cites gives its peak, clocks or HBM bandwidth (hardware.json lists the
+        # 80 GB 700 W Grand Teton node only, S38-S39), so no catalog entry is invented for it
+        return Skipped(rid, label, "hardware 'H100 96GB HBM2e 500 W' has no sourced figures")
     if hardware is None:
         return Skipped(rid, label, f"hardware {row['hardware']!r} not in the catalog")
     if hardware.endswith("-nvl72") and int(row["n_gpus"]) > 72:
@@ -339,6 +346,18 @@ def _row_case(row: dict[str, str]) -> Case | Skipped:
         defaults.append("recompute=selective if it fits, else full (torchtitan per-op SAC)")
     elif rec is None:
         defaults.append("recompute=fastest that fits")
+    ep = _int(row["ep"]) or 1
+    if ep > 1 and n % (ep * pp):
+        # e.g. row 355 (DeepSeek-V3 on 256 GB200: pp 8, ep 64): the expert grid would need
+        # ep*pp = 512 ranks; the published degrees contradict each other
+        return Skipped(rid, label, f"degrees: ep={ep} x pp={pp} exceed the {n} GPUs (Megatron's "
+                       "expert grid etp*ep*pp must divide the world)")
+    if ep > 1 and (dp * cp) % ep and n % (tp * ep * pp) and n % (ep * pp) == 0:
+        # Megatron's expert grid ETP x EP x expert-DP x PP covers the world (docs/frameworks.md
+        # Sec. 2.3, rule 2: world % (ETP*EP*PP) == 0): with ep wider than dp*cp only etp = 1 fits,
+        # and the EP group folds over the tp ranks (MoE parallel folding, cost/ep.py)
+        scenario["plan"]["etp"] = 1
+        defaults.append("etp=1 (EP folded over tp: world % (etp*ep*pp) == 0 forces it)")
     if dp * tp * pp * cp != n:
         return Skipped(rid, label, f"degrees {dp}x{tp}x{pp}x{cp} do not multiply to {n}")
     return Case(rid, key, label, scenario, step_s, rec is not None, tuple(defaults),

@@ -12,6 +12,16 @@ and ZeRO shards expert state, over it. Rank layout: the EP group is the innermos
 dp x cp group (Megatron's tp-cp-ep-dp-pp order), so ep divides, or is a multiple of, the inner of
 cp and dp.
 
+MoE parallel folding (Megatron-core: the expert grid ETP x EP x expert-DP x PP is laid over the
+same ranks as TP x CP x DP x PP, each with its own order): with etp = 1 the EP group may span TP
+ranks. paraplan folds when the plan needs it, i.e. etp = 1 < tp and ep does not divide dp*cp
+(cost.plan.expert_folded): the EP group is then the innermost ep ranks of tp x cp x dp (whole
+inner axes and a divisor of the next; Megatron's expert rank generator puts ep right after
+etp = 1), and the expert-DP group the remaining tp*cp*dp/ep ranks. Each rank still dispatches its
+own n/tp sequence-parallel tokens and runs num_experts/ep whole experts. Example: Megatron-Bridge
+Qwen3-235B-A22B on 256 H100, tp 2 x pp 8 x dp 16 with ep 32 (world % (etp*ep*pp) == 0 forces
+etp = 1); the 32-rank EP group spans four DGX nodes.
+
 Per MoE layer and micro-batch, each rank routes its n/tp tokens (n = micro_batch*seq/cp; sequence
 parallel shards) as top_k copies of h activations: an all-to-all *dispatch* to the ranks owning the
 experts and an all-to-all *combine* back, forward, and the mirror pair backward (Lepikhin et al.
@@ -41,7 +51,7 @@ from paraplan.cost.compute import (
     gemm_input_bytes,
     tokens_per_device,
 )
-from paraplan.cost.plan import Axis, Job, Plan
+from paraplan.cost.plan import Axis, Job, Plan, expert_folded, folded_ep_axes
 from paraplan.cost.torus import placed_cluster
 from paraplan.graph import Experts
 from paraplan.hardware import Accelerator, Cluster, Efficiency
@@ -80,6 +90,8 @@ def routed_copies_per_device(plan: Plan, job: Job, top_k: int) -> float:
 def _ep_sub_axes(plan: Plan) -> tuple[list[SubAxis], list[SubAxis]]:
     """Members of the EP group and of the expert-data-parallel group along the cp/dp axes (and
     tp, whose ranks hold the same whole experts when etp = 1 < tp)."""
+    if expert_folded(plan):
+        return _folded_sub_axes(plan)
     axes = sorted((Axis.CP, Axis.DP), key=plan.order.index)
     (s1, d1), (s2, d2) = ((axis_stride(plan, a), plan.degree(a)) for a in axes)
     ep = plan.ep
@@ -89,6 +101,20 @@ def _ep_sub_axes(plan: Plan) -> tuple[list[SubAxis], list[SubAxis]]:
         return [SubAxis(s1, ep)], replicas + [SubAxis(s1 * ep, d1 // ep), SubAxis(s2, d2)]
     return ([SubAxis(s1, d1), SubAxis(s2, ep // d1)],
             replicas + [SubAxis(s2 * (ep // d1), d1 * d2 // ep)])
+
+
+def _folded_sub_axes(plan: Plan) -> tuple[list[SubAxis], list[SubAxis]]:
+    """Folded EP (etp = 1, ep over tp ranks; cost.plan.folded_ep_axes): the EP group takes the
+    innermost ep ranks of tp x cp x dp, the expert-data-parallel group the rest of them."""
+    taken = dict(folded_ep_axes(plan) or [])
+    ep_axes, edp_axes = [], []
+    for axis in (a for a in plan.order if a != Axis.PP):
+        stride, d, k = axis_stride(plan, axis), plan.degree(axis), taken.get(axis, 1)
+        if k > 1:
+            ep_axes.append(SubAxis(stride, k))
+        if d // k > 1:
+            edp_axes.append(SubAxis(stride * k, d // k))
+    return ep_axes, edp_axes or [SubAxis(1, 1)]
 
 
 def ep_span(cluster: Cluster, plan: Plan) -> GroupSpan:
@@ -103,8 +129,9 @@ def expert_dp_span(cluster: Cluster, plan: Plan) -> GroupSpan:
 
 def expert_shard_degree(plan: Plan) -> int:
     """Ranks that hold the same experts and share their gradient sync and ZeRO shards:
-    dp*cp/ep * tp/etp."""
-    return plan.dp * plan.cp // plan.ep * (plan.tp // plan.expert_tp)
+    dp*cp*tp / (ep*etp) (with folding, ep may take tp ranks: docs/frameworks.md Sec. 2.3,
+    expert_DP = world / (ETP x EP x PP))."""
+    return plan.dp * plan.cp * plan.tp // (plan.ep * plan.expert_tp)
 
 
 def ep_layer_comm(hidden: int, top_k: int, plan: Plan, job: Job, cluster: Cluster,

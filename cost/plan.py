@@ -7,7 +7,8 @@ from enum import StrEnum
 from functools import cache
 
 __all__ = ["Axis", "Precision", "Recompute", "CPComm", "Job", "Plan", "DEFAULT_ORDER", "check_plan",
-           "check_expert_parallel", "expert_axes", "chunk_layers", "default_chunks",
+           "check_expert_parallel", "expert_axes", "expert_folded", "folded_ep_axes", "chunk_layers",
+           "default_chunks",
            "is_even_chunks", "pipeline_slots", "check_chunks", "plan_key", "even_split"]
 
 
@@ -280,6 +281,15 @@ def check_expert_parallel(plan: Plan, num_experts: int) -> None:
         return
     if num_experts % plan.ep:
         raise ValueError(f"plan.ep={plan.ep} must divide the model's {num_experts} experts")
+    if expert_folded(plan):
+        if folded_ep_axes(plan) is None:
+            raise ValueError(
+                f"plan.ep={plan.ep} with plan.etp=1 spans tp ranks (Megatron's MoE parallel "
+                f"folding) and must take the innermost ep of the tp*cp*dp = "
+                f"{plan.tp}*{plan.cp}*{plan.dp} ranks along the rank order: whole inner axes and "
+                "a divisor of the next"
+            )
+        return
     inner, outer = expert_axes(plan)
     if (plan.dp * plan.cp) % plan.ep or (plan.ep % inner and inner % plan.ep):
         raise ValueError(
@@ -287,6 +297,31 @@ def check_expert_parallel(plan: Plan, num_experts: int) -> None:
             f"order (ep divides, or is a multiple of, the inner of cp/dp, degree {inner}); "
             "expert parallelism is carved out of the data- and context-parallel ranks"
         )
+
+
+def expert_folded(plan: Plan) -> bool:
+    """Megatron-core's MoE parallel folding (docs/frameworks.md Sec. 2.3, expert grid ETP x EP x
+    expert-DP x PP laid over the same ranks as TP x CP x DP x PP): with etp = 1 the EP group may
+    span TP ranks. paraplan folds when it must: etp = 1 < tp and ep does not divide dp*cp."""
+    return (plan.ep > 1 and plan.etp == 1 and plan.tp > 1
+            and (plan.dp * plan.cp) % plan.ep != 0)
+
+
+def folded_ep_axes(plan: Plan) -> list[tuple[Axis, int]] | None:
+    """EP group of a folded plan as (axis, members along it): the innermost
+    ep ranks of tp x cp x dp in rank order (Megatron's expert RankGenerator with tp = etp = 1 puts
+    ep innermost), i.e. whole inner axes and a divisor of the next; None if ep does not split so."""
+    left, out = plan.ep, []
+    for axis in (a for a in plan.order if a != Axis.PP):
+        d = plan.degree(axis)
+        if left == 1:
+            break
+        take = d if left % d == 0 else left
+        if d % take:
+            return None
+        out.append((axis, take))
+        left //= take
+    return out if left == 1 else None
 
 
 def expert_axes(plan: Plan) -> tuple[int, int]:

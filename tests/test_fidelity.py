@@ -25,7 +25,7 @@ def rows(scored):
 def test_covers_the_supported_rows(scored) -> None:
     rows, skipped = scored
     assert len(rows) + len(skipped) == 312
-    assert len(rows) >= 250
+    assert len(rows) >= 274  # 255 GPU + 19 TPU (2026-12-01)
     sources = {r.case.source_key for r in rows}
     assert {"narayanan2021_t1", "korthikanti2022_t5", "nemo_2407", "megatron_bridge_perf",
             "mosaic_llmfoundry", "bloom176b"} <= sources
@@ -34,10 +34,11 @@ def test_covers_the_supported_rows(scored) -> None:
 
 def test_median_and_p90_error(rows) -> None:
     median, p90 = summary([r.error for r in rows])
-    # 7.0% / 21.0% on 250 runs (2026-12-01: shape-aware compute, refitted on the dense runs;
-    # was 8.7% / 20.5% on 243 runs under constant GEMM efficiency)
-    assert median <= 0.070, f"median |error| {median:.1%}"
-    assert p90 <= 0.211, f"p90 |error| {p90:.1%}"
+    # 7.2% / 21.7% on 274 runs (2026-12-01: + the five Qwen3-235B H100 runs under EP folding,
+    # +15% to +62%; 7.0% / 21.0% on 250 before them and the TPU rows; 8.7% / 20.5% on 243 under
+    # constant GEMM efficiency)
+    assert median <= 0.073, f"median |error| {median:.1%}"
+    assert p90 <= 0.218, f"p90 |error| {p90:.1%}"
 
 
 def test_beats_the_constant_mfu_estimate(rows) -> None:
@@ -119,3 +120,23 @@ def test_long_context_and_context_parallel_rows_within_15_percent(rows) -> None:
     assert all(by_id[i].case.scenario["plan"]["cp"] == 2 for i in CONTEXT_PARALLEL_ROWS)
     errors = {i: round(by_id[i].error, 3) for i in ids}
     assert all(abs(e) <= 0.15 for e in errors.values()), errors
+
+
+FOLDED_EP_ROWS = (188, 233, 277, 315, 374)  # Megatron-Bridge Qwen3-235B-A22B, 256 H100, tp2 ep32 dp16
+
+
+def test_expert_parallel_wider_than_dp_is_folded_over_tp(scored) -> None:
+    """Megatron's MoE parallel folding (benchmarks/data/README.md): ep 32 > dp 16 maps with etp = 1,
+    the EP group over tp x dp; a row whose ep x pp exceeds its GPUs is skipped with the reason."""
+    rows, skipped = scored
+    by_id = _by_id(rows)
+    assert set(FOLDED_EP_ROWS) <= set(by_id), sorted(set(FOLDED_EP_ROWS) - set(by_id))
+    for i in FOLDED_EP_ROWS:
+        plan = by_id[i].case.scenario["plan"]
+        assert (plan["tp"], plan["dp"], plan["ep"], plan["etp"]) == (2, 16, 32, 1)
+        assert by_id[i].fits
+    # all-to-all over four nodes fully exposed: over-predicted (benchmarks/fidelity.py notes)
+    assert all(0.1 <= by_id[i].error <= 0.7 for i in FOLDED_EP_ROWS)
+    reasons = {s.row_id: s.reason for s in skipped}
+    assert "ep=64 x pp=8 exceed the 256 GPUs" in reasons[355]
+    assert all("no sourced figures" in reasons[i] for i in (384, 390, 391, 392, 393, 394))

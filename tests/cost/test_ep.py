@@ -188,3 +188,34 @@ def test_expert_tp_must_be_one_or_tp() -> None:
     with pytest.raises(ValueError, match="plan.etp=1 needs a mixture-of-experts model"):
         evaluate(llama, cluster, JOB, Plan(dp=4, tp=2, pp=1, etp=1, recompute=(Recompute.NONE,),
                                            layers_per_stage=(32,)))
+
+
+def test_folded_ep_spans_tp_ranks_with_expert_tp_one() -> None:
+    """Megatron's MoE parallel folding (docs/frameworks.md Sec. 2.3: expert grid etp*ep*expert_dp
+    = tp*cp*dp): with etp = 1 an EP group wider than dp*cp takes the innermost ep ranks of
+    tp x cp x dp, e.g. Megatron-Bridge's Qwen3-235B on 256 H100 (tp 2, dp 16, ep 32 per stage)."""
+    cluster = build_cluster("dgx-h100", nodes=4)  # 32 GPUs: tp 2 x dp 16
+    folded = _plan(16, 32, tp=2, etp=1)
+    assert ep_span(cluster, folded).size == 32
+    assert ep_span(cluster, folded).fan_in == (8, 4)  # every rank of the 4 nodes
+    assert expert_shard_degree(folded) == 1  # no two ranks hold the same experts
+    t = stage_terms(QWEN, folded, JOB, cluster)
+    assert t.block_expert_params == pytest.approx(128 * 3 * 2048 * 768 / 32)
+    # each rank dispatches its own n/tp sequence-parallel tokens (top_k copies of h, 2 B)
+    c = ep_layer_comm(2048, 8, folded, JOB, cluster)
+    expected = alltoall_s(ep_span(cluster, folded), 4096 / 2 * 8 * 2048 * 2)
+    assert c.forward_s == pytest.approx(2 * expected)
+    # ep = 16 still fits in dp: no folding, the tp ranks replicate the experts as before
+    assert ep_span(cluster, _plan(16, 16, tp=2, etp=1)).size == 16
+    assert expert_shard_degree(_plan(16, 16, tp=2, etp=1)) == 2
+    assert evaluate(QWEN, cluster, JOB, folded).step_time_s > 0
+
+
+def test_folding_needs_expert_tp_one_and_an_even_split() -> None:
+    cluster = build_cluster("dgx-h100", nodes=4)
+    with pytest.raises(ValueError, match="must divide dp\\*cp"):  # etp = tp: no folding
+        evaluate(QWEN, cluster, JOB, _plan(16, 32, tp=2))
+    # ep = 16 of tp 4 x dp 8: all four tp ranks and 4 of the dp ranks, innermost
+    assert ep_span(cluster, _plan(8, 16, tp=4, etp=1)).fan_in == (8, 2)
+    with pytest.raises(ValueError, match="MoE parallel folding"):  # 64 > the 32 ranks of a stage
+        evaluate(QWEN, cluster, JOB, _plan(8, 64, tp=4, etp=1))
