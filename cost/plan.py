@@ -311,7 +311,8 @@ def folded_ep_axes(plan: Plan) -> list[tuple[Axis, int]] | None:
     """EP group of a folded plan as (axis, members along it): the innermost
     ep ranks of tp x cp x dp in rank order (Megatron's expert RankGenerator with tp = etp = 1 puts
     ep innermost), i.e. whole inner axes and a divisor of the next; None if ep does not split so."""
-    left, out = plan.ep, []
+    left = plan.ep
+    out: list[tuple[Axis, int]] = []
     for axis in (a for a in plan.order if a != Axis.PP):
         d = plan.degree(axis)
         if left == 1:
