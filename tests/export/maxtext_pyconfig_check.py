@@ -4,8 +4,8 @@
 
 Prints one JSON object: the mesh MaxText resolved (ici_* and dcn_* per mesh axis, after its
 fill_unspecified_mesh_axes product checks), the global batch and the remat policy. Runs on CPU
-with NUM_DEVICES fake devices (docs/frameworks.md Sec. 5, "Offline validation"); the config's
-``hardware`` is checked, then overridden to cpu for the load. Exit status 1 with MaxText's error.
+with NUM_DEVICES fake devices (docs/frameworks.md Sec. 5, "Offline validation"); a TPU config's
+``hardware`` is overridden to cpu for the load, a GPU config loads as written. Exit status 1 with MaxText's error.
 Imports nothing of paraplan (it runs in another interpreter).
 """
 
@@ -28,7 +28,10 @@ def main() -> int:
     from maxtext.utils import max_utils
 
     written = yaml.safe_load(open(path))
-    config = pyconfig.initialize(["", path, "hardware=cpu", "skip_jax_distributed_system=true",
+    # a GPU config loads as written (its rules, e.g. ring context parallelism, are GPU rules); a
+    # TPU config loads as cpu, the devices this runs on
+    hardware = ["hardware=cpu"] if written.get("hardware") == "tpu" else []
+    config = pyconfig.initialize(["", path, *hardware, "skip_jax_distributed_system=true",
                                   "enable_checkpointing=false", "dataset_type=synthetic"])
     ici = [getattr(config, f"ici_{a}_parallelism") for a in AXES]
     dcn = [getattr(config, f"dcn_{a}_parallelism") for a in AXES]
@@ -39,6 +42,7 @@ def main() -> int:
                       "dcn": dict(zip(AXES, dcn, strict=True)),
                       "global_batch": config.global_batch_size_to_train_on,
                       "gradient_accumulation_steps": config.gradient_accumulation_steps,
+                      "num_pipeline_microbatches": config.num_pipeline_microbatches,
                       "remat_policy": config.remat_policy,
                       "max_target_length": config.max_target_length}))
     return 0

@@ -83,3 +83,41 @@ def test_the_check_runs_in_another_interpreter() -> None:
     out = subprocess.run([PYTHON, "-c", "import sys; print(sys.version_info[:2])"],
                          capture_output=True, text=True, check=True).stdout
     assert out.strip() != str(sys.version_info[:2])
+
+
+# Issue 15: at least 15 diverse plans per target pass the framework's own validation. Each is the
+# fastest plan MaxText runs (solver.target: maxtext) on a benchmark scenario: TPU slices and GPU
+# nodes, ZeRO 1 and 3 (data vs fsdp), tensor, context, expert and pipeline axes, interleaving.
+MAXTEXT_PLANS = [
+    "llama3-8b-tpu-v5e-256-s8k-b256", "mixtral-8x22b-tpu-v5p-512-s4k-b512",
+    "gpt-oss-120b-h100-64-s8k-b256", "mixtral-8x7b-h100-64-s4k-b512",
+    "qwen3-30b-a3b-h100-16-s4k-b512", "llama3-70b-h100-64-s8k-b128",
+    "llama3-8b-h100-64-s128k-b64", "llama3-70b-b200-128-s8k-b256", "gpt3-175b-h100-512-s2k-b1536",
+    "llama2-13b-b200-32-s4k-b512", "llama3-70b-h100-256-s8k-b512", "llama3.1-8b-h100-16-s32k-b64",
+    "llama2-70b-h100-64-s4k-b128", "gpt3-1.3b-h100-8-s32k-b32", "llama3-70b-gb200-64-s8k-b128",
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", MAXTEXT_PLANS)
+def test_maxtext_plans_load_with_the_planned_mesh(name: str, tmp_path: Path) -> None:
+    data = yaml.safe_load((ROOT / "benchmarks" / "scenarios" / f"{name}.yaml").read_text())
+    data.pop("bench", None)
+    data["solver"] = {**data.get("solver", {}), "target": "maxtext"}
+    res = paraplan.solve(data, time_limit_s=60, workers=2)
+    ctx = context(res)
+    per_slice, num, _ = slices(ctx)
+    loaded = _load_in_maxtext(export_text(res, "maxtext"), per_slice * num, num, tmp_path)
+    assert loaded["hardware"] == ("tpu" if ctx.cluster.torus is not None else "gpu")
+    for axis, (ici, dcn) in _expected(res).items():
+        assert (loaded["ici"][axis], loaded["dcn"][axis]) == (ici, dcn), axis
+    assert loaded["global_batch"] == data["job"]["global_batch"]
+    if res.plan.pp == 1:
+        assert loaded["gradient_accumulation_steps"] == res.plan.grad_accum
+    else:  # the pipeline's micro-batches carry the accumulation
+        assert loaded["num_pipeline_microbatches"] == res.plan.grad_accum
+    assert loaded["max_target_length"] == data["job"]["seq_len"]
+
+
+def test_the_maxtext_plans_are_diverse() -> None:
+    assert len(MAXTEXT_PLANS) >= 15
