@@ -5,7 +5,8 @@
 Prints one JSON object: the mesh MaxText resolved (ici_* and dcn_* per mesh axis, after its
 fill_unspecified_mesh_axes product checks), the global batch and the remat policy. Runs on CPU
 with NUM_DEVICES fake devices (docs/frameworks.md Sec. 5, "Offline validation"); a TPU config's
-``hardware`` is overridden to cpu for the load, a GPU config loads as written. Exit status 1 with MaxText's error.
+``hardware`` is overridden to cpu for the load, a GPU config loads as written. Exit status 1
+with MaxText's error.
 Imports nothing of paraplan (it runs in another interpreter).
 """
 
