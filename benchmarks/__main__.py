@@ -1,7 +1,7 @@
 """Run the benchmark suite: planning speed, plan quality against baselines, and model fidelity.
 
     python -m benchmarks                  # full suite -> benchmarks/results/
-    python -m benchmarks --quick          # the quick subset (under 2 minutes on 2 cores)
+    python -m benchmarks --quick          # the quick subset -> benchmarks/results/tmp/quick/
     python -m benchmarks --out DIR --repeats N
 
 Writes results.json, scenarios.csv, calibration.csv, sweeps.csv, report.md and PNG plots, then
@@ -21,15 +21,19 @@ from benchmarks.plots import write_plots
 from benchmarks.report import console_table, findings, flagships, write_results
 
 DEFAULT_OUT = Path(__file__).parent / "results"
+QUICK_OUT = DEFAULT_OUT / "tmp" / "quick"  # git-ignored: a smoke run never overwrites the results
 
 
 def _args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="the quick subset (smoke test)")
-    ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"output folder ({DEFAULT_OUT})")
+    ap.add_argument("--out", type=Path, default=None,
+                    help=f"output folder (default {DEFAULT_OUT}; with --quick {QUICK_OUT})")
     ap.add_argument("--repeats", type=int, default=None,
                     help="timing runs per measurement, median kept (default 3; --quick 1)")
     args = ap.parse_args(argv)
+    if args.out is None:
+        args.out = QUICK_OUT if args.quick else DEFAULT_OUT
     if args.repeats is not None and args.repeats < 1:
         ap.error("--repeats must be at least 1")
     return args
