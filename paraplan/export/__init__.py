@@ -30,7 +30,6 @@ from paraplan.export.context import (
     effective_order,
     order_matches,
     plan_summary,
-    planning_context,
     regroup,
     to_cost_plan,
     uniform_recompute,
@@ -38,35 +37,15 @@ from paraplan.export.context import (
 from paraplan.export.output import POOLED_TARGETS, comment_block, header_lines, pool_lines
 from paraplan.export.registry import EXPORTERS, Target, lookup
 from paraplan.export.results import load_result
-from paraplan.export.rules import (
-    Draft,
-    Fix,
-    Refusal,
-    Rule,
-    SearchLimits,
-    TargetRules,
-    check_dense_model,
-    check_expert_tp_is_tp,
-    check_no_expert_parallel,
-    enforce,
-    first_refusal,
-    micro_batch_repairs,
-    order_fixes,
-    recompute_fixes,
-    repair,
-    target_rules,
-    uniform_recompute_rule,
-)
+from paraplan.export.rules import enforce
 from paraplan.result import Result
 
 __all__ = [
-    "EXPORTERS", "Target", "ExportContext", "Draft", "Fix", "Refusal", "Rule",
+    "EXPORTERS", "Target", "ExportContext",
     "export", "export_text", "render_target", "write_exports", "load_result", "context", "to_cost_plan",
     "plan_summary", "header_lines", "enforce", "effective_order", "order_matches",
-    "order_fixes", "recompute_fixes", "regroup", "repair", "uniform_recompute", "comment_block",
-    "first_refusal", "check_dense_model", "check_no_expert_parallel", "check_expert_tp_is_tp",
-    "uniform_recompute_rule", "micro_batch_repairs",
-    "POOLED_TARGETS", "pool_lines", "SearchLimits", "TargetRules", "target_rules", "planning_context",
+    "regroup", "uniform_recompute", "comment_block",
+    "POOLED_TARGETS", "pool_lines",
 ]
 
 
