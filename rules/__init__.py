@@ -2,12 +2,13 @@
 of (model, job, cluster, plan).
 
 Imports only graph/, hardware/ and cost/ (docs/DESIGN.md §3). ``base`` holds the types (context,
-draft, refusal, search limits) and the repair helpers, ``plans`` the plan helpers rules and
-exporters share, ``checks`` the rules several frameworks share, and one module per framework
-(``megatron``, ``nemo``, ``deepspeed``, ``torchtitan``, ``maxtext``, ``torch``) its ``RULES``,
-``SEARCH`` and ``MODEL_RULES``, with the framework facts both its rules and its exporter need.
-``rules_of(name)`` returns a framework's. The solver's layout filter (paraplan/targets.py) and
-the exporters (paraplan/export, ``enforce``) both call them.
+draft, refusal, search limits) and the repair helpers; ``plans`` the plan helpers rules and
+exporters share; ``checks`` the rules several frameworks share; ``validity`` the model/plan
+facts they state once; and one module per framework (``megatron``, ``nemo``, ``deepspeed``,
+``torchtitan``, ``maxtext``, ``torch``) its ``RULES``, ``SEARCH`` and ``MODEL_RULES``, with the
+framework facts both its rules and its exporter need. ``rules_of(name)`` returns a framework's.
+The solver's layout filter (paraplan/targets.py) and the exporters (paraplan/export, ``enforce``)
+both call them.
 """
 from __future__ import annotations
 
@@ -31,15 +32,17 @@ from paraplan.rules.checks import (
     check_dense_model,
     check_expert_tp_is_tp,
     check_no_expert_parallel,
+    dense_model_rule,
     uniform_recompute_rule,
 )
 from paraplan.rules.plans import effective_order, order_matches, regroup, uniform_recompute
+from paraplan.rules.validity import ep_splits_experts, tp_splits_heads
 
 __all__ = ["RuleContext", "Draft", "Fix", "Refusal", "Rule", "SearchLimits", "TargetRules",
            "FRAMEWORKS", "rules_of", "repair", "order_fixes", "recompute_fixes",
            "micro_batch_repairs", "first_refusal", "check_dense_model", "check_no_expert_parallel",
-           "check_expert_tp_is_tp", "uniform_recompute_rule", "uniform_recompute",
-           "effective_order", "order_matches", "regroup"]
+           "check_expert_tp_is_tp", "dense_model_rule", "uniform_recompute_rule", "uniform_recompute",
+           "effective_order", "order_matches", "regroup", "tp_splits_heads", "ep_splits_experts"]
 
 FRAMEWORKS = ("megatron", "nemo", "deepspeed", "torchtitan", "maxtext", "torch")
 """The frameworks with rules (one module each in this package)."""

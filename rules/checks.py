@@ -5,19 +5,29 @@ from dataclasses import replace
 
 from paraplan.rules.base import Draft, Refusal, Rule, RuleContext, recompute_fixes, repair
 from paraplan.rules.plans import uniform_recompute
+from paraplan.rules.validity import ep_splits_experts
 
-__all__ = ["check_dense_model", "check_no_expert_parallel", "check_expert_tp_is_tp",
+__all__ = ["dense_model_rule", "check_dense_model", "check_no_expert_parallel", "check_expert_tp_is_tp",
            "uniform_recompute_rule"]
 
 
-def check_dense_model(ctx: RuleContext, draft: Draft) -> Refusal | None:
-    """Expert parallelism needs experts, and num_experts % ep == 0."""
-    p, s = draft.plan, ctx.spec
-    if p.ep == 1 or (s.is_moe and s.num_experts % p.ep == 0):
-        return None
-    what = f"{s.name} is dense" if not s.is_moe else f"{s.name} has {s.num_experts} experts"
-    return Refusal(f"plan.ep={p.ep} needs a mixture-of-experts model (num_experts % ep == 0) but "
-                   f"{what}", repair("ep -> 1", draft, replace(p, ep=1)))
+def dense_model_rule(rule_text: str) -> Rule:
+    """A rule refusing expert parallelism the model cannot take (validity.ep_splits_experts);
+    ``rule_text`` names the rule in the framework's words."""
+
+    def check_dense_model(ctx: RuleContext, draft: Draft) -> Refusal | None:
+        p, s = draft.plan, ctx.spec
+        if ep_splits_experts(s, p.ep):
+            return None
+        what = f"{s.name} is dense" if not s.is_moe else f"{s.name} has {s.num_experts} experts"
+        return Refusal(f"plan.ep={p.ep} needs a mixture-of-experts model ({rule_text}) but {what}",
+                       repair("ep -> 1", draft, replace(p, ep=1)))
+
+    return check_dense_model
+
+
+check_dense_model = dense_model_rule("num_experts % ep == 0")
+"""Expert parallelism needs experts, and num_experts % ep == 0."""
 
 
 def check_no_expert_parallel(framework_note: str) -> Rule:

@@ -19,8 +19,9 @@ from paraplan.rules.base import (
     order_fixes,
     repair,
 )
-from paraplan.rules.checks import uniform_recompute_rule
+from paraplan.rules.checks import dense_model_rule, uniform_recompute_rule
 from paraplan.rules.plans import order_matches, regroup
+from paraplan.rules.validity import tp_splits_heads
 
 __all__ = ["RULES", "SEARCH", "MODEL_RULES", "ORDERS", "LLAMA3_ROPE_SCALING",
            "MLA_YARN_ORIGINAL_MAX_POSITIONS", "megatron_order", "tp_repairs"]
@@ -50,8 +51,7 @@ def _divisors_below(n: int) -> list[int]:
 
 def _tp_ok(ctx: RuleContext, tp: int) -> bool:
     s = ctx.spec
-    return (s.num_heads % tp == 0 and (s.num_kv_heads % tp == 0 or tp % s.num_kv_heads == 0)
-            and s.ffn_hidden % tp == 0 and s.moe_ffn_hidden % tp == 0)
+    return tp_splits_heads(s, tp) and s.ffn_hidden % tp == 0 and s.moe_ffn_hidden % tp == 0
 
 
 def tp_repairs(ctx: RuleContext, draft: Draft) -> tuple[Fix, ...]:
@@ -62,16 +62,8 @@ def tp_repairs(ctx: RuleContext, draft: Draft) -> tuple[Fix, ...]:
     return ()
 
 
-def check_dense_model(ctx: RuleContext, draft: Draft) -> Refusal | None:
-    """Rule 21: EP > 1 needs experts, and num_experts % ep == 0."""
-    p, s = draft.plan, ctx.spec
-    if p.ep == 1 or (s.is_moe and s.num_experts % p.ep == 0):
-        return None
-    what = f"{s.name} is dense" if not s.is_moe else f"{s.name} has {s.num_experts} experts"
-    return Refusal(
-        f"plan.ep={p.ep} needs a mixture-of-experts model (rule: num_experts % "
-        f"expert-model-parallel-size == 0) but {what}",
-        repair("ep -> 1", draft, replace(p, ep=1)))
+check_dense_model = dense_model_rule("rule: num_experts % expert-model-parallel-size == 0")
+"""Rule 21: EP > 1 needs experts, and num_experts % ep == 0."""
 
 
 def check_expert_data_parallel(ctx: RuleContext, draft: Draft) -> Refusal | None:

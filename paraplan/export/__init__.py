@@ -1,15 +1,16 @@
 """Exporters: a planned Result rendered for the framework that will run it.
 
 Each target lives in its own module (``megatron``, ``deepspeed``, ``torchtitan``, ``maxtext``,
-``nemo``, ``torch``, ``trace``) with a ``render(ctx) -> str`` function, one mapping table of its
-framework's option names, and a ``RULES`` tuple: that framework's validity rules (docs/frameworks.md
-§2.3, §3.2-3.3, §4.1, §5, §7), including those the framework itself only catches at run time.
+``nemo``, ``torch``, ``trace``): a renderer, with a ``render(ctx) -> str`` function and one
+mapping table of its framework's option names. The framework's validity rules (docs/frameworks.md
+§2.3, §3.2-3.3, §4.1, §5, §7, including those the framework itself only catches at run time) are
+in paraplan/rules/<name>.py, below the solver; ``render`` enforces them first.
 A plan a target cannot express raises ``ExportError`` naming the nearest plan it can express and
 that plan's modelled step time next to the original's; nothing is ever dropped silently.
 
 This package's shared parts, one concern a module: ``registry`` (target -> module, file),
-``context`` (the Result with its model, cluster and job; plan helpers), ``rules`` (framework
-rules, repairs, the nearest expressible plan), ``output`` (headers, pool lines) and ``results``
+``context`` (the Result with its model, cluster and job; plan summary), ``rules`` (``enforce``:
+the nearest expressible plan, scored), ``output`` (headers, pool lines) and ``results``
 (reading a result file). This module is the entry point: ``export``, ``export_text``,
 ``write_exports``; it re-exports the shared names the exporters and tests use.
 """

@@ -5,7 +5,7 @@ sequence parallelism (``sequence_parallel_size``, our cp) and the pipeline setti
 split itself is a ``PipelineModule`` code argument, spelled out under the top-level ``_paraplan``
 key together with the plan summary and prediction (DeepSpeed accepts unknown top-level keys).
 
-Rules enforced (DeepSpeed catches the starred ones only at run time, or never):
+Rules enforced (paraplan/rules/deepspeed.py; DeepSpeed catches the starred ones only at run time, or never):
 - train_batch_size == micro x gradient_accumulation_steps x dp (§3.2); under AutoTP the key is
   left out (DeepSpeed derives it, counting the tp ranks, then re-derives it without them under
   ZeRO-3, so no fixed value passes);

@@ -22,11 +22,12 @@ plan's ep innermost data-parallel ranks (the cost model's EP group), the rest of
 pp = 1 or ZeRO-3 (else ``data`` sits outside ``stage``); MoE presets map to MaxText's model
 configs, other MoE shapes to ``num_experts`` / ``num_experts_per_tok`` / ``base_moe_mlp_dim``.
 
-Rules enforced: ICI products equal the devices per slice and DCN products the slice count (checked
-by MaxText only at mesh creation); stages x repeats x layers per stage == layers (uniform stages
-only); pipeline micro-batches % stages == 0; ``shard_optimizer_over_data`` only without FSDP
-(ZeRO-2 has no MaxText form); one remat policy for every stage; the expert placement above;
-"FP8 quantization is not compatible with gradient accumulation" (MaxText's config check).
+Rules enforced (paraplan/rules/maxtext.py): ICI products equal the devices per slice and DCN
+products the slice count (checked by MaxText only at mesh creation); stages x repeats x layers per
+stage == layers (uniform stages only); pipeline micro-batches % stages == 0;
+``shard_optimizer_over_data`` only without FSDP (ZeRO-2 has no MaxText form); one remat policy for
+every stage; the expert placement above; "FP8 quantization is not compatible with gradient
+accumulation" (MaxText's config check).
 
 Rank order: ``mesh_axes`` lists data first, then stage, then fsdp, ..., tensor: outermost first.
 With pp > 1 the pipeline stage axis therefore sits inside ``data`` and outside ``fsdp``; the

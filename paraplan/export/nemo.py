@@ -3,7 +3,7 @@
 Megatron-Bridge's ``ConfigContainer`` keeps parallelism on the model provider (a megatron-core
 ``TransformerConfig``), batch sizes on ``train``, sharding on ``ddp``; NeMo 2 recipes keep
 parallel degrees on ``trainer.strategy`` and batch sizes on ``data``. Both build megatron-core
-configs, so Megatron's rules apply unchanged (paraplan.rules.nemo reuses paraplan.rules.megatron), plus
+configs, so Megatron's rules apply unchanged (rules/nemo.py reuses rules/megatron.py), plus
 Bridge's own: ``dist.use_tp_pp_dp_mapping`` cannot be combined with Megatron-FSDP. Mixture-of-
 experts plans set the expert-parallel and expert-tensor-parallel sizes. The planned model goes in
 as ``model.*`` TransformerConfig / GPTModelProvider fields (``model_fields``: shape, positions,

@@ -5,10 +5,10 @@ model with DeviceMesh ``("pp", "dp", "tp")``, DTensor TP (+ SequenceParallel), F
 DDP all-reduce, and ``torch.distributed.pipelining`` (docs/frameworks.md §7). The plan's layer
 split is passed per virtual stage (stage s = v * pp + r runs on pp rank r).
 
-Rules enforced here, so a refusal can name the nearest runnable plan: no context parallelism in
-the script; one recompute mode for all stages; rank order tp-dp-pp (the mesh's row-major order);
-Schedule1F1B needs micro-batches >= pp and ScheduleInterleaved1F1B needs
-n % max(1, n // pp) == 0 (torch 2.13). Anything else ``render_torch_plan`` rejects (ValueError)
+Rules enforced (paraplan/rules/torch.py), so a refusal can name the nearest runnable plan: no
+context parallelism in the script; one recompute mode for all stages; rank order tp-dp-pp (the
+mesh's row-major order); Schedule1F1B needs micro-batches >= pp and ScheduleInterleaved1F1B needs n
+% max(1, n // pp) == 0 (torch 2.13). Anything else ``render_torch_plan`` rejects (ValueError)
 becomes an ExportError too, with the nearest plan it accepts.
 """
 

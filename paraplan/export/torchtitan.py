@@ -22,7 +22,8 @@ Mapping of the plan:
   of dp_shard x cp x tp, innermost first, which is the cost model's EP group (the innermost ep
   ranks of dp x cp) when tp = 1 and dp is sharded (ZeRO 1-3; with ZeRO-0, ep must divide cp).
 
-Rules enforced: PP and EP (its all-to-all dispatcher synchronises with the CPU) need
+Rules enforced (paraplan/rules/torchtitan.py): PP and EP (its all-to-all dispatcher
+synchronises with the CPU) need
 ``--training.disable-cuda-graphs`` (emitted); local batch % PP
 micro-batch; global batch % (local x dp); Schedule1F1B needs micro-batches >= stages and
 Interleaved1F1B needs n % max(1, n // pp) == 0 (torch 2.13); one recompute mode for all stages;
