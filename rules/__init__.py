@@ -36,13 +36,19 @@ from paraplan.rules.checks import (
     uniform_recompute_rule,
 )
 from paraplan.rules.plans import effective_order, order_matches, regroup, uniform_recompute
-from paraplan.rules.validity import ep_splits_experts, tp_splits_heads
+from paraplan.rules.validity import (
+    batch_splits,
+    cp_splits_sequence,
+    ep_splits_experts,
+    tp_splits_heads,
+)
 
 __all__ = ["RuleContext", "Draft", "Fix", "Refusal", "Rule", "SearchLimits", "TargetRules",
            "FRAMEWORKS", "rules_of", "repair", "order_fixes", "recompute_fixes",
            "micro_batch_repairs", "first_refusal", "check_dense_model", "check_no_expert_parallel",
            "check_expert_tp_is_tp", "dense_model_rule", "uniform_recompute_rule", "uniform_recompute",
-           "effective_order", "order_matches", "regroup", "tp_splits_heads", "ep_splits_experts"]
+           "effective_order", "order_matches", "regroup", "tp_splits_heads", "ep_splits_experts",
+           "batch_splits", "cp_splits_sequence"]
 
 FRAMEWORKS = ("megatron", "nemo", "deepspeed", "torchtitan", "maxtext", "torch")
 """The frameworks with rules (one module each in this package)."""

@@ -20,6 +20,7 @@ from paraplan.rules.base import (
 )
 from paraplan.rules.checks import check_dense_model, check_no_expert_parallel
 from paraplan.rules.plans import order_matches, regroup, uniform_recompute
+from paraplan.rules.validity import batch_splits
 
 __all__ = ["RULES", "SEARCH", "MODEL_RULES", "ORDER", "partition_balanced", "balanced_split",
            "pipeline_split"]
@@ -79,7 +80,7 @@ def balanced_split(num_layers: int, pp: int) -> tuple[int, ...]:
 def check_batch_rule(ctx: RuleContext, draft: Draft) -> Refusal | None:
     """train_batch_size == train_micro_batch_size_per_gpu x gradient_accumulation_steps x dp."""
     p, gb = draft.plan, ctx.job.global_batch
-    if gb % (p.micro_batch * p.dp) == 0:
+    if batch_splits(ctx.job, p):
         return None
     return Refusal(f"train_batch_size={gb} must equal micro_batch x gradient_accumulation_steps x "
                    f"dp, and {gb} is not a multiple of {p.micro_batch}*{p.dp}",

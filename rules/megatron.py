@@ -21,7 +21,7 @@ from paraplan.rules.base import (
 )
 from paraplan.rules.checks import dense_model_rule, uniform_recompute_rule
 from paraplan.rules.plans import order_matches, regroup
-from paraplan.rules.validity import tp_splits_heads
+from paraplan.rules.validity import batch_splits, cp_splits_sequence, tp_splits_heads
 
 __all__ = ["RULES", "SEARCH", "MODEL_RULES", "ORDERS", "LLAMA3_ROPE_SCALING",
            "MLA_YARN_ORIGINAL_MAX_POSITIONS", "megatron_order", "tp_repairs"]
@@ -83,7 +83,7 @@ def check_expert_data_parallel(ctx: RuleContext, draft: Draft) -> Refusal | None
 def check_batch_divides(ctx: RuleContext, draft: Draft) -> Refusal | None:
     """Rule 4: global batch % (micro-batch x dp) == 0 (micro-batch calculator)."""
     p, gb = draft.plan, ctx.job.global_batch
-    if gb % (p.micro_batch * p.dp) == 0:
+    if batch_splits(ctx.job, p):
         return None
     return Refusal(f"job.global_batch={gb} must be divisible by micro_batch*dp = "
                    f"{p.micro_batch}*{p.dp} (global-batch-size rule)",
@@ -105,7 +105,7 @@ def check_tensor_split(ctx: RuleContext, draft: Draft) -> Refusal | None:
 def check_context_split(ctx: RuleContext, draft: Draft) -> Refusal | None:
     """Rule 20: seq_length % (2 x cp) == 0."""
     cp, seq = draft.plan.cp, ctx.job.seq_len
-    if cp == 1 or seq % (2 * cp) == 0:
+    if cp_splits_sequence(ctx.job, cp):
         return None
     return Refusal(f"job.seq_len={seq} must be divisible by 2*cp = {2 * cp} (context-parallel "
                    "load balancing)", repair("cp -> 1", draft, regroup(draft.plan, cp=1)))

@@ -20,6 +20,7 @@ from paraplan.rules.base import (
 )
 from paraplan.rules.checks import check_dense_model, check_expert_tp_is_tp, uniform_recompute_rule
 from paraplan.rules.plans import order_matches, regroup
+from paraplan.rules.validity import batch_splits, cp_splits_sequence
 
 __all__ = ["RULES", "SEARCH", "MODEL_RULES", "CONFIGS", "FLOAT8_CONFIGS", "ORDER", "PARAM_DTYPES",
            "torchtitan_config"]
@@ -56,7 +57,7 @@ def _num_micro_batches(ctx: RuleContext, draft: Draft) -> int:
 def check_batch(ctx: RuleContext, draft: Draft) -> Refusal | None:
     """global_batch_size % (local_batch_size x dp) == 0 (trainer)."""
     p, gb = draft.plan, ctx.job.global_batch
-    if gb % (p.micro_batch * p.dp) == 0:
+    if batch_splits(ctx.job, p):
         return None
     return Refusal(f"training.global_batch_size={gb} must be divisible by local batch x dp = "
                    f"{p.micro_batch}*{p.dp}", micro_batch_repairs(draft, gb))
@@ -85,7 +86,7 @@ check_uniform_recompute = uniform_recompute_rule(
 def check_context_split(ctx: RuleContext, draft: Draft) -> Refusal | None:
     """The head-tail load balancer cuts the sequence into 2 x cp chunks."""
     cp, seq = draft.plan.cp, ctx.job.seq_len
-    if cp == 1 or seq % (2 * cp) == 0:
+    if cp_splits_sequence(ctx.job, cp):
         return None
     return Refusal(f"training.seq_len={seq} must be divisible by 2*cp = {2 * cp} (head-tail "
                    "load balancer)", repair("cp -> 1, dp absorbs it", draft, regroup(draft.plan,
