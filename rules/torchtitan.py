@@ -151,6 +151,10 @@ def torchtitan_config(spec: ModelSpec) -> tuple[str, str] | None:
 
 
 def _same_but_rope_scaling(built: ModelSpec, spec: ModelSpec) -> bool:
+    """The same model (any name), or one that differs only between no and llama3 RoPE scaling."""
+    if replace(built, name="") == replace(spec, name=""):
+        return True  # e.g. deepseek-v3, whose config function builds YaRN scaling as the preset
+
     def unscaled(m: ModelSpec) -> ModelSpec:
         return replace(m, name="", rope=Rope(theta=m.rope.theta, fraction=m.rope.fraction))
     return unscaled(built) == unscaled(spec) and built.rope.scaling in ("", "llama3") \
