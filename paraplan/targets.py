@@ -1,7 +1,7 @@
 """solver.target: search only the plans one training framework can run.
 
-The target's exporter (paraplan/export/<name>.py) states the framework's rules (``RULES``) and how
-its per-stage choices may vary (``SEARCH``). The solver gets them as search options: a layout
+The framework's rules module (paraplan/rules/<name>.py) states its rules (``RULES``) and how its
+per-stage choices may vary (``SEARCH``). The solver gets them as search options: a layout
 filter that runs the rules on each layout with an even split and one recompute mode (choices every
 framework has), one recompute mode for every stage, the framework's recompute modes, and even
 stages where the framework needs them. The search stays exact over what passes (solver/space.py
@@ -29,27 +29,25 @@ from typing import get_args
 
 from paraplan.cost import Plan, Recompute
 from paraplan.errors import ConfigError, InfeasibleError
-from paraplan.export import (
-    EXPORTED_PRECISIONS,
-    POOLED_TARGETS,
-    Draft,
-    TargetRules,
-    first_refusal,
-    planning_context,
-    target_rules,
-)
+from paraplan.export import EXPORTED_PRECISIONS, POOLED_TARGETS
 from paraplan.instance import Instance
+from paraplan.rules import Draft, RuleContext, TargetRules, first_refusal, rules_of
 from paraplan.schema import SolverTarget
 from paraplan.solver import Options
 from paraplan.solver.tables import even_layers
 
 __all__ = ["TARGETS", "UNRESTRICTED", "TargetFilter", "UnionFilter", "RunnableSpace",
-           "target_options", "fixed_modes", "runnable_space", "runs_on"]
+           "target_options", "fixed_modes", "runnable_space", "runs_on", "rule_context"]
 
 UNRESTRICTED = "any"
 """``solver.target: any``: the unrestricted optimum of the cost model (may run on no framework)."""
 TARGETS: tuple[str, ...] = tuple(t for t in get_args(SolverTarget) if t != UNRESTRICTED)
 """The frameworks a plan can be searched for and exported to, in the order ``runs_on`` lists."""
+
+
+def rule_context(inst: Instance) -> RuleContext:
+    """What the framework rules read of ``inst``: model, job, cluster and the model preset."""
+    return RuleContext(inst.spec, inst.job, inst.cluster, inst.scenario.model.preset)
 
 
 class TargetFilter:
@@ -62,7 +60,7 @@ class TargetFilter:
         self.name = name
         self._model_rules = rules.model_rules
         self._rules = tuple(r for r in rules.rules if r not in rules.model_rules)
-        self._ctx = planning_context(inst)
+        self._ctx = rule_context(inst)
         self._num_layers = inst.spec.num_layers
         fixed = inst.scenario.plan
         self._layers = tuple(fixed.layers_per_stage) if fixed.layers_per_stage else None
@@ -153,7 +151,7 @@ def target_options(options: Options, name: str, inst: Instance) -> Options:
         raise ConfigError(f"solver.target={name}: {name} builds one mesh of one device type and "
                           "cannot run a mixed-GPU cluster (cluster.pools); use megatron or no "
                           "target")
-    rules = target_rules(name)
+    rules = rules_of(name)
     layout_filter = TargetFilter(name, inst, rules)
     layout_filter.check_model()
     limits = rules.search
@@ -259,8 +257,8 @@ def runs_on(inst: Instance, plan: Plan) -> list[str]:
     and precision are ones it launches), in TARGETS order."""
     if inst.job.precision not in EXPORTED_PRECISIONS:
         return []
-    ctx = planning_context(inst)
+    ctx = rule_context(inst)
     draft = Draft(plan, ctx.precision)
     return [name for name in TARGETS
             if (not inst.cluster.pools or name in POOLED_TARGETS)
-            and first_refusal(ctx, draft, target_rules(name).rules) is None]
+            and first_refusal(ctx, draft, rules_of(name).rules) is None]

@@ -1,5 +1,5 @@
 """Imports point one way (docs/DESIGN.md §3): graph/ and hardware/ import nothing of the project,
-cost/ only those two, solver/ only those three; none of them imports the front door."""
+cost/ only those two, rules/ and solver/ only those three; none of them imports the front door."""
 
 import ast
 from pathlib import Path
@@ -11,6 +11,7 @@ ALLOWED = {
     "graph": {"graph"},
     "hardware": {"hardware"},
     "cost": {"cost", "graph", "hardware"},
+    "rules": {"rules", "cost", "graph", "hardware"},
     "solver": {"solver", "cost", "graph", "hardware"},
 }
 

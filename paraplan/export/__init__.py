@@ -1,15 +1,16 @@
 """Exporters: a planned Result rendered for the framework that will run it.
 
 Each target lives in its own module (``megatron``, ``deepspeed``, ``torchtitan``, ``maxtext``,
-``nemo``, ``torch``, ``trace``) with a ``render(ctx) -> str`` function, one mapping table of its
-framework's option names, and a ``RULES`` tuple: that framework's validity rules (docs/frameworks.md
-§2.3, §3.2-3.3, §4.1, §5, §7), including those the framework itself only catches at run time.
+``nemo``, ``torch``, ``trace``): a renderer, with a ``render(ctx) -> str`` function and one
+mapping table of its framework's option names. The framework's validity rules (docs/frameworks.md
+§2.3, §3.2-3.3, §4.1, §5, §7, including those the framework itself only catches at run time) are
+in paraplan/rules/<name>.py, below the solver; ``render`` enforces them first.
 A plan a target cannot express raises ``ExportError`` naming the nearest plan it can express and
 that plan's modelled step time next to the original's; nothing is ever dropped silently.
 
 This package's shared parts, one concern a module: ``registry`` (target -> module, file),
-``context`` (the Result with its model, cluster and job; plan helpers), ``rules`` (framework
-rules, repairs, the nearest expressible plan), ``output`` (headers, pool lines) and ``results``
+``context`` (the Result with its model, cluster and job; plan summary), ``rules`` (``enforce``:
+the nearest expressible plan, scored), ``output`` (headers, pool lines) and ``results``
 (reading a result file). This module is the entry point: ``export``, ``export_text``,
 ``write_exports``; it re-exports the shared names the exporters and tests use.
 """
@@ -30,7 +31,6 @@ from paraplan.export.context import (
     effective_order,
     order_matches,
     plan_summary,
-    planning_context,
     regroup,
     to_cost_plan,
     uniform_recompute,
@@ -38,35 +38,15 @@ from paraplan.export.context import (
 from paraplan.export.output import POOLED_TARGETS, comment_block, header_lines, pool_lines
 from paraplan.export.registry import EXPORTERS, Target, lookup
 from paraplan.export.results import load_result
-from paraplan.export.rules import (
-    Draft,
-    Fix,
-    Refusal,
-    Rule,
-    SearchLimits,
-    TargetRules,
-    check_dense_model,
-    check_expert_tp_is_tp,
-    check_no_expert_parallel,
-    enforce,
-    first_refusal,
-    micro_batch_repairs,
-    order_fixes,
-    recompute_fixes,
-    repair,
-    target_rules,
-    uniform_recompute_rule,
-)
+from paraplan.export.rules import enforce
 from paraplan.result import Result
 
 __all__ = [
-    "EXPORTERS", "Target", "ExportContext", "Draft", "Fix", "Refusal", "Rule",
+    "EXPORTERS", "Target", "ExportContext",
     "export", "export_text", "render_target", "write_exports", "load_result", "context", "to_cost_plan",
     "plan_summary", "header_lines", "enforce", "effective_order", "order_matches",
-    "order_fixes", "recompute_fixes", "regroup", "repair", "uniform_recompute", "comment_block",
-    "first_refusal", "check_dense_model", "check_no_expert_parallel", "check_expert_tp_is_tp",
-    "uniform_recompute_rule", "micro_batch_repairs",
-    "POOLED_TARGETS", "pool_lines", "SearchLimits", "TargetRules", "target_rules", "planning_context",
+    "regroup", "uniform_recompute", "comment_block",
+    "POOLED_TARGETS", "pool_lines",
 ]
 
 

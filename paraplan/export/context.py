@@ -2,23 +2,19 @@
 and plan helpers every exporter shares (summary line, effective rank order, regrouping)."""
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import Any
 
 from paraplan.cost import Axis, CPComm, Plan, Precision, Recompute
-from paraplan.cost.plan import even_split
 from paraplan.errors import ConfigError
 from paraplan.graph import ModelSpec
 from paraplan.hardware import Cluster
 from paraplan.instance import Instance, build_instance
 from paraplan.result import PlanOut, Result, evaluate_plan
+from paraplan.rules import Draft, RuleContext, effective_order, order_matches, regroup, uniform_recompute
 from paraplan.schema import load_scenario
 
-if TYPE_CHECKING:
-    from paraplan.export.rules import Draft
-
-__all__ = ["ExportContext", "context", "planning_context", "to_cost_plan", "uniform_recompute",
+__all__ = ["ExportContext", "context", "to_cost_plan", "uniform_recompute",
            "plan_summary", "effective_order", "order_matches", "regroup"]
 
 
@@ -27,8 +23,8 @@ class ExportContext:
     """A Result with the model, cluster and job its scenario describes.
 
     ``plan`` is the Result's plan as the cost model's ``Plan``; ``score`` evaluates another plan
-    on the same scenario (optionally at another precision) for nearest-plan messages. While
-    planning (``planning_context``) there is no Result and no plan: only rules run on it.
+    on the same scenario (optionally at another precision) for nearest-plan messages;
+    ``rule_context`` is what the framework rules (paraplan.rules) read.
     """
 
     result: Result
@@ -44,11 +40,16 @@ class ExportContext:
 
     @property
     def scenario(self) -> dict[str, Any]:
-        """The scenario as a dict (the Result's; while planning, the instance's)."""
+        """The scenario as a dict (the Result's)."""
         if self._scenario is None:
-            self._scenario = (self.result.scenario if self.result is not None else
-                              self.inst.scenario.model_dump(mode="json", exclude_none=True))
+            self._scenario = self.result.scenario
         return self._scenario
+
+    @property
+    def rule_context(self) -> RuleContext:
+        """The model, job and cluster, as the framework rules take them."""
+        return RuleContext(self.inst.spec, self.inst.job, self.inst.cluster,
+                           self.scenario.get("model", {}).get("preset"))
 
     @property
     def cluster(self) -> Cluster:
@@ -105,12 +106,6 @@ def context(result: Result) -> ExportContext:
 
 
 
-def uniform_recompute(plan: Plan) -> Recompute | None:
-    """The plan's recompute mode when every stage uses the same one, else None."""
-    modes = set(plan.recompute)
-    return next(iter(modes)) if len(modes) == 1 else None
-
-
 def plan_summary(plan: Plan) -> str:
     """One line naming every knob, e.g. ``dp=2 tp=4 pp=4 cp=2 vp=5 micro_batch=1 zero=1 ...``."""
     mode = uniform_recompute(plan)
@@ -132,40 +127,3 @@ def plan_summary(plan: Plan) -> str:
     if plan.stage_pools:
         parts.append(f"stage_pools={list(plan.stage_pools)}")
     return " ".join(parts)
-
-
-def effective_order(plan: Plan) -> tuple[Axis, ...]:
-    """Rank order without the axes of degree 1 (those do not change any group), innermost first."""
-    return tuple(a for a in plan.order if plan.degree(a) > 1)
-
-
-def order_matches(plan: Plan, framework_order: Sequence[Axis]) -> bool:
-    """Whether the plan places ranks as a framework with ``framework_order`` does."""
-    wanted = tuple(a for a in framework_order if plan.degree(a) > 1)
-    return effective_order(plan) == wanted
-
-
-def regroup(plan: Plan, **degrees: int) -> Plan | None:
-    """``plan`` with some of tp/pp/cp changed and dp absorbing the difference (same devices).
-
-    Returns None when the device count does not divide. A new pp gets an even layer split and
-    vp=1; per-stage recompute collapses to the plan's most memory-saving mode.
-    """
-    new = replace(plan, **degrees)
-    fixed = new.tp * new.pp * new.cp
-    if plan.num_devices % fixed:
-        return None
-    new = replace(new, dp=plan.num_devices // fixed)
-    if new.pp != plan.pp:
-        num_layers = sum(plan.layers_per_stage)
-        if num_layers < new.pp:
-            return None
-        split = even_split(num_layers, new.pp)
-        strongest = max(plan.recompute, key=list(Recompute).index)
-        new = replace(new, vp=1, layers_per_stage=split, recompute=(strongest,) * new.pp)
-    return new
-
-
-def planning_context(inst: Instance) -> ExportContext:
-    """A context for checking rules while planning: no Result and no plan yet."""
-    return ExportContext(result=None, inst=inst, plan=None)  # type: ignore[arg-type]

@@ -3,7 +3,7 @@
 Megatron-Bridge's ``ConfigContainer`` keeps parallelism on the model provider (a megatron-core
 ``TransformerConfig``), batch sizes on ``train``, sharding on ``ddp``; NeMo 2 recipes keep
 parallel degrees on ``trainer.strategy`` and batch sizes on ``data``. Both build megatron-core
-configs, so Megatron's rules apply unchanged (this module reuses ``megatron.RULES``), plus
+configs, so Megatron's rules apply unchanged (rules/nemo.py reuses rules/megatron.py), plus
 Bridge's own: ``dist.use_tp_pp_dp_mapping`` cannot be combined with Megatron-FSDP. Mixture-of-
 experts plans set the expert-parallel and expert-tensor-parallel sizes. The planned model goes in
 as ``model.*`` TransformerConfig / GPTModelProvider fields (``model_fields``: shape, positions,
@@ -19,21 +19,17 @@ the NeMo 2 paths follow NVIDIA's NeMo 2 docs and were not executed here.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from paraplan.cost import Precision, Recompute
 from paraplan.export import (
-    Draft,
     ExportContext,
-    Refusal,
     enforce,
     header_lines,
-    repair,
     uniform_recompute,
 )
 from paraplan.export import megatron as mg
+from paraplan.rules import nemo as rules
 
-__all__ = ["BRIDGE_PATHS", "NEMO2_PATHS", "RULES", "render", "settings", "bridge_overrides",
+__all__ = ["BRIDGE_PATHS", "NEMO2_PATHS", "render", "settings", "bridge_overrides",
            "nemo2_overrides"]
 
 FRAMEWORK = "NeMo 2 / Megatron-Bridge 0.6.2"
@@ -109,7 +105,7 @@ POSITION_TYPES = {"rope": "rope", "learned": "learned_absolute", "none": "none"}
 
 def model_fields(ctx: ExportContext) -> list[tuple[str, object]]:
     """The model as megatron-core TransformerConfig / Megatron-Bridge GPTModelProvider fields, so
-    a recipe of another model still builds the planned one (refusals: megatron.RULES)."""
+    a recipe of another model still builds the planned one (refusals: paraplan.rules.megatron)."""
     s = ctx.spec
     gated, act = ACTIVATIONS[s.activation.value]
     out: list[tuple[str, object]] = [
@@ -197,23 +193,9 @@ NEMO2_PRECISION = {Precision.BF16: "bf16_mixed()", Precision.FP16: "fp16_mixed()
                    Precision.FP8: "bf16_with_fp8_mixed()"}
 
 
-def check_bridge_mapping_with_fsdp(ctx: ExportContext, draft: Draft) -> Refusal | None:
-    """Bridge: use_tp_pp_dp_mapping is not supported with Megatron-FSDP (ConfigContainer)."""
-    p = draft.plan
-    if p.zero < 2 or mg.megatron_order(p) != "tp-cp-ep-pp-dp":
-        return None
-    return Refusal("Megatron-Bridge rejects dist.use_tp_pp_dp_mapping with Megatron-FSDP "
-                   f"(plan.zero={p.zero})", repair("zero -> 1", draft, replace(p, zero=1)))
-
-
-RULES = (*mg.RULES, check_bridge_mapping_with_fsdp)
-SEARCH = mg.SEARCH
-MODEL_RULES = mg.MODEL_RULES
-
-
 def settings(ctx: ExportContext) -> list[tuple[str, object]]:
     """(concept, value) pairs of the plan in megatron-core terms (rules enforced first)."""
-    enforce(ctx, FRAMEWORK, RULES)
+    enforce(ctx, FRAMEWORK, rules.RULES)
     p, job = ctx.plan, ctx.inst.job
     out: list[tuple[str, object]] = [("tp", p.tp), ("pp", p.pp), ("cp", p.cp),
                                      ("sp", p.sequence_parallel and p.tp > 1)]

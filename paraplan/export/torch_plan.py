@@ -32,16 +32,14 @@ piece so the generated script reads top to bottom.
 import ast
 import json
 import math
-from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
 from paraplan.cost.plan import even_split
+from paraplan.rules.torch import ScriptPlan, check_torch_plan, checked_script_plan
 
 __all__ = ["render_torch_plan", "check_torch_plan"]
 
-RECOMPUTE_CHOICES = ("none", "selective", "full")
-ZERO_STAGES = (0, 1, 2, 3)
 REFERENCE_VOCAB_SIZE = 64  # reference_model.ModelArgs default
 REFERENCE_NUM_HEADS = 4  # reference_model.ModelArgs default
 REFERENCE_HEAD_DIM = 8  # dim 32 / 4 heads
@@ -52,39 +50,6 @@ SEED = 1234
 REFERENCE_MODEL_PATH = Path(__file__).with_name("reference_model.py")
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class _Plan:
-    """The plan knobs the script needs, as passed to ``render_torch_plan``."""
-
-    dp: int
-    tp: int
-    pp: int
-    vp: int
-    micro_batch: int
-    global_batch: int
-    seq_len: int
-    zero: int
-    sequence_parallel: bool
-    recompute: str
-    layers_per_stage: tuple[int, ...] | None
-    num_layers: int
-
-    @property
-    def num_stages(self) -> int:
-        """Pipeline stages in virtual-stage order (pp * vp)."""
-        return self.pp * self.vp
-
-    @property
-    def num_devices(self) -> int:
-        """Processes torchrun must start."""
-        return self.dp * self.tp * self.pp
-
-    @property
-    def num_micro_batches(self) -> int:
-        """Micro-batches per step per dp rank: global_batch / (micro_batch * dp)."""
-        return self.global_batch // (self.micro_batch * self.dp)
-
-
 class _ModelDims(NamedTuple):
     """Reference-model shape used by the generated script."""
 
@@ -93,97 +58,6 @@ class _ModelDims(NamedTuple):
     num_heads: int
     num_kv_heads: int
     ffn_dim: int
-
-
-def check_positive_knobs(plan: _Plan) -> None:
-    """Every degree, batch knob, seq_len and num_layers must be an int >= 1."""
-    for knob in ("dp", "tp", "pp", "vp", "micro_batch", "global_batch", "seq_len", "num_layers"):
-        value = getattr(plan, knob)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{knob}={value!r} must be an integer >= 1.")
-
-
-def check_zero_and_recompute(plan: _Plan) -> None:
-    """zero must be 0-3 and recompute one of none, selective, full."""
-    if plan.zero not in ZERO_STAGES:
-        raise ValueError(f"zero={plan.zero!r} must be one of 0, 1, 2, 3.")
-    if plan.recompute not in RECOMPUTE_CHOICES:
-        raise ValueError(
-            f"recompute={plan.recompute!r} must be one of {', '.join(RECOMPUTE_CHOICES)}."
-        )
-
-
-def check_batch_divisible(plan: _Plan) -> None:
-    """global_batch % (micro_batch * dp) == 0 (micro-batches per step is an int)."""
-    per_step = plan.micro_batch * plan.dp
-    if plan.global_batch % per_step:
-        raise ValueError(
-            f"global_batch={plan.global_batch} must be divisible by micro_batch * dp"
-            f" = {plan.micro_batch} * {plan.dp} = {per_step}; choose global_batch as"
-            f" a multiple of {per_step}."
-        )
-
-
-def check_virtual_stages(plan: _Plan) -> None:
-    """vp > 1 (interleaving) needs pp > 1."""
-    if plan.vp > 1 and plan.pp == 1:
-        raise ValueError(
-            f"vp={plan.vp} needs pp > 1: interleaved virtual stages are spread over"
-            " pipeline ranks; set vp=1 or pp >= 2."
-        )
-
-
-def check_schedule_micro_batches(plan: _Plan) -> None:
-    """1F1B: n_mb >= pp; Interleaved1F1B: n_mb % max(1, n_mb // pp) == 0."""
-    if plan.pp == 1:
-        return
-    num_mb = plan.num_micro_batches
-    if plan.vp == 1 and num_mb < plan.pp:
-        raise ValueError(
-            f"Schedule1F1B needs num_micro_batches >= number of stages, got "
-            f"global_batch / (micro_batch * dp) = {num_mb} < pp={plan.pp}; "
-            f"raise global_batch or lower micro_batch."
-        )
-    num_rounds = max(1, num_mb // plan.pp)
-    if plan.vp > 1 and num_mb % num_rounds:
-        raise ValueError(
-            f"ScheduleInterleaved1F1B needs num_micro_batches % max(1, "
-            f"num_micro_batches // pp) == 0, got {num_mb} % {num_rounds} != 0 "
-            f"(pp={plan.pp}, vp={plan.vp}); use a multiple of pp micro-batches."
-        )
-
-
-def check_layers_per_stage(plan: _Plan) -> None:
-    """layers_per_stage has pp*vp entries >= 1 summing to num_layers."""
-    if plan.layers_per_stage is None:
-        if plan.num_layers < plan.num_stages:
-            raise ValueError(
-                f"num_layers={plan.num_layers} must be >= pp * vp = "
-                f"{plan.num_stages} so every pipeline stage gets a layer."
-            )
-        return
-    counts = plan.layers_per_stage
-    if len(counts) != plan.num_stages:
-        raise ValueError(
-            f"layers_per_stage has {len(counts)} entries but needs pp * vp = "
-            f"{plan.num_stages} (one per virtual stage, in virtual-stage order)."
-        )
-    if any(isinstance(c, bool) or not isinstance(c, int) or c < 1 for c in counts):
-        raise ValueError(f"layers_per_stage={list(counts)} must contain integers >= 1.")
-    if sum(counts) != plan.num_layers:
-        raise ValueError(
-            f"layers_per_stage={list(counts)} sums to {sum(counts)} but must sum to"
-            f" num_layers={plan.num_layers}."
-        )
-
-
-def check_sequence_parallel(plan: _Plan) -> None:
-    """With sequence_parallel and tp > 1, tp must divide seq_len."""
-    if plan.sequence_parallel and plan.tp > 1 and plan.seq_len % plan.tp:
-        raise ValueError(
-            f"sequence_parallel=True shards the sequence over tp: seq_len="
-            f"{plan.seq_len} must be divisible by tp={plan.tp}."
-        )
 
 
 def _reference_dims(tp: int) -> _ModelDims:
@@ -224,7 +98,7 @@ def _reference_source_parts() -> tuple[list[str], str]:
     return imports, body.strip("\n")
 
 
-def _render_header(plan: _Plan) -> str:
+def _render_header(plan: ScriptPlan) -> str:
     """Script docstring with the plan and the torchrun command line."""
     return f'''"""Training steps of paraplan's reference model under one parallel plan.
 
@@ -253,7 +127,7 @@ def _literal(value: object) -> str:
     return json.dumps(value) if isinstance(value, str) else repr(value)
 
 
-def _render_constants(plan: _Plan, layers: tuple[int, ...]) -> str:
+def _render_constants(plan: ScriptPlan, layers: tuple[int, ...]) -> str:
     """Module-level constants of the generated script."""
     dims = _reference_dims(plan.tp)
     values = {
@@ -291,7 +165,6 @@ import copy
 import json
 import os
 import sys
-from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
@@ -647,55 +520,6 @@ if __name__ == "__main__":
 '''
 
 
-def check_torch_plan(**knobs: object) -> None:
-    """The checks ``render_torch_plan`` runs on the same keyword arguments, without rendering:
-    ValueError naming the knob and the rule when the plan cannot run (cheap enough to run on
-    every layout the planner considers)."""
-    _checked_plan(**knobs)  # type: ignore[arg-type]
-
-
-def _checked_plan(
-    *,
-    dp: int,
-    tp: int,
-    pp: int,
-    vp: int,
-    micro_batch: int,
-    global_batch: int,
-    seq_len: int,
-    zero: int,
-    sequence_parallel: bool,
-    recompute: str,
-    layers_per_stage: list[int] | None,
-    num_layers: int,
-) -> _Plan:
-    plan = _Plan(
-        dp=dp,
-        tp=tp,
-        pp=pp,
-        vp=vp,
-        micro_batch=micro_batch,
-        global_batch=global_batch,
-        seq_len=seq_len,
-        zero=zero,
-        sequence_parallel=bool(sequence_parallel),
-        recompute=str(recompute),
-        layers_per_stage=None if layers_per_stage is None else tuple(layers_per_stage),
-        num_layers=num_layers,
-    )
-    for check in (
-        check_positive_knobs,
-        check_zero_and_recompute,
-        check_batch_divisible,
-        check_virtual_stages,
-        check_schedule_micro_batches,
-        check_layers_per_stage,
-        check_sequence_parallel,
-    ):
-        check(plan)
-    return plan
-
-
 def render_torch_plan(
     *,
     dp: int,
@@ -721,7 +545,7 @@ def render_torch_plan(
     plan cannot run, e.g. when Schedule1F1B would get fewer micro-batches than stages.
     Never imports torch.
     """
-    plan = _checked_plan(
+    plan = checked_script_plan(
         dp=dp, tp=tp, pp=pp, vp=vp, micro_batch=micro_batch, global_batch=global_batch,
         seq_len=seq_len, zero=zero, sequence_parallel=sequence_parallel, recompute=recompute,
         layers_per_stage=layers_per_stage, num_layers=num_layers,

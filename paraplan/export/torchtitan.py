@@ -22,7 +22,8 @@ Mapping of the plan:
   of dp_shard x cp x tp, innermost first, which is the cost model's EP group (the innermost ep
   ranks of dp x cp) when tp = 1 and dp is sharded (ZeRO 1-3; with ZeRO-0, ep must divide cp).
 
-Rules enforced: PP and EP (its all-to-all dispatcher synchronises with the CPU) need
+Rules enforced (paraplan/rules/torchtitan.py): PP and EP (its all-to-all dispatcher
+synchronises with the CPU) need
 ``--training.disable-cuda-graphs`` (emitted); local batch % PP
 micro-batch; global batch % (local x dp); Schedule1F1B needs micro-batches >= stages and
 Interleaved1F1B needs n % max(1, n // pp) == 0 (torch 2.13); one recompute mode for all stages;
@@ -34,31 +35,21 @@ from __future__ import annotations
 import shlex
 from dataclasses import replace
 
-from paraplan.cost import Axis, CPComm, Plan, Precision, Recompute
+from paraplan.cost import Plan, Precision, Recompute
 from paraplan.cost.plan import chunk_layers
 from paraplan.export import (
-    Draft,
     ExportContext,
-    Fix,
-    Refusal,
-    SearchLimits,
-    check_dense_model,
-    check_expert_tp_is_tp,
     comment_block,
     enforce,
     header_lines,
-    micro_batch_repairs,
-    order_fixes,
-    order_matches,
-    regroup,
-    repair,
     uniform_recompute,
-    uniform_recompute_rule,
 )
 from paraplan.graph import ModelSpec, preset
-from paraplan.graph.spec import Rope
+from paraplan.rules import Draft
+from paraplan.rules import torchtitan as rules
+from paraplan.rules.torchtitan import CONFIGS, ORDER, PARAM_DTYPES, torchtitan_config
 
-__all__ = ["FLAGS", "RULES", "ORDER", "CONFIGS", "render", "torchtitan_args", "model_parts"]
+__all__ = ["FLAGS", "ORDER", "CONFIGS", "render", "torchtitan_args", "model_parts"]
 
 FRAMEWORK = "torchtitan 0.3.0"
 
@@ -91,138 +82,7 @@ RECOMPUTE_SUBCOMMANDS = {
 }
 SCHEDULES = {False: "1F1B", True: "Interleaved1F1B"}  # keyed by "interleaved"
 RESHARD = {1: "never", 2: "never", 3: "always"}
-PARAM_DTYPES = {Precision.BF16: "bfloat16", Precision.FP8: "bfloat16"}
 EMBEDDING, LAYER, FINAL_NORM, HEAD = "tok_embeddings", "layers.{}", "norm", "lm_head"
-CONFIGS: dict[str, tuple[str, str]] = {
-    "llama3.1-8b": ("llama3", "llama3_8b"), "llama3.1-70b": ("llama3", "llama3_70b"),
-    "llama3.1-405b": ("llama3", "llama3_405b"), "qwen3-32b": ("qwen3", "qwen3_32b"),
-    "qwen3-30b-a3b": ("qwen3", "qwen3_30b_a3b"), "deepseek-v3": ("deepseek_v3", "deepseek_v3_671b"),
-    "gpt-oss-120b": ("gpt_oss", "gpt_oss_120b"),
-}
-"""paraplan preset -> torchtitan 0.3.0 (module, config_registry function) building the same model
-(tests/export/test_torchtitan_oracle.py builds each and compares). torchtitan takes the model
-shape only from such a function: a model equal to none of these presets is refused. The llama3
-functions build Llama 3.1 (RoPE scaling x8), so Llama 3 without scaling is refused too."""
-FLOAT8_CONFIGS = {"llama3_405b"}
-"""Config functions that convert linear layers to float8 (Float8LinearConverter in
-model_spec; no command-line option removes it): only an fp8 plan may use them."""
-
-ORDER = (Axis.TP, Axis.CP, Axis.DP, Axis.PP)
-"""Mesh [pp, dp_replicate, dp_shard, cp, tp], row-major: tp varies fastest."""
-
-
-# --------------------------------------------------------------------------- rules
-
-
-def _num_micro_batches(ctx: ExportContext, draft: Draft) -> int:
-    p = draft.plan
-    return ctx.inst.job.global_batch // (p.micro_batch * p.dp)
-
-
-def check_batch(ctx: ExportContext, draft: Draft) -> Refusal | None:
-    """global_batch_size % (local_batch_size x dp) == 0 (trainer)."""
-    p, gb = draft.plan, ctx.inst.job.global_batch
-    if gb % (p.micro_batch * p.dp) == 0:
-        return None
-    return Refusal(f"training.global_batch_size={gb} must be divisible by local batch x dp = "
-                   f"{p.micro_batch}*{p.dp}", micro_batch_repairs(draft, gb))
-
-
-def check_schedule(ctx: ExportContext, draft: Draft) -> Refusal | None:
-    """torch 2.13: 1F1B needs n >= stages; Interleaved1F1B needs n % max(1, n // pp) == 0."""
-    p = draft.plan
-    if p.pp == 1:
-        return None
-    n = _num_micro_batches(ctx, draft)
-    if p.vp == 1 and n < p.pp:
-        return Refusal(f"Schedule1F1B needs at least pp={p.pp} micro-batches per step; the plan "
-                       f"has {n}", repair("pp -> 1, dp absorbs it", draft, regroup(p, pp=1)))
-    if p.vp > 1 and n % max(1, n // p.pp):
-        return Refusal(f"ScheduleInterleaved1F1B needs the {n} micro-batches to satisfy "
-                       f"n % max(1, n // pp) == 0 with pp={p.pp}",
-                       repair("vp -> 1", draft, replace(p, vp=1)))
-    return None
-
-
-check_uniform_recompute = uniform_recompute_rule(
-    "the activation-checkpoint subcommand applies to every stage")
-
-
-def check_context_split(ctx: ExportContext, draft: Draft) -> Refusal | None:
-    """The head-tail load balancer cuts the sequence into 2 x cp chunks."""
-    cp, seq = draft.plan.cp, ctx.inst.job.seq_len
-    if cp == 1 or seq % (2 * cp) == 0:
-        return None
-    return Refusal(f"training.seq_len={seq} must be divisible by 2*cp = {2 * cp} (head-tail "
-                   "load balancer)", repair("cp -> 1, dp absorbs it", draft, regroup(draft.plan,
-                                                                                     cp=1)))
-
-
-def check_precision(ctx: ExportContext, draft: Draft) -> Refusal | None:
-    """training.mixed_precision_param accepts bfloat16 and float32 only."""
-    if draft.precision in PARAM_DTYPES:
-        return None
-    return Refusal(f"job.precision={draft.precision.value}: training.mixed_precision_param takes "
-                   "bfloat16 or float32 only", (Fix("precision -> bf16",
-                                                   replace(draft, precision=Precision.BF16)),))
-
-
-def check_rank_order(ctx: ExportContext, draft: Draft) -> Refusal | None:
-    """Mesh [pp, dp_replicate, dp_shard, cp, tp]: tp-cp-dp-pp innermost first."""
-    if order_matches(draft.plan, ORDER):
-        return None
-    order = "-".join(a.value for a in draft.plan.order)
-    return Refusal(f"plan.order={order}: torchtitan's mesh [pp, dp_replicate, dp_shard, cp, tp] "
-                   "places tp innermost, then cp, dp, pp", order_fixes(draft, [("tp-cp-dp-pp",
-                                                                                ORDER)]))
-
-
-def check_expert_mesh(ctx: ExportContext, draft: Draft) -> Refusal | None:
-    """dp_shard x cp x tp == efsdp x ep with ep innermost: ep ranks inside dp_shard x cp, tp = 1."""
-    p = draft.plan
-    shard = p.dp if p.zero >= 1 else 1
-    if p.ep == 1 or (p.tp == 1 and (shard * p.cp) % p.ep == 0):
-        return None
-    return Refusal(
-        f"plan.ep={p.ep}: torchtitan carves ep out of dp_shard x cp x tp = {shard}*{p.cp}*{p.tp} "
-        "innermost first, so the expert-parallel group matches the plan's only with tp=1 and ep "
-        "dividing dp_shard x cp",
-        repair("tp -> 1, dp absorbs it", draft, regroup(p, tp=1) if p.tp > 1 else None)
-        + repair("zero -> 1", draft, replace(p, zero=1) if p.zero == 0 else None)
-        + repair("ep -> 1", draft, replace(p, ep=1)))
-
-
-def check_cp_comm(ctx: ExportContext, draft: Draft) -> Refusal | None:
-    """torchtitan 0.3 has no option selecting the K/V exchange (0.2.x had
-    context_parallel_rotate_method); only the ring (p2p) plan is exported."""
-    p = draft.plan
-    if p.cp == 1 or p.cp_comm is CPComm.P2P:
-        return None
-    return Refusal(f"plan.cp_comm={p.cp_comm.value}: torchtitan 0.3 has no option to select the "
-                   "context-parallel K/V exchange", repair("cp_comm -> p2p", draft,
-                                                           replace(p, cp_comm=CPComm.P2P)))
-
-
-# torchtitan 0.3 dropped 0.2.x's expert_tensor_parallel_degree: expert TP must be the default, tp
-check_expert_tp = check_expert_tp_is_tp("torchtitan 0.3 has no expert tensor-parallel option")
-
-
-def torchtitan_config(spec: ModelSpec) -> tuple[str, str] | None:
-    """The (module, config function) whose model equals ``spec`` (any name), or None. A model that
-    differs only in its RoPE frequency scaling (Llama 3 beside torchtitan's Llama 3.1 configs)
-    counts: shapes, parameters and cost are the same, and the export notes the difference."""
-    return next((target for name, target in CONFIGS.items()
-                 if _same_but_rope_scaling(preset(name), spec)), None)
-
-
-def _same_but_rope_scaling(built: ModelSpec, spec: ModelSpec) -> bool:
-    def unscaled(m: ModelSpec) -> ModelSpec:
-        return replace(m, name="", rope=Rope(theta=m.rope.theta, fraction=m.rope.fraction))
-    if replace(built, name=spec.name) == spec:
-        return True
-    return unscaled(built) == unscaled(spec) and {built.rope.scaling, spec.rope.scaling} <= {"", "llama3"}
-
-
 def _rope_note(spec: ModelSpec, config: str) -> list[str]:
     """The note when torchtitan's config scales RoPE frequencies differently from the plan's model."""
     name = next(n for n, t in CONFIGS.items() if t[1] == config)
@@ -233,43 +93,6 @@ def _rope_note(spec: ModelSpec, config: str) -> list[str]:
             f"({built.scaling or 'none'}, factor {built.factor:g}); {spec.name} has "
             f"{spec.rope.scaling or 'none'}. Shapes, parameters and cost are the same; to load "
             f"{spec.name} weights, set its rope scaling in the config function"]
-
-
-def check_model_config(ctx: ExportContext, draft: Draft) -> Refusal | None:
-    """torchtitan builds only the models of its config_registry functions (CONFIGS)."""
-    if torchtitan_config(ctx.spec) is not None:
-        return None
-    same_shape = [n for n in CONFIGS if _shape(preset(n)) == _shape(ctx.spec)]
-    hint = (f"; preset {same_shape[0]} has its shape but another architecture (e.g. RoPE "
-            "scaling), so torchtitan would train another model" if same_shape else "")
-    return Refusal(f"model {ctx.spec.name} is none of the models torchtitan 0.3.0's config "
-                   f"functions build ({', '.join(CONFIGS)}): the model shape is Python, not a "
-                   f"command-line option{hint}")
-
-
-def check_float8_config(ctx: ExportContext, draft: Draft) -> Refusal | None:
-    """llama3_405b converts linear layers to float8: only fp8 plans may use it."""
-    target = torchtitan_config(ctx.spec)
-    if target is None or target[1] not in FLOAT8_CONFIGS or draft.precision is Precision.FP8:
-        return None
-    return Refusal(f"torchtitan's {target[1]} trains in float8 (Float8LinearConverter, which no "
-                   f"command-line option removes), not job.precision={draft.precision.value}",
-                   (Fix("precision -> fp8", replace(draft, precision=Precision.FP8)),))
-
-
-def _shape(spec: ModelSpec) -> tuple[int, ...]:
-    return (spec.num_layers, spec.hidden, spec.ffn_hidden, spec.num_heads, spec.num_kv_heads,
-            spec.vocab, spec.num_experts)
-
-
-RULES = (check_model_config, check_float8_config, check_dense_model, check_cp_comm,
-         check_expert_tp, check_batch, check_precision, check_context_split,
-         check_uniform_recompute, check_schedule, check_rank_order, check_expert_mesh)
-
-SEARCH = SearchLimits()
-"""solver.target=torchtitan: module names per stage express any split; one activation-checkpoint setting."""
-MODEL_RULES = (check_model_config, check_float8_config, check_precision)
-"""The RULES that read only the model and job (solver.target checks them once, first)."""
 
 
 # --------------------------------------------------------------------------- arguments
@@ -324,7 +147,7 @@ def _training_args(ctx: ExportContext) -> list[tuple[str, object]]:
 
 def torchtitan_args(ctx: ExportContext) -> list[str]:
     """``torchtitan.train`` arguments, activation-checkpoint subcommand last (rules enforced)."""
-    enforce(ctx, FRAMEWORK, RULES)
+    enforce(ctx, FRAMEWORK, rules.RULES)
     module, config = torchtitan_config(ctx.spec)  # type: ignore[misc]  # RULES: not None
     argv = [FLAGS["module"], module, FLAGS["config"], config]
     for key, value in _parallel_args(ctx) + _training_args(ctx):

@@ -1,0 +1,66 @@
+"""Framework rules, below the solver: what each training framework can run, as pure functions
+of (model, job, cluster, plan).
+
+Imports only graph/, hardware/ and cost/ (docs/DESIGN.md §3). ``base`` holds the types (context,
+draft, refusal, search limits) and the repair helpers; ``plans`` the plan helpers rules and
+exporters share; ``checks`` the rules several frameworks share; ``validity`` the model/plan
+facts they state once; and one module per framework (``megatron``, ``nemo``, ``deepspeed``,
+``torchtitan``, ``maxtext``, ``torch``) its ``RULES``, ``SEARCH`` and ``MODEL_RULES``, with the
+framework facts both its rules and its exporter need. ``rules_of(name)`` returns a framework's.
+The solver's layout filter (paraplan/targets.py) and the exporters (paraplan/export, ``enforce``)
+both call them.
+"""
+from __future__ import annotations
+
+import importlib
+
+from paraplan.rules.base import (
+    Draft,
+    Fix,
+    Refusal,
+    Rule,
+    RuleContext,
+    SearchLimits,
+    TargetRules,
+    first_refusal,
+    micro_batch_repairs,
+    order_fixes,
+    recompute_fixes,
+    repair,
+)
+from paraplan.rules.checks import (
+    check_dense_model,
+    check_expert_tp_is_tp,
+    check_no_expert_parallel,
+    dense_model_rule,
+    uniform_recompute_rule,
+)
+from paraplan.rules.plans import effective_order, order_matches, regroup, uniform_recompute
+from paraplan.rules.validity import (
+    batch_splits,
+    cp_splits_sequence,
+    ep_splits_experts,
+    tp_splits_heads,
+)
+
+__all__ = ["RuleContext", "Draft", "Fix", "Refusal", "Rule", "SearchLimits", "TargetRules",
+           "FRAMEWORKS", "rules_of", "repair", "order_fixes", "recompute_fixes",
+           "micro_batch_repairs", "first_refusal", "check_dense_model", "check_no_expert_parallel",
+           "check_expert_tp_is_tp", "dense_model_rule", "uniform_recompute_rule", "uniform_recompute",
+           "effective_order", "order_matches", "regroup", "tp_splits_heads", "ep_splits_experts",
+           "batch_splits", "cp_splits_sequence"]
+
+FRAMEWORKS = ("megatron", "nemo", "deepspeed", "torchtitan", "maxtext", "torch")
+"""The frameworks with rules (one module each in this package)."""
+
+_CACHE: dict[str, TargetRules] = {}
+
+
+def rules_of(name: str) -> TargetRules:
+    """Framework ``name``'s RULES, SEARCH and MODEL_RULES; ValueError when it has none."""
+    if name not in FRAMEWORKS:
+        raise ValueError(f"no rules for framework {name!r}; known: {', '.join(FRAMEWORKS)}")
+    if name not in _CACHE:
+        module = importlib.import_module(f"paraplan.rules.{name}")
+        _CACHE[name] = TargetRules(tuple(module.RULES), module.SEARCH, tuple(module.MODEL_RULES))
+    return _CACHE[name]

@@ -1,0 +1,69 @@
+"""Rules several frameworks share, each made for one framework by its note."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from paraplan.rules.base import Draft, Refusal, Rule, RuleContext, recompute_fixes, repair
+from paraplan.rules.plans import uniform_recompute
+from paraplan.rules.validity import ep_splits_experts
+
+__all__ = ["dense_model_rule", "check_dense_model", "check_no_expert_parallel", "check_expert_tp_is_tp",
+           "uniform_recompute_rule"]
+
+
+def dense_model_rule(rule_text: str) -> Rule:
+    """A rule refusing expert parallelism the model cannot take (validity.ep_splits_experts);
+    ``rule_text`` names the rule in the framework's words."""
+
+    def check_dense_model(ctx: RuleContext, draft: Draft) -> Refusal | None:
+        p, s = draft.plan, ctx.spec
+        if ep_splits_experts(s, p.ep):
+            return None
+        what = f"{s.name} is dense" if not s.is_moe else f"{s.name} has {s.num_experts} experts"
+        return Refusal(f"plan.ep={p.ep} needs a mixture-of-experts model ({rule_text}) but {what}",
+                       repair("ep -> 1", draft, replace(p, ep=1)))
+
+    return check_dense_model
+
+
+check_dense_model = dense_model_rule("num_experts % ep == 0")
+"""Expert parallelism needs experts, and num_experts % ep == 0."""
+
+
+def check_no_expert_parallel(framework_note: str) -> Rule:
+    """A rule refusing ep > 1 for targets whose config cannot express expert parallelism."""
+
+    def check_expert_parallel_expressible(ctx: RuleContext, draft: Draft) -> Refusal | None:
+        if draft.plan.ep == 1:
+            return None
+        return Refusal(f"plan.ep={draft.plan.ep}: {framework_note}",
+                       repair("ep -> 1", draft, replace(draft.plan, ep=1)))
+
+    return check_expert_parallel_expressible
+
+
+def check_expert_tp_is_tp(framework_note: str) -> Rule:
+    """A rule refusing etp != tp for targets with no separate expert tensor-parallel degree."""
+
+    def check_expert_tp(ctx: RuleContext, draft: Draft) -> Refusal | None:
+        p = draft.plan
+        if p.expert_tp == p.tp:
+            return None
+        return Refusal(f"plan.etp={p.etp} with tp={p.tp}: {framework_note}",
+                       repair(f"etp -> {p.tp}", draft, replace(p, etp=p.tp)))
+
+    return check_expert_tp
+
+
+def uniform_recompute_rule(framework_note: str) -> Rule:
+    """A rule refusing per-stage recompute for targets whose recompute setting covers every
+    stage alike (``framework_note`` says which setting)."""
+
+    def check_recompute_uniform(ctx: RuleContext, draft: Draft) -> Refusal | None:
+        if uniform_recompute(draft.plan) is not None:
+            return None
+        modes = [r.value for r in draft.plan.recompute]
+        return Refusal(f"recompute differs per stage ({modes}); {framework_note}",
+                       recompute_fixes(draft))
+
+    return check_recompute_uniform

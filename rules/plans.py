@@ -1,0 +1,49 @@
+"""Plan helpers the rules and the exporters share: the uniform recompute mode, the effective
+rank order, and regrouping degrees on the same devices."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+from paraplan.cost import Axis, Plan, Recompute
+from paraplan.cost.plan import even_split
+
+__all__ = ["uniform_recompute", "effective_order", "order_matches", "regroup"]
+
+
+def uniform_recompute(plan: Plan) -> Recompute | None:
+    """The plan's recompute mode when every stage uses the same one, else None."""
+    modes = set(plan.recompute)
+    return next(iter(modes)) if len(modes) == 1 else None
+
+
+def effective_order(plan: Plan) -> tuple[Axis, ...]:
+    """Rank order without the axes of degree 1 (those do not change any group), innermost first."""
+    return tuple(a for a in plan.order if plan.degree(a) > 1)
+
+
+def order_matches(plan: Plan, framework_order: Sequence[Axis]) -> bool:
+    """Whether the plan places ranks as a framework with ``framework_order`` does."""
+    wanted = tuple(a for a in framework_order if plan.degree(a) > 1)
+    return effective_order(plan) == wanted
+
+
+def regroup(plan: Plan, **degrees: int) -> Plan | None:
+    """``plan`` with some of tp/pp/cp changed and dp absorbing the difference (same devices).
+
+    Returns None when the device count does not divide. A new pp gets an even layer split and
+    vp=1; per-stage recompute collapses to the plan's most memory-saving mode.
+    """
+    new = replace(plan, **degrees)
+    fixed = new.tp * new.pp * new.cp
+    if plan.num_devices % fixed:
+        return None
+    new = replace(new, dp=plan.num_devices // fixed)
+    if new.pp != plan.pp:
+        num_layers = sum(plan.layers_per_stage)
+        if num_layers < new.pp:
+            return None
+        split = even_split(num_layers, new.pp)
+        strongest = max(plan.recompute, key=list(Recompute).index)
+        new = replace(new, vp=1, layers_per_stage=split, recompute=(strongest,) * new.pp)
+    return new
