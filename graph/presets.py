@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import fields
+from dataclasses import fields as dataclass_fields
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -116,7 +116,7 @@ def _nested(cls: type, key: str, value: Any) -> Any:
         return cls()
     if not isinstance(value, dict):
         raise ValueError(f"model.{key} must be a mapping of {cls.__name__} fields")
-    known = {f.name for f in fields(cls)}
+    known = {f.name for f in dataclass_fields(cls)}
     unknown = sorted(set(value) - known)
     if unknown:
         raise ValueError(f"model.{key}.{unknown[0]} is not a known field; choose from "
@@ -173,6 +173,15 @@ def to_fields(spec: ModelSpec) -> dict[str, Any]:
         value = getattr(spec, MOE_MLA_FIELDS[key])
         if value:
             fields[key] = value
+    defaults = {f.name: f.default for f in dataclass_fields(ModelSpec)}
+    for key in ARCHITECTURE_FIELDS:
+        if getattr(spec, key) != defaults.get(key):
+            fields[key] = getattr(spec, key)
+    for key, cls in (("rope", Rope), ("router", Router)):
+        changed = {f.name: getattr(getattr(spec, key), f.name) for f in dataclass_fields(cls)
+                   if getattr(getattr(spec, key), f.name) != getattr(cls(), f.name)}
+        if changed:
+            fields[key] = changed
     return fields
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from paraplan.graph.layers import LayerKind, build_graph
-from paraplan.graph.presets import _read_json, from_hf_config
+from paraplan.graph.presets import ARCHITECTURE_FIELDS, _read_json, from_hf_config
 from paraplan.graph.spec import ModelSpec
 from paraplan.graph.trace_read import Block, Parts, mixers, norm_modules, read_block
 from paraplan.graph.trace_run import Run, import_torch, run_on_meta
@@ -377,6 +377,9 @@ def trace_hf_config(config: str | Path | dict[str, Any], *, allow_bias: bool = F
     # with a KV cache transformers skips its packed-sequence check, which needs values (.item())
     batch = {"input_ids": torch.zeros(1, seq_len, dtype=torch.long), "use_cache": True}
     traced = trace_module(model, batch, name=formula_spec.name, allow_bias=allow_bias)
+    # what the module's shapes cannot show (RoPE, router, norm epsilon, bias flags) is the config's
+    traced = dataclasses.replace(traced, spec=dataclasses.replace(traced.spec, **{
+        key: getattr(formula_spec, key) for key in (*ARCHITECTURE_FIELDS, "rope", "router")}))
     differ = [f"{f.name} {getattr(traced.spec, f.name)} (traced) vs "
               f"{getattr(formula_spec, f.name)} (config)"
               for f in dataclasses.fields(ModelSpec)
