@@ -27,10 +27,18 @@ QUICK_OUT = DEFAULT_OUT / "tmp" / "quick"  # git-ignored: a smoke run never over
 def _args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="the quick subset (smoke test)")
-    ap.add_argument("--out", type=Path, default=None,
-                    help=f"output folder (default {DEFAULT_OUT}; with --quick {QUICK_OUT})")
-    ap.add_argument("--repeats", type=int, default=None,
-                    help="timing runs per measurement, median kept (default 3; --quick 1)")
+    ap.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help=f"output folder (default {DEFAULT_OUT}; with --quick {QUICK_OUT})",
+    )
+    ap.add_argument(
+        "--repeats",
+        type=int,
+        default=None,
+        help="timing runs per measurement, median kept (default 3; --quick 1)",
+    )
     args = ap.parse_args(argv)
     if args.out is None:
         args.out = QUICK_OUT if args.quick else DEFAULT_OUT
@@ -45,9 +53,15 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     suite = run_all(cfg)
     fid = summary([c.error for c in suite.calibration]) if suite.calibration else (0.0, 0.0)
-    plots = write_plots(args.out, suite.scenarios, suite.calibration, suite.sweeps,
-                        fidelity_summary=fid, enum_budget_s=cfg.sweep_enum_budget_s,
-                        flagships=flagships(suite))
+    plots = write_plots(
+        args.out,
+        suite.scenarios,
+        suite.calibration,
+        suite.sweeps,
+        fidelity_summary=fid,
+        enum_budget_s=cfg.sweep_enum_budget_s,
+        flagships=flagships(suite),
+    )
     files = write_results(suite, args.out, plots)
     print(console_table(suite))
     issues = findings(suite)

@@ -103,16 +103,27 @@ class Attempt:
 def _from_result(method: str, r: Result, wall_s: float) -> Attempt:
     s = r.solver
     return Attempt(
-        method=method, outcome=Outcome.PLAN, wall_s=wall_s, step_time_s=r.predicted.step_time_s,
-        solver_status=s.status if s else "", gap=s.gap if s else None,
-        plan=r.plan.model_dump(), stages=[st.model_dump() for st in r.predicted.stages],
+        method=method,
+        outcome=Outcome.PLAN,
+        wall_s=wall_s,
+        step_time_s=r.predicted.step_time_s,
+        solver_status=s.status if s else "",
+        gap=s.gap if s else None,
+        plan=r.plan.model_dump(),
+        stages=[st.model_dump() for st in r.predicted.stages],
         capacity_bytes=r.predicted.memory_capacity_bytes,
         num_layouts=s.num_layouts if s else None,
     )
 
 
-def solve(scenario: dict[str, Any], method: str = Method.PARAPLAN, *, time_limit_s: float,
-          workers: int = 2, seed: int = 0) -> Attempt:
+def solve(
+    scenario: dict[str, Any],
+    method: str = Method.PARAPLAN,
+    *,
+    time_limit_s: float,
+    workers: int = 2,
+    seed: int = 0,
+) -> Attempt:
     """``paraplan.solve`` with the method's solver options (paraplan, uniform, fixed_placement)."""
     solver = {**scenario.get("solver", {}), **_SOLVER_OVERRIDES[method]}
     sc = {**scenario, "solver": solver} if solver else scenario
@@ -120,11 +131,21 @@ def solve(scenario: dict[str, Any], method: str = Method.PARAPLAN, *, time_limit
     try:
         r = paraplan.solve(sc, time_limit_s=time_limit_s, workers=workers, seed=seed)
     except paraplan.InfeasibleError as e:
-        return Attempt(method=method, outcome=Outcome.NO_PLAN, wall_s=time.perf_counter() - start,
-                       solver_status="INFEASIBLE", detail=str(e).splitlines()[0])
+        return Attempt(
+            method=method,
+            outcome=Outcome.NO_PLAN,
+            wall_s=time.perf_counter() - start,
+            solver_status="INFEASIBLE",
+            detail=str(e).splitlines()[0],
+        )
     except paraplan.SolveTimeout as e:
-        return Attempt(method=method, outcome=Outcome.NOT_FINISHED,
-                       wall_s=time.perf_counter() - start, solver_status="TIMEOUT", detail=str(e))
+        return Attempt(
+            method=method,
+            outcome=Outcome.NOT_FINISHED,
+            wall_s=time.perf_counter() - start,
+            solver_status="TIMEOUT",
+            detail=str(e),
+        )
     return _from_result(method, r, time.perf_counter() - start)
 
 
@@ -136,9 +157,13 @@ def _num_splits(num_layers: int, plan: Plan, fixed: Fixed, options: Options) -> 
     if slots is None:
         return 0
     if fixed.layers_per_stage is not None:
-        return int(len(fixed.layers_per_stage) == pp
-                   and all((n + sl) % vp == 0 and n + sl >= vp * (1 + sl)
-                           for n, sl in zip(fixed.layers_per_stage, slots, strict=True)))
+        return int(
+            len(fixed.layers_per_stage) == pp
+            and all(
+                (n + sl) % vp == 0 and n + sl >= vp * (1 + sl)
+                for n, sl in zip(fixed.layers_per_stage, slots, strict=True)
+            )
+        )
     k_total = (num_layers + sum(slots)) // vp
     if not options.allow_uneven_stages:
         return int(k_total % pp == 0 and all(k_total // pp >= 1 + sl for sl in slots))
@@ -157,10 +182,10 @@ def space_size(scenario: dict[str, Any]) -> int:
     inst = build_instance(paraplan.load_scenario(scenario))
     fixed, options, job = fixed_knobs(inst), search_options(inst), inst.job
     total = 0
-    for layout in layouts(inst.spec, inst.cluster, job.seq_len, job.global_batch, fixed, options,
-                          prune_dominated=False):
-        total += (_num_splits(inst.spec.num_layers, layout, fixed, options)
-                  * _num_modes(layout.pp, fixed))
+    for layout in layouts(
+        inst.spec, inst.cluster, job.seq_len, job.global_batch, fixed, options, prune_dominated=False
+    ):
+        total += _num_splits(inst.spec.num_layers, layout, fixed, options) * _num_modes(layout.pp, fixed)
     return total
 
 
@@ -170,29 +195,49 @@ def exhaustive(scenario: dict[str, Any], budget_s: float) -> Attempt:
     start = time.perf_counter()
     inst = build_instance(paraplan.load_scenario(scenario))
     try:
-        e = enumerate_plans(inst.graph, inst.cluster, inst.job, fixed_knobs(inst), search_options(inst),
-                            budget_s=budget_s)
+        e = enumerate_plans(
+            inst.graph, inst.cluster, inst.job, fixed_knobs(inst), search_options(inst), budget_s=budget_s
+        )
     except EnumerationBudgetExceeded as exc:
         m = re.search(r"after (\d+) plans", str(exc))
-        return Attempt(method=Method.EXHAUSTIVE, outcome=Outcome.NOT_FINISHED,
-                       wall_s=time.perf_counter() - start, space_size=size,
-                       num_plans=int(m.group(1)) if m else None, detail=str(exc))
+        return Attempt(
+            method=Method.EXHAUSTIVE,
+            outcome=Outcome.NOT_FINISHED,
+            wall_s=time.perf_counter() - start,
+            space_size=size,
+            num_plans=int(m.group(1)) if m else None,
+            detail=str(exc),
+        )
     wall = time.perf_counter() - start
     if e.best is None:
-        return Attempt(method=Method.EXHAUSTIVE, outcome=Outcome.NO_PLAN, wall_s=wall,
-                       num_plans=e.num_plans, space_size=size)
+        return Attempt(
+            method=Method.EXHAUSTIVE,
+            outcome=Outcome.NO_PLAN,
+            wall_s=wall,
+            num_plans=e.num_plans,
+            space_size=size,
+        )
     r = evaluate_plan(inst, e.best)
-    return Attempt(method=Method.EXHAUSTIVE, outcome=Outcome.PLAN, wall_s=wall,
-                   step_time_s=r.predicted.step_time_s, plan=r.plan.model_dump(),
-                   num_plans=e.num_plans, space_size=size)
+    return Attempt(
+        method=Method.EXHAUSTIVE,
+        outcome=Outcome.PLAN,
+        wall_s=wall,
+        step_time_s=r.predicted.step_time_s,
+        plan=r.plan.model_dump(),
+        num_plans=e.num_plans,
+        space_size=size,
+    )
 
 
 def _rule_tp(inst: Instance) -> int:
     """Largest TP within one baseboard (``RULE_MAX_TP``) that the heads and devices allow."""
     spec, n = inst.spec, inst.cluster.num_devices
     cap = min(inst.cluster.devices_per_node, RULE_MAX_TP)
-    ok = [t for t in divisors(math.gcd(n, cap))
-          if spec.num_heads % t == 0 and (spec.num_kv_heads % t == 0 or t % spec.num_kv_heads == 0)]
+    ok = [
+        t
+        for t in divisors(math.gcd(n, cap))
+        if spec.num_heads % t == 0 and (spec.num_kv_heads % t == 0 or t % spec.num_kv_heads == 0)
+    ]
     return max(ok)
 
 
@@ -210,17 +255,31 @@ def rule_of_thumb(scenario: dict[str, Any]) -> Attempt:
         if pp > num_layers or job.global_batch % dp:
             continue
         for mode in (Recompute.NONE, Recompute.FULL):
-            plan = Plan(dp=dp, tp=tp, pp=pp, cp=1, vp=1, micro_batch=1, zero=1 if dp > 1 else 0,
-                        sequence_parallel=tp > 1, recompute=(mode,) * pp,
-                        layers_per_stage=even_split(num_layers, pp), order=DEFAULT_ORDER)
+            plan = Plan(
+                dp=dp,
+                tp=tp,
+                pp=pp,
+                cp=1,
+                vp=1,
+                micro_batch=1,
+                zero=1 if dp > 1 else 0,
+                sequence_parallel=tp > 1,
+                recompute=(mode,) * pp,
+                layers_per_stage=even_split(num_layers, pp),
+                order=DEFAULT_ORDER,
+            )
             try:
                 r = evaluate_plan(inst, plan)
             except paraplan.ConfigError:
                 break
             if r.predicted.fits_memory:
                 return _from_result(Method.RULE_OF_THUMB, r, time.perf_counter() - start)
-    return Attempt(method=Method.RULE_OF_THUMB, outcome=Outcome.NO_PLAN,
-                   wall_s=time.perf_counter() - start, detail=f"no PP fits with tp={tp}")
+    return Attempt(
+        method=Method.RULE_OF_THUMB,
+        outcome=Outcome.NO_PLAN,
+        wall_s=time.perf_counter() - start,
+        detail=f"no PP fits with tp={tp}",
+    )
 
 
 def outside_space(scenario: dict[str, Any]) -> str:
@@ -233,8 +292,15 @@ def outside_space(scenario: dict[str, Any]) -> str:
         return f"vp={p.vp} > solver.max_vp={o.max_vp}"
     fixed = replace(fixed_knobs(inst), recompute=None, layers_per_stage=None)
     job = inst.job
-    if not layouts(inst.spec, inst.cluster, job.seq_len, job.global_batch, fixed, search_options(inst),
-                   prune_dominated=False):
+    if not layouts(
+        inst.spec,
+        inst.cluster,
+        job.seq_len,
+        job.global_batch,
+        fixed,
+        search_options(inst),
+        prune_dominated=False,
+    ):
         return "no layout of the search space matches it"
     return ""
 
@@ -245,9 +311,14 @@ def published(case: Case) -> Attempt:
     row = evaluate_case(case)
     wall = time.perf_counter() - start
     plan = {**case.scenario["plan"], "recompute": row.recompute}
-    return Attempt(method=Method.PUBLISHED, outcome=Outcome.PLAN if row.fits else Outcome.UNFIT,
-                   wall_s=wall, step_time_s=row.predicted_s, plan=plan,
-                   detail=outside_space(case.scenario))
+    return Attempt(
+        method=Method.PUBLISHED,
+        outcome=Outcome.PLAN if row.fits else Outcome.UNFIT,
+        wall_s=wall,
+        step_time_s=row.predicted_s,
+        plan=plan,
+        detail=outside_space(case.scenario),
+    )
 
 
 def enumeration_estimate_s(a: Attempt) -> float | None:

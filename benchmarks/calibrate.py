@@ -35,8 +35,14 @@ from paraplan.schema import load_scenario
 
 eff_module = importlib.import_module("paraplan.hardware.efficiency")
 
-GEMM_PARAM = {"bf16": "gemm_bf16", "fp16": "gemm_bf16", "fp8": "gemm_fp8",
-              "fp8_blockwise": "gemm_fp8_blockwise", "mxfp8": "gemm_mxfp8", "nvfp4": "gemm_nvfp4"}
+GEMM_PARAM = {
+    "bf16": "gemm_bf16",
+    "fp16": "gemm_bf16",
+    "fp8": "gemm_fp8",
+    "fp8_blockwise": "gemm_fp8_blockwise",
+    "mxfp8": "gemm_mxfp8",
+    "nvfp4": "gemm_nvfp4",
+}
 SHARED = ("attention", "kernel_overhead_us")
 LOG_STEP = 0.03  # multiplicative step of the fractions (3%)
 OVERHEAD_STEP_US = 2.0
@@ -66,9 +72,11 @@ def _fixed_recompute(case: Case) -> Case:
     if case.recompute_given:
         return case
     mode = evaluate_case(case).recompute
-    return replace(case, scenario={**case.scenario, "plan": {**case.scenario["plan"],
-                                                            "recompute": mode}},
-                   recompute_given=True)
+    return replace(
+        case,
+        scenario={**case.scenario, "plan": {**case.scenario["plan"], "recompute": mode}},
+        recompute_given=True,
+    )
 
 
 def _log_errors(cases: list[Case]) -> list[float]:
@@ -92,9 +100,14 @@ def _table(table: dict):
         eff_module._raw = original
 
 
-def fit_table(cases: list[Case], start: dict[str, dict[str, float]], rounds: int = 2,
-              log=None, reuse: tuple[dict, dict[str, list[str]]] | None = None,
-              only: set[str] | None = None) -> tuple[dict[str, dict[str, float]], dict[str, list[str]]]:
+def fit_table(
+    cases: list[Case],
+    start: dict[str, dict[str, float]],
+    rounds: int = 2,
+    log=None,
+    reuse: tuple[dict, dict[str, list[str]]] | None = None,
+    only: set[str] | None = None,
+) -> tuple[dict[str, dict[str, float]], dict[str, list[str]]]:
     """Fit, per generation, the parameters at least ``MIN_ROWS`` of ``cases`` are sensitive to,
     starting from ``start`` (coordinate descent on median + p90 |log(pred/pub)|). A parameter no
     generation's rows determine keeps its prior times the geometric-mean fitted/prior ratio of the
@@ -126,8 +139,11 @@ def fit_table(cases: list[Case], start: dict[str, dict[str, float]], rounds: int
                     for direction in (+1, -1):
                         while True:
                             old = table[gen][name]
-                            new = (old + direction * OVERHEAD_STEP_US if name.endswith("_us")
-                                   else old * math.exp(direction * LOG_STEP))
+                            new = (
+                                old + direction * OVERHEAD_STEP_US
+                                if name.endswith("_us")
+                                else old * math.exp(direction * LOG_STEP)
+                            )
                             new = round(min(hi, max(lo, new)), 4)
                             if new == old:
                                 break
@@ -139,11 +155,16 @@ def fit_table(cases: list[Case], start: dict[str, dict[str, float]], rounds: int
                                 table[gen][name] = old
                                 break
             if log:
-                log(f"{gen}: {len(gcases)} runs, loss {best:.4f}, "
-                    + ", ".join(f"{n}={table[gen][n]}" for n in names))
+                log(
+                    f"{gen}: {len(gcases)} runs, loss {best:.4f}, "
+                    + ", ".join(f"{n}={table[gen][n]}" for n in names)
+                )
     for name in sorted({n for names in fitted.values() for n in names if not n.endswith("_us")}):
-        ratios = [math.log(table[g][name] / start[g][name]) for g, names in fitted.items()
-                  if name in names and start[g][name] > 0]
+        ratios = [
+            math.log(table[g][name] / start[g][name])
+            for g, names in fitted.items()
+            if name in names and start[g][name] > 0
+        ]
         if not ratios:
             continue  # fitted nowhere: stays at the prior
         scale = math.exp(statistics.mean(ratios))
@@ -175,13 +196,24 @@ def fit_profile(path: str) -> None:
     for c in fidelity_cases():
         sc = {**c.scenario, "plan": {**c.scenario["plan"], "recompute": evaluate_case(c).recompute}}
         inst = build_instance(paraplan.load_scenario(sc))
-        cases.append(FitCase(name=f"row {c.row_id}: {c.label}", instance=inst,
-                             plan=fixed_plan(inst), measured_s=c.published_step_s))
-    entries = {g: profile_entry(f, [c for c in cases if c.generation == g])
-               for g, f in fit_cases(cases).items()}
-    data = profile_to_dict(CalibrationProfile(
-        accelerators=entries, paraplan_version=paraplan.paraplan_version(),
-        source="benchmarks/data/published_runs_calibration.csv"))
+        cases.append(
+            FitCase(
+                name=f"row {c.row_id}: {c.label}",
+                instance=inst,
+                plan=fixed_plan(inst),
+                measured_s=c.published_step_s,
+            )
+        )
+    entries = {
+        g: profile_entry(f, [c for c in cases if c.generation == g]) for g, f in fit_cases(cases).items()
+    }
+    data = profile_to_dict(
+        CalibrationProfile(
+            accelerators=entries,
+            paraplan_version=paraplan.paraplan_version(),
+            source="benchmarks/data/published_runs_calibration.csv",
+        )
+    )
     with open(path, "w") as f:
         yaml.safe_dump(data, f, sort_keys=False, default_flow_style=None, width=100)
     print(render_profile(data))

@@ -53,8 +53,10 @@ def leave_one_chip_out(cases: list[Case], log=None) -> dict[int, float]:
         errs = errors(held, table)
         out |= {i: e for i, (e, _) in errs.items()}
         if log:
-            log(f"held out {gen}: {len(held)} runs, median |err| "
-                f"{statistics.median(abs(e) for e, _ in errs.values()):.1%}")
+            log(
+                f"held out {gen}: {len(held)} runs, median |err| "
+                f"{statistics.median(abs(e) for e, _ in errs.values()):.1%}"
+            )
     return out
 
 
@@ -67,12 +69,16 @@ def main() -> int:
     loco = leave_one_chip_out(cases, log=log)
     for c in cases:
         e, fits = fitted[c.row_id]
-        print(f"row {c.row_id} {_generation(c)} {c.scenario['cluster']['gpus']} chips of "
-              f"{c.scenario['cluster']['preset']}: in-sample {e:+.1%}, LOCO {loco[c.row_id]:+.1%}"
-              + ("" if fits else "  (predicted out of memory)"))
-    print(f"median |err| in-sample {statistics.median(abs(e) for e, _ in fitted.values()):.1%}, "
-          f"leave-one-chip-out {statistics.median(abs(e) for e in loco.values()):.1%}; "
-          f"{sum(not f for _, f in fitted.values())} of {len(cases)} predicted out of memory")
+        print(
+            f"row {c.row_id} {_generation(c)} {c.scenario['cluster']['gpus']} chips of "
+            f"{c.scenario['cluster']['preset']}: in-sample {e:+.1%}, LOCO {loco[c.row_id]:+.1%}"
+            + ("" if fits else "  (predicted out of memory)")
+        )
+    print(
+        f"median |err| in-sample {statistics.median(abs(e) for e, _ in fitted.values()):.1%}, "
+        f"leave-one-chip-out {statistics.median(abs(e) for e in loco.values()):.1%}; "
+        f"{sum(not f for _, f in fitted.values())} of {len(cases)} predicted out of memory"
+    )
     return 0
 
 

@@ -62,14 +62,25 @@ _HARDWARE = (
     ("GB300", "gb300-nvl72"),
 )
 _PRE_FLASH_SOURCES = {"narayanan2021_t1", "korthikanti2022_t5", "korthikanti2022_dp8", "bloom176b"}
-_NO_OVERLAP_SOURCES = {"narayanan2021_t1", "narayanan2021_t2", "korthikanti2022_t5",
-                       "korthikanti2022_dp8", "bloom176b"}
+_NO_OVERLAP_SOURCES = {
+    "narayanan2021_t1",
+    "narayanan2021_t2",
+    "korthikanti2022_t5",
+    "korthikanti2022_dp8",
+    "bloom176b",
+}
 _DIST_OPTIMIZER_SOURCES = {"nemo_2407", "megatron_bridge_perf"}
 _GPT3_VOCAB = 51200  # NeMo GPT-3 rows match V = 51200 (published_runs.md Sec. 3.4)
-_MOE_PRESETS = {"Qwen3-30B-A3B": "qwen3-30b-a3b", "Qwen3-235B-A22B": "qwen3-235b-a22b",
-                "DeepSeek-V3": "deepseek-v3", "Mixtral 8x7B": "mixtral-8x7b",
-                "Mixtral 8x22B": "mixtral-8x22b", "gpt-oss-120b": "gpt-oss-120b",
-                "Qwen3 MoE 30B": "qwen3-30b-a3b", "GPT-OSS 120B": "gpt-oss-120b"}
+_MOE_PRESETS = {
+    "Qwen3-30B-A3B": "qwen3-30b-a3b",
+    "Qwen3-235B-A22B": "qwen3-235b-a22b",
+    "DeepSeek-V3": "deepseek-v3",
+    "Mixtral 8x7B": "mixtral-8x7b",
+    "Mixtral 8x22B": "mixtral-8x22b",
+    "gpt-oss-120b": "gpt-oss-120b",
+    "Qwen3 MoE 30B": "qwen3-30b-a3b",
+    "GPT-OSS 120B": "gpt-oss-120b",
+}
 _TOKENDROP = " (tokendrop)"
 
 
@@ -105,8 +116,11 @@ def _step_time_s(row: dict[str, str]) -> float | None:
     if row["step_time_s"]:
         return float(row["step_time_s"])
     if row["tokens_per_sec_per_gpu"] and row["global_batch_seqs"]:
-        return (int(row["global_batch_seqs"]) * int(row["seq_len"])
-                / (float(row["tokens_per_sec_per_gpu"]) * int(row["n_gpus"])))
+        return (
+            int(row["global_batch_seqs"])
+            * int(row["seq_len"])
+            / (float(row["tokens_per_sec_per_gpu"]) * int(row["n_gpus"]))
+        )
     flops = _flops_per_step(row)
     if flops is not None and row["tflops_per_gpu"]:
         return flops / (float(row["tflops_per_gpu"]) * 1e12 * int(row["n_gpus"]))
@@ -181,16 +195,21 @@ def _moe_fields(row: dict[str, str]) -> dict[str, Any]:
         return {}
     spec = preset(name)
     if (spec.num_layers, spec.hidden, spec.num_experts) != (
-            int(row["n_layers"]), int(row["hidden"]), _int(row["moe_experts"])):
+        int(row["n_layers"]),
+        int(row["hidden"]),
+        _int(row["moe_experts"]),
+    ):
         return {}
     out: dict[str, Any] = {
-        "experts": spec.num_experts, "top_k": int(row["moe_topk"]),
-        "moe_ffn_hidden": int(width.group(1)), "head_dim": spec.head_dim,
-        "activation": spec.activation.value, "norm": spec.norm,
+        "experts": spec.num_experts,
+        "top_k": int(row["moe_topk"]),
+        "moe_ffn_hidden": int(width.group(1)),
+        "head_dim": spec.head_dim,
+        "activation": spec.activation.value,
+        "norm": spec.norm,
     }
     if spec.num_shared_experts:
-        out |= {"shared_experts": spec.num_shared_experts,
-                "shared_ffn_hidden": spec.shared_ffn_hidden}
+        out |= {"shared_experts": spec.num_shared_experts, "shared_ffn_hidden": spec.shared_ffn_hidden}
     if spec.first_dense_layers:
         out |= {"first_dense_layers": spec.first_dense_layers, "ffn_hidden": spec.ffn_hidden}
     for key, field_name in MOE_MLA_FIELDS.items():
@@ -238,8 +257,11 @@ def _gpt_mha_defaults(row: dict[str, str]) -> dict[str, str]:
         return row
     if row["ffn_hidden"] and row["n_kv_heads"]:
         return row
-    return {**row, "ffn_hidden": row["ffn_hidden"] or str(4 * int(row["hidden"])),
-            "n_kv_heads": row["n_kv_heads"] or row["n_heads"]}
+    return {
+        **row,
+        "ffn_hidden": row["ffn_hidden"] or str(4 * int(row["hidden"])),
+        "n_kv_heads": row["n_kv_heads"] or row["n_heads"],
+    }
 
 
 def _recompute(text: str) -> str | None:
@@ -278,8 +300,9 @@ def _row_case(row: dict[str, str]) -> Case | Skipped:
     row = _gpt_mha_defaults(row)
     if (not row["ffn_hidden"] and not moe) or not row["n_kv_heads"]:
         return Skipped(rid, label, "architecture incomplete")
-    kv_heads = _int(row["n_kv_heads"]) or preset(
-        _MOE_PRESETS[row["model"].removesuffix(_TOKENDROP)]).num_kv_heads  # "MLA": the preset's
+    kv_heads = (
+        _int(row["n_kv_heads"]) or preset(_MOE_PRESETS[row["model"].removesuffix(_TOKENDROP)]).num_kv_heads
+    )  # "MLA": the preset's
     defaults: list[str] = []
     tp, pp, cp = _int(row["tp"]) or 1, _int(row["pp"]) or 1, _int(row["cp"]) or 1
     n = int(row["n_gpus"])
@@ -308,32 +331,50 @@ def _row_case(row: dict[str, str]) -> Case | Skipped:
     scenario = {
         "model": {
             "name": row["model"],
-            "layers": int(row["n_layers"]), "hidden": int(row["hidden"]),
+            "layers": int(row["n_layers"]),
+            "hidden": int(row["hidden"]),
             "heads": int(row["n_heads"]),
-            "kv_heads": kv_heads, "vocab": vocab,
+            "kv_heads": kv_heads,
+            "vocab": vocab,
             "activation": _activation(row["model_type"]),
-            "tied_embeddings": key in ("narayanan2021_t1", "korthikanti2022_t5", "bloom176b",
-                                       "mosaic_llmfoundry"),
+            "tied_embeddings": key
+            in ("narayanan2021_t1", "korthikanti2022_t5", "bloom176b", "mosaic_llmfoundry"),
             "norm": "rmsnorm" if "swiglu" in row["model_type"].lower() else "layernorm",
             "dropout": key in _PRE_FLASH_SOURCES,
             **({"ffn_hidden": int(row["ffn_hidden"])} if not moe else moe),
         },
         "cluster": {"preset": hardware, "gpus": n},
         "job": {
-            "seq_len": int(row["seq_len"]), "global_batch": int(row["global_batch_seqs"]),
+            "seq_len": int(row["seq_len"]),
+            "global_batch": int(row["global_batch_seqs"]),
             "precision": precision,
             "flash_attention": key not in _PRE_FLASH_SOURCES,
             "overlap_dp_comm": key not in _NO_OVERLAP_SOURCES,
             "fp32_grads": key not in _DIST_OPTIMIZER_SOURCES,
-            **({"expert_imbalance": 1.0 if ("force-balanced" in row["notes"]
-                                            or "fake balanced gate" in row["notes"]
-                                            or row["model"].endswith(_TOKENDROP)) else 1.1}
-               if moe else {}),
+            **(
+                {
+                    "expert_imbalance": 1.0
+                    if (
+                        "force-balanced" in row["notes"]
+                        or "fake balanced gate" in row["notes"]
+                        or row["model"].endswith(_TOKENDROP)
+                    )
+                    else 1.1
+                }
+                if moe
+                else {}
+            ),
         },
         "plan": {
-            "dp": dp, "tp": tp, "pp": pp, "cp": cp, "ep": _int(row["ep"]) or 1, "vp": vp,
+            "dp": dp,
+            "tp": tp,
+            "pp": pp,
+            "cp": cp,
+            "ep": _int(row["ep"]) or 1,
+            "vp": vp,
             "micro_batch": mb,
-            "zero": _zero(row, defaults), "sequence_parallel": sp,
+            "zero": _zero(row, defaults),
+            "sequence_parallel": sp,
             "recompute": rec or "none",
         },
     }
@@ -350,8 +391,12 @@ def _row_case(row: dict[str, str]) -> Case | Skipped:
     if ep > 1 and n % (ep * pp):
         # e.g. row 355 (DeepSeek-V3 on 256 GB200: pp 8, ep 64): the expert grid would need
         # ep*pp = 512 ranks; the published degrees contradict each other
-        return Skipped(rid, label, f"degrees: ep={ep} x pp={pp} exceed the {n} GPUs (Megatron's "
-                       "expert grid etp*ep*pp must divide the world)")
+        return Skipped(
+            rid,
+            label,
+            f"degrees: ep={ep} x pp={pp} exceed the {n} GPUs (Megatron's "
+            "expert grid etp*ep*pp must divide the world)",
+        )
     if ep > 1 and (dp * cp) % ep and n % (tp * ep * pp) and n % (ep * pp) == 0:
         # Megatron's expert grid ETP x EP x expert-DP x PP covers the world (docs/frameworks.md
         # Sec. 2.3, rule 2: world % (ETP*EP*PP) == 0): with ep wider than dp*cp only etp = 1 fits,
@@ -360,8 +405,17 @@ def _row_case(row: dict[str, str]) -> Case | Skipped:
         defaults.append("etp=1 (EP folded over tp: world % (etp*ep*pp) == 0 forces it)")
     if dp * tp * pp * cp != n:
         return Skipped(rid, label, f"degrees {dp}x{tp}x{pp}x{cp} do not multiply to {n}")
-    return Case(rid, key, label, scenario, step_s, rec is not None, tuple(defaults),
-                _publication(row["source"]), options)
+    return Case(
+        rid,
+        key,
+        label,
+        scenario,
+        step_s,
+        rec is not None,
+        tuple(defaults),
+        _publication(row["source"]),
+        options,
+    )
 
 
 def load_cases(path: Path = CSV_PATH) -> tuple[list[Case], list[Skipped]]:

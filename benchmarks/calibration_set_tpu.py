@@ -75,21 +75,33 @@ def tpu_row_case(row: dict[str, str], case_type: Any, skipped_type: Any, publica
     head_dim = re.search(r"head_dim\s+(\d+)", row["model_type"])
     scenario: dict[str, Any] = {
         "model": {
-            "name": row["model"], "layers": int(row["n_layers"]), "hidden": int(row["hidden"]),
-            "ffn_hidden": int(row["ffn_hidden"]), "heads": int(row["n_heads"]),
+            "name": row["model"],
+            "layers": int(row["n_layers"]),
+            "hidden": int(row["hidden"]),
+            "ffn_hidden": int(row["ffn_hidden"]),
+            "heads": int(row["n_heads"]),
             "kv_heads": _int(row["n_kv_heads"]) or int(row["n_heads"]),
-            "vocab": int(row["vocab_size"]), "activation": "relu", "tied_embeddings": False,
-            "dropout": False, **({"head_dim": int(head_dim.group(1))} if head_dim else {}),
+            "vocab": int(row["vocab_size"]),
+            "activation": "relu",
+            "tied_embeddings": False,
+            "dropout": False,
+            **({"head_dim": int(head_dim.group(1))} if head_dim else {}),
         },
         "cluster": {"preset": preset, "gpus": n},  # n chips = slices x chips per slice
         "job": {"seq_len": int(row["seq_len"]), "global_batch": gbs, "precision": "bf16"},
-        "plan": {"dp": dp, "tp": tp, "pp": 1, "micro_batch": gbs // dp, "zero": 3,
-                 "sequence_parallel": tp > 1, "recompute": _REMAT[remat.group(1)]},
+        "plan": {
+            "dp": dp,
+            "tp": tp,
+            "pp": 1,
+            "micro_batch": gbs // dp,
+            "zero": 3,
+            "sequence_parallel": tp > 1,
+            "recompute": _REMAT[remat.group(1)],
+        },
     }
     inst = build_instance(load_scenario(scenario))
     if inst.cluster.num_devices != n or gbs % dp:
         return skipped_type(rid, label, f"{slices} x {preset} is not the row's {n} chips")
     flops = model_flops_per_token(inst.spec, inst.job.seq_len) * inst.job.tokens_per_step
     step_s = flops / (n * float(row["tflops_per_gpu"]) * 1e12)
-    return case_type(rid, row["source_key"], label, scenario, step_s, True, tuple(defaults),
-                     publication)
+    return case_type(rid, row["source_key"], label, scenario, step_s, True, tuple(defaults), publication)

@@ -34,8 +34,7 @@ class CrossVal:
 
 
 def _mfu_errors(rows: list[Row], mfu: float) -> list[float]:
-    return [r.model_flops_per_step / (r.peak_flops * mfu) / r.case.published_step_s - 1
-            for r in rows]
+    return [r.model_flops_per_step / (r.peak_flops * mfu) / r.case.published_step_s - 1 for r in rows]
 
 
 def crossval(log=None) -> CrossVal:
@@ -57,8 +56,11 @@ def crossval(log=None) -> CrossVal:
                 if c.row_id in held:
                     loso[c.row_id] = evaluate_case(c).predicted_s / c.published_step_s - 1
         mfu, _ = constant_mfu_errors([r for r in rows if r.case.row_id not in held])
-        for r, e in zip([r for r in rows if r.case.row_id in held],
-                        _mfu_errors([r for r in rows if r.case.row_id in held], mfu), strict=True):
+        for r, e in zip(
+            [r for r in rows if r.case.row_id in held],
+            _mfu_errors([r for r in rows if r.case.row_id in held], mfu),
+            strict=True,
+        ):
             mfu_loso[r.case.row_id] = e
         if log:
             med, p90 = summary([loso[i] for i in ids])
@@ -71,12 +73,10 @@ def main() -> int:
     rows = cv.rows
     ins = {r.case.row_id: r.error for r in rows}
     mfu, base = constant_mfu_errors(rows)
-    print(f"{'source (held out)':<48} {'runs':>4}  {'in-sample':>15}  {'LOSO':>15}  "
-          f"{'const MFU LOSO':>15}")
+    print(f"{'source (held out)':<48} {'runs':>4}  {'in-sample':>15}  {'LOSO':>15}  {'const MFU LOSO':>15}")
     for source, ids in sorted(cv.by_source.items(), key=lambda kv: -len(kv[1])):
         cols = [summary([d[i] for i in ids]) for d in (ins, cv.loso_errors, cv.mfu_loso_errors)]
-        print(f"{source[:48]:<48} {len(ids):>4}  "
-              + "  ".join(f"{m:>6.1%} / {p:>6.1%}" for m, p in cols))
+        print(f"{source[:48]:<48} {len(ids):>4}  " + "  ".join(f"{m:>6.1%} / {p:>6.1%}" for m, p in cols))
     ids = [r.case.row_id for r in rows]
     lines = {
         "paraplan in-sample": summary([ins[i] for i in ids]),
@@ -87,8 +87,7 @@ def main() -> int:
     print(f"\n{len(rows)} runs from {len(cv.by_source)} sources (median |err| / p90):")
     for name, (m, p) in lines.items():
         print(f"  {name:<40} {m:>6.1%} / {p:>6.1%}")
-    per_source = [statistics.median(abs(cv.loso_errors[i]) for i in v)
-                  for v in cv.by_source.values()]
+    per_source = [statistics.median(abs(cv.loso_errors[i]) for i in v) for v in cv.by_source.values()]
     print(f"  median over sources of the held-out median |err|: {statistics.median(per_source):.1%}")
     return 0
 

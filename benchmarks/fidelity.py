@@ -97,8 +97,16 @@ from benchmarks.calibration_set import Case, Skipped, load_cases
 from paraplan.errors import ConfigError
 from paraplan.instance import build_instance, fixed_plan
 
-__all__ = ["Row", "evaluate_case", "fidelity_cases", "fidelity_rows", "scored_rows", "summary",
-           "constant_mfu_errors", "main"]
+__all__ = [
+    "Row",
+    "evaluate_case",
+    "fidelity_cases",
+    "fidelity_rows",
+    "scored_rows",
+    "summary",
+    "constant_mfu_errors",
+    "main",
+]
 
 
 @dataclass(frozen=True)
@@ -117,8 +125,7 @@ class Row:
 
 def evaluate_case(case: Case) -> Row:
     """Evaluate the published plan; unknown recompute -> the fastest mode that fits."""
-    modes = ([case.scenario["plan"]["recompute"]] if case.recompute_given
-             else list(case.recompute_options))
+    modes = [case.scenario["plan"]["recompute"]] if case.recompute_given else list(case.recompute_options)
     best = None
     for mode in modes:
         sc = {**case.scenario, "plan": {**case.scenario["plan"], "recompute": mode}}
@@ -174,8 +181,7 @@ def constant_mfu_errors(rows: list[Row]) -> tuple[float, list[float]]:
     best: tuple[float, float, list[float]] | None = None
     for pct in range(10, 800):
         mfu = pct / 1000
-        errs = [r.model_flops_per_step / (r.peak_flops * mfu) / r.case.published_step_s - 1
-                for r in rows]
+        errs = [r.model_flops_per_step / (r.peak_flops * mfu) / r.case.published_step_s - 1 for r in rows]
         med = statistics.median(abs(e) for e in errs)
         if best is None or med < best[0]:
             best = (med, mfu, errs)
@@ -187,30 +193,40 @@ def _reason_kind(reason: str) -> str:
     """A skip reason without its per-row values (for counting)."""
     for prefix in ("hardware 'TPU", "degrees: ep", "degrees", "plan not expressible"):
         if reason.startswith(prefix):
-            return {"hardware 'TPU": "TPU (another issue)",
-                    "degrees: ep": "expert grid larger than the GPU count (ep x pp > n)",
-                    "degrees": "model-parallel split not given",
-                    "plan not expressible": "plan the model rejects"}[prefix]
+            return {
+                "hardware 'TPU": "TPU (another issue)",
+                "degrees: ep": "expert grid larger than the GPU count (ep x pp > n)",
+                "degrees": "model-parallel split not given",
+                "plan not expressible": "plan the model rejects",
+            }[prefix]
     return reason
 
 
 def main() -> int:
     rows, skipped = scored_rows()
     mfu, base = constant_mfu_errors(rows)
-    print(f"{'row':>4}  {'run':<52} {'published':>9} {'paraplan':>9} {'err':>7} "
-          f"{'constMFU':>8}  recompute  fits  defaults")
+    print(
+        f"{'row':>4}  {'run':<52} {'published':>9} {'paraplan':>9} {'err':>7} "
+        f"{'constMFU':>8}  recompute  fits  defaults"
+    )
     for r, b in zip(rows, base, strict=True):
         c = r.case
-        print(f"{c.row_id:>4}  {c.label[:52]:<52} {c.published_step_s:>8.3f}s {r.predicted_s:>8.3f}s "
-              f"{r.error:>+7.1%} {b:>+8.1%}  {r.recompute:<9}  {'yes' if r.fits else 'NO':<4}  "
-              f"{'; '.join(c.defaults)}")
+        print(
+            f"{c.row_id:>4}  {c.label[:52]:<52} {c.published_step_s:>8.3f}s {r.predicted_s:>8.3f}s "
+            f"{r.error:>+7.1%} {b:>+8.1%}  {r.recompute:<9}  {'yes' if r.fits else 'NO':<4}  "
+            f"{'; '.join(c.defaults)}"
+        )
     med, p90 = summary([r.error for r in rows])
     bmed, bp90 = summary(base)
     reasons = Counter(_reason_kind(s.reason) for s in skipped)
-    print(f"\n{len(rows)} runs scored; {len(skipped)} skipped: "
-          + "; ".join(f"{n} {r}" for r, n in reasons.most_common()))
-    print(f"paraplan:      median |err| {med:.1%}, p90 {p90:.1%}, "
-          f"{sum(not r.fits for r in rows)} predicted out of memory")
+    print(
+        f"\n{len(rows)} runs scored; {len(skipped)} skipped: "
+        + "; ".join(f"{n} {r}" for r, n in reasons.most_common())
+    )
+    print(
+        f"paraplan:      median |err| {med:.1%}, p90 {p90:.1%}, "
+        f"{sum(not r.fits for r in rows)} predicted out of memory"
+    )
     print(f"constant MFU:  median |err| {bmed:.1%}, p90 {bp90:.1%} (best single MFU {mfu:.1%})")
     return 0
 

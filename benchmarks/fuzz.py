@@ -45,8 +45,9 @@ PROJECT_DIRS = ("paraplan/", "graph/", "hardware/", "cost/", "solver/")
 KIND_WEIGHTS = (("valid", 45), ("evaluate", 10), ("malformed", 32), ("api-args", 13))
 
 
-def make_case(seed: int, *, time_limit_s: float, deep_share: float,
-              large_share: float = 0.0) -> tuple[Any, bool]:
+def make_case(
+    seed: int, *, time_limit_s: float, deep_share: float, large_share: float = 0.0
+) -> tuple[Any, bool]:
     """(case, deep) drawn from ``seed``."""
     from benchmarks.fuzz_cases import RandomDraw, api_args, evaluate_case, malformed_case, valid_case
 
@@ -60,8 +61,10 @@ def make_case(seed: int, *, time_limit_s: float, deep_share: float,
         pick -= weight
     if kind == "valid":
         large = d.chance(large_share)
-        return (valid_case(d, time_limit_s=time_limit_s * (3 if large else 1), large=large),
-                d.chance(deep_share))
+        return (
+            valid_case(d, time_limit_s=time_limit_s * (3 if large else 1), large=large),
+            d.chance(deep_share),
+        )
     if kind == "evaluate":
         return evaluate_case(d), False
     if kind == "malformed":
@@ -102,20 +105,26 @@ def classify(case: Any, deep: bool, where: Path) -> dict[str, Any]:
         out = run_case(case, where, deep=deep)
         cls = "ok:Result" if not isinstance(out, ParaplanError) else f"ok:{type(out).__name__}"
         status = getattr(getattr(out, "solver", None), "status", None)
-        return {"class": cls, "signature": cls, "status": status,
-                "elapsed_s": time.perf_counter() - start}
+        return {"class": cls, "signature": cls, "status": status, "elapsed_s": time.perf_counter() - start}
     except PropertyFailure as e:
         frames = [(f.filename, f.lineno, f.name) for f in traceback.extract_tb(e.__traceback__)]
-        return {"class": f"violation:{e.prop}", "signature": f"violation:{e.prop}@{case.tag}",
-                "message": str(e)[:2000], "frame": _project_frame(frames),
-                "elapsed_s": time.perf_counter() - start}
+        return {
+            "class": f"violation:{e.prop}",
+            "signature": f"violation:{e.prop}@{case.tag}",
+            "message": str(e)[:2000],
+            "frame": _project_frame(frames),
+            "elapsed_s": time.perf_counter() - start,
+        }
     except (Exception, RecursionError) as e:  # noqa: BLE001 - classifying is the point
-        frames = [(f.filename, f.lineno or 0, f.name)
-                  for f in traceback.extract_tb(e.__traceback__)]
+        frames = [(f.filename, f.lineno or 0, f.name) for f in traceback.extract_tb(e.__traceback__)]
         frame = _project_frame(frames)
-        return {"class": "crash", "signature": f"crash:{type(e).__name__}@{frame}",
-                "message": f"{type(e).__name__}: {str(e)[:1500]}", "frame": frame,
-                "elapsed_s": time.perf_counter() - start}
+        return {
+            "class": "crash",
+            "signature": f"crash:{type(e).__name__}@{frame}",
+            "message": f"{type(e).__name__}: {str(e)[:1500]}",
+            "frame": frame,
+            "elapsed_s": time.perf_counter() - start,
+        }
 
 
 def _worker(conn: Any, mem_bytes: int, dump_path: str) -> None:
@@ -131,8 +140,9 @@ def _worker(conn: Any, mem_bytes: int, dump_path: str) -> None:
         t = limit if isinstance(limit, float | int) and 0 < limit < 1e6 else 30.0
         dump.seek(0)
         dump.truncate()
-        faulthandler.dump_traceback_later(t * fuzz_checks.TIME_FACTOR + fuzz_checks.TIME_MARGIN_S + 1,
-                                          file=dump)
+        faulthandler.dump_traceback_later(
+            t * fuzz_checks.TIME_FACTOR + fuzz_checks.TIME_MARGIN_S + 1, file=dump
+        )
 
     fuzz_checks.WATCH.append((before, faulthandler.cancel_dump_traceback_later))
     while True:
@@ -144,8 +154,12 @@ def _worker(conn: Any, mem_bytes: int, dump_path: str) -> None:
             try:
                 record = classify(case, deep, Path(where))
             except MemoryError:
-                record = {"class": "crash", "signature": "crash:MemoryError@?", "message":
-                          "MemoryError (memory cap)", "frame": "?"}
+                record = {
+                    "class": "crash",
+                    "signature": "crash:MemoryError@?",
+                    "message": "MemoryError (memory cap)",
+                    "frame": "?",
+                }
         conn.send(record)
 
 
@@ -193,16 +207,28 @@ class _Pool:
                     slot["proc"].join()
                     frame, stack = _hang_frame(slot["dump"])
                     self.slots[n] = self._start(slot["i"])
-                    done(key, case, deep, {"class": "hang", "signature": f"hang@{frame}",
-                                           "message": f"no answer after {watchdog:.0f} s; "
-                                                      f"stack: {stack}", "frame": frame})
+                    done(
+                        key,
+                        case,
+                        deep,
+                        {
+                            "class": "hang",
+                            "signature": f"hang@{frame}",
+                            "message": f"no answer after {watchdog:.0f} s; stack: {stack}",
+                            "frame": frame,
+                        },
+                    )
 
     @staticmethod
     def _died(slot: dict[str, Any]) -> dict[str, Any]:
         slot["proc"].join(5)
         code = slot["proc"].exitcode
-        return {"class": "crash", "signature": f"died:exit {code}",
-                "message": f"the worker exited with {code} (memory cap or signal)", "frame": "?"}
+        return {
+            "class": "crash",
+            "signature": f"died:exit {code}",
+            "message": f"the worker exited with {code} (memory cap or signal)",
+            "frame": "?",
+        }
 
     def close(self) -> None:
         for slot in self.slots:
@@ -248,9 +274,21 @@ def _removable(scenario: dict[str, Any]) -> list[tuple[str, ...]]:
     for section in ("plan", "solver", "job", "model"):
         value = scenario.get(section)
         if isinstance(value, dict):
-            required = {"job": ("seq_len", "global_batch"),
-                        "model": ("layers", "hidden", "heads", "vocab", "ffn_hidden", "preset",
-                                  "hf_config", "experts", "top_k", "moe_ffn_hidden")}.get(section, ())
+            required = {
+                "job": ("seq_len", "global_batch"),
+                "model": (
+                    "layers",
+                    "hidden",
+                    "heads",
+                    "vocab",
+                    "ffn_hidden",
+                    "preset",
+                    "hf_config",
+                    "experts",
+                    "top_k",
+                    "moe_ffn_hidden",
+                ),
+            }.get(section, ())
             paths += [(section, k) for k in value if k not in required]
     return paths
 
@@ -261,8 +299,9 @@ def _run_one(pool: _Pool, case: Any, deep: bool, watchdog: float) -> dict[str, A
     return result[0]
 
 
-def shrink(pool: _Pool, case: Any, deep: bool, record: dict[str, Any], watchdog: float,
-           budget: int) -> tuple[Any, bool]:
+def shrink(
+    pool: _Pool, case: Any, deep: bool, record: dict[str, Any], watchdog: float, budget: int
+) -> tuple[Any, bool]:
     """Remove optional keys (plan/solver sections, then single knobs) and simplify the API
     arguments while the signature stays; at most ``budget`` re-runs."""
     if not isinstance(case.scenario, dict):
@@ -273,8 +312,9 @@ def shrink(pool: _Pool, case: Any, deep: bool, record: dict[str, Any], watchdog:
 
     def propose() -> None:
         candidates.clear()
-        candidates.extend(replace(case, scenario=_without(case.scenario, p))
-                          for p in _removable(case.scenario))
+        candidates.extend(
+            replace(case, scenario=_without(case.scenario, p)) for p in _removable(case.scenario)
+        )
         for key, simple in (("top", 1), ("seed", 0), ("workers", 2)):
             if case.args.get(key) != simple and not (case.kind == "api-args"):
                 candidates.append(replace(case, args={**case.args, key: simple}))
@@ -314,12 +354,14 @@ def write_repro(out: Path, case: Any, deep: bool, record: dict[str, Any], seed: 
             target.write_text(json.dumps(value, indent=1))
         if isinstance(scenario, dict) and scenario.get("model", {}).get("hf_config") == name:
             scenario = {**scenario, "model": {**scenario["model"], "hf_config": target.name}}
-    header = [f"fuzz reproducer: {record['signature']}",
-              f"case seed {seed}, tag {case.tag}, deep={deep}",
-              f"message: {record.get('message', '')[:600]!r}",
-              f"API arguments: {case.args!r}",
-              "reproduce: paraplan.solve(THIS_FILE, **API arguments), or the case itself:",
-              f"  python -m benchmarks.fuzz --one {seed}"]
+    header = [
+        f"fuzz reproducer: {record['signature']}",
+        f"case seed {seed}, tag {case.tag}, deep={deep}",
+        f"message: {record.get('message', '')[:600]!r}",
+        f"API arguments: {case.args!r}",
+        "reproduce: paraplan.solve(THIS_FILE, **API arguments), or the case itself:",
+        f"  python -m benchmarks.fuzz --one {seed}",
+    ]
     text = "".join(f"# {line}\n" for line in header)
     path = repro_dir / f"{slug}.yaml"
     if isinstance(scenario, dict):
@@ -333,47 +375,73 @@ def write_repro(out: Path, case: Any, deep: bool, record: dict[str, Any], seed: 
     return path
 
 
-def _summary(out: Path, records: list[dict[str, Any]], repros: dict[str, Path],
-             args: argparse.Namespace, wall_s: float) -> None:
-    classes = Counter(r["class"].split(":")[0] if r["class"].startswith("ok") else r["class"]
-                      for r in records)
+def _summary(
+    out: Path, records: list[dict[str, Any]], repros: dict[str, Path], args: argparse.Namespace, wall_s: float
+) -> None:
+    classes = Counter(
+        r["class"].split(":")[0] if r["class"].startswith("ok") else r["class"] for r in records
+    )
     detail = Counter(r["class"] for r in records)
     bad = Counter(r["signature"] for r in records if not r["class"].startswith("ok"))
     first = {}
     for r in records:
         first.setdefault(r["signature"], r)
-    summary = {"n": len(records), "seed": args.seed, "jobs": args.jobs, "wall_s": round(wall_s, 1),
-               "time_limit_s": args.time_limit, "classes": dict(classes), "outcomes": dict(detail),
-               "failures": {s: {"count": c, "seed": first[s]["seed"], "tag": first[s]["tag"],
-                                "message": first[s].get("message", "")[:400],
-                                "repro": str(repros.get(s, ""))}
-                            for s, c in bad.most_common()}}
+    summary = {
+        "n": len(records),
+        "seed": args.seed,
+        "jobs": args.jobs,
+        "wall_s": round(wall_s, 1),
+        "time_limit_s": args.time_limit,
+        "classes": dict(classes),
+        "outcomes": dict(detail),
+        "failures": {
+            s: {
+                "count": c,
+                "seed": first[s]["seed"],
+                "tag": first[s]["tag"],
+                "message": first[s].get("message", "")[:400],
+                "repro": str(repros.get(s, "")),
+            }
+            for s, c in bad.most_common()
+        },
+    }
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
-    lines = [f"# fuzz run: {len(records)} cases, seed {args.seed}, {args.jobs} jobs, "
-             f"{wall_s / 60:.1f} min", "",
-             "| outcome | cases |", "|---|---|"]
+    lines = [
+        f"# fuzz run: {len(records)} cases, seed {args.seed}, {args.jobs} jobs, {wall_s / 60:.1f} min",
+        "",
+        "| outcome | cases |",
+        "|---|---|",
+    ]
     lines += [f"| {k} | {v} |" for k, v in sorted(detail.items())]
     lines += ["", f"## {sum(bad.values())} failing cases, {len(bad)} distinct signatures", ""]
     for s, c in bad.most_common():
         r = first[s]
-        lines += [f"- **{s}** x{c} (first: seed {r['seed']}, {r['tag']}): "
-                  f"{r.get('message', '')[:300]!r} -> `{repros.get(s, '')}`"]
+        lines += [
+            f"- **{s}** x{c} (first: seed {r['seed']}, {r['tag']}): "
+            f"{r.get('message', '')[:300]!r} -> `{repros.get(s, '')}`"
+        ]
     (out / "summary.md").write_text("\n".join(lines) + "\n")
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.fuzz", description=__doc__.split(
-        "\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.fuzz", description=__doc__.split("\n")[0])
     parser.add_argument("--n", type=int, default=1000, help="cases (default 1000)")
     parser.add_argument("--seed", type=int, default=0, help="run seed (case i uses seed*10^6+i)")
     parser.add_argument("--out", default="benchmarks/results/tmp/fuzz", help="output directory")
     parser.add_argument("--jobs", type=int, default=2, help="worker processes (default 2)")
     parser.add_argument("--time-limit", type=float, default=3.0, help="time_limit_s of valid cases")
-    parser.add_argument("--deep", type=float, default=0.3,
-                        help="share of valid cases also checked against neighbours, top and "
-                             "workers (default 0.3)")
-    parser.add_argument("--large", type=float, default=0.2,
-                        help="share of valid cases on 96-4,608 devices, limit x 3 (default 0.2)")
+    parser.add_argument(
+        "--deep",
+        type=float,
+        default=0.3,
+        help="share of valid cases also checked against neighbours, top and workers (default 0.3)",
+    )
+    parser.add_argument(
+        "--large",
+        type=float,
+        default=0.2,
+        help="share of valid cases on 96-4,608 devices, limit x 3 (default 0.2)",
+    )
     parser.add_argument("--mem-gib", type=float, default=6.0, help="memory cap per worker")
     parser.add_argument("--grace", type=float, default=20.0, help="watchdog seconds over the limits")
     parser.add_argument("--shrink", type=int, default=25, help="re-runs to shrink each signature")
@@ -381,8 +449,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     if args.one is not None:
-        case, deep = make_case(args.one, time_limit_s=args.time_limit, deep_share=args.deep,
-                               large_share=args.large)
+        case, deep = make_case(
+            args.one, time_limit_s=args.time_limit, deep_share=args.deep, large_share=args.large
+        )
         print(f"case {args.one}: {case.tag} deep={deep} args={case.args}")
         with tempfile.TemporaryDirectory() as where:
             print(json.dumps(classify(case, deep, Path(where)), indent=1))
@@ -396,6 +465,7 @@ def main(argv: list[str] | None = None) -> int:
     failing: dict[str, tuple[Any, bool, dict[str, Any], int, float]] = {}
     start = time.monotonic()
     with open(out / "cases.jsonl", "w") as log:
+
         def done(key: int, case: Any, deep: bool, record: dict[str, Any]) -> None:
             record = {**record, "seed": key, "kind": case.kind, "tag": case.tag, "deep": deep}
             records.append(record)
@@ -403,18 +473,23 @@ def main(argv: list[str] | None = None) -> int:
             log.flush()
             if not record["class"].startswith("ok") and record["signature"] not in failing:
                 failing[record["signature"]] = (case, deep, record, key, watchdogs[key])
-                print(f"[{len(records)}/{args.n}] {record['signature']}: "
-                      f"{record.get('message', '')[:160]!r}", flush=True)
+                print(
+                    f"[{len(records)}/{args.n}] {record['signature']}: {record.get('message', '')[:160]!r}",
+                    flush=True,
+                )
             if len(records) % 100 == 0:
-                print(f"[{len(records)}/{args.n}] {time.monotonic() - start:.0f} s, "
-                      f"{sum(not r['class'].startswith('ok') for r in records)} failing",
-                      flush=True)
+                print(
+                    f"[{len(records)}/{args.n}] {time.monotonic() - start:.0f} s, "
+                    f"{sum(not r['class'].startswith('ok') for r in records)} failing",
+                    flush=True,
+                )
 
         jobs, watchdogs = [], {}
         for i in range(args.n):
             seed = args.seed * 10**6 + i
-            case, deep = make_case(seed, time_limit_s=args.time_limit, deep_share=args.deep,
-                                   large_share=args.large)
+            case, deep = make_case(
+                seed, time_limit_s=args.time_limit, deep_share=args.deep, large_share=args.large
+            )
             watchdog = _calls(case, deep) * (_limit(case) * 1.2 + 1) + args.grace
             watchdogs[seed] = watchdog
             jobs.append((seed, case, deep, watchdog))

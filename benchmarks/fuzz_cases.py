@@ -23,11 +23,28 @@ from paraplan.hardware import build_cluster, fabric_names, node_type_names
 
 T = TypeVar("T")
 
-__all__ = ["Draw", "RandomDraw", "Case", "valid_case", "evaluate_case", "malformed_case",
-           "api_args", "divisors", "KNOWN_BAD_VARIANTS"]
+__all__ = [
+    "Draw",
+    "RandomDraw",
+    "Case",
+    "valid_case",
+    "evaluate_case",
+    "malformed_case",
+    "api_args",
+    "divisors",
+    "KNOWN_BAD_VARIANTS",
+]
 
-SMALL_PRESETS = ("gpt3-1.3b", "gpt3-2.7b", "llama3-8b", "mistral-7b", "qwen2.5-7b", "llama2-7b",
-                 "qwen3-30b-a3b", "mixtral-8x7b")
+SMALL_PRESETS = (
+    "gpt3-1.3b",
+    "gpt3-2.7b",
+    "llama3-8b",
+    "mistral-7b",
+    "qwen2.5-7b",
+    "llama2-7b",
+    "qwen3-30b-a3b",
+    "mixtral-8x7b",
+)
 NODE_TYPES = tuple(node_type_names()) + tuple(fabric_names())
 GPU_COUNTS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 LARGE_GPU_COUNTS = (128, 256, 512, 96, 384, 1024, 2048)  # valid_case(large=True): the long run
@@ -83,8 +100,12 @@ def _explicit_model(d: Draw) -> dict[str, Any]:
     heads = d.choice((1, 2, 4, 8, 16))
     head_dim = d.choice((64, 32, 16, 128))
     hidden = max(64, min(1024, heads * head_dim))
-    m: dict[str, Any] = {"layers": d.integer(2, 16), "hidden": hidden, "heads": heads,
-                         "vocab": d.choice((32000, 256, 1000, 50257))}
+    m: dict[str, Any] = {
+        "layers": d.integer(2, 16),
+        "hidden": hidden,
+        "heads": heads,
+        "vocab": d.choice((32000, 256, 1000, 50257)),
+    }
     if d.chance(0.5):
         m["kv_heads"] = d.choice([k for k in (1, 2, 4, 8, 16) if heads % k == 0])
     if d.chance(0.3):
@@ -110,8 +131,13 @@ def _explicit_model(d: Draw) -> dict[str, Any]:
     else:
         m["ffn_hidden"] = hidden * d.choice((4, 1, 2, 3))
     if d.chance(0.05):  # latent attention (MLA)
-        m.update(kv_lora_rank=64, q_lora_rank=d.choice((0, 96)), qk_nope_head_dim=32,
-                 qk_rope_head_dim=16, v_head_dim=32)
+        m.update(
+            kv_lora_rank=64,
+            q_lora_rank=d.choice((0, 96)),
+            qk_nope_head_dim=32,
+            qk_rope_head_dim=16,
+            v_head_dim=32,
+        )
     return m
 
 
@@ -122,25 +148,51 @@ def _hf_config(d: Draw) -> dict[str, Any]:
     vocab = d.choice((32000, 1000, 50257))
     style = d.choice(("llama", "gpt2", "neox", "mixtral", "qwen2_moe", "deepseek_v3"))
     if style == "gpt2":
-        return {"model_type": "gpt2", "n_embd": hidden, "n_head": heads, "n_layer": layers,
-                "vocab_size": vocab, "activation_function": "gelu_new"}
-    cfg: dict[str, Any] = {"hidden_size": hidden, "num_attention_heads": heads,
-                           "num_hidden_layers": layers, "vocab_size": vocab,
-                           "intermediate_size": hidden * 4}
+        return {
+            "model_type": "gpt2",
+            "n_embd": hidden,
+            "n_head": heads,
+            "n_layer": layers,
+            "vocab_size": vocab,
+            "activation_function": "gelu_new",
+        }
+    cfg: dict[str, Any] = {
+        "hidden_size": hidden,
+        "num_attention_heads": heads,
+        "num_hidden_layers": layers,
+        "vocab_size": vocab,
+        "intermediate_size": hidden * 4,
+    }
     if style == "neox":
         cfg.update(model_type="gpt_neox", hidden_act="gelu")
         return cfg
-    cfg.update(model_type=style, hidden_act="silu",
-               num_key_value_heads=d.choice([k for k in (1, 2, 4) if heads % k == 0]))
+    cfg.update(
+        model_type=style,
+        hidden_act="silu",
+        num_key_value_heads=d.choice([k for k in (1, 2, 4) if heads % k == 0]),
+    )
     if style == "mixtral":
         cfg.update(num_local_experts=d.choice((4, 8)), num_experts_per_tok=2)
     elif style == "qwen2_moe":
-        cfg.update(num_experts=d.choice((4, 8)), num_experts_per_tok=2,
-                   moe_intermediate_size=hidden, decoder_sparse_step=d.choice((1, 2)))
+        cfg.update(
+            num_experts=d.choice((4, 8)),
+            num_experts_per_tok=2,
+            moe_intermediate_size=hidden,
+            decoder_sparse_step=d.choice((1, 2)),
+        )
     elif style == "deepseek_v3":
-        cfg.update(n_routed_experts=8, num_experts_per_tok=2, moe_intermediate_size=hidden // 2,
-                   n_shared_experts=1, first_k_dense_replace=1, kv_lora_rank=64,
-                   q_lora_rank=0, qk_nope_head_dim=32, qk_rope_head_dim=16, v_head_dim=32)
+        cfg.update(
+            n_routed_experts=8,
+            num_experts_per_tok=2,
+            moe_intermediate_size=hidden // 2,
+            n_shared_experts=1,
+            first_k_dense_replace=1,
+            kv_lora_rank=64,
+            q_lora_rank=0,
+            qk_nope_head_dim=32,
+            qk_rope_head_dim=16,
+            v_head_dim=32,
+        )
     return cfg
 
 
@@ -177,12 +229,12 @@ def _cluster(d: Draw, large: bool = False) -> tuple[dict[str, Any], int, tuple[s
 def _composition(d: Draw, total: int, parts: int) -> list[int]:
     cuts = sorted(d.integer(1, total - 1) for _ in range(parts - 1)) if parts > 1 else []
     out = [b - a for a, b in zip([0, *cuts], [*cuts, total], strict=True)]
-    return out if all(out) else [total // parts + (1 if i < total % parts else 0)
-                                 for i in range(parts)]
+    return out if all(out) else [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
 
 
-def _plan_knobs(d: Draw, devices: int, layers: int, batch: int, seq_len: int,
-                is_moe: bool, experts: int, num_pools: int) -> dict[str, Any]:
+def _plan_knobs(
+    d: Draw, devices: int, layers: int, batch: int, seq_len: int, is_moe: bool, experts: int, num_pools: int
+) -> dict[str, Any]:
     """A subset of knobs, mostly consistent with the drawn sizes, sometimes not."""
     plan: dict[str, Any] = {}
     tp = d.choice(divisors(devices) + [3, 5]) if d.chance(0.3) else None  # 3, 5: often invalid
@@ -257,8 +309,7 @@ def valid_case(d: Draw, *, time_limit_s: float = 5.0, large: bool = False) -> Ca
         files["config.json"] = cfg
         model = {"hf_config": "config.json"}
         layers = cfg.get("num_hidden_layers") or cfg.get("n_layer")
-        experts = cfg.get("num_local_experts") or cfg.get("num_experts") or cfg.get(
-            "n_routed_experts") or 0
+        experts = cfg.get("num_local_experts") or cfg.get("num_experts") or cfg.get("n_routed_experts") or 0
         is_moe = bool(experts)
     else:
         model = _explicit_model(d)
@@ -278,18 +329,20 @@ def valid_case(d: Draw, *, time_limit_s: float = 5.0, large: bool = False) -> Ca
         job["expert_imbalance"] = d.choice((1.0, 1.5, 3.0))
     scenario: dict[str, Any] = {"model": model, "cluster": cluster, "job": job}
     if d.chance(0.6):
-        plan = _plan_knobs(d, devices, layers, batch, seq_len, is_moe, experts,
-                           len(cluster.get("pools", ())))
+        plan = _plan_knobs(d, devices, layers, batch, seq_len, is_moe, experts, len(cluster.get("pools", ())))
         if plan:
             scenario["plan"] = plan
     if d.chance(0.4):
         solver = _solver_section(d)
         if solver:
             scenario["solver"] = solver
-    args = {"time_limit_s": time_limit_s, "workers": d.choice((2, 1)), "top": d.choice((1, 3, 2)),
-            "seed": d.choice((0, 1, 12345))}
-    return Case("valid", scenario, args, tag=f"valid:{'large' if large else source}",
-                files=files or None)
+    args = {
+        "time_limit_s": time_limit_s,
+        "workers": d.choice((2, 1)),
+        "top": d.choice((1, 3, 2)),
+        "seed": d.choice((0, 1, 12345)),
+    }
+    return Case("valid", scenario, args, tag=f"valid:{'large' if large else source}", files=files or None)
 
 
 def evaluate_case(d: Draw) -> Case:
@@ -299,15 +352,21 @@ def evaluate_case(d: Draw) -> Case:
     sc = case.scenario
     assert isinstance(sc, dict)
     cluster = sc["cluster"]
-    devices = (sum(_pool_devices(p) for p in cluster["pools"]) if "pools" in cluster
-               else _pool_devices(cluster))
+    devices = (
+        sum(_pool_devices(p) for p in cluster["pools"]) if "pools" in cluster else _pool_devices(cluster)
+    )
     plan = dict(sc.get("plan", {}))
     tp = plan.get("tp") or d.choice(divisors(devices))
     pp = plan.get("pp") or d.choice(divisors(devices // tp if devices % tp == 0 else devices))
     rest = devices // (tp * pp) if devices % (tp * pp) == 0 else 1
-    plan.update(tp=tp, pp=pp, dp=plan.get("dp") or max(1, rest // plan.get("cp", 1)),
-                micro_batch=plan.get("micro_batch") or 1, zero=plan.get("zero", d.integer(0, 3)),
-                recompute=plan.get("recompute") or d.choice(("none", "selective", "full")))
+    plan.update(
+        tp=tp,
+        pp=pp,
+        dp=plan.get("dp") or max(1, rest // plan.get("cp", 1)),
+        micro_batch=plan.get("micro_batch") or 1,
+        zero=plan.get("zero", d.integer(0, 3)),
+        recompute=plan.get("recompute") or d.choice(("none", "selective", "full")),
+    )
     if isinstance(plan["recompute"], list) and len(plan["recompute"]) != pp:
         plan["recompute"] = plan["recompute"][0]
     if "layers_per_stage" in plan and len(plan["layers_per_stage"]) != pp:
@@ -325,25 +384,80 @@ def _pool_devices(section: dict[str, Any]) -> int:
 # ------------------------------------------------------------------------------ malformed input
 
 _SECTION_KEYS = {
-    "model": ("preset", "layers", "hidden", "heads", "vocab", "ffn_hidden", "kv_heads",
-              "activation", "experts", "top_k", "hf_config", "tied_embeddings"),
+    "model": (
+        "preset",
+        "layers",
+        "hidden",
+        "heads",
+        "vocab",
+        "ffn_hidden",
+        "kv_heads",
+        "activation",
+        "experts",
+        "top_k",
+        "hf_config",
+        "tied_embeddings",
+    ),
     "cluster": ("preset", "nodes", "gpus", "pools"),
     "job": ("seq_len", "global_batch", "precision", "flash_attention", "expert_imbalance"),
-    "plan": ("dp", "tp", "pp", "cp", "vp", "micro_batch", "zero", "sequence_parallel",
-             "recompute", "layers_per_stage", "order", "cp_comm", "ep", "etp", "stage_pools"),
-    "solver": ("allow_uneven_stages", "search_placement", "max_micro_batch", "max_vp",
-               "uniform_recompute", "target"),
+    "plan": (
+        "dp",
+        "tp",
+        "pp",
+        "cp",
+        "vp",
+        "micro_batch",
+        "zero",
+        "sequence_parallel",
+        "recompute",
+        "layers_per_stage",
+        "order",
+        "cp_comm",
+        "ep",
+        "etp",
+        "stage_pools",
+    ),
+    "solver": (
+        "allow_uneven_stages",
+        "search_placement",
+        "max_micro_batch",
+        "max_vp",
+        "uniform_recompute",
+        "target",
+    ),
 }
-_BAD_VALUES: tuple[Any, ...] = ("abc", [1, 2], {"a": 1}, -5, 0, 1.5, True, None, "nan", "",
-                                [], {}, 3, "1e3", float("inf"))
+_BAD_VALUES: tuple[Any, ...] = (
+    "abc",
+    [1, 2],
+    {"a": 1},
+    -5,
+    0,
+    1.5,
+    True,
+    None,
+    "nan",
+    "",
+    [],
+    {},
+    3,
+    "1e3",
+    float("inf"),
+)
 
 
 def _base(d: Draw) -> dict[str, Any]:
     heads = d.choice((4, 8))
-    return {"model": {"layers": d.integer(2, 8), "hidden": heads * 64, "ffn_hidden": heads * 256,
-                      "heads": heads, "vocab": 1000},
-            "cluster": {"preset": d.choice(("dgx-h100", "dgx-a100-80gb")), "gpus": d.choice((4, 8))},
-            "job": {"seq_len": 1024, "global_batch": 16}}
+    return {
+        "model": {
+            "layers": d.integer(2, 8),
+            "hidden": heads * 64,
+            "ffn_hidden": heads * 256,
+            "heads": heads,
+            "vocab": 1000,
+        },
+        "cluster": {"preset": d.choice(("dgx-h100", "dgx-a100-80gb")), "gpus": d.choice((4, 8))},
+        "job": {"seq_len": 1024, "global_batch": 16},
+    }
 
 
 def _nested(depth: int, kind: str) -> Any:
@@ -353,23 +467,42 @@ def _nested(depth: int, kind: str) -> Any:
     return value
 
 
-KNOWN_BAD_VARIANTS = frozenset({  # issue 16 reports these crashes; CI leaves them to xfail tests
-    "text:utf16", "text:bad-utf8", "text:binary", "hf:list", "hf:string", "hf:number", "hf:null",
-    "hf:act-list", "hf:size-dict", "hf:size-list", "hf:moe-no-topk", "hf:mla-missing",
-    "hf:directory", "text:deep-list", "text:deep-map", "text:huge-int",
-    "hf:size-str", "hf:size-neg"})  # found by this suite: the message names no scenario field
+KNOWN_BAD_VARIANTS = frozenset(
+    {  # issue 16 reports these crashes; CI leaves them to xfail tests
+        "text:utf16",
+        "text:bad-utf8",
+        "text:binary",
+        "hf:list",
+        "hf:string",
+        "hf:number",
+        "hf:null",
+        "hf:act-list",
+        "hf:size-dict",
+        "hf:size-list",
+        "hf:moe-no-topk",
+        "hf:mla-missing",
+        "hf:directory",
+        "text:deep-list",
+        "text:deep-map",
+        "text:huge-int",
+        "hf:size-str",
+        "hf:size-neg",
+    }
+)  # found by this suite: the message names no scenario field
 
 
-def malformed_case(d: Draw, *, extreme: bool = False, known_bad: bool = True,
-                   time_limit_s: float = 3.0) -> Case:
+def malformed_case(
+    d: Draw, *, extreme: bool = False, known_bad: bool = True, time_limit_s: float = 3.0
+) -> Case:
     """A broken document: an unknown key, a wrong-typed value, a missing section, broken text,
     a broken Hugging Face config; given to ``solve`` or (one in four) ``evaluate``. ``extreme``:
     also huge, deep and alias-bomb documents (the long-run driver, under a memory cap);
     ``known_bad=False`` leaves out KNOWN_BAD_VARIANTS."""
     case = _malformed(d, extreme, known_bad, time_limit_s)
     if d.chance(0.25):  # evaluate may also (rightly) name the knobs the plan lacks
-        case = replace(case, api="evaluate", expect_keys=case.expect_keys + ("plan.",)
-                       if case.expect_keys else ())
+        case = replace(
+            case, api="evaluate", expect_keys=case.expect_keys + ("plan.",) if case.expect_keys else ()
+        )
     return case
 
 
@@ -401,12 +534,27 @@ def _malformed(d: Draw, extreme: bool, known_bad: bool, time_limit_s: float) -> 
             sc[section][key] = value
         # a value may happen to be valid (zero: 0, flags: True, ...): then a Result is fine; a
         # huge size may also be refused as infeasible (only a ConfigError must name the key)
-        return Case("malformed", sc, args, (key, section), tag=f"bad-value:{section}.{key}"
-                    + (":huge" if huge else ""), strict_keys=not huge)
+        return Case(
+            "malformed",
+            sc,
+            args,
+            (key, section),
+            tag=f"bad-value:{section}.{key}" + (":huge" if huge else ""),
+            strict_keys=not huge,
+        )
     if kind == "missing":
-        path = d.choice((("model",), ("cluster",), ("job",), ("job", "seq_len"),
-                         ("job", "global_batch"), ("model", "heads"), ("model", "vocab"),
-                         ("cluster", "gpus")))
+        path = d.choice(
+            (
+                ("model",),
+                ("cluster",),
+                ("job",),
+                ("job", "seq_len"),
+                ("job", "global_batch"),
+                ("model", "heads"),
+                ("model", "vocab"),
+                ("cluster", "gpus"),
+            )
+        )
         target = sc
         for p in path[:-1]:
             target = target[p]
@@ -424,12 +572,37 @@ def _variant(d: Draw, family: str, variants: Sequence[str], known_bad: bool) -> 
 
 
 def _malformed_hf(d: Draw, sc: dict[str, Any], args: dict[str, Any], known_bad: bool) -> Case:
-    good = {"hidden_size": 256, "num_attention_heads": 4, "num_hidden_layers": 4,
-            "vocab_size": 1000, "intermediate_size": 1024, "hidden_act": "silu"}
-    variant = _variant(d, "hf", ("missing", "list", "string", "number", "act-list", "size-dict",
-                                 "size-list", "size-str", "moe-no-topk", "mla-missing", "not-json",
-                                 "no-file", "directory", "null", "size-neg", "size-float"),
-                       known_bad)
+    good = {
+        "hidden_size": 256,
+        "num_attention_heads": 4,
+        "num_hidden_layers": 4,
+        "vocab_size": 1000,
+        "intermediate_size": 1024,
+        "hidden_act": "silu",
+    }
+    variant = _variant(
+        d,
+        "hf",
+        (
+            "missing",
+            "list",
+            "string",
+            "number",
+            "act-list",
+            "size-dict",
+            "size-list",
+            "size-str",
+            "moe-no-topk",
+            "mla-missing",
+            "not-json",
+            "no-file",
+            "directory",
+            "null",
+            "size-neg",
+            "size-float",
+        ),
+        known_bad,
+    )
     cfg: Any = dict(good)
     if variant == "list":
         cfg = [good]
@@ -444,10 +617,23 @@ def _malformed_hf(d: Draw, sc: dict[str, Any], args: dict[str, Any], known_bad: 
     elif variant == "act-list":
         cfg["hidden_act"] = ["silu"]
     elif variant.startswith("size-"):
-        key = d.choice(("hidden_size", "num_attention_heads", "num_hidden_layers", "vocab_size",
-                        "intermediate_size", "num_key_value_heads"))
-        cfg[key] = {"size-dict": {"a": 1}, "size-list": [4], "size-str": "four", "size-neg": -4,
-                    "size-float": 4.5}[variant]
+        key = d.choice(
+            (
+                "hidden_size",
+                "num_attention_heads",
+                "num_hidden_layers",
+                "vocab_size",
+                "intermediate_size",
+                "num_key_value_heads",
+            )
+        )
+        cfg[key] = {
+            "size-dict": {"a": 1},
+            "size-list": [4],
+            "size-str": "four",
+            "size-neg": -4,
+            "size-float": 4.5,
+        }[variant]
     elif variant == "moe-no-topk":
         cfg["num_local_experts"] = 8
     elif variant == "mla-missing":
@@ -463,13 +649,27 @@ def _malformed_hf(d: Draw, sc: dict[str, Any], args: dict[str, Any], known_bad: 
     return Case("malformed", sc, args, ("hf_config",), tag=f"hf:{variant}", files=files)
 
 
-def _malformed_text(d: Draw, sc: dict[str, Any], args: dict[str, Any], extreme: bool,
-                    known_bad: bool) -> Case:
+def _malformed_text(
+    d: Draw, sc: dict[str, Any], args: dict[str, Any], extreme: bool, known_bad: bool
+) -> Case:
     import yaml
 
     text = yaml.safe_dump(sc)
-    variants = ["bad-yaml", "not-mapping", "utf16", "bad-utf8", "binary", "empty", "tabs",
-                "json-broken", "bom", "dup-key", "deep-list-50", "long-string", "nul"]
+    variants = [
+        "bad-yaml",
+        "not-mapping",
+        "utf16",
+        "bad-utf8",
+        "binary",
+        "empty",
+        "tabs",
+        "json-broken",
+        "bom",
+        "dup-key",
+        "deep-list-50",
+        "long-string",
+        "nul",
+    ]
     if extreme:
         variants += ["deep-list", "deep-map", "huge-int", "alias-bomb", "huge-doc"]
     v = _variant(d, "text", variants, known_bad)
@@ -504,8 +704,11 @@ def _malformed_text(d: Draw, sc: dict[str, Any], args: dict[str, Any], extreme: 
         out = json.dumps(sc)
     elif v in ("deep-list", "deep-map"):
         depth = d.choice((1000, 5000, 20000))
-        out = "plan: " + ("[" * depth + "]" * depth if v == "deep-list"
-                          else "{a: " * depth + "1" + "}" * depth) + "\n"
+        out = (
+            "plan: "
+            + ("[" * depth + "]" * depth if v == "deep-list" else "{a: " * depth + "1" + "}" * depth)
+            + "\n"
+        )
     elif v == "huge-int":
         sc["job"]["global_batch"] = 10**4999  # 5000 digits: past int-string limits
         out = text.replace("global_batch: 16", "global_batch: " + "9" * 5000)
@@ -534,16 +737,39 @@ def api_args(d: Draw, *, known_bad: bool = True) -> Case:
     sc = _base(d)
     limits = _TIME_LIMITS if known_bad else tuple(t for t in _TIME_LIMITS if math.isfinite(t))
     seeds = _SEEDS if known_bad else tuple(s for s in _SEEDS if -(2**31) <= s < 2**31)
-    args = {"time_limit_s": d.choice(limits), "workers": d.choice(_WORKERS),
-            "top": d.choice(_TOPS), "seed": d.choice(seeds)}
+    args = {
+        "time_limit_s": d.choice(limits),
+        "workers": d.choice(_WORKERS),
+        "top": d.choice(_TOPS),
+        "seed": d.choice(seeds),
+    }
     t = args["time_limit_s"]
-    must = [k for k, ok in (("time_limit_s", t > 0),  # NaN too
-                            ("workers", args["workers"] >= 1), ("top", args["top"] >= 1),
-                            ("seed", -(2**31) <= args["seed"] < 2**31)) if not ok]
+    must = [
+        k
+        for k, ok in (
+            ("time_limit_s", t > 0),  # NaN too
+            ("workers", args["workers"] >= 1),
+            ("top", args["top"] >= 1),
+            ("seed", -(2**31) <= args["seed"] < 2**31),
+        )
+        if not ok
+    ]
     # may be refused (a documented upper limit) or accepted: then the result must be strict JSON
-    may = [k for k, odd in (("time_limit_s", t > 3600), ("seed", args["seed"] < 0),
-                            ("top", args["top"] > 10), ("workers", args["workers"] > 2)) if odd]
-    return Case("api-args", sc, args, tuple(dict.fromkeys(must + may)),
-                tag="api:" + ",".join(must or ["ok"]), refuse=bool(must))
-
-
+    may = [
+        k
+        for k, odd in (
+            ("time_limit_s", t > 3600),
+            ("seed", args["seed"] < 0),
+            ("top", args["top"] > 10),
+            ("workers", args["workers"] > 2),
+        )
+        if odd
+    ]
+    return Case(
+        "api-args",
+        sc,
+        args,
+        tuple(dict.fromkeys(must + may)),
+        tag="api:" + ",".join(must or ["ok"]),
+        refuse=bool(must),
+    )

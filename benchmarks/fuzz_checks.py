@@ -33,9 +33,23 @@ import paraplan
 from benchmarks.fuzz_cases import Case, divisors
 from paraplan.errors import ConfigError, ExportError, ParaplanError
 
-__all__ = ["PropertyFailure", "run_case", "write_case", "check_solve", "check_evaluate",
-           "check_error", "check_neighbours", "check_oracle", "check_fields", "outside_space",
-           "neighbours", "solve_timed", "WATCH", "TIME_MARGIN_S", "TIME_FACTOR"]
+__all__ = [
+    "PropertyFailure",
+    "run_case",
+    "write_case",
+    "check_solve",
+    "check_evaluate",
+    "check_error",
+    "check_neighbours",
+    "check_oracle",
+    "check_fields",
+    "outside_space",
+    "neighbours",
+    "solve_timed",
+    "WATCH",
+    "TIME_MARGIN_S",
+    "TIME_FACTOR",
+]
 
 TIME_MARGIN_S = 1.0  # the issue's margin over time_limit_s: 1 s + 20 %
 TIME_FACTOR = 1.2
@@ -83,8 +97,7 @@ def check_error(err: ParaplanError, expect_keys: Sequence[str]) -> None:
     if not message.strip():
         _fail("error", f"{type(err).__name__} with an empty message")
     if expect_keys and not any(k in message for k in expect_keys):
-        _fail("error", f"{type(err).__name__} does not name any of {list(expect_keys)}: "
-                       f"{message[:300]!r}")
+        _fail("error", f"{type(err).__name__} does not name any of {list(expect_keys)}: {message[:300]!r}")
 
 
 WATCH: list[Any] = []
@@ -107,8 +120,9 @@ def solve_timed(scenario: Any, args: dict[str, Any]) -> tuple[Any, float]:
     return out, time.perf_counter() - start
 
 
-def check_time(elapsed_s: float, time_limit_s: float, factor: float = TIME_FACTOR,
-               margin_s: float = TIME_MARGIN_S) -> None:
+def check_time(
+    elapsed_s: float, time_limit_s: float, factor: float = TIME_FACTOR, margin_s: float = TIME_MARGIN_S
+) -> None:
     if not time_limit_s > 0 or math.isinf(time_limit_s):
         return
     if elapsed_s > time_limit_s * factor + margin_s:
@@ -126,11 +140,20 @@ def _instance(scenario: Any) -> tuple[Any, Any, Any]:
 def _plan_section(plan: Plan) -> dict[str, Any]:
     """Every knob of ``plan`` as a scenario's ``plan:`` section."""
     out: dict[str, Any] = {
-        "dp": plan.dp, "tp": plan.tp, "pp": plan.pp, "cp": plan.cp, "ep": plan.ep,
-        "cp_comm": plan.cp_comm.value, "vp": plan.vp, "micro_batch": plan.micro_batch,
-        "zero": plan.zero, "sequence_parallel": plan.sequence_parallel,
+        "dp": plan.dp,
+        "tp": plan.tp,
+        "pp": plan.pp,
+        "cp": plan.cp,
+        "ep": plan.ep,
+        "cp_comm": plan.cp_comm.value,
+        "vp": plan.vp,
+        "micro_batch": plan.micro_batch,
+        "zero": plan.zero,
+        "sequence_parallel": plan.sequence_parallel,
         "recompute": [r.value for r in plan.recompute],
-        "layers_per_stage": list(plan.layers_per_stage), "order": [a.value for a in plan.order]}
+        "layers_per_stage": list(plan.layers_per_stage),
+        "order": [a.value for a in plan.order],
+    }
     if plan.etp is not None:
         out["etp"] = plan.etp
     if plan.stage_pools:
@@ -199,8 +222,10 @@ def check_fields(scenario: Any, result: Any, args: dict[str, Any] | None = None)
     for st in pr.stages:  # each stage against its own pool's memory (pooled clusters)
         pool = inst.cluster.pools[st.pool] if st.pool is not None else inst.cluster
         if pr.fits_memory and st.total_bytes > pool.memory_capacity_bytes * (1 + 1e-9):
-            problems.append(f"fits_memory but stage {st.stage} needs {st.total_bytes:.4g} B of "
-                            f"{pool.memory_capacity_bytes:.4g} B")
+            problems.append(
+                f"fits_memory but stage {st.stage} needs {st.total_bytes:.4g} B of "
+                f"{pool.memory_capacity_bytes:.4g} B"
+            )
     if pr.num_micro_batches != p.grad_accum:
         problems.append("num_micro_batches != grad_accum")
     sv = result.solver
@@ -209,8 +234,7 @@ def check_fields(scenario: Any, result: Any, args: dict[str, Any] | None = None)
         if not (0 <= sv.gap <= 1 and sv.bound_s <= sv.objective_s + tol):
             problems.append(f"bound {sv.bound_s} / gap {sv.gap} vs objective {sv.objective_s}")
         if sv.status == "OPTIMAL" and sv.bound_s < sv.objective_s - tol:
-            problems.append(f"OPTIMAL with bound {sv.bound_s} < objective {sv.objective_s} "
-                            f"(gap {sv.gap})")
+            problems.append(f"OPTIMAL with bound {sv.bound_s} < objective {sv.objective_s} (gap {sv.gap})")
         if sv.status not in ("OPTIMAL", "FEASIBLE"):
             problems.append(f"status {sv.status} with a plan")
         if not 0 <= sv.num_layouts_pruned <= sv.num_layouts:
@@ -228,8 +252,7 @@ def outside_space(plan: Plan, inst: Any, fixed: Any, options: Any) -> str | None
     from paraplan.solver.space import exact_split
 
     spec, cluster = inst.spec, inst.cluster
-    for knob in ("dp", "tp", "pp", "cp", "ep", "vp", "micro_batch", "zero", "sequence_parallel",
-                 "cp_comm"):
+    for knob in ("dp", "tp", "pp", "cp", "ep", "vp", "micro_batch", "zero", "sequence_parallel", "cp_comm"):
         want = getattr(fixed, knob)
         if want is not None and getattr(plan, knob) != want:
             if knob == "zero" and plan.dp * plan.cp == 1:
@@ -238,8 +261,7 @@ def outside_space(plan: Plan, inst: Any, fixed: Any, options: Any) -> str | None
     if fixed.etp is not None and plan.expert_tp != fixed.etp and spec.is_moe:
         return f"expert tp {plan.expert_tp} but plan.etp={fixed.etp}"
     if fixed.recompute is not None:
-        want_modes = (fixed.recompute if len(fixed.recompute) == plan.pp
-                      else (fixed.recompute[0],) * plan.pp)
+        want_modes = fixed.recompute if len(fixed.recompute) == plan.pp else (fixed.recompute[0],) * plan.pp
         if plan.recompute != want_modes:
             return f"recompute {plan.recompute} but the scenario fixes {fixed.recompute}"
     split = exact_split(plan, spec.num_layers, fixed, options)
@@ -263,8 +285,7 @@ def outside_space(plan: Plan, inst: Any, fixed: Any, options: Any) -> str | None
         return f"uneven split {plan.layers_per_stage} with uneven stages off"
     if options.uniform_recompute and len(set(plan.recompute)) > 1:
         return f"per-stage recompute {plan.recompute} under uniform_recompute"
-    if options.recompute_modes is not None and not set(plan.recompute) <= set(
-            options.recompute_modes):
+    if options.recompute_modes is not None and not set(plan.recompute) <= set(options.recompute_modes):
         return f"recompute {plan.recompute} not among {options.recompute_modes}"
     if plan.dp * plan.cp == 1 and plan.zero != 0 and fixed.zero is None:
         return "zero > 0 with nothing to shard"
@@ -291,8 +312,7 @@ def neighbours(plan: Plan, inst: Any) -> list[tuple[str, Plan]]:
     layers = inst.spec.num_layers
 
     def resplit(p: Plan) -> Plan | None:
-        if len(p.layers_per_stage) == p.pp and all(n % p.vp == 0 and n >= p.vp
-                                                    for n in p.layers_per_stage):
+        if len(p.layers_per_stage) == p.pp and all(n % p.vp == 0 and n >= p.vp for n in p.layers_per_stage):
             return p
         split = _valid_split(layers, p.pp, p.vp)
         return None if split is None else replace(p, layers_per_stage=split)
@@ -304,10 +324,13 @@ def neighbours(plan: Plan, inst: Any) -> list[tuple[str, Plan]]:
     def with_pp(p: Plan, pp: int) -> list[Plan]:
         if pp == p.pp:
             return [p]
-        return [q for mode in dict.fromkeys((p.recompute[0], *Recompute))
-                for vp in dict.fromkeys((p.vp, 1))
-                if (q := resplit(replace(p, pp=pp, vp=vp, recompute=(mode,) * pp,
-                                         layers_per_stage=()))) is not None]
+        return [
+            q
+            for mode in dict.fromkeys((p.recompute[0], *Recompute))
+            for vp in dict.fromkeys((p.vp, 1))
+            if (q := resplit(replace(p, pp=pp, vp=vp, recompute=(mode,) * pp, layers_per_stage=())))
+            is not None
+        ]
 
     pooled = bool(inst.cluster.pools)
     if not pooled:
@@ -342,8 +365,10 @@ def neighbours(plan: Plan, inst: Any) -> list[tuple[str, Plan]]:
     for mode in Recompute:
         add(f"recompute={mode.value}", replace(plan, recompute=(mode,) * plan.pp))
     add("sequence_parallel", replace(plan, sequence_parallel=not plan.sequence_parallel))
-    add("cp_comm", replace(plan, cp_comm=CPComm.P2P if plan.cp_comm is CPComm.ALL_GATHER
-                           else CPComm.ALL_GATHER))
+    add(
+        "cp_comm",
+        replace(plan, cp_comm=CPComm.P2P if plan.cp_comm is CPComm.ALL_GATHER else CPComm.ALL_GATHER),
+    )
     for order in itertools.permutations(DEFAULT_ORDER):
         add("order=" + "-".join(order), replace(plan, order=order))
     for s in range(plan.pp - 1):
@@ -352,8 +377,7 @@ def neighbours(plan: Plan, inst: Any) -> list[tuple[str, Plan]]:
             split[src] -= plan.vp
             split[dst] += plan.vp
             if min(split) >= plan.vp:
-                add(f"move {plan.vp} layer(s) {src}->{dst}",
-                    replace(plan, layers_per_stage=tuple(split)))
+                add(f"move {plan.vp} layer(s) {src}->{dst}", replace(plan, layers_per_stage=tuple(split)))
     if inst.spec.is_moe:
         for ep in divisors(inst.spec.num_experts):
             add(f"ep={ep}", replace(plan, ep=ep))
@@ -381,8 +405,7 @@ def check_neighbours(scenario: Any, result: Any) -> None:
         except ValueError:
             continue
         if b.fits and b.step_time_s < step - tol:
-            _fail("neighbour", f"OPTIMAL {step!r} s beaten by neighbour '{name}' at "
-                               f"{b.step_time_s!r} s: {p}")
+            _fail("neighbour", f"OPTIMAL {step!r} s beaten by neighbour '{name}' at {b.step_time_s!r} s: {p}")
 
 
 ORACLE_MAX_DEVICES = 16
@@ -401,8 +424,7 @@ def check_oracle(scenario: Any, result: Any) -> None:
     if inst.cluster.num_devices > ORACLE_MAX_DEVICES or inst.spec.num_layers > ORACLE_MAX_LAYERS:
         return
     try:
-        truth = enumerate_plans(inst.graph, inst.cluster, inst.job, fixed, options,
-                                budget_s=ORACLE_BUDGET_S)
+        truth = enumerate_plans(inst.graph, inst.cluster, inst.job, fixed, options, budget_s=ORACLE_BUDGET_S)
     except EnumerationBudgetExceeded:
         return
     step = result.predicted.step_time_s
@@ -410,8 +432,7 @@ def check_oracle(scenario: Any, result: Any) -> None:
         _fail("neighbour", f"OPTIMAL {step!r} s but enumeration finds no plan that fits")
     tol = _tolerance_s(inst, truth.best, step)
     if truth.best_s < step - tol:
-        _fail("neighbour", f"OPTIMAL {step!r} s but enumeration finds {truth.best_s!r} s: "
-                           f"{truth.best}")
+        _fail("neighbour", f"OPTIMAL {step!r} s but enumeration finds {truth.best_s!r} s: {truth.best}")
 
 
 def check_alternatives(scenario: Any, result: Any) -> None:
@@ -427,14 +448,18 @@ def check_alternatives(scenario: Any, result: Any) -> None:
         b = cost_evaluate(inst.graph, inst.cluster, inst.job, plan)
         tol = _tolerance_s(inst, plan, b.step_time_s)
         if abs(b.step_time_s - alt["step_time_s"]) > tol:
-            _fail("reeval", f"alternative {i} lists {alt['step_time_s']!r} s, evaluates to "
-                            f"{b.step_time_s!r} s")
+            _fail(
+                "reeval", f"alternative {i} lists {alt['step_time_s']!r} s, evaluates to {b.step_time_s!r} s"
+            )
         if not b.fits:
             _fail("reeval", f"alternative {i} does not fit memory")
         if alt["step_time_s"] < previous - tol:
-            kind = ("neighbour" if i == 0 and result.solver.status == "OPTIMAL" else "top-order")
-            _fail(kind, f"runner-up {i} at {alt['step_time_s']!r} s is faster than the plan "
-                        f"before it ({previous!r} s; status {result.solver.status})")
+            kind = "neighbour" if i == 0 and result.solver.status == "OPTIMAL" else "top-order"
+            _fail(
+                kind,
+                f"runner-up {i} at {alt['step_time_s']!r} s is faster than the plan "
+                f"before it ({previous!r} s; status {result.solver.status})",
+            )
         previous = alt["step_time_s"]
 
 
@@ -513,8 +538,15 @@ def check_evaluate(case: Case, scenario: Any, where: Path) -> Any:
     return out
 
 
-def check_solve(case: Case, scenario: Any, where: Path, *, factor: float = TIME_FACTOR,
-                margin_s: float = TIME_MARGIN_S, deep: bool = True) -> Any:
+def check_solve(
+    case: Case,
+    scenario: Any,
+    where: Path,
+    *,
+    factor: float = TIME_FACTOR,
+    margin_s: float = TIME_MARGIN_S,
+    deep: bool = True,
+) -> Any:
     """Every property of one solve; ``deep``: also neighbours, top=1 vs top=K and 1 vs 2
     workers (more solves). Returns the Result or the ParaplanError."""
     out, elapsed = solve_timed(scenario, case.args)
@@ -543,19 +575,24 @@ def check_solve(case: Case, scenario: Any, where: Path, *, factor: float = TIME_
     if isinstance(again, ParaplanError):
         _fail("top", f"top={other_top} raises {type(again).__name__}: {again}")
     if again.predicted.step_time_s < step - tol:
-        _fail("top", f"OPTIMAL {step!r} s with top={case.args.get('top', 1)}, "
-                     f"{again.predicted.step_time_s!r} s with top={other_top}")
+        _fail(
+            "top",
+            f"OPTIMAL {step!r} s with top={case.args.get('top', 1)}, "
+            f"{again.predicted.step_time_s!r} s with top={other_top}",
+        )
     if again.solver.status == "OPTIMAL" and step < again.predicted.step_time_s - tol:
-        _fail("top", f"OPTIMAL {again.predicted.step_time_s!r} s with top={other_top}, "
-                     f"{step!r} s with top={case.args.get('top', 1)}")
+        _fail(
+            "top",
+            f"OPTIMAL {again.predicted.step_time_s!r} s with top={other_top}, "
+            f"{step!r} s with top={case.args.get('top', 1)}",
+        )
     other_workers = 1 if case.args.get("workers", 2) != 1 else 2
     third, elapsed = solve_timed(scenario, {**case.args, "workers": other_workers})
     check_time(elapsed, case.args["time_limit_s"], factor, margin_s)
     if isinstance(third, ParaplanError):
         _fail("workers", f"workers={other_workers} raises {type(third).__name__}: {third}")
     if third.solver.status == "OPTIMAL" and _plan_key(third) != _plan_key(out):
-        diff = {k: (v, _plan_key(third)[k]) for k, v in _plan_key(out).items()
-                if _plan_key(third)[k] != v}
+        diff = {k: (v, _plan_key(third)[k]) for k, v in _plan_key(out).items() if _plan_key(third)[k] != v}
         _fail("workers", f"workers={case.args.get('workers', 2)} vs {other_workers}: {diff}")
     return out
 

@@ -32,24 +32,41 @@ import paraplan
 from paraplan.api import fixed_knobs, search_options
 from paraplan.instance import build_instance
 
-PRESETS = ["gpt3-1.3b", "gpt3-6.7b", "llama2-7b", "llama3-8b", "llama2-13b", "gpt3-13b",
-           "llama2-70b", "llama3-70b", "gpt3-175b", "llama3.1-405b"]
+PRESETS = [
+    "gpt3-1.3b",
+    "gpt3-6.7b",
+    "llama2-7b",
+    "llama3-8b",
+    "llama2-13b",
+    "gpt3-13b",
+    "llama2-70b",
+    "llama3-70b",
+    "gpt3-175b",
+    "llama3.1-405b",
+]
 NODES = [1, 8, 64, 512, 2048]
 MOE_SCENARIOS = {
     "DeepSeek-V3 on 2,048 H800": {
-        "model": {"preset": "deepseek-v3"}, "cluster": {"preset": "hgx-h800", "gpus": 2048},
-        "job": {"seq_len": 4096, "global_batch": 15360, "precision": "fp8"}},
+        "model": {"preset": "deepseek-v3"},
+        "cluster": {"preset": "hgx-h800", "gpus": 2048},
+        "job": {"seq_len": 4096, "global_batch": 15360, "precision": "fp8"},
+    },
     "Qwen3-235B-A22B on 256 GB200": {
-        "model": {"preset": "qwen3-235b-a22b"}, "cluster": {"preset": "gb200-nvl72-64", "gpus": 256},
-        "job": {"seq_len": 4096, "global_batch": 2048, "precision": "fp8"}},
+        "model": {"preset": "qwen3-235b-a22b"},
+        "cluster": {"preset": "gb200-nvl72-64", "gpus": 256},
+        "job": {"seq_len": 4096, "global_batch": 2048, "precision": "fp8"},
+    },
 }
 
 
 def _scenario(model: str, nodes: int, seq: int = 8192, batch: int | None = None) -> dict:
     """DGX H100 nodes; global batch one sequence per 4 GPUs, at least 64, unless given."""
     gpus = 8 * nodes
-    return {"model": {"preset": model}, "cluster": {"preset": "dgx-h100", "nodes": nodes},
-            "job": {"seq_len": seq, "global_batch": batch or max(64, gpus // 4)}}
+    return {
+        "model": {"preset": model},
+        "cluster": {"preset": "dgx-h100", "nodes": nodes},
+        "job": {"seq_len": seq, "global_batch": batch or max(64, gpus // 4)},
+    }
 
 
 def _solve(scenario: dict, limit: float = 120.0) -> tuple[float, str, float]:
@@ -75,8 +92,9 @@ def _enumeration(scenario: dict, budget_s: float) -> tuple[float | None, float]:
     space as the solver's (the scenario's fixed knobs and solver options)."""
     inst = build_instance(paraplan.load_scenario(scenario))
     try:
-        e = enumerate_plans(inst.graph, inst.cluster, inst.job, fixed_knobs(inst),
-                            search_options(inst), budget_s)
+        e = enumerate_plans(
+            inst.graph, inst.cluster, inst.job, fixed_knobs(inst), search_options(inst), budget_s
+        )
     except EnumerationBudgetExceeded:
         return None, float("nan")
     return e.wall_s, e.best_s if e.best is not None else float("nan")
@@ -92,13 +110,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="a few grid points only")
     parser.add_argument("--enumeration-budget", type=float, default=120.0)
     args = parser.parse_args(argv)
-    print(f"# paraplan {paraplan.__version__} speed, {platform.processor() or platform.machine()}, "
-          f"{time.strftime('%Y-%m-%d')}, 2 CP-SAT workers\n")
+    print(
+        f"# paraplan {paraplan.__version__} speed, {platform.processor() or platform.machine()}, "
+        f"{time.strftime('%Y-%m-%d')}, 2 CP-SAT workers\n"
+    )
 
     flagship = _scenario("llama3.1-405b", 2048, batch=2048)
     wall, status, step = _solve(flagship)
-    print(f"405B on 16,384 H100: {wall:.2f} s, {status}, step {step:.3f} s; enumeration "
-          f"{_enumerate(flagship, args.enumeration_budget)}")
+    print(
+        f"405B on 16,384 H100: {wall:.2f} s, {status}, step {step:.3f} s; enumeration "
+        f"{_enumerate(flagship, args.enumeration_budget)}"
+    )
 
     uneven = _scenario("llama3.1-405b", 64, batch=512)
     wall, status, step = _solve(uneven)
@@ -117,16 +139,23 @@ def main(argv: list[str] | None = None) -> int:
         wall, status, step, cpu = _timed_solve(_scenario(model, nodes))
         times.append(wall)
         cpus.append(cpu)
-        print(f"| {model} | {8 * nodes} | {wall:.2f} | {cpu:.2f} | {status} | {step:.3f} |",
-              flush=True)
-    print(f"\npresets x 8..16,384 GPUs: median {statistics.median(times):.2f} s, "
-          f"max {max(times):.2f} s over {len(times)} solves (CPU: median "
-          f"{statistics.median(cpus):.2f} s, max {max(cpus):.2f} s)")
-    _side_by_side(grid if args.quick else [(m, n) for m in PRESETS for n in (1, 8)],
-                  args.enumeration_budget)
-    _per_target({"405B on 16,384 H100": flagship,
-                 **({} if args.quick else
-                    {"DeepSeek-V3 on 2,048 H800": MOE_SCENARIOS["DeepSeek-V3 on 2,048 H800"]})})
+        print(f"| {model} | {8 * nodes} | {wall:.2f} | {cpu:.2f} | {status} | {step:.3f} |", flush=True)
+    print(
+        f"\npresets x 8..16,384 GPUs: median {statistics.median(times):.2f} s, "
+        f"max {max(times):.2f} s over {len(times)} solves (CPU: median "
+        f"{statistics.median(cpus):.2f} s, max {max(cpus):.2f} s)"
+    )
+    _side_by_side(grid if args.quick else [(m, n) for m in PRESETS for n in (1, 8)], args.enumeration_budget)
+    _per_target(
+        {
+            "405B on 16,384 H100": flagship,
+            **(
+                {}
+                if args.quick
+                else {"DeepSeek-V3 on 2,048 H800": MOE_SCENARIOS["DeepSeek-V3 on 2,048 H800"]}
+            ),
+        }
+    )
     return 0
 
 
@@ -134,25 +163,31 @@ def _per_target(scenarios: dict[str, dict]) -> None:
     """Each scenario planned for each framework (module docstring, 6)."""
     from paraplan.targets import TARGETS
 
-    print("\nPer framework (solver.target: only plans it runs, proven optimal over those):\n\n"
-          "| scenario | target | solve s | CPU s | status | step s | vs unrestricted |\n"
-          "|---|---|---|---|---|---|---|")
+    print(
+        "\nPer framework (solver.target: only plans it runs, proven optimal over those):\n\n"
+        "| scenario | target | solve s | CPU s | status | step s | vs unrestricted |\n"
+        "|---|---|---|---|---|---|---|"
+    )
     for label, scenario in scenarios.items():
         _, _, free, _ = _timed_solve(scenario)
         for target in TARGETS:
             wall, status, step, cpu = _timed_solve({**scenario, "solver": {"target": target}})
             cells = f"{step:.3f} | {step / free:.3f}x" if step == step else "- | -"
-            print(f"| {label} | {target} | {wall:.2f} | {cpu:.2f} | {status} | {cells} |",
-                  flush=True)
+            print(f"| {label} | {target} | {wall:.2f} | {cpu:.2f} | {status} | {cells} |", flush=True)
 
 
 def _side_by_side(grid: list[tuple[str, int]], budget_s: float) -> None:
     """Solver and enumeration on reduced spaces enumeration can finish (module docstring, 4)."""
-    print("\nReduced spaces (even split, one recompute mode for all stages):\n\n"
-          "| model | GPUs | solve s | enumeration s | ratio | same optimum |\n|---|---|---|---|---|---|")
+    print(
+        "\nReduced spaces (even split, one recompute mode for all stages):\n\n"
+        "| model | GPUs | solve s | enumeration s | ratio | same optimum |\n|---|---|---|---|---|---|"
+    )
     for model, nodes in grid:
-        scenario = {**_scenario(model, nodes), "solver": {"allow_uneven_stages": False},
-                    "plan": {"recompute": "full"}}
+        scenario = {
+            **_scenario(model, nodes),
+            "solver": {"allow_uneven_stages": False},
+            "plan": {"recompute": "full"},
+        }
         wall, _, step, _ = _timed_solve(scenario)
         enum_s, enum_step = _enumeration(scenario, budget_s)
         if enum_s is None:

@@ -59,13 +59,18 @@ def generation_of(row: Row) -> str:
 
 def _percentiles(ratios: list[float]) -> dict[str, float]:
     deciles = statistics.quantiles(ratios, n=10, method="inclusive")
-    return {"p10": round(deciles[0], 4), "p50": round(statistics.median(ratios), 4),
-            "p90": round(deciles[-1], 4)}
+    return {
+        "p10": round(deciles[0], 4),
+        "p50": round(statistics.median(ratios), 4),
+        "p90": round(deciles[-1], 4),
+    }
 
 
 def _catalog_generations() -> list[str]:
-    return sorted({node_type(k).accelerator.generation for k in node_type_names()}
-                  | {tpu_chip(k).generation for k in tpu_chip_names()})
+    return sorted(
+        {node_type(k).accelerator.generation for k in node_type_names()}
+        | {tpu_chip(k).generation for k in tpu_chip_names()}
+    )
 
 
 def band_table(rows: list[Row]) -> dict:
@@ -82,32 +87,33 @@ def band_table(rows: list[Row]) -> dict:
             generations[gen] = {**_percentiles(own), "rows": len(own), "source": "generation"}
         else:
             generations[gen] = {**pooled, "rows": len(own), "source": "pooled"}
-    return {"date": date.today().isoformat(), "calibration_rows": len(every),
-            "min_rows": MIN_ROWS, "paraplan_version": paraplan.paraplan_version(),
-            "pooled": pooled, "generations": generations}
+    return {
+        "date": date.today().isoformat(),
+        "calibration_rows": len(every),
+        "min_rows": MIN_ROWS,
+        "paraplan_version": paraplan.paraplan_version(),
+        "pooled": pooled,
+        "generations": generations,
+    }
 
 
 def _render(table: dict) -> str:
     csv = CSV_PATH.relative_to(CSV_PATH.parents[2]).as_posix()
-    head = _HEADER.format(csv=csv, num_rows=table["calibration_rows"], today=table["date"],
-                          min_rows=MIN_ROWS)
+    head = _HEADER.format(csv=csv, num_rows=table["calibration_rows"], today=table["date"], min_rows=MIN_ROWS)
     return head + yaml.safe_dump(table, sort_keys=False, default_flow_style=None, width=100)
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.uncertainty",
-                                 description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.uncertainty", description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="print the band; write nothing")
     ap.add_argument("--out", type=Path, default=OUT_PATH, help=f"data file ({OUT_PATH})")
     args = ap.parse_args(argv)
     table = band_table(fidelity_rows())  # the runs the fidelity figures score
     print(f"{'generation':<16} {'rows':>5} {'p10':>7} {'p50':>7} {'p90':>7}  source")
     for gen, g in table["generations"].items():
-        print(f"{gen:<16} {g['rows']:>5} {g['p10']:>7.3f} {g['p50']:>7.3f} {g['p90']:>7.3f}  "
-              f"{g['source']}")
+        print(f"{gen:<16} {g['rows']:>5} {g['p10']:>7.3f} {g['p50']:>7.3f} {g['p90']:>7.3f}  {g['source']}")
     p = table["pooled"]
-    print(f"{'(all pooled)':<16} {p['rows']:>5} {p['p10']:>7.3f} {p['p50']:>7.3f} "
-          f"{p['p90']:>7.3f}")
+    print(f"{'(all pooled)':<16} {p['rows']:>5} {p['p10']:>7.3f} {p['p50']:>7.3f} {p['p90']:>7.3f}")
     if not args.check:
         args.out.write_text(_render(table))
         print(f"wrote {args.out}", file=sys.stderr)

@@ -103,8 +103,7 @@ def span_of(cluster: Cluster, sub_axes: list[SubAxis]) -> GroupSpan:
     inside = 1
     for tier in cluster.tiers:
         dom = tier.domain_devices
-        held = [_tiling(a.degree, max(1, dom // a.stride), h) for a, h in zip(sub_axes, held,
-                                                                               strict=True)]
+        held = [_tiling(a.degree, max(1, dom // a.stride), h) for a, h in zip(sub_axes, held, strict=True)]
         members = prod(held)
         fan_in.append(members // inside)
         inside = members
@@ -142,8 +141,9 @@ def group_span(cluster: Cluster, plan: Plan, *axes: Axis) -> GroupSpan:
     for a in plan.order:
         strides[a] = running
         running *= getattr(plan, a)
-    return span_of(placed_cluster(cluster, plan.torus_shape),
-                   [SubAxis(strides[a], getattr(plan, a)) for a in axes])
+    return span_of(
+        placed_cluster(cluster, plan.torus_shape), [SubAxis(strides[a], getattr(plan, a)) for a in axes]
+    )
 
 
 def _hierarchical_s(span: GroupSpan, n_bytes: float, phases_per_step: int, data_factor: float) -> float:
@@ -180,8 +180,7 @@ def least_phases(size: int, tiers: int) -> int:
     if tiers <= 1 or size <= 1:
         return size - 1
     small = [f for f in range(1, isqrt(size) + 1) if size % f == 0]
-    return min(f - 1 + least_phases(size // f, tiers - 1)
-               for f in {*small, *(size // f for f in small)})
+    return min(f - 1 + least_phases(size // f, tiers - 1) for f in {*small, *(size // f for f in small)})
 
 
 def packed_span(cluster: Cluster, size: int) -> GroupSpan:

@@ -29,10 +29,25 @@ from paraplan.cost.plan import CPComm, Job, Plan, Precision
 from paraplan.graph import Gemm, Layer, LayerKind
 from paraplan.hardware import Accelerator, Efficiency
 
-__all__ = ["LayerTime", "tokens_per_device", "layer_forward", "BACKWARD_GEMM_FACTOR",
-           "BACKWARD_ATTENTION_FACTOR", "ACTIVATION_BYTES", "GEMM_INPUT_BYTES", "gemm_input_bytes",
-           "GemmShape", "gemm_shape", "gemm_s", "gemm_efficiency", "AttentionShape",
-           "attention_shape", "attention_s", "attention_efficiency", "ATTENTION_HALF_TOKENS"]
+__all__ = [
+    "LayerTime",
+    "tokens_per_device",
+    "layer_forward",
+    "BACKWARD_GEMM_FACTOR",
+    "BACKWARD_ATTENTION_FACTOR",
+    "ACTIVATION_BYTES",
+    "GEMM_INPUT_BYTES",
+    "gemm_input_bytes",
+    "GemmShape",
+    "gemm_shape",
+    "gemm_s",
+    "gemm_efficiency",
+    "AttentionShape",
+    "attention_shape",
+    "attention_s",
+    "attention_efficiency",
+    "ATTENTION_HALF_TOKENS",
+]
 
 ACTIVATION_BYTES = 2  # bf16/fp16 activations (FP8 runs keep activations in bf16: Transformer Engine)
 BACKWARD_GEMM_FACTOR = 2.0  # dgrad + wgrad, each the forward's FLOPs (Narayanan et al. 2021 Sec 5.1)
@@ -76,9 +91,11 @@ class LayerTime:
         return self.total_s + self.backward_s()
 
     def backward_s(self) -> float:
-        return (BACKWARD_GEMM_FACTOR * self.gemm_s
-                + BACKWARD_ATTENTION_FACTOR * self.attention_s
-                + 2.0 * self.elementwise_s)
+        return (
+            BACKWARD_GEMM_FACTOR * self.gemm_s
+            + BACKWARD_ATTENTION_FACTOR * self.attention_s
+            + 2.0 * self.elementwise_s
+        )
 
 
 def tokens_per_device(plan: Plan, job: Job) -> float:
@@ -121,14 +138,14 @@ def gemm_s(shape: GemmShape, precision: Precision, accel: Accelerator, eff: Effi
     Source: module docstring (roofline; overhead from the cuBLASLt sweeps). Units: seconds.
     """
     compute_s = shape.flops / (accel.peak_for(precision.value) * eff.gemm(precision.value))
-    moved = ((shape.m * shape.k + shape.k * shape.n) * gemm_input_bytes(precision)
-             + shape.m * shape.n * ACTIVATION_BYTES)
+    moved = (shape.m * shape.k + shape.k * shape.n) * gemm_input_bytes(
+        precision
+    ) + shape.m * shape.n * ACTIVATION_BYTES
     memory_s = moved / (accel.hbm_bytes_per_s * eff.hbm)
     return max(compute_s, memory_s) + eff.kernel_overhead_s
 
 
-def gemm_efficiency(shape: GemmShape, precision: Precision, accel: Accelerator,
-                    eff: Efficiency) -> float:
+def gemm_efficiency(shape: GemmShape, precision: Precision, accel: Accelerator, eff: Efficiency) -> float:
     """Achieved fraction of the precision's peak: 2mnk / (peak * gemm_s). Dimensionless."""
     return shape.flops / (accel.peak_for(precision.value) * gemm_s(shape, precision, accel, eff))
 
@@ -160,12 +177,10 @@ def attention_s(flops: float, shape: AttentionShape, accel: Accelerator, eff: Ef
     """Forward attention-core time: flops / (bf16 peak * attention_efficiency) + kernels * overhead.
     Units: seconds."""
     bf16_peak = accel.peak_for(Precision.BF16.value)
-    return (flops / (bf16_peak * attention_efficiency(shape, eff))
-            + shape.kernels * eff.kernel_overhead_s)
+    return flops / (bf16_peak * attention_efficiency(shape, eff)) + shape.kernels * eff.kernel_overhead_s
 
 
-def layer_forward(layer: Layer, plan: Plan, job: Job, accel: Accelerator,
-                  eff: Efficiency) -> LayerTime:
+def layer_forward(layer: Layer, plan: Plan, job: Job, accel: Accelerator, eff: Efficiency) -> LayerTime:
     """Forward time of ``layer`` for one micro-batch.
 
     Formula: sum over GEMMs of gemm_s(gemm_shape(g, n, tp)); attention core
@@ -175,14 +190,11 @@ def layer_forward(layer: Layer, plan: Plan, job: Job, accel: Accelerator,
     """
     n = tokens_per_device(plan, job)
     tp = plan.tp
-    gemm_total_s = sum(gemm_s(gemm_shape(g, n, tp), job.precision, accel, eff)
-                       for g in layer.gemms)
+    gemm_total_s = sum(gemm_s(gemm_shape(g, n, tp), job.precision, accel, eff) for g in layer.gemms)
     attn_s = 0.0
     if layer.attn_core_flops_per_token_per_seq:
         flops = n * layer.attn_core_flops_per_token_per_seq * job.seq_len * CAUSAL_FRACTION / tp
         attn_s = attention_s(flops, attention_shape(plan, job), accel, eff)
     shard = tp if (plan.sequence_parallel or layer.kind is LayerKind.LM_HEAD) else 1
-    elementwise_s = n * layer.mem_bound_elems * ACTIVATION_BYTES / shard / (
-        accel.hbm_bytes_per_s * eff.hbm
-    )
+    elementwise_s = n * layer.mem_bound_elems * ACTIVATION_BYTES / shard / (accel.hbm_bytes_per_s * eff.hbm)
     return LayerTime(gemm_total_s, attn_s, elementwise_s)

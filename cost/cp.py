@@ -53,8 +53,9 @@ def kv_chunk_bytes(kv_dim: int, plan: Plan, job: Job) -> float:
     return tokens_per_device(plan, job) * 2 * kv_dim / plan.tp * ACTIVATION_BYTES
 
 
-def cp_layer_comm(kv_dim: int, attention: LayerTime, plan: Plan, job: Job,
-                  cluster: Cluster, span: GroupSpan | None = None) -> CPCost:
+def cp_layer_comm(
+    kv_dim: int, attention: LayerTime, plan: Plan, job: Job, cluster: Cluster, span: GroupSpan | None = None
+) -> CPCost:
     """K/V exchange of one attention layer under ``plan.cp_comm``.
 
     Formula (c = kv_chunk_bytes, cp ranks):
@@ -80,7 +81,8 @@ def cp_layer_comm(kv_dim: int, attention: LayerTime, plan: Plan, job: Job,
     step_fwd = attention.attention_s / plan.cp
     step_bwd = BACKWARD_ATTENTION_FACTOR * step_fwd
     return CPCost(
-        hops * hop, 2 * hops * hop,
+        hops * hop,
+        2 * hops * hop,
         hops * max(0.0, hop - step_fwd),
         hops * max(0.0, 2 * hop - step_bwd),
     )

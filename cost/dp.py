@@ -25,8 +25,16 @@ from paraplan.cost.plan import Axis, Job, Plan
 from paraplan.hardware import Cluster
 
 __all__ = [
-    "WEIGHT_BYTES", "GRAD_BYTES", "OPTIMIZER_BYTES", "OPTIMIZER_STEP_BYTES_PER_PARAM",
-    "StateBytes", "state_bytes", "shard_degree", "grad_bytes", "grad_sync_s", "zero3_gather_s",
+    "WEIGHT_BYTES",
+    "GRAD_BYTES",
+    "OPTIMIZER_BYTES",
+    "OPTIMIZER_STEP_BYTES_PER_PARAM",
+    "StateBytes",
+    "state_bytes",
+    "shard_degree",
+    "grad_bytes",
+    "grad_sync_s",
+    "zero3_gather_s",
     "micro_batch_reduce_s",
 ]
 
@@ -54,8 +62,7 @@ def grad_bytes(job: Job) -> int:
     return GRAD_BYTES if job.fp32_grads else WEIGHT_BYTES
 
 
-def state_bytes(params: float, zero: int, dp: int, grad_bytes_per_param: int = GRAD_BYTES
-                ) -> StateBytes:
+def state_bytes(params: float, zero: int, dp: int, grad_bytes_per_param: int = GRAD_BYTES) -> StateBytes:
     """Formula: params * (2/(d if z>=3) + g/(d if z>=2) + 12/(d if z>=1)) bytes, d = shard group;
     ZeRO-3 with fp32 gradients (g = 4): params * (4 + 4 + 8) / d.
 
@@ -67,9 +74,11 @@ def state_bytes(params: float, zero: int, dp: int, grad_bytes_per_param: int = G
     the same total as DeepSpeed ZeRO-3's 2 + 2 + 12 (Rajbhandari et al. 2020, Sec. 3.1 / Fig. 1).
     """
     if zero >= 3 and grad_bytes_per_param == GRAD_BYTES:
-        return StateBytes(weights=params * FSDP_SHARD_WEIGHT_BYTES / dp,
-                          grads=params * grad_bytes_per_param / dp,
-                          optimizer=params * FSDP_MOMENT_BYTES / dp)
+        return StateBytes(
+            weights=params * FSDP_SHARD_WEIGHT_BYTES / dp,
+            grads=params * grad_bytes_per_param / dp,
+            optimizer=params * FSDP_MOMENT_BYTES / dp,
+        )
     return StateBytes(
         weights=params * WEIGHT_BYTES / (dp if zero >= 3 else 1),
         grads=params * grad_bytes_per_param / (dp if zero >= 2 else 1),
@@ -86,8 +95,9 @@ def _span(plan: Plan, cluster: Cluster, expert: bool) -> GroupSpan:
     return expert_dp_span(cluster, plan) if expert else group_span(cluster, plan, Axis.DP, Axis.CP)
 
 
-def grad_sync_s(params: float, plan: Plan, job: Job, cluster: Cluster,
-                expert: bool = False, span: GroupSpan | None = None) -> float:
+def grad_sync_s(
+    params: float, plan: Plan, job: Job, cluster: Cluster, expert: bool = False, span: GroupSpan | None = None
+) -> float:
     """Once-per-step sync: ZeRO-0 AR(g B/param); ZeRO-1 RS(g B) + AG(2 B); ZeRO-2 AG(2 B).
     ``span``: the group's span when the caller has it (else computed)."""
     if shard_degree(plan, expert) == 1 or plan.zero >= 3:
@@ -101,8 +111,9 @@ def grad_sync_s(params: float, plan: Plan, job: Job, cluster: Cluster,
     return reduce_scatter_s(span, params * grad_bytes(job)) + gather
 
 
-def zero3_gather_s(params: float, plan: Plan, cluster: Cluster, expert: bool = False,
-                   span: GroupSpan | None = None) -> float:
+def zero3_gather_s(
+    params: float, plan: Plan, cluster: Cluster, expert: bool = False, span: GroupSpan | None = None
+) -> float:
     """One all-gather of ``params`` bf16 weights over dp (done in forward, and again in backward).
     ``span``: the group's span when the caller has it (else computed)."""
     if shard_degree(plan, expert) == 1 or plan.zero < 3 or not params:
@@ -110,8 +121,9 @@ def zero3_gather_s(params: float, plan: Plan, cluster: Cluster, expert: bool = F
     return allgather_s(span or _span(plan, cluster, expert), params * WEIGHT_BYTES)
 
 
-def micro_batch_reduce_s(params: float, plan: Plan, job: Job, cluster: Cluster,
-                         expert: bool = False, span: GroupSpan | None = None) -> float:
+def micro_batch_reduce_s(
+    params: float, plan: Plan, job: Job, cluster: Cluster, expert: bool = False, span: GroupSpan | None = None
+) -> float:
     """Per micro-batch reduce-scatter of ``params`` gradients over dp x cp under ZeRO-2 and 3."""
     if shard_degree(plan, expert) == 1 or plan.zero < 2 or not params:
         return 0.0

@@ -57,9 +57,18 @@ from paraplan.graph import Experts
 from paraplan.hardware import Accelerator, Cluster, Efficiency
 
 __all__ = [
-    "DEFAULT_EXPERT_IMBALANCE", "EPComm", "expert_imbalance", "routed_copies_per_device",
-    "ep_span", "expert_dp_span", "expert_shard_degree", "ep_layer_comm", "expert_forward",
-    "moe_tp_collectives", "expert_stored_bytes", "moe_layer_overhead_s",
+    "DEFAULT_EXPERT_IMBALANCE",
+    "EPComm",
+    "expert_imbalance",
+    "routed_copies_per_device",
+    "ep_span",
+    "expert_dp_span",
+    "expert_shard_degree",
+    "ep_layer_comm",
+    "expert_forward",
+    "moe_tp_collectives",
+    "expert_stored_bytes",
+    "moe_layer_overhead_s",
 ]
 
 DEFAULT_EXPERT_IMBALANCE = 1.1  # busiest EP rank / mean routed load; assumption (module docstring)
@@ -95,12 +104,10 @@ def _ep_sub_axes(plan: Plan) -> tuple[list[SubAxis], list[SubAxis]]:
     axes = sorted((Axis.CP, Axis.DP), key=plan.order.index)
     (s1, d1), (s2, d2) = ((axis_stride(plan, a), plan.degree(a)) for a in axes)
     ep = plan.ep
-    replicas = ([SubAxis(axis_stride(plan, Axis.TP), plan.tp)]
-                if plan.expert_tp == 1 and plan.tp > 1 else [])
+    replicas = [SubAxis(axis_stride(plan, Axis.TP), plan.tp)] if plan.expert_tp == 1 and plan.tp > 1 else []
     if ep <= d1:
         return [SubAxis(s1, ep)], replicas + [SubAxis(s1 * ep, d1 // ep), SubAxis(s2, d2)]
-    return ([SubAxis(s1, d1), SubAxis(s2, ep // d1)],
-            replicas + [SubAxis(s2 * (ep // d1), d1 * d2 // ep)])
+    return ([SubAxis(s1, d1), SubAxis(s2, ep // d1)], replicas + [SubAxis(s2 * (ep // d1), d1 * d2 // ep)])
 
 
 def _folded_sub_axes(plan: Plan) -> tuple[list[SubAxis], list[SubAxis]]:
@@ -134,8 +141,9 @@ def expert_shard_degree(plan: Plan) -> int:
     return plan.dp * plan.cp * plan.tp // (plan.ep * plan.expert_tp)
 
 
-def ep_layer_comm(hidden: int, top_k: int, plan: Plan, job: Job, cluster: Cluster,
-                  span: GroupSpan | None = None) -> EPComm:
+def ep_layer_comm(
+    hidden: int, top_k: int, plan: Plan, job: Job, cluster: Cluster, span: GroupSpan | None = None
+) -> EPComm:
     """Dispatch + combine all-to-all of one MoE layer.
 
     Formula: 2 x alltoall(n/tp * top_k * imbalance * h * 2 B) forward, the same backward, over
@@ -144,8 +152,7 @@ def ep_layer_comm(hidden: int, top_k: int, plan: Plan, job: Job, cluster: Cluste
     """
     if plan.ep == 1:
         return EPComm(0.0, 0.0)
-    n_bytes = (routed_copies_per_device(plan, job, top_k) / plan.tp * hidden
-               * ACTIVATION_BYTES)
+    n_bytes = routed_copies_per_device(plan, job, top_k) / plan.tp * hidden * ACTIVATION_BYTES
     one = alltoall_s(span or ep_span(cluster, plan), n_bytes)
     return EPComm(2 * one, 2 * one)
 
@@ -160,8 +167,7 @@ def moe_tp_collectives(top_k: int, has_shared: bool, plan: Plan, job: Job) -> fl
     return routed + (1.0 if has_shared else 0.0)
 
 
-def expert_forward(experts: Experts, plan: Plan, job: Job, accel: Accelerator,
-                   eff: Efficiency) -> LayerTime:
+def expert_forward(experts: Experts, plan: Plan, job: Job, accel: Accelerator, eff: Efficiency) -> LayerTime:
     """Forward time of the routed experts on the busiest device, one micro-batch.
 
     Formula: GEMMs c * flops_per_copy / tp / (peak * eff) + overhead per expert
@@ -175,8 +181,9 @@ def expert_forward(experts: Experts, plan: Plan, job: Job, accel: Accelerator,
     peak = accel.peak_for(job.precision.value) * eff.gemm(job.precision.value)
     flops = copies * sum(g.flops_per_token for g in experts.gemms) / plan.tp
     gemm_s = flops / peak + eff.kernel_overhead_s * local * len(experts.gemms)
-    elementwise_s = copies * experts.mem_bound_elems * ACTIVATION_BYTES / plan.tp / (
-        accel.hbm_bytes_per_s * eff.hbm)
+    elementwise_s = (
+        copies * experts.mem_bound_elems * ACTIVATION_BYTES / plan.tp / (accel.hbm_bytes_per_s * eff.hbm)
+    )
     return LayerTime(gemm_s, 0.0, elementwise_s)
 
 

@@ -94,14 +94,21 @@ def evaluate(graph: LayerGraph, cluster: Cluster, job: Job, plan: Plan) -> Break
     spec = graph.spec
     check_stage_pools(plan, cluster)
     num_devices = pooled_devices(plan, cluster) if cluster.pools else cluster.num_devices
-    check_plan(plan, job, num_devices=num_devices, num_layers=spec.num_layers,
-               num_heads=spec.num_heads, num_kv_heads=spec.num_kv_heads,
-               num_experts=spec.num_experts)
+    check_plan(
+        plan,
+        job,
+        num_devices=num_devices,
+        num_layers=spec.num_layers,
+        num_heads=spec.num_heads,
+        num_kv_heads=spec.num_kv_heads,
+        num_experts=spec.num_experts,
+    )
     peak = peak_flops_per_s(plan, cluster, job.precision.value)
     terms = stage_terms(graph, plan, job, cluster)
     parts = step_time_s(terms)
-    memory = tuple(stage_memory(terms, s, plan.layers_per_stage[s], plan.recompute[s])
-                   for s in range(plan.pp))
+    memory = tuple(
+        stage_memory(terms, s, plan.layers_per_stage[s], plan.recompute[s]) for s in range(plan.pp)
+    )
     caps = tuple(terms.stage_capacity_bytes(s) for s in range(plan.pp))
     flops_per_token = model_flops_per_token(spec, job.seq_len)
     tokens_per_s_per_gpu = job.tokens_per_step / parts.step_s / num_devices

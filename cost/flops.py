@@ -21,8 +21,10 @@ __all__ = ["model_flops_per_token", "matmul_params"]
 def _per_token(spec: ModelSpec) -> tuple[int, float]:
     """(GEMM FLOPs per token, attention-core FLOPs per token per sequence token) of the model."""
     layers = build_graph(spec).layers()
-    return (sum(ly.gemm_flops_per_token for ly in layers),
-            sum(ly.attn_core_flops_per_token_per_seq for ly in layers))
+    return (
+        sum(ly.gemm_flops_per_token for ly in layers),
+        sum(ly.attn_core_flops_per_token_per_seq for ly in layers),
+    )
 
 
 def matmul_params(spec: ModelSpec) -> int:

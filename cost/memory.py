@@ -51,10 +51,21 @@ from paraplan.cost.plan import Plan, Recompute
 from paraplan.cost.pp import in_flight_micro_batches
 from paraplan.cost.stage import StageTerms
 
-__all__ = ["StageMemory", "StageMemoryModel", "stage_memory", "stage_memory_model",
-           "max_layers_per_stage", "runtime_reserve_bytes", "num_communicators",
-           "CUDA_CONTEXT_BYTES", "NCCL_BYTES_PER_COMMUNICATOR", "ALLOCATOR_FRAGMENTATION",
-           "XLA_RUNTIME_RESERVE_BYTES", "XLA_FRAGMENTATION", "fragmentation"]
+__all__ = [
+    "StageMemory",
+    "StageMemoryModel",
+    "stage_memory",
+    "stage_memory_model",
+    "max_layers_per_stage",
+    "runtime_reserve_bytes",
+    "num_communicators",
+    "CUDA_CONTEXT_BYTES",
+    "NCCL_BYTES_PER_COMMUNICATOR",
+    "ALLOCATOR_FRAGMENTATION",
+    "XLA_RUNTIME_RESERVE_BYTES",
+    "XLA_FRAGMENTATION",
+    "fragmentation",
+]
 
 CUDA_CONTEXT_BYTES = 0.5e9  # CUDA context + cuBLAS workspaces, lazy loading (module docstring)
 NCCL_BYTES_PER_COMMUNICATOR = 0.25e9  # NCCL_BUFFSIZE 4 MiB x channels x peers (module docstring)
@@ -75,8 +86,13 @@ class StageMemory:
 
     @property
     def total_bytes(self) -> float:
-        return (self.weights_bytes + self.grads_bytes + self.optimizer_bytes
-                + self.activations_bytes + self.buffers_bytes)
+        return (
+            self.weights_bytes
+            + self.grads_bytes
+            + self.optimizer_bytes
+            + self.activations_bytes
+            + self.buffers_bytes
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,11 +166,14 @@ def stage_memory_model(terms: StageTerms, stage: int, recompute: Recompute) -> S
     plan = terms.plan
     shards, gbytes = shard_degree(plan), grad_bytes(terms.job)
     expert_shards = shard_degree(plan, expert=True)
-    fixed_state = _sum(state_bytes(terms.stage_params(stage, 0), plan.zero, shards, gbytes),
-                       state_bytes(terms.stage_expert_params(stage, 0), plan.zero, expert_shards,
-                                   gbytes))
-    layer_state = _sum(state_bytes(terms.block_params, plan.zero, shards, gbytes),
-                       state_bytes(terms.block_expert_params, plan.zero, expert_shards, gbytes))
+    fixed_state = _sum(
+        state_bytes(terms.stage_params(stage, 0), plan.zero, shards, gbytes),
+        state_bytes(terms.stage_expert_params(stage, 0), plan.zero, expert_shards, gbytes),
+    )
+    layer_state = _sum(
+        state_bytes(terms.block_params, plan.zero, shards, gbytes),
+        state_bytes(terms.block_expert_params, plan.zero, expert_shards, gbytes),
+    )
     block = terms.block_at(stage, recompute)
     is_tpu = terms.at(stage).cluster.accelerator.is_tpu
     frag = fragmentation(is_tpu)
@@ -174,15 +193,23 @@ def stage_memory_model(terms: StageTerms, stage: int, recompute: Recompute) -> S
     if plan.zero >= 3 and expert_shards > 1:
         buffers += ZERO3_PREFETCH_BLOCKS * terms.block_expert_params * WEIGHT_BYTES
     return StageMemoryModel(
-        fixed=StageMemory(fixed_state.weights, fixed_state.grads, fixed_state.optimizer,
-                          fixed_act, buffers, reserve),
-        per_layer=StageMemory(layer_state.weights, layer_state.grads, layer_state.optimizer,
-                              layer_act, layer_reserve, layer_reserve),
+        fixed=StageMemory(
+            fixed_state.weights, fixed_state.grads, fixed_state.optimizer, fixed_act, buffers, reserve
+        ),
+        per_layer=StageMemory(
+            layer_state.weights,
+            layer_state.grads,
+            layer_state.optimizer,
+            layer_act,
+            layer_reserve,
+            layer_reserve,
+        ),
     )
 
 
-def max_layers_per_stage(terms: StageTerms, recompute: Recompute,
-                         capacity_bytes: float | None = None) -> list[int]:
+def max_layers_per_stage(
+    terms: StageTerms, recompute: Recompute, capacity_bytes: float | None = None
+) -> list[int]:
     """``stage_memory_model(terms, s, recompute).max_layers(capacity)`` for every stage s, where
     capacity is ``capacity_bytes`` or, when None, the memory of the stage's own devices.
 
@@ -193,9 +220,12 @@ def max_layers_per_stage(terms: StageTerms, recompute: Recompute,
     cluster each stage has its own pool's model."""
     pp = terms.plan.pp
     if terms.pool_terms:
-        return [stage_memory_model(terms, s, recompute).max_layers(
-                    terms.stage_capacity_bytes(s) if capacity_bytes is None else capacity_bytes)
-                for s in range(pp)]
+        return [
+            stage_memory_model(terms, s, recompute).max_layers(
+                terms.stage_capacity_bytes(s) if capacity_bytes is None else capacity_bytes
+            )
+            for s in range(pp)
+        ]
     if capacity_bytes is None:
         capacity_bytes = terms.capacity_bytes
     ends = {s: stage_memory_model(terms, s, recompute) for s in {0, pp - 1}}

@@ -6,10 +6,27 @@ from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from functools import cache
 
-__all__ = ["Axis", "Precision", "Recompute", "CPComm", "Job", "Plan", "DEFAULT_ORDER", "check_plan",
-           "check_expert_parallel", "expert_axes", "expert_folded", "folded_ep_axes", "chunk_layers",
-           "default_chunks",
-           "is_even_chunks", "pipeline_slots", "check_chunks", "plan_key", "even_split"]
+__all__ = [
+    "Axis",
+    "Precision",
+    "Recompute",
+    "CPComm",
+    "Job",
+    "Plan",
+    "DEFAULT_ORDER",
+    "check_plan",
+    "check_expert_parallel",
+    "expert_axes",
+    "expert_folded",
+    "folded_ep_axes",
+    "chunk_layers",
+    "default_chunks",
+    "is_even_chunks",
+    "pipeline_slots",
+    "check_chunks",
+    "plan_key",
+    "even_split",
+]
 
 
 class Axis(StrEnum):
@@ -129,8 +146,16 @@ def _key_fields(ignore: frozenset[str]) -> tuple[str, ...]:
     return tuple(n for n in names if n not in ignore)
 
 
-def check_plan(plan: Plan, job: Job, *, num_devices: int, num_layers: int, num_heads: int,
-               num_kv_heads: int, num_experts: int = 0) -> None:
+def check_plan(
+    plan: Plan,
+    job: Job,
+    *,
+    num_devices: int,
+    num_layers: int,
+    num_heads: int,
+    num_kv_heads: int,
+    num_experts: int = 0,
+) -> None:
     """Every rule a plan must meet; ValueError names the knob, the values and the rule."""
     for name in ("dp", "tp", "pp", "cp", "ep", "vp", "micro_batch"):
         if getattr(plan, name) < 1:
@@ -145,9 +170,7 @@ def check_plan(plan: Plan, job: Job, *, num_devices: int, num_layers: int, num_h
     if num_heads % plan.tp:
         raise ValueError(f"plan.tp={plan.tp} must divide model heads={num_heads}")
     if num_kv_heads % plan.tp and plan.tp % num_kv_heads:
-        raise ValueError(
-            f"plan.tp={plan.tp} and model kv_heads={num_kv_heads}: one must divide the other"
-        )
+        raise ValueError(f"plan.tp={plan.tp} and model kv_heads={num_kv_heads}: one must divide the other")
     if plan.sequence_parallel and plan.tp == 1:
         pass  # sequence parallelism is a no-op without TP
     if job.seq_len % plan.cp or (plan.cp > 1 and (job.seq_len // plan.cp) % 2):
@@ -163,9 +186,7 @@ def check_plan(plan: Plan, job: Job, *, num_devices: int, num_layers: int, num_h
             "(global batch = micro-batch x accumulation steps x data-parallel replicas)"
         )
     if len(plan.layers_per_stage) != plan.pp:
-        raise ValueError(
-            f"plan.layers_per_stage has {len(plan.layers_per_stage)} entries; need pp={plan.pp}"
-        )
+        raise ValueError(f"plan.layers_per_stage has {len(plan.layers_per_stage)} entries; need pp={plan.pp}")
     check_chunks(plan, num_layers)
     if sum(plan.layers_per_stage) != num_layers or min(plan.layers_per_stage) < plan.vp:
         raise ValueError(
@@ -243,14 +264,12 @@ def check_chunks(plan: Plan, num_layers: int) -> None:
     if bad:
         s, c = bad[0]
         raise ValueError(
-            f"plan.layers_per_chunk[{s}][{c}]={rows[s][c]}: every virtual stage holds at least "
-            "one layer"
+            f"plan.layers_per_chunk[{s}][{c}]={rows[s][c]}: every virtual stage holds at least one layer"
         )
     sums = [sum(r) for r in rows]
     if sum(sums) != num_layers:
         raise ValueError(
-            f"plan.layers_per_chunk holds {sum(sums)} layers (stages {sums}); the model has "
-            f"{num_layers}"
+            f"plan.layers_per_chunk holds {sum(sums)} layers (stages {sums}); the model has {num_layers}"
         )
     if tuple(sums) != tuple(plan.layers_per_stage):
         raise ValueError(
@@ -303,8 +322,7 @@ def expert_folded(plan: Plan) -> bool:
     """Megatron-core's MoE parallel folding (docs/frameworks.md Sec. 2.3, expert grid ETP x EP x
     expert-DP x PP laid over the same ranks as TP x CP x DP x PP): with etp = 1 the EP group may
     span TP ranks. paraplan folds when it must: etp = 1 < tp and ep does not divide dp*cp."""
-    return (plan.ep > 1 and plan.etp == 1 and plan.tp > 1
-            and (plan.dp * plan.cp) % plan.ep != 0)
+    return plan.ep > 1 and plan.etp == 1 and plan.tp > 1 and (plan.dp * plan.cp) % plan.ep != 0
 
 
 def folded_ep_axes(plan: Plan) -> list[tuple[Axis, int]] | None:

@@ -21,8 +21,16 @@ from paraplan.cost.stage import compute_floor_s, ends_floor_s
 from paraplan.graph import LayerGraph
 from paraplan.hardware import Cluster
 
-__all__ = ["check_stage_pools", "pool_sequence", "stage_pools_of", "pooled_devices",
-           "PoolFloor", "pool_floors", "pooled_pipeline_floor_s", "peak_flops_per_s"]
+__all__ = [
+    "check_stage_pools",
+    "pool_sequence",
+    "stage_pools_of",
+    "pooled_devices",
+    "PoolFloor",
+    "pool_floors",
+    "pooled_pipeline_floor_s",
+    "peak_flops_per_s",
+]
 
 
 def pool_sequence(stage_pools: tuple[int, ...]) -> tuple[int, ...]:
@@ -34,8 +42,7 @@ def pool_sequence(stage_pools: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(seq)
 
 
-def stage_pools_of(cluster: Cluster, sequence: tuple[int, ...], stage_devices: int
-                   ) -> tuple[int, ...] | None:
+def stage_pools_of(cluster: Cluster, sequence: tuple[int, ...], stage_devices: int) -> tuple[int, ...] | None:
     """Pool of each stage when the pools of ``sequence`` host stages of ``stage_devices``
     devices each, in that order; None when some pool's devices are not a multiple of it."""
     out: list[int] = []
@@ -57,13 +64,13 @@ def check_stage_pools(plan: Plan, cluster: Cluster) -> None:
     pools = plan.stage_pools
     if not cluster.pools:
         if pools:
-            raise ValueError(f"plan.stage_pools={list(pools)} needs a cluster with pools "
-                             "(cluster.pools)")
+            raise ValueError(f"plan.stage_pools={list(pools)} needs a cluster with pools (cluster.pools)")
         return
     if len(pools) != plan.pp or any(not 0 <= p < len(cluster.pools) for p in pools):
         raise ValueError(
             f"plan.stage_pools={list(pools)} must give one pool index (0..{len(cluster.pools) - 1}, "
-            f"in cluster.pools order) per pipeline stage, pp={plan.pp}")
+            f"in cluster.pools order) per pipeline stage, pp={plan.pp}"
+        )
     seq = pool_sequence(pools)
     if len(seq) != len(set(seq)):
         raise ValueError(f"plan.stage_pools={list(pools)}: each pool's stages must be consecutive")
@@ -72,10 +79,13 @@ def check_stage_pools(plan: Plan, cluster: Cluster) -> None:
         sizes = {p: cluster.pools[p].num_devices for p in seq}
         raise ValueError(
             f"plan.stage_pools={list(pools)}: a used pool hosts all its devices / (tp*cp*dp = "
-            f"{per_stage}) stages; pool devices {sizes} (degrees are the same on every pool)")
+            f"{per_stage}) stages; pool devices {sizes} (degrees are the same on every pool)"
+        )
     if plan.order[-1] is not Axis.PP:
-        raise ValueError(f"plan.order={[a.value for a in plan.order]}: on a pooled cluster pp must "
-                         "be the outermost axis (last) so that each stage lies inside one pool")
+        raise ValueError(
+            f"plan.order={[a.value for a in plan.order]}: on a pooled cluster pp must "
+            "be the outermost axis (last) so that each stage lies inside one pool"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,8 +108,9 @@ def pool_floors(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster) -> di
     return out
 
 
-def pooled_pipeline_floor_s(floors: dict[int, PoolFloor], plan: Plan, num_micro_batches: int,
-                            uniform_blocks: bool) -> float:
+def pooled_pipeline_floor_s(
+    floors: dict[int, PoolFloor], plan: Plan, num_micro_batches: int, uniform_blocks: bool
+) -> float:
     """Least 1F1B step of a pooled layout over every split and recompute (cost/pp.py pipeline_s).
 
     Formula: (m - 1/v) * M + S / v, with S = min_i B_i + min_i E_i a floor of the sum of stage
@@ -110,7 +121,7 @@ def pooled_pipeline_floor_s(floors: dict[int, PoolFloor], plan: Plan, num_micro_
     (dense layers among MoE ones: ``uniform_blocks`` false).
     Source: pipeline_s = m max + (sum - max) / v = (m - 1/v) max + sum / v grows with both
     (m >= 1 >= 1/v). Units: seconds."""
-    total = (min(f.blocks_s for f in floors.values()) + min(f.ends_s for f in floors.values()))
+    total = min(f.blocks_s for f in floors.values()) + min(f.ends_s for f in floors.values())
     slowest = total / plan.pp
     if uniform_blocks and all(f.blocks_s > 0 for f in floors.values()):
         slowest = max(slowest, 1 / sum(1 / floors[p].blocks_s for p in plan.stage_pools))
@@ -122,6 +133,5 @@ def peak_flops_per_s(plan: Plan, cluster: Cluster, precision: str) -> float:
     if not cluster.pools:
         return cluster.accelerator.peak_for(precision)
     used = sorted(set(plan.stage_pools))
-    total = sum(cluster.pools[p].num_devices * cluster.pools[p].accelerator.peak_for(precision)
-                for p in used)
+    total = sum(cluster.pools[p].num_devices * cluster.pools[p].accelerator.peak_for(precision) for p in used)
     return total / pooled_devices(plan, cluster)

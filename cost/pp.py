@@ -33,8 +33,15 @@ from paraplan.cost.compute import ACTIVATION_BYTES, tokens_per_device
 from paraplan.cost.plan import Axis, Job, Plan
 from paraplan.hardware import Cluster, Tier
 
-__all__ = ["pipeline_s", "bubble_s", "pipeline_lower_bound_s", "p2p_per_micro_batch_s",
-           "in_flight_micro_batches", "stage_links", "stage_p2p_s"]
+__all__ = [
+    "pipeline_s",
+    "bubble_s",
+    "pipeline_lower_bound_s",
+    "p2p_per_micro_batch_s",
+    "in_flight_micro_batches",
+    "stage_links",
+    "stage_p2p_s",
+]
 
 
 def pipeline_s(stage_s: list[float], num_micro_batches: int, vp: int) -> float:
@@ -58,8 +65,9 @@ def bubble_s(stage_s: list[float], vp: int) -> float:
     return (sum(stage_s) - max(stage_s)) / vp
 
 
-def p2p_per_micro_batch_s(hidden: int, plan: Plan, job: Job, cluster: Cluster,
-                          tier: Tier | None = None) -> float:
+def p2p_per_micro_batch_s(
+    hidden: int, plan: Plan, job: Job, cluster: Cluster, tier: Tier | None = None
+) -> float:
     """Exposed activation send forward + gradient send backward per micro-batch per stage.
 
     Formula: 2 * (alpha + n*h*2 B / B_tier), n*h divided by tp under SP (scattered send).
@@ -105,7 +113,7 @@ def stage_p2p_s(hidden: int, plan: Plan, job: Job, cluster: Cluster) -> tuple[fl
         return (0.0,)
     n_bytes = _p2p_bytes(hidden, plan, job)
     link_s = [2 * p2p_s(t, n_bytes) for t in stage_links(plan, cluster)]
-    return tuple(max(link_s[max(0, s - 1):s + 1]) for s in range(plan.pp))
+    return tuple(max(link_s[max(0, s - 1) : s + 1]) for s in range(plan.pp))
 
 
 def in_flight_micro_batches(stage: int, plan: Plan, num_micro_batches: int) -> float:

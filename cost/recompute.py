@@ -34,14 +34,14 @@ from paraplan.cost.ep import expert_stored_bytes
 from paraplan.cost.plan import Job, Plan, Recompute
 from paraplan.graph import Layer
 
-__all__ = ["stored_activation_bytes", "tpu_minimal_stored_bytes", "block_input_bytes",
-           "recompute_forward_s"]
+__all__ = ["stored_activation_bytes", "tpu_minimal_stored_bytes", "block_input_bytes", "recompute_forward_s"]
 
 QUADRATIC_ELEMS_PER_HEAD = 2.5  # softmax out (2 B), dropout mask (1 B), dropout out (2 B) = 5 B
 
 
-def stored_activation_bytes(layer: Layer, plan: Plan, job: Job, recompute: Recompute, *,
-                            is_tpu: bool = False) -> float:
+def stored_activation_bytes(
+    layer: Layer, plan: Plan, job: Job, recompute: Recompute, *, is_tpu: bool = False
+) -> float:
     """Bytes one layer keeps for backward, per micro-batch, per device (not counting FULL's input).
 
     Formula: n * (act_tp/tp + act_sp/(tp if SP else 1)) * 2 B, plus n*2.5*a*s/tp elements of

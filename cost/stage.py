@@ -50,9 +50,20 @@ from paraplan.cost.tp import tp_block_comm
 from paraplan.graph import Layer, LayerGraph, LayerKind
 from paraplan.hardware import Accelerator, Cluster, Efficiency, Tier
 
-__all__ = ["Affine", "BlockCost", "StageTerms", "stage_terms", "compute_floor_s", "FLOOR_IGNORES",
-           "ends_floor_s", "layer_time", "block_params_per_device", "dense_layers_credited",
-           "inner_tiers_fastest", "zero_exposed_s"]
+__all__ = [
+    "Affine",
+    "BlockCost",
+    "StageTerms",
+    "stage_terms",
+    "compute_floor_s",
+    "FLOOR_IGNORES",
+    "ends_floor_s",
+    "layer_time",
+    "block_params_per_device",
+    "dense_layers_credited",
+    "inner_tiers_fastest",
+    "zero_exposed_s",
+]
 
 SharedCache = dict[tuple[object, ...], Any]  # per-layout work and sync lines shared across stages
 
@@ -90,9 +101,19 @@ class BlockCost:
 
     def minus(self, other: BlockCost, times: float = 1.0) -> BlockCost:
         """times x (self - other), field by field (a correction, may be negative)."""
-        return BlockCost(*(times * (getattr(self, f) - getattr(other, f))
-                           for f in ("forward_s", "backward_s", "compute_s", "comm_s",
-                                     "activation_bytes", "working_bytes")))
+        return BlockCost(
+            *(
+                times * (getattr(self, f) - getattr(other, f))
+                for f in (
+                    "forward_s",
+                    "backward_s",
+                    "compute_s",
+                    "comm_s",
+                    "activation_bytes",
+                    "working_bytes",
+                )
+            )
+        )
 
 
 ZERO_BLOCK = BlockCost(0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
@@ -173,8 +194,7 @@ class StageTerms:
         Formula: layers * (block compute + block comm) + p2p + embedding / head on the ends
         (+ the dense-layer correction on stage 0)."""
         t = self.at(stage)
-        ends = self._ends(stage, t.first.compute_s + t.first.comm_s,
-                          t.last.compute_s + t.last.comm_s)
+        ends = self._ends(stage, t.first.compute_s + t.first.comm_s, t.last.compute_s + t.last.comm_s)
         credit = self.credit(stage, recompute).time_s
         return Affine(self.p2p_at(stage) + ends + credit, t.block[recompute].time_s)
 
@@ -195,9 +215,9 @@ class StageTerms:
         affine in the parameter count and hence in the layers. Routed-expert gradients sync over
         the expert-data-parallel group (ep.py) after the others."""
         sync, esync = self.at(stage).sync_lines
-        return (Affine(sync.at(self.stage_params(stage, 0)), sync.per_layer * self.block_params)
-                + Affine(esync.at(self.stage_expert_params(stage, 0)),
-                         esync.per_layer * self.block_expert_params))
+        return Affine(sync.at(self.stage_params(stage, 0)), sync.per_layer * self.block_params) + Affine(
+            esync.at(self.stage_expert_params(stage, 0)), esync.per_layer * self.block_expert_params
+        )
 
     def dp_exposed(self, stage: int, recompute: Recompute) -> Affine:
         """sync - window, where the window is the stage's last backward when overlap is on;
@@ -212,15 +232,17 @@ class StageTerms:
         """Adam step, HBM-bound: local params * 30 B / (HBM * eff); state sharded from ZeRO-1
         (over dp x cp, or dp*cp/ep for routed experts)."""
         cluster = self.at(stage).cluster
-        scale = OPTIMIZER_STEP_BYTES_PER_PARAM / (cluster.accelerator.hbm_bytes_per_s
-                                                  * cluster.efficiency.hbm)
+        scale = OPTIMIZER_STEP_BYTES_PER_PARAM / (
+            cluster.accelerator.hbm_bytes_per_s * cluster.efficiency.hbm
+        )
         dense, expert = scale, scale
         if self.plan.zero >= 1:
             dense /= shard_degree(self.plan)
             expert /= shard_degree(self.plan, expert=True)
-        return Affine(self.stage_params(stage, 0) * dense
-                      + self.stage_expert_params(stage, 0) * expert,
-                      self.block_params * dense + self.block_expert_params * expert)
+        return Affine(
+            self.stage_params(stage, 0) * dense + self.stage_expert_params(stage, 0) * expert,
+            self.block_params * dense + self.block_expert_params * expert,
+        )
 
     def stage_time_s(self, stage: int, layers: int, recompute: Recompute) -> float:
         return self.stage_time(stage, recompute).at(layers)
@@ -251,8 +273,7 @@ def layer_time(ly: Layer, plan: Plan, job: Job, accel: Accelerator, eff: Efficie
     if ly.experts is None:
         return t
     e = expert_forward(ly.experts, plan, job, accel, eff)
-    return LayerTime(t.gemm_s + e.gemm_s, t.attention_s + e.attention_s,
-                     t.elementwise_s + e.elementwise_s)
+    return LayerTime(t.gemm_s + e.gemm_s, t.attention_s + e.attention_s, t.elementwise_s + e.elementwise_s)
 
 
 def block_params_per_device(layers: list[Layer], plan: Plan) -> tuple[float, float]:
@@ -292,21 +313,27 @@ def _block_work(graph: LayerGraph, index: int, plan: Plan, job: Job, cluster: Cl
     stored_none = sum(stored_activation_bytes(ly, plan, job, Recompute.NONE) for ly in layers)
     return _Work(
         times=times,
-        attention=next((t for t, ly in zip(times, layers, strict=True)
-                        if ly.kind is LayerKind.ATTENTION), None),
+        attention=next(
+            (t for t, ly in zip(times, layers, strict=True) if ly.kind is LayerKind.ATTENTION), None
+        ),
         forward_s=sum(t.total_s for t in times) + host,
         backward_s=sum(t.backward_s() for t in times) + host,
-        recompute_s={r: sum(recompute_forward_s(t, r) for t in times)
-                     + (host if r is Recompute.FULL else 0.0) for r in Recompute},
+        recompute_s={
+            r: sum(recompute_forward_s(t, r) for t in times) + (host if r is Recompute.FULL else 0.0)
+            for r in Recompute
+        },
         stored_bytes={
             Recompute.NONE: stored_none,
-            Recompute.SELECTIVE: sum(stored_activation_bytes(ly, plan, job, Recompute.SELECTIVE,
-                                                             is_tpu=accel.is_tpu)
-                                     for ly in layers),
+            Recompute.SELECTIVE: sum(
+                stored_activation_bytes(ly, plan, job, Recompute.SELECTIVE, is_tpu=accel.is_tpu)
+                for ly in layers
+            ),
             Recompute.FULL: block_input_bytes(graph.spec.hidden, plan, job),
         },
         working_bytes=stored_none,
-        params=params, expert_params=expert_params, top_k=moe.top_k if moe else 0,
+        params=params,
+        expert_params=expert_params,
+        top_k=moe.top_k if moe else 0,
     )
 
 
@@ -329,9 +356,13 @@ class _Spans:
         sync = group_span(cluster, plan, Axis.DP, Axis.CP)
         esync = expert_dp_span(cluster, plan)
         return cls(
-            tp=group_span(cluster, plan, Axis.TP), cp=group_span(cluster, plan, Axis.CP),
+            tp=group_span(cluster, plan, Axis.TP),
+            cp=group_span(cluster, plan, Axis.CP),
             ep=ep_span(cluster, plan) if plan.ep > 1 else None,
-            dp=sync if zero else None, edp=esync if zero else None, sync=sync, esync=esync,
+            dp=sync if zero else None,
+            edp=esync if zero else None,
+            sync=sync,
+            esync=esync,
             pp=group_span(cluster, plan, Axis.PP).outermost if plan.pp > 1 else None,
         )
 
@@ -360,9 +391,16 @@ class _Spans:
 
         sync, esync = floor("sync"), floor("esync")
         assert sync is not None and esync is not None
-        return cls(tp=floor("tp") or every[0].tp, cp=floor("cp") or every[0].cp, ep=floor("ep"),
-                   dp=floor("dp"), edp=floor("edp"), sync=sync, esync=esync,
-                   pp=cluster.tiers[0] if plan.pp > 1 else None)
+        return cls(
+            tp=floor("tp") or every[0].tp,
+            cp=floor("cp") or every[0].cp,
+            ep=floor("ep"),
+            dp=floor("dp"),
+            edp=floor("edp"),
+            sync=sync,
+            esync=esync,
+            pp=cluster.tiers[0] if plan.pp > 1 else None,
+        )
 
     @classmethod
     def packed(cls, plan: Plan, cluster: Cluster, shared: SharedCache | None = None) -> _Spans:
@@ -379,6 +417,7 @@ class _Spans:
                     return floor if plan.zero >= 2 else replace(floor, dp=None, edp=None)
                 shared[key] = floor
             return shared[key] if plan.zero >= 2 else replace(shared[key], dp=None, edp=None)
+
         def packed(size: int) -> GroupSpan:
             return packed_span(cluster, size)
 
@@ -386,19 +425,27 @@ class _Spans:
         sync = packed(plan.dp * plan.cp)
         esync = packed(expert_shard_degree(plan))
         return cls(
-            tp=packed(plan.tp), cp=packed(plan.cp), ep=packed(plan.ep) if plan.ep > 1 else None,
-            dp=sync if zero else None, edp=esync if zero else None, sync=sync, esync=esync,
+            tp=packed(plan.tp),
+            cp=packed(plan.cp),
+            ep=packed(plan.ep) if plan.ep > 1 else None,
+            dp=sync if zero else None,
+            edp=esync if zero else None,
+            sync=sync,
+            esync=esync,
             pp=cluster.tiers[0] if plan.pp > 1 else None,
         )
 
     def key(self) -> tuple[object, ...]:
         """What per-micro-batch block costs depend on."""
-        return tuple((s.fan_in, s.latency_floor, s.torus) if s else None
-                     for s in (self.tp, self.cp, self.ep, self.dp, self.edp))
+        return tuple(
+            (s.fan_in, s.latency_floor, s.torus) if s else None
+            for s in (self.tp, self.cp, self.ep, self.dp, self.edp)
+        )
 
 
-def zero_exposed_s(gather_s: float, reduce_s: float, forward_s: float, backward_s: float,
-                    overlap: bool) -> float:
+def zero_exposed_s(
+    gather_s: float, reduce_s: float, forward_s: float, backward_s: float, overlap: bool
+) -> float:
     """Exposed ZeRO-2/3 traffic of one block, one micro-batch.
 
     Formula: max(0, gather - forward) + max(0, gather + reduce - backward) when gradient
@@ -411,8 +458,9 @@ def zero_exposed_s(gather_s: float, reduce_s: float, forward_s: float, backward_
     return max(0.0, gather_s - forward_s) + max(0.0, gather_s - backward_s) + reduce_s
 
 
-def _block_costs(work: _Work, graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster,
-                 spans: _Spans) -> dict[Recompute, BlockCost]:
+def _block_costs(
+    work: _Work, graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster, spans: _Spans
+) -> dict[Recompute, BlockCost]:
     """A block's cost under each recompute mode: its work plus the communication the plan's
     placement implies (TP, CP, EP, ZeRO-2/3 traffic)."""
     spec = graph.spec
@@ -421,17 +469,24 @@ def _block_costs(work: _Work, graph: LayerGraph, plan: Plan, job: Job, cluster: 
         ep = EPComm(0.0, 0.0)
     else:
         has_shared = spec.shared_ffn_hidden > 0
-        tp = tp_block_comm(spec.hidden, plan, job, cluster,
-                           moe_tp_collectives(work.top_k, has_shared, plan, job), span=spans.tp)
+        tp = tp_block_comm(
+            spec.hidden,
+            plan,
+            job,
+            cluster,
+            moe_tp_collectives(work.top_k, has_shared, plan, job),
+            span=spans.tp,
+        )
         ep = ep_layer_comm(spec.hidden, work.top_k, plan, job, cluster, span=spans.ep)
     assert work.attention is not None
     cp = cp_layer_comm(spec.kv_dim, work.attention, plan, job, cluster, span=spans.cp)
     dp, edp = spans.dp, spans.edp
-    gather = (zero3_gather_s(work.params, plan, cluster, span=dp)
-              + zero3_gather_s(work.expert_params, plan, cluster, expert=True, span=edp))
-    reduce = (micro_batch_reduce_s(work.params, plan, job, cluster, span=dp)
-              + micro_batch_reduce_s(work.expert_params, plan, job, cluster, expert=True,
-                                     span=edp))
+    gather = zero3_gather_s(work.params, plan, cluster, span=dp) + zero3_gather_s(
+        work.expert_params, plan, cluster, expert=True, span=edp
+    )
+    reduce = micro_batch_reduce_s(work.params, plan, job, cluster, span=dp) + micro_batch_reduce_s(
+        work.expert_params, plan, job, cluster, expert=True, span=edp
+    )
     fwd, bwd = work.forward_s, work.backward_s
     out: dict[Recompute, BlockCost] = {}
     for recompute in Recompute:
@@ -439,21 +494,24 @@ def _block_costs(work: _Work, graph: LayerGraph, plan: Plan, job: Job, cluster: 
         rec = work.recompute_s[recompute]
         tp_s = tp.forward_s + tp.backward_s + (tp.forward_s if is_full else 0.0)
         if cluster.torus is not None:  # XLA's collective matmul (cost/torus.py)
-            tp_s = collective_matmul_exposed_s(tp.forward_s, fwd) * (2 if is_full else 1) \
-                + collective_matmul_exposed_s(tp.backward_s, bwd + rec)
+            tp_s = collective_matmul_exposed_s(tp.forward_s, fwd) * (
+                2 if is_full else 1
+            ) + collective_matmul_exposed_s(tp.backward_s, bwd + rec)
         cp_s = cp.exposed_forward_s * (2 if is_full else 1) + cp.exposed_backward_s
         ep_s = ep.forward_s * (2 if is_full else 1) + ep.backward_s
         zero_s = zero_exposed_s(gather, reduce, fwd, bwd + rec, job.overlap_dp_comm)
         out[recompute] = BlockCost(
-            forward_s=fwd, backward_s=bwd + rec, compute_s=fwd + bwd + rec,
-            comm_s=tp_s + cp_s + ep_s + zero_s, activation_bytes=work.stored_bytes[recompute],
+            forward_s=fwd,
+            backward_s=bwd + rec,
+            compute_s=fwd + bwd + rec,
+            comm_s=tp_s + cp_s + ep_s + zero_s,
+            activation_bytes=work.stored_bytes[recompute],
             working_bytes=(work.working_bytes if is_full else 0.0) + cp.working_bytes,
         )
     return out
 
 
-def _end_work(graph: LayerGraph, names: tuple[str, ...], plan: Plan, job: Job,
-              cluster: Cluster) -> _Work:
+def _end_work(graph: LayerGraph, names: tuple[str, ...], plan: Plan, job: Job, cluster: Cluster) -> _Work:
     accel = cluster.accelerator
     eff = cluster.efficiency
     layers = [graph.layer(n) for n in names]
@@ -462,20 +520,30 @@ def _end_work(graph: LayerGraph, names: tuple[str, ...], plan: Plan, job: Job,
     if "lm_head" in names:
         n = plan.micro_batch * job.seq_len / plan.cp
         act = n * graph.spec.vocab / plan.tp * LOGITS_BYTES_PER_ELEMENT
-    return _Work(times=times, attention=None, forward_s=sum(t.total_s for t in times),
-                 backward_s=sum(t.backward_s() for t in times), recompute_s={},
-                 stored_bytes={}, working_bytes=act,
-                 params=sum(ly.tp_params / plan.tp + ly.replicated_params for ly in layers),
-                 expert_params=0.0, top_k=0)
+    return _Work(
+        times=times,
+        attention=None,
+        forward_s=sum(t.total_s for t in times),
+        backward_s=sum(t.backward_s() for t in times),
+        recompute_s={},
+        stored_bytes={},
+        working_bytes=act,
+        params=sum(ly.tp_params / plan.tp + ly.replicated_params for ly in layers),
+        expert_params=0.0,
+        top_k=0,
+    )
 
 
 def _end_cost(work: _Work, plan: Plan, job: Job, cluster: Cluster, spans: _Spans) -> EndCost:
     gather = zero3_gather_s(work.params, plan, cluster, span=spans.dp)
     comm = 2 * gather + micro_batch_reduce_s(work.params, plan, job, cluster, span=spans.dp)
-    return EndCost(compute_s=work.forward_s + work.backward_s, comm_s=comm,
-                   backward_s=work.backward_s, params=work.params,
-                   activation_bytes=work.working_bytes)
-
+    return EndCost(
+        compute_s=work.forward_s + work.backward_s,
+        comm_s=comm,
+        backward_s=work.backward_s,
+        params=work.params,
+        activation_bytes=work.working_bytes,
+    )
 
 
 # What each cache's value does not depend on (plan_key keeps every other field). The stage split,
@@ -504,20 +572,26 @@ class _Shared:
     last: EndCost
 
 
-def _works(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster
-           ) -> tuple[_Work, _Work | None, _Work, _Work]:
+def _works(
+    graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster
+) -> tuple[_Work, _Work | None, _Work, _Work]:
     """(block, dense block or None, first end, last end) work of the plan's tp, cp, ep, mb, SP."""
     moe, dense = graph.moe_block, graph.dense_block
     block = _block_work(graph, moe if moe is not None else 0, plan, job, cluster)
     dense_work = None
     if moe is not None and dense is not None:
         dense_work = _block_work(graph, dense, plan, job, cluster)
-    return (block, dense_work, _end_work(graph, ("embedding",), plan, job, cluster),
-            _end_work(graph, ("final_norm", "lm_head"), plan, job, cluster))
+    return (
+        block,
+        dense_work,
+        _end_work(graph, ("embedding",), plan, job, cluster),
+        _end_work(graph, ("final_norm", "lm_head"), plan, job, cluster),
+    )
 
 
-def _shared_costs(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster, spans: _Spans,
-                  shared: SharedCache | None) -> _Shared:
+def _shared_costs(
+    graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster, spans: _Spans, shared: SharedCache | None
+) -> _Shared:
     key = ("work", *plan_key(plan, _WORK_IGNORES))
     if shared is None:
         works = _works(graph, plan, job, cluster)
@@ -527,20 +601,36 @@ def _shared_costs(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster, spa
         works = shared[key] = _works(graph, plan, job, cluster)
     block, dense, first, last = works
     return _Shared(
-        _block_costs(block, graph, plan, job, cluster, spans), block.params, block.expert_params,
+        _block_costs(block, graph, plan, job, cluster, spans),
+        block.params,
+        block.expert_params,
         _block_costs(dense, graph, plan, job, cluster, spans) if dense else None,
         dense.params if dense else 0.0,
-        _end_cost(first, plan, job, cluster, spans), _end_cost(last, plan, job, cluster, spans),
+        _end_cost(first, plan, job, cluster, spans),
+        _end_cost(last, plan, job, cluster, spans),
     )
 
 
-def _sync_lines(plan: Plan, job: Job, cluster: Cluster, block_params: float,
-                block_expert_params: float, spans: _Spans, shared: SharedCache | None
-                ) -> tuple[Affine, Affine]:
+def _sync_lines(
+    plan: Plan,
+    job: Job,
+    cluster: Cluster,
+    block_params: float,
+    block_expert_params: float,
+    spans: _Spans,
+    shared: SharedCache | None,
+) -> tuple[Affine, Affine]:
     """grad_sync_s is alpha-beta: latency + bytes / bandwidth, affine in the parameters; one line
     for the dense-parallel group, one for the expert-data-parallel group."""
-    key = ("sync", *plan_key(plan, _SYNC_IGNORES), spans.sync.fan_in, spans.esync.fan_in,
-           spans.sync.latency_floor, spans.sync.torus, spans.esync.torus)
+    key = (
+        "sync",
+        *plan_key(plan, _SYNC_IGNORES),
+        spans.sync.fan_in,
+        spans.esync.fan_in,
+        spans.sync.latency_floor,
+        spans.sync.torus,
+        spans.esync.torus,
+    )
     if shared is not None and key in shared:
         return shared[key]
 
@@ -550,8 +640,10 @@ def _sync_lines(plan: Plan, job: Job, cluster: Cluster, block_params: float,
         block = grad_sync_s(params, plan, job, cluster, expert, span=span)
         return Affine(none, (block - none) / params if params else 0.0)
 
-    lines = (line(block_params, False),
-             line(block_expert_params, True) if block_expert_params else Affine(0.0, 0.0))
+    lines = (
+        line(block_params, False),
+        line(block_expert_params, True) if block_expert_params else Affine(0.0, 0.0),
+    )
     if shared is not None:
         shared[key] = lines
     return lines
@@ -565,8 +657,15 @@ def dense_layers_credited(graph: LayerGraph, plan: Plan) -> int:
     return spec.num_dense_layers if plan.pp == 1 else min(spec.first_dense_layers, 1)
 
 
-def stage_terms(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster,
-                shared: SharedCache | None = None, *, packed: bool = False) -> StageTerms:
+def stage_terms(
+    graph: LayerGraph,
+    plan: Plan,
+    job: Job,
+    cluster: Cluster,
+    shared: SharedCache | None = None,
+    *,
+    packed: bool = False,
+) -> StageTerms:
     """All per-stage cost terms of the plan's layout (recompute and layer split left open).
 
     ``shared``: a dict the caller keeps across plans of one graph, job and cluster; block and end
@@ -597,36 +696,57 @@ def stage_terms(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster,
     g = dense_layers_credited(graph, plan)
     if g and costs.dense is not None:
         credit = {r: costs.dense[r].minus(costs.block[r], g) for r in Recompute}
-        first = replace(first, params=first.params + g * (costs.dense_params - costs.block_params),
-                        expert_params=-g * costs.block_expert_params)
+        first = replace(
+            first,
+            params=first.params + g * (costs.dense_params - costs.block_params),
+            expert_params=-g * costs.block_expert_params,
+        )
     return StageTerms(
-        plan=plan, job=job, cluster=cluster,
+        plan=plan,
+        job=job,
+        cluster=cluster,
         num_micro_batches=plan.num_micro_batches(job),
         block=costs.block,
         block_params=costs.block_params,
-        first=first, last=last,
+        first=first,
+        last=last,
         p2p_s=p2p_per_micro_batch_s(graph.spec.hidden, plan, job, cluster, spans.pp),
         block_expert_params=costs.block_expert_params,
         dense_credit=credit,
-        sync_lines=_sync_lines(plan, job, cluster, costs.block_params, costs.block_expert_params,
-                               spans, shared),
+        sync_lines=_sync_lines(
+            plan, job, cluster, costs.block_params, costs.block_expert_params, spans, shared
+        ),
     )
 
 
-def _pooled_terms(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster,
-                  shared: SharedCache | None, packed: bool) -> StageTerms:
+def _pooled_terms(
+    graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster, shared: SharedCache | None, packed: bool
+) -> StageTerms:
     """stage_terms on a pooled cluster (its docstring); ``plan.stage_pools`` must be set."""
     if len(plan.stage_pools) != plan.pp:
-        raise ValueError(f"plan.stage_pools={list(plan.stage_pools)} needs one pool per stage "
-                         f"(pp={plan.pp}) on the pooled cluster {cluster.name}")
+        raise ValueError(
+            f"plan.stage_pools={list(plan.stage_pools)} needs one pool per stage "
+            f"(pp={plan.pp}) on the pooled cluster {cluster.name}"
+        )
     local = replace(plan, stage_pools=())
-    by_pool = {p: stage_terms(graph, local, job, cluster.pools[p],
-                              None if shared is None else shared.setdefault(("pool", p), {}),
-                              packed=packed)
-               for p in sorted(set(plan.stage_pools))}
-    return replace(by_pool[plan.stage_pools[0]], plan=plan, cluster=cluster,
-                   pool_terms=tuple(by_pool[p] for p in plan.stage_pools),
-                   stage_p2p=stage_p2p_s(graph.spec.hidden, plan, job, cluster))
+    by_pool = {
+        p: stage_terms(
+            graph,
+            local,
+            job,
+            cluster.pools[p],
+            None if shared is None else shared.setdefault(("pool", p), {}),
+            packed=packed,
+        )
+        for p in sorted(set(plan.stage_pools))
+    }
+    return replace(
+        by_pool[plan.stage_pools[0]],
+        plan=plan,
+        cluster=cluster,
+        pool_terms=tuple(by_pool[p] for p in plan.stage_pools),
+        stage_p2p=stage_p2p_s(graph.spec.hidden, plan, job, cluster),
+    )
 
 
 def inner_tiers_fastest(cluster: Cluster) -> bool:
@@ -637,8 +757,10 @@ def inner_tiers_fastest(cluster: Cluster) -> bool:
         return all(inner_tiers_fastest(p) for p in cluster.pools)
     if cluster.torus is not None:
         return False  # torus axes: a strided group can span more axes than a packed one
-    return all(a.alpha_s <= b.alpha_s and a.effective_bytes_per_s >= b.effective_bytes_per_s
-               for a, b in zip(cluster.tiers, cluster.tiers[1:], strict=False))
+    return all(
+        a.alpha_s <= b.alpha_s and a.effective_bytes_per_s >= b.effective_bytes_per_s
+        for a, b in zip(cluster.tiers, cluster.tiers[1:], strict=False)
+    )
 
 
 def _moe_comm_floor_s(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster) -> float:
@@ -656,13 +778,16 @@ def _moe_comm_floor_s(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster)
     for ep in (e for e in range(1, spec.num_experts + 1) if spec.num_experts % e == 0):
         p = replace(plan, ep=ep)
         expert = expert_forward(layer.experts, p, job, accel, eff).forward_backward_s
-        a2a = ep_layer_comm(spec.hidden, spec.top_k, p, job, cluster,
-                            span=packed_span(cluster, ep))
+        a2a = ep_layer_comm(spec.hidden, spec.top_k, p, job, cluster, span=packed_span(cluster, ep))
         best = min(best, expert + a2a.forward_s + a2a.backward_s)
-    tp = tp_block_comm(spec.hidden, plan, job, cluster,
-                       moe_tp_collectives(spec.top_k, spec.shared_ffn_hidden > 0, plan,
-                                          replace(job, expert_imbalance=1.0)),
-                       span=packed_span(cluster, plan.tp))
+    tp = tp_block_comm(
+        spec.hidden,
+        plan,
+        job,
+        cluster,
+        moe_tp_collectives(spec.top_k, spec.shared_ffn_hidden > 0, plan, replace(job, expert_imbalance=1.0)),
+        span=packed_span(cluster, plan.tp),
+    )
     return best + tp.forward_s + tp.backward_s
 
 
@@ -671,12 +796,15 @@ def ends_floor_s(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster) -> f
     (the part of compute_floor_s that is not blocks). Units: seconds."""
     accel = cluster.accelerator
     eff = cluster.efficiency
-    return sum(layer_forward(graph.layer(n), plan, job, accel, eff).forward_backward_s
-               for n in ("embedding", "final_norm", "lm_head"))
+    return sum(
+        layer_forward(graph.layer(n), plan, job, accel, eff).forward_backward_s
+        for n in ("embedding", "final_norm", "lm_head")
+    )
 
 
-FLOOR_IGNORES = frozenset({"dp", "pp", "ep", "vp", "zero", "recompute", "layers_per_stage",
-                           "layers_per_chunk", "order"})
+FLOOR_IGNORES = frozenset(
+    {"dp", "pp", "ep", "vp", "zero", "recompute", "layers_per_stage", "layers_per_chunk", "order"}
+)
 """What ``compute_floor_s`` does not depend on (a cache key for it is ``plan_key`` without these)."""
 
 
@@ -698,12 +826,17 @@ def compute_floor_s(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster) -
     def block_floor(index: int, p: Plan, j: Job, experts: bool = True) -> float:
         layers = graph.block_layers(index)
         host = 2 * moe_layer_overhead_s(eff) if any(ly.experts for ly in layers) else 0.0
-        return host + sum((layer_time(ly, p, j, accel, eff) if experts
-                           else layer_forward(ly, p, j, accel, eff)).forward_backward_s
-                          for ly in layers)
+        return host + sum(
+            (
+                layer_time(ly, p, j, accel, eff) if experts else layer_forward(ly, p, j, accel, eff)
+            ).forward_backward_s
+            for ly in layers
+        )
 
-    ends = sum(layer_forward(graph.layer(n), plan, job, accel, eff).forward_backward_s
-               for n in ("embedding", "final_norm", "lm_head"))
+    ends = sum(
+        layer_forward(graph.layer(n), plan, job, accel, eff).forward_backward_s
+        for n in ("embedding", "final_norm", "lm_head")
+    )
     if graph.moe_block is None:
         if not inner_tiers_fastest(cluster):
             return spec.num_layers * block_floor(0, plan, job) + ends
@@ -712,11 +845,13 @@ def compute_floor_s(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster) -
         block = _block_costs(work, graph, p, job, cluster, _Spans.packed(p, cluster))
         return spec.num_layers * block[Recompute.NONE].time_s + ends
     if inner_tiers_fastest(cluster):
-        moe_floor = (block_floor(graph.moe_block, plan, job, experts=False)
-                     + _moe_comm_floor_s(graph, plan, job, cluster))
+        moe_floor = block_floor(graph.moe_block, plan, job, experts=False) + _moe_comm_floor_s(
+            graph, plan, job, cluster
+        )
     else:
-        moe_floor = block_floor(graph.moe_block, replace(plan, ep=spec.num_experts),
-                                replace(job, expert_imbalance=1.0))
+        moe_floor = block_floor(
+            graph.moe_block, replace(plan, ep=spec.num_experts), replace(job, expert_imbalance=1.0)
+        )
     dense = spec.num_dense_layers
     dense_floor = min(moe_floor, block_floor(graph.dense_block, plan, job)) if dense else 0.0
     return (spec.num_layers - dense) * moe_floor + dense * dense_floor + ends

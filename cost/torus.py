@@ -31,8 +31,17 @@ import numpy as np
 from paraplan.hardware import Cluster, with_torus_shape
 from paraplan.hardware.tpu import Torus
 
-__all__ = ["AxisUse", "TorusGroup", "torus_group", "torus_floor", "torus_collective_s",
-           "torus_alltoall_s", "torus_profile", "placed_cluster", "collective_matmul_exposed_s"]
+__all__ = [
+    "AxisUse",
+    "TorusGroup",
+    "torus_group",
+    "torus_floor",
+    "torus_collective_s",
+    "torus_alltoall_s",
+    "torus_profile",
+    "placed_cluster",
+    "collective_matmul_exposed_s",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,8 +74,14 @@ class TorusGroup:
     a2a_dcn_s_per_byte: float  # (p-M)/p / B_dcn
 
     def terms(self) -> tuple[float, ...]:
-        return (self.ici_s_per_byte, self.ici_latency_s, self.dcn_latency_s, self.dcn_s_per_byte,
-                self.a2a_ici_s_per_byte, self.a2a_dcn_s_per_byte)
+        return (
+            self.ici_s_per_byte,
+            self.ici_latency_s,
+            self.dcn_latency_s,
+            self.dcn_s_per_byte,
+            self.a2a_ici_s_per_byte,
+            self.a2a_dcn_s_per_byte,
+        )
 
 
 def _hops(use: AxisUse) -> float:
@@ -74,8 +89,7 @@ def _hops(use: AxisUse) -> float:
     return (use.members / 2 if use.ring else use.members - 1) * use.step
 
 
-def _group(torus: Torus, uses: list[AxisUse], slices: int, size: int,
-           fan_in: tuple[int, ...]) -> TorusGroup:
+def _group(torus: Torus, uses: list[AxisUse], slices: int, size: int, fan_in: tuple[int, ...]) -> TorusGroup:
     """The cost terms of a group lying along ``uses`` over ``slices`` slices.
 
     W_a = link x efficiency x (2 on a ring, both directions; 1 on a line) / step; hops_a = p/2
@@ -86,13 +100,17 @@ def _group(torus: Torus, uses: list[AxisUse], slices: int, size: int,
     m = prod(a.members for a in uses)
     bandwidth = sum(link * (2 if a.ring else 1) / a.step for a in uses)
     return TorusGroup(
-        axes=tuple(uses), slices=slices, size=size, fan_in=fan_in,
+        axes=tuple(uses),
+        slices=slices,
+        size=size,
+        fan_in=fan_in,
         ici_s_per_byte=(m - 1) / m / bandwidth if m > 1 else 0.0,
         ici_latency_s=sum(_hops(a) for a in uses) * torus.hop_s,
         dcn_latency_s=(slices - 1) * torus.dcn_alpha_s,
         dcn_s_per_byte=(slices - 1) / (slices * m) / dcn,
-        a2a_ici_s_per_byte=max((m / size * a.members * a.step / ((8 if a.ring else 4) * link)
-                                for a in uses), default=0.0),
+        a2a_ici_s_per_byte=max(
+            (m / size * a.members * a.step / ((8 if a.ring else 4) * link) for a in uses), default=0.0
+        ),
         a2a_dcn_s_per_byte=(size - m) / size / dcn,
     )
 
@@ -155,8 +173,9 @@ def torus_collective_s(group: TorusGroup, n_bytes: float, phases: int, data_fact
     phases (S-1) alpha + data n (S-1)/(S M) / B_dcn.
     Source: S6 (module docstring); DCN as cost.comm's hierarchical ring (Thakur et al. 2005).
     """
-    return (phases * (group.ici_latency_s + group.dcn_latency_s)
-            + data_factor * n_bytes * (group.ici_s_per_byte + group.dcn_s_per_byte))
+    return phases * (group.ici_latency_s + group.dcn_latency_s) + data_factor * n_bytes * (
+        group.ici_s_per_byte + group.dcn_s_per_byte
+    )
 
 
 def torus_alltoall_s(group: TorusGroup, n_bytes: float) -> float:
@@ -170,8 +189,11 @@ def torus_alltoall_s(group: TorusGroup, n_bytes: float) -> float:
     """
     if group.size <= 1:
         return 0.0
-    return (group.ici_latency_s + group.dcn_latency_s
-            + n_bytes * max(group.a2a_ici_s_per_byte, group.a2a_dcn_s_per_byte))
+    return (
+        group.ici_latency_s
+        + group.dcn_latency_s
+        + n_bytes * max(group.a2a_ici_s_per_byte, group.a2a_dcn_s_per_byte)
+    )
 
 
 def torus_profile(group: TorusGroup) -> tuple[float, ...]:
@@ -199,6 +221,8 @@ def placed_cluster(cluster: Cluster, torus_shape: tuple[int, ...]) -> Cluster:
     if not torus_shape:
         return cluster
     if cluster.torus is None:
-        raise ValueError(f"plan.torus_shape={list(torus_shape)} needs a TPU slice cluster "
-                         "(cluster.preset such as v5p-1024); remove it for this cluster")
+        raise ValueError(
+            f"plan.torus_shape={list(torus_shape)} needs a TPU slice cluster "
+            "(cluster.preset such as v5p-1024); remove it for this cluster"
+        )
     return with_torus_shape(cluster, tuple(torus_shape))

@@ -26,8 +26,14 @@ class TPComm:
     backward_s: float
 
 
-def tp_block_comm(hidden: int, plan: Plan, job: Job, cluster: Cluster,
-                  mlp_collectives: float = 1.0, span: GroupSpan | None = None) -> TPComm:
+def tp_block_comm(
+    hidden: int,
+    plan: Plan,
+    job: Job,
+    cluster: Cluster,
+    mlp_collectives: float = 1.0,
+    span: GroupSpan | None = None,
+) -> TPComm:
     """Formula: (1 + mlp_collectives) x allreduce(n*h*2 B) forward, the same backward, on the TP
     group's tiers. ``mlp_collectives``: 1 for a dense MLP; a MoE layer's from ep.moe_tp_collectives."""
     if plan.tp == 1:

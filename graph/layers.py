@@ -180,25 +180,31 @@ class LayerGraph:
     @property
     def dense_block(self) -> int | None:
         """Index of the first block with a dense MLP (None when every block is MoE)."""
-        return next((i for i in range(self.spec.num_layers) if not self.spec.is_moe_layer(i)),
-                    None)
+        return next((i for i in range(self.spec.num_layers) if not self.spec.is_moe_layer(i)), None)
 
 
 def _attention(spec: ModelSpec, i: int) -> Layer:
     h, q, kv = spec.hidden, spec.q_dim, spec.kv_dim
-    gemms = (Gemm(name="qkv", in_dim=h, out_dim=q + 2 * kv, tp_split="out"),
-             Gemm(name="proj", in_dim=q, out_dim=h, tp_split="in"))
+    gemms = (
+        Gemm(name="qkv", in_dim=h, out_dim=q + 2 * kv, tp_split="out"),
+        Gemm(name="proj", in_dim=q, out_dim=h, tp_split="in"),
+    )
     norm_params = 2 * h if spec.norm == "layernorm" else h
     # Korthikanti 2022 Sec 4.1, generalised to GQA: Q,K (QK^T input), V, attention output (proj
     # input) are TP-sharded; norm input, QKV input and the dropout mask are not (without SP).
     act_tp = q + kv + kv + q
     act_sp = h + h + (h / 2 if spec.dropout else 0.0)  # norm in, qkv in, dropout mask (1 B of 2)
     return Layer(
-        name=f"attn_{i}", kind=LayerKind.ATTENTION, block=i,
+        name=f"attn_{i}",
+        kind=LayerKind.ATTENTION,
+        block=i,
         params=sum(g.in_dim * g.out_dim for g in gemms) + norm_params,
         gemms=gemms,
         attn_core_flops_per_token_per_seq=4 * q,
-        act_tp_elems=act_tp, act_sp_elems=act_sp, act_tp_gemm_elems=q, act_sp_gemm_elems=h,
+        act_tp_elems=act_tp,
+        act_sp_elems=act_sp,
+        act_tp_gemm_elems=q,
+        act_sp_gemm_elems=h,
         act_quadratic_heads=spec.num_heads,
         mem_bound_elems=2 * h + 3 * h + 2 * (q + kv),  # norm, residual add, rotary
         shardable=("tp", "sp", "cp"),
@@ -209,17 +215,24 @@ def _mlp(spec: ModelSpec, i: int) -> Layer:
     h, f = spec.hidden, spec.ffn_hidden
     gated = spec.activation.is_gated
     up = 2 * f if gated else f
-    gemms = (Gemm(name="fc1", in_dim=h, out_dim=up, tp_split="out"),
-             Gemm(name="fc2", in_dim=f, out_dim=h, tp_split="in"))
+    gemms = (
+        Gemm(name="fc1", in_dim=h, out_dim=up, tp_split="out"),
+        Gemm(name="fc2", in_dim=f, out_dim=h, tp_split="in"),
+    )
     norm_params = 2 * h if spec.norm == "layernorm" else h
     # Korthikanti: fc1 input (sp), activation input (up elems), activation output (f), dropout mask.
     act_tp = up + f
     act_sp = h + h + (h / 2 if spec.dropout else 0.0)
     return Layer(
-        name=f"mlp_{i}", kind=LayerKind.MLP, block=i,
+        name=f"mlp_{i}",
+        kind=LayerKind.MLP,
+        block=i,
         params=sum(g.in_dim * g.out_dim for g in gemms) + norm_params,
         gemms=gemms,
-        act_tp_elems=act_tp, act_sp_elems=act_sp, act_tp_gemm_elems=f, act_sp_gemm_elems=h,
+        act_tp_elems=act_tp,
+        act_sp_elems=act_sp,
+        act_tp_gemm_elems=f,
+        act_sp_gemm_elems=h,
         mem_bound_elems=2 * h + 3 * h + up + f,  # norm, residual add, activation
         shardable=("tp", "sp", "cp"),
     )
@@ -237,26 +250,38 @@ def _mla_attention(spec: ModelSpec, i: int) -> Layer:
     rq, rkv, rope = spec.q_lora_rank, spec.kv_lora_rank, spec.qk_rope_head_dim
     q_gemms: tuple[Gemm, ...]
     if rq:
-        q_gemms = (Gemm(name="q_down", in_dim=h, out_dim=rq, tp_split="none"),
-                   Gemm(name="q_up", in_dim=rq, out_dim=heads * qk, tp_split="out"))
+        q_gemms = (
+            Gemm(name="q_down", in_dim=h, out_dim=rq, tp_split="none"),
+            Gemm(name="q_up", in_dim=rq, out_dim=heads * qk, tp_split="out"),
+        )
     else:
         q_gemms = (Gemm(name="q", in_dim=h, out_dim=heads * qk, tp_split="out"),)
-    gemms = (*q_gemms,
-             Gemm(name="kv_down", in_dim=h, out_dim=rkv + rope, tp_split="none"),
-             Gemm(name="kv_up", in_dim=rkv, out_dim=heads * (spec.qk_nope_head_dim
-                                                            + spec.v_head_dim), tp_split="out"),
-             Gemm(name="proj", in_dim=spec.v_dim, out_dim=h, tp_split="in"))
+    gemms = (
+        *q_gemms,
+        Gemm(name="kv_down", in_dim=h, out_dim=rkv + rope, tp_split="none"),
+        Gemm(
+            name="kv_up",
+            in_dim=rkv,
+            out_dim=heads * (spec.qk_nope_head_dim + spec.v_head_dim),
+            tp_split="out",
+        ),
+        Gemm(name="proj", in_dim=spec.v_dim, out_dim=h, tp_split="in"),
+    )
     norm_params = h + rq + rkv  # input RMSNorm + the q and kv latent RMSNorms
     # Q, K (q.k input), V, attention output (proj input) are TP-sharded; the block input, the
     # normed input and the latents (with their norm inputs) are stored per sequence shard.
     act_tp = 2 * heads * qk + 2 * spec.v_dim
     act_sp = 2 * h + 2 * rq + (rkv + rope) + rkv + (h / 2 if spec.dropout else 0.0)
     return Layer(
-        name=f"attn_{i}", kind=LayerKind.ATTENTION, block=i,
+        name=f"attn_{i}",
+        kind=LayerKind.ATTENTION,
+        block=i,
         params=sum(g.params for g in gemms) + norm_params,
         gemms=gemms,
         attn_core_flops_per_token_per_seq=2 * heads * qk + 2 * spec.v_dim,
-        act_tp_elems=act_tp, act_sp_elems=act_sp, act_tp_gemm_elems=spec.v_dim,
+        act_tp_elems=act_tp,
+        act_sp_elems=act_sp,
+        act_tp_gemm_elems=spec.v_dim,
         act_sp_gemm_elems=h + rq + rkv,
         act_quadratic_heads=heads,
         mem_bound_elems=2 * h + 2 * rq + 2 * rkv + 3 * h + 2 * (heads * rope + rope),
@@ -279,16 +304,24 @@ def _moe(spec: ModelSpec, i: int) -> Layer:
     fs = spec.shared_ffn_hidden
     up_s = (2 * fs if gated else fs) if fs else 0
     if fs:
-        gemms += (Gemm(name="shared_fc1", in_dim=h, out_dim=up_s, tp_split="out"),
-                  Gemm(name="shared_fc2", in_dim=fs, out_dim=h, tp_split="in"))
+        gemms += (
+            Gemm(name="shared_fc1", in_dim=h, out_dim=up_s, tp_split="out"),
+            Gemm(name="shared_fc2", in_dim=fs, out_dim=h, tp_split="in"),
+        )
     experts = Experts(
-        num_experts=e, top_k=spec.top_k,
-        gemms=(Gemm(name="expert_fc1", in_dim=h, out_dim=up, tp_split="out"),
-               Gemm(name="expert_fc2", in_dim=f, out_dim=h, tp_split="in")),
+        num_experts=e,
+        top_k=spec.top_k,
+        gemms=(
+            Gemm(name="expert_fc1", in_dim=h, out_dim=up, tp_split="out"),
+            Gemm(name="expert_fc2", in_dim=f, out_dim=h, tp_split="in"),
+        ),
         # per routed copy: fc1 input (kept as all-gathered over TP), the activation's input and
         # output (TP-sharded), the expert output kept for the combine (sequence shard)
-        act_gathered_elems=h, act_tp_elems=up + f, act_sp_elems=h,
-        act_gathered_gemm_elems=h, act_tp_gemm_elems=f,
+        act_gathered_elems=h,
+        act_tp_elems=up + f,
+        act_sp_elems=h,
+        act_gathered_gemm_elems=h,
+        act_tp_gemm_elems=f,
         mem_bound_elems=4 * h + up + f,  # permute + unpermute (read + write), activation
     )
     norm_params = 2 * h if spec.norm == "layernorm" else h
@@ -296,10 +329,14 @@ def _moe(spec: ModelSpec, i: int) -> Layer:
     # elements of 2 B each), shared-expert activations
     act_sp = 2 * h + 2 * 2 * e + (h / 2 if spec.dropout else 0.0)
     return Layer(
-        name=f"mlp_{i}", kind=LayerKind.MOE, block=i,
+        name=f"mlp_{i}",
+        kind=LayerKind.MOE,
+        block=i,
         params=sum(g.params for g in gemms) + experts.params + norm_params,
         gemms=gemms,
-        act_tp_elems=up_s + fs, act_sp_elems=act_sp, act_tp_gemm_elems=fs,
+        act_tp_elems=up_s + fs,
+        act_sp_elems=act_sp,
+        act_tp_gemm_elems=fs,
         act_sp_gemm_elems=h if fs else 0.0,
         mem_bound_elems=2 * h + 3 * h + up_s + fs + 4 * e,  # norm, residual, shared act., router
         shardable=("tp", "sp", "cp", "ep"),
@@ -313,21 +350,42 @@ def build_graph(spec: ModelSpec) -> LayerGraph:
     h, v = spec.hidden, spec.vocab
     g = nx.DiGraph()
     nodes: list[Layer] = [
-        Layer(name="embedding", kind=LayerKind.EMBEDDING, block=-1, params=v * h,
-              act_sp_elems=0.0, mem_bound_elems=2 * h, shardable=("tp",)),
+        Layer(
+            name="embedding",
+            kind=LayerKind.EMBEDDING,
+            block=-1,
+            params=v * h,
+            act_sp_elems=0.0,
+            mem_bound_elems=2 * h,
+            shardable=("tp",),
+        ),
     ]
     for i in range(spec.num_layers):
         attention = _mla_attention(spec, i) if spec.is_mla else _attention(spec, i)
         nodes += [attention, _moe(spec, i) if spec.is_moe_layer(i) else _mlp(spec, i)]
-    nodes.append(Layer(name="final_norm", kind=LayerKind.FINAL_NORM, block=-1,
-                       params=2 * h if spec.norm == "layernorm" else h,
-                       act_sp_elems=h, mem_bound_elems=2 * h, shardable=("sp",)))
-    nodes.append(Layer(
-        name="lm_head", kind=LayerKind.LM_HEAD, block=-1,
-        params=0 if spec.tied_embeddings else v * h,
-        gemms=(Gemm(name="logits", in_dim=h, out_dim=v, tp_split="out"),),
-        act_sp_elems=h, mem_bound_elems=3 * v, shardable=("tp",),
-    ))
+    nodes.append(
+        Layer(
+            name="final_norm",
+            kind=LayerKind.FINAL_NORM,
+            block=-1,
+            params=2 * h if spec.norm == "layernorm" else h,
+            act_sp_elems=h,
+            mem_bound_elems=2 * h,
+            shardable=("sp",),
+        )
+    )
+    nodes.append(
+        Layer(
+            name="lm_head",
+            kind=LayerKind.LM_HEAD,
+            block=-1,
+            params=0 if spec.tied_embeddings else v * h,
+            gemms=(Gemm(name="logits", in_dim=h, out_dim=v, tp_split="out"),),
+            act_sp_elems=h,
+            mem_bound_elems=3 * v,
+            shardable=("tp",),
+        )
+    )
     for a, b in zip(nodes, nodes[1:], strict=False):
         g.add_node(a.name, layer=a)
         g.add_node(b.name, layer=b)

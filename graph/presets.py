@@ -12,13 +12,27 @@ from typing import Any
 import yaml
 from paraplan.graph.spec import MODEL_LIMITS, Activation, ModelSpec, Rope, Router, scenario_key, show_value
 
-__all__ = ["preset_names", "preset", "from_hf_config", "from_fields", "to_fields", "MOE_MLA_FIELDS",
-           "HF_MODEL_TYPES", "preset_fields", "ARCHITECTURE_FIELDS"]
+__all__ = [
+    "preset_names",
+    "preset",
+    "from_hf_config",
+    "from_fields",
+    "to_fields",
+    "MOE_MLA_FIELDS",
+    "HF_MODEL_TYPES",
+    "preset_fields",
+    "ARCHITECTURE_FIELDS",
+]
 
 _HF_ACTIVATIONS = {
-    "silu": Activation.SWIGLU, "swiglu": Activation.SWIGLU,
-    "gelu": Activation.GELU, "gelu_new": Activation.GELU, "gelu_fast": Activation.GELU,
-    "gelu_pytorch_tanh": Activation.GELU, "relu": Activation.RELU, "relu2": Activation.RELU2,
+    "silu": Activation.SWIGLU,
+    "swiglu": Activation.SWIGLU,
+    "gelu": Activation.GELU,
+    "gelu_new": Activation.GELU,
+    "gelu_fast": Activation.GELU,
+    "gelu_pytorch_tanh": Activation.GELU,
+    "relu": Activation.RELU,
+    "relu2": Activation.RELU2,
 }
 
 
@@ -26,8 +40,20 @@ _HF_ACTIVATIONS = {
 # with the MLP and attention kinds of graph/layers.py), and those among them whose MLP is gated
 # (act(gate) * up, as transformers' LlamaMLP / MixtralBlockSparseTop2MLP / DeepseekV3MLP):
 # there hidden_act names the gate's activation, and paraplan models only the SiLU gate (SwiGLU).
-HF_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "gpt2", "gpt_neox", "mixtral",
-                  "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "gpt_oss")
+HF_MODEL_TYPES = (
+    "llama",
+    "mistral",
+    "qwen2",
+    "qwen3",
+    "gpt2",
+    "gpt_neox",
+    "mixtral",
+    "qwen2_moe",
+    "qwen3_moe",
+    "deepseek_v2",
+    "deepseek_v3",
+    "gpt_oss",
+)
 _GATED_MODEL_TYPES = frozenset(HF_MODEL_TYPES) - {"gpt2", "gpt_neox"}
 # rope_scaling types that only rescale the rotary frequencies (transformers
 # modeling_rope_utils.ROPE_INIT_FUNCTIONS): no FLOPs or memory change, so the cost model holds.
@@ -43,35 +69,47 @@ def _check_modelled(cfg: dict[str, Any], model_type: str) -> None:
     SiLU (e.g. Gemma's GeGLU, ``hidden_activation``), rope scaling of an unknown type, or sliding
     windows outside the model types documented as costed as full attention."""
     if model_type and model_type not in HF_MODEL_TYPES:
-        raise ValueError(f"model.hf_config: model_type={model_type!r} is not an architecture "
-                         f"paraplan models; it imports {', '.join(HF_MODEL_TYPES)} (or give the "
-                         "model's sizes as explicit model fields)")
+        raise ValueError(
+            f"model.hf_config: model_type={model_type!r} is not an architecture "
+            f"paraplan models; it imports {', '.join(HF_MODEL_TYPES)} (or give the "
+            "model's sizes as explicit model fields)"
+        )
     if "hidden_activation" in cfg:
-        raise ValueError(f"model.hf_config: hidden_activation={show_value(cfg['hidden_activation'])}"
-                         " (Gemma's gated GELU MLP) is not modelled; paraplan models SwiGLU, GELU, "
-                         "ReLU and ReLU^2 MLPs")
+        raise ValueError(
+            f"model.hf_config: hidden_activation={show_value(cfg['hidden_activation'])}"
+            " (Gemma's gated GELU MLP) is not modelled; paraplan models SwiGLU, GELU, "
+            "ReLU and ReLU^2 MLPs"
+        )
     act = cfg.get("hidden_act")
     if model_type in _GATED_MODEL_TYPES and act not in (None, "silu", "swiglu"):
-        raise ValueError(f"model.hf_config: hidden_act={show_value(act)} with model_type="
-                         f"{model_type!r} is a gated MLP (act(gate) * up) with a {act} gate; "
-                         "paraplan models the gated MLP only with SiLU (SwiGLU)")
+        raise ValueError(
+            f"model.hf_config: hidden_act={show_value(act)} with model_type="
+            f"{model_type!r} is a gated MLP (act(gate) * up) with a {act} gate; "
+            "paraplan models the gated MLP only with SiLU (SwiGLU)"
+        )
     rope = cfg.get("rope_scaling")
     if isinstance(rope, dict):
         kind = rope.get("rope_type", rope.get("type"))
         if kind not in _ROPE_TYPES:
-            raise ValueError(f"model.hf_config: rope_scaling type {show_value(kind)} is not one "
-                             f"paraplan knows ({', '.join(_ROPE_TYPES)}: each only rescales the "
-                             "rotary frequencies)")
+            raise ValueError(
+                f"model.hf_config: rope_scaling type {show_value(kind)} is not one "
+                f"paraplan knows ({', '.join(_ROPE_TYPES)}: each only rescales the "
+                "rotary frequencies)"
+            )
     elif rope is not None:
-        raise ValueError(f"model.hf_config: rope_scaling={show_value(rope)} must be an object "
-                         "or null")
+        raise ValueError(f"model.hf_config: rope_scaling={show_value(rope)} must be an object or null")
     window = cfg.get("sliding_window")
-    if (window is not None and cfg.get("use_sliding_window") is not False
-            and model_type not in _SLIDING_WINDOW_TYPES):
-        raise ValueError(f"model.hf_config: sliding_window={show_value(window)} is not modelled "
-                         f"for model_type={model_type!r} (paraplan costs full causal attention); "
-                         "set use_sliding_window: false or sliding_window: null to plan it as "
-                         "full attention")
+    if (
+        window is not None
+        and cfg.get("use_sliding_window") is not False
+        and model_type not in _SLIDING_WINDOW_TYPES
+    ):
+        raise ValueError(
+            f"model.hf_config: sliding_window={show_value(window)} is not modelled "
+            f"for model_type={model_type!r} (paraplan costs full causal attention); "
+            "set use_sliding_window: false or sliding_window: null to plan it as "
+            "full attention"
+        )
 
 
 @cache
@@ -92,19 +130,32 @@ def preset_fields(name: str) -> dict[str, Any]:
 
 # scenario / preset field name -> ModelSpec field, for the optional MoE and MLA shape fields
 MOE_MLA_FIELDS = {
-    "experts": "num_experts", "top_k": "top_k", "shared_experts": "num_shared_experts",
-    "moe_ffn_hidden": "moe_ffn_hidden", "shared_ffn_hidden": "shared_ffn_hidden",
-    "first_dense_layers": "first_dense_layers", "moe_layer_freq": "moe_layer_freq",
-    "q_lora_rank": "q_lora_rank", "kv_lora_rank": "kv_lora_rank",
-    "qk_nope_head_dim": "qk_nope_head_dim", "qk_rope_head_dim": "qk_rope_head_dim",
+    "experts": "num_experts",
+    "top_k": "top_k",
+    "shared_experts": "num_shared_experts",
+    "moe_ffn_hidden": "moe_ffn_hidden",
+    "shared_ffn_hidden": "shared_ffn_hidden",
+    "first_dense_layers": "first_dense_layers",
+    "moe_layer_freq": "moe_layer_freq",
+    "q_lora_rank": "q_lora_rank",
+    "kv_lora_rank": "kv_lora_rank",
+    "qk_nope_head_dim": "qk_nope_head_dim",
+    "qk_rope_head_dim": "qk_rope_head_dim",
     "v_head_dim": "v_head_dim",
 }
 
 
 ARCHITECTURE_FIELDS: dict[str, type] = {
-    "position_embedding": str, "norm_eps": float, "zero_centered_norm": bool, "linear_bias": bool,
-    "qkv_bias": bool, "qk_norm": bool, "parallel_residual": bool, "sliding_window": int,
-    "full_attention_every": int, "attention_sinks": bool,
+    "position_embedding": str,
+    "norm_eps": float,
+    "zero_centered_norm": bool,
+    "linear_bias": bool,
+    "qkv_bias": bool,
+    "qk_norm": bool,
+    "parallel_residual": bool,
+    "sliding_window": int,
+    "full_attention_every": int,
+    "attention_sinks": bool,
 }
 """Optional ModelSpec fields that shape the built model, not the layer graph's numbers; ``rope``
 and ``router`` are mappings of :class:`Rope` / :class:`Router` fields."""
@@ -119,16 +170,18 @@ def _nested(cls: type, key: str, value: Any) -> Any:
     known = {f.name for f in dataclass_fields(cls)}
     unknown = sorted(set(value) - known)
     if unknown:
-        raise ValueError(f"model.{key}.{unknown[0]} is not a known field; choose from "
-                         f"{', '.join(sorted(known))}")
+        raise ValueError(
+            f"model.{key}.{unknown[0]} is not a known field; choose from {', '.join(sorted(known))}"
+        )
     defaults = cls()
     return cls(**{k: type(getattr(defaults, k))(v) for k, v in value.items()})
 
 
 def _architecture(fields: dict[str, Any]) -> dict[str, Any]:
     """The ModelSpec keyword arguments of ARCHITECTURE_FIELDS, ``rope`` and ``router``."""
-    out: dict[str, Any] = {key: kind(fields[key]) for key, kind in ARCHITECTURE_FIELDS.items()
-                           if fields.get(key) is not None}
+    out: dict[str, Any] = {
+        key: kind(fields[key]) for key, kind in ARCHITECTURE_FIELDS.items() if fields.get(key) is not None
+    }
     out["rope"] = _nested(Rope, "rope", fields.get("rope"))
     out["router"] = _nested(Router, "router", fields.get("router"))
     return out
@@ -137,8 +190,11 @@ def _architecture(fields: dict[str, Any]) -> dict[str, Any]:
 def from_fields(name: str, fields: dict[str, Any]) -> ModelSpec:
     """ModelSpec from the scenario's explicit field names (layers, hidden, heads, ...; experts,
     top_k, ... for mixture-of-experts models; kv_lora_rank, ... for latent attention)."""
-    extra = {spec_name: int(fields[key]) for key, spec_name in MOE_MLA_FIELDS.items()
-             if fields.get(key) is not None}
+    extra = {
+        spec_name: int(fields[key])
+        for key, spec_name in MOE_MLA_FIELDS.items()
+        if fields.get(key) is not None
+    }
     return ModelSpec(
         name=name,
         num_layers=int(fields["layers"]),
@@ -161,14 +217,37 @@ def to_fields(spec: ModelSpec) -> dict[str, Any]:
     """The scenario's explicit ``model:`` fields of ``spec`` (from_fields reads them back into an
     equal spec): e.g. ``paraplan.solve({"model": to_fields(from_module(...)), ...})``."""
     fields: dict[str, Any] = {
-        "name": spec.name, "layers": spec.num_layers, "hidden": spec.hidden,
-        "ffn_hidden": spec.ffn_hidden, "heads": spec.num_heads, "kv_heads": spec.num_kv_heads,
-        "head_dim": spec.head_dim, "vocab": spec.vocab, "activation": spec.activation.value,
-        "tied_embeddings": spec.tied_embeddings, "norm": spec.norm, "dropout": spec.dropout}
-    moe = ("experts", "top_k", "shared_experts", "moe_ffn_hidden", "shared_ffn_hidden",
-           "first_dense_layers", "moe_layer_freq") if spec.is_moe else ()
-    mla = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
-           "v_head_dim") if spec.is_mla else ()
+        "name": spec.name,
+        "layers": spec.num_layers,
+        "hidden": spec.hidden,
+        "ffn_hidden": spec.ffn_hidden,
+        "heads": spec.num_heads,
+        "kv_heads": spec.num_kv_heads,
+        "head_dim": spec.head_dim,
+        "vocab": spec.vocab,
+        "activation": spec.activation.value,
+        "tied_embeddings": spec.tied_embeddings,
+        "norm": spec.norm,
+        "dropout": spec.dropout,
+    }
+    moe = (
+        (
+            "experts",
+            "top_k",
+            "shared_experts",
+            "moe_ffn_hidden",
+            "shared_ffn_hidden",
+            "first_dense_layers",
+            "moe_layer_freq",
+        )
+        if spec.is_moe
+        else ()
+    )
+    mla = (
+        ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+        if spec.is_mla
+        else ()
+    )
     for key in (*moe, *mla):
         value = getattr(spec, MOE_MLA_FIELDS[key])
         if value:
@@ -178,8 +257,11 @@ def to_fields(spec: ModelSpec) -> dict[str, Any]:
         if getattr(spec, key) != defaults.get(key):
             fields[key] = getattr(spec, key)
     for key, cls in (("rope", Rope), ("router", Router)):
-        changed = {f.name: getattr(getattr(spec, key), f.name) for f in dataclass_fields(cls)
-                   if getattr(getattr(spec, key), f.name) != getattr(cls(), f.name)}
+        changed = {
+            f.name: getattr(getattr(spec, key), f.name)
+            for f in dataclass_fields(cls)
+            if getattr(getattr(spec, key), f.name) != getattr(cls(), f.name)
+        }
         if changed:
             fields[key] = changed
     return fields
@@ -206,8 +288,14 @@ def _value(cfg: dict[str, Any], keys: tuple[str, ...]) -> tuple[str, Any]:
     return "", None
 
 
-def _int(cfg: dict[str, Any], *keys: str, spec: str, default: Any = _REQUIRED,
-         minimum: int = 1, needed_for: str = "") -> int:
+def _int(
+    cfg: dict[str, Any],
+    *keys: str,
+    spec: str,
+    default: Any = _REQUIRED,
+    minimum: int = 1,
+    needed_for: str = "",
+) -> int:
     """The first of ``keys`` set in ``cfg``, an integer from ``minimum`` to MODEL_LIMITS[spec]
     (``spec``: the ModelSpec field it fills); ``default`` when none is set. ValueError names
     model.hf_config, the JSON key and the rule."""
@@ -217,14 +305,17 @@ def _int(cfg: dict[str, Any], *keys: str, spec: str, default: Any = _REQUIRED,
             raise ValueError(f"model.hf_config: needs {' or '.join(keys)}{needed_for}")
         return default
     if type(value) is not int:  # bool is an int subclass; floats, strings, lists are no sizes
-        raise ValueError(f"model.hf_config: {key}={show_value(value)} must be an integer, "
-                         f"not a {type(value).__name__}")
+        raise ValueError(
+            f"model.hf_config: {key}={show_value(value)} must be an integer, not a {type(value).__name__}"
+        )
     limit = MODEL_LIMITS[spec]
     if value < minimum:
         raise ValueError(f"model.hf_config: {key}={show_value(value)} must be at least {minimum}")
     if value > limit:
-        raise ValueError(f"model.hf_config: {key}={show_value(value)} exceeds paraplan's limit of "
-                         f"{limit:,} for model.{scenario_key(spec)} (README \"Limits\")")
+        raise ValueError(
+            f"model.hf_config: {key}={show_value(value)} exceeds paraplan's limit of "
+            f'{limit:,} for model.{scenario_key(spec)} (README "Limits")'
+        )
     return value
 
 
@@ -234,8 +325,9 @@ def _str(cfg: dict[str, Any], *keys: str, default: str) -> str:
     if not key:
         return default
     if not isinstance(value, str):
-        raise ValueError(f"model.hf_config: {key}={show_value(value)} must be a string, "
-                         f"not a {type(value).__name__}")
+        raise ValueError(
+            f"model.hf_config: {key}={show_value(value)} must be a string, not a {type(value).__name__}"
+        )
     return value
 
 
@@ -252,41 +344,49 @@ def _dense_prefix(cfg: dict[str, Any]) -> int:
     """Length of Qwen-MoE's ``mlp_only_layers`` (dense layers), which must be 0, 1, ..., n-1."""
     value = cfg.get("mlp_only_layers") or []
     if not isinstance(value, list) or any(type(i) is not int for i in value):
-        raise ValueError(f"model.hf_config: mlp_only_layers={show_value(value)} must be a list "
-                         "of layer indices")
+        raise ValueError(
+            f"model.hf_config: mlp_only_layers={show_value(value)} must be a list of layer indices"
+        )
     if value != list(range(len(value))):
         raise ValueError(
             f"model.hf_config: mlp_only_layers={show_value(value)} is not a prefix of the layers; "
             "paraplan models dense layers only as the first ones (first_dense_layers)"
         )
     if len(value) > MODEL_LIMITS["first_dense_layers"]:
-        raise ValueError(f"model.hf_config: mlp_only_layers lists {len(value):,} layers, over "
-                         f"paraplan's limit of {MODEL_LIMITS['first_dense_layers']:,}")
+        raise ValueError(
+            f"model.hf_config: mlp_only_layers lists {len(value):,} layers, over "
+            f"paraplan's limit of {MODEL_LIMITS['first_dense_layers']:,}"
+        )
     return len(value)
 
 
 def _hf_moe_mla(cfg: dict[str, Any]) -> dict[str, int]:
     """MoE and MLA fields of a Mixtral, Qwen2/3-MoE, DeepSeek-V2/V3 or gpt-oss config."""
-    experts = _int(cfg, "num_local_experts", "n_routed_experts", "num_experts", spec="num_experts",
-                   default=0, minimum=0)
+    experts = _int(
+        cfg, "num_local_experts", "n_routed_experts", "num_experts", spec="num_experts", default=0, minimum=0
+    )
     out: dict[str, int] = {}
     if experts:
         moe = f" for a mixture-of-experts model ({experts} experts)"
         out["num_experts"] = experts
-        out["top_k"] = _int(cfg, "num_experts_per_tok", "experts_per_token", "moe_topk",
-                            spec="num_experts", needed_for=moe)
+        out["top_k"] = _int(
+            cfg, "num_experts_per_tok", "experts_per_token", "moe_topk", spec="num_experts", needed_for=moe
+        )
         # Mixtral and gpt-oss give the expert width as intermediate_size
-        out["moe_ffn_hidden"] = _int(cfg, "moe_intermediate_size", "intermediate_size",
-                                     spec="moe_ffn_hidden", needed_for=moe)
+        out["moe_ffn_hidden"] = _int(
+            cfg, "moe_intermediate_size", "intermediate_size", spec="moe_ffn_hidden", needed_for=moe
+        )
         shared = _int(cfg, "n_shared_experts", spec="num_shared_experts", default=0, minimum=0)
-        shared_width = _int(cfg, "shared_expert_intermediate_size", spec="shared_ffn_hidden",
-                            default=0, minimum=0)
+        shared_width = _int(
+            cfg, "shared_expert_intermediate_size", spec="shared_ffn_hidden", default=0, minimum=0
+        )
         if shared_width and not shared:
             shared = 1  # Qwen2-MoE: one shared expert of its own width
         out["num_shared_experts"] = shared
         out["shared_ffn_hidden"] = shared_width or shared * out["moe_ffn_hidden"]
-        out["first_dense_layers"] = _int(cfg, "first_k_dense_replace", spec="first_dense_layers",
-                                         default=0, minimum=0)
+        out["first_dense_layers"] = _int(
+            cfg, "first_k_dense_replace", spec="first_dense_layers", default=0, minimum=0
+        )
         out["moe_layer_freq"] = _int(cfg, "moe_layer_freq", spec="moe_layer_freq", default=1)
         step = _int(cfg, "decoder_sparse_step", spec="moe_layer_freq", default=1, minimum=0)
         if step > 1:  # Qwen MoE: layer i is sparse when (i + 1) % step == 0
@@ -330,20 +430,30 @@ def _hf_rope(cfg: dict[str, Any]) -> Rope:
         raise ValueError(f"model.hf_config: rope_scaling={show_value(scaling)} must be an object")
     kind = scaling.get("rope_type") or scaling.get("type")
     if kind not in ("llama3", "yarn"):
-        raise ValueError(f"model.hf_config: rope_scaling type {kind!r} is not modelled; paraplan "
-                         "models llama3 and yarn")
-    common = {"theta": theta, "fraction": fraction, "scaling": kind,
-              "factor": _float(scaling, "factor", 1.0),
-              "original_max_positions": int(_float(scaling, "original_max_position_embeddings",
-                                                   0.0))}
+        raise ValueError(
+            f"model.hf_config: rope_scaling type {kind!r} is not modelled; paraplan models llama3 and yarn"
+        )
+    common = {
+        "theta": theta,
+        "fraction": fraction,
+        "scaling": kind,
+        "factor": _float(scaling, "factor", 1.0),
+        "original_max_positions": int(_float(scaling, "original_max_position_embeddings", 0.0)),
+    }
     if kind == "llama3":
-        return Rope(**common, low_freq_factor=_float(scaling, "low_freq_factor", 1.0),
-                    high_freq_factor=_float(scaling, "high_freq_factor", 4.0))
-    return Rope(**common, beta_fast=_float(scaling, "beta_fast", 32.0),
-                beta_slow=_float(scaling, "beta_slow", 1.0),
-                mscale=_float(scaling, "mscale", 1.0),
-                mscale_all_dim=float(scaling.get("mscale_all_dim") or 0.0),
-                round_correction_range=scaling.get("truncate", True) is not False)
+        return Rope(
+            **common,
+            low_freq_factor=_float(scaling, "low_freq_factor", 1.0),
+            high_freq_factor=_float(scaling, "high_freq_factor", 4.0),
+        )
+    return Rope(
+        **common,
+        beta_fast=_float(scaling, "beta_fast", 32.0),
+        beta_slow=_float(scaling, "beta_slow", 1.0),
+        mscale=_float(scaling, "mscale", 1.0),
+        mscale_all_dim=float(scaling.get("mscale_all_dim") or 0.0),
+        round_correction_range=scaling.get("truncate", True) is not False,
+    )
 
 
 def _full_attention_every(cfg: dict[str, Any]) -> int:
@@ -357,25 +467,31 @@ def _full_attention_every(cfg: dict[str, Any]) -> int:
         return 0
     n = full[0] + 1
     if full != list(range(n - 1, len(types), n)):
-        raise ValueError("model.hf_config: layer_types places full-attention layers in a pattern "
-                         "paraplan does not model (every n-th layer)")
+        raise ValueError(
+            "model.hf_config: layer_types places full-attention layers in a pattern "
+            "paraplan does not model (every n-th layer)"
+        )
     return n
 
 
 def _hf_router(cfg: dict[str, Any], model_type: str) -> Router:
     """Score function, expert bias, group-limited routing, scaling and balance loss."""
     if model_type.startswith("deepseek"):
-        return Router(score=_str(cfg, "scoring_func", default="softmax"),
-                      expert_bias=cfg.get("topk_method") == "noaux_tc",
-                      groups=_int(cfg, "n_group", spec="num_experts", default=0, minimum=0),
-                      group_topk=_int(cfg, "topk_group", spec="num_experts", default=0, minimum=0),
-                      scaling_factor=_float(cfg, "routed_scaling_factor", 1.0),
-                      balance="seq_aux_loss",
-                      normalize_top_k=cfg.get("norm_topk_prob", True) is not False,
-                      aux_loss_coeff=_float(cfg, "aux_loss_alpha", DEEPSEEK_V3_BALANCE_FACTOR))
+        return Router(
+            score=_str(cfg, "scoring_func", default="softmax"),
+            expert_bias=cfg.get("topk_method") == "noaux_tc",
+            groups=_int(cfg, "n_group", spec="num_experts", default=0, minimum=0),
+            group_topk=_int(cfg, "topk_group", spec="num_experts", default=0, minimum=0),
+            scaling_factor=_float(cfg, "routed_scaling_factor", 1.0),
+            balance="seq_aux_loss",
+            normalize_top_k=cfg.get("norm_topk_prob", True) is not False,
+            aux_loss_coeff=_float(cfg, "aux_loss_alpha", DEEPSEEK_V3_BALANCE_FACTOR),
+        )
     coeff = cfg.get("router_aux_loss_coef")
-    return Router(aux_loss_coeff=_float(cfg, "router_aux_loss_coef", 1.0) if coeff else 0.0,
-                  normalize_top_k=cfg.get("norm_topk_prob", True) is not False)
+    return Router(
+        aux_loss_coeff=_float(cfg, "router_aux_loss_coef", 1.0) if coeff else 0.0,
+        normalize_top_k=cfg.get("norm_topk_prob", True) is not False,
+    )
 
 
 def _hf_architecture(cfg: dict[str, Any], model_type: str) -> dict[str, Any]:
@@ -383,11 +499,13 @@ def _hf_architecture(cfg: dict[str, Any], model_type: str) -> dict[str, Any]:
     config.json."""
     window = cfg.get("sliding_window") if cfg.get("use_sliding_window", True) else None
     out: dict[str, Any] = {
-        "position_embedding": ("learned" if model_type in _LEARNED_POSITIONS
-                               else "alibi" if model_type == "bloom" else "rope"),
+        "position_embedding": (
+            "learned" if model_type in _LEARNED_POSITIONS else "alibi" if model_type == "bloom" else "rope"
+        ),
         "rope": _hf_rope(cfg),
-        "norm_eps": _float(cfg, "rms_norm_eps", _float(cfg, "layer_norm_epsilon",
-                                                        _float(cfg, "layer_norm_eps", 1e-5))),
+        "norm_eps": _float(
+            cfg, "rms_norm_eps", _float(cfg, "layer_norm_epsilon", _float(cfg, "layer_norm_eps", 1e-5))
+        ),
         "linear_bias": model_type in _BIASED,
         "qkv_bias": model_type in _QKV_BIAS,
         "qk_norm": model_type in _QK_NORM,
@@ -414,13 +532,15 @@ def _read_json(path: Path) -> Any:
     except (OSError, ValueError) as e:  # ValueError: a NUL byte in the path
         raise ValueError(f"{where}: cannot read it ({getattr(e, 'strerror', None) or e})") from None
     if len(raw) > MAX_HF_CONFIG_BYTES:
-        raise ValueError(f"{where} is larger than {MAX_HF_CONFIG_BYTES >> 20} MiB; "
-                         "it is not a Hugging Face config.json")
+        raise ValueError(
+            f"{where} is larger than {MAX_HF_CONFIG_BYTES >> 20} MiB; it is not a Hugging Face config.json"
+        )
     try:
         return json.loads(raw.decode("utf-8-sig"))
     except UnicodeDecodeError as e:
-        raise ValueError(f"{where} is not UTF-8 text (byte 0x{raw[e.start]:02x} at "
-                         f"position {e.start})") from None
+        raise ValueError(
+            f"{where} is not UTF-8 text (byte 0x{raw[e.start]:02x} at position {e.start})"
+        ) from None
     except json.JSONDecodeError as e:
         raise ValueError(f"{where} is not valid JSON: {e}") from None
     except RecursionError:
@@ -443,16 +563,20 @@ def from_hf_config(path: str | Path | dict[str, Any]) -> ModelSpec:
         p = Path(path)
         cfg, stem = _read_json(p), p.stem
     if not isinstance(cfg, dict):
-        raise ValueError(f"model.hf_config: the file holds a JSON {type(cfg).__name__}, not an "
-                         "object of model settings (hidden_size, num_hidden_layers, ...)")
+        raise ValueError(
+            f"model.hf_config: the file holds a JSON {type(cfg).__name__}, not an "
+            "object of model settings (hidden_size, num_hidden_layers, ...)"
+        )
     name = cfg.get("_name_or_path")
     name = name if isinstance(name, str) and name else stem  # only a display name
     model_type = _str(cfg, "model_type", default="")
     act_name = _str(cfg, "hidden_act", "activation_function", default="gelu")
     _check_modelled(cfg, model_type)
     if act_name not in _HF_ACTIVATIONS:
-        raise ValueError(f"model.hf_config: activation {act_name!r} is not supported; paraplan "
-                         f"models {', '.join(sorted(_HF_ACTIVATIONS))}")
+        raise ValueError(
+            f"model.hf_config: activation {act_name!r} is not supported; paraplan "
+            f"models {', '.join(sorted(_HF_ACTIVATIONS))}"
+        )
     hidden = _int(cfg, "hidden_size", "n_embd", "d_model", spec="hidden")
     heads = _int(cfg, "num_attention_heads", "n_head", spec="num_heads")
     extra = _hf_moe_mla(cfg)

@@ -6,25 +6,52 @@ import math
 from dataclasses import dataclass
 from enum import StrEnum
 
-__all__ = ["Activation", "ModelSpec", "Rope", "Router", "POSITION_EMBEDDINGS", "ROPE_SCALINGS",
-           "ROUTER_SCORES", "ROUTER_BALANCES", "check_model", "MODEL_LIMITS", "scenario_key", "show_value"]
+__all__ = [
+    "Activation",
+    "ModelSpec",
+    "Rope",
+    "Router",
+    "POSITION_EMBEDDINGS",
+    "ROPE_SCALINGS",
+    "ROUTER_SCORES",
+    "ROUTER_BALANCES",
+    "check_model",
+    "MODEL_LIMITS",
+    "scenario_key",
+    "show_value",
+]
 
 MODEL_LIMITS: dict[str, int] = {
-    "num_layers": 1_024, "first_dense_layers": 1_024, "moe_layer_freq": 1_024,
+    "num_layers": 1_024,
+    "first_dense_layers": 1_024,
+    "moe_layer_freq": 1_024,
     "hidden": 262_144,
-    "ffn_hidden": 1_048_576, "moe_ffn_hidden": 1_048_576, "shared_ffn_hidden": 1_048_576,
-    "num_heads": 4_096, "num_kv_heads": 4_096,
-    "head_dim": 4_096, "qk_nope_head_dim": 4_096, "qk_rope_head_dim": 4_096, "v_head_dim": 4_096,
-    "q_lora_rank": 65_536, "kv_lora_rank": 65_536,
+    "ffn_hidden": 1_048_576,
+    "moe_ffn_hidden": 1_048_576,
+    "shared_ffn_hidden": 1_048_576,
+    "num_heads": 4_096,
+    "num_kv_heads": 4_096,
+    "head_dim": 4_096,
+    "qk_nope_head_dim": 4_096,
+    "qk_rope_head_dim": 4_096,
+    "v_head_dim": 4_096,
+    "q_lora_rank": 65_536,
+    "kv_lora_rank": 65_536,
     "vocab": 16_777_216,
-    "num_experts": 4_096, "num_shared_experts": 4_096,
+    "num_experts": 4_096,
+    "num_shared_experts": 4_096,
 }
 """Largest accepted value of each ModelSpec size (README "Limits"): at least 8x the largest
 published model, so no real model is refused while absurd sizes (10^9 layers or experts), which
 would take minutes to build and search, are refused at once."""
 
-_SCENARIO_KEYS = {"num_layers": "layers", "num_heads": "heads", "num_kv_heads": "kv_heads",
-                  "num_experts": "experts", "num_shared_experts": "shared_experts"}
+_SCENARIO_KEYS = {
+    "num_layers": "layers",
+    "num_heads": "heads",
+    "num_kv_heads": "kv_heads",
+    "num_experts": "experts",
+    "num_shared_experts": "shared_experts",
+}
 
 
 def scenario_key(field: str) -> str:
@@ -161,14 +188,16 @@ class ModelSpec:
     def __post_init__(self) -> None:
         _check_limits(self)  # first: the defaults below walk the layers
         if self.head_dim == 0:
-            default = (self.qk_nope_head_dim + self.qk_rope_head_dim if self.is_mla
-                       else self.hidden // max(1, self.num_heads))
+            default = (
+                self.qk_nope_head_dim + self.qk_rope_head_dim
+                if self.is_mla
+                else self.hidden // max(1, self.num_heads)
+            )
             object.__setattr__(self, "head_dim", default)
         if self.is_moe and self.ffn_hidden == 0 and self.num_dense_layers == 0:
             object.__setattr__(self, "ffn_hidden", self.moe_ffn_hidden)
         if self.is_moe and self.shared_ffn_hidden == 0 and self.num_shared_experts:
-            object.__setattr__(self, "shared_ffn_hidden",
-                               self.num_shared_experts * self.moe_ffn_hidden)
+            object.__setattr__(self, "shared_ffn_hidden", self.num_shared_experts * self.moe_ffn_hidden)
         check_model(self)
 
     @property
@@ -191,8 +220,7 @@ class ModelSpec:
         """Width of K (= of V without MLA); under MLA, the mean of the K and V widths, so that
         ``2 * kv_dim`` is what one token's K and V hold (context parallel exchanges them)."""
         if self.is_mla:
-            return self.num_heads * (self.qk_nope_head_dim + self.qk_rope_head_dim
-                                     + self.v_head_dim) // 2
+            return self.num_heads * (self.qk_nope_head_dim + self.qk_rope_head_dim + self.v_head_dim) // 2
         return self.num_kv_heads * self.head_dim
 
     @property
@@ -251,16 +279,21 @@ def _check_limits(spec: ModelSpec) -> None:
         if value > limit:
             raise ValueError(
                 f"model.{scenario_key(field)}={show_value(value)} exceeds paraplan's limit of "
-                f"{limit:,} (at least 8x the largest published model; README \"Limits\")"
+                f'{limit:,} (at least 8x the largest published model; README "Limits")'
             )
 
 
 def _check_moe(spec: ModelSpec) -> None:
-    for field in ("num_experts", "top_k", "num_shared_experts", "moe_ffn_hidden",
-                  "shared_ffn_hidden", "first_dense_layers"):
+    for field in (
+        "num_experts",
+        "top_k",
+        "num_shared_experts",
+        "moe_ffn_hidden",
+        "shared_ffn_hidden",
+        "first_dense_layers",
+    ):
         if getattr(spec, field) < 0:
-            raise ValueError(
-                f"model.{scenario_key(field)}={getattr(spec, field)} must not be negative")
+            raise ValueError(f"model.{scenario_key(field)}={getattr(spec, field)} must not be negative")
     if not spec.is_moe:
         if spec.top_k or spec.num_shared_experts or spec.moe_ffn_hidden:
             raise ValueError(
@@ -269,9 +302,7 @@ def _check_moe(spec: ModelSpec) -> None:
             )
         return
     if not 1 <= spec.top_k <= spec.num_experts:
-        raise ValueError(
-            f"model.top_k={spec.top_k} must be between 1 and model.experts={spec.num_experts}"
-        )
+        raise ValueError(f"model.top_k={spec.top_k} must be between 1 and model.experts={spec.num_experts}")
     if spec.moe_ffn_hidden < 1:
         raise ValueError("model.moe_ffn_hidden (the expert FFN width) must be a positive integer")
     if spec.moe_layer_freq < 1:
@@ -303,10 +334,12 @@ def _check_mla(spec: ModelSpec) -> None:
 
 def _check_architecture(spec: ModelSpec) -> None:
     """Named choices are known, RoPE fractions in (0, 1], scaling factors positive."""
-    choices = (("position_embedding", spec.position_embedding, POSITION_EMBEDDINGS),
-               ("rope.scaling", spec.rope.scaling, ROPE_SCALINGS),
-               ("router.score", spec.router.score, ROUTER_SCORES),
-               ("router.balance", spec.router.balance, ROUTER_BALANCES))
+    choices = (
+        ("position_embedding", spec.position_embedding, POSITION_EMBEDDINGS),
+        ("rope.scaling", spec.rope.scaling, ROPE_SCALINGS),
+        ("router.score", spec.router.score, ROUTER_SCORES),
+        ("router.balance", spec.router.balance, ROUTER_BALANCES),
+    )
     for field, value, allowed in choices:
         if value not in allowed:
             raise ValueError(f"model.{field}={value!r} is not one of {', '.join(map(repr, allowed))}")
@@ -315,14 +348,16 @@ def _check_architecture(spec: ModelSpec) -> None:
     if spec.rope.theta <= 0 or spec.rope.factor <= 0 or spec.norm_eps <= 0:
         raise ValueError("model.rope.theta, model.rope.factor and model.norm_eps must be positive")
     if spec.rope.scaling and spec.rope.original_max_positions < 1:
-        raise ValueError(f"model.rope.scaling={spec.rope.scaling!r} needs "
-                         "model.rope.original_max_positions (the pre-extension context)")
+        raise ValueError(
+            f"model.rope.scaling={spec.rope.scaling!r} needs "
+            "model.rope.original_max_positions (the pre-extension context)"
+        )
     if spec.sliding_window < 0 or spec.full_attention_every < 0:
         raise ValueError("model.sliding_window and model.full_attention_every must not be negative")
     r = spec.router
     if r.groups < 0 or r.group_topk < 0 or r.group_topk > r.groups:
-        raise ValueError(f"model.router.group_topk={r.group_topk} must be between 0 and "
-                         f"model.router.groups={r.groups}")
+        raise ValueError(
+            f"model.router.group_topk={r.group_topk} must be between 0 and model.router.groups={r.groups}"
+        )
     if r.groups and spec.num_experts % r.groups:
-        raise ValueError(f"model.router.groups={r.groups} must divide model.experts="
-                         f"{spec.num_experts}")
+        raise ValueError(f"model.router.groups={r.groups} must divide model.experts={spec.num_experts}")

@@ -21,10 +21,22 @@ __all__ = ["Call", "Run", "run_on_meta", "import_torch"]
 
 # function __name__ -> recorded kind; torch.overrides hands the mode functions and Tensor methods
 _KINDS = {
-    "linear": "linear", "scaled_dot_product_attention": "attention",
-    "matmul": "matmul", "__matmul__": "matmul", "bmm": "matmul", "einsum": "matmul",
-    "silu": "silu", "sigmoid": "silu", "gelu": "gelu", "tanh": "gelu", "relu": "relu",
-    "square": "square", "pow": "square", "__pow__": "square", "topk": "topk", "dropout": "dropout",
+    "linear": "linear",
+    "scaled_dot_product_attention": "attention",
+    "matmul": "matmul",
+    "__matmul__": "matmul",
+    "bmm": "matmul",
+    "einsum": "matmul",
+    "silu": "silu",
+    "sigmoid": "silu",
+    "gelu": "gelu",
+    "tanh": "gelu",
+    "relu": "relu",
+    "square": "square",
+    "pow": "square",
+    "__pow__": "square",
+    "topk": "topk",
+    "dropout": "dropout",
 }
 
 
@@ -33,8 +45,9 @@ def import_torch() -> Any:
     try:
         import torch
     except ImportError as e:
-        raise ImportError("tracing a torch.nn.Module needs torch: pip install 'paraplan[torch]' "
-                          f"({e})") from None
+        raise ImportError(
+            f"tracing a torch.nn.Module needs torch: pip install 'paraplan[torch]' ({e})"
+        ) from None
     return torch
 
 
@@ -80,13 +93,17 @@ def _token_ids(example_batch: Any) -> Any:
     elif isinstance(example_batch, (tuple, list)):
         items = list(example_batch)
     else:
-        raise ValueError(f"example_batch must be a tensor of token ids [batch, seq_len], or a dict "
-                         f"or tuple of the module's inputs; got a {type(example_batch).__name__}")
+        raise ValueError(
+            f"example_batch must be a tensor of token ids [batch, seq_len], or a dict "
+            f"or tuple of the module's inputs; got a {type(example_batch).__name__}"
+        )
     for item in items:
         if isinstance(item, torch.Tensor) and not item.is_floating_point() and item.dim() == 2:
             return item
-    raise ValueError("example_batch holds no token ids: an integer tensor of shape "
-                     "[batch, seq_len] (as input_ids, or the first positional input)")
+    raise ValueError(
+        "example_batch holds no token ids: an integer tensor of shape "
+        "[batch, seq_len] (as input_ids, or the first positional input)"
+    )
 
 
 def _to_meta(value: Any) -> Any:
@@ -109,8 +126,10 @@ def _meta_state(module: Any) -> tuple[dict[str, Any], dict[int, str]]:
     copies: dict[int, Any] = {}
     state: dict[str, Any] = {}
     names: dict[int, str] = {}
-    for name, t in [*module.named_parameters(remove_duplicate=False),
-                    *module.named_buffers(remove_duplicate=False)]:
+    for name, t in [
+        *module.named_parameters(remove_duplicate=False),
+        *module.named_buffers(remove_duplicate=False),
+    ]:
         if id(t) not in copies:
             copy = t
             if not on_meta:
@@ -175,8 +194,7 @@ def _recorder(owners: _Owners, names: dict[int, str], calls: list[Call]) -> Any:
     torch = import_torch()
 
     class Recorder(TorchFunctionMode):
-        def __torch_function__(self, func: Any, types: Any, args: Any = (),
-                               kwargs: Any = None) -> Any:
+        def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
             kwargs = kwargs or {}
             out = func(*args, **kwargs)
             kind = _KINDS.get(getattr(func, "__name__", ""))
@@ -187,12 +205,12 @@ def _recorder(owners: _Owners, names: dict[int, str], calls: list[Call]) -> Any:
                 calls.append(Call(owners.current, kind, shapes=(_shape(tensors[0]), _shape(out))))
             elif kind == "linear":
                 weight = args[1] if len(args) > 1 else kwargs.get("weight")
-                calls.append(Call(owners.current, kind, names.get(id(weight), ""),
-                                  (_shape(weight),)))
+                calls.append(Call(owners.current, kind, names.get(id(weight), ""), (_shape(weight),)))
             elif kind == "attention":
                 p = kwargs.get("dropout_p", args[4] if len(args) > 4 else 0.0)
-                calls.append(Call(owners.current, kind, shapes=(_shape(args[0]), _shape(args[1])),
-                                  value=float(p)))
+                calls.append(
+                    Call(owners.current, kind, shapes=(_shape(args[0]), _shape(args[1])), value=float(p))
+                )
             elif kind == "topk":
                 k = kwargs.get("k", args[1] if len(args) > 1 else 0)
                 calls.append(Call(owners.current, kind, value=float(k)))
@@ -217,7 +235,7 @@ def _flops_by_module(counter: Any, root: str) -> dict[str, int]:
         if key == "Global":
             out[""] = int(sum(by_op.values()))
         elif key.startswith(root + "."):
-            out[key[len(root) + 1:]] = int(sum(by_op.values()))
+            out[key[len(root) + 1 :]] = int(sum(by_op.values()))
     out.setdefault("", 0)
     return out
 
@@ -235,17 +253,26 @@ def run_on_meta(module: Any, example_batch: Any, parts: dict[str, Any]) -> Run:
     ids = _token_ids(example_batch)
     batch, seq_len = (int(d) for d in ids.shape)
     if batch < 1 or seq_len < 1:
-        raise ValueError(f"example_batch's token ids have shape {list(ids.shape)}; give at least "
-                         "one sequence of at least one token")
+        raise ValueError(
+            f"example_batch's token ids have shape {list(ids.shape)}; give at least "
+            "one sequence of at least one token"
+        )
     inputs = _to_meta(example_batch)
     state, names = _meta_state(module)
     owners, calls = _Owners(), list[Call]()
-    args, kwargs = ((), inputs) if isinstance(inputs, dict) else (
-        (inputs,) if isinstance(inputs, torch.Tensor) else tuple(inputs), {})
+    args, kwargs = (
+        ((), inputs)
+        if isinstance(inputs, dict)
+        else ((inputs,) if isinstance(inputs, torch.Tensor) else tuple(inputs), {})
+    )
     root = type(module).__name__
     try:
-        with (torch.enable_grad(), torch.device("meta"), owners.hooked(parts),
-              FlopCounterMode(display=False) as forward):
+        with (
+            torch.enable_grad(),
+            torch.device("meta"),
+            owners.hooked(parts),
+            FlopCounterMode(display=False) as forward,
+        ):
             with _recorder(owners, names, calls):
                 if state:
                     out = torch.func.functional_call(module, state, args, kwargs, tie_weights=False)
@@ -257,20 +284,23 @@ def run_on_meta(module: Any, example_batch: Any, parts: dict[str, Any]) -> Run:
             f"the module's forward does not run on the meta device ({type(e).__name__}: {first}); "
             "tracing needs a forward without data-dependent control flow (e.g. no .item(), "
             "nonzero() or per-expert token lists; Hugging Face MoE: experts_implementation="
-            "'batched_mm')") from None
+            "'batched_mm')"
+        ) from None
     run = Run(batch, seq_len, _flops_by_module(forward, root), None, calls)
     logits = _output_tensor(out)
     params = [t for t in (state.values() if state else module.parameters()) if t.requires_grad]
     if logits is None or not logits.requires_grad or not params:
-        warnings.warn("from_module: no differentiable output; checked the forward FLOPs only",
-                      stacklevel=3)
+        warnings.warn("from_module: no differentiable output; checked the forward FLOPs only", stacklevel=3)
         return run
     try:
         with torch.device("meta"), FlopCounterMode(display=False) as backward:
-            torch.autograd.grad(logits.float().sum(), list({id(p): p for p in params}.values()),
-                                allow_unused=True)
+            torch.autograd.grad(
+                logits.float().sum(), list({id(p): p for p in params}.values()), allow_unused=True
+            )
         run.backward_flops = int(backward.get_total_flops())
     except (RuntimeError, NotImplementedError) as e:
-        warnings.warn(f"from_module: backward does not run on the meta device ({e}); checked the "
-                      "forward FLOPs only", stacklevel=3)
+        warnings.warn(
+            f"from_module: backward does not run on the meta device ({e}); checked the forward FLOPs only",
+            stacklevel=3,
+        )
     return run

@@ -41,8 +41,16 @@ from paraplan.hardware.efficiency import (
 )
 from paraplan.hardware.topology import Cluster
 
-__all__ = ["AcceleratorCalibration", "CalibrationProfile", "PLAUSIBLE_RANGE", "FORMAT",
-           "profile_from_dict", "profile_to_dict", "load_profile", "apply_calibration"]
+__all__ = [
+    "AcceleratorCalibration",
+    "CalibrationProfile",
+    "PLAUSIBLE_RANGE",
+    "FORMAT",
+    "profile_from_dict",
+    "profile_to_dict",
+    "load_profile",
+    "apply_calibration",
+]
 
 FORMAT = "paraplan-calibration/1"
 
@@ -96,8 +104,7 @@ class CalibrationProfile:
         entry = self.entry_for(accel)
         if entry is None or entry.is_smoke_test:
             return None
-        return efficiency_from_parameters({**catalog_parameters(accel.generation),
-                                           **entry.parameters})
+        return efficiency_from_parameters({**catalog_parameters(accel.generation), **entry.parameters})
 
 
 def _check_parameters(where: str, raw: Any) -> dict[str, float]:
@@ -106,14 +113,12 @@ def _check_parameters(where: str, raw: Any) -> dict[str, float]:
     out: dict[str, float] = {}
     for name, value in raw.items():
         if name not in PLAUSIBLE_RANGE:
-            raise ValueError(f"{where}.{name}: unknown parameter; choose from "
-                             + ", ".join(PARAMETER_NAMES))
+            raise ValueError(f"{where}.{name}: unknown parameter; choose from " + ", ".join(PARAMETER_NAMES))
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ValueError(f"{where}.{name}={value!r} must be a number")
         lo, hi = PLAUSIBLE_RANGE[name]
         if not lo <= value <= hi:
-            raise ValueError(f"{where}.{name}={value} is outside the plausible range "
-                             f"[{lo:g}, {hi:g}]")
+            raise ValueError(f"{where}.{name}={value} is outside the plausible range [{lo:g}, {hi:g}]")
         out[name] = float(value)
     return out
 
@@ -122,8 +127,7 @@ def _entry(key: str, raw: Any) -> AcceleratorCalibration:
     where = f"accelerators.{key}"
     if not isinstance(raw, Mapping):
         raise ValueError(f"{where} must be a mapping with a parameters key")
-    known = {"parameters", "not_determined", "smoke_test", "catalog", "fit", "records",
-             "microbenchmarks"}
+    known = {"parameters", "not_determined", "smoke_test", "catalog", "fit", "records", "microbenchmarks"}
     unknown = sorted(set(raw) - known)
     if unknown:
         raise ValueError(f"{where}.{unknown[0]}: unknown key; allowed: {', '.join(sorted(known))}")
@@ -160,8 +164,9 @@ def profile_from_dict(data: Any) -> CalibrationProfile:
         raise ValueError(f"{unknown[0]}: unknown key; allowed: {', '.join(sorted(known))}")
     accels = data.get("accelerators")
     if not isinstance(accels, Mapping) or not accels:
-        raise ValueError("accelerators must map at least one accelerator generation or key "
-                         "to its fitted parameters")
+        raise ValueError(
+            "accelerators must map at least one accelerator generation or key to its fitted parameters"
+        )
     return CalibrationProfile(
         accelerators={str(k): _entry(str(k), v) for k, v in accels.items()},
         paraplan_version=str(data.get("paraplan_version", "")),
@@ -174,9 +179,11 @@ def profile_to_dict(profile: CalibrationProfile) -> dict[str, Any]:
     """The YAML mapping of ``profile`` (what ``profile_from_dict`` reads back)."""
 
     def entry(e: AcceleratorCalibration) -> dict[str, Any]:
-        out: dict[str, Any] = {"parameters": dict(e.parameters),
-                               "not_determined": list(e.not_determined),
-                               "smoke_test": e.is_smoke_test}
+        out: dict[str, Any] = {
+            "parameters": dict(e.parameters),
+            "not_determined": list(e.not_determined),
+            "smoke_test": e.is_smoke_test,
+        }
         if e.catalog:
             out["catalog"] = dict(e.catalog)
         if e.fit:
@@ -187,9 +194,13 @@ def profile_to_dict(profile: CalibrationProfile) -> dict[str, Any]:
             out["records"] = [dict(r) for r in e.records]
         return out
 
-    return {"format": FORMAT, "paraplan_version": profile.paraplan_version,
-            "created": profile.created, "source": profile.source,
-            "accelerators": {k: entry(e) for k, e in profile.accelerators.items()}}
+    return {
+        "format": FORMAT,
+        "paraplan_version": profile.paraplan_version,
+        "created": profile.created,
+        "source": profile.source,
+        "accelerators": {k: entry(e) for k, e in profile.accelerators.items()},
+    }
 
 
 def load_profile(path: str | Path) -> CalibrationProfile:
@@ -216,17 +227,17 @@ def apply_calibration(cluster: Cluster, profile: CalibrationProfile) -> Cluster:
     pools = cluster.pools or (cluster,)
     effs = [profile.efficiency_for(p.accelerator) for p in pools]
     if all(e is None for e in effs):
-        names = ", ".join(sorted({f"{p.accelerator.key} ({p.accelerator.generation})"
-                                  for p in pools}))
+        names = ", ".join(sorted({f"{p.accelerator.key} ({p.accelerator.generation})" for p in pools}))
         smoke = [k for k, e in profile.accelerators.items() if e.is_smoke_test]
         covered = ", ".join(sorted(profile.accelerators))
-        hint = (f"; {', '.join(smoke)} is a CPU smoke-test entry and is never applied"
-                if smoke else "")
-        raise ValueError(f"calibration: the profile covers {covered}, not this cluster's "
-                         f"{names}{hint}; fit a profile on this hardware or drop calibration")
+        hint = f"; {', '.join(smoke)} is a CPU smoke-test entry and is never applied" if smoke else ""
+        raise ValueError(
+            f"calibration: the profile covers {covered}, not this cluster's "
+            f"{names}{hint}; fit a profile on this hardware or drop calibration"
+        )
     if not cluster.pools:
         return replace(cluster, efficiency_override=effs[0])
-    new_pools = tuple(replace(p, efficiency_override=e) if e is not None else p
-                      for p, e in zip(pools, effs, strict=True))
-    return replace(cluster, pools=new_pools,
-                   efficiency_override=profile.efficiency_for(cluster.accelerator))
+    new_pools = tuple(
+        replace(p, efficiency_override=e) if e is not None else p for p, e in zip(pools, effs, strict=True)
+    )
+    return replace(cluster, pools=new_pools, efficiency_override=profile.efficiency_for(cluster.accelerator))

@@ -107,6 +107,7 @@ def accelerator(key: str) -> Accelerator:
     raw = _raw()["accelerators"]
     if key not in raw:
         from paraplan.hardware.tpu import tpu_chip, tpu_chip_names  # data/tpu.yaml
+
         if key in tpu_chip_names():
             return tpu_chip(key)
         raise _did_you_mean("accelerator", key, sorted(raw) + tpu_chip_names())
@@ -116,8 +117,7 @@ def accelerator(key: str) -> Accelerator:
         name=a["name"],
         generation=a["generation"],
         peak_flops_per_s={k: float(v) * TFLOPS for k, v in a["peak_tflops"].items()},
-        hbm_bytes=(float(a["hbm_GiB"]) * GIB_BYTES if "hbm_GiB" in a
-                   else float(a["hbm_GB"]) * GB_BYTES),
+        hbm_bytes=(float(a["hbm_GiB"]) * GIB_BYTES if "hbm_GiB" in a else float(a["hbm_GB"]) * GB_BYTES),
         hbm_bytes_per_s=float(a["hbm_TBps"]) * 1e12,
     )
 
@@ -133,8 +133,11 @@ def fabric_names() -> list[str]:
 def node_type(key: str) -> NodeType:
     raw = _raw()["nodes"]
     if key not in raw:
-        raise _did_you_mean("cluster.preset", key, sorted(raw) + fabric_names()
-                            + ["a TPU slice <family>-<N> (v4-128, v5p-1024, v5e-256, v6e-256)"])
+        raise _did_you_mean(
+            "cluster.preset",
+            key,
+            sorted(raw) + fabric_names() + ["a TPU slice <family>-<N> (v4-128, v5p-1024, v5e-256, v6e-256)"],
+        )
     n = raw[key]
     return NodeType(
         key=key,

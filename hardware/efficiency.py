@@ -10,12 +10,20 @@ from typing import Any
 
 import yaml
 
-__all__ = ["Efficiency", "efficiency", "catalog_parameters", "efficiency_from_parameters",
-           "PARAMETER_NAMES"]
+__all__ = ["Efficiency", "efficiency", "catalog_parameters", "efficiency_from_parameters", "PARAMETER_NAMES"]
 
 US_S = 1e-6
-PARAMETER_NAMES = ("gemm_bf16", "gemm_fp8", "attention", "hbm", "kernel_overhead_us",
-                   "moe_layer_overhead_us", "gemm_fp8_blockwise", "gemm_mxfp8", "gemm_nvfp4")
+PARAMETER_NAMES = (
+    "gemm_bf16",
+    "gemm_fp8",
+    "attention",
+    "hbm",
+    "kernel_overhead_us",
+    "moe_layer_overhead_us",
+    "gemm_fp8_blockwise",
+    "gemm_mxfp8",
+    "gemm_nvfp4",
+)
 """The parameters of ``data/efficiency.yaml`` (and of calibration profiles), in its units."""
 _OPTIONAL_GEMM = ("gemm_fp8_blockwise", "gemm_mxfp8", "gemm_nvfp4")  # default: gemm_fp8
 
@@ -68,8 +76,7 @@ def efficiency_from_parameters(params: Mapping[str, float]) -> Efficiency:
         hbm=float(params["hbm"]),
         kernel_overhead_s=float(params["kernel_overhead_us"]) * US_S,
         moe_layer_overhead_s=float(params.get("moe_layer_overhead_us", 0.0)) * US_S,
-        **{name: float(params[name]) for name in _OPTIONAL_GEMM
-           if params.get(name) is not None},
+        **{name: float(params[name]) for name in _OPTIONAL_GEMM if params.get(name) is not None},
     )
 
 

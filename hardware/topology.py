@@ -23,8 +23,18 @@ from paraplan.hardware.catalog import Accelerator, LinkSpec, fabric, fabric_name
 from paraplan.hardware.efficiency import Efficiency, efficiency
 from paraplan.hardware.tpu import Torus, is_slice_name, parse_slice, torus_of, tpu_chip
 
-__all__ = ["Tier", "Cluster", "build_cluster", "build_pooled_cluster", "topology_graph",
-           "with_memory_headroom", "MAX_DEVICES", "MAX_POOLS", "with_torus_shape", "torus_tiers"]
+__all__ = [
+    "Tier",
+    "Cluster",
+    "build_cluster",
+    "build_pooled_cluster",
+    "topology_graph",
+    "with_memory_headroom",
+    "MAX_DEVICES",
+    "MAX_POOLS",
+    "with_torus_shape",
+    "torus_tiers",
+]
 
 MAX_DEVICES = 1_000_000
 """Most devices in a cluster, summed over pools (README "Limits"): ~10x the largest training
@@ -120,8 +130,11 @@ def with_memory_headroom(cluster: Cluster, fraction: float) -> Cluster:
     capacity every plan is checked against becomes HBM x (1 - fraction)."""
     if not 0.0 <= fraction < 0.5:
         raise ValueError(f"solver.memory_headroom={fraction} must be at least 0 and below 0.5")
-    return replace(cluster, memory_headroom=fraction,
-                   pools=tuple(replace(p, memory_headroom=fraction) for p in cluster.pools))
+    return replace(
+        cluster,
+        memory_headroom=fraction,
+        pools=tuple(replace(p, memory_headroom=fraction) for p in cluster.pools),
+    )
 
 
 def build_pooled_cluster(pools: Sequence[Mapping[str, Any]]) -> Cluster:
@@ -134,23 +147,32 @@ def build_pooled_cluster(pools: Sequence[Mapping[str, Any]]) -> Cluster:
     if not pools:
         raise ValueError("cluster.pools must list at least one pool")
     if any(is_slice_name(str(p.get("preset", ""))) for p in pools):
-        raise ValueError("cluster.pools: TPU slices are not pooled; give one slice preset with "
-                         "cluster.nodes = slices (multislice over DCN)")
+        raise ValueError(
+            "cluster.pools: TPU slices are not pooled; give one slice preset with "
+            "cluster.nodes = slices (multislice over DCN)"
+        )
     if len(pools) > MAX_POOLS:
-        raise ValueError(f"cluster.pools lists {len(pools)} pools; paraplan's limit is {MAX_POOLS} "
-                         "(README \"Limits\"); merge pools of the same node type")
-    built = tuple(build_cluster(p["preset"], nodes=p.get("nodes"), gpus=p.get("gpus"))
-                  for p in pools)
+        raise ValueError(
+            f"cluster.pools lists {len(pools)} pools; paraplan's limit is {MAX_POOLS} "
+            '(README "Limits"); merge pools of the same node type'
+        )
+    built = tuple(build_cluster(p["preset"], nodes=p.get("nodes"), gpus=p.get("gpus")) for p in pools)
     total = sum(c.num_devices for c in built)
     if total > MAX_DEVICES:
-        raise ValueError(f"cluster.pools hold {total:,} devices in all, over paraplan's limit of "
-                         f"{MAX_DEVICES:,} (README \"Limits\")")
+        raise ValueError(
+            f"cluster.pools hold {total:,} devices in all, over paraplan's limit of "
+            f'{MAX_DEVICES:,} (README "Limits")'
+        )
     links = [_scale_out(p["preset"]) for p in pools]
     slowest = min(links, key=lambda lk: lk.per_gpu_bytes_per_s * lk.efficiency)
     num = sum(c.num_devices for c in built)
-    link = Tier(name="inter-pool", domain_devices=num,
-                per_gpu_bytes_per_s=slowest.per_gpu_bytes_per_s,
-                alpha_s=max(lk.alpha_s for lk in links), efficiency=slowest.efficiency)
+    link = Tier(
+        name="inter-pool",
+        domain_devices=num,
+        per_gpu_bytes_per_s=slowest.per_gpu_bytes_per_s,
+        alpha_s=max(lk.alpha_s for lk in links),
+        efficiency=slowest.efficiency,
+    )
     first = built[0]
     return Cluster(
         name="+".join(f"{c.name}x{c.num_nodes}" for c in built),
@@ -173,13 +195,25 @@ def torus_tiers(torus: Torus) -> tuple[Tier, ...]:
     for d, length in enumerate(torus.shape):
         domain *= length
         if length > 1 or (d == len(torus.shape) - 1 and not tiers):
-            tiers.append(Tier(name=f"ici-{'xyz'[d]}", domain_devices=domain,
-                              per_gpu_bytes_per_s=torus.link_bytes_per_s, alpha_s=torus.hop_s,
-                              efficiency=torus.ici_efficiency))
+            tiers.append(
+                Tier(
+                    name=f"ici-{'xyz'[d]}",
+                    domain_devices=domain,
+                    per_gpu_bytes_per_s=torus.link_bytes_per_s,
+                    alpha_s=torus.hop_s,
+                    efficiency=torus.ici_efficiency,
+                )
+            )
     if torus.num_slices > 1:
-        tiers.append(Tier(name="dcn", domain_devices=domain * torus.num_slices,
-                          per_gpu_bytes_per_s=torus.dcn_bytes_per_s, alpha_s=torus.dcn_alpha_s,
-                          efficiency=torus.dcn_efficiency))
+        tiers.append(
+            Tier(
+                name="dcn",
+                domain_devices=domain * torus.num_slices,
+                per_gpu_bytes_per_s=torus.dcn_bytes_per_s,
+                alpha_s=torus.dcn_alpha_s,
+                efficiency=torus.dcn_efficiency,
+            )
+        )
     return tuple(tiers)
 
 
@@ -189,9 +223,15 @@ def with_torus_shape(cluster: Cluster, shape: tuple[int, ...]) -> Cluster:
     if cluster.torus is None or not shape or tuple(shape) == cluster.torus.shape:
         return cluster
     torus, tiers = _reshaped(cluster.torus, tuple(shape))
-    return Cluster(name=cluster.name, accelerator=cluster.accelerator,
-                   devices_per_node=cluster.devices_per_node, num_nodes=cluster.num_nodes,
-                   tiers=tiers, efficiency_override=cluster.efficiency_override, torus=torus)
+    return Cluster(
+        name=cluster.name,
+        accelerator=cluster.accelerator,
+        devices_per_node=cluster.devices_per_node,
+        num_nodes=cluster.num_nodes,
+        tiers=tiers,
+        efficiency_override=cluster.efficiency_override,
+        torus=torus,
+    )
 
 
 @cache
@@ -207,19 +247,29 @@ def _tpu_cluster(preset: str, slices: int | None, chips: int | None) -> Cluster:
     spec = parse_slice(preset)
     if chips is not None:
         if chips < 1 or chips % spec.chips:
-            raise ValueError(f"cluster.gpus={chips} must be a positive multiple of the {spec.chips} "
-                             f"chips of a {preset} slice; or give cluster.nodes = slices")
+            raise ValueError(
+                f"cluster.gpus={chips} must be a positive multiple of the {spec.chips} "
+                f"chips of a {preset} slice; or give cluster.nodes = slices"
+            )
         slices = chips // spec.chips
     assert slices is not None
     if slices < 1:
         raise ValueError(f"cluster.nodes={slices} (slices of {preset}) must be at least 1")
     if slices * spec.chips > MAX_DEVICES:
-        raise ValueError(f"{slices:,} slices of {preset} exceed paraplan's limit of "
-                         f"{MAX_DEVICES:,} devices (README \"Limits\")")
+        raise ValueError(
+            f"{slices:,} slices of {preset} exceed paraplan's limit of "
+            f'{MAX_DEVICES:,} devices (README "Limits")'
+        )
     torus = torus_of(spec, slices)
     host = min(spec.host_chips, spec.chips)
-    return Cluster(name=preset, accelerator=tpu_chip(spec.chip), devices_per_node=host,
-                   num_nodes=slices * spec.chips // host, tiers=torus_tiers(torus), torus=torus)
+    return Cluster(
+        name=preset,
+        accelerator=tpu_chip(spec.chip),
+        devices_per_node=host,
+        num_nodes=slices * spec.chips // host,
+        tiers=torus_tiers(torus),
+        torus=torus,
+    )
 
 
 def build_cluster(preset: str, *, nodes: int | None = None, gpus: int | None = None) -> Cluster:
@@ -253,10 +303,12 @@ def build_cluster(preset: str, *, nodes: int | None = None, gpus: int | None = N
         raise ValueError(f"cluster.nodes={nodes} must be at least 1")
     num = dpn * nodes
     if num > MAX_DEVICES:
-        given = f"cluster.gpus={gpus:,}" if gpus is not None else (
-            f"cluster.nodes={nodes:,} x {dpn} GPUs per {preset} node = {num:,} devices")
-        raise ValueError(f"{given} exceeds paraplan's limit of {MAX_DEVICES:,} devices "
-                         "(README \"Limits\")")
+        given = (
+            f"cluster.gpus={gpus:,}"
+            if gpus is not None
+            else (f"cluster.nodes={nodes:,} x {dpn} GPUs per {preset} node = {num:,} devices")
+        )
+        raise ValueError(f'{given} exceeds paraplan\'s limit of {MAX_DEVICES:,} devices (README "Limits")')
     tiers = [_tier(nt.scale_up, dpn)]
     if fab:
         for link in fab.tiers:

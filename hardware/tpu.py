@@ -23,9 +23,20 @@ from typing import Any
 import yaml
 from paraplan.hardware.catalog import GB_BYTES, GIB_BYTES, TFLOPS, US_S, Accelerator
 
-__all__ = ["Torus", "SliceSpec", "tpu_chip", "tpu_chip_names", "slice_family_names",
-           "parse_slice", "is_slice_name", "slice_shapes", "wraparound", "torus_of",
-           "MAX_SHAPES", "CUBE"]
+__all__ = [
+    "Torus",
+    "SliceSpec",
+    "tpu_chip",
+    "tpu_chip_names",
+    "slice_family_names",
+    "parse_slice",
+    "is_slice_name",
+    "slice_shapes",
+    "wraparound",
+    "torus_of",
+    "MAX_SHAPES",
+    "CUBE",
+]
 
 CUBE = 4
 """Edge of a v4/v5p cube: a slice of whole cubes has every dimension a multiple of 4 (S12, S16)."""
@@ -53,14 +64,16 @@ def tpu_chip(key: str) -> Accelerator:
     """A TPU chip as an Accelerator (units converted from the data file)."""
     raw = _raw()["chips"]
     if key not in raw:
-        raise ValueError(f"accelerator={key!r} is not a known TPU chip; choose one of "
-                         f"{', '.join(sorted(raw))}")
+        raise ValueError(
+            f"accelerator={key!r} is not a known TPU chip; choose one of {', '.join(sorted(raw))}"
+        )
     c = raw[key]
     return Accelerator(
-        key=key, name=c["name"], generation=c["generation"],
+        key=key,
+        name=c["name"],
+        generation=c["generation"],
         peak_flops_per_s={k: float(v) * TFLOPS for k, v in c["peak_tflops"].items()},
-        hbm_bytes=(float(c["hbm_GiB"]) * GIB_BYTES if "hbm_GiB" in c
-                   else float(c["hbm_GB"]) * GB_BYTES),
+        hbm_bytes=(float(c["hbm_GiB"]) * GIB_BYTES if "hbm_GiB" in c else float(c["hbm_GB"]) * GB_BYTES),
         hbm_bytes_per_s=float(c["hbm_TBps"]) * 1e12,
         is_tpu=True,
     )
@@ -88,29 +101,44 @@ def parse_slice(preset: str) -> SliceSpec:
     """``v5p-1024`` -> 512 v5p chips. ValueError names the rule a bad name breaks."""
     m = _NAME.match(preset)
     if m is None:
-        raise ValueError(f"cluster.preset={preset!r} is not a TPU slice name; write "
-                         "<family>-<N> with family one of v4, v5p, v5e, v6e (e.g. v5p-1024)")
+        raise ValueError(
+            f"cluster.preset={preset!r} is not a TPU slice name; write "
+            "<family>-<N> with family one of v4, v5p, v5e, v6e (e.g. v5p-1024)"
+        )
     family, n = m.group(1), int(m.group(2))
     fam = _raw()["slice_families"][family]
     cores = int(fam["cores_per_chip"])
     if n < 1 or n % cores:
-        raise ValueError(f"cluster.preset={preset!r}: {family} slice names count TensorCores "
-                         f"({cores} per chip), so N must be a positive multiple of {cores}")
+        raise ValueError(
+            f"cluster.preset={preset!r}: {family} slice names count TensorCores "
+            f"({cores} per chip), so N must be a positive multiple of {cores}"
+        )
     chips = n // cores
     if chips > fam["max_slice_chips"]:
-        raise ValueError(f"cluster.preset={preset!r} has {chips} chips; the largest {family} slice "
-                         f"has {fam['max_slice_chips']} (use several slices: cluster.nodes)")
+        raise ValueError(
+            f"cluster.preset={preset!r} has {chips} chips; the largest {family} slice "
+            f"has {fam['max_slice_chips']} (use several slices: cluster.nodes)"
+        )
     chip = _raw()["chips"][fam["chip"]]
-    spec = SliceSpec(family=family, chips=chips, dims=int(fam["dims"]),
-                     host_chips=int(fam["host_chips"]), chip=fam["chip"],
-                     link_bytes_per_s=float(chip["link_GBps"]) * GB_BYTES,
-                     dcn_bytes_per_s=float(fam["dcn_GBps_per_chip"]) * GB_BYTES,
-                     max_slice_chips=int(fam["max_slice_chips"]))
+    spec = SliceSpec(
+        family=family,
+        chips=chips,
+        dims=int(fam["dims"]),
+        host_chips=int(fam["host_chips"]),
+        chip=fam["chip"],
+        link_bytes_per_s=float(chip["link_GBps"]) * GB_BYTES,
+        dcn_bytes_per_s=float(fam["dcn_GBps_per_chip"]) * GB_BYTES,
+        max_slice_chips=int(fam["max_slice_chips"]),
+    )
     if not slice_shapes(spec):
-        raise ValueError(f"cluster.preset={preset!r}: {chips} chips make no {family} slice "
-                         + ("(below one 4x4x4 cube: 4, 8, 16 or 32 chips; above: whole cubes, "
-                            "a multiple of 64 chips)" if spec.dims == 3 else
-                            "(v5e/v6e slices hold 1, 4, 8, 16, 32, 64, 128 or 256 chips)"))
+        raise ValueError(
+            f"cluster.preset={preset!r}: {chips} chips make no {family} slice "
+            + (
+                "(below one 4x4x4 cube: 4, 8, 16 or 32 chips; above: whole cubes, a multiple of 64 chips)"
+                if spec.dims == 3
+                else "(v5e/v6e slices hold 1, 4, 8, 16, 32, 64, 128 or 256 chips)"
+            )
+        )
     return spec
 
 
@@ -182,7 +210,8 @@ class Torus:
         if shape not in self.shapes:
             raise ValueError(
                 f"plan.torus_shape={list(shape)} is not a shape of this {self.family} slice; "
-                f"choose one of {', '.join('x'.join(map(str, s)) for s in self.shapes)}")
+                f"choose one of {', '.join('x'.join(map(str, s)) for s in self.shapes)}"
+            )
         return replace(self, shape=shape, wrap=_wrap(self.family_dims, shape))
 
 
@@ -191,9 +220,16 @@ def torus_of(spec: SliceSpec, num_slices: int) -> Torus:
     shapes = slice_shapes(spec)
     raw = _raw()
     return Torus(
-        family=spec.family, family_dims=spec.dims, shape=shapes[0], wrap=wraparound(spec, shapes[0]),
-        num_slices=num_slices, shapes=shapes, link_bytes_per_s=spec.link_bytes_per_s,
-        hop_s=float(raw["ici"]["hop_us"]) * US_S, ici_efficiency=float(raw["ici"]["efficiency"]),
-        dcn_bytes_per_s=spec.dcn_bytes_per_s, dcn_alpha_s=float(raw["dcn"]["alpha_us"]) * US_S,
+        family=spec.family,
+        family_dims=spec.dims,
+        shape=shapes[0],
+        wrap=wraparound(spec, shapes[0]),
+        num_slices=num_slices,
+        shapes=shapes,
+        link_bytes_per_s=spec.link_bytes_per_s,
+        hop_s=float(raw["ici"]["hop_us"]) * US_S,
+        ici_efficiency=float(raw["ici"]["efficiency"]),
+        dcn_bytes_per_s=spec.dcn_bytes_per_s,
+        dcn_alpha_s=float(raw["dcn"]["alpha_us"]) * US_S,
         dcn_efficiency=float(raw["dcn"]["efficiency"]),
     )

@@ -43,8 +43,10 @@ def _describe(generation: str, entry: dict[str, Any], raw: dict[str, Any]) -> st
     if entry["source"] == "generation":
         where = f"{own} published {generation} runs"
     else:
-        where = (f"all {raw['pooled']['rows']} published runs pooled ({own} {generation} runs, "
-                 f"fewer than {raw['min_rows']})")
+        where = (
+            f"all {raw['pooled']['rows']} published runs pooled ({own} {generation} runs, "
+            f"fewer than {raw['min_rows']})"
+        )
     return f"p10-p90 of measured/predicted step time over {where}, in-sample, {raw['date']}"
 
 

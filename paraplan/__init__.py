@@ -1,8 +1,8 @@
 """paraplan: provably optimal parallel plans for transformer training, from one CP-SAT model.
 
-    import paraplan
-    result = paraplan.solve("examples/llama3-70b-h100.yaml", time_limit_s=10)
-    print(result.plan, result.predicted.step_time_s, result.solver.status)
+import paraplan
+result = paraplan.solve("examples/llama3-70b-h100.yaml", time_limit_s=10)
+print(result.plan, result.predicted.step_time_s, result.solver.status)
 """
 
 from paraplan import export

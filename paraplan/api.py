@@ -39,12 +39,21 @@ from paraplan.targets import (
     target_options,
 )
 
-__all__ = ["load_scenario", "evaluate", "evaluate_plan", "solve", "paraplan_version", "fixed_knobs",
-           "search_options", "check_derived_knobs"]
+__all__ = [
+    "load_scenario",
+    "evaluate",
+    "evaluate_plan",
+    "solve",
+    "paraplan_version",
+    "fixed_knobs",
+    "search_options",
+    "check_derived_knobs",
+]
 
 
-def evaluate(scenario: str | Path | dict[str, Any] | Scenario | Result, *,
-             calibration: Calibration | None = None) -> Result:
+def evaluate(
+    scenario: str | Path | dict[str, Any] | Scenario | Result, *, calibration: Calibration | None = None
+) -> Result:
     """Step time and memory of the scenario's fully fixed plan (``calibration``: a profile
     file or object, instead of the scenario's ``calibration:`` key). A Result (or its JSON file)
     re-scores its own plan on its own scenario."""
@@ -56,8 +65,7 @@ def evaluate(scenario: str | Path | dict[str, Any] | Scenario | Result, *,
     return _with_runs_on(evaluate_plan(inst, plan), inst, plan)
 
 
-def _instance(scenario: str | Path | dict[str, Any] | Scenario,
-              calibration: Calibration | None) -> Instance:
+def _instance(scenario: str | Path | dict[str, Any] | Scenario, calibration: Calibration | None) -> Instance:
     """The scenario's instance; a calibration file given here is recorded in the scenario (as an
     absolute path) so the result, its exports and ``paraplan evaluate RESULT.json`` use it too."""
     sc = load_scenario(scenario)
@@ -91,17 +99,22 @@ def check_derived_knobs(inst: Instance) -> None:
     p, job = inst.scenario.plan, inst.job
     if p.grad_accum is not None:
         if p.dp is None or p.micro_batch is None:
-            raise ConfigError(f"plan.grad_accum={p.grad_accum} is checked against plan.dp and "
-                              "plan.micro_batch; fix both or drop plan.grad_accum")
+            raise ConfigError(
+                f"plan.grad_accum={p.grad_accum} is checked against plan.dp and "
+                "plan.micro_batch; fix both or drop plan.grad_accum"
+            )
         if p.grad_accum * p.micro_batch * p.dp != job.global_batch:
             raise ConfigError(
                 f"plan.grad_accum={p.grad_accum} but job.global_batch / (micro_batch x dp) = "
                 f"{job.global_batch} / ({p.micro_batch} x {p.dp}) = "
-                f"{job.global_batch / (p.micro_batch * p.dp):g}; fix it or drop plan.grad_accum")
+                f"{job.global_batch / (p.micro_batch * p.dp):g}; fix it or drop plan.grad_accum"
+            )
     n = inst.cluster.num_devices
     if p.num_devices is not None and not inst.cluster.pools and p.num_devices != n:
-        raise ConfigError(f"plan.num_devices={p.num_devices} but the cluster has {n} devices; "
-                          "fix it or drop plan.num_devices")
+        raise ConfigError(
+            f"plan.num_devices={p.num_devices} but the cluster has {n} devices; "
+            "fix it or drop plan.num_devices"
+        )
 
 
 def fixed_knobs(inst: Instance) -> Fixed:
@@ -114,32 +127,47 @@ def fixed_knobs(inst: Instance) -> Fixed:
         if isinstance(p.recompute, list) and p.pp is None:
             raise ConfigError("plan.recompute lists one mode per stage; fix plan.pp too")
     if p.stage_pools is not None and not inst.cluster.pools:
-        raise ConfigError(f"plan.stage_pools={p.stage_pools} needs a mixed-GPU cluster "
-                          "(cluster.pools); remove it for a single node type")
+        raise ConfigError(
+            f"plan.stage_pools={p.stage_pools} needs a mixed-GPU cluster "
+            "(cluster.pools); remove it for a single node type"
+        )
     if p.ep not in (None, 1) and not inst.spec.is_moe:
         raise ConfigError(f"plan.ep={p.ep}: expert parallelism needs a mixture-of-experts model")
     if p.ep is not None and inst.spec.is_moe and inst.spec.num_experts % p.ep:
         raise ConfigError(
             f"plan.ep={p.ep} must divide the model's {inst.spec.num_experts} experts; choose from "
-            + ", ".join(str(e) for e in range(1, inst.spec.num_experts + 1)
-                        if inst.spec.num_experts % e == 0)
+            + ", ".join(str(e) for e in range(1, inst.spec.num_experts + 1) if inst.spec.num_experts % e == 0)
         )
     if p.etp is not None and not inst.spec.is_moe:
-        raise ConfigError(f"plan.etp={p.etp}: expert tensor parallelism needs a mixture-of-experts "
-                          "model; remove plan.etp")
+        raise ConfigError(
+            f"plan.etp={p.etp}: expert tensor parallelism needs a mixture-of-experts model; remove plan.etp"
+        )
     if p.order is not None and sorted(p.order) != sorted(DEFAULT_ORDER):
-        raise ConfigError(f"plan.order={[a.value for a in p.order]} must be a permutation of "
-                          "tp, cp, dp, pp (every axis once, innermost first)")
+        raise ConfigError(
+            f"plan.order={[a.value for a in p.order]} must be a permutation of "
+            "tp, cp, dp, pp (every axis once, innermost first)"
+        )
     if p.etp not in (None, 1) and p.tp is not None and p.etp != p.tp:
         raise ConfigError(f"plan.etp={p.etp} must be 1 or plan.tp={p.tp}")
     layers, vp = _fixed_chunks(p)
-    return Fixed(dp=p.dp, tp=p.tp, pp=p.pp, cp=p.cp, ep=p.ep, etp=p.etp, cp_comm=p.cp_comm,
-                 vp=vp, micro_batch=p.micro_batch,
-                 zero=p.zero, sequence_parallel=p.sequence_parallel, recompute=recompute,
-                 layers_per_stage=layers,
-                 order=tuple(p.order) if p.order else None,
-                 stage_pools=tuple(p.stage_pools) if p.stage_pools is not None else None,
-                 torus_shape=_torus_shape(inst, p.torus_shape))
+    return Fixed(
+        dp=p.dp,
+        tp=p.tp,
+        pp=p.pp,
+        cp=p.cp,
+        ep=p.ep,
+        etp=p.etp,
+        cp_comm=p.cp_comm,
+        vp=vp,
+        micro_batch=p.micro_batch,
+        zero=p.zero,
+        sequence_parallel=p.sequence_parallel,
+        recompute=recompute,
+        layers_per_stage=layers,
+        order=tuple(p.order) if p.order else None,
+        stage_pools=tuple(p.stage_pools) if p.stage_pools is not None else None,
+        torus_shape=_torus_shape(inst, p.torus_shape),
+    )
 
 
 def _torus_shape(inst: Instance, shape: list[int] | None) -> tuple[int, ...] | None:
@@ -148,8 +176,10 @@ def _torus_shape(inst: Instance, shape: list[int] | None) -> tuple[int, ...] | N
         return None
     torus = inst.cluster.torus
     if torus is None:
-        raise ConfigError(f"plan.torus_shape={shape} needs a TPU slice cluster (cluster.preset "
-                          "such as v5p-1024); remove it for this cluster")
+        raise ConfigError(
+            f"plan.torus_shape={shape} needs a TPU slice cluster (cluster.preset "
+            "such as v5p-1024); remove it for this cluster"
+        )
     try:
         torus.reshaped(tuple(shape))
     except ValueError as e:
@@ -167,34 +197,46 @@ def _fixed_chunks(p: Any) -> tuple[tuple[int, ...] | None, int | None]:
     rows = tuple(tuple(r) for r in p.layers_per_chunk)
     sums, vp = tuple(sum(r) for r in rows), len(rows[0])
     if p.vp is not None and p.vp != vp or any(len(r) != vp for r in rows):
-        raise ConfigError(f"plan.layers_per_chunk rows must each list vp={p.vp or vp} layer "
-                          f"counts; got {[len(r) for r in rows]}")
+        raise ConfigError(
+            f"plan.layers_per_chunk rows must each list vp={p.vp or vp} layer "
+            f"counts; got {[len(r) for r in rows]}"
+        )
     if layers is not None and layers != sums:
-        raise ConfigError(f"plan.layers_per_chunk row sums {list(sums)} differ from "
-                          f"plan.layers_per_stage={list(layers)}")
+        raise ConfigError(
+            f"plan.layers_per_chunk row sums {list(sums)} differ from plan.layers_per_stage={list(layers)}"
+        )
     if rows != default_chunks(sums, vp):
         raise ConfigError(
             f"plan.layers_per_chunk={[list(r) for r in rows]}: `paraplan plan` builds each "
             f"stage's chunks as {[list(r) for r in default_chunks(sums, vp)]} (even, short chunks "
             "next to the embedding and the loss); give that, or only plan.layers_per_stage, or "
-            "score this layout with `paraplan evaluate`")
+            "score this layout with `paraplan evaluate`"
+        )
     return sums, vp
 
 
 def _base_options(inst: Instance) -> Options:
     """The scenario's ``solver:`` section as the solver's search Options, before any target."""
     o = inst.scenario.solver
-    options = Options(allow_uneven_stages=o.allow_uneven_stages,
-                      search_placement=o.search_placement, max_micro_batch=o.max_micro_batch,
-                      max_vp=o.max_vp, uniform_recompute=o.uniform_recompute)
+    options = Options(
+        allow_uneven_stages=o.allow_uneven_stages,
+        search_placement=o.search_placement,
+        max_micro_batch=o.max_micro_batch,
+        max_vp=o.max_vp,
+        uniform_recompute=o.uniform_recompute,
+    )
     split = inst.scenario.plan.layers_per_stage
     if not o.allow_uneven_stages and split and len(set(split)) > 1:
-        raise ConfigError(f"plan.layers_per_stage={split} is uneven but "
-                          "solver.allow_uneven_stages is false; make the stages equal or turn it on")
+        raise ConfigError(
+            f"plan.layers_per_stage={split} is uneven but "
+            "solver.allow_uneven_stages is false; make the stages equal or turn it on"
+        )
     fixed = fixed_modes(inst)
     if o.uniform_recompute and fixed and len(set(fixed)) > 1:
-        raise ConfigError(f"plan.recompute={[m.value for m in fixed]} differs per stage but "
-                          "solver.uniform_recompute is true; fix one mode or turn it off")
+        raise ConfigError(
+            f"plan.recompute={[m.value for m in fixed]} differs per stage but "
+            "solver.uniform_recompute is true; fix one mode or turn it off"
+        )
     vp = inst.scenario.plan.vp
     if vp is not None and vp > o.max_vp:  # a fixed knob raises its cap
         options = replace(options, max_vp=vp)
@@ -223,24 +265,35 @@ MAX_SEED = 2**31 - 1  # CP-SAT's random_seed is a 32-bit signed integer
 
 def _check_solve_args(time_limit_s: object, workers: object, top: object, seed: object) -> None:
     """ConfigError naming the argument (and its CLI flag) unless each is a number in range."""
+
     def whole(name: str, flag: str, value: object, low: int, high: int) -> None:
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-            raise ConfigError(f"{name}={value!r} ({flag}) must be a whole number from {low:,} "
-                              f"to {high:,}")
+            raise ConfigError(f"{name}={value!r} ({flag}) must be a whole number from {low:,} to {high:,}")
 
-    if (isinstance(time_limit_s, bool) or not isinstance(time_limit_s, int | float)
-            or not 0 < time_limit_s <= MAX_TIME_LIMIT_S):  # also refuses nan
-        raise ConfigError(f"time_limit_s={time_limit_s!r} (--time-limit) must be a number of "
-                          f"seconds above 0 and at most {MAX_TIME_LIMIT_S:,.0f}")
+    if (
+        isinstance(time_limit_s, bool)
+        or not isinstance(time_limit_s, int | float)
+        or not 0 < time_limit_s <= MAX_TIME_LIMIT_S
+    ):  # also refuses nan
+        raise ConfigError(
+            f"time_limit_s={time_limit_s!r} (--time-limit) must be a number of "
+            f"seconds above 0 and at most {MAX_TIME_LIMIT_S:,.0f}"
+        )
     whole("workers", "--workers", workers, 1, MAX_WORKERS)
     whole("top", "--top", top, 1, MAX_TOP)
     whole("seed", "--seed", seed, 0, MAX_SEED)
 
 
-def solve(scenario: str | Path | dict[str, Any] | Scenario, *, time_limit_s: float = 30.0,
-          workers: int = 2, top: int = 1, seed: int = 0,
-          progress: Callable[[str], None] | None = None,
-          calibration: Calibration | None = None) -> Result:
+def solve(
+    scenario: str | Path | dict[str, Any] | Scenario,
+    *,
+    time_limit_s: float = 30.0,
+    workers: int = 2,
+    top: int = 1,
+    seed: int = 0,
+    progress: Callable[[str], None] | None = None,
+    calibration: Calibration | None = None,
+) -> Result:
     """The fastest plan under the cost model that at least one framework runs (``runs_on``
     names them; ``solver.target`` narrows the search to one framework, ``any`` widens it to
     the unrestricted optimum), proven optimal when ``result.solver.status`` is OPTIMAL
@@ -256,15 +309,18 @@ def solve(scenario: str | Path | dict[str, Any] | Scenario, *, time_limit_s: flo
     deadline = started + time_limit_s  # the limit counts from the call
     left_s = deadline - time.perf_counter()
     if left_s <= 0:
-        raise SolveTimeout(f"--time-limit {time_limit_s:g} s ran out while reading the scenario; "
-                           "raise it")
-    opts = SolverOptions(time_limit_s=left_s, num_workers=workers, random_seed=seed,
-                         top=max(top, 2), duplicate_rel=DUPLICATE_REL)
+        raise SolveTimeout(f"--time-limit {time_limit_s:g} s ran out while reading the scenario; raise it")
+    opts = SolverOptions(
+        time_limit_s=left_s,
+        num_workers=workers,
+        random_seed=seed,
+        top=max(top, 2),
+        duplicate_rel=DUPLICATE_REL,
+    )
     notes: list[str] = []
     if target is None:
         space = runnable_space(base, inst)
-        searched, notes = runnable_search(inst, fixed, space, base, opts, progress,
-                                           time_limit_s, deadline)
+        searched, notes = runnable_search(inst, fixed, space, base, opts, progress, time_limit_s, deadline)
         runnable_only = space.relaxed is not None
     else:
         options = base if target == UNRESTRICTED else target_options(base, target, inst)
@@ -274,9 +330,16 @@ def solve(scenario: str | Path | dict[str, Any] | Scenario, *, time_limit_s: flo
     best = out.solutions[0]
     gap = (best.objective_s - out.bound_s) / best.objective_s if best.objective_s else 0.0
     solver_out = SolverOut(
-        status=out.status, wall_s=out.wall_s, objective_s=best.objective_s, bound_s=out.bound_s,
-        gap=max(0.0, gap), time_limit_s=time_limit_s, workers=workers, seed=seed,
-        num_layouts=out.num_layouts, num_layouts_pruned=out.num_pruned,
+        status=out.status,
+        wall_s=out.wall_s,
+        objective_s=best.objective_s,
+        bound_s=out.bound_s,
+        gap=max(0.0, gap),
+        time_limit_s=time_limit_s,
+        workers=workers,
+        seed=seed,
+        num_layouts=out.num_layouts,
+        num_layouts_pruned=out.num_pruned,
         target=target,
     )
     breakdown = cost_evaluate(inst.graph, inst.cluster, inst.job, best.plan)
@@ -288,13 +351,16 @@ def solve(scenario: str | Path | dict[str, Any] | Scenario, *, time_limit_s: flo
         rp = others[0][0].plan
         runner = (rp, cost_evaluate(inst.graph, inst.cluster, inst.job, rp))
     alternatives = [
-        {"summary": summary(s.plan), "step_time_s": s.objective_s,
-         "step_time_band_s": band_out(inst.cluster, s.objective_s).model_dump(),
-         "plan": plan_out(s.plan, inst.job).model_dump(), "runs_on": on}
-        for s, on in others[:top - 1]
+        {
+            "summary": summary(s.plan),
+            "step_time_s": s.objective_s,
+            "step_time_band_s": band_out(inst.cluster, s.objective_s).model_dump(),
+            "plan": plan_out(s.plan, inst.job).model_dump(),
+            "runs_on": on,
+        }
+        for s, on in others[: top - 1]
     ]
     band = band_out(inst.cluster, breakdown.step_time_s)
     explanation = explain(best.plan, breakdown, inst.cluster, runner, band) + notes
-    result = evaluate_plan(inst, best.plan, solver_out, alternatives=alternatives,
-                           explanation=explanation)
+    result = evaluate_plan(inst, best.plan, solver_out, alternatives=alternatives, explanation=explanation)
     return _with_runs_on(result, inst, best.plan)

@@ -48,15 +48,31 @@ from paraplan.microfit import fit_microbenchmarks
 from paraplan.records import MicroRecord, StepRecord, load_records
 from paraplan.result import paraplan_version
 
-__all__ = ["FitCase", "GenerationFit", "fit_cases", "fit_generation", "calibrate",
-           "cases_from_records", "predict_s", "profile_entry", "SIGMA_MEASURED", "SIGMA_PRIOR"]
+__all__ = [
+    "FitCase",
+    "GenerationFit",
+    "fit_cases",
+    "fit_generation",
+    "calibrate",
+    "cases_from_records",
+    "predict_s",
+    "profile_entry",
+    "SIGMA_MEASURED",
+    "SIGMA_PRIOR",
+]
 
 SIGMA_MEASURED = 0.1  # log-error the model keeps on a measured step (calibration set: median
 #                       |error| 6.2%, p90 14.1%, README)
 SIGMA_PRIOR = {  # log-width of the prior around the catalog value
-    "gemm_bf16": 0.3, "gemm_fp8": 0.3, "attention": 0.5, "hbm": 0.3,
-    "kernel_overhead_us": 1.0, "moe_layer_overhead_us": 1.0,
-    "gemm_fp8_blockwise": 0.3, "gemm_mxfp8": 0.3, "gemm_nvfp4": 0.3,
+    "gemm_bf16": 0.3,
+    "gemm_fp8": 0.3,
+    "attention": 0.5,
+    "hbm": 0.3,
+    "kernel_overhead_us": 1.0,
+    "moe_layer_overhead_us": 1.0,
+    "gemm_fp8_blockwise": 0.3,
+    "gemm_mxfp8": 0.3,
+    "gemm_nvfp4": 0.3,
 }
 OVERHEAD_FLOOR_US = 0.1  # log-space floor of the *_us parameters (their range starts at 0)
 MIN_RECORDS = 2
@@ -96,8 +112,7 @@ class GenerationFit:
 
 def predict_s(case: FitCase, params: Mapping[str, float]) -> float:
     """Modelled step time of ``case`` with efficiency ``params`` (efficiency.yaml names)."""
-    cluster = replace(case.instance.cluster,
-                      efficiency_override=efficiency_from_parameters(params))
+    cluster = replace(case.instance.cluster, efficiency_override=efficiency_from_parameters(params))
     inst = case.instance
     return cost_evaluate(inst.graph, cluster, inst.job, case.plan).step_time_s
 
@@ -108,8 +123,9 @@ def _bounds(name: str) -> tuple[float, float]:
 
 
 def _theta0(catalog: Mapping[str, float], names: Sequence[str]) -> np.ndarray:
-    return np.array([min(max(math.log(max(catalog[n], OVERHEAD_FLOOR_US)), _bounds(n)[0]),
-                         _bounds(n)[1]) for n in names])
+    return np.array(
+        [min(max(math.log(max(catalog[n], OVERHEAD_FLOOR_US)), _bounds(n)[0]), _bounds(n)[1]) for n in names]
+    )
 
 
 def _params(catalog: Mapping[str, float], names: Sequence[str], theta: np.ndarray) -> dict:
@@ -121,8 +137,7 @@ def _residuals(cases: Sequence[FitCase], params: Mapping[str, float]) -> np.ndar
     return np.array([math.log(predict_s(c, params) / c.measured_s) for c in cases])
 
 
-def _jacobian(residual: Callable[[np.ndarray], np.ndarray], theta: np.ndarray,
-              r0: np.ndarray) -> np.ndarray:
+def _jacobian(residual: Callable[[np.ndarray], np.ndarray], theta: np.ndarray, r0: np.ndarray) -> np.ndarray:
     """Forward differences J_ij = (r_i(theta + h e_j) - r_i(theta)) / h, h = FD_STEP (a 1% step
     may cross a bound; the cost model is defined there)."""
     cols = []
@@ -144,13 +159,20 @@ def _determined(jac: np.ndarray, names: Sequence[str]) -> list[str]:
     prior_var = np.array([SIGMA_PRIOR[n] ** 2 for n in names])
     posterior = np.linalg.inv(jac.T @ jac / SIGMA_MEASURED**2 + np.diag(1.0 / prior_var))
     sensitive = np.sum(np.abs(jac) >= MIN_SENSITIVITY, axis=0)
-    return [n for j, n in enumerate(names)
-            if posterior[j, j] <= MAX_VARIANCE_RATIO * prior_var[j]
-            and sensitive[j] >= MIN_RECORDS]
+    return [
+        n
+        for j, n in enumerate(names)
+        if posterior[j, j] <= MAX_VARIANCE_RATIO * prior_var[j] and sensitive[j] >= MIN_RECORDS
+    ]
 
 
-def _minimise(residual: Callable[[np.ndarray], np.ndarray], theta0: np.ndarray,
-              lo: np.ndarray, hi: np.ndarray, w_prior: np.ndarray) -> np.ndarray:
+def _minimise(
+    residual: Callable[[np.ndarray], np.ndarray],
+    theta0: np.ndarray,
+    lo: np.ndarray,
+    hi: np.ndarray,
+    w_prior: np.ndarray,
+) -> np.ndarray:
     """Levenberg-Marquardt on S (module docstring), each step clipped to [lo, hi]."""
     theta, mu = theta0.copy(), 1e-3
     r = residual(theta)
@@ -204,17 +226,16 @@ def fit_generation(cases: Sequence[FitCase]) -> GenerationFit:
     r_after = _residuals(cases, fitted)
     w_all = np.array([1.0 / SIGMA_PRIOR[n] ** 2 for n in active])
     return GenerationFit(
-        generation=gen, catalog=catalog,
+        generation=gen,
+        catalog=catalog,
         parameters={n: round(fitted[n], 4) for n in active},
         not_determined=tuple(n for n in names if n not in active),
         loss_before=_objective(r_before, theta0, theta0, w_all),
         loss_after=_objective(r_after, theta, theta0, w_all),
         errors_before=tuple(float(math.expm1(x)) for x in r_before),
         errors_after=tuple(float(math.expm1(x)) for x in r_after),
-        predicted_before_s=tuple(c.measured_s * math.exp(x) for c, x in zip(cases, r_before,
-                                                                             strict=True)),
-        predicted_after_s=tuple(c.measured_s * math.exp(x) for c, x in zip(cases, r_after,
-                                                                           strict=True)),
+        predicted_before_s=tuple(c.measured_s * math.exp(x) for c, x in zip(cases, r_before, strict=True)),
+        predicted_after_s=tuple(c.measured_s * math.exp(x) for c, x in zip(cases, r_after, strict=True)),
     )
 
 
@@ -229,15 +250,16 @@ def fit_cases(cases: Sequence[FitCase]) -> dict[str, GenerationFit]:
 def _case(rec: StepRecord) -> FitCase:
     inst = build_instance(rec.scenario.model_copy(update={"calibration": None}))
     if inst.cluster.pools:
-        raise ConfigError(f"{rec.name}: calibrate fits one accelerator per record; a pooled "
-                          "(cluster.pools) run mixes several, record each pool's runs instead")
+        raise ConfigError(
+            f"{rec.name}: calibrate fits one accelerator per record; a pooled "
+            "(cluster.pools) run mixes several, record each pool's runs instead"
+        )
     plan = fixed_plan(inst)
     if rec.step_time_s is not None:
         measured = rec.step_time_s
     else:
         assert rec.tokens_per_s_per_gpu is not None
-        measured = inst.job.tokens_per_step / (rec.tokens_per_s_per_gpu
-                                               * inst.cluster.num_devices)
+        measured = inst.job.tokens_per_step / (rec.tokens_per_s_per_gpu * inst.cluster.num_devices)
     return FitCase(name=rec.name, instance=inst, plan=plan, measured_s=measured)
 
 
@@ -259,19 +281,37 @@ def _median_abs(errors: Sequence[float]) -> float:
 
 def profile_entry(fit: GenerationFit, cases: Sequence[FitCase]) -> AcceleratorCalibration:
     records = tuple(
-        {"name": c.name, "measured_step_time_s": round(c.measured_s, 6),
-         "predicted_before_s": round(pb, 6), "predicted_after_s": round(pa, 6),
-         "error_before": round(eb, 4), "error_after": round(ea, 4)}
-        for c, pb, pa, eb, ea in zip(cases, fit.predicted_before_s, fit.predicted_after_s,
-                                     fit.errors_before, fit.errors_after, strict=True))
+        {
+            "name": c.name,
+            "measured_step_time_s": round(c.measured_s, 6),
+            "predicted_before_s": round(pb, 6),
+            "predicted_after_s": round(pa, 6),
+            "error_before": round(eb, 4),
+            "error_after": round(ea, 4),
+        }
+        for c, pb, pa, eb, ea in zip(
+            cases,
+            fit.predicted_before_s,
+            fit.predicted_after_s,
+            fit.errors_before,
+            fit.errors_after,
+            strict=True,
+        )
+    )
     return AcceleratorCalibration(
-        key=fit.generation, parameters=dict(fit.parameters), not_determined=fit.not_determined,
+        key=fit.generation,
+        parameters=dict(fit.parameters),
+        not_determined=fit.not_determined,
         catalog=dict(fit.catalog),
-        fit={"num_records": len(cases), "loss_before": round(fit.loss_before, 4),
-             "loss_after": round(fit.loss_after, 4),
-             "median_abs_error_before": _median_abs(fit.errors_before),
-             "median_abs_error_after": _median_abs(fit.errors_after)},
-        records=records)
+        fit={
+            "num_records": len(cases),
+            "loss_before": round(fit.loss_before, 4),
+            "loss_after": round(fit.loss_after, 4),
+            "median_abs_error_before": _median_abs(fit.errors_before),
+            "median_abs_error_after": _median_abs(fit.errors_after),
+        },
+        records=records,
+    )
 
 
 def calibrate(records: str | Path | list, *, source: str = "") -> CalibrationProfile:
@@ -286,11 +326,19 @@ def calibrate(records: str | Path | list, *, source: str = "") -> CalibrationPro
         gen = None if entry.is_smoke_test else accelerator(key).generation
         if gen in entries:  # measured steps win; kernel rates are kept beside them
             assert gen is not None
-            entries[gen] = replace(entries[gen], microbenchmarks={
-                **entry.microbenchmarks, "accelerator": key, "parameters": dict(entry.parameters)})
+            entries[gen] = replace(
+                entries[gen],
+                microbenchmarks={
+                    **entry.microbenchmarks,
+                    "accelerator": key,
+                    "parameters": dict(entry.parameters),
+                },
+            )
         else:
             entries[key] = entry
     return CalibrationProfile(
-        accelerators=entries, paraplan_version=paraplan_version(),
+        accelerators=entries,
+        paraplan_version=paraplan_version(),
         created=datetime.date.today().isoformat(),
-        source=source or (str(records) if not isinstance(records, list) else ""))
+        source=source or (str(records) if not isinstance(records, list) else ""),
+    )

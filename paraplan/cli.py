@@ -36,48 +36,66 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="paraplan", description=__doc__.splitlines()[0])
-    parser.add_argument("--debug", action="store_true",
-                        help="show the traceback of an internal error")
-    parser.add_argument("--version", action="version",
-                        version=f"paraplan {paraplan_version()}")
+    parser.add_argument("--debug", action="store_true", help="show the traceback of an internal error")
+    parser.add_argument("--version", action="version", version=f"paraplan {paraplan_version()}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     ev = sub.add_parser("evaluate", help="step time and memory of a fully fixed plan")
     ev.add_argument("scenario", help="scenario YAML/JSON file, or a RESULT.json (its plan)")
     ev.add_argument("--json", action="store_true", help="print one JSON object")
     ev.add_argument("--calibration", default=None, help="calibration profile (paraplan calibrate)")
-    ev.add_argument("--report", default=None, metavar="FILE.html",
-                    help="also write a self-contained HTML report of the result")
+    ev.add_argument(
+        "--report",
+        default=None,
+        metavar="FILE.html",
+        help="also write a self-contained HTML report of the result",
+    )
 
     pl = sub.add_parser("plan", help="find the fastest plan (CP-SAT, proven optimal)")
     pl.add_argument("scenario", help="scenario YAML/JSON file")
     pl.add_argument("--json", action="store_true", help="print one JSON object")
     pl.add_argument("--time-limit", type=float, default=30.0, help="seconds (default 30)")
     pl.add_argument("--workers", type=int, default=2, help="CP-SAT workers (default 2)")
-    pl.add_argument("--top", type=int, default=None,
-                    help="list the K best plans that differ in a degree or mode (default 1; "
-                         "3 with --report)")
+    pl.add_argument(
+        "--top",
+        type=int,
+        default=None,
+        help="list the K best plans that differ in a degree or mode (default 1; 3 with --report)",
+    )
     pl.add_argument("--seed", type=int, default=0, help="CP-SAT random seed (default 0)")
     pl.add_argument("--export", default=None, help="comma-separated targets to export")
     pl.add_argument("--out", default=None, help="directory for --export files (default .)")
-    pl.add_argument("--target", default=None, choices=get_args(SolverTarget),
-                    help="search only plans this framework can run (sets solver.target); any: "
-                    "the unrestricted optimum (default: plans at least one framework runs)")
+    pl.add_argument(
+        "--target",
+        default=None,
+        choices=get_args(SolverTarget),
+        help="search only plans this framework can run (sets solver.target); any: "
+        "the unrestricted optimum (default: plans at least one framework runs)",
+    )
     pl.add_argument("--calibration", default=None, help="calibration profile (paraplan calibrate)")
-    pl.add_argument("--report", default=None, metavar="FILE.html",
-                    help="also write a self-contained HTML report (lists 3 plans unless --top)")
+    pl.add_argument(
+        "--report",
+        default=None,
+        metavar="FILE.html",
+        help="also write a self-contained HTML report (lists 3 plans unless --top)",
+    )
 
     ex = sub.add_parser("export", help="write a result (from --json) for a framework")
     ex.add_argument("result", help="RESULT.json as printed by `paraplan plan --json`")
     ex.add_argument("--to", required=True, help="megatron|deepspeed|torchtitan|maxtext|nemo|torch")
     ex.add_argument("--out", default=None, help="directory to write into (default: stdout)")
     pr = sub.add_parser("presets", help="list the model and cluster presets")
-    pr.add_argument("--json", action="store_true",
-                    help="print one JSON object: {models: [...], clusters: [...]}")
+    pr.add_argument(
+        "--json", action="store_true", help="print one JSON object: {models: [...], clusters: [...]}"
+    )
     add_calibrate_parsers(sub)
     for command in sub.choices.values():  # `paraplan plan X --debug` as well as `paraplan --debug`
-        command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
-                             help="show the traceback of an internal error")
+        command.add_argument(
+            "--debug",
+            action="store_true",
+            default=argparse.SUPPRESS,
+            help="show the traceback of an internal error",
+        )
     return parser
 
 
@@ -122,8 +140,9 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
         unknown = [n for n in args.export.split(",") if n.strip().lower() not in EXPORTERS]
         if unknown:
-            raise ConfigError(f"--export {','.join(unknown)}: unknown target; choose from "
-                              + ", ".join(EXPORTERS))
+            raise ConfigError(
+                f"--export {','.join(unknown)}: unknown target; choose from " + ", ".join(EXPORTERS)
+            )
     elif args.out is not None:
         raise ConfigError("--out names the directory for --export files; add --export TARGETS")
     top = 1 if args.top is None else args.top
@@ -139,9 +158,15 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         scenario = load_scenario(args.scenario)
         solver = scenario.solver.model_copy(update={"target": args.target})
         scenario = scenario.model_copy(update={"solver": solver})
-    result = solve(scenario, time_limit_s=args.time_limit, workers=args.workers,
-                   top=top, seed=args.seed, progress=None if args.json else progress,
-                   calibration=args.calibration)
+    result = solve(
+        scenario,
+        time_limit_s=args.time_limit,
+        workers=args.workers,
+        top=top,
+        seed=args.seed,
+        progress=None if args.json else progress,
+        calibration=args.calibration,
+    )
     _print_result(result, args.json)
     _write_report(result, args.report)
     if args.export:
@@ -176,8 +201,13 @@ def _cmd_presets(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    handler = {"evaluate": _cmd_evaluate, "plan": _cmd_plan, "export": _cmd_export,
-               "presets": _cmd_presets, **CALIBRATE_HANDLERS}[args.command]
+    handler = {
+        "evaluate": _cmd_evaluate,
+        "plan": _cmd_plan,
+        "export": _cmd_export,
+        "presets": _cmd_presets,
+        **CALIBRATE_HANDLERS,
+    }[args.command]
     try:
         return handler(args)
     except ParaplanError as e:
@@ -193,9 +223,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.debug:
             traceback.print_exc()
         first = (str(e).splitlines() or [""])[0][:300]
-        print(f"paraplan {args.command}: internal error: {type(e).__name__}: {first} "
-              f"(please report it with the scenario; --debug shows the traceback)",
-              file=sys.stderr)
+        print(
+            f"paraplan {args.command}: internal error: {type(e).__name__}: {first} "
+            f"(please report it with the scenario; --debug shows the traceback)",
+            file=sys.stderr,
+        )
         return EXIT_INTERNAL
 
 

@@ -1,7 +1,7 @@
 """The ``calibrate`` and ``profile`` subcommands of ``paraplan`` (kept apart from cli.py).
 
-    paraplan calibrate RECORDS --out PROFILE.yaml   # fit efficiencies to measured steps
-    paraplan profile --out DIR                      # microbenchmarks -> DIR/records.jsonl
+paraplan calibrate RECORDS --out PROFILE.yaml   # fit efficiencies to measured steps
+paraplan profile --out DIR                      # microbenchmarks -> DIR/records.jsonl
 """
 
 from __future__ import annotations
@@ -23,8 +23,12 @@ def add_parsers(sub: Any) -> None:
     ca.add_argument("--out", required=True, help="calibration profile YAML to write")
     pr = sub.add_parser("profile", help="microbenchmark this machine (needs torch)")
     pr.add_argument("--out", required=True, help="directory for records.jsonl")
-    pr.add_argument("--processes", type=int, default=None,
-                    help="ranks for the collectives (default: the GPUs, or 2 on CPU)")
+    pr.add_argument(
+        "--processes",
+        type=int,
+        default=None,
+        help="ranks for the collectives (default: the GPUs, or 2 on CPU)",
+    )
 
 
 def render_profile(data: dict[str, Any]) -> str:
@@ -34,12 +38,16 @@ def render_profile(data: dict[str, Any]) -> str:
         cat = e.get("catalog", {})
         moved = ", ".join(f"{n} {cat.get(n, '?')} -> {v}" for n, v in e["parameters"].items())
         fit = e.get("fit", {})
-        lines.append(f"{key}{' (CPU smoke test, never applied)' if e['smoke_test'] else ''}: "
-                     f"{moved or 'nothing determined'}")
+        lines.append(
+            f"{key}{' (CPU smoke test, never applied)' if e['smoke_test'] else ''}: "
+            f"{moved or 'nothing determined'}"
+        )
         if fit:
-            lines.append(f"  {fit['num_records']} records: median |error| "
-                         f"{fit['median_abs_error_before']:.1%} -> "
-                         f"{fit['median_abs_error_after']:.1%}")
+            lines.append(
+                f"  {fit['num_records']} records: median |error| "
+                f"{fit['median_abs_error_before']:.1%} -> "
+                f"{fit['median_abs_error_after']:.1%}"
+            )
         if e["not_determined"]:
             lines.append(f"  not determined (catalog kept): {', '.join(e['not_determined'])}")
     return "\n".join(lines)
@@ -60,8 +68,9 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
 def _cmd_profile(args: argparse.Namespace) -> int:
     from paraplan.profile import run_profile
 
-    path = run_profile(Path(args.out), processes=args.processes,
-                       log=lambda line: print(line, file=sys.stderr, flush=True))
+    path = run_profile(
+        Path(args.out), processes=args.processes, log=lambda line: print(line, file=sys.stderr, flush=True)
+    )
     smoke = '"smoke_test": true' in path.read_text()
     print(f"wrote {path}" + (" (CPU smoke test: these numbers calibrate no GPU)" if smoke else ""))
     return 0

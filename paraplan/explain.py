@@ -18,12 +18,14 @@ TIGHT_MEMORY = 0.9  # a stage above 90% of device memory is "memory-bound"
 def summary(plan: Plan) -> str:
     """One line with every degree and mode (ep, etp and cp included, as in the text report)."""
     rec = sorted({r.value for r in plan.recompute})
-    return (f"dp={plan.dp} tp={plan.tp} pp={plan.pp} cp={plan.cp} ep={plan.ep} "
-            f"etp={plan.expert_tp} vp={plan.vp} mb={plan.micro_batch} zero={plan.zero} "
-            f"recompute={'/'.join(rec)} order={'-'.join(plan.order)}"
-            + (f" cp_comm={plan.cp_comm}" if plan.cp > 1 else "")
-            + ("" if plan.sequence_parallel or plan.tp == 1 else " sp=off")
-            + (f" stage_pools={list(plan.stage_pools)}" if plan.stage_pools else ""))
+    return (
+        f"dp={plan.dp} tp={plan.tp} pp={plan.pp} cp={plan.cp} ep={plan.ep} "
+        f"etp={plan.expert_tp} vp={plan.vp} mb={plan.micro_batch} zero={plan.zero} "
+        f"recompute={'/'.join(rec)} order={'-'.join(plan.order)}"
+        + (f" cp_comm={plan.cp_comm}" if plan.cp > 1 else "")
+        + ("" if plan.sequence_parallel or plan.tp == 1 else " sp=off")
+        + (f" stage_pools={list(plan.stage_pools)}" if plan.stage_pools else "")
+    )
 
 
 def _tiers(cluster: Cluster, plan: Plan) -> str:
@@ -51,8 +53,9 @@ def _torus_tiers(cluster: Cluster, plan: Plan) -> str:
         if plan.degree(axis) > 1:
             group = group_span(cluster, plan, axis).torus
             assert group is not None
-            along = [f"{'xyz'[a.axis]} ({a.members} {'ring' if a.ring else 'line'})"
-                     for a in group.axes] + (["dcn"] if group.slices > 1 else [])
+            along = [f"{'xyz'[a.axis]} ({a.members} {'ring' if a.ring else 'line'})" for a in group.axes] + (
+                ["dcn"] if group.slices > 1 else []
+            )
             parts.append(f"{axis.value} along {' + '.join(along)}")
     shape = plan.torus_shape or cluster.torus.shape
     return (", ".join(parts) or "a single device") + f" on {'x'.join(map(str, shape))} slices"
@@ -64,8 +67,10 @@ def _pools(cluster: Cluster, plan: Plan, b: Breakdown) -> str:
     for p in dict.fromkeys(plan.stage_pools):
         stages = [s for s, q in enumerate(plan.stage_pools) if q == p]
         layers = [plan.layers_per_stage[s] for s in stages]
-        parts.append(f"pool {p} ({cluster.pools[p].name}, {gib(b.stage_capacity_bytes[stages[0]])})"
-                     f" runs stages {stages[0]}-{stages[-1]} with layers {layers}")
+        parts.append(
+            f"pool {p} ({cluster.pools[p].name}, {gib(b.stage_capacity_bytes[stages[0]])})"
+            f" runs stages {stages[0]}-{stages[-1]} with layers {layers}"
+        )
     idle = [i for i in range(len(cluster.pools)) if i not in plan.stage_pools]
     return "; ".join(parts) + (f"; pools {idle} idle" if idle else "")
 
@@ -74,14 +79,20 @@ def _runner_up_vs_band(runner_s: float, band: StepTimeBandOut) -> str:
     """Whether the runner-up's step lies inside the winner's p10-p90 band."""
     span = f"p10-p90 band {band.p10:.3f}-{band.p90:.3f} s"
     if band.p10 <= runner_s <= band.p90:
-        return (f"indistinguishable under the model's uncertainty: inside this plan's {span}; "
-                "measure both if the difference matters")
+        return (
+            f"indistinguishable under the model's uncertainty: inside this plan's {span}; "
+            "measure both if the difference matters"
+        )
     return f"outside this plan's {span}"
 
 
-def explain(plan: Plan, b: Breakdown, cluster: Cluster,
-            runner_up: tuple[Plan, Breakdown] | None,
-            band: StepTimeBandOut | None = None) -> list[str]:
+def explain(
+    plan: Plan,
+    b: Breakdown,
+    cluster: Cluster,
+    runner_up: tuple[Plan, Breakdown] | None,
+    band: StepTimeBandOut | None = None,
+) -> list[str]:
     lines = []
     step = b.step_time_s
     lines.append(
@@ -94,11 +105,11 @@ def explain(plan: Plan, b: Breakdown, cluster: Cluster,
     mem = b.stage_memory[s]
     use = mem.total_bytes / caps[s]
     if use >= TIGHT_MEMORY:
-        lines.append(f"memory binds on stage {s}: {gib(mem.total_bytes)} of "
-                     f"{gib(caps[s])} ({use:.0%})")
+        lines.append(f"memory binds on stage {s}: {gib(mem.total_bytes)} of {gib(caps[s])} ({use:.0%})")
     else:
-        lines.append(f"memory does not bind: peak {gib(mem.total_bytes)} on stage {s} "
-                     f"({use:.0%} of {gib(caps[s])})")
+        lines.append(
+            f"memory does not bind: peak {gib(mem.total_bytes)} on stage {s} ({use:.0%} of {gib(caps[s])})"
+        )
     if cluster.pools and plan.stage_pools:
         lines.append(f"pools: {_pools(cluster, plan, b)}")
     recomputed = [i for i, r in enumerate(plan.recompute) if r.value != "none"]
@@ -106,22 +117,30 @@ def explain(plan: Plan, b: Breakdown, cluster: Cluster,
         lines.append(f"recompute on stage(s) {recomputed}: without it they would not fit")
     lines.append(f"placement: {_tiers(cluster, plan)} (rank order {'-'.join(plan.order)})")
     if len(set(plan.stage_pools)) > 1:
-        lines.append(f"uneven stages {list(plan.layers_per_stage)} balance the pools' speed and "
-                     "memory, the embedding/LM head and the in-flight activations")
+        lines.append(
+            f"uneven stages {list(plan.layers_per_stage)} balance the pools' speed and "
+            "memory, the embedding/LM head and the in-flight activations"
+        )
     elif len(set(plan.layers_per_stage)) > 1:
-        lines.append(f"uneven stages {list(plan.layers_per_stage)} balance the embedding/LM head "
-                     "and the in-flight activations")
+        lines.append(
+            f"uneven stages {list(plan.layers_per_stage)} balance the embedding/LM head "
+            "and the in-flight activations"
+        )
     if runner_up is not None:
         other, ob = runner_up
         delta = ob.step_time_s - step
         parts = []
-        for name, a, o in (("compute", b.compute_s, ob.compute_s),
-                           ("exposed comm", b.exposed_comm_s, ob.exposed_comm_s),
-                           ("bubble", b.bubble_s, ob.bubble_s),
-                           ("optimizer", b.optimizer_s, ob.optimizer_s)):
+        for name, a, o in (
+            ("compute", b.compute_s, ob.compute_s),
+            ("exposed comm", b.exposed_comm_s, ob.exposed_comm_s),
+            ("bubble", b.bubble_s, ob.bubble_s),
+            ("optimizer", b.optimizer_s, ob.optimizer_s),
+        ):
             if abs(o - a) > 0.005 * step:
                 parts.append(f"{name} {o - a:+.3f} s")
-        lines.append(f"runner-up {summary(other)}: {ob.step_time_s:.3f} s "
-                     f"({delta / step:+.1%}; {', '.join(parts) or 'ties within 0.5%'})"
-                     + (f"; {_runner_up_vs_band(ob.step_time_s, band)}" if band else ""))
+        lines.append(
+            f"runner-up {summary(other)}: {ob.step_time_s:.3f} s "
+            f"({delta / step:+.1%}; {', '.join(parts) or 'ties within 0.5%'})"
+            + (f"; {_runner_up_vs_band(ob.step_time_s, band)}" if band else "")
+        )
     return lines

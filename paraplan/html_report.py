@@ -40,9 +40,24 @@ __all__ = ["report_html", "write_report", "check_report_path", "SECTION_IDS", "R
 
 REPORT_TOP = 3  # plans `paraplan plan --report` asks for when --top is left at 1 (runner-ups)
 SECTION_IDS = ("summary", "schedule", "memory", "cluster", "alternatives")
-COMPARED_KNOBS = ("dp", "tp", "pp", "cp", "ep", "etp", "vp", "micro_batch", "grad_accum", "zero",
-                  "sequence_parallel", "recompute", "cp_comm", "layers_per_stage", "order",
-                  "stage_pools")
+COMPARED_KNOBS = (
+    "dp",
+    "tp",
+    "pp",
+    "cp",
+    "ep",
+    "etp",
+    "vp",
+    "micro_batch",
+    "grad_accum",
+    "zero",
+    "sequence_parallel",
+    "recompute",
+    "cp_comm",
+    "layers_per_stage",
+    "order",
+    "stage_pools",
+)
 
 CSS = """
 :root{--ink:#111827;--muted:#6B7280;--line:#E5E7EB;--accent:#2F5DA8}
@@ -112,100 +127,140 @@ def _model_name(scenario: dict[str, Any]) -> str:
 def _cluster_name(ctx: ExportContext) -> str:
     c = ctx.cluster
     if c.pools:
-        parts = " + ".join(f"{p.num_nodes} x {p.name} ({p.num_devices} {p.accelerator.name})"
-                           for p in c.pools)
+        parts = " + ".join(
+            f"{p.num_nodes} x {p.name} ({p.num_devices} {p.accelerator.name})" for p in c.pools
+        )
         return f"{parts}, {c.num_devices:,} devices"
-    return (f"{c.num_nodes:,} x {c.name}: {c.num_devices:,} x {c.accelerator.name}, "
-            f"{c.accelerator.hbm_bytes / GIB:,.0f} GiB each")
+    return (
+        f"{c.num_nodes:,} x {c.name}: {c.num_devices:,} x {c.accelerator.name}, "
+        f"{c.accelerator.hbm_bytes / GIB:,.0f} GiB each"
+    )
 
 
 def _summary(r: Result, ctx: ExportContext) -> str:
     q, job = r.predicted, r.scenario.get("job", {})
     band = q.step_time_band_s
-    kpis = [("step time", f"{q.step_time_s:,.3f} s"),
-            ("p10-p90 band", f"{band.p10:,.2f}-{band.p90:,.2f} s" if band else "n/a"),
-            ("MFU", f"{q.mfu:.1%}"),
-            ("tokens/s/GPU", f"{q.tokens_per_s_per_gpu:,.0f}"),
-            ("peak memory", f"{q.peak_memory_bytes / GIB:,.1f} / {q.memory_capacity_bytes / GIB:,.1f}"
-                            " GiB")]
+    kpis = [
+        ("step time", f"{q.step_time_s:,.3f} s"),
+        ("p10-p90 band", f"{band.p10:,.2f}-{band.p90:,.2f} s" if band else "n/a"),
+        ("MFU", f"{q.mfu:.1%}"),
+        ("tokens/s/GPU", f"{q.tokens_per_s_per_gpu:,.0f}"),
+        ("peak memory", f"{q.peak_memory_bytes / GIB:,.1f} / {q.memory_capacity_bytes / GIB:,.1f} GiB"),
+    ]
     if r.solver:
         kpis.append(("solver", f"{r.solver.status}, gap {r.solver.gap:.2%}"))
     else:
         kpis.append(("solver", "evaluated (fixed plan)"))
-    facts = [("model", _model_name(r.scenario)), ("cluster", _cluster_name(ctx)),
-             ("job", f"seq_len {job.get('seq_len')}, global_batch {job.get('global_batch')}, "
-                     f"precision {job.get('precision', 'bf16')}, {q.num_micro_batches} "
-                     "micro-batches per step per dp rank"),
-             ("step", f"compute {_ms(q.compute_s)} + exposed comm {_ms(q.exposed_comm_s)} + "
-                      f"bubble {_ms(q.bubble_s)} + optimizer {_ms(q.optimizer_s)}")]
+    facts = [
+        ("model", _model_name(r.scenario)),
+        ("cluster", _cluster_name(ctx)),
+        (
+            "job",
+            f"seq_len {job.get('seq_len')}, global_batch {job.get('global_batch')}, "
+            f"precision {job.get('precision', 'bf16')}, {q.num_micro_batches} "
+            "micro-batches per step per dp rank",
+        ),
+        (
+            "step",
+            f"compute {_ms(q.compute_s)} + exposed comm {_ms(q.exposed_comm_s)} + "
+            f"bubble {_ms(q.bubble_s)} + optimizer {_ms(q.optimizer_s)}",
+        ),
+    ]
     if band:
         facts.append(("band source", band.source))
     if r.solver:
         v = r.solver
-        facts.append(("proof", f"{v.status}: objective {v.objective_s:.4f} s, bound "
-                               f"{v.bound_s:.4f} s, {v.wall_s:.2f} s wall, {v.num_layouts:,} "
-                               f"layouts ({v.num_layouts_pruned:,} left out by bound, dominance "
-                               f"or memory)" + (f"; target {v.target}" if v.target else "")))
-    why = ("<ul class='why'>" + "".join(f"<li>{_e(x)}</li>" for x in r.explanation) + "</ul>"
-           if r.explanation else "")
+        facts.append(
+            (
+                "proof",
+                f"{v.status}: objective {v.objective_s:.4f} s, bound "
+                f"{v.bound_s:.4f} s, {v.wall_s:.2f} s wall, {v.num_layouts:,} "
+                f"layouts ({v.num_layouts_pruned:,} left out by bound, dominance "
+                f"or memory)" + (f"; target {v.target}" if v.target else ""),
+            )
+        )
+    why = (
+        "<ul class='why'>" + "".join(f"<li>{_e(x)}</li>" for x in r.explanation) + "</ul>"
+        if r.explanation
+        else ""
+    )
     return (
-        '<header class="top" id="summary"><h1>paraplan plan: ' + _e(_model_name(r.scenario))
+        '<header class="top" id="summary"><h1>paraplan plan: '
+        + _e(_model_name(r.scenario))
         + f" on {_devices(ctx.cluster.num_devices)}</h1>"
         + f'<div class="plan">{_e(_plan_line(r.plan.model_dump()))}</div>'
-        + '<div class="kpis">' + "".join(f'<div class="kpi"><b>{_e(v)}</b><span>{_e(k)}</span>'
-                                         "</div>" for k, v in kpis) + "</div>"
-        + '<dl class="facts">' + "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in facts)
-        + "</dl>" + why + "</header>")
+        + '<div class="kpis">'
+        + "".join(f'<div class="kpi"><b>{_e(v)}</b><span>{_e(k)}</span></div>' for k, v in kpis)
+        + "</div>"
+        + '<dl class="facts">'
+        + "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in facts)
+        + "</dl>"
+        + why
+        + "</header>"
+    )
 
 
 def _plan_line(plan: dict[str, Any]) -> str:
     rec = plan.get("recompute")
     rec = rec if isinstance(rec, str) else ",".join(rec or [])
-    return (f"dp={plan.get('dp')} tp={plan.get('tp')} pp={plan.get('pp')} cp={plan.get('cp')} "
-            f"ep={plan.get('ep')} vp={plan.get('vp')} micro_batch={plan.get('micro_batch')} "
-            f"zero={plan.get('zero')} sp={'on' if plan.get('sequence_parallel') else 'off'} "
-            f"recompute={rec} layers_per_stage={plan.get('layers_per_stage')} "
-            f"order={'-'.join(plan.get('order') or [])}")
+    return (
+        f"dp={plan.get('dp')} tp={plan.get('tp')} pp={plan.get('pp')} cp={plan.get('cp')} "
+        f"ep={plan.get('ep')} vp={plan.get('vp')} micro_batch={plan.get('micro_batch')} "
+        f"zero={plan.get('zero')} sp={'on' if plan.get('sequence_parallel') else 'off'} "
+        f"recompute={rec} layers_per_stage={plan.get('layers_per_stage')} "
+        f"order={'-'.join(plan.get('order') or [])}"
+    )
 
 
 def _schedule(ctx: ExportContext, terms: StageTerms) -> str:
     q, plan = ctx.result.predicted, ctx.plan
     shares = backward_shares(terms, list(plan.layers_per_stage), list(plan.recompute))
-    legend = legend_html([(COLORS["forward"], "forward"), (COLORS["backward"],
-                                                           "backward (recompute included)"),
-                          (COLORS["exposed"], "exposed communication"),
-                          (COLORS["overlapped"], "communication hidden behind compute"),
-                          ("#C9CED6", "bubble: pipeline fill/drain, stall for the slowest stage"),
-                          (COLORS["optimizer"], "optimizer step")])
+    legend = legend_html(
+        [
+            (COLORS["forward"], "forward"),
+            (COLORS["backward"], "backward (recompute included)"),
+            (COLORS["exposed"], "exposed communication"),
+            (COLORS["overlapped"], "communication hidden behind compute"),
+            ("#C9CED6", "bubble: pipeline fill/drain, stall for the slowest stage"),
+            (COLORS["optimizer"], "optimizer step"),
+        ]
+    )
     return (
         '<section id="schedule"><h2>Pipeline schedule of one step</h2>'
         f'<p class="note">The modelled step ({q.step_time_s * 1e3:,.1f} ms): each pipeline stage '
         f"runs {q.num_micro_batches} micro-batch slots of its forward and backward work, then the "
         "exposed gradient sync and the optimizer; the slowest stage (bold) is the critical path. "
         "Link lanes show when each group's traffic is on the wire. Hover a block for its time."
-        f"</p>{legend}{schedule_svg(build_trace(ctx), shares)}</section>")
+        f"</p>{legend}{schedule_svg(build_trace(ctx), shares)}</section>"
+    )
 
 
 def _memory(ctx: ExportContext, terms: StageTerms) -> str:
     q = ctx.result.predicted
     caps = [terms.stage_capacity_bytes(s.stage) for s in q.stages]
-    legend = legend_html([(MEMORY_COLORS[k % len(MEMORY_COLORS)], part_label(p))
-                          for k, p in enumerate(memory_parts())]
-                         + [(COLORS["capacity"], "device capacity")])
+    legend = legend_html(
+        [(MEMORY_COLORS[k % len(MEMORY_COLORS)], part_label(p)) for k, p in enumerate(memory_parts())]
+        + [(COLORS["capacity"], "device capacity")]
+    )
     rows = "".join(
-        f"<tr><td>{s.stage}</td>" + "".join(f"<td>{getattr(s, p) / GIB:,.2f}</td>"
-                                            for p in memory_parts())
+        f"<tr><td>{s.stage}</td>"
+        + "".join(f"<td>{getattr(s, p) / GIB:,.2f}</td>" for p in memory_parts())
         + f"<td><b>{s.total_bytes / GIB:,.2f}</b></td><td>{caps[i] / GIB:,.2f}</td></tr>"
-        for i, s in enumerate(q.stages))
-    head = ("<tr><th>stage</th>" + "".join(f"<th>{_e(part_label(p))}</th>" for p in memory_parts())
-            + "<th>total</th><th>capacity</th></tr>")
+        for i, s in enumerate(q.stages)
+    )
+    head = (
+        "<tr><th>stage</th>"
+        + "".join(f"<th>{_e(part_label(p))}</th>" for p in memory_parts())
+        + "<th>total</th><th>capacity</th></tr>"
+    )
     fits = "fits" if q.fits_memory else "does NOT fit"
     return (
         '<section id="memory"><h2>Memory per stage</h2>'
         f'<p class="note">Per device of each pipeline stage, GiB; the plan {fits} '
         f"(peak {q.peak_memory_bytes / GIB:,.1f} of {q.memory_capacity_bytes / GIB:,.1f} GiB)."
         f"</p>{legend}{memory_svg(q, caps)}"
-        f'<table class="memory">{head}{rows}</table></section>')
+        f'<table class="memory">{head}{rows}</table></section>'
+    )
 
 
 def _cluster(ctx: ExportContext) -> str:
@@ -217,7 +272,8 @@ def _cluster(ctx: ExportContext) -> str:
         "groups whose traffic crosses it, with the group's fan-in there (members per domain one "
         "tier in); the devices below are coloured by pipeline stage, and dots mark the members "
         "of rank 0's groups.</p>"
-        f"{cluster_svgs(ctx.cluster, ctx.plan, rows)}{groups_table(rows)}</section>")
+        f"{cluster_svgs(ctx.cluster, ctx.plan, rows)}{groups_table(rows)}</section>"
+    )
 
 
 def _knob(plan: dict[str, Any], key: str) -> str:
@@ -237,46 +293,62 @@ def _time_cell(t: float, t0: float, top: float) -> str:
     """A step time, its difference to the chosen plan's and a bar to compare at a glance."""
     rel = (t - t0) / t0
     delta = "" if t == t0 else " (tie)" if abs(rel) < 5e-5 else f" ({rel:+.2%})"
-    return (f'<td class="mono">{t:.4f} s{delta}<svg viewBox="0 0 120 8" width="120" height="8">'
-            f'<rect width="{120 * t / top:.1f}" height="8" rx="2" fill="{COLORS["backward"]}"/>'
-            "</svg></td>")
+    return (
+        f'<td class="mono">{t:.4f} s{delta}<svg viewBox="0 0 120 8" width="120" height="8">'
+        f'<rect width="{120 * t / top:.1f}" height="8" rx="2" fill="{COLORS["backward"]}"/>'
+        "</svg></td>"
+    )
 
 
 def _alternatives(r: Result) -> str:
     head = '<section id="alternatives"><h2>Runner-up plans</h2>'
     if not r.alternatives:
-        return (head + '<p class="note">No runner-ups in this result: <span class="mono">'
-                "paraplan plan SCENARIO --top 3 --report plan.html</span> lists the next best "
-                "plans that differ in a degree or mode.</p></section>")
+        return (
+            head + '<p class="note">No runner-ups in this result: <span class="mono">'
+            "paraplan plan SCENARIO --top 3 --report plan.html</span> lists the next best "
+            "plans that differ in a degree or mode.</p></section>"
+        )
     best = r.plan.model_dump()
     plans = [("#1 (chosen)", best, r.predicted.step_time_s)] + [
-        (f"#{i}", a.get("plan", {}), float(a["step_time_s"]))
-        for i, a in enumerate(r.alternatives, 2)]
+        (f"#{i}", a.get("plan", {}), float(a["step_time_s"])) for i, a in enumerate(r.alternatives, 2)
+    ]
     t0 = plans[0][2]
     band = r.predicted.step_time_band_s
     top = max(t for _, _, t in plans)
     cols = "".join(f"<th>{_e(n)}</th>" for n, _, _ in plans)
-    lines = ["<tr><th>step time</th>" + "".join(_time_cell(t, t0, top) for _, _, t in plans)
-             + "</tr>"]
+    lines = ["<tr><th>step time</th>" + "".join(_time_cell(t, t0, top) for _, _, t in plans) + "</tr>"]
     if band:
-        lines.append("<tr><th>inside #1's band</th>" + "".join(
-            f"<td>{'yes' if band.p10 <= t <= band.p90 else 'no'}</td>" for _, _, t in plans) + "</tr>")
+        lines.append(
+            "<tr><th>inside #1's band</th>"
+            + "".join(f"<td>{'yes' if band.p10 <= t <= band.p90 else 'no'}</td>" for _, _, t in plans)
+            + "</tr>"
+        )
     diffs = []
     for _, plan, _ in plans:
         changed = [k for k in COMPARED_KNOBS if plan and _knob(plan, k) != _knob(best, k)]
-        diffs.append(", ".join(f"{k} {_knob(best, k)} → {_knob(plan, k)}" for k in changed)
-                     if plan is not best else "-")
+        diffs.append(
+            ", ".join(f"{k} {_knob(best, k)} → {_knob(plan, k)}" for k in changed)
+            if plan is not best
+            else "-"
+        )
     lines.append("<tr><th>what differs</th>" + "".join(f"<td>{_e(d)}</td>" for d in diffs) + "</tr>")
     for k in COMPARED_KNOBS:
         cells = [_knob(p, k) for _, p, _ in plans]
         if all(c == "-" for c in cells):
             continue
-        lines.append(f"<tr><th>{_e(k)}</th>" + "".join(
-            f'<td class="{"diff" if i and c != cells[0] else ""}">{_e(c)}</td>'
-            for i, c in enumerate(cells)) + "</tr>")
-    return (head + '<p class="note">The next best plans the solver proved, in order; cells that '
-            "differ from the chosen plan are highlighted.</p>"
-            f'<table class="alts"><tr><th></th>{cols}</tr>{"".join(lines)}</table></section>')
+        lines.append(
+            f"<tr><th>{_e(k)}</th>"
+            + "".join(
+                f'<td class="{"diff" if i and c != cells[0] else ""}">{_e(c)}</td>'
+                for i, c in enumerate(cells)
+            )
+            + "</tr>"
+        )
+    return (
+        head + '<p class="note">The next best plans the solver proved, in order; cells that '
+        "differ from the chosen plan are highlighted.</p>"
+        f'<table class="alts"><tr><th></th>{cols}</tr>{"".join(lines)}</table></section>'
+    )
 
 
 def report_html(result: Result) -> str:
@@ -285,13 +357,20 @@ def report_html(result: Result) -> str:
     ctx = context(result)
     title = f"paraplan: {_model_name(result.scenario)} on {_devices(ctx.cluster.num_devices)}"
     terms = stage_terms(ctx.inst.graph, ctx.plan, ctx.inst.job, ctx.cluster)
-    body = (_summary(result, ctx) + _schedule(ctx, terms) + _memory(ctx, terms) + _cluster(ctx)
-            + _alternatives(result))
-    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            '<meta name="viewport" content="width=device-width, initial-scale=1">'
-            f"<title>{_e(title)}</title><style>{CSS}</style></head><body><main>{body}"
-            f"<footer>paraplan {_e(result.version)} · modelled by paraplan's cost model; times and "
-            "memory are predictions, not measurements</footer></main></body></html>\n")
+    body = (
+        _summary(result, ctx)
+        + _schedule(ctx, terms)
+        + _memory(ctx, terms)
+        + _cluster(ctx)
+        + _alternatives(result)
+    )
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{_e(title)}</title><style>{CSS}</style></head><body><main>{body}"
+        f"<footer>paraplan {_e(result.version)} · modelled by paraplan's cost model; times and "
+        "memory are predictions, not measurements</footer></main></body></html>\n"
+    )
 
 
 def check_report_path(path: str | Path) -> Path:

@@ -29,8 +29,15 @@ from paraplan.hardware import (
 )
 from paraplan.schema import PlanSection, Scenario
 
-__all__ = ["Instance", "Calibration", "build_instance", "fixed_plan", "even_split", "default_stage_pools",
-           "REQUIRED_KNOBS"]
+__all__ = [
+    "Instance",
+    "Calibration",
+    "build_instance",
+    "fixed_plan",
+    "even_split",
+    "default_stage_pools",
+    "REQUIRED_KNOBS",
+]
 
 REQUIRED_KNOBS = ("dp", "tp", "pp", "micro_batch", "zero", "recompute")
 
@@ -84,8 +91,7 @@ def build_instance(scenario: Scenario, calibration: Calibration | None = None) -
 def _calibrated(cluster: Cluster, calibration: Calibration | None) -> Cluster:
     if calibration is None:
         return cluster
-    profile = (calibration if isinstance(calibration, CalibrationProfile)
-               else load_profile(calibration))
+    profile = calibration if isinstance(calibration, CalibrationProfile) else load_profile(calibration)
     return apply_calibration(cluster, profile)
 
 
@@ -108,8 +114,7 @@ def default_stage_pools(cluster: Cluster, plan: Plan) -> tuple[int, ...]:
     (() on a homogeneous cluster or when the pools do not divide)."""
     if not cluster.pools:
         return ()
-    return stage_pools_of(cluster, tuple(range(len(cluster.pools))),
-                          plan.tp * plan.cp * plan.dp) or ()
+    return stage_pools_of(cluster, tuple(range(len(cluster.pools))), plan.tp * plan.cp * plan.dp) or ()
 
 
 def _chunk_sums(rows: list[list[int]] | None) -> tuple[int, ...]:
@@ -132,19 +137,28 @@ def fixed_plan(inst: Instance, section: PlanSection | None = None) -> Plan:
     missing = [k for k in REQUIRED_KNOBS if getattr(p, k) is None]
     if missing:
         raise ConfigError(
-            "evaluate needs a fully fixed plan; missing plan." + ", plan.".join(missing)
+            "evaluate needs a fully fixed plan; missing plan."
+            + ", plan.".join(missing)
             + " (or run `paraplan plan` to let the solver choose them)"
         )
     pp = p.pp
     assert pp is not None and p.tp is not None
     plan = Plan(
-        dp=p.dp, tp=p.tp, pp=pp, cp=p.cp or 1, ep=p.ep or 1, etp=p.etp,
-        cp_comm=p.cp_comm or CPComm.P2P, vp=p.vp or 1,
-        micro_batch=p.micro_batch, zero=p.zero,
+        dp=p.dp,
+        tp=p.tp,
+        pp=pp,
+        cp=p.cp or 1,
+        ep=p.ep or 1,
+        etp=p.etp,
+        cp_comm=p.cp_comm or CPComm.P2P,
+        vp=p.vp or 1,
+        micro_batch=p.micro_batch,
+        zero=p.zero,
         sequence_parallel=p.sequence_parallel if p.sequence_parallel is not None else p.tp > 1,
         recompute=_recompute(p.recompute, pp),
-        layers_per_stage=tuple(p.layers_per_stage or _chunk_sums(p.layers_per_chunk)
-                               or even_split(inst.spec.num_layers, pp)),
+        layers_per_stage=tuple(
+            p.layers_per_stage or _chunk_sums(p.layers_per_chunk) or even_split(inst.spec.num_layers, pp)
+        ),
         layers_per_chunk=tuple(tuple(r) for r in p.layers_per_chunk or ()),
         order=tuple(p.order) if p.order else DEFAULT_ORDER,
         torus_shape=tuple(p.torus_shape or ()),

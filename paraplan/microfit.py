@@ -67,8 +67,7 @@ def _rates(records: Sequence[MicroRecord]) -> dict[str, Any]:
             compute[f"{r.kind}_{r.data.get('precision', 'bf16')}"].append(r)
     for name, rs in sorted(compute.items()):
         slope, intercept = line_fit([r.data["flops"] for r in rs], [r.data["time_s"] for r in rs])
-        out[name] = {"flops_per_s": 1.0 / slope, "overhead_us": intercept * S_US,
-                     "num_shapes": len(rs)}
+        out[name] = {"flops_per_s": 1.0 / slope, "overhead_us": intercept * S_US, "num_shapes": len(rs)}
     copies = [r for r in records if r.kind == "hbm_copy"]
     if copies:
         out["hbm_copy_bytes_per_s"] = max(r.data["bytes"] / r.data["time_s"] for r in copies)
@@ -79,10 +78,11 @@ def _rates(records: Sequence[MicroRecord]) -> dict[str, Any]:
     if coll:
         out["collectives"] = {}
         for (op, n), rs in sorted(coll.items()):
-            slope, intercept = line_fit([r.data["bytes"] for r in rs],
-                                        [r.data["time_s"] for r in rs])
+            slope, intercept = line_fit([r.data["bytes"] for r in rs], [r.data["time_s"] for r in rs])
             out["collectives"].setdefault(op, {})[n] = {
-                "alpha_us": intercept * S_US, "bytes_per_s": 1.0 / slope}
+                "alpha_us": intercept * S_US,
+                "bytes_per_s": 1.0 / slope,
+            }
     return out
 
 
@@ -105,8 +105,7 @@ def _parameters(key: str, rates: Mapping[str, Any]) -> dict[str, float]:
     if "gemm_bf16" in rates:
         out["kernel_overhead_us"] = _clip("kernel_overhead_us", rates["gemm_bf16"]["overhead_us"])
     if "attention_bf16" in rates:
-        out["attention"] = _clip("attention",
-                                 rates["attention_bf16"]["flops_per_s"] / acc.peak_for("bf16"))
+        out["attention"] = _clip("attention", rates["attention_bf16"]["flops_per_s"] / acc.peak_for("bf16"))
     if "hbm_copy_bytes_per_s" in rates:
         out["hbm"] = _clip("hbm", rates["hbm_copy_bytes_per_s"] / acc.hbm_bytes_per_s)
     return out
@@ -132,9 +131,10 @@ def fit_microbenchmarks(records: Sequence[MicroRecord]) -> dict[str, Accelerator
         rates = _rates(rs)
         params = {} if smoke else _parameters(key, rates)
         out[key] = AcceleratorCalibration(
-            key=key, parameters=params, is_smoke_test=smoke,
+            key=key,
+            parameters=params,
+            is_smoke_test=smoke,
             not_determined=tuple(n for n in PARAMETER_NAMES if n not in params),
-            microbenchmarks={"device": rs[0].device, "num_records": len(rs),
-                             **_plain(rates)},
+            microbenchmarks={"device": rs[0].device, "num_records": len(rs), **_plain(rates)},
         )
     return out

@@ -23,12 +23,19 @@ def model_rows() -> list[dict[str, Any]]:
     for name in preset_names():
         spec = preset(name)
         graph = build_graph(spec)
-        rows.append({
-            "name": name, "params": graph.num_params, "active_params": graph.num_active_params,
-            "layers": spec.num_layers, "hidden": spec.hidden, "heads": spec.num_heads,
-            "kv_heads": spec.num_kv_heads, "experts": spec.num_experts,
-            "source": str(preset_fields(name).get("source", "")),
-        })
+        rows.append(
+            {
+                "name": name,
+                "params": graph.num_params,
+                "active_params": graph.num_active_params,
+                "layers": spec.num_layers,
+                "hidden": spec.hidden,
+                "heads": spec.num_heads,
+                "kv_heads": spec.num_kv_heads,
+                "experts": spec.num_experts,
+                "source": str(preset_fields(name).get("source", "")),
+            }
+        )
     return rows
 
 
@@ -40,12 +47,16 @@ def cluster_rows() -> list[dict[str, Any]]:
         fab = fabric(name) if name in fabric_names() else None
         nt = node_type(fab.node if fab else name)
         tiers = fab.tiers if fab else (nt.scale_up, nt.scale_out)
-        rows.append({
-            "name": name, "description": fab.name if fab else nt.name,
-            "accelerator": nt.accelerator.name, "gpus_per_node": nt.devices_per_node,
-            "memory_gib": round(nt.accelerator.hbm_bytes / 2**30, 1),
-            "tiers": [t.name for t in tiers],
-        })
+        rows.append(
+            {
+                "name": name,
+                "description": fab.name if fab else nt.name,
+                "accelerator": nt.accelerator.name,
+                "gpus_per_node": nt.devices_per_node,
+                "memory_gib": round(nt.accelerator.hbm_bytes / 2**30, 1),
+                "tiers": [t.name for t in tiers],
+            }
+        )
     return rows
 
 
@@ -55,17 +66,26 @@ def _billions(n: int) -> str:
 
 def render_presets() -> str:
     """Both tables as text (``paraplan presets``)."""
-    lines = ["model presets (model.preset)",
-             f"  {'name':<16} {'params':>9} {'active':>8} {'layers':>6} {'hidden':>6} "
-             f"{'heads':>5} {'kv':>4} {'experts':>7}  source"]
+    lines = [
+        "model presets (model.preset)",
+        f"  {'name':<16} {'params':>9} {'active':>8} {'layers':>6} {'hidden':>6} "
+        f"{'heads':>5} {'kv':>4} {'experts':>7}  source",
+    ]
     for r in model_rows():
         active = _billions(r["active_params"]) if r["experts"] else "-"
-        lines.append(f"  {r['name']:<16} {_billions(r['params']):>9} {active:>8} {r['layers']:>6} "
-                     f"{r['hidden']:>6} {r['heads']:>5} {r['kv_heads']:>4} "
-                     f"{r['experts'] or '-':>7}  {r['source']}")
-    lines += ["", "cluster presets (cluster.preset, with nodes: N or gpus: N)",
-              f"  {'name':<16} {'gpus/node':>9} {'GiB':>6}  {'tiers':<16} accelerator"]
+        lines.append(
+            f"  {r['name']:<16} {_billions(r['params']):>9} {active:>8} {r['layers']:>6} "
+            f"{r['hidden']:>6} {r['heads']:>5} {r['kv_heads']:>4} "
+            f"{r['experts'] or '-':>7}  {r['source']}"
+        )
+    lines += [
+        "",
+        "cluster presets (cluster.preset, with nodes: N or gpus: N)",
+        f"  {'name':<16} {'gpus/node':>9} {'GiB':>6}  {'tiers':<16} accelerator",
+    ]
     for r in cluster_rows():
-        lines.append(f"  {r['name']:<16} {r['gpus_per_node']:>9} {r['memory_gib']:>6}  "
-                     f"{' > '.join(r['tiers']):<16} {r['accelerator']}")
+        lines.append(
+            f"  {r['name']:<16} {r['gpus_per_node']:>9} {r['memory_gib']:>6}  "
+            f"{' > '.join(r['tiers']):<16} {r['accelerator']}"
+        )
     return "\n".join(lines)

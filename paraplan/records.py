@@ -34,8 +34,15 @@ import yaml
 from paraplan.errors import ConfigError
 from paraplan.schema import Scenario, load_scenario
 
-__all__ = ["StepRecord", "MicroRecord", "load_records", "parse_megatron_log",
-           "parse_torchtitan_log", "steady_state", "MICRO_KINDS"]
+__all__ = [
+    "StepRecord",
+    "MicroRecord",
+    "load_records",
+    "parse_megatron_log",
+    "parse_torchtitan_log",
+    "steady_state",
+    "MICRO_KINDS",
+]
 
 MICRO_KINDS = ("gemm", "attention", "hbm_copy", "collective")
 MS_S = 1e-3
@@ -89,8 +96,7 @@ def _read_log(where: str, key: str, path: Path) -> list[float]:
         raise ConfigError(f"{where}.{key}: cannot read {str(path)!r}: {e.strerror}") from None
     values = parse_megatron_log(text) if key == "megatron_log" else parse_torchtitan_log(text)
     if not values:
-        pattern = ("'elapsed time per iteration (ms): X'" if key == "megatron_log"
-                   else "'tps: X'")
+        pattern = "'elapsed time per iteration (ms): X'" if key == "megatron_log" else "'tps: X'"
         raise ConfigError(f"{where}.{key}: no {pattern} lines in {path}")
     return values
 
@@ -107,12 +113,15 @@ def _step_record(where: str, raw: Mapping[str, Any], base: Path | None) -> StepR
         raise ConfigError(
             f"{where}: give exactly one of measured: {{step_time_s: ...}} (or "
             f"tokens_per_s_per_gpu), megatron_log: PATH or torchtitan_log: PATH; got "
-            f"{given or 'none'}")
+            f"{given or 'none'}"
+        )
     body = {k: v for k, v in raw.items() if k not in (*_MEASUREMENTS, "name")}
     if "scenario" in body:
         if set(body) != {"scenario"}:
-            raise ConfigError(f"{where}: give scenario: PATH or the scenario's keys inline, "
-                              f"not both (extra: {', '.join(sorted(set(body) - {'scenario'}))})")
+            raise ConfigError(
+                f"{where}: give scenario: PATH or the scenario's keys inline, "
+                f"not both (extra: {', '.join(sorted(set(body) - {'scenario'}))})"
+            )
         path = Path(str(body["scenario"]))
         scenario = load_scenario(path if path.is_absolute() or base is None else base / path)
     else:
@@ -125,11 +134,13 @@ def _step_record(where: str, raw: Mapping[str, Any], base: Path | None) -> StepR
     if key == "measured":
         m = raw["measured"]
         if not isinstance(m, Mapping) or len(m) != 1 or next(iter(m)) not in _MEASURED_KEYS:
-            raise ConfigError(f"{where}.measured={m!r} must be {{step_time_s: X}} or "
-                              "{tokens_per_s_per_gpu: X}")
+            raise ConfigError(
+                f"{where}.measured={m!r} must be {{step_time_s: X}} or {{tokens_per_s_per_gpu: X}}"
+            )
         field, value = next(iter(m.items()))
-        return StepRecord(name=name, scenario=scenario,
-                          **{field: _positive(f"{where}.measured.{field}", value)})
+        return StepRecord(
+            name=name, scenario=scenario, **{field: _positive(f"{where}.measured.{field}", value)}
+        )
     path = Path(str(raw[key]))
     values = _read_log(where, key, path if path.is_absolute() or base is None else base / path)
     if key == "megatron_log":
@@ -166,8 +177,7 @@ def _raw_records(path: Path) -> list[Any]:
     except yaml.YAMLError as e:
         raise ConfigError(f"{path}: not valid YAML: {e}") from None
     if not isinstance(data, list):
-        raise ConfigError(f"{path}: a records file is a YAML list of records (or JSON Lines, "
-                          ".jsonl)")
+        raise ConfigError(f"{path}: a records file is a YAML list of records (or JSON Lines, .jsonl)")
     return data
 
 
@@ -186,7 +196,8 @@ def load_records(source: str | Path | list[Any]) -> list[StepRecord | MicroRecor
     for i, rec in enumerate(raw):
         where = f"records[{i}]"
         if not isinstance(rec, Mapping):
-            raise ConfigError(f"{where} must be a mapping (a scenario plus measured, or a "
-                              "microbenchmark record)")
+            raise ConfigError(
+                f"{where} must be a mapping (a scenario plus measured, or a microbenchmark record)"
+            )
         out.append(_micro_record(where, rec) if "kind" in rec else _step_record(where, rec, base))
     return out

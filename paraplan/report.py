@@ -23,8 +23,10 @@ def _runs_on_lines(r: Result) -> list[str]:
         return []
     if r.runs_on:
         return [f"runs on: {', '.join(r.runs_on)}"]
-    return ["runs on: no framework as it is (paraplan export --to NAME names the nearest plan "
-            "NAME runs; solver.target: NAME plans for it)"]
+    return [
+        "runs on: no framework as it is (paraplan export --to NAME names the nearest plan "
+        "NAME runs; solver.target: NAME plans for it)"
+    ]
 
 
 def render_result(r: Result) -> str:
@@ -36,8 +38,7 @@ def render_result(r: Result) -> str:
         f"sp={'on' if p.sequence_parallel else 'off'} recompute={rec}"
         + (f" cp_comm={p.cp_comm}" if p.cp > 1 else ""),
         f"          layers_per_stage={p.layers_per_stage} order={'-'.join(p.order)} "
-        f"({p.num_devices} devices)"
-        + (f" stage_pools={p.stage_pools}" if p.stage_pools else ""),
+        f"({p.num_devices} devices)" + (f" stage_pools={p.stage_pools}" if p.stage_pools else ""),
         f"step      {q.step_time_s:.3f} s = compute {q.compute_s:.3f} + exposed comm "
         f"{q.exposed_comm_s:.3f} + bubble {q.bubble_s:.3f} + optimizer {q.optimizer_s:.3f}",
         *_band_lines(q.step_time_band_s),
@@ -70,14 +71,20 @@ def render_result(r: Result) -> str:
             "left out by bound, dominance or memory",
         ]
         if v.target == "any":
-            lines.append("          searched every plan the cost model allows (solver.target: "
-                         "any): the unrestricted optimum, which may run on no framework")
+            lines.append(
+                "          searched every plan the cost model allows (solver.target: "
+                "any): the unrestricted optimum, which may run on no framework"
+            )
         elif v.target:
-            lines.append(f"          searched only plans {v.target} can run (solver.target): layouts "
-                         "its rules refuse are among those left out")
+            lines.append(
+                f"          searched only plans {v.target} can run (solver.target): layouts "
+                "its rules refuse are among those left out"
+            )
         else:
-            lines.append("          searched the plans at least one framework runs (the default; "
-                         "solver.target: any for the unrestricted optimum)")
+            lines.append(
+                "          searched the plans at least one framework runs (the default; "
+                "solver.target: any for the unrestricted optimum)"
+            )
     if r.explanation:
         lines += ["", "why this plan"] + [f"  - {e}" for e in r.explanation]
     if r.alternatives:
@@ -86,8 +93,10 @@ def render_result(r: Result) -> str:
         for i, alt in enumerate(r.alternatives, 2):
             inside = band is not None and band.p10 <= alt["step_time_s"] <= band.p90
             on = alt.get("runs_on")
-            lines.append(f"  #{i} {alt['summary']}: {alt['step_time_s']:.4f} s"
-                         + ("  (inside #1's band)" if inside else "")
-                         + (f"  [runs on: {', '.join(on) or 'none'}]" if on is not None else ""))
+            lines.append(
+                f"  #{i} {alt['summary']}: {alt['step_time_s']:.4f} s"
+                + ("  (inside #1's band)" if inside else "")
+                + (f"  [runs on: {', '.join(on) or 'none'}]" if on is not None else "")
+            )
     lines.append(f"\nparaplan {r.version}")
     return "\n".join(lines)

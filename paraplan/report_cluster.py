@@ -24,10 +24,15 @@ from paraplan.report_svg import Svg, legend_html
 
 __all__ = ["GroupRow", "group_rows", "device_ranks", "cluster_svgs", "groups_table", "AXIS_COLORS"]
 
-AXIS_COLORS = {"tp": "#E15759", "cp": "#59A14F", "ep": "#17A2B8", "dp": "#4E79A7",
-               "dp x cp": "#1F3B63", "pp": "#8E5AC8"}
-STAGE_TINTS = ["#EAF1FB", "#FDF0E2", "#E9F5E8", "#F6E8F3", "#FFF8DC", "#E6F6F6", "#F1ECE6",
-               "#EDEDF7"]
+AXIS_COLORS = {
+    "tp": "#E15759",
+    "cp": "#59A14F",
+    "ep": "#17A2B8",
+    "dp": "#4E79A7",
+    "dp x cp": "#1F3B63",
+    "pp": "#8E5AC8",
+}
+STAGE_TINTS = ["#EAF1FB", "#FDF0E2", "#E9F5E8", "#F6E8F3", "#FFF8DC", "#E6F6F6", "#F1ECE6", "#EDEDF7"]
 MAX_DRAWN_DOMAINS = 8  # innermost-tier domains (nodes) drawn; the others are elided
 MAX_DRAWN_CELLS = 144  # devices drawn per domain
 MAX_DRAWN_DEVICES = 320  # fewer domains are drawn when each is large (NVL72 racks: 4)
@@ -76,31 +81,53 @@ def group_rows(cluster: Cluster, plan: Plan) -> list[GroupRow]:
     rows = []
     for axis in (Axis.TP, Axis.CP):
         if plan.degree(axis) > 1:
-            rows.append(GroupRow(axis.value, plan.degree(axis), tuple(_members(plan, axis)),
-                                 _crossed(group_span(where, local, axis))))
+            rows.append(
+                GroupRow(
+                    axis.value,
+                    plan.degree(axis),
+                    tuple(_members(plan, axis)),
+                    _crossed(group_span(where, local, axis)),
+                )
+            )
     if plan.ep > 1:
         both = sorted(d + c for d in _members(plan, Axis.DP) for c in _members(plan, Axis.CP))
-        rows.append(GroupRow("ep", plan.ep, tuple(both[: plan.ep]), _crossed(ep_span(where, local)),
-                             "all-to-all of routed tokens"))
+        rows.append(
+            GroupRow(
+                "ep",
+                plan.ep,
+                tuple(both[: plan.ep]),
+                _crossed(ep_span(where, local)),
+                "all-to-all of routed tokens",
+            )
+        )
     if plan.dp > 1:
-        rows.append(GroupRow("dp", plan.dp, tuple(_members(plan, Axis.DP)),
-                             _crossed(group_span(where, local, Axis.DP))))
+        rows.append(
+            GroupRow(
+                "dp", plan.dp, tuple(_members(plan, Axis.DP)), _crossed(group_span(where, local, Axis.DP))
+            )
+        )
     if plan.dp > 1 and plan.cp > 1:
         both = sorted(d + c for d in _members(plan, Axis.DP) for c in _members(plan, Axis.CP))
-        rows.append(GroupRow("dp x cp", plan.dp * plan.cp, tuple(both),
-                             _crossed(group_span(where, local, Axis.DP, Axis.CP)),
-                             "gradient sync / ZeRO shards"))
+        rows.append(
+            GroupRow(
+                "dp x cp",
+                plan.dp * plan.cp,
+                tuple(both),
+                _crossed(group_span(where, local, Axis.DP, Axis.CP)),
+                "gradient sync / ZeRO shards",
+            )
+        )
     if plan.pp > 1:
         members = tuple(_members(plan, Axis.PP))
         if cluster.pools and plan.stage_pools:
             links = stage_links(plan, cluster)
             names = ", ".join(f"{t.name} ({s}→{s + 1})" for s, t in enumerate(links))
             slowest = min(links, key=lambda t: t.effective_bytes_per_s)
-            rows.append(GroupRow("pp", plan.pp, members, ((slowest, plan.pp),),
-                                 f"stage-to-stage links: {names}"))
+            rows.append(
+                GroupRow("pp", plan.pp, members, ((slowest, plan.pp),), f"stage-to-stage links: {names}")
+            )
         else:
-            rows.append(GroupRow("pp", plan.pp, members, _crossed(group_span(cluster, plan,
-                                                                             Axis.PP))))
+            rows.append(GroupRow("pp", plan.pp, members, _crossed(group_span(cluster, plan, Axis.PP))))
     return rows
 
 
@@ -119,8 +146,10 @@ def device_ranks(cluster: Cluster, plan: Plan) -> dict[int, int]:
 
 
 def _tier_label(cluster: Cluster, tier: Tier) -> str:
-    return (f"{tier.name}: {tier.per_gpu_bytes_per_s / 1e9:,.0f} GB/s per GPU, "
-            f"{tier.alpha_s * 1e6:.1f} µs, domains of {tier.domain_devices:,} devices")
+    return (
+        f"{tier.name}: {tier.per_gpu_bytes_per_s / 1e9:,.0f} GB/s per GPU, "
+        f"{tier.alpha_s * 1e6:.1f} µs, domains of {tier.domain_devices:,} devices"
+    )
 
 
 def _ladder_svg(cluster: Cluster, rows: list[GroupRow], width: float) -> str:
@@ -140,15 +169,24 @@ def _ladder_svg(cluster: Cluster, rows: list[GroupRow], width: float) -> str:
                 continue
             text = f"{row.name} ×{fan}"
             w = 18 + 7.4 * len(text)
-            svg.rect(x, y + 9, w, band_h - 18, AXIS_COLORS[row.name], rx=13, class_="pill",
-                     title=f"{row.name} group of {row.size}: {row.crossing}")
+            svg.rect(
+                x,
+                y + 9,
+                w,
+                band_h - 18,
+                AXIS_COLORS[row.name],
+                rx=13,
+                class_="pill",
+                title=f"{row.name} group of {row.size}: {row.crossing}",
+            )
             svg.text(x + w / 2, y + band_h / 2 + 5, text, text_anchor="middle", class_="pill-text")
             x += w + 10
     return svg.render("ladder")
 
 
-def _domains_to_draw(rows: list[GroupRow], ranks: dict[int, int], domain: int,
-                     num_domains: int, limit: int) -> list[int]:
+def _domains_to_draw(
+    rows: list[GroupRow], ranks: dict[int, int], domain: int, num_domains: int, limit: int
+) -> list[int]:
     """All domains when they are few; else domain 0 and those of rank 0's group members, taking
     each group's next member in turn so that every group's reach shows (at most ``limit``)."""
     if num_domains <= limit:
@@ -198,8 +236,13 @@ def _nodes_svg(cluster: Cluster, plan: Plan, rows: list[GroupRow], width: float)
         x0, y0 = (i % per_row) * (box_w + 14), (i // per_row) * (box_h + 14)
         if isinstance(tile, tuple):
             svg.rect(x0, y0, box_w, box_h, "#FFFFFF", rx=8, stroke="#D1D5DB", stroke_dasharray="4 4")
-            svg.text(x0 + box_w / 2, y0 + box_h / 2 + 4, f"⋯ {tile[1]:,} more {unit}s ⋯",
-                     text_anchor="middle", class_="elided")
+            svg.text(
+                x0 + box_w / 2,
+                y0 + box_h / 2 + 4,
+                f"⋯ {tile[1]:,} more {unit}s ⋯",
+                text_anchor="middle",
+                class_="elided",
+            )
             continue
         pool = ""
         if cluster.pools:
@@ -214,43 +257,59 @@ def _nodes_svg(cluster: Cluster, plan: Plan, rows: list[GroupRow], width: float)
             cx, cy = x0 + 7 + (k % cols) * CELL_PX, y0 + 24 + (k // cols) * CELL_PX
             rank = ranks.get(device)
             if rank is None:
-                svg.rect(cx, cy, CELL_PX - 2, CELL_PX - 2, "#F3F4F6", rx=3,
-                         title=f"device {device}: idle")
+                svg.rect(cx, cy, CELL_PX - 2, CELL_PX - 2, "#F3F4F6", rx=3, title=f"device {device}: idle")
                 continue
             stage = rank // per_stage if cluster.pools else (rank // stride_pp) % plan.pp
             groups = member_of.get(rank, [])
             tip = f"rank {rank}, pipeline stage {stage}" + (
-                f"; in rank 0's {', '.join(groups)} group" if groups else "")
-            svg.rect(cx, cy, CELL_PX - 2, CELL_PX - 2, STAGE_TINTS[stage % len(STAGE_TINTS)], rx=3,
-                     stroke="#111827" if rank == 0 else "#CBD5E1",
-                     stroke_width="1.6" if rank == 0 else "0.8", title=tip)
+                f"; in rank 0's {', '.join(groups)} group" if groups else ""
+            )
+            svg.rect(
+                cx,
+                cy,
+                CELL_PX - 2,
+                CELL_PX - 2,
+                STAGE_TINTS[stage % len(STAGE_TINTS)],
+                rx=3,
+                stroke="#111827" if rank == 0 else "#CBD5E1",
+                stroke_width="1.6" if rank == 0 else "0.8",
+                title=tip,
+            )
             svg.text(cx + (CELL_PX - 2) / 2, cy + 11, str(rank), text_anchor="middle", class_="rank")
             for j, name in enumerate(DOT_AXES):
                 if name in groups:
-                    svg.raw(f'<circle cx="{cx + 4 + j * 5.3:.1f}" cy="{cy + 20:.1f}" r="2.4" '
-                            f'fill="{AXIS_COLORS[name]}"/>')
+                    svg.raw(
+                        f'<circle cx="{cx + 4 + j * 5.3:.1f}" cy="{cy + 20:.1f}" r="2.4" '
+                        f'fill="{AXIS_COLORS[name]}"/>'
+                    )
         if domain > drawn:
-            svg.text(x0 + box_w - 8, y0 + 16, f"first {drawn} of {domain}", text_anchor="end",
-                     class_="elided")
+            svg.text(
+                x0 + box_w - 8, y0 + 16, f"first {drawn} of {domain}", text_anchor="end", class_="elided"
+            )
     return svg.render("nodes")
 
 
 def cluster_svgs(cluster: Cluster, plan: Plan, rows: list[GroupRow], width: float = 1100) -> str:
     """The tier ladder, a legend and the node drawing."""
-    dots = [(AXIS_COLORS[r.name], f"rank 0's {r.name} group ({r.size})") for r in rows
-            if r.name in DOT_AXES]
+    dots = [(AXIS_COLORS[r.name], f"rank 0's {r.name} group ({r.size})") for r in rows if r.name in DOT_AXES]
     n = len(STAGE_TINTS)
-    stages = [(STAGE_TINTS[s], f"stage {s}" + (f", {s + n}, …" if plan.pp > s + n else ""))
-              for s in range(min(plan.pp, n))]
-    return (_ladder_svg(cluster, rows, width)
-            + legend_html(dots + stages + ([("#F3F4F6", "idle")] if cluster.pools else []))
-            + _nodes_svg(cluster, plan, rows, width))
+    stages = [
+        (STAGE_TINTS[s], f"stage {s}" + (f", {s + n}, …" if plan.pp > s + n else ""))
+        for s in range(min(plan.pp, n))
+    ]
+    return (
+        _ladder_svg(cluster, rows, width)
+        + legend_html(dots + stages + ([("#F3F4F6", "idle")] if cluster.pools else []))
+        + _nodes_svg(cluster, plan, rows, width)
+    )
 
 
 def groups_table(rows: list[GroupRow]) -> str:
     """One row per group: size, rank 0's members, the tiers it crosses and its slowest link."""
-    head = ("<tr><th>group</th><th>size</th><th>rank 0's members</th><th>crosses</th>"
-            "<th>outermost link</th><th>per-GPU bandwidth</th><th></th></tr>")
+    head = (
+        "<tr><th>group</th><th>size</th><th>rank 0's members</th><th>crosses</th>"
+        "<th>outermost link</th><th>per-GPU bandwidth</th><th></th></tr>"
+    )
     body = []
     for r in rows:
         members = ", ".join(map(str, r.members[:12])) + (" …" if len(r.members) > 12 else "")
@@ -260,8 +319,8 @@ def groups_table(rows: list[GroupRow]) -> str:
             f"</td><td>{r.size}</td><td>{escape(members)}</td><td>{escape(r.crossing)}</td>"
             f"<td>{escape(tier.name if tier else '-')}</td>"
             f"<td>{f'{tier.per_gpu_bytes_per_s / 1e9:,.0f} GB/s' if tier else '-'}</td>"
-            f"<td>{escape(r.note)}</td></tr>")
+            f"<td>{escape(r.note)}</td></tr>"
+        )
     if not rows:
-        body.append('<tr><td colspan="7">every degree is 1: one device, no group crosses a link'
-                    "</td></tr>")
+        body.append('<tr><td colspan="7">every degree is 1: one device, no group crosses a link</td></tr>')
     return f'<table class="groups">{head}{"".join(body)}</table>'

@@ -20,8 +20,19 @@ from paraplan.cost import StageTerms
 from paraplan.export.trace import CRITICAL_PATH_KEY, US_PER_S
 from paraplan.result import Predicted, StageOut
 
-__all__ = ["Svg", "nice_ticks", "schedule_svg", "backward_shares", "memory_svg", "memory_parts",
-           "part_label", "legend_html", "COLORS", "MEMORY_COLORS", "GIB"]
+__all__ = [
+    "Svg",
+    "nice_ticks",
+    "schedule_svg",
+    "backward_shares",
+    "memory_svg",
+    "memory_parts",
+    "part_label",
+    "legend_html",
+    "COLORS",
+    "MEMORY_COLORS",
+    "GIB",
+]
 
 GIB = 2**30
 MS_PER_S = 1e3
@@ -37,8 +48,17 @@ COLORS = {
     "optimizer": "#9C6ADE",
     "capacity": "#C0392B",
 }
-MEMORY_COLORS = ["#4E79A7", "#59A14F", "#EDC948", "#F28E2B", "#B07AA1", "#76B7B2", "#FF9DA7",
-                 "#9C755F", "#BAB0AC"]
+MEMORY_COLORS = [
+    "#4E79A7",
+    "#59A14F",
+    "#EDC948",
+    "#F28E2B",
+    "#B07AA1",
+    "#76B7B2",
+    "#FF9DA7",
+    "#9C755F",
+    "#BAB0AC",
+]
 
 
 def _attrs(attrs: dict[str, Any]) -> str:
@@ -60,12 +80,15 @@ class Svg:
     label: str
     parts: list[str] = field(default_factory=list)
 
-    def rect(self, x: float, y: float, w: float, h: float, fill: str, title: str | None = None,
-             **attrs: Any) -> None:
+    def rect(
+        self, x: float, y: float, w: float, h: float, fill: str, title: str | None = None, **attrs: Any
+    ) -> None:
         extra = _attrs(attrs)
         tip = f"<title>{escape(title)}</title>" if title else ""
-        self.parts.append(f'<rect x="{_num(x)}" y="{_num(y)}" width="{_num(max(w, 0.0))}" '
-                          f'height="{_num(h)}" fill="{escape(fill)}"{extra}>{tip}</rect>')
+        self.parts.append(
+            f'<rect x="{_num(x)}" y="{_num(y)}" width="{_num(max(w, 0.0))}" '
+            f'height="{_num(h)}" fill="{escape(fill)}"{extra}>{tip}</rect>'
+        )
 
     def text(self, x: float, y: float, s: str, **attrs: Any) -> None:
         extra = _attrs(attrs)
@@ -73,17 +96,21 @@ class Svg:
 
     def line(self, x1: float, y1: float, x2: float, y2: float, stroke: str, **attrs: Any) -> None:
         extra = _attrs(attrs)
-        self.parts.append(f'<line x1="{_num(x1)}" y1="{_num(y1)}" x2="{_num(x2)}" y2="{_num(y2)}" '
-                          f'stroke="{escape(stroke)}"{extra}/>')
+        self.parts.append(
+            f'<line x1="{_num(x1)}" y1="{_num(y1)}" x2="{_num(x2)}" y2="{_num(y2)}" '
+            f'stroke="{escape(stroke)}"{extra}/>'
+        )
 
     def raw(self, markup: str) -> None:
         """Trusted markup built in this package (definitions, groups); never user text."""
         self.parts.append(markup)
 
     def render(self, css_class: str) -> str:
-        return (f'<svg class="{css_class}" viewBox="0 0 {_num(self.width)} {_num(self.height)}" '
-                f'width="{_num(self.width)}" height="{_num(self.height)}" role="img" '
-                f'aria-label="{escape(self.label)}">' + "".join(self.parts) + "</svg>")
+        return (
+            f'<svg class="{css_class}" viewBox="0 0 {_num(self.width)} {_num(self.height)}" '
+            f'width="{_num(self.width)}" height="{_num(self.height)}" role="img" '
+            f'aria-label="{escape(self.label)}">' + "".join(self.parts) + "</svg>"
+        )
 
 
 def nice_ticks(top: float, target: int = 8) -> list[float]:
@@ -98,13 +125,14 @@ def nice_ticks(top: float, target: int = 8) -> list[float]:
 
 def legend_html(items: list[tuple[str, str]]) -> str:
     """An HTML legend: (colour, label) swatches."""
-    return '<div class="legend">' + "".join(
-        f'<span><i style="background:{escape(c)}"></i>{escape(t)}</span>' for c, t in items
-    ) + "</div>"
+    return (
+        '<div class="legend">'
+        + "".join(f'<span><i style="background:{escape(c)}"></i>{escape(t)}</span>' for c, t in items)
+        + "</div>"
+    )
 
 
-def _axis(svg: Svg, x0: float, width: float, top: float, y: float, unit: str,
-          grid_top: float) -> None:
+def _axis(svg: Svg, x0: float, width: float, top: float, y: float, unit: str, grid_top: float) -> None:
     for v in nice_ticks(top):
         x = x0 + v / top * width
         svg.line(x, grid_top, x, y, "#E5E7EB")
@@ -150,9 +178,11 @@ def schedule_svg(trace: dict[str, Any], shares: list[float], width: float = 1100
         y += heights[t] + gap
     plot_w = width - label_w - right
     svg = Svg(width, y + 40, "pipeline schedule of one step")
-    svg.raw('<defs><pattern id="hatch" width="6" height="6" patternUnits="userSpaceOnUse" '
-            'patternTransform="rotate(45)"><rect width="6" height="6" fill="#E5E7EB"/>'
-            '<line x1="0" y1="0" x2="0" y2="6" stroke="#B8BDC4" stroke-width="2"/></pattern></defs>')
+    svg.raw(
+        '<defs><pattern id="hatch" width="6" height="6" patternUnits="userSpaceOnUse" '
+        'patternTransform="rotate(45)"><rect width="6" height="6" fill="#E5E7EB"/>'
+        '<line x1="0" y1="0" x2="0" y2="6" stroke="#B8BDC4" stroke-width="2"/></pattern></defs>'
+    )
     _axis(svg, label_w, plot_w, step_ms, y + 2, "time (ms)", top)
 
     def px(ms: float) -> float:
@@ -160,8 +190,7 @@ def schedule_svg(trace: dict[str, Any], shares: list[float], width: float = 1100
 
     for t in lanes:
         bold = {"font_weight": "600"} if t == critical else {}
-        svg.text(label_w - 8, ys[t] + heights[t] / 2 + 4, names[t], text_anchor="end",
-                 class_="lane", **bold)
+        svg.text(label_w - 8, ys[t] + heights[t] / 2 + 4, names[t], text_anchor="end", class_="lane", **bold)
         svg.rect(label_w, ys[t], plot_w, heights[t], "#F8FAFC")
     for e in events:
         if e.get("ph") != "X":
@@ -175,24 +204,51 @@ def schedule_svg(trace: dict[str, Any], shares: list[float], width: float = 1100
         if e["cat"] == "compute":
             share = shares[t - 1] if 0 < t <= len(shares) else 0.0
             fwd, label = dur_ms * (1 - share), _mb_label(e["name"])
-            svg.rect(x, yy, w * (1 - share), h, COLORS["forward"], class_="fwd",
-                     title=f"{where}, micro-batch {label}: forward {fwd:,.1f} ms")
-            svg.rect(x + w * (1 - share), yy, w * share, h, COLORS["backward"], class_="bwd",
-                     title=f"{where}, micro-batch {label}: backward (recompute included) "
-                           f"{dur_ms - fwd:,.1f} ms")
+            svg.rect(
+                x,
+                yy,
+                w * (1 - share),
+                h,
+                COLORS["forward"],
+                class_="fwd",
+                title=f"{where}, micro-batch {label}: forward {fwd:,.1f} ms",
+            )
+            svg.rect(
+                x + w * (1 - share),
+                yy,
+                w * share,
+                h,
+                COLORS["backward"],
+                class_="bwd",
+                title=f"{where}, micro-batch {label}: backward (recompute included) {dur_ms - fwd:,.1f} ms",
+            )
             if w >= LABEL_MIN_PX + 6 * max(0, len(label) - 2):
                 svg.text(x + w / 2, yy + h / 2 + 4, label, text_anchor="middle", class_="mb")
         elif e["cat"] == "comm":
             exposed = e["args"].get("exposed", True)
-            svg.rect(x, yy, w, h, COLORS["exposed" if exposed else "overlapped"],
-                     class_="exposed" if exposed else "overlapped",
-                     title=f"{where}: {e['name']} {dur_ms:,.2f} ms")
+            svg.rect(
+                x,
+                yy,
+                w,
+                h,
+                COLORS["exposed" if exposed else "overlapped"],
+                class_="exposed" if exposed else "overlapped",
+                title=f"{where}: {e['name']} {dur_ms:,.2f} ms",
+            )
         elif e["cat"] == "bubble":
-            svg.rect(x, yy, w, h, "url(#hatch)", class_="bubble",
-                     title=f"{where}: {e['name']} {dur_ms:,.1f} ms")
+            svg.rect(
+                x, yy, w, h, "url(#hatch)", class_="bubble", title=f"{where}: {e['name']} {dur_ms:,.1f} ms"
+            )
         else:
-            svg.rect(x, yy, w, h, COLORS["optimizer"], class_="optimizer",
-                     title=f"{where}: {e['name']} {dur_ms:,.2f} ms")
+            svg.rect(
+                x,
+                yy,
+                w,
+                h,
+                COLORS["optimizer"],
+                class_="optimizer",
+                title=f"{where}: {e['name']} {dur_ms:,.2f} ms",
+            )
     svg.line(px(step_ms), top - 4, px(step_ms), y + 2, "#111827", stroke_dasharray="3 3")
     return svg.render("schedule")
 
@@ -227,28 +283,56 @@ def memory_svg(predicted: Predicted, capacities: list[float], width: float = 110
     for i, st in enumerate(stages):
         y = top + i * (bar_h + gap)
         pool = f" · pool {st.pool}" if st.pool is not None else ""
-        svg.text(label_w - 8, y + bar_h / 2 + 4,
-                 f"stage {st.stage} · {st.layers} layers · {st.recompute}{pool}",
-                 text_anchor="end", class_="lane")
+        svg.text(
+            label_w - 8,
+            y + bar_h / 2 + 4,
+            f"stage {st.stage} · {st.layers} layers · {st.recompute}{pool}",
+            text_anchor="end",
+            class_="lane",
+        )
         x = label_w
         shown = 0.0
         for k, part in enumerate(parts):
             value = float(getattr(st, part))
             w = value / GIB / top_gib * plot_w
-            svg.rect(x, y, w, bar_h, MEMORY_COLORS[k % len(MEMORY_COLORS)], class_=f"mem-{part}",
-                     title=f"stage {st.stage} {part_label(part)}: {value / GIB:,.2f} GiB")
+            svg.rect(
+                x,
+                y,
+                w,
+                bar_h,
+                MEMORY_COLORS[k % len(MEMORY_COLORS)],
+                class_=f"mem-{part}",
+                title=f"stage {st.stage} {part_label(part)}: {value / GIB:,.2f} GiB",
+            )
             x += w
             shown += value
         other = st.total_bytes - shown
         if other > 1e-6 * st.total_bytes:  # parts the Result totals but does not itemise
-            svg.rect(x, y, other / GIB / top_gib * plot_w, bar_h, "#BAB0AC", class_="mem-other",
-                     title=f"stage {st.stage} other: {other / GIB:,.2f} GiB")
+            svg.rect(
+                x,
+                y,
+                other / GIB / top_gib * plot_w,
+                bar_h,
+                "#BAB0AC",
+                class_="mem-other",
+                title=f"stage {st.stage} other: {other / GIB:,.2f} GiB",
+            )
         cap = capacities[i]
-        svg.line(px(cap / GIB), y - 3, px(cap / GIB), y + bar_h + 3, COLORS["capacity"],
-                 stroke_width="2.5", class_="capacity")
+        svg.line(
+            px(cap / GIB),
+            y - 3,
+            px(cap / GIB),
+            y + bar_h + 3,
+            COLORS["capacity"],
+            stroke_width="2.5",
+            class_="capacity",
+        )
         over = st.total_bytes > cap
-        svg.text(max(px(cap / GIB), px(st.total_bytes / GIB)) + 6, y + bar_h / 2 + 4,
-                 f"{st.total_bytes / GIB:,.1f} / {cap / GIB:,.1f} GiB "
-                 f"({st.total_bytes / cap:.0%})" + (" OVER" if over else ""),
-                 class_="total over" if over else "total")
+        svg.text(
+            max(px(cap / GIB), px(st.total_bytes / GIB)) + 6,
+            y + bar_h / 2 + 4,
+            f"{st.total_bytes / GIB:,.1f} / {cap / GIB:,.1f} GiB "
+            f"({st.total_bytes / cap:.0%})" + (" OVER" if over else ""),
+            class_="total over" if over else "total",
+        )
     return svg.render("memory")

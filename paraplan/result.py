@@ -20,8 +20,19 @@ from paraplan.errors import ConfigError
 from paraplan.hardware import Cluster, step_time_band
 from paraplan.instance import Instance
 
-__all__ = ["PlanOut", "StageOut", "StepTimeBandOut", "Predicted", "band_out", "SolverOut",
-           "Result", "plan_out", "predicted_out", "evaluate_plan", "paraplan_version"]
+__all__ = [
+    "PlanOut",
+    "StageOut",
+    "StepTimeBandOut",
+    "Predicted",
+    "band_out",
+    "SolverOut",
+    "Result",
+    "plan_out",
+    "predicted_out",
+    "evaluate_plan",
+    "paraplan_version",
+]
 
 _OUT = ConfigDict(extra="forbid", frozen=True)
 
@@ -44,15 +55,19 @@ class PlanOut(BaseModel):
     recompute_per_stage: list[str]
     layers_per_stage: list[int]
     layers_per_chunk: list[list[int]] = Field(
-        default_factory=list, description="interleaving with unequal virtual stages: each pipeline "
-        "stage's vp chunk layer counts (empty when vp divides every stage)")
+        default_factory=list,
+        description="interleaving with unequal virtual stages: each pipeline "
+        "stage's vp chunk layer counts (empty when vp divides every stage)",
+    )
     order: list[str] = Field(description="rank order, innermost first")
     num_devices: int
     stage_pools: list[int] = Field(
-        default_factory=list, description="pooled clusters: the pool (index in cluster.pools) "
-        "of each pipeline stage")
+        default_factory=list,
+        description="pooled clusters: the pool (index in cluster.pools) of each pipeline stage",
+    )
     torus_shape: list[int] = Field(
-        default_factory=list, description="TPU slices: the torus shape chosen (empty: the default)")
+        default_factory=list, description="TPU slices: the torus shape chosen (empty: the default)"
+    )
 
 
 class StageOut(BaseModel):
@@ -81,8 +96,10 @@ class Predicted(BaseModel):
     model_config = _OUT
     step_time_s: float
     step_time_band_s: StepTimeBandOut | None = Field(
-        None, description="the model's uncertainty: p10-p90 of measured/predicted over the "
-        "published runs of the hardware generation, times step_time_s")
+        None,
+        description="the model's uncertainty: p10-p90 of measured/predicted over the "
+        "published runs of the hardware generation, times step_time_s",
+    )
     tokens_per_s_per_gpu: float
     model_flops_per_token: float
     model_tflops_per_gpu: float
@@ -90,11 +107,15 @@ class Predicted(BaseModel):
     peak_memory_bytes: float
     memory_capacity_bytes: float
     memory_reserve_bytes: float = Field(
-        0.0, description="runtime reserve on the peak stage (CUDA context, NCCL buffers, "
-        "allocator fragmentation; cost/memory.py), included in peak_memory_bytes")
+        0.0,
+        description="runtime reserve on the peak stage (CUDA context, NCCL buffers, "
+        "allocator fragmentation; cost/memory.py), included in peak_memory_bytes",
+    )
     memory_headroom_bytes: float = Field(
-        0.0, description="device memory kept free by solver.memory_headroom, already taken off "
-        "memory_capacity_bytes")
+        0.0,
+        description="device memory kept free by solver.memory_headroom, already taken off "
+        "memory_capacity_bytes",
+    )
     fits_memory: bool
     compute_s: float
     bubble_s: float
@@ -115,11 +136,14 @@ class SolverOut(BaseModel):
     workers: int
     seed: int
     num_layouts: int = Field(
-        description="layouts (degrees, micro-batch, ZeRO, rank order) in the space searched")
+        description="layouts (degrees, micro-batch, ZeRO, rank order) in the space searched"
+    )
     num_layouts_pruned: int = Field(
-        description="layouts left out of CP-SAT: proven worse by bound or by dominance, or unfit")
+        description="layouts left out of CP-SAT: proven worse by bound or by dominance, or unfit"
+    )
     target: str | None = Field(
-        None, description="solver.target: the framework whose runnable plans were searched")
+        None, description="solver.target: the framework whose runnable plans were searched"
+    )
 
 
 class Result(BaseModel):
@@ -128,8 +152,10 @@ class Result(BaseModel):
     predicted: Predicted
     solver: SolverOut | None = None
     runs_on: list[str] | None = Field(
-        None, description="the frameworks whose exporter takes this plan as it is (paraplan "
-        "export --to NAME); null in results from versions that did not check")
+        None,
+        description="the frameworks whose exporter takes this plan as it is (paraplan "
+        "export --to NAME); null in results from versions that did not check",
+    )
     scenario: dict = Field(description="the scenario this result answers, for export")
     version: str
     alternatives: list[dict] = Field(default_factory=list, description="--top K runners-up")
@@ -139,9 +165,17 @@ class Result(BaseModel):
 def plan_out(plan: Plan, job: Job) -> PlanOut:
     modes = [r.value for r in plan.recompute]
     return PlanOut(
-        dp=plan.dp, tp=plan.tp, pp=plan.pp, cp=plan.cp, ep=plan.ep, etp=plan.etp,
-        cp_comm=plan.cp_comm.value, vp=plan.vp,
-        micro_batch=plan.micro_batch, grad_accum=plan.num_micro_batches(job), zero=plan.zero,
+        dp=plan.dp,
+        tp=plan.tp,
+        pp=plan.pp,
+        cp=plan.cp,
+        ep=plan.ep,
+        etp=plan.etp,
+        cp_comm=plan.cp_comm.value,
+        vp=plan.vp,
+        micro_batch=plan.micro_batch,
+        grad_accum=plan.num_micro_batches(job),
+        zero=plan.zero,
         sequence_parallel=plan.sequence_parallel,
         recompute=modes[0] if len(set(modes)) == 1 else modes,
         recompute_per_stage=modes,
@@ -159,36 +193,54 @@ def band_out(cluster: Cluster, step_time_s: float) -> StepTimeBandOut:
     pools = cluster.pools or (cluster,)
     band = step_time_band([p.accelerator.generation for p in pools])
     calibrated = any(p.efficiency_override is not None for p in pools + (cluster,))
-    source = band.source + ("; of the catalog model: a calibration profile is applied, its own "
-                            "residuals are in the profile" if calibrated else "")
-    return StepTimeBandOut(p10=band.p10_ratio * step_time_s, p90=band.p90_ratio * step_time_s,
-                           source=source)
+    source = band.source + (
+        "; of the catalog model: a calibration profile is applied, its own residuals are in the profile"
+        if calibrated
+        else ""
+    )
+    return StepTimeBandOut(p10=band.p10_ratio * step_time_s, p90=band.p90_ratio * step_time_s, source=source)
 
 
 def predicted_out(b: Breakdown, plan: Plan, band: StepTimeBandOut | None = None) -> Predicted:
     stages = [
         StageOut(
-            stage=s, layers=plan.layers_per_stage[s], recompute=plan.recompute[s].value,
+            stage=s,
+            layers=plan.layers_per_stage[s],
+            recompute=plan.recompute[s].value,
             pool=plan.stage_pools[s] if plan.stage_pools else None,
             time_per_micro_batch_s=b.stage_time_s[s],
-            weights_bytes=m.weights_bytes, grads_bytes=m.grads_bytes,
-            optimizer_bytes=m.optimizer_bytes, activations_bytes=m.activations_bytes,
-            buffers_bytes=m.buffers_bytes, total_bytes=m.total_bytes,
+            weights_bytes=m.weights_bytes,
+            grads_bytes=m.grads_bytes,
+            optimizer_bytes=m.optimizer_bytes,
+            activations_bytes=m.activations_bytes,
+            buffers_bytes=m.buffers_bytes,
+            total_bytes=m.total_bytes,
         )
         for s, m in enumerate(b.stage_memory)
     ]
     # the peak stage's own device memory (pooled clusters: its pool's), so peak <= capacity
     # reads the same as fits_memory
-    peak_capacity = (b.stage_capacity_bytes[b.binding_stage] if b.stage_capacity_bytes
-                     else b.memory_capacity_bytes)
+    peak_capacity = (
+        b.stage_capacity_bytes[b.binding_stage] if b.stage_capacity_bytes else b.memory_capacity_bytes
+    )
     return Predicted(
-        step_time_s=b.step_time_s, step_time_band_s=band, tokens_per_s_per_gpu=b.tokens_per_s_per_gpu,
-        model_flops_per_token=b.model_flops_per_token, model_tflops_per_gpu=b.model_tflops_per_gpu,
-        mfu=b.mfu, peak_memory_bytes=b.peak_memory_bytes,
-        memory_capacity_bytes=peak_capacity, memory_reserve_bytes=b.memory_reserve_bytes,
-        memory_headroom_bytes=b.memory_headroom_bytes, fits_memory=b.fits, compute_s=b.compute_s,
-        bubble_s=b.bubble_s, exposed_comm_s=b.exposed_comm_s, optimizer_s=b.optimizer_s,
-        num_micro_batches=b.num_micro_batches, stages=stages,
+        step_time_s=b.step_time_s,
+        step_time_band_s=band,
+        tokens_per_s_per_gpu=b.tokens_per_s_per_gpu,
+        model_flops_per_token=b.model_flops_per_token,
+        model_tflops_per_gpu=b.model_tflops_per_gpu,
+        mfu=b.mfu,
+        peak_memory_bytes=b.peak_memory_bytes,
+        memory_capacity_bytes=peak_capacity,
+        memory_reserve_bytes=b.memory_reserve_bytes,
+        memory_headroom_bytes=b.memory_headroom_bytes,
+        fits_memory=b.fits,
+        compute_s=b.compute_s,
+        bubble_s=b.bubble_s,
+        exposed_comm_s=b.exposed_comm_s,
+        optimizer_s=b.optimizer_s,
+        num_micro_batches=b.num_micro_batches,
+        stages=stages,
     )
 
 
@@ -199,8 +251,7 @@ def paraplan_version() -> str:
         return "0+unknown"
 
 
-def evaluate_plan(inst: Instance, plan: Plan, solver: SolverOut | None = None,
-                  **extra: Any) -> Result:
+def evaluate_plan(inst: Instance, plan: Plan, solver: SolverOut | None = None, **extra: Any) -> Result:
     """Result of ``plan`` on the instance; ConfigError when the plan breaks a rule."""
     try:
         breakdown = cost_evaluate(inst.graph, inst.cluster, inst.job, plan)

@@ -101,25 +101,65 @@ def _flat(values: list) -> list:
 
 def _takes_bool(annotation: Any) -> bool:
     return annotation is bool or any(_takes_bool(a) for a in get_args(annotation))
-_MOE_MLA_FIELDS = ("experts", "top_k", "shared_experts", "moe_ffn_hidden", "shared_ffn_hidden",
-                   "first_dense_layers", "moe_layer_freq", "q_lora_rank", "kv_lora_rank",
-                   "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
-_ARCHITECTURE_FIELDS = ("position_embedding", "rope", "norm_eps", "zero_centered_norm",
-                        "linear_bias", "qkv_bias", "qk_norm", "parallel_residual", "sliding_window",
-                        "full_attention_every", "attention_sinks", "router")
-_EXPLICIT_FIELDS = ("layers", "hidden", "ffn_hidden", "heads", "kv_heads", "head_dim", "vocab",
-                    "activation", "tied_embeddings", "norm", "dropout", *_MOE_MLA_FIELDS)
+
+
+_MOE_MLA_FIELDS = (
+    "experts",
+    "top_k",
+    "shared_experts",
+    "moe_ffn_hidden",
+    "shared_ffn_hidden",
+    "first_dense_layers",
+    "moe_layer_freq",
+    "q_lora_rank",
+    "kv_lora_rank",
+    "qk_nope_head_dim",
+    "qk_rope_head_dim",
+    "v_head_dim",
+)
+_ARCHITECTURE_FIELDS = (
+    "position_embedding",
+    "rope",
+    "norm_eps",
+    "zero_centered_norm",
+    "linear_bias",
+    "qkv_bias",
+    "qk_norm",
+    "parallel_residual",
+    "sliding_window",
+    "full_attention_every",
+    "attention_sinks",
+    "router",
+)
+_EXPLICIT_FIELDS = (
+    "layers",
+    "hidden",
+    "ffn_hidden",
+    "heads",
+    "kv_heads",
+    "head_dim",
+    "vocab",
+    "activation",
+    "tied_embeddings",
+    "norm",
+    "dropout",
+    *_MOE_MLA_FIELDS,
+)
 
 
 class ModelSection(_Section):
     preset: str | None = Field(None, description="a model preset name, e.g. llama3-70b")
     hf_config: str | None = Field(None, description="path to a Hugging Face config.json")
     trace: bool | None = Field(
-        None, description="with hf_config: build the model with transformers on the meta device "
-        "and read it off the real code, checked against the formulas (the [trace] extra)")
+        None,
+        description="with hf_config: build the model with transformers on the meta device "
+        "and read it off the real code, checked against the formulas (the [trace] extra)",
+    )
     allow_bias: bool | None = Field(
-        None, description="with trace: plan a model with biases (not in the formulas) when its "
-        "FLOPs and parameters still agree within 1%")
+        None,
+        description="with trace: plan a model with biases (not in the formulas) when its "
+        "FLOPs and parameters still agree within 1%",
+    )
     name: str | None = Field(None, description="display name for explicit models")
     layers: int | None = Field(None, ge=1)
     hidden: int | None = Field(None, ge=1)
@@ -137,12 +177,16 @@ class ModelSection(_Section):
     shared_experts: int | None = Field(None, ge=0, description="always-active shared experts")
     moe_ffn_hidden: int | None = Field(None, ge=1, description="FFN width of one expert")
     shared_ffn_hidden: int | None = Field(
-        None, ge=1, description="total FFN width of the shared experts (default: "
-        "shared_experts x moe_ffn_hidden)")
+        None,
+        ge=1,
+        description="total FFN width of the shared experts (default: shared_experts x moe_ffn_hidden)",
+    )
     first_dense_layers: int | None = Field(
-        None, ge=0, description="leading layers with a dense MLP of ffn_hidden")
+        None, ge=0, description="leading layers with a dense MLP of ffn_hidden"
+    )
     moe_layer_freq: int | None = Field(
-        None, ge=1, description="every k-th layer after the dense ones is MoE (1: all)")
+        None, ge=1, description="every k-th layer after the dense ones is MoE (1: all)"
+    )
     q_lora_rank: int | None = Field(None, ge=0, description="MLA query latent (0: none)")
     kv_lora_rank: int | None = Field(None, ge=1, description="MLA key/value latent")
     qk_nope_head_dim: int | None = Field(None, ge=1, description="MLA per-head q/k dims without RoPE")
@@ -151,8 +195,10 @@ class ModelSection(_Section):
     # architecture details of an explicit model (graph/spec.py ModelSpec; exporters express them)
     position_embedding: Literal["rope", "learned", "alibi", "none"] | None = None
     rope: dict[str, float | int | bool | str] | None = Field(
-        None, description="RoPE: theta, fraction, scaling (llama3|yarn), factor, "
-        "original_max_positions, low/high_freq_factor, beta_fast/slow, mscale(_all_dim)")
+        None,
+        description="RoPE: theta, fraction, scaling (llama3|yarn), factor, "
+        "original_max_positions, low/high_freq_factor, beta_fast/slow, mscale(_all_dim)",
+    )
     norm_eps: float | None = Field(None, gt=0)
     zero_centered_norm: bool | None = None
     linear_bias: bool | None = Field(None, description="biases on every linear layer")
@@ -163,22 +209,33 @@ class ModelSection(_Section):
     full_attention_every: int | None = Field(None, ge=0)
     attention_sinks: bool | None = None
     router: dict[str, float | int | bool | str] | None = Field(
-        None, description="MoE router: score (softmax|sigmoid), expert_bias, groups, group_topk, "
-        "scaling_factor, balance (aux_loss|seq_aux_loss|none), aux_loss_coeff")
+        None,
+        description="MoE router: score (softmax|sigmoid), expert_bias, groups, group_topk, "
+        "scaling_factor, balance (aux_loss|seq_aux_loss|none), aux_loss_coeff",
+    )
 
     @model_validator(mode="after")
     def check_architecture_needs_explicit_model(self) -> ModelSection:
         given = [f for f in _ARCHITECTURE_FIELDS if getattr(self, f) is not None]
         if given and (self.preset or self.hf_config):
-            raise ValueError(f"model.{given[0]} describes an explicit model; a preset or "
-                             "hf_config carries its own architecture")
+            raise ValueError(
+                f"model.{given[0]} describes an explicit model; a preset or "
+                "hf_config carries its own architecture"
+            )
         return self
 
     @model_validator(mode="after")
     def check_one_source(self) -> ModelSection:
         explicit = [f for f in _EXPLICIT_FIELDS if getattr(self, f) is not None]
-        sources = [s for s, on in (("preset", self.preset), ("hf_config", self.hf_config),
-                                   ("explicit fields", explicit)) if on]
+        sources = [
+            s
+            for s, on in (
+                ("preset", self.preset),
+                ("hf_config", self.hf_config),
+                ("explicit fields", explicit),
+            )
+            if on
+        ]
         if len(sources) != 1:
             raise ValueError(
                 "give exactly one of model.preset, model.hf_config or explicit fields "
@@ -186,7 +243,8 @@ class ModelSection(_Section):
             )
         if explicit:
             required = ("layers", "hidden", "heads", "vocab") + (
-                ("experts", "top_k", "moe_ffn_hidden") if self.experts else ("ffn_hidden",))
+                ("experts", "top_k", "moe_ffn_hidden") if self.experts else ("ffn_hidden",)
+            )
             missing = [f for f in required if getattr(self, f) is None]
             if missing:
                 raise ValueError(f"explicit model needs {', '.join(missing)}")
@@ -195,8 +253,9 @@ class ModelSection(_Section):
     @model_validator(mode="after")
     def check_trace(self) -> ModelSection:
         if self.trace and not self.hf_config:
-            raise ValueError("model.trace: true needs model.hf_config (the config transformers "
-                             "builds on the meta device)")
+            raise ValueError(
+                "model.trace: true needs model.hf_config (the config transformers builds on the meta device)"
+            )
         if self.allow_bias is not None and not self.trace:
             raise ValueError("model.allow_bias applies to a traced model; add model.trace: true")
         return self
@@ -205,8 +264,7 @@ class ModelSection(_Section):
 class PoolSection(_Section):
     preset: str = Field(description="node type of this pool (dgx-h100, dgx-a100-80gb, ...)")
     nodes: int | None = Field(None, ge=1, le=MAX_DEVICES, description="number of nodes in this pool")
-    gpus: int | None = Field(None, ge=1, le=MAX_DEVICES,
-                             description="number of devices, instead of nodes")
+    gpus: int | None = Field(None, ge=1, le=MAX_DEVICES, description="number of devices, instead of nodes")
 
     @model_validator(mode="after")
     def check_size(self) -> PoolSection:
@@ -216,26 +274,29 @@ class PoolSection(_Section):
 
 
 class ClusterSection(_Section):
-    preset: str | None = Field(
-        None, description="node type (dgx-h100, gb200-nvl72, ...) or fabric preset")
-    nodes: int | None = Field(None, ge=1, le=MAX_DEVICES,
-                              description="number of nodes (a gb200-nvl72 node is a rack)")
-    gpus: int | None = Field(None, ge=1, le=MAX_DEVICES,
-                             description="number of devices, instead of nodes")
+    preset: str | None = Field(None, description="node type (dgx-h100, gb200-nvl72, ...) or fabric preset")
+    nodes: int | None = Field(
+        None, ge=1, le=MAX_DEVICES, description="number of nodes (a gb200-nvl72 node is a rack)"
+    )
+    gpus: int | None = Field(None, ge=1, le=MAX_DEVICES, description="number of devices, instead of nodes")
     pools: list[PoolSection] | None = Field(
-        None, max_length=MAX_POOLS, description="mixed-GPU cluster: pools of nodes of one type "
+        None,
+        max_length=MAX_POOLS,
+        description="mixed-GPU cluster: pools of nodes of one type "
         "each, on one scale-out network; the solver puts each pipeline stage on one pool "
-        "(instead of preset/nodes/gpus)")
+        "(instead of preset/nodes/gpus)",
+    )
 
     @model_validator(mode="after")
     def check_size(self) -> ClusterSection:
         if self.pools is not None:
             if self.preset is not None or self.nodes is not None or self.gpus is not None:
-                raise ValueError("give either cluster.pools or cluster.preset with nodes/gpus, "
-                                 "not both")
+                raise ValueError("give either cluster.pools or cluster.preset with nodes/gpus, not both")
             if not self.pools:
-                raise ValueError("cluster.pools must list at least one pool, e.g. "
-                                 "[{preset: dgx-h100, nodes: 4}, {preset: dgx-a100-80gb, nodes: 4}]")
+                raise ValueError(
+                    "cluster.pools must list at least one pool, e.g. "
+                    "[{preset: dgx-h100, nodes: 4}, {preset: dgx-a100-80gb, nodes: 4}]"
+                )
             return self
         if self.preset is None:
             raise ValueError("give cluster.preset (with nodes or gpus) or cluster.pools")
@@ -248,14 +309,22 @@ class JobSection(_Section):
     seq_len: int = Field(ge=1, le=MAX_SEQ_LEN, description="tokens per sequence")
     global_batch: int = Field(ge=1, le=MAX_GLOBAL_BATCH, description="sequences per optimizer step")
     precision: Precision = Field(
-        Precision.BF16, description="bf16 | fp16 | fp8 (per-tensor scaling) | fp8_blockwise | mxfp8 | nvfp4")
+        Precision.BF16, description="bf16 | fp16 | fp8 (per-tensor scaling) | fp8_blockwise | mxfp8 | nvfp4"
+    )
     flash_attention: bool = Field(True, description="fused attention: no s^2 activations stored")
     overlap_dp_comm: bool = Field(True, description="overlap gradient sync with backward")
-    fp32_grads: bool = Field(True, description="accumulate and reduce gradients in fp32 "
-                             "(Megatron main grads); false keeps them in bf16")
+    fp32_grads: bool = Field(
+        True,
+        description="accumulate and reduce gradients in fp32 (Megatron main grads); false keeps them in bf16",
+    )
     expert_imbalance: float = Field(
-        1.1, ge=1.0, le=100.0, allow_inf_nan=False, description="MoE: routed tokens on the "
-        "busiest expert-parallel rank over the mean (1.0 = perfectly balanced); see cost/ep.py")
+        1.1,
+        ge=1.0,
+        le=100.0,
+        allow_inf_nan=False,
+        description="MoE: routed tokens on the "
+        "busiest expert-parallel rank over the mean (1.0 = perfectly balanced); see cost/ep.py",
+    )
 
     @model_validator(mode="after")
     def check_tokens_per_step(self) -> JobSection:
@@ -264,7 +333,8 @@ class JobSection(_Section):
             raise ValueError(
                 f"job.seq_len x job.global_batch = {self.seq_len:,} x {self.global_batch:,} = "
                 f"{tokens:,} tokens per step exceeds paraplan's limit of {MAX_TOKENS_PER_STEP:,} "
-                "(2^32; README \"Limits\")")
+                '(2^32; README "Limits")'
+            )
         return self
 
 
@@ -274,34 +344,49 @@ class PlanSection(_Section):
     pp: int | None = Field(None, ge=1, le=MAX_LAYERS, description="pipeline stages (each holds a layer)")
     cp: int | None = Field(None, ge=1, le=MAX_DEVICES)
     ep: int | None = Field(None, ge=1, le=MAX_DEVICES)
-    etp: int | None = Field(None, ge=1, le=MAX_DEVICES,
-                            description="expert tensor-parallel degree: tp (default) or 1")
+    etp: int | None = Field(
+        None, ge=1, le=MAX_DEVICES, description="expert tensor-parallel degree: tp (default) or 1"
+    )
     cp_comm: CPComm | None = Field(None, description="context-parallel K/V exchange: p2p | all_gather")
     vp: int | None = Field(None, ge=1, le=MAX_LAYERS, description="virtual stages per pp rank")
     micro_batch: int | None = Field(None, ge=1, le=MAX_GLOBAL_BATCH)
     zero: int | None = Field(None, ge=0, le=3, description="ZeRO stage; 3 = fully sharded (FSDP)")
     sequence_parallel: bool | None = None
     recompute: Recompute | list[Recompute] | None = Field(
-        None, description="none | selective | full, or one per pipeline stage")
-    layers_per_stage: list[int] | None = Field(None, max_length=MAX_LAYERS,
-                                               description="uneven pipeline stages")
+        None, description="none | selective | full, or one per pipeline stage"
+    )
+    layers_per_stage: list[int] | None = Field(
+        None, max_length=MAX_LAYERS, description="uneven pipeline stages"
+    )
     layers_per_chunk: list[list[int]] | None = Field(
-        None, max_length=MAX_LAYERS, description="interleaving with unequal virtual stages: one "
+        None,
+        max_length=MAX_LAYERS,
+        description="interleaving with unequal virtual stages: one "
         "row of vp layer counts per pipeline stage (rank s chunk c = virtual stage c*pp + s); "
         "default: each stage's layers spread evenly, short chunks next to the embedding on stage "
-        "0 and next to the loss elsewhere (Megatron's account-for-embedding/loss split)")
-    order: list[Axis] | None = Field(None, max_length=len(Axis),
-                                     description="rank order, innermost first")
+        "0 and next to the loss elsewhere (Megatron's account-for-embedding/loss split)",
+    )
+    order: list[Axis] | None = Field(None, max_length=len(Axis), description="rank order, innermost first")
     stage_pools: list[int] | None = Field(
-        None, max_length=MAX_LAYERS, description="pooled clusters: the pool (index in "
+        None,
+        max_length=MAX_LAYERS,
+        description="pooled clusters: the pool (index in "
         "cluster.pools) of each pipeline stage; default for evaluate: every pool in cluster.pools "
-        "order")
+        "order",
+    )
     grad_accum: int | None = Field(
-        None, ge=1, le=MAX_GLOBAL_BATCH, description="micro-batches per step per dp rank, as a "
-        "result's plan lists it: must equal job.global_batch / (micro_batch x dp)")
+        None,
+        ge=1,
+        le=MAX_GLOBAL_BATCH,
+        description="micro-batches per step per dp rank, as a "
+        "result's plan lists it: must equal job.global_batch / (micro_batch x dp)",
+    )
     num_devices: int | None = Field(
-        None, ge=1, le=MAX_DEVICES, description="devices the plan uses, as a result's plan lists "
-        "it: must equal dp x tp x pp x cp")
+        None,
+        ge=1,
+        le=MAX_DEVICES,
+        description="devices the plan uses, as a result's plan lists it: must equal dp x tp x pp x cp",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -321,13 +406,20 @@ class PlanSection(_Section):
             if per_stage is None:
                 return data
             if not isinstance(per_stage, list) or not per_stage:
-                raise ValueError(f"plan.recompute_per_stage={show_value(per_stage)} must list one "
-                                 "recompute mode per pipeline stage")
-            same = (given is None or given == per_stage
-                    or (isinstance(given, str) and all(m == given for m in per_stage)))
+                raise ValueError(
+                    f"plan.recompute_per_stage={show_value(per_stage)} must list one "
+                    "recompute mode per pipeline stage"
+                )
+            same = (
+                given is None
+                or given == per_stage
+                or (isinstance(given, str) and all(m == given for m in per_stage))
+            )
             if not same:
-                raise ValueError(f"plan.recompute_per_stage={show_value(per_stage)} disagrees with "
-                                 f"plan.recompute={show_value(given)}; give one of them")
+                raise ValueError(
+                    f"plan.recompute_per_stage={show_value(per_stage)} disagrees with "
+                    f"plan.recompute={show_value(given)}; give one of them"
+                )
             if given is None:
                 data["recompute"] = per_stage
         return data
@@ -338,20 +430,29 @@ class PlanSection(_Section):
         if self.num_devices is not None and None not in degrees:
             used = self.dp * self.tp * self.pp * (self.cp or 1)  # type: ignore[operator]
             if used != self.num_devices:
-                raise ValueError(f"plan.num_devices={self.num_devices} but dp x tp x pp x cp = "
-                                 f"{used}; fix the degrees or drop plan.num_devices")
+                raise ValueError(
+                    f"plan.num_devices={self.num_devices} but dp x tp x pp x cp = "
+                    f"{used}; fix the degrees or drop plan.num_devices"
+                )
         return self
+
     torus_shape: list[int] | None = Field(
-        None, max_length=3, description="TPU slices: the slice's torus shape, e.g. [4, 8, 16] "
-        "(v4/v5p slices of whole cubes may take any shape; default: the most cubic)")
+        None,
+        max_length=3,
+        description="TPU slices: the slice's torus shape, e.g. [4, 8, 16] "
+        "(v4/v5p slices of whole cubes may take any shape; default: the most cubic)",
+    )
 
     @field_validator("recompute")
     @classmethod
     def check_recompute_length(
-            cls, v: Recompute | list[Recompute] | None) -> Recompute | list[Recompute] | None:
+        cls, v: Recompute | list[Recompute] | None
+    ) -> Recompute | list[Recompute] | None:
         if isinstance(v, list) and len(v) > MAX_LAYERS:
-            raise ValueError(f"lists {len(v):,} stages; at most {MAX_LAYERS:,} (one per stage, "
-                             "and a stage holds at least one layer)")
+            raise ValueError(
+                f"lists {len(v):,} stages; at most {MAX_LAYERS:,} (one per stage, "
+                "and a stage holds at least one layer)"
+            )
         return v
 
     @field_validator("layers_per_stage")
@@ -360,8 +461,10 @@ class PlanSection(_Section):
         if v is not None and any(n < 1 for n in v):
             raise ValueError(f"every stage needs at least one layer; got {show_value(v)}")
         if v is not None and any(n > MAX_LAYERS for n in v):
-            raise ValueError(f"a stage of {show_value(max(v))} layers exceeds paraplan's limit of "
-                             f"{MAX_LAYERS:,} layers (README \"Limits\")")
+            raise ValueError(
+                f"a stage of {show_value(max(v))} layers exceeds paraplan's limit of "
+                f'{MAX_LAYERS:,} layers (README "Limits")'
+            )
         return v
 
     @field_validator("layers_per_chunk")
@@ -371,16 +474,19 @@ class PlanSection(_Section):
             return v
         for s, row in enumerate(v):
             if not row or len(row) > MAX_LAYERS or any(n < 1 or n > MAX_LAYERS for n in row):
-                raise ValueError(f"row {s} = {show_value(row)}: each pipeline stage lists vp "
-                                 f"virtual-stage layer counts, each from 1 to {MAX_LAYERS:,}")
+                raise ValueError(
+                    f"row {s} = {show_value(row)}: each pipeline stage lists vp "
+                    f"virtual-stage layer counts, each from 1 to {MAX_LAYERS:,}"
+                )
         return v
 
     @field_validator("stage_pools")
     @classmethod
     def check_pool_indices(cls, v: list[int] | None) -> list[int] | None:
         if v is not None and any(not 0 <= i < MAX_POOLS for i in v):
-            raise ValueError(f"pool indices run from 0 to {MAX_POOLS - 1} (at most {MAX_POOLS} "
-                             f"pools); got {show_value(v)}")
+            raise ValueError(
+                f"pool indices run from 0 to {MAX_POOLS - 1} (at most {MAX_POOLS} pools); got {show_value(v)}"
+            )
         return v
 
 
@@ -392,29 +498,39 @@ plan at least one of the frameworks runs (paraplan/targets.py, runnable_space)."
 
 class SolverSection(_Section):
     allow_uneven_stages: bool = Field(
-        True, description="let the solver split layers unevenly (false: pp x vp divides the "
-        "layers, equal stages and chunks)")
+        True,
+        description="let the solver split layers unevenly (false: pp x vp divides the "
+        "layers, equal stages and chunks)",
+    )
     search_placement: bool = Field(True, description="let the solver choose the rank order")
-    max_micro_batch: int = Field(8, ge=1, le=MAX_SEARCH_MICRO_BATCH,
-                                 description="largest micro-batch considered")
+    max_micro_batch: int = Field(
+        8, ge=1, le=MAX_SEARCH_MICRO_BATCH, description="largest micro-batch considered"
+    )
     max_vp: int = Field(4, ge=1, le=MAX_SEARCH_VP, description="largest interleaving degree considered")
     uniform_recompute: bool = Field(
-        False, description="one recompute mode for every pipeline stage (what frameworks run)")
+        False, description="one recompute mode for every pipeline stage (what frameworks run)"
+    )
     target: SolverTarget | None = Field(
-        None, description="search only the plans this framework can run (its exporter's rules); "
-                          "the plan exports to it without a refusal. any: every plan the cost "
-                          "model allows (the unrestricted optimum). Unset: the fastest plan at "
-                          "least one framework runs (result.runs_on names them)")
+        None,
+        description="search only the plans this framework can run (its exporter's rules); "
+        "the plan exports to it without a refusal. any: every plan the cost "
+        "model allows (the unrestricted optimum). Unset: the fastest plan at "
+        "least one framework runs (result.runs_on names them)",
+    )
     memory_headroom: float = Field(
-        0.0, description="fraction of each device's memory kept free (0 <= x < 0.5): plans "
-        "must fit HBM x (1 - memory_headroom), on top of the modelled runtime reserve")
+        0.0,
+        description="fraction of each device's memory kept free (0 <= x < 0.5): plans "
+        "must fit HBM x (1 - memory_headroom), on top of the modelled runtime reserve",
+    )
 
     @field_validator("memory_headroom")
     @classmethod
     def check_memory_headroom(cls, value: float) -> float:
         if not 0.0 <= value < 0.5:
-            raise ValueError(f"solver.memory_headroom={value} must be at least 0 and below 0.5 "
-                             "(a fraction of device memory kept free, e.g. 0.05)")
+            raise ValueError(
+                f"solver.memory_headroom={value} must be at least 0 and below 0.5 "
+                "(a fraction of device memory kept free, e.g. 0.05)"
+            )
         return value
 
 
@@ -426,8 +542,10 @@ class Scenario(BaseModel):
     plan: PlanSection = Field(default_factory=PlanSection)
     solver: SolverSection = Field(default_factory=SolverSection)
     calibration: str | None = Field(
-        None, description="calibration profile (YAML from `paraplan calibrate`) whose fitted "
-        "efficiencies replace the catalog's; a path relative to the scenario file")
+        None,
+        description="calibration profile (YAML from `paraplan calibrate`) whose fitted "
+        "efficiencies replace the catalog's; a path relative to the scenario file",
+    )
 
 
 def _format(err: ValidationError) -> str:
@@ -442,8 +560,11 @@ def _format(err: ValidationError) -> str:
         elif e["type"] == "less_than_equal":  # the limits are listed in README "Limits"
             msg = f"{show_value(e['input'])} must be at most {show_value(ctx['le'])}"
         elif e["type"] == "too_long":  # actual_length is None for an iterator, not a list
-            count = (f"{ctx['actual_length']:,} items" if ctx.get("actual_length")
-                     else f"more than {ctx['max_length']:,} items")
+            count = (
+                f"{ctx['actual_length']:,} items"
+                if ctx.get("actual_length")
+                else f"more than {ctx['max_length']:,} items"
+            )
             msg = f"lists {count}; at most {ctx['max_length']:,} are allowed"
         lines.append(f"{where}: {msg}")
     if len(lines) == 1:
@@ -461,8 +582,11 @@ class _ScenarioLoader(yaml.SafeLoader):
     def compose_node(self, parent: Any, index: Any) -> Any:
         if self._depth >= MAX_NESTING:
             raise yaml.composer.ComposerError(
-                None, None, f"nested more than {MAX_NESTING} levels deep; a scenario needs 5",
-                self.peek_event().start_mark)
+                None,
+                None,
+                f"nested more than {MAX_NESTING} levels deep; a scenario needs 5",
+                self.peek_event().start_mark,
+            )
         self._depth += 1
         try:
             return super().compose_node(parent, index)
@@ -474,8 +598,8 @@ class _ScenarioLoader(yaml.SafeLoader):
             return super().construct_yaml_int(node)
         except ValueError:
             raise yaml.constructor.ConstructorError(
-                None, None, f"an integer of {len(node.value):,} characters is too long",
-                node.start_mark) from None
+                None, None, f"an integer of {len(node.value):,} characters is too long", node.start_mark
+            ) from None
 
 
 _ScenarioLoader.add_constructor("tag:yaml.org,2002:int", _ScenarioLoader.construct_yaml_int)
@@ -490,14 +614,17 @@ def _read(path: Path) -> Any:
     except OSError as e:
         raise ConfigError(f"cannot read scenario file {str(path)!r}: {e.strerror}") from None
     if len(raw) > MAX_SCENARIO_BYTES:
-        raise ConfigError(f"{path}: larger than {MAX_SCENARIO_BYTES >> 20} MiB; a scenario is a "
-                          "few KB (README \"Limits\")")
+        raise ConfigError(
+            f'{path}: larger than {MAX_SCENARIO_BYTES >> 20} MiB; a scenario is a few KB (README "Limits")'
+        )
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as e:
         utf16 = " (it looks like UTF-16)" if raw[:2] in (b"\xff\xfe", b"\xfe\xff") else ""
-        raise ConfigError(f"{path}: not UTF-8 text{utf16}: byte 0x{raw[e.start]:02x} at position "
-                          f"{e.start}; save the scenario as UTF-8") from None
+        raise ConfigError(
+            f"{path}: not UTF-8 text{utf16}: byte 0x{raw[e.start]:02x} at position "
+            f"{e.start}; save the scenario as UTF-8"
+        ) from None
     try:
         return yaml.load(text, Loader=_ScenarioLoader)  # a SafeLoader: never executes anything
     except yaml.MarkedYAMLError as e:
@@ -521,19 +648,24 @@ def _check_shape(data: Any, where: str) -> None:
     while stack:
         node, depth, done = stack.pop()
         if len(node) > MAX_VALUES:
-            raise ConfigError(f"{where}: a list or mapping of {len(node):,} entries; a scenario "
-                              "needs a few hundred values")
+            raise ConfigError(
+                f"{where}: a list or mapping of {len(node):,} entries; a scenario needs a few hundred values"
+            )
         children = [c for c in _entries(node) if isinstance(c, _CONTAINERS)]
         if done:
             sub = [measured[id(c)] for c in children]
             values = 1 + len(node) + sum(v for v, _ in sub)
             if values > MAX_VALUES:
-                raise ConfigError(f"{where}: holds more than {MAX_VALUES:,} values (YAML aliases "
-                                  "expanded); a scenario needs a few hundred")
+                raise ConfigError(
+                    f"{where}: holds more than {MAX_VALUES:,} values (YAML aliases "
+                    "expanded); a scenario needs a few hundred"
+                )
             measured[id(node)] = (values, 1 + max((h for _, h in sub), default=0))
         elif depth + measured.get(id(node), (0, 1))[1] - 1 > MAX_NESTING:
-            raise ConfigError(f"{where}: nested more than {MAX_NESTING} levels deep (or a YAML "
-                              "alias refers to itself); a scenario needs 5")
+            raise ConfigError(
+                f"{where}: nested more than {MAX_NESTING} levels deep (or a YAML "
+                "alias refers to itself); a scenario needs 5"
+            )
         elif id(node) not in measured:
             stack.append((node, depth, True))
             stack.extend((c, depth + 1, False) for c in children)
@@ -573,11 +705,12 @@ def load_scenario(source: str | PathLike[str] | dict[str, Any] | Scenario) -> Sc
             raise ConfigError(f"cannot read scenario file {str(path)!r}: the path has a NUL byte")
         data, base, where = _read(path), path.parent, str(path)
     else:
-        raise ConfigError(f"a scenario is a file path, a dict or a Scenario, not a "
-                          f"{type(source).__name__}")
+        raise ConfigError(f"a scenario is a file path, a dict or a Scenario, not a {type(source).__name__}")
     if not isinstance(data, dict):
-        raise ConfigError(f"{where}: a scenario must be a mapping with model, cluster and job "
-                          f"sections, not a {type(data).__name__}")
+        raise ConfigError(
+            f"{where}: a scenario must be a mapping with model, cluster and job "
+            f"sections, not a {type(data).__name__}"
+        )
     _check_shape(data, where)
     data = _scenario_of_result(data)
     try:

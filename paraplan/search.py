@@ -43,12 +43,22 @@ def _no_layout_reason(inst: Instance) -> str:
         f"{spec.num_heads} (and match kv_heads={spec.num_kv_heads}), pp at most layers="
         f"{spec.num_layers}, dp = devices/(tp*pp*cp) must divide global_batch={job.global_batch}, "
         f"cp must split seq_len={job.seq_len} evenly"
-        + ("; on cluster.pools, tp*cp*dp must divide the devices of every pool used and pp is "
-           "the outermost axis of plan.order" if inst.cluster.pools else "")
-        + (f"; solver.allow_uneven_stages is false, so pp x vp must divide layers="
-           f"{spec.num_layers}" if not inst.scenario.solver.allow_uneven_stages else "")
-        + (f"; fixed knobs {fixed} leave nothing; free some of them" if fixed else
-           "; change the device count or the global batch")
+        + (
+            "; on cluster.pools, tp*cp*dp must divide the devices of every pool used and pp is "
+            "the outermost axis of plan.order"
+            if inst.cluster.pools
+            else ""
+        )
+        + (
+            f"; solver.allow_uneven_stages is false, so pp x vp must divide layers={spec.num_layers}"
+            if not inst.scenario.solver.allow_uneven_stages
+            else ""
+        )
+        + (
+            f"; fixed knobs {fixed} leave nothing; free some of them"
+            if fixed
+            else "; change the device count or the global batch"
+        )
     )
 
 
@@ -59,23 +69,34 @@ class Search(NamedTuple):
     options: Options
 
 
-def run_search(inst: Instance, fixed: Fixed, options: Options, opts: SolverOptions,
-            progress: Callable[[str], None] | None, time_limit_s: float) -> Search:
+def run_search(
+    inst: Instance,
+    fixed: Fixed,
+    options: Options,
+    opts: SolverOptions,
+    progress: Callable[[str], None] | None,
+    time_limit_s: float,
+) -> Search:
     """solve_instance with its failures as the API's errors (InfeasibleError, SolveTimeout)."""
     try:
         out = solve_instance(inst.graph, inst.cluster, inst.job, fixed, options, opts, progress)
     except OutOfTime as e:
-        raise SolveTimeout(f"no plan found within --time-limit {time_limit_s:g} s ({e}); raise "
-                           "it, or fix more plan knobs to shrink the space") from None
+        raise SolveTimeout(
+            f"no plan found within --time-limit {time_limit_s:g} s ({e}); raise "
+            "it, or fix more plan knobs to shrink the space"
+        ) from None
     except NoLayoutError:
         f = options.layout_filter
         if isinstance(f, UnionFilter) and f.refused:
-            raise InfeasibleError(f"no framework runs any layout of this scenario: {f.reason()}; "
-                                  "change the scenario", ("solver.target",)) from None
+            raise InfeasibleError(
+                f"no framework runs any layout of this scenario: {f.reason()}; change the scenario",
+                ("solver.target",),
+            ) from None
         if isinstance(f, TargetFilter) and f.refused:
             raise InfeasibleError(
-                f"no plan {f.name} can run: {f.reason()}; change the scenario or drop "
-                "solver.target", ("solver.target",)) from None
+                f"no plan {f.name} can run: {f.reason()}; change the scenario or drop solver.target",
+                ("solver.target",),
+            ) from None
         raise InfeasibleError(_no_layout_reason(inst), ("divisibility",)) from None
     except NoFitError as e:
         raise InfeasibleError(
@@ -89,16 +110,25 @@ def run_search(inst: Instance, fixed: Fixed, options: Options, opts: SolverOptio
         if out.status == "INFEASIBLE":
             raise InfeasibleError("the solver proved the model infeasible", ("model",))
         f = options.layout_filter
-        refused = (f"; solver.target: {f.reason()}"
-                   if isinstance(f, TargetFilter | UnionFilter) and f.refused else "")
-        raise SolveTimeout(f"no plan found within --time-limit {time_limit_s:g} s; raise it"
-                           + refused)
+        refused = (
+            f"; solver.target: {f.reason()}"
+            if isinstance(f, TargetFilter | UnionFilter) and f.refused
+            else ""
+        )
+        raise SolveTimeout(f"no plan found within --time-limit {time_limit_s:g} s; raise it" + refused)
     return Search(out, options)
 
 
-def runnable_search(inst: Instance, fixed: Fixed, space: RunnableSpace, base: Options,
-                     opts: SolverOptions, progress: Callable[[str], None] | None,
-                     time_limit_s: float, deadline: float) -> tuple[Search, list[str]]:
+def runnable_search(
+    inst: Instance,
+    fixed: Fixed,
+    space: RunnableSpace,
+    base: Options,
+    opts: SolverOptions,
+    progress: Callable[[str], None] | None,
+    time_limit_s: float,
+    deadline: float,
+) -> tuple[Search, list[str]]:
     """The runnable-by-default search (paraplan/targets.py), widest space first: the unrestricted
     search, then the relaxed one, each kept when its optimum runs on some framework (its space
     holds every framework's, so that plan is the fastest any framework runs); else one search per
@@ -108,21 +138,30 @@ def runnable_search(inst: Instance, fixed: Fixed, space: RunnableSpace, base: Op
     not found in time (naming the unrestricted optimum, which ``solver.target: any`` returns)."""
     widest = run_search(inst, fixed, base, opts, progress, time_limit_s)
     if space.relaxed is None:
-        return widest, ["no framework runs any plan of this scenario ("
-                        + "; ".join(f"{n}: {r}" for n, r in space.excluded.items())
-                        + "), so this is the unrestricted optimum (solver.target: any)"]
+        return widest, [
+            "no framework runs any plan of this scenario ("
+            + "; ".join(f"{n}: {r}" for n, r in space.excluded.items())
+            + "), so this is the unrestricted optimum (solver.target: any)"
+        ]
     if runs_on(inst, widest.out.solutions[0].plan):
         return widest, []
     twin = _uniform_twin(inst, widest.out.solutions[0]) if fixed.recompute is None else None
     if twin is not None:  # as fast, so as optimal, and a framework runs it
-        return Search(replace(widest.out, solutions=[twin, *widest.out.solutions[1:]]),
-                       widest.options), []
+        return Search(replace(widest.out, solutions=[twin, *widest.out.solutions[1:]]), widest.options), []
     free_s = widest.out.solutions[0].objective_s
-    any_hint = (f"; the unrestricted optimum ({free_s:.4g} s, solver.target: any / --target any) "
-                "runs on no framework as it is")
+    any_hint = (
+        f"; the unrestricted optimum ({free_s:.4g} s, solver.target: any / --target any) "
+        "runs on no framework as it is"
+    )
     try:
-        relaxed = run_search(inst, fixed, space.relaxed, replace(
-            opts, time_limit_s=time_left(deadline, time_limit_s)), progress, time_limit_s)
+        relaxed = run_search(
+            inst,
+            fixed,
+            space.relaxed,
+            replace(opts, time_limit_s=time_left(deadline, time_limit_s)),
+            progress,
+            time_limit_s,
+        )
     except InfeasibleError as e:
         raise InfeasibleError(f"{e}{any_hint}", e.families) from None
     except SolveTimeout as e:
@@ -132,27 +171,37 @@ def runnable_search(inst: Instance, fixed: Fixed, space: RunnableSpace, base: Op
     found: list[Search] = []
     for options in space.groups if len(space.groups) > 1 else ():  # search each group exactly
         try:
-            found.append(run_search(inst, fixed, options, replace(
-                opts, time_limit_s=time_left(deadline, time_limit_s)), progress, time_limit_s))
+            found.append(
+                run_search(
+                    inst,
+                    fixed,
+                    options,
+                    replace(opts, time_limit_s=time_left(deadline, time_limit_s)),
+                    progress,
+                    time_limit_s,
+                )
+            )
         except InfeasibleError:
             continue  # nothing in this group's space: it adds nothing to the union
         except SolveTimeout as e:
-            raise SolveTimeout(f"{e}: no plan a framework runs was found in time{any_hint}"
-                               ) from None
+            raise SolveTimeout(f"{e}: no plan a framework runs was found in time{any_hint}") from None
     runnable = [f for f in found if runs_on(inst, f.out.solutions[0].plan)]
     if not runnable:
         raise InfeasibleError(f"no plan a framework runs was found{any_hint}", ("solver.target",))
     best = min(runnable, key=lambda f: f.out.solutions[0].objective_s)
     proven = len(runnable) == len(found) and all(f.out.status == "OPTIMAL" for f in found)
-    out = replace(best.out, bound_s=min(f.out.bound_s for f in found),
-                  status="OPTIMAL" if proven else "FEASIBLE")
+    out = replace(
+        best.out, bound_s=min(f.out.bound_s for f in found), status="OPTIMAL" if proven else "FEASIBLE"
+    )
     return Search(out, best.options), [_slower_note(free_s, best.out.solutions[0].objective_s)]
 
 
 def _slower_note(free_s: float, step_s: float) -> str:
     """The explanation line of a runnable default slower than the unrestricted optimum."""
-    return (f"the unrestricted optimum ({free_s:.4g} s; solver.target: any) runs on no framework "
-            f"as it is; this is the fastest plan a framework runs ({(step_s / free_s - 1):+.1%})")
+    return (
+        f"the unrestricted optimum ({free_s:.4g} s; solver.target: any) runs on no framework "
+        f"as it is; this is the fastest plan a framework runs ({(step_s / free_s - 1):+.1%})"
+    )
 
 
 def _uniform_twin(inst: Instance, best: Solution) -> Solution | None:

@@ -20,7 +20,6 @@ limits (a union filter each) and the fastest group plan wins. ``solver.target: a
 everything the cost model allows (the unrestricted optimum, which may run nowhere).
 """
 
-
 from __future__ import annotations
 
 from collections import Counter
@@ -36,8 +35,18 @@ from paraplan.schema import SolverTarget
 from paraplan.solver import Options
 from paraplan.solver.tables import even_layers
 
-__all__ = ["TARGETS", "UNRESTRICTED", "TargetFilter", "UnionFilter", "RunnableSpace",
-           "target_options", "fixed_modes", "runnable_space", "runs_on", "rule_context"]
+__all__ = [
+    "TARGETS",
+    "UNRESTRICTED",
+    "TargetFilter",
+    "UnionFilter",
+    "RunnableSpace",
+    "target_options",
+    "fixed_modes",
+    "runnable_space",
+    "runs_on",
+    "rule_context",
+]
 
 UNRESTRICTED = "any"
 """``solver.target: any``: the unrestricted optimum of the cost model (may run on no framework)."""
@@ -73,12 +82,15 @@ class TargetFilter:
     def check_model(self) -> None:
         """InfeasibleError when a rule about the model or job alone (MODEL_RULES) refuses: then
         no layout can pass, and the per-layout check leaves those rules out."""
-        plan = Plan(dp=1, tp=1, pp=1, micro_batch=1, recompute=(Recompute.NONE,),
-                    layers_per_stage=(self._num_layers,))
+        plan = Plan(
+            dp=1, tp=1, pp=1, micro_batch=1, recompute=(Recompute.NONE,), layers_per_stage=(self._num_layers,)
+        )
         refusal = first_refusal(self._ctx, Draft(plan, self._ctx.precision), self._model_rules)
         if refusal is not None:
-            raise InfeasibleError(f"no plan {self.name} can run: {refusal.rule}; change the "
-                                  "scenario or drop solver.target", ("solver.target",))
+            raise InfeasibleError(
+                f"no plan {self.name} can run: {refusal.rule}; change the scenario or drop solver.target",
+                ("solver.target",),
+            )
 
     def _representative(self, layout: Plan) -> Plan | None:
         """The layout with the scenario's fixed split (else the framework's own, else an even
@@ -96,8 +108,9 @@ class TargetFilter:
         if split is None:
             return None
         modes = self._recompute or (Recompute.NONE,)
-        return replace(layout, layers_per_stage=split,
-                       recompute=modes if len(modes) == pp else (modes[0],) * pp)
+        return replace(
+            layout, layers_per_stage=split, recompute=modes if len(modes) == pp else (modes[0],) * pp
+        )
 
     def __call__(self, layout: Plan) -> bool:
         if layout in self._verdicts:
@@ -128,29 +141,38 @@ def fixed_modes(inst: Instance) -> tuple[Recompute, ...] | None:
     return tuple(Recompute(m) for m in r) if isinstance(r, list) else (Recompute(r),)
 
 
-def _check_fixed_recompute(name: str, inst: Instance, modes: tuple[Recompute, ...] | None,
-                           uniform: bool) -> None:
+def _check_fixed_recompute(
+    name: str, inst: Instance, modes: tuple[Recompute, ...] | None, uniform: bool
+) -> None:
     """InfeasibleError when the scenario fixes recompute modes the framework does not run."""
     fixed = fixed_modes(inst)
     if fixed is None:
         return
     if uniform and len(set(fixed)) > 1:
-        raise InfeasibleError(f"no plan {name} can run: plan.recompute={[m.value for m in fixed]} "
-                              f"differs per stage, but {name} applies one recompute setting to "
-                              "every stage; fix one mode or drop solver.target", ("solver.target",))
+        raise InfeasibleError(
+            f"no plan {name} can run: plan.recompute={[m.value for m in fixed]} "
+            f"differs per stage, but {name} applies one recompute setting to "
+            "every stage; fix one mode or drop solver.target",
+            ("solver.target",),
+        )
     if modes is not None and not set(fixed) <= set(modes):
-        raise InfeasibleError(f"no plan {name} can run: plan.recompute={fixed[0].value} is not a "
-                              f"mode {name} has ({', '.join(m.value for m in modes)}); change it "
-                              "or drop solver.target", ("solver.target",))
+        raise InfeasibleError(
+            f"no plan {name} can run: plan.recompute={fixed[0].value} is not a "
+            f"mode {name} has ({', '.join(m.value for m in modes)}); change it "
+            "or drop solver.target",
+            ("solver.target",),
+        )
 
 
 def target_options(options: Options, name: str, inst: Instance) -> Options:
     """``options`` narrowed to what framework ``name`` runs (module docstring); InfeasibleError
     when the model or job alone rules the framework out (its MODEL_RULES)."""
     if inst.cluster.pools and name not in POOLED_TARGETS:
-        raise ConfigError(f"solver.target={name}: {name} builds one mesh of one device type and "
-                          "cannot run a mixed-GPU cluster (cluster.pools); use megatron or no "
-                          "target")
+        raise ConfigError(
+            f"solver.target={name}: {name} builds one mesh of one device type and "
+            "cannot run a mixed-GPU cluster (cluster.pools); use megatron or no "
+            "target"
+        )
     rules = rules_of(name)
     layout_filter = TargetFilter(name, inst, rules)
     layout_filter.check_model()
@@ -222,8 +244,11 @@ def _merge(options: list[Options]) -> Options:
         first,
         uniform_recompute=all(o.uniform_recompute for o in options),
         allow_uneven_stages=any(o.allow_uneven_stages for o in options),
-        recompute_modes=(None if any(m is None for m in modes)
-                         else tuple(r for r in Recompute if any(r in m for m in modes))),
+        recompute_modes=(
+            None
+            if any(m is None for m in modes)
+            else tuple(r for r in Recompute if any(r in m for m in modes))
+        ),
         stage_split=splits.pop() if len(splits) == 1 else None,
         layout_filter=UnionFilter([o.layout_filter for o in options]),  # type: ignore[misc]
     )
@@ -235,8 +260,7 @@ def runnable_space(options: Options, inst: Instance) -> RunnableSpace:
     narrowed: dict[str, Options] = {}
     excluded: dict[str, str] = {}
     if inst.job.precision not in EXPORTED_PRECISIONS:
-        reason = (f"job.precision={inst.job.precision.value} is modelled but not exported to any "
-                  "framework yet")
+        reason = f"job.precision={inst.job.precision.value} is modelled but not exported to any framework yet"
         return RunnableSpace((), None, (), {name: reason for name in TARGETS})
     for name in TARGETS:
         try:
@@ -248,8 +272,9 @@ def runnable_space(options: Options, inst: Instance) -> RunnableSpace:
     groups: dict[tuple, list[Options]] = {}
     for o in narrowed.values():
         groups.setdefault(tuple(getattr(o, f) for f in _LIMIT_FIELDS), []).append(o)
-    return RunnableSpace(tuple(narrowed), _merge(list(narrowed.values())),
-                         tuple(_merge(g) for g in groups.values()), excluded)
+    return RunnableSpace(
+        tuple(narrowed), _merge(list(narrowed.values())), tuple(_merge(g) for g in groups.values()), excluded
+    )
 
 
 def runs_on(inst: Instance, plan: Plan) -> list[str]:
@@ -259,6 +284,9 @@ def runs_on(inst: Instance, plan: Plan) -> list[str]:
         return []
     ctx = rule_context(inst)
     draft = Draft(plan, ctx.precision)
-    return [name for name in TARGETS
-            if (not inst.cluster.pools or name in POOLED_TARGETS)
-            and first_refusal(ctx, draft, rules_of(name).rules) is None]
+    return [
+        name
+        for name in TARGETS
+        if (not inst.cluster.pools or name in POOLED_TARGETS)
+        and first_refusal(ctx, draft, rules_of(name).rules) is None
+    ]

@@ -10,6 +10,7 @@ framework facts both its rules and its exporter need. ``rules_of(name)`` returns
 The solver's layout filter (paraplan/targets.py) and the exporters (paraplan/export, ``enforce``)
 both call them.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -43,12 +44,35 @@ from paraplan.rules.validity import (
     tp_splits_heads,
 )
 
-__all__ = ["RuleContext", "Draft", "Fix", "Refusal", "Rule", "SearchLimits", "TargetRules",
-           "FRAMEWORKS", "rules_of", "repair", "order_fixes", "recompute_fixes",
-           "micro_batch_repairs", "first_refusal", "check_dense_model", "check_no_expert_parallel",
-           "check_expert_tp_is_tp", "dense_model_rule", "uniform_recompute_rule", "uniform_recompute",
-           "effective_order", "order_matches", "regroup", "tp_splits_heads", "ep_splits_experts",
-           "batch_splits", "cp_splits_sequence"]
+__all__ = [
+    "RuleContext",
+    "Draft",
+    "Fix",
+    "Refusal",
+    "Rule",
+    "SearchLimits",
+    "TargetRules",
+    "FRAMEWORKS",
+    "rules_of",
+    "repair",
+    "order_fixes",
+    "recompute_fixes",
+    "micro_batch_repairs",
+    "first_refusal",
+    "check_dense_model",
+    "check_no_expert_parallel",
+    "check_expert_tp_is_tp",
+    "dense_model_rule",
+    "uniform_recompute_rule",
+    "uniform_recompute",
+    "effective_order",
+    "order_matches",
+    "regroup",
+    "tp_splits_heads",
+    "ep_splits_experts",
+    "batch_splits",
+    "cp_splits_sequence",
+]
 
 FRAMEWORKS = ("megatron", "nemo", "deepspeed", "torchtitan", "maxtext", "torch")
 """The frameworks with rules (one module each in this package)."""

@@ -5,6 +5,7 @@ A rule is a pure function of (context, draft): it never scores or renders a plan
 repairs (the nearest plan a framework can express) is the front door's job
 (paraplan/export/rules.py ``enforce``); the solver's layout filter (paraplan/targets.py) only asks
 whether a rule refuses."""
+
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
@@ -15,8 +16,20 @@ from paraplan.cost import Axis, Job, Plan, Precision, Recompute
 from paraplan.graph import ModelSpec
 from paraplan.hardware import Cluster
 
-__all__ = ["RuleContext", "Draft", "Fix", "Refusal", "Rule", "SearchLimits", "TargetRules",
-           "repair", "order_fixes", "recompute_fixes", "micro_batch_repairs", "first_refusal"]
+__all__ = [
+    "RuleContext",
+    "Draft",
+    "Fix",
+    "Refusal",
+    "Rule",
+    "SearchLimits",
+    "TargetRules",
+    "repair",
+    "order_fixes",
+    "recompute_fixes",
+    "micro_batch_repairs",
+    "first_refusal",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,8 +106,11 @@ def repair(change: str, draft: Draft, plan: Plan | None) -> tuple[Fix, ...]:
     if plan is None:
         return ()
     rows = plan.layers_per_chunk
-    if rows and (len(rows) != plan.pp or any(len(r) != plan.vp for r in rows)
-                 or tuple(sum(r) for r in rows) != tuple(plan.layers_per_stage)):
+    if rows and (
+        len(rows) != plan.pp
+        or any(len(r) != plan.vp for r in rows)
+        or tuple(sum(r) for r in rows) != tuple(plan.layers_per_stage)
+    ):
         plan = replace(plan, layers_per_chunk=())
     return (Fix(change, replace(draft, plan=plan)),)
 
@@ -113,14 +129,17 @@ def recompute_fixes(draft: Draft, modes: Iterable[Recompute] | None = None) -> t
     plan = draft.plan
     chosen = list(dict.fromkeys(modes if modes is not None else plan.recompute))
     return tuple(
-        Fix(f"recompute -> {mode.value} on every stage",
-            replace(draft, plan=replace(plan, recompute=(mode,) * plan.pp)))
+        Fix(
+            f"recompute -> {mode.value} on every stage",
+            replace(draft, plan=replace(plan, recompute=(mode,) * plan.pp)),
+        )
         for mode in chosen
     )
 
 
-def micro_batch_repairs(draft: Draft, global_batch: int,
-                        also: Callable[[int], bool] = lambda n: True) -> tuple[Fix, ...]:
+def micro_batch_repairs(
+    draft: Draft, global_batch: int, also: Callable[[int], bool] = lambda n: True
+) -> tuple[Fix, ...]:
     """The largest smaller micro-batch that divides global_batch / dp (and passes ``also``,
     given the resulting micro-batch count)."""
     p = draft.plan

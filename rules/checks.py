@@ -1,4 +1,5 @@
 """Rules several frameworks share, each made for one framework by its note."""
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -7,8 +8,13 @@ from paraplan.rules.base import Draft, Refusal, Rule, RuleContext, recompute_fix
 from paraplan.rules.plans import uniform_recompute
 from paraplan.rules.validity import ep_splits_experts
 
-__all__ = ["dense_model_rule", "check_dense_model", "check_no_expert_parallel", "check_expert_tp_is_tp",
-           "uniform_recompute_rule"]
+__all__ = [
+    "dense_model_rule",
+    "check_dense_model",
+    "check_no_expert_parallel",
+    "check_expert_tp_is_tp",
+    "uniform_recompute_rule",
+]
 
 
 def dense_model_rule(rule_text: str) -> Rule:
@@ -20,8 +26,10 @@ def dense_model_rule(rule_text: str) -> Rule:
         if ep_splits_experts(s, p.ep):
             return None
         what = f"{s.name} is dense" if not s.is_moe else f"{s.name} has {s.num_experts} experts"
-        return Refusal(f"plan.ep={p.ep} needs a mixture-of-experts model ({rule_text}) but {what}",
-                       repair("ep -> 1", draft, replace(p, ep=1)))
+        return Refusal(
+            f"plan.ep={p.ep} needs a mixture-of-experts model ({rule_text}) but {what}",
+            repair("ep -> 1", draft, replace(p, ep=1)),
+        )
 
     return check_dense_model
 
@@ -36,8 +44,9 @@ def check_no_expert_parallel(framework_note: str) -> Rule:
     def check_expert_parallel_expressible(ctx: RuleContext, draft: Draft) -> Refusal | None:
         if draft.plan.ep == 1:
             return None
-        return Refusal(f"plan.ep={draft.plan.ep}: {framework_note}",
-                       repair("ep -> 1", draft, replace(draft.plan, ep=1)))
+        return Refusal(
+            f"plan.ep={draft.plan.ep}: {framework_note}", repair("ep -> 1", draft, replace(draft.plan, ep=1))
+        )
 
     return check_expert_parallel_expressible
 
@@ -49,8 +58,10 @@ def check_expert_tp_is_tp(framework_note: str) -> Rule:
         p = draft.plan
         if p.expert_tp == p.tp:
             return None
-        return Refusal(f"plan.etp={p.etp} with tp={p.tp}: {framework_note}",
-                       repair(f"etp -> {p.tp}", draft, replace(p, etp=p.tp)))
+        return Refusal(
+            f"plan.etp={p.etp} with tp={p.tp}: {framework_note}",
+            repair(f"etp -> {p.tp}", draft, replace(p, etp=p.tp)),
+        )
 
     return check_expert_tp
 
@@ -63,7 +74,6 @@ def uniform_recompute_rule(framework_note: str) -> Rule:
         if uniform_recompute(draft.plan) is not None:
             return None
         modes = [r.value for r in draft.plan.recompute]
-        return Refusal(f"recompute differs per stage ({modes}); {framework_note}",
-                       recompute_fixes(draft))
+        return Refusal(f"recompute differs per stage ({modes}); {framework_note}", recompute_fixes(draft))
 
     return check_recompute_uniform

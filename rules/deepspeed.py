@@ -1,6 +1,7 @@
 """DeepSpeed 0.19.8's rules: what a plan must satisfy to run as a DeepSpeed JSON config with a
 PipelineModule, and the layer split PipelineModule builds itself (``partition_balanced``), which
 both the rules and the exporter (paraplan/export/deepspeed.py) need."""
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -22,8 +23,15 @@ from paraplan.rules.checks import check_dense_model, check_no_expert_parallel
 from paraplan.rules.plans import order_matches, regroup, uniform_recompute
 from paraplan.rules.validity import batch_splits
 
-__all__ = ["RULES", "SEARCH", "MODEL_RULES", "ORDER", "partition_balanced", "balanced_split",
-           "pipeline_split"]
+__all__ = [
+    "RULES",
+    "SEARCH",
+    "MODEL_RULES",
+    "ORDER",
+    "partition_balanced",
+    "balanced_split",
+    "pipeline_split",
+]
 
 
 ORDER = (Axis.TP, Axis.CP, Axis.DP, Axis.PP)
@@ -71,7 +79,7 @@ def balanced_split(num_layers: int, pp: int) -> tuple[int, ...]:
     """Blocks per stage DeepSpeed gives ``LAYER_LIST`` under ``partition_method="type:<block>"``."""
     weights = [0] + [1] * num_layers + [0, 0]
     parts = partition_balanced(weights, pp)
-    return tuple(sum(weights[parts[s]:parts[s + 1]]) for s in range(pp))
+    return tuple(sum(weights[parts[s] : parts[s + 1]]) for s in range(pp))
 
 
 # --------------------------------------------------------------------------- rules
@@ -82,9 +90,11 @@ def check_batch_rule(ctx: RuleContext, draft: Draft) -> Refusal | None:
     p, gb = draft.plan, ctx.job.global_batch
     if batch_splits(ctx.job, p):
         return None
-    return Refusal(f"train_batch_size={gb} must equal micro_batch x gradient_accumulation_steps x "
-                   f"dp, and {gb} is not a multiple of {p.micro_batch}*{p.dp}",
-                   micro_batch_repairs(draft, gb))
+    return Refusal(
+        f"train_batch_size={gb} must equal micro_batch x gradient_accumulation_steps x "
+        f"dp, and {gb} is not a multiple of {p.micro_batch}*{p.dp}",
+        micro_batch_repairs(draft, gb),
+    )
 
 
 def check_pipeline_zero(ctx: RuleContext, draft: Draft) -> Refusal | None:
@@ -92,18 +102,22 @@ def check_pipeline_zero(ctx: RuleContext, draft: Draft) -> Refusal | None:
     p = draft.plan
     if p.pp == 1 or p.zero < 2:
         return None
-    return Refusal(f"plan.zero={p.zero} with pp={p.pp}: ZeRO-2 and ZeRO-3 are incompatible with "
-                   "pipeline parallelism (PipelineEngine assertion, at run time)",
-                   repair("zero -> 1", draft, replace(p, zero=1))
-                   + repair("pp -> 1, dp absorbs it", draft, regroup(p, pp=1)))
+    return Refusal(
+        f"plan.zero={p.zero} with pp={p.pp}: ZeRO-2 and ZeRO-3 are incompatible with "
+        "pipeline parallelism (PipelineEngine assertion, at run time)",
+        repair("zero -> 1", draft, replace(p, zero=1))
+        + repair("pp -> 1, dp absorbs it", draft, regroup(p, pp=1)),
+    )
 
 
 def check_no_interleaving(ctx: RuleContext, draft: Draft) -> Refusal | None:
     """PipelineModule has one stage per pipeline rank: no virtual stages."""
     if draft.plan.vp == 1:
         return None
-    return Refusal(f"plan.vp={draft.plan.vp}: DeepSpeed pipelines have no interleaved "
-                   "(virtual) stages", repair("vp -> 1", draft, replace(draft.plan, vp=1)))
+    return Refusal(
+        f"plan.vp={draft.plan.vp}: DeepSpeed pipelines have no interleaved (virtual) stages",
+        repair("vp -> 1", draft, replace(draft.plan, vp=1)),
+    )
 
 
 def check_layer_split(ctx: RuleContext, draft: Draft) -> Refusal | None:
@@ -117,7 +131,8 @@ def check_layer_split(ctx: RuleContext, draft: Draft) -> Refusal | None:
     return Refusal(
         f"layers_per_stage={list(p.layers_per_stage)}: PipelineModule's partition_method has no "
         f"explicit layer counts; balancing the blocks gives {list(split)}",
-        repair(f"layers_per_stage -> {list(split)}", draft, replace(p, layers_per_stage=split)))
+        repair(f"layers_per_stage -> {list(split)}", draft, replace(p, layers_per_stage=split)),
+    )
 
 
 def check_recompute(ctx: RuleContext, draft: Draft) -> Refusal | None:
@@ -127,12 +142,16 @@ def check_recompute(ctx: RuleContext, draft: Draft) -> Refusal | None:
         return None
     if mode is None:
         modes = [r.value for r in draft.plan.recompute]
-        rule = (f"recompute differs per stage ({modes}); DeepSpeed's "
-                "activation_checkpoint_interval is one setting for every stage")
+        rule = (
+            f"recompute differs per stage ({modes}); DeepSpeed's "
+            "activation_checkpoint_interval is one setting for every stage"
+        )
     else:
-        rule = ("recompute=selective: DeepSpeed checkpoints whole layers "
-                "(activation_checkpoint_interval, deepspeed.checkpointing) and has no selective "
-                "(attention-only) recompute")
+        rule = (
+            "recompute=selective: DeepSpeed checkpoints whole layers "
+            "(activation_checkpoint_interval, deepspeed.checkpointing) and has no selective "
+            "(attention-only) recompute"
+        )
     return Refusal(rule, recompute_fixes(draft, (Recompute.FULL, Recompute.NONE)))
 
 
@@ -141,9 +160,10 @@ def check_sequence_parallel(ctx: RuleContext, draft: Draft) -> Refusal | None:
     p = draft.plan
     if p.tp == 1 or not p.sequence_parallel:
         return None
-    return Refusal(f"sequence_parallel=on with tp={p.tp}: DeepSpeed AutoTP has no Megatron-style "
-                   "sequence parallelism", repair("sequence_parallel -> off", draft,
-                                                  replace(p, sequence_parallel=False)))
+    return Refusal(
+        f"sequence_parallel=on with tp={p.tp}: DeepSpeed AutoTP has no Megatron-style sequence parallelism",
+        repair("sequence_parallel -> off", draft, replace(p, sequence_parallel=False)),
+    )
 
 
 def check_ulysses(ctx: RuleContext, draft: Draft) -> Refusal | None:
@@ -153,10 +173,12 @@ def check_ulysses(ctx: RuleContext, draft: Draft) -> Refusal | None:
         return None
     if p.tp == 1 and p.pp == 1 and s.num_heads % p.cp == 0 and s.num_kv_heads % p.cp == 0:
         return None
-    return Refusal(f"plan.cp={p.cp} maps to Ulysses sequence parallelism, which needs tp=1, pp=1 "
-                   f"and cp dividing heads={s.num_heads} and kv_heads={s.num_kv_heads} "
-                   f"(plan has tp={p.tp}, pp={p.pp})",
-                   repair("cp -> 1, dp absorbs it", draft, regroup(p, cp=1)))
+    return Refusal(
+        f"plan.cp={p.cp} maps to Ulysses sequence parallelism, which needs tp=1, pp=1 "
+        f"and cp dividing heads={s.num_heads} and kv_heads={s.num_kv_heads} "
+        f"(plan has tp={p.tp}, pp={p.pp})",
+        repair("cp -> 1, dp absorbs it", draft, regroup(p, cp=1)),
+    )
 
 
 def check_autotp_without_pipeline(ctx: RuleContext, draft: Draft) -> Refusal | None:
@@ -165,11 +187,13 @@ def check_autotp_without_pipeline(ctx: RuleContext, draft: Draft) -> Refusal | N
     p = draft.plan
     if p.tp == 1 or p.pp == 1:
         return None
-    return Refusal(f"plan.tp={p.tp} with pp={p.pp}: tensor_parallel.autotp_size cannot shard a "
-                   "PipelineModule (AutoTP: 'Not able to determine model policy'), and DeepSpeed "
-                   "itself has no other tensor parallelism",
-                   repair("tp -> 1, dp absorbs it", draft, regroup(p, tp=1))
-                   + repair("pp -> 1, dp absorbs it", draft, regroup(p, pp=1)))
+    return Refusal(
+        f"plan.tp={p.tp} with pp={p.pp}: tensor_parallel.autotp_size cannot shard a "
+        "PipelineModule (AutoTP: 'Not able to determine model policy'), and DeepSpeed "
+        "itself has no other tensor parallelism",
+        repair("tp -> 1, dp absorbs it", draft, regroup(p, tp=1))
+        + repair("pp -> 1, dp absorbs it", draft, regroup(p, pp=1)),
+    )
 
 
 def check_rank_order(ctx: RuleContext, draft: Draft) -> Refusal | None:
@@ -177,15 +201,30 @@ def check_rank_order(ctx: RuleContext, draft: Draft) -> Refusal | None:
     if order_matches(draft.plan, ORDER):
         return None
     order = "-".join(a.value for a in draft.plan.order)
-    return Refusal(f"plan.order={order}: DeepSpeed's topology ['pipe', 'data', 'model'] places "
-                   "tp innermost, then dp, then pp", order_fixes(draft, [("tp-cp-dp-pp", ORDER)]))
+    return Refusal(
+        f"plan.order={order}: DeepSpeed's topology ['pipe', 'data', 'model'] places "
+        "tp innermost, then dp, then pp",
+        order_fixes(draft, [("tp-cp-dp-pp", ORDER)]),
+    )
 
 
-RULES = (check_dense_model, check_no_expert_parallel(
-    "DeepSpeed sets the expert-parallel size in model code (deepspeed.moe.layer.MoE(ep_size=...)), "
-    "not in the JSON config"), check_batch_rule, check_pipeline_zero, check_no_interleaving,
-         check_recompute, check_layer_split, check_sequence_parallel, check_ulysses,
-         check_autotp_without_pipeline, check_rank_order)
+RULES = (
+    check_dense_model,
+    check_no_expert_parallel(
+        "DeepSpeed sets the expert-parallel size in model code (deepspeed.moe.layer.MoE(ep_size=...)), "
+        "not in the JSON config"
+    ),
+    check_batch_rule,
+    check_pipeline_zero,
+    check_no_interleaving,
+    check_recompute,
+    check_layer_split,
+    check_sequence_parallel,
+    check_ulysses,
+    check_autotp_without_pipeline,
+    check_rank_order,
+)
+
 
 def pipeline_split(num_layers: int, pp: int, vp: int) -> tuple[int, ...] | None:
     """The split PipelineModule builds (balanced_split); none with virtual stages."""

@@ -1,6 +1,7 @@
 """MaxText 0.2.5's rules: what a plan must satisfy to run from a MaxText YAML config, and the
 framework facts both the rules and the exporter (paraplan/export/maxtext.py) need: the model
 configs of the same shape (``MODELS``), the mesh order and its ici/dcn split (``mesh_split``)."""
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -23,10 +24,26 @@ from paraplan.rules.plans import order_matches
 __all__ = ["RULES", "SEARCH", "MODEL_RULES", "MODELS", "maxtext_order", "mesh_split", "slices"]
 
 
-MODELS = {name: name for name in (
-    "llama2-7b", "llama2-13b", "llama2-70b", "llama3-8b", "llama3-70b", "llama3.1-8b",
-    "llama3.1-70b", "llama3.1-405b", "mistral-7b", "gpt3-175b", "mixtral-8x7b", "mixtral-8x22b",
-    "qwen3-30b-a3b", "qwen3-235b-a22b", "gpt-oss-120b")} | {"deepseek-v3": "deepseek3-671b"}
+MODELS = {
+    name: name
+    for name in (
+        "llama2-7b",
+        "llama2-13b",
+        "llama2-70b",
+        "llama3-8b",
+        "llama3-70b",
+        "llama3.1-8b",
+        "llama3.1-70b",
+        "llama3.1-405b",
+        "mistral-7b",
+        "gpt3-175b",
+        "mixtral-8x7b",
+        "mixtral-8x22b",
+        "qwen3-30b-a3b",
+        "qwen3-235b-a22b",
+        "gpt-oss-120b",
+    )
+} | {"deepseek-v3": "deepseek3-671b"}
 """paraplan presets -> MaxText ``model_name`` configs of the same shape (MaxText @e591f30
 configs/models, the sources of docs/data/models.json)."""
 
@@ -38,8 +55,7 @@ def maxtext_order(plan: Plan) -> tuple[Axis, ...]:
     return (Axis.TP, Axis.CP, Axis.PP, Axis.DP)
 
 
-def mesh_split(plan: Plan, devices_per_node: int, num_nodes: int
-               ) -> dict[Axis | str, tuple[int, int]]:
+def mesh_split(plan: Plan, devices_per_node: int, num_nodes: int) -> dict[Axis | str, tuple[int, int]]:
     """(ici, dcn) degree of each axis: inside a node until the order fills it, then across.
     With ep > 1 the ``"expert"`` axis (ep ranks) comes first and dp keeps dp / ep.
 
@@ -58,14 +74,17 @@ def mesh_split(plan: Plan, devices_per_node: int, num_nodes: int
             room = 0
         ici = min(degree, room)
         if ici == 0 or degree % ici:
-            raise ValueError(f"{getattr(axis, 'value', axis)}={degree} after {inner} inner ranks "
-                             f"straddles the {devices_per_node}-device node boundary unevenly")
+            raise ValueError(
+                f"{getattr(axis, 'value', axis)}={degree} after {inner} inner ranks "
+                f"straddles the {devices_per_node}-device node boundary unevenly"
+            )
         split[axis] = (ici, degree // ici)
         inner *= degree
     ici_product = prod(i for i, _ in split.values())
     if ici_product != devices_per_node or prod(d for _, d in split.values()) != num_nodes:
-        raise ValueError(f"ICI degrees multiply to {ici_product}, not the {devices_per_node} "
-                         "devices per node")
+        raise ValueError(
+            f"ICI degrees multiply to {ici_product}, not the {devices_per_node} devices per node"
+        )
     return split
 
 
@@ -77,10 +96,11 @@ def check_zero(ctx: RuleContext, draft: Draft) -> Refusal | None:
     p = draft.plan
     if p.zero != 2:
         return None
-    return Refusal("plan.zero=2: MaxText shards optimizer state only (shard_optimizer_over_data, "
-                   "ZeRO-1) or everything (fsdp axis, ZeRO-3)",
-                   repair("zero -> 1", draft, replace(p, zero=1))
-                   + repair("zero -> 3", draft, replace(p, zero=3)))
+    return Refusal(
+        "plan.zero=2: MaxText shards optimizer state only (shard_optimizer_over_data, "
+        "ZeRO-1) or everything (fsdp axis, ZeRO-3)",
+        repair("zero -> 1", draft, replace(p, zero=1)) + repair("zero -> 3", draft, replace(p, zero=3)),
+    )
 
 
 def check_uniform_stages(ctx: RuleContext, draft: Draft) -> Refusal | None:
@@ -93,11 +113,13 @@ def check_uniform_stages(ctx: RuleContext, draft: Draft) -> Refusal | None:
     if layers % p.pp == 0:
         even = (layers // p.pp,) * p.pp
         vp = p.vp if (layers // p.pp) % p.vp == 0 else 1
-        fixes = repair(f"layers_per_stage -> {list(even)}", draft,
-                       replace(p, layers_per_stage=even, vp=vp))
-    return Refusal(f"layers_per_stage={list(p.layers_per_stage)}: MaxText pipelines need "
-                   "stages x repeats x num_layers_per_pipeline_stage == layers, so every stage "
-                   "holds the same number of layers, a multiple of the repeats (vp)", fixes)
+        fixes = repair(f"layers_per_stage -> {list(even)}", draft, replace(p, layers_per_stage=even, vp=vp))
+    return Refusal(
+        f"layers_per_stage={list(p.layers_per_stage)}: MaxText pipelines need "
+        "stages x repeats x num_layers_per_pipeline_stage == layers, so every stage "
+        "holds the same number of layers, a multiple of the repeats (vp)",
+        fixes,
+    )
 
 
 def check_pipeline_micro_batches(ctx: RuleContext, draft: Draft) -> Refusal | None:
@@ -108,8 +130,10 @@ def check_pipeline_micro_batches(ctx: RuleContext, draft: Draft) -> Refusal | No
     n = gb // (p.micro_batch * p.dp)
     if n % p.pp == 0:
         return None
-    return Refusal(f"num_pipeline_microbatches={n} must be a multiple of the pp={p.pp} stages",
-                   micro_batch_repairs(draft, gb, lambda count: count % p.pp == 0))
+    return Refusal(
+        f"num_pipeline_microbatches={n} must be a multiple of the pp={p.pp} stages",
+        micro_batch_repairs(draft, gb, lambda count: count % p.pp == 0),
+    )
 
 
 check_uniform_recompute = uniform_recompute_rule("remat_policy applies to every layer")
@@ -121,9 +145,11 @@ def check_rank_order(ctx: RuleContext, draft: Draft) -> Refusal | None:
     if order_matches(draft.plan, order):
         return None
     name = "-".join(a.value for a in order)
-    return Refusal(f"plan.order={'-'.join(a.value for a in draft.plan.order)}: MaxText's "
-                   f"mesh_axes place ranks as {name} (innermost first)",
-                   order_fixes(draft, [(name, order)]))
+    return Refusal(
+        f"plan.order={'-'.join(a.value for a in draft.plan.order)}: MaxText's "
+        f"mesh_axes place ranks as {name} (innermost first)",
+        order_fixes(draft, [(name, order)]),
+    )
 
 
 def slices(ctx: RuleContext) -> tuple[int, int, str]:
@@ -140,8 +166,10 @@ def check_node_boundary(ctx: RuleContext, draft: Draft) -> Refusal | None:
     try:
         mesh_split(draft.plan, per_slice, num)
     except ValueError as e:
-        return Refusal(f"the mesh cannot be cut into ici (inside a {per_slice}-device {what}) and "
-                       f"dcn (across {num} of them) parts: {e}")
+        return Refusal(
+            f"the mesh cannot be cut into ici (inside a {per_slice}-device {what}) and "
+            f"dcn (across {num} of them) parts: {e}"
+        )
     return None
 
 
@@ -152,12 +180,14 @@ def check_fp8_accumulation(ctx: RuleContext, draft: Draft) -> Refusal | None:
     if draft.precision is not Precision.FP8 or accumulation == 1:
         return None
     whole = ctx.job.global_batch // p.dp
-    fixes = repair(f"micro_batch -> {whole} (no accumulation)", draft,
-                   replace(p, micro_batch=whole))
+    fixes = repair(f"micro_batch -> {whole} (no accumulation)", draft, replace(p, micro_batch=whole))
     fixes += (Fix("precision -> bf16", replace(draft, precision=Precision.BF16)),)
-    return Refusal(f"precision fp8 with gradient_accumulation_steps={accumulation}: MaxText "
-                   "refuses it (\"FP8 quantization is not compatible with gradient "
-                   "accumulation\"); run one micro-batch per step or bf16", fixes)
+    return Refusal(
+        f"precision fp8 with gradient_accumulation_steps={accumulation}: MaxText "
+        'refuses it ("FP8 quantization is not compatible with gradient '
+        'accumulation"); run one micro-batch per step or bf16',
+        fixes,
+    )
 
 
 def check_expert_axis(ctx: RuleContext, draft: Draft) -> Refusal | None:
@@ -166,10 +196,12 @@ def check_expert_axis(ctx: RuleContext, draft: Draft) -> Refusal | None:
     p = draft.plan
     if p.ep == 1 or (p.tp == 1 and p.cp == 1 and (p.pp == 1 or p.zero == 3)):
         return None
-    return Refusal(f"plan.ep={p.ep}: MaxText's expert axis is innermost in mesh_axes, inside "
-                   f"tensor (tp={p.tp}), context (cp={p.cp}) and stage (pp={p.pp}, unless dp is "
-                   "the fsdp axis), so it cannot hold the plan's expert-parallel group",
-                   repair("ep -> 1", draft, replace(p, ep=1)))
+    return Refusal(
+        f"plan.ep={p.ep}: MaxText's expert axis is innermost in mesh_axes, inside "
+        f"tensor (tp={p.tp}), context (cp={p.cp}) and stage (pp={p.pp}, unless dp is "
+        "the fsdp axis), so it cannot hold the plan's expert-parallel group",
+        repair("ep -> 1", draft, replace(p, ep=1)),
+    )
 
 
 def check_model_keys(ctx: RuleContext, draft: Draft) -> Refusal | None:
@@ -178,24 +210,42 @@ def check_model_keys(ctx: RuleContext, draft: Draft) -> Refusal | None:
     s = ctx.spec
     if ctx.model_preset in MODELS:
         return None
-    odd = [what for what, on in (
-        ("multi-head latent attention", s.is_mla),
-        (f"moe_layer_freq={s.moe_layer_freq}", s.moe_layer_freq > 1),
-        ("shared experts of another width", s.shared_ffn_hidden
-         and s.shared_ffn_hidden != s.num_shared_experts * s.moe_ffn_hidden)) if on]
+    odd = [
+        what
+        for what, on in (
+            ("multi-head latent attention", s.is_mla),
+            (f"moe_layer_freq={s.moe_layer_freq}", s.moe_layer_freq > 1),
+            (
+                "shared experts of another width",
+                s.shared_ffn_hidden and s.shared_ffn_hidden != s.num_shared_experts * s.moe_ffn_hidden,
+            ),
+        )
+        if on
+    ]
     if not odd:
         return None
-    return Refusal(f"model {s.name}: {', '.join(odd)} has no key in this export (use a MaxText "
-                   "model config that has it)")
+    return Refusal(
+        f"model {s.name}: {', '.join(odd)} has no key in this export (use a MaxText model config that has it)"
+    )
 
 
 # MaxText shards expert weights over the tensor axis like the dense MLP: expert TP = tp
 check_expert_tp = check_expert_tp_is_tp("MaxText has no separate expert tensor-parallel degree")
 
 
-RULES = (check_dense_model, check_expert_tp, check_model_keys, check_zero, check_uniform_stages,
-         check_pipeline_micro_batches, check_uniform_recompute, check_rank_order,
-         check_expert_axis, check_node_boundary, check_fp8_accumulation)
+RULES = (
+    check_dense_model,
+    check_expert_tp,
+    check_model_keys,
+    check_zero,
+    check_uniform_stages,
+    check_pipeline_micro_batches,
+    check_uniform_recompute,
+    check_rank_order,
+    check_expert_axis,
+    check_node_boundary,
+    check_fp8_accumulation,
+)
 
 SEARCH = SearchLimits(even_stages=True)
 """solver.target=maxtext: num_layers_per_pipeline_stage: every stage alike; one remat_policy."""

@@ -3,6 +3,7 @@
 run time: Megatron-FSDP (our ZeRO-2 and ZeRO-3) builds its DP x TP device mesh over the whole world
 (``_get_dp_tp_mesh`` in ``megatron/core/distributed/fsdp/mcore_fsdp_adapter.py``), so it cannot run
 with PP > 1. The exporter (paraplan/export/megatron.py) renders what passes."""
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -23,8 +24,16 @@ from paraplan.rules.checks import dense_model_rule, uniform_recompute_rule
 from paraplan.rules.plans import order_matches, regroup
 from paraplan.rules.validity import batch_splits, cp_splits_sequence, tp_splits_heads
 
-__all__ = ["RULES", "SEARCH", "MODEL_RULES", "ORDERS", "LLAMA3_ROPE_SCALING",
-           "MLA_YARN_ORIGINAL_MAX_POSITIONS", "megatron_order", "tp_repairs"]
+__all__ = [
+    "RULES",
+    "SEARCH",
+    "MODEL_RULES",
+    "ORDERS",
+    "LLAMA3_ROPE_SCALING",
+    "MLA_YARN_ORIGINAL_MAX_POSITIONS",
+    "megatron_order",
+    "tp_repairs",
+]
 
 
 ORDERS: dict[str, tuple[Axis, ...]] = {
@@ -34,8 +43,7 @@ ORDERS: dict[str, tuple[Axis, ...]] = {
 """Megatron's rank orders (RankGenerator strings) as paraplan orders; the second needs a flag."""
 
 
-LLAMA3_ROPE_SCALING = {"low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                       "original_max_positions": 8192}
+LLAMA3_ROPE_SCALING = {"low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_positions": 8192}
 """The llama3 scaling megatron-core applies (``RotaryEmbedding._apply_scaling`` defaults in
 megatron/core/models/common/embeddings/rotary_pos_embedding.py, 0.19.2); only the factor is a
 flag."""
@@ -76,8 +84,8 @@ def check_expert_data_parallel(ctx: RuleContext, draft: Draft) -> Refusal | None
         f"plan.ep={p.ep} under --use-tp-pp-dp-mapping with pp={p.pp}: Megatron needs the expert "
         f"data-parallel size (dp*cp/ep = {p.dp * p.cp // p.ep}) to equal dp={p.dp} when pp is "
         "not the outermost axis",
-        order_fixes(draft, [("tp-cp-ep-dp-pp", default)])
-        + repair("ep -> 1", draft, replace(p, ep=1)))
+        order_fixes(draft, [("tp-cp-ep-dp-pp", default)]) + repair("ep -> 1", draft, replace(p, ep=1)),
+    )
 
 
 def check_batch_divides(ctx: RuleContext, draft: Draft) -> Refusal | None:
@@ -85,9 +93,11 @@ def check_batch_divides(ctx: RuleContext, draft: Draft) -> Refusal | None:
     p, gb = draft.plan, ctx.job.global_batch
     if batch_splits(ctx.job, p):
         return None
-    return Refusal(f"job.global_batch={gb} must be divisible by micro_batch*dp = "
-                   f"{p.micro_batch}*{p.dp} (global-batch-size rule)",
-                   micro_batch_repairs(draft, gb))
+    return Refusal(
+        f"job.global_batch={gb} must be divisible by micro_batch*dp = "
+        f"{p.micro_batch}*{p.dp} (global-batch-size rule)",
+        micro_batch_repairs(draft, gb),
+    )
 
 
 def check_tensor_split(ctx: RuleContext, draft: Draft) -> Refusal | None:
@@ -99,7 +109,8 @@ def check_tensor_split(ctx: RuleContext, draft: Draft) -> Refusal | None:
         f"plan.tp={tp} must divide model heads={s.num_heads} and ffn_hidden={s.ffn_hidden}, and "
         f"kv_heads={s.num_kv_heads} must be a multiple or divisor of it (Megatron splits each "
         "across tensor ranks; ffn is only checked when the model is built)",
-        tp_repairs(ctx, draft))
+        tp_repairs(ctx, draft),
+    )
 
 
 def check_context_split(ctx: RuleContext, draft: Draft) -> Refusal | None:
@@ -107,8 +118,10 @@ def check_context_split(ctx: RuleContext, draft: Draft) -> Refusal | None:
     cp, seq = draft.plan.cp, ctx.job.seq_len
     if cp_splits_sequence(ctx.job, cp):
         return None
-    return Refusal(f"job.seq_len={seq} must be divisible by 2*cp = {2 * cp} (context-parallel "
-                   "load balancing)", repair("cp -> 1", draft, regroup(draft.plan, cp=1)))
+    return Refusal(
+        f"job.seq_len={seq} must be divisible by 2*cp = {2 * cp} (context-parallel load balancing)",
+        repair("cp -> 1", draft, regroup(draft.plan, cp=1)),
+    )
 
 
 def check_interleaving(ctx: RuleContext, draft: Draft) -> Refusal | None:
@@ -122,15 +135,18 @@ def check_interleaving(ctx: RuleContext, draft: Draft) -> Refusal | None:
     if p.pp == 1:
         return Refusal(f"plan.vp={p.vp} needs pipeline-model-parallel-size > 1", no_vp)
     if m % p.pp:
-        return Refusal(f"the interleaved schedule needs the {m} micro-batches per step to be a "
-                       f"multiple of pp={p.pp}", no_vp)
+        return Refusal(
+            f"the interleaved schedule needs the {m} micro-batches per step to be a multiple of pp={p.pp}",
+            no_vp,
+        )
     return None
 
 
 check_uniform_recompute = uniform_recompute_rule(
     "--recompute-granularity, --recompute-method and --recompute-num-layers apply to every "
     "pipeline rank alike ('block' recomputes the first N layers of every stage, never none on "
-    "some and full on others)")
+    "some and full on others)"
+)
 
 
 def check_fsdp_without_pp(ctx: RuleContext, draft: Draft) -> Refusal | None:
@@ -143,7 +159,8 @@ def check_fsdp_without_pp(ctx: RuleContext, draft: Draft) -> Refusal | None:
         f"whole world and so fails at start-up with pp={p.pp} > 1 "
         "(mcore_fsdp_adapter._get_dp_tp_mesh)",
         repair("zero -> 1 (distributed optimizer)", draft, replace(p, zero=1))
-        + repair("pp -> 1, dp absorbs it", draft, regroup(p, pp=1)))
+        + repair("pp -> 1, dp absorbs it", draft, regroup(p, pp=1)),
+    )
 
 
 def megatron_order(plan: Plan) -> str | None:
@@ -156,8 +173,10 @@ def check_rank_order(ctx: RuleContext, draft: Draft) -> Refusal | None:
     if megatron_order(draft.plan) is not None:
         return None
     order = "-".join(a.value for a in draft.plan.order)
-    return Refusal(f"plan.order={order} is neither of Megatron's rank orders "
-                   f"({' nor '.join(ORDERS)})", order_fixes(draft, ORDERS.items()))
+    return Refusal(
+        f"plan.order={order} is neither of Megatron's rank orders ({' nor '.join(ORDERS)})",
+        order_fixes(draft, ORDERS.items()),
+    )
 
 
 def check_one_launch(ctx: RuleContext, draft: Draft) -> Refusal | None:
@@ -166,29 +185,39 @@ def check_one_launch(ctx: RuleContext, draft: Draft) -> Refusal | None:
     used = sorted({pools[p].devices_per_node for p in set(draft.plan.stage_pools)}) if pools else []
     if len(used) <= 1:
         return None
-    return Refusal(f"plan.stage_pools={list(draft.plan.stage_pools)} uses pools with {used} GPUs "
-                   "per node, but one torchrun job takes one --nproc-per-node")
+    return Refusal(
+        f"plan.stage_pools={list(draft.plan.stage_pools)} uses pools with {used} GPUs "
+        "per node, but one torchrun job takes one --nproc-per-node"
+    )
 
 
 def _architecture_gap(spec: ModelSpec) -> str | None:
     """What of ``spec`` megatron-core 0.19.2 cannot build, or None."""
     rope = spec.rope
     if spec.position_embedding == "alibi":
-        return ("ALiBi position biases: megatron-core has no ALiBi (--position-embedding-type "
-                "takes learned_absolute, rope, yarn, mrope, relative or none)")
+        return (
+            "ALiBi position biases: megatron-core has no ALiBi (--position-embedding-type "
+            "takes learned_absolute, rope, yarn, mrope, relative or none)"
+        )
     if spec.parallel_residual:
-        return ("a parallel attention + MLP residual: megatron-core's TransformerLayer runs "
-                "attention, then the MLP on its output")
+        return (
+            "a parallel attention + MLP residual: megatron-core's TransformerLayer runs "
+            "attention, then the MLP on its output"
+        )
     if spec.is_moe and spec.router.score == "sigmoid" and not spec.router.normalize_top_k:
-        return ("sigmoid routing without normalising the top-k weights: megatron-core "
-                "normalises sigmoid scores whenever top_k > 1")
+        return (
+            "sigmoid routing without normalising the top-k weights: megatron-core "
+            "normalises sigmoid scores whenever top_k > 1"
+        )
     if spec.position_embedding != "rope" or not rope.scaling:
         return None
     if spec.is_mla and rope.scaling != "yarn":
         return f"{rope.scaling} RoPE scaling under latent attention (MLA takes rope or yarn)"
     if spec.is_mla and rope.original_max_positions != MLA_YARN_ORIGINAL_MAX_POSITIONS:
-        return (f"YaRN over {rope.original_max_positions} original positions under latent "
-                f"attention: MLATransformerConfig fixes {MLA_YARN_ORIGINAL_MAX_POSITIONS} (no flag)")
+        return (
+            f"YaRN over {rope.original_max_positions} original positions under latent "
+            f"attention: MLATransformerConfig fixes {MLA_YARN_ORIGINAL_MAX_POSITIONS} (no flag)"
+        )
     if spec.is_mla and not rope.round_correction_range:
         return "YaRN without rounding the correction range under latent attention (no flag)"
     if spec.is_mla and rope.fraction != 1:
@@ -196,8 +225,10 @@ def _architecture_gap(spec: ModelSpec) -> str | None:
     if rope.scaling == "llama3":
         ours = {k: getattr(rope, k) for k in LLAMA3_ROPE_SCALING}
         if ours != LLAMA3_ROPE_SCALING:
-            return (f"llama3 RoPE scaling with {ours}: --use-rope-scaling fixes "
-                    f"{LLAMA3_ROPE_SCALING} (only the factor is a flag)")
+            return (
+                f"llama3 RoPE scaling with {ours}: --use-rope-scaling fixes "
+                f"{LLAMA3_ROPE_SCALING} (only the factor is a flag)"
+            )
     return None
 
 
@@ -214,14 +245,27 @@ def check_moe_bias(ctx: RuleContext, draft: Draft) -> Refusal | None:
     p, s = draft.plan, ctx.spec
     if not (s.is_moe and s.linear_bias) or p.expert_tp == 1:
         return None
-    return Refusal(f"model {s.name} has biased expert layers, which megatron-core supports only "
-                   f"with expert tensor parallel size 1 (plan: {p.expert_tp})",
-                   repair("expert tp -> 1", draft, replace(p, etp=1)))
+    return Refusal(
+        f"model {s.name} has biased expert layers, which megatron-core supports only "
+        f"with expert tensor parallel size 1 (plan: {p.expert_tp})",
+        repair("expert tp -> 1", draft, replace(p, etp=1)),
+    )
 
 
-RULES = (check_architecture, check_moe_bias, check_dense_model, check_batch_divides,
-         check_tensor_split, check_context_split, check_interleaving, check_uniform_recompute,
-         check_fsdp_without_pp, check_rank_order, check_expert_data_parallel, check_one_launch)
+RULES = (
+    check_architecture,
+    check_moe_bias,
+    check_dense_model,
+    check_batch_divides,
+    check_tensor_split,
+    check_context_split,
+    check_interleaving,
+    check_uniform_recompute,
+    check_fsdp_without_pp,
+    check_rank_order,
+    check_expert_data_parallel,
+    check_one_launch,
+)
 
 SEARCH = SearchLimits()
 """solver.target=megatron: uneven stages through --pipeline-model-parallel-layout; one recompute

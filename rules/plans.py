@@ -1,5 +1,6 @@
 """Plan helpers the rules and the exporters share: the uniform recompute mode, the effective
 rank order, and regrouping degrees on the same devices."""
+
 from __future__ import annotations
 
 from collections.abc import Sequence

@@ -3,6 +3,7 @@ plan must satisfy for ``paraplan.export.torch_plan`` to build a runnable script,
 rendering one. The script's own checks (``ScriptPlan``, ``check_torch_plan``) live here too: the
 rule ``check_script_accepts`` runs them on every layout the planner considers, and the renderer
 runs them again before it writes the script."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -13,9 +14,19 @@ from paraplan.rules.base import Draft, Refusal, RuleContext, SearchLimits, order
 from paraplan.rules.checks import check_dense_model, uniform_recompute_rule
 from paraplan.rules.plans import order_matches, regroup, uniform_recompute
 
-__all__ = ["RULES", "SEARCH", "MODEL_RULES", "ORDER", "RECOMPUTE_CHOICES", "ZERO_STAGES",
-           "ScriptPlan", "check_torch_plan", "checked_script_plan", "script_args",
-           "virtual_stage_layers"]
+__all__ = [
+    "RULES",
+    "SEARCH",
+    "MODEL_RULES",
+    "ORDER",
+    "RECOMPUTE_CHOICES",
+    "ZERO_STAGES",
+    "ScriptPlan",
+    "check_torch_plan",
+    "checked_script_plan",
+    "script_args",
+    "virtual_stage_layers",
+]
 
 
 ORDER = (Axis.TP, Axis.CP, Axis.DP, Axis.PP)
@@ -36,9 +47,10 @@ def check_no_context_parallel(ctx: RuleContext, draft: Draft) -> Refusal | None:
     """The script's mesh has no cp dimension."""
     if draft.plan.cp == 1:
         return None
-    return Refusal(f"plan.cp={draft.plan.cp}: the PyTorch-native script has no context "
-                   "parallelism", repair("cp -> 1, dp absorbs it", draft, regroup(draft.plan,
-                                                                                   cp=1)))
+    return Refusal(
+        f"plan.cp={draft.plan.cp}: the PyTorch-native script has no context parallelism",
+        repair("cp -> 1, dp absorbs it", draft, regroup(draft.plan, cp=1)),
+    )
 
 
 check_uniform_recompute = uniform_recompute_rule("the script wraps every block the same way")
@@ -51,11 +63,15 @@ def check_schedule(ctx: RuleContext, draft: Draft) -> Refusal | None:
         return None
     n = ctx.job.global_batch // (p.micro_batch * p.dp)
     if p.vp == 1 and n < p.pp:
-        return Refusal(f"Schedule1F1B needs at least pp={p.pp} micro-batches per step; the plan "
-                       f"has {n}", repair("pp -> 1, dp absorbs it", draft, regroup(p, pp=1)))
+        return Refusal(
+            f"Schedule1F1B needs at least pp={p.pp} micro-batches per step; the plan has {n}",
+            repair("pp -> 1, dp absorbs it", draft, regroup(p, pp=1)),
+        )
     if p.vp > 1 and n % max(1, n // p.pp):
-        return Refusal(f"ScheduleInterleaved1F1B needs n % max(1, n // pp) == 0 for the {n} "
-                       f"micro-batches and pp={p.pp}", repair("vp -> 1", draft, replace(p, vp=1)))
+        return Refusal(
+            f"ScheduleInterleaved1F1B needs n % max(1, n // pp) == 0 for the {n} micro-batches and pp={p.pp}",
+            repair("vp -> 1", draft, replace(p, vp=1)),
+        )
     return None
 
 
@@ -63,9 +79,11 @@ def check_rank_order(ctx: RuleContext, draft: Draft) -> Refusal | None:
     """Mesh (pp, dp, tp): tp innermost, then dp, then pp."""
     if order_matches(draft.plan, ORDER):
         return None
-    return Refusal(f"plan.order={'-'.join(a.value for a in draft.plan.order)}: the script's mesh "
-                   "(pp, dp, tp) places tp innermost, then dp, then pp",
-                   order_fixes(draft, [("tp-cp-dp-pp", ORDER)]))
+    return Refusal(
+        f"plan.order={'-'.join(a.value for a in draft.plan.order)}: the script's mesh "
+        "(pp, dp, tp) places tp innermost, then dp, then pp",
+        order_fixes(draft, [("tp-cp-dp-pp", ORDER)]),
+    )
 
 
 def script_args(ctx: RuleContext, draft: Draft) -> dict[str, object]:
@@ -73,9 +91,16 @@ def script_args(ctx: RuleContext, draft: Draft) -> dict[str, object]:
     p, job = draft.plan, ctx.job
     mode = uniform_recompute(p) or Recompute.FULL  # RULES refuse mixed modes before this runs
     return dict(
-        dp=p.dp, tp=p.tp, pp=p.pp, vp=p.vp, micro_batch=p.micro_batch,
-        global_batch=job.global_batch, seq_len=job.seq_len, zero=p.zero,
-        sequence_parallel=p.sequence_parallel, recompute=mode.value,
+        dp=p.dp,
+        tp=p.tp,
+        pp=p.pp,
+        vp=p.vp,
+        micro_batch=p.micro_batch,
+        global_batch=job.global_batch,
+        seq_len=job.seq_len,
+        zero=p.zero,
+        sequence_parallel=p.sequence_parallel,
+        recompute=mode.value,
         layers_per_stage=virtual_stage_layers(p),
         num_layers=ctx.spec.num_layers,
     )
@@ -88,13 +113,16 @@ def check_script_accepts(ctx: RuleContext, draft: Draft) -> Refusal | None:
         check_torch_plan(**script_args(ctx, draft))
     except ValueError as e:
         p = draft.plan
-        return Refusal(f"torch_plan rejects it: {e}",
-                       repair("vp -> 1", draft, replace(p, vp=1) if p.vp > 1 else None)
-                       + repair("sequence_parallel -> off", draft,
-                                replace(p, sequence_parallel=False) if p.sequence_parallel
-                                else None)
-                       + repair("pp -> 1, dp absorbs it", draft,
-                                regroup(p, pp=1) if p.pp > 1 else None))
+        return Refusal(
+            f"torch_plan rejects it: {e}",
+            repair("vp -> 1", draft, replace(p, vp=1) if p.vp > 1 else None)
+            + repair(
+                "sequence_parallel -> off",
+                draft,
+                replace(p, sequence_parallel=False) if p.sequence_parallel else None,
+            )
+            + repair("pp -> 1, dp absorbs it", draft, regroup(p, pp=1) if p.pp > 1 else None),
+        )
     return None
 
 
@@ -103,13 +131,22 @@ def check_dense_reference(ctx: RuleContext, draft: Draft) -> Refusal | None:
     s = ctx.spec
     if not (s.is_moe or s.is_mla):
         return None
-    return Refusal(f"model {s.name} has "
-                   + ("routed experts" if s.is_moe else "multi-head latent attention")
-                   + ": the PyTorch-native plan's reference model is a dense Llama")
+    return Refusal(
+        f"model {s.name} has "
+        + ("routed experts" if s.is_moe else "multi-head latent attention")
+        + ": the PyTorch-native plan's reference model is a dense Llama"
+    )
 
 
-RULES = (check_dense_model, check_dense_reference, check_no_context_parallel,
-         check_uniform_recompute, check_schedule, check_rank_order, check_script_accepts)
+RULES = (
+    check_dense_model,
+    check_dense_reference,
+    check_no_context_parallel,
+    check_uniform_recompute,
+    check_schedule,
+    check_rank_order,
+    check_script_accepts,
+)
 
 SEARCH = SearchLimits()
 """solver.target=torch: the script takes layers per virtual stage; every block wrapped alike."""
@@ -170,9 +207,7 @@ def check_zero_and_recompute(plan: ScriptPlan) -> None:
     if plan.zero not in ZERO_STAGES:
         raise ValueError(f"zero={plan.zero!r} must be one of 0, 1, 2, 3.")
     if plan.recompute not in RECOMPUTE_CHOICES:
-        raise ValueError(
-            f"recompute={plan.recompute!r} must be one of {', '.join(RECOMPUTE_CHOICES)}."
-        )
+        raise ValueError(f"recompute={plan.recompute!r} must be one of {', '.join(RECOMPUTE_CHOICES)}.")
 
 
 def check_batch_divisible(plan: ScriptPlan) -> None:

@@ -1,6 +1,7 @@
 """torchtitan 0.3.0's rules: what a plan must satisfy to run as a ``torchtitan.train`` launch,
 and the framework facts both the rules and the exporter (paraplan/export/torchtitan.py) need:
 the config functions that build each model (``CONFIGS``) and the mesh order."""
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -22,16 +23,27 @@ from paraplan.rules.checks import check_dense_model, check_expert_tp_is_tp, unif
 from paraplan.rules.plans import order_matches, regroup
 from paraplan.rules.validity import batch_splits, cp_splits_sequence
 
-__all__ = ["RULES", "SEARCH", "MODEL_RULES", "CONFIGS", "FLOAT8_CONFIGS", "ORDER", "PARAM_DTYPES",
-           "torchtitan_config"]
+__all__ = [
+    "RULES",
+    "SEARCH",
+    "MODEL_RULES",
+    "CONFIGS",
+    "FLOAT8_CONFIGS",
+    "ORDER",
+    "PARAM_DTYPES",
+    "torchtitan_config",
+]
 
 
 PARAM_DTYPES = {Precision.BF16: "bfloat16", Precision.FP8: "bfloat16"}
 """job.precision -> training.mixed_precision_param (torchtitan takes bfloat16 or float32)."""
 CONFIGS: dict[str, tuple[str, str]] = {
-    "llama3.1-8b": ("llama3", "llama3_8b"), "llama3.1-70b": ("llama3", "llama3_70b"),
-    "llama3.1-405b": ("llama3", "llama3_405b"), "qwen3-32b": ("qwen3", "qwen3_32b"),
-    "qwen3-30b-a3b": ("qwen3", "qwen3_30b_a3b"), "deepseek-v3": ("deepseek_v3", "deepseek_v3_671b"),
+    "llama3.1-8b": ("llama3", "llama3_8b"),
+    "llama3.1-70b": ("llama3", "llama3_70b"),
+    "llama3.1-405b": ("llama3", "llama3_405b"),
+    "qwen3-32b": ("qwen3", "qwen3_32b"),
+    "qwen3-30b-a3b": ("qwen3", "qwen3_30b_a3b"),
+    "deepseek-v3": ("deepseek_v3", "deepseek_v3_671b"),
     "gpt-oss-120b": ("gpt_oss", "gpt_oss_120b"),
 }
 """paraplan preset -> torchtitan 0.3.0 (module, config_registry function) building the same model
@@ -59,8 +71,10 @@ def check_batch(ctx: RuleContext, draft: Draft) -> Refusal | None:
     p, gb = draft.plan, ctx.job.global_batch
     if batch_splits(ctx.job, p):
         return None
-    return Refusal(f"training.global_batch_size={gb} must be divisible by local batch x dp = "
-                   f"{p.micro_batch}*{p.dp}", micro_batch_repairs(draft, gb))
+    return Refusal(
+        f"training.global_batch_size={gb} must be divisible by local batch x dp = {p.micro_batch}*{p.dp}",
+        micro_batch_repairs(draft, gb),
+    )
 
 
 def check_schedule(ctx: RuleContext, draft: Draft) -> Refusal | None:
@@ -70,17 +84,22 @@ def check_schedule(ctx: RuleContext, draft: Draft) -> Refusal | None:
         return None
     n = _num_micro_batches(ctx, draft)
     if p.vp == 1 and n < p.pp:
-        return Refusal(f"Schedule1F1B needs at least pp={p.pp} micro-batches per step; the plan "
-                       f"has {n}", repair("pp -> 1, dp absorbs it", draft, regroup(p, pp=1)))
+        return Refusal(
+            f"Schedule1F1B needs at least pp={p.pp} micro-batches per step; the plan has {n}",
+            repair("pp -> 1, dp absorbs it", draft, regroup(p, pp=1)),
+        )
     if p.vp > 1 and n % max(1, n // p.pp):
-        return Refusal(f"ScheduleInterleaved1F1B needs the {n} micro-batches to satisfy "
-                       f"n % max(1, n // pp) == 0 with pp={p.pp}",
-                       repair("vp -> 1", draft, replace(p, vp=1)))
+        return Refusal(
+            f"ScheduleInterleaved1F1B needs the {n} micro-batches to satisfy "
+            f"n % max(1, n // pp) == 0 with pp={p.pp}",
+            repair("vp -> 1", draft, replace(p, vp=1)),
+        )
     return None
 
 
 check_uniform_recompute = uniform_recompute_rule(
-    "the activation-checkpoint subcommand applies to every stage")
+    "the activation-checkpoint subcommand applies to every stage"
+)
 
 
 def check_context_split(ctx: RuleContext, draft: Draft) -> Refusal | None:
@@ -88,18 +107,21 @@ def check_context_split(ctx: RuleContext, draft: Draft) -> Refusal | None:
     cp, seq = draft.plan.cp, ctx.job.seq_len
     if cp_splits_sequence(ctx.job, cp):
         return None
-    return Refusal(f"training.seq_len={seq} must be divisible by 2*cp = {2 * cp} (head-tail "
-                   "load balancer)", repair("cp -> 1, dp absorbs it", draft, regroup(draft.plan,
-                                                                                     cp=1)))
+    return Refusal(
+        f"training.seq_len={seq} must be divisible by 2*cp = {2 * cp} (head-tail load balancer)",
+        repair("cp -> 1, dp absorbs it", draft, regroup(draft.plan, cp=1)),
+    )
 
 
 def check_precision(ctx: RuleContext, draft: Draft) -> Refusal | None:
     """training.mixed_precision_param accepts bfloat16 and float32 only."""
     if draft.precision in PARAM_DTYPES:
         return None
-    return Refusal(f"job.precision={draft.precision.value}: training.mixed_precision_param takes "
-                   "bfloat16 or float32 only", (Fix("precision -> bf16",
-                                                   replace(draft, precision=Precision.BF16)),))
+    return Refusal(
+        f"job.precision={draft.precision.value}: training.mixed_precision_param takes "
+        "bfloat16 or float32 only",
+        (Fix("precision -> bf16", replace(draft, precision=Precision.BF16)),),
+    )
 
 
 def check_rank_order(ctx: RuleContext, draft: Draft) -> Refusal | None:
@@ -107,9 +129,11 @@ def check_rank_order(ctx: RuleContext, draft: Draft) -> Refusal | None:
     if order_matches(draft.plan, ORDER):
         return None
     order = "-".join(a.value for a in draft.plan.order)
-    return Refusal(f"plan.order={order}: torchtitan's mesh [pp, dp_replicate, dp_shard, cp, tp] "
-                   "places tp innermost, then cp, dp, pp", order_fixes(draft, [("tp-cp-dp-pp",
-                                                                                ORDER)]))
+    return Refusal(
+        f"plan.order={order}: torchtitan's mesh [pp, dp_replicate, dp_shard, cp, tp] "
+        "places tp innermost, then cp, dp, pp",
+        order_fixes(draft, [("tp-cp-dp-pp", ORDER)]),
+    )
 
 
 def check_expert_mesh(ctx: RuleContext, draft: Draft) -> Refusal | None:
@@ -124,7 +148,8 @@ def check_expert_mesh(ctx: RuleContext, draft: Draft) -> Refusal | None:
         "dividing dp_shard x cp",
         repair("tp -> 1, dp absorbs it", draft, regroup(p, tp=1) if p.tp > 1 else None)
         + repair("zero -> 1", draft, replace(p, zero=1) if p.zero == 0 else None)
-        + repair("ep -> 1", draft, replace(p, ep=1)))
+        + repair("ep -> 1", draft, replace(p, ep=1)),
+    )
 
 
 def check_cp_comm(ctx: RuleContext, draft: Draft) -> Refusal | None:
@@ -133,9 +158,11 @@ def check_cp_comm(ctx: RuleContext, draft: Draft) -> Refusal | None:
     p = draft.plan
     if p.cp == 1 or p.cp_comm is CPComm.P2P:
         return None
-    return Refusal(f"plan.cp_comm={p.cp_comm.value}: torchtitan 0.3 has no option to select the "
-                   "context-parallel K/V exchange", repair("cp_comm -> p2p", draft,
-                                                           replace(p, cp_comm=CPComm.P2P)))
+    return Refusal(
+        f"plan.cp_comm={p.cp_comm.value}: torchtitan 0.3 has no option to select the "
+        "context-parallel K/V exchange",
+        repair("cp_comm -> p2p", draft, replace(p, cp_comm=CPComm.P2P)),
+    )
 
 
 # torchtitan 0.3 dropped 0.2.x's expert_tensor_parallel_degree: expert TP must be the default, tp
@@ -146,8 +173,9 @@ def torchtitan_config(spec: ModelSpec) -> tuple[str, str] | None:
     """The (module, config function) whose model equals ``spec`` (any name), or None. A model that
     differs only in its RoPE frequency scaling (Llama 3 beside torchtitan's Llama 3.1 configs)
     counts: shapes, parameters and cost are the same, and the export notes the difference."""
-    return next((target for name, target in CONFIGS.items()
-                 if _same_but_rope_scaling(preset(name), spec)), None)
+    return next(
+        (target for name, target in CONFIGS.items() if _same_but_rope_scaling(preset(name), spec)), None
+    )
 
 
 def _same_but_rope_scaling(built: ModelSpec, spec: ModelSpec) -> bool:
@@ -157,8 +185,12 @@ def _same_but_rope_scaling(built: ModelSpec, spec: ModelSpec) -> bool:
 
     def unscaled(m: ModelSpec) -> ModelSpec:
         return replace(m, name="", rope=Rope(theta=m.rope.theta, fraction=m.rope.fraction))
-    return unscaled(built) == unscaled(spec) and built.rope.scaling in ("", "llama3") \
+
+    return (
+        unscaled(built) == unscaled(spec)
+        and built.rope.scaling in ("", "llama3")
         and spec.rope.scaling in ("", "llama3")
+    )
 
 
 def check_model_config(ctx: RuleContext, draft: Draft) -> Refusal | None:
@@ -166,11 +198,17 @@ def check_model_config(ctx: RuleContext, draft: Draft) -> Refusal | None:
     if torchtitan_config(ctx.spec) is not None:
         return None
     same_shape = [n for n in CONFIGS if _shape(preset(n)) == _shape(ctx.spec)]
-    hint = (f"; preset {same_shape[0]} has its shape but another architecture (e.g. RoPE "
-            "scaling), so torchtitan would train another model" if same_shape else "")
-    return Refusal(f"model {ctx.spec.name} is none of the models torchtitan 0.3.0's config "
-                   f"functions build ({', '.join(CONFIGS)}): the model shape is Python, not a "
-                   f"command-line option{hint}")
+    hint = (
+        f"; preset {same_shape[0]} has its shape but another architecture (e.g. RoPE "
+        "scaling), so torchtitan would train another model"
+        if same_shape
+        else ""
+    )
+    return Refusal(
+        f"model {ctx.spec.name} is none of the models torchtitan 0.3.0's config "
+        f"functions build ({', '.join(CONFIGS)}): the model shape is Python, not a "
+        f"command-line option{hint}"
+    )
 
 
 def check_float8_config(ctx: RuleContext, draft: Draft) -> Refusal | None:
@@ -178,19 +216,39 @@ def check_float8_config(ctx: RuleContext, draft: Draft) -> Refusal | None:
     target = torchtitan_config(ctx.spec)
     if target is None or target[1] not in FLOAT8_CONFIGS or draft.precision is Precision.FP8:
         return None
-    return Refusal(f"torchtitan's {target[1]} trains in float8 (Float8LinearConverter, which no "
-                   f"command-line option removes), not job.precision={draft.precision.value}",
-                   (Fix("precision -> fp8", replace(draft, precision=Precision.FP8)),))
+    return Refusal(
+        f"torchtitan's {target[1]} trains in float8 (Float8LinearConverter, which no "
+        f"command-line option removes), not job.precision={draft.precision.value}",
+        (Fix("precision -> fp8", replace(draft, precision=Precision.FP8)),),
+    )
 
 
 def _shape(spec: ModelSpec) -> tuple[int, ...]:
-    return (spec.num_layers, spec.hidden, spec.ffn_hidden, spec.num_heads, spec.num_kv_heads,
-            spec.vocab, spec.num_experts)
+    return (
+        spec.num_layers,
+        spec.hidden,
+        spec.ffn_hidden,
+        spec.num_heads,
+        spec.num_kv_heads,
+        spec.vocab,
+        spec.num_experts,
+    )
 
 
-RULES = (check_model_config, check_float8_config, check_dense_model, check_cp_comm,
-         check_expert_tp, check_batch, check_precision, check_context_split,
-         check_uniform_recompute, check_schedule, check_rank_order, check_expert_mesh)
+RULES = (
+    check_model_config,
+    check_float8_config,
+    check_dense_model,
+    check_cp_comm,
+    check_expert_tp,
+    check_batch,
+    check_precision,
+    check_context_split,
+    check_uniform_recompute,
+    check_schedule,
+    check_rank_order,
+    check_expert_mesh,
+)
 
 SEARCH = SearchLimits()
 """solver.target=torchtitan: module names per stage express any split; one activation-checkpoint setting."""

@@ -6,6 +6,7 @@ These are the same facts as ``cost.plan.check_plan`` (heads % tp; kv heads a mul
 of tp; global_batch % (micro_batch * dp); seq_len % (2 * cp)) and
 ``cost.plan.check_expert_parallel`` (ep > 1 needs experts; experts % ep), and the search domains
 of solver/space.py; every framework rule asks these functions."""
+
 from __future__ import annotations
 
 from paraplan.cost import Job, Plan
@@ -18,8 +19,7 @@ def tp_splits_heads(spec: ModelSpec, tp: int) -> bool:
     """Whether tp ranks split the attention: heads % tp == 0, and the kv heads (query groups)
     are a multiple or a divisor of tp (Megatron rules 5-6; a kv head is replicated when tp
     exceeds them)."""
-    return spec.num_heads % tp == 0 and (spec.num_kv_heads % tp == 0
-                                         or tp % spec.num_kv_heads == 0)
+    return spec.num_heads % tp == 0 and (spec.num_kv_heads % tp == 0 or tp % spec.num_kv_heads == 0)
 
 
 def ep_splits_experts(spec: ModelSpec, ep: int) -> bool:

@@ -21,9 +21,20 @@ DUPLICATE_REL = 0.005  # 0.5%: the explanation's "ties within 0.5%", far inside 
 
 def layout_key(plan: Plan) -> tuple[object, ...]:
     """The degrees and modes a layout fixes before the layer split and recompute are chosen."""
-    return (plan.dp, plan.tp, plan.pp, plan.cp, plan.ep, plan.expert_tp, plan.vp,
-            plan.micro_batch, str(plan.cp_comm), plan.sequence_parallel,
-            frozenset(plan.stage_pools), plan.torus_shape)
+    return (
+        plan.dp,
+        plan.tp,
+        plan.pp,
+        plan.cp,
+        plan.ep,
+        plan.expert_tp,
+        plan.vp,
+        plan.micro_batch,
+        str(plan.cp_comm),
+        plan.sequence_parallel,
+        frozenset(plan.stage_pools),
+        plan.torus_shape,
+    )
 
 
 def distinct_key(plan: Plan) -> tuple[object, ...]:
@@ -31,8 +42,9 @@ def distinct_key(plan: Plan) -> tuple[object, ...]:
     return layout_key(plan) + (frozenset(str(r) for r in plan.recompute),)
 
 
-def is_near_duplicate(plan: Plan, step_s: float, listed: Sequence[tuple[Plan, float]],
-                      rel: float = DUPLICATE_REL) -> bool:
+def is_near_duplicate(
+    plan: Plan, step_s: float, listed: Sequence[tuple[Plan, float]], rel: float = DUPLICATE_REL
+) -> bool:
     """``plan`` (step ``step_s``) has the key of a listed (plan, step) within ``rel`` of it."""
     key = distinct_key(plan)
     return any(distinct_key(p) == key and abs(step_s - s) <= rel * s for p, s in listed)

@@ -38,8 +38,7 @@ class Enumeration:
     wall_s: float
 
 
-def _splits(layout: Plan, num_layers: int, fixed: Fixed,
-            options: Options) -> Iterator[tuple[int, ...]]:
+def _splits(layout: Plan, num_layers: int, fixed: Fixed, options: Options) -> Iterator[tuple[int, ...]]:
     pp, vp = layout.pp, layout.vp
     split = exact_split(layout, num_layers, fixed, options)
     if split is not None:
@@ -62,8 +61,7 @@ def _splits(layout: Plan, num_layers: int, fixed: Fixed,
 
 
 def _modes(pp: int, fixed: Fixed, options: Options) -> Iterator[tuple[Recompute, ...]]:
-    allowed = [r for r in Recompute
-               if options.recompute_modes is None or r in options.recompute_modes]
+    allowed = [r for r in Recompute if options.recompute_modes is None or r in options.recompute_modes]
     if fixed.recompute is not None:
         if len(fixed.recompute) == pp:
             modes = fixed.recompute
@@ -77,27 +75,35 @@ def _modes(pp: int, fixed: Fixed, options: Options) -> Iterator[tuple[Recompute,
     else:
         candidates = itertools.product(list(Recompute), repeat=pp)
     for modes in candidates:
-        if all(r in allowed for r in modes) and not (options.uniform_recompute
-                                                     and len(set(modes)) > 1):
+        if all(r in allowed for r in modes) and not (options.uniform_recompute and len(set(modes)) > 1):
             yield modes
 
 
-def enumerate_plans(graph: LayerGraph, cluster: Cluster, job: Job, fixed: Fixed,
-                    options: Options, budget_s: float = float("inf")) -> Enumeration:
+def enumerate_plans(
+    graph: LayerGraph,
+    cluster: Cluster,
+    job: Job,
+    fixed: Fixed,
+    options: Options,
+    budget_s: float = float("inf"),
+) -> Enumeration:
     """Minimum step time over every plan that fits (ties: first in enumeration order)."""
     start = time.perf_counter()
     best, best_s, count = None, float("inf"), 0
     spec = graph.spec
-    for layout in layouts(spec, cluster, job.seq_len, job.global_batch, fixed, options,
-                          prune_dominated=False):
+    for layout in layouts(
+        spec, cluster, job.seq_len, job.global_batch, fixed, options, prune_dominated=False
+    ):
         terms = stage_terms(graph, layout, job, cluster)
         for split in _splits(layout, spec.num_layers, fixed, options):
             for modes in _modes(layout.pp, fixed, options):
                 plan = replace(layout, layers_per_stage=split, recompute=modes)
                 count += 1
                 t = replace(terms, plan=plan)
-                fits = all(stage_memory(t, s, split[s], modes[s]).total_bytes
-                           <= t.stage_capacity_bytes(s) for s in range(plan.pp))
+                fits = all(
+                    stage_memory(t, s, split[s], modes[s]).total_bytes <= t.stage_capacity_bytes(s)
+                    for s in range(plan.pp)
+                )
                 if fits:
                     step = step_time_s(t).step_s
                     if step < best_s:

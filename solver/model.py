@@ -72,8 +72,7 @@ class LayoutVars:
 
     def extract(self, solver: cp_model.CpSolver) -> tuple[list[int], list[Recompute]]:
         vp, tab = self.tables.plan.vp, self.tables
-        layers = [vp * sum(solver.value(v) for v in xs.values()) - tab.slot(s)
-                  for s, xs in enumerate(self.x)]
+        layers = [vp * sum(solver.value(v) for v in xs.values()) - tab.slot(s) for s, xs in enumerate(self.x)]
         recs = [next(r for r, b in rs.items() if solver.boolean_value(b)) for rs in self.rec]
         return layers, recs
 
@@ -92,10 +91,8 @@ def _layout_vars(model: cp_model.CpModel, i: int, tab: LayoutTables) -> LayoutVa
     pp = tab.plan.pp
     k_hi = max(tab.k_choices) if tab.k_choices else tab.k_total - (pp - 1)
     use = model.new_bool_var(f"use_{i}")
-    rec = [{r: model.new_bool_var(f"rec_{i}_{s}_{r.value}") for r in tab.recomputes}
-           for s in range(pp)]
-    x = [{r: model.new_int_var(0, k_hi, f"x_{i}_{s}_{r.value}") for r in tab.recomputes}
-         for s in range(pp)]
+    rec = [{r: model.new_bool_var(f"rec_{i}_{s}_{r.value}") for r in tab.recomputes} for s in range(pp)]
+    x = [{r: model.new_int_var(0, k_hi, f"x_{i}_{s}_{r.value}") for r in tab.recomputes} for s in range(pp)]
     return LayoutVars(i, tab, tab.ticks(), use, rec, x)
 
 
@@ -115,10 +112,10 @@ def build_model(kept: list[LayoutTables]) -> tuple[cp_model.CpModel, ModelVars]:
         scale = full // plan.vp
         m = lv.tables.num_micro_batches
         tmax, dpmax, omax = lv.maxima()
-        lv.step = (scale * (plan.vp * m * tmax + sum(lv.t) - tmax)
-                   + full * (dpmax + omax))
-        horizon = max(horizon, full * (m + plan.pp) * _hi(model, tmax)
-                      + full * (_hi(model, dpmax) + _hi(model, omax)))
+        lv.step = scale * (plan.vp * m * tmax + sum(lv.t) - tmax) + full * (dpmax + omax)
+        horizon = max(
+            horizon, full * (m + plan.pp) * _hi(model, tmax) + full * (_hi(model, dpmax) + _hi(model, omax))
+        )
         steps.append(lv.step)
     z = model.new_int_var(0, horizon, "step_ticks_scaled")
     model.add(z == sum(steps))
@@ -131,8 +128,9 @@ def _hi(model: cp_model.CpModel, var: cp_model.IntVar) -> int:
     return list(model.proto.variables[var.index].domain)[-1]
 
 
-def add_hint(model: cp_model.CpModel, mv: ModelVars, index: int, layers: list[int],
-             recs: list[Recompute]) -> None:
+def add_hint(
+    model: cp_model.CpModel, mv: ModelVars, index: int, layers: list[int], recs: list[Recompute]
+) -> None:
     """Warm start: a complete assignment for the given layout's split and modes (every other
     layout's variables at 0), so CP-SAT starts from that plan's objective."""
     for lv in mv.layouts:

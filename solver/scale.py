@@ -14,8 +14,7 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["TIME_RESOLUTION_S", "to_ticks", "from_ticks", "tolerance_s", "resolution_for",
-           "objective_scale"]
+__all__ = ["TIME_RESOLUTION_S", "to_ticks", "from_ticks", "tolerance_s", "resolution_for", "objective_scale"]
 
 TIME_RESOLUTION_S = 1e-9
 _MAX_TICKS = 2**62
@@ -29,8 +28,9 @@ def from_ticks(ticks: float, resolution_s: float = TIME_RESOLUTION_S) -> float:
     return ticks * resolution_s
 
 
-def tolerance_s(num_micro_batches: int, pp: int, k_total: int,
-                resolution_s: float = TIME_RESOLUTION_S) -> float:
+def tolerance_s(
+    num_micro_batches: int, pp: int, k_total: int, resolution_s: float = TIME_RESOLUTION_S
+) -> float:
     return (num_micro_batches + pp + 2) * (k_total + 1) / 2 * resolution_s
 
 

@@ -66,8 +66,16 @@ from paraplan.solver.tables import (
     quick_lower_bound_s,
 )
 
-__all__ = ["SolverOptions", "Solution", "Outcome", "solve_instance", "NoLayoutError", "OutOfTime",
-           "NoFitError", "layout_rank"]
+__all__ = [
+    "SolverOptions",
+    "Solution",
+    "Outcome",
+    "solve_instance",
+    "NoLayoutError",
+    "OutOfTime",
+    "NoFitError",
+    "layout_rank",
+]
 
 MIN_CP_SAT_S = 0.2  # past the deadline, time CP-SAT still gets to return the warm start
 _ZERO_PREFERENCE = (1, 0, 2, 3)  # distributed optimizer first: what Megatron and NeMo run
@@ -122,10 +130,19 @@ def layout_rank(plan: Plan) -> tuple[object, ...]:
     parallelism, expert TP = tp (Megatron's defaults), then (pooled clusters) the pools of the
     stages in lexicographic order, then (TPU) the most cubic slice shape (hardware/tpu.py)."""
     order_rank = [DEFAULT_ORDER.index(a) for a in plan.order]
-    return (plan.pp, plan.cp, plan.vp, plan.tp, _ZERO_PREFERENCE.index(plan.zero),
-            plan.micro_batch, order_rank, plan.cp_comm != "p2p", plan.expert_tp != plan.tp,
-            plan.stage_pools, (max(plan.torus_shape, default=0), sorted(plan.torus_shape),
-                               plan.torus_shape))
+    return (
+        plan.pp,
+        plan.cp,
+        plan.vp,
+        plan.tp,
+        _ZERO_PREFERENCE.index(plan.zero),
+        plan.micro_batch,
+        order_rank,
+        plan.cp_comm != "p2p",
+        plan.expert_tp != plan.tp,
+        plan.stage_pools,
+        (max(plan.torus_shape, default=0), sorted(plan.torus_shape), plan.torus_shape),
+    )
 
 
 def _recomputes(fixed: Fixed, options: Options) -> list[Recompute]:
@@ -152,8 +169,7 @@ def _k_choices(layout: Plan, num_layers: int, fixed: Fixed, options: Options) ->
         return []  # no split in units of vp, or too few for each stage's least k (1 + slot)
     split = exact_split(layout, num_layers, fixed, options)
     if split is not None:  # () : no valid split, so no k
-        return sorted({(n + sl) // layout.vp for n, sl in zip(split, slots, strict=True)}
-                      ) if split else []
+        return sorted({(n + sl) // layout.vp for n, sl in zip(split, slots, strict=True)}) if split else []
     if not options.allow_uneven_stages:  # equal stages and chunks (no slots: vp | layers)
         if num_layers % (layout.pp * layout.vp):
             return []
@@ -170,9 +186,16 @@ class _Candidates:
     out_of_time: bool = False  # bounding stopped at the deadline: the rest is bounded by its floor
 
 
-def _bounded_tables(graph: LayerGraph, cluster: Cluster, job: Job, fixed: Fixed,
-                    options: Options, top: int, deadline: float = float("inf"),
-                    distinct: bool = False) -> _Candidates:
+def _bounded_tables(
+    graph: LayerGraph,
+    cluster: Cluster,
+    job: Job,
+    fixed: Fixed,
+    options: Options,
+    top: int,
+    deadline: float = float("inf"),
+    distinct: bool = False,
+) -> _Candidates:
     """Best-first branch and bound over the space (module docstring, 1-2), in three levels:
 
     0. a family (degrees, ep, micro-batch, vp, SP), bounded by its compute floor through the
@@ -206,8 +229,11 @@ def _bounded_tables(graph: LayerGraph, cluster: Cluster, job: Job, fixed: Fixed,
             continue
         floor_key = plan_key(family, FLOOR_IGNORES)
         if floor_key not in floors:
-            floors[floor_key] = (pool_floors(graph, family, job, cluster) if cluster.pools
-                                 else compute_floor_s(graph, family, job, cluster))
+            floors[floor_key] = (
+                pool_floors(graph, family, job, cluster)
+                if cluster.pools
+                else compute_floor_s(graph, family, job, cluster)
+            )
         m = job.global_batch // (family.micro_batch * family.dp)
         if cluster.pools:  # per-pool floors (cost/pools.py)
             floor = pooled_pipeline_floor_s(floors[floor_key], family, m, same_layers)
@@ -242,8 +268,7 @@ def _bounded_tables(graph: LayerGraph, cluster: Cluster, job: Job, fixed: Fixed,
                 heapq.heappush(heap, (b, next(tick), 1, (p, terms), ks))
         elif level == 1:
             plan, terms = plan
-            if not _fits(terms, recomputes, spec.num_layers, ks, uniform,
-                         _stage_modes(fixed, plan.pp)):
+            if not _fits(terms, recomputes, spec.num_layers, ks, uniform, _stage_modes(fixed, plan.pp)):
                 unfit_terms.append(terms)
                 continue
             for order, shape in placements(plan, cluster, fixed, options, cache=order_cache):
@@ -254,9 +279,18 @@ def _bounded_tables(graph: LayerGraph, cluster: Cluster, job: Job, fixed: Fixed,
                 heapq.heappush(heap, (b, next(tick), 2, (layout, terms), ks))
         else:
             layout, terms = plan
-            tab = build_tables(graph, cluster, job, layout, recomputes, ks, terms, uniform,
-                               exact_split(layout, spec.num_layers, fixed, options),
-                               _stage_modes(fixed, layout.pp))
+            tab = build_tables(
+                graph,
+                cluster,
+                job,
+                layout,
+                recomputes,
+                ks,
+                terms,
+                uniform,
+                exact_split(layout, spec.num_layers, fixed, options),
+                _stage_modes(fixed, layout.pp),
+            )
             if not fits_some_split(tab.k_max, layout.pp, tab.k_total, uniform, tab.slots):
                 unfit += 1
                 continue
@@ -269,8 +303,7 @@ def _bounded_tables(graph: LayerGraph, cluster: Cluster, job: Job, fixed: Fixed,
     if not computed and out_of_time:
         return _Candidates([], num_layouts, discarded, unfit + len(unfit_terms), out_of_time)
     if not computed and options.layout_filter is not None:  # unfit families it would refuse
-        unfit_terms = [t for t in unfit_terms
-                       if orders(t.plan, cluster, fixed, options, cache=order_cache)]
+        unfit_terms = [t for t in unfit_terms if orders(t.plan, cluster, fixed, options, cache=order_cache)]
         if not passed and not unfit_terms:
             raise NoLayoutError("no layout passes the layout filter")
     if not computed:  # every family was examined and none fits (memory ignores the order)
@@ -279,24 +312,28 @@ def _bounded_tables(graph: LayerGraph, cluster: Cluster, job: Job, fixed: Fixed,
     cutoff = uppers[top - 1] * (1 + 1e-9) if len(uppers) >= top else float("inf")
     kept = [t for t in computed if t.lower_bound_s <= cutoff]
     left_out = [t.lower_bound_s for t in computed if t.lower_bound_s > cutoff]
-    return _Candidates(kept, num_layouts, min([discarded] + left_out), unfit + len(unfit_terms),
-                       out_of_time)
+    return _Candidates(kept, num_layouts, min([discarded] + left_out), unfit + len(unfit_terms), out_of_time)
 
 
-def _fits(terms: StageTerms, recomputes: list[Recompute], num_layers: int,
-          ks: list[int] | None, uniform: bool = False,
-          stage_modes: tuple[Recompute, ...] | None = None) -> bool:
+def _fits(
+    terms: StageTerms,
+    recomputes: list[Recompute],
+    num_layers: int,
+    ks: list[int] | None,
+    uniform: bool = False,
+    stage_modes: tuple[Recompute, ...] | None = None,
+) -> bool:
     """Some split of the layout's layers fits memory (the rank order does not change memory)."""
     pp, vp = terms.plan.pp, terms.plan.vp
     slots = pipeline_slots(num_layers, pp, vp) or (0,) * pp
     k_total = (num_layers + sum(slots)) // vp
     k_hi = max(ks) if ks else k_total - (pp - 1)
-    return fits_some_split(layer_caps(terms, recomputes, k_hi, stage_modes, num_layers), pp,
-                           k_total, uniform, slots)
+    return fits_some_split(
+        layer_caps(terms, recomputes, k_hi, stage_modes, num_layers), pp, k_total, uniform, slots
+    )
 
 
-def _space_size(space: list[Plan], spec: ModelSpec, fixed: Fixed, options: Options,
-                deadline: float) -> int:
+def _space_size(space: list[Plan], spec: ModelSpec, fixed: Fixed, options: Options, deadline: float) -> int:
     """Layouts in the space: families x ZeRO stages x rank orders (before dominance pruning);
     0 when the deadline has passed (the count is a report, not part of the proof)."""
     cache: dict[tuple[object, ...], Any] = {}
@@ -315,8 +352,9 @@ def _least_memory(num_layers: int, recomputes: list[Recompute], unfit: list[Stag
     for terms in unfit:
         pp, vp = terms.plan.pp, terms.plan.vp
         split = even_layers(num_layers, pp, vp) or (max(1, num_layers // pp),) * pp
-        peak = max(min(stage_memory(terms, s, split[s], r).total_bytes for r in recomputes)
-                   for s in range(pp))
+        peak = max(
+            min(stage_memory(terms, s, split[s], r).total_bytes for r in recomputes) for s in range(pp)
+        )
         best = min(best, peak)
     return best
 
@@ -391,10 +429,16 @@ def _configure(solver: cp_model.CpSolver, opts: SolverOptions, seconds: float) -
     solver.parameters.cp_model_presolve = False
 
 
-def _solve_layout(tab: LayoutTables, graph: LayerGraph, fixed: Fixed, opts: SolverOptions,
-                  cap: Fraction | None, deadline: float,
-                  progress: Callable[[str], None] | None, start: float
-                  ) -> tuple[str, Solution | None, float, Fraction]:
+def _solve_layout(
+    tab: LayoutTables,
+    graph: LayerGraph,
+    fixed: Fixed,
+    opts: SolverOptions,
+    cap: Fraction | None,
+    deadline: float,
+    progress: Callable[[str], None] | None,
+    start: float,
+) -> tuple[str, Solution | None, float, Fraction]:
     """One layout's own model, its step at most ``cap`` ticks when given (the best plan so far:
     ties stay feasible). Returns (status, solution, bound s, step in ticks: objective / scale,
     exact, so that layouts with different objective scales compare without rounding)."""
@@ -403,8 +447,7 @@ def _solve_layout(tab: LayoutTables, graph: LayerGraph, fixed: Fixed, opts: Solv
     if cap is not None:
         model.add(mv.objective <= math.floor(cap * mv.scale))
     if tab.upper_plan is not None and fixed.layers_per_stage is None and fixed.recompute is None:
-        add_hint(model, mv, 0, list(tab.upper_plan.layers_per_stage),
-                 list(tab.upper_plan.recompute))
+        add_hint(model, mv, 0, list(tab.upper_plan.layers_per_stage), list(tab.upper_plan.recompute))
     solver = cp_model.CpSolver()
     # the time limit covers bounding too; CP-SAT still gets a moment to return the warm start
     _configure(solver, opts, max(MIN_CP_SAT_S, deadline - time.perf_counter()))
@@ -420,8 +463,7 @@ def _solve_layout(tab: LayoutTables, graph: LayerGraph, fixed: Fixed, opts: Solv
         model.clear_hints()
         model.minimize(_tie_break(model, mv, graph.spec.num_layers))
         second = cp_model.CpSolver()  # one worker: the same tied plan for any worker count
-        _configure(second, replace(opts, num_workers=1),
-                   max(MIN_CP_SAT_S, deadline - time.perf_counter()))
+        _configure(second, replace(opts, num_workers=1), max(MIN_CP_SAT_S, deadline - time.perf_counter()))
         if second.status_name(second.solve(model)) == "OPTIMAL":
             solver = second
     lv = mv.layouts[0]
@@ -431,10 +473,17 @@ def _solve_layout(tab: LayoutTables, graph: LayerGraph, fixed: Fixed, opts: Solv
     return name, Solution(plan, from_ticks(ticks, res) / mv.scale), bound, Fraction(ticks, mv.scale)
 
 
-def _solve_once(kept: list[LayoutTables], graph: LayerGraph, fixed: Fixed, opts: SolverOptions,
-                excluded: list[int], deadline: float, progress: Callable[[str], None] | None,
-                start: float, memo: dict[int, tuple[Any, ...]] | None = None
-                ) -> tuple[str, Solution | None, float, int | None]:
+def _solve_once(
+    kept: list[LayoutTables],
+    graph: LayerGraph,
+    fixed: Fixed,
+    opts: SolverOptions,
+    excluded: list[int],
+    deadline: float,
+    progress: Callable[[str], None] | None,
+    start: float,
+    memo: dict[int, tuple[Any, ...]] | None = None,
+) -> tuple[str, Solution | None, float, int | None]:
     """The best plan over the kept layouts but ``excluded`` (module docstring, 3).
 
     Each layout is solved in its own model, least lower bound first, capped by the best
@@ -444,15 +493,18 @@ def _solve_once(kept: list[LayoutTables], graph: LayerGraph, fixed: Fixed, opts:
     ``memo`` keeps across the top-K rounds each layout's proven optimum (a cap does not change
     an optimum found under it) or the cap it was proven worse than, so a layout is solved to
     optimality once and not re-proven worse than a cap at least as low."""
-    order = sorted((i for i in range(len(kept)) if i not in excluded),
-                   key=lambda i: (kept[i].lower_bound_s, layout_rank(kept[i].plan), i))
+    order = sorted(
+        (i for i in range(len(kept)) if i not in excluded),
+        key=lambda i: (kept[i].lower_bound_s, layout_rank(kept[i].plan), i),
+    )
     best: tuple[Fraction, tuple[object, ...], int, Solution] | None = None  # ticks, rank, index, solution
     statuses: list[str] = []
     proven, bound = True, float("inf")
     for i in order:
         tab = kept[i]
         if best is not None and tab.lower_bound_s > best[3].objective_s + tolerance_s(
-                tab.num_micro_batches, tab.plan.pp, tab.k_total, tab.resolution_s):
+            tab.num_micro_batches, tab.plan.pp, tab.k_total, tab.resolution_s
+        ):
             bound = min(bound, tab.lower_bound_s)
             break
         if statuses and time.perf_counter() > deadline:  # one layout may start past it
@@ -462,9 +514,9 @@ def _solve_once(kept: list[LayoutTables], graph: LayerGraph, fixed: Fixed, opts:
         if cached is not None and (cached[0] == "OPTIMAL" or (best and best[0] <= cached[3])):
             name, sol, bnd, ticks = cached  # INFEASIBLE: its step exceeds a cap >= the best
         else:
-            name, sol, bnd, ticks = _solve_layout(tab, graph, fixed, opts,
-                                                  best[0] if best else None, deadline, progress,
-                                                  start)
+            name, sol, bnd, ticks = _solve_layout(
+                tab, graph, fixed, opts, best[0] if best else None, deadline, progress, start
+            )
             if memo is not None and name == "OPTIMAL":
                 memo[i] = (name, sol, bnd, ticks)
             elif memo is not None and name == "INFEASIBLE" and best is not None:
@@ -482,25 +534,38 @@ def _solve_once(kept: list[LayoutTables], graph: LayerGraph, fixed: Fixed, opts:
     return ("OPTIMAL" if proven else "FEASIBLE"), best[3], min(bound, best[3].objective_s), best[2]
 
 
-def solve_instance(graph: LayerGraph, cluster: Cluster, job: Job, fixed: Fixed, options: Options,
-                   opts: SolverOptions, progress: Callable[[str], None] | None = None) -> Outcome:
+def solve_instance(
+    graph: LayerGraph,
+    cluster: Cluster,
+    job: Job,
+    fixed: Fixed,
+    options: Options,
+    opts: SolverOptions,
+    progress: Callable[[str], None] | None = None,
+) -> Outcome:
     """The K best distinct-layout plans (with ``opts.duplicate_rel``: distinct in a degree or
     mode, solver/distinct.py), each runner-up proven the next best, in order, stopping at the
     time limit; status OPTIMAL only when CP-SAT proved it."""
     start = time.perf_counter()
     deadline = start + opts.time_limit_s
-    cand = _bounded_tables(graph, cluster, job, fixed, options, opts.top, deadline,
-                           opts.duplicate_rel is not None)
-    resolution_s = resolution_for(max((t.ceiling_s() for t in cand.kept), default=0.0),
-                                  max((t.plan.vp for t in cand.kept), default=1))
+    cand = _bounded_tables(
+        graph, cluster, job, fixed, options, opts.top, deadline, opts.duplicate_rel is not None
+    )
+    resolution_s = resolution_for(
+        max((t.ceiling_s() for t in cand.kept), default=0.0), max((t.plan.vp for t in cand.kept), default=1)
+    )
     kept = [replace(t, resolution_s=resolution_s) for t in cand.kept]
     if progress and cand.out_of_time:
-        progress(f"paraplan: the time limit ran out while bounding; {len(kept)} layouts examined "
-                 f"go to CP-SAT ({time.perf_counter() - start:.2f} s)")
+        progress(
+            f"paraplan: the time limit ran out while bounding; {len(kept)} layouts examined "
+            f"go to CP-SAT ({time.perf_counter() - start:.2f} s)"
+        )
     elif progress:
-        progress(f"paraplan: {cand.num_layouts} layouts; {cand.num_layouts - len(kept)} proven "
-                 f"worse by bound or dominance or unable to fit; {len(kept)} in the CP-SAT model "
-                 f"({time.perf_counter() - start:.2f} s)")
+        progress(
+            f"paraplan: {cand.num_layouts} layouts; {cand.num_layouts - len(kept)} proven "
+            f"worse by bound or dominance or unable to fit; {len(kept)} in the CP-SAT model "
+            f"({time.perf_counter() - start:.2f} s)"
+        )
     solutions: list[Solution] = []
     excluded: list[int] = []
     memo: dict[int, tuple[Any, ...]] = {}
@@ -509,13 +574,18 @@ def solve_instance(graph: LayerGraph, cluster: Cluster, job: Job, fixed: Fixed, 
         first = not solutions
         if len(excluded) == len(kept) or (not first and time.perf_counter() > deadline):
             break
-        name, sol, bnd, idx = _solve_once(kept, graph, fixed, opts, excluded, deadline,
-                                          progress if first else None, start, memo)
+        name, sol, bnd, idx = _solve_once(
+            kept, graph, fixed, opts, excluded, deadline, progress if first else None, start, memo
+        )
         if first:
             status, bound = name, min(bnd, cand.discarded_lb_s)
-            if status == "OPTIMAL" and cand.out_of_time and sol is not None and idx is not None \
-                    and bound < sol.objective_s - tolerance_s(1, 1, kept[idx].k_total,
-                                                              resolution_s):
+            if (
+                status == "OPTIMAL"
+                and cand.out_of_time
+                and sol is not None
+                and idx is not None
+                and bound < sol.objective_s - tolerance_s(1, 1, kept[idx].k_total, resolution_s)
+            ):
                 status = "FEASIBLE"  # optimal among the layouts examined before the deadline
         elif name != "OPTIMAL":
             break  # a runner-up is listed only when proven the next best
@@ -523,18 +593,22 @@ def solve_instance(graph: LayerGraph, cluster: Cluster, job: Job, fixed: Fixed, 
             break
         _check(graph, cluster, job, sol, kept[idx].k_total, resolution_s)
         excluded.append(idx)
-        if not first and opts.duplicate_rel is not None and is_near_duplicate(
-                sol.plan, sol.objective_s, [(s.plan, s.objective_s) for s in solutions],
-                opts.duplicate_rel):
+        if (
+            not first
+            and opts.duplicate_rel is not None
+            and is_near_duplicate(
+                sol.plan, sol.objective_s, [(s.plan, s.objective_s) for s in solutions], opts.duplicate_rel
+            )
+        ):
             continue  # a near-duplicate of a listed plan: the next distinct one instead
         solutions.append(sol)
     counted = max(cand.num_layouts, len(kept))  # the count stops at the deadline
-    return Outcome(status, solutions, bound, time.perf_counter() - start, counted,
-                   counted - len(kept))
+    return Outcome(status, solutions, bound, time.perf_counter() - start, counted, counted - len(kept))
 
 
-def _check(graph: LayerGraph, cluster: Cluster, job: Job, sol: Solution, k_total: int,
-           resolution_s: float) -> None:
+def _check(
+    graph: LayerGraph, cluster: Cluster, job: Job, sol: Solution, k_total: int, resolution_s: float
+) -> None:
     """Invariant: cost.evaluate re-scores the plan to the objective, and it fits memory."""
     b = evaluate(graph, cluster, job, sol.plan)
     tol = tolerance_s(b.num_micro_batches, sol.plan.pp, k_total, resolution_s)

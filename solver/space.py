@@ -58,13 +58,33 @@ from paraplan.graph import ModelSpec
 from paraplan.hardware import Cluster
 
 OrderCache = dict[tuple[object, ...], Any]  # a family's degrees -> its rank orders (or their count)
-_ORDERS_IGNORE = frozenset({"vp", "micro_batch", "zero", "sequence_parallel", "recompute",
-                            "layers_per_stage", "layers_per_chunk", "order"})
+_ORDERS_IGNORE = frozenset(
+    {
+        "vp",
+        "micro_batch",
+        "zero",
+        "sequence_parallel",
+        "recompute",
+        "layers_per_stage",
+        "layers_per_chunk",
+        "order",
+    }
+)
 """Rank orders depend on the degrees, cp_comm and pools only (a layout filter sees the whole family)."""
 
-__all__ = ["Fixed", "Options", "OrderCache", "layouts", "families", "zeros", "orders", "placements",
-           "num_orders",
-           "divisors", "exact_split"]
+__all__ = [
+    "Fixed",
+    "Options",
+    "OrderCache",
+    "layouts",
+    "families",
+    "zeros",
+    "orders",
+    "placements",
+    "num_orders",
+    "divisors",
+    "exact_split",
+]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -109,8 +129,7 @@ class Options:
     stage_split: Callable[[int, int, int], tuple[int, ...] | None] | None = None
 
 
-def exact_split(layout: Plan, num_layers: int, fixed: Fixed, options: Options
-                ) -> tuple[int, ...] | None:
+def exact_split(layout: Plan, num_layers: int, fixed: Fixed, options: Options) -> tuple[int, ...] | None:
     """The one layer split ``layout`` must use, if any: the scenario's fixed split, else
     ``options.stage_split(layers, pp, vp)`` (a framework that builds its own split). None: free;
     () : no valid split (wrong length, not the model's layers, or a stage not vp k - slot
@@ -123,9 +142,13 @@ def exact_split(layout: Plan, num_layers: int, fixed: Fixed, options: Options
     else:
         return None
     slots = pipeline_slots(num_layers, pp, vp)
-    if (split is None or slots is None or len(split) != pp or sum(split) != num_layers
-            or any(n + sl < vp * (1 + sl) or (n + sl) % vp
-                   for n, sl in zip(split, slots, strict=True))):
+    if (
+        split is None
+        or slots is None
+        or len(split) != pp
+        or sum(split) != num_layers
+        or any(n + sl < vp * (1 + sl) or (n + sl) % vp for n, sl in zip(split, slots, strict=True))
+    ):
         return ()
     return tuple(split)
 
@@ -154,8 +177,9 @@ def _tp_ok(tp: int, spec: ModelSpec) -> bool:
     return spec.num_heads % tp == 0 and (spec.num_kv_heads % tp == 0 or tp % spec.num_kv_heads == 0)
 
 
-def _comm_profile(cluster: Cluster, plan: Plan,
-                  expert_tps: tuple[int | None, ...] = (None,)) -> tuple[float, ...]:
+def _comm_profile(
+    cluster: Cluster, plan: Plan, expert_tps: tuple[int | None, ...] = (None,)
+) -> tuple[float, ...]:
     """(latency, seconds per byte) of each group's collectives under the plan's order; the
     expert-data-parallel group once per expert TP degree searched."""
     profile: list[float] = []
@@ -199,8 +223,7 @@ def _eps(spec: ModelSpec, dp: int, cp: int, fixed: Fixed) -> list[int]:
     return [e for e in divisors(dp * cp) if spec.num_experts % e == 0 and _allowed(e, fixed.ep)]
 
 
-def _profile(cluster: Cluster, plan: Plan,
-             expert_tps: tuple[int | None, ...] = (None,)) -> tuple[float, ...]:
+def _profile(cluster: Cluster, plan: Plan, expert_tps: tuple[int | None, ...] = (None,)) -> tuple[float, ...]:
     """_comm_profile, concatenated over the used pools on a pooled cluster."""
     if not plan.stage_pools:
         return _comm_profile(cluster, plan, expert_tps)
@@ -252,14 +275,21 @@ def _candidate_orders(plan: Plan, fixed: Fixed, options: Options) -> list[tuple[
     active = [a for a in DEFAULT_ORDER if plan.degree(a) > 1]
     tail = (Axis.PP,) if pooled and Axis.PP in active else ()  # pooled: pp stays outermost
     movable = [a for a in active if a not in tail]
-    candidates = [o for o in (_canonical(p + tail) for p in permutations(movable))
-                  if plan.ep == 1 or _ep_ok(plan, o)]
+    candidates = [
+        o for o in (_canonical(p + tail) for p in permutations(movable)) if plan.ep == 1 or _ep_ok(plan, o)
+    ]
     return sorted(candidates, key=lambda o: [DEFAULT_ORDER.index(a) for a in o])
 
 
-def _orders(plan: Plan, cluster: Cluster, fixed: Fixed, options: Options,
-            prune: bool = True, expert_tps: tuple[int | None, ...] = (None,),
-            family: Plan | None = None) -> list[tuple[Axis, ...]]:
+def _orders(
+    plan: Plan,
+    cluster: Cluster,
+    fixed: Fixed,
+    options: Options,
+    prune: bool = True,
+    expert_tps: tuple[int | None, ...] = (None,),
+    family: Plan | None = None,
+) -> list[tuple[Axis, ...]]:
     """Placements worth searching: one per non-dominated communication profile (all distinct
     ones when ``prune`` is off), the profile covering every expert TP degree in ``expert_tps``.
     Under a layout filter, the orders ``family`` fails are removed before any comparison."""
@@ -283,8 +313,15 @@ def _orders(plan: Plan, cluster: Cluster, fixed: Fixed, options: Options,
     return [o for o, _ in kept]
 
 
-def families(spec: ModelSpec, cluster: Cluster, seq_len: int, global_batch: int,
-             fixed: Fixed, options: Options, deadline: float = float("inf")) -> list[Plan]:
+def families(
+    spec: ModelSpec,
+    cluster: Cluster,
+    seq_len: int,
+    global_batch: int,
+    fixed: Fixed,
+    options: Options,
+    deadline: float = float("inf"),
+) -> list[Plan]:
     """Every layout family: degrees, ep, micro-batch, vp and SP fixed; ZeRO and the rank order
     left to ``zeros`` and ``orders`` (placeholders here: the first ZeRO stage, Megatron's order).
     OutOfTime once ``deadline`` (time.perf_counter) has passed."""
@@ -292,8 +329,9 @@ def families(spec: ModelSpec, cluster: Cluster, seq_len: int, global_batch: int,
         return _pooled_families(spec, cluster, seq_len, global_batch, fixed, options, deadline)
     n = cluster.num_devices
     out: list[Plan] = []
-    cps = [c for c in (1, 2, 4, 8, 16, 32, 64)
-           if n % c == 0 and seq_len % (2 * c) == 0 and _allowed(c, fixed.cp)]
+    cps = [
+        c for c in (1, 2, 4, 8, 16, 32, 64) if n % c == 0 and seq_len % (2 * c) == 0 and _allowed(c, fixed.cp)
+    ]
     if fixed.cp is not None and fixed.cp not in cps:
         cps = []
     for tp in divisors(n):
@@ -324,9 +362,15 @@ def _shapes(cluster: Cluster, fixed: Fixed) -> tuple[tuple[int, ...], ...]:
     return torus.shapes
 
 
-def placements(family: Plan, cluster: Cluster, fixed: Fixed, options: Options, *,
-               prune_dominated: bool = True, cache: OrderCache | None = None
-               ) -> list[tuple[tuple[Axis, ...], tuple[int, ...]]]:
+def placements(
+    family: Plan,
+    cluster: Cluster,
+    fixed: Fixed,
+    options: Options,
+    *,
+    prune_dominated: bool = True,
+    cache: OrderCache | None = None,
+) -> list[tuple[tuple[Axis, ...], tuple[int, ...]]]:
     """(rank order, slice shape) pairs of a family. On a TPU cluster whose slices may take several
     shapes (optical circuit switching, hardware/tpu.py), the orders of every shape, pruned
     jointly: a placement no better than another one, of any shape, on every communication term
@@ -334,24 +378,50 @@ def placements(family: Plan, cluster: Cluster, fixed: Fixed, options: Options, *
     Elsewhere: ``orders`` with the family's own shape."""
     shapes = _shapes(cluster, fixed)
     if not shapes:
-        return [(o, family.torus_shape) for o in orders(family, cluster, fixed, options,
-                                                        prune_dominated=prune_dominated,
-                                                        cache=cache)]
-    key = ("placements", family.tp, family.cp, family.pp, family.dp, family.ep, family.etp,
-           family.cp_comm, prune_dominated) + ((family,) if options.layout_filter else ())
+        return [
+            (o, family.torus_shape)
+            for o in orders(family, cluster, fixed, options, prune_dominated=prune_dominated, cache=cache)
+        ]
+    key = (
+        "placements",
+        family.tp,
+        family.cp,
+        family.pp,
+        family.dp,
+        family.ep,
+        family.etp,
+        family.cp_comm,
+        prune_dominated,
+    ) + ((family,) if options.layout_filter else ())
     if cache is not None and key in cache:
         return cache[key]
-    pairs = [(o, s) for s in shapes
-             for o in orders(replace(family, torus_shape=s), cluster, fixed, options,
-                             prune_dominated=prune_dominated, cache=cache)]
+    pairs = [
+        (o, s)
+        for s in shapes
+        for o in orders(
+            replace(family, torus_shape=s),
+            cluster,
+            fixed,
+            options,
+            prune_dominated=prune_dominated,
+            cache=cache,
+        )
+    ]
     if prune_dominated and len(pairs) > 1:
-        base = Plan(dp=family.dp, tp=family.tp, pp=family.pp, cp=family.cp, ep=family.ep,
-                    etp=family.etp, micro_batch=1, recompute=(Recompute.NONE,) * family.pp,
-                    layers_per_stage=(1,) * family.pp)
+        base = Plan(
+            dp=family.dp,
+            tp=family.tp,
+            pp=family.pp,
+            cp=family.cp,
+            ep=family.ep,
+            etp=family.etp,
+            micro_batch=1,
+            recompute=(Recompute.NONE,) * family.pp,
+            layers_per_stage=(1,) * family.pp,
+        )
         kept: list[tuple[tuple[tuple[Axis, ...], tuple[int, ...]], tuple[float, ...]]] = []
         for pair in pairs:
-            prof = _profile(cluster, replace(base, order=pair[0], torus_shape=pair[1]),
-                            (family.etp,))
+            prof = _profile(cluster, replace(base, order=pair[0], torus_shape=pair[1]), (family.etp,))
             if any(_dominated(prof, other) for _, other in kept):
                 continue
             kept = [(q, p) for q, p in kept if not _dominated(p, prof)]
@@ -362,12 +432,25 @@ def placements(family: Plan, cluster: Cluster, fixed: Fixed, options: Options, *
     return pairs
 
 
-def _families_of(spec: ModelSpec, global_batch: int, dp: int, tp: int, pp: int, cp: int, ep: int,
-                 fixed: Fixed, options: Options, stage_pools: tuple[int, ...] = ()) -> list[Plan]:
+def _families_of(
+    spec: ModelSpec,
+    global_batch: int,
+    dp: int,
+    tp: int,
+    pp: int,
+    cp: int,
+    ep: int,
+    fixed: Fixed,
+    options: Options,
+    stage_pools: tuple[int, ...] = (),
+) -> list[Plan]:
     out: list[Plan] = []
     per_replica = global_batch // dp
-    mbs = [mb for mb in range(1, min(options.max_micro_batch, per_replica) + 1)
-           if per_replica % mb == 0 and _allowed(mb, fixed.micro_batch)]
+    mbs = [
+        mb
+        for mb in range(1, min(options.max_micro_batch, per_replica) + 1)
+        if per_replica % mb == 0 and _allowed(mb, fixed.micro_batch)
+    ]
     fixed_mb = fixed.micro_batch
     if fixed_mb is not None and fixed_mb not in mbs and per_replica % fixed_mb == 0:
         mbs = [fixed_mb]  # a fixed micro-batch above solver.max_micro_batch is still allowed
@@ -380,22 +463,40 @@ def _families_of(spec: ModelSpec, global_batch: int, dp: int, tp: int, pp: int, 
     for mb in mbs:
         m = per_replica // mb
         if pp > 1:
-            vps = [v for v in range(1, min(options.max_vp, spec.num_layers // pp) + 1)
-                   if v == 1 or m % pp == 0]
+            vps = [
+                v for v in range(1, min(options.max_vp, spec.num_layers // pp) + 1) if v == 1 or m % pp == 0
+            ]
         else:
             vps = [1]
         for vp in (v for v in vps if _allowed(v, fixed.vp)):
             if not options.allow_uneven_stages and spec.num_layers % (pp * vp):
                 continue  # equal stages and chunks: no embedding/loss slots either
-            out += [Plan(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, cp_comm=cpc, vp=vp,
-                         micro_batch=mb, sequence_parallel=sp, recompute=(Recompute.NONE,) * pp,
-                         layers_per_stage=(1,) * pp, stage_pools=stage_pools)
-                    for sp in sps for etp in etps for cpc in cp_comms]
+            out += [
+                Plan(
+                    dp=dp,
+                    tp=tp,
+                    pp=pp,
+                    cp=cp,
+                    ep=ep,
+                    etp=etp,
+                    cp_comm=cpc,
+                    vp=vp,
+                    micro_batch=mb,
+                    sequence_parallel=sp,
+                    recompute=(Recompute.NONE,) * pp,
+                    layers_per_stage=(1,) * pp,
+                    stage_pools=stage_pools,
+                )
+                for sp in sps
+                for etp in etps
+                for cpc in cp_comms
+            ]
     return out
 
 
-def zeros(family: Plan, fixed: Fixed, *, prune_dominated: bool = True,
-          options: Options | None = None) -> list[int]:
+def zeros(
+    family: Plan, fixed: Fixed, *, prune_dominated: bool = True, options: Options | None = None
+) -> list[int]:
     """ZeRO stages of a family (module docstring); ZeRO-0 kept under a layout filter."""
     if options is not None and options.layout_filter is not None:
         prune_dominated = False
@@ -408,8 +509,15 @@ def zeros(family: Plan, fixed: Fixed, *, prune_dominated: bool = True,
     return out
 
 
-def orders(family: Plan, cluster: Cluster, fixed: Fixed, options: Options, *,
-           prune_dominated: bool = True, cache: OrderCache | None = None) -> list[tuple[Axis, ...]]:
+def orders(
+    family: Plan,
+    cluster: Cluster,
+    fixed: Fixed,
+    options: Options,
+    *,
+    prune_dominated: bool = True,
+    cache: OrderCache | None = None,
+) -> list[tuple[Axis, ...]]:
     """Rank orders of a family (module docstring); ``cache`` keeps them across families with the
     same degrees. Under a layout filter, the orders are those ``family`` (with its ZeRO stage)
     passes."""
@@ -417,10 +525,19 @@ def orders(family: Plan, cluster: Cluster, fixed: Fixed, options: Options, *,
     key = (prune_dominated, *plan_key(family, frozenset() if filtered else _ORDERS_IGNORE))
     if cache is not None and key in cache:
         return cache[key]
-    base = Plan(dp=family.dp, tp=family.tp, pp=family.pp, cp=family.cp, ep=family.ep,
-                etp=family.etp, micro_batch=1, recompute=(Recompute.NONE,) * family.pp,
-                layers_per_stage=(1,) * family.pp, stage_pools=family.stage_pools,
-                torus_shape=family.torus_shape)
+    base = Plan(
+        dp=family.dp,
+        tp=family.tp,
+        pp=family.pp,
+        cp=family.cp,
+        ep=family.ep,
+        etp=family.etp,
+        micro_batch=1,
+        recompute=(Recompute.NONE,) * family.pp,
+        layers_per_stage=(1,) * family.pp,
+        stage_pools=family.stage_pools,
+        torus_shape=family.torus_shape,
+    )
     out = _orders(base, cluster, fixed, options, prune_dominated, (family.etp,), family)
     if cache is not None:
         cache[key] = out
@@ -429,8 +546,7 @@ def orders(family: Plan, cluster: Cluster, fixed: Fixed, options: Options, *,
 
 def num_orders(family: Plan, fixed: Fixed, options: Options, cache: OrderCache | None = None) -> int:
     """Rank orders of a family before dominance pruning (the size of the placement space)."""
-    if family.ep == 1 and fixed.order is None and options.search_placement \
-            and not family.stage_pools:
+    if family.ep == 1 and fixed.order is None and options.search_placement and not family.stage_pools:
         return factorial(sum(1 for a in DEFAULT_ORDER if family.degree(a) > 1))
     key = ("count", *plan_key(family, _ORDERS_IGNORE | {"etp", "cp_comm"}))
     if cache is None or key not in cache:
@@ -441,18 +557,29 @@ def num_orders(family: Plan, fixed: Fixed, options: Options, cache: OrderCache |
     return cache[key]
 
 
-def layouts(spec: ModelSpec, cluster: Cluster, seq_len: int, global_batch: int,
-            fixed: Fixed, options: Options, *, prune_dominated: bool = True) -> list[Plan]:
+def layouts(
+    spec: ModelSpec,
+    cluster: Cluster,
+    seq_len: int,
+    global_batch: int,
+    fixed: Fixed,
+    options: Options,
+    *,
+    prune_dominated: bool = True,
+) -> list[Plan]:
     """Every layout of the space, as Plans whose recompute/layers_per_stage are placeholders.
 
     ``prune_dominated=False`` keeps ZeRO-0 and every distinct placement (the exhaustive baseline
     uses it, so the oracle tests check that the pruning is exact)."""
     cache: OrderCache = {}
-    return [replace(family, zero=zero, order=order, torus_shape=shape)
-            for family in families(spec, cluster, seq_len, global_batch, fixed, options)
-            for zero in zeros(family, fixed, prune_dominated=prune_dominated, options=options)
-            for order, shape in placements(replace(family, zero=zero), cluster, fixed, options,
-                                           prune_dominated=prune_dominated, cache=cache)]
+    return [
+        replace(family, zero=zero, order=order, torus_shape=shape)
+        for family in families(spec, cluster, seq_len, global_batch, fixed, options)
+        for zero in zeros(family, fixed, prune_dominated=prune_dominated, options=options)
+        for order, shape in placements(
+            replace(family, zero=zero), cluster, fixed, options, prune_dominated=prune_dominated, cache=cache
+        )
+    ]
 
 
 def _pool_sequences(cluster: Cluster, fixed: Fixed) -> Iterator[tuple[int, ...]]:
@@ -472,22 +599,30 @@ def _pool_sequences(cluster: Cluster, fixed: Fixed) -> Iterator[tuple[int, ...]]
             yield seq
         for c, ids in enumerate(members):
             if used[c] < len(ids):
-                yield from extend(seq + (ids[used[c]],),
-                                  used[:c] + (used[c] + 1,) + used[c + 1:])
+                yield from extend(seq + (ids[used[c]],), used[:c] + (used[c] + 1,) + used[c + 1 :])
 
     yield from extend((), (0,) * len(members))
 
 
-def _pooled_families(spec: ModelSpec, cluster: Cluster, seq_len: int, global_batch: int,
-                     fixed: Fixed, options: Options, deadline: float = float("inf")
-                     ) -> list[Plan]:
+def _pooled_families(
+    spec: ModelSpec,
+    cluster: Cluster,
+    seq_len: int,
+    global_batch: int,
+    fixed: Fixed,
+    options: Options,
+    deadline: float = float("inf"),
+) -> list[Plan]:
     """``families`` on a pooled cluster (module docstring), each with its ``stage_pools``."""
     out: list[Plan] = []
     for seq in _pool_sequences(cluster, fixed):
         _on_time(deadline)
         g = gcd(*(cluster.pools[p].num_devices for p in seq))
-        cps = [c for c in (1, 2, 4, 8, 16, 32, 64)
-               if g % c == 0 and seq_len % (2 * c) == 0 and _allowed(c, fixed.cp)]
+        cps = [
+            c
+            for c in (1, 2, 4, 8, 16, 32, 64)
+            if g % c == 0 and seq_len % (2 * c) == 0 and _allowed(c, fixed.cp)
+        ]
         for tp in divisors(g):
             if not (_tp_ok(tp, spec) and _allowed(tp, fixed.tp)):
                 continue
@@ -496,14 +631,16 @@ def _pooled_families(spec: ModelSpec, cluster: Cluster, seq_len: int, global_bat
                     continue
                 for dp in divisors(g // (tp * cp)):
                     pools = stage_pools_of(cluster, seq, tp * cp * dp)
-                    if pools is None or (fixed.stage_pools is not None
-                                         and pools != fixed.stage_pools):
+                    if pools is None or (fixed.stage_pools is not None and pools != fixed.stage_pools):
                         continue
                     pp = len(pools)
-                    if (pp > spec.num_layers or not _allowed(pp, fixed.pp)
-                            or not _allowed(dp, fixed.dp) or global_batch % dp):
+                    if (
+                        pp > spec.num_layers
+                        or not _allowed(pp, fixed.pp)
+                        or not _allowed(dp, fixed.dp)
+                        or global_batch % dp
+                    ):
                         continue
                     for ep in _eps(spec, dp, cp, fixed):
-                        out += _families_of(spec, global_batch, dp, tp, pp, cp, ep, fixed, options,
-                                            pools)
+                        out += _families_of(spec, global_batch, dp, tp, pp, cp, ep, fixed, options, pools)
     return out

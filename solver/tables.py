@@ -34,8 +34,14 @@ from paraplan.graph import LayerGraph
 from paraplan.hardware import Cluster
 from paraplan.solver.scale import TIME_RESOLUTION_S, to_ticks, tolerance_s
 
-__all__ = ["LayoutTables", "build_tables", "even_layers", "quick_lower_bound_s", "layer_caps",
-           "fits_some_split"]
+__all__ = [
+    "LayoutTables",
+    "build_tables",
+    "even_layers",
+    "quick_lower_bound_s",
+    "layer_caps",
+    "fits_some_split",
+]
 
 INF = float("inf")
 
@@ -108,8 +114,9 @@ def _slots(terms: StageTerms, num_layers: int) -> tuple[int, ...]:
     return pipeline_slots(num_layers, pp, vp) or (0,) * pp
 
 
-def _least_total_s(terms: StageTerms, k_max: dict[tuple[int, Recompute], int],
-                   recomputes: list[Recompute], num_layers: int) -> float:
+def _least_total_s(
+    terms: StageTerms, k_max: dict[tuple[int, Recompute], int], recomputes: list[Recompute], num_layers: int
+) -> float:
     """Least sum of stage times over all splits: blocks fill the cheapest (stage, mode) memory first.
 
     Relaxation: stage s holding n layers in some mode costs n * c[s, r] for a mode r whose
@@ -156,8 +163,9 @@ def quick_lower_bound_s(terms: StageTerms, recomputes: list[Recompute], num_laye
     if not terms.pool_terms:
         return pipeline_lower_bound_s(total, pp, vp, m) + dp_lb
     # pooled: the slowest stage is at least the water level of the stages' own lines
-    slowest = max(total / pp, _water_level_s([fixed_s[s] for s in stages],
-                                             [per_layer_s[s] for s in stages], num_layers))
+    slowest = max(
+        total / pp, _water_level_s([fixed_s[s] for s in stages], [per_layer_s[s] for s in stages], num_layers)
+    )
     return (m - 1 / vp) * slowest + total / vp + dp_lb
 
 
@@ -181,8 +189,14 @@ def _water_level_s(fixed_s: list[float], per_layer_s: list[float], num_layers: i
     return max(level, min(fixed_s))
 
 
-def _stage_time_by_k(terms: StageTerms, stage: int, k_max: dict[tuple[int, Recompute], int],
-                     recomputes: list[Recompute], k_hi: int, slot: int = 0) -> list[float]:
+def _stage_time_by_k(
+    terms: StageTerms,
+    stage: int,
+    k_max: dict[tuple[int, Recompute], int],
+    recomputes: list[Recompute],
+    k_hi: int,
+    slot: int = 0,
+) -> list[float]:
     """f(k), k = 0..k_hi: the least time of ``stage`` holding vp*k - slot layers over the
     recompute modes whose memory fits them (INF where none does). Non-decreasing in k."""
     vp = terms.plan.vp
@@ -216,9 +230,14 @@ def _min_max_split(f: list[list[float]], k_total: int) -> list[int] | None:
     return ks
 
 
-def _lower_bound_s(terms: StageTerms, f: list[list[float]], ks: list[int] | None,
-                   k_max: dict[tuple[int, Recompute], int], recomputes: list[Recompute],
-                   num_layers: int) -> float:
+def _lower_bound_s(
+    terms: StageTerms,
+    f: list[list[float]],
+    ks: list[int] | None,
+    k_max: dict[tuple[int, Recompute], int],
+    recomputes: list[Recompute],
+    num_layers: int,
+) -> float:
     """(m - 1/vp) * tmax_lb + sum_lb / vp + optimizer_lb (see the module docstring)."""
     pp, vp, m = terms.plan.pp, terms.plan.vp, terms.num_micro_batches
     total = _least_total_s(terms, k_max, recomputes, num_layers)
@@ -226,10 +245,11 @@ def _lower_bound_s(terms: StageTerms, f: list[list[float]], ks: list[int] | None
         return INF
     tmax = max(total / pp, max(f[s][k] for s, k in enumerate(ks)))
     opt = [terms.optimizer(s) for s in range(pp)]
-    opt_lb = max(max(o.at(vp) for o in opt),
-                 sum(o.fixed for o in opt) / pp + min(o.per_layer for o in opt) * num_layers / pp)
-    return (m - 1 / vp) * tmax + total / vp + opt_lb + _dp_lower_bound_s(terms, recomputes,
-                                                                           num_layers)
+    opt_lb = max(
+        max(o.at(vp) for o in opt),
+        sum(o.fixed for o in opt) / pp + min(o.per_layer for o in opt) * num_layers / pp,
+    )
+    return (m - 1 / vp) * tmax + total / vp + opt_lb + _dp_lower_bound_s(terms, recomputes, num_layers)
 
 
 def _dp_lower_bound_s(terms: StageTerms, recomputes: list[Recompute], num_layers: int) -> float:
@@ -244,8 +264,10 @@ def _dp_lower_bound_s(terms: StageTerms, recomputes: list[Recompute], num_layers
     slots = _slots(terms, num_layers)
     k_total = (num_layers + sum(slots)) // vp
     stages = range(pp) if terms.pool_terms else sorted({0, min(1, pp - 1), pp - 1})  # middles alike
-    g = [(terms.dp_exposed(s, max(recomputes, key=lambda r: terms.block_at(s, r).backward_s)),
-          slots[s]) for s in stages]
+    g = [
+        (terms.dp_exposed(s, max(recomputes, key=lambda r: terms.block_at(s, r).backward_s)), slots[s])
+        for s in stages
+    ]
     hi, lo = -(-k_total // pp), k_total // pp
     k_last = k_total - pp + 1
 
@@ -257,9 +279,15 @@ def _dp_lower_bound_s(terms: StageTerms, recomputes: list[Recompute], num_layers
     return max(0.0, above, below)
 
 
-def _upper_plan(terms: StageTerms, layout: Plan, split: tuple[int, ...] | None,
-                k_max: dict[tuple[int, Recompute], int], recomputes: list[Recompute],
-                uniform: bool = False, slots: tuple[int, ...] = ()) -> tuple[float, Plan | None]:
+def _upper_plan(
+    terms: StageTerms,
+    layout: Plan,
+    split: tuple[int, ...] | None,
+    k_max: dict[tuple[int, Recompute], int],
+    recomputes: list[Recompute],
+    uniform: bool = False,
+    slots: tuple[int, ...] = (),
+) -> tuple[float, Plan | None]:
     """Score ``split`` with each stage's fastest fitting mode (INF if some stage cannot fit or
     holds fewer than vp (1 + slot) - slot layers); ``uniform``: the fastest single mode that
     fits every stage."""
@@ -270,10 +298,14 @@ def _upper_plan(terms: StageTerms, layout: Plan, split: tuple[int, ...] | None,
     if any(n < vp * (1 + sl) - sl or (n + sl) % vp for n, sl in zip(split, slots, strict=True)):
         return INF, None
     if uniform:
-        scored = [(step_time_s(replace(terms, plan=p)).step_s, p) for p in (
-            replace(layout, recompute=(r,) * layout.pp, layers_per_stage=split)
-            for r in recomputes
-            if all(k_max[(s, r)] * vp - slots[s] >= n for s, n in enumerate(split)))]
+        scored = [
+            (step_time_s(replace(terms, plan=p)).step_s, p)
+            for p in (
+                replace(layout, recompute=(r,) * layout.pp, layers_per_stage=split)
+                for r in recomputes
+                if all(k_max[(s, r)] * vp - slots[s] >= n for s, n in enumerate(split))
+            )
+        ]
         return min(scored, key=lambda u: u[0], default=(INF, None))
     rec: list[Recompute] = []
     for s, n in enumerate(split):
@@ -285,9 +317,13 @@ def _upper_plan(terms: StageTerms, layout: Plan, split: tuple[int, ...] | None,
     return step_time_s(replace(terms, plan=plan)).step_s, plan
 
 
-def layer_caps(terms: StageTerms, recomputes: list[Recompute], k_hi: int,
-               stage_modes: tuple[Recompute, ...] | None = None, num_layers: int | None = None
-               ) -> dict[tuple[int, Recompute], int]:
+def layer_caps(
+    terms: StageTerms,
+    recomputes: list[Recompute],
+    k_hi: int,
+    stage_modes: tuple[Recompute, ...] | None = None,
+    num_layers: int | None = None,
+) -> dict[tuple[int, Recompute], int]:
     """Most k (units of vp layers less the stage's slot, at most ``k_hi``) each stage holds in
     each mode within memory: (most layers + slot) // vp; 0 for a mode other than the stage's own
     in ``stage_modes`` (the scenario fixes one mode per stage), so every bound and the model see
@@ -295,13 +331,20 @@ def layer_caps(terms: StageTerms, recomputes: list[Recompute], k_hi: int,
     give the same caps. ``num_layers``: the model's (for the slots; None: no slots)."""
     vp = terms.plan.vp
     slots = _slots(terms, num_layers) if num_layers is not None else (0,) * terms.plan.pp
-    return {(s, r): min(k_hi, (n + slots[s]) // vp)
-            if stage_modes is None or stage_modes[s] == r else 0
-            for r in recomputes for s, n in enumerate(max_layers_per_stage(terms, r))}
+    return {
+        (s, r): min(k_hi, (n + slots[s]) // vp) if stage_modes is None or stage_modes[s] == r else 0
+        for r in recomputes
+        for s, n in enumerate(max_layers_per_stage(terms, r))
+    }
 
 
-def fits_some_split(k_max: dict[tuple[int, Recompute], int], pp: int, k_total: int,
-                    uniform: bool = False, slots: tuple[int, ...] = ()) -> bool:
+def fits_some_split(
+    k_max: dict[tuple[int, Recompute], int],
+    pp: int,
+    k_total: int,
+    uniform: bool = False,
+    slots: tuple[int, ...] = (),
+) -> bool:
     """Some split fits: the most layers each stage can hold (best mode; ``uniform``: one mode
     for all stages), each at least its least k (1 + slot), add up to the model."""
     low = [1 + sl for sl in slots] if slots else [1] * pp
@@ -309,17 +352,27 @@ def fits_some_split(k_max: dict[tuple[int, Recompute], int], pp: int, k_total: i
         return False
     if uniform:
         modes = {r for _, r in k_max}
-        return any(all(k_max[(s, r)] >= low[s] for s in range(pp))
-                   and sum(k_max[(s, r)] for s in range(pp)) >= k_total for r in modes)
+        return any(
+            all(k_max[(s, r)] >= low[s] for s in range(pp))
+            and sum(k_max[(s, r)] for s in range(pp)) >= k_total
+            for r in modes
+        )
     cap = [max(k for (s, _), k in k_max.items() if s == stage) for stage in range(pp)]
     return all(c >= lo for c, lo in zip(cap, low, strict=True)) and sum(cap) >= k_total
 
 
-def build_tables(graph: LayerGraph, cluster: Cluster, job: Job, layout: Plan,
-                 recomputes: list[Recompute], k_choices: list[int] | None = None,
-                 terms: StageTerms | None = None, uniform: bool = False,
-                 split: tuple[int, ...] | None = None,
-                 stage_modes: tuple[Recompute, ...] | None = None) -> LayoutTables:
+def build_tables(
+    graph: LayerGraph,
+    cluster: Cluster,
+    job: Job,
+    layout: Plan,
+    recomputes: list[Recompute],
+    k_choices: list[int] | None = None,
+    terms: StageTerms | None = None,
+    uniform: bool = False,
+    split: tuple[int, ...] | None = None,
+    stage_modes: tuple[Recompute, ...] | None = None,
+) -> LayoutTables:
     """Memory capacities and bounds of one layout (integer coefficients via ``.ticks()``).
 
     ``terms``: the layout's StageTerms when the caller already has them; ``uniform``: one
@@ -340,17 +393,33 @@ def build_tables(graph: LayerGraph, cluster: Cluster, job: Job, layout: Plan,
     if split:
         candidates = [split]
     elif k_choices is None:
-        candidates.append(tuple(vp * k - sl for k, sl in zip(ks, slots, strict=True))
-                          if ks else None)
+        candidates.append(tuple(vp * k - sl for k, sl in zip(ks, slots, strict=True)) if ks else None)
     else:
-        candidates = [c for c in candidates
-                      if c and all((n + sl) // vp in k_choices
-                                   for n, sl in zip(c, slots, strict=True))]
-    upper, upper_plan = min((_upper_plan(terms, layout, c, k_max, recomputes, uniform, slots)
-                             for c in candidates), key=lambda u: u[0], default=(INF, None))
-    return LayoutTables(layout, terms, terms.num_micro_batches, k_total, k_choices, recomputes,
-                        k_max, min(lower, upper), upper, upper_plan, uniform, split or None,
-                        slots=slots)
+        candidates = [
+            c
+            for c in candidates
+            if c and all((n + sl) // vp in k_choices for n, sl in zip(c, slots, strict=True))
+        ]
+    upper, upper_plan = min(
+        (_upper_plan(terms, layout, c, k_max, recomputes, uniform, slots) for c in candidates),
+        key=lambda u: u[0],
+        default=(INF, None),
+    )
+    return LayoutTables(
+        layout,
+        terms,
+        terms.num_micro_batches,
+        k_total,
+        k_choices,
+        recomputes,
+        k_max,
+        min(lower, upper),
+        upper,
+        upper_plan,
+        uniform,
+        split or None,
+        slots=slots,
+    )
 
 
 def _tick_tables(tab: LayoutTables) -> TickTables:
@@ -369,7 +438,10 @@ def _tick_tables(tab: LayoutTables) -> TickTables:
             time_fixed[(s, r)] = fixed(terms.stage_time(s, r), s)
             dp_fixed[(s, r)] = fixed(terms.dp_exposed(s, r), s)
     return TickTables(
-        time_per_k=time_per_k, time_fixed=time_fixed, dp_per_k=dp_per_k, dp_fixed=dp_fixed,
+        time_per_k=time_per_k,
+        time_fixed=time_fixed,
+        dp_per_k=dp_per_k,
+        dp_fixed=dp_fixed,
         opt_per_k={s: to_ticks(vp * terms.optimizer(s).per_layer, res) for s in stages},
         opt_fixed={s: fixed(terms.optimizer(s), s) for s in stages},
         lower_bound=_lower_bound_ticks(tab),

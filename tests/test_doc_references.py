@@ -21,10 +21,28 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 SUFFIXES = {".py", ".md", ".yaml", ".yml", ".toml"}
-SKIP_DIRS = {".git", "__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", "node_modules",
-             ".venv", "venv", "build", "dist", "tmp"}
-BARE_DOCS = {"DESIGN.md", "STYLE.md", "frameworks.md", "hardware.md", "published_runs.md",
-             "models.md", "peers.md"}  # the project's documents, cited without the docs/ prefix
+SKIP_DIRS = {
+    ".git",
+    "__pycache__",
+    ".pytest_cache",
+    ".mypy_cache",
+    ".ruff_cache",
+    "node_modules",
+    ".venv",
+    "venv",
+    "build",
+    "dist",
+    "tmp",
+}
+BARE_DOCS = {
+    "DESIGN.md",
+    "STYLE.md",
+    "frameworks.md",
+    "hardware.md",
+    "published_runs.md",
+    "models.md",
+    "peers.md",
+}  # the project's documents, cited without the docs/ prefix
 DATA_FILES = ("hardware.json", "models.json", "published_runs_calibration.csv")
 
 URL = re.compile(r"\b(?:https?://|www\.)\S+")
@@ -39,14 +57,18 @@ HEADING = re.compile(r"^#{1,6}\s+(\d+(?:\.\d+)*)\.?\s", re.MULTILINE)
 def _skipped(rel: Path) -> bool:
     """Folders that are not the project's: caches, builds and any hidden folder or virtual
     environment (CI builds .venv-megatron-lm inside the clone)."""
-    return any(p in SKIP_DIRS or p.startswith(".") or p.endswith(".egg-info") or p.startswith("venv")
-               for p in rel.parts[:-1])
+    return any(
+        p in SKIP_DIRS or p.startswith(".") or p.endswith(".egg-info") or p.startswith("venv")
+        for p in rel.parts[:-1]
+    )
 
 
 def _files() -> list[Path]:
-    return sorted(path for path in ROOT.rglob("*")
-                  if path.suffix in SUFFIXES and path.is_file()
-                  and not _skipped(path.relative_to(ROOT)))
+    return sorted(
+        path
+        for path in ROOT.rglob("*")
+        if path.suffix in SUFFIXES and path.is_file() and not _skipped(path.relative_to(ROOT))
+    )
 
 
 @cache
@@ -57,8 +79,9 @@ def _sections(doc: Path) -> frozenset[str]:
 
 @cache
 def _data_names() -> frozenset[str]:
-    return frozenset(p.name for p in ROOT.rglob("*") if p.name in DATA_FILES
-                     and not _skipped(p.relative_to(ROOT)))
+    return frozenset(
+        p.name for p in ROOT.rglob("*") if p.name in DATA_FILES and not _skipped(p.relative_to(ROOT))
+    )
 
 
 def _doc_path(match: re.Match[str]) -> Path | None:
@@ -72,8 +95,10 @@ def _doc_path(match: re.Match[str]) -> Path | None:
 def _check_section(doc: Path, first: str, last: str | None, where: str, problems: list[str]) -> None:
     for number in (first, last):
         if number and doc.exists() and number not in _sections(doc):
-            problems.append(f"{where}: {doc.relative_to(ROOT)} has no section {number} "
-                            f"(it has {', '.join(sorted(_sections(doc))) or 'none'})")
+            problems.append(
+                f"{where}: {doc.relative_to(ROOT)} has no section {number} "
+                f"(it has {', '.join(sorted(_sections(doc))) or 'none'})"
+            )
 
 
 def reference_problems(path: Path, text: str) -> list[str]:
@@ -85,8 +110,10 @@ def reference_problems(path: Path, text: str) -> list[str]:
         where = f"{rel}:{number}"
         line = URL.sub(" ", raw)
         for m in SHARED.finditer(line):
-            problems.append(f"{where}: {m.group(0)!r} is outside the repository (not shipped); cite "
-                            "the copy in the repository or the primary source")
+            problems.append(
+                f"{where}: {m.group(0)!r} is outside the repository (not shipped); cite "
+                "the copy in the repository or the primary source"
+            )
         line = SHARED.sub(" ", line)
         spans = []
         for m in DOC.finditer(line):
@@ -96,8 +123,9 @@ def reference_problems(path: Path, text: str) -> list[str]:
             current = doc
             spans.append(m.span())
             if not doc.exists():
-                problems.append(f"{where}: {m.group(0)!r} names {doc.relative_to(ROOT)}, "
-                                "which does not exist")
+                problems.append(
+                    f"{where}: {m.group(0)!r} names {doc.relative_to(ROOT)}, which does not exist"
+                )
                 continue
             _check_section(doc, m.group(2), m.group(3), where, problems)
         for m in LONE_SECTION.finditer(line):
@@ -111,8 +139,12 @@ def reference_problems(path: Path, text: str) -> list[str]:
 
 
 def test_every_doc_reference_resolves_inside_the_repository() -> None:
-    problems = [p for f in _files() if f != Path(__file__).resolve()  # its examples are broken on purpose
-                for p in reference_problems(f, f.read_text(encoding="utf-8", errors="replace"))]
+    problems = [
+        p
+        for f in _files()
+        if f != Path(__file__).resolve()  # its examples are broken on purpose
+        for p in reference_problems(f, f.read_text(encoding="utf-8", errors="replace"))
+    ]
     assert not problems, "broken document references:\n" + "\n".join(problems)
 
 
@@ -121,7 +153,8 @@ def test_the_cited_documents_exist_with_numbered_sections() -> None:
         assert _sections(DOCS / name), f"docs/{name} has no numbered sections"
     # the sections the code cites by number today
     assert {"1", "2.2", "2.3", "3", "3.2", "3.3", "3.5", "4.1", "5", "6", "7"} <= _sections(
-        DOCS / "frameworks.md")
+        DOCS / "frameworks.md"
+    )
     assert "6" in _sections(DOCS / "STYLE.md")
     assert {"3.4", "3.5", "4"} <= _sections(DOCS / "published_runs.md")
 

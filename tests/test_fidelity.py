@@ -27,8 +27,14 @@ def test_covers_the_supported_rows(scored) -> None:
     assert len(rows) + len(skipped) == 312
     assert len(rows) >= 274  # 255 GPU + 19 TPU (2026-12-01)
     sources = {r.case.source_key for r in rows}
-    assert {"narayanan2021_t1", "korthikanti2022_t5", "nemo_2407", "megatron_bridge_perf",
-            "mosaic_llmfoundry", "bloom176b"} <= sources
+    assert {
+        "narayanan2021_t1",
+        "korthikanti2022_t5",
+        "nemo_2407",
+        "megatron_bridge_perf",
+        "mosaic_llmfoundry",
+        "bloom176b",
+    } <= sources
     assert all(s.reason for s in skipped)
 
 

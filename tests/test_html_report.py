@@ -30,8 +30,7 @@ EXAMPLE = ROOT / "examples" / "llama3-70b-h100.yaml"  # fixed plan: dp2 tp4 pp4 
 SCREENSHOT = ROOT / "benchmarks" / "results" / "report.png"
 CHROMIUM = "/usr/bin/chromium"
 GIB = 2**30
-VOID = {"meta", "br", "hr", "img", "input", "link", "area", "base", "col", "embed", "source",
-        "track", "wbr"}
+VOID = {"meta", "br", "hr", "img", "input", "link", "area", "base", "col", "embed", "source", "track", "wbr"}
 SVG_SELF_CLOSING = {"rect", "line", "circle", "path", "stop"}
 
 
@@ -101,10 +100,9 @@ def test_report_needs_no_network(page: str) -> None:
     assert set(re.findall(r"url\(([^)]*)\)", page)) <= {"#hatch"}
 
 
-def test_header_states_model_cluster_job_and_prediction(evaluated: paraplan.Result,
-                                                        page: str) -> None:
+def test_header_states_model_cluster_job_and_prediction(evaluated: paraplan.Result, page: str) -> None:
     q = evaluated.predicted
-    header = page[page.index('id="summary"'):page.index('id="schedule"')]
+    header = page[page.index('id="summary"') : page.index('id="schedule"')]
     assert "llama3-70b" in header and "8 x dgx-h100" in header and "64 x NVIDIA H100" in header
     assert "seq_len 8192, global_batch 128, precision fp8" in header
     assert f"{q.step_time_s:,.3f} s" in header
@@ -114,7 +112,8 @@ def test_header_states_model_cluster_job_and_prediction(evaluated: paraplan.Resu
 
 
 def test_schedule_draws_each_micro_batch_of_each_stage_from_the_trace(
-        evaluated: paraplan.Result, page: str) -> None:
+    evaluated: paraplan.Result, page: str
+) -> None:
     q, plan = evaluated.predicted, evaluated.plan
     assert q.num_micro_batches == 64 and plan.pp == 4
     forward = _titles(page, "fwd")
@@ -123,10 +122,16 @@ def test_schedule_draws_each_micro_batch_of_each_stage_from_the_trace(
     # the critical stage's forward + backward per micro-batch is the cost model's compute
     trace = build_trace(context(evaluated))
     critical = trace["otherData"]["critical_path_tid"] - 1
-    f_ms = [float(t.split("forward ")[1].split(" ms")[0]) for t in forward
-            if t.startswith(f"pp stage {critical} ")]
-    b_ms = [float(t.split("included) ")[1].split(" ms")[0].replace(",", "")) for t in backward
-            if t.startswith(f"pp stage {critical} ")]
+    f_ms = [
+        float(t.split("forward ")[1].split(" ms")[0])
+        for t in forward
+        if t.startswith(f"pp stage {critical} ")
+    ]
+    b_ms = [
+        float(t.split("included) ")[1].split(" ms")[0].replace(",", ""))
+        for t in backward
+        if t.startswith(f"pp stage {critical} ")
+    ]
     assert len(f_ms) == q.num_micro_batches
     assert f_ms[0] + b_ms[0] == pytest.approx(q.compute_s / q.num_micro_batches * 1e3, abs=0.15)
     assert b_ms[0] > f_ms[0]  # backward ~2x forward (DESIGN.md)
@@ -135,29 +140,45 @@ def test_schedule_draws_each_micro_batch_of_each_stage_from_the_trace(
     assert "time (ms)" in page and f"({q.step_time_s * 1e3:,.1f} ms)" in page
 
 
-def test_memory_bars_carry_each_stage_part_against_capacity(evaluated: paraplan.Result,
-                                                            page: str) -> None:
+def test_memory_bars_carry_each_stage_part_against_capacity(evaluated: paraplan.Result, page: str) -> None:
     q = evaluated.predicted
     for s in q.stages:
         for part in memory_parts():
             label = part.removesuffix("_bytes").replace("_", " ")
             assert f"stage {s.stage} {label}: {getattr(s, part) / GIB:,.2f} GiB" in page
-        assert (f"{s.total_bytes / GIB:,.1f} / {q.memory_capacity_bytes / GIB:,.1f} GiB "
-                f"({s.total_bytes / q.memory_capacity_bytes:.0%})") in page
+        assert (
+            f"{s.total_bytes / GIB:,.1f} / {q.memory_capacity_bytes / GIB:,.1f} GiB "
+            f"({s.total_bytes / q.memory_capacity_bytes:.0%})"
+        ) in page
     assert page.count('class="capacity"') == len(q.stages)
-    widths = {p: float(re.search(rf'width="([\d.]+)" height="22" fill="[^"]+" '
-                                 rf'class="mem-{p}"', page).group(1)) for p in memory_parts()}
+    widths = {
+        p: float(
+            re.search(
+                rf'width="([\d.]+)" height="22" fill="[^"]+" '
+                rf'class="mem-{p}"',
+                page,
+            ).group(1)
+        )
+        for p in memory_parts()
+    }
     s0 = q.stages[0]  # bar lengths are proportional to bytes
     assert widths["activations_bytes"] / widths["weights_bytes"] == pytest.approx(
-        s0.activations_bytes / s0.weights_bytes, rel=0.01)
+        s0.activations_bytes / s0.weights_bytes, rel=0.01
+    )
 
 
 def test_cluster_shows_each_group_on_the_tiers_the_cost_model_says(
-        evaluated: paraplan.Result, page: str) -> None:
-    section = page[page.index('id="cluster"'):page.index('id="alternatives"')]
+    evaluated: paraplan.Result, page: str
+) -> None:
+    section = page[page.index('id="cluster"') : page.index('id="alternatives"')]
     # rank order tp-cp-dp-pp on 8-GPU nodes: tp 4 x cp 2 fill a node, dp and pp cross the network
-    expected = {"tp": "4 over nvlink", "cp": "2 over nvlink", "dp": "2 over network",
-                "dp x cp": "2 over nvlink × 2 over network", "pp": "4 over network"}
+    expected = {
+        "tp": "4 over nvlink",
+        "cp": "2 over nvlink",
+        "dp": "2 over network",
+        "dp x cp": "2 over nvlink × 2 over network",
+        "pp": "4 over network",
+    }
     for name, crossing in expected.items():
         assert re.search(rf"</i>{name}</td><td>\d+</td><td>[^<]*</td><td>{crossing}</td>", section)
     ctx = context(evaluated)
@@ -191,12 +212,23 @@ def test_user_and_result_text_is_escaped(evaluated: paraplan.Result) -> None:
 
 
 def test_pooled_cluster_report_names_pools_and_the_inter_pool_link() -> None:
-    scenario = {"model": {"preset": "llama3-8b"},
-                "cluster": {"pools": [{"preset": "dgx-h100", "nodes": 4},
-                                      {"preset": "dgx-a100-80gb", "nodes": 4}]},
-                "job": {"seq_len": 4096, "global_batch": 512, "precision": "bf16"},
-                "plan": {"dp": 32, "tp": 1, "pp": 2, "cp": 1, "vp": 4, "micro_batch": 1, "zero": 1,
-                         "recompute": "none", "layers_per_stage": [24, 8], "stage_pools": [0, 1]}}
+    scenario = {
+        "model": {"preset": "llama3-8b"},
+        "cluster": {"pools": [{"preset": "dgx-h100", "nodes": 4}, {"preset": "dgx-a100-80gb", "nodes": 4}]},
+        "job": {"seq_len": 4096, "global_batch": 512, "precision": "bf16"},
+        "plan": {
+            "dp": 32,
+            "tp": 1,
+            "pp": 2,
+            "cp": 1,
+            "vp": 4,
+            "micro_batch": 1,
+            "zero": 1,
+            "recompute": "none",
+            "layers_per_stage": [24, 8],
+            "stage_pools": [0, 1],
+        },
+    }
     page = report_html(paraplan.evaluate(scenario))
     assert "pool 0 (dgx-h100)" in page and "pool 1 (dgx-a100-80gb)" in page
     assert "stage-to-stage links: inter-pool (0→1)" in page
@@ -204,30 +236,31 @@ def test_pooled_cluster_report_names_pools_and_the_inter_pool_link() -> None:
 
 
 def test_large_cluster_draws_the_nodes_of_far_apart_group_members() -> None:
-    scenario = {"model": {"preset": "llama3-8b"}, "cluster": {"preset": "dgx-h100", "nodes": 128},
-                "job": {"seq_len": 8192, "global_batch": 1024, "precision": "bf16"},
-                "plan": {"dp": 64, "tp": 2, "pp": 8, "cp": 1, "micro_batch": 1, "zero": 1,
-                         "recompute": "none"}}
+    scenario = {
+        "model": {"preset": "llama3-8b"},
+        "cluster": {"preset": "dgx-h100", "nodes": 128},
+        "job": {"seq_len": 8192, "global_batch": 1024, "precision": "bf16"},
+        "plan": {"dp": 64, "tp": 2, "pp": 8, "cp": 1, "micro_batch": 1, "zero": 1, "recompute": "none"},
+    }
     section = report_html(paraplan.evaluate(scenario)).split('id="cluster"')[1]
     nodes = re.findall(r'class="node-name">node (\d+)<', section)
     assert len(nodes) <= 8 and "0" in nodes
     assert "16" in nodes  # pp members are tp x dp = 128 ranks = 16 nodes apart
     assert "more nodes" in section  # the others are elided, not drawn
-    assert re.search(r"</i>pp</td><td>8</td><td>0, 128, 256, [^<]*</td><td>8 over network</td>",
-                     section)
+    assert re.search(r"</i>pp</td><td>8</td><td>0, 128, 256, [^<]*</td><td>8 over network</td>", section)
 
 
 # --------------------------------------------------------------------------- CLI
 
 
 def _cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "paraplan.cli", *args], capture_output=True,
-                          text=True, cwd=cwd, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "paraplan.cli", *args], capture_output=True, text=True, cwd=cwd, timeout=300
+    )
 
 
 def test_cli_plan_and_evaluate_write_the_report(tmp_path: Path) -> None:
-    r = _cli("plan", str(ROOT / "examples" / "llama3-8b-h100.yaml"), "--report",
-             str(tmp_path / "plan.html"))
+    r = _cli("plan", str(ROOT / "examples" / "llama3-8b-h100.yaml"), "--report", str(tmp_path / "plan.html"))
     assert r.returncode == 0, r.stderr
     assert f"wrote {tmp_path / 'plan.html'}" in r.stderr
     page = (tmp_path / "plan.html").read_text(encoding="utf-8")
@@ -259,12 +292,29 @@ def render(html_file: Path, png: Path, profile: Path, height: int = 3000) -> tup
     """Load ``html_file`` in headless Chromium: the DOM after rendering and its console lines
     (every console message, uncaught error and failed load logs one ``:CONSOLE`` line)."""
     r = subprocess.run(
-        [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-         "--no-first-run", "--disable-background-networking", "--disable-component-update",
-         "--disable-sync", f"--user-data-dir={profile}", "--enable-logging=stderr", "--v=0",
-         "--hide-scrollbars", f"--window-size=1240,{height}", f"--screenshot={png}",
-         "--dump-dom", html_file.resolve().as_uri()],
-        capture_output=True, text=True, timeout=120)
+        [
+            _chromium(),
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            f"--user-data-dir={profile}",
+            "--enable-logging=stderr",
+            "--v=0",
+            "--hide-scrollbars",
+            f"--window-size=1240,{height}",
+            f"--screenshot={png}",
+            "--dump-dom",
+            html_file.resolve().as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     return r.stdout, [line for line in r.stderr.splitlines() if ":CONSOLE" in line]
 
@@ -291,7 +341,7 @@ def test_report_renders_in_headless_chromium(evaluated: paraplan.Result, tmp_pat
         colours = {c for _, c in im.convert("RGB").getcolors(1 << 20)}
     # the schedule's forward and backward blues and the capacity red were painted
     for hex_ in ("7EA8E6", "2F5DA8", "C0392B"):
-        assert tuple(int(hex_[i:i + 2], 16) for i in (0, 2, 4)) in colours
+        assert tuple(int(hex_[i : i + 2], 16) for i in (0, 2, 4)) in colours
 
 
 def main() -> None:

@@ -20,9 +20,13 @@ def _project_imports(path: Path) -> set[str]:
     """The top-level paraplan subpackages a module imports (``paraplan.cost.x`` -> ``cost``)."""
     found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text())):
-        names = ([a.name for a in node.names] if isinstance(node, ast.Import)
-                 else [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0
-                 else [])
+        names = (
+            [a.name for a in node.names]
+            if isinstance(node, ast.Import)
+            else [node.module or ""]
+            if isinstance(node, ast.ImportFrom) and node.level == 0
+            else []
+        )
         for name in names:
             parts = name.split(".")
             if parts[0] == "paraplan":
@@ -32,13 +36,16 @@ def _project_imports(path: Path) -> set[str]:
 
 @pytest.mark.parametrize("folder", sorted(ALLOWED))
 def test_a_lower_layer_imports_only_layers_below_it(folder: str) -> None:
-    bad = {str(p.relative_to(ROOT)): sorted(_project_imports(p) - ALLOWED[folder])
-           for p in sorted((ROOT / folder).rglob("*.py"))}
+    bad = {
+        str(p.relative_to(ROOT)): sorted(_project_imports(p) - ALLOWED[folder])
+        for p in sorted((ROOT / folder).rglob("*.py"))
+    }
     assert not {k: v for k, v in bad.items() if v}, f"imports across the layering: {bad}"
 
 
 def test_the_checker_sees_a_front_door_import(tmp_path: Path) -> None:
     module = tmp_path / "m.py"
-    module.write_text("from paraplan.api import solve\nimport paraplan.export.megatron\n"
-                      "from paraplan.cost import Plan\n")
+    module.write_text(
+        "from paraplan.api import solve\nimport paraplan.export.megatron\nfrom paraplan.cost import Plan\n"
+    )
     assert _project_imports(module) == {"api", "export", "cost"}

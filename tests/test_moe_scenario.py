@@ -45,9 +45,18 @@ def test_ep_on_a_dense_model_is_refused() -> None:
 
 
 def test_explicit_moe_fields_match_the_preset() -> None:
-    explicit = {"name": "qwen3-30b-a3b", "layers": 48, "hidden": 2048, "heads": 32,
-                "kv_heads": 4, "head_dim": 128, "vocab": 151936, "experts": 128, "top_k": 8,
-                "moe_ffn_hidden": 768}
+    explicit = {
+        "name": "qwen3-30b-a3b",
+        "layers": 48,
+        "hidden": 2048,
+        "heads": 32,
+        "kv_heads": 4,
+        "head_dim": 128,
+        "vocab": 151936,
+        "experts": 128,
+        "top_k": 8,
+        "moe_ffn_hidden": 768,
+    }
     plan = {"dp": 8, "tp": 1, "pp": 1, "ep": 8, "micro_batch": 1, "zero": 1, "recompute": "none"}
     a = paraplan.evaluate({**QWEN_8_H100, "plan": plan})
     b = paraplan.evaluate({**QWEN_8_H100, "model": explicit, "plan": plan})
@@ -55,8 +64,10 @@ def test_explicit_moe_fields_match_the_preset() -> None:
 
 
 def test_explicit_moe_model_needs_the_expert_width() -> None:
-    bad = {**QWEN_8_H100, "model": {"layers": 4, "hidden": 256, "heads": 4, "vocab": 1000,
-                                    "experts": 8, "top_k": 2}}
+    bad = {
+        **QWEN_8_H100,
+        "model": {"layers": 4, "hidden": 256, "heads": 4, "vocab": 1000, "experts": 8, "top_k": 2},
+    }
     with pytest.raises(ConfigError, match="moe_ffn_hidden"):
         paraplan.load_scenario(bad)
 
@@ -64,6 +75,7 @@ def test_explicit_moe_model_needs_the_expert_width() -> None:
 def test_balanced_routing_is_faster_than_the_default_imbalance() -> None:
     plan = {"dp": 8, "tp": 1, "pp": 1, "ep": 8, "micro_batch": 1, "zero": 1, "recompute": "none"}
     default = paraplan.evaluate({**QWEN_8_H100, "plan": plan})
-    balanced = paraplan.evaluate({**QWEN_8_H100, "plan": plan,
-                                  "job": {**QWEN_8_H100["job"], "expert_imbalance": 1.0}})
+    balanced = paraplan.evaluate(
+        {**QWEN_8_H100, "plan": plan, "job": {**QWEN_8_H100["job"], "expert_imbalance": 1.0}}
+    )
     assert balanced.predicted.step_time_s < default.predicted.step_time_s

@@ -27,23 +27,38 @@ def _cluster(cluster: dict) -> dict:
     return {**SMALL, "cluster": cluster}
 
 
-@pytest.mark.parametrize(("cluster", "pattern"), [
-    ({"pools": []}, r"cluster: .*at least one pool"),
-    ({"pools": [H100], "preset": "dgx-h100"}, r"either cluster\.pools or cluster\.preset"),
-    ({"pools": [{"preset": "dgx-h100"}]}, r"exactly one of nodes or gpus"),
-    ({"pools": [H100, {"preset": "dgx-z900", "nodes": 1}]},
-     r"cluster\.pools\[1\]\.preset='dgx-z900' is not a known preset"),
-    ({"pools": [{"preset": "dgx-h100", "nodes": 0}]}, r"cluster\.pools\.0\.nodes: .*greater than"),
-    ({}, r"give cluster\.preset \(with nodes or gpus\) or cluster\.pools"),
-])
+@pytest.mark.parametrize(
+    ("cluster", "pattern"),
+    [
+        ({"pools": []}, r"cluster: .*at least one pool"),
+        ({"pools": [H100], "preset": "dgx-h100"}, r"either cluster\.pools or cluster\.preset"),
+        ({"pools": [{"preset": "dgx-h100"}]}, r"exactly one of nodes or gpus"),
+        (
+            {"pools": [H100, {"preset": "dgx-z900", "nodes": 1}]},
+            r"cluster\.pools\[1\]\.preset='dgx-z900' is not a known preset",
+        ),
+        ({"pools": [{"preset": "dgx-h100", "nodes": 0}]}, r"cluster\.pools\.0\.nodes: .*greater than"),
+        ({}, r"give cluster\.preset \(with nodes or gpus\) or cluster\.pools"),
+    ],
+)
 def test_bad_pools_name_the_field(cluster: dict, pattern: str) -> None:
     with pytest.raises(ConfigError, match=pattern):
         paraplan.solve(_cluster(cluster), time_limit_s=5)
 
 
 def test_evaluate_rejects_stages_not_matching_pools() -> None:
-    scenario = {**SMALL, "plan": {"dp": 1, "tp": 8, "pp": 2, "micro_batch": 1, "zero": 1,
-                                  "recompute": "none", "stage_pools": [0, 0]}}
+    scenario = {
+        **SMALL,
+        "plan": {
+            "dp": 1,
+            "tp": 8,
+            "pp": 2,
+            "micro_batch": 1,
+            "zero": 1,
+            "recompute": "none",
+            "stage_pools": [0, 0],
+        },
+    }
     with pytest.raises(ConfigError, match=r"stage_pools=\[0, 0\]: a used pool hosts all"):
         paraplan.evaluate(scenario)
 
@@ -56,14 +71,25 @@ def test_stage_pools_on_a_single_node_type_is_refused() -> None:
 
 def test_cli_report_shows_the_pool_of_each_stage(capsys: pytest.CaptureFixture[str]) -> None:
     from paraplan.cli import main
+
     assert main(["plan", str(EXAMPLE)]) == 0
     out = capsys.readouterr().out
     assert "stage  pool  layers" in out and "stage_pools=[" in out
 
 
 def test_evaluate_defaults_to_every_pool_in_order() -> None:
-    scenario = {**SMALL, "plan": {"dp": 1, "tp": 8, "pp": 2, "micro_batch": 1, "zero": 1,
-                                  "recompute": "none", "layers_per_stage": [18, 14]}}
+    scenario = {
+        **SMALL,
+        "plan": {
+            "dp": 1,
+            "tp": 8,
+            "pp": 2,
+            "micro_batch": 1,
+            "zero": 1,
+            "recompute": "none",
+            "layers_per_stage": [18, 14],
+        },
+    }
     r = paraplan.evaluate(scenario)
     assert r.plan.stage_pools == [0, 1]
     assert [s.pool for s in r.predicted.stages] == [0, 1]

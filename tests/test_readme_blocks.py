@@ -97,8 +97,11 @@ def _workdir(tmp_path: Path) -> Path:
 
 
 def _env() -> dict[str, str]:
-    return {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-            "PYTHONPATH": str(ROOT)}
+    return {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        "PYTHONPATH": str(ROOT),
+    }
 
 
 def test_readme_has_blocks_of_each_kind() -> None:
@@ -123,19 +126,27 @@ def test_bash_block_runs(block: Block, tmp_path: Path) -> None:
             continue
         if "paraplan profile" in code:
             pytest.importorskip("torch")
-        r = subprocess.run(["bash", "-o", "pipefail", "-c", code], cwd=work, env=_env(),
-                           capture_output=True, text=True, timeout=TIMEOUT_S)
+        r = subprocess.run(
+            ["bash", "-o", "pipefail", "-c", code],
+            cwd=work,
+            env=_env(),
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT_S,
+        )
         want = expected_exit(line)
-        assert r.returncode == want, (f"README line {block.line}: `{code}` exited {r.returncode}, "
-                                      f"documented {want}\n{r.stderr[-2000:]}")
+        assert r.returncode == want, (
+            f"README line {block.line}: `{code}` exited {r.returncode}, documented {want}\n{r.stderr[-2000:]}"
+        )
         if want == 0:
             assert "Traceback" not in r.stderr
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("block", [b for b in BLOCKS if b.lang == "python"], ids=_id)
-def test_python_block_runs(block: Block, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                           capsys: pytest.CaptureFixture[str]) -> None:
+def test_python_block_runs(
+    block: Block, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.chdir(_workdir(tmp_path))
     exec(compile(block.text, f"README.md:{block.line}", "exec"), {"__name__": "readme"})  # noqa: S102
     assert capsys.readouterr().out

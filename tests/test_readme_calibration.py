@@ -16,15 +16,21 @@ SECTION = "### Calibrating to your cluster"
 
 def _blocks() -> list[str]:
     text = (ROOT / "README.md").read_text()
-    section = text[text.index(SECTION):]
-    section = section[:section.index("\n### ", len(SECTION))]
+    section = text[text.index(SECTION) :]
+    section = section[: section.index("\n### ", len(SECTION))]
     return re.findall(r"```bash\n(.*?)```", section, flags=re.S)
 
 
 def _run(block: str, cwd: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-    return subprocess.run(["bash", "-euo", "pipefail", "-c", block], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", block],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_readme_calibration_blocks_exist() -> None:

@@ -18,8 +18,8 @@ SECTION = "### TPU slices"
 
 def _block() -> str:
     text = (ROOT / "README.md").read_text()
-    section = text[text.index(SECTION):]
-    section = section[:section.index("\n## ", len(SECTION))]
+    section = text[text.index(SECTION) :]
+    section = section[: section.index("\n## ", len(SECTION))]
     blocks = re.findall(r"```bash\n(.*?)```", section, flags=re.S)
     assert len(blocks) == 1
     return blocks[0]
@@ -28,8 +28,14 @@ def _block() -> str:
 def test_readme_tpu_block_plans_and_exports(tmp_path: Path) -> None:
     (tmp_path / "examples").symlink_to(ROOT / "examples")
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-    run = subprocess.run(["bash", "-euo", "pipefail", "-c", _block()], cwd=tmp_path, env=env,
-                         capture_output=True, text=True, timeout=300)
+    run = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", _block()],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert run.returncode == 0, run.stderr
     result = json.loads((tmp_path / "tpu.json").read_text())
     assert result["solver"]["status"] == "OPTIMAL"

@@ -17,3 +17,11 @@ def test_ruff_clean() -> None:
         pytest.skip("ruff not installed (it is in the [test] extra)")
     r = subprocess.run([ruff, "check", str(ROOT)], capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 0, r.stdout
+
+
+def test_ruff_formatted() -> None:
+    ruff = shutil.which("ruff")
+    if ruff is None:
+        pytest.skip("ruff not installed (it is in the [test] extra)")
+    r = subprocess.run([ruff, "format", "--check", str(ROOT)], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0, r.stdout

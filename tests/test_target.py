@@ -87,9 +87,12 @@ def test_moe_plan_with_expert_parallelism_for_megatron_exports() -> None:
 
 
 def test_uniform_recompute_alone_gives_one_mode_per_plan() -> None:
-    scenario = {"model": {"preset": "llama3-70b"}, "cluster": {"preset": "dgx-h100", "nodes": 4},
-                "job": {"seq_len": 8192, "global_batch": 64, "precision": "bf16"},
-                "plan": {"pp": 8, "tp": 4}}
+    scenario = {
+        "model": {"preset": "llama3-70b"},
+        "cluster": {"preset": "dgx-h100", "nodes": 4},
+        "job": {"seq_len": 8192, "global_batch": 64, "precision": "bf16"},
+        "plan": {"pp": 8, "tp": 4},
+    }
     free, uniform = solve(scenario), solve(_with(scenario, uniform_recompute=True))
     assert len(set(uniform.plan.recompute_per_stage)) == 1
     assert uniform.predicted.step_time_s >= free.predicted.step_time_s * (1 - 1e-9)
@@ -117,8 +120,9 @@ def test_unknown_target_names_the_field() -> None:
 def test_cli_target_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(LLAMA8B_16))
-    assert main(["plan", str(path), "--target", "maxtext", "--export", "maxtext",
-                 "--out", str(tmp_path)]) == 0
+    assert (
+        main(["plan", str(path), "--target", "maxtext", "--export", "maxtext", "--out", str(tmp_path)]) == 0
+    )
     out = capsys.readouterr().out
     assert "searched only plans maxtext can run" in out
     assert (tmp_path / "maxtext.yml").exists()
@@ -128,13 +132,21 @@ def _random_scenario(rng: random.Random) -> dict:
     heads = rng.choice([8, 16])
     hidden = heads * rng.choice([64, 128])
     return {
-        "model": {"name": "rand", "layers": rng.randint(2, 6), "hidden": hidden,
-                  "ffn_hidden": hidden * rng.choice([2, 4]), "heads": heads,
-                  "kv_heads": rng.choice([2, heads]), "vocab": rng.choice([512, 32000])},
-        "cluster": {"preset": rng.choice(["dgx-h100", "dgx-a100-80gb"]),
-                    "gpus": rng.choice([4, 8, 16])},
-        "job": {"seq_len": rng.choice([1024, 8192, 65536]), "global_batch": rng.choice([4, 8, 16]),
-                "precision": "bf16"},
+        "model": {
+            "name": "rand",
+            "layers": rng.randint(2, 6),
+            "hidden": hidden,
+            "ffn_hidden": hidden * rng.choice([2, 4]),
+            "heads": heads,
+            "kv_heads": rng.choice([2, heads]),
+            "vocab": rng.choice([512, 32000]),
+        },
+        "cluster": {"preset": rng.choice(["dgx-h100", "dgx-a100-80gb"]), "gpus": rng.choice([4, 8, 16])},
+        "job": {
+            "seq_len": rng.choice([1024, 8192, 65536]),
+            "global_batch": rng.choice([4, 8, 16]),
+            "precision": "bf16",
+        },
         "solver": {"max_micro_batch": 2, "max_vp": 2, "target": rng.choice(TARGETS)},
     }
 
@@ -150,8 +162,7 @@ def test_target_search_matches_enumeration_and_exports(seed: int) -> None:
             paraplan.solve(scenario, time_limit_s=60, workers=1)
         return
     inst = build_instance(load_scenario(scenario))
-    truth = enumerate_plans(inst.graph, inst.cluster, inst.job, fixed_knobs(inst),
-                            search_options(inst))
+    truth = enumerate_plans(inst.graph, inst.cluster, inst.job, fixed_knobs(inst), search_options(inst))
     if truth.best is None:
         with pytest.raises(InfeasibleError):
             paraplan.solve(scenario, time_limit_s=60, workers=1)
@@ -162,22 +173,31 @@ def test_target_search_matches_enumeration_and_exports(seed: int) -> None:
     assert export_text(r, target)
 
 
-@pytest.mark.parametrize(("target", "plan", "pattern"), [
-    ("megatron", {"pp": 4, "recompute": ["full", "none", "none", "none"]},
-     r"no plan megatron can run: plan.recompute=.*differs per stage"),
-    ("deepspeed", {"recompute": "selective"}, r"no plan deepspeed can run: .*\(none, full\)"),
-    ("maxtext", {"pp": 4, "layers_per_stage": [19, 21, 21, 19]},
-     r"no plan maxtext can run: .*every stage holds the same number of layers"),
-])
-def test_fixed_knobs_the_target_cannot_run_are_named(target: str, plan: dict,
-                                                     pattern: str) -> None:
+@pytest.mark.parametrize(
+    ("target", "plan", "pattern"),
+    [
+        (
+            "megatron",
+            {"pp": 4, "recompute": ["full", "none", "none", "none"]},
+            r"no plan megatron can run: plan.recompute=.*differs per stage",
+        ),
+        ("deepspeed", {"recompute": "selective"}, r"no plan deepspeed can run: .*\(none, full\)"),
+        (
+            "maxtext",
+            {"pp": 4, "layers_per_stage": [19, 21, 21, 19]},
+            r"no plan maxtext can run: .*every stage holds the same number of layers",
+        ),
+    ],
+)
+def test_fixed_knobs_the_target_cannot_run_are_named(target: str, plan: dict, pattern: str) -> None:
     with pytest.raises(InfeasibleError, match=pattern):
         paraplan.solve(_with({**_example(), "plan": plan}, target=target), time_limit_s=30)
 
 
 def test_fixed_knobs_the_target_runs_are_kept() -> None:
-    r = solve(_with({**_example(), "plan": {"pp": 4, "layers_per_stage": [19, 21, 21, 19]}},
-                    target="megatron"))
+    r = solve(
+        _with({**_example(), "plan": {"pp": 4, "layers_per_stage": [19, 21, 21, 19]}}, target="megatron")
+    )
     assert r.plan.layers_per_stage == [19, 21, 21, 19] and export_text(r, "megatron")
 
 
@@ -192,11 +212,20 @@ def test_deepspeed_plans_its_own_balanced_split() -> None:
     DeepSpeed's partition_balanced builds, not an even or a free one."""
     from paraplan.export.deepspeed import balanced_split
 
-    scenario = {"model": {"name": "gpt-10l", "layers": 10, "hidden": 2048, "ffn_hidden": 8192,
-                          "heads": 16, "kv_heads": 16, "vocab": 32000},
-                "cluster": {"preset": "dgx-h100", "nodes": 2},
-                "job": {"seq_len": 4096, "global_batch": 64, "precision": "bf16"},
-                "plan": {"pp": 4}}
+    scenario = {
+        "model": {
+            "name": "gpt-10l",
+            "layers": 10,
+            "hidden": 2048,
+            "ffn_hidden": 8192,
+            "heads": 16,
+            "kv_heads": 16,
+            "vocab": 32000,
+        },
+        "cluster": {"preset": "dgx-h100", "nodes": 2},
+        "job": {"seq_len": 4096, "global_batch": 64, "precision": "bf16"},
+        "plan": {"pp": 4},
+    }
     r = solve(_with(scenario, target="deepspeed"))
     assert r.solver.status == "OPTIMAL"
     assert tuple(r.plan.layers_per_stage) == balanced_split(10, 4)

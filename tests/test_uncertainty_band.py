@@ -25,8 +25,7 @@ MOE_FIXED = {
     "model": {"preset": "qwen3-30b-a3b"},
     "cluster": {"preset": "dgx-h100", "gpus": 8},
     "job": {"seq_len": 4096, "global_batch": 64, "precision": "bf16"},
-    "plan": {"dp": 8, "tp": 1, "pp": 1, "ep": 8, "micro_batch": 1, "zero": 1,
-             "recompute": "full"},
+    "plan": {"dp": 8, "tp": 1, "pp": 1, "ep": 8, "micro_batch": 1, "zero": 1, "recompute": "full"},
 }
 
 
@@ -45,8 +44,7 @@ def test_evaluate_carries_the_hopper_band() -> None:
 
 def test_band_in_json_and_text_from_the_cli() -> None:
     cmd = [sys.executable, "-m", "paraplan.cli", "evaluate", str(EXAMPLES / "llama3-70b-h100.yaml")]
-    data = json.loads(subprocess.run(cmd + ["--json"], capture_output=True, text=True,
-                                     check=True).stdout)
+    data = json.loads(subprocess.run(cmd + ["--json"], capture_output=True, text=True, check=True).stdout)
     band = data["predicted"]["step_time_band_s"]
     assert set(band) == {"p10", "p90", "source"}
     assert band["p10"] <= data["predicted"]["step_time_s"] <= band["p90"]
@@ -62,10 +60,12 @@ def test_calibrated_band_says_it_is_the_catalog_models() -> None:
 
 def _two_plans() -> tuple:
     inst = build_instance(paraplan.load_scenario(EXAMPLES / "llama3-8b-h100.yaml"))
-    plans = [Plan(dp=4, tp=1, pp=1, cp=2, micro_batch=1, recompute=(Recompute.NONE,),
-                  layers_per_stage=(32,)),
-             Plan(dp=8, tp=1, pp=1, cp=1, micro_batch=1, zero=2, recompute=(Recompute.NONE,),
-                  layers_per_stage=(32,))]
+    plans = [
+        Plan(dp=4, tp=1, pp=1, cp=2, micro_batch=1, recompute=(Recompute.NONE,), layers_per_stage=(32,)),
+        Plan(
+            dp=8, tp=1, pp=1, cp=1, micro_batch=1, zero=2, recompute=(Recompute.NONE,), layers_per_stage=(32,)
+        ),
+    ]
     scored = [(p, cost_evaluate(inst.graph, inst.cluster, inst.job, p)) for p in plans]
     return inst, sorted(scored, key=lambda pb: pb[1].step_time_s)  # the faster is "this plan"
 
@@ -98,8 +98,17 @@ def test_solve_explains_the_runner_up_against_the_band() -> None:
 
 
 def test_summary_shows_ep_etp_and_cp() -> None:
-    plan = Plan(dp=8, tp=2, pp=1, cp=4, ep=8, etp=1, micro_batch=1,
-                recompute=(Recompute.NONE,), layers_per_stage=(48,))
+    plan = Plan(
+        dp=8,
+        tp=2,
+        pp=1,
+        cp=4,
+        ep=8,
+        etp=1,
+        micro_batch=1,
+        recompute=(Recompute.NONE,),
+        layers_per_stage=(48,),
+    )
     text = summary(plan)
     assert "ep=8" in text and "etp=1" in text and "cp=4" in text and "cp_comm=p2p" in text
 

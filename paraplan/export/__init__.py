@@ -42,11 +42,26 @@ from paraplan.export.rules import enforce
 from paraplan.result import Result
 
 __all__ = [
-    "EXPORTERS", "Target", "ExportContext",
-    "export", "export_text", "render_target", "write_exports", "load_result", "context", "to_cost_plan",
-    "plan_summary", "header_lines", "enforce", "effective_order", "order_matches",
-    "regroup", "uniform_recompute", "comment_block",
-    "POOLED_TARGETS", "pool_lines",
+    "EXPORTERS",
+    "Target",
+    "ExportContext",
+    "export",
+    "export_text",
+    "render_target",
+    "write_exports",
+    "load_result",
+    "context",
+    "to_cost_plan",
+    "plan_summary",
+    "header_lines",
+    "enforce",
+    "effective_order",
+    "order_matches",
+    "regroup",
+    "uniform_recompute",
+    "comment_block",
+    "POOLED_TARGETS",
+    "pool_lines",
 ]
 
 
@@ -57,12 +72,14 @@ def _check_pooled(ctx: ExportContext, name: str) -> None:
         raise ExportError(
             f"{name} cannot express a plan on a mixed-GPU cluster (cluster.pools): it builds one "
             "device mesh of one GPU type; export to megatron (stages on pools, uneven layers) or "
-            "plan for one pool (cluster.preset)")
+            "plan for one pool (cluster.preset)"
+        )
     used = {ctx.cluster.pools[p].devices_per_node for p in set(ctx.plan.stage_pools)}
     if len(used) > 1:
         raise ExportError(
             f"{name} cannot launch pools with different GPUs per node {sorted(used)} in one "
-            "torchrun job (--nproc-per-node is one number)")
+            "torchrun job (--nproc-per-node is one number)"
+        )
 
 
 EXPORTED_PRECISIONS = (Precision.BF16, Precision.FP16, Precision.FP8)
@@ -76,7 +93,8 @@ def _check_precision(ctx: ExportContext, name: str) -> None:
     raise ExportError(
         f"job.precision={ctx.precision.value} is modelled but not exported to {name} yet; "
         "export with job.precision fp8 and set the recipe by hand (Megatron-LM: --fp8-recipe "
-        "blockwise|mxfp8, --fp4-format e2m1 --fp4-recipe nvfp4)")
+        "blockwise|mxfp8, --fp4-format e2m1 --fp4-recipe nvfp4)"
+    )
 
 
 def _render(ctx: ExportContext, target: Target) -> str:
@@ -89,8 +107,10 @@ def _render(ctx: ExportContext, target: Target) -> str:
     except ExportError as e:
         if key == "trace" or (ctx.result.solver and ctx.result.solver.target == key):
             raise
-        raise ExportError(f"{e} For the fastest plan {key} can run, re-plan with solver.target: "
-                          f"{key} (paraplan plan --target {key}).") from None
+        raise ExportError(
+            f"{e} For the fastest plan {key} can run, re-plan with solver.target: "
+            f"{key} (paraplan plan --target {key})."
+        ) from None
     return text if text.endswith("\n") else text + "\n"
 
 

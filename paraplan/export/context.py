@@ -1,5 +1,6 @@
 """What an exporter renders from: a Result with the model, cluster and job its scenario describes,
 and plan helpers every exporter shares (summary line, effective rank order, regrouping)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -14,8 +15,16 @@ from paraplan.result import PlanOut, Result, evaluate_plan
 from paraplan.rules import Draft, RuleContext, effective_order, order_matches, regroup, uniform_recompute
 from paraplan.schema import load_scenario
 
-__all__ = ["ExportContext", "context", "to_cost_plan", "uniform_recompute",
-           "plan_summary", "effective_order", "order_matches", "regroup"]
+__all__ = [
+    "ExportContext",
+    "context",
+    "to_cost_plan",
+    "uniform_recompute",
+    "plan_summary",
+    "effective_order",
+    "order_matches",
+    "regroup",
+]
 
 
 @dataclass
@@ -48,8 +57,9 @@ class ExportContext:
     @property
     def rule_context(self) -> RuleContext:
         """The model, job and cluster, as the framework rules take them."""
-        return RuleContext(self.inst.spec, self.inst.job, self.inst.cluster,
-                           self.scenario.get("model", {}).get("preset"))
+        return RuleContext(
+            self.inst.spec, self.inst.job, self.inst.cluster, self.scenario.get("model", {}).get("preset")
+        )
 
     @property
     def cluster(self) -> Cluster:
@@ -87,9 +97,17 @@ class ExportContext:
 def to_cost_plan(plan: PlanOut) -> Plan:
     """The cost model's ``Plan`` for a Result's plan (one recompute mode per pp rank)."""
     return Plan(
-        dp=plan.dp, tp=plan.tp, pp=plan.pp, cp=plan.cp, ep=plan.ep, etp=plan.etp,
-        cp_comm=CPComm(plan.cp_comm), vp=plan.vp,
-        micro_batch=plan.micro_batch, zero=plan.zero, sequence_parallel=plan.sequence_parallel,
+        dp=plan.dp,
+        tp=plan.tp,
+        pp=plan.pp,
+        cp=plan.cp,
+        ep=plan.ep,
+        etp=plan.etp,
+        cp_comm=CPComm(plan.cp_comm),
+        vp=plan.vp,
+        micro_batch=plan.micro_batch,
+        zero=plan.zero,
+        sequence_parallel=plan.sequence_parallel,
         recompute=tuple(Recompute(r) for r in plan.recompute_per_stage),
         layers_per_stage=tuple(plan.layers_per_stage),
         layers_per_chunk=tuple(tuple(r) for r in plan.layers_per_chunk),
@@ -105,7 +123,6 @@ def context(result: Result) -> ExportContext:
     return ExportContext(result=result, inst=inst, plan=to_cost_plan(result.plan))
 
 
-
 def plan_summary(plan: Plan) -> str:
     """One line naming every knob, e.g. ``dp=2 tp=4 pp=4 cp=2 vp=5 micro_batch=1 zero=1 ...``."""
     mode = uniform_recompute(plan)
@@ -118,7 +135,9 @@ def plan_summary(plan: Plan) -> str:
     if plan.etp is not None and plan.etp != plan.tp:
         parts.append(f"etp={plan.etp}")
     parts += [
-        f"vp={plan.vp}", f"micro_batch={plan.micro_batch}", f"zero={plan.zero}",
+        f"vp={plan.vp}",
+        f"micro_batch={plan.micro_batch}",
+        f"zero={plan.zero}",
         f"sequence_parallel={'on' if plan.sequence_parallel else 'off'}",
         f"recompute={recompute}",
         f"layers_per_stage={list(plan.layers_per_stage)}",

@@ -39,24 +39,43 @@ from paraplan.result import paraplan_version
 from paraplan.rules import deepspeed as rules
 from paraplan.rules.deepspeed import ORDER, balanced_split, partition_balanced
 
-__all__ = ["KEYS", "ORDER", "render", "deepspeed_config", "balanced_split",
-           "partition_balanced", "autotp_batch_note"]
+__all__ = [
+    "KEYS",
+    "ORDER",
+    "render",
+    "deepspeed_config",
+    "balanced_split",
+    "partition_balanced",
+    "autotp_batch_note",
+]
 
 FRAMEWORK = "DeepSpeed 0.19.8"
 
 KEYS: dict[str, str] = {
-    "global_batch": "train_batch_size", "micro_batch": "train_micro_batch_size_per_gpu",
-    "grad_accum": "gradient_accumulation_steps", "enabled": "enabled",
-    "bf16": "bf16", "fp16": "fp16",
-    "zero": "zero_optimization", "stage": "stage", "overlap_comm": "overlap_comm",
-    "contiguous_gradients": "contiguous_gradients", "reduce_scatter": "reduce_scatter",
-    "tp": "tensor_parallel", "autotp_size": "autotp_size", "cp": "sequence_parallel_size",
-    "pipeline": "pipeline", "stages": "stages", "partition": "partition",
+    "global_batch": "train_batch_size",
+    "micro_batch": "train_micro_batch_size_per_gpu",
+    "grad_accum": "gradient_accumulation_steps",
+    "enabled": "enabled",
+    "bf16": "bf16",
+    "fp16": "fp16",
+    "zero": "zero_optimization",
+    "stage": "stage",
+    "overlap_comm": "overlap_comm",
+    "contiguous_gradients": "contiguous_gradients",
+    "reduce_scatter": "reduce_scatter",
+    "tp": "tensor_parallel",
+    "autotp_size": "autotp_size",
+    "cp": "sequence_parallel_size",
+    "pipeline": "pipeline",
+    "stages": "stages",
+    "partition": "partition",
     "checkpoint_interval": "activation_checkpoint_interval",
     "activation_checkpointing": "activation_checkpointing",
     "partition_activations": "partition_activations",
-    "data_types": "data_types", "grad_accum_dtype": "grad_accum_dtype",
-    "comm_dtype": "communication_data_type", "gradient_clipping": "gradient_clipping",
+    "data_types": "data_types",
+    "grad_accum_dtype": "grad_accum_dtype",
+    "comm_dtype": "communication_data_type",
+    "gradient_clipping": "gradient_clipping",
     "header": "_paraplan",
 }
 """paraplan concept -> DeepSpeed config key; the only place DeepSpeed key names appear."""
@@ -80,8 +99,13 @@ def _pipeline_section(ctx: ExportContext) -> dict[str, Any]:
     if p.pp == 1:
         return {}
     interval = 1 if uniform_recompute(p) is Recompute.FULL else 0
-    return {KEYS["pipeline"]: {KEYS["stages"]: p.pp, KEYS["partition"]: BLOCK_PARTITION,
-                               KEYS["checkpoint_interval"]: interval}}
+    return {
+        KEYS["pipeline"]: {
+            KEYS["stages"]: p.pp,
+            KEYS["partition"]: BLOCK_PARTITION,
+            KEYS["checkpoint_interval"]: interval,
+        }
+    }
 
 
 def _notes(ctx: ExportContext) -> list[str]:
@@ -93,37 +117,49 @@ def _notes(ctx: ExportContext) -> list[str]:
             f"partition_method='{BLOCK_PARTITION}', activation_checkpoint_interval="
             f"{_pipeline_section(ctx)[KEYS['pipeline']][KEYS['checkpoint_interval']]}): "
             f"blocks per stage {list(p.layers_per_stage)}"
-            + (f"; topology=PipeModelDataParallelTopology(num_pp={p.pp}, num_mp={p.tp}, "
-               f"num_dp={p.dp})" if p.tp > 1 else ""))
+            + (
+                f"; topology=PipeModelDataParallelTopology(num_pp={p.pp}, num_mp={p.tp}, num_dp={p.dp})"
+                if p.tp > 1
+                else ""
+            )
+        )
     elif uniform_recompute(p) is Recompute.FULL:
-        notes.append("full recompute: wrap every transformer block with "
-                     "deepspeed.checkpointing.checkpoint")
+        notes.append("full recompute: wrap every transformer block with deepspeed.checkpointing.checkpoint")
     if ctx.precision is Precision.FP8:
-        notes.append("fp8: DeepSpeed has no FP8 switch; keep bf16 here and run the linear layers "
-                     "under Transformer Engine's fp8_autocast in the model code")
+        notes.append(
+            "fp8: DeepSpeed has no FP8 switch; keep bf16 here and run the linear layers "
+            "under Transformer Engine's fp8_autocast in the model code"
+        )
     if p.cp > 1:
-        notes.append(f"cp={p.cp} runs as DeepSpeed-Ulysses (all-to-all over heads), not ring "
-                     "attention; wrap attention in deepspeed.sequence.layer.DistributedAttention, "
-                     "call deepspeed.runtime.sequence_parallel.parallel_state_sp."
-                     f"initialize_sequence_parallel({p.cp}) and pass mpu=parallel_state_sp to "
-                     "deepspeed.initialize (without it the engine runs with no sequence-parallel "
-                     "group and reduces gradients as if every rank were data parallel)")
+        notes.append(
+            f"cp={p.cp} runs as DeepSpeed-Ulysses (all-to-all over heads), not ring "
+            "attention; wrap attention in deepspeed.sequence.layer.DistributedAttention, "
+            "call deepspeed.runtime.sequence_parallel.parallel_state_sp."
+            f"initialize_sequence_parallel({p.cp}) and pass mpu=parallel_state_sp to "
+            "deepspeed.initialize (without it the engine runs with no sequence-parallel "
+            "group and reduces gradients as if every rank were data parallel)"
+        )
     if p.tp > 1:
-        notes.append(autotp_batch_note(ctx) + "; build the model as a Hugging Face model AutoTP "
-                     "has a policy for")
-    notes.append(f"launch: deepspeed --num_nodes {ctx.cluster.num_nodes} --num_gpus "
-                 f"{ctx.cluster.devices_per_node} <train.py> --deepspeed_config deepspeed.json")
+        notes.append(
+            autotp_batch_note(ctx) + "; build the model as a Hugging Face model AutoTP has a policy for"
+        )
+    notes.append(
+        f"launch: deepspeed --num_nodes {ctx.cluster.num_nodes} --num_gpus "
+        f"{ctx.cluster.devices_per_node} <train.py> --deepspeed_config deepspeed.json"
+    )
     return notes
 
 
 def autotp_batch_note(ctx: ExportContext) -> str:
     """Why an AutoTP config leaves train_batch_size out (DeepSpeedConfig's batch rule)."""
     p, gb = ctx.plan, ctx.inst.job.global_batch
-    return (f"train_batch_size is left out: under AutoTP DeepSpeed derives it as micro_batch x "
-            f"gradient_accumulation_steps x world size, first over all {p.num_devices} ranks "
-            f"({gb * p.tp}, the tp ranks counted), then (ZeRO-3's zero.Init) over the {p.dp} "
-            f"data-parallel ranks ({gb}); no fixed value passes both checks. A step trains on "
-            f"{gb} sequences: the {p.tp} tp ranks of a replica share their data")
+    return (
+        f"train_batch_size is left out: under AutoTP DeepSpeed derives it as micro_batch x "
+        f"gradient_accumulation_steps x world size, first over all {p.num_devices} ranks "
+        f"({gb * p.tp}, the tp ranks counted), then (ZeRO-3's zero.Init) over the {p.dp} "
+        f"data-parallel ranks ({gb}); no fixed value passes both checks. A step trains on "
+        f"{gb} sequences: the {p.tp} tp ranks of a replica share their data"
+    )
 
 
 def deepspeed_config(ctx: ExportContext) -> dict[str, Any]:
@@ -132,18 +168,29 @@ def deepspeed_config(ctx: ExportContext) -> dict[str, Any]:
     p, job = ctx.plan, ctx.inst.job
     header = header_lines(ctx, FRAMEWORK)
     config: dict[str, Any] = {
-        KEYS["header"]: {"generated_by": f"paraplan {paraplan_version()}", "summary": header,
-                         "predicted_step_time_s": ctx.step_time_s, "notes": _notes(ctx)},
+        KEYS["header"]: {
+            "generated_by": f"paraplan {paraplan_version()}",
+            "summary": header,
+            "predicted_step_time_s": ctx.step_time_s,
+            "notes": _notes(ctx),
+        },
         KEYS["micro_batch"]: p.micro_batch,
         KEYS["grad_accum"]: job.global_batch // (p.micro_batch * p.dp),
         **_precision_section(ctx),
-        KEYS["zero"]: {KEYS["stage"]: p.zero, KEYS["overlap_comm"]: job.overlap_dp_comm,
-                       KEYS["contiguous_gradients"]: True, KEYS["reduce_scatter"]: True},
+        KEYS["zero"]: {
+            KEYS["stage"]: p.zero,
+            KEYS["overlap_comm"]: job.overlap_dp_comm,
+            KEYS["contiguous_gradients"]: True,
+            KEYS["reduce_scatter"]: True,
+        },
         KEYS["gradient_clipping"]: GRADIENT_CLIPPING,
     }
     if p.tp == 1:  # AutoTP: DeepSpeed derives it (autotp_batch_note)
-        config = {KEYS["header"]: config.pop(KEYS["header"]),
-                  KEYS["global_batch"]: job.global_batch, **config}
+        config = {
+            KEYS["header"]: config.pop(KEYS["header"]),
+            KEYS["global_batch"]: job.global_batch,
+            **config,
+        }
     if p.tp > 1:
         config[KEYS["tp"]] = {KEYS["autotp_size"]: p.tp}
     if p.cp > 1:

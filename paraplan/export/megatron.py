@@ -56,71 +56,124 @@ from paraplan.rules.megatron import (
     tp_repairs,
 )
 
-__all__ = ["FLAGS", "ORDERS", "render", "megatron_args", "megatron_env", "rank_groups",
-           "megatron_order", "pipeline_layout", "pipeline_args", "tp_repairs", "moe_args",
-           "mla_args", "moe_layer_pattern", "expert_rank_groups"]
+__all__ = [
+    "FLAGS",
+    "ORDERS",
+    "render",
+    "megatron_args",
+    "megatron_env",
+    "rank_groups",
+    "megatron_order",
+    "pipeline_layout",
+    "pipeline_args",
+    "tp_repairs",
+    "moe_args",
+    "mla_args",
+    "moe_layer_pattern",
+    "expert_rank_groups",
+]
 
 FRAMEWORK = "Megatron-LM (megatron-core 0.19.2)"
 
 FLAGS: dict[str, str] = {
     # model shape
-    "num_layers": "--num-layers", "hidden": "--hidden-size", "ffn_hidden": "--ffn-hidden-size",
-    "heads": "--num-attention-heads", "gqa": "--group-query-attention",
-    "kv_heads": "--num-query-groups", "head_dim": "--kv-channels", "seq_len": "--seq-length",
-    "max_positions": "--max-position-embeddings", "norm": "--normalization",
-    "swiglu": "--swiglu", "relu2": "--squared-relu", "no_gelu_fusion": "--no-bias-gelu-fusion",
+    "num_layers": "--num-layers",
+    "hidden": "--hidden-size",
+    "ffn_hidden": "--ffn-hidden-size",
+    "heads": "--num-attention-heads",
+    "gqa": "--group-query-attention",
+    "kv_heads": "--num-query-groups",
+    "head_dim": "--kv-channels",
+    "seq_len": "--seq-length",
+    "max_positions": "--max-position-embeddings",
+    "norm": "--normalization",
+    "swiglu": "--swiglu",
+    "relu2": "--squared-relu",
+    "no_gelu_fusion": "--no-bias-gelu-fusion",
     "untied": "--untie-embeddings-and-output-weights",
-    "num_experts": "--num-experts", "top_k": "--moe-router-topk",
+    "num_experts": "--num-experts",
+    "top_k": "--moe-router-topk",
     "moe_ffn_hidden": "--moe-ffn-hidden-size",
     "shared_ffn_hidden": "--moe-shared-expert-intermediate-size",
-    "moe_layer_freq": "--moe-layer-freq", "grouped_gemm": "--moe-grouped-gemm",
+    "moe_layer_freq": "--moe-layer-freq",
+    "grouped_gemm": "--moe-grouped-gemm",
     "no_bias": "--disable-bias-linear",
     "dispatcher": "--moe-token-dispatcher-type",
-    "mla": "--multi-latent-attention", "q_lora_rank": "--q-lora-rank",
-    "kv_lora_rank": "--kv-lora-rank", "qk_nope_head_dim": "--qk-head-dim",
-    "qk_rope_head_dim": "--qk-pos-emb-head-dim", "v_head_dim": "--v-head-dim",
-    "hidden_dropout": "--hidden-dropout", "attention_dropout": "--attention-dropout",
-    "position_embedding": "--position-embedding-type", "rotary_base": "--rotary-base",
-    "rotary_percent": "--rotary-percent", "rope_scaling": "--use-rope-scaling",
-    "rope_scaling_factor": "--rope-scaling-factor", "rope_type": "--rope-type",
-    "rotary_scaling_factor": "--rotary-scaling-factor", "mscale": "--mscale",
+    "mla": "--multi-latent-attention",
+    "q_lora_rank": "--q-lora-rank",
+    "kv_lora_rank": "--kv-lora-rank",
+    "qk_nope_head_dim": "--qk-head-dim",
+    "qk_rope_head_dim": "--qk-pos-emb-head-dim",
+    "v_head_dim": "--v-head-dim",
+    "hidden_dropout": "--hidden-dropout",
+    "attention_dropout": "--attention-dropout",
+    "position_embedding": "--position-embedding-type",
+    "rotary_base": "--rotary-base",
+    "rotary_percent": "--rotary-percent",
+    "rope_scaling": "--use-rope-scaling",
+    "rope_scaling_factor": "--rope-scaling-factor",
+    "rope_type": "--rope-type",
+    "rotary_scaling_factor": "--rotary-scaling-factor",
+    "mscale": "--mscale",
     "mscale_all_dim": "--mscale-all-dim",
     "yarn_original_max_positions": "--yarn-original-max-position-embeddings",
-    "yarn_beta_fast": "--yarn-beta-fast", "yarn_beta_slow": "--yarn-beta-slow",
+    "yarn_beta_fast": "--yarn-beta-fast",
+    "yarn_beta_slow": "--yarn-beta-slow",
     "yarn_no_rounding": "--no-yarn-correction-range-round-to-int",
-    "norm_eps": "--norm-epsilon", "zero_centered_norm": "--apply-layernorm-1p",
-    "qkv_bias": "--add-qkv-bias", "qk_norm": "--qk-layernorm", "window": "--window-size",
-    "window_skip_freq": "--window-attn-skip-freq", "softmax_type": "--softmax-type",
-    "router_score": "--moe-router-score-function", "router_pre_softmax": "--moe-router-pre-softmax",
+    "norm_eps": "--norm-epsilon",
+    "zero_centered_norm": "--apply-layernorm-1p",
+    "qkv_bias": "--add-qkv-bias",
+    "qk_norm": "--qk-layernorm",
+    "window": "--window-size",
+    "window_skip_freq": "--window-attn-skip-freq",
+    "softmax_type": "--softmax-type",
+    "router_score": "--moe-router-score-function",
+    "router_pre_softmax": "--moe-router-pre-softmax",
     "router_expert_bias": "--moe-router-enable-expert-bias",
-    "router_groups": "--moe-router-num-groups", "router_group_topk": "--moe-router-group-topk",
+    "router_groups": "--moe-router-num-groups",
+    "router_group_topk": "--moe-router-group-topk",
     "router_scaling": "--moe-router-topk-scaling-factor",
-    "router_balance": "--moe-router-load-balancing-type", "aux_loss_coeff": "--moe-aux-loss-coeff",
+    "router_balance": "--moe-router-load-balancing-type",
+    "aux_loss_coeff": "--moe-aux-loss-coeff",
     # parallelism
-    "tp": "--tensor-model-parallel-size", "pp": "--pipeline-model-parallel-size",
-    "vp": "--num-virtual-stages-per-pipeline-rank", "layout": "--pipeline-model-parallel-layout",
+    "tp": "--tensor-model-parallel-size",
+    "pp": "--pipeline-model-parallel-size",
+    "vp": "--num-virtual-stages-per-pipeline-rank",
+    "layout": "--pipeline-model-parallel-layout",
     "first_stage_layers": "--decoder-first-pipeline-num-layers",
     "last_stage_layers": "--decoder-last-pipeline-num-layers",
     "account_for_embedding": "--account-for-embedding-in-pipeline-split",
     "account_for_loss": "--account-for-loss-in-pipeline-split",
-    "cp": "--context-parallel-size", "cp_comm": "--cp-comm-type", "sp": "--sequence-parallel",
-    "ep": "--expert-model-parallel-size", "etp": "--expert-tensor-parallel-size",
+    "cp": "--context-parallel-size",
+    "cp_comm": "--cp-comm-type",
+    "sp": "--sequence-parallel",
+    "ep": "--expert-model-parallel-size",
+    "etp": "--expert-tensor-parallel-size",
     "tp_pp_dp_order": "--use-tp-pp-dp-mapping",
     # batch
-    "micro_batch": "--micro-batch-size", "global_batch": "--global-batch-size",
+    "micro_batch": "--micro-batch-size",
+    "global_batch": "--global-batch-size",
     # data parallel / ZeRO
-    "distributed_optimizer": "--use-distributed-optimizer", "fsdp": "--use-megatron-fsdp",
-    "fsdp_strategy": "--data-parallel-sharding-strategy", "ckpt_format": "--ckpt-format",
+    "distributed_optimizer": "--use-distributed-optimizer",
+    "fsdp": "--use-megatron-fsdp",
+    "fsdp_strategy": "--data-parallel-sharding-strategy",
+    "ckpt_format": "--ckpt-format",
     "overlap_grad_reduce": "--overlap-grad-reduce",
     "overlap_param_gather": "--overlap-param-gather",
     "bf16_grads": "--grad-reduce-in-bf16",
     # recompute
-    "recompute": "--recompute-granularity", "recompute_method": "--recompute-method",
-    "recompute_layers": "--recompute-num-layers", "recompute_modules": "--recompute-modules",
+    "recompute": "--recompute-granularity",
+    "recompute_method": "--recompute-method",
+    "recompute_layers": "--recompute-num-layers",
+    "recompute_modules": "--recompute-modules",
     # precision
-    "bf16": "--bf16", "fp16": "--fp16", "fp8": "--fp8-format",
+    "bf16": "--bf16",
+    "fp16": "--fp16",
+    "fp8": "--fp8-format",
     # data and run length (synthetic data so the script runs as is)
-    "mock_data": "--mock-data", "tokenizer": "--tokenizer-type", "vocab": "--vocab-size",
+    "mock_data": "--mock-data",
+    "tokenizer": "--tokenizer-type",
+    "vocab": "--vocab-size",
     "train_iters": "--train-iters",
 }
 """paraplan concept -> Megatron-LM flag; the only place Megatron flag names appear."""
@@ -213,9 +266,12 @@ def account_for_slots(plan: Plan) -> tuple[bool, bool] | None:
     chunks = chunk_layers(plan)
     q = max(max(row) for row in chunks)
     emb, loss = chunks[0][0] == q - 1, chunks[-1][-1] == q - 1
-    rest = [n for r, row in enumerate(chunks) for c, n in enumerate(row)
-            if not (emb and (r, c) == (0, 0)) and not (loss and (r, c) == (plan.pp - 1,
-                                                                           plan.vp - 1))]
+    rest = [
+        n
+        for r, row in enumerate(chunks)
+        for c, n in enumerate(row)
+        if not (emb and (r, c) == (0, 0)) and not (loss and (r, c) == (plan.pp - 1, plan.vp - 1))
+    ]
     if plan.vp == 1 or not (emb or loss) or q < 2 or any(n != q for n in rest):
         return None
     return emb, loss
@@ -233,8 +289,12 @@ def pipeline_args(plan: Plan) -> list[tuple[str, object]]:
         if slots is None:
             return args + [("layout", pipeline_layout(plan))]
         emb, loss = slots
-        return (args + [("account_for_embedding", None)] * emb
-                + [("account_for_loss", None)] * loss + [("vp", plan.vp)])
+        return (
+            args
+            + [("account_for_embedding", None)] * emb
+            + [("account_for_loss", None)] * loss
+            + [("vp", plan.vp)]
+        )
     middle = split[1:-1]
     if len(set(split)) > 1 and len(set(middle)) > 1:
         return args + [("layout", pipeline_layout(plan))]
@@ -268,8 +328,11 @@ def _data_parallel_args(ctx: ExportContext, plan: Plan) -> list[tuple[str, objec
     if plan.zero == 1:
         args.append(("distributed_optimizer", None))
     elif plan.zero >= 2:
-        args += [("fsdp", None), ("fsdp_strategy", FSDP_STRATEGIES[plan.zero]),
-                 ("ckpt_format", FSDP_CKPT_FORMAT)]
+        args += [
+            ("fsdp", None),
+            ("fsdp_strategy", FSDP_STRATEGIES[plan.zero]),
+            ("ckpt_format", FSDP_CKPT_FORMAT),
+        ]
     if ctx.inst.job.overlap_dp_comm and plan.dp * plan.cp > 1:
         args.append(("overlap_grad_reduce", None))
         if plan.zero >= 1:
@@ -292,7 +355,9 @@ def _recompute_args(plan: Plan) -> list[tuple[str, object]]:
 def _model_args(ctx: ExportContext) -> list[tuple[str, object]]:
     s, job = ctx.spec, ctx.inst.job
     args: list[tuple[str, object]] = [
-        ("num_layers", s.num_layers), ("hidden", s.hidden), ("ffn_hidden", s.ffn_hidden),
+        ("num_layers", s.num_layers),
+        ("hidden", s.hidden),
+        ("ffn_hidden", s.ffn_hidden),
         ("heads", s.num_heads),
     ]
     if s.num_kv_heads != s.num_heads:
@@ -340,17 +405,20 @@ def position_args(s: ModelSpec) -> list[tuple[str, object]]:
     if s.is_mla:  # MLA's rotary settings are rope_type / rotary_scaling_factor / mscale
         return [("position_embedding", "rope"), ("rotary_base", int(rope.theta))]
     kind = "yarn" if rope.scaling == "yarn" else "rope"
-    args: list[tuple[str, object]] = [("position_embedding", kind),
-                                      ("rotary_base", int(rope.theta))]
+    args: list[tuple[str, object]] = [("position_embedding", kind), ("rotary_base", int(rope.theta))]
     if rope.fraction != 1:
         args.append(("rotary_percent", rope.fraction))
     if rope.scaling == "llama3":
         args += [("rope_scaling", None), ("rope_scaling_factor", rope.factor)]
     elif rope.scaling == "yarn":
-        args += [("rotary_scaling_factor", rope.factor),
-                 ("yarn_original_max_positions", rope.original_max_positions),
-                 ("yarn_beta_fast", rope.beta_fast), ("yarn_beta_slow", rope.beta_slow),
-                 ("mscale", rope.mscale), ("mscale_all_dim", rope.mscale_all_dim)]
+        args += [
+            ("rotary_scaling_factor", rope.factor),
+            ("yarn_original_max_positions", rope.original_max_positions),
+            ("yarn_beta_fast", rope.beta_fast),
+            ("yarn_beta_slow", rope.beta_slow),
+            ("mscale", rope.mscale),
+            ("mscale_all_dim", rope.mscale_all_dim),
+        ]
         if not rope.round_correction_range:
             args.append(("yarn_no_rounding", None))
     return args
@@ -377,7 +445,10 @@ def moe_args(ctx: ExportContext) -> list[tuple[str, object]]:
     if not s.is_moe:
         return []
     args: list[tuple[str, object]] = [
-        ("num_experts", s.num_experts), ("top_k", s.top_k), ("moe_ffn_hidden", s.moe_ffn_hidden)]
+        ("num_experts", s.num_experts),
+        ("top_k", s.top_k),
+        ("moe_ffn_hidden", s.moe_ffn_hidden),
+    ]
     if s.shared_ffn_hidden:
         args.append(("shared_ffn_hidden", s.shared_ffn_hidden))
     pattern = moe_layer_pattern(ctx)
@@ -409,13 +480,21 @@ def mla_args(ctx: ExportContext) -> list[tuple[str, object]]:
     args: list[tuple[str, object]] = [("mla", None)]
     if s.q_lora_rank:
         args.append(("q_lora_rank", s.q_lora_rank))
-    args += [("kv_lora_rank", s.kv_lora_rank), ("qk_nope_head_dim", s.qk_nope_head_dim),
-             ("qk_rope_head_dim", s.qk_rope_head_dim), ("v_head_dim", s.v_head_dim)]
+    args += [
+        ("kv_lora_rank", s.kv_lora_rank),
+        ("qk_nope_head_dim", s.qk_nope_head_dim),
+        ("qk_rope_head_dim", s.qk_rope_head_dim),
+        ("v_head_dim", s.v_head_dim),
+    ]
     rope = s.rope
     if rope.scaling != "yarn":
         return args + [("rope_type", "rope")]
-    return args + [("rope_type", "yarn"), ("rotary_scaling_factor", rope.factor),
-                   ("mscale", rope.mscale), ("mscale_all_dim", rope.mscale_all_dim)]
+    return args + [
+        ("rope_type", "yarn"),
+        ("rotary_scaling_factor", rope.factor),
+        ("mscale", rope.mscale),
+        ("mscale_all_dim", rope.mscale_all_dim),
+    ]
 
 
 def _precision_args(precision: Precision) -> list[tuple[str, object]]:
@@ -429,12 +508,20 @@ def _precision_args(precision: Precision) -> list[tuple[str, object]]:
 def _flag_args(ctx: ExportContext) -> list[tuple[str, object]]:
     plan = ctx.plan
     job = ctx.inst.job
-    return (_model_args(ctx) + _parallel_args(plan)
-            + [("micro_batch", plan.micro_batch), ("global_batch", job.global_batch)]
-            + _data_parallel_args(ctx, plan) + _recompute_args(plan)
-            + _precision_args(ctx.precision)
-            + [("mock_data", None), ("tokenizer", MOCK_TOKENIZER), ("vocab", ctx.spec.vocab),
-               ("train_iters", DEFAULT_TRAIN_ITERS)])
+    return (
+        _model_args(ctx)
+        + _parallel_args(plan)
+        + [("micro_batch", plan.micro_batch), ("global_batch", job.global_batch)]
+        + _data_parallel_args(ctx, plan)
+        + _recompute_args(plan)
+        + _precision_args(ctx.precision)
+        + [
+            ("mock_data", None),
+            ("tokenizer", MOCK_TOKENIZER),
+            ("vocab", ctx.spec.vocab),
+            ("train_iters", DEFAULT_TRAIN_ITERS),
+        ]
+    )
 
 
 def megatron_args(ctx: ExportContext) -> list[str]:
@@ -478,10 +565,14 @@ def _notes(ctx: ExportContext) -> list[str]:
     if plan.sequence_parallel and plan.tp == 1:
         notes.append("sequence_parallel is a no-op with tp=1, so --sequence-parallel is omitted")
     if ctx.spec.activation.value not in ACTIVATION_FLAGS and ctx.spec.activation.value != "gelu":
-        notes.append(f"activation {ctx.spec.activation.value}: no Megatron-LM flag; set "
-                     "TransformerConfig.activation_func in your model provider")
-    notes.append("model shape and parallelism come from the plan; add data, tokenizer, optimizer "
-                 "and logging flags as extra arguments (they are passed through)")
+        notes.append(
+            f"activation {ctx.spec.activation.value}: no Megatron-LM flag; set "
+            "TransformerConfig.activation_func in your model provider"
+        )
+    notes.append(
+        "model shape and parallelism come from the plan; add data, tokenizer, optimizer "
+        "and logging flags as extra arguments (they are passed through)"
+    )
     return notes
 
 
@@ -508,10 +599,15 @@ def render(ctx: ExportContext) -> str:
         '"$@"',
     ]
     body = " \\\n  ".join(launch)
-    return "\n".join([
-        "#!/usr/bin/env bash",
-        comment_block(header_lines(ctx, FRAMEWORK) + _notes(ctx)),
-        "set -euo pipefail",
-        *env_lines,
-        body,
-    ]) + "\n"
+    return (
+        "\n".join(
+            [
+                "#!/usr/bin/env bash",
+                comment_block(header_lines(ctx, FRAMEWORK) + _notes(ctx)),
+                "set -euo pipefail",
+                *env_lines,
+                body,
+            ]
+        )
+        + "\n"
+    )

@@ -29,32 +29,39 @@ from paraplan.export import (
 from paraplan.export import megatron as mg
 from paraplan.rules import nemo as rules
 
-__all__ = ["BRIDGE_PATHS", "NEMO2_PATHS", "render", "settings", "bridge_overrides",
-           "nemo2_overrides"]
+__all__ = ["BRIDGE_PATHS", "NEMO2_PATHS", "render", "settings", "bridge_overrides", "nemo2_overrides"]
 
 FRAMEWORK = "NeMo 2 / Megatron-Bridge 0.6.2"
 
 BRIDGE_PATHS: dict[str, str] = {
-    "tp": "model.tensor_model_parallel_size", "pp": "model.pipeline_model_parallel_size",
+    "tp": "model.tensor_model_parallel_size",
+    "pp": "model.pipeline_model_parallel_size",
     "vp": "model.virtual_pipeline_model_parallel_size",
     "layout": "model.pipeline_model_parallel_layout",
     "first_stage_layers": "model.num_layers_in_first_pipeline_stage",
     "last_stage_layers": "model.num_layers_in_last_pipeline_stage",
     "account_for_embedding": "model.account_for_embedding_in_pipeline_split",
     "account_for_loss": "model.account_for_loss_in_pipeline_split",
-    "cp": "model.context_parallel_size", "cp_comm": "model.cp_comm_type",
+    "cp": "model.context_parallel_size",
+    "cp_comm": "model.cp_comm_type",
     "sp": "model.sequence_parallel",
-    "ep": "model.expert_model_parallel_size", "etp": "model.expert_tensor_parallel_size",
-    "recompute": "model.recompute_granularity", "recompute_method": "model.recompute_method",
+    "ep": "model.expert_model_parallel_size",
+    "etp": "model.expert_tensor_parallel_size",
+    "recompute": "model.recompute_granularity",
+    "recompute_method": "model.recompute_method",
     "recompute_layers": "model.recompute_num_layers",
     "recompute_modules": "model.recompute_modules",
     "seq_len": "model.seq_length",
-    "micro_batch": "train.micro_batch_size", "global_batch": "train.global_batch_size",
-    "distributed_optimizer": "ddp.use_distributed_optimizer", "fsdp": "ddp.use_megatron_fsdp",
+    "micro_batch": "train.micro_batch_size",
+    "global_batch": "train.global_batch_size",
+    "distributed_optimizer": "ddp.use_distributed_optimizer",
+    "fsdp": "ddp.use_megatron_fsdp",
     "fsdp_strategy": "ddp.data_parallel_sharding_strategy",
     "overlap_grad_reduce": "ddp.overlap_grad_reduce",
-    "overlap_param_gather": "ddp.overlap_param_gather", "fp32_grads": "ddp.grad_reduce_in_fp32",
-    "ckpt_format": "checkpoint.ckpt_format", "tp_pp_dp_order": "dist.use_tp_pp_dp_mapping",
+    "overlap_param_gather": "ddp.overlap_param_gather",
+    "fp32_grads": "ddp.grad_reduce_in_fp32",
+    "ckpt_format": "checkpoint.ckpt_format",
+    "tp_pp_dp_order": "dist.use_tp_pp_dp_mapping",
     "mixed_precision": "mixed_precision",
 }
 """paraplan concept -> Megatron-Bridge ConfigContainer path."""
@@ -68,7 +75,8 @@ NEMO2_PATHS: dict[str, str] = {
     "last_stage_layers": "model.config.num_layers_in_last_pipeline_stage",
     "account_for_embedding": "model.config.account_for_embedding_in_pipeline_split",
     "account_for_loss": "model.config.account_for_loss_in_pipeline_split",
-    "cp": "trainer.strategy.context_parallel_size", "cp_comm": "model.config.cp_comm_type",
+    "cp": "trainer.strategy.context_parallel_size",
+    "cp_comm": "model.config.cp_comm_type",
     "sp": "trainer.strategy.sequence_parallel",
     "ep": "trainer.strategy.expert_model_parallel_size",
     "etp": "model.config.expert_tensor_parallel_size",
@@ -77,7 +85,8 @@ NEMO2_PATHS: dict[str, str] = {
     "recompute_layers": "model.config.recompute_num_layers",
     "recompute_modules": "model.config.recompute_modules",
     "seq_len": "model.config.seq_length",
-    "micro_batch": "data.micro_batch_size", "global_batch": "data.global_batch_size",
+    "micro_batch": "data.micro_batch_size",
+    "global_batch": "data.global_batch_size",
     "distributed_optimizer": "optim.config.use_distributed_optimizer",
     "fsdp": "trainer.strategy.ddp.use_megatron_fsdp",
     "fsdp_strategy": "trainer.strategy.ddp.data_parallel_sharding_strategy",
@@ -88,6 +97,7 @@ NEMO2_PATHS: dict[str, str] = {
 }
 """paraplan concept -> NeMo 2 recipe path (precision is a trainer plugin: see the notes)."""
 
+
 class Expr(str):
     """A value written into ``nemo.py`` as Python code (a function), not as a literal."""
 
@@ -95,10 +105,12 @@ class Expr(str):
         return str(self)
 
 
-ACTIVATIONS = {"swiglu": (True, Expr("torch.nn.functional.silu")),
-               "gelu": (False, Expr("torch.nn.functional.gelu")),
-               "relu": (False, Expr("torch.nn.functional.relu")),
-               "relu2": (False, Expr("megatron.core.activations.squared_relu"))}
+ACTIVATIONS = {
+    "swiglu": (True, Expr("torch.nn.functional.silu")),
+    "gelu": (False, Expr("torch.nn.functional.gelu")),
+    "relu": (False, Expr("torch.nn.functional.relu")),
+    "relu2": (False, Expr("megatron.core.activations.squared_relu")),
+}
 """activation -> (gated_linear_unit, activation_func) of megatron-core's TransformerConfig."""
 POSITION_TYPES = {"rope": "rope", "learned": "learned_absolute", "none": "none"}
 
@@ -109,14 +121,21 @@ def model_fields(ctx: ExportContext) -> list[tuple[str, object]]:
     s = ctx.spec
     gated, act = ACTIVATIONS[s.activation.value]
     out: list[tuple[str, object]] = [
-        ("num_layers", s.num_layers), ("hidden_size", s.hidden), ("ffn_hidden_size", s.ffn_hidden),
-        ("num_attention_heads", s.num_heads), ("num_query_groups", s.num_kv_heads),
-        ("kv_channels", s.head_dim), ("vocab_size", s.vocab),
+        ("num_layers", s.num_layers),
+        ("hidden_size", s.hidden),
+        ("ffn_hidden_size", s.ffn_hidden),
+        ("num_attention_heads", s.num_heads),
+        ("num_query_groups", s.num_kv_heads),
+        ("kv_channels", s.head_dim),
+        ("vocab_size", s.vocab),
         ("share_embeddings_and_output_weights", s.tied_embeddings),
-        ("normalization", mg.NORMS[s.norm]), ("layernorm_epsilon", s.norm_eps),
+        ("normalization", mg.NORMS[s.norm]),
+        ("layernorm_epsilon", s.norm_eps),
         ("layernorm_zero_centered_gamma", s.zero_centered_norm),
-        ("gated_linear_unit", gated), ("activation_func", act),
-        ("add_bias_linear", s.linear_bias), ("add_qkv_bias", s.qkv_bias and not s.linear_bias),
+        ("gated_linear_unit", gated),
+        ("activation_func", act),
+        ("add_bias_linear", s.linear_bias),
+        ("add_qkv_bias", s.qkv_bias and not s.linear_bias),
         ("qk_layernorm", s.qk_norm or s.is_mla),  # MLA: the q and kv latent RMSNorms
         ("hidden_dropout", 0.1 if s.dropout else 0.0),
         ("attention_dropout", 0.1 if s.dropout else 0.0),
@@ -136,17 +155,20 @@ def model_fields(ctx: ExportContext) -> list[tuple[str, object]]:
 
 def _rope_fields(ctx: ExportContext) -> list[tuple[str, object]]:
     s, rope = ctx.spec, ctx.spec.rope
-    out: list[tuple[str, object]] = [("rotary_base", int(rope.theta)),
-                                     ("rotary_percent", rope.fraction)]
+    out: list[tuple[str, object]] = [("rotary_base", int(rope.theta)), ("rotary_percent", rope.fraction)]
     if rope.scaling == "llama3":
         out += [("rope_scaling", True), ("rope_scaling_factor", rope.factor)]
     elif rope.scaling == "yarn" and not s.is_mla:
         out[0:0] = [("position_embedding_type", "yarn")]
-        out += [("yarn_rotary_scaling_factor", rope.factor),
-                ("yarn_original_max_position_embeddings", rope.original_max_positions),
-                ("yarn_beta_fast", rope.beta_fast), ("yarn_beta_slow", rope.beta_slow),
-                ("yarn_mscale", rope.mscale), ("yarn_mscale_all_dim", rope.mscale_all_dim),
-                ("yarn_correction_range_round_to_int", rope.round_correction_range)]
+        out += [
+            ("yarn_rotary_scaling_factor", rope.factor),
+            ("yarn_original_max_position_embeddings", rope.original_max_positions),
+            ("yarn_beta_fast", rope.beta_fast),
+            ("yarn_beta_slow", rope.beta_slow),
+            ("yarn_mscale", rope.mscale),
+            ("yarn_mscale_all_dim", rope.mscale_all_dim),
+            ("yarn_correction_range_round_to_int", rope.round_correction_range),
+        ]
     return out
 
 
@@ -156,18 +178,23 @@ def _moe_fields(ctx: ExportContext) -> list[tuple[str, object]]:
         return []
     r = s.router
     layers = [int(s.is_moe_layer(i)) for i in range(s.num_layers)]
-    return [("num_moe_experts", s.num_experts), ("moe_router_topk", s.top_k),
-            ("moe_ffn_hidden_size", s.moe_ffn_hidden),
-            ("moe_shared_expert_intermediate_size", s.shared_ffn_hidden or None),
-            ("moe_layer_freq", 1 if all(layers) else layers),
-            ("moe_router_score_function", r.score),
-            ("moe_router_pre_softmax", not r.normalize_top_k),
-            ("moe_router_enable_expert_bias", r.expert_bias),
-            ("moe_router_num_groups", r.groups or None),
-            ("moe_router_group_topk", r.group_topk or None),
-            ("moe_router_topk_scaling_factor", r.scaling_factor if r.scaling_factor != 1 else None),
-            ("moe_router_load_balancing_type", r.balance), ("moe_aux_loss_coeff", r.aux_loss_coeff),
-            ("moe_grouped_gemm", True), ("moe_token_dispatcher_type", mg.MOE_DISPATCHER)]
+    return [
+        ("num_moe_experts", s.num_experts),
+        ("moe_router_topk", s.top_k),
+        ("moe_ffn_hidden_size", s.moe_ffn_hidden),
+        ("moe_shared_expert_intermediate_size", s.shared_ffn_hidden or None),
+        ("moe_layer_freq", 1 if all(layers) else layers),
+        ("moe_router_score_function", r.score),
+        ("moe_router_pre_softmax", not r.normalize_top_k),
+        ("moe_router_enable_expert_bias", r.expert_bias),
+        ("moe_router_num_groups", r.groups or None),
+        ("moe_router_group_topk", r.group_topk or None),
+        ("moe_router_topk_scaling_factor", r.scaling_factor if r.scaling_factor != 1 else None),
+        ("moe_router_load_balancing_type", r.balance),
+        ("moe_aux_loss_coeff", r.aux_loss_coeff),
+        ("moe_grouped_gemm", True),
+        ("moe_token_dispatcher_type", mg.MOE_DISPATCHER),
+    ]
 
 
 def _mla_fields(ctx: ExportContext) -> list[tuple[str, object]]:
@@ -176,29 +203,48 @@ def _mla_fields(ctx: ExportContext) -> list[tuple[str, object]]:
     if not s.is_mla:
         return []
     out: list[tuple[str, object]] = [
-        ("multi_latent_attention", True), ("q_lora_rank", s.q_lora_rank or None),
-        ("kv_lora_rank", s.kv_lora_rank), ("qk_head_dim", s.qk_nope_head_dim),
-        ("qk_pos_emb_head_dim", s.qk_rope_head_dim), ("v_head_dim", s.v_head_dim)]
+        ("multi_latent_attention", True),
+        ("q_lora_rank", s.q_lora_rank or None),
+        ("kv_lora_rank", s.kv_lora_rank),
+        ("qk_head_dim", s.qk_nope_head_dim),
+        ("qk_pos_emb_head_dim", s.qk_rope_head_dim),
+        ("v_head_dim", s.v_head_dim),
+    ]
     if rope.scaling != "yarn":
         return out + [("rope_type", "rope")]
-    return out + [("rope_type", "yarn"), ("rotary_scaling_factor", rope.factor),
-                  ("original_max_position_embeddings", rope.original_max_positions),
-                  ("beta_fast", rope.beta_fast), ("beta_slow", rope.beta_slow),
-                  ("mscale", rope.mscale), ("mscale_all_dim", rope.mscale_all_dim)]
+    return out + [
+        ("rope_type", "yarn"),
+        ("rotary_scaling_factor", rope.factor),
+        ("original_max_position_embeddings", rope.original_max_positions),
+        ("beta_fast", rope.beta_fast),
+        ("beta_slow", rope.beta_slow),
+        ("mscale", rope.mscale),
+        ("mscale_all_dim", rope.mscale_all_dim),
+    ]
 
 
-MIXED_PRECISION = {Precision.BF16: "bf16_mixed", Precision.FP16: "fp16_mixed",
-                   Precision.FP8: "bf16_with_fp8_delayed_scaling_mixed"}
-NEMO2_PRECISION = {Precision.BF16: "bf16_mixed()", Precision.FP16: "fp16_mixed()",
-                   Precision.FP8: "bf16_with_fp8_mixed()"}
+MIXED_PRECISION = {
+    Precision.BF16: "bf16_mixed",
+    Precision.FP16: "fp16_mixed",
+    Precision.FP8: "bf16_with_fp8_delayed_scaling_mixed",
+}
+NEMO2_PRECISION = {
+    Precision.BF16: "bf16_mixed()",
+    Precision.FP16: "fp16_mixed()",
+    Precision.FP8: "bf16_with_fp8_mixed()",
+}
 
 
 def settings(ctx: ExportContext) -> list[tuple[str, object]]:
     """(concept, value) pairs of the plan in megatron-core terms (rules enforced first)."""
     enforce(ctx, FRAMEWORK, rules.RULES)
     p, job = ctx.plan, ctx.inst.job
-    out: list[tuple[str, object]] = [("tp", p.tp), ("pp", p.pp), ("cp", p.cp),
-                                     ("sp", p.sequence_parallel and p.tp > 1)]
+    out: list[tuple[str, object]] = [
+        ("tp", p.tp),
+        ("pp", p.pp),
+        ("cp", p.cp),
+        ("sp", p.sequence_parallel and p.tp > 1),
+    ]
     for key, value in mg.pipeline_args(p):
         if key != "pp":
             out.append((key, True if value is None else value))  # store_true flags: True
@@ -211,16 +257,25 @@ def settings(ctx: ExportContext) -> list[tuple[str, object]]:
         out += [("recompute", "selective"), ("recompute_modules", [mg.SELECTIVE_MODULES])]
     elif mode is Recompute.FULL:
         method, layers = mg.FULL_RECOMPUTE
-        out += [("recompute", "full"), ("recompute_method", method),
-                ("recompute_layers", int(layers))]
-    out += [("seq_len", job.seq_len), ("micro_batch", p.micro_batch),
-            ("global_batch", job.global_batch), ("distributed_optimizer", p.zero >= 1)]
+        out += [("recompute", "full"), ("recompute_method", method), ("recompute_layers", int(layers))]
+    out += [
+        ("seq_len", job.seq_len),
+        ("micro_batch", p.micro_batch),
+        ("global_batch", job.global_batch),
+        ("distributed_optimizer", p.zero >= 1),
+    ]
     if p.zero >= 2:
-        out += [("fsdp", True), ("fsdp_strategy", mg.FSDP_STRATEGIES[p.zero]),
-                ("ckpt_format", mg.FSDP_CKPT_FORMAT)]
+        out += [
+            ("fsdp", True),
+            ("fsdp_strategy", mg.FSDP_STRATEGIES[p.zero]),
+            ("ckpt_format", mg.FSDP_CKPT_FORMAT),
+        ]
     overlap = job.overlap_dp_comm and p.dp * p.cp > 1
-    out += [("overlap_grad_reduce", overlap), ("overlap_param_gather", overlap and p.zero >= 1),
-            ("fp32_grads", job.fp32_grads)]
+    out += [
+        ("overlap_grad_reduce", overlap),
+        ("overlap_param_gather", overlap and p.zero >= 1),
+        ("fp32_grads", job.fp32_grads),
+    ]
     if mg.megatron_order(p) == "tp-cp-ep-pp-dp":
         out.append(("tp_pp_dp_order", True))
     out.append(("mixed_precision", MIXED_PRECISION[ctx.precision]))
@@ -292,8 +347,13 @@ def render(ctx: ExportContext) -> str:
         "NeMo 2: apply(recipe, NEMO2_OVERRIDES) on a nemo.collections.llm recipe; set precision "
         f"with recipe.trainer.plugins = {NEMO2_PRECISION[ctx.precision]}.",
         "The model.* overrides set the planned architecture on whatever recipe you start "
-        "from" + (" (latent attention: start from a DeepSeek recipe, whose provider is an "
-                  "MLATransformerConfig)" if ctx.spec.is_mla else "") + ".",
+        "from"
+        + (
+            " (latent attention: start from a DeepSeek recipe, whose provider is an MLATransformerConfig)"
+            if ctx.spec.is_mla
+            else ""
+        )
+        + ".",
         f"World size {ctx.cluster.num_devices} ({ctx.cluster.num_nodes} nodes x "
         f"{ctx.cluster.devices_per_node}); data-parallel size {ctx.plan.dp} follows from it.",
     ]
@@ -302,5 +362,11 @@ def render(ctx: ExportContext) -> str:
     elif ctx.plan.tp > 1 or ctx.plan.cp > 1:
         notes.append(f"Set {mg.CUDA_CONNECTIONS_VAR}=1 (TP/CP on pre-Blackwell GPUs).")
     doc = "\n".join(header_lines(ctx, FRAMEWORK) + [""] + notes)
-    return (f'"""{doc}\n"""\n\n' + _IMPORTS + _dict_literal("BRIDGE_OVERRIDES", bridge) + "\n"
-            + _dict_literal("NEMO2_OVERRIDES", nemo2) + _RUNTIME)
+    return (
+        f'"""{doc}\n"""\n\n'
+        + _IMPORTS
+        + _dict_literal("BRIDGE_OVERRIDES", bridge)
+        + "\n"
+        + _dict_literal("NEMO2_OVERRIDES", nemo2)
+        + _RUNTIME
+    )

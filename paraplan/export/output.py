@@ -1,5 +1,6 @@
 """What every export carries: the header (tool version, plan, prediction, scenario) and, on a
 mixed-GPU cluster, which node ranks run on which pool."""
+
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -8,7 +9,6 @@ from paraplan.export.context import ExportContext, plan_summary
 from paraplan.result import paraplan_version
 
 __all__ = ["header_lines", "comment_block", "POOLED_TARGETS", "pool_lines"]
-
 
 
 def header_lines(ctx: ExportContext, framework: str) -> list[str]:
@@ -52,8 +52,10 @@ def pool_lines(ctx: ExportContext) -> list[str]:
     if not cluster.pools or not plan.stage_pools:
         return []
     per_stage = plan.tp * plan.cp * plan.dp
-    lines = ["mixed-GPU cluster: launch each pool's nodes with these node ranks "
-             "(pipeline stages are the outermost rank axis)"]
+    lines = [
+        "mixed-GPU cluster: launch each pool's nodes with these node ranks "
+        "(pipeline stages are the outermost rank axis)"
+    ]
     first_rank = 0
     for p in dict.fromkeys(plan.stage_pools):
         pool = cluster.pools[p]
@@ -63,7 +65,8 @@ def pool_lines(ctx: ExportContext) -> list[str]:
             f"  pool {p} ({pool.num_nodes} x {pool.name}): NODE_RANK "
             f"{first_rank // pool.devices_per_node}-{last_rank // pool.devices_per_node}, ranks "
             f"{first_rank}-{last_rank}, stages {stages[0]}-{stages[-1]} "
-            f"({sum(plan.layers_per_stage[s] for s in stages)} layers)")
+            f"({sum(plan.layers_per_stage[s] for s in stages)} layers)"
+        )
         first_rank = last_rank + 1
     idle = [i for i in range(len(cluster.pools)) if i not in plan.stage_pools]
     if idle:

@@ -164,9 +164,7 @@ class Transformer(nn.Module):
         super().__init__()
         self.args = args
         self.tok_embeddings: nn.Embedding | None = nn.Embedding(args.vocab_size, args.dim)
-        self.layers = nn.ModuleDict(
-            {str(i): TransformerBlock(args) for i in range(args.num_layers)}
-        )
+        self.layers = nn.ModuleDict({str(i): TransformerBlock(args) for i in range(args.num_layers)})
         self.norm: RMSNorm | None = RMSNorm(args.dim)
         self.lm_head: nn.Linear | None = nn.Linear(args.dim, args.vocab_size, bias=False)
 

@@ -1,4 +1,5 @@
 """The export registry: target name -> the module that renders it and the file it writes."""
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -30,7 +31,5 @@ EXPORTERS: dict[str, Target] = {
 def lookup(name: str) -> tuple[str, Target]:
     key = name.strip().lower()
     if key not in EXPORTERS:
-        raise ExportError(
-            f"unknown export target {name!r}; choose one of {', '.join(EXPORTERS)}"
-        )
+        raise ExportError(f"unknown export target {name!r}; choose one of {', '.join(EXPORTERS)}")
     return key, EXPORTERS[key]

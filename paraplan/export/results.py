@@ -1,4 +1,5 @@
 """Reading a result file back (``paraplan export RESULT.json``, ``paraplan evaluate RESULT.json``)."""
+
 from __future__ import annotations
 
 import json
@@ -33,8 +34,10 @@ def load_result(path: str | Path) -> Result:
     try:
         return Result.model_validate(data)
     except ValidationError as e:
-        problems = [f"{'.'.join(str(x) for x in err['loc']) or 'result'}: {err['msg']}"
-                    for err in e.errors()[:ERROR_PREVIEW]]
+        problems = [
+            f"{'.'.join(str(x) for x in err['loc']) or 'result'}: {err['msg']}"
+            for err in e.errors()[:ERROR_PREVIEW]
+        ]
         raise ConfigError(
             f"{p}: not a paraplan result ({len(e.errors())} problems: {'; '.join(problems)}); "
             "write one with `paraplan plan SCENARIO --json > RESULT.json`"

@@ -2,6 +2,7 @@
 framework's rules (paraplan.rules) into an ExportError naming the nearest plan the framework can
 run and its modelled step time. Scoring the repairs needs the Result and the cost model, so this
 half of the rules lives in the front door."""
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -51,8 +52,7 @@ def _expressible(ctx: ExportContext, refusal: Refusal, rules: Sequence[Rule]) ->
     return []
 
 
-def _memory_rescue(ctx: ExportContext, found: list[_Candidate],
-                   rules: Sequence[Rule]) -> list[_Candidate]:
+def _memory_rescue(ctx: ExportContext, found: list[_Candidate], rules: Sequence[Rule]) -> list[_Candidate]:
     """When no candidate fits memory, the same candidates with full recompute on every stage."""
     if any(c.result.predicted.fits_memory for c in found):
         return []
@@ -64,26 +64,30 @@ def _memory_rescue(ctx: ExportContext, found: list[_Candidate],
         draft = replace(c.draft, plan=replace(plan, recompute=(Recompute.FULL,) * plan.pp))
         scored = ctx.score(draft)
         if scored is not None and first_refusal(ctx.rule_context, draft, rules) is None:
-            rescued.append(_Candidate(c.changes + ("recompute -> full to fit memory",), draft,
-                                      scored))
+            rescued.append(_Candidate(c.changes + ("recompute -> full to fit memory",), draft, scored))
     return rescued
 
 
 def _nearest_text(ctx: ExportContext, framework: str, candidates: list[_Candidate]) -> str:
     if not candidates:
-        return (f"no plan within {MAX_REPAIR_DEPTH} changes of this one is both valid and "
-                f"expressible in {framework}; re-plan with that rule in mind or choose another "
-                f"target ({', '.join(n for n in EXPORTERS if n != 'trace')})")
-    best = min(candidates, key=lambda c: (not c.result.predicted.fits_memory, len(c.changes),
-                                          c.result.predicted.step_time_s))
+        return (
+            f"no plan within {MAX_REPAIR_DEPTH} changes of this one is both valid and "
+            f"expressible in {framework}; re-plan with that rule in mind or choose another "
+            f"target ({', '.join(n for n in EXPORTERS if n != 'trace')})"
+        )
+    best = min(
+        candidates,
+        key=lambda c: (not c.result.predicted.fits_memory, len(c.changes), c.result.predicted.step_time_s),
+    )
     new_s = best.result.predicted.step_time_s
     delta = (new_s / ctx.step_time_s - 1) * 100
     fits = "" if best.result.predicted.fits_memory else "; it does NOT fit in memory"
-    precision = (f" precision={best.draft.precision.value}"
-                 if best.draft.precision != ctx.precision else "")
-    return (f"nearest plan {framework} can express: {plan_summary(best.draft.plan)}{precision} "
-            f"({'; '.join(best.changes)}): modelled step time {new_s:.4g} s vs "
-            f"{ctx.step_time_s:.4g} s for the original ({delta:+.1f}%){fits}")
+    precision = f" precision={best.draft.precision.value}" if best.draft.precision != ctx.precision else ""
+    return (
+        f"nearest plan {framework} can express: {plan_summary(best.draft.plan)}{precision} "
+        f"({'; '.join(best.changes)}): modelled step time {new_s:.4g} s vs "
+        f"{ctx.step_time_s:.4g} s for the original ({delta:+.1f}%){fits}"
+    )
 
 
 def enforce(ctx: ExportContext, framework: str, rules: Sequence[Rule]) -> None:

@@ -43,9 +43,11 @@ def render(ctx: ExportContext) -> str:
     enforce(ctx, FRAMEWORK, rules.RULES)
     p = ctx.plan
     script = _script(ctx, Draft(p, ctx.precision))
-    notes = [f"run: torchrun --standalone --nproc_per_node={p.num_devices} torch_plan.py "
-             "[--check]; the model is paraplan's small reference model with the plan's layer "
-             "count, not the scenario's model"]
+    notes = [
+        f"run: torchrun --standalone --nproc_per_node={p.num_devices} torch_plan.py "
+        "[--check]; the model is paraplan's small reference model with the plan's layer "
+        "count, not the scenario's model"
+    ]
     if p.zero == 1:
         notes.append("zero=1 runs as ZeRO-2 (FSDP2 shards gradients with the optimizer state)")
     return comment_block(header_lines(ctx, FRAMEWORK) + notes) + "\n" + script

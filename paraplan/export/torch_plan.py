@@ -546,9 +546,18 @@ def render_torch_plan(
     Never imports torch.
     """
     plan = checked_script_plan(
-        dp=dp, tp=tp, pp=pp, vp=vp, micro_batch=micro_batch, global_batch=global_batch,
-        seq_len=seq_len, zero=zero, sequence_parallel=sequence_parallel, recompute=recompute,
-        layers_per_stage=layers_per_stage, num_layers=num_layers,
+        dp=dp,
+        tp=tp,
+        pp=pp,
+        vp=vp,
+        micro_batch=micro_batch,
+        global_batch=global_batch,
+        seq_len=seq_len,
+        zero=zero,
+        sequence_parallel=sequence_parallel,
+        recompute=recompute,
+        layers_per_stage=layers_per_stage,
+        num_layers=num_layers,
     )
     layers = plan.layers_per_stage or even_split(plan.num_layers, plan.num_stages)
     model_imports, model_body = _reference_source_parts()

@@ -54,7 +54,8 @@ __all__ = ["FLAGS", "ORDER", "CONFIGS", "render", "torchtitan_args", "model_part
 FRAMEWORK = "torchtitan 0.3.0"
 
 FLAGS: dict[str, str] = {
-    "module": "--module", "config": "--config",
+    "module": "--module",
+    "config": "--config",
     "dp_replicate": "--parallelism.data-parallel-replicate-degree",
     "dp_shard": "--parallelism.data-parallel-shard-degree",
     "reshard": "--parallelism.fsdp-reshard-after-forward",
@@ -67,8 +68,10 @@ FLAGS: dict[str, str] = {
     "model_parts": "--parallelism.module-fqns-per-model-part",
     "cp": "--parallelism.context-parallel-degree",
     "ep": "--parallelism.expert-parallel-degree",
-    "local_batch": "--training.local-batch-size", "global_batch": "--training.global-batch-size",
-    "seq_len": "--training.seq-len", "mixed_precision": "--training.mixed-precision-param",
+    "local_batch": "--training.local-batch-size",
+    "global_batch": "--training.global-batch-size",
+    "seq_len": "--training.seq-len",
+    "mixed_precision": "--training.mixed-precision-param",
     "no_cuda_graphs": "--training.disable-cuda-graphs",
     "no_compile": "--compile.no-enable",
     "no_async_tp": "--compile.no-enable-async-tensor-parallel",
@@ -83,16 +86,20 @@ RECOMPUTE_SUBCOMMANDS = {
 SCHEDULES = {False: "1F1B", True: "Interleaved1F1B"}  # keyed by "interleaved"
 RESHARD = {1: "never", 2: "never", 3: "always"}
 EMBEDDING, LAYER, FINAL_NORM, HEAD = "tok_embeddings", "layers.{}", "norm", "lm_head"
+
+
 def _rope_note(spec: ModelSpec, config: str) -> list[str]:
     """The note when torchtitan's config scales RoPE frequencies differently from the plan's model."""
     name = next(n for n, t in CONFIGS.items() if t[1] == config)
     built = preset(name).rope
     if built.scaling == spec.rope.scaling and built.factor == spec.rope.factor:
         return []
-    return [f"model: torchtitan's {config} builds {name}'s RoPE frequency scaling "
-            f"({built.scaling or 'none'}, factor {built.factor:g}); {spec.name} has "
-            f"{spec.rope.scaling or 'none'}. Shapes, parameters and cost are the same; to load "
-            f"{spec.name} weights, set its rope scaling in the config function"]
+    return [
+        f"model: torchtitan's {config} builds {name}'s RoPE frequency scaling "
+        f"({built.scaling or 'none'}, factor {built.factor:g}); {spec.name} has "
+        f"{spec.rope.scaling or 'none'}. Shapes, parameters and cost are the same; to load "
+        f"{spec.name} weights, set its rope scaling in the config function"
+    ]
 
 
 # --------------------------------------------------------------------------- arguments
@@ -127,8 +134,12 @@ def _parallel_args(ctx: ExportContext) -> list[tuple[str, object]]:
         args.append(("ep", p.ep))
     if p.pp > 1:
         parts = [",".join(part) for part in model_parts(p)]
-        args += [("pp", p.pp), ("schedule", SCHEDULES[p.vp > 1]),
-                 ("pp_micro_batch", p.micro_batch), ("model_parts", parts)]
+        args += [
+            ("pp", p.pp),
+            ("schedule", SCHEDULES[p.vp > 1]),
+            ("pp_micro_batch", p.micro_batch),
+            ("model_parts", parts),
+        ]
     return args
 
 
@@ -137,7 +148,9 @@ def _training_args(ctx: ExportContext) -> list[tuple[str, object]]:
     n = job.global_batch // (p.micro_batch * p.dp)
     local = p.micro_batch * n if p.pp > 1 else p.micro_batch  # PP: one step runs all micro-batches
     args: list[tuple[str, object]] = [
-        ("local_batch", local), ("global_batch", job.global_batch), ("seq_len", job.seq_len),
+        ("local_batch", local),
+        ("global_batch", job.global_batch),
+        ("seq_len", job.seq_len),
         ("mixed_precision", PARAM_DTYPES[ctx.precision]),
     ]
     if p.pp > 1 or p.ep > 1:  # Trainer.Config._validate_cuda_graphs: no PP, no blocking EP
@@ -162,22 +175,29 @@ def torchtitan_args(ctx: ExportContext) -> list[str]:
 
 def _notes(ctx: ExportContext, config: str) -> list[str]:
     p, s = ctx.plan, ctx.spec
-    notes = ["rank order: mesh [pp, dp_replicate, dp_shard, cp, tp] (paraplan order "
-             f"{'-'.join(a.value for a in p.order)})", *_rope_note(s, config)]
+    notes = [
+        "rank order: mesh [pp, dp_replicate, dp_shard, cp, tp] (paraplan order "
+        f"{'-'.join(a.value for a in p.order)})",
+        *_rope_note(s, config),
+    ]
     if p.zero == 1:
         z2 = ctx.score(Draft(replace(p, zero=2), ctx.precision))
-        cost = (f" (modelled {z2.predicted.step_time_s:.4g} s vs {ctx.step_time_s:.4g} s)"
-                if z2 else "")
-        notes.append("zero=1 runs as ZeRO-2: FSDP2 shards gradients with the optimizer "
-                     f"state{cost}")
+        cost = f" (modelled {z2.predicted.step_time_s:.4g} s vs {ctx.step_time_s:.4g} s)" if z2 else ""
+        notes.append(f"zero=1 runs as ZeRO-2: FSDP2 shards gradients with the optimizer state{cost}")
     if uniform_recompute(p) is Recompute.SELECTIVE:
-        notes.append("selective recompute: torchtitan's is per-op SAC (saves matmul outputs), "
-                     "the closest to recomputing the attention core only")
+        notes.append(
+            "selective recompute: torchtitan's is per-op SAC (saves matmul outputs), "
+            "the closest to recomputing the attention core only"
+        )
     if ctx.precision is Precision.FP8:
-        notes.append("fp8: add Float8LinearConverter to the config's model_spec converters (as "
-                     "llama3_debugmodel_float8 does); no command-line switch exists")
-    notes.append(f"model {s.name}: torchtitan's {config} builds it; compile and async TP off "
-                 "(the plan models eager kernels; turn them on for speed, same model)")
+        notes.append(
+            "fp8: add Float8LinearConverter to the config's model_spec converters (as "
+            "llama3_debugmodel_float8 does); no command-line switch exists"
+        )
+    notes.append(
+        f"model {s.name}: torchtitan's {config} builds it; compile and async TP off "
+        "(the plan models eager kernels; turn them on for speed, same model)"
+    )
     return notes
 
 
@@ -195,13 +215,20 @@ def _argv_lines(argv: list[str]) -> list[str]:
 def render(ctx: ExportContext) -> str:
     """``torchtitan.sh``: header comments and the torchrun line, one flag per line."""
     argv = torchtitan_args(ctx)
-    launch = [f"torchrun --nnodes {ctx.cluster.num_nodes} --nproc-per-node "
-              f"{ctx.cluster.devices_per_node}",
-              '--node-rank "${NODE_RANK:-0}" --rdzv-endpoint "${MASTER_ADDR:-localhost}:29500"',
-              "-m torchtitan.train", *_argv_lines(argv)]
-    return "\n".join([
-        "#!/usr/bin/env bash",
-        comment_block(header_lines(ctx, FRAMEWORK) + _notes(ctx, argv[3])),
-        "set -euo pipefail",
-        " \\\n  ".join(launch),
-    ]) + "\n"
+    launch = [
+        f"torchrun --nnodes {ctx.cluster.num_nodes} --nproc-per-node {ctx.cluster.devices_per_node}",
+        '--node-rank "${NODE_RANK:-0}" --rdzv-endpoint "${MASTER_ADDR:-localhost}:29500"',
+        "-m torchtitan.train",
+        *_argv_lines(argv),
+    ]
+    return (
+        "\n".join(
+            [
+                "#!/usr/bin/env bash",
+                comment_block(header_lines(ctx, FRAMEWORK) + _notes(ctx, argv[3])),
+                "set -euo pipefail",
+                " \\\n  ".join(launch),
+            ]
+        )
+        + "\n"
+    )

@@ -51,18 +51,27 @@ class StageSplit:
 class _Lanes:
     events: list[dict[str, Any]]
 
-    def add(self, tid: int, name: str, cat: str, start_s: float, dur_s: float,
-            **args: Any) -> None:
+    def add(self, tid: int, name: str, cat: str, start_s: float, dur_s: float, **args: Any) -> None:
         if dur_s <= 0:
             return
-        self.events.append({"name": name, "cat": cat, "ph": "X", "pid": PID, "tid": tid,
-                            "ts": start_s * US_PER_S, "dur": dur_s * US_PER_S, "args": args})
+        self.events.append(
+            {
+                "name": name,
+                "cat": cat,
+                "ph": "X",
+                "pid": PID,
+                "tid": tid,
+                "ts": start_s * US_PER_S,
+                "dur": dur_s * US_PER_S,
+                "args": args,
+            }
+        )
 
     def name(self, tid: int, name: str) -> None:
-        self.events.append({"name": "thread_name", "ph": "M", "pid": PID, "tid": tid,
-                            "args": {"name": name}})
-        self.events.append({"name": "thread_sort_index", "ph": "M", "pid": PID, "tid": tid,
-                            "args": {"sort_index": tid}})
+        self.events.append({"name": "thread_name", "ph": "M", "pid": PID, "tid": tid, "args": {"name": name}})
+        self.events.append(
+            {"name": "thread_sort_index", "ph": "M", "pid": PID, "tid": tid, "args": {"sort_index": tid}}
+        )
 
 
 # --------------------------------------------------------------------------- step parts
@@ -147,25 +156,52 @@ def _comm_lane_names(ctx: ExportContext) -> dict[int, str]:
     return lanes
 
 
-def _stage_lane(lanes: _Lanes, tid: int, start: float, split: StageSplit, m: int,
-                t_max: float, comm_tids: dict[int, str] | None) -> float:
+def _stage_lane(
+    lanes: _Lanes,
+    tid: int,
+    start: float,
+    split: StageSplit,
+    m: int,
+    t_max: float,
+    comm_tids: dict[int, str] | None,
+) -> float:
     """Micro-batch slots of one stage from ``start``; returns the time after the last slot."""
     t = start
     for label, k in _slots(m):
         lanes.add(tid, f"{label} fwd+bwd", "compute", t, k * split.compute_s, micro_batches=k)
         comm_start = t + k * split.compute_s
-        lanes.add(tid, f"exposed comm {label}", "comm", comm_start,
-                  k * (split.p2p_s + split.other_comm_s), exposed=True, micro_batches=k,
-                  p2p_s=k * split.p2p_s, other_s=k * split.other_comm_s)
+        lanes.add(
+            tid,
+            f"exposed comm {label}",
+            "comm",
+            comm_start,
+            k * (split.p2p_s + split.other_comm_s),
+            exposed=True,
+            micro_batches=k,
+            p2p_s=k * split.p2p_s,
+            other_s=k * split.other_comm_s,
+        )
         if comm_tids is not None:
             if LANE_COMM in comm_tids:
-                lanes.add(LANE_COMM, f"exposed {label}", "comm", comm_start,
-                          k * split.other_comm_s, exposed=True)
+                lanes.add(
+                    LANE_COMM, f"exposed {label}", "comm", comm_start, k * split.other_comm_s, exposed=True
+                )
             if LANE_P2P in comm_tids:
-                lanes.add(LANE_P2P, f"exposed {label}", "comm",
-                          comm_start + k * split.other_comm_s, k * split.p2p_s, exposed=True)
-        lanes.add(tid, f"stall {label} (waits for the slowest stage)", "bubble",
-                  comm_start + k * (split.p2p_s + split.other_comm_s), k * split.stall_s)
+                lanes.add(
+                    LANE_P2P,
+                    f"exposed {label}",
+                    "comm",
+                    comm_start + k * split.other_comm_s,
+                    k * split.p2p_s,
+                    exposed=True,
+                )
+        lanes.add(
+            tid,
+            f"stall {label} (waits for the slowest stage)",
+            "bubble",
+            comm_start + k * (split.p2p_s + split.other_comm_s),
+            k * split.stall_s,
+        )
         t += k * t_max
     return t
 
@@ -181,8 +217,16 @@ def build_trace(ctx: ExportContext) -> dict[str, Any]:
     pipeline_s = m * t_max + q.bubble_s
     dp_exposed = max(0.0, q.step_time_s - pipeline_s - q.optimizer_s)
     comm_tids = _comm_lane_names(ctx)
-    lanes = _Lanes([{"name": "process_name", "ph": "M", "pid": PID,
-                     "args": {"name": f"paraplan modelled step: {plan_summary(ctx.plan)}"}}])
+    lanes = _Lanes(
+        [
+            {
+                "name": "process_name",
+                "ph": "M",
+                "pid": PID,
+                "args": {"name": f"paraplan modelled step: {plan_summary(ctx.plan)}"},
+            }
+        ]
+    )
     for s, split in enumerate(splits):
         tid = s + 1
         critical = s == slowest
@@ -197,15 +241,25 @@ def build_trace(ctx: ExportContext) -> dict[str, Any]:
         lanes.name(tid, name)
     if LANE_DP in comm_tids:
         hidden = max(0.0, min(syncs[slowest] - dp_exposed, pipeline_s))
-        lanes.add(LANE_DP, "grad sync (overlapped with backward)", "comm", pipeline_s - hidden,
-                  hidden, exposed=False)
+        lanes.add(
+            LANE_DP,
+            "grad sync (overlapped with backward)",
+            "comm",
+            pipeline_s - hidden,
+            hidden,
+            exposed=False,
+        )
         lanes.add(LANE_DP, "exposed grad sync", "comm", pipeline_s, dp_exposed, exposed=True)
     return {
         "traceEvents": lanes.events,
         "displayTimeUnit": "ms",
-        "otherData": {"generator": f"paraplan {paraplan_version()}", "plan": plan_summary(ctx.plan),
-                      "step_time_s": q.step_time_s, CRITICAL_PATH_KEY: slowest + 1,
-                      "time_unit": "microseconds"},
+        "otherData": {
+            "generator": f"paraplan {paraplan_version()}",
+            "plan": plan_summary(ctx.plan),
+            "step_time_s": q.step_time_s,
+            CRITICAL_PATH_KEY: slowest + 1,
+            "time_unit": "microseconds",
+        },
     }
 
 

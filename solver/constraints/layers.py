@@ -26,8 +26,9 @@ def add_layer_split(model: cp_model.CpModel, lv: LayoutVars) -> None:
             model.add(lv.x[s][r] >= (1 + tab.slot(s)) * b)
             model.add(lv.x[s][r] <= k_hi * b)
         if tab.k_choices and len(tab.k_choices) < k_hi:
-            k = model.new_int_var_from_domain(cp_model.Domain.FromValues([0, *tab.k_choices]),
-                                          f"k_{lv.index}_{s}")
+            k = model.new_int_var_from_domain(
+                cp_model.Domain.FromValues([0, *tab.k_choices]), f"k_{lv.index}_{s}"
+            )
             model.add(k == lv.k(s))
         if tab.uniform and s > 0:
             for r, b in lv.rec[s].items():

@@ -26,12 +26,15 @@ def add_schedule(model: cp_model.CpModel, lv: LayoutVars) -> None:
     def upper(per_k: list[int], fixed: list[int]) -> int:
         return max(0, max(fixed) + max(0, max(per_k)) * k_hi)
 
-    lv.tmax = model.new_int_var(0, upper(list(tk.time_per_k.values()), list(tk.time_fixed.values())),
-                              f"tmax_{i}")
-    lv.dpmax = model.new_int_var(0, upper(list(tk.dp_per_k.values()), list(tk.dp_fixed.values())),
-                               f"dpmax_{i}")
-    lv.omax = model.new_int_var(0, upper(list(tk.opt_per_k.values()), list(tk.opt_fixed.values())),
-                              f"omax_{i}")
+    lv.tmax = model.new_int_var(
+        0, upper(list(tk.time_per_k.values()), list(tk.time_fixed.values())), f"tmax_{i}"
+    )
+    lv.dpmax = model.new_int_var(
+        0, upper(list(tk.dp_per_k.values()), list(tk.dp_fixed.values())), f"dpmax_{i}"
+    )
+    lv.omax = model.new_int_var(
+        0, upper(list(tk.opt_per_k.values()), list(tk.opt_fixed.values())), f"omax_{i}"
+    )
     exposed, optimizer = [], []
     for s in range(pp):
         rs, xs = lv.rec[s], lv.x[s]

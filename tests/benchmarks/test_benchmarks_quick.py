@@ -15,8 +15,14 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 TABLES = ("scenarios.csv", "calibration.csv", "sweeps.csv")
-PLOTS = ("scaling_gpus.png", "scaling_layers.png", "scaling_space.png", "fidelity.png",
-         "memory.png", "baselines.png")
+PLOTS = (
+    "scaling_gpus.png",
+    "scaling_layers.png",
+    "scaling_space.png",
+    "fidelity.png",
+    "memory.png",
+    "baselines.png",
+)
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
@@ -24,8 +30,13 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     pytest.importorskip("matplotlib", reason="the [bench] extra provides matplotlib")
     out = tmp_path_factory.mktemp("bench")
-    r = subprocess.run([sys.executable, "-m", "benchmarks", "--quick", "--out", str(out)],
-                       cwd=ROOT, capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--quick", "--out", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stderr[-4000:]
     return out, r.stdout
 
@@ -45,8 +56,13 @@ def test_quick_suite_tables_have_rows_for_every_method(quick_run: tuple[Path, st
     out, _ = quick_run
     with (out / "scenarios.csv").open() as f:
         rows = list(csv.DictReader(f))
-    assert {r["method"] for r in rows} == {"paraplan", "uniform", "fixed_placement",
-                                           "rule_of_thumb", "exhaustive"}
+    assert {r["method"] for r in rows} == {
+        "paraplan",
+        "uniform",
+        "fixed_placement",
+        "rule_of_thumb",
+        "exhaustive",
+    }
     with (out / "calibration.csv").open() as f:
         calibration = list(csv.DictReader(f))
     assert len(calibration) >= 100  # every supported published run gets a fidelity row
@@ -63,9 +79,15 @@ def test_quick_report_names_date_machine_and_sections(quick_run: tuple[Path, str
     out, stdout = quick_run
     report = (out / "report.md").read_text()
     assert "**Run**: 20" in report and "**Machine**:" in report
-    for section in ("## Headline", "## 1. Scenarios and baselines",
-                    "## 2. Published expert configurations", "## 3. Scaling of planning time",
-                    "## 4. Fidelity", "## 5. Memory", "## 6. Findings"):
+    for section in (
+        "## Headline",
+        "## 1. Scenarios and baselines",
+        "## 2. Published expert configurations",
+        "## 3. Scaling of planning time",
+        "## 4. Fidelity",
+        "## 5. Memory",
+        "## 6. Findings",
+    ):
         assert section in report
     for name in PLOTS:
         assert f"]({name})" in report

@@ -20,12 +20,14 @@ def test_shipped_band_matches_the_calibration_residuals() -> None:
     text = resources.files("paraplan.hardware").joinpath("data/uncertainty.yaml").read_text()
     shipped = yaml.safe_load(text)
     assert shipped["generations"] == fresh["generations"], (
-        "hardware/data/uncertainty.yaml is stale: run `python -m benchmarks.uncertainty`")
+        "hardware/data/uncertainty.yaml is stale: run `python -m benchmarks.uncertainty`"
+    )
     assert shipped["pooled"] == fresh["pooled"]
 
 
-def test_uncertainty_script_writes_a_loadable_file(tmp_path: Path,
-                                                   capsys: pytest.CaptureFixture[str]) -> None:
+def test_uncertainty_script_writes_a_loadable_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "uncertainty.yaml"
     assert main(["--out", str(out)]) == 0
     data = yaml.safe_load(out.read_text())

@@ -16,11 +16,15 @@ import paraplan
 from paraplan.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
-SCENARIO = {"model": {"preset": "llama3-8b"}, "cluster": {"preset": "dgx-h100", "nodes": 1},
-            "job": {"seq_len": 8192, "global_batch": 64, "precision": "bf16"},
-            "plan": {"dp": 8, "tp": 1, "pp": 1, "micro_batch": 1, "zero": 1, "recompute": "none"}}
-SLOW_HOPPER = {"accelerators": {"hopper": {"parameters": {"gemm_bf16": 0.3},
-                                           "not_determined": ["attention"]}}}
+SCENARIO = {
+    "model": {"preset": "llama3-8b"},
+    "cluster": {"preset": "dgx-h100", "nodes": 1},
+    "job": {"seq_len": 8192, "global_batch": 64, "precision": "bf16"},
+    "plan": {"dp": 8, "tp": 1, "pp": 1, "micro_batch": 1, "zero": 1, "recompute": "none"},
+}
+SLOW_HOPPER = {
+    "accelerators": {"hopper": {"parameters": {"gemm_bf16": 0.3}, "not_determined": ["attention"]}}
+}
 
 
 def _write(path: Path, data: object) -> Path:
@@ -59,21 +63,31 @@ def test_profile_round_trips() -> None:
     assert profile_from_dict(profile_to_dict(profile)) == profile
 
 
-@pytest.mark.parametrize(("profile", "field"), [
-    ({"accelerators": {"hopper": {"parameters": {"gemm_fp9": 0.5}}}},
-     "accelerators.hopper.parameters.gemm_fp9: unknown parameter"),
-    ({"accelerators": {"hopper": {"parameters": {"gemm_bf16": -0.5}}}},
-     "accelerators.hopper.parameters.gemm_bf16=-0.5 is outside the plausible range"),
-    ({"accelerators": {"hopper": {"parameters": {"kernel_overhead_us": -3}}}},
-     "accelerators.hopper.parameters.kernel_overhead_us=-3"),
-    ({"accelerators": {"hopper": {"parameters": {"attention": "fast"}}}},
-     "accelerators.hopper.parameters.attention='fast' must be a number"),
-    ({"accelerators": {"hopper": {"gemm_bf16": 0.5}}}, "accelerators.hopper.gemm_bf16: unknown key"),
-    ({"accelerators": {}}, "accelerators must map at least one"),
-    ({"accelerators": {"hopper": {"parameters": {}}}, "format": "other/2"}, "format='other/2'"),
-])
-def test_bad_profiles_are_config_errors_naming_the_field(tmp_path: Path, profile: dict,
-                                                         field: str) -> None:
+@pytest.mark.parametrize(
+    ("profile", "field"),
+    [
+        (
+            {"accelerators": {"hopper": {"parameters": {"gemm_fp9": 0.5}}}},
+            "accelerators.hopper.parameters.gemm_fp9: unknown parameter",
+        ),
+        (
+            {"accelerators": {"hopper": {"parameters": {"gemm_bf16": -0.5}}}},
+            "accelerators.hopper.parameters.gemm_bf16=-0.5 is outside the plausible range",
+        ),
+        (
+            {"accelerators": {"hopper": {"parameters": {"kernel_overhead_us": -3}}}},
+            "accelerators.hopper.parameters.kernel_overhead_us=-3",
+        ),
+        (
+            {"accelerators": {"hopper": {"parameters": {"attention": "fast"}}}},
+            "accelerators.hopper.parameters.attention='fast' must be a number",
+        ),
+        ({"accelerators": {"hopper": {"gemm_bf16": 0.5}}}, "accelerators.hopper.gemm_bf16: unknown key"),
+        ({"accelerators": {}}, "accelerators must map at least one"),
+        ({"accelerators": {"hopper": {"parameters": {}}}, "format": "other/2"}, "format='other/2'"),
+    ],
+)
+def test_bad_profiles_are_config_errors_naming_the_field(tmp_path: Path, profile: dict, field: str) -> None:
     path = _write(tmp_path / "bad.yaml", profile)
     with pytest.raises(ConfigError) as err:
         paraplan.evaluate(SCENARIO, calibration=path)
@@ -84,29 +98,29 @@ def test_profile_for_another_accelerator_or_a_cpu_is_refused(tmp_path: Path) -> 
     ampere = _write(tmp_path / "a.yaml", {"accelerators": {"ampere": {"parameters": {}}}})
     with pytest.raises(ConfigError, match="covers ampere, not this cluster's h100 \\(hopper\\)"):
         paraplan.evaluate(SCENARIO, calibration=ampere)
-    cpu = _write(tmp_path / "c.yaml", {"accelerators": {"cpu": {"parameters": {},
-                                                                "smoke_test": True}}})
+    cpu = _write(tmp_path / "c.yaml", {"accelerators": {"cpu": {"parameters": {}, "smoke_test": True}}})
     with pytest.raises(ConfigError, match="CPU smoke-test entry and is never applied"):
         paraplan.evaluate(SCENARIO, calibration=cpu)
 
 
 def test_pooled_cluster_calibrates_the_pools_the_profile_covers() -> None:
-    cluster = build_pooled_cluster([{"preset": "dgx-h100", "nodes": 1},
-                                    {"preset": "dgx-a100-80gb", "nodes": 1}])
+    cluster = build_pooled_cluster(
+        [{"preset": "dgx-h100", "nodes": 1}, {"preset": "dgx-a100-80gb", "nodes": 1}]
+    )
     out = apply_calibration(cluster, profile_from_dict(SLOW_HOPPER))
     assert out.pools[0].efficiency.gemm_bf16 == 0.3
     assert out.pools[1].efficiency == efficiency("ampere")
 
 
 def _cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "paraplan.cli", *args], capture_output=True,
-                          text=True, cwd=cwd, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "paraplan.cli", *args], capture_output=True, text=True, cwd=cwd, timeout=300
+    )
 
 
 def test_cli_calibrate_then_evaluate_with_the_profile(tmp_path: Path) -> None:
     out = tmp_path / "h100-bf16.yaml"
-    r = _cli("calibrate", str(ROOT / "examples" / "calibration" / "mosaic-h100-bf16.yaml"),
-             "--out", str(out))
+    r = _cli("calibrate", str(ROOT / "examples" / "calibration" / "mosaic-h100-bf16.yaml"), "--out", str(out))
     assert r.returncode == 0, r.stderr
     assert "hopper: gemm_bf16 0.5257 ->" in r.stdout and "not determined" in r.stdout
     scenario = str(ROOT / "examples" / "calibration" / "mpt-7b-128xh100.yaml")

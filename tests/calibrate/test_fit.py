@@ -28,9 +28,12 @@ def _case(scenario: dict, measured_s: float = 1.0, name: str = "case") -> FitCas
 
 
 def _scenario(preset: str, seq_len: int, global_batch: int, plan: dict) -> dict:
-    return {"model": {"preset": preset}, "cluster": {"preset": "dgx-h100", "nodes": 1},
-            "job": {"seq_len": seq_len, "global_batch": global_batch, "precision": "bf16"},
-            "plan": {"pp": 1, "zero": 1, "recompute": "full", **plan}}
+    return {
+        "model": {"preset": preset},
+        "cluster": {"preset": "dgx-h100", "nodes": 1},
+        "job": {"seq_len": seq_len, "global_batch": global_batch, "precision": "bf16"},
+        "plan": {"pp": 1, "zero": 1, "recompute": "full", **plan},
+    }
 
 
 SYNTHETIC = [  # 8 H100, BF16: short to long sequences so GEMM and attention both show
@@ -52,9 +55,12 @@ def test_fit_recovers_known_parameters_from_synthetic_steps() -> None:
     truth = {**catalog_parameters("hopper"), "gemm_bf16": 0.50, "attention": 0.55}
     cases = [_case(sc) for sc in SYNTHETIC]
     noise = [0.01, -0.01, 0.005, -0.005, 0.01, -0.01, 0.0, 0.005, -0.01, 0.01, 0.0]  # +-1%
-    measured = [FitCase(name=f"synthetic {i}", instance=c.instance, plan=c.plan,
-                        measured_s=predict_s(c, truth) * (1 + n))
-                for i, (c, n) in enumerate(zip(cases, noise, strict=True))]
+    measured = [
+        FitCase(
+            name=f"synthetic {i}", instance=c.instance, plan=c.plan, measured_s=predict_s(c, truth) * (1 + n)
+        )
+        for i, (c, n) in enumerate(zip(cases, noise, strict=True))
+    ]
     fit = fit_generation(measured)
     assert {"gemm_bf16", "attention"} <= set(fit.parameters)
     for name in ("gemm_bf16", "attention"):
@@ -68,8 +74,15 @@ def test_three_runs_give_plausible_efficiencies_and_name_the_undetermined() -> N
     # three runs measured 3x slower than the catalog predicts: the fit moves to the bound at most,
     # never to an absurd value, and says what three short-sequence runs cannot determine
     cases = [_case(sc) for sc in SYNTHETIC[:2] + SYNTHETIC[4:5]]
-    slow = [FitCase(name=c.name, instance=c.instance, plan=c.plan,
-                    measured_s=3.0 * predict_s(c, catalog_parameters("hopper"))) for c in cases]
+    slow = [
+        FitCase(
+            name=c.name,
+            instance=c.instance,
+            plan=c.plan,
+            measured_s=3.0 * predict_s(c, catalog_parameters("hopper")),
+        )
+        for c in cases
+    ]
     fit = fit_generation(slow)
     for name, value in fit.parameters.items():
         lo, hi = PLAUSIBLE_RANGE[name]

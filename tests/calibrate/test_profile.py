@@ -42,16 +42,33 @@ def test_gpu_microbenchmarks_give_efficiencies_against_the_catalog_peaks() -> No
     records = []
     for n in (1024, 2048, 4096, 8192):
         flops = 2.0 * n**3
-        records.append({**base, "kind": "gemm", "precision": "bf16", "m": n, "n": n, "k": n,
-                        "flops": flops, "time_s": flops / (h100.peak_for("bf16") * 0.7) + 10e-6})
+        records.append(
+            {
+                **base,
+                "kind": "gemm",
+                "precision": "bf16",
+                "m": n,
+                "n": n,
+                "k": n,
+                "flops": flops,
+                "time_s": flops / (h100.peak_for("bf16") * 0.7) + 10e-6,
+            }
+        )
         att = 4.0 * 16 * n * n * 128 / 2
-        records.append({**base, "kind": "attention", "precision": "bf16", "flops": att,
-                        "time_s": att / (h100.peak_for("bf16") * 0.45)})
-    records.append({**base, "kind": "hbm_copy", "bytes": 2e9,
-                    "time_s": 2e9 / (h100.hbm_bytes_per_s * 0.85)})
+        records.append(
+            {
+                **base,
+                "kind": "attention",
+                "precision": "bf16",
+                "flops": att,
+                "time_s": att / (h100.peak_for("bf16") * 0.45),
+            }
+        )
+    records.append({**base, "kind": "hbm_copy", "bytes": 2e9, "time_s": 2e9 / (h100.hbm_bytes_per_s * 0.85)})
     entry = calibrate(records).accelerators["h100"]
     assert entry.parameters == pytest.approx(
-        {"gemm_bf16": 0.7, "kernel_overhead_us": 10.0, "attention": 0.45, "hbm": 0.85}, rel=1e-3)
+        {"gemm_bf16": 0.7, "kernel_overhead_us": 10.0, "attention": 0.45, "hbm": 0.85}, rel=1e-3
+    )
     assert not entry.is_smoke_test and "gemm_fp8" in entry.not_determined
 
 
@@ -60,8 +77,13 @@ def test_profile_on_cpu_gloo_feeds_calibrate(tmp_path: Path) -> None:
     pytest.importorskip("torch")
 
     def cli(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "paraplan.cli", *args], capture_output=True,
-                              text=True, cwd=ROOT, timeout=300)
+        return subprocess.run(
+            [sys.executable, "-m", "paraplan.cli", *args],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=300,
+        )
 
     r = cli("profile", "--out", str(tmp_path / "prof"))
     assert r.returncode == 0, r.stderr

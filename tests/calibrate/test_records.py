@@ -17,9 +17,12 @@ from paraplan.records import (
 )
 
 ROOT = Path(__file__).resolve().parents[2]
-SCENARIO = {"model": {"preset": "llama3-8b"}, "cluster": {"preset": "dgx-h100", "nodes": 1},
-            "job": {"seq_len": 8192, "global_batch": 64, "precision": "bf16"},
-            "plan": {"dp": 8, "tp": 1, "pp": 1, "micro_batch": 1, "zero": 1, "recompute": "none"}}
+SCENARIO = {
+    "model": {"preset": "llama3-8b"},
+    "cluster": {"preset": "dgx-h100", "nodes": 1},
+    "job": {"seq_len": 8192, "global_batch": 64, "precision": "bf16"},
+    "plan": {"dp": 8, "tp": 1, "pp": 1, "micro_batch": 1, "zero": 1, "recompute": "none"},
+}
 
 MEGATRON_LOG = """\
  iteration 1/ 100 | consumed samples: 64 | elapsed time per iteration (ms): 9876.5 | lr: 1.0E-06 |
@@ -54,11 +57,15 @@ def test_records_with_logs_and_scenario_paths(tmp_path: Path) -> None:
     (tmp_path / "titan.log").write_text(TORCHTITAN_LOG)
     (tmp_path / "job.yaml").write_text(yaml.safe_dump(SCENARIO))
     records = tmp_path / "records.yaml"
-    records.write_text(yaml.safe_dump([
-        {"name": "megatron run", "scenario": "job.yaml", "megatron_log": "run.log"},
-        {**SCENARIO, "torchtitan_log": "titan.log"},
-        {**SCENARIO, "measured": {"step_time_s": 4.2}},
-    ]))
+    records.write_text(
+        yaml.safe_dump(
+            [
+                {"name": "megatron run", "scenario": "job.yaml", "megatron_log": "run.log"},
+                {**SCENARIO, "torchtitan_log": "titan.log"},
+                {**SCENARIO, "measured": {"step_time_s": 4.2}},
+            ]
+        )
+    )
     a, b, c = load_records(records)
     assert isinstance(a, StepRecord) and a.name == "megatron run"
     assert a.step_time_s == pytest.approx(4.0015)
@@ -70,24 +77,29 @@ def test_json_lines_records(tmp_path: Path) -> None:
     import json
 
     path = tmp_path / "records.jsonl"
-    path.write_text("\n".join(json.dumps({**SCENARIO, "measured": {"tokens_per_s_per_gpu": t}})
-                              for t in (9000, 9100)) + "\n")
+    path.write_text(
+        "\n".join(json.dumps({**SCENARIO, "measured": {"tokens_per_s_per_gpu": t}}) for t in (9000, 9100))
+        + "\n"
+    )
     assert [r.tokens_per_s_per_gpu for r in load_records(path)] == [9000, 9100]
 
 
-@pytest.mark.parametrize(("record", "field"), [
-    (SCENARIO, "records[0]: give exactly one of measured"),
-    ({**SCENARIO, "measured": {"step_time_s": -1.0}}, "records[0].measured.step_time_s=-1.0"),
-    ({**SCENARIO, "measured": {"tokens_per_s_per_gpu": 0}},
-     "records[0].measured.tokens_per_s_per_gpu=0"),
-    ({**SCENARIO, "measured": {"step_s": 3.0}}, "records[0].measured="),
-    ({**SCENARIO, "measured": {"step_time_s": 3.0}, "megatron_log": "x.log"},
-     "records[0]: give exactly one of"),
-    ({**SCENARIO, "plan": {**SCENARIO["plan"], "tp": 0}, "measured": {"step_time_s": 3.0}},
-     "plan.tp"),
-    ({"kind": "gemm", "device": "cpu", "time_s": -2.0}, "records[0].time_s=-2.0"),
-    ({"kind": "matmul", "device": "cpu", "time_s": 2.0}, "records[0].kind='matmul'"),
-])
+@pytest.mark.parametrize(
+    ("record", "field"),
+    [
+        (SCENARIO, "records[0]: give exactly one of measured"),
+        ({**SCENARIO, "measured": {"step_time_s": -1.0}}, "records[0].measured.step_time_s=-1.0"),
+        ({**SCENARIO, "measured": {"tokens_per_s_per_gpu": 0}}, "records[0].measured.tokens_per_s_per_gpu=0"),
+        ({**SCENARIO, "measured": {"step_s": 3.0}}, "records[0].measured="),
+        (
+            {**SCENARIO, "measured": {"step_time_s": 3.0}, "megatron_log": "x.log"},
+            "records[0]: give exactly one of",
+        ),
+        ({**SCENARIO, "plan": {**SCENARIO["plan"], "tp": 0}, "measured": {"step_time_s": 3.0}}, "plan.tp"),
+        ({"kind": "gemm", "device": "cpu", "time_s": -2.0}, "records[0].time_s=-2.0"),
+        ({"kind": "matmul", "device": "cpu", "time_s": 2.0}, "records[0].kind='matmul'"),
+    ],
+)
 def test_bad_records_name_the_field(record: dict, field: str) -> None:
     with pytest.raises(ConfigError, match=None) as err:
         load_records([record])

@@ -16,20 +16,36 @@ EXAMPLE = ROOT / "examples" / "llama3-70b-h100.yaml"
 
 
 def run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "paraplan.cli", *args], capture_output=True,
-                          text=True, cwd=ROOT, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "paraplan.cli", *args], capture_output=True, text=True, cwd=ROOT, timeout=300
+    )
 
 
 def test_allowed_flags_are_the_documented_ones() -> None:
     # adding a flag means updating this list (STYLE.md Sec. 6)
     parser = build_parser()
     sub = parser._subparsers._group_actions[0].choices  # noqa: SLF001
-    flags = {name: sorted(o for a in p._actions for o in a.option_strings)  # noqa: SLF001
-             for name, p in sub.items()}
+    flags = {
+        name: sorted(o for a in p._actions for o in a.option_strings)  # noqa: SLF001
+        for name, p in sub.items()
+    }
     assert flags == {
         "evaluate": ["--calibration", "--debug", "--help", "--json", "--report", "-h"],
-        "plan": ["--calibration", "--debug", "--export", "--help", "--json", "--out", "--report",
-                 "--seed", "--target", "--time-limit", "--top", "--workers", "-h"],
+        "plan": [
+            "--calibration",
+            "--debug",
+            "--export",
+            "--help",
+            "--json",
+            "--out",
+            "--report",
+            "--seed",
+            "--target",
+            "--time-limit",
+            "--top",
+            "--workers",
+            "-h",
+        ],
         "export": ["--debug", "--help", "--out", "--to", "-h"],
         "calibrate": ["--debug", "--help", "--out", "-h"],
         "profile": ["--debug", "--help", "--out", "--processes", "-h"],
@@ -52,8 +68,10 @@ def test_evaluate_human_table() -> None:
 
 def test_bad_input_exits_one_without_traceback(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
-    bad.write_text("model: {preset: llama9}\ncluster: {preset: dgx-h100, nodes: 1}\n"
-                   "job: {seq_len: 10, global_batch: 3}\n")
+    bad.write_text(
+        "model: {preset: llama9}\ncluster: {preset: dgx-h100, nodes: 1}\n"
+        "job: {seq_len: 10, global_batch: 3}\n"
+    )
     r = run("evaluate", str(bad))
     assert r.returncode == 1
     assert "llama9" in r.stderr and "Traceback" not in r.stderr
@@ -82,8 +100,10 @@ def test_plan_json_has_solver_section() -> None:
 @pytest.mark.parametrize("nodes", [1])
 def test_infeasible_exits_two_with_a_reason(tmp_path: Path, nodes: int) -> None:
     f = tmp_path / "big.yaml"
-    f.write_text(f"model: {{preset: llama3.1-405b}}\ncluster: {{preset: dgx-a100-40gb, "
-                 f"nodes: {nodes}}}\njob: {{seq_len: 8192, global_batch: 8}}\n")
+    f.write_text(
+        f"model: {{preset: llama3.1-405b}}\ncluster: {{preset: dgx-a100-40gb, "
+        f"nodes: {nodes}}}\njob: {{seq_len: 8192, global_batch: 8}}\n"
+    )
     r = run("plan", str(f))
     assert r.returncode == 2
     assert "least any plan needs" in r.stderr and "GiB" in r.stderr

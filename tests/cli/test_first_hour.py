@@ -36,8 +36,9 @@ LLAMA405B_128 = {
 
 
 def run(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "paraplan.cli", *args], capture_output=True,
-                          text=True, cwd=cwd, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "paraplan.cli", *args], capture_output=True, text=True, cwd=cwd, timeout=300
+    )
 
 
 def _with(scenario: dict, **solver: object) -> dict:
@@ -102,8 +103,9 @@ def test_default_refuses_an_unrestricted_optimum_no_framework_runs() -> None:
     own = solve(_with(LLAMA405B_128, target=default.runs_on[0]))  # that framework's own optimum
     assert free.predicted.step_time_s < default.predicted.step_time_s
     assert default.predicted.step_time_s == pytest.approx(own.predicted.step_time_s, rel=1e-6)
-    assert any("unrestricted optimum" in line and "runs on no framework" in line
-               for line in default.explanation)
+    assert any(
+        "unrestricted optimum" in line and "runs on no framework" in line for line in default.explanation
+    )
     assert all(a["runs_on"] for a in default.alternatives)
     for name in default.runs_on:
         assert export_text(default, name)
@@ -141,24 +143,34 @@ def test_presets_lists_models_and_clusters() -> None:
     data = json.loads(run("presets", "--json").stdout)
     by_name = {m["name"]: m for m in data["models"]}
     llama = by_name["llama3.1-405b"]
-    assert (llama["layers"], llama["hidden"], llama["heads"], llama["kv_heads"]) == (126, 16384,
-                                                                                   128, 8)
+    assert (llama["layers"], llama["hidden"], llama["heads"], llama["kv_heads"]) == (126, 16384, 128, 8)
     assert 400e9 < llama["params"] < 410e9 and llama["source"]
     assert by_name["mixtral-8x7b"]["experts"] == 8
     assert {"dgx-h100", "gb200-nvl72"} <= {c["name"] for c in data["clusters"]}
 
 
-GEMMA = {"model_type": "gemma", "hidden_size": 3072, "num_attention_heads": 16,
-         "num_key_value_heads": 16, "num_hidden_layers": 28, "intermediate_size": 24576,
-         "vocab_size": 256000, "head_dim": 256, "hidden_act": "gelu_pytorch_tanh",
-         "hidden_activation": "gelu_pytorch_tanh"}
+GEMMA = {
+    "model_type": "gemma",
+    "hidden_size": 3072,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 16,
+    "num_hidden_layers": 28,
+    "intermediate_size": 24576,
+    "vocab_size": 256000,
+    "head_dim": 256,
+    "hidden_act": "gelu_pytorch_tanh",
+    "hidden_activation": "gelu_pytorch_tanh",
+}
 
 
-@pytest.mark.parametrize(("change", "field"), [
-    ({}, "model_type='gemma'"),
-    ({"model_type": "llama"}, "hidden_activation"),
-    ({"model_type": "llama", "hidden_activation": None, "hidden_act": "gelu"}, "hidden_act"),
-])
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({}, "model_type='gemma'"),
+        ({"model_type": "llama"}, "hidden_activation"),
+        ({"model_type": "llama", "hidden_activation": None, "hidden_act": "gelu"}, "hidden_act"),
+    ],
+)
 def test_hf_import_refuses_gemma(change: dict, field: str) -> None:
     cfg = {k: v for k, v in {**GEMMA, **change}.items() if v is not None}
     with pytest.raises(ValueError, match=rf"model\.hf_config: {field}"):
@@ -175,19 +187,26 @@ def test_hf_import_refuses_unknown_rope_scaling_and_sliding_windows() -> None:
     assert from_hf_config({**qwen, "use_sliding_window": False}).num_layers == 32
     with pytest.raises(ValueError, match="original_max_positions"):  # incomplete: say so
         from_hf_config({**llama, "rope_scaling": {"rope_type": "llama3", "factor": 8.0}})
-    assert from_hf_config({**llama, "rope_scaling": {"rope_type": "llama3", "factor": 8.0,
-                                                     "original_max_position_embeddings": 8192}})
+    assert from_hf_config(
+        {
+            **llama,
+            "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 8192},
+        }
+    )
 
 
 def test_hf_refusal_is_a_config_error_in_a_scenario(tmp_path: Path) -> None:
     cfg = tmp_path / "config.json"
     cfg.write_text(json.dumps(GEMMA))
     with pytest.raises(ConfigError, match="model_type='gemma'"):
-        paraplan.evaluate({"model": {"hf_config": str(cfg)},
-                           "cluster": {"preset": "dgx-h100", "nodes": 1},
-                           "job": {"seq_len": 4096, "global_batch": 8},
-                           "plan": {"dp": 8, "tp": 1, "pp": 1, "micro_batch": 1, "zero": 1,
-                                    "recompute": "full"}})
+        paraplan.evaluate(
+            {
+                "model": {"hf_config": str(cfg)},
+                "cluster": {"preset": "dgx-h100", "nodes": 1},
+                "job": {"seq_len": 4096, "global_batch": 8},
+                "plan": {"dp": 8, "tp": 1, "pp": 1, "micro_batch": 1, "zero": 1, "recompute": "full"},
+            }
+        )
 
 
 # --------------------------------------------------------------------------- results travel
@@ -198,9 +217,15 @@ def test_result_file_is_self_contained(tmp_path: Path) -> None:
     work = tmp_path / "project"
     work.mkdir()
     (work / "config.json").write_text((HF / "llama3-8b.json").read_text())
-    (work / "job.yaml").write_text(yaml.safe_dump({
-        "model": {"hf_config": "config.json"}, "cluster": {"preset": "dgx-h100", "nodes": 1},
-        "job": {"seq_len": 8192, "global_batch": 64}}))
+    (work / "job.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "model": {"hf_config": "config.json"},
+                "cluster": {"preset": "dgx-h100", "nodes": 1},
+                "job": {"seq_len": 8192, "global_batch": 64},
+            }
+        )
+    )
     r = run("plan", "job.yaml", "--json", cwd=work)
     assert r.returncode == 0, r.stderr
     result = json.loads(r.stdout)
@@ -231,8 +256,10 @@ def test_result_plan_with_wrong_derived_values_is_refused() -> None:
 
 
 FAST_BENCHMARKS = sorted(
-    p for p in (ROOT / "benchmarks" / "scenarios").glob("*.yaml")
-    if any(k in p.name for k in ("-8-", "-16-", "-32-", "mixed", "qwen3-30b", "gb200-144-s8k")))
+    p
+    for p in (ROOT / "benchmarks" / "scenarios").glob("*.yaml")
+    if any(k in p.name for k in ("-8-", "-16-", "-32-", "mixed", "qwen3-30b", "gb200-144-s8k"))
+)
 
 
 @pytest.mark.parametrize("path", FAST_BENCHMARKS, ids=lambda p: p.stem)
@@ -256,11 +283,14 @@ def test_result_plan_round_trips_as_a_scenario_plan(path: Path) -> None:
 def test_a_calibrated_result_keeps_its_profile(tmp_path: Path) -> None:
     """--calibration PROFILE is recorded (absolute) in the result's scenario, so exports and
     `paraplan evaluate RESULT.json` from elsewhere score the same calibrated plan."""
-    (tmp_path / "p.yaml").write_text(yaml.safe_dump(
-        {"accelerators": {"hopper": {"parameters": {"gemm_bf16": 0.3}}}}))
-    scenario = {**LLAMA8B_16, "cluster": {"preset": "dgx-h100", "nodes": 1},
-                "plan": {"dp": 8, "tp": 1, "pp": 1, "micro_batch": 1, "zero": 1,
-                         "recompute": "none"}}
+    (tmp_path / "p.yaml").write_text(
+        yaml.safe_dump({"accelerators": {"hopper": {"parameters": {"gemm_bf16": 0.3}}}})
+    )
+    scenario = {
+        **LLAMA8B_16,
+        "cluster": {"preset": "dgx-h100", "nodes": 1},
+        "plan": {"dp": 8, "tp": 1, "pp": 1, "micro_batch": 1, "zero": 1, "recompute": "none"},
+    }
     (tmp_path / "s.yaml").write_text(yaml.safe_dump(scenario))
     r = run("evaluate", "s.yaml", "--calibration", "p.yaml", "--json", cwd=tmp_path)
     assert r.returncode == 0, r.stderr

@@ -52,8 +52,7 @@ def test_tp_innermost_stays_inside_the_node() -> None:
 
 def test_dp_innermost_pushes_tp_across_nodes() -> None:
     cluster = build_cluster("dgx-h100", nodes=4)
-    plan = Plan(dp=4, tp=8, pp=1, layers_per_stage=(1,),
-                order=(Axis.DP, Axis.TP, Axis.CP, Axis.PP))
+    plan = Plan(dp=4, tp=8, pp=1, layers_per_stage=(1,), order=(Axis.DP, Axis.TP, Axis.CP, Axis.PP))
     assert group_span(cluster, plan, Axis.TP).fan_in == (2, 4)
     assert group_span(cluster, plan, Axis.DP).fan_in == (4, 1)
 
@@ -64,14 +63,18 @@ def test_hierarchical_allreduce_equals_ring_on_one_tier() -> None:
     tier = cluster.tiers[0]
     n = 256e6
     assert allreduce_s(span, n) == pytest.approx(
-        ring_allreduce_s(8, n, tier.alpha_s, tier.effective_bytes_per_s))
+        ring_allreduce_s(8, n, tier.alpha_s, tier.effective_bytes_per_s)
+    )
 
 
 def test_crossing_the_network_is_slower_than_nvlink() -> None:
     cluster = build_cluster("dgx-h100", nodes=2)
     inside = group_span(cluster, _plan(tp=8, dp=2), Axis.TP)
-    across = group_span(cluster, Plan(dp=2, tp=8, pp=1, layers_per_stage=(1,),
-                                      order=(Axis.DP, Axis.TP, Axis.CP, Axis.PP)), Axis.TP)
+    across = group_span(
+        cluster,
+        Plan(dp=2, tp=8, pp=1, layers_per_stage=(1,), order=(Axis.DP, Axis.TP, Axis.CP, Axis.PP)),
+        Axis.TP,
+    )
     assert allgather_s(across, 1e8) > allgather_s(inside, 1e8)
 
 

@@ -20,8 +20,16 @@ JOB = Job(seq_len=131072, global_batch=8)
 
 
 def _plan(cp: int, cp_comm: CPComm = CPComm.P2P, tp: int = 1, dp: int = 1) -> Plan:
-    return Plan(dp=dp, tp=tp, pp=1, cp=cp, cp_comm=cp_comm, sequence_parallel=tp > 1,
-                recompute=(Recompute.FULL,), layers_per_stage=(LLAMA.spec.num_layers,))
+    return Plan(
+        dp=dp,
+        tp=tp,
+        pp=1,
+        cp=cp,
+        cp_comm=cp_comm,
+        sequence_parallel=tp > 1,
+        recompute=(Recompute.FULL,),
+        layers_per_stage=(LLAMA.spec.num_layers,),
+    )
 
 
 def test_kv_chunk_is_the_local_tokens_k_and_v() -> None:
@@ -82,8 +90,9 @@ def test_all_gather_holds_the_gathered_kv_on_top_of_the_ring_plans_memory() -> N
     b = evaluate(LLAMA, cluster, JOB, gather)
     extra = b.peak_memory_bytes - a.peak_memory_bytes
     # the gathered K/V buffer, plus the allocator's fragmentation share of it (cost/memory.py)
-    assert extra == pytest.approx(8 * kv_chunk_bytes(KV_DIM, gather, JOB)
-                                  * (1 + ALLOCATOR_FRAGMENTATION), rel=1e-6)
+    assert extra == pytest.approx(
+        8 * kv_chunk_bytes(KV_DIM, gather, JOB) * (1 + ALLOCATOR_FRAGMENTATION), rel=1e-6
+    )
 
 
 def test_ring_runs_cp_attention_kernels_over_short_chunks_all_gather_one_over_the_sequence() -> None:
@@ -104,5 +113,6 @@ def test_ring_runs_cp_attention_kernels_over_short_chunks_all_gather_one_over_th
 
 def test_plan_defaults_to_the_p2p_ring() -> None:
     assert Plan(dp=1, tp=1, pp=1).cp_comm is CPComm.P2P
-    check_plan(replace(_plan(8, CPComm.ALL_GATHER)), JOB, num_devices=8, num_layers=32,
-               num_heads=32, num_kv_heads=8)
+    check_plan(
+        replace(_plan(8, CPComm.ALL_GATHER)), JOB, num_devices=8, num_layers=32, num_heads=32, num_kv_heads=8
+    )

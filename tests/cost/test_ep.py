@@ -21,9 +21,16 @@ JOB = Job(seq_len=4096, global_batch=64, precision=Precision.BF16, expert_imbala
 
 
 def _plan(dp: int, ep: int, pp: int = 1, tp: int = 1, **kw) -> Plan:
-    return Plan(dp=dp, tp=tp, pp=pp, ep=ep, sequence_parallel=tp > 1,
-                recompute=(Recompute.NONE,) * pp,
-                layers_per_stage=(QWEN.spec.num_layers // pp,) * pp, **kw)
+    return Plan(
+        dp=dp,
+        tp=tp,
+        pp=pp,
+        ep=ep,
+        sequence_parallel=tp > 1,
+        recompute=(Recompute.NONE,) * pp,
+        layers_per_stage=(QWEN.spec.num_layers // pp,) * pp,
+        **kw,
+    )
 
 
 def test_alltoall_one_tier_is_the_pairwise_formula() -> None:
@@ -42,8 +49,11 @@ def test_alltoall_across_nodes_runs_at_the_nic() -> None:
     nvlink, net = cluster.tiers
     n = 64e6
     # 7 peers on NVLink, 24 across the network; the NIC share (24/32 of the bytes) is the bottleneck
-    expected = (7 * nvlink.alpha_s + 24 * net.alpha_s
-                + max(7 / 32 * n / nvlink.effective_bytes_per_s, 24 / 32 * n / net.effective_bytes_per_s))
+    expected = (
+        7 * nvlink.alpha_s
+        + 24 * net.alpha_s
+        + max(7 / 32 * n / nvlink.effective_bytes_per_s, 24 / 32 * n / net.effective_bytes_per_s)
+    )
     assert alltoall_s(span, n) == pytest.approx(expected)
 
 
@@ -103,20 +113,45 @@ def test_moe_rules_name_the_knob() -> None:
         evaluate(QWEN, cluster, JOB, _plan(4, 8, pp=2))
     llama = build_graph(preset("llama3-8b"))
     with pytest.raises(ValueError, match="needs a mixture-of-experts model"):
-        evaluate(llama, cluster, JOB, Plan(dp=8, tp=1, pp=1, ep=2, recompute=(Recompute.NONE,),
-                                           layers_per_stage=(32,)))
-    no_sp = Plan(dp=4, tp=2, pp=1, ep=1, sequence_parallel=False, recompute=(Recompute.NONE,),
-                 layers_per_stage=(48,))
+        evaluate(
+            llama,
+            cluster,
+            JOB,
+            Plan(dp=8, tp=1, pp=1, ep=2, recompute=(Recompute.NONE,), layers_per_stage=(32,)),
+        )
+    no_sp = Plan(
+        dp=4, tp=2, pp=1, ep=1, sequence_parallel=False, recompute=(Recompute.NONE,), layers_per_stage=(48,)
+    )
     with pytest.raises(ValueError, match="sequence_parallel"):
         evaluate(QWEN, cluster, JOB, no_sp)
 
 
 def test_dense_first_layers_are_credited_on_the_first_stage() -> None:
-    spec = ModelSpec(name="m", num_layers=8, hidden=1024, ffn_hidden=4096, num_heads=8,
-                     num_kv_heads=8, vocab=1000, num_experts=16, top_k=2, moe_ffn_hidden=512,
-                     first_dense_layers=2)
-    all_moe = ModelSpec(name="m", num_layers=8, hidden=1024, ffn_hidden=4096, num_heads=8,
-                        num_kv_heads=8, vocab=1000, num_experts=16, top_k=2, moe_ffn_hidden=512)
+    spec = ModelSpec(
+        name="m",
+        num_layers=8,
+        hidden=1024,
+        ffn_hidden=4096,
+        num_heads=8,
+        num_kv_heads=8,
+        vocab=1000,
+        num_experts=16,
+        top_k=2,
+        moe_ffn_hidden=512,
+        first_dense_layers=2,
+    )
+    all_moe = ModelSpec(
+        name="m",
+        num_layers=8,
+        hidden=1024,
+        ffn_hidden=4096,
+        num_heads=8,
+        num_kv_heads=8,
+        vocab=1000,
+        num_experts=16,
+        top_k=2,
+        moe_ffn_hidden=512,
+    )
     cluster = build_cluster("dgx-h100", gpus=8)
     job = Job(seq_len=2048, global_batch=16)
     plan = Plan(dp=8, tp=1, pp=1, ep=4, recompute=(Recompute.NONE,), layers_per_stage=(8,))
@@ -126,9 +161,9 @@ def test_dense_first_layers_are_credited_on_the_first_stage() -> None:
     experts = 16 * 3 * 1024 * 512 / 4
     assert t.stage_expert_params(0, 8) == pytest.approx(6 * experts)
     assert t.stage_params(0, 8) - t_moe.stage_params(0, 8) == pytest.approx(
-        2 * (3 * 1024 * 4096 - 1024 * 16))  # dense FFN in, router out
-    assert evaluate(g, cluster, job, plan).step_time_s < evaluate(g_moe, cluster, job,
-                                                                  plan).step_time_s
+        2 * (3 * 1024 * 4096 - 1024 * 16)
+    )  # dense FFN in, router out
+    assert evaluate(g, cluster, job, plan).step_time_s < evaluate(g_moe, cluster, job, plan).step_time_s
     # pp = 2: only layer 0 is guaranteed on stage 0; the other dense layer is costed as MoE
     plan2 = Plan(dp=4, tp=1, pp=2, ep=4, recompute=(Recompute.NONE,) * 2, layers_per_stage=(1, 7))
     t2 = stage_terms(g, plan2, job, cluster)
@@ -156,6 +191,7 @@ def test_expert_tp_one_drops_the_routed_tp_collectives() -> None:
     # moe_tp_collectives: top_k * imbalance pairs (+1 shared) with etp = tp, only the shared one
     # (none for Qwen3) with etp = 1
     from paraplan.cost.ep import moe_tp_collectives
+
     assert moe_tp_collectives(8, False, _plan(8, 4, tp=2), JOB) == pytest.approx(8.0)
     assert moe_tp_collectives(8, False, _plan(8, 4, tp=2, etp=1), JOB) == 0.0
     assert moe_tp_collectives(8, True, _plan(8, 4, tp=2, etp=1), JOB) == 1.0
@@ -170,6 +206,7 @@ def test_expert_tp_one_stores_the_same_routed_activations_per_device() -> None:
     # c' = c etp/tp copies of (gathered + tp_elems/etp + sp_elems/etp): etp = 1 keeps c/tp whole
     # copies, etp = tp keeps c copies with the fc1 input all-gathered, so etp = 1 stores less
     from paraplan.cost.ep import expert_stored_bytes
+
     layer = next(ly for ly in QWEN.block_layers(0) if ly.experts)
     e = layer.experts
     sharded = expert_stored_bytes(e, _plan(8, 4, tp=2), JOB)
@@ -186,8 +223,12 @@ def test_expert_tp_must_be_one_or_tp() -> None:
         evaluate(QWEN, cluster, JOB, _plan(4, 4, tp=2, etp=4))
     llama = build_graph(preset("llama3-8b"))
     with pytest.raises(ValueError, match="plan.etp=1 needs a mixture-of-experts model"):
-        evaluate(llama, cluster, JOB, Plan(dp=4, tp=2, pp=1, etp=1, recompute=(Recompute.NONE,),
-                                           layers_per_stage=(32,)))
+        evaluate(
+            llama,
+            cluster,
+            JOB,
+            Plan(dp=4, tp=2, pp=1, etp=1, recompute=(Recompute.NONE,), layers_per_stage=(32,)),
+        )
 
 
 def test_folded_ep_spans_tp_ranks_with_expert_tp_one() -> None:

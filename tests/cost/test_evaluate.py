@@ -42,23 +42,30 @@ def test_gpt3_flops_match_megatron_formula_with_causal_attention() -> None:
 def _llama70b() -> tuple:
     graph = build_graph(preset("llama3-70b"))
     job = Job(seq_len=8192, global_batch=128)
-    plan = Plan(dp=2, tp=8, pp=4, micro_batch=1, vp=5, zero=1, sequence_parallel=True,
-                recompute=(Recompute.NONE,) * 4, layers_per_stage=(20,) * 4)
+    plan = Plan(
+        dp=2,
+        tp=8,
+        pp=4,
+        micro_batch=1,
+        vp=5,
+        zero=1,
+        sequence_parallel=True,
+        recompute=(Recompute.NONE,) * 4,
+        layers_per_stage=(20,) * 4,
+    )
     return graph, job, plan
 
 
 def test_parts_add_up_to_the_step() -> None:
     graph, job, plan = _llama70b()
     b = evaluate(graph, build_cluster("dgx-h100", nodes=8), job, plan)
-    assert b.compute_s + b.exposed_comm_s + b.bubble_s + b.optimizer_s == pytest.approx(
-        b.step_time_s)
+    assert b.compute_s + b.exposed_comm_s + b.bubble_s + b.optimizer_s == pytest.approx(b.step_time_s)
     assert b.fits
     assert 0.2 < b.mfu < 0.7
 
 
 def _scaled(cluster: Cluster, factor: float) -> Cluster:
-    tiers = tuple(replace(t, per_gpu_bytes_per_s=t.per_gpu_bytes_per_s * factor)
-                  for t in cluster.tiers)
+    tiers = tuple(replace(t, per_gpu_bytes_per_s=t.per_gpu_bytes_per_s * factor) for t in cluster.tiers)
     return replace(cluster, tiers=tiers)
 
 

@@ -9,9 +9,18 @@ from paraplan.graph import Activation, ModelSpec, build_graph
 
 # GPT-3-style block as Korthikanti et al. 2022 (arXiv:2205.05198) count it: GeLU, 4h MLP, MHA,
 # dropout, no flash attention. Their Table 2 gives bytes per layer of s*b*h*(34 + 5 a s / h).
-SPEC = ModelSpec(name="gpt", num_layers=1, hidden=12288, ffn_hidden=4 * 12288, num_heads=96,
-                 num_kv_heads=96, vocab=51200, activation=Activation.GELU, norm="layernorm",
-                 dropout=True)
+SPEC = ModelSpec(
+    name="gpt",
+    num_layers=1,
+    hidden=12288,
+    ffn_hidden=4 * 12288,
+    num_heads=96,
+    num_kv_heads=96,
+    vocab=51200,
+    activation=Activation.GELU,
+    norm="layernorm",
+    dropout=True,
+)
 S, B, H, A = 2048, 1, 12288, 96
 JOB = Job(seq_len=S, global_batch=B, flash_attention=False)
 
@@ -36,8 +45,7 @@ def test_korthikanti_tensor_parallel_without_sp(t: int) -> None:
 @pytest.mark.parametrize("t", [2, 8])
 def test_korthikanti_tensor_and_sequence_parallel(t: int) -> None:
     # s b h / t (34 + 5 a s / h)
-    assert _block_bytes(t, True, Recompute.NONE) == pytest.approx(
-        S * B * H / t * (34 + 5 * A * S / H))
+    assert _block_bytes(t, True, Recompute.NONE) == pytest.approx(S * B * H / t * (34 + 5 * A * S / H))
 
 
 def test_korthikanti_selective_recompute_drops_the_quadratic_term() -> None:
@@ -83,10 +91,10 @@ def test_zero3_state_is_16_bytes_per_parameter_with_fp32_or_bf16_gradients() -> 
     assert state_bytes(1e9, 2, 1).total == pytest.approx(18e9)
 
 
-@pytest.mark.parametrize(("pp", "vp", "mb", "zero"), [(4, 1, 1, 1), (8, 2, 2, 3), (16, 1, 1, 0),
-                                                      (3, 1, 4, 2), (12, 3, 1, 1)])
-def test_layer_caps_of_all_stages_match_each_stage_model(pp: int, vp: int, mb: int,
-                                                         zero: int) -> None:
+@pytest.mark.parametrize(
+    ("pp", "vp", "mb", "zero"), [(4, 1, 1, 1), (8, 2, 2, 3), (16, 1, 1, 0), (3, 1, 4, 2), (12, 3, 1, 1)]
+)
+def test_layer_caps_of_all_stages_match_each_stage_model(pp: int, vp: int, mb: int, zero: int) -> None:
     """The solver's per-stage layer caps (one model for the middle stages) equal each stage's own
     memory model, for every recompute mode and a capacity near the boundary."""
     from paraplan.cost import stage_terms
@@ -97,8 +105,16 @@ def test_layer_caps_of_all_stages_match_each_stage_model(pp: int, vp: int, mb: i
     graph = build_graph(preset("llama3-70b"))
     cluster = build_cluster("dgx-h100", nodes=pp)
     job = Job(seq_len=4096, global_batch=8 * 64)
-    plan = Plan(dp=8, tp=1, pp=pp, vp=vp, micro_batch=mb, zero=zero,
-                recompute=(Recompute.NONE,) * pp, layers_per_stage=(1,) * pp)
+    plan = Plan(
+        dp=8,
+        tp=1,
+        pp=pp,
+        vp=vp,
+        micro_batch=mb,
+        zero=zero,
+        recompute=(Recompute.NONE,) * pp,
+        layers_per_stage=(1,) * pp,
+    )
     terms = stage_terms(graph, plan, job, cluster)
     for r in Recompute:
         for cap in (40e9, 80e9, 3e11):
@@ -120,7 +136,8 @@ def test_runtime_reserve_counts_the_context_and_one_nccl_communicator_per_group(
     assert num_communicators(three_d) == 4  # world + tp + dp + pp
     # CUDA context + NCCL buffers per communicator
     assert runtime_reserve_bytes(three_d) == pytest.approx(
-        CUDA_CONTEXT_BYTES + 4 * NCCL_BYTES_PER_COMMUNICATOR)
+        CUDA_CONTEXT_BYTES + 4 * NCCL_BYTES_PER_COMMUNICATOR
+    )
 
 
 def test_zero_gradient_reduce_is_exposed_whole_without_overlap() -> None:

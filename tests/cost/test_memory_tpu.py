@@ -15,16 +15,36 @@ from paraplan.instance import build_instance, fixed_plan
 from paraplan.schema import load_scenario
 
 # MaxText's Dec-2023 default decoder scaled (ReLU MLP, head_dim 256: q_dim 2048 != hidden 2560)
-MODEL = {"name": "maxtext-small", "layers": 4, "hidden": 2560, "ffn_hidden": 8192, "heads": 8,
-         "kv_heads": 8, "head_dim": 256, "vocab": 32768, "activation": "relu",
-         "tied_embeddings": False, "dropout": False}
+MODEL = {
+    "name": "maxtext-small",
+    "layers": 4,
+    "hidden": 2560,
+    "ffn_hidden": 8192,
+    "heads": 8,
+    "kv_heads": 8,
+    "head_dim": 256,
+    "vocab": 32768,
+    "activation": "relu",
+    "tied_embeddings": False,
+    "dropout": False,
+}
 
 
 def _scenario(preset: str, recompute: str, tp: int = 1, mb: int = 4) -> dict:
-    return {"model": MODEL, "cluster": {"preset": preset, "gpus": 8},
-            "job": {"seq_len": 2048, "global_batch": 8 // tp * mb},
-            "plan": {"dp": 8 // tp, "tp": tp, "pp": 1, "micro_batch": mb, "zero": 3,
-                     "sequence_parallel": tp > 1, "recompute": recompute}}
+    return {
+        "model": MODEL,
+        "cluster": {"preset": preset, "gpus": 8},
+        "job": {"seq_len": 2048, "global_batch": 8 // tp * mb},
+        "plan": {
+            "dp": 8 // tp,
+            "tp": tp,
+            "pp": 1,
+            "micro_batch": mb,
+            "zero": 3,
+            "sequence_parallel": tp > 1,
+            "recompute": recompute,
+        },
+    }
 
 
 def _terms(sc: dict):
@@ -58,21 +78,30 @@ def test_tpu_full_recompute_holds_the_larger_of_logits_and_the_working_block(mb:
 def test_tpu_selective_keeps_maxtexts_minimal_set() -> None:
     """Per token per layer: the carry and the MLP input (h/t each), q, k, v ((q+2kv)/t) and the
     MLP up-projection (f/t), in bf16 - fewer bytes than Megatron's selective set."""
-    spec = ModelSpec(name="m", num_layers=1, hidden=2560, ffn_hidden=8192, num_heads=8,
-                     num_kv_heads=8, head_dim=256, vocab=32768, activation=Activation.RELU,
-                     dropout=False)
+    spec = ModelSpec(
+        name="m",
+        num_layers=1,
+        hidden=2560,
+        ffn_hidden=8192,
+        num_heads=8,
+        num_kv_heads=8,
+        head_dim=256,
+        vocab=32768,
+        activation=Activation.RELU,
+        dropout=False,
+    )
     job = Job(seq_len=2048, global_batch=8)
     t, mb = 4, 8
     plan = Plan(dp=1, tp=t, pp=1, micro_batch=mb, sequence_parallel=True, layers_per_stage=(1,))
     layers = build_graph(spec).block_layers(0)
-    tpu = sum(stored_activation_bytes(ly, plan, job, Recompute.SELECTIVE, is_tpu=True)
-              for ly in layers)
+    tpu = sum(stored_activation_bytes(ly, plan, job, Recompute.SELECTIVE, is_tpu=True) for ly in layers)
     gpu = sum(stored_activation_bytes(ly, plan, job, Recompute.SELECTIVE) for ly in layers)
     tokens = mb * 2048
     assert tpu == pytest.approx(tokens * (2 * 2560 + 3 * 2048 + 8192) / t * 2)
     assert tpu < 0.6 * gpu
-    assert stored_activation_bytes(layers[0], plan, job, Recompute.NONE, is_tpu=True) == \
-        stored_activation_bytes(layers[0], plan, job, Recompute.NONE)
+    assert stored_activation_bytes(
+        layers[0], plan, job, Recompute.NONE, is_tpu=True
+    ) == stored_activation_bytes(layers[0], plan, job, Recompute.NONE)
 
 
 def test_gpu_memory_keeps_the_cuda_accounting() -> None:
@@ -81,6 +110,5 @@ def test_gpu_memory_keeps_the_cuda_accounting() -> None:
     m = stage_memory(terms, 0, 4, Recompute.FULL)
     block = terms.block[Recompute.FULL]
     stored = 4 * block_input_bytes(2560, plan, inst.job)
-    assert m.activations_bytes == pytest.approx(stored + block.working_bytes
-                                                + terms.last.activation_bytes)
+    assert m.activations_bytes == pytest.approx(stored + block.working_bytes + terms.last.activation_bytes)
     assert m.reserve_bytes > runtime_reserve_bytes(plan) > 0

@@ -22,8 +22,16 @@ JOB = Job(seq_len=4096, global_batch=64)
 
 
 def _plan(pp: int, pools: tuple[int, ...], layers: tuple[int, ...], tp: int = 8) -> Plan:
-    return Plan(dp=16 * len(set(pools)) // (tp * pp), tp=tp, pp=pp, micro_batch=1, zero=1,
-                recompute=(Recompute.NONE,) * pp, layers_per_stage=layers, stage_pools=pools)
+    return Plan(
+        dp=16 * len(set(pools)) // (tp * pp),
+        tp=tp,
+        pp=pp,
+        micro_batch=1,
+        zero=1,
+        recompute=(Recompute.NONE,) * pp,
+        layers_per_stage=layers,
+        stage_pools=pools,
+    )
 
 
 def test_inter_pool_link_is_the_slower_scale_out() -> None:
@@ -74,12 +82,15 @@ def test_stages_at_a_pool_boundary_pay_the_inter_pool_link() -> None:
     assert terms.p2p_at(3) == pytest.approx(2 * p2p_s(pooled.pools[1].tiers[-1], n_bytes))
 
 
-@pytest.mark.parametrize(("pools", "pattern"), [
-    ((0, 1, 0, 1), "consecutive"),
-    ((0, 0, 0, 1), "hosts all its devices"),
-    ((0, 0, 2, 2), "one pool index"),
-    ((0, 0, 1), "one pool index"),
-])
+@pytest.mark.parametrize(
+    ("pools", "pattern"),
+    [
+        ((0, 1, 0, 1), "consecutive"),
+        ((0, 0, 0, 1), "hosts all its devices"),
+        ((0, 0, 2, 2), "one pool index"),
+        ((0, 0, 1), "one pool index"),
+    ],
+)
 def test_stage_pool_rules(pools: tuple[int, ...], pattern: str) -> None:
     plan = replace(_plan(4, (0, 0, 1, 1), (8, 8, 8, 8)), stage_pools=pools)
     with pytest.raises(ValueError, match=pattern):
@@ -88,6 +99,7 @@ def test_stage_pool_rules(pools: tuple[int, ...], pattern: str) -> None:
 
 def test_pp_must_be_outermost_on_pools() -> None:
     from paraplan.cost import Axis
+
     plan = replace(_plan(4, (0, 0, 1, 1), (8, 8, 8, 8)), order=(Axis.TP, Axis.CP, Axis.PP, Axis.DP))
     with pytest.raises(ValueError, match="outermost"):
         evaluate(GRAPH, build_pooled_cluster([H100, A100]), JOB, plan)
@@ -98,16 +110,18 @@ def test_memory_is_checked_against_each_stage_pool() -> None:
     pooled = build_pooled_cluster([H100, small])
     plan = _plan(2, (0, 1), (16, 16))
     b = evaluate(GRAPH, pooled, JOB, plan)
-    assert b.stage_capacity_bytes == (pooled.pools[0].memory_capacity_bytes,
-                                      pooled.pools[1].memory_capacity_bytes)
-    assert b.fits == all(m.total_bytes <= c for m, c in zip(b.stage_memory, b.stage_capacity_bytes,
-                                                             strict=True))
+    assert b.stage_capacity_bytes == (
+        pooled.pools[0].memory_capacity_bytes,
+        pooled.pools[1].memory_capacity_bytes,
+    )
+    assert b.fits == all(
+        m.total_bytes <= c for m, c in zip(b.stage_memory, b.stage_capacity_bytes, strict=True)
+    )
 
 
 @pytest.mark.parametrize("layers", [(2, 5, 11, 14), (8, 8, 8, 8), (5, 5, 11, 11), (1, 1, 1, 29)])
 @pytest.mark.parametrize("pools", [(1, 1, 0, 0), (0, 0, 1, 1)])
-def test_pooled_pipeline_floor_is_below_every_split(layers: tuple[int, ...],
-                                                    pools: tuple[int, ...]) -> None:
+def test_pooled_pipeline_floor_is_below_every_split(layers: tuple[int, ...], pools: tuple[int, ...]) -> None:
     pooled = build_pooled_cluster([H100, A100])
     plan = _plan(4, pools, layers)
     m = plan.num_micro_batches(JOB)

@@ -34,17 +34,19 @@ def test_gemm_time_is_roofline_plus_kernel_overhead() -> None:
     shape = GemmShape(4096, 4096, 4096)
     # max(2mnk / (peak * eff), bytes / (HBM * eff_hbm)) + overhead; this one is compute-bound
     compute = 2 * 4096**3 / (ACCEL.peak_for("bf16") * EFF.gemm("bf16"))
-    assert gemm_s(shape, Precision.BF16, ACCEL, EFF) == pytest.approx(
-        compute + EFF.kernel_overhead_s)
+    assert gemm_s(shape, Precision.BF16, ACCEL, EFF) == pytest.approx(compute + EFF.kernel_overhead_s)
     thin = GemmShape(8, 8192, 8192)  # a few tokens: the weight read binds
     moved = (8 * 8192 + 8192 * 8192) * ACTIVATION_BYTES + 8 * 8192 * ACTIVATION_BYTES
     assert gemm_s(thin, Precision.BF16, ACCEL, EFF) == pytest.approx(
-        moved / (ACCEL.hbm_bytes_per_s * EFF.hbm) + EFF.kernel_overhead_s)
+        moved / (ACCEL.hbm_bytes_per_s * EFF.hbm) + EFF.kernel_overhead_s
+    )
 
 
 def test_gemm_efficiency_rises_with_the_per_device_tokens_and_stays_below_large_gemm_eff() -> None:
-    effs = [gemm_efficiency(GemmShape(m, 4096, 4096), Precision.BF16, ACCEL, EFF)
-            for m in (16, 256, 1024, 4096, 16384)]
+    effs = [
+        gemm_efficiency(GemmShape(m, 4096, 4096), Precision.BF16, ACCEL, EFF)
+        for m in (16, 256, 1024, 4096, 16384)
+    ]
     assert effs == sorted(effs) and effs[0] < 0.5 * effs[-1]
     assert effs[-1] <= EFF.gemm("bf16")
 
@@ -64,14 +66,19 @@ def test_attention_efficiency_halves_at_the_half_length_and_pays_one_overhead_pe
     ring = AttentionShape(8, 1024.0)
     flops = 1e12
     # flops / (bf16 peak * attention * L / (L + L_half)) + kernels * overhead
-    expected = (flops / (ACCEL.peak_for("bf16") * EFF.attention * 1024 / (1024 + ATTENTION_HALF_TOKENS))
-                + 8 * EFF.kernel_overhead_s)
+    expected = (
+        flops / (ACCEL.peak_for("bf16") * EFF.attention * 1024 / (1024 + ATTENTION_HALF_TOKENS))
+        + 8 * EFF.kernel_overhead_s
+    )
     assert attention_s(flops, ring, ACCEL, EFF) == pytest.approx(expected)
 
 
 def _scenario(preset: str, cluster: str, gpus: int, seq_len: int, batch: int) -> dict:
-    return {"model": {"preset": preset}, "cluster": {"preset": cluster, "gpus": gpus},
-            "job": {"seq_len": seq_len, "global_batch": batch, "precision": "bf16"}}
+    return {
+        "model": {"preset": preset},
+        "cluster": {"preset": cluster, "gpus": gpus},
+        "job": {"seq_len": seq_len, "global_batch": batch, "precision": "bf16"},
+    }
 
 
 def test_context_parallel_degrees_no_longer_tie_on_llama3_8b_on_8_h100() -> None:
@@ -84,8 +91,15 @@ def test_context_parallel_degrees_no_longer_tie_on_llama3_8b_on_8_h100() -> None
     by_cp = {}
     for cp in (2, 4, 8):
         sc = _scenario("llama3-8b", "dgx-h100", 8, 8192, 128)
-        sc["plan"] = {"dp": 8 // cp, "tp": 1, "pp": 1, "cp": cp, "micro_batch": 1, "zero": 1,
-                      "recompute": "none"}
+        sc["plan"] = {
+            "dp": 8 // cp,
+            "tp": 1,
+            "pp": 1,
+            "cp": cp,
+            "micro_batch": 1,
+            "zero": 1,
+            "recompute": "none",
+        }
         by_cp[cp] = paraplan.evaluate(sc).predicted.step_time_s
     assert by_cp[2] < by_cp[4] < by_cp[8], by_cp
 

@@ -38,7 +38,7 @@ def _megatron_order(rank: int, p: int, v: int, m: int) -> list[tuple[str, int, i
     ops = fwd[:warm]
     for k in range(total - warm):
         ops += [fwd[k + warm], bwd[k]]
-    return ops + bwd[total - warm:]
+    return ops + bwd[total - warm :]
 
 
 def simulate_interleaved_s(f: list[list[float]], b: list[list[float]], m: int) -> float:
@@ -59,8 +59,7 @@ def simulate_interleaved_s(f: list[list[float]], b: list[list[float]], m: int) -
                     dur = f[s][c]
                 else:
                     deps = [("F", s, c, j)]
-                    deps += ([("B", s + 1, c, j)] if s < p - 1
-                             else [("B", 0, c + 1, j)] if c < v - 1 else [])
+                    deps += [("B", s + 1, c, j)] if s < p - 1 else [("B", 0, c + 1, j)] if c < v - 1 else []
                     dur = b[s][c]
                 if any(d not in done for d in deps):
                     break
@@ -99,31 +98,45 @@ def test_405b_account_for_slots_within_two_percent_of_megatrons_schedule(m: int)
 
 
 def test_default_chunks_put_short_chunks_next_to_embedding_and_loss() -> None:
-    assert default_chunks((7, 9, 9, 7), 4) == ((1, 2, 2, 2), (3, 2, 2, 2), (3, 2, 2, 2),
-                                               (2, 2, 2, 1))
+    assert default_chunks((7, 9, 9, 7), 4) == ((1, 2, 2, 2), (3, 2, 2, 2), (3, 2, 2, 2), (2, 2, 2, 1))
     plan = Plan(dp=1, tp=1, pp=2, vp=2, layers_per_stage=(4, 4))
     assert is_even_chunks(plan) and chunk_layers(plan) == ((2, 2), (2, 2))
 
 
 def _check(plan: Plan, layers: int = 30) -> None:
-    check_plan(plan, Job(seq_len=4096, global_batch=64), num_devices=plan.num_devices,
-               num_layers=layers, num_heads=16, num_kv_heads=4)
+    check_plan(
+        plan,
+        Job(seq_len=4096, global_batch=64),
+        num_devices=plan.num_devices,
+        num_layers=layers,
+        num_heads=16,
+        num_kv_heads=4,
+    )
 
 
 def test_vp_need_not_divide_a_stage() -> None:
-    _check(Plan(dp=2, tp=2, pp=4, vp=4, layers_per_stage=(7, 8, 8, 7),
-                recompute=(Recompute.NONE,) * 4))
+    _check(Plan(dp=2, tp=2, pp=4, vp=4, layers_per_stage=(7, 8, 8, 7), recompute=(Recompute.NONE,) * 4))
 
 
-@pytest.mark.parametrize(("chunks", "message"), [
-    (((4, 3), (4, 4), (4, 4)), "need pp=4 rows of vp=2"),
-    (((4, 3, 0), (4, 4, 0), (4, 4, 0), (4, 3, 0)), "need pp=4 rows of vp=2"),
-    (((7, 0), (4, 4), (4, 4), (4, 3)), r"layers_per_chunk\[0\]\[1\]=0"),
-    (((3, 3), (4, 4), (4, 4), (4, 4)), "row sums"),
-])
+@pytest.mark.parametrize(
+    ("chunks", "message"),
+    [
+        (((4, 3), (4, 4), (4, 4)), "need pp=4 rows of vp=2"),
+        (((4, 3, 0), (4, 4, 0), (4, 4, 0), (4, 3, 0)), "need pp=4 rows of vp=2"),
+        (((7, 0), (4, 4), (4, 4), (4, 3)), r"layers_per_chunk\[0\]\[1\]=0"),
+        (((3, 3), (4, 4), (4, 4), (4, 4)), "row sums"),
+    ],
+)
 def test_bad_layers_per_chunk_names_the_field(chunks: tuple, message: str) -> None:
-    plan = Plan(dp=2, tp=2, pp=4, vp=2, layers_per_stage=(7, 8, 8, 7), layers_per_chunk=chunks,
-                recompute=(Recompute.NONE,) * 4)
+    plan = Plan(
+        dp=2,
+        tp=2,
+        pp=4,
+        vp=2,
+        layers_per_stage=(7, 8, 8, 7),
+        layers_per_chunk=chunks,
+        recompute=(Recompute.NONE,) * 4,
+    )
     with pytest.raises(ValueError, match=message):
         _check(plan)
 
@@ -144,8 +157,17 @@ def test_405b_pp8_vp8_evaluates_to_its_hand_computed_schedule() -> None:
     assert res.plan.layers_per_stage == [15] + [16] * 6 + [15]
     assert res.plan.layers_per_chunk == [[1] + [2] * 7] + [[2] * 8] * 6 + [[2] * 7 + [1]]
     inst = build_instance(load_scenario(EXAMPLE_405B))
-    plan = Plan(dp=8, tp=8, pp=8, cp=2, vp=8, micro_batch=1, zero=1,
-                recompute=(Recompute.NONE,) * 8, layers_per_stage=(15, 16, 16, 16, 16, 16, 16, 15))
+    plan = Plan(
+        dp=8,
+        tp=8,
+        pp=8,
+        cp=2,
+        vp=8,
+        micro_batch=1,
+        zero=1,
+        recompute=(Recompute.NONE,) * 8,
+        layers_per_stage=(15, 16, 16, 16, 16, 16, 16, 15),
+    )
     terms = stage_terms(inst.graph, plan, inst.job, inst.cluster)
     # t_s = fixed_s + n_s * per_layer_s (cost/stage.py StageTerms.stage_time)
     lines = [terms.stage_time(s, Recompute.NONE) for s in range(8)]
@@ -153,11 +175,11 @@ def test_405b_pp8_vp8_evaluates_to_its_hand_computed_schedule() -> None:
     m = 1536 // (1 * 8)
     assert m == 192 and m % 8 == 0
     bubble = (sum(t) - max(t)) / 8
-    dp_exposed = max(max(0.0, terms.dp_exposed(s, Recompute.NONE).at(n))
-                     for s, n in enumerate(plan.layers_per_stage))
+    dp_exposed = max(
+        max(0.0, terms.dp_exposed(s, Recompute.NONE).at(n)) for s, n in enumerate(plan.layers_per_stage)
+    )
     optimizer = max(terms.optimizer(s).at(n) for s, n in enumerate(plan.layers_per_stage))
     assert res.predicted.bubble_s == pytest.approx(bubble, rel=1e-9)
-    assert res.predicted.step_time_s == pytest.approx(m * max(t) + bubble + dp_exposed + optimizer,
-                                                      rel=1e-9)
+    assert res.predicted.step_time_s == pytest.approx(m * max(t) + bubble + dp_exposed + optimizer, rel=1e-9)
     assert max(t) == t[1]  # a middle stage (16 layers) paces the steady state
     assert t[0] < t[1] and t[7] < t[1]

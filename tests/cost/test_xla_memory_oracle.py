@@ -26,8 +26,7 @@ from paraplan.graph import Activation, ModelSpec, build_graph
 PYTHON = os.environ.get("PARAPLAN_MAXTEXT_PYTHON")
 CHECK = Path(__file__).with_name("xla_remat_memory_check.py")
 
-pytestmark = [pytest.mark.oracle,
-              pytest.mark.skipif(not PYTHON, reason="PARAPLAN_MAXTEXT_PYTHON is not set")]
+pytestmark = [pytest.mark.oracle, pytest.mark.skipif(not PYTHON, reason="PARAPLAN_MAXTEXT_PYTHON is not set")]
 
 
 @pytest.fixture(scope="module")
@@ -38,24 +37,30 @@ def xla() -> dict:
 
 
 def _paraplan(xla: dict) -> tuple[Plan, Job, list]:
-    spec = ModelSpec(name="maxtext-shaped", num_layers=1, hidden=xla["hidden"],
-                     ffn_hidden=xla["ffn_hidden"], num_heads=xla["heads"],
-                     num_kv_heads=xla["heads"], head_dim=xla["head_dim"], vocab=1024,
-                     activation=Activation.RELU, dropout=False)
+    spec = ModelSpec(
+        name="maxtext-shaped",
+        num_layers=1,
+        hidden=xla["hidden"],
+        ffn_hidden=xla["ffn_hidden"],
+        num_heads=xla["heads"],
+        num_kv_heads=xla["heads"],
+        head_dim=xla["head_dim"],
+        vocab=1024,
+        activation=Activation.RELU,
+        dropout=False,
+    )
     plan = Plan(dp=1, tp=1, pp=1, micro_batch=xla["batch"], layers_per_stage=(1,))
     return plan, Job(seq_len=xla["seq_len"], global_batch=xla["batch"]), build_graph(spec).block_layers(0)
 
 
 def test_full_remat_keeps_the_block_input_per_layer(xla: dict) -> None:
     plan, job, _ = _paraplan(xla)
-    assert xla["full_bytes_per_layer"] == pytest.approx(block_input_bytes(xla["hidden"], plan, job),
-                                                        rel=1e-3)
+    assert xla["full_bytes_per_layer"] == pytest.approx(block_input_bytes(xla["hidden"], plan, job), rel=1e-3)
 
 
 def test_minimal_remat_keeps_what_paraplan_counts_for_selective_on_a_tpu(xla: dict) -> None:
     plan, job, layers = _paraplan(xla)
-    tpu = sum(stored_activation_bytes(ly, plan, job, Recompute.SELECTIVE, is_tpu=True)
-              for ly in layers)
+    tpu = sum(stored_activation_bytes(ly, plan, job, Recompute.SELECTIVE, is_tpu=True) for ly in layers)
     megatron = sum(stored_activation_bytes(ly, plan, job, Recompute.SELECTIVE) for ly in layers)
     assert xla["minimal_bytes_per_layer"] == pytest.approx(tpu, rel=1e-3)
     assert xla["minimal_bytes_per_layer"] < 0.8 * megatron

@@ -37,7 +37,7 @@ def main() -> int:
 
     def attention(q, k, v):  # s = 256 with 2 heads: the scores are ~1% of a layer's activations
         q, k, v = (t.reshape(B, S, NH, HD) for t in (q, k, v))
-        s = jnp.einsum("bqhd,bkhd->bhqk", q, k).astype(f32) / HD ** 0.5
+        s = jnp.einsum("bqhd,bkhd->bhqk", q, k).astype(f32) / HD**0.5
         s = jnp.where(jnp.tril(jnp.ones((S, S), bool)), s, -1e9)
         return jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(s, -1).astype(bf), v).reshape(B, S, Q)
 
@@ -74,9 +74,12 @@ def main() -> int:
             return jnp.mean(xent(logits, jax.nn.one_hot(tgt, vocab)))
 
         shapes = [(layers, H, Q)] * 3 + [(layers, Q, H), (layers, H, F), (layers, F, H)]
-        args = (tuple(jax.ShapeDtypeStruct(s, f32) for s in shapes),
-                jax.ShapeDtypeStruct((B, S, H), bf), jax.ShapeDtypeStruct((B, S), jnp.int32),
-                jax.ShapeDtypeStruct((H, vocab), f32))
+        args = (
+            tuple(jax.ShapeDtypeStruct(s, f32) for s in shapes),
+            jax.ShapeDtypeStruct((B, S, H), bf),
+            jax.ShapeDtypeStruct((B, S), jnp.int32),
+            jax.ShapeDtypeStruct((H, vocab), f32),
+        )
         compiled = jax.jit(jax.grad(loss, argnums=(0, 3))).lower(*args).compile()
         return compiled.memory_analysis().temp_size_in_bytes
 
@@ -84,14 +87,23 @@ def main() -> int:
     full2, full4 = temp_bytes(None, 2, 1024), temp_bytes(None, 4, 1024)
     min4, min8 = temp_bytes(minimal, 4, 1024), temp_bytes(minimal, 8, 1024)
     big, bigger = temp_bytes(None, 2, 32768), temp_bytes(None, 2, 65536)
-    print(json.dumps({
-        "batch": B, "seq_len": S, "hidden": H, "heads": NH, "head_dim": HD, "ffn_hidden": F,
-        "full_bytes_per_layer": (full4 - full2) / 2,
-        "minimal_bytes_per_layer": (min8 - min4) / 4,
-        "full_intercept_vocab_1024": full2 - (full4 - full2),
-        "full_intercept_vocab_4096": temp_bytes(None, 2, 4096) - (full4 - full2),
-        "loss_bytes_per_logit_element": (bigger - big) / (B * S * (65536 - 32768)),
-    }))
+    print(
+        json.dumps(
+            {
+                "batch": B,
+                "seq_len": S,
+                "hidden": H,
+                "heads": NH,
+                "head_dim": HD,
+                "ffn_hidden": F,
+                "full_bytes_per_layer": (full4 - full2) / 2,
+                "minimal_bytes_per_layer": (min8 - min4) / 4,
+                "full_intercept_vocab_1024": full2 - (full4 - full2),
+                "full_intercept_vocab_4096": temp_bytes(None, 2, 4096) - (full4 - full2),
+                "loss_bytes_per_logit_element": (bigger - big) / (B * S * (65536 - 32768)),
+            }
+        )
+    )
     return 0
 
 

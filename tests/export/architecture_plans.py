@@ -17,30 +17,47 @@ import paraplan
 from paraplan.result import Result
 
 
-def scenario(preset: str, nodes: int, *, seq_len: int = 4096, global_batch: int = 512,
-             precision: str = "bf16", cluster: str = "dgx-h100") -> dict:
-    return {"model": {"preset": preset}, "cluster": {"preset": cluster, "nodes": nodes},
-            "job": {"seq_len": seq_len, "global_batch": global_batch, "precision": precision}}
+def scenario(
+    preset: str,
+    nodes: int,
+    *,
+    seq_len: int = 4096,
+    global_batch: int = 512,
+    precision: str = "bf16",
+    cluster: str = "dgx-h100",
+) -> dict:
+    return {
+        "model": {"preset": preset},
+        "cluster": {"preset": cluster, "nodes": nodes},
+        "job": {"seq_len": seq_len, "global_batch": global_batch, "precision": precision},
+    }
 
 
 def plan(dp: int, tp: int = 1, pp: int = 1, **kw: object) -> dict:
-    return {"dp": dp, "tp": tp, "pp": pp, "micro_batch": kw.pop("micro_batch", 1),
-            "zero": kw.pop("zero", 1), "recompute": kw.pop("recompute", "full"), **kw}
+    return {
+        "dp": dp,
+        "tp": tp,
+        "pp": pp,
+        "micro_batch": kw.pop("micro_batch", 1),
+        "zero": kw.pop("zero", 1),
+        "recompute": kw.pop("recompute", "full"),
+        **kw,
+    }
 
 
 MEGATRON_CASES: dict[str, tuple[dict, dict]] = {
     "gpt3-1.3b-tp2": (scenario("gpt3-1.3b", 1, seq_len=2048), plan(4, 2)),
     "gpt3-13b-tp4-pp2": (scenario("gpt3-13b", 2, seq_len=2048), plan(2, 4, 2)),
-    "gpt3-175b-tp8-pp8": (scenario("gpt3-175b", 16, seq_len=2048),
-                          plan(2, 8, 8, recompute="selective")),
+    "gpt3-175b-tp8-pp8": (scenario("gpt3-175b", 16, seq_len=2048), plan(2, 8, 8, recompute="selective")),
     "llama2-7b-ddp": (scenario("llama2-7b", 1), plan(8, zero=0)),
     "llama2-70b-interleaved": (scenario("llama2-70b", 8), plan(2, 8, 4, vp=2, recompute="none")),
     "llama3-8b-sp": (scenario("llama3-8b", 2), plan(4, 2, 2, sequence_parallel=True)),
     "llama3-70b-cp": (scenario("llama3-70b", 8), plan(2, 8, 2, cp=2)),
     "llama3.1-8b-zero3": (scenario("llama3.1-8b", 1), plan(4, 2, zero=3, recompute="none")),
-    "llama3.1-405b-tp-pp-dp": (scenario("llama3.1-405b", 64, global_batch=1024),
-                               plan(8, 8, 8, order=["tp", "cp", "pp", "dp"],
-                                    layers_per_stage=[15, 16, 16, 16, 16, 16, 16, 15])),
+    "llama3.1-405b-tp-pp-dp": (
+        scenario("llama3.1-405b", 64, global_batch=1024),
+        plan(8, 8, 8, order=["tp", "cp", "pp", "dp"], layers_per_stage=[15, 16, 16, 16, 16, 16, 16, 15]),
+    ),
     "mistral-7b-tp4": (scenario("mistral-7b", 1), plan(2, 4, zero=2, recompute="selective")),
     "qwen2.5-7b-tp4": (scenario("qwen2.5-7b", 1), plan(2, 4)),
     "qwen2.5-72b-pp4": (scenario("qwen2.5-72b", 4), plan(1, 8, 4)),
@@ -48,27 +65,49 @@ MEGATRON_CASES: dict[str, tuple[dict, dict]] = {
     "nemotron4-340b": (scenario("nemotron4-340b", 16), plan(2, 8, 8)),
     "mixtral-8x7b-ep8": (scenario("mixtral-8x7b", 4), plan(16, 2, ep=8)),
     "qwen3-30b-a3b-ep8": (scenario("qwen3-30b-a3b", 2), plan(16, 1, ep=8)),
-    "qwen3-235b-a22b": (scenario("qwen3-235b-a22b", 8, global_batch=1024),
-                        plan(4, 4, 4, ep=4, layers_per_stage=[23, 24, 24, 23])),
-    "deepseek-v3-pp8-ep16": (scenario("deepseek-v3", 32, global_batch=1024),
-                             plan(16, 2, 8, ep=16, layers_per_stage=[7, 8, 8, 8, 8, 8, 8, 6])),
+    "qwen3-235b-a22b": (
+        scenario("qwen3-235b-a22b", 8, global_batch=1024),
+        plan(4, 4, 4, ep=4, layers_per_stage=[23, 24, 24, 23]),
+    ),
+    "deepseek-v3-pp8-ep16": (
+        scenario("deepseek-v3", 32, global_batch=1024),
+        plan(16, 2, 8, ep=16, layers_per_stage=[7, 8, 8, 8, 8, 8, 8, 6]),
+    ),
     "gpt-oss-120b-ep8-etp1": (scenario("gpt-oss-120b", 2), plan(16, 1, ep=8)),
     "explicit-qwen2-moe-style": (  # an explicit model: QKV bias, un-normalised top-k, shared
-        {"model": {"name": "qwen2-moe-like", "layers": 8, "hidden": 1024, "heads": 16,
-                   "kv_heads": 16, "vocab": 32000, "experts": 16, "top_k": 4,
-                   "moe_ffn_hidden": 512, "shared_experts": 1, "shared_ffn_hidden": 2048,
-                   "qkv_bias": True, "norm_eps": 1e-6, "rope": {"theta": 1000000},
-                   "router": {"normalize_top_k": False, "aux_loss_coeff": 0.001}},
-         "cluster": {"preset": "dgx-h100", "nodes": 1},
-         "job": {"seq_len": 4096, "global_batch": 64, "precision": "bf16"}},
-        plan(4, 2, ep=4)),
+        {
+            "model": {
+                "name": "qwen2-moe-like",
+                "layers": 8,
+                "hidden": 1024,
+                "heads": 16,
+                "kv_heads": 16,
+                "vocab": 32000,
+                "experts": 16,
+                "top_k": 4,
+                "moe_ffn_hidden": 512,
+                "shared_experts": 1,
+                "shared_ffn_hidden": 2048,
+                "qkv_bias": True,
+                "norm_eps": 1e-6,
+                "rope": {"theta": 1000000},
+                "router": {"normalize_top_k": False, "aux_loss_coeff": 0.001},
+            },
+            "cluster": {"preset": "dgx-h100", "nodes": 1},
+            "job": {"seq_len": 4096, "global_batch": 64, "precision": "bf16"},
+        },
+        plan(4, 2, ep=4),
+    ),
 }
 """Megatron-LM / Megatron-Bridge plans: every preset family megatron-core builds."""
 
 REFUSED_BY_MEGATRON = {
     "bloom-176b": (scenario("bloom-176b", 14, seq_len=2048), plan(2, 8, 7), "ALiBi"),
-    "gpt-neox-20b": (scenario("gpt-neox-20b", 2, seq_len=2048), plan(2, 4, 2),
-                     "parallel attention + MLP residual"),
+    "gpt-neox-20b": (
+        scenario("gpt-neox-20b", 2, seq_len=2048),
+        plan(2, 4, 2),
+        "parallel attention + MLP residual",
+    ),
 }
 """Families megatron-core cannot build: the export refuses, naming the architecture."""
 
@@ -120,20 +159,23 @@ def unmodelled_params(spec: ModelSpec, *, padded_vocab: int, max_positions: int)
 TORCHTITAN_CASES: dict[str, tuple[dict, dict]] = {
     "llama3.1-8b-fsdp": (scenario("llama3.1-8b", 1), plan(8, zero=3, recompute="none")),
     "llama3.1-8b-ddp": (scenario("llama3.1-8b", 1), plan(8, zero=0)),
-    "llama3.1-8b-tp2-sp": (scenario("llama3.1-8b", 1),
-                           plan(4, 2, zero=2, sequence_parallel=True, recompute="selective")),
+    "llama3.1-8b-tp2-sp": (
+        scenario("llama3.1-8b", 1),
+        plan(4, 2, zero=2, sequence_parallel=True, recompute="selective"),
+    ),
     "llama3.1-8b-pp2": (scenario("llama3.1-8b", 2), plan(4, 2, 2)),
     "llama3.1-8b-cp2": (scenario("llama3.1-8b", 1), plan(2, 2, cp=2, zero=3)),
     "llama3.1-70b-tp8-pp4": (scenario("llama3.1-70b", 8), plan(2, 8, 4)),
-    "llama3.1-70b-interleaved": (scenario("llama3.1-70b", 8),
-                                 plan(2, 8, 4, vp=2, recompute="none")),
+    "llama3.1-70b-interleaved": (scenario("llama3.1-70b", 8), plan(2, 8, 4, vp=2, recompute="none")),
     "llama3.1-70b-uneven": (scenario("llama3.1-70b", 8), plan(4, 8, 2, layers_per_stage=[39, 41])),
     "qwen3-32b-tp8": (scenario("qwen3-32b", 2), plan(2, 8, zero=3)),
     "qwen3-32b-pp2": (scenario("qwen3-32b", 4), plan(4, 4, 2)),
     "qwen3-30b-a3b-ep8": (scenario("qwen3-30b-a3b", 2), plan(16, ep=8)),
     "qwen3-30b-a3b-cp2-ep4": (scenario("qwen3-30b-a3b", 2), plan(8, cp=2, ep=4, zero=3)),
-    "deepseek-v3-pp8-ep32": (scenario("deepseek-v3", 32, global_batch=1024),
-                             plan(32, 1, 8, ep=32, layers_per_stage=[7, 8, 8, 8, 8, 8, 8, 6])),
+    "deepseek-v3-pp8-ep32": (
+        scenario("deepseek-v3", 32, global_batch=1024),
+        plan(32, 1, 8, ep=32, layers_per_stage=[7, 8, 8, 8, 8, 8, 8, 6]),
+    ),
     "gpt-oss-120b-ep8": (scenario("gpt-oss-120b", 2), plan(16, ep=8, zero=3)),
     "gpt-oss-120b-pp2-ep8": (scenario("gpt-oss-120b", 2), plan(8, 1, 2, ep=8)),
 }
@@ -145,16 +187,19 @@ LLAMA3_ON_TORCHTITAN = (scenario("llama3-70b", 8), plan(2, 8, 4))
 
 REFUSED_BY_TORCHTITAN = {
     "mixtral-8x7b": (scenario("mixtral-8x7b", 4), plan(32, ep=8), "none of the models"),
-    "llama3.1-405b-bf16": (scenario("llama3.1-405b", 64, global_batch=1024),
-                           plan(8, 8, 8, layers_per_stage=[15, 16, 16, 16, 16, 16, 16, 15]),
-                           "float8"),
+    "llama3.1-405b-bf16": (
+        scenario("llama3.1-405b", 64, global_batch=1024),
+        plan(8, 8, 8, layers_per_stage=[15, 16, 16, 16, 16, 16, 16, 15]),
+        "float8",
+    ),
 }
 
 
-GQA_30_LAYERS = {"model": {"layers": 30, "hidden": 2048, "ffn_hidden": 5632, "heads": 16,
-                           "kv_heads": 4, "vocab": 32000},
-                 "cluster": {"preset": "dgx-h100", "nodes": 2},
-                 "job": {"seq_len": 4096, "global_batch": 64, "precision": "bf16"}}
+GQA_30_LAYERS = {
+    "model": {"layers": 30, "hidden": 2048, "ffn_hidden": 5632, "heads": 16, "kv_heads": 4, "vocab": 32000},
+    "cluster": {"preset": "dgx-h100", "nodes": 2},
+    "job": {"seq_len": 4096, "global_batch": 64, "precision": "bf16"},
+}
 
 DEEPSPEED_CASES: dict[str, tuple[dict, dict]] = {
     "ddp": (scenario("llama3.1-8b", 2), plan(16, zero=0)),
@@ -168,18 +213,22 @@ DEEPSPEED_CASES: dict[str, tuple[dict, dict]] = {
     "ulysses8-zero1": (scenario("llama3.1-8b", 2), plan(2, cp=8)),
     "pp2-zero1": (scenario("llama3.1-8b", 2), plan(8, 1, 2)),
     "pp4-ddp": (scenario("llama3.1-8b", 2), plan(4, 1, 4, zero=0, recompute="none")),
-    "pp4-30-layers": (GQA_30_LAYERS, plan(4, 1, 4, zero=0, recompute="none",
-                                          layers_per_stage=[8, 8, 7, 7])),
+    "pp4-30-layers": (GQA_30_LAYERS, plan(4, 1, 4, zero=0, recompute="none", layers_per_stage=[8, 8, 7, 7])),
     "pp8-70b": (scenario("llama3-70b", 8), plan(8, 1, 8)),
     "fp16-gpt3": (scenario("gpt3-1.3b", 1, seq_len=2048, precision="fp16"), plan(8)),
     "mistral-zero2-mb2": (scenario("mistral-7b", 1), plan(8, zero=2, micro_batch=2)),
-    "pp16-405b": (scenario("llama3.1-405b", 32, global_batch=1024),
-                  plan(16, 1, 16, layers_per_stage=[8] * 14 + [7, 7])),
+    "pp16-405b": (
+        scenario("llama3.1-405b", 32, global_batch=1024),
+        plan(16, 1, 16, layers_per_stage=[8] * 14 + [7, 7]),
+    ),
 }
 """DeepSpeed plans: ZeRO 0-3, AutoTP 2/4/8, Ulysses 4/8, PipelineModule 2-16 stages (one of
 them over 30 layers, where the balanced split is uneven), fp16 and bf16."""
 
 REFUSED_BY_DEEPSPEED = {
-    "autotp-with-pipeline": (scenario("llama3.1-8b", 2), plan(4, 2, 2, sequence_parallel=False),
-                             "PipelineModule"),
+    "autotp-with-pipeline": (
+        scenario("llama3.1-8b", 2),
+        plan(4, 2, 2, sequence_parallel=False),
+        "PipelineModule",
+    ),
 }

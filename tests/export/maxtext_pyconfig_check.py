@@ -16,8 +16,7 @@ import json
 import os
 import sys
 
-AXES = ("data", "fsdp", "fsdp_transpose", "context", "tensor", "tensor_sequence", "expert",
-        "pipeline")
+AXES = ("data", "fsdp", "fsdp_transpose", "context", "tensor", "tensor_sequence", "expert", "pipeline")
 
 
 def main() -> int:
@@ -32,20 +31,34 @@ def main() -> int:
     # a GPU config loads as written (its rules, e.g. ring context parallelism, are GPU rules); a
     # TPU config loads as cpu, the devices this runs on
     hardware = ["hardware=cpu"] if written.get("hardware") == "tpu" else []
-    config = pyconfig.initialize(["", path, *hardware, "skip_jax_distributed_system=true",
-                                  "enable_checkpointing=false", "dataset_type=synthetic"])
+    config = pyconfig.initialize(
+        [
+            "",
+            path,
+            *hardware,
+            "skip_jax_distributed_system=true",
+            "enable_checkpointing=false",
+            "dataset_type=synthetic",
+        ]
+    )
     ici = [getattr(config, f"ici_{a}_parallelism") for a in AXES]
     dcn = [getattr(config, f"dcn_{a}_parallelism") for a in AXES]
     ici = max_utils.fill_unspecified_mesh_axes(ici, devices // slices, "ICI")
     dcn = max_utils.fill_unspecified_mesh_axes(dcn, slices, "DCN")
-    print(json.dumps({"hardware": written.get("hardware"),
-                      "ici": dict(zip(AXES, ici, strict=True)),
-                      "dcn": dict(zip(AXES, dcn, strict=True)),
-                      "global_batch": config.global_batch_size_to_train_on,
-                      "gradient_accumulation_steps": config.gradient_accumulation_steps,
-                      "num_pipeline_microbatches": config.num_pipeline_microbatches,
-                      "remat_policy": config.remat_policy,
-                      "max_target_length": config.max_target_length}))
+    print(
+        json.dumps(
+            {
+                "hardware": written.get("hardware"),
+                "ici": dict(zip(AXES, ici, strict=True)),
+                "dcn": dict(zip(AXES, dcn, strict=True)),
+                "global_batch": config.global_batch_size_to_train_on,
+                "gradient_accumulation_steps": config.gradient_accumulation_steps,
+                "num_pipeline_microbatches": config.num_pipeline_microbatches,
+                "remat_policy": config.remat_policy,
+                "max_target_length": config.max_target_length,
+            }
+        )
+    )
     return 0
 
 

@@ -35,21 +35,36 @@ from megatron.training.models.gpt import GPTModelBuilder  # noqa: E402
 from torch.testing._internal.distributed.fake_pg import FakeStore  # noqa: E402
 
 ONE_DEVICE = {  # settings that make the argument namespace describe the whole model on one rank
-    "tensor_model_parallel_size": 1, "pipeline_model_parallel_size": 1,
-    "virtual_pipeline_model_parallel_size": None, "pipeline_model_parallel_layout": None,
-    "decoder_first_pipeline_num_layers": None, "decoder_last_pipeline_num_layers": None,
-    "account_for_embedding_in_pipeline_split": False, "account_for_loss_in_pipeline_split": False,
-    "context_parallel_size": 1, "expert_model_parallel_size": 1,
-    "expert_tensor_parallel_size": 1, "sequence_parallel": False,
-    "recompute_granularity": None, "recompute_method": None, "recompute_num_layers": None,
-    "use_cpu_initialization": True, "perform_initialization": False,
+    "tensor_model_parallel_size": 1,
+    "pipeline_model_parallel_size": 1,
+    "virtual_pipeline_model_parallel_size": None,
+    "pipeline_model_parallel_layout": None,
+    "decoder_first_pipeline_num_layers": None,
+    "decoder_last_pipeline_num_layers": None,
+    "account_for_embedding_in_pipeline_split": False,
+    "account_for_loss_in_pipeline_split": False,
+    "context_parallel_size": 1,
+    "expert_model_parallel_size": 1,
+    "expert_tensor_parallel_size": 1,
+    "sequence_parallel": False,
+    "recompute_granularity": None,
+    "recompute_method": None,
+    "recompute_num_layers": None,
+    "use_cpu_initialization": True,
+    "perform_initialization": False,
     # kernels that need Transformer Engine or CUDA -> megatron-core's local PyTorch modules, with
     # the same parameters (the zero-centred LayerNorm stores the same weight and bias; the
     # alltoall dispatcher opens a CUDA stream)
-    "transformer_impl": "local", "apply_rope_fusion": False, "gradient_accumulation_fusion": False,
-    "moe_grouped_gemm": False, "moe_token_dispatcher_type": "allgather",
-    "moe_permute_fusion": False, "moe_router_fusion": False, "no_persist_layer_norm": True,
-    "layernorm_zero_centered_gamma": False, "masked_softmax_fusion": False,
+    "transformer_impl": "local",
+    "apply_rope_fusion": False,
+    "gradient_accumulation_fusion": False,
+    "moe_grouped_gemm": False,
+    "moe_token_dispatcher_type": "allgather",
+    "moe_permute_fusion": False,
+    "moe_router_fusion": False,
+    "no_persist_layer_norm": True,
+    "layernorm_zero_centered_gamma": False,
+    "masked_softmax_fusion": False,
     "cross_entropy_loss_fusion": False,
 }
 
@@ -65,18 +80,22 @@ def _parallel_groups(args: object, num_devices: int) -> dict[str, int]:
     """initialize_model_parallel as megatron/training/initialize.py calls it; group sizes."""
     _fake_world(num_devices)
     mpu.initialize_model_parallel(
-        args.tensor_model_parallel_size, args.pipeline_model_parallel_size,
+        args.tensor_model_parallel_size,
+        args.pipeline_model_parallel_size,
         args.virtual_pipeline_model_parallel_size,
         context_parallel_size=args.context_parallel_size,
         expert_model_parallel_size=args.expert_model_parallel_size,
         expert_tensor_parallel_size=args.expert_tensor_parallel_size,
         order="tp-cp-ep-dp-pp" if not args.use_tp_pp_dp_mapping else "tp-cp-ep-pp-dp",
-        create_gloo_process_groups=False)
-    return {"tp": mpu.get_tensor_model_parallel_world_size(),
-            "pp": mpu.get_pipeline_model_parallel_world_size(),
-            "dp": mpu.get_data_parallel_world_size(),
-            "cp": mpu.get_context_parallel_world_size(),
-            "ep": mpu.get_expert_model_parallel_world_size()}
+        create_gloo_process_groups=False,
+    )
+    return {
+        "tp": mpu.get_tensor_model_parallel_world_size(),
+        "pp": mpu.get_pipeline_model_parallel_world_size(),
+        "dp": mpu.get_data_parallel_world_size(),
+        "cp": mpu.get_context_parallel_world_size(),
+        "ep": mpu.get_expert_model_parallel_world_size(),
+    }
 
 
 def _local_mla_core_attention() -> None:
@@ -108,7 +127,8 @@ def _num_params(args: object) -> tuple[int, int]:
     _local_mla_core_attention()
     with torch.device("meta"):
         model = GPTModelBuilder(config).build_model(
-            ProcessGroupCollection.use_mpu_process_groups(), pre_process=True, post_process=True)
+            ProcessGroupCollection.use_mpu_process_groups(), pre_process=True, post_process=True
+        )
     vocab = model.embedding.word_embeddings.weight.shape[0]
     return sum(p.numel() for p in model.parameters()), int(vocab)
 
@@ -131,6 +151,7 @@ def judge(case: dict) -> dict:
             params, vocab = _num_params(args)
     except BaseException as e:  # SystemExit from argparse, AssertionError from validate_args
         import traceback
+
         return {"ok": False, "error": f"{type(e).__name__}: {e}"[:2000], "tb": traceback.format_exc()[-3000:]}
     return {"ok": True, "params": params, "padded_vocab": vocab, "groups": groups}
 

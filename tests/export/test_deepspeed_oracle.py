@@ -32,8 +32,14 @@ from architecture_plans import DEEPSPEED_CASES, REFUSED_BY_DEEPSPEED, result  # 
 
 pytestmark = [pytest.mark.oracle, pytest.mark.slow]
 
-TINY = {"hidden_size": 128, "intermediate_size": 256, "num_attention_heads": 16,
-        "num_key_value_heads": 8, "vocab_size": 512, "num_hidden_layers": 2}
+TINY = {
+    "hidden_size": 128,
+    "intermediate_size": 256,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 8,
+    "vocab_size": 512,
+    "num_hidden_layers": 2,
+}
 """The stand-in Llama: AutoTP needs kv heads >= tp (up to 8 here)."""
 
 
@@ -47,12 +53,20 @@ def _stand_in(plan: dict, config: dict) -> tuple[object, dict]:
         class Block(torch.nn.Linear):  # a transformer block: partition_method "type:Block"
             pass
 
-        layers = [LayerSpec(torch.nn.Identity), *[LayerSpec(Block, 8, 8)] * plan["num_layers"],
-                  LayerSpec(torch.nn.Identity), LayerSpec(torch.nn.Identity)]
+        layers = [
+            LayerSpec(torch.nn.Identity),
+            *[LayerSpec(Block, 8, 8)] * plan["num_layers"],
+            LayerSpec(torch.nn.Identity),
+            LayerSpec(torch.nn.Identity),
+        ]
         interval = config["pipeline"]["activation_checkpoint_interval"]
-        return PipelineModule(layers=layers, num_stages=plan["pp"], partition_method="type:Block",
-                              activation_checkpoint_interval=interval,
-                              loss_fn=torch.nn.MSELoss()), {}
+        return PipelineModule(
+            layers=layers,
+            num_stages=plan["pp"],
+            partition_method="type:Block",
+            activation_checkpoint_interval=interval,
+            loss_fn=torch.nn.MSELoss(),
+        ), {}
     from transformers import LlamaConfig, LlamaForCausalLM
 
     model = LlamaForCausalLM(LlamaConfig(**TINY))
@@ -71,8 +85,13 @@ def _initialize(plan: dict, config: dict) -> dict:
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
     warnings.filterwarnings("ignore")
-    os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE=str(plan["num_devices"]),
-                      MASTER_ADDR="localhost", MASTER_PORT="29500")
+    os.environ.update(
+        RANK="0",
+        LOCAL_RANK="0",
+        WORLD_SIZE=str(plan["num_devices"]),
+        MASTER_ADDR="localhost",
+        MASTER_PORT="29500",
+    )
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=plan["num_devices"])
     import deepspeed
     from deepspeed.accelerator import get_accelerator
@@ -80,19 +99,26 @@ def _initialize(plan: dict, config: dict) -> dict:
     deepspeed.init_distributed()  # deepspeed.comm over the fake process group
     get_accelerator().is_fp16_supported = lambda: True  # the simulated GPU (the CPU has none)
     model, extra = _stand_in(plan, config)
-    engine, *_ = deepspeed.initialize(model=model, config=config, **extra,
-                                      optimizer=torch.optim.AdamW(model.parameters()))
-    out = {"micro_batch": engine.train_micro_batch_size_per_gpu(),
-           "grad_accum": engine.gradient_accumulation_steps(),
-           "train_batch_size": engine.train_batch_size(), "zero": engine.zero_optimization_stage(),
-           # Ulysses' mpu has no data-parallel size: the batch rule's world size is dp
-           "dp": engine.dp_world_size or int(engine._config.world_size),
-           "seq_dp": engine.seq_dp_world_size,
-           "cp": engine.sequence_parallel_size, "tp": max(1, engine.autotp_size())}
+    engine, *_ = deepspeed.initialize(
+        model=model, config=config, **extra, optimizer=torch.optim.AdamW(model.parameters())
+    )
+    out = {
+        "micro_batch": engine.train_micro_batch_size_per_gpu(),
+        "grad_accum": engine.gradient_accumulation_steps(),
+        "train_batch_size": engine.train_batch_size(),
+        "zero": engine.zero_optimization_stage(),
+        # Ulysses' mpu has no data-parallel size: the batch rule's world size is dp
+        "dp": engine.dp_world_size or int(engine._config.world_size),
+        "seq_dp": engine.seq_dp_world_size,
+        "cp": engine.sequence_parallel_size,
+        "tp": max(1, engine.autotp_size()),
+    }
     if plan["pp"] > 1:
         parts = engine.module.parts  # indices into [embedding, *blocks, norm, head]
-        out["blocks_per_stage"] = [sum(1 <= i <= plan["num_layers"] for i in range(a, b))
-                                   for a, b in zip(parts, parts[1:], strict=False)]
+        out["blocks_per_stage"] = [
+            sum(1 <= i <= plan["num_layers"] for i in range(a, b))
+            for a, b in zip(parts, parts[1:], strict=False)
+        ]
         out["stages"] = engine.num_stages
     if plan["tp"] > 1:
         weight = engine.module.model.layers[0].self_attn.q_proj.weight
@@ -104,8 +130,13 @@ def _child(plan: dict, config: dict, conn: object) -> None:
     try:
         conn.send({"ok": True, **_initialize(plan, config)})  # type: ignore[attr-defined]
     except BaseException as e:  # noqa: BLE001 - any rejection is the verdict
-        conn.send({"ok": False, "error": f"{type(e).__name__}: {e}",  # type: ignore[attr-defined]
-                   "tb": traceback.format_exc()[-2000:]})
+        conn.send(
+            {
+                "ok": False,
+                "error": f"{type(e).__name__}: {e}",  # type: ignore[attr-defined]
+                "tb": traceback.format_exc()[-2000:],
+            }
+        )
 
 
 def judge(plan: dict, config: dict) -> dict:
@@ -130,12 +161,20 @@ def test_deepspeed_initialize_accepts_the_export_in_the_full_world(name: str, ds
     res = result(DEEPSPEED_CASES[name])
     p = res.plan
     config = deepspeed_config(context(res))
-    plan = {"num_devices": p.num_devices, "pp": p.pp, "tp": p.tp, "cp": p.cp,
-            "num_layers": sum(p.layers_per_stage)}
+    plan = {
+        "num_devices": p.num_devices,
+        "pp": p.pp,
+        "tp": p.tp,
+        "cp": p.cp,
+        "num_layers": sum(p.layers_per_stage),
+    }
     verdict = judge(plan, config)
     assert verdict["ok"], verdict.get("tb")
     assert (verdict["micro_batch"], verdict["grad_accum"], verdict["zero"]) == (
-        p.micro_batch, p.grad_accum, p.zero)
+        p.micro_batch,
+        p.grad_accum,
+        p.zero,
+    )
     assert (verdict["dp"], verdict["cp"], verdict["tp"]) == (p.dp, p.cp, p.tp)
     assert verdict["seq_dp"] == p.dp * p.cp  # gradients reduce over the dp x Ulysses ranks
     global_batch = DEEPSPEED_CASES[name][0]["job"]["global_batch"]
@@ -157,8 +196,7 @@ def test_the_deepspeed_plans_are_diverse() -> None:
 
 
 @pytest.mark.parametrize("factor", [1, 2])
-def test_deepspeed_rejects_any_fixed_train_batch_size_under_autotp_zero3(factor: int,
-                                                                        ds: object) -> None:
+def test_deepspeed_rejects_any_fixed_train_batch_size_under_autotp_zero3(factor: int, ds: object) -> None:
     """Why the AutoTP export leaves train_batch_size out: the engine's check counts every rank
     (global batch x tp), ZeRO-3's zero.Init only the data-parallel ones (the global batch)."""
     name = "autotp8-zero3"
@@ -168,8 +206,7 @@ def test_deepspeed_rejects_any_fixed_train_batch_size_under_autotp_zero3(factor:
     assert "train_batch_size" not in config
     gb = DEEPSPEED_CASES[name][0]["job"]["global_batch"]
     config = {**config, "train_batch_size": gb * (p.tp if factor == 2 else 1)}
-    verdict = judge({"num_devices": p.num_devices, "pp": 1, "tp": p.tp, "cp": 1,
-                     "num_layers": 80}, config)
+    verdict = judge({"num_devices": p.num_devices, "pp": 1, "tp": p.tp, "cp": 1, "num_layers": 80}, config)
     assert not verdict["ok"] and "train_batch_size" in verdict["error"]
 
 

@@ -53,8 +53,7 @@ def _result(plan_json: str, scenario_json: str) -> Result:
 
 def result(scenario: dict | None = None, **plan: object) -> Result:
     """Scored result of ``plan`` on ``scenario`` (default: Llama 3 8B, 16 H100s)."""
-    return _result(json.dumps(plan, sort_keys=True),
-                   json.dumps(scenario or LLAMA8B_2_NODES, sort_keys=True))
+    return _result(json.dumps(plan, sort_keys=True), json.dumps(scenario or LLAMA8B_2_NODES, sort_keys=True))
 
 
 def flags(argv: list[str]) -> dict[str, str | None]:
@@ -117,9 +116,13 @@ def test_megatron_uniform_plan_key_flags() -> None:
     assert f["--num-query-groups"] == "8" and "--group-query-attention" in f
     assert "--sequence-parallel" in f and "--use-distributed-optimizer" in f
     assert f["--recompute-granularity"] == "selective" and f["--recompute-modules"] == "core_attn"
-    for absent in ("--pipeline-model-parallel-layout", "--decoder-first-pipeline-num-layers",
-                   "--num-virtual-stages-per-pipeline-rank", "--use-tp-pp-dp-mapping",
-                   "--use-megatron-fsdp"):
+    for absent in (
+        "--pipeline-model-parallel-layout",
+        "--decoder-first-pipeline-num-layers",
+        "--num-virtual-stages-per-pipeline-rank",
+        "--use-tp-pp-dp-mapping",
+        "--use-megatron-fsdp",
+    ):
         assert absent not in f
     assert megatron_env(ctx) == {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
 
@@ -133,24 +136,51 @@ def test_megatron_script_is_a_torchrun_launch_over_every_node() -> None:
 
 
 def test_megatron_uneven_first_and_last_stages_use_decoder_flags() -> None:
-    f = flags(megatron_args(context(result(
-        dp=2, tp=2, pp=4, micro_batch=1, zero=1, recompute="full", layers_per_stage=[7, 9, 9, 7]))))
+    f = flags(
+        megatron_args(
+            context(
+                result(
+                    dp=2, tp=2, pp=4, micro_batch=1, zero=1, recompute="full", layers_per_stage=[7, 9, 9, 7]
+                )
+            )
+        )
+    )
     assert f["--decoder-first-pipeline-num-layers"] == "7"
     assert f["--decoder-last-pipeline-num-layers"] == "7"
     assert "--pipeline-model-parallel-layout" not in f
 
 
 def test_megatron_uneven_middle_stages_use_an_explicit_layout() -> None:
-    f = flags(megatron_args(context(result(
-        dp=2, tp=2, pp=4, micro_batch=1, zero=1, recompute="full", layers_per_stage=[8, 7, 9, 8]))))
+    f = flags(
+        megatron_args(
+            context(
+                result(
+                    dp=2, tp=2, pp=4, micro_batch=1, zero=1, recompute="full", layers_per_stage=[8, 7, 9, 8]
+                )
+            )
+        )
+    )
     assert f["--pipeline-model-parallel-layout"] == "E,t*8|t*7|t*9|t*8,L"
     assert "--decoder-first-pipeline-num-layers" not in f
 
 
 def test_megatron_interleaved_uneven_plan_uses_virtual_stages_per_rank() -> None:
-    f = flags(megatron_args(context(result(
-        dp=2, tp=2, pp=4, vp=2, micro_batch=1, zero=1, recompute="none",
-        layers_per_stage=[6, 10, 10, 6]))))
+    f = flags(
+        megatron_args(
+            context(
+                result(
+                    dp=2,
+                    tp=2,
+                    pp=4,
+                    vp=2,
+                    micro_batch=1,
+                    zero=1,
+                    recompute="none",
+                    layers_per_stage=[6, 10, 10, 6],
+                )
+            )
+        )
+    )
     assert f["--num-virtual-stages-per-pipeline-rank"] == "2"
     assert f["--decoder-first-pipeline-num-layers"] == "6"
     assert "--num-layers-per-virtual-pipeline-stage" not in f  # rule 12: not with uneven PP
@@ -173,8 +203,7 @@ def test_megatron_zero3_uses_megatron_fsdp_with_full_sharding() -> None:
 
 
 def test_megatron_refuses_fsdp_with_pipeline_naming_distributed_optimizer_plan() -> None:
-    message = refusal(result(dp=4, tp=2, pp=2, micro_batch=1, zero=3, recompute="none"),
-                      "megatron")
+    message = refusal(result(dp=4, tp=2, pp=2, micro_batch=1, zero=3, recompute="none"), "megatron")
     assert "--use-megatron-fsdp" in message and "pp=2" in message
     assert_names_nearest_plan(message, "zero=", "pp=")
 
@@ -187,36 +216,53 @@ def test_megatron_refuses_per_stage_recompute_naming_a_uniform_plan() -> None:
 
 
 def test_megatron_tp_pp_dp_order_adds_the_mapping_flag() -> None:
-    f = flags(megatron_args(context(result(dp=2, tp=2, pp=4, micro_batch=1, zero=1,
-                                           recompute="full", order=["tp", "cp", "pp", "dp"]))))
+    f = flags(
+        megatron_args(
+            context(
+                result(
+                    dp=2, tp=2, pp=4, micro_batch=1, zero=1, recompute="full", order=["tp", "cp", "pp", "dp"]
+                )
+            )
+        )
+    )
     assert "--use-tp-pp-dp-mapping" in f
 
 
 def test_megatron_refuses_other_orders_naming_a_supported_one() -> None:
-    message = refusal(result(dp=2, tp=2, pp=4, micro_batch=1, zero=1, recompute="full",
-                             order=["dp", "tp", "cp", "pp"]), "megatron")
+    message = refusal(
+        result(dp=2, tp=2, pp=4, micro_batch=1, zero=1, recompute="full", order=["dp", "tp", "cp", "pp"]),
+        "megatron",
+    )
     assert "plan.order=dp-tp-cp-pp" in message
     assert_names_nearest_plan(message, "order -> tp-cp-ep-", "order=tp-cp-")
 
 
 def test_megatron_order_ignores_axes_of_degree_one() -> None:
-    res = result(dp=4, tp=2, pp=2, micro_batch=1, zero=1, recompute="none",
-                 order=["cp", "tp", "dp", "pp"])
+    res = result(dp=4, tp=2, pp=2, micro_batch=1, zero=1, recompute="none", order=["cp", "tp", "dp", "pp"])
     assert "--use-tp-pp-dp-mapping" not in megatron_args(context(res))
 
 
 def test_megatron_refuses_ffn_not_divisible_by_tp() -> None:
-    scenario = {**LLAMA8B_2_NODES, "model": {"layers": 8, "hidden": 1024, "ffn_hidden": 2730,
-                                             "heads": 16, "kv_heads": 8, "vocab": 32000}}
-    message = refusal(result(scenario, dp=4, tp=4, pp=1, micro_batch=1, zero=1,
-                             recompute="none"), "megatron")
+    scenario = {
+        **LLAMA8B_2_NODES,
+        "model": {
+            "layers": 8,
+            "hidden": 1024,
+            "ffn_hidden": 2730,
+            "heads": 16,
+            "kv_heads": 8,
+            "vocab": 32000,
+        },
+    }
+    message = refusal(result(scenario, dp=4, tp=4, pp=1, micro_batch=1, zero=1, recompute="none"), "megatron")
     assert "ffn_hidden=2730" in message
     assert_names_nearest_plan(message, "tp -> 2")
 
 
 def test_rank_groups_match_the_documented_megatron_example() -> None:
-    plan = Plan(dp=2, tp=2, pp=2, layers_per_stage=(1, 1), recompute=(), order=(
-        Axis.TP, Axis.CP, Axis.DP, Axis.PP))
+    plan = Plan(
+        dp=2, tp=2, pp=2, layers_per_stage=(1, 1), recompute=(), order=(Axis.TP, Axis.CP, Axis.DP, Axis.PP)
+    )
     groups = rank_groups(plan)
     assert groups["tp"] == [[0, 1], [2, 3], [4, 5], [6, 7]]
     assert groups["dp"] == [[0, 2], [1, 3], [4, 6], [5, 7]]
@@ -231,8 +277,9 @@ def test_rank_groups_match_the_documented_megatron_example() -> None:
 def test_deepspeed_config_keeps_the_batch_rule_and_pipeline_settings() -> None:
     res = result(dp=8, tp=1, pp=2, micro_batch=1, zero=1, recompute="full")
     config = deepspeed_config(context(res))
-    assert config["train_batch_size"] == (config["train_micro_batch_size_per_gpu"]
-                                          * config["gradient_accumulation_steps"] * 8)
+    assert config["train_batch_size"] == (
+        config["train_micro_batch_size_per_gpu"] * config["gradient_accumulation_steps"] * 8
+    )
     assert config["zero_optimization"]["stage"] == 1
     assert config["pipeline"]["stages"] == 2
     assert config["pipeline"]["activation_checkpoint_interval"] == 1
@@ -242,32 +289,28 @@ def test_deepspeed_config_keeps_the_batch_rule_and_pipeline_settings() -> None:
 
 
 def test_deepspeed_zero3_without_pipeline() -> None:
-    config = deepspeed_config(context(result(dp=16, tp=1, pp=1, micro_batch=2, zero=3,
-                                             recompute="none")))
+    config = deepspeed_config(context(result(dp=16, tp=1, pp=1, micro_batch=2, zero=3, recompute="none")))
     assert config["zero_optimization"]["stage"] == 3
     assert config["gradient_accumulation_steps"] == 2
     assert "pipeline" not in config
 
 
 def test_deepspeed_refuses_explicit_uneven_layers_naming_the_uniform_plan() -> None:
-    res = result(dp=4, tp=1, pp=4, micro_batch=1, zero=1, recompute="full",
-                 layers_per_stage=[7, 9, 9, 7])
+    res = result(dp=4, tp=1, pp=4, micro_batch=1, zero=1, recompute="full", layers_per_stage=[7, 9, 9, 7])
     message = refusal(res, "deepspeed")
     assert "no explicit layer counts" in message
     assert_names_nearest_plan(message, "layers_per_stage=[8, 8, 8, 8]")
 
 
 def test_deepspeed_refuses_pipeline_with_zero2_naming_a_repaired_plan() -> None:
-    message = refusal(result(dp=8, tp=1, pp=2, micro_batch=1, zero=2, recompute="none"),
-                      "deepspeed")
+    message = refusal(result(dp=8, tp=1, pp=2, micro_batch=1, zero=2, recompute="none"), "deepspeed")
     assert "incompatible with pipeline parallelism" in message
     assert_names_nearest_plan(message)
     assert "(zero -> 1)" in message or "(pp -> 1, dp absorbs it)" in message
 
 
 def test_deepspeed_refuses_interleaving_and_sequence_parallel() -> None:
-    message = refusal(result(dp=4, tp=2, pp=2, vp=2, micro_batch=1, zero=1, recompute="none"),
-                      "deepspeed")
+    message = refusal(result(dp=4, tp=2, pp=2, vp=2, micro_batch=1, zero=1, recompute="none"), "deepspeed")
     assert "plan.vp=2" in message
     assert_names_nearest_plan(message, "vp=1", "sequence_parallel=off")
 
@@ -279,10 +322,12 @@ def test_deepspeed_balanced_split_puts_extra_blocks_first() -> None:
 
 
 def test_nearest_plan_recomputes_to_fit_memory_when_the_repairs_alone_do_not() -> None:
-    scenario = {"model": {"preset": "llama3-70b"}, "cluster": {"preset": "dgx-h100", "nodes": 8},
-                "job": {"seq_len": 8192, "global_batch": 128, "precision": "bf16"}}
-    res = result(scenario, dp=4, tp=2, pp=4, cp=2, vp=4, micro_batch=1, zero=3,
-                 recompute="none")
+    scenario = {
+        "model": {"preset": "llama3-70b"},
+        "cluster": {"preset": "dgx-h100", "nodes": 8},
+        "job": {"seq_len": 8192, "global_batch": 128, "precision": "bf16"},
+    }
+    res = result(scenario, dp=4, tp=2, pp=4, cp=2, vp=4, micro_batch=1, zero=3, recompute="none")
     message = refusal(res, "deepspeed")
     assert_names_nearest_plan(message)
     assert "does NOT fit" not in message
@@ -305,12 +350,10 @@ def test_torchtitan_flags_with_activation_checkpoint_subcommand_last() -> None:
 
 
 def test_torchtitan_zero0_replicates_and_zero3_reshards() -> None:
-    f0 = flags(torchtitan_args(context(result(dp=8, tp=2, pp=1, micro_batch=1, zero=0,
-                                              recompute="none"))))
+    f0 = flags(torchtitan_args(context(result(dp=8, tp=2, pp=1, micro_batch=1, zero=0, recompute="none"))))
     assert f0["--parallelism.data-parallel-replicate-degree"] == "8"
     assert f0["--parallelism.data-parallel-shard-degree"] == "1"
-    f3 = flags(torchtitan_args(context(result(dp=8, tp=2, pp=1, micro_batch=1, zero=3,
-                                              recompute="full"))))
+    f3 = flags(torchtitan_args(context(result(dp=8, tp=2, pp=1, micro_batch=1, zero=3, recompute="full"))))
     assert f3["--parallelism.fsdp-reshard-after-forward"] == "always"
     assert "--training.disable-cuda-graphs" not in f3
 
@@ -336,8 +379,9 @@ def test_torchtitan_refuses_fp16_naming_the_bf16_plan() -> None:
 
 def test_maxtext_splits_axes_into_ici_and_dcn_by_order_and_node_size() -> None:
     scenario = {**LLAMA8B_2_NODES, "cluster": {"preset": "dgx-h100", "nodes": 4}}
-    config = maxtext_config(context(result(scenario, dp=8, tp=4, pp=1, micro_batch=1, zero=3,
-                                           recompute="full")))
+    config = maxtext_config(
+        context(result(scenario, dp=8, tp=4, pp=1, micro_batch=1, zero=3, recompute="full"))
+    )
     assert config["ici_tensor_parallelism"] == 4 and config["dcn_tensor_parallelism"] == 1
     assert config["ici_fsdp_parallelism"] == 2 and config["dcn_fsdp_parallelism"] == 4
     assert config["ici_data_parallelism"] == 1 and config["dcn_data_parallelism"] == 1
@@ -346,8 +390,9 @@ def test_maxtext_splits_axes_into_ici_and_dcn_by_order_and_node_size() -> None:
 
 
 def test_maxtext_pipeline_keys_and_zero1() -> None:
-    res = result(dp=4, tp=2, pp=2, vp=2, micro_batch=1, zero=1, recompute="full",
-                 order=["tp", "cp", "pp", "dp"])
+    res = result(
+        dp=4, tp=2, pp=2, vp=2, micro_batch=1, zero=1, recompute="full", order=["tp", "cp", "pp", "dp"]
+    )
     config = maxtext_config(context(res))
     assert config["ici_pipeline_parallelism"] == 2
     assert config["num_pipeline_repeats"] == 2 and config["num_layers_per_pipeline_stage"] == 8
@@ -358,9 +403,19 @@ def test_maxtext_pipeline_keys_and_zero1() -> None:
 
 
 def test_maxtext_refuses_uneven_stages_naming_even_ones() -> None:
-    message = refusal(result(dp=2, tp=2, pp=4, micro_batch=1, zero=1, recompute="full",
-                             layers_per_stage=[7, 9, 9, 7], order=["tp", "cp", "pp", "dp"]),
-                      "maxtext")
+    message = refusal(
+        result(
+            dp=2,
+            tp=2,
+            pp=4,
+            micro_batch=1,
+            zero=1,
+            recompute="full",
+            layers_per_stage=[7, 9, 9, 7],
+            order=["tp", "cp", "pp", "dp"],
+        ),
+        "maxtext",
+    )
     assert_names_nearest_plan(message, "layers_per_stage=[8, 8, 8, 8]")
 
 
@@ -369,20 +424,19 @@ def test_mesh_split_rejects_an_axis_straddling_nodes_unevenly() -> None:
     with pytest.raises(ValueError, match="straddles"):
         mesh_split(plan, devices_per_node=8, num_nodes=3)
     fits = Plan(dp=4, tp=4, pp=1, order=(Axis.TP, Axis.CP, Axis.DP, Axis.PP))
-    assert mesh_split(fits, 8, 2) == {Axis.TP: (4, 1), Axis.CP: (1, 1), Axis.DP: (2, 2),
-                                      Axis.PP: (1, 1)}
+    assert mesh_split(fits, 8, 2) == {Axis.TP: (4, 1), Axis.CP: (1, 1), Axis.DP: (2, 2), Axis.PP: (1, 1)}
 
 
 # --------------------------------------------------------------------------- NeMo
 
 
 def test_nemo_file_runs_and_sets_bridge_paths() -> None:
-    res = result(dp=2, tp=2, pp=4, vp=2, micro_batch=1, zero=1, recompute="full",
-                 layers_per_stage=[6, 10, 10, 6])
+    res = result(
+        dp=2, tp=2, pp=4, vp=2, micro_batch=1, zero=1, recompute="full", layers_per_stage=[6, 10, 10, 6]
+    )
     namespace: dict = {"__name__": "nemo_export"}
     exec(compile(export_text(res, "nemo"), "nemo.py", "exec"), namespace)  # noqa: S102
-    tree = SimpleNamespace(**{k: SimpleNamespace() for k in
-                              ("model", "train", "ddp", "checkpoint", "dist")})
+    tree = SimpleNamespace(**{k: SimpleNamespace() for k in ("model", "train", "ddp", "checkpoint", "dist")})
     namespace["apply"](tree)
     assert tree.model.tensor_model_parallel_size == 2
     assert tree.model.virtual_pipeline_model_parallel_size == 2
@@ -394,16 +448,16 @@ def test_nemo_file_runs_and_sets_bridge_paths() -> None:
 
 
 def test_nemo_zero3_uses_megatron_fsdp_paths() -> None:
-    overrides = bridge_overrides(context(result(dp=8, tp=2, pp=1, micro_batch=1, zero=3,
-                                                recompute="none")))
+    overrides = bridge_overrides(context(result(dp=8, tp=2, pp=1, micro_batch=1, zero=3, recompute="none")))
     assert overrides["ddp.use_megatron_fsdp"] is True
     assert overrides["ddp.data_parallel_sharding_strategy"] == "optim_grads_params"
     assert overrides["checkpoint.ckpt_format"] == "fsdp_dtensor"
 
 
 def test_nemo_refuses_what_megatron_core_refuses() -> None:
-    message = refusal(result(dp=4, tp=2, pp=2, micro_batch=1, zero=1,
-                             recompute=["full", "selective"]), "nemo")
+    message = refusal(
+        result(dp=4, tp=2, pp=2, micro_batch=1, zero=1, recompute=["full", "selective"]), "nemo"
+    )
     assert message.startswith("NeMo 2 / Megatron-Bridge")
     assert_names_nearest_plan(message, "recompute -> ")
 
@@ -419,8 +473,7 @@ def test_torch_script_parses_and_carries_the_plan() -> None:
 
 
 def test_torch_refuses_context_parallel_naming_cp1() -> None:
-    message = refusal(result(dp=4, tp=2, pp=1, cp=2, micro_batch=1, zero=1, recompute="none"),
-                      "torch")
+    message = refusal(result(dp=4, tp=2, pp=1, cp=2, micro_batch=1, zero=1, recompute="none"), "torch")
     assert "no context parallelism" in message
     assert_names_nearest_plan(message, "cp -> 1", "dp=8")
 
@@ -431,12 +484,34 @@ def test_torch_refuses_context_parallel_naming_cp1() -> None:
 TRACE_PLANS = [
     UNIFORM,
     {"dp": 16, "tp": 1, "pp": 1, "micro_batch": 1, "zero": 3, "recompute": "none"},
-    {"dp": 2, "tp": 2, "pp": 4, "vp": 2, "micro_batch": 1, "zero": 1, "recompute": "none",
-     "layers_per_stage": [6, 10, 10, 6]},
-    {"dp": 1, "tp": 4, "pp": 4, "micro_batch": 1, "zero": 0, "recompute": "full",
-     "layers_per_stage": [7, 9, 9, 7]},  # 64 micro-batches
-    {"dp": 1, "tp": 8, "pp": 2, "micro_batch": 1, "zero": 1, "recompute": "full",
-     "order": ["tp", "cp", "pp", "dp"]},
+    {
+        "dp": 2,
+        "tp": 2,
+        "pp": 4,
+        "vp": 2,
+        "micro_batch": 1,
+        "zero": 1,
+        "recompute": "none",
+        "layers_per_stage": [6, 10, 10, 6],
+    },
+    {
+        "dp": 1,
+        "tp": 4,
+        "pp": 4,
+        "micro_batch": 1,
+        "zero": 0,
+        "recompute": "full",
+        "layers_per_stage": [7, 9, 9, 7],
+    },  # 64 micro-batches
+    {
+        "dp": 1,
+        "tp": 8,
+        "pp": 2,
+        "micro_batch": 1,
+        "zero": 1,
+        "recompute": "full",
+        "order": ["tp", "cp", "pp", "dp"],
+    },
 ]
 
 
@@ -450,8 +525,7 @@ def test_trace_critical_lane_adds_up_to_the_step_time(plan: dict) -> None:
     res = result(**plan)
     trace = json.loads(export_text(res, "trace"))
     step = res.predicted.step_time_s
-    assert _lane_total_s(trace, trace["otherData"][CRITICAL_PATH_KEY]) == pytest.approx(
-        step, rel=1e-6)
+    assert _lane_total_s(trace, trace["otherData"][CRITICAL_PATH_KEY]) == pytest.approx(step, rel=1e-6)
     for stage in range(1, res.plan.pp + 1):  # every stage lane ends with the step
         assert _lane_total_s(trace, stage) == pytest.approx(step, rel=1e-6)
 
@@ -468,8 +542,11 @@ def test_trace_is_chrome_trace_event_json() -> None:
 
 def test_trace_has_stage_and_link_lanes_and_marks_exposed_comm() -> None:
     trace = build_trace(context(result(**UNIFORM)))
-    names = {e["tid"]: e["args"]["name"] for e in trace["traceEvents"]
-             if e["ph"] == "M" and e["name"] == "thread_name"}
+    names = {
+        e["tid"]: e["args"]["name"]
+        for e in trace["traceEvents"]
+        if e["ph"] == "M" and e["name"] == "thread_name"
+    }
     assert names[1].startswith("pp stage 0") and names[2].startswith("pp stage 1")
     assert names[100].startswith("tp comm [nvlink]")
     assert names[101].startswith("pp p2p [")
@@ -481,8 +558,15 @@ def test_trace_has_stage_and_link_lanes_and_marks_exposed_comm() -> None:
 
 def test_trace_aggregates_long_steady_states() -> None:
     res = result(dp=1, tp=8, pp=2, micro_batch=1, zero=1, recompute="full")  # 64 micro-batches
-    big = result({**LLAMA8B_2_NODES, "job": {**LLAMA8B_2_NODES["job"], "global_batch": 256}},
-                 dp=1, tp=8, pp=2, micro_batch=1, zero=1, recompute="full")
+    big = result(
+        {**LLAMA8B_2_NODES, "job": {**LLAMA8B_2_NODES["job"], "global_batch": 256}},
+        dp=1,
+        tp=8,
+        pp=2,
+        micro_batch=1,
+        zero=1,
+        recompute="full",
+    )
     small_events = len(build_trace(context(res))["traceEvents"])
     big_trace = build_trace(context(big))
     assert len(big_trace["traceEvents"]) < small_events
@@ -494,8 +578,7 @@ def test_trace_aggregates_long_steady_states() -> None:
 
 def test_write_exports_writes_each_target_and_a_trace(tmp_path: Path) -> None:
     paths = write_exports(result(**UNIFORM), ["megatron", "torchtitan", "nemo"], tmp_path)
-    assert sorted(p.name for p in paths) == ["megatron.sh", "nemo.py", "torchtitan.sh",
-                                             "trace.json"]
+    assert sorted(p.name for p in paths) == ["megatron.sh", "nemo.py", "torchtitan.sh", "trace.json"]
     assert all(p.read_text() for p in paths)
 
 
@@ -560,8 +643,7 @@ def test_cli_export_unknown_target_exits_4(tmp_path: Path, capsys: pytest.Captur
     assert "unknown export target" in capsys.readouterr().err
 
 
-def test_cli_export_refusal_exits_4_with_nearest_plan(tmp_path: Path,
-                                                      capsys: pytest.CaptureFixture) -> None:
+def test_cli_export_refusal_exits_4_with_nearest_plan(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     path = _result_file(tmp_path, result(**UNIFORM))
     assert main(["export", str(path), "--to", "deepspeed"]) == 4
     assert "nearest plan" in capsys.readouterr().err
@@ -577,18 +659,36 @@ def test_cli_plan_export_writes_files(tmp_path: Path, capsys: pytest.CaptureFixt
     if not hasattr(paraplan.api, "solve"):
         pytest.skip("paraplan.api.solve (the planner) is not there yet")
     scenario = tmp_path / "s.yaml"
-    scenario.write_text(yaml.safe_dump({
-        "model": {"preset": "llama3-8b"}, "cluster": {"preset": "dgx-h100", "nodes": 1},
-        "job": {"seq_len": 2048, "global_batch": 32, "precision": "bf16"}}))
-    code = main(["plan", str(scenario), "--json", "--time-limit", "10",
-                 "--export", "megatron,torchtitan", "--out", str(tmp_path / "o")])
+    scenario.write_text(
+        yaml.safe_dump(
+            {
+                "model": {"preset": "llama3-8b"},
+                "cluster": {"preset": "dgx-h100", "nodes": 1},
+                "job": {"seq_len": 2048, "global_batch": 32, "precision": "bf16"},
+            }
+        )
+    )
+    code = main(
+        [
+            "plan",
+            str(scenario),
+            "--json",
+            "--time-limit",
+            "10",
+            "--export",
+            "megatron,torchtitan",
+            "--out",
+            str(tmp_path / "o"),
+        ]
+    )
     assert code in (0, 4)  # 4: a target refused the plan it found; the rest is still written
     assert (tmp_path / "o" / "trace.json").exists()
     capsys.readouterr()
 
 
 def test_to_cost_plan_round_trips_the_result_plan() -> None:
-    res = result(dp=2, tp=2, pp=4, vp=2, micro_batch=1, zero=1, recompute="none",
-                 layers_per_stage=[6, 10, 10, 6])
+    res = result(
+        dp=2, tp=2, pp=4, vp=2, micro_batch=1, zero=1, recompute="none", layers_per_stage=[6, 10, 10, 6]
+    )
     assert to_cost_plan(res.plan).layers_per_stage == (6, 10, 10, 6)
     assert to_cost_plan(res.plan).order == (Axis.TP, Axis.CP, Axis.DP, Axis.PP)

@@ -13,11 +13,19 @@ from paraplan.export.maxtext import maxtext_config
 from paraplan.result import Result
 
 
-def tpu_result(preset: str = "v5e-256", slices: int = 2, precision: str = "bf16",
-               model: str = "llama3-8b", **plan: object) -> Result:
-    scenario = {"model": {"preset": model}, "cluster": {"preset": preset, "nodes": slices},
-                "job": {"seq_len": 2048, "global_batch": 512, "precision": precision},
-                "plan": {"pp": 1, "micro_batch": 1, "zero": 3, "recompute": "full", **plan}}
+def tpu_result(
+    preset: str = "v5e-256",
+    slices: int = 2,
+    precision: str = "bf16",
+    model: str = "llama3-8b",
+    **plan: object,
+) -> Result:
+    scenario = {
+        "model": {"preset": model},
+        "cluster": {"preset": preset, "nodes": slices},
+        "job": {"seq_len": 2048, "global_batch": 512, "precision": precision},
+        "plan": {"pp": 1, "micro_batch": 1, "zero": 3, "recompute": "full", **plan},
+    }
     return paraplan.evaluate(scenario)
 
 
@@ -38,10 +46,12 @@ def test_tpu_slices_are_the_ici_domain_and_dcn_joins_them() -> None:
 
 
 def test_gpu_plans_say_hardware_gpu() -> None:
-    scenario = {"model": {"preset": "llama3-8b"}, "cluster": {"preset": "dgx-h100", "nodes": 2},
-                "job": {"seq_len": 2048, "global_batch": 64},
-                "plan": {"dp": 16, "tp": 1, "pp": 1, "micro_batch": 1, "zero": 3,
-                         "recompute": "full"}}
+    scenario = {
+        "model": {"preset": "llama3-8b"},
+        "cluster": {"preset": "dgx-h100", "nodes": 2},
+        "job": {"seq_len": 2048, "global_batch": 64},
+        "plan": {"dp": 16, "tp": 1, "pp": 1, "micro_batch": 1, "zero": 3, "recompute": "full"},
+    }
     assert maxtext_config(context(paraplan.evaluate(scenario)))["hardware"] == "gpu"
 
 

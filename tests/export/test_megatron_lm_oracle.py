@@ -43,8 +43,7 @@ ORACLE = Path(__file__).with_name("megatron_lm_oracle.py")
 
 
 def _python() -> str | None:
-    path = os.environ.get("PARAPLAN_MEGATRON_LM_PYTHON") or str(
-        ROOT / ".venv-megatron-lm" / "bin" / "python")
+    path = os.environ.get("PARAPLAN_MEGATRON_LM_PYTHON") or str(ROOT / ".venv-megatron-lm" / "bin" / "python")
     return path if Path(path).exists() else None
 
 
@@ -53,15 +52,29 @@ def _verdicts() -> dict[str, dict]:
     """The oracle's verdict on every case, from one run of the 3.12 interpreter."""
     python = _python()
     if python is None:
-        pytest.skip("no Python 3.12 with megatron-core 0.19.2 (set PARAPLAN_MEGATRON_LM_PYTHON "
-                    "or build .venv-megatron-lm as .ci/run does)")
+        pytest.skip(
+            "no Python 3.12 with megatron-core 0.19.2 (set PARAPLAN_MEGATRON_LM_PYTHON "
+            "or build .venv-megatron-lm as .ci/run does)"
+        )
     cases = []
     for name, case in MEGATRON_CASES.items():
         ctx = context(result(case))
-        cases.append({"name": name, "argv": megatron_args(ctx), "env": megatron_env(ctx),
-                      "num_devices": ctx.plan.num_devices})
-    done = subprocess.run([python, str(ORACLE)], input=json.dumps(cases), text=True,
-                          capture_output=True, timeout=900, check=False)
+        cases.append(
+            {
+                "name": name,
+                "argv": megatron_args(ctx),
+                "env": megatron_env(ctx),
+                "num_devices": ctx.plan.num_devices,
+            }
+        )
+    done = subprocess.run(
+        [python, str(ORACLE)],
+        input=json.dumps(cases),
+        text=True,
+        capture_output=True,
+        timeout=900,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -74,17 +87,28 @@ def test_megatron_lm_accepts_the_export_and_builds_the_planned_model(name: str) 
     p, spec = res.plan, context(res).spec
     assert verdict["groups"] == {"tp": p.tp, "pp": p.pp, "dp": p.dp, "cp": p.cp, "ep": p.ep}
     expected = build_graph(spec).num_params + unmodelled_params(
-        spec, padded_vocab=verdict["padded_vocab"],
-        max_positions=MEGATRON_CASES[name][0]["job"]["seq_len"])
+        spec, padded_vocab=verdict["padded_vocab"], max_positions=MEGATRON_CASES[name][0]["job"]["seq_len"]
+    )
     assert verdict["params"] == expected
 
 
 def test_the_plans_cover_every_family_and_parallel_axis() -> None:
     plans = [result(case).plan for case in MEGATRON_CASES.values()]
-    families = {case[0]["model"].get("preset", "explicit").split("-")[0]
-                for case in MEGATRON_CASES.values()}
-    assert families == {"explicit", "gpt3", "llama2", "llama3", "llama3.1", "mistral", "qwen2.5", "qwen3",
-                        "nemotron4", "mixtral", "deepseek", "gpt"}
+    families = {case[0]["model"].get("preset", "explicit").split("-")[0] for case in MEGATRON_CASES.values()}
+    assert families == {
+        "explicit",
+        "gpt3",
+        "llama2",
+        "llama3",
+        "llama3.1",
+        "mistral",
+        "qwen2.5",
+        "qwen3",
+        "nemotron4",
+        "mixtral",
+        "deepseek",
+        "gpt",
+    }
     assert len(plans) >= 15
     assert {p.zero for p in plans} == {0, 1, 2, 3}
     for axis in ("tp", "pp", "vp", "cp", "ep"):

@@ -43,21 +43,34 @@ def test_megatron_sets_expert_parallel_and_moe_model_flags() -> None:
 
 
 def test_megatron_deepseek_v3_has_mla_shared_experts_and_dense_first_layers() -> None:
-    res = result(DEEPSEEK_32_NODES, dp=16, tp=1, pp=16, ep=8, micro_batch=1, zero=1,
-                 recompute="full")
+    res = result(DEEPSEEK_32_NODES, dp=16, tp=1, pp=16, ep=8, micro_batch=1, zero=1, recompute="full")
     f = flags(megatron_args(context(res)))
     assert f["--moe-layer-freq"] == "([0]*3+[1]*58)"
     assert f["--moe-shared-expert-intermediate-size"] == "2048"
     assert f["--ffn-hidden-size"] == "18432"  # the dense layers
     assert "--multi-latent-attention" in f and "--kv-channels" not in f
-    assert (f["--q-lora-rank"], f["--kv-lora-rank"], f["--qk-head-dim"],
-            f["--qk-pos-emb-head-dim"], f["--v-head-dim"]) == ("1536", "512", "128", "64", "128")
+    assert (
+        f["--q-lora-rank"],
+        f["--kv-lora-rank"],
+        f["--qk-head-dim"],
+        f["--qk-pos-emb-head-dim"],
+        f["--v-head-dim"],
+    ) == ("1536", "512", "128", "64", "128")
     assert moe_layer_pattern(context(result(QWEN_2_NODES, **EP8))) == 1
 
 
 def test_megatron_expert_dp_must_equal_dp_under_tp_pp_dp_order() -> None:
-    res = result(QWEN_2_NODES, dp=8, tp=1, pp=2, ep=4, micro_batch=1, zero=1, recompute="full",
-                 order=["tp", "cp", "pp", "dp"])
+    res = result(
+        QWEN_2_NODES,
+        dp=8,
+        tp=1,
+        pp=2,
+        ep=4,
+        micro_batch=1,
+        zero=1,
+        recompute="full",
+        order=["tp", "cp", "pp", "dp"],
+    )
     message = refusal(res, "megatron")
     assert "expert data-parallel size" in message and "nearest plan" in message
 
@@ -88,8 +101,7 @@ def test_maxtext_uses_the_expert_axis_and_model_config() -> None:
     assert config["dcn_data_parallelism"] == 2 and config["ici_data_parallelism"] == 1
     assert config["model_name"] == "qwen3-30b-a3b"
     # micro_batch 4: one micro-batch per step (MaxText refuses FP8 with gradient accumulation)
-    res = result(DEEPSEEK_32_NODES, dp=256, tp=1, pp=1, ep=8, micro_batch=4, zero=3,
-                 recompute="full")
+    res = result(DEEPSEEK_32_NODES, dp=256, tp=1, pp=1, ep=8, micro_batch=4, zero=3, recompute="full")
     assert maxtext_config(context(res))["model_name"] == "deepseek3-671b"
 
 
@@ -108,24 +120,37 @@ def test_torch_target_refuses_moe_models() -> None:
 
 
 def test_expert_groups_are_the_innermost_data_parallel_ranks() -> None:
-    plan = context(result(QWEN_2_NODES, dp=8, tp=2, pp=1, ep=4, micro_batch=1, zero=1,
-                          recompute="full")).plan
+    plan = context(result(QWEN_2_NODES, dp=8, tp=2, pp=1, ep=4, micro_batch=1, zero=1, recompute="full")).plan
     groups = expert_rank_groups(plan)
     assert groups[0] == [0, 2, 4, 6] and groups[1] == [1, 3, 5, 7]  # stride tp, inside dp
     assert sorted(r for g in groups for r in g) == list(range(16))
 
 
 @pytest.mark.oracle
-@pytest.mark.parametrize(("tp", "cp", "dp", "ep", "pp", "order"), [
-    (2, 1, 8, 4, 1, "tp-cp-ep-dp-pp"), (1, 2, 8, 8, 1, "tp-cp-ep-dp-pp"),
-    (1, 1, 8, 8, 2, "tp-cp-ep-dp-pp"), (1, 2, 4, 2, 2, "tp-cp-ep-pp-dp"),
-])
-def test_megatron_core_builds_the_same_expert_groups(tp: int, cp: int, dp: int, ep: int, pp: int,
-                                                     order: str) -> None:
+@pytest.mark.parametrize(
+    ("tp", "cp", "dp", "ep", "pp", "order"),
+    [
+        (2, 1, 8, 4, 1, "tp-cp-ep-dp-pp"),
+        (1, 2, 8, 8, 1, "tp-cp-ep-dp-pp"),
+        (1, 1, 8, 8, 2, "tp-cp-ep-dp-pp"),
+        (1, 2, 4, 2, 2, "tp-cp-ep-pp-dp"),
+    ],
+)
+def test_megatron_core_builds_the_same_expert_groups(
+    tp: int, cp: int, dp: int, ep: int, pp: int, order: str
+) -> None:
     pytest.importorskip("torch")
     ps = pytest.importorskip("megatron.core.parallel_state")
-    plan = Plan(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, recompute=(Recompute.NONE,) * pp,
-                layers_per_stage=(1,) * pp, order=ORDERS[order])
+    plan = Plan(
+        dp=dp,
+        tp=tp,
+        pp=pp,
+        cp=cp,
+        ep=ep,
+        recompute=(Recompute.NONE,) * pp,
+        layers_per_stage=(1,) * pp,
+        order=ORDERS[order],
+    )
     generator = ps.RankGenerator(tp=tp, ep=ep, dp=dp * cp // ep, pp=pp, cp=1, order=order)
     assert sorted(generator.get_ranks("ep")) == sorted(expert_rank_groups(plan))
 
@@ -140,25 +165,28 @@ def test_transformer_config_accepts_the_moe_megatron_export() -> None:
     res = result(QWEN_2_NODES, dp=8, tp=2, pp=1, ep=4, micro_batch=1, zero=1, recompute="full")
     f = flags(megatron_args(context(res)))
     config = TransformerConfig(
-        num_layers=int(f["--num-layers"]), hidden_size=int(f["--hidden-size"]),
+        num_layers=int(f["--num-layers"]),
+        hidden_size=int(f["--hidden-size"]),
         ffn_hidden_size=int(f["--ffn-hidden-size"]),
         num_attention_heads=int(f["--num-attention-heads"]),
-        num_query_groups=int(f["--num-query-groups"]), kv_channels=int(f["--kv-channels"]),
+        num_query_groups=int(f["--num-query-groups"]),
+        kv_channels=int(f["--kv-channels"]),
         tensor_model_parallel_size=int(f["--tensor-model-parallel-size"]),
         sequence_parallel="--sequence-parallel" in f,
-        num_moe_experts=int(f["--num-experts"]), moe_router_topk=int(f["--moe-router-topk"]),
+        num_moe_experts=int(f["--num-experts"]),
+        moe_router_topk=int(f["--moe-router-topk"]),
         moe_ffn_hidden_size=int(f["--moe-ffn-hidden-size"]),
         expert_model_parallel_size=int(f["--expert-model-parallel-size"]),
         expert_tensor_parallel_size=int(f["--expert-tensor-parallel-size"]),
         moe_token_dispatcher_type=f["--moe-token-dispatcher-type"],
         add_bias_linear="--disable-bias-linear" not in f,
-        bf16=True, params_dtype=torch.bfloat16,
+        bf16=True,
+        params_dtype=torch.bfloat16,
     )
     assert config.num_moe_experts == 128 and config.expert_model_parallel_size == 4
 
 
-ETP1 = {"dp": 8, "tp": 2, "pp": 1, "ep": 4, "etp": 1, "micro_batch": 1, "zero": 1,
-        "recompute": "full"}
+ETP1 = {"dp": 8, "tp": 2, "pp": 1, "ep": 4, "etp": 1, "micro_batch": 1, "zero": 1, "recompute": "full"}
 LLAMA_LONG = {
     "model": {"preset": "llama3.1-8b"},
     "cluster": {"preset": "dgx-h100", "nodes": 2},
@@ -180,8 +208,7 @@ def test_megatron_and_nemo_set_expert_tensor_parallel_size() -> None:
 
 def test_torchtitan_and_maxtext_refuse_expert_tp_other_than_tp() -> None:
     res = result(QWEN_2_NODES, **ETP1)
-    assert "plan.etp=1 with tp=2: torchtitan 0.3 has no expert tensor-parallel" in refusal(
-        res, "torchtitan")
+    assert "plan.etp=1 with tp=2: torchtitan 0.3 has no expert tensor-parallel" in refusal(res, "torchtitan")
     assert "plan.etp=1 with tp=2: MaxText has no separate expert" in refusal(res, "maxtext")
 
 

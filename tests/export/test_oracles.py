@@ -36,47 +36,128 @@ LLAMA8B_2_NODES = {
     "cluster": {"preset": "dgx-h100", "nodes": 2},
     "job": {"seq_len": 4096, "global_batch": 64, "precision": "bf16"},
 }
-GQA_30_LAYERS = {**LLAMA8B_2_NODES, "model": {"layers": 30, "hidden": 2048, "ffn_hidden": 5632,
-                                              "heads": 16, "kv_heads": 4, "vocab": 32000}}
+GQA_30_LAYERS = {
+    **LLAMA8B_2_NODES,
+    "model": {"layers": 30, "hidden": 2048, "ffn_hidden": 5632, "heads": 16, "kv_heads": 4, "vocab": 32000},
+}
 
 MEGATRON_PLANS = {
     "uniform": {"dp": 4, "tp": 2, "pp": 2, "micro_batch": 1, "zero": 1, "recompute": "selective"},
-    "first-last": {"dp": 2, "tp": 2, "pp": 4, "micro_batch": 1, "zero": 1, "recompute": "full",
-                   "layers_per_stage": [7, 9, 9, 7]},
-    "layout": {"dp": 2, "tp": 2, "pp": 4, "micro_batch": 1, "zero": 1, "recompute": "full",
-               "layers_per_stage": [8, 7, 9, 8]},
-    "interleaved-uneven": {"dp": 2, "tp": 2, "pp": 4, "vp": 2, "micro_batch": 1, "zero": 1,
-                           "recompute": "none", "layers_per_stage": [6, 10, 10, 6]},
-    "interleaved-layout": {"dp": 2, "tp": 2, "pp": 4, "vp": 2, "micro_batch": 1, "zero": 0,
-                           "recompute": "none", "layers_per_stage": [8, 6, 10, 8]},
-    "zero3-cp": {"dp": 4, "tp": 2, "pp": 1, "cp": 2, "micro_batch": 1, "zero": 3,
-                 "recompute": "none"},
-    "tp-pp-dp": {"dp": 2, "tp": 2, "pp": 4, "micro_batch": 1, "zero": 1, "recompute": "full",
-                 "order": ["tp", "cp", "pp", "dp"]},
-    "cp-pp": {"dp": 2, "tp": 2, "pp": 2, "cp": 2, "micro_batch": 2, "zero": 1,
-              "recompute": "full"},
+    "first-last": {
+        "dp": 2,
+        "tp": 2,
+        "pp": 4,
+        "micro_batch": 1,
+        "zero": 1,
+        "recompute": "full",
+        "layers_per_stage": [7, 9, 9, 7],
+    },
+    "layout": {
+        "dp": 2,
+        "tp": 2,
+        "pp": 4,
+        "micro_batch": 1,
+        "zero": 1,
+        "recompute": "full",
+        "layers_per_stage": [8, 7, 9, 8],
+    },
+    "interleaved-uneven": {
+        "dp": 2,
+        "tp": 2,
+        "pp": 4,
+        "vp": 2,
+        "micro_batch": 1,
+        "zero": 1,
+        "recompute": "none",
+        "layers_per_stage": [6, 10, 10, 6],
+    },
+    "interleaved-layout": {
+        "dp": 2,
+        "tp": 2,
+        "pp": 4,
+        "vp": 2,
+        "micro_batch": 1,
+        "zero": 0,
+        "recompute": "none",
+        "layers_per_stage": [8, 6, 10, 8],
+    },
+    "zero3-cp": {"dp": 4, "tp": 2, "pp": 1, "cp": 2, "micro_batch": 1, "zero": 3, "recompute": "none"},
+    "tp-pp-dp": {
+        "dp": 2,
+        "tp": 2,
+        "pp": 4,
+        "micro_batch": 1,
+        "zero": 1,
+        "recompute": "full",
+        "order": ["tp", "cp", "pp", "dp"],
+    },
+    "cp-pp": {"dp": 2, "tp": 2, "pp": 2, "cp": 2, "micro_batch": 2, "zero": 1, "recompute": "full"},
 }
 
 GQA_31_LAYERS = {**GQA_30_LAYERS, "model": {**GQA_30_LAYERS["model"], "layers": 31}}
 
 UNEVEN_VP_PLANS = {  # issue 11 item 4: virtual stages of unequal size (plan.layers_per_chunk)
-    "account-for-both": ({"dp": 2, "tp": 2, "pp": 4, "vp": 4, "micro_batch": 1, "zero": 1,
-                          "recompute": "none", "layers_per_stage": [7, 8, 8, 7]}, GQA_30_LAYERS),
-    "account-for-embedding": ({"dp": 2, "tp": 2, "pp": 4, "vp": 2, "micro_batch": 1, "zero": 1,
-                               "recompute": "none", "layers_per_stage": [7, 8, 8, 8]},
-                              GQA_31_LAYERS),
-    "account-for-loss": ({"dp": 2, "tp": 2, "pp": 4, "vp": 2, "micro_batch": 1, "zero": 1,
-                          "recompute": "none",
-                          "layers_per_chunk": [[4, 4], [4, 4], [4, 4], [4, 3]]}, GQA_31_LAYERS),
-    "chunk-layout": ({"dp": 2, "tp": 2, "pp": 4, "vp": 2, "micro_batch": 1, "zero": 0,
-                      "recompute": "none",
-                      "layers_per_chunk": [[2, 5], [4, 4], [3, 4], [4, 4]]}, GQA_30_LAYERS),
+    "account-for-both": (
+        {
+            "dp": 2,
+            "tp": 2,
+            "pp": 4,
+            "vp": 4,
+            "micro_batch": 1,
+            "zero": 1,
+            "recompute": "none",
+            "layers_per_stage": [7, 8, 8, 7],
+        },
+        GQA_30_LAYERS,
+    ),
+    "account-for-embedding": (
+        {
+            "dp": 2,
+            "tp": 2,
+            "pp": 4,
+            "vp": 2,
+            "micro_batch": 1,
+            "zero": 1,
+            "recompute": "none",
+            "layers_per_stage": [7, 8, 8, 8],
+        },
+        GQA_31_LAYERS,
+    ),
+    "account-for-loss": (
+        {
+            "dp": 2,
+            "tp": 2,
+            "pp": 4,
+            "vp": 2,
+            "micro_batch": 1,
+            "zero": 1,
+            "recompute": "none",
+            "layers_per_chunk": [[4, 4], [4, 4], [4, 4], [4, 3]],
+        },
+        GQA_31_LAYERS,
+    ),
+    "chunk-layout": (
+        {
+            "dp": 2,
+            "tp": 2,
+            "pp": 4,
+            "vp": 2,
+            "micro_batch": 1,
+            "zero": 0,
+            "recompute": "none",
+            "layers_per_chunk": [[2, 5], [4, 4], [3, 4], [4, 4]],
+        },
+        GQA_30_LAYERS,
+    ),
 }
 
 TC_FIELDS = {
-    "--num-layers": "num_layers", "--hidden-size": "hidden_size",
-    "--ffn-hidden-size": "ffn_hidden_size", "--num-attention-heads": "num_attention_heads",
-    "--num-query-groups": "num_query_groups", "--kv-channels": "kv_channels",
+    "--num-layers": "num_layers",
+    "--hidden-size": "hidden_size",
+    "--ffn-hidden-size": "ffn_hidden_size",
+    "--num-attention-heads": "num_attention_heads",
+    "--num-query-groups": "num_query_groups",
+    "--kv-channels": "kv_channels",
     "--tensor-model-parallel-size": "tensor_model_parallel_size",
     "--pipeline-model-parallel-size": "pipeline_model_parallel_size",
     "--num-virtual-stages-per-pipeline-rank": "virtual_pipeline_model_parallel_size",
@@ -85,10 +166,14 @@ TC_FIELDS = {
     "--decoder-last-pipeline-num-layers": "num_layers_in_last_pipeline_stage",
     "--account-for-embedding-in-pipeline-split": "account_for_embedding_in_pipeline_split",
     "--account-for-loss-in-pipeline-split": "account_for_loss_in_pipeline_split",
-    "--context-parallel-size": "context_parallel_size", "--sequence-parallel": "sequence_parallel",
-    "--recompute-granularity": "recompute_granularity", "--recompute-method": "recompute_method",
-    "--recompute-num-layers": "recompute_num_layers", "--recompute-modules": "recompute_modules",
-    "--bf16": "bf16", "--fp16": "fp16",
+    "--context-parallel-size": "context_parallel_size",
+    "--sequence-parallel": "sequence_parallel",
+    "--recompute-granularity": "recompute_granularity",
+    "--recompute-method": "recompute_method",
+    "--recompute-num-layers": "recompute_num_layers",
+    "--recompute-modules": "recompute_modules",
+    "--bf16": "bf16",
+    "--fp16": "fp16",
 }
 """Megatron-LM flag -> megatron-core TransformerConfig field, for the flags that reach it."""
 
@@ -105,8 +190,7 @@ def result(plan: dict, scenario: dict = LLAMA8B_2_NODES) -> Result:
 # --------------------------------------------------------------------------- DeepSpeed
 
 
-@pytest.mark.parametrize("num_layers,pp", [(32, 4), (30, 4), (126, 4), (80, 3), (10, 3),
-                                           (61, 8), (7, 2)])
+@pytest.mark.parametrize("num_layers,pp", [(32, 4), (30, 4), (126, 4), (80, 3), (10, 3), (61, 8), (7, 2)])
 def test_balanced_partition_matches_deepspeed(num_layers: int, pp: int) -> None:
     pytest.importorskip("deepspeed")
     from deepspeed.runtime.utils import partition_balanced as deepspeed_partition
@@ -156,10 +240,11 @@ def _layers_per_rank(config: object, pp: int, vp: int) -> list[int]:
 
     layout = config.pipeline_model_parallel_layout  # type: ignore[attr-defined]
     if layout is not None:
-        return [sum(layout.layout[r][v].count(LayerType.decoder) for v in range(vp))
-                for r in range(pp)]
-    return [sum(get_num_layers_to_build(config, vp_stage=v if vp > 1 else None, pp_rank=r)
-                for v in range(vp)) for r in range(pp)]
+        return [sum(layout.layout[r][v].count(LayerType.decoder) for v in range(vp)) for r in range(pp)]
+    return [
+        sum(get_num_layers_to_build(config, vp_stage=v if vp > 1 else None, pp_rank=r) for v in range(vp))
+        for r in range(pp)
+    ]
 
 
 @pytest.mark.parametrize("name", MEGATRON_PLANS)
@@ -170,8 +255,15 @@ def test_transformer_config_accepts_megatron_export(name: str, mcore: object) ->
     assert _layers_per_rank(config, res.plan.pp, res.plan.vp) == res.plan.layers_per_stage
 
 
-GPT_MODEL_ARGS = ("vocab_size", "share_embeddings_and_output_weights", "position_embedding_type",
-                  "rotary_base", "rotary_percent", "rope_scaling", "rope_scaling_factor")
+GPT_MODEL_ARGS = (
+    "vocab_size",
+    "share_embeddings_and_output_weights",
+    "position_embedding_type",
+    "rotary_base",
+    "rotary_percent",
+    "rope_scaling",
+    "rope_scaling_factor",
+)
 """Bridge model.* fields that are GPTModel arguments (Megatron-Bridge GPTModelProvider), not
 TransformerConfig fields."""
 
@@ -181,8 +273,11 @@ def bridge_model(res: Result) -> dict[str, object]:
     namespace: dict[str, object] = {}
     exec(compile(render_nemo(context(res)), "nemo.py", "exec"), namespace)  # noqa: S102
     overrides = namespace["BRIDGE_OVERRIDES"]
-    return {k.removeprefix("model."): v for k, v in overrides.items()  # type: ignore[union-attr]
-            if k.startswith("model.") and k != "model.seq_length"}
+    return {
+        k.removeprefix("model."): v
+        for k, v in overrides.items()  # type: ignore[union-attr]
+        if k.startswith("model.") and k != "model.seq_length"
+    }
 
 
 def _bridge_config(res: Result, extra: dict[str, object] | None = None) -> object:
@@ -193,8 +288,11 @@ def _bridge_config(res: Result, extra: dict[str, object] | None = None) -> objec
     from megatron.core.transformer.transformer_config import MLATransformerConfig, TransformerConfig
 
     model = bridge_model(res) | (extra or {})
-    fields = {k: v for k, v in model.items() if k not in GPT_MODEL_ARGS
-              and k != "max_position_embeddings" and not k.startswith("yarn_")}
+    fields = {
+        k: v
+        for k, v in model.items()
+        if k not in GPT_MODEL_ARGS and k != "max_position_embeddings" and not k.startswith("yarn_")
+    }
     cls = MLATransformerConfig if fields.get("multi_latent_attention") else TransformerConfig
     dtype = torch.bfloat16
     if fields.get("pipeline_model_parallel_size", 1) > 1:  # type: ignore[operator]
@@ -217,34 +315,50 @@ def bridge_num_params(res: Result) -> int:
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
     model = bridge_model(res)
-    one_device = {"tensor_model_parallel_size": 1, "pipeline_model_parallel_size": 1,
-                  "virtual_pipeline_model_parallel_size": None, "context_parallel_size": 1,
-                  "expert_model_parallel_size": 1, "expert_tensor_parallel_size": 1,
-                  "sequence_parallel": False, "pipeline_model_parallel_layout": None,
-                  "num_layers_in_first_pipeline_stage": None,
-                  "num_layers_in_last_pipeline_stage": None,
-                  "account_for_embedding_in_pipeline_split": False,
-                  "account_for_loss_in_pipeline_split": False, "recompute_granularity": None,
-                  "recompute_method": None, "recompute_num_layers": None,
-                  "recompute_modules": None, "moe_grouped_gemm": False,
-                  "moe_token_dispatcher_type": "allgather", "use_cpu_initialization": True,
-                  "perform_initialization": False, "apply_rope_fusion": False,
-                  "layernorm_zero_centered_gamma": False,  # TE-only kernel, same parameters
-                  "gradient_accumulation_fusion": False, "persist_layer_norm": False,
-                  "masked_softmax_fusion": False}
+    one_device = {
+        "tensor_model_parallel_size": 1,
+        "pipeline_model_parallel_size": 1,
+        "virtual_pipeline_model_parallel_size": None,
+        "context_parallel_size": 1,
+        "expert_model_parallel_size": 1,
+        "expert_tensor_parallel_size": 1,
+        "sequence_parallel": False,
+        "pipeline_model_parallel_layout": None,
+        "num_layers_in_first_pipeline_stage": None,
+        "num_layers_in_last_pipeline_stage": None,
+        "account_for_embedding_in_pipeline_split": False,
+        "account_for_loss_in_pipeline_split": False,
+        "recompute_granularity": None,
+        "recompute_method": None,
+        "recompute_num_layers": None,
+        "recompute_modules": None,
+        "moe_grouped_gemm": False,
+        "moe_token_dispatcher_type": "allgather",
+        "use_cpu_initialization": True,
+        "perform_initialization": False,
+        "apply_rope_fusion": False,
+        "layernorm_zero_centered_gamma": False,  # TE-only kernel, same parameters
+        "gradient_accumulation_fusion": False,
+        "persist_layer_norm": False,
+        "masked_softmax_fusion": False,
+    }
     config = _bridge_config(res, one_device)
     if not dist.is_initialized():
         dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=1)
     parallel_state.destroy_model_parallel()
     parallel_state.initialize_model_parallel(1, 1, create_gloo_process_groups=False)
     # the block spec (Megatron-LM's choice for MoE) honours moe_layer_freq's dense layers
-    spec = get_gpt_decoder_block_spec(config, use_transformer_engine=False,
-                                      normalization=str(model["normalization"]))
+    spec = get_gpt_decoder_block_spec(
+        config, use_transformer_engine=False, normalization=str(model["normalization"])
+    )
     with torch.device("meta"):
-        gpt = GPTModel(config=config, transformer_layer_spec=spec,
-                       vocab_size=int(model["vocab_size"]),  # type: ignore[call-overload]
-                       max_sequence_length=int(model["max_position_embeddings"]),  # type: ignore
-                       **{k: model[k] for k in GPT_MODEL_ARGS if k != "vocab_size" and k in model})
+        gpt = GPTModel(
+            config=config,
+            transformer_layer_spec=spec,
+            vocab_size=int(model["vocab_size"]),  # type: ignore[call-overload]
+            max_sequence_length=int(model["max_position_embeddings"]),  # type: ignore
+            **{k: model[k] for k in GPT_MODEL_ARGS if k != "vocab_size" and k in model},
+        )
     parallel_state.destroy_model_parallel()
     return sum(p.numel() for p in gpt.parameters())
 
@@ -284,10 +398,8 @@ def _layers_per_chunk(config: object, pp: int, vp: int) -> list[list[int]]:
 
     layout = config.pipeline_model_parallel_layout  # type: ignore[attr-defined]
     if layout is not None:
-        return [[layout.layout[r][v].count(LayerType.decoder) for v in range(vp)]
-                for r in range(pp)]
-    return [[get_num_layers_to_build(config, vp_stage=v, pp_rank=r) for v in range(vp)]
-            for r in range(pp)]
+        return [[layout.layout[r][v].count(LayerType.decoder) for v in range(vp)] for r in range(pp)]
+    return [[get_num_layers_to_build(config, vp_stage=v, pp_rank=r) for v in range(vp)] for r in range(pp)]
 
 
 def _chunks(res: Result) -> list[list[int]]:
@@ -330,8 +442,9 @@ def test_megatron_rejects_account_for_slots_that_do_not_split() -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", MEGATRON_CASES)
-def test_bridge_export_builds_the_planned_model(name: str, mcore: object,
-                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_bridge_export_builds_the_planned_model(
+    name: str, mcore: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """megatron-core 0.16.1 builds the Megatron-Bridge export's model.* overrides into a
     GPTModel whose parameter count is the plan model's (plus what the graph does not model).
 
@@ -356,5 +469,6 @@ def test_bridge_export_builds_the_planned_model(name: str, mcore: object,
     res = result_of(MEGATRON_CASES[name])
     spec = context(res).spec
     expected = build_graph(spec).num_params + unmodelled_params(
-        spec, padded_vocab=spec.vocab, max_positions=MEGATRON_CASES[name][0]["job"]["seq_len"])
+        spec, padded_vocab=spec.vocab, max_positions=MEGATRON_CASES[name][0]["job"]["seq_len"]
+    )
     assert bridge_num_params(res) == expected

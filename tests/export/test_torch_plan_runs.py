@@ -103,9 +103,7 @@ def _assert_matches_reference(result: dict) -> None:
 
 
 def test_render_compiles_and_states_degrees() -> None:
-    src = render_torch_plan(
-        **_plan(dp=2, tp=2, pp=2, vp=2, zero=3, num_layers=4, sequence_parallel=True)
-    )
+    src = render_torch_plan(**_plan(dp=2, tp=2, pp=2, vp=2, zero=3, num_layers=4, sequence_parallel=True))
     compile(src, "torch_plan.py", "exec")
     for line in ("DP = 2", "TP = 2", "PP = 2", "VP = 2", "ZERO = 3", "NUM_MICRO_BATCHES = 4"):
         assert f"\n{line}\n" in src

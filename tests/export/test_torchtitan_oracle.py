@@ -73,8 +73,7 @@ def _fake_world(num_devices: int) -> None:
 
 
 @pytest.mark.parametrize("name", TORCHTITAN_CASES)
-def test_torchtitan_accepts_the_export_and_builds_the_planned_model(name: str,
-                                                                     titan: object) -> None:
+def test_torchtitan_accepts_the_export_and_builds_the_planned_model(name: str, titan: object) -> None:
     import torch
     from torchtitan.distributed.parallel_dims import ParallelDims
     from torchtitan.distributed.pipeline_parallel import (
@@ -88,14 +87,19 @@ def test_torchtitan_accepts_the_export_and_builds_the_planned_model(name: str,
     argv = torchtitan_args(context(res))
     config = _parse(argv)
     par = config.parallelism  # type: ignore[attr-defined]
-    assert (par.data_parallel_replicate_degree * par.data_parallel_shard_degree, par.tensor_parallel_degree,
-            par.pipeline_parallel_degree, par.context_parallel_degree,
-            par.expert_parallel_degree) == (p.dp, p.tp, p.pp, p.cp, p.ep)
+    assert (
+        par.data_parallel_replicate_degree * par.data_parallel_shard_degree,
+        par.tensor_parallel_degree,
+        par.pipeline_parallel_degree,
+        par.context_parallel_degree,
+        par.expert_parallel_degree,
+    ) == (p.dp, p.tp, p.pp, p.cp, p.ep)
     assert not config.compile.enable and not config.compile.enable_async_tensor_parallel  # type: ignore[attr-defined]
 
     model, num_params = _whole_model(argv[1], argv[3])
     assert num_params == build_graph(spec).num_params + unmodelled_params(
-        spec, padded_vocab=spec.vocab, max_positions=0)
+        spec, padded_vocab=spec.vocab, max_positions=0
+    )
 
     _fake_world(p.num_devices)
     dims = ParallelDims.from_config(par, world_size=p.num_devices)
@@ -107,10 +111,15 @@ def test_torchtitan_accepts_the_export_and_builds_the_planned_model(name: str,
     if p.pp == 1:
         return
     parts = par.module_fqns_per_model_part
-    stages, _ = _pipeline_module_split(model, dims.get_mesh("pp"), par.pipeline_parallel_schedule,
-                                       torch.device("meta"), parts)
-    _build_pipeline_schedule(parallelism=par, local_batch_size=config.training.local_batch_size,  # type: ignore[attr-defined]
-                             stages=stages, loss_fn=lambda *a, **k: (None, None))
+    stages, _ = _pipeline_module_split(
+        model, dims.get_mesh("pp"), par.pipeline_parallel_schedule, torch.device("meta"), parts
+    )
+    _build_pipeline_schedule(
+        parallelism=par,
+        local_batch_size=config.training.local_batch_size,  # type: ignore[attr-defined]
+        stages=stages,
+        loss_fn=lambda *a, **k: (None, None),
+    )
     held = sum(sum(t.numel() for t in _split_module(model, part).parameters()) for part in parts)
     assert held == num_params
 

@@ -20,8 +20,7 @@ from paraplan.result import Result
 
 EXAMPLE_405B = Path(__file__).parents[2] / "examples" / "llama31-405b-1024xh100.yaml"
 SMALL = {
-    "model": {"layers": 30, "hidden": 2048, "ffn_hidden": 5632, "heads": 16, "kv_heads": 4,
-              "vocab": 32000},
+    "model": {"layers": 30, "hidden": 2048, "ffn_hidden": 5632, "heads": 16, "kv_heads": 4, "vocab": 32000},
     "cluster": {"preset": "dgx-h100", "nodes": 2},
     "job": {"seq_len": 4096, "global_batch": 64, "precision": "bf16"},
 }
@@ -50,11 +49,21 @@ def test_405b_recipe_exports_nvidias_account_for_flags() -> None:
     assert "account_for_embedding_in_pipeline_split" in nemo
 
 
-def test_cli_export_reads_layers_per_chunk_back(tmp_path: Path,
-                                                capsys: pytest.CaptureFixture) -> None:
+def test_cli_export_reads_layers_per_chunk_back(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     chunks = [[2, 5], [4, 4], [3, 4], [4, 4]]
-    scenario = {**SMALL, "plan": {"dp": 2, "tp": 2, "pp": 4, "vp": 2, "micro_batch": 1,
-                                  "zero": 1, "recompute": "none", "layers_per_chunk": chunks}}
+    scenario = {
+        **SMALL,
+        "plan": {
+            "dp": 2,
+            "tp": 2,
+            "pp": 4,
+            "vp": 2,
+            "micro_batch": 1,
+            "zero": 1,
+            "recompute": "none",
+            "layers_per_chunk": chunks,
+        },
+    }
     path = tmp_path / "r.json"
     path.write_text(paraplan.evaluate(scenario).model_dump_json())
     assert json.loads(path.read_text())["plan"]["layers_per_chunk"] == chunks

@@ -39,14 +39,18 @@ def test_preset_architecture_is_the_published_one(name: str) -> None:
     assert s.position_embedding == position
     if theta is not None:
         assert s.rope.theta == theta
-    assert (s.rope.scaling, s.qkv_bias, s.qk_norm, s.linear_bias) == (
-        scaling, qkv_bias, qk_norm, linear_bias)
+    assert (s.rope.scaling, s.qkv_bias, s.qk_norm, s.linear_bias) == (scaling, qkv_bias, qk_norm, linear_bias)
 
 
 def test_deepseek_v3_router_and_yarn_are_the_published_ones() -> None:
     s = preset("deepseek-v3")  # models.json extra.router; config.json rope_scaling
-    assert (s.router.score, s.router.expert_bias, s.router.groups, s.router.group_topk,
-            s.router.scaling_factor) == ("sigmoid", True, 8, 4, 2.5)
+    assert (
+        s.router.score,
+        s.router.expert_bias,
+        s.router.groups,
+        s.router.group_topk,
+        s.router.scaling_factor,
+    ) == ("sigmoid", True, 8, 4, 2.5)
     assert (s.rope.factor, s.rope.original_max_positions, s.rope.mscale_all_dim) == (40, 4096, 1)
 
 
@@ -64,17 +68,29 @@ def test_hf_gpt2_has_learned_positions_and_biases() -> None:
 
 
 def test_hf_import_refuses_a_rope_scaling_it_does_not_model() -> None:
-    cfg = {"model_type": "llama", "hidden_size": 256, "num_hidden_layers": 2,
-           "num_attention_heads": 4, "vocab_size": 1000, "hidden_act": "silu",
-           "rope_scaling": {"rope_type": "linear", "factor": 4}}
+    cfg = {
+        "model_type": "llama",
+        "hidden_size": 256,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "vocab_size": 1000,
+        "hidden_act": "silu",
+        "rope_scaling": {"rope_type": "linear", "factor": 4},
+    }
     with pytest.raises(ValueError, match="rope_scaling type 'linear' is not modelled"):
         from_hf_config(cfg)
 
 
 def test_hf_import_reads_the_window_pattern_of_layer_types() -> None:
-    base = {"model_type": "mistral", "hidden_size": 256, "num_hidden_layers": 4,
-            "num_attention_heads": 4, "vocab_size": 1000, "hidden_act": "silu",
-            "sliding_window": 64}
+    base = {
+        "model_type": "mistral",
+        "hidden_size": 256,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 4,
+        "vocab_size": 1000,
+        "hidden_act": "silu",
+        "sliding_window": 64,
+    }
     every_other = ["sliding_attention", "full_attention"] * 2
     assert from_hf_config({**base, "layer_types": every_other}).full_attention_every == 2
     odd = ["full_attention", "sliding_attention", "sliding_attention", "full_attention"]
@@ -86,5 +102,6 @@ def test_unknown_rope_field_names_the_field() -> None:
     from paraplan.graph import from_fields
 
     with pytest.raises(ValueError, match="model.rope.thta is not a known field"):
-        from_fields("x", {"layers": 2, "hidden": 64, "ffn_hidden": 128, "heads": 4,
-                          "vocab": 100, "rope": {"thta": 1}})
+        from_fields(
+            "x", {"layers": 2, "hidden": 64, "ffn_hidden": 128, "heads": 4, "vocab": 100, "rope": {"thta": 1}}
+        )

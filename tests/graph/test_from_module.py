@@ -42,6 +42,7 @@ TOKENS = torch.zeros(2, 32, dtype=torch.long)
 
 # --- a small Llama written here: RMSNorm, GQA attention (SDPA), SwiGLU MLP ----------------------
 
+
 class RMSNorm(nn.Module):
     def __init__(self, dim: int) -> None:
         super().__init__()
@@ -97,8 +98,9 @@ class Block(nn.Module):
 
 
 class TinyLlama(nn.Module):
-    def __init__(self, tied: bool = False, make_block=None, vocab: int = VOCAB, dim: int = DIM,
-                 layers: int = LAYERS) -> None:
+    def __init__(
+        self, tied: bool = False, make_block=None, vocab: int = VOCAB, dim: int = DIM, layers: int = LAYERS
+    ) -> None:
         super().__init__()
         self.tok_embeddings = nn.Embedding(vocab, dim)
         make_block = make_block or (lambda: Block(SwiGLU(DIM, FFN)))
@@ -122,9 +124,19 @@ def _meta(build):
 
 def _llama_spec(tied: bool) -> ModelSpec:
     """The preset-equivalent spec: the scenario's explicit fields of the same architecture."""
-    return from_fields("TinyLlama", {"layers": LAYERS, "hidden": DIM, "ffn_hidden": FFN,
-                                     "heads": HEADS, "kv_heads": KV_HEADS, "vocab": VOCAB,
-                                     "activation": "swiglu", "tied_embeddings": tied})
+    return from_fields(
+        "TinyLlama",
+        {
+            "layers": LAYERS,
+            "hidden": DIM,
+            "ffn_hidden": FFN,
+            "heads": HEADS,
+            "kv_heads": KV_HEADS,
+            "vocab": VOCAB,
+            "activation": "swiglu",
+            "tied_embeddings": tied,
+        },
+    )
 
 
 @pytest.mark.parametrize("tied", [False, True])
@@ -186,8 +198,9 @@ class CausalSelfAttention(nn.Module):
 
     def forward(self, x):
         b, s, d = x.shape
-        q, k, v = (t.view(b, s, self.heads, d // self.heads).transpose(1, 2)
-                   for t in self.qkv(x).split(d, dim=-1))
+        q, k, v = (
+            t.view(b, s, self.heads, d // self.heads).transpose(1, 2) for t in self.qkv(x).split(d, dim=-1)
+        )
         scores = (q @ k.transpose(-2, -1)) / (d // self.heads) ** 0.5
         mask = torch.ones(s, s, dtype=torch.bool).tril()
         att = scores.masked_fill(~mask, float("-inf")).softmax(-1)
@@ -228,9 +241,19 @@ class TinyGpt(nn.Module):
 
 def test_a_gpt_module_with_written_out_attention_traces_to_its_spec() -> None:
     spec = from_module(_meta(TinyGpt), TOKENS, name="gpt")
-    assert spec == from_fields("gpt", {"layers": LAYERS, "hidden": DIM, "ffn_hidden": 4 * DIM,
-                                       "heads": HEADS, "vocab": VOCAB, "activation": "gelu",
-                                       "norm": "layernorm", "tied_embeddings": True})
+    assert spec == from_fields(
+        "gpt",
+        {
+            "layers": LAYERS,
+            "hidden": DIM,
+            "ffn_hidden": 4 * DIM,
+            "heads": HEADS,
+            "vocab": VOCAB,
+            "activation": "gelu",
+            "norm": "layernorm",
+            "tied_embeddings": True,
+        },
+    )
 
 
 class BatchedMoE(nn.Module):
@@ -257,16 +280,25 @@ class BatchedMoE(nn.Module):
 def test_a_mixture_of_experts_module_traces_to_its_experts_and_top_k() -> None:
     model = _meta(lambda: TinyLlama(make_block=lambda: Block(BatchedMoE(DIM, 64, 8, 2))))
     spec = from_module(model, TOKENS, name="moe")
-    assert spec == from_fields("moe", {"layers": LAYERS, "hidden": DIM, "heads": HEADS,
-                                       "kv_heads": KV_HEADS, "vocab": VOCAB, "experts": 8,
-                                       "top_k": 2, "moe_ffn_hidden": 64})
+    assert spec == from_fields(
+        "moe",
+        {
+            "layers": LAYERS,
+            "hidden": DIM,
+            "heads": HEADS,
+            "kv_heads": KV_HEADS,
+            "vocab": VOCAB,
+            "experts": 8,
+            "top_k": 2,
+            "moe_ffn_hidden": 64,
+        },
+    )
 
 
 def _mixed(moe_blocks: set[int]):
     """Blocks of one class, MoE where listed, dense elsewhere."""
     count = iter(range(LAYERS))
-    return lambda: Block(BatchedMoE(DIM, 64, 8, 2) if next(count) in moe_blocks
-                         else SwiGLU(DIM, FFN))
+    return lambda: Block(BatchedMoE(DIM, 64, 8, 2) if next(count) in moe_blocks else SwiGLU(DIM, FFN))
 
 
 def test_dense_first_blocks_then_moe_trace_to_first_dense_layers() -> None:
@@ -285,25 +317,34 @@ def test_a_module_of_a_presets_shape_traces_to_that_preset(name: str) -> None:
     p = preset(name)
 
     def block() -> Block:
-        mlp = (BatchedMoE(p.hidden, p.moe_ffn_hidden, p.num_experts, p.top_k) if p.is_moe
-               else SwiGLU(p.hidden, p.ffn_hidden))
+        mlp = (
+            BatchedMoE(p.hidden, p.moe_ffn_hidden, p.num_experts, p.top_k)
+            if p.is_moe
+            else SwiGLU(p.hidden, p.ffn_hidden)
+        )
         return Block(mlp, Attention(p.hidden, p.num_heads, p.num_kv_heads), dim=p.hidden)
 
-    model = _meta(lambda: TinyLlama(make_block=block, vocab=p.vocab, dim=p.hidden,
-                                    layers=p.num_layers))
+    model = _meta(lambda: TinyLlama(make_block=block, vocab=p.vocab, dim=p.hidden, layers=p.num_layers))
     traced = from_module(model, torch.zeros(1, 16, dtype=torch.long), name=name)
     # a module's shapes do not show RoPE, router or norm settings: those stay at the defaults
-    defaults = {f.name: f.default if f.default is not MISSING else f.default_factory()  # type: ignore[misc]
-                for f in fields(ModelSpec) if f.name in (*ARCHITECTURE_FIELDS, "rope", "router")}
+    defaults = {
+        f.name: f.default if f.default is not MISSING else f.default_factory()  # type: ignore[misc]
+        for f in fields(ModelSpec)
+        if f.name in (*ARCHITECTURE_FIELDS, "rope", "router")
+    }
     assert traced == replace(p, **defaults)
 
 
 # --- what the formulas do not model is refused, by name -----------------------------------------
 
+
 def test_biases_in_the_mlp_are_refused_by_name_unless_allowed() -> None:
     model = _meta(lambda: TinyLlama(make_block=lambda: Block(SwiGLU(DIM, FFN, bias=True))))
-    with pytest.raises(ValueError, match=r"3 bias parameters .*layers\.0\.feed_forward\.w1\.bias.*"
-                                         r"allow_bias=True"):
+    with pytest.raises(
+        ValueError,
+        match=r"3 bias parameters .*layers\.0\.feed_forward\.w1\.bias.*"
+        r"allow_bias=True",
+    ):
         from_module(model, TOKENS)
     with pytest.warns(UserWarning, match="bias parameters"):
         traced = trace_module(model, TOKENS, name="TinyLlama", allow_bias=True)
@@ -323,8 +364,11 @@ def test_a_learned_position_embedding_is_refused_by_name() -> None:
                 x = layer(x)
             return self.output(self.norm(x))
 
-    with pytest.raises(ValueError, match=r"parameters \(4,096 values\) are no part paraplan "
-                                         r"models: pos\.weight \[32, 128\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"parameters \(4,096 values\) are no part paraplan "
+        r"models: pos\.weight \[32, 128\]",
+    ):
         from_module(_meta(WithPositions), TOKENS)
 
 
@@ -337,8 +381,11 @@ def test_a_block_with_a_third_weighted_part_is_refused_as_unknown_structure() ->
         def forward(self, x):
             return self.adapter(super().forward(x))
 
-    with pytest.raises(ValueError, match=r"layers\.0: a block whose weighted sub-modules are "
-                                         r"attention, feed_forward, adapter.*unknown block"):
+    with pytest.raises(
+        ValueError,
+        match=r"layers\.0: a block whose weighted sub-modules are "
+        r"attention, feed_forward, adapter.*unknown block",
+    ):
         from_module(_meta(lambda: TinyLlama(make_block=ThreePart)), TOKENS)
 
 
@@ -382,9 +429,11 @@ def test_to_fields_reads_back_into_the_same_spec() -> None:
 
 # --- Hugging Face configs through transformers on the meta device -------------------------------
 
-SMALL_JOB = {"cluster": {"preset": "dgx-h100", "gpus": 8},
-             "job": {"seq_len": 2048, "global_batch": 32, "precision": "bf16"},
-             "solver": {"max_micro_batch": 2, "max_vp": 1}}
+SMALL_JOB = {
+    "cluster": {"preset": "dgx-h100", "gpus": 8},
+    "job": {"seq_len": 2048, "global_batch": 32, "precision": "bf16"},
+    "solver": {"max_micro_batch": 2, "max_vp": 1},
+}
 
 
 @pytest.mark.parametrize("name", ["llama", "qwen2", "mixtral"])
@@ -413,8 +462,11 @@ def test_a_hugging_face_config_traces_to_its_formula_spec_and_plans_to_optimal(n
 def test_qwen2_biases_are_refused_without_allow_bias() -> None:
     pytest.importorskip("transformers")
     model = {"hf_config": str(HF / "qwen2.json"), "trace": True}
-    with pytest.raises(ConfigError, match=r"bias parameters .*self_attn\.q_proj\.bias.*"
-                                          r"model\.allow_bias: true"):
+    with pytest.raises(
+        ConfigError,
+        match=r"bias parameters .*self_attn\.q_proj\.bias.*"
+        r"model\.allow_bias: true",
+    ):
         paraplan.solve({"model": model, **SMALL_JOB}, time_limit_s=10, workers=1)
 
 
@@ -432,8 +484,9 @@ def test_trace_needs_hf_config_and_allow_bias_needs_trace() -> None:
     with pytest.raises(ConfigError, match="model.trace: true needs model.hf_config"):
         paraplan.load_scenario({"model": {"preset": "llama3-8b", "trace": True}, **SMALL_JOB})
     with pytest.raises(ConfigError, match="model.allow_bias applies to a traced model"):
-        paraplan.load_scenario({"model": {"hf_config": str(HF / "qwen2.json"),
-                                          "allow_bias": True}, **SMALL_JOB})
+        paraplan.load_scenario(
+            {"model": {"hf_config": str(HF / "qwen2.json"), "allow_bias": True}, **SMALL_JOB}
+        )
 
 
 def test_without_torch_or_transformers_the_error_says_which_extra(monkeypatch) -> None:
@@ -447,6 +500,7 @@ def test_without_torch_or_transformers_the_error_says_which_extra(monkeypatch) -
 
 
 # --- the README's example runs as written ---------------------------------------------------------
+
 
 def test_the_readme_from_module_example_runs() -> None:
     text = (ROOT / "README.md").read_text()

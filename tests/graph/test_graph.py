@@ -18,10 +18,17 @@ def test_required_presets_exist(name: str) -> None:
 
 
 # Published totals: Llama 3 8B 8.03B, 70B 70.6B, 405B 405.9B (Meta model cards); GPT-3 175B.
-@pytest.mark.parametrize(("name", "billions"), [
-    ("llama3-8b", 8.03), ("llama3-70b", 70.6), ("llama3.1-405b", 405.9), ("gpt3-175b", 174.6),
-    ("llama2-7b", 6.74), ("llama2-70b", 69.0),
-])
+@pytest.mark.parametrize(
+    ("name", "billions"),
+    [
+        ("llama3-8b", 8.03),
+        ("llama3-70b", 70.6),
+        ("llama3.1-405b", 405.9),
+        ("gpt3-175b", 174.6),
+        ("llama2-7b", 6.74),
+        ("llama2-70b", 69.0),
+    ],
+)
 def test_parameter_counts_match_the_published_totals(name: str, billions: float) -> None:
     assert build_graph(preset(name)).num_params / 1e9 == pytest.approx(billions, rel=0.01)
 
@@ -44,8 +51,17 @@ def test_gqa_projection_is_smaller_than_mha() -> None:
 def test_hf_config_matches_the_preset() -> None:
     hf = from_hf_config(HF / "llama3-8b.json")
     p = preset("llama3-8b")
-    for field in ("num_layers", "hidden", "ffn_hidden", "num_heads", "num_kv_heads", "vocab",
-                  "head_dim", "activation", "tied_embeddings"):
+    for field in (
+        "num_layers",
+        "hidden",
+        "ffn_hidden",
+        "num_heads",
+        "num_kv_heads",
+        "vocab",
+        "head_dim",
+        "activation",
+        "tied_embeddings",
+    ):
         assert getattr(hf, field) == getattr(p, field), field
 
 

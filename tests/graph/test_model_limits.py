@@ -11,11 +11,21 @@ import pytest
 from paraplan.graph import ModelSpec, preset, preset_names
 from paraplan.graph.spec import MODEL_LIMITS, scenario_key
 
-DENSE = dict(name="t", num_layers=4, hidden=512, ffn_hidden=2048, num_heads=8, num_kv_heads=8,
-             vocab=1000)
-MOE_MLA = dict(DENSE, num_experts=8, top_k=2, num_shared_experts=1, moe_ffn_hidden=256,
-               first_dense_layers=1, q_lora_rank=64, kv_lora_rank=64, qk_nope_head_dim=32,
-               qk_rope_head_dim=16, v_head_dim=32, head_dim=48)
+DENSE = dict(name="t", num_layers=4, hidden=512, ffn_hidden=2048, num_heads=8, num_kv_heads=8, vocab=1000)
+MOE_MLA = dict(
+    DENSE,
+    num_experts=8,
+    top_k=2,
+    num_shared_experts=1,
+    moe_ffn_hidden=256,
+    first_dense_layers=1,
+    q_lora_rank=64,
+    kv_lora_rank=64,
+    qk_nope_head_dim=32,
+    qk_rope_head_dim=16,
+    v_head_dim=32,
+    head_dim=48,
+)
 
 
 def test_every_limit_is_at_least_8x_the_largest_preset() -> None:
@@ -29,14 +39,24 @@ def test_every_limit_is_at_least_8x_the_largest_preset() -> None:
 @pytest.mark.parametrize("field", sorted(MODEL_LIMITS))
 def test_a_size_over_its_limit_names_the_key_the_value_and_the_limit(field: str) -> None:
     limit = MODEL_LIMITS[field]
-    with pytest.raises(ValueError, match=rf"model\.{scenario_key(field)}={limit + 1:,} exceeds "
-                                         rf"paraplan's limit of {limit:,}"):
+    with pytest.raises(
+        ValueError,
+        match=rf"model\.{scenario_key(field)}={limit + 1:,} exceeds "
+        rf"paraplan's limit of {limit:,}",
+    ):
         ModelSpec(**{**MOE_MLA, field: limit + 1})
 
 
 def test_sizes_at_their_limits_are_accepted() -> None:
-    spec = ModelSpec(name="big", num_layers=1_024, hidden=262_144, ffn_hidden=1_048_576,
-                     num_heads=4_096, num_kv_heads=4_096, vocab=16_777_216)
+    spec = ModelSpec(
+        name="big",
+        num_layers=1_024,
+        hidden=262_144,
+        ffn_hidden=1_048_576,
+        num_heads=4_096,
+        num_kv_heads=4_096,
+        vocab=16_777_216,
+    )
     assert spec.num_layers == MODEL_LIMITS["num_layers"]
     assert spec.head_dim == 64
 

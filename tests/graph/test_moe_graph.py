@@ -9,19 +9,31 @@ import pytest
 from paraplan.graph import LayerKind, ModelSpec, build_graph, from_fields, from_hf_config, preset
 
 HF = Path(__file__).resolve().parents[2] / "graph" / "data" / "hf"
-MOE_PRESETS = ["mixtral-8x7b", "mixtral-8x22b", "deepseek-v3", "qwen3-30b-a3b", "qwen3-235b-a22b",
-               "gpt-oss-120b"]
+MOE_PRESETS = [
+    "mixtral-8x7b",
+    "mixtral-8x22b",
+    "deepseek-v3",
+    "qwen3-30b-a3b",
+    "qwen3-235b-a22b",
+    "gpt-oss-120b",
+]
 
 
 # Totals / active from docs/data/models.json params_computed_check (weights, no biases):
 # Mixtral 8x7B 46.70B / 12.88B, 8x22B 140.63B / 39.16B, DeepSeek-V3 671.03B / 37.55B (incl. the
 # 1.85B embedding + head), Qwen3-30B-A3B 30.53B / 3.35B, Qwen3-235B-A22B 235.09B / 22.19B,
 # gpt-oss-120b 116.79B / 5.71B incl. the 0.58B input embedding.
-@pytest.mark.parametrize(("name", "total_b", "active_b"), [
-    ("mixtral-8x7b", 46.70, 12.88), ("mixtral-8x22b", 140.63, 39.16),
-    ("deepseek-v3", 671.03, 37.55), ("qwen3-30b-a3b", 30.53, 3.35),
-    ("qwen3-235b-a22b", 235.09, 22.19), ("gpt-oss-120b", 116.79, 5.71),
-])
+@pytest.mark.parametrize(
+    ("name", "total_b", "active_b"),
+    [
+        ("mixtral-8x7b", 46.70, 12.88),
+        ("mixtral-8x22b", 140.63, 39.16),
+        ("deepseek-v3", 671.03, 37.55),
+        ("qwen3-30b-a3b", 30.53, 3.35),
+        ("qwen3-235b-a22b", 235.09, 22.19),
+        ("gpt-oss-120b", 116.79, 5.71),
+    ],
+)
 def test_moe_parameter_counts_match_the_sources(name: str, total_b: float, active_b: float) -> None:
     g = build_graph(preset(name))
     assert g.num_params / 1e9 == pytest.approx(total_b, rel=0.002)
@@ -61,9 +73,13 @@ def test_mla_attention_shapes() -> None:
     spec = preset("deepseek-v3")
     attn = build_graph(spec).layer("attn_0")
     dims = {g.name: (g.in_dim, g.out_dim, g.tp_split) for g in attn.gemms}
-    assert dims == {"q_down": (7168, 1536, "none"), "q_up": (1536, 128 * 192, "out"),
-                    "kv_down": (7168, 512 + 64, "none"), "kv_up": (512, 128 * 256, "out"),
-                    "proj": (128 * 128, 7168, "in")}
+    assert dims == {
+        "q_down": (7168, 1536, "none"),
+        "q_up": (1536, 128 * 192, "out"),
+        "kv_down": (7168, 512 + 64, "none"),
+        "kv_up": (512, 128 * 256, "out"),
+        "proj": (128 * 128, 7168, "in"),
+    }
     # q.k over 192 dims, softmax.v over 128, per head: 2*(128*192) + 2*(128*128) per token per key
     assert attn.attn_core_flops_per_token_per_seq == 2 * 128 * 192 + 2 * 128 * 128
     assert attn.replicated_params == 7168 * 1536 + 7168 * 576
@@ -71,10 +87,19 @@ def test_mla_attention_shapes() -> None:
 
 
 def test_qwen_decoder_sparse_step_maps_to_dense_then_every_kth() -> None:
-    cfg = {"model_type": "qwen3_moe", "hidden_size": 256, "num_attention_heads": 4,
-           "num_hidden_layers": 6, "vocab_size": 1000, "hidden_act": "silu",
-           "num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 128,
-           "intermediate_size": 512, "decoder_sparse_step": 2}
+    cfg = {
+        "model_type": "qwen3_moe",
+        "hidden_size": 256,
+        "num_attention_heads": 4,
+        "num_hidden_layers": 6,
+        "vocab_size": 1000,
+        "hidden_act": "silu",
+        "num_experts": 8,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 128,
+        "intermediate_size": 512,
+        "decoder_sparse_step": 2,
+    }
     spec = from_hf_config(cfg)
     # Qwen: layer i is sparse when (i + 1) % step == 0 -> layers 1, 3, 5
     assert [spec.is_moe_layer(i) for i in range(6)] == [False, True, False, True, False, True]
@@ -87,13 +112,16 @@ def test_dense_models_have_no_expert_parameters() -> None:
     assert all(ly.expert_params == 0 for ly in g.layers())
 
 
-@pytest.mark.parametrize(("fields", "match"), [
-    ({"experts": 8, "top_k": 9, "moe_ffn_hidden": 64}, "top_k=9"),
-    ({"experts": 8, "top_k": 2}, "moe_ffn_hidden"),
-    ({"top_k": 2, "moe_ffn_hidden": 64, "ffn_hidden": 64}, "experts > 0"),
-    ({"experts": 8, "top_k": 2, "moe_ffn_hidden": 64, "first_dense_layers": 4}, "no MoE layer"),
-    ({"ffn_hidden": 64, "kv_lora_rank": 32}, "qk_nope_head_dim"),
-])
+@pytest.mark.parametrize(
+    ("fields", "match"),
+    [
+        ({"experts": 8, "top_k": 9, "moe_ffn_hidden": 64}, "top_k=9"),
+        ({"experts": 8, "top_k": 2}, "moe_ffn_hidden"),
+        ({"top_k": 2, "moe_ffn_hidden": 64, "ffn_hidden": 64}, "experts > 0"),
+        ({"experts": 8, "top_k": 2, "moe_ffn_hidden": 64, "first_dense_layers": 4}, "no MoE layer"),
+        ({"ffn_hidden": 64, "kv_lora_rank": 32}, "qk_nope_head_dim"),
+    ],
+)
 def test_moe_and_mla_shape_errors_name_the_field(fields: dict, match: str) -> None:
     base = {"layers": 4, "hidden": 128, "heads": 4, "vocab": 100}
     with pytest.raises(ValueError, match=match):

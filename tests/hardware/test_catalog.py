@@ -5,8 +5,18 @@ from __future__ import annotations
 import pytest
 from paraplan.hardware import build_cluster, node_type, node_type_names, topology_graph
 
-PRESETS = ["dgx-a100-40gb", "dgx-a100-80gb", "dgx-h100", "dgx-h200", "hgx-h800", "dgx-b200",
-           "gb200-nvl72", "gb200-nvl72-64", "gb300-nvl72", "mi300x"]
+PRESETS = [
+    "dgx-a100-40gb",
+    "dgx-a100-80gb",
+    "dgx-h100",
+    "dgx-h200",
+    "hgx-h800",
+    "dgx-b200",
+    "gb200-nvl72",
+    "gb200-nvl72-64",
+    "gb300-nvl72",
+    "mi300x",
+]
 
 
 @pytest.mark.parametrize("name", PRESETS)
@@ -79,12 +89,10 @@ def test_gb300_is_a_gb200_rack_with_more_memory_and_faster_attention() -> None:
     assert gb300.accelerator.hbm_bytes == pytest.approx(288e9)
     assert gb300.devices_per_node == 72 and gb300.scale_up == gb200.scale_up
     graph = build_graph(preset("llama3-8b"))
-    plan = Plan(dp=8, tp=1, pp=1, micro_batch=1, zero=1, recompute=(Recompute.NONE,),
-                layers_per_stage=(32,))
+    plan = Plan(dp=8, tp=1, pp=1, micro_batch=1, zero=1, recompute=(Recompute.NONE,), layers_per_stage=(32,))
 
     def on(name: str, seq_len: int):
-        return evaluate(graph, build_cluster(name, gpus=8), Job(seq_len=seq_len, global_batch=64),
-                        plan)
+        return evaluate(graph, build_cluster(name, gpus=8), Job(seq_len=seq_len, global_batch=64), plan)
 
     assert on("gb300-nvl72", 8192).step_time_s < on("gb200-nvl72", 8192).step_time_s
     assert not on("gb200-nvl72", 32768).fits  # ~233 GB per GPU

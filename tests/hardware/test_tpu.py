@@ -28,9 +28,16 @@ def test_slice_names_count_cores_on_v4_v5p_and_chips_on_v5e_v6e() -> None:
     assert parse_slice("v6e-64").chips == 64
 
 
-@pytest.mark.parametrize("name, rule", [("v5p-1023", "multiple of 2"), ("v5e-512", "largest"),
-                                        ("v5p-200", "whole cubes"), ("v5e-24", "slices hold"),
-                                        ("v7-8", "family one of")])
+@pytest.mark.parametrize(
+    "name, rule",
+    [
+        ("v5p-1023", "multiple of 2"),
+        ("v5e-512", "largest"),
+        ("v5p-200", "whole cubes"),
+        ("v5e-24", "slices hold"),
+        ("v7-8", "family one of"),
+    ],
+)
 def test_bad_slice_names_say_why(name: str, rule: str) -> None:
     with pytest.raises(ValueError, match=rule):
         parse_slice(name)
@@ -49,8 +56,10 @@ def test_default_shapes_and_wraparound() -> None:
 def test_optical_switching_offers_every_whole_cube_shape() -> None:
     shapes = slice_shapes(parse_slice("v5p-1024"))
     assert shapes[0] == (8, 8, 8)
-    assert set(shapes) == {(8, 8, 8), *{p for s in [(4, 8, 16), (4, 4, 32)]
-                                         for p in __import__("itertools").permutations(s)}}
+    assert set(shapes) == {
+        (8, 8, 8),
+        *{p for s in [(4, 8, 16), (4, 4, 32)] for p in __import__("itertools").permutations(s)},
+    }
     assert slice_shapes(parse_slice("v5e-256")) == ((16, 16),)
 
 

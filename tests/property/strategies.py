@@ -20,8 +20,15 @@ from benchmarks.fuzz_cases import Case, api_args, evaluate_case, malformed_case,
 
 T = TypeVar("T")
 
-__all__ = ["HypothesisDraw", "valid_cases", "evaluate_cases", "malformed_cases", "api_arg_cases",
-           "settings_for", "EXAMPLES_SCALE"]
+__all__ = [
+    "HypothesisDraw",
+    "valid_cases",
+    "evaluate_cases",
+    "malformed_cases",
+    "api_arg_cases",
+    "settings_for",
+    "EXAMPLES_SCALE",
+]
 
 EXAMPLES_SCALE = int(os.environ.get("PARAPLAN_PROPERTY_EXAMPLES", "100")) / 100
 
@@ -72,6 +79,10 @@ def settings_for(max_examples: int) -> settings:
         database=None,
         deadline=None,
         print_blob=True,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                               HealthCheck.filter_too_much, HealthCheck.function_scoped_fixture],
+        suppress_health_check=[
+            HealthCheck.too_slow,
+            HealthCheck.data_too_large,
+            HealthCheck.filter_too_much,
+            HealthCheck.function_scoped_fixture,
+        ],
     )

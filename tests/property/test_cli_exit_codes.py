@@ -13,13 +13,17 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-SMALL = {"model": {"layers": 4, "hidden": 256, "ffn_hidden": 1024, "heads": 4, "vocab": 1000},
-         "cluster": {"preset": "dgx-h100", "gpus": 8}, "job": {"seq_len": 1024, "global_batch": 16}}
+SMALL = {
+    "model": {"layers": 4, "hidden": 256, "ffn_hidden": 1024, "heads": 4, "vocab": 1000},
+    "cluster": {"preset": "dgx-h100", "gpus": 8},
+    "job": {"seq_len": 1024, "global_batch": 16},
+}
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "paraplan.cli", *args], capture_output=True,
-                          text=True, cwd=ROOT, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "paraplan.cli", *args], capture_output=True, text=True, cwd=ROOT, timeout=120
+    )
 
 
 def _strict_json(text: str) -> dict:
@@ -56,25 +60,33 @@ def test_plan_exits_zero_with_strict_json_that_exports(tmp_path: Path) -> None:
     _strict_json(r.stdout)
 
 
-@pytest.mark.parametrize("doc", [
-    "model: {preset: llama3-8b\ncluster: [",  # broken YAML
-    "- just\n- a list\n",
-    {**SMALL, "job": {"seq_len": 1024, "global_batch": 16, "bogus": 1}},
-    {**SMALL, "plan": {"tp": "four"}},
-])
+@pytest.mark.parametrize(
+    "doc",
+    [
+        "model: {preset: llama3-8b\ncluster: [",  # broken YAML
+        "- just\n- a list\n",
+        {**SMALL, "job": {"seq_len": 1024, "global_batch": 16, "bogus": 1}},
+        {**SMALL, "plan": {"tp": "four"}},
+    ],
+)
 def test_malformed_input_exits_one_without_traceback(tmp_path: Path, doc: dict | str) -> None:
     _clean_error(_cli("plan", _write(tmp_path, doc), "--time-limit", "5"), 1)
 
 
 def test_infeasible_exits_two(tmp_path: Path) -> None:
-    doc = {"model": {"preset": "llama3.1-405b"}, "cluster": {"preset": "dgx-a100-40gb", "gpus": 1},
-           "job": {"seq_len": 8192, "global_batch": 8}}
+    doc = {
+        "model": {"preset": "llama3.1-405b"},
+        "cluster": {"preset": "dgx-a100-40gb", "gpus": 1},
+        "job": {"seq_len": 8192, "global_batch": 8},
+    }
     _clean_error(_cli("plan", _write(tmp_path, doc), "--time-limit", "5"), 2)
 
 
 def test_export_refused_exits_four(tmp_path: Path) -> None:
-    doc = {**SMALL, "plan": {"dp": 2, "tp": 2, "pp": 2, "micro_batch": 1, "zero": 1,
-                             "recompute": ["full", "none"]}}
+    doc = {
+        **SMALL,
+        "plan": {"dp": 2, "tp": 2, "pp": 2, "micro_batch": 1, "zero": 1, "recompute": ["full", "none"]},
+    }
     r = _cli("evaluate", _write(tmp_path, doc), "--json")
     assert r.returncode == 0, r.stderr
     result = tmp_path / "r.json"
@@ -83,8 +95,11 @@ def test_export_refused_exits_four(tmp_path: Path) -> None:
 
 
 def test_no_plan_in_time_exits_three(tmp_path: Path) -> None:
-    doc = {"model": {"preset": "llama3-70b"}, "cluster": {"preset": "dgx-h100", "nodes": 8},
-           "job": {"seq_len": 8192, "global_batch": 128}}
+    doc = {
+        "model": {"preset": "llama3-70b"},
+        "cluster": {"preset": "dgx-h100", "nodes": 8},
+        "job": {"seq_len": 8192, "global_batch": 128},
+    }
     _clean_error(_cli("plan", _write(tmp_path, doc), "--time-limit", "1e-6"), 3)
 
 

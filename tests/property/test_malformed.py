@@ -37,5 +37,3 @@ def test_huge_deep_and_alias_bomb_documents_are_refused_in_time(case: Case) -> N
 @given(api_arg_cases(known_bad=True))
 def test_bad_api_arguments_raise_config_error(case: Case) -> None:
     _run(case)
-
-

@@ -22,8 +22,15 @@ def _ctx(model: str = "llama3.1-8b") -> RuleContext:
 
 
 def _plan(**knobs: object) -> Plan:
-    base: dict[str, object] = dict(dp=2, tp=8, pp=1, micro_batch=1, recompute=(Recompute.NONE,),
-                                   layers_per_stage=(32,), sequence_parallel=True)
+    base: dict[str, object] = dict(
+        dp=2,
+        tp=8,
+        pp=1,
+        micro_batch=1,
+        recompute=(Recompute.NONE,),
+        layers_per_stage=(32,),
+        sequence_parallel=True,
+    )
     base.update(knobs)
     return Plan(**base)  # type: ignore[arg-type]
 
@@ -38,8 +45,10 @@ def test_every_framework_has_rules_and_an_unknown_one_is_named() -> None:
 def test_a_plan_every_framework_runs_passes_all_rules() -> None:
     ctx = _ctx()
     draft = Draft(_plan(), ctx.precision)
-    assert {n: first_refusal(ctx, draft, rules_of(n).rules) for n in ("megatron", "torchtitan")} \
-        == {"megatron": None, "torchtitan": None}
+    assert {n: first_refusal(ctx, draft, rules_of(n).rules) for n in ("megatron", "torchtitan")} == {
+        "megatron": None,
+        "torchtitan": None,
+    }
 
 
 def test_a_refusal_names_the_values_and_offers_a_repair() -> None:

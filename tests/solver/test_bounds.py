@@ -18,14 +18,17 @@ from paraplan.solver import Fixed, Options
 from paraplan.solver.space import families, orders, zeros
 from paraplan.solver.tables import quick_lower_bound_s
 
-CASES = [("llama3-8b", "dgx-h100", 4, 4096, 64), ("llama2-13b", "dgx-a100-40gb", 4, 4096, 128),
-         ("llama3-70b", "gb200-nvl72", 1, 8192, 72), ("gpt3-6.7b", "dgx-h100", 16, 2048, 256),
-         ("mixtral-8x7b", "dgx-h100", 4, 4096, 64)]
+CASES = [
+    ("llama3-8b", "dgx-h100", 4, 4096, 64),
+    ("llama2-13b", "dgx-a100-40gb", 4, 4096, 128),
+    ("llama3-70b", "gb200-nvl72", 1, 8192, 72),
+    ("gpt3-6.7b", "dgx-h100", 16, 2048, 256),
+    ("mixtral-8x7b", "dgx-h100", 4, 4096, 64),
+]
 
 
 @pytest.mark.parametrize(("model", "node", "nodes", "seq", "batch"), CASES)
-def test_each_level_bounds_the_next(model: str, node: str, nodes: int, seq: int,
-                                    batch: int) -> None:
+def test_each_level_bounds_the_next(model: str, node: str, nodes: int, seq: int, batch: int) -> None:
     graph = build_graph(preset(model))
     cluster = build_cluster(node, nodes=nodes)
     assert inner_tiers_fastest(cluster)
@@ -35,12 +38,10 @@ def test_each_level_bounds_the_next(model: str, node: str, nodes: int, seq: int,
     checked = 0
     for family in families(graph.spec, cluster, seq, batch, Fixed(), Options())[::7]:
         m = job.global_batch // (family.micro_batch * family.dp)
-        floor = pipeline_lower_bound_s(compute_floor_s(graph, family, job, cluster), family.pp,
-                                       family.vp, m)
+        floor = pipeline_lower_bound_s(compute_floor_s(graph, family, job, cluster), family.pp, family.vp, m)
         for zero in zeros(family, Fixed()):
             p = replace(family, zero=zero)
-            packed = quick_lower_bound_s(stage_terms(graph, p, job, cluster, packed=True), modes,
-                                         num_layers)
+            packed = quick_lower_bound_s(stage_terms(graph, p, job, cluster, packed=True), modes, num_layers)
             assert floor <= packed * (1 + 1e-12)
             for order in orders(p, cluster, Fixed(), Options(), prune_dominated=False):
                 terms = stage_terms(graph, replace(p, order=order), job, cluster)

@@ -22,32 +22,54 @@ from paraplan.instance import build_instance
 
 ROOT = Path(__file__).resolve().parents[2]
 LLAMA70B_64 = ROOT / "examples" / "llama3-70b-64xh100.yaml"
-BASE = Plan(dp=4, tp=2, pp=4, cp=2, vp=4, micro_batch=1, zero=2,
-            recompute=(Recompute.NONE,) * 4, layers_per_stage=(20,) * 4)
+BASE = Plan(
+    dp=4,
+    tp=2,
+    pp=4,
+    cp=2,
+    vp=4,
+    micro_batch=1,
+    zero=2,
+    recompute=(Recompute.NONE,) * 4,
+    layers_per_stage=(20,) * 4,
+)
 
 
 def test_order_zero_and_split_alone_are_near_duplicates_within_epsilon() -> None:
-    twin = replace(BASE, order=(Axis.TP, Axis.DP, Axis.CP, Axis.PP), zero=1,
-                   layers_per_stage=(19, 21, 21, 19))
+    twin = replace(
+        BASE, order=(Axis.TP, Axis.DP, Axis.CP, Axis.PP), zero=1, layers_per_stage=(19, 21, 21, 19)
+    )
     assert distinct_key(twin) == distinct_key(BASE)
     assert is_near_duplicate(twin, 10.0 * (1 + DUPLICATE_REL / 2), [(BASE, 10.0)])
     assert not is_near_duplicate(twin, 10.0 * (1 + 2 * DUPLICATE_REL), [(BASE, 10.0)])
 
 
 def test_a_degree_or_mode_makes_a_plan_distinct() -> None:
-    for other in (replace(BASE, dp=2, cp=4), replace(BASE, vp=2), replace(BASE, micro_batch=2),
-                  replace(BASE, sequence_parallel=False), replace(BASE, cp_comm="all_gather"),
-                  replace(BASE, recompute=(Recompute.FULL,) + (Recompute.NONE,) * 3)):
+    for other in (
+        replace(BASE, dp=2, cp=4),
+        replace(BASE, vp=2),
+        replace(BASE, micro_batch=2),
+        replace(BASE, sequence_parallel=False),
+        replace(BASE, cp_comm="all_gather"),
+        replace(BASE, recompute=(Recompute.FULL,) + (Recompute.NONE,) * 3),
+    ):
         assert not is_near_duplicate(other, 10.0, [(BASE, 10.0)]), other
 
 
 def _solve_raw(top: int, duplicate_rel: float | None) -> list:
     scenario = paraplan.load_scenario(LLAMA70B_64)  # the unrestricted space (solver.target: any)
-    inst = build_instance(scenario.model_copy(update={"solver": scenario.solver.model_copy(
-        update={"target": "any"})}))
+    inst = build_instance(
+        scenario.model_copy(update={"solver": scenario.solver.model_copy(update={"target": "any"})})
+    )
     opts = SolverOptions(time_limit_s=120, num_workers=2, top=top, duplicate_rel=duplicate_rel)
-    return solve_instance(inst.graph, inst.cluster, inst.job, paraplan.api.fixed_knobs(inst),
-                          paraplan.api.search_options(inst), opts).solutions
+    return solve_instance(
+        inst.graph,
+        inst.cluster,
+        inst.job,
+        paraplan.api.fixed_knobs(inst),
+        paraplan.api.search_options(inst),
+        opts,
+    ).solutions
 
 
 def test_top3_on_llama3_70b_used_to_list_a_rank_order_twin() -> None:
@@ -55,8 +77,11 @@ def test_top3_on_llama3_70b_used_to_list_a_rank_order_twin() -> None:
     # (under constant GEMM efficiency; with shape-aware costs, 2026-12-01, such twins still
     # appear among the raw best, further down the list)
     raw = _solve_raw(8, None)
-    assert any(distinct_key(a.plan) == distinct_key(b.plan) and a.plan.order != b.plan.order
-               for i, a in enumerate(raw) for b in raw[i + 1:])
+    assert any(
+        distinct_key(a.plan) == distinct_key(b.plan) and a.plan.order != b.plan.order
+        for i, a in enumerate(raw)
+        for b in raw[i + 1 :]
+    )
 
 
 def test_top_k_lists_plans_that_differ_in_a_degree_or_mode() -> None:
@@ -65,9 +90,22 @@ def test_top_k_lists_plans_that_differ_in_a_degree_or_mode() -> None:
     steps = [r.predicted.step_time_s] + [a["step_time_s"] for a in r.alternatives]
     assert steps == sorted(steps)  # still each the proven next best, in order
     plans = [r.plan.model_dump()] + [a["plan"] for a in r.alternatives]
-    keys = {(p["dp"], p["tp"], p["pp"], p["cp"], p["ep"], p["etp"] or p["tp"], p["vp"],
-             p["micro_batch"], frozenset(p["recompute_per_stage"]), p["cp_comm"],
-             p["sequence_parallel"]) for p in plans}
+    keys = {
+        (
+            p["dp"],
+            p["tp"],
+            p["pp"],
+            p["cp"],
+            p["ep"],
+            p["etp"] or p["tp"],
+            p["vp"],
+            p["micro_batch"],
+            frozenset(p["recompute_per_stage"]),
+            p["cp_comm"],
+            p["sequence_parallel"],
+        )
+        for p in plans
+    }
     assert len(keys) == 4
 
 

@@ -10,8 +10,12 @@ from paraplan.errors import InfeasibleError
 
 
 def _scenario(seq_len: int, gpus: int, global_batch: int, **plan: object) -> dict:
-    return {"model": {"preset": "llama3-8b"}, "cluster": {"preset": "dgx-h100", "gpus": gpus},
-            "job": {"seq_len": seq_len, "global_batch": global_batch}, "plan": plan}
+    return {
+        "model": {"preset": "llama3-8b"},
+        "cluster": {"preset": "dgx-h100", "gpus": gpus},
+        "job": {"seq_len": seq_len, "global_batch": global_batch},
+        "plan": plan,
+    }
 
 
 def test_million_token_job_plans_on_64_h100_with_large_cp() -> None:
@@ -31,8 +35,7 @@ def cp_solves() -> dict[str | None, paraplan.Result]:
     out = {}
     for mode in (None, "p2p", "all_gather"):
         knobs = {"cp": 8} | ({"cp_comm": mode} if mode else {})
-        out[mode] = paraplan.solve(_scenario(131_072, 16, 16, **knobs), time_limit_s=30,
-                                   workers=2)
+        out[mode] = paraplan.solve(_scenario(131_072, 16, 16, **knobs), time_limit_s=30, workers=2)
     return out
 
 
@@ -55,10 +58,16 @@ def test_cp_exchange_across_nodes_matches_enumeration(cp: int) -> None:
     from paraplan.solver import Fixed, Options
 
     from tests.solver.test_oracle import check_against_enumeration
-    spec = ModelSpec(name="small", num_layers=4, hidden=1024, ffn_hidden=4096, num_heads=8,
-                     num_kv_heads=2, vocab=32000)
-    instance = (build_graph(spec), build_cluster("dgx-h100", nodes=2),
-                Job(seq_len=65536, global_batch=16), Fixed(cp=cp, order=None),
-                Options(max_micro_batch=1, max_vp=1))
+
+    spec = ModelSpec(
+        name="small", num_layers=4, hidden=1024, ffn_hidden=4096, num_heads=8, num_kv_heads=2, vocab=32000
+    )
+    instance = (
+        build_graph(spec),
+        build_cluster("dgx-h100", nodes=2),
+        Job(seq_len=65536, global_batch=16),
+        Fixed(cp=cp, order=None),
+        Options(max_micro_batch=1, max_vp=1),
+    )
     plan = check_against_enumeration(cp, instance)
     assert plan is not None and plan.cp == cp

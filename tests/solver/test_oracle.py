@@ -15,8 +15,16 @@ from paraplan.solver import Fixed, NoFitError, NoLayoutError, Options, SolverOpt
 from paraplan.solver.enumerate import enumerate_plans
 from paraplan.solver.scale import tolerance_s
 
-CLUSTERS = [("dgx-a100-40gb", 1), ("dgx-a100-80gb", 2), ("dgx-h100", 4), ("dgx-h100", 8),
-            ("dgx-a100-40gb", 8), ("dgx-h100", 16), ("gb200-nvl72", 4), ("three-tier", 16)]
+CLUSTERS = [
+    ("dgx-a100-40gb", 1),
+    ("dgx-a100-80gb", 2),
+    ("dgx-h100", 4),
+    ("dgx-h100", 8),
+    ("dgx-a100-40gb", 8),
+    ("dgx-h100", 16),
+    ("gb200-nvl72", 4),
+    ("three-tier", 16),
+]
 
 
 def three_tier(gpus: int) -> Cluster:
@@ -24,11 +32,11 @@ def three_tier(gpus: int) -> Cluster:
     leaf of 4 GPUs, an oversubscribed spine above): placement must choose which axis crosses
     which of three tiers."""
     base = build_cluster("dgx-h100", gpus=2)
-    tiers = (replace(base.tiers[0], domain_devices=2),
-             Tier(name="leaf", domain_devices=4, per_gpu_bytes_per_s=50e9, alpha_s=10e-6,
-                  efficiency=0.9),
-             Tier(name="spine", domain_devices=gpus, per_gpu_bytes_per_s=50e9 / 7, alpha_s=20e-6,
-                  efficiency=0.9))
+    tiers = (
+        replace(base.tiers[0], domain_devices=2),
+        Tier(name="leaf", domain_devices=4, per_gpu_bytes_per_s=50e9, alpha_s=10e-6, efficiency=0.9),
+        Tier(name="spine", domain_devices=gpus, per_gpu_bytes_per_s=50e9 / 7, alpha_s=20e-6, efficiency=0.9),
+    )
     return replace(base, name="three-tier", devices_per_node=2, num_nodes=gpus // 2, tiers=tiers)
 
 
@@ -36,18 +44,25 @@ def random_instance(rng: random.Random):
     heads = rng.choice([4, 8, 16])
     hidden = heads * rng.choice([64, 128, 256, 512])
     spec = ModelSpec(
-        name="rand", num_layers=rng.randint(2, 6), hidden=hidden,
-        ffn_hidden=hidden * rng.choice([2, 4]), num_heads=heads,
+        name="rand",
+        num_layers=rng.randint(2, 6),
+        hidden=hidden,
+        ffn_hidden=hidden * rng.choice([2, 4]),
+        num_heads=heads,
         num_kv_heads=rng.choice([h for h in (1, 2, 4, heads) if heads % h == 0]),
         vocab=rng.choice([512, 32000, 128256]),
-        activation=rng.choice(list(Activation)), tied_embeddings=rng.random() < 0.3,
+        activation=rng.choice(list(Activation)),
+        tied_embeddings=rng.random() < 0.3,
     )
     preset, gpus = rng.choice(CLUSTERS)
     cluster = three_tier(gpus) if preset == "three-tier" else build_cluster(preset, gpus=gpus)
-    job = Job(seq_len=rng.choice([1024, 4096, 16384, 65536]),
-              global_batch=rng.choice([1, 2, 4, 8, 16]),
-              precision=rng.choice([Precision.BF16, Precision.BF16, Precision.FP8])
-              if preset != "dgx-a100-40gb" and preset != "dgx-a100-80gb" else Precision.BF16)
+    job = Job(
+        seq_len=rng.choice([1024, 4096, 16384, 65536]),
+        global_batch=rng.choice([1, 2, 4, 8, 16]),
+        precision=rng.choice([Precision.BF16, Precision.BF16, Precision.FP8])
+        if preset != "dgx-a100-40gb" and preset != "dgx-a100-80gb"
+        else Precision.BF16,
+    )
     fixed_kw = random_fixed_knobs(rng)
     if rng.random() < 0.15:
         fixed_kw["order"] = (Axis.DP, Axis.TP, Axis.CP, Axis.PP)
@@ -68,8 +83,12 @@ def random_fixed_knobs(rng: random.Random) -> dict:
 
 def random_options(rng: random.Random) -> Options:
     """Search options of a random instance (small micro-batch and vp ranges: enumerable)."""
-    return Options(allow_uneven_stages=rng.random() < 0.8, search_placement=rng.random() < 0.7,
-                   max_micro_batch=2, max_vp=2)
+    return Options(
+        allow_uneven_stages=rng.random() < 0.8,
+        search_placement=rng.random() < 0.7,
+        max_micro_batch=2,
+        max_vp=2,
+    )
 
 
 def check_against_enumeration(seed: int, instance) -> Plan | None:
@@ -117,5 +136,7 @@ def test_solver_matches_enumeration_on_200_instances() -> None:
 def test_three_tier_placement_matches_enumeration(seed: int) -> None:
     """Placement over three tiers (pairs, leaves, an oversubscribed spine) stays exact."""
     graph, _, job, fixed, options = random_instance(random.Random(1000 + seed))
-    check_against_enumeration(seed, (graph, three_tier(16), job, replace(fixed, order=None),
-                                     replace(options, search_placement=True)))
+    check_against_enumeration(
+        seed,
+        (graph, three_tier(16), job, replace(fixed, order=None), replace(options, search_placement=True)),
+    )

@@ -16,8 +16,14 @@ from paraplan.solver.space import layouts
 
 from tests.solver.test_oracle import check_against_enumeration, random_fixed_knobs, random_options
 
-CLUSTERS = [("dgx-h100", 4), ("dgx-h100", 8), ("dgx-h100", 16), ("dgx-a100-80gb", 16),
-            ("gb200-nvl72", 8), ("dgx-b200", 16)]
+CLUSTERS = [
+    ("dgx-h100", 4),
+    ("dgx-h100", 8),
+    ("dgx-h100", 16),
+    ("dgx-a100-80gb", 16),
+    ("gb200-nvl72", 8),
+    ("dgx-b200", 16),
+]
 
 
 def random_moe_instance(rng: random.Random, small: bool = False):
@@ -27,25 +33,34 @@ def random_moe_instance(rng: random.Random, small: bool = False):
     experts = rng.choice([4, 8, 16, 32])
     mla = rng.random() < 0.25
     spec = ModelSpec(
-        name="rand-moe", num_layers=layers, hidden=hidden,
-        ffn_hidden=hidden * rng.choice([2, 4]), num_heads=heads,
+        name="rand-moe",
+        num_layers=layers,
+        hidden=hidden,
+        ffn_hidden=hidden * rng.choice([2, 4]),
+        num_heads=heads,
         num_kv_heads=heads if mla else rng.choice([h for h in (1, 2, 4, heads) if heads % h == 0]),
         vocab=rng.choice([512, 32000]),
-        num_experts=experts, top_k=rng.choice([k for k in (1, 2, 4) if k <= experts]),
+        num_experts=experts,
+        top_k=rng.choice([k for k in (1, 2, 4) if k <= experts]),
         moe_ffn_hidden=hidden * rng.choice([1, 2]),
         num_shared_experts=rng.choice([0, 0, 1]),
         first_dense_layers=rng.choice([0, 0, 1]) if layers > 1 else 0,
-        kv_lora_rank=64 if mla else 0, q_lora_rank=rng.choice([0, 96]) if mla else 0,
-        qk_nope_head_dim=32 if mla else 0, qk_rope_head_dim=16 if mla else 0,
+        kv_lora_rank=64 if mla else 0,
+        q_lora_rank=rng.choice([0, 96]) if mla else 0,
+        qk_nope_head_dim=32 if mla else 0,
+        qk_rope_head_dim=16 if mla else 0,
         v_head_dim=32 if mla else 0,
     )
     preset, gpus = rng.choice([c for c in CLUSTERS if not small or c[1] <= 8])
     cluster = build_cluster(preset, gpus=gpus)
-    job = Job(seq_len=rng.choice([1024, 4096, 16384]),
-              global_batch=rng.choice([4, 8, 16, 32]),
-              precision=rng.choice([Precision.BF16, Precision.FP8])
-              if not preset.startswith("dgx-a100") else Precision.BF16,
-              expert_imbalance=rng.choice([1.0, 1.1, 1.3]))
+    job = Job(
+        seq_len=rng.choice([1024, 4096, 16384]),
+        global_batch=rng.choice([4, 8, 16, 32]),
+        precision=rng.choice([Precision.BF16, Precision.FP8])
+        if not preset.startswith("dgx-a100")
+        else Precision.BF16,
+        expert_imbalance=rng.choice([1.0, 1.1, 1.3]),
+    )
     fixed_kw = random_fixed_knobs(rng)
     if rng.random() < 0.15:
         fixed_kw["ep"] = rng.choice([1, 2, 4])

@@ -21,8 +21,11 @@ POOLS = [
     [{"preset": "dgx-h100", "gpus": 4}, {"preset": "dgx-a100-40gb", "gpus": 2}],
     [{"preset": "dgx-a100-40gb", "gpus": 4}, {"preset": "dgx-h100", "gpus": 4}],
     [{"preset": "dgx-h100", "gpus": 2}, {"preset": "dgx-a100-80gb", "gpus": 4}],
-    [{"preset": "dgx-a100-80gb", "gpus": 2}, {"preset": "dgx-h100", "gpus": 2},
-     {"preset": "dgx-a100-40gb", "gpus": 2}],
+    [
+        {"preset": "dgx-a100-80gb", "gpus": 2},
+        {"preset": "dgx-h100", "gpus": 2},
+        {"preset": "dgx-a100-40gb", "gpus": 2},
+    ],
     [{"preset": "dgx-h100", "gpus": 1}, {"preset": "dgx-a100-40gb", "gpus": 1}],
     [{"preset": "dgx-h100", "nodes": 1}, {"preset": "dgx-a100-80gb", "nodes": 1}],
 ]
@@ -34,8 +37,7 @@ def random_pooled_instance(rng: random.Random):
     if len(pools) == 3 or any("nodes" in p for p in pools):  # keep the enumeration small
         options = replace(options, max_micro_batch=1, max_vp=1)
     # A100s have no FP8
-    return (graph, build_pooled_cluster(pools), replace(job, precision=Precision.BF16), fixed,
-            options)
+    return (graph, build_pooled_cluster(pools), replace(job, precision=Precision.BF16), fixed, options)
 
 
 def check_pooled(seed: int) -> str:
@@ -51,11 +53,17 @@ def test_solver_matches_enumeration_on_pools(seed: int) -> None:
 
 
 def test_solver_and_enumeration_agree_a_pooled_instance_is_infeasible() -> None:
-    spec = ModelSpec(name="big", num_layers=4, hidden=16384, ffn_hidden=65536, num_heads=16,
-                     num_kv_heads=16, vocab=128256)
+    spec = ModelSpec(
+        name="big", num_layers=4, hidden=16384, ffn_hidden=65536, num_heads=16, num_kv_heads=16, vocab=128256
+    )
     pools = [{"preset": "dgx-h100", "gpus": 1}, {"preset": "dgx-a100-40gb", "gpus": 1}]
-    instance = (build_graph(spec), build_pooled_cluster(pools), Job(seq_len=65536, global_batch=4),
-                Fixed(), Options(max_micro_batch=1, max_vp=1))
+    instance = (
+        build_graph(spec),
+        build_pooled_cluster(pools),
+        Job(seq_len=65536, global_batch=4),
+        Fixed(),
+        Options(max_micro_batch=1, max_vp=1),
+    )
     assert check_against_enumeration(0, instance) is None
 
 

@@ -25,9 +25,10 @@ FILTERS = {
     # frameworks without Megatron's sequence parallelism
     "no_sp": lambda p: not p.sequence_parallel,
     # the two rank orders Megatron's RankGenerator builds
-    "megatron_orders": lambda p: _effective(p.order, p) in (
-        _effective(DEFAULT_ORDER, p),
-        _effective((Axis.TP, Axis.CP, Axis.PP, Axis.DP), p)),
+    "megatron_orders": lambda p: (
+        _effective(p.order, p)
+        in (_effective(DEFAULT_ORDER, p), _effective((Axis.TP, Axis.CP, Axis.PP, Axis.DP), p))
+    ),
     # plain DDP or full sharding only: ZeRO-0 must not be dropped as dominated
     "ddp_or_fsdp": lambda p: p.zero in (0, 3),
     "no_interleaving": lambda p: p.vp == 1,
@@ -47,8 +48,13 @@ def restricted(rng: random.Random, options: Options) -> tuple[Options, list[str]
     chosen = [FILTERS[n] for n in names]
     modes = rng.choice([None, None, (Recompute.NONE, Recompute.FULL), (Recompute.SELECTIVE,)])
     split = front_heavy_split if rng.random() < 0.3 else None
-    return replace(options, uniform_recompute=rng.random() < 0.8, recompute_modes=modes,
-                   layout_filter=lambda p: all(f(p) for f in chosen), stage_split=split), names
+    return replace(
+        options,
+        uniform_recompute=rng.random() < 0.8,
+        recompute_modes=modes,
+        layout_filter=lambda p: all(f(p) for f in chosen),
+        stage_split=split,
+    ), names
 
 
 @pytest.mark.parametrize("seed", range(20))

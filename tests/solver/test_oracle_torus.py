@@ -25,13 +25,21 @@ def random_torus_instance(rng: random.Random, preset: str, slices: int):
     heads = rng.choice([8, 16])
     hidden = heads * rng.choice([64, 128, 256])
     spec = ModelSpec(
-        name="rand", num_layers=rng.randint(2, 4), hidden=hidden, ffn_hidden=hidden * 4,
-        num_heads=heads, num_kv_heads=rng.choice([h for h in (1, 2, 4, heads) if heads % h == 0]),
-        vocab=rng.choice([512, 32000]), activation=rng.choice(list(Activation)),
+        name="rand",
+        num_layers=rng.randint(2, 4),
+        hidden=hidden,
+        ffn_hidden=hidden * 4,
+        num_heads=heads,
+        num_kv_heads=rng.choice([h for h in (1, 2, 4, heads) if heads % h == 0]),
+        vocab=rng.choice([512, 32000]),
+        activation=rng.choice(list(Activation)),
     )
     cluster = build_cluster(preset, nodes=slices)
-    job = Job(seq_len=rng.choice([1024, 4096, 16384]), global_batch=rng.choice([8, 16, 32]),
-              precision=Precision.BF16)
+    job = Job(
+        seq_len=rng.choice([1024, 4096, 16384]),
+        global_batch=rng.choice([8, 16, 32]),
+        precision=Precision.BF16,
+    )
     fixed = Fixed(zero=rng.choice([None, 1, 3]), micro_batch=1)
     return build_graph(spec), cluster, job, fixed, Options(max_micro_batch=1, max_vp=2)
 
@@ -48,8 +56,12 @@ def test_slice_shape_choice_matches_enumeration(seed: int) -> None:
     the solver's optimum equals its minimum."""
     instance = random_torus_instance(random.Random(100 + seed), "v5p-256", 1)
     graph, cluster, job, fixed, options = instance
-    shapes = {lay.torus_shape for lay in layouts(graph.spec, cluster, job.seq_len, job.global_batch,
-                                                 fixed, options, prune_dominated=False)}
+    shapes = {
+        lay.torus_shape
+        for lay in layouts(
+            graph.spec, cluster, job.seq_len, job.global_batch, fixed, options, prune_dominated=False
+        )
+    }
     assert shapes == {(4, 4, 8), (4, 8, 4), (8, 4, 4)}
     check_against_enumeration(seed, instance)
 
@@ -58,14 +70,23 @@ def test_shape_choice_changes_the_optimum() -> None:
     """Fixing the slice to a worse shape cannot beat the free choice, and on a job whose tensor
     traffic outweighs its matmuls (small hidden, tp 16) the shape matters: 16 chips are two full
     4-rings on 4x4x8 but a 4-ring and half a 8-ring (a line) on 4x8x4."""
-    spec = ModelSpec(name="narrow", num_layers=2, hidden=1024, ffn_hidden=4096, num_heads=16,
-                     num_kv_heads=16, vocab=32000, activation=Activation.SWIGLU)
+    spec = ModelSpec(
+        name="narrow",
+        num_layers=2,
+        hidden=1024,
+        ffn_hidden=4096,
+        num_heads=16,
+        num_kv_heads=16,
+        vocab=32000,
+        activation=Activation.SWIGLU,
+    )
     graph, cluster = build_graph(spec), build_cluster("v5p-256", nodes=1)
     job = Job(seq_len=4096, global_batch=16, precision=Precision.BF16)
     opts = Options(max_micro_batch=1, max_vp=1)
     free = enumerate_plans(graph, cluster, job, Fixed(tp=16, pp=1, micro_batch=1), opts)
-    per_shape = {s: enumerate_plans(graph, cluster, job,
-                                    Fixed(tp=16, pp=1, micro_batch=1, torus_shape=s), opts).best_s
-                 for s in cluster.torus.shapes}
+    per_shape = {
+        s: enumerate_plans(graph, cluster, job, Fixed(tp=16, pp=1, micro_batch=1, torus_shape=s), opts).best_s
+        for s in cluster.torus.shapes
+    }
     assert free.best_s == pytest.approx(min(per_shape.values()))
     assert max(per_shape.values()) > min(per_shape.values()) * (1 + 1e-6)

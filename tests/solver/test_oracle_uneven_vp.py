@@ -20,16 +20,21 @@ def uneven_vp_instance(seed: int):
     rng = random.Random(seed)
     graph, cluster, job, fixed, options = random_instance(rng)
     pp, vp = rng.choice([(2, 2), (2, 3), (2, 4), (3, 2), (4, 2)])
-    layers = rng.choice([n for n in range(pp * vp, 3 * pp * vp + 1)
-                         if n % vp and pipeline_slots(n, pp, vp) is not None])
+    layers = rng.choice(
+        [n for n in range(pp * vp, 3 * pp * vp + 1) if n % vp and pipeline_slots(n, pp, vp) is not None]
+    )
     spec = replace(graph.spec, num_layers=layers)
     job = replace(job, global_batch=rng.choice([4, 8, 16]) * pp)
-    fixed = Fixed(pp=pp, vp=vp, **{k: getattr(fixed, k) for k in ("zero", "recompute", "tp")
-                                  if getattr(fixed, k) is not None})
+    fixed = Fixed(
+        pp=pp,
+        vp=vp,
+        **{k: getattr(fixed, k) for k in ("zero", "recompute", "tp") if getattr(fixed, k) is not None},
+    )
     # vp does not divide the layers, so only uneven stages (Megatron's slots) can hold them;
     # allow_uneven_stages=False means equal stages and chunks (tests/solver/test_proof_regressions)
-    options = Options(allow_uneven_stages=True,
-                      search_placement=options.search_placement, max_micro_batch=2, max_vp=vp)
+    options = Options(
+        allow_uneven_stages=True, search_placement=options.search_placement, max_micro_batch=2, max_vp=vp
+    )
     return build_graph(spec), cluster, job, fixed, options
 
 
@@ -40,8 +45,7 @@ def test_uneven_vp_matches_enumeration(seed: int) -> None:
         assert not is_even_chunks(plan), "vp does not divide the layers: some chunk is short"
         slots = pipeline_slots(sum(plan.layers_per_stage), plan.pp, plan.vp)
         assert slots is not None
-        assert all((n + sl) % plan.vp == 0
-                   for n, sl in zip(plan.layers_per_stage, slots, strict=True))
+        assert all((n + sl) % plan.vp == 0 for n, sl in zip(plan.layers_per_stage, slots, strict=True))
 
 
 def test_uneven_vp_instances_are_mostly_feasible() -> None:

@@ -53,22 +53,38 @@ def test_fixed_per_stage_recompute_and_split() -> None:
 
 def test_ample_memory_means_pure_data_parallel() -> None:
     # a small model on big-memory GPUs: no reason to split the model
-    r = _solve({"model": {"preset": "gpt3-1.3b"}, "cluster": {"preset": "dgx-h200", "nodes": 2},
-                "job": {"seq_len": 2048, "global_batch": 256}})
+    r = _solve(
+        {
+            "model": {"preset": "gpt3-1.3b"},
+            "cluster": {"preset": "dgx-h200", "nodes": 2},
+            "job": {"seq_len": 2048, "global_batch": 256},
+        }
+    )
     assert (r.plan.tp, r.plan.pp, r.plan.cp) == (1, 1, 1)
     assert r.plan.dp == 16
 
 
 def test_tight_memory_shards_the_model() -> None:
     # 70B on 16 x 80 GB cannot replicate its 1.1 TB of training state
-    r = _solve({"model": {"preset": "llama3-70b"}, "cluster": {"preset": "dgx-h100", "nodes": 2},
-                "job": {"seq_len": 4096, "global_batch": 32}})
+    r = _solve(
+        {
+            "model": {"preset": "llama3-70b"},
+            "cluster": {"preset": "dgx-h100", "nodes": 2},
+            "job": {"seq_len": 4096, "global_batch": 32},
+        }
+    )
     assert r.plan.zero == 3 or r.plan.tp * r.plan.pp >= 8
 
 
 def test_slow_network_keeps_tp_inside_the_node() -> None:
-    r = _solve({"model": {"preset": "llama3-70b"}, "cluster": {"preset": "dgx-a100-80gb", "nodes": 4},
-                "job": {"seq_len": 4096, "global_batch": 64}, "plan": {"tp": 8}})
+    r = _solve(
+        {
+            "model": {"preset": "llama3-70b"},
+            "cluster": {"preset": "dgx-a100-80gb", "nodes": 4},
+            "job": {"seq_len": 4096, "global_batch": 64},
+            "plan": {"tp": 8},
+        }
+    )
     tp_stride_inside = r.plan.order.index("tp") == 0
     assert tp_stride_inside
 
@@ -81,9 +97,13 @@ def test_more_gpus_never_slower_per_step_for_weak_scaling_batch() -> None:
 
 def test_infeasible_names_the_memory_shortfall() -> None:
     with pytest.raises(InfeasibleError, match=r"least any plan needs is .* GiB per device") as e:
-        _solve({"model": {"preset": "llama3.1-405b"},
+        _solve(
+            {
+                "model": {"preset": "llama3.1-405b"},
                 "cluster": {"preset": "dgx-a100-40gb", "nodes": 1},
-                "job": {"seq_len": 8192, "global_batch": 8}})
+                "job": {"seq_len": 8192, "global_batch": 8},
+            }
+        )
     assert e.value.families == ("memory_per_stage",)
 
 
@@ -96,10 +116,20 @@ def test_top_k_lists_distinct_layouts_best_first() -> None:
     r = _solve(SMALL, top=4)
     steps = [r.solver.objective_s] + [a["step_time_s"] for a in r.alternatives]  # solver order
     assert steps == sorted(steps) and len(r.alternatives) == 3
-    layouts = {(a["plan"]["dp"], a["plan"]["tp"], a["plan"]["pp"], a["plan"]["cp"], a["plan"]["vp"],
-                a["plan"]["micro_batch"], a["plan"]["zero"], tuple(a["plan"]["order"]),
-                a["plan"]["cp_comm"])  # ring and all-gather CP differ in attention kernels too
-               for a in r.alternatives}
+    layouts = {
+        (
+            a["plan"]["dp"],
+            a["plan"]["tp"],
+            a["plan"]["pp"],
+            a["plan"]["cp"],
+            a["plan"]["vp"],
+            a["plan"]["micro_batch"],
+            a["plan"]["zero"],
+            tuple(a["plan"]["order"]),
+            a["plan"]["cp_comm"],
+        )  # ring and all-gather CP differ in attention kernels too
+        for a in r.alternatives
+    }
     assert len(layouts) == 3
 
 
@@ -112,8 +142,11 @@ def test_explanation_says_what_binds_and_what_the_runner_up_loses() -> None:
 def test_expired_time_limit_returns_best_plan_with_gap_or_times_out() -> None:
     # the limit covers bounding too: a tight one leaves either a feasible plan with its gap,
     # or a clear SolveTimeout; never a false OPTIMAL or a false INFEASIBLE
-    big = {"model": {"preset": "llama3.1-405b"}, "cluster": {"preset": "dgx-h100", "nodes": 2048},
-           "job": {"seq_len": 8192, "global_batch": 2048}}
+    big = {
+        "model": {"preset": "llama3.1-405b"},
+        "cluster": {"preset": "dgx-h100", "nodes": 2048},
+        "job": {"seq_len": 8192, "global_batch": 2048},
+    }
     try:
         r = paraplan.solve(big, time_limit_s=3)
     except paraplan.SolveTimeout as e:

@@ -28,21 +28,41 @@ def test_405b_pp8_vp8_plans_and_matches_evaluate() -> None:
     assert (res.plan.pp, res.plan.vp) == (8, 8)
     assert sum(res.plan.layers_per_stage) == 126
     assert res.plan.layers_per_chunk  # 126 is no multiple of 8: the slots make chunks unequal
-    fixed = paraplan.evaluate(res.scenario | {"plan": {
-        k: getattr(res.plan, k) for k in ("dp", "tp", "pp", "cp", "vp", "micro_batch", "zero",
-                                          "sequence_parallel", "layers_per_stage")}
-        | {"recompute": res.plan.recompute_per_stage}})
+    fixed = paraplan.evaluate(
+        res.scenario
+        | {
+            "plan": {
+                k: getattr(res.plan, k)
+                for k in (
+                    "dp",
+                    "tp",
+                    "pp",
+                    "cp",
+                    "vp",
+                    "micro_batch",
+                    "zero",
+                    "sequence_parallel",
+                    "layers_per_stage",
+                )
+            }
+            | {"recompute": res.plan.recompute_per_stage}
+        }
+    )
     assert fixed.predicted.step_time_s == pytest.approx(res.predicted.step_time_s, rel=1e-9)
     assert res.solver.objective_s == pytest.approx(res.predicted.step_time_s, rel=1e-6)
 
 
 def test_405b_recipe_split_is_its_plan_when_fixed() -> None:
-    res = paraplan.solve(_scenario(dp=8, micro_batch=1, zero=1, recompute="none",
-                                   layers_per_chunk=RECIPE_CHUNKS), time_limit_s=60, workers=1)
+    res = paraplan.solve(
+        _scenario(dp=8, micro_batch=1, zero=1, recompute="none", layers_per_chunk=RECIPE_CHUNKS),
+        time_limit_s=60,
+        workers=1,
+    )
     assert res.plan.layers_per_stage == [15] + [16] * 6 + [15]
     assert res.plan.layers_per_chunk == RECIPE_CHUNKS
     assert res.predicted.step_time_s == pytest.approx(
-        paraplan.evaluate(EXAMPLE_405B).predicted.step_time_s, rel=1e-9)
+        paraplan.evaluate(EXAMPLE_405B).predicted.step_time_s, rel=1e-9
+    )
 
 
 def test_plan_refuses_a_chunk_layout_it_does_not_search() -> None:
@@ -50,8 +70,7 @@ def test_plan_refuses_a_chunk_layout_it_does_not_search() -> None:
     with pytest.raises(ConfigError, match=r"plan\.layers_per_chunk=.*paraplan evaluate"):
         paraplan.solve(_scenario(layers_per_chunk=chunks), time_limit_s=60, workers=1)
     with pytest.raises(ConfigError, match=r"plan\.layers_per_chunk rows must each list vp=4"):
-        paraplan.solve(_scenario(vp=4, layers_per_chunk=RECIPE_CHUNKS), time_limit_s=60,
-                       workers=1)
+        paraplan.solve(_scenario(vp=4, layers_per_chunk=RECIPE_CHUNKS), time_limit_s=60, workers=1)
 
 
 def test_megatron_target_plans_the_account_for_split() -> None:
@@ -60,5 +79,4 @@ def test_megatron_target_plans_the_account_for_split() -> None:
     res = paraplan.solve(scenario, time_limit_s=60, workers=1)
     assert res.plan.layers_per_chunk
     text = paraplan.export(res, "megatron")
-    assert ("--account-for-embedding-in-pipeline-split" in text
-            or "--pipeline-model-parallel-layout" in text)
+    assert "--account-for-embedding-in-pipeline-split" in text or "--pipeline-model-parallel-layout" in text
