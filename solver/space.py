@@ -362,6 +362,24 @@ def _shapes(cluster: Cluster, fixed: Fixed) -> tuple[tuple[int, ...], ...]:
     return torus.shapes
 
 
+def _placement_base(family: Plan) -> Plan:
+    """The family's degrees, pools and slice shape with placeholder per-stage fields: what a rank
+    order's communication terms depend on."""
+    return Plan(
+        dp=family.dp,
+        tp=family.tp,
+        pp=family.pp,
+        cp=family.cp,
+        ep=family.ep,
+        etp=family.etp,
+        micro_batch=1,
+        recompute=(Recompute.NONE,) * family.pp,
+        layers_per_stage=(1,) * family.pp,
+        stage_pools=family.stage_pools,
+        torus_shape=family.torus_shape,
+    )
+
+
 def placements(
     family: Plan,
     cluster: Cluster,
@@ -382,17 +400,8 @@ def placements(
             (o, family.torus_shape)
             for o in orders(family, cluster, fixed, options, prune_dominated=prune_dominated, cache=cache)
         ]
-    key = (
-        "placements",
-        family.tp,
-        family.cp,
-        family.pp,
-        family.dp,
-        family.ep,
-        family.etp,
-        family.cp_comm,
-        prune_dominated,
-    ) + ((family,) if options.layout_filter else ())
+    ignore = frozenset() if options.layout_filter else _ORDERS_IGNORE | {"torus_shape"}
+    key = ("placements", prune_dominated, *plan_key(family, ignore))
     if cache is not None and key in cache:
         return cache[key]
     pairs = [
@@ -408,17 +417,7 @@ def placements(
         )
     ]
     if prune_dominated and len(pairs) > 1:
-        base = Plan(
-            dp=family.dp,
-            tp=family.tp,
-            pp=family.pp,
-            cp=family.cp,
-            ep=family.ep,
-            etp=family.etp,
-            micro_batch=1,
-            recompute=(Recompute.NONE,) * family.pp,
-            layers_per_stage=(1,) * family.pp,
-        )
+        base = _placement_base(family)
         kept: list[tuple[tuple[tuple[Axis, ...], tuple[int, ...]], tuple[float, ...]]] = []
         for pair in pairs:
             prof = _profile(cluster, replace(base, order=pair[0], torus_shape=pair[1]), (family.etp,))
@@ -525,19 +524,7 @@ def orders(
     key = (prune_dominated, *plan_key(family, frozenset() if filtered else _ORDERS_IGNORE))
     if cache is not None and key in cache:
         return cache[key]
-    base = Plan(
-        dp=family.dp,
-        tp=family.tp,
-        pp=family.pp,
-        cp=family.cp,
-        ep=family.ep,
-        etp=family.etp,
-        micro_batch=1,
-        recompute=(Recompute.NONE,) * family.pp,
-        layers_per_stage=(1,) * family.pp,
-        stage_pools=family.stage_pools,
-        torus_shape=family.torus_shape,
-    )
+    base = _placement_base(family)
     out = _orders(base, cluster, fixed, options, prune_dominated, (family.etp,), family)
     if cache is not None:
         cache[key] = out
