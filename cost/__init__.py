@@ -1,5 +1,6 @@
 """The one cost model: compute, memory, communication and schedule of a parallel training step."""
 
+from paraplan.cost.block import BlockCost
 from paraplan.cost.comm import (
     GroupSpan,
     allgather_s,
@@ -26,7 +27,7 @@ from paraplan.cost.plan import (
 )
 from paraplan.cost.pp import bubble_s, in_flight_micro_batches, pipeline_s
 from paraplan.cost.recompute import stored_activation_bytes
-from paraplan.cost.stage import BlockCost, StageTerms, stage_terms
+from paraplan.cost.stage import StageTerms, stage_terms
 
 __all__ = [
     "DEFAULT_ORDER",

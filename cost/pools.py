@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from paraplan.cost.floor import compute_floor_s, ends_floor_s
 from paraplan.cost.plan import Axis, Job, Plan
-from paraplan.cost.stage import compute_floor_s, ends_floor_s
 from paraplan.graph import LayerGraph
 from paraplan.hardware import Cluster
 
@@ -91,7 +91,7 @@ def check_stage_pools(plan: Plan, cluster: Cluster) -> None:
 @dataclass(frozen=True, slots=True)
 class PoolFloor:
     """Least compute of one micro-batch on one pool's devices: all the model's blocks, and the
-    embedding + LM head (cost/stage.py compute_floor_s, ends_floor_s). Units: seconds."""
+    embedding + LM head (cost/floor.py compute_floor_s, ends_floor_s). Units: seconds."""
 
     blocks_s: float
     ends_s: float

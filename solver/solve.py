@@ -36,10 +36,10 @@ from paraplan.cost import (
     stage_memory,
     stage_terms,
 )
+from paraplan.cost.floor import FLOOR_IGNORES, compute_floor_s, inner_tiers_fastest
 from paraplan.cost.plan import pipeline_slots, plan_key
 from paraplan.cost.pools import pool_floors, pooled_pipeline_floor_s
 from paraplan.cost.pp import pipeline_lower_bound_s
-from paraplan.cost.stage import FLOOR_IGNORES, compute_floor_s, inner_tiers_fastest
 from paraplan.graph import LayerGraph, ModelSpec
 from paraplan.hardware import Cluster
 from paraplan.solver.distinct import is_near_duplicate, layout_key
@@ -199,7 +199,7 @@ def _bounded_tables(
     """Best-first branch and bound over the space (module docstring, 1-2), in three levels:
 
     0. a family (degrees, ep, micro-batch, vp, SP), bounded by its compute floor through the
-       1F1B bound (cost.stage.compute_floor_s, pipeline_lower_bound_s);
+       1F1B bound (cost.floor.compute_floor_s, pipeline_lower_bound_s);
     1. a family with a ZeRO stage, bounded by quick_lower_bound_s of its terms with every group on
        consecutive ranks (``stage_terms(packed=True)``: no rank order costs less);
     2. a layout (that and a rank order), bounded by quick_lower_bound_s of its own terms;
@@ -213,7 +213,7 @@ def _bounded_tables(
     if not recomputes:
         raise NoLayoutError("no recompute mode is both fixed and allowed")
     uniform = options.uniform_recompute
-    packed = inner_tiers_fastest(cluster) or cluster.torus is not None  # torus: _Spans.torus_floor
+    packed = inner_tiers_fastest(cluster) or cluster.torus is not None  # torus: Spans.torus_floor
     shared: dict[tuple[object, ...], Any] = {}
     order_cache: OrderCache = {}
     floors: dict[tuple[object, ...], Any] = {}

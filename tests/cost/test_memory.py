@@ -143,7 +143,7 @@ def test_runtime_reserve_counts_the_context_and_one_nccl_communicator_per_group(
 def test_zero_gradient_reduce_is_exposed_whole_without_overlap() -> None:
     """ZeRO-2/3 per-micro-batch traffic of a block: the gradient reduce-scatter hides behind
     backward only when job.overlap_dp_comm (DeepSpeed overlap_comm); the prefetch always overlaps."""
-    from paraplan.cost.stage import zero_exposed_s
+    from paraplan.cost.block import zero_exposed_s
 
     gather, reduce, fwd, bwd = 0.3, 0.5, 0.2, 1.0
     # overlap: max(0, g - f) + max(0, g + r - b)

@@ -5,8 +5,8 @@ from dataclasses import fields, replace
 
 import pytest
 from paraplan.cost import Plan
+from paraplan.cost.floor import FLOOR_IGNORES
 from paraplan.cost.plan import plan_key
-from paraplan.cost.stage import FLOOR_IGNORES
 
 
 def test_a_key_holds_every_field_not_ignored() -> None:

@@ -9,9 +9,9 @@ import pytest
 from paraplan.cost import Job, Plan, Recompute, evaluate, stage_terms
 from paraplan.cost.comm import p2p_s
 from paraplan.cost.compute import ACTIVATION_BYTES, tokens_per_device
+from paraplan.cost.floor import compute_floor_s
 from paraplan.cost.pools import check_stage_pools, pool_floors, pooled_pipeline_floor_s
 from paraplan.cost.pp import pipeline_lower_bound_s
-from paraplan.cost.stage import compute_floor_s
 from paraplan.graph import build_graph, preset
 from paraplan.hardware import build_cluster, build_pooled_cluster
 

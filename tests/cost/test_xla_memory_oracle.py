@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 from paraplan.cost import Job, Plan, Recompute, stored_activation_bytes
+from paraplan.cost.block import LOGITS_BYTES_PER_ELEMENT
 from paraplan.cost.recompute import block_input_bytes
-from paraplan.cost.stage import LOGITS_BYTES_PER_ELEMENT
 from paraplan.graph import Activation, ModelSpec, build_graph
 
 PYTHON = os.environ.get("PARAPLAN_MAXTEXT_PYTHON")

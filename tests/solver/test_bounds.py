@@ -10,8 +10,8 @@ from dataclasses import replace
 
 import pytest
 from paraplan.cost import Job, Recompute, stage_terms
+from paraplan.cost.floor import compute_floor_s, inner_tiers_fastest
 from paraplan.cost.pp import pipeline_lower_bound_s
-from paraplan.cost.stage import compute_floor_s, inner_tiers_fastest
 from paraplan.graph import build_graph, preset
 from paraplan.hardware import build_cluster
 from paraplan.solver import Fixed, Options

@@ -1,0 +1,269 @@
+"""One transformer block's (or an end's) cost for one micro-batch: compute, activations, params,
+and the communication its placement implies (TP, CP, EP, ZeRO-2/3 traffic), per recompute mode.
+
+``block_work`` is the placement-free part (compute, stored activations, parameters per device);
+``block_costs`` adds the traffic on the layout's spans (cost/spans.py). cost/stage.py combines
+blocks into stages.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from paraplan.cost.compute import LayerTime, layer_forward
+from paraplan.cost.cp import cp_layer_comm
+from paraplan.cost.dp import micro_batch_reduce_s, zero3_gather_s
+from paraplan.cost.ep import (
+    EPComm,
+    ep_layer_comm,
+    expert_forward,
+    moe_layer_overhead_s,
+    moe_tp_collectives,
+)
+from paraplan.cost.plan import Job, Plan, Recompute
+from paraplan.cost.recompute import block_input_bytes, recompute_forward_s, stored_activation_bytes
+from paraplan.cost.spans import Spans
+from paraplan.cost.torus import collective_matmul_exposed_s
+from paraplan.cost.tp import tp_block_comm
+from paraplan.graph import Layer, LayerGraph, LayerKind
+from paraplan.hardware import Accelerator, Cluster, Efficiency
+
+__all__ = [
+    "LOGITS_BYTES_PER_ELEMENT",
+    "BlockCost",
+    "EndCost",
+    "Work",
+    "ZERO_BLOCK",
+    "block_costs",
+    "block_params_per_device",
+    "block_work",
+    "end_cost",
+    "end_work",
+    "layer_time",
+    "zero_exposed_s",
+]
+
+LOGITS_BYTES_PER_ELEMENT = 6  # bf16 logits + fp32 softmax for the fused cross-entropy
+
+
+@dataclass(frozen=True, slots=True)
+class BlockCost:
+    """One transformer block, one micro-batch, one recompute mode. Units: seconds, bytes."""
+
+    forward_s: float
+    backward_s: float  # includes the recompute forward
+    compute_s: float  # forward + backward + recompute, compute only
+    comm_s: float  # exposed communication: TP, CP, ZeRO-3 gathers
+    activation_bytes: float  # kept per in-flight micro-batch
+    working_bytes: float  # transient peak while this block's backward runs
+
+    @property
+    def time_s(self) -> float:
+        return self.compute_s + self.comm_s
+
+    def minus(self, other: BlockCost, times: float = 1.0) -> BlockCost:
+        """times x (self - other), field by field (a correction, may be negative)."""
+        return BlockCost(
+            *(
+                times * (getattr(self, f) - getattr(other, f))
+                for f in (
+                    "forward_s",
+                    "backward_s",
+                    "compute_s",
+                    "comm_s",
+                    "activation_bytes",
+                    "working_bytes",
+                )
+            )
+        )
+
+
+ZERO_BLOCK = BlockCost(0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+
+
+@dataclass(frozen=True, slots=True)
+class EndCost:
+    """The embedding (first stage) or final norm + LM head + loss (last stage)."""
+
+    compute_s: float
+    comm_s: float
+    backward_s: float
+    params: float  # per device
+    activation_bytes: float  # not multiplied by in-flight micro-batches
+    expert_params: float = 0.0  # per device (the first stage's dense-layer correction)
+
+
+def layer_time(ly: Layer, plan: Plan, job: Job, accel: Accelerator, eff: Efficiency) -> LayerTime:
+    """Forward time of a layer, routed experts (ep.expert_forward) included."""
+    t = layer_forward(ly, plan, job, accel, eff)
+    if ly.experts is None:
+        return t
+    e = expert_forward(ly.experts, plan, job, accel, eff)
+    return LayerTime(t.gemm_s + e.gemm_s, t.attention_s + e.attention_s, t.elementwise_s + e.elementwise_s)
+
+
+def block_params_per_device(layers: list[Layer], plan: Plan) -> tuple[float, float]:
+    """(params, expert params) one device holds of a block: TP-sharded weights / tp plus the
+    replicated ones; routed experts / (ep x etp) (plan.expert_tp: etp, or tp when unset)."""
+    params = sum(ly.tp_params / plan.tp + ly.replicated_params for ly in layers)
+    experts = sum(ly.expert_params for ly in layers) / (plan.ep * plan.expert_tp)
+    return params, experts
+
+
+@dataclass(frozen=True, slots=True)
+class Work:
+    """The placement-free part of a block's (or an end's) cost: compute, activations, params.
+    Depends on tp, cp, cp_comm (the attention kernels, compute.attention_shape), ep, micro-batch
+    and SP only."""
+
+    times: tuple[LayerTime, ...]
+    attention: LayerTime | None
+    forward_s: float
+    backward_s: float
+    recompute_s: dict[Recompute, float]
+    stored_bytes: dict[Recompute, float]
+    working_bytes: float  # FULL recompute's re-materialised block
+    params: float
+    expert_params: float
+    top_k: int  # 0: no routed experts
+
+
+def block_work(graph: LayerGraph, index: int, plan: Plan, job: Job, cluster: Cluster) -> Work:
+    accel = cluster.accelerator
+    eff = cluster.efficiency
+    layers = graph.block_layers(index)
+    params, expert_params = block_params_per_device(layers, plan)
+    times = tuple(layer_time(ly, plan, job, accel, eff) for ly in layers)
+    moe = next((ly.experts for ly in layers if ly.experts), None)
+    host = moe_layer_overhead_s(eff) if moe else 0.0  # once per pass: forward, backward, recompute
+    stored_none = sum(stored_activation_bytes(ly, plan, job, Recompute.NONE) for ly in layers)
+    return Work(
+        times=times,
+        attention=next(
+            (t for t, ly in zip(times, layers, strict=True) if ly.kind is LayerKind.ATTENTION), None
+        ),
+        forward_s=sum(t.total_s for t in times) + host,
+        backward_s=sum(t.backward_s() for t in times) + host,
+        recompute_s={
+            r: sum(recompute_forward_s(t, r) for t in times) + (host if r is Recompute.FULL else 0.0)
+            for r in Recompute
+        },
+        stored_bytes={
+            Recompute.NONE: stored_none,
+            Recompute.SELECTIVE: sum(
+                stored_activation_bytes(ly, plan, job, Recompute.SELECTIVE, is_tpu=accel.is_tpu)
+                for ly in layers
+            ),
+            Recompute.FULL: block_input_bytes(graph.spec.hidden, plan, job),
+        },
+        working_bytes=stored_none,
+        params=params,
+        expert_params=expert_params,
+        top_k=moe.top_k if moe else 0,
+    )
+
+
+def zero_exposed_s(
+    gather_s: float, reduce_s: float, forward_s: float, backward_s: float, overlap: bool
+) -> float:
+    """Exposed ZeRO-2/3 traffic of one block, one micro-batch.
+
+    Formula: max(0, gather - forward) + max(0, gather + reduce - backward) when gradient
+    communication overlaps backward (job.overlap_dp_comm); else the gradient reduce-scatter is
+    exposed whole: max(0, gather - forward) + max(0, gather - backward) + reduce (the parameter
+    prefetch still overlaps: DeepSpeed ZeRO-3 ``overlap_comm`` defaults to false, and it governs
+    the gradient reduction only; DeepSpeed docs, ZeRO configuration). Units: seconds."""
+    if overlap:
+        return max(0.0, gather_s - forward_s) + max(0.0, gather_s + reduce_s - backward_s)
+    return max(0.0, gather_s - forward_s) + max(0.0, gather_s - backward_s) + reduce_s
+
+
+def block_costs(
+    work: Work, graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster, spans: Spans
+) -> dict[Recompute, BlockCost]:
+    """A block's cost under each recompute mode: its work plus the communication the plan's
+    placement implies (TP, CP, EP, ZeRO-2/3 traffic)."""
+    spec = graph.spec
+    if not work.top_k:
+        tp = tp_block_comm(spec.hidden, plan, job, cluster, span=spans.tp)
+        ep = EPComm(0.0, 0.0)
+    else:
+        has_shared = spec.shared_ffn_hidden > 0
+        tp = tp_block_comm(
+            spec.hidden,
+            plan,
+            job,
+            cluster,
+            moe_tp_collectives(work.top_k, has_shared, plan, job),
+            span=spans.tp,
+        )
+        ep = ep_layer_comm(spec.hidden, work.top_k, plan, job, cluster, span=spans.ep)
+    assert work.attention is not None
+    cp = cp_layer_comm(spec.kv_dim, work.attention, plan, job, cluster, span=spans.cp)
+    dp, edp = spans.dp, spans.edp
+    gather = zero3_gather_s(work.params, plan, cluster, span=dp) + zero3_gather_s(
+        work.expert_params, plan, cluster, expert=True, span=edp
+    )
+    reduce = micro_batch_reduce_s(work.params, plan, job, cluster, span=dp) + micro_batch_reduce_s(
+        work.expert_params, plan, job, cluster, expert=True, span=edp
+    )
+    fwd, bwd = work.forward_s, work.backward_s
+    out: dict[Recompute, BlockCost] = {}
+    for recompute in Recompute:
+        is_full = recompute is Recompute.FULL
+        rec = work.recompute_s[recompute]
+        tp_s = tp.forward_s + tp.backward_s + (tp.forward_s if is_full else 0.0)
+        if cluster.torus is not None:  # XLA's collective matmul (cost/torus.py)
+            tp_s = collective_matmul_exposed_s(tp.forward_s, fwd) * (
+                2 if is_full else 1
+            ) + collective_matmul_exposed_s(tp.backward_s, bwd + rec)
+        cp_s = cp.exposed_forward_s * (2 if is_full else 1) + cp.exposed_backward_s
+        ep_s = ep.forward_s * (2 if is_full else 1) + ep.backward_s
+        zero_s = zero_exposed_s(gather, reduce, fwd, bwd + rec, job.overlap_dp_comm)
+        out[recompute] = BlockCost(
+            forward_s=fwd,
+            backward_s=bwd + rec,
+            compute_s=fwd + bwd + rec,
+            comm_s=tp_s + cp_s + ep_s + zero_s,
+            activation_bytes=work.stored_bytes[recompute],
+            working_bytes=(work.working_bytes if is_full else 0.0) + cp.working_bytes,
+        )
+    return out
+
+
+def end_work(graph: LayerGraph, names: tuple[str, ...], plan: Plan, job: Job, cluster: Cluster) -> Work:
+    accel = cluster.accelerator
+    eff = cluster.efficiency
+    layers = [graph.layer(n) for n in names]
+    times = tuple(layer_forward(ly, plan, job, accel, eff) for ly in layers)
+    act = 0.0
+    if "lm_head" in names:
+        n = plan.micro_batch * job.seq_len / plan.cp
+        act = n * graph.spec.vocab / plan.tp * LOGITS_BYTES_PER_ELEMENT
+    return Work(
+        times=times,
+        attention=None,
+        forward_s=sum(t.total_s for t in times),
+        backward_s=sum(t.backward_s() for t in times),
+        recompute_s={},
+        stored_bytes={},
+        working_bytes=act,
+        params=sum(ly.tp_params / plan.tp + ly.replicated_params for ly in layers),
+        expert_params=0.0,
+        top_k=0,
+    )
+
+
+def end_cost(work: Work, plan: Plan, job: Job, cluster: Cluster, spans: Spans) -> EndCost:
+    gather = zero3_gather_s(work.params, plan, cluster, span=spans.dp)
+    comm = 2 * gather + micro_batch_reduce_s(work.params, plan, job, cluster, span=spans.dp)
+    return EndCost(
+        compute_s=work.forward_s + work.backward_s,
+        comm_s=comm,
+        backward_s=work.backward_s,
+        params=work.params,
+        activation_bytes=work.working_bytes,
+    )
+
+
+# What each cache's value does not depend on (plan_key keeps every other field). The stage split,

@@ -1,0 +1,126 @@
+"""Lower bounds on a layout's compute: the least time one micro-batch needs over all stages,
+used by the solver to prune layouts before CP-SAT (solver/solve.py, cost/pools.py)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from paraplan.cost.block import block_costs, block_work, layer_time
+from paraplan.cost.comm import packed_span
+from paraplan.cost.compute import layer_forward
+from paraplan.cost.ep import ep_layer_comm, expert_forward, moe_layer_overhead_s, moe_tp_collectives
+from paraplan.cost.plan import Job, Plan, Recompute
+from paraplan.cost.spans import Spans
+from paraplan.cost.tp import tp_block_comm
+from paraplan.graph import LayerGraph
+from paraplan.hardware import Cluster
+
+__all__ = ["FLOOR_IGNORES", "compute_floor_s", "ends_floor_s", "inner_tiers_fastest"]
+
+
+def inner_tiers_fastest(cluster: Cluster) -> bool:
+    """Each tier at least as fast as the next one out (latency and bandwidth): then a group whose
+    members are consecutive ranks (stride 1) is its own cheapest placement. A pooled cluster:
+    on every pool (its groups stay inside a pool)."""
+    if cluster.pools:
+        return all(inner_tiers_fastest(p) for p in cluster.pools)
+    if cluster.torus is not None:
+        return False  # torus axes: a strided group can span more axes than a packed one
+    return all(
+        a.alpha_s <= b.alpha_s and a.effective_bytes_per_s >= b.effective_bytes_per_s
+        for a, b in zip(cluster.tiers, cluster.tiers[1:], strict=False)
+    )
+
+
+def _moe_comm_floor_s(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster) -> float:
+    """Least routed-expert time of one MoE block, one micro-batch, over every ep and placement:
+    min over ep | experts of expert compute (ep local kernels, imbalance for ep > 1) plus the
+    dispatch/combine all-to-all on ep consecutive ranks; plus the MoE layer's TP traffic at
+    perfect balance on tp consecutive ranks (the plan's expert TP: etp = 1 has no routed TP
+    collectives). Units: seconds."""
+    accel = cluster.accelerator
+    eff = cluster.efficiency
+    spec = graph.spec
+    layer = next(ly for ly in graph.block_layers(graph.moe_block or 0) if ly.experts)
+    assert layer.experts is not None
+    best = float("inf")
+    for ep in (e for e in range(1, spec.num_experts + 1) if spec.num_experts % e == 0):
+        p = replace(plan, ep=ep)
+        expert = expert_forward(layer.experts, p, job, accel, eff).forward_backward_s
+        a2a = ep_layer_comm(spec.hidden, spec.top_k, p, job, cluster, span=packed_span(cluster, ep))
+        best = min(best, expert + a2a.forward_s + a2a.backward_s)
+    tp = tp_block_comm(
+        spec.hidden,
+        plan,
+        job,
+        cluster,
+        moe_tp_collectives(spec.top_k, spec.shared_ffn_hidden > 0, plan, replace(job, expert_imbalance=1.0)),
+        span=packed_span(cluster, plan.tp),
+    )
+    return best + tp.forward_s + tp.backward_s
+
+
+def ends_floor_s(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster) -> float:
+    """Forward + backward compute of the embedding, final norm and LM head of one micro-batch
+    (the part of compute_floor_s that is not blocks). Units: seconds."""
+    accel = cluster.accelerator
+    eff = cluster.efficiency
+    return sum(
+        layer_forward(graph.layer(n), plan, job, accel, eff).forward_backward_s
+        for n in ("embedding", "final_norm", "lm_head")
+    )
+
+
+FLOOR_IGNORES = frozenset(
+    {"dp", "pp", "ep", "vp", "zero", "recompute", "layers_per_stage", "layers_per_chunk", "order"}
+)
+"""What ``compute_floor_s`` does not depend on (a cache key for it is ``plan_key`` without these)."""
+
+
+def compute_floor_s(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster) -> float:
+    """Least time one micro-batch needs summed over all stages: every block forward + backward
+    without recompute, plus the embedding and LM head. Depends on tp, cp, micro_batch, SP,
+    cp_comm and (MoE) expert TP only.
+    Dense models: compute plus the block's TP and exposed CP traffic with both groups on
+    consecutive ranks (``Spans.packed``; compute only when inner tiers are not the fastest).
+    MoE models: a MoE block is floored at its non-expert compute plus
+    ``_moe_comm_floor_s`` (least expert compute + all-to-all + TP traffic over every ep and
+    placement, when inner tiers are the fastest; else one kernel per expert GEMM at perfect
+    balance and no communication), and dense layers at the lesser of the dense and the MoE floor
+    (the most any plan credits). Units: seconds."""
+    accel = cluster.accelerator
+    eff = cluster.efficiency
+    spec = graph.spec
+
+    def block_floor(index: int, p: Plan, j: Job, experts: bool = True) -> float:
+        layers = graph.block_layers(index)
+        host = 2 * moe_layer_overhead_s(eff) if any(ly.experts for ly in layers) else 0.0
+        return host + sum(
+            (
+                layer_time(ly, p, j, accel, eff) if experts else layer_forward(ly, p, j, accel, eff)
+            ).forward_backward_s
+            for ly in layers
+        )
+
+    ends = sum(
+        layer_forward(graph.layer(n), plan, job, accel, eff).forward_backward_s
+        for n in ("embedding", "final_norm", "lm_head")
+    )
+    if graph.moe_block is None:
+        if not inner_tiers_fastest(cluster):
+            return spec.num_layers * block_floor(0, plan, job) + ends
+        p = replace(plan, zero=min(plan.zero, 1))  # no per-micro-batch ZeRO traffic
+        work = block_work(graph, 0, p, job, cluster)
+        block = block_costs(work, graph, p, job, cluster, Spans.packed(p, cluster))
+        return spec.num_layers * block[Recompute.NONE].time_s + ends
+    if inner_tiers_fastest(cluster):
+        moe_floor = block_floor(graph.moe_block, plan, job, experts=False) + _moe_comm_floor_s(
+            graph, plan, job, cluster
+        )
+    else:
+        moe_floor = block_floor(
+            graph.moe_block, replace(plan, ep=spec.num_experts), replace(job, expert_imbalance=1.0)
+        )
+    dense = spec.num_dense_layers
+    dense_floor = min(moe_floor, block_floor(graph.dense_block, plan, job)) if dense else 0.0
+    return (spec.num_layers - dense) * moe_floor + dense * dense_floor + ends
