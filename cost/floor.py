@@ -67,7 +67,7 @@ def ends_floor_s(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster) -> f
     eff = cluster.efficiency
     return sum(
         layer_forward(graph.layer(n), plan, job, accel, eff).forward_backward_s
-        for n in ("embedding", "final_norm", "lm_head")
+        for n in graph.head_names + graph.tail_names
     )
 
 
@@ -104,7 +104,7 @@ def compute_floor_s(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster) -
 
     ends = sum(
         layer_forward(graph.layer(n), plan, job, accel, eff).forward_backward_s
-        for n in ("embedding", "final_norm", "lm_head")
+        for n in graph.head_names + graph.tail_names
     )
     if graph.moe_block is None:
         if not inner_tiers_fastest(cluster):

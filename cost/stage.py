@@ -230,8 +230,8 @@ def _works(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster) -> tuple[W
     return (
         block,
         dense_work,
-        end_work(graph, ("embedding",), plan, job, cluster),
-        end_work(graph, ("final_norm", "lm_head"), plan, job, cluster),
+        end_work(graph, graph.head_names, plan, job, cluster),
+        end_work(graph, graph.tail_names, plan, job, cluster),
     )
 
 

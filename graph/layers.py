@@ -11,7 +11,7 @@ are per token for one forward pass; activation sizes are in elements per token (
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from functools import cached_property
 
@@ -162,6 +162,39 @@ class LayerGraph:
     @property
     def num_blocks(self) -> int:
         return self.spec.num_layers
+
+    @cached_property
+    def block_kinds(self) -> tuple[int, ...]:
+        """Per block (in order), the index of its kind: blocks whose layers are equal but for
+        their names and block index share a kind; kinds are numbered by first appearance. A
+        homogeneous model has one kind; DeepSeek-V3 two (dense, MoE)."""
+        seen: dict[tuple[Layer, ...], int] = {}
+        out = []
+        for i in range(self.num_blocks):
+            key = tuple(replace(ly, name="", block=0) for ly in self.block_layers(i))
+            out.append(seen.setdefault(key, len(seen)))
+        return tuple(out)
+
+    @cached_property
+    def kind_blocks(self) -> tuple[int, ...]:
+        """The first block of each kind (the one whose layers cost the kind)."""
+        kinds = self.block_kinds
+        return tuple(kinds.index(k) for k in range(max(kinds) + 1))
+
+    @property
+    def head_names(self) -> tuple[str, ...]:
+        """Layers before the first block (embedding; a vision encoder): the first stage's."""
+        return tuple(ly.name for ly in self._ordered[: self._first_block_at])
+
+    @property
+    def tail_names(self) -> tuple[str, ...]:
+        """Layers after the last block (final norm, LM head and loss, MTP): the last stage's."""
+        last = max(i for i, ly in enumerate(self._ordered) if ly.block >= 0)
+        return tuple(ly.name for ly in self._ordered[last + 1 :])
+
+    @property
+    def _first_block_at(self) -> int:
+        return next(i for i, ly in enumerate(self._ordered) if ly.block >= 0)
 
     @property
     def num_params(self) -> int:
