@@ -2,7 +2,7 @@
 
 step_s = pipeline_s + dp_exposed_s + optimizer_s, where
 pipeline_s = m * max_s t_s + (sum_s t_s - max_s t_s) / v            (pp.py)
-t_s = layers_s * block(recompute_s) + ends + p2p                      (stage.py)
+t_s = sum_k n_k,s * block_k(recompute_s) + ends + p2p                 (stage.py)
 dp_exposed_s = max_s max(0, sync_s - backward_s)                     (dp.py, overlapped)
 On a pooled cluster each stage is costed on its own pool (cost/pools.py); throughput and MFU
 count the devices the plan runs on.
@@ -77,7 +77,7 @@ def step_time_s(terms: StageTerms) -> StepParts:
     """The formula of the module docstring, for the plan's layer split and recompute."""
     plan = terms.plan
     m = terms.num_micro_batches
-    split = plan.layers_per_stage
+    split = terms.stage_counts()
     stage_s = [terms.stage_time_s(s, split[s], plan.recompute[s]) for s in range(plan.pp)]
     slowest = max(range(plan.pp), key=lambda s: stage_s[s])
     compute = m * terms.stage_compute_s(slowest, split[slowest], plan.recompute[slowest])
@@ -107,7 +107,7 @@ def evaluate(graph: LayerGraph, cluster: Cluster, job: Job, plan: Plan) -> Break
     terms = stage_terms(graph, plan, job, cluster)
     parts = step_time_s(terms)
     memory = tuple(
-        stage_memory(terms, s, plan.layers_per_stage[s], plan.recompute[s]) for s in range(plan.pp)
+        stage_memory(terms, s, counts, plan.recompute[s]) for s, counts in enumerate(terms.stage_counts())
     )
     caps = tuple(terms.stage_capacity_bytes(s) for s in range(plan.pp))
     flops_per_token = model_flops_per_token(spec, job.seq_len)

@@ -32,7 +32,7 @@ def inner_tiers_fastest(cluster: Cluster) -> bool:
     )
 
 
-def _moe_comm_floor_s(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster) -> float:
+def _moe_comm_floor_s(graph: LayerGraph, index: int, plan: Plan, job: Job, cluster: Cluster) -> float:
     """Least routed-expert time of one MoE block, one micro-batch, over every ep and placement:
     min over ep | experts of expert compute (ep local kernels, imbalance for ep > 1) plus the
     dispatch/combine all-to-all on ep consecutive ranks; plus the MoE layer's TP traffic at
@@ -41,7 +41,7 @@ def _moe_comm_floor_s(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster)
     accel = cluster.accelerator
     eff = cluster.efficiency
     spec = graph.spec
-    layer = next(ly for ly in graph.block_layers(graph.moe_block or 0) if ly.experts)
+    layer = next(ly for ly in graph.block_layers(index) if ly.experts)
     assert layer.experts is not None
     best = float("inf")
     for ep in (e for e in range(1, spec.num_experts + 1) if spec.num_experts % e == 0):
@@ -86,8 +86,8 @@ def compute_floor_s(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster) -
     MoE models: a MoE block is floored at its non-expert compute plus
     ``_moe_comm_floor_s`` (least expert compute + all-to-all + TP traffic over every ep and
     placement, when inner tiers are the fastest; else one kernel per expert GEMM at perfect
-    balance and no communication), and dense layers at the lesser of the dense and the MoE floor
-    (the most any plan credits). Units: seconds."""
+    balance and no communication). Each block kind is floored by its own block, times its count
+    (LayerGraph.block_kinds). Units: seconds."""
     accel = cluster.accelerator
     eff = cluster.efficiency
     spec = graph.spec
@@ -106,21 +106,20 @@ def compute_floor_s(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster) -
         layer_forward(graph.layer(n), plan, job, accel, eff).forward_backward_s
         for n in graph.head_names + graph.tail_names
     )
-    if graph.moe_block is None:
-        if not inner_tiers_fastest(cluster):
-            return spec.num_layers * block_floor(0, plan, job) + ends
-        p = replace(plan, zero=min(plan.zero, 1))  # no per-micro-batch ZeRO traffic
-        work = block_work(graph, 0, p, job, cluster)
-        block = block_costs(work, graph, p, job, cluster, Spans.packed(p, cluster))
-        return spec.num_layers * block[Recompute.NONE].time_s + ends
-    if inner_tiers_fastest(cluster):
-        moe_floor = block_floor(graph.moe_block, plan, job, experts=False) + _moe_comm_floor_s(
-            graph, plan, job, cluster
-        )
-    else:
-        moe_floor = block_floor(
-            graph.moe_block, replace(plan, ep=spec.num_experts), replace(job, expert_imbalance=1.0)
-        )
-    dense = spec.num_dense_layers
-    dense_floor = min(moe_floor, block_floor(graph.dense_block, plan, job)) if dense else 0.0
-    return (spec.num_layers - dense) * moe_floor + dense * dense_floor + ends
+    fastest = inner_tiers_fastest(cluster)
+
+    def kind_floor(index: int) -> float:
+        if not any(ly.experts for ly in graph.block_layers(index)):
+            if not fastest:
+                return block_floor(index, plan, job)
+            p = replace(plan, zero=min(plan.zero, 1))  # no per-micro-batch ZeRO traffic
+            work = block_work(graph, index, p, job, cluster)
+            return block_costs(work, graph, p, job, cluster, Spans.packed(p, cluster))[Recompute.NONE].time_s
+        if fastest:
+            return block_floor(index, plan, job, experts=False) + _moe_comm_floor_s(
+                graph, index, plan, job, cluster
+            )
+        return block_floor(index, replace(plan, ep=spec.num_experts), replace(job, expert_imbalance=1.0))
+
+    kinds = graph.block_kinds
+    return ends + sum(kinds.count(k) * kind_floor(i) for k, i in enumerate(graph.kind_blocks))

@@ -56,6 +56,7 @@ __all__ = [
     "StageMemoryModel",
     "stage_memory",
     "stage_memory_model",
+    "stage_memory_deltas",
     "max_layers_per_stage",
     "runtime_reserve_bytes",
     "num_communicators",
@@ -97,25 +98,55 @@ class StageMemory:
 
 @dataclass(frozen=True, slots=True)
 class StageMemoryModel:
-    """A stage's peak memory as fixed + per-layer parts (valid for one layer or more)."""
+    """A stage's peak memory as fixed + per-layer parts (valid for one layer or more), the
+    per-layer part a base-kind block's; ``per_kind`` holds each kind's block less the base's
+    (cost/stage.py), empty for a model with one kind."""
 
     fixed: StageMemory
     per_layer: StageMemory
+    per_kind: tuple[StageMemory, ...] = ()
 
-    def at(self, layers: int) -> StageMemory:
+    def at(self, layers: int, counts: tuple[int, ...] = ()) -> StageMemory:
         f, p = self.fixed, self.per_layer
-        return StageMemory(
-            f.weights_bytes + layers * p.weights_bytes,
-            f.grads_bytes + layers * p.grads_bytes,
-            f.optimizer_bytes + layers * p.optimizer_bytes,
-            f.activations_bytes + layers * p.activations_bytes,
-            f.buffers_bytes + layers * p.buffers_bytes,
-            f.reserve_bytes + layers * p.reserve_bytes,
-        )
+        parts = [
+            StageMemory(
+                f.weights_bytes + layers * p.weights_bytes,
+                f.grads_bytes + layers * p.grads_bytes,
+                f.optimizer_bytes + layers * p.optimizer_bytes,
+                f.activations_bytes + layers * p.activations_bytes,
+                f.buffers_bytes + layers * p.buffers_bytes,
+                f.reserve_bytes + layers * p.reserve_bytes,
+            )
+        ]
+        for d, n in zip(self.per_kind, counts, strict=False):
+            if n:
+                parts.append(
+                    StageMemory(
+                        n * d.weights_bytes,
+                        n * d.grads_bytes,
+                        n * d.optimizer_bytes,
+                        n * d.activations_bytes,
+                        n * d.buffers_bytes,
+                        n * d.reserve_bytes,
+                    )
+                )
+        if len(parts) == 1:
+            return parts[0]
+        return StageMemory(*(sum(getattr(q, name) for q in parts) for name in _PARTS))
 
     def max_layers(self, capacity_bytes: float) -> int:
-        """Most layers that fit ``capacity_bytes`` (0 if even one does not; large if free)."""
+        """Most base-kind layers that fit ``capacity_bytes`` (0 if even one does not; large if free)."""
         return _max_layers(capacity_bytes - self.fixed.total_bytes, self.per_layer.total_bytes)
+
+
+_PARTS = (
+    "weights_bytes",
+    "grads_bytes",
+    "optimizer_bytes",
+    "activations_bytes",
+    "buffers_bytes",
+    "reserve_bytes",
+)
 
 
 def _max_layers(room_bytes: float, per_layer_bytes: float) -> int:
@@ -159,9 +190,10 @@ def stage_memory_model(terms: StageTerms, stage: int, recompute: Recompute) -> S
     fixed: state(embedding/head) + logits + FULL's working block + reserve (+ ZeRO-3 prefetch);
     the reserve is runtime_reserve_bytes + fragmentation x the activations (fixed and per layer).
     On a TPU the logits and the working block count as max(logits, working), not their sum
-    (module docstring).
-    Routed-expert state is sharded over the expert-data-parallel group (dp*cp/ep); stage 0 adds
-    the dense-layer correction (stage.py) to its state and, per in-flight micro-batch, activations.
+    (module docstring). Routed-expert state is sharded over the expert-data-parallel group
+    (dp*cp/ep). Models with several block kinds: per layer is the base kind's block, each other
+    kind adds its difference (``per_kind``); the working block and the ZeRO-3 prefetch are the
+    largest kind's (whichever kinds the stage holds: a bound that keeps the model affine).
     """
     plan = terms.plan
     shards, gbytes = shard_degree(plan), grad_bytes(terms.job)
@@ -175,23 +207,42 @@ def stage_memory_model(terms: StageTerms, stage: int, recompute: Recompute) -> S
         state_bytes(terms.block_expert_params, plan.zero, expert_shards, gbytes),
     )
     block = terms.block_at(stage, recompute)
+    blocks = terms.kind_blocks_at(stage, recompute)
     is_tpu = terms.at(stage).cluster.accelerator.is_tpu
     frag = fragmentation(is_tpu)
     held = in_flight_micro_batches(stage, plan, terms.num_micro_batches)
-    fixed_act = block.working_bytes + terms.credit(stage, recompute).activation_bytes * held
+    working = max(b.working_bytes for b in blocks)
+    fixed_act = working
     if stage == 0:
         fixed_act += terms.at(stage).first.activation_bytes
     if stage == plan.pp - 1:  # on a TPU max(working, logits): only the excess over the block
         logits = terms.at(stage).last.activation_bytes
-        fixed_act += max(0.0, logits - block.working_bytes) if is_tpu else logits
+        fixed_act += max(0.0, logits - working) if is_tpu else logits
     layer_act = block.activation_bytes * held
     reserve = runtime_reserve_bytes(plan, is_tpu=is_tpu) + frag * fixed_act
     layer_reserve = frag * layer_act
     buffers = reserve
+    kinds = terms.at(stage).kinds
+    prefetch = max(k.params for k in kinds) if kinds else terms.block_params
+    expert_prefetch = max(k.expert_params for k in kinds) if kinds else terms.block_expert_params
     if plan.zero >= 3 and shards > 1:
-        buffers += ZERO3_PREFETCH_BLOCKS * terms.block_params * WEIGHT_BYTES
+        buffers += ZERO3_PREFETCH_BLOCKS * prefetch * WEIGHT_BYTES
     if plan.zero >= 3 and expert_shards > 1:
-        buffers += ZERO3_PREFETCH_BLOCKS * terms.block_expert_params * WEIGHT_BYTES
+        buffers += ZERO3_PREFETCH_BLOCKS * expert_prefetch * WEIGHT_BYTES
+    per_kind: tuple[StageMemory, ...] = ()
+    if terms.heterogeneous:
+        acts = [(b.activation_bytes - block.activation_bytes) * held for b in blocks]
+        per_kind = tuple(
+            _kind_delta(
+                _sum(
+                    state_bytes(p, plan.zero, shards, gbytes),
+                    state_bytes(e, plan.zero, expert_shards, gbytes),
+                ),
+                act,
+                frag,
+            )
+            for (p, e), act in zip(terms.param_deltas(stage), acts, strict=True)
+        )
     return StageMemoryModel(
         fixed=StageMemory(
             fixed_state.weights, fixed_state.grads, fixed_state.optimizer, fixed_act, buffers, reserve
@@ -204,7 +255,19 @@ def stage_memory_model(terms: StageTerms, stage: int, recompute: Recompute) -> S
             layer_reserve,
             layer_reserve,
         ),
+        per_kind=per_kind,
     )
+
+
+def _kind_delta(state: StateBytes, act_bytes: float, frag: float) -> StageMemory:
+    return StageMemory(
+        state.weights, state.grads, state.optimizer, act_bytes, frag * act_bytes, frag * act_bytes
+    )
+
+
+def stage_memory_deltas(terms: StageTerms, stage: int, recompute: Recompute) -> tuple[float, ...]:
+    """Per kind: the peak bytes its block adds to ``stage`` beyond a base-kind block."""
+    return tuple(d.total_bytes for d in stage_memory_model(terms, stage, recompute).per_kind) or (0.0,)
 
 
 def max_layers_per_stage(
@@ -249,6 +312,10 @@ def _sum(a: StateBytes, b: StateBytes) -> StateBytes:
     return StateBytes(a.weights + b.weights, a.grads + b.grads, a.optimizer + b.optimizer)
 
 
-def stage_memory(terms: StageTerms, stage: int, layers: int, recompute: Recompute) -> StageMemory:
-    """Peak bytes on one device of ``stage`` holding ``layers`` (>= 1) blocks."""
-    return stage_memory_model(terms, stage, recompute).at(layers)
+def stage_memory(
+    terms: StageTerms, stage: int, layers: int | tuple[int, ...], recompute: Recompute
+) -> StageMemory:
+    """Peak bytes on one device of ``stage`` holding ``layers`` (>= 1) blocks: a count on a model
+    with one block kind, else the stage's per-kind counts (StageTerms.stage_counts)."""
+    counts = terms.counts(layers)
+    return stage_memory_model(terms, stage, recompute).at(sum(counts), counts)

@@ -20,6 +20,8 @@ __all__ = [
     "expert_folded",
     "folded_ep_axes",
     "chunk_layers",
+    "chunk_ranges",
+    "kind_counts",
     "default_chunks",
     "is_even_chunks",
     "pipeline_slots",
@@ -241,6 +243,36 @@ def pipeline_slots(num_layers: int, pp: int, vp: int) -> tuple[int, ...] | None:
 def chunk_layers(plan: Plan) -> tuple[tuple[int, ...], ...]:
     """Layers of each (pp rank, chunk): ``plan.layers_per_chunk`` or ``default_chunks``."""
     return plan.layers_per_chunk or default_chunks(plan.layers_per_stage, plan.vp)
+
+
+def chunk_ranges(plan: Plan) -> tuple[tuple[tuple[int, int], ...], ...]:
+    """Per pp rank, the [start, end) block positions of each of its chunks. Virtual stage
+    j = c * pp + s (rank s, chunk c) holds the blocks after those of virtual stages 0..j-1, so
+    positions follow chunk_layers in that order (Megatron's interleaved layer assignment)."""
+    rows = chunk_layers(plan)
+    pp, vp = plan.pp, plan.vp
+    out: list[list[tuple[int, int]]] = [[] for _ in range(pp)]
+    start = 0
+    for c in range(vp):
+        for s in range(pp):
+            n = rows[s][c]
+            out[s].append((start, start + n))
+            start += n
+    return tuple(tuple(r) for r in out)
+
+
+def kind_counts(block_kinds: tuple[int, ...], plan: Plan) -> tuple[tuple[int, ...], ...]:
+    """Per pp rank, how many blocks of each kind it holds (``LayerGraph.block_kinds`` numbers
+    each block's kind), from the exact positions of chunk_ranges."""
+    num_kinds = max(block_kinds) + 1
+    out = []
+    for ranges in chunk_ranges(plan):
+        counts = [0] * num_kinds
+        for a, b in ranges:
+            for k in block_kinds[a:b]:
+                counts[k] += 1
+        out.append(tuple(counts))
+    return tuple(out)
 
 
 def is_even_chunks(plan: Plan) -> bool:

@@ -118,7 +118,7 @@ def pooled_pipeline_floor_s(
     M = max(S / pp, 1 / sum_s 1 / B_p(s)) a floor of the slowest stage: when every block costs
     the same on a pool (b_i = B_i / L), stage s with k_s blocks takes >= k_s b_p(s), and
     sum_s k_s = L forces max_s k_s b_p(s) >= L / sum_s (1 / b_p(s)). Not used when blocks differ
-    (dense layers among MoE ones: ``uniform_blocks`` false).
+    (several block kinds, LayerGraph.kind_blocks: ``uniform_blocks`` false).
     Source: pipeline_s = m max + (sum - max) / v = (m - 1/v) max + sum / v grows with both
     (m >= 1 >= 1/v). Units: seconds."""
     total = min(f.blocks_s for f in floors.values()) + min(f.ends_s for f in floors.values())

@@ -1,27 +1,25 @@
 """Per-stage cost terms of a plan: the numbers both ``evaluate`` and the solver combine.
 
 Everything here is per device and per micro-batch unless the name says per step. A plan's layout
-(degrees, micro-batch, ZeRO, SP, order) fixes the cost of one transformer block under each
-recompute mode; a stage's time and memory are then affine in its layer count, which is what lets
-the solver choose uneven layer splits and per-stage recompute without re-deriving any formula.
+(degrees, micro-batch, ZeRO, SP, order) fixes the cost of one block of each kind under each
+recompute mode (``LayerGraph.block_kinds``: blocks whose layers are alike share a kind); a
+stage's time and memory are then affine in how many blocks of each kind it holds:
 
-Mixture-of-experts models: the block is the MoE block. Dense layers among MoE ones (DeepSeek-V3's
-first three) are booked as a correction on the first stage's fixed part, ``dense_credit`` = g x
-(dense block - MoE block) in time, activations and (dense and expert) parameters, where g is the
-number of dense layers the first stage is guaranteed to hold: all of them when pp = 1, else
-min(first_dense_layers, 1) (stage 0 always holds layer 0; how many more is the solver's choice).
-The rest are costed as MoE blocks: conservative (a dense layer is cheaper than a MoE layer in
-time and memory), so a plan never needs more than the model says. With moe_layer_freq > 1 the
-interleaved dense layers are likewise costed as MoE unless pp = 1.
+    value(stage) = fixed + sum_k n_k * per_kind_k = fixed + n * per_base + sum_k n_k * delta_k
+
+with n = sum_k n_k its blocks, ``base_kind`` the most common kind and delta_k = per_kind_k -
+per_base (zero for a homogeneous model, which has one kind). The plan's layer positions give
+the n_k of each stage exactly (cost.plan.kind_counts: DeepSeek-V3's three dense layers cost as
+dense wherever they land, Llama 4's interleaved dense and MoE layers each as what they are); the
+solver chooses the split over the same affine terms without re-deriving any formula.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from functools import cached_property
 
 from paraplan.cost.block import (
-    ZERO_BLOCK,
     BlockCost,
     EndCost,
     Work,
@@ -31,7 +29,7 @@ from paraplan.cost.block import (
     end_work,
 )
 from paraplan.cost.dp import OPTIMIZER_STEP_BYTES_PER_PARAM, grad_sync_s, shard_degree
-from paraplan.cost.plan import Job, Plan, Recompute, plan_key
+from paraplan.cost.plan import Job, Plan, Recompute, kind_counts, plan_key
 from paraplan.cost.pp import p2p_per_micro_batch_s, stage_p2p_s
 from paraplan.cost.spans import SharedCache, Spans
 from paraplan.graph import LayerGraph
@@ -39,9 +37,11 @@ from paraplan.hardware import Cluster
 
 __all__ = [
     "Affine",
+    "Counts",
+    "KindCost",
     "StageTerms",
+    "base_kind",
     "stage_terms",
-    "dense_layers_credited",
 ]
 
 
@@ -59,8 +59,30 @@ class Affine:
         return Affine(self.fixed + other.fixed, self.per_layer + other.per_layer)
 
 
+Counts = tuple[int, ...]
+"""Blocks of each kind one stage holds (indexed like ``LayerGraph.kind_blocks``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class KindCost:
+    """One block of one kind: its cost under each recompute mode and its weights per device."""
+
+    block: dict[Recompute, BlockCost]
+    params: float  # all but routed experts (sharded by tp)
+    expert_params: float  # routed experts (sharded by ep x etp)
+
+
+def _dot(deltas: tuple[float, ...], counts: Counts) -> float:
+    return sum(d * n for d, n in zip(deltas, counts, strict=True) if d)
+
+
 @dataclass(frozen=True)
 class StageTerms:
+    """The cost terms of one layout. ``block``, ``block_params`` and ``block_expert_params`` are
+    the base kind's; ``kinds`` holds every kind (``base_kind`` among them) and ``block_kinds`` the
+    kind of each block in order (module docstring). The ``*_s`` methods take a stage's per-kind
+    counts (``stage_counts``), or a plain layer count on a model with one kind."""
+
     plan: Plan
     job: Job
     cluster: Cluster
@@ -71,19 +93,66 @@ class StageTerms:
     last: EndCost
     p2p_s: float
     block_expert_params: float = 0.0  # per device routed-expert weights (sharded by ep x tp)
-    dense_credit: dict[Recompute, BlockCost] | None = None  # stage 0 (module docstring)
     sync_lines: tuple[Affine, Affine] = (Affine(0.0, 0.0), Affine(0.0, 0.0))  # see _sync_lines
     pool_terms: tuple[StageTerms, ...] = ()  # pooled cluster: the terms of each stage's pool
     stage_p2p: tuple[float, ...] = ()  # pooled cluster: each stage's p2p (pp.stage_p2p_s)
+    kinds: tuple[KindCost, ...] = ()
+    block_kinds: tuple[int, ...] = ()
+    base_kind: int = 0
+    relaxation: bool = False  # built by relaxed(): bounds time and memory, not exposed DP sync
 
     def at(self, stage: int) -> StageTerms:
         """The terms that cost ``stage``: on a pooled cluster those of the pool hosting it (the
         same layout on that pool's devices, tiers and accelerator), else these."""
         return self.pool_terms[stage] if self.pool_terms else self
 
+    @property
+    def num_kinds(self) -> int:
+        return max(1, len(self.kinds))
+
+    @property
+    def heterogeneous(self) -> bool:
+        return self.num_kinds > 1
+
+    def stage_counts(self, plan: Plan | None = None) -> tuple[Counts, ...]:
+        """Per stage, its blocks of each kind under ``plan``'s split (default: these terms')."""
+        plan = plan or self.plan
+        if not self.heterogeneous:
+            return tuple((n,) for n in plan.layers_per_stage)
+        return kind_counts(self.block_kinds, plan)
+
+    def counts(self, layers: int | Counts) -> Counts:
+        """``layers`` as per-kind counts; a plain count only where the model has one kind."""
+        if not isinstance(layers, int):
+            return layers
+        if self.heterogeneous:
+            raise ValueError(
+                "a stage of a model with several block kinds is given by its per-kind counts "
+                "(StageTerms.stage_counts), not a layer count"
+            )
+        return (layers,)
+
     def block_at(self, stage: int, recompute: Recompute) -> BlockCost:
-        """One block of ``stage`` under ``recompute`` (per-stage on a pooled cluster)."""
+        """One base-kind block of ``stage`` under ``recompute`` (per-stage on a pooled cluster)."""
         return self.at(stage).block[recompute]
+
+    def kind_blocks_at(self, stage: int, recompute: Recompute) -> tuple[BlockCost, ...]:
+        """One block of each kind of ``stage`` under ``recompute``."""
+        t = self.at(stage)
+        return tuple(k.block[recompute] for k in t.kinds) if t.kinds else (t.block[recompute],)
+
+    def _deltas(self, stage: int, recompute: Recompute, field: str) -> tuple[float, ...]:
+        """Per kind: its block's ``field`` less the base kind's (module docstring)."""
+        blocks = self.kind_blocks_at(stage, recompute)
+        base = getattr(blocks[self.base_kind], field)
+        return tuple(getattr(b, field) - base for b in blocks)
+
+    def _param_deltas(self, stage: int) -> tuple[tuple[float, float], ...]:
+        t = self.at(stage)
+        if not t.kinds:
+            return ((0.0, 0.0),)
+        b = t.kinds[self.base_kind]
+        return tuple((k.params - b.params, k.expert_params - b.expert_params) for k in t.kinds)
 
     def p2p_at(self, stage: int) -> float:
         return self.stage_p2p[stage] if self.stage_p2p else self.p2p_s
@@ -93,8 +162,9 @@ class StageTerms:
         return self.at(stage).cluster.memory_capacity_bytes
 
     def stage_params(self, stage: int, layers: int) -> float:
-        """Parameters one device of ``stage`` holds (the tied embedding is replicated on the
-        last), routed experts excluded (see stage_expert_params)."""
+        """Parameters one device of ``stage`` holds with ``layers`` base-kind blocks (the tied
+        embedding is replicated on the last), routed experts excluded (see
+        stage_expert_params); other kinds add ``param_deltas``."""
         params = layers * self.block_params
         if stage == 0:
             params += self.first.params
@@ -103,40 +173,44 @@ class StageTerms:
         return params
 
     def stage_expert_params(self, stage: int, layers: int) -> float:
-        """Routed-expert parameters one device of ``stage`` holds."""
+        """Routed-expert parameters one device of ``stage`` holds with ``layers`` base blocks."""
         return layers * self.block_expert_params + (self.first.expert_params if stage == 0 else 0.0)
+
+    def held_params(self, stage: int, layers: int | Counts) -> tuple[float, float]:
+        """(params, routed-expert params) one device of ``stage`` holds with these blocks."""
+        n = self.counts(layers)
+        deltas = self._param_deltas(stage)
+        return (
+            self.stage_params(stage, sum(n)) + _dot(tuple(d for d, _ in deltas), n),
+            self.stage_expert_params(stage, sum(n)) + _dot(tuple(e for _, e in deltas), n),
+        )
+
+    def param_deltas(self, stage: int) -> tuple[tuple[float, float], ...]:
+        """Per kind: (params, expert params) of its block less the base kind's."""
+        return self._param_deltas(stage)
 
     def _ends(self, stage: int, first: float, last: float) -> float:
         return (first if stage == 0 else 0.0) + (last if stage == self.plan.pp - 1 else 0.0)
 
-    def credit(self, stage: int, recompute: Recompute) -> BlockCost:
-        """The dense-layer correction of ``stage`` (zero except on stage 0 of such models)."""
-        credit = self.at(stage).dense_credit
-        if stage or credit is None:
-            return ZERO_BLOCK
-        return credit[recompute]
-
     def stage_time(self, stage: int, recompute: Recompute) -> Affine:
         """Forward + backward of one micro-batch on ``stage``, exposed per-micro-batch comm included.
 
-        Formula: layers * (block compute + block comm) + p2p + embedding / head on the ends
-        (+ the dense-layer correction on stage 0)."""
+        Formula: layers * (base block compute + comm) + p2p + embedding / head on the ends;
+        other kinds add ``time_deltas``."""
         t = self.at(stage)
         ends = self._ends(stage, t.first.compute_s + t.first.comm_s, t.last.compute_s + t.last.comm_s)
-        credit = self.credit(stage, recompute).time_s
-        return Affine(self.p2p_at(stage) + ends + credit, t.block[recompute].time_s)
+        return Affine(self.p2p_at(stage) + ends, t.block[recompute].time_s)
+
+    def time_deltas(self, stage: int, recompute: Recompute) -> tuple[float, ...]:
+        return self._deltas(stage, recompute, "time_s")
 
     def stage_compute(self, stage: int, recompute: Recompute) -> Affine:
         t = self.at(stage)
-        ends = self._ends(stage, t.first.compute_s, t.last.compute_s)
-        credit = self.credit(stage, recompute).compute_s
-        return Affine(ends + credit, t.block[recompute].compute_s)
+        return Affine(self._ends(stage, t.first.compute_s, t.last.compute_s), t.block[recompute].compute_s)
 
     def stage_backward(self, stage: int, recompute: Recompute) -> Affine:
         t = self.at(stage)
-        ends = self._ends(stage, t.first.backward_s, t.last.backward_s)
-        credit = self.credit(stage, recompute).backward_s
-        return Affine(ends + credit, t.block[recompute].backward_s)
+        return Affine(self._ends(stage, t.first.backward_s, t.last.backward_s), t.block[recompute].backward_s)
 
     def dp_sync(self, stage: int) -> Affine:
         """Once-per-step gradient sync of the stage's parameters (ZeRO 0-2): alpha-beta, so
@@ -147,6 +221,10 @@ class StageTerms:
             esync.at(self.stage_expert_params(stage, 0)), esync.per_layer * self.block_expert_params
         )
 
+    def sync_deltas(self, stage: int) -> tuple[float, ...]:
+        sync, esync = self.at(stage).sync_lines
+        return tuple(sync.per_layer * p + esync.per_layer * e for p, e in self._param_deltas(stage))
+
     def dp_exposed(self, stage: int, recompute: Recompute) -> Affine:
         """sync - window, where the window is the stage's last backward when overlap is on;
         the exposed time is max(0, this)."""
@@ -156,43 +234,101 @@ class StageTerms:
         window = self.stage_backward(stage, recompute)
         return Affine(sync.fixed - window.fixed, sync.per_layer - window.per_layer)
 
-    def optimizer(self, stage: int) -> Affine:
-        """Adam step, HBM-bound: local params * 30 B / (HBM * eff); state sharded from ZeRO-1
-        (over dp x cp, or dp*cp/ep for routed experts)."""
+    def exposed_deltas(self, stage: int, recompute: Recompute) -> tuple[float, ...]:
+        sync = self.sync_deltas(stage)
+        if not self.job.overlap_dp_comm:
+            return sync
+        window = self._deltas(stage, recompute, "backward_s")
+        return tuple(s - w for s, w in zip(sync, window, strict=True))
+
+    def _optimizer_scales(self, stage: int) -> tuple[float, float]:
         cluster = self.at(stage).cluster
         scale = OPTIMIZER_STEP_BYTES_PER_PARAM / (
             cluster.accelerator.hbm_bytes_per_s * cluster.efficiency.hbm
         )
-        dense, expert = scale, scale
         if self.plan.zero >= 1:
-            dense /= shard_degree(self.plan)
-            expert /= shard_degree(self.plan, expert=True)
+            return scale / shard_degree(self.plan), scale / shard_degree(self.plan, expert=True)
+        return scale, scale
+
+    def optimizer(self, stage: int) -> Affine:
+        """Adam step, HBM-bound: local params * 30 B / (HBM * eff); state sharded from ZeRO-1
+        (over dp x cp, or dp*cp/ep for routed experts)."""
+        dense, expert = self._optimizer_scales(stage)
         return Affine(
             self.stage_params(stage, 0) * dense + self.stage_expert_params(stage, 0) * expert,
             self.block_params * dense + self.block_expert_params * expert,
         )
 
-    def stage_time_s(self, stage: int, layers: int, recompute: Recompute) -> float:
-        return self.stage_time(stage, recompute).at(layers)
+    def optimizer_deltas(self, stage: int) -> tuple[float, ...]:
+        dense, expert = self._optimizer_scales(stage)
+        return tuple(p * dense + e * expert for p, e in self._param_deltas(stage))
 
-    def stage_compute_s(self, stage: int, layers: int, recompute: Recompute) -> float:
-        return self.stage_compute(stage, recompute).at(layers)
+    def stage_time_s(self, stage: int, layers: int | Counts, recompute: Recompute) -> float:
+        n = self.counts(layers)
+        return self.stage_time(stage, recompute).at(sum(n)) + _dot(self.time_deltas(stage, recompute), n)
 
-    def stage_backward_s(self, stage: int, layers: int, recompute: Recompute) -> float:
-        return self.stage_backward(stage, recompute).at(layers)
+    def stage_compute_s(self, stage: int, layers: int | Counts, recompute: Recompute) -> float:
+        n = self.counts(layers)
+        deltas = self._deltas(stage, recompute, "compute_s")
+        return self.stage_compute(stage, recompute).at(sum(n)) + _dot(deltas, n)
 
-    def dp_sync_s(self, stage: int, layers: int) -> float:
-        return self.dp_sync(stage).at(layers)
+    def stage_backward_s(self, stage: int, layers: int | Counts, recompute: Recompute) -> float:
+        n = self.counts(layers)
+        deltas = self._deltas(stage, recompute, "backward_s")
+        return self.stage_backward(stage, recompute).at(sum(n)) + _dot(deltas, n)
 
-    def dp_exposed_s(self, stage: int, layers: int, recompute: Recompute) -> float:
-        return max(0.0, self.dp_exposed(stage, recompute).at(layers))
+    def dp_sync_s(self, stage: int, layers: int | Counts) -> float:
+        n = self.counts(layers)
+        return self.dp_sync(stage).at(sum(n)) + _dot(self.sync_deltas(stage), n)
 
-    def optimizer_s(self, stage: int, layers: int) -> float:
-        return self.optimizer(stage).at(layers)
+    def dp_exposed_s(self, stage: int, layers: int | Counts, recompute: Recompute) -> float:
+        n = self.counts(layers)
+        line = self.dp_exposed(stage, recompute)
+        return max(0.0, line.at(sum(n)) + _dot(self.exposed_deltas(stage, recompute), n))
+
+    def optimizer_s(self, stage: int, layers: int | Counts) -> float:
+        n = self.counts(layers)
+        return self.optimizer(stage).at(sum(n)) + _dot(self.optimizer_deltas(stage), n)
+
+    def relaxed(self) -> StageTerms:
+        """Terms with one kind whose every part is the least over the kinds: a stage of these
+        terms costs no more than any stage with as many blocks of the real model, in time and
+        memory (what the solver's bounds and layer caps are taken from). Exposed DP sync is a
+        difference of two parts, so it is not bounded this way (callers bound it by 0)."""
+        if not self.heterogeneous:
+            return self
+        return _relaxed(self)
 
     @cached_property
     def capacity_bytes(self) -> float:
         return self.cluster.memory_capacity_bytes
+
+
+_BLOCK_FIELDS = tuple(f.name for f in fields(BlockCost))
+
+
+def _least_block(blocks: list[BlockCost]) -> BlockCost:
+    return BlockCost(*(min(getattr(b, f) for b in blocks) for f in _BLOCK_FIELDS))
+
+
+def _relaxed(terms: StageTerms) -> StageTerms:
+    pools = tuple(_relaxed(t) for t in terms.pool_terms)
+    least = KindCost(
+        {r: _least_block([k.block[r] for k in terms.kinds]) for r in Recompute},
+        min(k.params for k in terms.kinds),
+        min(k.expert_params for k in terms.kinds),
+    )
+    return replace(
+        terms,
+        block=least.block,
+        block_params=least.params,
+        block_expert_params=least.expert_params,
+        kinds=(least,),
+        block_kinds=(0,) * len(terms.block_kinds),
+        base_kind=0,
+        pool_terms=pools,
+        relaxation=True,
+    )
 
 
 # recompute and rank order never enter a per-layer cost (the order acts through the spans).
@@ -211,28 +347,22 @@ def _shared_key(plan: Plan, spans: Spans) -> tuple[object, ...]:
 
 @dataclass(frozen=True, slots=True)
 class _Shared:
-    block: dict[Recompute, BlockCost]
-    block_params: float
-    block_expert_params: float
-    dense: dict[Recompute, BlockCost] | None  # the dense block of a MoE model with dense layers
-    dense_params: float
+    kinds: tuple[KindCost, ...]
     first: EndCost
     last: EndCost
 
 
-def _works(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster) -> tuple[Work, Work | None, Work, Work]:
-    """(block, dense block or None, first end, last end) work of the plan's tp, cp, ep, mb, SP."""
-    moe, dense = graph.moe_block, graph.dense_block
-    block = block_work(graph, moe if moe is not None else 0, plan, job, cluster)
-    dense_work = None
-    if moe is not None and dense is not None:
-        dense_work = block_work(graph, dense, plan, job, cluster)
+def _works(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster) -> tuple[tuple[Work, ...], Work, Work]:
+    """(one block of each kind, first end, last end) work of the plan's tp, cp, ep, mb, SP."""
     return (
-        block,
-        dense_work,
+        tuple(block_work(graph, i, plan, job, cluster) for i in graph.kind_blocks),
         end_work(graph, graph.head_names, plan, job, cluster),
         end_work(graph, graph.tail_names, plan, job, cluster),
     )
+
+
+def _kind_cost(w: Work, graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster, spans: Spans) -> KindCost:
+    return KindCost(block_costs(w, graph, plan, job, cluster, spans), w.params, w.expert_params)
 
 
 def _shared_costs(
@@ -245,13 +375,12 @@ def _shared_costs(
         works = shared[key]
     else:
         works = shared[key] = _works(graph, plan, job, cluster)
-    block, dense, first, last = works
+    blocks, first, last = works
     return _Shared(
-        block_costs(block, graph, plan, job, cluster, spans),
-        block.params,
-        block.expert_params,
-        block_costs(dense, graph, plan, job, cluster, spans) if dense else None,
-        dense.params if dense else 0.0,
+        tuple(
+            KindCost(block_costs(w, graph, plan, job, cluster, spans), w.params, w.expert_params)
+            for w in blocks
+        ),
         end_cost(first, plan, job, cluster, spans),
         end_cost(last, plan, job, cluster, spans),
     )
@@ -295,12 +424,10 @@ def _sync_lines(
     return lines
 
 
-def dense_layers_credited(graph: LayerGraph, plan: Plan) -> int:
-    """Dense layers of a MoE model the first stage is guaranteed to hold (module docstring)."""
-    spec = graph.spec
-    if not spec.is_moe:
-        return 0
-    return spec.num_dense_layers if plan.pp == 1 else min(spec.first_dense_layers, 1)
+def base_kind(block_kinds: tuple[int, ...]) -> int:
+    """The most common block kind (the first of equals): the one a stage's line is written in."""
+    counts = [block_kinds.count(k) for k in range(max(block_kinds) + 1)]
+    return counts.index(max(counts))
 
 
 def stage_terms(
@@ -338,30 +465,32 @@ def stage_terms(
     if graph.spec.tied_embeddings and plan.pp > 1:
         # the last stage keeps its own copy of the tied embedding for the LM head
         last = replace(last, params=last.params + first.params)
-    credit = None
-    g = dense_layers_credited(graph, plan)
-    if g and costs.dense is not None:
-        credit = {r: costs.dense[r].minus(costs.block[r], g) for r in Recompute}
-        first = replace(
-            first,
-            params=first.params + g * (costs.dense_params - costs.block_params),
-            expert_params=-g * costs.block_expert_params,
-        )
+    kinds = graph.block_kinds
+    base = base_kind(kinds)
+    b = costs.kinds[base]
     return StageTerms(
         plan=plan,
         job=job,
         cluster=cluster,
         num_micro_batches=plan.num_micro_batches(job),
-        block=costs.block,
-        block_params=costs.block_params,
+        block=b.block,
+        block_params=b.params,
         first=first,
         last=last,
         p2p_s=p2p_per_micro_batch_s(graph.spec.hidden, plan, job, cluster, spans.pp),
-        block_expert_params=costs.block_expert_params,
-        dense_credit=credit,
+        block_expert_params=b.expert_params,
         sync_lines=_sync_lines(
-            plan, job, cluster, costs.block_params, costs.block_expert_params, spans, shared
+            plan,
+            job,
+            cluster,
+            max(k.params for k in costs.kinds),
+            max(k.expert_params for k in costs.kinds),
+            spans,
+            shared,
         ),
+        kinds=costs.kinds if len(costs.kinds) > 1 else (),
+        block_kinds=kinds if len(costs.kinds) > 1 else (),
+        base_kind=base if len(costs.kinds) > 1 else 0,
     )
 
 

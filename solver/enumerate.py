@@ -100,8 +100,9 @@ def enumerate_plans(
                 plan = replace(layout, layers_per_stage=split, recompute=modes)
                 count += 1
                 t = replace(terms, plan=plan)
+                counts = t.stage_counts()
                 fits = all(
-                    stage_memory(t, s, split[s], modes[s]).total_bytes <= t.stage_capacity_bytes(s)
+                    stage_memory(t, s, counts[s], modes[s]).total_bytes <= t.stage_capacity_bytes(s)
                     for s in range(plan.pp)
                 )
                 if fits:

@@ -13,12 +13,19 @@ Variables (every per-layout variable is 0 unless its layout is used)
     use[L]          Boolean; exactly one layout
     rec[L,s,r]      Boolean; sum_r rec[L,s,r] = use[L]: one recompute mode per stage
     x[L,s,r]        integer; k of stage s if it runs mode r, else 0
+    y[L,q,s,r]      integer; blocks of kind q (not the base kind) stage s holds if it runs
+                    mode r, else 0 (models with several block kinds; constraints/positions.py)
     tmax, dpmax, omax[L]   slowest stage time, exposed DP sync, optimizer (ticks)
 Constraints (solver/constraints/)
     layers.add_layer_split     sum_{s,r} x = k_total use;  (1 + slot_s) rec <= x <= k_hi rec
                                (uniform recompute: rec[L,s,r] = rec[L,0,r])
+    positions.add_positions    (several kinds) boundaries B_j linear in the k, e = P_q[B_j] by
+                               AddElement, sum_r y[L,q,s,r] = blocks of kind q on stage s
     memory.add_memory          x[L,s,r] <= kmax[L,s,r] rec[L,s,r]   (peak memory fits)
-    schedule.add_schedule      t[L,s] = sum_r T1_{s,r} x + T0_{s,r} rec;  tmax = max_s t[L,s]
+                               (several kinds: M0 rec + M1 x + sum_q Mq y <= cap rec, kmax
+                               then from the least kind: a cut)
+    schedule.add_schedule      t[L,s] = sum_r T1_{s,r} x + T0_{s,r} rec (+ sum_q Tq y);
+                               tmax = max_s t[L,s]
                                dpmax = max(0, max_s sum_r E1_{s,r} x + E0_{s,r} rec)
                                omax = max_s O1_s k[L,s] + O0_s use
                                (each max also as linear >= rows, which the LP relaxation uses)
@@ -35,12 +42,13 @@ Ties are broken by a second solve with z fixed (see solve.py).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ortools.sat.python import cp_model
 from paraplan.cost import Recompute
 from paraplan.solver.constraints.layers import add_layer_split
 from paraplan.solver.constraints.memory import add_memory
+from paraplan.solver.constraints.positions import add_positions
 from paraplan.solver.constraints.schedule import add_schedule
 from paraplan.solver.scale import objective_scale
 from paraplan.solver.tables import LayoutTables, TickTables
@@ -61,6 +69,8 @@ class LayoutVars:
     dpmax: cp_model.IntVar | None = None
     omax: cp_model.IntVar | None = None
     step: cp_model.LinearExpr | None = None
+    kind_n: dict[tuple[int, int], cp_model.LinearExprT] = field(default_factory=dict)  # (kind, stage)
+    kind_y: dict[tuple[int, int, Recompute], cp_model.IntVar] = field(default_factory=dict)
 
     def k(self, s: int) -> cp_model.LinearExpr:
         return cp_model.LinearExpr.sum(list(self.x[s].values()))
@@ -106,6 +116,8 @@ def build_model(kept: list[LayoutTables]) -> tuple[cp_model.CpModel, ModelVars]:
     full = objective_scale([lv.tables.plan.vp for lv in lvs])
     for lv in lvs:
         add_layer_split(model, lv)
+        if lv.tables.heterogeneous:
+            add_positions(model, lv)
         add_memory(model, lv)
         add_schedule(model, lv)
         plan = lv.tables.plan
@@ -137,6 +149,9 @@ def add_hint(
         chosen = lv.index == index
         model.add_hint(lv.use, chosen)
         tk, vp = lv.ticks, lv.tables.plan.vp
+        counts = None
+        if chosen and tk.kinds:
+            counts = lv.tables.terms.stage_counts(replace(lv.tables.plan, layers_per_stage=tuple(layers)))
         t_max = e_max = o_max = 0
         for s in range(lv.tables.plan.pp):
             k = (layers[s] + lv.tables.slot(s)) // vp if chosen else 0
@@ -144,11 +159,29 @@ def add_hint(
                 on = chosen and r is recs[s]
                 model.add_hint(lv.rec[s][r], on)
                 model.add_hint(lv.x[s][r], k if on else 0)
+                for q in tk.kinds:
+                    model.add_hint(lv.kind_y[(q, s, r)], counts[s][q] if on and counts else 0)
             if chosen:
                 r = recs[s]
-                t_max = max(t_max, tk.time_per_k[(s, r)] * k + tk.time_fixed[(s, r)])
-                e_max = max(e_max, tk.dp_per_k[(s, r)] * k + tk.dp_fixed[(s, r)])
-                o_max = max(o_max, tk.opt_per_k[s] * k + tk.opt_fixed[s])
+                n = counts[s] if counts else ()
+                t_max = max(
+                    t_max,
+                    tk.time_per_k[(s, r)] * k
+                    + tk.time_fixed[(s, r)]
+                    + sum(tk.time_delta[(q, s, r)] * n[q] for q in tk.kinds),
+                )
+                e_max = max(
+                    e_max,
+                    tk.dp_per_k[(s, r)] * k
+                    + tk.dp_fixed[(s, r)]
+                    + sum(tk.dp_delta[(q, s, r)] * n[q] for q in tk.kinds),
+                )
+                o_max = max(
+                    o_max,
+                    tk.opt_per_k[s] * k
+                    + tk.opt_fixed[s]
+                    + sum(tk.opt_delta[(q, s)] * n[q] for q in tk.kinds),
+                )
         tmax, dpmax, omax = lv.maxima()
         model.add_hint(tmax, t_max)
         model.add_hint(dpmax, e_max)

@@ -1,9 +1,13 @@
 """The only place that turns SI seconds into CP-SAT integers.
 
 Times become ticks of a resolution (1 ns unless the step is so long that its ticks would not fit
-in 62 bits: ``resolution_for``), rounded to nearest; one resolution per solve. Memory never
-enters the model as an integer: feasibility is decided in floating point by cost/ (most layers
-per stage and mode) and passed as variable bounds, so no capacity rounding is needed.
+in 62 bits: ``resolution_for``), rounded to nearest; one resolution per solve. Memory of a model
+with one block kind never enters the model as an integer: feasibility is decided in floating
+point by cost/ (most layers per stage and mode) and passed as variable bounds. With several
+kinds a stage's memory depends on which blocks it holds, so it enters as a linear row in units
+of ``MEMORY_UNIT_BYTES``, each coefficient rounded up and the capacity down (``bytes_up``,
+``bytes_down``): the model never accepts a split cost/ says does not fit, and rejects one that
+does only when it fits by less than the rounding (a KiB per coefficient).
 Overflow: the objective is at most vp x (m + pp) x the slowest stage's ticks plus the sync and
 optimizer terms; ``resolution_for`` keeps that ceiling below 2**62 for any step time.
 Tolerance against ``cost.evaluate``: each per-layer coefficient is off by at most half a tick, so
@@ -14,9 +18,20 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["TIME_RESOLUTION_S", "to_ticks", "from_ticks", "tolerance_s", "resolution_for", "objective_scale"]
+__all__ = [
+    "TIME_RESOLUTION_S",
+    "MEMORY_UNIT_BYTES",
+    "to_ticks",
+    "from_ticks",
+    "bytes_up",
+    "bytes_down",
+    "tolerance_s",
+    "resolution_for",
+    "objective_scale",
+]
 
 TIME_RESOLUTION_S = 1e-9
+MEMORY_UNIT_BYTES = 1024
 _MAX_TICKS = 2**62
 
 
@@ -26,6 +41,14 @@ def to_ticks(seconds: float, resolution_s: float = TIME_RESOLUTION_S) -> int:
 
 def from_ticks(ticks: float, resolution_s: float = TIME_RESOLUTION_S) -> float:
     return ticks * resolution_s
+
+
+def bytes_up(num_bytes: float) -> int:
+    return math.ceil(num_bytes / MEMORY_UNIT_BYTES)
+
+
+def bytes_down(num_bytes: float) -> int:
+    return math.floor(num_bytes / MEMORY_UNIT_BYTES)
 
 
 def tolerance_s(

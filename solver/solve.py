@@ -37,7 +37,7 @@ from paraplan.cost import (
     stage_terms,
 )
 from paraplan.cost.floor import FLOOR_IGNORES, compute_floor_s, inner_tiers_fastest
-from paraplan.cost.plan import pipeline_slots, plan_key
+from paraplan.cost.plan import even_split, pipeline_slots, plan_key
 from paraplan.cost.pools import pool_floors, pooled_pipeline_floor_s
 from paraplan.cost.pp import pipeline_lower_bound_s
 from paraplan.graph import LayerGraph, ModelSpec
@@ -217,7 +217,7 @@ def _bounded_tables(
     shared: dict[tuple[object, ...], Any] = {}
     order_cache: OrderCache = {}
     floors: dict[tuple[object, ...], Any] = {}
-    same_layers = not spec.is_moe or spec.num_dense_layers == 0  # pooled_pipeline_floor_s
+    same_layers = len(graph.kind_blocks) == 1  # pooled_pipeline_floor_s
     heap: list[tuple[Any, ...]] = []
     tick = itertools.count()
     space = families(spec, cluster, job.seq_len, job.global_batch, fixed, options, deadline)
@@ -323,7 +323,9 @@ def _fits(
     uniform: bool = False,
     stage_modes: tuple[Recompute, ...] | None = None,
 ) -> bool:
-    """Some split of the layout's layers fits memory (the rank order does not change memory)."""
+    """Some split of the layout's layers fits memory (the rank order does not change memory);
+    with several block kinds, a split of blocks at their least memory (a relaxation)."""
+    terms = terms.relaxed()
     pp, vp = terms.plan.pp, terms.plan.vp
     slots = pipeline_slots(num_layers, pp, vp) or (0,) * pp
     k_total = (num_layers + sum(slots)) // vp
@@ -351,9 +353,10 @@ def _least_memory(num_layers: int, recomputes: list[Recompute], unfit: list[Stag
     best = float("inf")
     for terms in unfit:
         pp, vp = terms.plan.pp, terms.plan.vp
-        split = even_layers(num_layers, pp, vp) or (max(1, num_layers // pp),) * pp
+        split = even_layers(num_layers, pp, vp) or even_split(num_layers, pp)
+        counts = terms.stage_counts(replace(terms.plan, layers_per_stage=split))
         peak = max(
-            min(stage_memory(terms, s, split[s], r).total_bytes for r in recomputes) for s in range(pp)
+            min(stage_memory(terms, s, counts[s], r).total_bytes for r in recomputes) for s in range(pp)
         )
         best = min(best, peak)
     return best
@@ -503,7 +506,7 @@ def _solve_once(
     for i in order:
         tab = kept[i]
         if best is not None and tab.lower_bound_s > best[3].objective_s + tolerance_s(
-            tab.num_micro_batches, tab.plan.pp, tab.k_total, tab.resolution_s
+            tab.num_micro_batches, tab.plan.pp, tab.rounding_k, tab.resolution_s
         ):
             bound = min(bound, tab.lower_bound_s)
             break
@@ -584,14 +587,14 @@ def solve_instance(
                 and cand.out_of_time
                 and sol is not None
                 and idx is not None
-                and bound < sol.objective_s - tolerance_s(1, 1, kept[idx].k_total, resolution_s)
+                and bound < sol.objective_s - tolerance_s(1, 1, kept[idx].rounding_k, resolution_s)
             ):
                 status = "FEASIBLE"  # optimal among the layouts examined before the deadline
         elif name != "OPTIMAL":
             break  # a runner-up is listed only when proven the next best
         if sol is None or idx is None:
             break
-        _check(graph, cluster, job, sol, kept[idx].k_total, resolution_s)
+        _check(graph, cluster, job, sol, kept[idx].rounding_k, resolution_s)
         excluded.append(idx)
         if (
             not first

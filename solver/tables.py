@@ -22,17 +22,17 @@ Also the layout's bounds used to prune before CP-SAT:
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from paraplan.cost import Job, Plan, Recompute, StageTerms, stage_terms
 from paraplan.cost.evaluate import step_time_s
-from paraplan.cost.memory import max_layers_per_stage
+from paraplan.cost.memory import max_layers_per_stage, stage_memory, stage_memory_model
 from paraplan.cost.plan import even_split, pipeline_slots
 from paraplan.cost.pp import pipeline_lower_bound_s
 from paraplan.cost.stage import Affine
 from paraplan.graph import LayerGraph
 from paraplan.hardware import Cluster
-from paraplan.solver.scale import TIME_RESOLUTION_S, to_ticks, tolerance_s
+from paraplan.solver.scale import TIME_RESOLUTION_S, bytes_down, bytes_up, to_ticks, tolerance_s
 
 __all__ = [
     "LayoutTables",
@@ -66,6 +66,17 @@ class LayoutTables:
     def slot(self, stage: int) -> int:
         return self.slots[stage] if self.slots else 0
 
+    @property
+    def heterogeneous(self) -> bool:
+        """The model has several block kinds: the CP-SAT model places them by position."""
+        return self.terms.heterogeneous
+
+    @property
+    def rounding_k(self) -> int:
+        """Coefficients per stage that round (scale.tolerance_s): k, plus each block's kind
+        correction when the model has several kinds."""
+        return self.k_total + (len(self.terms.block_kinds) if self.heterogeneous else 0)
+
     def ticks(self) -> TickTables:
         return _tick_tables(self)
 
@@ -75,9 +86,18 @@ class LayoutTables:
         pp, vp, m = self.plan.pp, self.plan.vp, self.num_micro_batches
         k_hi = max(self.k_choices) if self.k_choices else self.k_total - (pp - 1)
         n = vp * k_hi
-        stage = max(self.terms.stage_time(s, r).at(n) for s in range(pp) for r in self.recomputes)
-        sync = max(self.terms.dp_exposed(s, r).at(n) for s in range(pp) for r in self.recomputes)
-        opt = max(self.terms.optimizer(s).at(n) for s in range(pp))
+        t = self.terms
+
+        def worst(line: Affine, deltas: tuple[float, ...]) -> float:  # every block the worst kind
+            return line.fixed + n * (line.per_layer + max(0.0, *deltas))
+
+        stage = max(
+            worst(t.stage_time(s, r), t.time_deltas(s, r)) for s in range(pp) for r in self.recomputes
+        )
+        sync = max(
+            worst(t.dp_exposed(s, r), t.exposed_deltas(s, r)) for s in range(pp) for r in self.recomputes
+        )
+        opt = max(worst(t.optimizer(s), t.optimizer_deltas(s)) for s in range(pp))
         return (m + pp) * max(0.0, stage) + max(0.0, sync) + max(0.0, opt)
 
 
@@ -92,6 +112,16 @@ class TickTables:
     opt_per_k: dict[int, int]
     opt_fixed: dict[int, int]
     lower_bound: int
+    # several block kinds (empty otherwise): per kind k other than the base, what each of its
+    # blocks adds over a base block; memory in MEMORY_UNIT_BYTES, rounded up, capacity down
+    kinds: tuple[int, ...] = ()
+    time_delta: dict[tuple[int, int, Recompute], int] = field(default_factory=dict)
+    dp_delta: dict[tuple[int, int, Recompute], int] = field(default_factory=dict)
+    opt_delta: dict[tuple[int, int], int] = field(default_factory=dict)
+    mem_fixed: dict[tuple[int, Recompute], int] = field(default_factory=dict)
+    mem_per_k: dict[tuple[int, Recompute], int] = field(default_factory=dict)
+    mem_delta: dict[tuple[int, int, Recompute], int] = field(default_factory=dict)
+    mem_cap: dict[int, int] = field(default_factory=dict)
 
 
 def even_layers(num_layers: int, pp: int, vp: int) -> tuple[int, ...] | None:
@@ -148,8 +178,10 @@ def quick_lower_bound_s(terms: StageTerms, recomputes: list[Recompute], num_laye
     """Bound from the layout's terms alone: every block at the cheapest (stage, mode), perfectly
     balanced (pipeline_lower_bound_s), memory ignored, plus the least exposed DP sync. Stage
     fixed parts: their least over modes (middle stages share stage 1's on a homogeneous cluster).
+    Several block kinds: on ``terms.relaxed()`` (every block at the least of the kinds).
     Pooled clusters: the slowest stage is also at least the water level of the stages' own
     fixed + per-layer lines (_water_level_s), so (m - 1/vp) * max(that, sum/pp) + sum/vp."""
+    terms = terms.relaxed()
     pp = terms.plan.pp
     stages = range(pp) if terms.pool_terms else sorted({0, min(1, pp - 1), pp - 1})
     weight = {s: 1 for s in stages}
@@ -259,7 +291,10 @@ def _dp_lower_bound_s(terms: StageTerms, recomputes: list[Recompute], num_layers
     the largest window any mode gives that stage. Some stage holds k in [ceil(K/pp), K - pp + 1]
     and some k in [1, floor(K/pp)] (K = k_total; a stage holds vp k - slot layers); g_s is
     affine, so on each range it is least at an end, and the exposure is at least the larger of
-    the two minima over stages."""
+    the two minima over stages. Relaxed terms (several block kinds) bound time, not this
+    difference: 0 then."""
+    if terms.relaxation:
+        return 0.0
     pp, vp = terms.plan.pp, terms.plan.vp
     slots = _slots(terms, num_layers)
     k_total = (num_layers + sum(slots)) // vp
@@ -297,22 +332,31 @@ def _upper_plan(
     slots = slots or (0,) * layout.pp
     if any(n < vp * (1 + sl) - sl or (n + sl) % vp for n, sl in zip(split, slots, strict=True)):
         return INF, None
+    counts = terms.stage_counts(replace(layout, layers_per_stage=split))
+
+    def fits(s: int, r: Recompute) -> bool:
+        if k_max[(s, r)] * vp - slots[s] < split[s]:
+            return False
+        if not terms.heterogeneous:  # k_max is exact with one block kind
+            return True
+        return stage_memory(terms, s, counts[s], r).total_bytes <= terms.stage_capacity_bytes(s)
+
     if uniform:
         scored = [
             (step_time_s(replace(terms, plan=p)).step_s, p)
             for p in (
                 replace(layout, recompute=(r,) * layout.pp, layers_per_stage=split)
                 for r in recomputes
-                if all(k_max[(s, r)] * vp - slots[s] >= n for s, n in enumerate(split))
+                if all(fits(s, r) for s in range(layout.pp))
             )
         ]
         return min(scored, key=lambda u: u[0], default=(INF, None))
     rec: list[Recompute] = []
-    for s, n in enumerate(split):
-        fits = [r for r in recomputes if k_max[(s, r)] * vp - slots[s] >= n]
-        if not fits:
+    for s in range(layout.pp):
+        modes = [r for r in recomputes if fits(s, r)]
+        if not modes:
             return INF, None
-        rec.append(min(fits, key=lambda r: terms.stage_time_s(s, n, r)))
+        rec.append(min(modes, key=lambda r: terms.stage_time_s(s, counts[s], r)))
     plan = replace(layout, recompute=tuple(rec), layers_per_stage=split)
     return step_time_s(replace(terms, plan=plan)).step_s, plan
 
@@ -385,10 +429,11 @@ def build_tables(
     slots = _slots(terms, num_layers)
     k_total = (num_layers + sum(slots)) // vp
     k_hi = max(k_choices) if k_choices else k_total - (pp - 1)
-    k_max = layer_caps(terms, recomputes, k_hi, stage_modes, num_layers)
-    f = [_stage_time_by_k(terms, s, k_max, recomputes, k_hi, slots[s]) for s in range(pp)]
+    bound = terms.relaxed()  # several block kinds: caps and bounds from the least of them
+    k_max = layer_caps(bound, recomputes, k_hi, stage_modes, num_layers)
+    f = [_stage_time_by_k(bound, s, k_max, recomputes, k_hi, slots[s]) for s in range(pp)]
     ks = _min_max_split(f, k_total)
-    lower = _lower_bound_s(terms, f, ks, k_max, recomputes, num_layers)
+    lower = _lower_bound_s(bound, f, ks, k_max, recomputes, num_layers)
     candidates = [even_layers(num_layers, pp, vp)]
     if split:
         candidates = [split]
@@ -437,7 +482,7 @@ def _tick_tables(tab: LayoutTables) -> TickTables:
             dp_per_k[(s, r)] = to_ticks(vp * terms.dp_exposed(s, r).per_layer, res)
             time_fixed[(s, r)] = fixed(terms.stage_time(s, r), s)
             dp_fixed[(s, r)] = fixed(terms.dp_exposed(s, r), s)
-    return TickTables(
+    ticks = TickTables(
         time_per_k=time_per_k,
         time_fixed=time_fixed,
         dp_per_k=dp_per_k,
@@ -446,6 +491,30 @@ def _tick_tables(tab: LayoutTables) -> TickTables:
         opt_fixed={s: fixed(terms.optimizer(s), s) for s in stages},
         lower_bound=_lower_bound_ticks(tab),
     )
+    return _kind_ticks(tab, ticks) if tab.heterogeneous else ticks
+
+
+def _kind_ticks(tab: LayoutTables, ticks: TickTables) -> TickTables:
+    """The per-kind corrections and the memory rows of a model with several block kinds."""
+    terms, vp, res = tab.terms, tab.plan.vp, tab.resolution_s
+    kinds = tuple(k for k in range(terms.num_kinds) if k != terms.base_kind)
+    out = replace(ticks, kinds=kinds)
+    for s in range(tab.plan.pp):
+        opt = terms.optimizer_deltas(s)
+        out.mem_cap[s] = bytes_down(terms.stage_capacity_bytes(s))
+        for k in kinds:
+            out.opt_delta[(k, s)] = to_ticks(opt[k], res)
+        for r in tab.recomputes:
+            time_d, dp_d = terms.time_deltas(s, r), terms.exposed_deltas(s, r)
+            mem = stage_memory_model(terms, s, r)
+            per_layer = mem.per_layer.total_bytes
+            out.mem_fixed[(s, r)] = bytes_up(mem.fixed.total_bytes - tab.slot(s) * per_layer)
+            out.mem_per_k[(s, r)] = bytes_up(vp * per_layer)
+            for k in kinds:
+                out.time_delta[(k, s, r)] = to_ticks(time_d[k], res)
+                out.dp_delta[(k, s, r)] = to_ticks(dp_d[k], res)
+                out.mem_delta[(k, s, r)] = bytes_up(mem.per_kind[k].total_bytes)
+    return out
 
 
 def _lower_bound_ticks(tab: LayoutTables) -> int:
@@ -455,6 +524,6 @@ def _lower_bound_ticks(tab: LayoutTables) -> int:
     if tab.lower_bound_s == INF:
         return 0
     res = tab.resolution_s
-    slack = tolerance_s(tab.num_micro_batches, tab.plan.pp, tab.k_total, res) / res
+    slack = tolerance_s(tab.num_micro_batches, tab.plan.pp, tab.rounding_k, res) / res
     ticks = to_ticks(tab.lower_bound_s, res)
     return max(0, int(min(ticks * 0.999999, ticks - slack - 1)))

@@ -14,7 +14,8 @@ __all__ = ["add_schedule"]
 
 def add_schedule(model: cp_model.CpModel, lv: LayoutVars) -> None:
     """t = sum_r T1_{s,r} x + T0_{s,r} rec; tmax = max_s t; dpmax = max(0, max_s sum_r E1_{s,r} x
-    + E0_{s,r} rec); omax = max_s O1_s k + O0_s use.
+    + E0_{s,r} rec); omax = max_s O1_s k + O0_s use; with several block kinds each line adds
+    sum_q D_{q,s,r} y[q,s,r] (the optimizer sum_q Dq_s n[q,s]).
 
     Each max is stated twice: as linear >= rows (what the LP relaxation bounds with) and as a
     max equality, so every solution's objective is its plan's step time. With >= alone a
@@ -22,29 +23,41 @@ def add_schedule(model: cp_model.CpModel, lv: LayoutVars) -> None:
     tick at a time instead of changing the split."""
     tk, pp, i = lv.ticks, lv.tables.plan.pp, lv.index
     k_hi = lv.tables.k_total
+    n_hi = len(lv.tables.terms.block_kinds)
 
-    def upper(per_k: list[int], fixed: list[int]) -> int:
-        return max(0, max(fixed) + max(0, max(per_k)) * k_hi)
+    def upper(per_k: list[int], fixed: list[int], deltas: list[int] | None = None) -> int:
+        worst = max(0, max(deltas or [0])) * n_hi  # several kinds: every block the costliest
+        return max(0, max(fixed) + max(0, max(per_k)) * k_hi + worst)
 
     lv.tmax = model.new_int_var(
-        0, upper(list(tk.time_per_k.values()), list(tk.time_fixed.values())), f"tmax_{i}"
+        0,
+        upper(list(tk.time_per_k.values()), list(tk.time_fixed.values()), list(tk.time_delta.values())),
+        f"tmax_{i}",
     )
     lv.dpmax = model.new_int_var(
-        0, upper(list(tk.dp_per_k.values()), list(tk.dp_fixed.values())), f"dpmax_{i}"
+        0,
+        upper(list(tk.dp_per_k.values()), list(tk.dp_fixed.values()), list(tk.dp_delta.values())),
+        f"dpmax_{i}",
     )
     lv.omax = model.new_int_var(
-        0, upper(list(tk.opt_per_k.values()), list(tk.opt_fixed.values())), f"omax_{i}"
+        0,
+        upper(list(tk.opt_per_k.values()), list(tk.opt_fixed.values()), list(tk.opt_delta.values())),
+        f"omax_{i}",
     )
     exposed, optimizer = [], []
     for s in range(pp):
         rs, xs = lv.rec[s], lv.x[s]
         t = sum(tk.time_per_k[(s, r)] * xs[r] + tk.time_fixed[(s, r)] * rs[r] for r in rs)
+        e_lin = sum(tk.dp_per_k[(s, r)] * xs[r] + tk.dp_fixed[(s, r)] * rs[r] for r in rs)
+        o_lin = tk.opt_per_k[s] * lv.k(s) + tk.opt_fixed[s] * lv.use
+        for q in tk.kinds:  # several block kinds (constraints/positions.py)
+            t += sum(tk.time_delta[(q, s, r)] * lv.kind_y[(q, s, r)] for r in rs)
+            e_lin += sum(tk.dp_delta[(q, s, r)] * lv.kind_y[(q, s, r)] for r in rs)
+            o_lin += tk.opt_delta[(q, s)] * lv.kind_n[(q, s)]
         lv.t.append(t)
         model.add(lv.tmax >= t)
-        e_lin = sum(tk.dp_per_k[(s, r)] * xs[r] + tk.dp_fixed[(s, r)] * rs[r] for r in rs)
         model.add(lv.dpmax >= e_lin)
         exposed.append(e_lin)
-        o_lin = tk.opt_per_k[s] * lv.k(s) + tk.opt_fixed[s] * lv.use
         model.add(lv.omax >= o_lin)
         optimizer.append(o_lin)
     model.add_max_equality(lv.tmax, lv.t)

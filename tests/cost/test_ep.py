@@ -126,7 +126,7 @@ def test_moe_rules_name_the_knob() -> None:
         evaluate(QWEN, cluster, JOB, no_sp)
 
 
-def test_dense_first_layers_are_credited_on_the_first_stage() -> None:
+def test_dense_first_layers_cost_as_dense_where_they_are() -> None:
     spec = ModelSpec(
         name="m",
         num_layers=8,
@@ -157,18 +157,24 @@ def test_dense_first_layers_are_credited_on_the_first_stage() -> None:
     plan = Plan(dp=8, tp=1, pp=1, ep=4, recompute=(Recompute.NONE,), layers_per_stage=(8,))
     g, g_moe = build_graph(spec), build_graph(all_moe)
     t, t_moe = stage_terms(g, plan, job, cluster), stage_terms(g_moe, plan, job, cluster)
-    # pp = 1: both dense layers credited; expert params of 6 MoE layers, dense FFN params of 2
+    # pp = 1: the two dense layers cost as dense: expert params of 6 MoE layers, dense FFNs of 2
     experts = 16 * 3 * 1024 * 512 / 4
-    assert t.stage_expert_params(0, 8) == pytest.approx(6 * experts)
-    assert t.stage_params(0, 8) - t_moe.stage_params(0, 8) == pytest.approx(
+    counts = t.stage_counts()
+    assert counts == ((2, 6),)  # kind 0 dense (blocks 0-1), kind 1 MoE
+    params, expert_params = t.held_params(0, counts[0])
+    assert expert_params == pytest.approx(6 * experts)
+    assert params - t_moe.held_params(0, 8)[0] == pytest.approx(
         2 * (3 * 1024 * 4096 - 1024 * 16)
     )  # dense FFN in, router out
     assert evaluate(g, cluster, job, plan).step_time_s < evaluate(g_moe, cluster, job, plan).step_time_s
-    # pp = 2: only layer 0 is guaranteed on stage 0; the other dense layer is costed as MoE
+    # pp = 2: each stage holds exactly its layers: (1, 7) puts the second dense layer on stage 1
     plan2 = Plan(dp=4, tp=1, pp=2, ep=4, recompute=(Recompute.NONE,) * 2, layers_per_stage=(1, 7))
     t2 = stage_terms(g, plan2, job, cluster)
-    assert t2.stage_expert_params(0, 1) == pytest.approx(0.0)
-    assert t2.stage_expert_params(1, 7) == pytest.approx(7 * experts)
+    assert t2.stage_counts() == ((1, 0), (1, 6))
+    assert t2.held_params(0, (1, 0))[1] == pytest.approx(0.0)
+    assert t2.held_params(1, (1, 6))[1] == pytest.approx(6 * experts)
+    with pytest.raises(ValueError, match="per-kind counts"):
+        t2.stage_time_s(1, 7, Recompute.NONE)
 
 
 def test_expert_tp_one_keeps_whole_experts_and_replicates_them_over_tp() -> None:
