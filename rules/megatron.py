@@ -39,6 +39,7 @@ __all__ = [
     "stage_contents",
     "layout_stages",
     "compact_layout",
+    "mtp_placement_error",
     "hybrid_stage_pattern",
 ]
 
@@ -353,28 +354,33 @@ def check_moe_bias(ctx: RuleContext, draft: Draft) -> Refusal | None:
     )
 
 
-def check_mtp_placement(ctx: RuleContext, draft: Draft) -> Refusal | None:
-    """MTP layers (``validate_layer_layout``, pipeline_parallel_layer_layout.py 0.19.2): all in
-    one virtual stage, the last chunk of its pp rank; none on a hybrid model without an MTP
-    block pattern."""
-    p, mtp = draft.plan, mtp_layers(ctx.spec)
+def mtp_placement_error(spec: ModelSpec, plan: Plan) -> str | None:
+    """Why Megatron cannot place the plan's MTP layers, or None (``validate_layer_layout``,
+    pipeline_parallel_layer_layout.py 0.19.2: all in one virtual stage, the last chunk of its
+    pp rank; a hybrid model needs an MTP block pattern the model does not give)."""
+    mtp = mtp_layers(spec)
     if not mtp:
         return None
-    if hybrid_pattern(ctx.spec):
-        return Refusal(
-            f"model {ctx.spec.name} is a hybrid model with {mtp} MTP layers: "
-            "--hybrid-layer-pattern needs each MTP depth's layer pattern after '/', which the "
-            "model does not give"
+    if hybrid_pattern(spec):
+        return (
+            f"model {spec.name} is a hybrid model with {mtp} MTP layers: --hybrid-layer-pattern "
+            "needs each MTP depth's layer pattern after '/', which the model does not give"
         )
-    stages = [j for j, (_, m) in enumerate(stage_contents(ctx.spec, p)) if m]
-    where = [(j % p.pp, j // p.pp) for j in stages]
-    if len(stages) == 1 and where[0][1] == p.vp - 1:
+    stages = [j for j, (_, m) in enumerate(stage_contents(spec, plan)) if m]
+    where = [(j % plan.pp, j // plan.pp) for j in stages]
+    if len(stages) == 1 and where[0][1] == plan.vp - 1:
         return None
-    return Refusal(
+    return (
         f"the plan puts the {mtp} MTP layers on virtual stages {stages} ((pp rank, chunk) "
         f"{where}); Megatron needs them all in one stage, the last chunk of its pp rank "
         "(PipelineParallelLayerLayout.validate_layer_layout)"
     )
+
+
+def check_mtp_placement(ctx: RuleContext, draft: Draft) -> Refusal | None:
+    """MTP layers sit where Megatron can build them (``mtp_placement_error``)."""
+    error = mtp_placement_error(ctx.spec, draft.plan)
+    return None if error is None else Refusal(error)
 
 
 def check_hybrid_pattern(ctx: RuleContext, draft: Draft) -> Refusal | None:
