@@ -25,13 +25,13 @@ import os
 import random
 import subprocess
 import sys
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from functools import cache
 from pathlib import Path
 
 import pytest
 from paraplan.cost import Plan, Recompute
-from paraplan.graph import ModelSpec
+from paraplan.graph import ModelSpec, build_graph
 from paraplan.graph.presets import preset
 from paraplan.rules.megatron import (
     compact_layout,
@@ -41,10 +41,15 @@ from paraplan.rules.megatron import (
 )
 from paraplan.rules.plans import virtual_stage_ranges
 
-from paraplan.export.megatron import pipeline_args, pipeline_layout
+from paraplan.errors import ExportError
+from paraplan.export import ExportContext, context
+from paraplan.export.megatron import megatron_args, megatron_env, pipeline_args, pipeline_layout
+from paraplan.export.megatron import render as render_megatron
+from paraplan.export.nemo import bridge_overrides
 
 sys.path.insert(0, str(Path(__file__).parent))
 import megatron_layout_check  # noqa: E402
+from architecture_plans import MEGATRON_CASES, result  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 CHECK = Path(__file__).with_name("megatron_layout_check.py")
@@ -303,3 +308,96 @@ def test_megatron_core_0_19_2_reads_the_hybrid_stages(name: str) -> None:
         "segments": [pattern[r.start : r.stop] for r in ranges],
         "offsets": [r.start for r in ranges],
     }
+
+
+# --------------------------------------------------------------------------- rendered exports
+
+
+def _context_with(case: str, spec: ModelSpec, **plan_knobs: object) -> ExportContext:
+    """The export context of an oracle case with ``spec`` (the graph's new layer-kind fields)
+    and plan knobs swapped in."""
+    ctx = context(result(MEGATRON_CASES[case]))
+    inst = replace(ctx.inst, graph=build_graph(spec))
+    return ExportContext(result=ctx.result, inst=inst, plan=replace(ctx.plan, **plan_knobs))  # type: ignore[arg-type]
+
+
+def _flags(argv: list[str]) -> dict[str, str | None]:
+    return {
+        t: (argv[i + 1] if i + 1 < len(argv) and not argv[i + 1].startswith("--") else None)
+        for i, t in enumerate(argv)
+        if t.startswith("--")
+    }
+
+
+def _mtp_context() -> ExportContext:
+    rows = ((3, 4), (4, 4), (4, 4), (4, 4), (4, 4), (4, 4), (4, 4), (4, 3))  # 62 positions: MTP last
+    split = (7,) + (8,) * 6 + (7,)
+    return _context_with(
+        "deepseek-v3-pp8-vp2-layout", DEEPSEEK_V3, layers_per_chunk=rows, layers_per_stage=split
+    )
+
+
+def _hybrid_context(**knobs: object) -> ExportContext:
+    split = (15, 15, 15, 15, 15, 15, 14, 14)
+    return _context_with("llama3.1-405b-tp-pp-dp", NEMOTRON_H, layers_per_stage=split, **knobs)
+
+
+def test_megatron_and_bridge_exports_carry_the_mtp_stage() -> None:
+    ctx = _mtp_context()
+    flags = _flags(megatron_args(ctx))
+    assert flags["--mtp-num-layers"] == "1"
+    assert flags["--pipeline-model-parallel-layout"] == "E,t*3|(t*4|)*14,tt,m,L"
+    assert "--num-virtual-stages-per-pipeline-rank" not in flags
+    bridge = bridge_overrides(ctx)
+    assert bridge["model.pipeline_model_parallel_layout"] == flags["--pipeline-model-parallel-layout"]
+    assert bridge["model.mtp_num_layers"] == 1
+
+
+def test_hybrid_exports_carry_the_stages_in_the_pattern() -> None:
+    split = (15, 15, 15, 15, 15, 15, 14, 14)
+    ctx = _hybrid_context()
+    script = render_megatron(ctx)
+    flags = _flags(megatron_args(ctx))
+    segments = str(flags["--hybrid-layer-pattern"]).split("|")
+    assert [len(s) for s in segments] == list(split) and "".join(segments) == NEMOTRON_H_56B_PATTERN
+    assert not {
+        "--pipeline-model-parallel-layout",
+        "--num-virtual-stages-per-pipeline-rank",
+        "--decoder-first-pipeline-num-layers",
+        "--decoder-last-pipeline-num-layers",
+    } & set(flags)
+    assert "/pretrain_mamba.py" in script
+    assert bridge_overrides(ctx)["model.hybrid_layer_pattern"] == flags["--hybrid-layer-pattern"]
+    interleaved = _hybrid_context(vp=2)
+    with pytest.raises(ExportError, match="HybridModelProvider"):
+        bridge_overrides(interleaved)
+
+
+@pytest.mark.oracle
+@pytest.mark.slow
+def test_megatron_lm_0_19_2_parses_the_mtp_and_hybrid_launches() -> None:
+    """parse_and_validate_args of Megatron-LM 0.19.2 (tests/export/megatron_lm_oracle.py) takes
+    both argument vectors: the MTP layout validates against --mtp-num-layers and builds the
+    plan's decoder layers per stage; the hybrid pattern's '|' segments set the pipeline."""
+    python = _python312()
+    if python is None:
+        pytest.skip("no Python 3.12 with megatron-core 0.19.2")
+    cases = [
+        {"name": name, "argv": megatron_args(c), "env": megatron_env(c), "num_devices": c.plan.num_devices}
+        for name, c in (("mtp", _mtp_context()), ("hybrid", _hybrid_context()))
+    ]
+    oracle = CHECK.with_name("megatron_lm_oracle.py")
+    done = subprocess.run(
+        [python, str(oracle)],
+        input=json.dumps(cases),
+        text=True,
+        capture_output=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    verdicts = json.loads(done.stdout.strip().splitlines()[-1])
+    assert verdicts["mtp"]["ok"], verdicts["mtp"]
+    rows = _mtp_context().plan.layers_per_chunk
+    assert verdicts["mtp"]["layout_chunks"] == [list(r[:-1]) + [r[-1] - (s == 7)] for s, r in enumerate(rows)]
+    assert verdicts["hybrid"]["ok"], verdicts["hybrid"]
