@@ -22,7 +22,13 @@ from paraplan.rules.base import (
 )
 from paraplan.rules.checks import dense_model_rule, uniform_recompute_rule
 from paraplan.rules.plans import order_matches, regroup, virtual_stage_ranges
-from paraplan.rules.validity import batch_splits, cp_splits_sequence, tp_splits_heads
+from paraplan.rules.validity import (
+    batch_splits,
+    cp_splits_sequence,
+    hybrid_pattern,
+    mtp_layers,
+    tp_splits_heads,
+)
 
 __all__ = [
     "RULES",
@@ -68,18 +74,6 @@ pipeline segments (virtual stage j = v * pp + r), '/' starts the MTP pattern."""
 LAYOUT_SYMBOLS = {"embedding": "E", "decoder": "t", "mtp": "m", "loss": "L"}
 """Layer characters of ``--pipeline-model-parallel-layout`` (``PipelineParallelLayerLayout.
 parse_str_to_list``, megatron/core/transformer/pipeline_parallel_layer_layout.py, 0.19.2)."""
-
-
-def hybrid_pattern(spec: ModelSpec) -> str | None:
-    """The model's hybrid layer pattern (one Megatron symbol per layer, HYBRID_SYMBOLS) from the
-    spec's ``layer_pattern``, or None for a transformer whose layers all hold attention + MLP."""
-    pattern = getattr(spec, "layer_pattern", None)
-    return str(pattern) if pattern else None
-
-
-def mtp_layers(spec: ModelSpec) -> int:
-    """Multi-token-prediction layers after the decoder (DeepSeek-V3: 1), from ``spec.mtp_layers``."""
-    return int(getattr(spec, "mtp_layers", 0) or 0)
 
 
 def stage_contents(spec: ModelSpec, plan: Plan) -> list[tuple[int, int]]:

@@ -30,9 +30,12 @@ from functools import cache
 from pathlib import Path
 
 import pytest
-from paraplan.cost import Plan, Recompute
+from paraplan.cost import Job, Plan, Precision, Recompute
 from paraplan.graph import ModelSpec, build_graph
 from paraplan.graph.presets import preset
+from paraplan.hardware import build_cluster
+from paraplan.rules import rules_of
+from paraplan.rules.base import Draft, RuleContext, first_refusal
 from paraplan.rules.megatron import (
     compact_layout,
     hybrid_stage_pattern,
@@ -401,3 +404,16 @@ def test_megatron_lm_0_19_2_parses_the_mtp_and_hybrid_launches() -> None:
     rows = _mtp_context().plan.layers_per_chunk
     assert verdicts["mtp"]["layout_chunks"] == [list(r[:-1]) + [r[-1] - (s == 7)] for s, r in enumerate(rows)]
     assert verdicts["hybrid"]["ok"], verdicts["hybrid"]
+
+
+@pytest.mark.parametrize("framework", ["torchtitan", "torch"])
+@pytest.mark.parametrize("spec", [DEEPSEEK_V3, NEMOTRON_H], ids=["mtp", "hybrid"])
+def test_frameworks_without_such_layers_refuse_them(framework: str, spec: ModelSpec) -> None:
+    """torchtitan's models and the PyTorch script's reference model hold transformer blocks only."""
+    job = Job(global_batch=64, seq_len=4096, precision=Precision.BF16)
+    ctx = RuleContext(spec, job, build_cluster("dgx-h100", nodes=1))
+    plan = Plan(dp=8, tp=1, pp=1, layers_per_stage=(spec.num_layers,))
+    refusal = first_refusal(ctx, Draft(plan, Precision.BF16), rules_of(framework).model_rules)
+    assert refusal is not None
+    assert ("MTP" in refusal.rule) == (spec is DEEPSEEK_V3)
+    assert "does not build" in refusal.rule
