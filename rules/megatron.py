@@ -360,6 +360,8 @@ def mtp_placement_error(spec: ModelSpec, plan: Plan) -> str | None:
             f"model {spec.name} is a hybrid model with {mtp} MTP layers: --hybrid-layer-pattern "
             "needs each MTP depth's layer pattern after '/', which the model does not give"
         )
+    if len(plan.layers_per_stage) != plan.pp:
+        return None  # a layout before its split: nothing placed yet
     stages = [j for j, (_, m) in enumerate(stage_contents(spec, plan)) if m]
     where = [(j % plan.pp, j // plan.pp) for j in stages]
     if len(stages) == 1 and where[0][1] == plan.vp - 1:
