@@ -79,6 +79,10 @@ MEGATRON_CASES: dict[str, tuple[dict, dict]] = {
         scenario("llama3.1-405b", 64, global_batch=1024),
         plan(8, 8, 8, vp=8, recompute="none", layers_per_stage=[14, 16, 16, 16, 16, 16, 16, 16]),
     ),
+    "deepseek-v3-2048xh800-pp16-vp2-layout": (  # DeepSeek-V3's cluster: pp 16, ep 64 (arXiv 2412.19437)
+        scenario("deepseek-v3", 256, global_batch=8192, cluster="hgx-h800"),
+        plan(128, 1, 16, vp=2, ep=64, layers_per_chunk=[[1, 2]] + [[2, 2]] * 13 + [[2, 1], [2, 1]]),
+    ),
     "deepseek-v3-pp8-vp2-layout": (
         scenario("deepseek-v3", 32, global_batch=1024),
         plan(
