@@ -31,7 +31,7 @@ from paraplan.export import (
 )
 from paraplan.export import megatron as mg
 from paraplan.rules import nemo as rules
-from paraplan.rules.megatron import mtp_layers
+from paraplan.rules.megatron import hybrid_pattern, mtp_layers
 
 __all__ = ["BRIDGE_PATHS", "NEMO2_PATHS", "render", "settings", "bridge_overrides", "nemo2_overrides"]
 
@@ -76,7 +76,7 @@ NEMO2_PATHS: dict[str, str] = {
     "pp": "trainer.strategy.pipeline_model_parallel_size",
     "vp": "trainer.strategy.virtual_pipeline_model_parallel_size",
     "layout": "model.config.pipeline_model_parallel_layout",
-    "hybrid_pattern": "model.config.hybrid_override_pattern",  # NeMo 2 SSMConfig
+    "hybrid_pattern": "model.config.hybrid_override_pattern",  # SSMConfig (nemo_toolkit 2.4.0 ssm.py)
     "first_stage_layers": "model.config.num_layers_in_first_pipeline_stage",
     "last_stage_layers": "model.config.num_layers_in_last_pipeline_stage",
     "account_for_embedding": "model.config.account_for_embedding_in_pipeline_split",
@@ -297,8 +297,13 @@ def bridge_overrides(ctx: ExportContext) -> dict[str, object]:
 
 
 def nemo2_overrides(ctx: ExportContext) -> dict[str, object]:
-    """NeMo 2 recipe path -> value (precision goes in a trainer plugin instead)."""
-    out = {NEMO2_PATHS[k]: v for k, v in settings(ctx) if k in NEMO2_PATHS}
+    """NeMo 2 recipe path -> value (precision goes in a trainer plugin instead). NeMo 2's
+    SSMConfig.hybrid_override_pattern takes no '|' (its MambaStack splits the layers evenly)."""
+    out = {
+        NEMO2_PATHS[k]: str(v).replace("|", "") if k == "hybrid_pattern" else v
+        for k, v in settings(ctx)
+        if k in NEMO2_PATHS
+    }
     return out | {f"model.config.{k}": v for k, v in model_fields(ctx)}
 
 
@@ -365,6 +370,12 @@ def render(ctx: ExportContext) -> str:
         f"World size {ctx.cluster.num_devices} ({ctx.cluster.num_nodes} nodes x "
         f"{ctx.cluster.devices_per_node}); data-parallel size {ctx.plan.dp} follows from it.",
     ]
+    if hybrid_pattern(ctx.spec) and ctx.plan.pp > 1:
+        notes.append(
+            "Hybrid stages: Megatron-Bridge builds the plan's stages from the '|' segments of "
+            "model.hybrid_layer_pattern; NeMo 2's SSMConfig.hybrid_override_pattern has none and "
+            "its MambaStack splits the layers evenly over pp."
+        )
     if ctx.plan.zero >= 2:
         notes.append(f"Megatron-FSDP: leave {mg.CUDA_CONNECTIONS_VAR} unset (or > 1).")
     elif ctx.plan.tp > 1 or ctx.plan.cp > 1:

@@ -48,7 +48,8 @@ from paraplan.errors import ExportError
 from paraplan.export import ExportContext, context
 from paraplan.export.megatron import megatron_args, megatron_env, pipeline_args, pipeline_layout
 from paraplan.export.megatron import render as render_megatron
-from paraplan.export.nemo import bridge_overrides
+from paraplan.export.nemo import bridge_overrides, nemo2_overrides
+from paraplan.export.nemo import render as render_nemo
 
 sys.path.insert(0, str(Path(__file__).parent))
 import megatron_layout_check  # noqa: E402
@@ -417,3 +418,9 @@ def test_frameworks_without_such_layers_refuse_them(framework: str, spec: ModelS
     assert refusal is not None
     assert ("MTP" in refusal.rule) == (spec is DEEPSEEK_V3)
     assert "does not build" in refusal.rule
+
+
+def test_nemo2_takes_the_hybrid_pattern_without_stages() -> None:
+    ctx = _hybrid_context()
+    assert nemo2_overrides(ctx)["model.config.hybrid_override_pattern"] == NEMOTRON_H_56B_PATTERN
+    assert "splits the layers evenly" in render_nemo(ctx)
