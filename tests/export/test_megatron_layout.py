@@ -36,6 +36,7 @@ from paraplan.graph.presets import preset
 from paraplan.hardware import build_cluster
 from paraplan.rules import rules_of
 from paraplan.rules.base import Draft, RuleContext, first_refusal
+from paraplan.rules.deepspeed import balanced_split
 from paraplan.rules.megatron import (
     compact_layout,
     hybrid_stage_pattern,
@@ -44,6 +45,7 @@ from paraplan.rules.megatron import (
 )
 from paraplan.rules.plans import virtual_stage_ranges
 
+import paraplan
 from paraplan.errors import ExportError
 from paraplan.export import ExportContext, context
 from paraplan.export.megatron import megatron_args, megatron_env, pipeline_args, pipeline_layout
@@ -53,7 +55,8 @@ from paraplan.export.nemo import render as render_nemo
 
 sys.path.insert(0, str(Path(__file__).parent))
 import megatron_layout_check  # noqa: E402
-from architecture_plans import MEGATRON_CASES, result  # noqa: E402
+from architecture_plans import MEGATRON_CASES, result, scenario  # noqa: E402
+from architecture_plans import plan as plan_dict  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 CHECK = Path(__file__).with_name("megatron_layout_check.py")
@@ -424,3 +427,18 @@ def test_nemo2_takes_the_hybrid_pattern_without_stages() -> None:
     ctx = _hybrid_context()
     assert nemo2_overrides(ctx)["model.config.hybrid_override_pattern"] == NEMOTRON_H_56B_PATTERN
     assert "splits the layers evenly" in render_nemo(ctx)
+
+
+def test_deepspeed_partitions_mixed_block_classes_by_count_or_refuses() -> None:
+    """DeepSpeed's type: partition weighs every block one: a DeepSeek-V3 plan with the balanced
+    split exports (its note says the regex must match dense and MoE blocks); another split is
+    refused with the balanced one as the nearest plan."""
+    deepseek = scenario("deepseek-v3", 32, global_batch=1024)
+    split = list(balanced_split(61, 8))
+    res = paraplan.evaluate({**deepseek, "plan": plan_dict(32, 1, 8, layers_per_stage=split)})
+    assert "type:DenseBlock|MoEBlock" in str(paraplan.export(res, "deepspeed"))
+    uneven = paraplan.evaluate(
+        {**deepseek, "plan": plan_dict(32, 1, 8, layers_per_stage=[7, 8, 8, 8, 8, 8, 8, 6])}
+    )
+    with pytest.raises(ExportError, match=r"no explicit layer counts.*\[8, 8, 8, 8, 8, 7, 7, 7\]"):
+        paraplan.export(uneven, "deepspeed")
