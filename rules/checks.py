@@ -6,7 +6,7 @@ from dataclasses import replace
 
 from paraplan.rules.base import Draft, Refusal, Rule, RuleContext, recompute_fixes, repair
 from paraplan.rules.plans import uniform_recompute
-from paraplan.rules.validity import ep_splits_experts
+from paraplan.rules.validity import ep_splits_experts, hybrid_pattern, mtp_layers
 
 __all__ = [
     "dense_model_rule",
@@ -14,6 +14,7 @@ __all__ = [
     "check_no_expert_parallel",
     "check_expert_tp_is_tp",
     "uniform_recompute_rule",
+    "transformer_layers_rule",
 ]
 
 
@@ -77,3 +78,21 @@ def uniform_recompute_rule(framework_note: str) -> Rule:
         return Refusal(f"recompute differs per stage ({modes}); {framework_note}", recompute_fixes(draft))
 
     return check_recompute_uniform
+
+
+def transformer_layers_rule(builder: str) -> Rule:
+    """A rule refusing models whose layers are not all attention + MLP blocks (a hybrid layer
+    pattern, MTP layers) for a framework whose model code (``builder``) has only those."""
+
+    def check_transformer_layers(ctx: RuleContext, draft: Draft) -> Refusal | None:
+        s, mtp = ctx.spec, mtp_layers(ctx.spec)
+        if hybrid_pattern(s) is None and not mtp:
+            return None
+        what = (
+            "a hybrid layer pattern (Mamba/attention/MLP layers)"
+            if hybrid_pattern(s)
+            else f"{mtp} MTP layers"
+        )
+        return Refusal(f"model {s.name} has {what}, which {builder} does not build")
+
+    return check_transformer_layers

@@ -21,8 +21,14 @@ from paraplan.rules.base import (
     repair,
 )
 from paraplan.rules.checks import dense_model_rule, uniform_recompute_rule
-from paraplan.rules.plans import order_matches, regroup
-from paraplan.rules.validity import batch_splits, cp_splits_sequence, tp_splits_heads
+from paraplan.rules.plans import order_matches, regroup, virtual_stage_ranges
+from paraplan.rules.validity import (
+    batch_splits,
+    cp_splits_sequence,
+    hybrid_pattern,
+    mtp_layers,
+    tp_splits_heads,
+)
 
 __all__ = [
     "RULES",
@@ -33,6 +39,14 @@ __all__ = [
     "MLA_YARN_ORIGINAL_MAX_POSITIONS",
     "megatron_order",
     "tp_repairs",
+    "HYBRID_SYMBOLS",
+    "hybrid_pattern",
+    "mtp_layers",
+    "stage_contents",
+    "layout_stages",
+    "compact_layout",
+    "mtp_placement_error",
+    "hybrid_stage_pattern",
 ]
 
 
@@ -48,6 +62,88 @@ LLAMA3_ROPE_SCALING = {"low_freq_factor": 1.0, "high_freq_factor": 4.0, "origina
 megatron/core/models/common/embeddings/rotary_pos_embedding.py, 0.19.2); only the factor is a
 flag."""
 MLA_YARN_ORIGINAL_MAX_POSITIONS = 4096  # MLATransformerConfig.original_max_position_embeddings
+
+
+# --------------------------------------------------------------------------- layouts
+
+HYBRID_SYMBOLS = frozenset("MG*D+-E")
+"""Layer symbols of ``--hybrid-layer-pattern`` (megatron-core 0.19.2
+``megatron/core/models/hybrid/hybrid_layer_allocation.py`` ``Symbols.VALID_LAYERS``): M Mamba-2,
+G gated delta net, * attention, D DeepSeek sparse attention, + MLA, - MLP, E MoE; '|' separates
+pipeline segments (virtual stage j = v * pp + r), '/' starts the MTP pattern."""
+LAYOUT_SYMBOLS = {"embedding": "E", "decoder": "t", "mtp": "m", "loss": "L"}
+"""Layer characters of ``--pipeline-model-parallel-layout`` (``PipelineParallelLayerLayout.
+parse_str_to_list``, megatron/core/transformer/pipeline_parallel_layer_layout.py, 0.19.2)."""
+
+
+def stage_contents(spec: ModelSpec, plan: Plan) -> list[tuple[int, int]]:
+    """(decoder layers, MTP layers) of each virtual stage, in order j = c * pp + s.
+
+    Positions 0 .. num_layers - 1 are the decoder layers, the next ``mtp_layers(spec)`` the MTP
+    layers; a plan whose chunks count only the decoder layers has its MTP layers on the last
+    virtual stage, next to the loss (where Megatron puts them without a layout:
+    ``mtp_on_this_rank`` in megatron/core/transformer/multi_token_prediction.py)."""
+    n, mtp = spec.num_layers, mtp_layers(spec)
+    out = []
+    for r in virtual_stage_ranges(plan):
+        decoder = max(0, min(r.stop, n) - r.start)
+        out.append((decoder, len(r) - decoder))
+    if out:
+        decoder, here = out[-1]
+        out[-1] = (decoder, here + max(0, n + mtp - sum(len(r) for r in virtual_stage_ranges(plan))))
+    return out
+
+
+def _run(symbol: str, n: int) -> str:
+    return symbol * n if n <= 2 else f"{symbol}*{n}"
+
+
+def layout_stages(spec: ModelSpec, plan: Plan) -> list[str]:
+    """Each virtual stage in layout characters: 'E' on the first, its decoder layers 't', its
+    MTP layers 'm', 'L' on the last (commas between kinds are cosmetic to Megatron's parser)."""
+    contents = stage_contents(spec, plan)
+    stages = []
+    for j, (decoder, mtp) in enumerate(contents):
+        parts = ["E"] if j == 0 else []
+        parts += [_run("t", decoder)] if decoder else []
+        parts += [_run("m", mtp)] if mtp else []
+        parts += ["L"] if j == len(contents) - 1 else []
+        stages.append(",".join(parts))
+    return stages
+
+
+def compact_layout(stages: list[str]) -> str:
+    """The stages joined by '|', a run of k identical stages X written ``(X|)*k`` where that is
+    shorter (Megatron's ``parse_str_to_list`` unrolls ``(...)*k`` first, then ``x*n``; parentheses
+    do not nest). A run that ends the layout keeps its last stage outside the group, so the
+    group's trailing '|' never opens an empty stage: ``Et*3|(tt|)*29,m|L`` (DeepSeek-V3,
+    pp 16 x vp 2, Megatron's docs)."""
+    out: list[tuple[str, bool]] = []  # (token, is a group ending in its own '|')
+    i = 0
+    while i < len(stages):
+        k = 1
+        while i + k < len(stages) and stages[i + k] == stages[i]:
+            k += 1
+        x, grouped = stages[i], k - (i + k == len(stages))  # at the end: last stage stays out
+        if grouped >= 2 and len(f"({x}|)*{grouped}") < grouped * (len(x) + 1):
+            out += [(f"({x}|)*{grouped}", True)] + [(x, False)] * (k - grouped)
+        else:
+            out += [(x, False)] * k
+        i += k
+    text = out[0][0] if out else ""
+    for (_, group), (token, _) in zip(out, out[1:], strict=False):
+        text += ("," if group else "|") + token
+    return text
+
+
+def hybrid_stage_pattern(spec: ModelSpec, plan: Plan) -> str:
+    """``--hybrid-layer-pattern`` with the plan's stages: the model's pattern cut into the plan's
+    virtual stages by '|' (segment j = v * pp + r runs on pp rank r, ``select_pipeline_segment``
+    in hybrid_layer_allocation.py); one segment when there is no pipeline."""
+    pattern = hybrid_pattern(spec) or ""
+    if plan.pp * plan.vp == 1:
+        return pattern
+    return "|".join(pattern[r.start : r.stop] for r in virtual_stage_ranges(plan))
 
 
 # --------------------------------------------------------------------------- rules (§2.3)
@@ -252,8 +348,63 @@ def check_moe_bias(ctx: RuleContext, draft: Draft) -> Refusal | None:
     )
 
 
+def mtp_placement_error(spec: ModelSpec, plan: Plan) -> str | None:
+    """Why Megatron cannot place the plan's MTP layers, or None (``validate_layer_layout``,
+    pipeline_parallel_layer_layout.py 0.19.2: all in one virtual stage, the last chunk of its
+    pp rank; a hybrid model needs an MTP block pattern the model does not give)."""
+    mtp = mtp_layers(spec)
+    if not mtp:
+        return None
+    if hybrid_pattern(spec):
+        return (
+            f"model {spec.name} is a hybrid model with {mtp} MTP layers: --hybrid-layer-pattern "
+            "needs each MTP depth's layer pattern after '/', which the model does not give"
+        )
+    if len(plan.layers_per_stage) != plan.pp:
+        return None  # a layout before its split: nothing placed yet
+    stages = [j for j, (_, m) in enumerate(stage_contents(spec, plan)) if m]
+    where = [(j % plan.pp, j // plan.pp) for j in stages]
+    if len(stages) == 1 and where[0][1] == plan.vp - 1:
+        return None
+    return (
+        f"the plan puts the {mtp} MTP layers on virtual stages {stages} ((pp rank, chunk) "
+        f"{where}); Megatron needs them all in one stage, the last chunk of its pp rank "
+        "(PipelineParallelLayerLayout.validate_layer_layout)"
+    )
+
+
+def check_mtp_placement(ctx: RuleContext, draft: Draft) -> Refusal | None:
+    """MTP layers sit where Megatron can build them (``mtp_placement_error``)."""
+    error = mtp_placement_error(ctx.spec, draft.plan)
+    return None if error is None else Refusal(error)
+
+
+def check_hybrid_pattern(ctx: RuleContext, draft: Draft) -> Refusal | None:
+    """A hybrid model's pattern is one Megatron symbol (HYBRID_SYMBOLS) per layer, and attention
+    is either standard ('*') or latent/sparse ('+', 'D'), not both (``_validate_pattern``)."""
+    pattern, s = hybrid_pattern(ctx.spec), ctx.spec
+    if pattern is None:
+        return None
+    bad = sorted(set(pattern) - HYBRID_SYMBOLS)
+    if bad:
+        return Refusal(
+            f"model {s.name} layer_pattern has {bad}: --hybrid-layer-pattern takes one of "
+            f"{''.join(sorted(HYBRID_SYMBOLS))} per layer"
+        )
+    if len(pattern) != s.num_layers:
+        return Refusal(
+            f"model {s.name} layer_pattern has {len(pattern)} layers but the model "
+            f"{s.num_layers}: Megatron takes the layer count from the pattern"
+        )
+    if "*" in pattern and ("+" in pattern or "D" in pattern):
+        return Refusal(f"model {s.name} mixes standard and latent/sparse attention layers")
+    return None
+
+
 RULES = (
     check_architecture,
+    check_hybrid_pattern,
+    check_mtp_placement,
     check_moe_bias,
     check_dense_model,
     check_batch_divides,
@@ -270,5 +421,5 @@ RULES = (
 SEARCH = SearchLimits()
 """solver.target=megatron: uneven stages through --pipeline-model-parallel-layout; one recompute
 setting for every rank."""
-MODEL_RULES = (check_architecture,)
+MODEL_RULES = (check_architecture, check_hybrid_pattern)
 """The RULES that read only the model and job (solver.target checks them once, first)."""

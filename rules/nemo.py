@@ -1,6 +1,7 @@
 """NeMo 2 / Megatron-Bridge 0.6.2's rules: both build megatron-core configs, so Megatron's rules
 apply unchanged (paraplan.rules.megatron), plus Bridge's own: ``dist.use_tp_pp_dp_mapping``
-cannot be combined with Megatron-FSDP (ConfigContainer validation)."""
+cannot be combined with Megatron-FSDP (ConfigContainer validation), and hybrid models have no
+virtual pipeline stages (HybridModelProvider)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,19 @@ def check_bridge_mapping_with_fsdp(ctx: RuleContext, draft: Draft) -> Refusal | 
     )
 
 
-RULES = (*mg.RULES, check_bridge_mapping_with_fsdp)
+def check_hybrid_without_interleaving(ctx: RuleContext, draft: Draft) -> Refusal | None:
+    """Bridge 0.6.2's HybridModelProvider.provide asserts no virtual pipeline stages."""
+    p = draft.plan
+    if p.vp == 1 or mg.hybrid_pattern(ctx.spec) is None:
+        return None
+    return Refusal(
+        f"plan.vp={p.vp}: Megatron-Bridge builds hybrid models without virtual pipeline stages "
+        "(HybridModelProvider.provide)",
+        repair("vp -> 1", draft, replace(p, vp=1, layers_per_chunk=())),
+    )
+
+
+RULES = (*mg.RULES, check_bridge_mapping_with_fsdp, check_hybrid_without_interleaving)
 SEARCH = mg.SEARCH
 MODEL_RULES = mg.MODEL_RULES
 """The RULES that read only the model and job (solver.target checks them once, first)."""

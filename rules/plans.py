@@ -7,9 +7,9 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from paraplan.cost import Axis, Plan, Recompute
-from paraplan.cost.plan import even_split
+from paraplan.cost.plan import chunk_layers, even_split
 
-__all__ = ["uniform_recompute", "effective_order", "order_matches", "regroup"]
+__all__ = ["uniform_recompute", "effective_order", "order_matches", "regroup", "virtual_stage_ranges"]
 
 
 def uniform_recompute(plan: Plan) -> Recompute | None:
@@ -48,3 +48,17 @@ def regroup(plan: Plan, **degrees: int) -> Plan | None:
         strongest = max(plan.recompute, key=list(Recompute).index)
         new = replace(new, vp=1, layers_per_stage=split, recompute=(strongest,) * new.pp)
     return new
+
+
+def virtual_stage_ranges(plan: Plan) -> list[range]:
+    """The layer positions each virtual stage holds, in virtual-stage order j = c * pp + s (chunk
+    c of pp rank s): consecutive runs of ``chunk_layers(plan)[s][c]`` positions, so stage j
+    starts where stage j - 1 ends (Megatron's and torch.distributed.pipelining's order)."""
+    chunks = chunk_layers(plan)
+    out: list[range] = []
+    start = 0
+    for j in range(plan.pp * plan.vp):
+        n = chunks[j % plan.pp][j // plan.pp]
+        out.append(range(start, start + n))
+        start += n
+    return out

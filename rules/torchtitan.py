@@ -19,7 +19,12 @@ from paraplan.rules.base import (
     order_fixes,
     repair,
 )
-from paraplan.rules.checks import check_dense_model, check_expert_tp_is_tp, uniform_recompute_rule
+from paraplan.rules.checks import (
+    check_dense_model,
+    check_expert_tp_is_tp,
+    transformer_layers_rule,
+    uniform_recompute_rule,
+)
 from paraplan.rules.plans import order_matches, regroup
 from paraplan.rules.validity import batch_splits, cp_splits_sequence
 
@@ -193,6 +198,10 @@ def _same_but_rope_scaling(built: ModelSpec, spec: ModelSpec) -> bool:
     )
 
 
+check_transformer_layers = transformer_layers_rule("torchtitan 0.3.0's model code (torchtitan/models)")
+"""torchtitan's models are transformer blocks only: no Mamba layers, no MTP module."""
+
+
 def check_model_config(ctx: RuleContext, draft: Draft) -> Refusal | None:
     """torchtitan builds only the models of its config_registry functions (CONFIGS)."""
     if torchtitan_config(ctx.spec) is not None:
@@ -236,6 +245,7 @@ def _shape(spec: ModelSpec) -> tuple[int, ...]:
 
 
 RULES = (
+    check_transformer_layers,
     check_model_config,
     check_float8_config,
     check_dense_model,
@@ -252,5 +262,5 @@ RULES = (
 
 SEARCH = SearchLimits()
 """solver.target=torchtitan: module names per stage express any split; one activation-checkpoint setting."""
-MODEL_RULES = (check_model_config, check_float8_config, check_precision)
+MODEL_RULES = (check_transformer_layers, check_model_config, check_float8_config, check_precision)
 """The RULES that read only the model and job (solver.target checks them once, first)."""

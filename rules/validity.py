@@ -12,7 +12,14 @@ from __future__ import annotations
 from paraplan.cost import Job, Plan
 from paraplan.graph import ModelSpec
 
-__all__ = ["tp_splits_heads", "ep_splits_experts", "batch_splits", "cp_splits_sequence"]
+__all__ = [
+    "tp_splits_heads",
+    "ep_splits_experts",
+    "batch_splits",
+    "cp_splits_sequence",
+    "hybrid_pattern",
+    "mtp_layers",
+]
 
 
 def tp_splits_heads(spec: ModelSpec, tp: int) -> bool:
@@ -38,3 +45,15 @@ def cp_splits_sequence(job: Job, cp: int) -> bool:
     """Whether cp ranks split the sequence into 2 * cp equal chunks (causal load balancing:
     each rank takes one chunk from each end): cp == 1 or seq_len % (2 * cp) == 0."""
     return cp == 1 or job.seq_len % (2 * cp) == 0
+
+
+def hybrid_pattern(spec: ModelSpec) -> str | None:
+    """The model's hybrid layer pattern (one Megatron symbol per layer, HYBRID_SYMBOLS) from the
+    spec's ``layer_pattern``, or None for a transformer whose layers all hold attention + MLP."""
+    pattern = getattr(spec, "layer_pattern", None)
+    return str(pattern) if pattern else None
+
+
+def mtp_layers(spec: ModelSpec) -> int:
+    """Multi-token-prediction layers after the decoder (DeepSeek-V3: 1), from ``spec.mtp_layers``."""
+    return int(getattr(spec, "mtp_layers", 0) or 0)

@@ -38,6 +38,7 @@ from paraplan.export import (
 from paraplan.result import paraplan_version
 from paraplan.rules import deepspeed as rules
 from paraplan.rules.deepspeed import ORDER, balanced_split, partition_balanced
+from paraplan.rules.validity import hybrid_pattern
 
 __all__ = [
     "KEYS",
@@ -123,6 +124,12 @@ def _notes(ctx: ExportContext) -> list[str]:
                 else ""
             )
         )
+        if ctx.spec.is_moe and ctx.spec.num_dense_layers or hybrid_pattern(ctx.spec):
+            notes.append(  # PipelineModule._partition_layers: weight 1 per layer whose class matches
+                "the blocks are of several classes (dense and MoE, or Mamba/attention/MLP): the "
+                "type: regex must match every one of them (e.g. 'type:DenseBlock|MoEBlock') so "
+                "each weighs one and the stages hold the blocks above"
+            )
     elif uniform_recompute(p) is Recompute.FULL:
         notes.append("full recompute: wrap every transformer block with deepspeed.checkpointing.checkpoint")
     if ctx.precision is Precision.FP8:

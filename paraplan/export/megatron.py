@@ -18,6 +18,12 @@ Mapping of the plan:
   ``--account-for-loss-in-pipeline-split`` (megatron-core ``get_num_layers_to_build``: the
   (layers + 1 + 1) / pp slots per rank split by vp, one slot taken by the embedding / loss);
   any other chunk layout: ``--pipeline-model-parallel-layout``.
+- The layout string is built from the plan's layer positions (rules/megatron.py
+  ``layout_stages``, ``compact_layout``): 'E', the stage's decoder layers 't', its MTP layers 'm',
+  'L', runs of equal stages as ``(tt|)*29``; MTP layers anywhere but the last virtual stage also
+  need it. Hybrid models (``spec.layer_pattern``) take no layout: their stages are '|' segments
+  of ``--hybrid-layer-pattern`` (megatron-core refuses the layout, vp, first/last and account-for
+  flags next to it) and they launch ``pretrain_mamba.py``.
 - Rank order: ``tp-cp-ep-dp-pp`` (default) or ``tp-cp-ep-pp-dp`` (``--use-tp-pp-dp-mapping``).
 - Mixture of experts: ``--num-experts``, ``--moe-router-topk``, ``--moe-ffn-hidden-size``, shared
   experts, ``--moe-layer-freq`` (a 0/1 pattern when some layers are dense), the alltoall token
@@ -36,6 +42,7 @@ Mapping of the plan:
 from __future__ import annotations
 
 import shlex
+from dataclasses import replace
 from math import prod
 
 from paraplan.cost import Axis, CPComm, Plan, Precision, Recompute
@@ -52,7 +59,13 @@ from paraplan.result import PlanOut
 from paraplan.rules import megatron as rules
 from paraplan.rules.megatron import (
     ORDERS,
+    compact_layout,
+    hybrid_pattern,
+    hybrid_stage_pattern,
+    layout_stages,
     megatron_order,
+    mtp_layers,
+    stage_contents,
     tp_repairs,
 )
 
@@ -140,6 +153,8 @@ FLAGS: dict[str, str] = {
     "pp": "--pipeline-model-parallel-size",
     "vp": "--num-virtual-stages-per-pipeline-rank",
     "layout": "--pipeline-model-parallel-layout",
+    "hybrid_pattern": "--hybrid-layer-pattern",
+    "mtp_layers": "--mtp-num-layers",
     "first_stage_layers": "--decoder-first-pipeline-num-layers",
     "last_stage_layers": "--decoder-last-pipeline-num-layers",
     "account_for_embedding": "--account-for-embedding-in-pipeline-split",
@@ -192,6 +207,8 @@ MOCK_TOKENIZER = "NullTokenizer"
 DEFAULT_TRAIN_ITERS = 100
 MOE_DISPATCHER = "alltoall"  # the all-to-all dispatch + combine paraplan's cost model prices
 CUDA_CONNECTIONS_VAR = "CUDA_DEVICE_MAX_CONNECTIONS"
+GPT_SCRIPT = "pretrain_gpt.py"
+HYBRID_SCRIPT = "pretrain_mamba.py"  # Megatron-LM's entry point for hybrid (Mamba) models
 
 
 CP_COMM_TYPES = {CPComm.P2P: "p2p", CPComm.ALL_GATHER: "allgather"}
@@ -245,18 +262,20 @@ def expert_rank_groups(plan: Plan) -> list[list[int]]:
 # --------------------------------------------------------------------------- arguments
 
 
-def pipeline_layout(plan: Plan) -> str:
+def pipeline_layout(plan: Plan, spec: ModelSpec) -> str:
     """``--pipeline-model-parallel-layout`` string: virtual stage s = v * pp + r on pp rank r,
-    holding ``chunk_layers(plan)[r][v]`` layers."""
-    chunks = chunk_layers(plan)
-    stages = []
-    for v in range(plan.vp):
-        for r in range(plan.pp):
-            n = chunks[r][v]
-            stages.append("t" if n == 1 else f"t*{n}")
-    stages[0] = "E," + stages[0]
-    stages[-1] = stages[-1] + ",L"
-    return "|".join(stages)
+    holding the plan's layer positions in order (rules/megatron.py ``layout_stages``)."""
+    return compact_layout(layout_stages(spec, plan))
+
+
+def decoder_plan(plan: Plan, spec: ModelSpec) -> Plan | None:
+    """``plan`` with its chunks counting decoder layers only (MTP positions taken out), or None
+    when a virtual stage would hold none (only a layout expresses that)."""
+    contents = stage_contents(spec, plan)
+    rows = tuple(tuple(contents[c * plan.pp + s][0] for c in range(plan.vp)) for s in range(plan.pp))
+    if min(min(row) for row in rows) < 1:
+        return None
+    return replace(plan, layers_per_stage=tuple(sum(row) for row in rows), layers_per_chunk=rows)
 
 
 def account_for_slots(plan: Plan) -> tuple[bool, bool] | None:
@@ -277,17 +296,25 @@ def account_for_slots(plan: Plan) -> tuple[bool, bool] | None:
     return emb, loss
 
 
-def pipeline_args(plan: Plan) -> list[tuple[str, object]]:
+def pipeline_args(plan: Plan, spec: ModelSpec) -> list[tuple[str, object]]:
     """(concept, value) pairs of the pipeline split: even, first/last, account-for slots, or an
-    explicit layout."""
-    split = plan.layers_per_stage
+    explicit layout; a hybrid model's stages in its layer pattern."""
     args: list[tuple[str, object]] = [("pp", plan.pp)] if plan.pp > 1 else []
+    if hybrid_pattern(spec):
+        return args + [("hybrid_pattern", hybrid_stage_pattern(spec, plan))]
     if plan.pp == 1:
         return args
+    layout = [("layout", pipeline_layout(plan, spec))]
+    mtp_last = all(m == 0 for _, m in stage_contents(spec, plan)[:-1])
+    decoder = decoder_plan(plan, spec)
+    if decoder is None or not mtp_last:
+        return args + layout  # flags alone put MTP on the last stage, next to the loss
+    plan = decoder
+    split = plan.layers_per_stage
     if not is_even_chunks(plan):
         slots = account_for_slots(plan)
         if slots is None:
-            return args + [("layout", pipeline_layout(plan))]
+            return args + layout
         emb, loss = slots
         return (
             args
@@ -297,7 +324,7 @@ def pipeline_args(plan: Plan) -> list[tuple[str, object]]:
         )
     middle = split[1:-1]
     if len(set(split)) > 1 and len(set(middle)) > 1:
-        return args + [("layout", pipeline_layout(plan))]
+        return args + layout
     if len(set(split)) > 1:
         body = middle[0] if middle else None
         if split[0] != body:
@@ -309,11 +336,11 @@ def pipeline_args(plan: Plan) -> list[tuple[str, object]]:
     return args
 
 
-def _parallel_args(plan: Plan) -> list[tuple[str, object]]:
+def _parallel_args(plan: Plan, spec: ModelSpec) -> list[tuple[str, object]]:
     args: list[tuple[str, object]] = [("tp", plan.tp)]
     if plan.tp > 1 and plan.sequence_parallel:
         args.append(("sp", None))
-    args += pipeline_args(plan)
+    args += pipeline_args(plan, spec)
     if plan.cp > 1:
         args += [("cp", plan.cp), ("cp_comm", CP_COMM_TYPES[plan.cp_comm])]
     if plan.ep > 1 or plan.expert_tp != plan.tp:
@@ -373,6 +400,8 @@ def _model_args(ctx: ExportContext) -> list[tuple[str, object]]:
         args.append(("untied", None))
     if not s.dropout:
         args += [("hidden_dropout", 0), ("attention_dropout", 0)]
+    if mtp_layers(s):
+        args.append(("mtp_layers", mtp_layers(s)))
     return args + layer_args(s) + position_args(s) + moe_args(ctx) + mla_args(ctx)
 
 
@@ -510,7 +539,7 @@ def _flag_args(ctx: ExportContext) -> list[tuple[str, object]]:
     job = ctx.inst.job
     return (
         _model_args(ctx)
-        + _parallel_args(plan)
+        + _parallel_args(plan, ctx.spec)
         + [("micro_batch", plan.micro_batch), ("global_batch", job.global_batch)]
         + _data_parallel_args(ctx, plan)
         + _recompute_args(plan)
@@ -594,7 +623,7 @@ def render(ctx: ExportContext) -> str:
         f"torchrun --nnodes {_num_nodes(ctx)} --nproc-per-node {cluster.devices_per_node}",
         '--node-rank "${NODE_RANK:-0}" --master-addr "${MASTER_ADDR:-localhost}"',
         '--master-port "${MASTER_PORT:-6000}"',
-        '"${MEGATRON_LM:-.}/pretrain_gpt.py"',
+        f'"${{MEGATRON_LM:-.}}/{HYBRID_SCRIPT if hybrid_pattern(ctx.spec) else GPT_SCRIPT}"',
         *_argv_lines(argv),
         '"$@"',
     ]

@@ -5,7 +5,10 @@ Megatron-Bridge's ``ConfigContainer`` keeps parallelism on the model provider (a
 parallel degrees on ``trainer.strategy`` and batch sizes on ``data``. Both build megatron-core
 configs, so Megatron's rules apply unchanged (rules/nemo.py reuses rules/megatron.py), plus
 Bridge's own: ``dist.use_tp_pp_dp_mapping`` cannot be combined with Megatron-FSDP. Mixture-of-
-experts plans set the expert-parallel and expert-tensor-parallel sizes. The planned model goes in
+experts plans set the expert-parallel and expert-tensor-parallel sizes. The pipeline split is
+Megatron's (``megatron.pipeline_args``): the same ``pipeline_model_parallel_layout`` string, or
+for a hybrid model its stages as '|' segments of ``hybrid_layer_pattern`` (Bridge's
+HybridModelProvider; it builds no virtual stages, rules/nemo.py). The planned model goes in
 as ``model.*`` TransformerConfig / GPTModelProvider fields (``model_fields``: shape, positions,
 norms, biases, QK-norm, windows, router, MLA), so whatever recipe the user starts from builds it;
 megatron-core 0.16.1 builds them into the plan model's parameter count in
@@ -28,6 +31,7 @@ from paraplan.export import (
 )
 from paraplan.export import megatron as mg
 from paraplan.rules import nemo as rules
+from paraplan.rules.megatron import hybrid_pattern, mtp_layers
 
 __all__ = ["BRIDGE_PATHS", "NEMO2_PATHS", "render", "settings", "bridge_overrides", "nemo2_overrides"]
 
@@ -38,6 +42,7 @@ BRIDGE_PATHS: dict[str, str] = {
     "pp": "model.pipeline_model_parallel_size",
     "vp": "model.virtual_pipeline_model_parallel_size",
     "layout": "model.pipeline_model_parallel_layout",
+    "hybrid_pattern": "model.hybrid_layer_pattern",  # HybridModelProvider (hybrid_provider.py)
     "first_stage_layers": "model.num_layers_in_first_pipeline_stage",
     "last_stage_layers": "model.num_layers_in_last_pipeline_stage",
     "account_for_embedding": "model.account_for_embedding_in_pipeline_split",
@@ -71,6 +76,7 @@ NEMO2_PATHS: dict[str, str] = {
     "pp": "trainer.strategy.pipeline_model_parallel_size",
     "vp": "trainer.strategy.virtual_pipeline_model_parallel_size",
     "layout": "model.config.pipeline_model_parallel_layout",
+    "hybrid_pattern": "model.config.hybrid_override_pattern",  # SSMConfig (nemo_toolkit 2.4.0 ssm.py)
     "first_stage_layers": "model.config.num_layers_in_first_pipeline_stage",
     "last_stage_layers": "model.config.num_layers_in_last_pipeline_stage",
     "account_for_embedding": "model.config.account_for_embedding_in_pipeline_split",
@@ -148,6 +154,8 @@ def model_fields(ctx: ExportContext) -> list[tuple[str, object]]:
             out.append(("window_attn_skip_freq", s.full_attention_every))
     if s.attention_sinks:
         out.append(("softmax_type", mg.SINK_SOFTMAX))
+    if mtp_layers(s):
+        out.append(("mtp_num_layers", mtp_layers(s)))
     if s.position_embedding == "rope":
         out += _rope_fields(ctx)
     return out + _moe_fields(ctx) + _mla_fields(ctx)
@@ -245,7 +253,7 @@ def settings(ctx: ExportContext) -> list[tuple[str, object]]:
         ("cp", p.cp),
         ("sp", p.sequence_parallel and p.tp > 1),
     ]
-    for key, value in mg.pipeline_args(p):
+    for key, value in mg.pipeline_args(p, ctx.spec):
         if key != "pp":
             out.append((key, True if value is None else value))  # store_true flags: True
     if p.cp > 1:
@@ -289,8 +297,13 @@ def bridge_overrides(ctx: ExportContext) -> dict[str, object]:
 
 
 def nemo2_overrides(ctx: ExportContext) -> dict[str, object]:
-    """NeMo 2 recipe path -> value (precision goes in a trainer plugin instead)."""
-    out = {NEMO2_PATHS[k]: v for k, v in settings(ctx) if k in NEMO2_PATHS}
+    """NeMo 2 recipe path -> value (precision goes in a trainer plugin instead). NeMo 2's
+    SSMConfig.hybrid_override_pattern takes no '|' (its MambaStack splits the layers evenly)."""
+    out = {
+        NEMO2_PATHS[k]: str(v).replace("|", "") if k == "hybrid_pattern" else v
+        for k, v in settings(ctx)
+        if k in NEMO2_PATHS
+    }
     return out | {f"model.config.{k}": v for k, v in model_fields(ctx)}
 
 
@@ -357,6 +370,12 @@ def render(ctx: ExportContext) -> str:
         f"World size {ctx.cluster.num_devices} ({ctx.cluster.num_nodes} nodes x "
         f"{ctx.cluster.devices_per_node}); data-parallel size {ctx.plan.dp} follows from it.",
     ]
+    if hybrid_pattern(ctx.spec) and ctx.plan.pp > 1:
+        notes.append(
+            "Hybrid stages: Megatron-Bridge builds the plan's stages from the '|' segments of "
+            "model.hybrid_layer_pattern; NeMo 2's SSMConfig.hybrid_override_pattern has none and "
+            "its MambaStack splits the layers evenly over pp."
+        )
     if ctx.plan.zero >= 2:
         notes.append(f"Megatron-FSDP: leave {mg.CUDA_CONNECTIONS_VAR} unset (or > 1).")
     elif ctx.plan.tp > 1 or ctx.plan.cp > 1:

@@ -74,6 +74,26 @@ MEGATRON_CASES: dict[str, tuple[dict, dict]] = {
         plan(16, 2, 8, ep=16, layers_per_stage=[7, 8, 8, 8, 8, 8, 8, 6]),
     ),
     "gpt-oss-120b-ep8-etp1": (scenario("gpt-oss-120b", 2), plan(16, 1, ep=8)),
+    # issue 13 item 4: splits only --pipeline-model-parallel-layout expresses
+    "llama3.1-405b-pp8-vp8-layout": (
+        scenario("llama3.1-405b", 64, global_batch=1024),
+        plan(8, 8, 8, vp=8, recompute="none", layers_per_stage=[14, 16, 16, 16, 16, 16, 16, 16]),
+    ),
+    "deepseek-v3-2048xh800-pp16-vp2-layout": (  # DeepSeek-V3's cluster: pp 16, ep 64 (arXiv 2412.19437)
+        scenario("deepseek-v3", 256, global_batch=8192, cluster="hgx-h800"),
+        plan(128, 1, 16, vp=2, ep=64, layers_per_chunk=[[1, 2]] + [[2, 2]] * 13 + [[2, 1], [2, 1]]),
+    ),
+    "deepseek-v3-pp8-vp2-layout": (
+        scenario("deepseek-v3", 32, global_batch=1024),
+        plan(
+            16,
+            2,
+            8,
+            vp=2,
+            ep=16,
+            layers_per_chunk=[[3, 4], [4, 4], [4, 4], [4, 4], [4, 4], [4, 4], [4, 4], [4, 2]],
+        ),
+    ),
     "explicit-qwen2-moe-style": (  # an explicit model: QKV bias, un-normalised top-k, shared
         {
             "model": {

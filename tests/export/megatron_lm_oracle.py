@@ -8,7 +8,9 @@ path ``pretrain_gpt.py`` takes) on the meta device at tensor/pipeline size 1 to 
 parameters. It imports nothing of paraplan, so its venv needs only torch and megatron-core.
 
 Input (stdin): a JSON list of ``{"name", "argv", "num_devices"}``. Output (stdout, last line):
-a JSON object name -> ``{"ok": true, "params", "padded_vocab", "groups": {axis: size}}`` or
+a JSON object name -> ``{"ok": true, "params", "padded_vocab", "groups": {axis: size},
+"layout_chunks"}`` (decoder layers per pp rank and virtual stage of the parsed
+``--pipeline-model-parallel-layout``, null without one) or
 ``{"ok": false, "error"}``. Used by tests/export/test_megatron_lm_oracle.py.
 """
 
@@ -133,6 +135,24 @@ def _num_params(args: object) -> tuple[int, int]:
     return sum(p.numel() for p in model.parameters()), int(vocab)
 
 
+def _layout_chunks(args: object) -> list[list[int]] | None:
+    """Decoder layers per [pp rank][virtual stage] of the parsed --pipeline-model-parallel-layout
+    (validated against the model's layer and MTP counts as TransformerConfig does), or None."""
+    from megatron.core.transformer.enums import LayerType
+    from megatron.core.transformer.pipeline_parallel_layer_layout import PipelineParallelLayerLayout
+
+    text = args.pipeline_model_parallel_layout
+    if text is None:
+        return None
+    layout = (
+        text
+        if isinstance(text, PipelineParallelLayerLayout)
+        else PipelineParallelLayerLayout(text, args.pipeline_model_parallel_size)
+    )
+    layout.validate_layer_layout(args.num_layers, args.mtp_num_layers)
+    return [[stage.count(LayerType.decoder) for stage in row] for row in layout.layout]
+
+
 def judge(case: dict) -> dict:
     """Parse, validate, build the groups and the model of one export; never raises."""
     os.environ.update(WORLD_SIZE=str(case["num_devices"]), RANK="0", LOCAL_RANK="0")
@@ -148,12 +168,13 @@ def judge(case: dict) -> dict:
         with contextlib.redirect_stdout(io.StringIO()):
             args = parse_and_validate_args()
             groups = _parallel_groups(args, case["num_devices"])
+            chunks = _layout_chunks(args)
             params, vocab = _num_params(args)
     except BaseException as e:  # SystemExit from argparse, AssertionError from validate_args
         import traceback
 
         return {"ok": False, "error": f"{type(e).__name__}: {e}"[:2000], "tb": traceback.format_exc()[-3000:]}
-    return {"ok": True, "params": params, "padded_vocab": vocab, "groups": groups}
+    return {"ok": True, "params": params, "padded_vocab": vocab, "groups": groups, "layout_chunks": chunks}
 
 
 def main() -> None:

@@ -23,6 +23,7 @@ from functools import cache
 from pathlib import Path
 
 import pytest
+from paraplan.cost.plan import chunk_layers
 from paraplan.graph import build_graph
 
 from paraplan.export import ExportError, context
@@ -90,6 +91,20 @@ def test_megatron_lm_accepts_the_export_and_builds_the_planned_model(name: str) 
         spec, padded_vocab=verdict["padded_vocab"], max_positions=MEGATRON_CASES[name][0]["job"]["seq_len"]
     )
     assert verdict["params"] == expected
+    if "--pipeline-model-parallel-layout" in megatron_args(context(res)):  # the plan's exact chunks
+        assert verdict["layout_chunks"] == [list(row) for row in chunk_layers(context(res).plan)]
+    else:
+        assert verdict["layout_chunks"] is None
+
+
+def test_two_plans_need_the_explicit_layout() -> None:
+    """Issue 13 item 4: uneven chunks of a dense and of a MoE model with dense first layers."""
+    layouts = [
+        n
+        for n, c in MEGATRON_CASES.items()
+        if "--pipeline-model-parallel-layout" in megatron_args(context(result(c)))
+    ]
+    assert {"llama3.1-405b-pp8-vp8-layout", "deepseek-v3-pp8-vp2-layout"} <= set(layouts)
 
 
 def test_the_plans_cover_every_family_and_parallel_axis() -> None:

@@ -70,7 +70,7 @@ def test_cli_export_reads_layers_per_chunk_back(tmp_path: Path, capsys: pytest.C
     assert main(["export", str(path), "--to", "megatron"]) == 0
     out = capsys.readouterr().out
     # virtual stage s = v * pp + r on rank r: v = 0 ranks 0..3, then v = 1
-    assert "E,t*2|t*4|t*3|t*4|t*5|t*4|t*4|t*4,L" in out
+    assert "E,tt|t*4|t*3|t*4|t*5|t*4|t*4|t*4,L" in out
     assert "--num-virtual-stages-per-pipeline-rank" not in out
 
 
