@@ -26,6 +26,7 @@ from pydantic import (
 )
 
 from paraplan.cost import Axis, CPComm, Precision, Recompute
+from paraplan.cost.plan import PLAN_FIELDS
 from paraplan.errors import ConfigError
 from paraplan.graph.spec import MODEL_LIMITS, show_value
 from paraplan.hardware.topology import MAX_DEVICES, MAX_POOLS
@@ -393,7 +394,10 @@ class PlanSection(_Section):
     def accept_result_plan(cls, data: Any) -> Any:
         """A result's plan as returned (``result.plan``): empty ``stage_pools`` and
         ``layers_per_chunk`` mean none; ``recompute_per_stage`` is the per-stage form of
-        ``recompute`` and must agree with it."""
+        ``recompute`` and must agree with it. The result's plan object itself is read as its
+        dict, so ``Scenario(..., plan=result.plan)`` works."""
+        if isinstance(data, BaseModel) and not isinstance(data, PlanSection):
+            data = data.model_dump()
         if not isinstance(data, dict):
             return data
         data = dict(data)
@@ -488,6 +492,14 @@ class PlanSection(_Section):
                 f"pool indices run from 0 to {MAX_POOLS - 1} (at most {MAX_POOLS} pools); got {show_value(v)}"
             )
         return v
+
+
+PLAN_SECTION_DERIVED = frozenset({"grad_accum", "num_devices"})
+"""plan: keys beyond the Plan's fields: values derived from it, as a result lists them."""
+if set(PlanSection.model_fields) != set(PLAN_FIELDS) | PLAN_SECTION_DERIVED:  # a knob added to Plan only
+    raise TypeError(
+        f"PlanSection's keys must be Plan's fields {PLAN_FIELDS} and {sorted(PLAN_SECTION_DERIVED)}"
+    )
 
 
 SolverTarget = Literal["megatron", "nemo", "deepspeed", "torchtitan", "maxtext", "torch", "any"]
