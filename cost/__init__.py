@@ -20,14 +20,15 @@ from paraplan.cost.plan import (
     Axis,
     CPComm,
     Job,
+    PartialPlan,
     Plan,
     Precision,
     Recompute,
-    check_plan,
 )
 from paraplan.cost.pp import bubble_s, in_flight_micro_batches, pipeline_s
 from paraplan.cost.recompute import stored_activation_bytes
 from paraplan.cost.stage import StageTerms, stage_terms
+from paraplan.cost.validity import check_plan
 
 __all__ = [
     "DEFAULT_ORDER",
@@ -37,6 +38,7 @@ __all__ = [
     "CPComm",
     "GroupSpan",
     "Job",
+    "PartialPlan",
     "Plan",
     "Precision",
     "Recompute",

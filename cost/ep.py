@@ -15,7 +15,7 @@ cp and dp.
 MoE parallel folding (Megatron-core: the expert grid ETP x EP x expert-DP x PP is laid over the
 same ranks as TP x CP x DP x PP, each with its own order): with etp = 1 the EP group may span TP
 ranks. paraplan folds when the plan needs it, i.e. etp = 1 < tp and ep does not divide dp*cp
-(cost.plan.expert_folded): the EP group is then the innermost ep ranks of tp x cp x dp (whole
+(cost.validity.expert_folded): the EP group is then the innermost ep ranks of tp x cp x dp (whole
 inner axes and a divisor of the next; Megatron's expert rank generator puts ep right after
 etp = 1), and the expert-DP group the remaining tp*cp*dp/ep ranks. Each rank still dispatches its
 own n/tp sequence-parallel tokens and runs num_experts/ep whole experts. Example: Megatron-Bridge
@@ -51,8 +51,9 @@ from paraplan.cost.compute import (
     gemm_input_bytes,
     tokens_per_device,
 )
-from paraplan.cost.plan import Axis, Job, Plan, expert_folded, folded_ep_axes
+from paraplan.cost.plan import Axis, Job, Plan
 from paraplan.cost.torus import placed_cluster
+from paraplan.cost.validity import expert_folded, folded_ep_axes
 from paraplan.graph import Experts
 from paraplan.hardware import Accelerator, Cluster, Efficiency
 
@@ -111,7 +112,7 @@ def _ep_sub_axes(plan: Plan) -> tuple[list[SubAxis], list[SubAxis]]:
 
 
 def _folded_sub_axes(plan: Plan) -> tuple[list[SubAxis], list[SubAxis]]:
-    """Folded EP (etp = 1, ep over tp ranks; cost.plan.folded_ep_axes): the EP group takes the
+    """Folded EP (etp = 1, ep over tp ranks; cost.validity.folded_ep_axes): the EP group takes the
     innermost ep ranks of tp x cp x dp, the expert-data-parallel group the rest of them."""
     taken = dict(folded_ep_axes(plan) or [])
     ep_axes, edp_axes = [], []

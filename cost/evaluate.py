@@ -15,10 +15,11 @@ from dataclasses import dataclass
 
 from paraplan.cost.flops import model_flops_per_token
 from paraplan.cost.memory import StageMemory, stage_memory
-from paraplan.cost.plan import Job, Plan, check_plan
+from paraplan.cost.plan import Job, Plan
 from paraplan.cost.pools import check_stage_pools, peak_flops_per_s, pooled_devices
 from paraplan.cost.pp import bubble_s
 from paraplan.cost.stage import StageTerms, stage_terms
+from paraplan.cost.validity import check_plan
 from paraplan.graph import LayerGraph
 from paraplan.hardware import Cluster
 

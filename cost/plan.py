@@ -1,10 +1,22 @@
-"""What the cost model evaluates: a job (batch, sequence, precision) and a fully fixed plan."""
+"""What the cost model evaluates: a job (batch, sequence, precision) and a plan.
+
+One plan type: ``Plan`` holds every knob, checks on construction the rules it can break on its
+own (``check_structure``: degrees, ZeRO stage, rank order, expert TP) and offers the derived
+values (``num_devices``, ``num_micro_batches``, ...); cost/validity.py checks it against a model,
+job and cluster (``check_plan``). ``PartialPlan`` has the same fields, each None when the user
+left the knob to the solver. The scenario's ``plan:`` and the result's ``plan`` (pydantic, in
+paraplan/) are the I/O edges of the same fields: ``plan_values`` / ``plan_from_values`` and
+``PartialPlan.from_values`` convert through ``fields(Plan)``, never a hand list.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from enum import StrEnum
+from enum import Enum, StrEnum
 from functools import cache
+from types import UnionType
+from typing import Any, Union, get_args, get_origin, get_type_hints
 
 __all__ = [
     "Axis",
@@ -13,19 +25,21 @@ __all__ = [
     "CPComm",
     "Job",
     "Plan",
+    "PartialPlan",
+    "PLAN_FIELDS",
     "DEFAULT_ORDER",
-    "check_plan",
-    "check_expert_parallel",
-    "expert_axes",
-    "expert_folded",
-    "folded_ep_axes",
+    "check_structure",
+    "check_order",
+    "check_expert_tp",
+    "show_divisors",
+    "plan_values",
+    "plan_from_values",
     "chunk_layers",
     "chunk_ranges",
     "kind_counts",
     "default_chunks",
     "is_even_chunks",
     "pipeline_slots",
-    "check_chunks",
     "plan_key",
     "even_split",
 ]
@@ -81,10 +95,11 @@ class Job:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Plan:
-    """Every knob fixed. ``recompute``, ``layers_per_stage`` and (on a pooled cluster)
-    ``stage_pools`` have one entry per pp rank. ``layers_per_chunk``: with interleaving, the
-    layers of each virtual stage (chunk), one row of vp counts per pp rank, rank s chunk c
-    holding virtual stage c*pp + s; empty = ``default_chunks`` of ``layers_per_stage``."""
+    """Every knob fixed; building one runs ``check_structure``. ``recompute``,
+    ``layers_per_stage`` and (on a pooled cluster) ``stage_pools`` have one entry per pp rank.
+    ``layers_per_chunk``: with interleaving, the layers of each virtual stage (chunk), one row
+    of vp counts per pp rank, rank s chunk c holding virtual stage c*pp + s; empty =
+    ``default_chunks`` of ``layers_per_stage``."""
 
     dp: int
     tp: int
@@ -104,6 +119,9 @@ class Plan:
     stage_pools: tuple[int, ...] = ()  # pooled clusters: the pool of each pp stage (cost/pools.py)
     torus_shape: tuple[int, ...] = ()  # TPU: the slice shape chosen (cost/torus.py); () = default
 
+    def __post_init__(self) -> None:
+        check_structure(self)
+
     @property
     def num_devices(self) -> int:
         return self.dp * self.tp * self.pp * self.cp
@@ -119,6 +137,137 @@ class Plan:
     def num_micro_batches(self, job: Job) -> int:
         """Micro-batches per step per dp rank: global = micro_batch x accumulation x dp."""
         return job.global_batch // (self.micro_batch * self.dp)
+
+
+PLAN_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Plan))
+"""Plan's knobs, in declaration order: what every conversion and cache key is derived from."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PartialPlan:
+    """The knobs a user fixes, the rest None (free for the solver): Plan's fields, each optional
+    (spelled out for the type checker; the module checks on import that they stay Plan's).
+    A single ``recompute`` entry fixes one mode for every stage. The search builds only the
+    default chunk layout of a split (``default_chunks``); paraplan/api.py refuses another
+    ``layers_per_chunk`` before the solver sees it."""
+
+    dp: int | None = None
+    tp: int | None = None
+    pp: int | None = None
+    cp: int | None = None
+    ep: int | None = None
+    etp: int | None = None
+    cp_comm: CPComm | None = None
+    vp: int | None = None
+    micro_batch: int | None = None
+    zero: int | None = None
+    sequence_parallel: bool | None = None
+    recompute: tuple[Recompute, ...] | None = None
+    layers_per_stage: tuple[int, ...] | None = None
+    layers_per_chunk: tuple[tuple[int, ...], ...] | None = None
+    order: tuple[Axis, ...] | None = None
+    stage_pools: tuple[int, ...] | None = None
+    torus_shape: tuple[int, ...] | None = None
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, Any]) -> PartialPlan:
+        """The partial plan of ``values`` (Plan field names; lists, enum values or members;
+        missing or None = free); ValueError on an unknown key."""
+        return cls(**_coerced(cls, values))
+
+
+if tuple(f.name for f in fields(PartialPlan)) != PLAN_FIELDS:  # a knob added to one type only
+    raise TypeError(
+        f"PartialPlan's fields {[f.name for f in fields(PartialPlan)]} must be Plan's {PLAN_FIELDS}"
+    )
+
+_POSITIVE = ("dp", "tp", "pp", "cp", "ep", "vp", "micro_batch")
+_AXES = frozenset(Axis)
+
+
+def check_structure(plan: Plan) -> None:
+    """The rules a plan breaks on its own, whatever the model: degrees and micro-batch >= 1,
+    ZeRO stage 0-3, a rank order naming each axis once, etp 1 or tp. ValueError names the knob,
+    the values and the rule. (Interleaving needs pp > 1 is check_plan's: a pool's share of a
+    pipeline, cost/pools.py, is a Plan of that many stages.)"""
+    for name in _POSITIVE:
+        if getattr(plan, name) < 1:
+            raise ValueError(f"plan.{name}={getattr(plan, name)} must be at least 1")
+    if plan.zero not in (0, 1, 2, 3):
+        raise ValueError(f"plan.zero={plan.zero} must be 0, 1, 2 or 3")
+    check_order(plan.order)
+    check_expert_tp(plan.etp, plan.tp)
+
+
+def check_order(order: Sequence[Axis]) -> None:
+    """A rank order names tp, cp, dp and pp once each, innermost first."""
+    if len(order) != len(_AXES) or set(order) != _AXES:
+        raise ValueError(
+            f"plan.order={[str(a) for a in order]} must be a permutation of "
+            "tp, cp, dp, pp (every axis once, innermost first)"
+        )
+
+
+def check_expert_tp(etp: int | None, tp: int | None) -> None:
+    """Expert tensor parallelism either shards each expert like the dense layers (etp = tp) or
+    not at all (etp = 1); None means tp."""
+    if etp is not None and tp is not None and etp not in (1, tp):
+        raise ValueError(
+            f"plan.etp={etp} must be 1 or tp={tp} (expert tensor parallelism either "
+            "shards each expert like the dense layers or not at all; other degrees are not "
+            "modelled)"
+        )
+
+
+def show_divisors(n: int) -> str:
+    """The divisors of ``n``, ascending, for a message: ``1, 2, 4, 8``."""
+    return ", ".join(str(d) for d in range(1, n + 1) if n % d == 0)
+
+
+def plan_values(plan: Plan) -> dict[str, Any]:
+    """Every field of ``plan`` as JSON values (enums by value, tuples as lists)."""
+    return {name: _plain(getattr(plan, name)) for name in PLAN_FIELDS}
+
+
+def plan_from_values(values: Mapping[str, Any]) -> Plan:
+    """The Plan of ``values`` (``plan_values``' form or Python values; a missing field takes
+    Plan's default); ValueError on an unknown key or a broken rule (``check_structure``)."""
+    return Plan(**_coerced(Plan, values))
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, tuple | list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _coerced(cls: type, values: Mapping[str, Any]) -> dict[str, Any]:
+    """``values`` converted to the types of ``cls``'s fields (lists to tuples, strings to enums)."""
+    hints = _hints(cls)
+    unknown = set(values).difference(hints)
+    if unknown:
+        raise ValueError(f"{sorted(unknown)} are not plan knobs; the knobs are {', '.join(PLAN_FIELDS)}")
+    return {name: _coerce(hints[name], v) for name, v in values.items() if v is not None}
+
+
+@cache
+def _hints(cls: type) -> dict[str, Any]:
+    return get_type_hints(cls)
+
+
+def _coerce(hint: Any, value: Any) -> Any:
+    """``value`` as type ``hint``: X | None takes X, tuple[T, ...] a tuple of T, an enum its member."""
+    origin = get_origin(hint)
+    if origin is Union or origin is UnionType:
+        (inner,) = (a for a in get_args(hint) if a is not type(None))
+        return _coerce(inner, value)
+    if origin is tuple:
+        return tuple(_coerce(get_args(hint)[0], v) for v in value)
+    if isinstance(hint, type) and issubclass(hint, Enum):
+        return hint(value)
+    return value
 
 
 def even_split(num_layers: int, pp: int) -> tuple[int, ...]:
@@ -141,73 +290,11 @@ def plan_key(plan: Plan, ignore: frozenset[str]) -> tuple[object, ...]:
 
 @cache
 def _key_fields(ignore: frozenset[str]) -> tuple[str, ...]:
-    names = tuple(f.name for f in fields(Plan))
+    names = PLAN_FIELDS
     unknown = ignore.difference(names)
     if unknown:
         raise ValueError(f"plan_key: {sorted(unknown)} are not Plan fields")
     return tuple(n for n in names if n not in ignore)
-
-
-def check_plan(
-    plan: Plan,
-    job: Job,
-    *,
-    num_devices: int,
-    num_layers: int,
-    num_heads: int,
-    num_kv_heads: int,
-    num_experts: int = 0,
-) -> None:
-    """Every rule a plan must meet; ValueError names the knob, the values and the rule."""
-    for name in ("dp", "tp", "pp", "cp", "ep", "vp", "micro_batch"):
-        if getattr(plan, name) < 1:
-            raise ValueError(f"plan.{name}={getattr(plan, name)} must be at least 1")
-    if plan.num_devices != num_devices:
-        raise ValueError(
-            f"plan: dp*tp*pp*cp = {plan.dp}*{plan.tp}*{plan.pp}*{plan.cp} = {plan.num_devices} "
-            f"must equal the cluster's {num_devices} devices"
-        )
-    if plan.zero not in (0, 1, 2, 3):
-        raise ValueError(f"plan.zero={plan.zero} must be 0, 1, 2 or 3")
-    if num_heads % plan.tp:
-        raise ValueError(f"plan.tp={plan.tp} must divide model heads={num_heads}")
-    if num_kv_heads % plan.tp and plan.tp % num_kv_heads:
-        raise ValueError(f"plan.tp={plan.tp} and model kv_heads={num_kv_heads}: one must divide the other")
-    if plan.sequence_parallel and plan.tp == 1:
-        pass  # sequence parallelism is a no-op without TP
-    if job.seq_len % plan.cp or (plan.cp > 1 and (job.seq_len // plan.cp) % 2):
-        raise ValueError(
-            f"plan.cp={plan.cp} must split job.seq_len={job.seq_len} into an even number of "
-            "tokens per rank (2*cp chunks for causal load balance)"
-        )
-    per_step = plan.micro_batch * plan.dp
-    if job.global_batch % per_step:
-        raise ValueError(
-            f"job.global_batch={job.global_batch} must be divisible by "
-            f"plan.micro_batch*dp = {plan.micro_batch}*{plan.dp} = {per_step} "
-            "(global batch = micro-batch x accumulation steps x data-parallel replicas)"
-        )
-    if len(plan.layers_per_stage) != plan.pp:
-        raise ValueError(f"plan.layers_per_stage has {len(plan.layers_per_stage)} entries; need pp={plan.pp}")
-    check_chunks(plan, num_layers)
-    if sum(plan.layers_per_stage) != num_layers or min(plan.layers_per_stage) < plan.vp:
-        raise ValueError(
-            f"plan.layers_per_stage={list(plan.layers_per_stage)} must sum to the model's "
-            f"{num_layers} layers with at least vp={plan.vp} per stage"
-        )
-    if plan.vp > 1:
-        if plan.pp == 1:
-            raise ValueError(f"plan.vp={plan.vp} needs pp > 1 (interleaving splits pipeline stages)")
-        if plan.num_micro_batches(job) % plan.pp:
-            raise ValueError(
-                f"interleaved schedule (vp={plan.vp}) needs the micro-batch count "
-                f"{plan.num_micro_batches(job)} to be a multiple of pp={plan.pp}"
-            )
-    if len(plan.recompute) != plan.pp:
-        raise ValueError(f"plan.recompute has {len(plan.recompute)} entries; need pp={plan.pp}")
-    if sorted(plan.order) != sorted(DEFAULT_ORDER):
-        raise ValueError(f"plan.order={list(plan.order)} must be a permutation of tp, cp, dp, pp")
-    check_expert_parallel(plan, num_experts)
 
 
 def default_chunks(layers_per_stage: tuple[int, ...], vp: int) -> tuple[tuple[int, ...], ...]:
@@ -278,104 +365,3 @@ def kind_counts(block_kinds: tuple[int, ...], plan: Plan) -> tuple[tuple[int, ..
 def is_even_chunks(plan: Plan) -> bool:
     """Every chunk of each stage holds the same number of layers (vp divides every stage)."""
     return all(len(set(row)) == 1 for row in chunk_layers(plan))
-
-
-def check_chunks(plan: Plan, num_layers: int) -> None:
-    """plan.layers_per_chunk: pp rows of vp counts, each >= 1, all summing to the model's layers,
-    row s to layers_per_stage[s]. Without it, each stage's layers are spread over its chunks by
-    default_chunks (so vp need not divide a stage)."""
-    rows = plan.layers_per_chunk
-    if not rows:
-        return
-    if len(rows) != plan.pp or any(len(r) != plan.vp for r in rows):
-        raise ValueError(
-            f"plan.layers_per_chunk has {len(rows)} rows of {sorted({len(r) for r in rows})} "
-            f"entries; need pp={plan.pp} rows of vp={plan.vp} layer counts (one per virtual stage)"
-        )
-    bad = [(s, c) for s, r in enumerate(rows) for c, n in enumerate(r) if n < 1]
-    if bad:
-        s, c = bad[0]
-        raise ValueError(
-            f"plan.layers_per_chunk[{s}][{c}]={rows[s][c]}: every virtual stage holds at least one layer"
-        )
-    sums = [sum(r) for r in rows]
-    if sum(sums) != num_layers:
-        raise ValueError(
-            f"plan.layers_per_chunk holds {sum(sums)} layers (stages {sums}); the model has {num_layers}"
-        )
-    if tuple(sums) != tuple(plan.layers_per_stage):
-        raise ValueError(
-            f"plan.layers_per_chunk row sums {sums} must equal plan.layers_per_stage="
-            f"{list(plan.layers_per_stage)} (each row is one pp stage's chunks)"
-        )
-
-
-def check_expert_parallel(plan: Plan, num_experts: int) -> None:
-    """Megatron's expert-parallel rules: EP is carved out of dp x cp (it does not change the
-    device count), ep divides the experts, and MoE with TP needs sequence parallelism."""
-    if plan.ep > 1 and num_experts == 0:
-        raise ValueError(f"plan.ep={plan.ep}: expert parallelism needs a mixture-of-experts model")
-    if num_experts and plan.tp > 1 and not plan.sequence_parallel:
-        raise ValueError(
-            f"plan.tp={plan.tp} on a mixture-of-experts model needs plan.sequence_parallel=true "
-            "(Megatron routes the sequence-parallel shards to the experts)"
-        )
-    if plan.etp is not None and plan.etp not in (1, plan.tp):
-        raise ValueError(
-            f"plan.etp={plan.etp} must be 1 or tp={plan.tp} (expert tensor parallelism either "
-            "shards each expert like the dense layers or not at all; other degrees are not "
-            "modelled)"
-        )
-    if plan.etp is not None and plan.etp != plan.tp and num_experts == 0:
-        raise ValueError(f"plan.etp={plan.etp} needs a mixture-of-experts model")
-    if plan.ep == 1:
-        return
-    if num_experts % plan.ep:
-        raise ValueError(f"plan.ep={plan.ep} must divide the model's {num_experts} experts")
-    if expert_folded(plan):
-        if folded_ep_axes(plan) is None:
-            raise ValueError(
-                f"plan.ep={plan.ep} with plan.etp=1 spans tp ranks (Megatron's MoE parallel "
-                f"folding) and must take the innermost ep of the tp*cp*dp = "
-                f"{plan.tp}*{plan.cp}*{plan.dp} ranks along the rank order: whole inner axes and "
-                "a divisor of the next"
-            )
-        return
-    inner, outer = expert_axes(plan)
-    if (plan.dp * plan.cp) % plan.ep or (plan.ep % inner and inner % plan.ep):
-        raise ValueError(
-            f"plan.ep={plan.ep} must divide dp*cp = {plan.dp}*{plan.cp} and split along the rank "
-            f"order (ep divides, or is a multiple of, the inner of cp/dp, degree {inner}); "
-            "expert parallelism is carved out of the data- and context-parallel ranks"
-        )
-
-
-def expert_folded(plan: Plan) -> bool:
-    """Megatron-core's MoE parallel folding (docs/frameworks.md Sec. 2.3, expert grid ETP x EP x
-    expert-DP x PP laid over the same ranks as TP x CP x DP x PP): with etp = 1 the EP group may
-    span TP ranks. paraplan folds when it must: etp = 1 < tp and ep does not divide dp*cp."""
-    return plan.ep > 1 and plan.etp == 1 and plan.tp > 1 and (plan.dp * plan.cp) % plan.ep != 0
-
-
-def folded_ep_axes(plan: Plan) -> list[tuple[Axis, int]] | None:
-    """EP group of a folded plan as (axis, members along it): the innermost
-    ep ranks of tp x cp x dp in rank order (Megatron's expert RankGenerator with tp = etp = 1 puts
-    ep innermost), i.e. whole inner axes and a divisor of the next; None if ep does not split so."""
-    left = plan.ep
-    out: list[tuple[Axis, int]] = []
-    for axis in (a for a in plan.order if a != Axis.PP):
-        d = plan.degree(axis)
-        if left == 1:
-            break
-        take = d if left % d == 0 else left
-        if d % take:
-            return None
-        out.append((axis, take))
-        left //= take
-    return out if left == 1 else None
-
-
-def expert_axes(plan: Plan) -> tuple[int, int]:
-    """Degrees of the inner and outer of the cp and dp axes under the plan's rank order."""
-    cp_first = plan.order.index(Axis.CP) < plan.order.index(Axis.DP)
-    return (plan.cp, plan.dp) if cp_first else (plan.dp, plan.cp)

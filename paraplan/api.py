@@ -8,9 +8,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from paraplan.cost import DEFAULT_ORDER, Plan
+from paraplan.cost import PartialPlan, Plan, Recompute
 from paraplan.cost import evaluate as cost_evaluate
-from paraplan.cost.plan import default_chunks
+from paraplan.cost.plan import PLAN_FIELDS, check_expert_tp, check_order, default_chunks
+from paraplan.cost.validity import check_ep_experts, check_etp_experts
 from paraplan.errors import ConfigError, ExportError, SolveTimeout
 from paraplan.explain import explain, summary
 from paraplan.export import ExportContext, render_target
@@ -27,7 +28,6 @@ from paraplan.schema import Scenario, load_scenario
 from paraplan.search import run_search, runnable_search
 from paraplan.solver import (
     DUPLICATE_REL,
-    Fixed,
     Options,
     SolverOptions,
 )
@@ -117,57 +117,33 @@ def check_derived_knobs(inst: Instance) -> None:
         )
 
 
-def fixed_knobs(inst: Instance) -> Fixed:
-    """The knobs the scenario's ``plan:`` fixes, as the solver's Fixed; ConfigError on misuse."""
+def fixed_knobs(inst: Instance) -> PartialPlan:
+    """The knobs the scenario's ``plan:`` fixes, as the solver's PartialPlan; ConfigError on
+    misuse. The knob rules are cost/validity.py's, the same ``check_plan`` and the search use."""
     p = inst.scenario.plan
     check_derived_knobs(inst)
-    recompute = None
-    if p.recompute is not None:
-        recompute = tuple(p.recompute) if isinstance(p.recompute, list) else (p.recompute,)
-        if isinstance(p.recompute, list) and p.pp is None:
-            raise ConfigError("plan.recompute lists one mode per stage; fix plan.pp too")
+    if isinstance(p.recompute, list) and p.pp is None:
+        raise ConfigError("plan.recompute lists one mode per stage; fix plan.pp too")
     if p.stage_pools is not None and not inst.cluster.pools:
         raise ConfigError(
             f"plan.stage_pools={p.stage_pools} needs a mixed-GPU cluster "
             "(cluster.pools); remove it for a single node type"
         )
-    if p.ep not in (None, 1) and not inst.spec.is_moe:
-        raise ConfigError(f"plan.ep={p.ep}: expert parallelism needs a mixture-of-experts model")
-    if p.ep is not None and inst.spec.is_moe and inst.spec.num_experts % p.ep:
-        raise ConfigError(
-            f"plan.ep={p.ep} must divide the model's {inst.spec.num_experts} experts; choose from "
-            + ", ".join(str(e) for e in range(1, inst.spec.num_experts + 1) if inst.spec.num_experts % e == 0)
-        )
-    if p.etp is not None and not inst.spec.is_moe:
-        raise ConfigError(
-            f"plan.etp={p.etp}: expert tensor parallelism needs a mixture-of-experts model; remove plan.etp"
-        )
-    if p.order is not None and sorted(p.order) != sorted(DEFAULT_ORDER):
-        raise ConfigError(
-            f"plan.order={[a.value for a in p.order]} must be a permutation of "
-            "tp, cp, dp, pp (every axis once, innermost first)"
-        )
-    if p.etp not in (None, 1) and p.tp is not None and p.etp != p.tp:
-        raise ConfigError(f"plan.etp={p.etp} must be 1 or plan.tp={p.tp}")
+    experts = inst.spec.num_experts if inst.spec.is_moe else 0
+    try:
+        check_ep_experts(p.ep or 1, experts)
+        check_etp_experts(p.etp, p.tp, experts)
+        if p.order is not None:
+            check_order(p.order)
+        check_expert_tp(p.etp, p.tp)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
     layers, vp = _fixed_chunks(p)
-    return Fixed(
-        dp=p.dp,
-        tp=p.tp,
-        pp=p.pp,
-        cp=p.cp,
-        ep=p.ep,
-        etp=p.etp,
-        cp_comm=p.cp_comm,
-        vp=vp,
-        micro_batch=p.micro_batch,
-        zero=p.zero,
-        sequence_parallel=p.sequence_parallel,
-        recompute=recompute,
-        layers_per_stage=layers,
-        order=tuple(p.order) if p.order else None,
-        stage_pools=tuple(p.stage_pools) if p.stage_pools is not None else None,
-        torus_shape=_torus_shape(inst, p.torus_shape),
-    )
+    values = p.model_dump(include=set(PLAN_FIELDS), exclude_none=True)
+    if isinstance(p.recompute, Recompute):  # one mode for every stage
+        values["recompute"] = (p.recompute,)
+    values.update(layers_per_stage=layers, vp=vp, torus_shape=_torus_shape(inst, p.torus_shape))
+    return PartialPlan.from_values(values)
 
 
 def _torus_shape(inst: Instance, shape: list[int] | None) -> tuple[int, ...] | None:

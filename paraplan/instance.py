@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from paraplan.cost import DEFAULT_ORDER, CPComm, Job, Plan, Recompute
-from paraplan.cost.plan import even_split
+from paraplan.cost import Job, Plan, Recompute
+from paraplan.cost.plan import PLAN_FIELDS, even_split, plan_from_values
 from paraplan.cost.pools import stage_pools_of
 from paraplan.errors import ConfigError
 from paraplan.graph import (
@@ -143,26 +143,18 @@ def fixed_plan(inst: Instance, section: PlanSection | None = None) -> Plan:
         )
     pp = p.pp
     assert pp is not None and p.tp is not None
-    plan = Plan(
-        dp=p.dp,
-        tp=p.tp,
-        pp=pp,
-        cp=p.cp or 1,
-        ep=p.ep or 1,
-        etp=p.etp,
-        cp_comm=p.cp_comm or CPComm.P2P,
-        vp=p.vp or 1,
-        micro_batch=p.micro_batch,
-        zero=p.zero,
+    values = p.model_dump(include=set(PLAN_FIELDS) - ({"order"} if not p.order else set()), exclude_none=True)
+    values.update(
         sequence_parallel=p.sequence_parallel if p.sequence_parallel is not None else p.tp > 1,
         recompute=_recompute(p.recompute, pp),
-        layers_per_stage=tuple(
-            p.layers_per_stage or _chunk_sums(p.layers_per_chunk) or even_split(inst.spec.num_layers, pp)
-        ),
-        layers_per_chunk=tuple(tuple(r) for r in p.layers_per_chunk or ()),
-        order=tuple(p.order) if p.order else DEFAULT_ORDER,
-        torus_shape=tuple(p.torus_shape or ()),
+        layers_per_stage=p.layers_per_stage
+        or _chunk_sums(p.layers_per_chunk)
+        or even_split(inst.spec.num_layers, pp),
     )
+    try:
+        plan = plan_from_values(values)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
     if p.stage_pools is not None:
-        return replace(plan, stage_pools=tuple(p.stage_pools))
+        return plan
     return replace(plan, stage_pools=default_stage_pools(inst.cluster, plan))

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from paraplan.cost import Breakdown, Job, Plan
 from paraplan.cost import evaluate as cost_evaluate
-from paraplan.cost.plan import chunk_layers, is_even_chunks
+from paraplan.cost.plan import PLAN_FIELDS, chunk_layers, is_even_chunks, plan_from_values, plan_values
 from paraplan.errors import ConfigError
 from paraplan.hardware import Cluster, step_time_band
 from paraplan.instance import Instance
@@ -29,6 +29,7 @@ __all__ = [
     "SolverOut",
     "Result",
     "plan_out",
+    "to_plan",
     "predicted_out",
     "evaluate_plan",
     "paraplan_version",
@@ -68,6 +69,12 @@ class PlanOut(BaseModel):
     torus_shape: list[int] = Field(
         default_factory=list, description="TPU slices: the torus shape chosen (empty: the default)"
     )
+
+
+PLAN_OUT_DERIVED = frozenset({"grad_accum", "num_devices", "recompute_per_stage"})
+"""PlanOut's keys beyond the Plan's fields: values derived from it, listed for the reader."""
+if set(PlanOut.model_fields) != set(PLAN_FIELDS) | PLAN_OUT_DERIVED:  # a knob added to Plan only
+    raise TypeError(f"PlanOut's keys must be Plan's fields {PLAN_FIELDS} and {sorted(PLAN_OUT_DERIVED)}")
 
 
 class StageOut(BaseModel):
@@ -163,29 +170,24 @@ class Result(BaseModel):
 
 
 def plan_out(plan: Plan, job: Job) -> PlanOut:
-    modes = [r.value for r in plan.recompute]
+    """``plan`` as a result lists it: its fields (cost.plan.plan_values), ``recompute`` one mode
+    when every stage shares it, ``layers_per_chunk`` empty when the chunks are even, and the
+    derived ``grad_accum``, ``num_devices`` and ``recompute_per_stage``."""
+    values = plan_values(plan)
+    modes = values["recompute"]
+    rows = [] if is_even_chunks(plan) else [list(r) for r in chunk_layers(plan)]
     return PlanOut(
-        dp=plan.dp,
-        tp=plan.tp,
-        pp=plan.pp,
-        cp=plan.cp,
-        ep=plan.ep,
-        etp=plan.etp,
-        cp_comm=plan.cp_comm.value,
-        vp=plan.vp,
-        micro_batch=plan.micro_batch,
-        grad_accum=plan.num_micro_batches(job),
-        zero=plan.zero,
-        sequence_parallel=plan.sequence_parallel,
-        recompute=modes[0] if len(set(modes)) == 1 else modes,
+        **{**values, "recompute": modes[0] if len(set(modes)) == 1 else modes, "layers_per_chunk": rows},
         recompute_per_stage=modes,
-        layers_per_stage=list(plan.layers_per_stage),
-        layers_per_chunk=[] if is_even_chunks(plan) else [list(r) for r in chunk_layers(plan)],
-        order=[a.value for a in plan.order],
+        grad_accum=plan.num_micro_batches(job),
         num_devices=plan.num_devices,
-        stage_pools=list(plan.stage_pools),
-        torus_shape=list(plan.torus_shape),
     )
+
+
+def to_plan(plan: PlanOut) -> Plan:
+    """The Plan a result lists (``plan_out`` undone: one recompute mode per pp rank)."""
+    values = plan.model_dump(include=set(PLAN_FIELDS))
+    return plan_from_values({**values, "recompute": plan.recompute_per_stage})
 
 
 def band_out(cluster: Cluster, step_time_s: float) -> StepTimeBandOut:

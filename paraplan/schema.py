@@ -6,29 +6,42 @@ job:     ``seq_len``, ``global_batch``, ``precision``
 plan:    optional; any subset of knobs fixes them (evaluate needs all)
 solver:  optional; search options
 calibration: optional; a calibration profile file (``paraplan calibrate``)
+
+The section base and the limits of the keys are in paraplan/section.py, the ``plan:`` section (the
+I/O edge of cost.Plan) in paraplan/plan_section.py, and the safe reading of a scenario file in
+paraplan/scenario_file.py; this module holds the other sections, ``Scenario`` and
+``load_scenario``.
 """
 
 from __future__ import annotations
 
 from os import PathLike
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any, Literal
 
-import yaml
 from pydantic import (
     BaseModel,
-    ConfigDict,
     Field,
     ValidationError,
-    ValidationInfo,
     field_validator,
     model_validator,
 )
 
-from paraplan.cost import Axis, CPComm, Precision, Recompute
+from paraplan.cost import Precision
 from paraplan.errors import ConfigError
-from paraplan.graph.spec import MODEL_LIMITS, show_value
+from paraplan.graph.spec import show_value
 from paraplan.hardware.topology import MAX_DEVICES, MAX_POOLS
+from paraplan.plan_section import PlanSection
+from paraplan.scenario_file import MAX_NESTING, MAX_SCENARIO_BYTES, MAX_VALUES, check_shape, read_document
+from paraplan.section import (
+    MAX_GLOBAL_BATCH,
+    MAX_SEARCH_MICRO_BATCH,
+    MAX_SEARCH_VP,
+    MAX_SEQ_LEN,
+    MAX_TOKENS_PER_STEP,
+    STRICT,
+    Section,
+)
 
 __all__ = [
     "ModelSection",
@@ -39,69 +52,10 @@ __all__ = [
     "SolverSection",
     "Scenario",
     "load_scenario",
+    "MAX_SCENARIO_BYTES",
+    "MAX_NESTING",
+    "MAX_VALUES",
 ]
-
-# Limits of the scenario's job, plan and solver keys (README "Limits"; the model's are
-# graph.spec.MODEL_LIMITS, the cluster's hardware.topology.MAX_DEVICES and MAX_POOLS). Each is far
-# beyond any real training job, so absurd sizes are refused at once instead of searched for minutes.
-MAX_SEQ_LEN = 16_777_216
-"""Tokens per sequence: 16x the 1M-token contexts paraplan plans today."""
-MAX_GLOBAL_BATCH = 16_777_216
-"""Sequences per optimizer step: ~1,000x the largest published batches."""
-MAX_TOKENS_PER_STEP = 2**32
-"""seq_len x global_batch: ~250x the 16M-token steps of the largest published runs; keeps step
-times far inside the solver's 64-bit ticks (a 10^15-token step overflowed them)."""
-MAX_LAYERS = MODEL_LIMITS["num_layers"]
-"""Longest per-stage list (layers_per_stage, recompute, stage_pools): one entry per stage, and a
-stage holds at least one layer."""
-MAX_SEARCH_MICRO_BATCH = 1_024
-"""solver.max_micro_batch: sequences per micro-batch the search considers."""
-MAX_SEARCH_VP = 64
-"""solver.max_vp: interleaving degrees the search considers (real runs use at most ~24)."""
-MAX_SCENARIO_BYTES = 1 << 20
-"""A scenario file is a few KB even with per-stage lists for 1,024 layers."""
-MAX_NESTING = 16
-"""Levels of mappings and lists in a scenario (it needs 5); deeper documents make YAML, pydantic
-and repr() recurse past Python's stack."""
-MAX_VALUES = 100_000
-"""Values in a scenario once YAML aliases are expanded (an alias bomb is exponential)."""
-
-_STRICT = ConfigDict(extra="forbid", frozen=True)
-
-
-def _takes_int(annotation: Any) -> bool:
-    """The annotation is int, int | None or a list of ints (not bool, which subclasses int)."""
-    if annotation is int:
-        return True
-    return any(_takes_int(a) for a in get_args(annotation))
-
-
-class _Section(BaseModel):
-    """A scenario section: unknown keys refused, values frozen, and true/false refused where a
-    whole number is expected (pydantic would read true as 1: `layers: true` is one layer)."""
-
-    model_config = _STRICT
-
-    @field_validator("*", mode="before")
-    @classmethod
-    def _no_bool_for_int(cls, value: Any, info: ValidationInfo) -> Any:
-        field = cls.model_fields.get(info.field_name or "")
-        if field is None or not _takes_int(field.annotation) or _takes_bool(field.annotation):
-            return value
-        if isinstance(value, bool):
-            raise ValueError(f"{value!r} is true/false; give a whole number")
-        if isinstance(value, list) and any(isinstance(v, bool) for v in _flat(value)):
-            raise ValueError("holds true/false; give whole numbers")
-        return value
-
-
-def _flat(values: list) -> list:
-    return [x for v in values for x in (_flat(v) if isinstance(v, list) else [v])]
-
-
-def _takes_bool(annotation: Any) -> bool:
-    return annotation is bool or any(_takes_bool(a) for a in get_args(annotation))
-
 
 _MOE_MLA_FIELDS = (
     "experts",
@@ -147,7 +101,7 @@ _EXPLICIT_FIELDS = (
 )
 
 
-class ModelSection(_Section):
+class ModelSection(Section):
     preset: str | None = Field(None, description="a model preset name, e.g. llama3-70b")
     hf_config: str | None = Field(None, description="path to a Hugging Face config.json")
     trace: bool | None = Field(
@@ -261,7 +215,7 @@ class ModelSection(_Section):
         return self
 
 
-class PoolSection(_Section):
+class PoolSection(Section):
     preset: str = Field(description="node type of this pool (dgx-h100, dgx-a100-80gb, ...)")
     nodes: int | None = Field(None, ge=1, le=MAX_DEVICES, description="number of nodes in this pool")
     gpus: int | None = Field(None, ge=1, le=MAX_DEVICES, description="number of devices, instead of nodes")
@@ -273,7 +227,7 @@ class PoolSection(_Section):
         return self
 
 
-class ClusterSection(_Section):
+class ClusterSection(Section):
     preset: str | None = Field(None, description="node type (dgx-h100, gb200-nvl72, ...) or fabric preset")
     nodes: int | None = Field(
         None, ge=1, le=MAX_DEVICES, description="number of nodes (a gb200-nvl72 node is a rack)"
@@ -305,7 +259,7 @@ class ClusterSection(_Section):
         return self
 
 
-class JobSection(_Section):
+class JobSection(Section):
     seq_len: int = Field(ge=1, le=MAX_SEQ_LEN, description="tokens per sequence")
     global_batch: int = Field(ge=1, le=MAX_GLOBAL_BATCH, description="sequences per optimizer step")
     precision: Precision = Field(
@@ -338,165 +292,13 @@ class JobSection(_Section):
         return self
 
 
-class PlanSection(_Section):
-    dp: int | None = Field(None, ge=1, le=MAX_DEVICES)
-    tp: int | None = Field(None, ge=1, le=MAX_DEVICES)
-    pp: int | None = Field(None, ge=1, le=MAX_LAYERS, description="pipeline stages (each holds a layer)")
-    cp: int | None = Field(None, ge=1, le=MAX_DEVICES)
-    ep: int | None = Field(None, ge=1, le=MAX_DEVICES)
-    etp: int | None = Field(
-        None, ge=1, le=MAX_DEVICES, description="expert tensor-parallel degree: tp (default) or 1"
-    )
-    cp_comm: CPComm | None = Field(None, description="context-parallel K/V exchange: p2p | all_gather")
-    vp: int | None = Field(None, ge=1, le=MAX_LAYERS, description="virtual stages per pp rank")
-    micro_batch: int | None = Field(None, ge=1, le=MAX_GLOBAL_BATCH)
-    zero: int | None = Field(None, ge=0, le=3, description="ZeRO stage; 3 = fully sharded (FSDP)")
-    sequence_parallel: bool | None = None
-    recompute: Recompute | list[Recompute] | None = Field(
-        None, description="none | selective | full, or one per pipeline stage"
-    )
-    layers_per_stage: list[int] | None = Field(
-        None, max_length=MAX_LAYERS, description="uneven pipeline stages"
-    )
-    layers_per_chunk: list[list[int]] | None = Field(
-        None,
-        max_length=MAX_LAYERS,
-        description="interleaving with unequal virtual stages: one "
-        "row of vp layer counts per pipeline stage (rank s chunk c = virtual stage c*pp + s); "
-        "default: each stage's layers spread evenly, short chunks next to the embedding on stage "
-        "0 and next to the loss elsewhere (Megatron's account-for-embedding/loss split)",
-    )
-    order: list[Axis] | None = Field(None, max_length=len(Axis), description="rank order, innermost first")
-    stage_pools: list[int] | None = Field(
-        None,
-        max_length=MAX_LAYERS,
-        description="pooled clusters: the pool (index in "
-        "cluster.pools) of each pipeline stage; default for evaluate: every pool in cluster.pools "
-        "order",
-    )
-    grad_accum: int | None = Field(
-        None,
-        ge=1,
-        le=MAX_GLOBAL_BATCH,
-        description="micro-batches per step per dp rank, as a "
-        "result's plan lists it: must equal job.global_batch / (micro_batch x dp)",
-    )
-    num_devices: int | None = Field(
-        None,
-        ge=1,
-        le=MAX_DEVICES,
-        description="devices the plan uses, as a result's plan lists it: must equal dp x tp x pp x cp",
-    )
-
-    @model_validator(mode="before")
-    @classmethod
-    def accept_result_plan(cls, data: Any) -> Any:
-        """A result's plan as returned (``result.plan``): empty ``stage_pools`` and
-        ``layers_per_chunk`` mean none; ``recompute_per_stage`` is the per-stage form of
-        ``recompute`` and must agree with it."""
-        if not isinstance(data, dict):
-            return data
-        data = dict(data)
-        for key in ("stage_pools", "layers_per_chunk"):
-            if data.get(key) == []:
-                del data[key]
-        if "recompute_per_stage" in data:
-            per_stage = data.pop("recompute_per_stage")
-            given = data.get("recompute")
-            if per_stage is None:
-                return data
-            if not isinstance(per_stage, list) or not per_stage:
-                raise ValueError(
-                    f"plan.recompute_per_stage={show_value(per_stage)} must list one "
-                    "recompute mode per pipeline stage"
-                )
-            same = (
-                given is None
-                or given == per_stage
-                or (isinstance(given, str) and all(m == given for m in per_stage))
-            )
-            if not same:
-                raise ValueError(
-                    f"plan.recompute_per_stage={show_value(per_stage)} disagrees with "
-                    f"plan.recompute={show_value(given)}; give one of them"
-                )
-            if given is None:
-                data["recompute"] = per_stage
-        return data
-
-    @model_validator(mode="after")
-    def check_num_devices(self) -> PlanSection:
-        degrees = (self.dp, self.tp, self.pp)
-        if self.num_devices is not None and None not in degrees:
-            used = self.dp * self.tp * self.pp * (self.cp or 1)  # type: ignore[operator]
-            if used != self.num_devices:
-                raise ValueError(
-                    f"plan.num_devices={self.num_devices} but dp x tp x pp x cp = "
-                    f"{used}; fix the degrees or drop plan.num_devices"
-                )
-        return self
-
-    torus_shape: list[int] | None = Field(
-        None,
-        max_length=3,
-        description="TPU slices: the slice's torus shape, e.g. [4, 8, 16] "
-        "(v4/v5p slices of whole cubes may take any shape; default: the most cubic)",
-    )
-
-    @field_validator("recompute")
-    @classmethod
-    def check_recompute_length(
-        cls, v: Recompute | list[Recompute] | None
-    ) -> Recompute | list[Recompute] | None:
-        if isinstance(v, list) and len(v) > MAX_LAYERS:
-            raise ValueError(
-                f"lists {len(v):,} stages; at most {MAX_LAYERS:,} (one per stage, "
-                "and a stage holds at least one layer)"
-            )
-        return v
-
-    @field_validator("layers_per_stage")
-    @classmethod
-    def check_layers_positive(cls, v: list[int] | None) -> list[int] | None:
-        if v is not None and any(n < 1 for n in v):
-            raise ValueError(f"every stage needs at least one layer; got {show_value(v)}")
-        if v is not None and any(n > MAX_LAYERS for n in v):
-            raise ValueError(
-                f"a stage of {show_value(max(v))} layers exceeds paraplan's limit of "
-                f'{MAX_LAYERS:,} layers (README "Limits")'
-            )
-        return v
-
-    @field_validator("layers_per_chunk")
-    @classmethod
-    def check_chunks_positive(cls, v: list[list[int]] | None) -> list[list[int]] | None:
-        if v is None:
-            return v
-        for s, row in enumerate(v):
-            if not row or len(row) > MAX_LAYERS or any(n < 1 or n > MAX_LAYERS for n in row):
-                raise ValueError(
-                    f"row {s} = {show_value(row)}: each pipeline stage lists vp "
-                    f"virtual-stage layer counts, each from 1 to {MAX_LAYERS:,}"
-                )
-        return v
-
-    @field_validator("stage_pools")
-    @classmethod
-    def check_pool_indices(cls, v: list[int] | None) -> list[int] | None:
-        if v is not None and any(not 0 <= i < MAX_POOLS for i in v):
-            raise ValueError(
-                f"pool indices run from 0 to {MAX_POOLS - 1} (at most {MAX_POOLS} pools); got {show_value(v)}"
-            )
-        return v
-
-
 SolverTarget = Literal["megatron", "nemo", "deepspeed", "torchtitan", "maxtext", "torch", "any"]
 """Frameworks ``solver.target`` accepts: the exporters that launch a training run, or ``any``
 (the unrestricted optimum of the cost model, which may run on no framework). Unset: the fastest
 plan at least one of the frameworks runs (paraplan/targets.py, runnable_space)."""
 
 
-class SolverSection(_Section):
+class SolverSection(Section):
     allow_uneven_stages: bool = Field(
         True,
         description="let the solver split layers unevenly (false: pp x vp divides the "
@@ -535,7 +337,7 @@ class SolverSection(_Section):
 
 
 class Scenario(BaseModel):
-    model_config = _STRICT
+    model_config = STRICT
     model: ModelSection
     cluster: ClusterSection
     job: JobSection
@@ -572,113 +374,6 @@ def _format(err: ValidationError) -> str:
     return "invalid scenario:\n  " + "\n  ".join(lines)
 
 
-class _ScenarioLoader(yaml.SafeLoader):
-    """PyYAML's SafeLoader that refuses, as a YAMLError with the line and column, documents
-    nested deeper than MAX_NESTING (its composer recurses once per level) and integers too long
-    for Python's 4,300-digit string conversion limit (a ValueError otherwise)."""
-
-    _depth = 0
-
-    def compose_node(self, parent: Any, index: Any) -> Any:
-        if self._depth >= MAX_NESTING:
-            raise yaml.composer.ComposerError(
-                None,
-                None,
-                f"nested more than {MAX_NESTING} levels deep; a scenario needs 5",
-                self.peek_event().start_mark,
-            )
-        self._depth += 1
-        try:
-            return super().compose_node(parent, index)
-        finally:
-            self._depth -= 1
-
-    def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
-        try:
-            return super().construct_yaml_int(node)
-        except ValueError:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"an integer of {len(node.value):,} characters is too long", node.start_mark
-            ) from None
-
-
-_ScenarioLoader.add_constructor("tag:yaml.org,2002:int", _ScenarioLoader.construct_yaml_int)
-
-
-def _read(path: Path) -> Any:
-    """The parsed YAML/JSON document of a scenario file; ConfigError names the file and the
-    cause (unreadable, too large, not UTF-8, not YAML)."""
-    try:
-        with path.open("rb") as f:
-            raw = f.read(MAX_SCENARIO_BYTES + 1)
-    except OSError as e:
-        raise ConfigError(f"cannot read scenario file {str(path)!r}: {e.strerror}") from None
-    if len(raw) > MAX_SCENARIO_BYTES:
-        raise ConfigError(
-            f'{path}: larger than {MAX_SCENARIO_BYTES >> 20} MiB; a scenario is a few KB (README "Limits")'
-        )
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        utf16 = " (it looks like UTF-16)" if raw[:2] in (b"\xff\xfe", b"\xfe\xff") else ""
-        raise ConfigError(
-            f"{path}: not UTF-8 text{utf16}: byte 0x{raw[e.start]:02x} at position "
-            f"{e.start}; save the scenario as UTF-8"
-        ) from None
-    try:
-        return yaml.load(text, Loader=_ScenarioLoader)  # a SafeLoader: never executes anything
-    except yaml.MarkedYAMLError as e:
-        mark = e.problem_mark or e.context_mark
-        at = f", line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        what = "; ".join(x for x in (e.context, e.problem) if x)
-        raise ConfigError(f"{path}{at}: not valid YAML/JSON: {what}") from None
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{path}: not valid YAML/JSON: {e}") from None
-    except ValueError as e:  # a value YAML recognises but cannot build, e.g. date 2024-13-01
-        raise ConfigError(f"{path}: not valid YAML/JSON: {e}") from None
-
-
-def _check_shape(data: Any, where: str) -> None:
-    """Refuse documents nested deeper than MAX_NESTING (or referring to themselves through a
-    YAML alias) or holding more than MAX_VALUES values once aliases are expanded: pydantic and
-    repr() recurse over them and walk every alias copy. Iterative; each distinct container is
-    measured once, so an alias bomb costs no more than its text."""
-    measured: dict[int, tuple[int, int]] = {}  # id -> (values, height) of a measured container
-    stack: list[tuple[Any, int, bool]] = [(data, 1, False)]  # (container, depth, children done)
-    while stack:
-        node, depth, done = stack.pop()
-        if len(node) > MAX_VALUES:
-            raise ConfigError(
-                f"{where}: a list or mapping of {len(node):,} entries; a scenario needs a few hundred values"
-            )
-        children = [c for c in _entries(node) if isinstance(c, _CONTAINERS)]
-        if done:
-            sub = [measured[id(c)] for c in children]
-            values = 1 + len(node) + sum(v for v, _ in sub)
-            if values > MAX_VALUES:
-                raise ConfigError(
-                    f"{where}: holds more than {MAX_VALUES:,} values (YAML aliases "
-                    "expanded); a scenario needs a few hundred"
-                )
-            measured[id(node)] = (values, 1 + max((h for _, h in sub), default=0))
-        elif depth + measured.get(id(node), (0, 1))[1] - 1 > MAX_NESTING:
-            raise ConfigError(
-                f"{where}: nested more than {MAX_NESTING} levels deep (or a YAML "
-                "alias refers to itself); a scenario needs 5"
-            )
-        elif id(node) not in measured:
-            stack.append((node, depth, True))
-            stack.extend((c, depth + 1, False) for c in children)
-
-
-_CONTAINERS = (dict, list, tuple, set, frozenset)
-
-
-def _entries(node: Any) -> list[Any]:
-    """The keys and values of a mapping, the items of any other container."""
-    return [x for kv in node.items() for x in kv] if isinstance(node, dict) else list(node)
-
-
 RESULT_KEYS = frozenset({"plan", "predicted", "scenario", "version"})
 """Keys that mark a result document (``paraplan plan --json``) rather than a scenario."""
 
@@ -703,7 +398,7 @@ def load_scenario(source: str | PathLike[str] | dict[str, Any] | Scenario) -> Sc
         path = Path(source)
         if "\0" in str(path):
             raise ConfigError(f"cannot read scenario file {str(path)!r}: the path has a NUL byte")
-        data, base, where = _read(path), path.parent, str(path)
+        data, base, where = read_document(path), path.parent, str(path)
     else:
         raise ConfigError(f"a scenario is a file path, a dict or a Scenario, not a {type(source).__name__}")
     if not isinstance(data, dict):
@@ -711,7 +406,7 @@ def load_scenario(source: str | PathLike[str] | dict[str, Any] | Scenario) -> Sc
             f"{where}: a scenario must be a mapping with model, cluster and job "
             f"sections, not a {type(data).__name__}"
         )
-    _check_shape(data, where)
+    check_shape(data, where)
     data = _scenario_of_result(data)
     try:
         scenario = Scenario.model_validate(data)

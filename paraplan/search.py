@@ -9,12 +9,12 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import NamedTuple
 
+from paraplan.cost import PartialPlan
 from paraplan.cost import evaluate as cost_evaluate
 from paraplan.errors import InfeasibleError, SolveTimeout
 from paraplan.instance import Instance
 from paraplan.report import gib
 from paraplan.solver import (
-    Fixed,
     NoFitError,
     NoLayoutError,
     Options,
@@ -71,7 +71,7 @@ class Search(NamedTuple):
 
 def run_search(
     inst: Instance,
-    fixed: Fixed,
+    fixed: PartialPlan,
     options: Options,
     opts: SolverOptions,
     progress: Callable[[str], None] | None,
@@ -121,7 +121,7 @@ def run_search(
 
 def runnable_search(
     inst: Instance,
-    fixed: Fixed,
+    fixed: PartialPlan,
     space: RunnableSpace,
     base: Options,
     opts: SolverOptions,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import Any
 
 from paraplan.cost import Axis, Plan, Recompute
 from paraplan.cost.plan import chunk_layers, even_split
@@ -32,22 +33,24 @@ def order_matches(plan: Plan, framework_order: Sequence[Axis]) -> bool:
 def regroup(plan: Plan, **degrees: int) -> Plan | None:
     """``plan`` with some of tp/pp/cp changed and dp absorbing the difference (same devices).
 
-    Returns None when the device count does not divide. A new pp gets an even layer split and
-    vp=1; per-stage recompute collapses to the plan's most memory-saving mode.
+    Returns None when the device count does not divide or the result is no Plan. A new pp gets
+    an even layer split and vp=1; per-stage recompute collapses to the plan's most
+    memory-saving mode.
     """
-    new = replace(plan, **degrees)
-    fixed = new.tp * new.pp * new.cp
-    if plan.num_devices % fixed:
+    tp, pp, cp = (degrees.get(a, plan.degree(a)) for a in (Axis.TP, Axis.PP, Axis.CP))
+    if plan.num_devices % (tp * pp * cp):
         return None
-    new = replace(new, dp=plan.num_devices // fixed)
-    if new.pp != plan.pp:
+    changes: dict[str, Any] = dict(degrees, dp=plan.num_devices // (tp * pp * cp))
+    if pp != plan.pp:
         num_layers = sum(plan.layers_per_stage)
-        if num_layers < new.pp:
+        if num_layers < pp:
             return None
-        split = even_split(num_layers, new.pp)
         strongest = max(plan.recompute, key=list(Recompute).index)
-        new = replace(new, vp=1, layers_per_stage=split, recompute=(strongest,) * new.pp)
-    return new
+        changes.update(vp=1, layers_per_stage=even_split(num_layers, pp), recompute=(strongest,) * pp)
+    try:
+        return replace(plan, **changes)
+    except ValueError:  # a plan no framework runs (e.g. etp = the old tp): no such regrouping
+        return None
 
 
 def virtual_stage_ranges(plan: Plan) -> list[range]:

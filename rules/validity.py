@@ -1,15 +1,14 @@
-"""Model/plan validity facts the framework rules share, each stated once: how tensor parallelism
+"""Model/plan validity facts the framework rules share, over a ModelSpec: how tensor parallelism
 splits the attention heads, how expert parallelism splits the experts, how the global batch
 splits into micro-batches and how context parallelism splits the sequence.
 
-These are the same facts as ``cost.plan.check_plan`` (heads % tp; kv heads a multiple or divisor
-of tp; global_batch % (micro_batch * dp); seq_len % (2 * cp)) and
-``cost.plan.check_expert_parallel`` (ep > 1 needs experts; experts % ep), and the search domains
-of solver/space.py; every framework rule asks these functions."""
+Each rule is stated once, in cost/validity.py, which ``check_plan`` and the solver's search
+domains (solver/space.py) call too; these only read the counts off the model, job and plan."""
 
 from __future__ import annotations
 
 from paraplan.cost import Job, Plan
+from paraplan.cost import validity as _rule
 from paraplan.graph import ModelSpec
 
 __all__ = [
@@ -23,25 +22,23 @@ __all__ = [
 
 
 def tp_splits_heads(spec: ModelSpec, tp: int) -> bool:
-    """Whether tp ranks split the attention: heads % tp == 0, and the kv heads (query groups)
-    are a multiple or a divisor of tp (Megatron rules 5-6; a kv head is replicated when tp
-    exceeds them)."""
-    return spec.num_heads % tp == 0 and (spec.num_kv_heads % tp == 0 or tp % spec.num_kv_heads == 0)
+    """cost.validity.tp_splits_heads of the model's heads and kv heads (Megatron rules 5-6)."""
+    return _rule.tp_splits_heads(spec.num_heads, spec.num_kv_heads, tp)
 
 
 def ep_splits_experts(spec: ModelSpec, ep: int) -> bool:
-    """Whether ep ranks split the routed experts: ep == 1, or a mixture-of-experts model with
-    num_experts % ep == 0."""
-    return ep == 1 or (spec.is_moe and spec.num_experts % ep == 0)
+    """cost.validity.ep_splits_experts of the model's routed experts (0 for a dense model)."""
+    return _rule.ep_splits_experts(spec.num_experts if spec.is_moe else 0, ep)
 
 
 def batch_splits(job: Job, plan: Plan) -> bool:
-    """Whether the global batch is a whole number of micro-batches per data-parallel replica:
-    global_batch % (micro_batch * dp) == 0 (global = micro-batch x accumulation x replicas)."""
-    return job.global_batch % (plan.micro_batch * plan.dp) == 0
+    """cost.validity.batch_splits of the job's global batch over the plan's micro-batch and dp."""
+    return _rule.batch_splits(job.global_batch, plan.micro_batch, plan.dp)
 
 
 def cp_splits_sequence(job: Job, cp: int) -> bool:
+    """cost.validity.cp_splits_sequence of the job's sequence length."""
+    return _rule.cp_splits_sequence(job.seq_len, cp)
     """Whether cp ranks split the sequence into 2 * cp equal chunks (causal load balancing:
     each rank takes one chunk from each end): cp == 1 or seq_len % (2 * cp) == 0."""
     return cp == 1 or job.seq_len % (2 * cp) == 0

@@ -46,14 +46,21 @@ from dataclasses import dataclass, replace
 from functools import cache
 from itertools import permutations
 from math import factorial, gcd, isqrt
-from typing import Any
+from typing import Any, TypeAlias
 
 from paraplan.cost import DEFAULT_ORDER, Axis, CPComm, Plan, Recompute, allgather_s, group_span
 from paraplan.cost.comm import alltoall_s, p2p_s
 from paraplan.cost.ep import ep_span, expert_dp_span
-from paraplan.cost.plan import expert_axes, pipeline_slots, plan_key
+from paraplan.cost.plan import PartialPlan, pipeline_slots, plan_key
 from paraplan.cost.pools import pool_sequence, stage_pools_of
 from paraplan.cost.torus import torus_profile
+from paraplan.cost.validity import (
+    batch_splits,
+    cp_splits_sequence,
+    ep_follows_order,
+    ep_splits_experts,
+    tp_splits_heads,
+)
 from paraplan.graph import ModelSpec
 from paraplan.hardware import Cluster
 
@@ -87,26 +94,8 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Fixed:
-    """Knobs the scenario fixes (None = free)."""
-
-    dp: int | None = None
-    tp: int | None = None
-    pp: int | None = None
-    cp: int | None = None
-    ep: int | None = None
-    etp: int | None = None
-    cp_comm: CPComm | None = None
-    vp: int | None = None
-    micro_batch: int | None = None
-    zero: int | None = None
-    sequence_parallel: bool | None = None
-    recompute: tuple[Recompute, ...] | None = None
-    layers_per_stage: tuple[int, ...] | None = None
-    order: tuple[Axis, ...] | None = None
-    stage_pools: tuple[int, ...] | None = None
-    torus_shape: tuple[int, ...] | None = None
+Fixed: TypeAlias = PartialPlan
+"""Knobs the scenario fixes (None = free): cost.plan.PartialPlan, under the solver's old name."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -173,10 +162,6 @@ def _allowed(value: int, fixed: int | None) -> bool:
     return fixed is None or value == fixed
 
 
-def _tp_ok(tp: int, spec: ModelSpec) -> bool:
-    return spec.num_heads % tp == 0 and (spec.num_kv_heads % tp == 0 or tp % spec.num_kv_heads == 0)
-
-
 def _comm_profile(
     cluster: Cluster, plan: Plan, expert_tps: tuple[int | None, ...] = (None,)
 ) -> tuple[float, ...]:
@@ -206,21 +191,11 @@ def _comm_profile(
     return tuple(profile)
 
 
-def _ep_ok(plan: Plan, order: tuple[Axis, ...] | None = None) -> bool:
-    """The EP group splits along the rank order (``order``, else the plan's): ep divides, or is a
-    multiple of, the inner of cp and dp (cost.plan.check_expert_parallel)."""
-    if order is None:
-        inner, _ = expert_axes(plan)
-    else:
-        inner = plan.cp if order.index(Axis.CP) < order.index(Axis.DP) else plan.dp
-    return plan.ep % inner == 0 or inner % plan.ep == 0
-
-
 def _eps(spec: ModelSpec, dp: int, cp: int, fixed: Fixed) -> list[int]:
     """Expert-parallel degrees: 1 for dense models; else divisors of dp*cp and of the experts."""
     if not spec.is_moe:
         return [1] if fixed.ep in (None, 1) else []
-    return [e for e in divisors(dp * cp) if spec.num_experts % e == 0 and _allowed(e, fixed.ep)]
+    return [e for e in divisors(dp * cp) if ep_splits_experts(spec.num_experts, e) and _allowed(e, fixed.ep)]
 
 
 def _profile(cluster: Cluster, plan: Plan, expert_tps: tuple[int | None, ...] = (None,)) -> tuple[float, ...]:
@@ -269,14 +244,16 @@ def _candidate_orders(plan: Plan, fixed: Fixed, options: Options) -> list[tuple[
     if fixed.order is not None:
         if pooled and fixed.order[-1] is not Axis.PP:
             return []
-        return [fixed.order] if plan.ep == 1 or _ep_ok(plan, fixed.order) else []
+        return [fixed.order] if plan.ep == 1 or ep_follows_order(plan, fixed.order) else []
     if not options.search_placement:
-        return [DEFAULT_ORDER] if plan.ep == 1 or _ep_ok(plan, DEFAULT_ORDER) else []
+        return [DEFAULT_ORDER] if plan.ep == 1 or ep_follows_order(plan, DEFAULT_ORDER) else []
     active = [a for a in DEFAULT_ORDER if plan.degree(a) > 1]
     tail = (Axis.PP,) if pooled and Axis.PP in active else ()  # pooled: pp stays outermost
     movable = [a for a in active if a not in tail]
     candidates = [
-        o for o in (_canonical(p + tail) for p in permutations(movable)) if plan.ep == 1 or _ep_ok(plan, o)
+        o
+        for o in (_canonical(p + tail) for p in permutations(movable))
+        if plan.ep == 1 or ep_follows_order(plan, o)
     ]
     return sorted(candidates, key=lambda o: [DEFAULT_ORDER.index(a) for a in o])
 
@@ -330,12 +307,14 @@ def families(
     n = cluster.num_devices
     out: list[Plan] = []
     cps = [
-        c for c in (1, 2, 4, 8, 16, 32, 64) if n % c == 0 and seq_len % (2 * c) == 0 and _allowed(c, fixed.cp)
+        c
+        for c in (1, 2, 4, 8, 16, 32, 64)
+        if n % c == 0 and cp_splits_sequence(seq_len, c) and _allowed(c, fixed.cp)
     ]
     if fixed.cp is not None and fixed.cp not in cps:
         cps = []
     for tp in divisors(n):
-        if not (_tp_ok(tp, spec) and _allowed(tp, fixed.tp)):
+        if not (tp_splits_heads(spec.num_heads, spec.num_kv_heads, tp) and _allowed(tp, fixed.tp)):
             continue
         for cp in cps:
             if (n // tp) % cp:
@@ -345,7 +324,7 @@ def families(
                 dp = n // (tp * cp * pp)
                 if pp > spec.num_layers or not _allowed(pp, fixed.pp) or not _allowed(dp, fixed.dp):
                     continue
-                if global_batch % dp:
+                if not batch_splits(global_batch, 1, dp):
                     continue
                 for ep in _eps(spec, dp, cp, fixed):
                     out += _families_of(spec, global_batch, dp, tp, pp, cp, ep, fixed, options)
@@ -608,10 +587,10 @@ def _pooled_families(
         cps = [
             c
             for c in (1, 2, 4, 8, 16, 32, 64)
-            if g % c == 0 and seq_len % (2 * c) == 0 and _allowed(c, fixed.cp)
+            if g % c == 0 and cp_splits_sequence(seq_len, c) and _allowed(c, fixed.cp)
         ]
         for tp in divisors(g):
-            if not (_tp_ok(tp, spec) and _allowed(tp, fixed.tp)):
+            if not (tp_splits_heads(spec.num_heads, spec.num_kv_heads, tp) and _allowed(tp, fixed.tp)):
                 continue
             for cp in cps:
                 if (g // tp) % cp:

@@ -6,12 +6,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from paraplan.cost import Axis, CPComm, Plan, Precision, Recompute
+from paraplan.cost import Plan, Precision
 from paraplan.errors import ConfigError
 from paraplan.graph import ModelSpec
 from paraplan.hardware import Cluster
 from paraplan.instance import Instance, build_instance
-from paraplan.result import PlanOut, Result, evaluate_plan
+from paraplan.result import PlanOut, Result, evaluate_plan, to_plan
 from paraplan.rules import Draft, RuleContext, effective_order, order_matches, regroup, uniform_recompute
 from paraplan.schema import load_scenario
 
@@ -95,26 +95,8 @@ class ExportContext:
 
 
 def to_cost_plan(plan: PlanOut) -> Plan:
-    """The cost model's ``Plan`` for a Result's plan (one recompute mode per pp rank)."""
-    return Plan(
-        dp=plan.dp,
-        tp=plan.tp,
-        pp=plan.pp,
-        cp=plan.cp,
-        ep=plan.ep,
-        etp=plan.etp,
-        cp_comm=CPComm(plan.cp_comm),
-        vp=plan.vp,
-        micro_batch=plan.micro_batch,
-        zero=plan.zero,
-        sequence_parallel=plan.sequence_parallel,
-        recompute=tuple(Recompute(r) for r in plan.recompute_per_stage),
-        layers_per_stage=tuple(plan.layers_per_stage),
-        layers_per_chunk=tuple(tuple(r) for r in plan.layers_per_chunk),
-        order=tuple(Axis(a) for a in plan.order),
-        stage_pools=tuple(plan.stage_pools),
-        torus_shape=tuple(plan.torus_shape),
-    )
+    """The cost model's ``Plan`` for a Result's plan (paraplan.result.to_plan)."""
+    return to_plan(plan)
 
 
 def context(result: Result) -> ExportContext:
