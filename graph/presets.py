@@ -10,7 +10,17 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from paraplan.graph.spec import MODEL_LIMITS, Activation, ModelSpec, Rope, Router, scenario_key, show_value
+from paraplan.graph.spec import (
+    MODEL_LIMITS,
+    Activation,
+    Mamba,
+    ModelSpec,
+    Rope,
+    Router,
+    Vision,
+    scenario_key,
+    show_value,
+)
 
 __all__ = [
     "preset_names",
@@ -22,6 +32,7 @@ __all__ = [
     "HF_MODEL_TYPES",
     "preset_fields",
     "ARCHITECTURE_FIELDS",
+    "KIND_FIELDS",
 ]
 
 _HF_ACTIVATIONS = {
@@ -161,6 +172,17 @@ ARCHITECTURE_FIELDS: dict[str, type] = {
 and ``router`` are mappings of :class:`Rope` / :class:`Router` fields."""
 
 
+KIND_FIELDS: dict[str, type] = {
+    "attention_chunk": int,
+    "nope_full_attention": bool,
+    "layer_pattern": str,
+    "mtp_layers": int,
+}
+"""Optional ModelSpec fields that add layer kinds (graph/layers.py); ``mamba`` and ``vision`` are
+mappings of :class:`Mamba` / :class:`Vision` fields."""
+_NESTED = (("rope", Rope), ("router", Router), ("mamba", Mamba), ("vision", Vision))
+
+
 def _nested(cls: type, key: str, value: Any) -> Any:
     """A Rope or Router from a mapping of its fields; ValueError names the unknown key."""
     if value is None:
@@ -179,11 +201,10 @@ def _nested(cls: type, key: str, value: Any) -> Any:
 
 def _architecture(fields: dict[str, Any]) -> dict[str, Any]:
     """The ModelSpec keyword arguments of ARCHITECTURE_FIELDS, ``rope`` and ``router``."""
-    out: dict[str, Any] = {
-        key: kind(fields[key]) for key, kind in ARCHITECTURE_FIELDS.items() if fields.get(key) is not None
-    }
-    out["rope"] = _nested(Rope, "rope", fields.get("rope"))
-    out["router"] = _nested(Router, "router", fields.get("router"))
+    known = {**ARCHITECTURE_FIELDS, **KIND_FIELDS}
+    out: dict[str, Any] = {key: kind(fields[key]) for key, kind in known.items() if fields.get(key) is not None}
+    for key, cls in _NESTED:
+        out[key] = _nested(cls, key, fields.get(key))
     return out
 
 
@@ -253,18 +274,23 @@ def to_fields(spec: ModelSpec) -> dict[str, Any]:
         if value:
             fields[key] = value
     defaults = {f.name: f.default for f in dataclass_fields(ModelSpec)}
-    for key in ARCHITECTURE_FIELDS:
+    for key in (*ARCHITECTURE_FIELDS, *KIND_FIELDS):
         if getattr(spec, key) != defaults.get(key):
             fields[key] = getattr(spec, key)
-    for key, cls in (("rope", Rope), ("router", Router)):
+    for key, cls in _NESTED:
         changed = {
-            f.name: getattr(getattr(spec, key), f.name)
+            f.name: _plain(getattr(getattr(spec, key), f.name))
             for f in dataclass_fields(cls)
             if getattr(getattr(spec, key), f.name) != getattr(cls(), f.name)
         }
         if changed:
             fields[key] = changed
     return fields
+
+
+def _plain(value: Any) -> Any:
+    """An enum as its value (to_fields writes plain YAML/JSON values)."""
+    return value.value if isinstance(value, Activation) else value
 
 
 def preset(name: str) -> ModelSpec:
