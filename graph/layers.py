@@ -659,7 +659,10 @@ def _mtp_layers(spec: ModelSpec, k: int) -> list[Layer]:
         mem_bound_elems=2 * h + 4 * h + 2 * h,  # embedding lookup, two norms
         shardable=("tp", "sp"),
     )
-    block = [replace(ly, name=f"mtp_{k}_{ly.name.split('_')[0]}", block=-1) for ly in _block(spec, spec.num_layers - 1)]
+    block = [
+        replace(ly, name=f"mtp_{k}_{ly.name.split('_')[0]}", block=-1)
+        for ly in _block(spec, spec.num_layers - 1)
+    ]
     return [
         proj,
         *block,

@@ -202,7 +202,9 @@ def _nested(cls: type, key: str, value: Any) -> Any:
 def _architecture(fields: dict[str, Any]) -> dict[str, Any]:
     """The ModelSpec keyword arguments of ARCHITECTURE_FIELDS, ``rope`` and ``router``."""
     known = {**ARCHITECTURE_FIELDS, **KIND_FIELDS}
-    out: dict[str, Any] = {key: kind(fields[key]) for key, kind in known.items() if fields.get(key) is not None}
+    out: dict[str, Any] = {
+        key: kind(fields[key]) for key, kind in known.items() if fields.get(key) is not None
+    }
     for key, cls in _NESTED:
         out[key] = _nested(cls, key, fields.get(key))
     return out
