@@ -20,7 +20,7 @@ from enum import StrEnum
 from functools import cached_property
 
 import networkx as nx
-from paraplan.graph.spec import Activation, ModelSpec
+from paraplan.graph.spec import ModelSpec
 
 __all__ = ["LayerKind", "Gemm", "Experts", "Layer", "LayerGraph", "build_graph"]
 
