@@ -125,7 +125,8 @@ class Layer:
     window: int = 0
     chunk: int = 0
     causal: bool = True
-    tokens_per_sample: int = 0  # 0: runs on the sequence's tokens; else image tokens per sample
+    tokens_per_sample: int = 0  # 0: runs on the sequence's tokens; else image patches per sample
+    tokens_merged: int = 1  # patches merged into one of its tokens (the vision merger: merge^2)
     scan_flops_per_token: int = 0  # state-space scan + depthwise conv (not GEMMs), Mamba
     scan_chunk: int = 0  # tokens per SSD chunk (the scan kernels' block length)
     state_elems_per_seq: int = 0  # recurrent state per sequence (conv + SSM state), Mamba
@@ -635,7 +636,8 @@ def _vision_layers(spec: ModelSpec) -> list[Layer]:
             mem_bound_elems=2 * merged + 2 * width,
             shardable=("tp", "sp"),
             causal=False,
-            tokens_per_sample=tokens // v.merge**2,
+            tokens_per_sample=tokens,
+            tokens_merged=v.merge**2,
         )
     )
     return out
