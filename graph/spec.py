@@ -145,9 +145,10 @@ class Vision:
 POSITION_EMBEDDINGS = ("rope", "learned", "alibi", "none")
 """How positions enter the model: rotary (Su et al. 2021, arXiv:2104.09864), a learned absolute
 table (GPT-2/3), ALiBi biases (Press et al. 2021, arXiv:2108.12409; BLOOM) or none (NoPE)."""
-ROPE_SCALINGS = ("", "llama3", "yarn")
-"""RoPE frequency scaling: none, Llama 3.1's (meta-llama/Llama-3.1-8B config.json rope_scaling)
-or YaRN (Peng et al. 2023, arXiv:2309.00071)."""
+ROPE_SCALINGS = ("", "llama3", "yarn", "linear")
+"""RoPE frequency scaling: none, Llama 3.1's (meta-llama/Llama-3.1-8B config.json rope_scaling),
+YaRN (Peng et al. 2023, arXiv:2309.00071) or linear position interpolation (positions / factor;
+Gemma 3's global layers, transformers configuration_gemma3.py)."""
 ROUTER_SCORES = ("softmax", "sigmoid")
 ROUTER_BALANCES = ("aux_loss", "seq_aux_loss", "none")
 """MoE load balancing: the batch-wise auxiliary loss (Fedus et al. 2021, arXiv:2101.03961), the
@@ -449,7 +450,7 @@ def _check_architecture(spec: ModelSpec) -> None:
         raise ValueError(f"model.rope.fraction={spec.rope.fraction} must be in (0, 1]")
     if spec.rope.theta <= 0 or spec.rope.factor <= 0 or spec.norm_eps <= 0:
         raise ValueError("model.rope.theta, model.rope.factor and model.norm_eps must be positive")
-    if spec.rope.scaling and spec.rope.original_max_positions < 1:
+    if spec.rope.scaling in ("llama3", "yarn") and spec.rope.original_max_positions < 1:
         raise ValueError(
             f"model.rope.scaling={spec.rope.scaling!r} needs "
             "model.rope.original_max_positions (the pre-extension context)"
