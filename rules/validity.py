@@ -10,9 +10,10 @@ of solver/space.py; every framework rule asks these functions."""
 from __future__ import annotations
 
 from paraplan.cost import Job, Plan
+from paraplan.cost.plan import check_layer_kinds
 from paraplan.graph import ModelSpec
 
-__all__ = ["tp_splits_heads", "ep_splits_experts", "batch_splits", "cp_splits_sequence"]
+__all__ = ["tp_splits_heads", "ep_splits_experts", "batch_splits", "cp_splits_sequence", "layer_kinds_split"]
 
 
 def tp_splits_heads(spec: ModelSpec, tp: int) -> bool:
@@ -38,3 +39,14 @@ def cp_splits_sequence(job: Job, cp: int) -> bool:
     """Whether cp ranks split the sequence into 2 * cp equal chunks (causal load balancing:
     each rank takes one chunk from each end): cp == 1 or seq_len % (2 * cp) == 0."""
     return cp == 1 or job.seq_len % (2 * cp) == 0
+
+
+def layer_kinds_split(spec: ModelSpec, plan: Plan) -> bool:
+    """Whether the plan's tp and cp split the model's Mamba and vision layers
+    (cost.plan.check_layer_kinds: no cp with Mamba layers; tp divides Mamba heads and groups and
+    the vision heads)."""
+    try:
+        check_layer_kinds(plan, spec)
+    except ValueError:
+        return False
+    return True
