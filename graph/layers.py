@@ -235,21 +235,20 @@ class LayerGraph:
         return next((i for i in range(self.spec.num_layers) if not self.spec.is_moe_layer(i)), None)
 
 
-def _local(spec: ModelSpec, i: int) -> dict[str, int]:
-    """The window or chunk of block i's attention (empty when it is full attention)."""
+def _local(spec: ModelSpec, i: int) -> tuple[int, int]:
+    """(window, chunk) of block i's attention; (0, 0) when it is full attention."""
     if spec.is_full_attention(i):
-        return {}
-    return {"window": spec.sliding_window} if spec.sliding_window else {"chunk": spec.attention_chunk}
+        return 0, 0
+    return spec.sliding_window, spec.attention_chunk
 
 
 def _attention(spec: ModelSpec, i: int) -> Layer:
     """Self-attention (MHA/GQA/MQA): causal full, sliding-window or chunked local (``_local``);
     a NoPE layer (Llama 4's full-attention layers) skips the rotary element-wise work."""
     h, q, kv = spec.hidden, spec.q_dim, spec.kv_dim
-    local = _local(spec, i)
-    rotary = (
-        0 if spec.position_embedding != "rope" or (spec.nope_full_attention and not local) else 2 * (q + kv)
-    )
+    window, chunk = _local(spec, i)
+    nope = spec.nope_full_attention and not (window or chunk)
+    rotary = 0 if spec.position_embedding != "rope" or nope else 2 * (q + kv)
     gemms = (
         Gemm(name="qkv", in_dim=h, out_dim=q + 2 * kv, tp_split="out"),
         Gemm(name="proj", in_dim=q, out_dim=h, tp_split="in"),
@@ -273,7 +272,8 @@ def _attention(spec: ModelSpec, i: int) -> Layer:
         act_quadratic_heads=spec.num_heads,
         mem_bound_elems=2 * h + 3 * h + rotary,  # norm, residual add, rotary
         shardable=("tp", "sp", "cp"),
-        **local,
+        window=window,
+        chunk=chunk,
     )
 
 
@@ -352,7 +352,8 @@ def _mla_attention(spec: ModelSpec, i: int) -> Layer:
         act_quadratic_heads=heads,
         mem_bound_elems=2 * h + 2 * rq + 2 * rkv + 3 * h + 2 * (heads * rope + rope),
         shardable=("tp", "sp", "cp"),
-        **_local(spec, i),
+        window=_local(spec, i)[0],
+        chunk=_local(spec, i)[1],
     )
 
 
@@ -516,6 +517,7 @@ def _mamba(spec: ModelSpec, i: int) -> Layer:
     """
     h, m = spec.hidden, spec.mamba
     n, k = m.state_dim, m.conv_kernel
+    gemms: tuple[Gemm, ...]
     if m.version == 2:
         d = m.num_heads * m.head_dim
         bc = 2 * m.num_groups * n
@@ -588,6 +590,7 @@ def _vision_layers(spec: ModelSpec) -> list[Layer]:
             tokens_per_sample=tokens,
         )
     ]
+    gemms: tuple[Gemm, ...]
     for j in range(v.num_layers):
         full = not v.window or (v.full_attention_every and (j + 1) % v.full_attention_every == 0)
         gemms = (
