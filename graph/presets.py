@@ -175,6 +175,7 @@ KIND_FIELDS: dict[str, type] = {
     "attention_chunk": int,
     "nope_full_attention": bool,
     "layer_pattern": str,
+    "moe_pattern": str,
     "mtp_layers": int,
 }
 """Optional ModelSpec fields that add layer kinds (graph/layers.py); ``mamba`` and ``vision`` are

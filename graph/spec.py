@@ -251,6 +251,8 @@ class ModelSpec:
     nope_full_attention: bool = False  # the full-attention layers of a windowed/chunked model
     # skip RoPE (Llama 4 iRoPE: every 4th layer global and NoPE)
     layer_pattern: str = ""  # Megatron hybrid pattern, one PATTERN_SYMBOLS character per block
+    moe_pattern: str = ""  # transformer blocks: 'E' (MoE MLP) or '-' (dense) per block, any order
+    # (Megatron --moe-layer-freq as a list); overrides first_dense_layers / moe_layer_freq
     mamba: Mamba = Mamba()
     vision: Vision = Vision()
     mtp_layers: int = 0  # multi-token-prediction modules after the last block (DeepSeek-V3: 1)
@@ -302,9 +304,10 @@ class ModelSpec:
 
     def is_moe_layer(self, block: int) -> bool:
         """Whether block ``block`` has a routed-expert MLP (module docstring); with a
-        ``layer_pattern``, whether its character is ``E``."""
-        if self.layer_pattern:
-            return self.layer_pattern[block] == "E"
+        ``layer_pattern`` or ``moe_pattern``, whether its character is ``E``."""
+        pattern = self.layer_pattern or self.moe_pattern
+        if pattern:  # (a pattern of the wrong length is refused by check_model)
+            return pattern[block : block + 1] == "E"
         if not self.is_moe or block < self.first_dense_layers:
             return False
         return (block - self.first_dense_layers) % max(1, self.moe_layer_freq) == 0
@@ -354,6 +357,7 @@ def check_model(spec: ModelSpec) -> None:
         value = getattr(spec, field)
         if value < 1:
             raise ValueError(f"model.{scenario_key(field)}={value} must be a positive integer")
+    _check_kinds(spec)
     _check_moe(spec)
     if spec.ffn_hidden < 1:
         raise ValueError(
@@ -367,7 +371,6 @@ def check_model(spec: ModelSpec) -> None:
         )
     _check_mla(spec)
     _check_architecture(spec)
-    _check_kinds(spec)
     if spec.head_dim < 1:
         raise ValueError(
             f"model.head_dim={spec.head_dim} must be positive (hidden={spec.hidden}, "
@@ -483,6 +486,18 @@ def _check_kinds(spec: ModelSpec) -> None:
             )
         if "E" in pattern and not spec.is_moe:
             raise ValueError("model.layer_pattern has MoE layers ('E'); set model.experts and model.top_k")
+    if spec.moe_pattern:
+        if set(spec.moe_pattern) - {"E", "-"} or len(spec.moe_pattern) != spec.num_layers:
+            raise ValueError(
+                f"model.moe_pattern needs one 'E' (MoE) or '-' (dense) per layer (model.layers="
+                f"{spec.num_layers}); got {show_value(spec.moe_pattern)}"
+            )
+        if pattern:
+            raise ValueError(
+                "model.moe_pattern and model.layer_pattern exclude each other ('E' in the pattern)"
+            )
+        if not spec.is_moe:
+            raise ValueError("model.moe_pattern needs model.experts and model.top_k")
     if spec.has_ssm and spec.mamba.version not in (1, 2):
         raise ValueError(
             f"model.mamba.version={spec.mamba.version}: a layer pattern with Mamba layers ('M') needs "
