@@ -232,7 +232,7 @@ class LayerGraph:
     @property
     def dense_block(self) -> int | None:
         """Index of the first block with a dense MLP (None when every block is MoE)."""
-        return next((i for i in range(self.spec.num_layers) if not self.spec.is_moe_layer(i)), None)
+        return next((i for i in range(self.spec.num_layers) if "-" in self.spec.block_symbols(i)), None)
 
 
 def _local(spec: ModelSpec, i: int) -> tuple[int, int]:
