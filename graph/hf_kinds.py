@@ -22,6 +22,7 @@ __all__ = ["MULTIMODAL_TYPES", "flatten", "kind_fields", "vision_fields", "windo
 MULTIMODAL_TYPES = ("llama4", "gemma3", "qwen2_5_vl")
 """model_type values whose config.json nests the decoder under ``text_config``."""
 _VISION_NOT_MODELLED = {"llama4": "Llama 4's vision encoder", "gemma3": "Gemma 3's SigLIP encoder"}
+_LLAMA4_TYPES = frozenset({"chunked_attention", "full_attention"})
 _PATTERN_NAMES = {
     "mamba": "M",
     "linear_attention": "M",
@@ -159,6 +160,16 @@ def _llama4(cfg: dict[str, Any], base: dict[str, Any]) -> dict[str, Any]:
         if not isinstance(nope, list) or len(nope) != layers:
             raise ValueError(f"model.hf_config: no_rope_layers must list 0/1 for each of the {layers} layers")
         interval = _every([i for i, r in enumerate(nope) if not r], layers, "NoPE layers", "no_rope_layers")
+    types = cfg.get("layer_types")
+    if types is not None:  # transformers 5 writes the layout out: chunked_attention / full_attention
+        if not isinstance(types, list) or len(types) != layers or not set(types) <= _LLAMA4_TYPES:
+            raise ValueError(
+                f"model.hf_config: layer_types={show_value(types)} must give one of "
+                f"{', '.join(sorted(_LLAMA4_TYPES))} for each of the {layers} layers"
+            )
+        full = [i for i, t in enumerate(types) if t == "full_attention"]
+        interval = _every(full, layers, "full attention", "layer_types") if len(full) < layers else 0
+        chunk = chunk if len(full) < layers else None
     if chunk is not None:
         out["attention_chunk"] = read_int(cfg, "attention_chunk_size", spec="attention_chunk")
         out["full_attention_every"] = interval
@@ -221,6 +232,11 @@ def _nemotron_h(cfg: dict[str, Any], base: dict[str, Any]) -> dict[str, Any]:
         raise ValueError(
             "model.hf_config: num_nextn_predict_layers > 0 (Nemotron-H multi-token prediction with its "
             "own hybrid pattern) is not modelled"
+        )
+    if cfg.get("moe_latent_size") is not None:
+        raise ValueError(
+            f"model.hf_config: moe_latent_size={show_value(cfg['moe_latent_size'])} (experts in a "
+            "projected latent space) is not modelled"
         )
     pattern = _pattern(cfg)
     act = read_str(cfg, "mlp_hidden_act", default="relu2")

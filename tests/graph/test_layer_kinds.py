@@ -240,3 +240,44 @@ def test_jamba_dt_rank_auto_is_ceil_hidden_over_16() -> None:
     jamba = json.loads((HF / "jamba-1.5-mini.json").read_text())
     spec = from_hf_config({**jamba, "mamba_dt_rank": "auto"})
     assert spec.mamba.dt_rank == math.ceil(4096 / 16)
+
+
+def test_llama4_layer_types_give_the_same_layout_as_the_interval() -> None:
+    """transformers 5 writes Llama 4's layout as layer_types (chunked_attention / full_attention)."""
+    cfg = json.loads((HF / "llama4-maverick.json").read_text())
+    text = {**cfg["text_config"], "layer_types": ["chunked_attention"] * 3 + ["full_attention"]}
+    with pytest.raises(ValueError, match="for each of the 48 layers"):
+        from_hf_config({**cfg, "text_config": text})
+    text["layer_types"] = (["chunked_attention"] * 3 + ["full_attention"]) * 12
+    spec = from_hf_config({**cfg, "text_config": text})
+    assert build_graph(spec).layers() == build_graph(preset("llama4-maverick")).layers()
+
+
+def test_moe_pattern_places_moe_blocks_anywhere() -> None:
+    spec = from_fields(
+        "x",
+        {
+            "layers": 4,
+            "hidden": 256,
+            "ffn_hidden": 512,
+            "heads": 4,
+            "vocab": 1000,
+            "experts": 4,
+            "top_k": 2,
+            "moe_ffn_hidden": 128,
+            "moe_pattern": "-EE-",
+        },
+    )
+    g = build_graph(spec)
+    assert [g.layer(f"mlp_{i}").kind for i in range(4)] == [
+        LayerKind.MLP,
+        LayerKind.MOE,
+        LayerKind.MOE,
+        LayerKind.MLP,
+    ]
+    assert g.block_kinds == (0, 1, 1, 0) and (g.dense_block, g.moe_block) == (0, 1)
+    with pytest.raises(ValueError, match="model.moe_pattern needs one 'E'"):
+        replace(spec, moe_pattern="-E")
+    nemotron = json.loads((HF / "nemotron-h-56b.json").read_text())
+    with pytest.raises(ValueError, match="moe_latent_size=1024"):
+        from_hf_config({**nemotron, "moe_latent_size": 1024})
