@@ -11,6 +11,17 @@ block the last stage's tail. Every node carries a :class:`Layer`. Counts are per
 forward pass (vision layers: per image patch token); activation sizes are in elements per token
 (bytes come from ``cost/``), split into the parts that tensor/sequence/context parallelism shard
 differently (Korthikanti et al. 2022, arXiv:2205.05198, Sec. 4).
+
+Kinds and what shards them (``Layer.shardable``; what a kind cannot use is left out):
+
+- ``attention``: full causal, sliding-window (``window``) or chunked local (``chunk``); tp
+  (heads), sp, cp (K/V exchange; windows exchange as much as full attention, cost/cp.py).
+- ``mlp`` / ``moe``: tp, sp, cp; MoE also ep (routed experts).
+- ``mamba``: tp (heads and groups), sp; no cp (cost.plan.check_layer_kinds refuses it).
+- ``vision`` / ``projector`` (head): tp, sp over the image tokens; not split by cp (each cp
+  rank encodes the whole images) and not by ep.
+- ``mtp`` (tail): tp, sp; its block's attention / MoE layers shard as in the blocks.
+- ``embedding``, ``final_norm``, ``lm_head``: as before (vocab over tp; norm over sp).
 """
 
 from __future__ import annotations

@@ -192,3 +192,29 @@ def test_each_new_preset_evaluates(name: str, pp: int) -> None:
     }
     predicted = paraplan.evaluate(scenario).predicted
     assert predicted.step_time_s > 0 and 0 < predicted.mfu < 1
+
+
+def test_a_yaml_hybrid_model_and_image_tokens_reach_the_cost_model() -> None:
+    """Explicit model fields (layer_pattern, mamba) and job.image_tokens through the scenario."""
+    hybrid = {
+        "layers": 8,
+        "hidden": 1024,
+        "ffn_hidden": 4096,
+        "heads": 8,
+        "vocab": 32000,
+        "layer_pattern": "M-M*M-M-",
+        "mamba": {"version": 2, "num_heads": 32, "head_dim": 64, "num_groups": 8, "state_dim": 128},
+    }
+    base = {
+        "cluster": {"preset": "dgx-h100", "gpus": 8},
+        "job": {"seq_len": 4096, "global_batch": 32, "precision": "bf16"},
+        "plan": {"dp": 8, "tp": 1, "pp": 1, "micro_batch": 1, "zero": 1, "recompute": "none"},
+    }
+    assert paraplan.evaluate({"model": hybrid, **base}).predicted.step_time_s > 0
+    with pytest.raises(paraplan.ConfigError, match="layer_pattern"):
+        paraplan.evaluate({"model": {**hybrid, "layer_pattern": "M-M*"}, **base})
+    vl = {**base, "model": {"preset": "qwen2.5-vl-72b"}, "cluster": {"preset": "dgx-h100", "nodes": 2}}
+    vl["plan"] = {**base["plan"], "dp": 1, "tp": 8, "pp": 2}
+    one = paraplan.evaluate(vl).predicted.step_time_s
+    four = paraplan.evaluate({**vl, "job": {**vl["job"], "image_tokens": 4096}}).predicted.step_time_s
+    assert four > one  # the vision encoder runs on 4x the default patches
