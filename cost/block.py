@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from paraplan.cost.compute import LayerTime, layer_forward
-from paraplan.cost.cp import cp_layer_comm
+from paraplan.cost.compute import LayerTime, layer_forward, layer_tokens
+from paraplan.cost.cp import CPCost, cp_layer_comm
 from paraplan.cost.dp import micro_batch_reduce_s, zero3_gather_s
 from paraplan.cost.ep import (
     EPComm,
@@ -24,7 +24,7 @@ from paraplan.cost.plan import Job, Plan, Recompute
 from paraplan.cost.recompute import block_input_bytes, recompute_forward_s, stored_activation_bytes
 from paraplan.cost.spans import Spans
 from paraplan.cost.torus import collective_matmul_exposed_s
-from paraplan.cost.tp import tp_block_comm
+from paraplan.cost.tp import TPComm, tp_comm
 from paraplan.graph import Layer, LayerGraph, LayerKind
 from paraplan.hardware import Accelerator, Cluster, Efficiency
 
@@ -32,7 +32,9 @@ __all__ = [
     "LOGITS_BYTES_PER_ELEMENT",
     "BlockCost",
     "EndCost",
+    "Exchange",
     "Work",
+    "layer_exchange",
     "ZERO_BLOCK",
     "block_costs",
     "block_params_per_device",
@@ -90,7 +92,9 @@ class EndCost:
     backward_s: float
     params: float  # per device
     activation_bytes: float  # not multiplied by in-flight micro-batches
-    expert_params: float = 0.0  # per device (the first stage's dense-layer correction)
+    expert_params: float = 0.0  # per device (the first stage's dense-layer correction; MTP experts)
+    stored_bytes: float = 0.0  # the part of activation_bytes kept per in-flight micro-batch
+    # (vision encoder, MTP block): a stage holding k micro-batches keeps k x this
 
 
 def layer_time(ly: Layer, plan: Plan, job: Job, accel: Accelerator, eff: Efficiency) -> LayerTime:
@@ -111,6 +115,45 @@ def block_params_per_device(layers: list[Layer], plan: Plan) -> tuple[float, flo
 
 
 @dataclass(frozen=True, slots=True)
+class Exchange:
+    """The communication one layer implies, before placement: ``tp_collectives`` TP all-reduce
+    pairs (one per row-parallel output projection: attention, Mamba, dense MLP, a ViT block's
+    two; MoE: ep.moe_tp_collectives) of ``tokens`` x ``hidden`` activations; a cp K/V exchange
+    of width ``kv_dim`` (0: none) hidden behind ``attention``; an EP all-to-all of ``top_k``
+    routed copies (0: none)."""
+
+    hidden: int
+    tokens: float
+    tp_collectives: float
+    kv_dim: int = 0
+    attention: LayerTime | None = None
+    top_k: int = 0
+
+
+def layer_exchange(layer: Layer, graph: LayerGraph, time: LayerTime, plan: Plan, job: Job) -> Exchange:
+    """The Exchange of ``layer`` (see Exchange): embedding, norms and LM heads exchange nothing
+    here (their vocab-parallel reductions are not counted); Mamba layers have no cp exchange
+    (cost.plan.check_layer_kinds refuses cp > 1 for them); vision layers none (images are not
+    split by cp)."""
+    spec = graph.spec
+    n = layer_tokens(layer, plan, job)
+    kind = layer.kind
+    if kind is LayerKind.ATTENTION:
+        return Exchange(spec.hidden, n, 1.0, spec.kv_dim, time)
+    if kind is LayerKind.MOE and layer.experts is not None:
+        top_k = layer.experts.top_k
+        shared = any(g.name.startswith("shared") for g in layer.gemms)
+        return Exchange(spec.hidden, n, moe_tp_collectives(top_k, shared, plan, job), top_k=top_k)
+    if kind in (LayerKind.MLP, LayerKind.MAMBA, LayerKind.MTP):
+        return Exchange(spec.hidden, n, 1.0)  # MTP: eh_proj's all-gather, counted as one pair
+    if kind is LayerKind.VISION and layer.attn_core_flops_per_token_per_seq:
+        return Exchange(spec.vision.hidden, n, 2.0)  # attention and MLP
+    if kind is LayerKind.PROJECTOR:
+        return Exchange(spec.hidden, n, 1.0)
+    return Exchange(spec.hidden, n, 0.0)
+
+
+@dataclass(frozen=True, slots=True)
 class Work:
     """The placement-free part of a block's (or an end's) cost: compute, activations, params.
     Depends on tp, cp, cp_comm (the attention kernels, compute.attention_shape), ep, micro-batch
@@ -126,6 +169,7 @@ class Work:
     params: float
     expert_params: float
     top_k: int  # 0: no routed experts
+    exchanges: tuple[Exchange, ...] = ()
 
 
 def block_work(graph: LayerGraph, index: int, plan: Plan, job: Job, cluster: Cluster) -> Work:
@@ -160,6 +204,7 @@ def block_work(graph: LayerGraph, index: int, plan: Plan, job: Job, cluster: Clu
         params=params,
         expert_params=expert_params,
         top_k=moe.top_k if moe else 0,
+        exchanges=tuple(layer_exchange(ly, graph, t, plan, job) for ly, t in zip(layers, times, strict=True)),
     )
 
 
@@ -178,28 +223,31 @@ def zero_exposed_s(
     return max(0.0, gather_s - forward_s) + max(0.0, gather_s - backward_s) + reduce_s
 
 
+def _exchange_comm(
+    exchanges: tuple[Exchange, ...], plan: Plan, job: Job, cluster: Cluster, spans: Spans
+) -> tuple[TPComm, list[CPCost], EPComm]:
+    """TP, CP (one per attention layer) and EP traffic of ``exchanges`` on the layout's spans."""
+    tp_f = tp_b = ep_f = ep_b = 0.0
+    for e in exchanges:
+        tp = tp_comm(e.hidden, e.tp_collectives, plan, job, cluster, span=spans.tp, tokens=e.tokens)
+        tp_f, tp_b = tp_f + tp.forward_s, tp_b + tp.backward_s
+        if e.top_k:
+            ep = ep_layer_comm(e.hidden, e.top_k, plan, job, cluster, span=spans.ep)
+            ep_f, ep_b = ep_f + ep.forward_s, ep_b + ep.backward_s
+    cps = [
+        cp_layer_comm(e.kv_dim, e.attention, plan, job, cluster, span=spans.cp)
+        for e in exchanges
+        if e.kv_dim and e.attention is not None
+    ]
+    return TPComm(tp_f, tp_b), cps, EPComm(ep_f, ep_b)
+
+
 def block_costs(
     work: Work, graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster, spans: Spans
 ) -> dict[Recompute, BlockCost]:
     """A block's cost under each recompute mode: its work plus the communication the plan's
     placement implies (TP, CP, EP, ZeRO-2/3 traffic)."""
-    spec = graph.spec
-    if not work.top_k:
-        tp = tp_block_comm(spec.hidden, plan, job, cluster, span=spans.tp)
-        ep = EPComm(0.0, 0.0)
-    else:
-        has_shared = spec.shared_ffn_hidden > 0
-        tp = tp_block_comm(
-            spec.hidden,
-            plan,
-            job,
-            cluster,
-            moe_tp_collectives(work.top_k, has_shared, plan, job),
-            span=spans.tp,
-        )
-        ep = ep_layer_comm(spec.hidden, work.top_k, plan, job, cluster, span=spans.ep)
-    assert work.attention is not None
-    cp = cp_layer_comm(spec.kv_dim, work.attention, plan, job, cluster, span=spans.cp)
+    tp, cps, ep = _exchange_comm(work.exchanges, plan, job, cluster, spans)
     dp, edp = spans.dp, spans.edp
     gather = zero3_gather_s(work.params, plan, cluster, span=dp) + zero3_gather_s(
         work.expert_params, plan, cluster, expert=True, span=edp
@@ -208,6 +256,7 @@ def block_costs(
         work.expert_params, plan, job, cluster, expert=True, span=edp
     )
     fwd, bwd = work.forward_s, work.backward_s
+    cp_working = max((c.working_bytes for c in cps), default=0.0)
     out: dict[Recompute, BlockCost] = {}
     for recompute in Recompute:
         is_full = recompute is Recompute.FULL
@@ -217,7 +266,7 @@ def block_costs(
             tp_s = collective_matmul_exposed_s(tp.forward_s, fwd) * (
                 2 if is_full else 1
             ) + collective_matmul_exposed_s(tp.backward_s, bwd + rec)
-        cp_s = cp.exposed_forward_s * (2 if is_full else 1) + cp.exposed_backward_s
+        cp_s = sum(c.exposed_forward_s * (2 if is_full else 1) + c.exposed_backward_s for c in cps)
         ep_s = ep.forward_s * (2 if is_full else 1) + ep.backward_s
         zero_s = zero_exposed_s(gather, reduce, fwd, bwd + rec, job.overlap_dp_comm)
         out[recompute] = BlockCost(
@@ -226,43 +275,67 @@ def block_costs(
             compute_s=fwd + bwd + rec,
             comm_s=tp_s + cp_s + ep_s + zero_s,
             activation_bytes=work.stored_bytes[recompute],
-            working_bytes=(work.working_bytes if is_full else 0.0) + cp.working_bytes,
+            working_bytes=(work.working_bytes if is_full else 0.0) + cp_working,
         )
     return out
 
 
+_END_ONLY = (LayerKind.EMBEDDING, LayerKind.FINAL_NORM, LayerKind.LM_HEAD)
+
+
 def end_work(graph: LayerGraph, names: tuple[str, ...], plan: Plan, job: Job, cluster: Cluster) -> Work:
+    """The head's or tail's work: its layers' compute (routed experts included), parameters per
+    device (routed experts / (ep x etp)), the logits of each LM head (the MTP heads' too) as a
+    transient buffer, and the activations its vision / MTP layers keep per micro-batch (they
+    are not recomputed)."""
     accel = cluster.accelerator
     eff = cluster.efficiency
     layers = [graph.layer(n) for n in names]
-    times = tuple(layer_forward(ly, plan, job, accel, eff) for ly in layers)
-    act = 0.0
-    if "lm_head" in names:
-        n = plan.micro_batch * job.seq_len / plan.cp
-        act = n * graph.spec.vocab / plan.tp * LOGITS_BYTES_PER_ELEMENT
+    times = tuple(layer_time(ly, plan, job, accel, eff) for ly in layers)
+    heads = sum(ly.kind is LayerKind.LM_HEAD for ly in layers)
+    n = plan.micro_batch * job.seq_len / plan.cp
+    act = heads * n * graph.spec.vocab / plan.tp * LOGITS_BYTES_PER_ELEMENT
+    stored = sum(
+        stored_activation_bytes(ly, plan, job, Recompute.NONE) for ly in layers if ly.kind not in _END_ONLY
+    )
+    params, expert_params = block_params_per_device(layers, plan)
+    moe = next((ly.experts for ly in layers if ly.experts), None)
     return Work(
         times=times,
         attention=None,
         forward_s=sum(t.total_s for t in times),
         backward_s=sum(t.backward_s() for t in times),
         recompute_s={},
-        stored_bytes={},
+        stored_bytes=dict.fromkeys(Recompute, stored),
         working_bytes=act,
-        params=sum(ly.tp_params / plan.tp + ly.replicated_params for ly in layers),
-        expert_params=0.0,
-        top_k=0,
+        params=params,
+        expert_params=expert_params,
+        top_k=moe.top_k if moe else 0,
+        exchanges=tuple(layer_exchange(ly, graph, t, plan, job) for ly, t in zip(layers, times, strict=True)),
     )
 
 
 def end_cost(work: Work, plan: Plan, job: Job, cluster: Cluster, spans: Spans) -> EndCost:
-    gather = zero3_gather_s(work.params, plan, cluster, span=spans.dp)
-    comm = 2 * gather + micro_batch_reduce_s(work.params, plan, job, cluster, span=spans.dp)
+    """An end's cost: compute, its ZeRO-3 gathers and gradient reduction, and the TP / CP / EP
+    traffic of its vision or MTP layers (exposed as in block_costs, no recompute)."""
+    gather = zero3_gather_s(work.params, plan, cluster, span=spans.dp) + zero3_gather_s(
+        work.expert_params, plan, cluster, expert=True, span=spans.edp
+    )
+    reduce = micro_batch_reduce_s(work.params, plan, job, cluster, span=spans.dp) + micro_batch_reduce_s(
+        work.expert_params, plan, job, cluster, expert=True, span=spans.edp
+    )
+    tp, cps, ep = _exchange_comm(work.exchanges, plan, job, cluster, spans)
+    comm = 2 * gather + reduce + tp.forward_s + tp.backward_s + ep.forward_s + ep.backward_s
+    comm += sum(c.exposed_forward_s + c.exposed_backward_s for c in cps)
+    stored = work.stored_bytes.get(Recompute.NONE, 0.0)
     return EndCost(
         compute_s=work.forward_s + work.backward_s,
         comm_s=comm,
         backward_s=work.backward_s,
         params=work.params,
-        activation_bytes=work.working_bytes,
+        activation_bytes=work.working_bytes + stored + max((c.working_bytes for c in cps), default=0.0),
+        expert_params=work.expert_params,
+        stored_bytes=stored,
     )
 
 

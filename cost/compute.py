@@ -19,6 +19,11 @@ after every split, so splitting too finely costs what it costs.
   ring step, over chunks of L = seq_len / cp keys; under the all-gather variant one kernel over
   the gathered L = seq_len keys.
 - Element-wise work is HBM-bound.
+
+Layer kinds: a sliding-window or chunked attention layer attends ``attended_keys`` keys per query
+(fewer than the causal s / 2) and its kernels iterate at most the window / chunk; vision layers run
+on ``micro_batch * image_tokens`` patch tokens (every cp rank encodes the whole images), with
+bidirectional attention; a Mamba layer's scan (``scan_s``) runs as chunked matmul kernels.
 """
 
 from __future__ import annotations
@@ -47,6 +52,13 @@ __all__ = [
     "attention_s",
     "attention_efficiency",
     "ATTENTION_HALF_TOKENS",
+    "attended_keys",
+    "layer_tokens",
+    "layer_seq_len",
+    "layer_attention_shape",
+    "attention_core_flops",
+    "scan_s",
+    "SSD_KERNELS",
 ]
 
 ACTIVATION_BYTES = 2  # bf16/fp16 activations (FP8 runs keep activations in bf16: Transformer Engine)
@@ -58,6 +70,9 @@ CAUSAL_FRACTION = 0.5  # causal masking skips half the score blocks (fused kerne
 # 2024, arXiv:2407.08608, Fig. 5-6: H100) run at roughly half their 16K-token TFLOP/s at 512
 # tokens and at ~90% from 4K; L / (L + 512) gives 0.50 at 512, 0.89 at 4K, 0.97 at 16K.
 ATTENTION_HALF_TOKENS = 512
+# Kernels of one Mamba-2 SSD forward (mamba_ssm 2.2 ops/triton/ssd_combined.py
+# _mamba_chunk_scan_combined_fwd: chunk_cumsum, chunk_state, state_passing, bmm_chunk, chunk_scan).
+SSD_KERNELS = 5
 # Bytes per element of a GEMM input kept for backward (Transformer Engine stores the quantised
 # copy): the element plus its share of the block scale (S-TE in hardware/data/catalog.yaml: FP8
 # blockwise 1 scale (4 B) per 128 elements, MXFP8 1 B per 32, NVFP4 4 bits + 1 B per 16).
@@ -180,21 +195,101 @@ def attention_s(flops: float, shape: AttentionShape, accel: Accelerator, eff: Ef
     return flops / (bf16_peak * attention_efficiency(shape, eff)) + shape.kernels * eff.kernel_overhead_s
 
 
+def layer_tokens(layer: Layer, plan: Plan, job: Job) -> float:
+    """Tokens of one micro-batch ``layer`` runs on, per device: tokens_per_device for sequence
+    layers; for vision layers micro_batch * image tokens per sample (job.image_tokens, else the
+    layer's default), not split by cp (each cp rank encodes the whole images)."""
+    if layer.tokens_per_sample:
+        return plan.micro_batch * _image_tokens(layer, job)
+    return tokens_per_device(plan, job)
+
+
+def _image_tokens(layer: Layer, job: Job) -> float:
+    """Per-sample tokens of a vision layer: the job's (else the layer's default) image patches,
+    divided by the patches the layer merges into one token (the merger)."""
+    return (job.image_tokens or layer.tokens_per_sample) / layer.tokens_merged
+
+
+def layer_seq_len(layer: Layer, job: Job) -> float:
+    """The sequence a layer's attention runs over: job.seq_len, or a vision layer's image tokens
+    per sample (all patches of a sample treated as one image: an upper bound for several)."""
+    return float(_image_tokens(layer, job)) if layer.tokens_per_sample else float(job.seq_len)
+
+
+def attended_keys(layer: Layer, seq_len: float) -> float:
+    """Mean keys one query attends to over a sequence of ``seq_len`` tokens.
+
+    Formula (s = seq_len, continuous in the position p): causal full attention s / 2 (each
+    query sees p keys); sliding window w (query sees min(p, w)): s / 2 if s <= w, else
+    w - w^2 / (2 s); chunked local attention c (block-diagonal causal, s = k c + r):
+    (k c^2 + r^2) / (2 s); bidirectional (ViT): s, or min(w, s) inside windows of w tokens.
+    Source: the masks of gpt-oss (openai/gpt-oss gpt_oss/torch/model.py sliding_window),
+    Gemma 3 (transformers configuration_gemma3.py), Llama 4 (llama-models models/llama4/model.py
+    chunked mask). Units: keys per query.
+    """
+    s = seq_len
+    if not layer.causal:
+        return min(layer.window, s) if layer.window else s
+    if layer.window and s > layer.window:
+        w = layer.window
+        return w - w * w / (2 * s)
+    if layer.chunk and s > layer.chunk:
+        c = layer.chunk
+        k, r = divmod(s, c)
+        return (k * c * c + r * r) / (2 * s)
+    return s * CAUSAL_FRACTION
+
+
+def attention_core_flops(layer: Layer, tokens: float, seq_len: float, tp: int) -> float:
+    """Forward attention-core FLOPs per device: tokens * attn_core * attended_keys / tp.
+    Units: FLOPs."""
+    return tokens * layer.attn_core_flops_per_token_per_seq * attended_keys(layer, seq_len) / tp
+
+
+def layer_attention_shape(layer: Layer, plan: Plan, job: Job) -> AttentionShape:
+    """attention_shape for sequence layers, its keys per kernel capped at the window / chunk
+    (the kernel skips fully masked key blocks); a vision layer: one kernel over its window or
+    its image tokens."""
+    if layer.tokens_per_sample:
+        s = layer_seq_len(layer, job)
+        return AttentionShape(1, min(layer.window, s) if layer.window else s)
+    shape = attention_shape(plan, job)
+    extent = layer.window or layer.chunk
+    return AttentionShape(shape.kernels, min(shape.kv_tokens, extent)) if extent else shape
+
+
+def scan_s(flops: float, layer: Layer, accel: Accelerator, eff: Efficiency) -> float:
+    """Forward time of a Mamba layer's scan and conv: flops / (bf16 peak * attention * Q / (Q +
+    ATTENTION_HALF_TOKENS)) + SSD_KERNELS kernel overheads, Q the SSD chunk. Assumes: the chunked
+    SSD matmuls (Dao & Gu 2024, arXiv:2405.21060 Sec. 6) run like a fused attention kernel over
+    Q keys; Mamba-1's selective scan (one kernel, the state kept in SRAM) at half the fused
+    attention efficiency (Q = ATTENTION_HALF_TOKENS). Units: seconds."""
+    kernels = SSD_KERNELS if layer.scan_chunk else 1
+    q = layer.scan_chunk or ATTENTION_HALF_TOKENS
+    bf16_peak = accel.peak_for(Precision.BF16.value)
+    efficiency = attention_efficiency(AttentionShape(kernels, float(q)), eff)
+    return flops / (bf16_peak * efficiency) + kernels * eff.kernel_overhead_s
+
+
 def layer_forward(layer: Layer, plan: Plan, job: Job, accel: Accelerator, eff: Efficiency) -> LayerTime:
     """Forward time of ``layer`` for one micro-batch.
 
-    Formula: sum over GEMMs of gemm_s(gemm_shape(g, n, tp)); attention core
-    n * 4*q_dim * seq * 1/2 (causal) / tp FLOPs at attention_s(attention_shape);
-    element-wise n * elems * 2 bytes / (HBM * eff), sharded by tp when SP is on.
-    Units: seconds. Assumes: the LM head is column-parallel over tp, the embedding lookup is HBM-bound.
+    Formula: sum over GEMMs of gemm_s(gemm_shape(g, n, tp)), plus a Mamba scan's scan_s
+    (counted with the GEMMs: backward 2x, not recomputed by selective recompute); attention
+    core attention_core_flops (n * core * attended_keys / tp) at attention_s(layer shape);
+    element-wise n * elems * 2 bytes / (HBM * eff), sharded by tp when SP is on. n =
+    layer_tokens. Units: seconds. Assumes: the LM head is column-parallel over tp, the embedding
+    lookup is HBM-bound.
     """
-    n = tokens_per_device(plan, job)
+    n = layer_tokens(layer, plan, job)
     tp = plan.tp
     gemm_total_s = sum(gemm_s(gemm_shape(g, n, tp), job.precision, accel, eff) for g in layer.gemms)
+    if layer.scan_flops_per_token:
+        gemm_total_s += scan_s(n * layer.scan_flops_per_token / tp, layer, accel, eff)
     attn_s = 0.0
     if layer.attn_core_flops_per_token_per_seq:
-        flops = n * layer.attn_core_flops_per_token_per_seq * job.seq_len * CAUSAL_FRACTION / tp
-        attn_s = attention_s(flops, attention_shape(plan, job), accel, eff)
+        flops = attention_core_flops(layer, n, layer_seq_len(layer, job), tp)
+        attn_s = attention_s(flops, layer_attention_shape(layer, plan, job), accel, eff)
     shard = tp if (plan.sequence_parallel or layer.kind is LayerKind.LM_HEAD) else 1
     elementwise_s = n * layer.mem_bound_elems * ACTIVATION_BYTES / shard / (accel.hbm_bytes_per_s * eff.hbm)
     return LayerTime(gemm_total_s, attn_s, elementwise_s)

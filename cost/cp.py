@@ -18,6 +18,14 @@ per rank, compute.tokens_per_device). ``plan.cp_comm`` picks the exchange (Megat
   Q chunk against it, and in backward all-gather K/V again and reduce-scatter dK/dV. Collective
   algorithms (hierarchical, comm.allgather_s) instead of cp - 1 dependent p2p steps, but not
   overlapped with attention, and the gathered K/V of the whole sequence is a transient buffer.
+
+Layer kinds (conservative): a sliding-window or chunked attention layer exchanges the same K/V
+as a full one (the ring is not assumed to skip the hops whose keys lie beyond the window: with
+causal load balancing every rank holds chunks from both ends of the sequence), while its
+per-step attention is smaller, so less of each hop hides. Not checked here: which CP exchanges
+a framework accepts for windowed attention (Transformer Engine's CP has restricted sliding
+windows to some exchange types; the framework rules must say). Mamba layers have no K/V exchange: cp > 1 is
+refused for them (cost.plan.check_layer_kinds); vision layers are not split by cp.
 """
 
 from __future__ import annotations

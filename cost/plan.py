@@ -87,6 +87,8 @@ class Job:
     overlap_dp_comm: bool = True
     fp32_grads: bool = True
     expert_imbalance: float = 1.1  # see cost/ep.py DEFAULT_EXPERT_IMBALANCE
+    image_tokens: int = 0  # image patch tokens per sample into a vision encoder; 0 = the model's
+    # default (ModelSpec.vision.image_tokens; graph Layer.tokens_per_sample)
 
     @property
     def tokens_per_step(self) -> int:

@@ -28,6 +28,8 @@ from paraplan.cost.compute import (
     GEMM_INPUT_BYTES,
     LayerTime,
     gemm_input_bytes,
+    layer_seq_len,
+    layer_tokens,
     tokens_per_device,
 )
 from paraplan.cost.ep import expert_stored_bytes
@@ -47,17 +49,21 @@ def stored_activation_bytes(
     Formula: n * (act_tp/tp + act_sp/(tp if SP else 1)) * 2 B, plus n*2.5*a*s/tp elements of
     attention scores without flash attention and without selective recompute; GEMM inputs take
     1 B instead of 2 under FP8; routed experts add ep.expert_stored_bytes. FULL stores none.
+    n = compute.layer_tokens (image tokens for vision layers). Sliding-window and chunked layers
+    store as much per token as full attention (with flash attention nothing grows with the
+    keys; without it the unfused kernel keeps the masked s x s scores: no saving counted).
     On a TPU, SELECTIVE is MaxText's ``minimal`` policy (tpu_minimal_stored_bytes).
     """
     if recompute is Recompute.FULL:
         return 0.0
     if is_tpu and recompute is Recompute.SELECTIVE:
         return tpu_minimal_stored_bytes(layer, plan, job)
-    n = tokens_per_device(plan, job)
+    n = layer_tokens(layer, plan, job)
     sp_shard = plan.tp if plan.sequence_parallel else 1
     elems = layer.act_tp_elems / plan.tp + layer.act_sp_elems / sp_shard
     if layer.act_quadratic_heads and not job.flash_attention and recompute is Recompute.NONE:
-        elems += QUADRATIC_ELEMS_PER_HEAD * layer.act_quadratic_heads * job.seq_len / plan.cp / plan.tp
+        keys = layer_seq_len(layer, job) / (1 if layer.tokens_per_sample else plan.cp)
+        elems += QUADRATIC_ELEMS_PER_HEAD * layer.act_quadratic_heads * keys / plan.tp
     stored = n * elems * ACTIVATION_BYTES
     if job.precision in GEMM_INPUT_BYTES:
         gemm_inputs = layer.act_tp_gemm_elems / plan.tp + layer.act_sp_gemm_elems / sp_shard
@@ -83,7 +89,7 @@ def tpu_minimal_stored_bytes(layer: Layer, plan: Plan, job: Job) -> float:
     for g in layer.gemms:
         if g.tp_split != "in":
             elems += g.out_dim / (plan.tp if g.tp_split == "out" else 1)
-    stored = tokens_per_device(plan, job) * elems * ACTIVATION_BYTES
+    stored = layer_tokens(layer, plan, job) * elems * ACTIVATION_BYTES
     if layer.experts is not None:
         stored += expert_stored_bytes(layer.experts, plan, job)
     return stored

@@ -11,8 +11,10 @@ built."""
 from __future__ import annotations
 
 from paraplan.cost.plan import Axis, Job, Plan, check_structure, show_divisors
+from paraplan.graph import ModelSpec
 
 __all__ = [
+    "check_layer_kinds",
     "tp_splits_heads",
     "ep_splits_experts",
     "cp_splits_sequence",
@@ -170,6 +172,43 @@ def check_chunks(plan: Plan, num_layers: int) -> None:
         raise ValueError(
             f"plan.layers_per_chunk row sums {sums} must equal plan.layers_per_stage="
             f"{list(plan.layers_per_stage)} (each row is one pp stage's chunks)"
+        )
+
+
+def check_layer_kinds(plan: Plan, spec: ModelSpec) -> None:
+    """Rules of the layer kinds beyond the decoder block; ValueError names the knob and the rule.
+
+    - Mamba layers and context parallelism: megatron-core 0.16.1 splits a Mamba mixer over cp
+      with an all-to-all that turns sequence shards into head shards (ssm/mamba_context_parallel.py,
+      needs heads % (tp * cp) == 0); paraplan does not cost that exchange, so cp > 1 is refused.
+    - Mamba-2 and TP: heads and B/C groups are split over tp (megatron-core ssm/mamba_mixer.py:
+      ngroups % tp == 0, nheads % tp == 0); Mamba-1 (no framework TP rule): d_inner % tp == 0.
+    - Vision encoder and TP: its heads split over tp (vision heads % tp == 0).
+    """
+    if spec.has_ssm:
+        if plan.cp > 1:
+            raise ValueError(
+                f"plan.cp={plan.cp}: model {spec.name} has Mamba layers, whose context-parallel "
+                "all-to-all (megatron-core ssm/mamba_context_parallel.py) paraplan does not cost; "
+                "use cp=1"
+            )
+        m = spec.mamba
+        split = (
+            m.num_groups % plan.tp == 0 and m.num_heads % plan.tp == 0
+            if m.version == 2
+            else (m.expand * spec.hidden) % plan.tp == 0
+        )
+        if not split:
+            what = (
+                f"mamba.num_groups={m.num_groups} and mamba.num_heads={m.num_heads}"
+                if m.version == 2
+                else f"the Mamba inner width {m.expand * spec.hidden}"
+            )
+            raise ValueError(f"plan.tp={plan.tp} must divide {what} (TP splits the Mamba heads and groups)")
+    if spec.vision.num_layers and spec.vision.num_heads % plan.tp:
+        raise ValueError(
+            f"plan.tp={plan.tp} must divide model.vision.num_heads={spec.vision.num_heads} "
+            "(TP splits the vision encoder's heads)"
         )
 
 

@@ -2,7 +2,7 @@
 
 from paraplan.graph.layers import Experts, Gemm, Layer, LayerGraph, LayerKind, build_graph
 from paraplan.graph.presets import from_fields, from_hf_config, preset, preset_names, to_fields
-from paraplan.graph.spec import Activation, ModelSpec
+from paraplan.graph.spec import PATTERN_SYMBOLS, Activation, Mamba, ModelSpec, Vision
 from paraplan.graph.trace import (
     TracedModel,
     from_hf_trace,
@@ -18,7 +18,10 @@ __all__ = [
     "Layer",
     "LayerGraph",
     "LayerKind",
+    "Mamba",
     "ModelSpec",
+    "PATTERN_SYMBOLS",
+    "Vision",
     "TracedModel",
     "build_graph",
     "from_fields",

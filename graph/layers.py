@@ -1,12 +1,27 @@
 """The model as a networkx DiGraph of layers, each with FLOPs, parameters and activation sizes.
 
-Nodes, in order: ``embedding``, then ``attn_i`` and ``mlp_i`` for each block i, ``final_norm``,
-``lm_head`` (logits and loss). ``mlp_i`` is a dense MLP (kind ``mlp``) or, in mixture-of-experts
-models, a routed-expert layer (kind ``moe``: router, shared experts, and an :class:`Experts` part
-whose per-token numbers are per routed token copy). Every node carries a :class:`Layer`. Counts
-are per token for one forward pass; activation sizes are in elements per token (bytes come from
-``cost/``), split into the parts that tensor/sequence/context parallelism shard differently
-(Korthikanti et al. 2022, arXiv:2205.05198, Sec. 4).
+Nodes, in order: ``embedding`` (after a vision encoder's ``vision_*`` layers, if any), then the
+blocks, ``final_norm``, ``lm_head`` (logits and loss) and the multi-token-prediction layers
+``mtp_k_*``. A transformer block i is ``attn_i`` and ``mlp_i``; ``mlp_i`` is a dense MLP (kind
+``mlp``) or a routed-expert layer (kind ``moe``: router, shared experts, and an :class:`Experts`
+part whose per-token numbers are per routed token copy). A hybrid model (``layer_pattern``,
+Megatron's hybrid convention) has one layer per block: ``mamba_i``, ``attn_i`` or ``mlp_i``.
+Layers with ``block == -1`` before the first block are the first stage's head, after the last
+block the last stage's tail. Every node carries a :class:`Layer`. Counts are per token for one
+forward pass (vision layers: per image patch token); activation sizes are in elements per token
+(bytes come from ``cost/``), split into the parts that tensor/sequence/context parallelism shard
+differently (Korthikanti et al. 2022, arXiv:2205.05198, Sec. 4).
+
+Kinds and what shards them (``Layer.shardable``; what a kind cannot use is left out):
+
+- ``attention``: full causal, sliding-window (``window``) or chunked local (``chunk``); tp
+  (heads), sp, cp (K/V exchange; windows exchange as much as full attention, cost/cp.py).
+- ``mlp`` / ``moe``: tp, sp, cp; MoE also ep (routed experts).
+- ``mamba``: tp (heads and groups), sp; no cp (cost.plan.check_layer_kinds refuses it).
+- ``vision`` / ``projector`` (head): tp, sp over the image tokens; not split by cp (each cp
+  rank encodes the whole images) and not by ep.
+- ``mtp`` (tail): tp, sp; its block's attention / MoE layers shard as in the blocks.
+- ``embedding``, ``final_norm``, ``lm_head``: as before (vocab over tp; norm over sp).
 """
 
 from __future__ import annotations
@@ -26,6 +41,10 @@ class LayerKind(StrEnum):
     ATTENTION = "attention"
     MLP = "mlp"
     MOE = "moe"
+    MAMBA = "mamba"  # state-space mixer (Mamba-1 or Mamba-2)
+    VISION = "vision"  # ViT patch embedding or block, over image patch tokens
+    PROJECTOR = "projector"  # vision merger: patches -> decoder tokens
+    MTP = "mtp"  # multi-token-prediction projection (its block and head are attention/moe/lm_head)
     FINAL_NORM = "final_norm"
     LM_HEAD = "lm_head"
 
@@ -111,6 +130,17 @@ class Layer:
     mem_bound_elems: float = 0.0
     shardable: tuple[str, ...] = field(default=())
     experts: Experts | None = None
+    # attention extent (cost.compute.attended_keys): a query sees at most ``window`` earlier
+    # tokens (sliding window), or only the tokens of its own ``chunk`` (chunked local attention);
+    # ``causal`` False: every key of the sequence / image (ViT)
+    window: int = 0
+    chunk: int = 0
+    causal: bool = True
+    tokens_per_sample: int = 0  # 0: runs on the sequence's tokens; else image patches per sample
+    tokens_merged: int = 1  # patches merged into one of its tokens (the vision merger: merge^2)
+    scan_flops_per_token: int = 0  # state-space scan + depthwise conv (not GEMMs), Mamba
+    scan_chunk: int = 0  # tokens per SSD chunk (the scan kernels' block length)
+    state_elems_per_seq: int = 0  # recurrent state per sequence (conv + SSM state), Mamba
 
     @property
     def gemm_flops_per_token(self) -> int:
@@ -213,11 +243,23 @@ class LayerGraph:
     @property
     def dense_block(self) -> int | None:
         """Index of the first block with a dense MLP (None when every block is MoE)."""
-        return next((i for i in range(self.spec.num_layers) if not self.spec.is_moe_layer(i)), None)
+        return next((i for i in range(self.spec.num_layers) if "-" in self.spec.block_symbols(i)), None)
+
+
+def _local(spec: ModelSpec, i: int) -> tuple[int, int]:
+    """(window, chunk) of block i's attention; (0, 0) when it is full attention."""
+    if spec.is_full_attention(i):
+        return 0, 0
+    return spec.sliding_window, spec.attention_chunk
 
 
 def _attention(spec: ModelSpec, i: int) -> Layer:
+    """Self-attention (MHA/GQA/MQA): causal full, sliding-window or chunked local (``_local``);
+    a NoPE layer (Llama 4's full-attention layers) skips the rotary element-wise work."""
     h, q, kv = spec.hidden, spec.q_dim, spec.kv_dim
+    window, chunk = _local(spec, i)
+    nope = spec.nope_full_attention and not (window or chunk)
+    rotary = 0 if spec.position_embedding != "rope" or nope else 2 * (q + kv)
     gemms = (
         Gemm(name="qkv", in_dim=h, out_dim=q + 2 * kv, tp_split="out"),
         Gemm(name="proj", in_dim=q, out_dim=h, tp_split="in"),
@@ -239,8 +281,10 @@ def _attention(spec: ModelSpec, i: int) -> Layer:
         act_tp_gemm_elems=q,
         act_sp_gemm_elems=h,
         act_quadratic_heads=spec.num_heads,
-        mem_bound_elems=2 * h + 3 * h + 2 * (q + kv),  # norm, residual add, rotary
+        mem_bound_elems=2 * h + 3 * h + rotary,  # norm, residual add, rotary
         shardable=("tp", "sp", "cp"),
+        window=window,
+        chunk=chunk,
     )
 
 
@@ -319,6 +363,8 @@ def _mla_attention(spec: ModelSpec, i: int) -> Layer:
         act_quadratic_heads=heads,
         mem_bound_elems=2 * h + 2 * rq + 2 * rkv + 3 * h + 2 * (heads * rope + rope),
         shardable=("tp", "sp", "cp"),
+        window=_local(spec, i)[0],
+        chunk=_local(spec, i)[1],
     )
 
 
@@ -377,12 +423,61 @@ def _moe(spec: ModelSpec, i: int) -> Layer:
     )
 
 
+def _block(spec: ModelSpec, i: int) -> list[Layer]:
+    """The layers of block i, one per PATTERN_SYMBOLS character of spec.block_symbols(i)."""
+    out = []
+    for symbol in spec.block_symbols(i):
+        if symbol == "*":
+            out.append(_mla_attention(spec, i) if spec.is_mla else _attention(spec, i))
+        elif symbol == "M":
+            out.append(_mamba(spec, i))
+        else:
+            out.append(_moe(spec, i) if symbol == "E" else _mlp(spec, i))
+    return out
+
+
+def _norm_params(spec: ModelSpec) -> int:
+    return 2 * spec.hidden if spec.norm == "layernorm" else spec.hidden
+
+
+def _lm_head(spec: ModelSpec, name: str, shared: bool) -> Layer:
+    """Logits and loss; ``shared``: the weight is the LM head's (or the tied embedding)."""
+    h, v = spec.hidden, spec.vocab
+    return Layer(
+        name=name,
+        kind=LayerKind.LM_HEAD,
+        block=-1,
+        params=0 if shared else v * h,
+        gemms=(Gemm(name="logits", in_dim=h, out_dim=v, tp_split="out"),),
+        act_sp_elems=h,
+        mem_bound_elems=3 * v,
+        shardable=("tp",),
+    )
+
+
+def _final_norm(spec: ModelSpec, name: str) -> Layer:
+    h = spec.hidden
+    return Layer(
+        name=name,
+        kind=LayerKind.FINAL_NORM,
+        block=-1,
+        params=_norm_params(spec),
+        act_sp_elems=h,
+        mem_bound_elems=2 * h,
+        shardable=("sp",),
+    )
+
+
 def build_graph(spec: ModelSpec) -> LayerGraph:
-    """Layer graph of a GPT-, Llama-, Mixtral- or DeepSeek-style decoder (GQA or MLA, SwiGLU or
-    GeLU, dense or mixture-of-experts MLPs, tied or untied)."""
+    """Layer graph of a decoder: GPT-, Llama-, Mixtral- or DeepSeek-style blocks (GQA or MLA,
+    full, sliding-window or chunked attention, SwiGLU/GeGLU or GeLU, dense or mixture-of-experts
+    MLPs, tied or untied), or a hybrid pattern of Mamba, attention and MLP layers; with a vision
+    encoder in front (``spec.vision``) and multi-token-prediction modules behind
+    (``spec.mtp_layers``)."""
     h, v = spec.hidden, spec.vocab
     g = nx.DiGraph()
-    nodes: list[Layer] = [
+    nodes: list[Layer] = _vision_layers(spec) if spec.vision.num_layers else []
+    nodes.append(
         Layer(
             name="embedding",
             kind=LayerKind.EMBEDDING,
@@ -391,36 +486,202 @@ def build_graph(spec: ModelSpec) -> LayerGraph:
             act_sp_elems=0.0,
             mem_bound_elems=2 * h,
             shardable=("tp",),
-        ),
-    ]
+        )
+    )
     for i in range(spec.num_layers):
-        attention = _mla_attention(spec, i) if spec.is_mla else _attention(spec, i)
-        nodes += [attention, _moe(spec, i) if spec.is_moe_layer(i) else _mlp(spec, i)]
-    nodes.append(
-        Layer(
-            name="final_norm",
-            kind=LayerKind.FINAL_NORM,
-            block=-1,
-            params=2 * h if spec.norm == "layernorm" else h,
-            act_sp_elems=h,
-            mem_bound_elems=2 * h,
-            shardable=("sp",),
-        )
-    )
-    nodes.append(
-        Layer(
-            name="lm_head",
-            kind=LayerKind.LM_HEAD,
-            block=-1,
-            params=0 if spec.tied_embeddings else v * h,
-            gemms=(Gemm(name="logits", in_dim=h, out_dim=v, tp_split="out"),),
-            act_sp_elems=h,
-            mem_bound_elems=3 * v,
-            shardable=("tp",),
-        )
-    )
+        nodes += _block(spec, i)
+    nodes.append(_final_norm(spec, "final_norm"))
+    nodes.append(_lm_head(spec, "lm_head", shared=spec.tied_embeddings))
+    for k in range(spec.mtp_layers):
+        nodes += _mtp_layers(spec, k)
     for a, b in zip(nodes, nodes[1:], strict=False):
         g.add_node(a.name, layer=a)
         g.add_node(b.name, layer=b)
         g.add_edge(a.name, b.name)
     return LayerGraph(spec, g)
+
+
+def _mamba(spec: ModelSpec, i: int) -> Layer:
+    """A state-space mixer with its pre-norm (one hybrid-pattern ``M`` layer).
+
+    Mamba-2 (megatron-core 0.16.1 ssm/mamba_mixer.py; Dao & Gu 2024, arXiv:2405.21060): in_proj
+    h -> z, x (d_inner each), B, C (groups x state each), dt (heads), column-parallel; depthwise
+    causal conv (conv_kernel taps, bias) over x, B, C; the SSD scan; gated RMSNorm over d_inner;
+    out_proj d_inner -> h, row-parallel; dt_bias, A_log and D per head. TP shards heads and groups
+    (Megatron: num_groups % tp == 0), so the mixer has one TP all-reduce pair, like attention.
+
+    SSD scan FLOPs per token (arXiv:2405.21060 Sec. 6, chunk length Q): C.B^T within the chunk
+    2*Q*N per group, its product with x 2*Q*d_inner, chunk states B^T.x 2*N*d_inner, the states'
+    read-out C.h 2*N*d_inner (the kernels compute whole Q x Q blocks: no causal halving); the conv
+    2*conv_kernel*conv_dim.
+
+    Mamba-1 (Gu & Dao 2023, arXiv:2312.00752 Alg. 2; transformers modeling_jamba.py
+    JambaMambaMixer): in_proj h -> 2*d_inner, conv over d_inner, x_proj d_inner -> dt_rank + 2N,
+    dt_proj dt_rank -> d_inner (bias), A (d_inner x N), D, Jamba's dt/B/C RMSNorms, out_proj. The
+    selective scan does ~9 FLOPs per channel per state element (discretise exp(dt*A), dt*B*x,
+    h = dA*h + dBx, y = C.h). Costed with Mamba-2's TP scheme (heads = channels): x_proj's small
+    all-reduce (dt_rank + 2N per token) is not counted.
+
+    Stored for backward per token: in_proj output, conv output, scan output and the gated-norm
+    output (out_proj input) TP-sharded; the block input and normed input per sequence shard.
+    ``state_elems_per_seq``: conv state (conv_kernel x conv_dim) + SSM state (d_inner x N).
+    """
+    h, m = spec.hidden, spec.mamba
+    n, k = m.state_dim, m.conv_kernel
+    gemms: tuple[Gemm, ...]
+    if m.version == 2:
+        d = m.num_heads * m.head_dim
+        bc = 2 * m.num_groups * n
+        conv_dim = d + bc
+        gemms = (
+            Gemm(name="in_proj", in_dim=h, out_dim=2 * d + bc + m.num_heads, tp_split="out"),
+            Gemm(name="out_proj", in_dim=d, out_dim=h, tp_split="in"),
+        )
+        extra_params = conv_dim * k + conv_dim + 3 * m.num_heads + d  # conv + bias, dt/A/D, norm
+        q = m.chunk_size
+        scan = 2 * q * m.num_groups * n + 2 * q * d + 4 * n * d + 2 * k * conv_dim
+        act_tp = (2 * d + bc + m.num_heads) + conv_dim + d + d
+        chunk = q
+    else:
+        d = m.expand * h
+        r = m.dt_rank or -(-h // 16)
+        conv_dim = d
+        gemms = (
+            Gemm(name="in_proj", in_dim=h, out_dim=2 * d, tp_split="out"),
+            Gemm(name="x_proj", in_dim=d, out_dim=r + 2 * n, tp_split="in"),
+            Gemm(name="dt_proj", in_dim=r, out_dim=d, tp_split="out"),
+            Gemm(name="out_proj", in_dim=d, out_dim=h, tp_split="in"),
+        )
+        # conv + bias, dt_proj bias, A, D, dt/B/C norms
+        extra_params = d * k + d + d + d * n + d + (r + 2 * n)
+        scan = 9 * d * n + 2 * k * d
+        act_tp = 2 * d + d + (r + 2 * n) + d + d + d
+        chunk = 0
+    return Layer(
+        name=f"mamba_{i}",
+        kind=LayerKind.MAMBA,
+        block=i,
+        params=sum(g.params for g in gemms) + extra_params + _norm_params(spec),
+        gemms=gemms,
+        act_tp_elems=act_tp,
+        act_sp_elems=2 * h,
+        act_tp_gemm_elems=d,
+        act_sp_gemm_elems=h,
+        mem_bound_elems=2 * h + 3 * h + 2 * conv_dim + 4 * d,  # norm, residual, conv, gate + norm
+        shardable=("tp", "sp"),
+        scan_flops_per_token=scan,
+        scan_chunk=chunk,
+        state_elems_per_seq=k * conv_dim + d * n,
+    )
+
+
+def _vision_layers(spec: ModelSpec) -> list[Layer]:
+    """A ViT encoder over image patch tokens (spec.vision): patch embedding, pre-norm blocks of
+    bidirectional attention (windowed but every ``full_attention_every``-th) and a (gated) MLP,
+    then the merger (norm, merge^2 patches concatenated, MLP to the decoder's hidden size).
+    Per-token numbers are per patch token (the merger's per merged token); TP shards heads and
+    MLP width as in a decoder block."""
+    v = spec.vision
+    h, f, tokens = v.hidden, v.ffn_hidden, v.image_tokens
+    gated = v.activation.is_gated
+    up = 2 * f if gated else f
+    pixels = 3 * v.temporal_patch * v.patch_size**2
+    out = [
+        Layer(
+            name="vision_patch_embed",
+            kind=LayerKind.VISION,
+            block=-1,
+            params=pixels * h,
+            gemms=(Gemm(name="patch", in_dim=pixels, out_dim=h, tp_split="none"),),
+            act_sp_gemm_elems=pixels,
+            act_sp_elems=pixels,
+            mem_bound_elems=pixels + h,
+            shardable=("tp",),
+            causal=False,
+            tokens_per_sample=tokens,
+        )
+    ]
+    gemms: tuple[Gemm, ...]
+    for j in range(v.num_layers):
+        full = not v.window or (v.full_attention_every and (j + 1) % v.full_attention_every == 0)
+        gemms = (
+            Gemm(name="qkv", in_dim=h, out_dim=3 * h, tp_split="out"),
+            Gemm(name="proj", in_dim=h, out_dim=h, tp_split="in"),
+            Gemm(name="fc1", in_dim=h, out_dim=up, tp_split="out"),
+            Gemm(name="fc2", in_dim=f, out_dim=h, tp_split="in"),
+        )
+        out.append(
+            Layer(
+                name=f"vision_block_{j}",
+                kind=LayerKind.VISION,
+                block=-1,
+                params=sum(g.params for g in gemms) + 2 * h,  # + two RMSNorms
+                gemms=gemms,
+                attn_core_flops_per_token_per_seq=4 * h,
+                act_tp_elems=4 * h + up + f,  # Q, K, V, attention out; MLP act in / out
+                act_sp_elems=4 * h,  # two norm inputs, qkv and fc1 inputs
+                act_tp_gemm_elems=h + f,
+                act_sp_gemm_elems=2 * h,
+                act_quadratic_heads=v.num_heads,
+                mem_bound_elems=2 * (2 * h + 3 * h) + 4 * h + up + f,  # norms, residuals, rotary, act
+                shardable=("tp", "sp"),
+                window=0 if full else v.window,
+                causal=False,
+                tokens_per_sample=tokens,
+            )
+        )
+    merged = h * v.merge**2
+    width = v.projector_hidden or merged
+    gemms = (
+        Gemm(name="merger_fc1", in_dim=merged, out_dim=width, tp_split="out"),
+        Gemm(name="merger_fc2", in_dim=width, out_dim=spec.hidden, tp_split="in"),
+    )
+    out.append(
+        Layer(
+            name="vision_merger",
+            kind=LayerKind.PROJECTOR,
+            block=-1,
+            params=sum(g.params for g in gemms) + h,  # + the RMSNorm before merging
+            gemms=gemms,
+            act_tp_elems=2 * width,
+            act_sp_elems=2 * merged,
+            act_tp_gemm_elems=width,
+            act_sp_gemm_elems=merged,
+            mem_bound_elems=2 * merged + 2 * width,
+            shardable=("tp", "sp"),
+            causal=False,
+            tokens_per_sample=tokens,
+            tokens_merged=v.merge**2,
+        )
+    )
+    return out
+
+
+def _mtp_layers(spec: ModelSpec, k: int) -> list[Layer]:
+    """Multi-token-prediction module k (DeepSeek-V3, arXiv:2412.19437 Sec. 2.2; Megatron-Core
+    MultiTokenPredictionLayer): RMSNorm of the hidden state and of the next token's embedding
+    (the shared embedding), their concatenation projected 2h -> h (eh_proj), one block shaped
+    like the model's last one, a final norm and the shared LM head with its loss. Runs on the
+    last stage after the LM head."""
+    h = spec.hidden
+    proj = Layer(
+        name=f"mtp_{k}_proj",
+        kind=LayerKind.MTP,
+        block=-1,
+        params=2 * h + 2 * h * h,
+        gemms=(Gemm(name="eh_proj", in_dim=2 * h, out_dim=h, tp_split="out"),),
+        act_sp_elems=4 * h,  # the two norm inputs, the concatenated projection input
+        act_sp_gemm_elems=2 * h,
+        mem_bound_elems=2 * h + 4 * h + 2 * h,  # embedding lookup, two norms
+        shardable=("tp", "sp"),
+    )
+    block = [
+        replace(ly, name=f"mtp_{k}_{ly.name.split('_')[0]}", block=-1)
+        for ly in _block(spec, spec.num_layers - 1)
+    ]
+    return [
+        proj,
+        *block,
+        _final_norm(spec, f"mtp_{k}_norm"),
+        _lm_head(spec, f"mtp_{k}_head", shared=True),
+    ]

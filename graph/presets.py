@@ -10,7 +10,22 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from paraplan.graph.spec import MODEL_LIMITS, Activation, ModelSpec, Rope, Router, scenario_key, show_value
+from paraplan.graph.hf_kinds import flatten, kind_fields, vision_fields, window_fields
+from paraplan.graph.hf_read import read_bool as _bool
+from paraplan.graph.hf_read import read_float as _float
+from paraplan.graph.hf_read import read_int as _int
+from paraplan.graph.hf_read import read_str as _str
+from paraplan.graph.hf_read import read_value as _value
+from paraplan.graph.spec import (
+    MODEL_LIMITS,
+    Activation,
+    Mamba,
+    ModelSpec,
+    Rope,
+    Router,
+    Vision,
+    show_value,
+)
 
 __all__ = [
     "preset_names",
@@ -22,6 +37,7 @@ __all__ = [
     "HF_MODEL_TYPES",
     "preset_fields",
     "ARCHITECTURE_FIELDS",
+    "KIND_FIELDS",
 ]
 
 _HF_ACTIVATIONS = {
@@ -53,32 +69,38 @@ HF_MODEL_TYPES = (
     "deepseek_v2",
     "deepseek_v3",
     "gpt_oss",
+    "llama4",
+    "llama4_text",
+    "gemma3",
+    "gemma3_text",
+    "nemotron_h",
+    "qwen2_5_vl",
+    "jamba",
 )
-_GATED_MODEL_TYPES = frozenset(HF_MODEL_TYPES) - {"gpt2", "gpt_neox"}
+_GATED_MODEL_TYPES = frozenset(HF_MODEL_TYPES) - {"gpt2", "gpt_neox", "nemotron_h", "gemma3", "gemma3_text"}
 # rope_scaling types that only rescale the rotary frequencies (transformers
 # modeling_rope_utils.ROPE_INIT_FUNCTIONS): no FLOPs or memory change, so the cost model holds.
-_ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "llama3", "longrope")
-# model types whose sliding-window layers paraplan costs as full attention (an upper bound on
-# their attention time and memory; exact while seq_len <= the window), as its docs state
-_SLIDING_WINDOW_TYPES = ("mistral", "gpt_oss")
+# "mrope" (Qwen2-VL / 2.5-VL multimodal RoPE) splits the rotary dims over time/height/width
+# position ids, which coincide for text tokens: the same cost as RoPE.
+_ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "llama3", "longrope", "mrope")
 
 
 def _check_modelled(cfg: dict[str, Any], model_type: str) -> None:
     """ValueError naming model.hf_config and the key when the config describes something the
     cost model does not: another architecture (model_type), a gated MLP with a gate other than
-    SiLU (e.g. Gemma's GeGLU, ``hidden_activation``), rope scaling of an unknown type, or sliding
-    windows outside the model types documented as costed as full attention."""
+    SiLU (``hidden_activation``: Gemma's GeGLU, modelled for gemma3 only) or rope scaling of an
+    unknown type. Windows: hf_kinds.window_fields."""
     if model_type and model_type not in HF_MODEL_TYPES:
         raise ValueError(
             f"model.hf_config: model_type={model_type!r} is not an architecture "
             f"paraplan models; it imports {', '.join(HF_MODEL_TYPES)} (or give the "
             "model's sizes as explicit model fields)"
         )
-    if "hidden_activation" in cfg:
+    if "hidden_activation" in cfg and not model_type.startswith("gemma3"):
         raise ValueError(
             f"model.hf_config: hidden_activation={show_value(cfg['hidden_activation'])}"
-            " (Gemma's gated GELU MLP) is not modelled; paraplan models SwiGLU, GELU, "
-            "ReLU and ReLU^2 MLPs"
+            f" (a Gemma-style gated GELU MLP) is not modelled for model_type={model_type!r}; "
+            "paraplan models it for gemma3 (GeGLU), and SwiGLU, GELU, ReLU and ReLU^2 MLPs"
         )
     act = cfg.get("hidden_act")
     if model_type in _GATED_MODEL_TYPES and act not in (None, "silu", "swiglu"):
@@ -90,26 +112,14 @@ def _check_modelled(cfg: dict[str, Any], model_type: str) -> None:
     rope = cfg.get("rope_scaling")
     if isinstance(rope, dict):
         kind = rope.get("rope_type", rope.get("type"))
-        if kind not in _ROPE_TYPES:
+        if kind not in _ROPE_TYPES or (kind == "mrope" and model_type != "qwen2_5_vl"):
             raise ValueError(
                 f"model.hf_config: rope_scaling type {show_value(kind)} is not one "
-                f"paraplan knows ({', '.join(_ROPE_TYPES)}: each only rescales the "
-                "rotary frequencies)"
+                f"paraplan knows for model_type={model_type!r} ({', '.join(_ROPE_TYPES)}: each only "
+                "rescales the rotary frequencies; mrope only for qwen2_5_vl)"
             )
     elif rope is not None:
         raise ValueError(f"model.hf_config: rope_scaling={show_value(rope)} must be an object or null")
-    window = cfg.get("sliding_window")
-    if (
-        window is not None
-        and cfg.get("use_sliding_window") is not False
-        and model_type not in _SLIDING_WINDOW_TYPES
-    ):
-        raise ValueError(
-            f"model.hf_config: sliding_window={show_value(window)} is not modelled "
-            f"for model_type={model_type!r} (paraplan costs full causal attention); "
-            "set use_sliding_window: false or sliding_window: null to plan it as "
-            "full attention"
-        )
 
 
 @cache
@@ -161,6 +171,18 @@ ARCHITECTURE_FIELDS: dict[str, type] = {
 and ``router`` are mappings of :class:`Rope` / :class:`Router` fields."""
 
 
+KIND_FIELDS: dict[str, type] = {
+    "attention_chunk": int,
+    "nope_full_attention": bool,
+    "layer_pattern": str,
+    "moe_pattern": str,
+    "mtp_layers": int,
+}
+"""Optional ModelSpec fields that add layer kinds (graph/layers.py); ``mamba`` and ``vision`` are
+mappings of :class:`Mamba` / :class:`Vision` fields."""
+_NESTED = (("rope", Rope), ("router", Router), ("mamba", Mamba), ("vision", Vision))
+
+
 def _nested(cls: type, key: str, value: Any) -> Any:
     """A Rope or Router from a mapping of its fields; ValueError names the unknown key."""
     if value is None:
@@ -179,11 +201,12 @@ def _nested(cls: type, key: str, value: Any) -> Any:
 
 def _architecture(fields: dict[str, Any]) -> dict[str, Any]:
     """The ModelSpec keyword arguments of ARCHITECTURE_FIELDS, ``rope`` and ``router``."""
+    known = {**ARCHITECTURE_FIELDS, **KIND_FIELDS}
     out: dict[str, Any] = {
-        key: kind(fields[key]) for key, kind in ARCHITECTURE_FIELDS.items() if fields.get(key) is not None
+        key: kind(fields[key]) for key, kind in known.items() if fields.get(key) is not None
     }
-    out["rope"] = _nested(Rope, "rope", fields.get("rope"))
-    out["router"] = _nested(Router, "router", fields.get("router"))
+    for key, cls in _NESTED:
+        out[key] = _nested(cls, key, fields.get(key))
     return out
 
 
@@ -253,18 +276,23 @@ def to_fields(spec: ModelSpec) -> dict[str, Any]:
         if value:
             fields[key] = value
     defaults = {f.name: f.default for f in dataclass_fields(ModelSpec)}
-    for key in ARCHITECTURE_FIELDS:
+    for key in (*ARCHITECTURE_FIELDS, *KIND_FIELDS):
         if getattr(spec, key) != defaults.get(key):
             fields[key] = getattr(spec, key)
-    for key, cls in (("rope", Rope), ("router", Router)):
+    for key, cls in _NESTED:
         changed = {
-            f.name: getattr(getattr(spec, key), f.name)
+            f.name: _plain(getattr(getattr(spec, key), f.name))
             for f in dataclass_fields(cls)
             if getattr(getattr(spec, key), f.name) != getattr(cls(), f.name)
         }
         if changed:
             fields[key] = changed
     return fields
+
+
+def _plain(value: Any) -> Any:
+    """An enum as its value (to_fields writes plain YAML/JSON values)."""
+    return value.value if isinstance(value, Activation) else value
 
 
 def preset(name: str) -> ModelSpec:
@@ -277,67 +305,6 @@ def preset(name: str) -> ModelSpec:
 
 
 MAX_HF_CONFIG_BYTES = 4 << 20  # a config.json is a few KB; refuse anything that is not one
-_REQUIRED = object()
-
-
-def _value(cfg: dict[str, Any], keys: tuple[str, ...]) -> tuple[str, Any]:
-    """The first of ``keys`` that ``cfg`` sets to something other than null, and its value."""
-    for key in keys:
-        if cfg.get(key) is not None:
-            return key, cfg[key]
-    return "", None
-
-
-def _int(
-    cfg: dict[str, Any],
-    *keys: str,
-    spec: str,
-    default: Any = _REQUIRED,
-    minimum: int = 1,
-    needed_for: str = "",
-) -> int:
-    """The first of ``keys`` set in ``cfg``, an integer from ``minimum`` to MODEL_LIMITS[spec]
-    (``spec``: the ModelSpec field it fills); ``default`` when none is set. ValueError names
-    model.hf_config, the JSON key and the rule."""
-    key, value = _value(cfg, keys)
-    if not key:
-        if default is _REQUIRED:
-            raise ValueError(f"model.hf_config: needs {' or '.join(keys)}{needed_for}")
-        return default
-    if type(value) is not int:  # bool is an int subclass; floats, strings, lists are no sizes
-        raise ValueError(
-            f"model.hf_config: {key}={show_value(value)} must be an integer, not a {type(value).__name__}"
-        )
-    limit = MODEL_LIMITS[spec]
-    if value < minimum:
-        raise ValueError(f"model.hf_config: {key}={show_value(value)} must be at least {minimum}")
-    if value > limit:
-        raise ValueError(
-            f"model.hf_config: {key}={show_value(value)} exceeds paraplan's limit of "
-            f'{limit:,} for model.{scenario_key(spec)} (README "Limits")'
-        )
-    return value
-
-
-def _str(cfg: dict[str, Any], *keys: str, default: str) -> str:
-    """The first of ``keys`` set in ``cfg``, which must be a string; ``default`` when none is."""
-    key, value = _value(cfg, keys)
-    if not key:
-        return default
-    if not isinstance(value, str):
-        raise ValueError(
-            f"model.hf_config: {key}={show_value(value)} must be a string, not a {type(value).__name__}"
-        )
-    return value
-
-
-def _bool(cfg: dict[str, Any], key: str, *, default: bool) -> bool:
-    value = cfg.get(key)
-    if value is None:
-        return default
-    if not isinstance(value, bool):
-        raise ValueError(f"model.hf_config: {key}={show_value(value)} must be true or false")
-    return value
 
 
 def _dense_prefix(cfg: dict[str, Any]) -> int:
@@ -404,21 +371,12 @@ def _hf_moe_mla(cfg: dict[str, Any]) -> dict[str, int]:
 
 _LEARNED_POSITIONS = ("gpt2", "gpt_neo", "opt")  # learned absolute position tables
 _BIASED = ("gpt2", "gpt_neox", "bloom", "gpt_oss")  # biases on every linear layer
-_QKV_BIAS = ("qwen2", "qwen2_moe")  # Qwen2 attention: bias on q, k, v only
+_QKV_BIAS = ("qwen2", "qwen2_moe", "qwen2_5_vl")  # Qwen2 attention: bias on q, k, v only
 _QK_NORM = ("qwen3", "qwen3_moe")  # Qwen3: RMSNorm on per-head queries and keys
 DEEPSEEK_V3_BALANCE_FACTOR = 1e-4  # sequence-wise balance loss alpha, arXiv:2412.19437 Sec. 4.2
 
 
-def _float(cfg: dict[str, Any], key: str, default: float) -> float:
-    value = cfg.get(key)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-        raise ValueError(f"model.hf_config: {key}={show_value(value)} must be a positive number")
-    return float(value)
-
-
-def _hf_rope(cfg: dict[str, Any]) -> Rope:
+def _hf_rope(cfg: dict[str, Any], model_type: str) -> Rope:
     """RoPE theta, rotated fraction and the llama3 / YaRN scaling of a config.json; other
     scalings (linear, dynamic, longrope) are not modelled and refused."""
     fraction = _float(cfg, "partial_rotary_factor", _float(cfg, "rotary_pct", 1.0))
@@ -429,6 +387,10 @@ def _hf_rope(cfg: dict[str, Any]) -> Rope:
     if not isinstance(scaling, dict):
         raise ValueError(f"model.hf_config: rope_scaling={show_value(scaling)} must be an object")
     kind = scaling.get("rope_type") or scaling.get("type")
+    if kind in ("mrope", "default"):  # multimodal RoPE: plain RoPE for text (_ROPE_TYPES)
+        return Rope(theta=theta, fraction=fraction)
+    if kind == "linear" and model_type.startswith("gemma3"):  # Gemma 3's global layers
+        return Rope(theta=theta, fraction=fraction, scaling="linear", factor=_float(scaling, "factor", 1.0))
     if kind not in ("llama3", "yarn"):
         raise ValueError(
             f"model.hf_config: rope_scaling type {kind!r} is not modelled; paraplan models llama3 and yarn"
@@ -456,24 +418,6 @@ def _hf_rope(cfg: dict[str, Any]) -> Rope:
     )
 
 
-def _full_attention_every(cfg: dict[str, Any]) -> int:
-    """n when config.json's ``layer_types`` makes every n-th layer full attention, 0 when none
-    is; any other pattern is refused."""
-    types = cfg.get("layer_types")
-    if not types:
-        return 0
-    full = [i for i, t in enumerate(types) if t == "full_attention"]
-    if not full:
-        return 0
-    n = full[0] + 1
-    if full != list(range(n - 1, len(types), n)):
-        raise ValueError(
-            "model.hf_config: layer_types places full-attention layers in a pattern "
-            "paraplan does not model (every n-th layer)"
-        )
-    return n
-
-
 def _hf_router(cfg: dict[str, Any], model_type: str) -> Router:
     """Score function, expert bias, group-limited routing, scaling and balance loss."""
     if model_type.startswith("deepseek"):
@@ -497,12 +441,11 @@ def _hf_router(cfg: dict[str, Any], model_type: str) -> Router:
 def _hf_architecture(cfg: dict[str, Any], model_type: str) -> dict[str, Any]:
     """ModelSpec's architecture fields (positions, biases, norms, windows, router) of a
     config.json."""
-    window = cfg.get("sliding_window") if cfg.get("use_sliding_window", True) else None
     out: dict[str, Any] = {
         "position_embedding": (
             "learned" if model_type in _LEARNED_POSITIONS else "alibi" if model_type == "bloom" else "rope"
         ),
-        "rope": _hf_rope(cfg),
+        "rope": _hf_rope(cfg, model_type),
         "norm_eps": _float(
             cfg, "rms_norm_eps", _float(cfg, "layer_norm_epsilon", _float(cfg, "layer_norm_eps", 1e-5))
         ),
@@ -510,10 +453,8 @@ def _hf_architecture(cfg: dict[str, Any], model_type: str) -> dict[str, Any]:
         "qkv_bias": model_type in _QKV_BIAS,
         "qk_norm": model_type in _QK_NORM,
         "parallel_residual": model_type == "gpt_neox" and cfg.get("use_parallel_residual", True),
-        "sliding_window": int(window) if isinstance(window, int) and window > 0 else 0,
         "attention_sinks": model_type == "gpt_oss",
     }
-    out["full_attention_every"] = _full_attention_every(cfg) if out["sliding_window"] else 0
     if _value(cfg, ("num_local_experts", "n_routed_experts", "num_experts"))[0]:
         out["router"] = _hf_router(cfg, model_type)
     return out
@@ -552,11 +493,14 @@ def _read_json(path: Path) -> Any:
 def from_hf_config(path: str | Path | dict[str, Any]) -> ModelSpec:
     """Import a Hugging Face ``config.json``: Llama, Mistral, Qwen2/3, GPT-2 and GPT-NeoX styles,
     and the mixture-of-experts families Mixtral, Qwen2/3-MoE, DeepSeek-V2/V3 (with MLA) and
-    gpt-oss. Not modelled: DeepSeek's multi-token-prediction module, Mistral's and gpt-oss's
-    sliding-window layers (costed as full attention) and biases (a few vectors per layer). Other
-    model types, a gated MLP with a non-SiLU gate, unknown rope scaling and other sliding
-    windows are refused (``_check_modelled``). Every value is type- and range-checked: a
-    ValueError names model.hf_config, the JSON key and the rule."""
+    gpt-oss, and the layer-kind families (graph/hf_kinds.py): Llama 4 (chunked attention,
+    interleaved MoE), Gemma 3 text (windows, GeGLU), DeepSeek-V3's multi-token prediction,
+    Nemotron-H and Jamba (hybrid Mamba patterns), Qwen2.5-VL (vision encoder). Sliding windows
+    are costed where the config states which layers have them. Not modelled: biases (a few
+    vectors per layer). Other model types, a gated MLP with a non-SiLU gate (Gemma 3's GELU
+    gate excepted), unknown rope scaling, windows without a layout and unmodelled encoders are
+    refused. Every value is type- and range-checked: a ValueError names model.hf_config, the
+    JSON key and the rule."""
     if isinstance(path, dict):
         cfg, stem = path, "hf-model"
     else:
@@ -570,7 +514,9 @@ def from_hf_config(path: str | Path | dict[str, Any]) -> ModelSpec:
     name = cfg.get("_name_or_path")
     name = name if isinstance(name, str) and name else stem  # only a display name
     model_type = _str(cfg, "model_type", default="")
-    act_name = _str(cfg, "hidden_act", "activation_function", default="gelu")
+    cfg, vision = flatten(cfg)
+    default_act = {"nemotron_h": "relu2", "gemma3": "gelu", "gemma3_text": "gelu"}.get(model_type, "gelu")
+    act_name = _str(cfg, "hidden_act", "activation_function", default=default_act)
     _check_modelled(cfg, model_type)
     if act_name not in _HF_ACTIVATIONS:
         raise ValueError(
@@ -583,7 +529,7 @@ def from_hf_config(path: str | Path | dict[str, Any]) -> ModelSpec:
     ffn = _int(cfg, "intermediate_size", "n_inner", spec="ffn_hidden", default=4 * hidden)
     if extra.get("num_experts") and not extra.get("first_dense_layers"):
         ffn = 0  # every MLP is MoE: intermediate_size is the expert width (or unused)
-    return ModelSpec(
+    fields: dict[str, Any] = dict(
         name=name,
         num_layers=_int(cfg, "num_hidden_layers", "n_layer", spec="num_layers"),
         hidden=hidden,
@@ -598,3 +544,8 @@ def from_hf_config(path: str | Path | dict[str, Any]) -> ModelSpec:
         **extra,
         **_hf_architecture(cfg, model_type),
     )
+    fields.update(window_fields(cfg, model_type, fields["num_layers"]))
+    fields.update(kind_fields(cfg, model_type, fields))
+    if vision is not None:
+        fields["vision"] = vision_fields(vision, hidden)
+    return ModelSpec(**fields)

@@ -8,6 +8,9 @@ from enum import StrEnum
 
 __all__ = [
     "Activation",
+    "Mamba",
+    "Vision",
+    "PATTERN_SYMBOLS",
     "ModelSpec",
     "Rope",
     "Router",
@@ -40,6 +43,8 @@ MODEL_LIMITS: dict[str, int] = {
     "vocab": 16_777_216,
     "num_experts": 4_096,
     "num_shared_experts": 4_096,
+    "attention_chunk": 16_777_216,
+    "mtp_layers": 64,
 }
 """Largest accepted value of each ModelSpec size (README "Limits"): at least 8x the largest
 published model, so no real model is refused while absurd sizes (10^9 layers or experts), which
@@ -73,20 +78,77 @@ def show_value(value: object) -> str:
 class Activation(StrEnum):
     GELU = "gelu"
     SWIGLU = "swiglu"
+    GEGLU = "geglu"  # gated GELU (tanh approximation), Gemma (Shazeer 2020, arXiv:2002.05202)
     RELU = "relu"
     RELU2 = "relu2"
 
     @property
     def is_gated(self) -> bool:
-        return self is Activation.SWIGLU
+        """act(gate) * up: two up-projections (SwiGLU, GeGLU)."""
+        return self in (Activation.SWIGLU, Activation.GEGLU)
+
+
+PATTERN_SYMBOLS = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}
+"""Megatron's hybrid layer pattern (``--hybrid-override-pattern``): one character per layer,
+Mamba mixer, self-attention, dense MLP or MoE MLP (megatron-core 0.16.1
+megatron/core/ssm/mamba_hybrid_layer_allocation.py, class Symbols)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Mamba:
+    """Sizes of a state-space (Mamba) mixer; ``version`` 0 = the model has none.
+
+    Mamba-2 (Dao & Gu 2024, arXiv:2405.21060; megatron-core 0.16.1 ssm/mamba_mixer.py): d_inner =
+    num_heads * head_dim, B and C shared by ``num_groups`` groups of heads, state ``state_dim``
+    per head channel, a depthwise causal conv of ``conv_kernel`` taps over x, B, C, the SSD scan
+    in chunks of ``chunk_size`` tokens (Megatron default 128). Mamba-1 (Gu & Dao 2023,
+    arXiv:2312.00752; Jamba): d_inner = expand * hidden, a per-channel state of ``state_dim``, the
+    input-dependent dt through a ``dt_rank`` bottleneck (0: ceil(hidden / 16))."""
+
+    version: int = 0  # 0 none, 1 Mamba-1 (Jamba), 2 Mamba-2 (Nemotron-H)
+    num_heads: int = 0  # Mamba-2 heads
+    head_dim: int = 64  # Mamba-2 channels per head
+    num_groups: int = 1  # Mamba-2 B/C groups
+    state_dim: int = 128  # N
+    conv_kernel: int = 4  # d_conv
+    expand: int = 2  # Mamba-1: d_inner = expand * hidden
+    dt_rank: int = 0  # Mamba-1: 0 = ceil(hidden / 16)
+    chunk_size: int = 128  # Mamba-2 SSD chunk length Q
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Vision:
+    """A ViT encoder in front of the decoder (``num_layers`` 0 = none), run over image patch
+    tokens: a patch embedding (Conv over ``patch_size``^2 x ``temporal_patch`` x 3 pixels),
+    ``num_layers`` pre-norm blocks (attention + MLP), then a merger/projector that concatenates
+    ``merge``^2 neighbouring patches and maps them through an MLP of width ``projector_hidden``
+    to the decoder's hidden size (Qwen2.5-VL: Bai et al. 2025, arXiv:2502.13923; transformers
+    modeling_qwen2_5_vl.py). Blocks attend inside windows of ``window`` patches except every
+    ``full_attention_every``-th block (block i full when (i + 1) % n == 0), which attends over
+    the whole image. ``image_tokens``: patch tokens per sample a job feeds the encoder unless
+    the job sets ``image_tokens`` (a 448 x 448 image = 32 x 32 = 1,024 patches of 14 px)."""
+
+    num_layers: int = 0
+    hidden: int = 0
+    ffn_hidden: int = 0
+    num_heads: int = 1
+    activation: Activation = Activation.GELU
+    patch_size: int = 14
+    temporal_patch: int = 1
+    window: int = 0  # patches per attention window; 0 = every block attends to the whole image
+    full_attention_every: int = 0
+    merge: int = 1  # spatial merge: merge^2 patches -> one decoder token
+    projector_hidden: int = 0
+    image_tokens: int = 1_024
 
 
 POSITION_EMBEDDINGS = ("rope", "learned", "alibi", "none")
 """How positions enter the model: rotary (Su et al. 2021, arXiv:2104.09864), a learned absolute
 table (GPT-2/3), ALiBi biases (Press et al. 2021, arXiv:2108.12409; BLOOM) or none (NoPE)."""
-ROPE_SCALINGS = ("", "llama3", "yarn")
-"""RoPE frequency scaling: none, Llama 3.1's (meta-llama/Llama-3.1-8B config.json rope_scaling)
-or YaRN (Peng et al. 2023, arXiv:2309.00071)."""
+ROPE_SCALINGS = ("", "llama3", "yarn", "linear")
+"""RoPE frequency scaling: none, Llama 3.1's (meta-llama/Llama-3.1-8B config.json rope_scaling),
+YaRN (Peng et al. 2023, arXiv:2309.00071) or linear position interpolation (positions / factor;
+Gemma 3's global layers, transformers configuration_gemma3.py)."""
 ROUTER_SCORES = ("softmax", "sigmoid")
 ROUTER_BALANCES = ("aux_loss", "seq_aux_loss", "none")
 """MoE load balancing: the batch-wise auxiliary loss (Fedus et al. 2021, arXiv:2101.03961), the
@@ -184,6 +246,16 @@ class ModelSpec:
     full_attention_every: int = 0  # with a window: every n-th layer is full attention (0: none)
     attention_sinks: bool = False  # a learned softmax sink logit per head (gpt-oss)
     router: Router = Router()
+    # layer kinds beyond the decoder block (graph/layers.py builds them; each changes the numbers)
+    attention_chunk: int = 0  # chunked local attention: tokens per chunk (Llama 4: 8192); 0 = none
+    nope_full_attention: bool = False  # the full-attention layers of a windowed/chunked model
+    # skip RoPE (Llama 4 iRoPE: every 4th layer global and NoPE)
+    layer_pattern: str = ""  # Megatron hybrid pattern, one PATTERN_SYMBOLS character per block
+    moe_pattern: str = ""  # transformer blocks: 'E' (MoE MLP) or '-' (dense) per block, any order
+    # (Megatron --moe-layer-freq as a list); overrides first_dense_layers / moe_layer_freq
+    mamba: Mamba = Mamba()
+    vision: Vision = Vision()
+    mtp_layers: int = 0  # multi-token-prediction modules after the last block (DeepSeek-V3: 1)
 
     def __post_init__(self) -> None:
         _check_limits(self)  # first: the defaults below walk the layers
@@ -231,7 +303,11 @@ class ModelSpec:
         return self.num_heads * self.head_dim
 
     def is_moe_layer(self, block: int) -> bool:
-        """Whether block ``block`` has a routed-expert MLP (module docstring)."""
+        """Whether block ``block`` has a routed-expert MLP (module docstring); with a
+        ``layer_pattern`` or ``moe_pattern``, whether its character is ``E``."""
+        pattern = self.layer_pattern or self.moe_pattern
+        if pattern:  # (a pattern of the wrong length is refused by check_model)
+            return pattern[block : block + 1] == "E"
         if not self.is_moe or block < self.first_dense_layers:
             return False
         return (block - self.first_dense_layers) % max(1, self.moe_layer_freq) == 0
@@ -242,7 +318,36 @@ class ModelSpec:
 
     @property
     def num_dense_layers(self) -> int:
+        """Blocks with a dense MLP (with a layer pattern: its ``-`` characters)."""
+        if self.layer_pattern:
+            return self.layer_pattern.count("-")
         return self.num_layers - self.num_moe_layers
+
+    @property
+    def is_hybrid(self) -> bool:
+        """Blocks are single layers of a Megatron hybrid pattern (Mamba, attention, MLP, MoE)."""
+        return bool(self.layer_pattern)
+
+    @property
+    def has_ssm(self) -> bool:
+        """Some block is a state-space (Mamba) mixer."""
+        return "M" in self.layer_pattern
+
+    def block_symbols(self, block: int) -> str:
+        """The layers of block ``block`` as PATTERN_SYMBOLS characters: the pattern's character,
+        or ``*E`` / ``*-`` (attention and a MoE or dense MLP) for a transformer block."""
+        if self.layer_pattern:
+            return self.layer_pattern[block]
+        return "*E" if self.is_moe_layer(block) else "*-"
+
+    def is_full_attention(self, block: int) -> bool:
+        """Whether the attention of block ``block`` sees every earlier token: no window and no
+        chunk, or every ``full_attention_every``-th block ((block + 1) % n == 0; gpt-oss, Gemma 3,
+        Llama 4 count layers this way)."""
+        if not (self.sliding_window or self.attention_chunk):
+            return True
+        n = self.full_attention_every
+        return bool(n) and (block + 1) % n == 0
 
 
 def check_model(spec: ModelSpec) -> None:
@@ -252,6 +357,7 @@ def check_model(spec: ModelSpec) -> None:
         value = getattr(spec, field)
         if value < 1:
             raise ValueError(f"model.{scenario_key(field)}={value} must be a positive integer")
+    _check_kinds(spec)
     _check_moe(spec)
     if spec.ffn_hidden < 1:
         raise ValueError(
@@ -347,7 +453,7 @@ def _check_architecture(spec: ModelSpec) -> None:
         raise ValueError(f"model.rope.fraction={spec.rope.fraction} must be in (0, 1]")
     if spec.rope.theta <= 0 or spec.rope.factor <= 0 or spec.norm_eps <= 0:
         raise ValueError("model.rope.theta, model.rope.factor and model.norm_eps must be positive")
-    if spec.rope.scaling and spec.rope.original_max_positions < 1:
+    if spec.rope.scaling in ("llama3", "yarn") and spec.rope.original_max_positions < 1:
         raise ValueError(
             f"model.rope.scaling={spec.rope.scaling!r} needs "
             "model.rope.original_max_positions (the pre-extension context)"
@@ -361,3 +467,59 @@ def _check_architecture(spec: ModelSpec) -> None:
         )
     if r.groups and spec.num_experts % r.groups:
         raise ValueError(f"model.router.groups={r.groups} must divide model.experts={spec.num_experts}")
+
+
+def _check_kinds(spec: ModelSpec) -> None:
+    """Layer pattern, Mamba, vision and MTP fields are consistent; ValueError names the field."""
+    pattern = spec.layer_pattern
+    if pattern:
+        bad = sorted(set(pattern) - set(PATTERN_SYMBOLS))
+        if bad:
+            raise ValueError(
+                f"model.layer_pattern has {bad[0]!r}; use "
+                + ", ".join(f"{k!r} ({v})" for k, v in PATTERN_SYMBOLS.items())
+            )
+        if len(pattern) != spec.num_layers:
+            raise ValueError(
+                f"model.layer_pattern has {len(pattern)} characters; it needs one per layer "
+                f"(model.layers={spec.num_layers})"
+            )
+        if "E" in pattern and not spec.is_moe:
+            raise ValueError("model.layer_pattern has MoE layers ('E'); set model.experts and model.top_k")
+    if spec.moe_pattern:
+        if set(spec.moe_pattern) - {"E", "-"} or len(spec.moe_pattern) != spec.num_layers:
+            raise ValueError(
+                f"model.moe_pattern needs one 'E' (MoE) or '-' (dense) per layer (model.layers="
+                f"{spec.num_layers}); got {show_value(spec.moe_pattern)}"
+            )
+        if pattern:
+            raise ValueError(
+                "model.moe_pattern and model.layer_pattern exclude each other ('E' in the pattern)"
+            )
+        if not spec.is_moe:
+            raise ValueError("model.moe_pattern needs model.experts and model.top_k")
+    if spec.has_ssm and spec.mamba.version not in (1, 2):
+        raise ValueError(
+            f"model.mamba.version={spec.mamba.version}: a layer pattern with Mamba layers ('M') needs "
+            "model.mamba.version 1 or 2"
+        )
+    m = spec.mamba
+    if m.version == 2 and (m.num_heads < 1 or m.num_heads % max(1, m.num_groups)):
+        raise ValueError(
+            f"model.mamba.num_heads={m.num_heads} must be positive and a multiple of "
+            f"model.mamba.num_groups={m.num_groups} (B and C are shared per group)"
+        )
+    for field in ("head_dim", "num_groups", "state_dim", "conv_kernel", "expand", "chunk_size"):
+        if getattr(m, field) < 1:
+            raise ValueError(f"model.mamba.{field}={getattr(m, field)} must be positive")
+    v = spec.vision
+    if v.num_layers:
+        for field in ("hidden", "ffn_hidden", "num_heads", "patch_size", "merge", "image_tokens"):
+            if getattr(v, field) < 1:
+                raise ValueError(f"model.vision.{field}={getattr(v, field)} must be positive")
+        if v.hidden % v.num_heads:
+            raise ValueError(f"model.vision.heads={v.num_heads} must divide model.vision.hidden={v.hidden}")
+    if spec.attention_chunk < 0 or spec.mtp_layers < 0:
+        raise ValueError("model.attention_chunk and model.mtp_layers must not be negative")
+    if spec.attention_chunk and spec.sliding_window:
+        raise ValueError("model.attention_chunk and model.sliding_window exclude each other (one local kind)")

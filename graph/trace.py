@@ -10,8 +10,9 @@ vocabulary), reads hidden size, heads, kv heads, head dim, FFN width, activation
 and tied embeddings off the weights and the recorded calls, and compares the module's traced
 forward FLOPs and parameters, per part (embedding, attention, MLP, final norm, head), with
 ``build_graph`` of that spec. A part that differs by more than ``TOLERANCE`` (1%), a parameter no
-part explains, a bias (unless ``allow_bias``), a local attention window or a block paraplan cannot
-read is a ValueError naming it: paraplan never silently plans a different model. The scenario
+part explains, a bias (unless ``allow_bias``), a local attention window (unless a Hugging Face
+config states its layout: ``trace_hf_config``) or a block paraplan cannot read is a ValueError
+naming it: paraplan never silently plans a different model. The scenario
 path (``model: {hf_config: PATH, trace: true}``) reports these as ConfigError.
 """
 
@@ -319,11 +320,19 @@ def _check_numbers(
 
 
 def trace_module(
-    module: Any, example_batch: Any, *, name: str | None = None, allow_bias: bool = False
+    module: Any,
+    example_batch: Any,
+    *,
+    name: str | None = None,
+    allow_bias: bool = False,
+    windows: bool = False,
 ) -> TracedModel:
     """Trace ``module`` on the meta device (module docstring) and return the spec with the
     per-part FLOPs and parameters it was checked on. ``example_batch``: token ids [batch, seq_len],
-    or a dict / tuple of the forward's inputs holding them. ImportError without torch."""
+    or a dict / tuple of the forward's inputs holding them. ``windows``: accept local attention
+    windows (their layout then comes from elsewhere: trace_hf_config takes it from the config;
+    the flop counter counts the masked attention as full, and so does the check). ImportError
+    without torch."""
     torch = import_torch()
     if not isinstance(module, torch.nn.Module):
         raise ValueError(f"from_module needs a torch.nn.Module, not a {type(module).__name__}")
@@ -333,7 +342,7 @@ def trace_module(
     where = [f"{stack}.{i}" if stack else str(i) for i in range(len(blocks))]
     hooked = {f"{w}.{n}": m for w, b in zip(where, blocks, strict=True) for n, m in mixers(b)}
     run = run_on_meta(module, example_batch, hooked)
-    parts = Parts(read={f"{emb_path}.weight"})
+    parts = Parts(read={f"{emb_path}.weight"}, windows=windows)
     read, norm_kinds, params = _read_blocks(blocks, where, run, hidden, parts)
     final_kind, tied, end_params = _read_ends(module, run, stack, emb_path, vocab, hidden, parts)
     _check_all_read(module, parts, allow_bias)
@@ -472,8 +481,10 @@ def trace_hf_config(
         ) from None
     # with a KV cache transformers skips its packed-sequence check, which needs values (.item())
     batch = {"input_ids": torch.zeros(1, seq_len, dtype=torch.long), "use_cache": True}
-    traced = trace_module(model, batch, name=formula_spec.name, allow_bias=allow_bias)
-    # what the module's shapes cannot show (RoPE, router, norm epsilon, bias flags) is the config's
+    windowed = bool(formula_spec.sliding_window)  # the config states the windows' layout
+    traced = trace_module(model, batch, name=formula_spec.name, allow_bias=allow_bias, windows=windowed)
+    # what the module's shapes cannot show (RoPE, router, norm epsilon, bias flags, the window
+    # layout) is the config's
     traced = dataclasses.replace(
         traced,
         spec=dataclasses.replace(

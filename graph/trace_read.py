@@ -57,6 +57,7 @@ class Parts:
 
     read: set[str] = field(default_factory=set)
     biases: list[str] = field(default_factory=list)
+    windows: bool = False  # local windows allowed: a config states them (trace_hf_config)
 
 
 def _path(prefix: str, name: str) -> str:
@@ -155,7 +156,8 @@ def _heads(core: Call, run: Run, where: str) -> tuple[int, int]:
 def read_attention(mod: Any, where: str, run: Run, hidden: int, parts: Parts) -> Attention:
     """Heads, kv heads and head dim of an attention module: projections called before the core
     give q + 2 kv widths (q, k, v or fused qkv), exactly one after it maps q back to hidden."""
-    _check_window(mod, where)
+    if not parts.windows:
+        _check_window(mod, where)
     calls = [c for c in run.calls if c.owner == where]
     index, core = _core(calls, where, run)
     heads, head_dim = _heads(core, run, where)

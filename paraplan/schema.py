@@ -84,6 +84,13 @@ _ARCHITECTURE_FIELDS = (
     "full_attention_every",
     "attention_sinks",
     "router",
+    "attention_chunk",
+    "nope_full_attention",
+    "layer_pattern",
+    "moe_pattern",
+    "mamba",
+    "vision",
+    "mtp_layers",
 )
 _EXPLICIT_FIELDS = (
     "layers",
@@ -122,7 +129,7 @@ class ModelSection(Section):
     kv_heads: int | None = Field(None, ge=1)
     head_dim: int | None = Field(None, ge=1)
     vocab: int | None = Field(None, ge=1)
-    activation: Literal["swiglu", "gelu", "relu", "relu2"] | None = None
+    activation: Literal["swiglu", "geglu", "gelu", "relu", "relu2"] | None = None
     tied_embeddings: bool | None = None
     norm: Literal["rmsnorm", "layernorm"] | None = None
     dropout: bool | None = Field(None, description="dropout in training (stores masks)")
@@ -167,6 +174,28 @@ class ModelSection(Section):
         description="MoE router: score (softmax|sigmoid), expert_bias, groups, group_topk, "
         "scaling_factor, balance (aux_loss|seq_aux_loss|none), aux_loss_coeff",
     )
+    # layer kinds (graph/spec.py ModelSpec, graph/layers.py): each changes the layer graph
+    attention_chunk: int | None = Field(None, ge=0, description="chunked local attention: tokens per chunk")
+    nope_full_attention: bool | None = Field(None, description="full-attention layers skip RoPE (Llama 4)")
+    layer_pattern: str | None = Field(
+        None,
+        max_length=1024,
+        description="Megatron hybrid pattern, one character per layer: M Mamba, * attention, - MLP, E MoE",
+    )
+    moe_pattern: str | None = Field(
+        None, max_length=1024, description="one character per layer: E MoE MLP, - dense MLP"
+    )
+    mamba: dict[str, int] | None = Field(
+        None,
+        description="Mamba mixer: version (1|2), num_heads, head_dim, num_groups, state_dim, "
+        "conv_kernel, expand, dt_rank, chunk_size",
+    )
+    vision: dict[str, int | str] | None = Field(
+        None,
+        description="vision encoder: num_layers, hidden, ffn_hidden, num_heads, activation, patch_size, "
+        "temporal_patch, window, full_attention_every, merge, projector_hidden, image_tokens",
+    )
+    mtp_layers: int | None = Field(None, ge=0, le=64, description="multi-token-prediction modules")
 
     @model_validator(mode="after")
     def check_architecture_needs_explicit_model(self) -> ModelSection:
@@ -278,6 +307,13 @@ class JobSection(Section):
         allow_inf_nan=False,
         description="MoE: routed tokens on the "
         "busiest expert-parallel rank over the mean (1.0 = perfectly balanced); see cost/ep.py",
+    )
+    image_tokens: int = Field(
+        0,
+        ge=0,
+        le=MAX_SEQ_LEN,
+        description="image patch tokens per sample into the model's vision encoder "
+        "(0: the model's default, model.vision.image_tokens)",
     )
 
     @model_validator(mode="after")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from paraplan.cost import Job, Plan
 from paraplan.cost import validity as _rule
+from paraplan.cost.validity import check_layer_kinds
 from paraplan.graph import ModelSpec
 
 __all__ = [
@@ -18,6 +19,7 @@ __all__ = [
     "cp_splits_sequence",
     "hybrid_pattern",
     "mtp_layers",
+    "layer_kinds_split",
 ]
 
 
@@ -54,3 +56,14 @@ def hybrid_pattern(spec: ModelSpec) -> str | None:
 def mtp_layers(spec: ModelSpec) -> int:
     """Multi-token-prediction layers after the decoder (DeepSeek-V3: 1), from ``spec.mtp_layers``."""
     return int(getattr(spec, "mtp_layers", 0) or 0)
+
+
+def layer_kinds_split(spec: ModelSpec, plan: Plan) -> bool:
+    """Whether the plan's tp and cp split the model's Mamba and vision layers
+    (cost.validity.check_layer_kinds: no cp with Mamba layers; tp divides Mamba heads and groups and
+    the vision heads)."""
+    try:
+        check_layer_kinds(plan, spec)
+    except ValueError:
+        return False
+    return True

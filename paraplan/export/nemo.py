@@ -116,6 +116,8 @@ ACTIVATIONS = {
     "gelu": (False, Expr("torch.nn.functional.gelu")),
     "relu": (False, Expr("torch.nn.functional.relu")),
     "relu2": (False, Expr("megatron.core.activations.squared_relu")),
+    # Gemma 3: gated GELU (tanh); Megatron-Bridge gemma3_provider.py @dc805f5 (fast_gelu GLU)
+    "geglu": (True, Expr("megatron.core.activations.fast_gelu")),
 }
 """activation -> (gated_linear_unit, activation_func) of megatron-core's TransformerConfig."""
 POSITION_TYPES = {"rope": "rope", "learned": "learned_absolute", "none": "none"}

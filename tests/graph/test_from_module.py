@@ -436,7 +436,7 @@ SMALL_JOB = {
 }
 
 
-@pytest.mark.parametrize("name", ["llama", "qwen2", "mixtral"])
+@pytest.mark.parametrize("name", ["llama", "qwen2", "mixtral", "mistral"])
 def test_a_hugging_face_config_traces_to_its_formula_spec_and_plans_to_optimal(name: str) -> None:
     pytest.importorskip("transformers")
     from paraplan.graph import trace_hf_config
@@ -448,6 +448,9 @@ def test_a_hugging_face_config_traces_to_its_formula_spec_and_plans_to_optimal(n
     assert traced.spec == from_hf_config(path)
     assert traced.spec.tied_embeddings == (name == "qwen2")
     assert traced.spec.num_experts == (4 if name == "mixtral" else 0)
+    # Mistral: a 32-token sliding window on every layer, the layout read from the config (the
+    # flop counter and the check count the masked attention whole)
+    assert traced.spec.sliding_window == (32 if name == "mistral" else 0)
     for part, flops in traced.formula_flops.items():
         assert traced.traced_flops[part] == pytest.approx(flops, rel=TOLERANCE, abs=1), part
     for part, params in traced.formula_params.items():
