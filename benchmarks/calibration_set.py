@@ -7,6 +7,9 @@ Knobs a source does not give take documented defaults, listed in ``Case.defaults
 - recompute: the fastest of none / selective / full that fits memory (what a tuner would pick);
 - flash attention off and dropout on for runs before 2022-06 (Megatron-LM 2021, Korthikanti 2022,
   BLOOM: GPT-3-style training with dropout 0.1); fused attention and no dropout after;
+- attention kernel: FlashAttention-2 (``attention_kernel: flash2``) for MosaicML llm-foundry (its
+  attn_impl "flash", the flash-attn 2 package in 2023), the fused cuDNN / Transformer Engine kernel
+  (the default) elsewhere; it only matters on Hopper and newer (cost/compute.py FLASH2_FRACTION);
 - gradient sync overlapped with backward, except Megatron-LM before 2023 (no --overlap-grad-reduce)
   and the DeepSpeed ZeRO-3 baselines of Narayanan et al. 2021 Table 2 (overlap_comm off by default);
 - NVL72 racks: up to 72 GPUs one rack; larger jobs use racks as 64-GPU NVLink domains
@@ -43,8 +46,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from paraplan.graph import preset
-from paraplan.graph.presets import MOE_MLA_FIELDS
+from paraplan.graph import ModelSpec, preset
+from paraplan.graph.presets import MOE_MLA_FIELDS, from_fields
 
 from benchmarks.calibration_set_tpu import is_tpu_row, tpu_row_case
 
@@ -69,6 +72,9 @@ _NO_OVERLAP_SOURCES = {
     "korthikanti2022_dp8",
     "bloom176b",
 }
+# llm-foundry's attn_impl "flash" is the flash-attn package, FlashAttention-2 when the MosaicML
+# tables were measured (2023; FlashAttention-3, the Hopper kernel, was released in July 2024)
+_FLASH2_SOURCES = {"mosaic_llmfoundry"}
 _DIST_OPTIMIZER_SOURCES = {"nemo_2407", "megatron_bridge_perf"}
 _GPT3_VOCAB = 51200  # NeMo GPT-3 rows match V = 51200 (published_runs.md Sec. 3.4)
 _MOE_PRESETS = {
@@ -82,6 +88,32 @@ _MOE_PRESETS = {
     "GPT-OSS 120B": "gpt-oss-120b",
 }
 _TOKENDROP = " (tokendrop)"
+# MoE models without a paraplan preset, from their published configs as collected in the
+# project's model table (../shared/data/models.json): Kimi K2 = MoonshotAI/Kimi-K2 README "Model
+# Summary" and Megatron-Bridge KimiK2Provider (@dc805f5): DeepSeek-V3's MLA layout with 64 heads,
+# 384 routed experts of width 2048 plus one shared, top-8, the first layer dense (FFN 18432).
+_MOE_CONFIGS: dict[str, dict[str, Any]] = {
+    "Kimi K2": {
+        "layers": 61,
+        "hidden": 7168,
+        "ffn_hidden": 18432,
+        "heads": 64,
+        "kv_heads": 64,
+        "vocab": 163840,
+        "experts": 384,
+        "top_k": 8,
+        "shared_experts": 1,
+        "moe_ffn_hidden": 2048,
+        "first_dense_layers": 1,
+        "q_lora_rank": 1536,
+        "kv_lora_rank": 512,
+        "qk_nope_head_dim": 128,
+        "qk_rope_head_dim": 64,
+        "v_head_dim": 128,
+        "activation": "swiglu",
+        "norm": "rmsnorm",
+    },
+}
 
 
 @dataclass(frozen=True)
@@ -190,10 +222,9 @@ def _moe_fields(row: dict[str, str]) -> dict[str, Any]:
     if not row["moe_experts"]:
         return {}
     width = re.search(r"expert\s+(\d+)", row["ffn_hidden"] or "")
-    name = _MOE_PRESETS.get(row["model"].removesuffix(_TOKENDROP))
-    if not width or not row["moe_topk"] or name is None:
+    spec = _moe_spec(row["model"].removesuffix(_TOKENDROP))
+    if not width or not row["moe_topk"] or spec is None:
         return {}
-    spec = preset(name)
     if (spec.num_layers, spec.hidden, spec.num_experts) != (
         int(row["n_layers"]),
         int(row["hidden"]),
@@ -217,6 +248,15 @@ def _moe_fields(row: dict[str, str]) -> dict[str, Any]:
         if key.startswith(("q_", "kv_", "qk_", "v_")) and value:
             out[key] = value
     return out
+
+
+def _moe_spec(model: str) -> ModelSpec | None:
+    """The architecture of a MoE row's model: its preset, else its published config (_MOE_CONFIGS)."""
+    if model in _MOE_PRESETS:
+        return preset(_MOE_PRESETS[model])
+    if model in _MOE_CONFIGS:
+        return from_fields(model, _MOE_CONFIGS[model])
+    return None
 
 
 def _zero(row: dict[str, str], defaults: list[str]) -> int:
@@ -288,7 +328,9 @@ def _row_case(row: dict[str, str]) -> Case | Skipped:
         hardware += "-64"  # racks used as 64-GPU NVLink domains (16 of 18 trays), e.g. 256 GPUs
     step_s = _step_time_s(row)
     if step_s is None:
-        return Skipped(rid, label, "no step time or tokens/s published")
+        return Skipped(
+            rid, label, "no step time or tokens/s published (TFLOP/s under no documented FLOP convention)"
+        )
     if row["task"] == "lora":
         return Skipped(rid, label, "LoRA fine-tuning not modelled (frozen base weights)")
     moe = _moe_fields(row)
@@ -300,9 +342,8 @@ def _row_case(row: dict[str, str]) -> Case | Skipped:
     row = _gpt_mha_defaults(row)
     if (not row["ffn_hidden"] and not moe) or not row["n_kv_heads"]:
         return Skipped(rid, label, "architecture incomplete")
-    kv_heads = (
-        _int(row["n_kv_heads"]) or preset(_MOE_PRESETS[row["model"].removesuffix(_TOKENDROP)]).num_kv_heads
-    )  # "MLA": the preset's
+    kv_heads = _int(row["n_kv_heads"]) or _moe_spec(row["model"].removesuffix(_TOKENDROP)).num_kv_heads
+    # "MLA": the preset's
     defaults: list[str] = []
     tp, pp, cp = _int(row["tp"]) or 1, _int(row["pp"]) or 1, _int(row["cp"]) or 1
     n = int(row["n_gpus"])
@@ -311,6 +352,14 @@ def _row_case(row: dict[str, str]) -> Case | Skipped:
         tp, pp = split
         defaults.append(f"tp={tp} x pp={pp} (model-parallel size M split as Table 1)")
     dp = _int(row["dp"]) or n // (tp * pp * cp)
+    if row["dp"] and dp * tp * pp * cp != n and not row["step_time_s"]:
+        # the published degrees contradict the GPU count (NeMo long-sequence B200 rows 71-72:
+        # tp4 x cp4 x dp4 on "256" GPUs; dp = n/(tp*cp) would exceed row 72's global batch of 8):
+        # the degrees are the configuration, and a per-GPU throughput is the same on any number
+        # of its replicas, so the run maps to dp*tp*pp*cp GPUs, its step time from that count
+        n = dp * tp * pp * cp
+        step_s = _step_time_s({**row, "n_gpus": str(n)})
+        defaults.append(f"gpus={n} (= dp*tp*pp*cp; the row's n_gpus={row['n_gpus']} contradicts its degrees)")
     vp = _int(row["vp"])
     if vp is None:
         vp = 1
@@ -349,6 +398,7 @@ def _row_case(row: dict[str, str]) -> Case | Skipped:
             "global_batch": int(row["global_batch_seqs"]),
             "precision": precision,
             "flash_attention": key not in _PRE_FLASH_SOURCES,
+            **({"attention_kernel": "flash2"} if key in _FLASH2_SOURCES else {}),
             "overlap_dp_comm": key not in _NO_OVERLAP_SOURCES,
             "fp32_grads": key not in _DIST_OPTIMIZER_SOURCES,
             **(

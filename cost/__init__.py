@@ -16,6 +16,7 @@ from paraplan.cost.flops import matmul_params, model_flops_per_token
 from paraplan.cost.memory import StageMemory, stage_memory
 from paraplan.cost.plan import (
     DEFAULT_ORDER,
+    AttentionKernel,
     Axis,
     CPComm,
     Job,
@@ -30,6 +31,7 @@ from paraplan.cost.stage import BlockCost, StageTerms, stage_terms
 
 __all__ = [
     "DEFAULT_ORDER",
+    "AttentionKernel",
     "Axis",
     "BlockCost",
     "Breakdown",

@@ -18,6 +18,10 @@ after every split, so splitting too finely costs what it costs.
   iterates. Under context parallelism (ring, ``cp_comm`` p2p) each rank runs cp kernels, one per
   ring step, over chunks of L = seq_len / cp keys; under the all-gather variant one kernel over
   the gathered L = seq_len keys.
+- The attention kernel (``job.attention_kernel``): ``fused`` is the generation's own kernel
+  (cuDNN / Transformer Engine fused attention, FlashAttention-3 on Hopper), the one ``attention``
+  is fitted to; ``flash2`` (FlashAttention-2) is written for Ampere's instructions and on newer
+  parts runs at FLASH2_FRACTION of the fused kernel's rate.
 - Element-wise work is HBM-bound.
 """
 
@@ -25,7 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from paraplan.cost.plan import CPComm, Job, Plan, Precision
+from paraplan.cost.plan import AttentionKernel, CPComm, Job, Plan, Precision
 from paraplan.graph import Gemm, Layer, LayerKind
 from paraplan.hardware import Accelerator, Efficiency
 
@@ -46,7 +50,10 @@ __all__ = [
     "attention_shape",
     "attention_s",
     "attention_efficiency",
+    "attention_chunk_factor",
     "ATTENTION_HALF_TOKENS",
+    "FLASH2_FRACTION",
+    "kernel_fraction",
 ]
 
 ACTIVATION_BYTES = 2  # bf16/fp16 activations (FP8 runs keep activations in bf16: Transformer Engine)
@@ -58,6 +65,13 @@ CAUSAL_FRACTION = 0.5  # causal masking skips half the score blocks (fused kerne
 # 2024, arXiv:2407.08608, Fig. 5-6: H100) run at roughly half their 16K-token TFLOP/s at 512
 # tokens and at ~90% from 4K; L / (L + 512) gives 0.50 at 512, 0.89 at 4K, 0.97 at 16K.
 ATTENTION_HALF_TOKENS = 512
+# FlashAttention-2 on a part newer than Ampere, as a fraction of the generation's fused kernel:
+# FA2 reaches 35% of the H100's BF16 peak where FlashAttention-3 (the Hopper kernel, with WGMMA
+# and TMA; cuDNN's fused attention is of the same kind) reaches 75% (Shah et al. 2024, arXiv:
+# 2407.08608, Sec. 1): 0.35 / 0.75. Blackwell has no published FA2 figure: Hopper's ratio is its
+# prior (FA2 uses neither part's asynchronous tensor-core instructions). On Ampere FA2 is the
+# fused kernel (1.0); generations not listed (TPU, CDNA3) take 1.0.
+FLASH2_FRACTION = {"hopper": 0.35 / 0.75, "blackwell": 0.35 / 0.75, "blackwell_ultra": 0.35 / 0.75}
 # Bytes per element of a GEMM input kept for backward (Transformer Engine stores the quantised
 # copy): the element plus its share of the block scale (S-TE in hardware/data/catalog.yaml: FP8
 # blockwise 1 scale (4 B) per 128 elements, MXFP8 1 B per 32, NVFP4 4 bits + 1 B per 16).
@@ -167,17 +181,40 @@ def attention_shape(plan: Plan, job: Job) -> AttentionShape:
     return AttentionShape(1, float(job.seq_len))
 
 
+def attention_chunk_factor(kv_tokens: float) -> float:
+    """Share of its long-sequence rate a fused-attention kernel reaches over ``kv_tokens`` keys:
+    L / (L + L_half). Source: ATTENTION_HALF_TOKENS. Dimensionless."""
+    return kv_tokens / (kv_tokens + ATTENTION_HALF_TOKENS)
+
+
+def kernel_fraction(kernel: AttentionKernel, accel: Accelerator) -> float:
+    """Rate of ``kernel`` over the generation's fused kernel: FLASH2_FRACTION for flash2, else 1."""
+    if kernel is AttentionKernel.FLASH2:
+        return FLASH2_FRACTION.get(accel.generation, 1.0)
+    return 1.0
+
+
 def attention_efficiency(shape: AttentionShape, eff: Efficiency) -> float:
     """Fraction of the BF16 peak the fused attention reaches: attention * L / (L + L_half).
     Source: ATTENTION_HALF_TOKENS. Dimensionless."""
-    return eff.attention * shape.kv_tokens / (shape.kv_tokens + ATTENTION_HALF_TOKENS)
+    return eff.attention * attention_chunk_factor(shape.kv_tokens)
 
 
-def attention_s(flops: float, shape: AttentionShape, accel: Accelerator, eff: Efficiency) -> float:
-    """Forward attention-core time: flops / (bf16 peak * attention_efficiency) + kernels * overhead.
-    Units: seconds."""
-    bf16_peak = accel.peak_for(Precision.BF16.value)
-    return flops / (bf16_peak * attention_efficiency(shape, eff)) + shape.kernels * eff.kernel_overhead_s
+def attention_s(
+    flops: float,
+    shape: AttentionShape,
+    accel: Accelerator,
+    eff: Efficiency,
+    kernel: AttentionKernel = AttentionKernel.FUSED,
+) -> float:
+    """Forward attention-core time: flops / (bf16 peak * attention_efficiency * kernel_fraction)
+    + kernels * overhead. Units: seconds."""
+    rate = (
+        accel.peak_for(Precision.BF16.value)
+        * attention_efficiency(shape, eff)
+        * kernel_fraction(kernel, accel)
+    )
+    return flops / rate + shape.kernels * eff.kernel_overhead_s
 
 
 def layer_forward(layer: Layer, plan: Plan, job: Job, accel: Accelerator, eff: Efficiency) -> LayerTime:
@@ -194,7 +231,7 @@ def layer_forward(layer: Layer, plan: Plan, job: Job, accel: Accelerator, eff: E
     attn_s = 0.0
     if layer.attn_core_flops_per_token_per_seq:
         flops = n * layer.attn_core_flops_per_token_per_seq * job.seq_len * CAUSAL_FRACTION / tp
-        attn_s = attention_s(flops, attention_shape(plan, job), accel, eff)
+        attn_s = attention_s(flops, attention_shape(plan, job), accel, eff, job.attention_kernel)
     shard = tp if (plan.sequence_parallel or layer.kind is LayerKind.LM_HEAD) else 1
     elementwise_s = n * layer.mem_bound_elems * ACTIVATION_BYTES / shard / (accel.hbm_bytes_per_s * eff.hbm)
     return LayerTime(gemm_total_s, attn_s, elementwise_s)

@@ -25,7 +25,7 @@ from pydantic import (
     model_validator,
 )
 
-from paraplan.cost import Axis, CPComm, Precision, Recompute
+from paraplan.cost import AttentionKernel, Axis, CPComm, Precision, Recompute
 from paraplan.errors import ConfigError
 from paraplan.graph.spec import MODEL_LIMITS, show_value
 from paraplan.hardware.topology import MAX_DEVICES, MAX_POOLS
@@ -312,6 +312,11 @@ class JobSection(_Section):
         Precision.BF16, description="bf16 | fp16 | fp8 (per-tensor scaling) | fp8_blockwise | mxfp8 | nvfp4"
     )
     flash_attention: bool = Field(True, description="fused attention: no s^2 activations stored")
+    attention_kernel: AttentionKernel = Field(
+        AttentionKernel.FUSED,
+        description="fused (cuDNN / Transformer Engine / FlashAttention-3) | flash2 (FlashAttention-2: "
+        "slower on Hopper and newer; cost/compute.py)",
+    )
     overlap_dp_comm: bool = Field(True, description="overlap gradient sync with backward")
     fp32_grads: bool = Field(
         True,
