@@ -113,8 +113,9 @@ def fit_table(
     starting from ``start`` (coordinate descent on median + p90 |log(pred/pub)|). A parameter no
     generation's rows determine keeps its prior times the geometric-mean fitted/prior ratio of the
     same parameter where it was fitted (the transfer the old Hopper BF16 prior used), else the
-    prior. Returns the table and the fitted parameter names per generation. With ``reuse`` (a
-    previous result on a superset of the cases) and ``only``, generations outside ``only`` take
+    prior; the transfer stays on the generation's platform (``platform``: GPU or TPU). Returns the
+    table and the fitted parameter names per generation. With ``reuse`` (a previous result on a
+    superset of the cases) and ``only``, generations outside ``only`` take
     the previous fit unchanged (their cases are the same) and only ``only`` is refitted."""
     table = {g: dict(v) for g, v in start.items()}
     fitted: dict[str, list[str]] = {}
@@ -161,18 +162,26 @@ def fit_table(
                     + ", ".join(f"{n}={table[gen][n]}" for n in names)
                 )
     for name in sorted({n for names in fitted.values() for n in names if not n.endswith("_us")}):
-        ratios = [
-            math.log(table[g][name] / start[g][name])
-            for g, names in fitted.items()
-            if name in names and start[g][name] > 0
-        ]
-        if not ratios:
-            continue  # fitted nowhere: stays at the prior
-        scale = math.exp(statistics.mean(ratios))
-        for g in table:
-            if name not in fitted.get(g, []):
-                table[g][name] = round(start[g][name] * scale, 4)
+        for plat in {platform(g) for g in table}:
+            ratios = [
+                math.log(table[g][name] / start[g][name])
+                for g, names in fitted.items()
+                if name in names and start[g][name] > 0 and platform(g) == plat
+            ]
+            if not ratios:
+                continue  # fitted nowhere on this platform: stays at the prior
+            scale = math.exp(statistics.mean(ratios))
+            for g in table:
+                if platform(g) == plat and name not in fitted.get(g, []):
+                    table[g][name] = round(start[g][name] * scale, 4)
     return table, fitted
+
+
+def platform(generation: str) -> str:
+    """ "tpu" for TPU chip families, else "gpu": the fitted/prior transfer stays on its platform,
+    because the ratio measures a software stack (CUDA kernels and launches under a framework,
+    against a MAMF microbenchmark) that XLA's whole-step compilation on TPUs does not share."""
+    return "tpu" if generation.startswith("tpu_") else "gpu"
 
 
 def fit(rounds: int = ROUNDS) -> dict:

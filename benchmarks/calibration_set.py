@@ -88,10 +88,11 @@ _MOE_PRESETS = {
     "GPT-OSS 120B": "gpt-oss-120b",
 }
 _TOKENDROP = " (tokendrop)"
-# MoE models without a paraplan preset, from their published configs as collected in the
-# project's model table (../shared/data/models.json): Kimi K2 = MoonshotAI/Kimi-K2 README "Model
-# Summary" and Megatron-Bridge KimiK2Provider (@dc805f5): DeepSeek-V3's MLA layout with 64 heads,
-# 384 routed experts of width 2048 plus one shared, top-8, the first layer dense (FFN 18432).
+# MoE models without a paraplan preset, from their published configs: Kimi K2 = the "Model
+# Summary" table of github.com/MoonshotAI/Kimi-K2 (README @c6157be), Megatron-Bridge's
+# KimiK2Provider (@dc805f5) and MaxText's kimi-k2-1t.yml (@e591f30; vocab 163840): DeepSeek-V3's
+# MLA layout with 64 heads, 384 routed experts of width 2048 plus one shared, top-8, the first
+# layer dense (FFN 18432).
 _MOE_CONFIGS: dict[str, dict[str, Any]] = {
     "Kimi K2": {
         "layers": 61,
