@@ -26,8 +26,9 @@ Knobs a source does not give take documented defaults, listed in ``Case.defaults
   factor, dropped tokens) take expert_imbalance 1.0 like force-balanced ones; MLA rows (``n_kv_heads``
   "MLA") and rows with a dense-layer note in ``ffn_hidden`` ("18432 (first 3 dense layers); expert
   2048") take the expert width after "expert" and the rest from the preset, as other MoE rows;
-- ZeRO: "ZeRO-3" -> 3, FSDP SHARD_GRAD_OP "(ZeRO-2)" -> 2, other FSDP -> 3; LoRA rows are skipped
-  (frozen base weights: no gradients or optimizer state for them), SFT rows map as pre-training;
+- ZeRO: "ZeRO-3" -> 3, FSDP SHARD_GRAD_OP "(ZeRO-2)" -> 2, other FSDP -> 3; LoRA rows take
+  ``frozen_base`` (frozen base weights: no weight-gradient GEMMs, gradients, optimizer state or
+  gradient sync for them; the adapters neglected), SFT rows map as pre-training;
 - precision: NVFP4 -> nvfp4, MXFP8 / "FP8-MX" -> mxfp8 (both mapped to fp8 before 2026-11-30,
   when paraplan had one FP8 format), blockwise -> fp8_blockwise, any other FP8 (FP8-CS, "FP8",
   "FP8 (recipe not named on page)") -> fp8, "fp16" -> fp16, else bf16.
@@ -332,8 +333,6 @@ def _row_case(row: dict[str, str]) -> Case | Skipped:
         return Skipped(
             rid, label, "no step time or tokens/s published (TFLOP/s under no documented FLOP convention)"
         )
-    if row["task"] == "lora":
-        return Skipped(rid, label, "LoRA fine-tuning not modelled (frozen base weights)")
     moe = _moe_fields(row)
     if row["moe_experts"] and not moe:
         return Skipped(rid, label, "MoE model without a matching preset")
@@ -401,6 +400,7 @@ def _row_case(row: dict[str, str]) -> Case | Skipped:
             "flash_attention": key not in _PRE_FLASH_SOURCES,
             **({"attention_kernel": "flash2"} if key in _FLASH2_SOURCES else {}),
             "overlap_dp_comm": key not in _NO_OVERLAP_SOURCES,
+            **({"frozen_base": True} if row["task"] == "lora" else {}),
             "fp32_grads": key not in _DIST_OPTIMIZER_SOURCES,
             **(
                 {

@@ -57,6 +57,12 @@ Rows added 2026-12-01 (late): NeMo long-sequence B200 rows 71-72 (the degrees de
 published config; +48%, the MoE tail below: 18.0 s predicted against 12.2 s published, 12.7 s
 of it compute under full recompute, the fastest mode that fits, and 4.9 s exposed communication).
 
+LoRA rows (64: NeMo 24.07 Llama 2 13B on 8 H100; 154: Megatron-Bridge Llama 3 70B on 8 GB200),
+scored since 2026-12-01 (late) with ``job.frozen_base``: backward runs dgrad only, and the base
+weights hold no gradient or optimizer state and sync nothing. Row 64 is +25%, of which 0.15 s
+(13 points) is the Adam step the stage composition still charges for the frozen weights
+(cost/stage.py ``optimizer``, which does not see the job yet: with it, about +11%).
+
 Rows added 2026-12-01 (issue 11 row coverage): the five Megatron-Bridge Qwen3-235B-A22B runs on
 256 H100 (rows 188, 233, 277, 315, 374; tp 2, pp 8, vp 4, dp 16, ep 32) map under MoE parallel
 folding (etp = 1, the EP group over tp x dp; cost/ep.py). Four (gbs 8192) come out +53% to +62%,

@@ -95,6 +95,7 @@ class LayerTime:
     gemm_s: float
     attention_s: float
     elementwise_s: float
+    wgrad: float = 1.0  # weight-gradient GEMMs per forward GEMM: 1, or 0 for frozen weights
 
     @property
     def total_s(self) -> float:
@@ -106,7 +107,7 @@ class LayerTime:
 
     def backward_s(self) -> float:
         return (
-            BACKWARD_GEMM_FACTOR * self.gemm_s
+            (BACKWARD_GEMM_FACTOR - 1.0 + self.wgrad) * self.gemm_s
             + BACKWARD_ATTENTION_FACTOR * self.attention_s
             + 2.0 * self.elementwise_s
         )
@@ -223,6 +224,8 @@ def layer_forward(layer: Layer, plan: Plan, job: Job, accel: Accelerator, eff: E
     Formula: sum over GEMMs of gemm_s(gemm_shape(g, n, tp)); attention core
     n * 4*q_dim * seq * 1/2 (causal) / tp FLOPs at attention_s(attention_shape);
     element-wise n * elems * 2 bytes / (HBM * eff), sharded by tp when SP is on.
+    Backward: dgrad + wgrad per GEMM, dgrad only when ``job.frozen_base`` (LoRA: the frozen base
+    weights take no weight gradient).
     Units: seconds. Assumes: the LM head is column-parallel over tp, the embedding lookup is HBM-bound.
     """
     n = tokens_per_device(plan, job)
@@ -234,4 +237,4 @@ def layer_forward(layer: Layer, plan: Plan, job: Job, accel: Accelerator, eff: E
         attn_s = attention_s(flops, attention_shape(plan, job), accel, eff, job.attention_kernel)
     shard = tp if (plan.sequence_parallel or layer.kind is LayerKind.LM_HEAD) else 1
     elementwise_s = n * layer.mem_bound_elems * ACTIVATION_BYTES / shard / (accel.hbm_bytes_per_s * eff.hbm)
-    return LayerTime(gemm_total_s, attn_s, elementwise_s)
+    return LayerTime(gemm_total_s, attn_s, elementwise_s, 0.0 if job.frozen_base else 1.0)

@@ -76,6 +76,9 @@ class Job:
     precision: Precision = Precision.BF16
     flash_attention: bool = True
     attention_kernel: AttentionKernel = AttentionKernel.FUSED
+    # LoRA / adapter fine-tuning: the base weights are frozen (no weight-gradient GEMMs, gradients,
+    # optimizer state or gradient sync for them); the adapters' own cost (rank << hidden) is neglected
+    frozen_base: bool = False
     overlap_dp_comm: bool = True
     fp32_grads: bool = True
     expert_imbalance: float = 1.1  # see cost/ep.py DEFAULT_EXPERT_IMBALANCE

@@ -317,6 +317,11 @@ class JobSection(_Section):
         description="fused (cuDNN / Transformer Engine / FlashAttention-3) | flash2 (FlashAttention-2: "
         "slower on Hopper and newer; cost/compute.py)",
     )
+    frozen_base: bool = Field(
+        False,
+        description="LoRA / adapter fine-tuning: base weights frozen (no weight gradients, optimizer "
+        "state or gradient sync for them)",
+    )
     overlap_dp_comm: bool = Field(True, description="overlap gradient sync with backward")
     fp32_grads: bool = Field(
         True,
