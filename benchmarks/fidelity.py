@@ -74,8 +74,16 @@ EP communication overlap, or a faster dispatcher); the rows do not say which, so
 Not scored: row 355 (DeepSeek-V3, pp 8 x ep 64 on 256 GPUs: the expert grid would need 512
 ranks) and the six torchtitan rows on the H100 96GB HBM2e 500 W part (no sourced peak or clocks).
 
-The MoE tail (35 GPU runs, 2026-12-01: median 20.8%, p90 62%, against 5.8% / 16.6% for the 220
-dense GPU runs). Tried, over all 35 MoE runs with recompute fixed: the host term refitted by grid
+The MoE tail (36 GPU runs, 2026-12-01 late: median 27.2%, p90 58%, against 4.9% / 13.2% for the
+224 dense GPU runs; 35 runs at 20.8% / 62% before the refit on the FA2 / fused attention split).
+Where a row does not state recompute, the mapping's "fastest mode that fits" decides much of it:
+gpt-oss-120b on 64 GB200 (rows 175, 221, 265, 302) is -27% with none (it fits) and -1% with full;
+DeepSeek-V3 on 256 B300 (row 125) misses fitting without recompute by 18 GiB and is +28% with
+full, +0.3% with selective; Llama 3 70B on 64 GB200 (rows 327, 351: -8% / 0% with none, +21% /
++32% with full). NVIDIA's recipes recompute chosen modules or a number of layers per stage
+(Megatron's --recompute-modules, --recompute-num-layers), between paraplan's modes; a plan knob
+for them (and the stage composition for it) would let these rows take what fits instead of full.
+Tried, over all 35 MoE runs with recompute fixed: the host term refitted by grid
 (0-3000 us: loss median + p90 |log| 1.00, 0.85, 0.80, 0.72, 0.73, 0.79, 0.83 at 0, 500, ..., 3000
 us; it stays at 2000 us, 1500 us equal); the host term as max(host, GPU work of the layer) per pass
 (launches after the sync overlap the layer's kernels) instead of a sum: loss 0.79-0.85 over
