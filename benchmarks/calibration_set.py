@@ -26,8 +26,10 @@ Knobs a source does not give take documented defaults, listed in ``Case.defaults
   factor, dropped tokens) take expert_imbalance 1.0 like force-balanced ones; MLA rows (``n_kv_heads``
   "MLA") and rows with a dense-layer note in ``ffn_hidden`` ("18432 (first 3 dense layers); expert
   2048") take the expert width after "expert" and the rest from the preset, as other MoE rows;
-- ZeRO: "ZeRO-3" -> 3, FSDP SHARD_GRAD_OP "(ZeRO-2)" -> 2, other FSDP -> 3; LoRA rows take
-  ``frozen_base`` (frozen base weights: no weight-gradient GEMMs, gradients, optimizer state or
+- pipeline layout: notes "first/last PP stage have one fewer layer" -> that split (Llama 3 405B:
+  7 + 14 x 8 + 7); vp "interleaved (degree not stated)" -> the largest the split allows;
+- ZeRO: "ZeRO-3" -> 3, "ZeRO-2" (FSDP SHARD_GRAD_OP, Llama 3's "ZeRO-2-like") -> 2, other FSDP
+  -> 3; LoRA rows take ``frozen_base`` (frozen base weights: no weight-gradient GEMMs, gradients, optimizer state or
   gradient sync for them; the adapters neglected), SFT rows map as pre-training;
 - precision: NVFP4 -> nvfp4, MXFP8 / "FP8-MX" -> mxfp8 (both mapped to fp8 before 2026-11-30,
   when paraplan had one FP8 format), blockwise -> fp8_blockwise, any other FP8 (FP8-CS, "FP8",
@@ -167,7 +169,9 @@ def _flops_per_step(row: dict[str, str]) -> float | None:
     - NeMo model TFLOP/s (``nemo_longseq``): no recompute, non-causal attention, as NeMo 24.07
       (Sec. 3.4): B s (6 N_matmul + 12 l h s), N_matmul = l (2 h^2 + 2 h kv_dim + 3 h f) + V h
       (SwiGLU, GQA). The source marks this convention "likely, not verified" for these
-      containers; the rows' ``confidence`` column says so."""
+      containers; the rows' ``confidence`` column says so;
+    - Llama 3 "BF16 MFU" (``llama3_t4``), PaLM-style (Sec. 3.3): B s (6 N + 6 l h s), N the row's
+      total parameters; the paper gives no formula, and 6 N alone or with 12 l h s differ by 4%."""
     convention = row["flop_counting"].lower()
     b, s_len = _int(row["global_batch_seqs"]), _int(row["seq_len"])
     h, layers, vocab = _int(row["hidden"]), _int(row["n_layers"]), _int(row["vocab_size"])
@@ -175,6 +179,9 @@ def _flops_per_step(row: dict[str, str]) -> float | None:
         return None
     if row["source_key"].startswith("korthikanti2022") and convention.startswith("model flops"):
         return 72 * b * s_len * layers * h**2 * (1 + s_len / (6 * h) + vocab / (12 * layers * h))
+    if row["source_key"] == "llama3_t4" and row["total_params_B"]:
+        # Llama 3's "BF16 MFU" is PaLM-style (published_runs.md Sec. 3.3): 6 N + 6 l h s per token
+        return b * s_len * (6 * float(row["total_params_B"]) * 1e9 + 6 * layers * h * s_len)
     if row["source_key"] == "nemo_longseq" and "swiglu" in row["model_type"].lower():
         f, heads, kv = _int(row["ffn_hidden"]), _int(row["n_heads"]), _int(row["n_kv_heads"])
         if None in (f, heads, kv):
@@ -261,10 +268,21 @@ def _moe_spec(model: str) -> ModelSpec | None:
     return None
 
 
+def _short_end_stages(row: dict[str, str], pp: int) -> list[int] | None:
+    """Layers per pipeline stage where the notes say the first and last stages hold one layer
+    fewer (Llama 3 405B, Llama Team 2024 Sec. 3.3.2: 126 layers on pp 16 = 7 + 14 x 8 + 7), else
+    None (the even split)."""
+    layers = _int(row["n_layers"])
+    if layers is None or pp < 3 or "first/last pp stage have one fewer layer" not in row["notes"].lower():
+        return None
+    per = (layers + 2) // pp
+    return [per - 1] + [per] * (pp - 2) + [per - 1] if per * pp - 2 == layers else None
+
+
 def _zero(row: dict[str, str], defaults: list[str]) -> int:
     text = row["zero_fsdp"].lower()
-    if "(zero-2)" in text:
-        return 2  # FSDP SHARD_GRAD_OP
+    if "zero-2" in text:
+        return 2  # FSDP SHARD_GRAD_OP "(ZeRO-2)"; Llama 3's FSDP without resharding ("ZeRO-2-like")
     if ("fsdp" in text and "fsdp=0" not in text) or text == "zero-3":
         return 3
     if "zero-1" in text:
@@ -360,7 +378,11 @@ def _row_case(row: dict[str, str]) -> Case | Skipped:
         n = dp * tp * pp * cp
         step_s = _step_time_s({**row, "n_gpus": str(n)})
         defaults.append(f"gpus={n} (= dp*tp*pp*cp; the row's n_gpus={row['n_gpus']} contradicts its degrees)")
+    layers_per_stage = _short_end_stages(row, pp)
     vp = _int(row["vp"])
+    if vp is None and row["vp"].lower().startswith("interleaved") and layers_per_stage:
+        vp = min(layers_per_stage)  # Llama 3 405B: 7, the stages of 7 and 8 layers allow no more
+        defaults.append(f"vp={vp} (interleaved, degree not stated: the largest the stage split allows)")
     if vp is None:
         vp = 1
         if pp > 1:
@@ -425,6 +447,7 @@ def _row_case(row: dict[str, str]) -> Case | Skipped:
             "vp": vp,
             "micro_batch": mb,
             "zero": _zero(row, defaults),
+            **({"layers_per_stage": layers_per_stage} if layers_per_stage else {}),
             "sequence_parallel": sp,
             "recompute": rec or "none",
         },
