@@ -29,8 +29,8 @@ Knobs a source does not give take documented defaults, listed in ``Case.defaults
 - pipeline layout: notes "first/last PP stage have one fewer layer" -> that split (Llama 3 405B:
   7 + 14 x 8 + 7); vp "interleaved (degree not stated)" -> the largest the split allows;
 - ZeRO: "ZeRO-3" -> 3, "ZeRO-2" (FSDP SHARD_GRAD_OP, Llama 3's "ZeRO-2-like") -> 2, other FSDP
-  -> 3; LoRA rows take ``frozen_base`` (frozen base weights: no weight-gradient GEMMs, gradients, optimizer state or
-  gradient sync for them; the adapters neglected), SFT rows map as pre-training;
+  -> 3; LoRA rows take ``frozen_base`` (frozen base weights: no weight-gradient GEMMs, gradients,
+  optimizer state or gradient sync for them; the adapters neglected), SFT rows map as pre-training;
 - precision: NVFP4 -> nvfp4, MXFP8 / "FP8-MX" -> mxfp8 (both mapped to fp8 before 2026-11-30,
   when paraplan had one FP8 format), blockwise -> fp8_blockwise, any other FP8 (FP8-CS, "FP8",
   "FP8 (recipe not named on page)") -> fp8, "fp16" -> fp16, else bf16.
