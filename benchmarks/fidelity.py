@@ -74,7 +74,7 @@ EP communication overlap, or a faster dispatcher); the rows do not say which, so
 Not scored: row 355 (DeepSeek-V3, pp 8 x ep 64 on 256 GPUs: the expert grid would need 512
 ranks) and the six torchtitan rows on the H100 96GB HBM2e 500 W part (no sourced peak or clocks).
 
-The MoE tail (36 GPU runs, 2026-12-01 late: median 27.2%, p90 59%, against 4.8% / 13.5% for the
+The MoE tail (36 GPU runs, 2026-12-01 late: median 27.1%, p90 59%, against 5.0% / 13.5% for the
 225 dense GPU runs; 35 runs at 20.8% / 62% before the refit on the FA2 / fused attention split).
 Where a row does not state recompute, the mapping's "fastest mode that fits" decides much of it:
 gpt-oss-120b on 64 GB200 (rows 175, 221, 265, 302) is -27% with none (it fits) and -1% with full;
