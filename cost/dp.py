@@ -34,6 +34,7 @@ __all__ = [
     "shard_degree",
     "grad_bytes",
     "grad_sync_s",
+    "optimizer_step_bytes_per_param",
     "zero3_gather_s",
     "micro_batch_reduce_s",
 ]
@@ -63,6 +64,13 @@ def grad_bytes(job: Job) -> int:
     if job.frozen_base:
         return 0
     return GRAD_BYTES if job.fp32_grads else WEIGHT_BYTES
+
+
+def optimizer_step_bytes_per_param(job: Job) -> float:
+    """HBM bytes the optimizer step moves per local parameter: OPTIMIZER_STEP_BYTES_PER_PARAM, or 0
+    for frozen base weights (``job.frozen_base``, LoRA: no step for them). For the stage
+    composition's Adam term (cost/stage.py ``optimizer``, which uses the constant today)."""
+    return 0.0 if job.frozen_base else float(OPTIMIZER_STEP_BYTES_PER_PARAM)
 
 
 def state_bytes(params: float, zero: int, dp: int, grad_bytes_per_param: int = GRAD_BYTES) -> StateBytes:

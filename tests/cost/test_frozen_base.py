@@ -9,7 +9,14 @@ from __future__ import annotations
 import pytest
 from paraplan.cost import Job, Plan, Precision
 from paraplan.cost.compute import LayerTime, layer_forward
-from paraplan.cost.dp import grad_bytes, grad_sync_s, micro_batch_reduce_s, state_bytes
+from paraplan.cost.dp import (
+    OPTIMIZER_STEP_BYTES_PER_PARAM,
+    grad_bytes,
+    grad_sync_s,
+    micro_batch_reduce_s,
+    optimizer_step_bytes_per_param,
+    state_bytes,
+)
 from paraplan.graph import preset
 from paraplan.graph.layers import build_graph
 from paraplan.hardware import build_cluster
@@ -41,6 +48,8 @@ def test_frozen_weights_hold_no_gradient_or_optimizer_state_and_sync_nothing() -
     assert grad_sync_s(1e9, PLAN, TRAIN, CLUSTER) > 0
     assert grad_sync_s(1e9, PLAN, LORA, CLUSTER) == 0.0
     assert micro_batch_reduce_s(1e9, Plan(dp=8, tp=1, pp=1, micro_batch=1, zero=3), LORA, CLUSTER) == 0.0
+    assert optimizer_step_bytes_per_param(TRAIN) == OPTIMIZER_STEP_BYTES_PER_PARAM
+    assert optimizer_step_bytes_per_param(LORA) == 0.0
 
 
 def test_lora_scenario_is_faster_and_smaller_than_full_training() -> None:
