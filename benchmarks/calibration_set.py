@@ -7,6 +7,9 @@ Knobs a source does not give take documented defaults, listed in ``Case.defaults
 - recompute: the fastest of none / selective / full that fits memory (what a tuner would pick);
 - flash attention off and dropout on for runs before 2022-06 (Megatron-LM 2021, Korthikanti 2022,
   BLOOM: GPT-3-style training with dropout 0.1); fused attention and no dropout after;
+- attention kernel: FlashAttention-2 (``attention_kernel: flash2``) for MosaicML llm-foundry (its
+  attn_impl "flash", the flash-attn 2 package in 2023), the fused cuDNN / Transformer Engine kernel
+  (the default) elsewhere; it only matters on Hopper and newer (cost/compute.py FLASH2_FRACTION);
 - gradient sync overlapped with backward, except Megatron-LM before 2023 (no --overlap-grad-reduce)
   and the DeepSpeed ZeRO-3 baselines of Narayanan et al. 2021 Table 2 (overlap_comm off by default);
 - NVL72 racks: up to 72 GPUs one rack; larger jobs use racks as 64-GPU NVLink domains
@@ -23,8 +26,11 @@ Knobs a source does not give take documented defaults, listed in ``Case.defaults
   factor, dropped tokens) take expert_imbalance 1.0 like force-balanced ones; MLA rows (``n_kv_heads``
   "MLA") and rows with a dense-layer note in ``ffn_hidden`` ("18432 (first 3 dense layers); expert
   2048") take the expert width after "expert" and the rest from the preset, as other MoE rows;
-- ZeRO: "ZeRO-3" -> 3, FSDP SHARD_GRAD_OP "(ZeRO-2)" -> 2, other FSDP -> 3; LoRA rows are skipped
-  (frozen base weights: no gradients or optimizer state for them), SFT rows map as pre-training;
+- pipeline layout: notes "first/last PP stage have one fewer layer" -> that split (Llama 3 405B:
+  7 + 14 x 8 + 7); vp "interleaved (degree not stated)" -> the largest the split allows;
+- ZeRO: "ZeRO-3" -> 3, "ZeRO-2" (FSDP SHARD_GRAD_OP, Llama 3's "ZeRO-2-like") -> 2, other FSDP
+  -> 3; LoRA rows take ``frozen_base`` (frozen base weights: no weight-gradient GEMMs, gradients,
+  optimizer state or gradient sync for them; the adapters neglected), SFT rows map as pre-training;
 - precision: NVFP4 -> nvfp4, MXFP8 / "FP8-MX" -> mxfp8 (both mapped to fp8 before 2026-11-30,
   when paraplan had one FP8 format), blockwise -> fp8_blockwise, any other FP8 (FP8-CS, "FP8",
   "FP8 (recipe not named on page)") -> fp8, "fp16" -> fp16, else bf16.
@@ -43,8 +49,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from paraplan.graph import preset
-from paraplan.graph.presets import MOE_MLA_FIELDS
+from paraplan.graph import ModelSpec, preset
+from paraplan.graph.presets import MOE_MLA_FIELDS, from_fields
 
 from benchmarks.calibration_set_tpu import is_tpu_row, tpu_row_case
 
@@ -69,6 +75,9 @@ _NO_OVERLAP_SOURCES = {
     "korthikanti2022_dp8",
     "bloom176b",
 }
+# llm-foundry's attn_impl "flash" is the flash-attn package, FlashAttention-2 when the MosaicML
+# tables were measured (2023; FlashAttention-3, the Hopper kernel, was released in July 2024)
+_FLASH2_SOURCES = {"mosaic_llmfoundry"}
 _DIST_OPTIMIZER_SOURCES = {"nemo_2407", "megatron_bridge_perf"}
 _GPT3_VOCAB = 51200  # NeMo GPT-3 rows match V = 51200 (published_runs.md Sec. 3.4)
 _MOE_PRESETS = {
@@ -82,6 +91,33 @@ _MOE_PRESETS = {
     "GPT-OSS 120B": "gpt-oss-120b",
 }
 _TOKENDROP = " (tokendrop)"
+# MoE models without a paraplan preset, from their published configs: Kimi K2 = the "Model
+# Summary" table of github.com/MoonshotAI/Kimi-K2 (README @c6157be), Megatron-Bridge's
+# KimiK2Provider (@dc805f5) and MaxText's kimi-k2-1t.yml (@e591f30; vocab 163840): DeepSeek-V3's
+# MLA layout with 64 heads, 384 routed experts of width 2048 plus one shared, top-8, the first
+# layer dense (FFN 18432).
+_MOE_CONFIGS: dict[str, dict[str, Any]] = {
+    "Kimi K2": {
+        "layers": 61,
+        "hidden": 7168,
+        "ffn_hidden": 18432,
+        "heads": 64,
+        "kv_heads": 64,
+        "vocab": 163840,
+        "experts": 384,
+        "top_k": 8,
+        "shared_experts": 1,
+        "moe_ffn_hidden": 2048,
+        "first_dense_layers": 1,
+        "q_lora_rank": 1536,
+        "kv_lora_rank": 512,
+        "qk_nope_head_dim": 128,
+        "qk_rope_head_dim": 64,
+        "v_head_dim": 128,
+        "activation": "swiglu",
+        "norm": "rmsnorm",
+    },
+}
 
 
 @dataclass(frozen=True)
@@ -133,7 +169,9 @@ def _flops_per_step(row: dict[str, str]) -> float | None:
     - NeMo model TFLOP/s (``nemo_longseq``): no recompute, non-causal attention, as NeMo 24.07
       (Sec. 3.4): B s (6 N_matmul + 12 l h s), N_matmul = l (2 h^2 + 2 h kv_dim + 3 h f) + V h
       (SwiGLU, GQA). The source marks this convention "likely, not verified" for these
-      containers; the rows' ``confidence`` column says so."""
+      containers; the rows' ``confidence`` column says so;
+    - Llama 3 "BF16 MFU" (``llama3_t4``), PaLM-style (Sec. 3.3): B s (6 N + 6 l h s), N the row's
+      total parameters; the paper gives no formula, and 6 N alone or with 12 l h s differ by 4%."""
     convention = row["flop_counting"].lower()
     b, s_len = _int(row["global_batch_seqs"]), _int(row["seq_len"])
     h, layers, vocab = _int(row["hidden"]), _int(row["n_layers"]), _int(row["vocab_size"])
@@ -141,6 +179,9 @@ def _flops_per_step(row: dict[str, str]) -> float | None:
         return None
     if row["source_key"].startswith("korthikanti2022") and convention.startswith("model flops"):
         return 72 * b * s_len * layers * h**2 * (1 + s_len / (6 * h) + vocab / (12 * layers * h))
+    if row["source_key"] == "llama3_t4" and row["total_params_B"]:
+        # Llama 3's "BF16 MFU" is PaLM-style (published_runs.md Sec. 3.3): 6 N + 6 l h s per token
+        return b * s_len * (6 * float(row["total_params_B"]) * 1e9 + 6 * layers * h * s_len)
     if row["source_key"] == "nemo_longseq" and "swiglu" in row["model_type"].lower():
         f, heads, kv = _int(row["ffn_hidden"]), _int(row["n_heads"]), _int(row["n_kv_heads"])
         if None in (f, heads, kv):
@@ -190,10 +231,9 @@ def _moe_fields(row: dict[str, str]) -> dict[str, Any]:
     if not row["moe_experts"]:
         return {}
     width = re.search(r"expert\s+(\d+)", row["ffn_hidden"] or "")
-    name = _MOE_PRESETS.get(row["model"].removesuffix(_TOKENDROP))
-    if not width or not row["moe_topk"] or name is None:
+    spec = _moe_spec(row["model"].removesuffix(_TOKENDROP))
+    if not width or not row["moe_topk"] or spec is None:
         return {}
-    spec = preset(name)
     if (spec.num_layers, spec.hidden, spec.num_experts) != (
         int(row["n_layers"]),
         int(row["hidden"]),
@@ -219,10 +259,30 @@ def _moe_fields(row: dict[str, str]) -> dict[str, Any]:
     return out
 
 
+def _moe_spec(model: str) -> ModelSpec | None:
+    """The architecture of a MoE row's model: its preset, else its published config (_MOE_CONFIGS)."""
+    if model in _MOE_PRESETS:
+        return preset(_MOE_PRESETS[model])
+    if model in _MOE_CONFIGS:
+        return from_fields(model, _MOE_CONFIGS[model])
+    return None
+
+
+def _short_end_stages(row: dict[str, str], pp: int) -> list[int] | None:
+    """Layers per pipeline stage where the notes say the first and last stages hold one layer
+    fewer (Llama 3 405B, Llama Team 2024 Sec. 3.3.2: 126 layers on pp 16 = 7 + 14 x 8 + 7), else
+    None (the even split)."""
+    layers = _int(row["n_layers"])
+    if layers is None or pp < 3 or "first/last pp stage have one fewer layer" not in row["notes"].lower():
+        return None
+    per = (layers + 2) // pp
+    return [per - 1] + [per] * (pp - 2) + [per - 1] if per * pp - 2 == layers else None
+
+
 def _zero(row: dict[str, str], defaults: list[str]) -> int:
     text = row["zero_fsdp"].lower()
-    if "(zero-2)" in text:
-        return 2  # FSDP SHARD_GRAD_OP
+    if "zero-2" in text:
+        return 2  # FSDP SHARD_GRAD_OP "(ZeRO-2)"; Llama 3's FSDP without resharding ("ZeRO-2-like")
     if ("fsdp" in text and "fsdp=0" not in text) or text == "zero-3":
         return 3
     if "zero-1" in text:
@@ -288,9 +348,9 @@ def _row_case(row: dict[str, str]) -> Case | Skipped:
         hardware += "-64"  # racks used as 64-GPU NVLink domains (16 of 18 trays), e.g. 256 GPUs
     step_s = _step_time_s(row)
     if step_s is None:
-        return Skipped(rid, label, "no step time or tokens/s published")
-    if row["task"] == "lora":
-        return Skipped(rid, label, "LoRA fine-tuning not modelled (frozen base weights)")
+        return Skipped(
+            rid, label, "no step time or tokens/s published (TFLOP/s under no documented FLOP convention)"
+        )
     moe = _moe_fields(row)
     if row["moe_experts"] and not moe:
         return Skipped(rid, label, "MoE model without a matching preset")
@@ -300,9 +360,8 @@ def _row_case(row: dict[str, str]) -> Case | Skipped:
     row = _gpt_mha_defaults(row)
     if (not row["ffn_hidden"] and not moe) or not row["n_kv_heads"]:
         return Skipped(rid, label, "architecture incomplete")
-    kv_heads = (
-        _int(row["n_kv_heads"]) or preset(_MOE_PRESETS[row["model"].removesuffix(_TOKENDROP)]).num_kv_heads
-    )  # "MLA": the preset's
+    kv_heads = _int(row["n_kv_heads"]) or _moe_spec(row["model"].removesuffix(_TOKENDROP)).num_kv_heads
+    # "MLA": the preset's
     defaults: list[str] = []
     tp, pp, cp = _int(row["tp"]) or 1, _int(row["pp"]) or 1, _int(row["cp"]) or 1
     n = int(row["n_gpus"])
@@ -311,7 +370,19 @@ def _row_case(row: dict[str, str]) -> Case | Skipped:
         tp, pp = split
         defaults.append(f"tp={tp} x pp={pp} (model-parallel size M split as Table 1)")
     dp = _int(row["dp"]) or n // (tp * pp * cp)
+    if row["dp"] and dp * tp * pp * cp != n and not row["step_time_s"]:
+        # the published degrees contradict the GPU count (NeMo long-sequence B200 rows 71-72:
+        # tp4 x cp4 x dp4 on "256" GPUs; dp = n/(tp*cp) would exceed row 72's global batch of 8):
+        # the degrees are the configuration, and a per-GPU throughput is the same on any number
+        # of its replicas, so the run maps to dp*tp*pp*cp GPUs, its step time from that count
+        n = dp * tp * pp * cp
+        step_s = _step_time_s({**row, "n_gpus": str(n)})
+        defaults.append(f"gpus={n} (= dp*tp*pp*cp; the row's n_gpus={row['n_gpus']} contradicts its degrees)")
+    layers_per_stage = _short_end_stages(row, pp)
     vp = _int(row["vp"])
+    if vp is None and row["vp"].lower().startswith("interleaved") and layers_per_stage:
+        vp = min(layers_per_stage)  # Llama 3 405B: 7, the stages of 7 and 8 layers allow no more
+        defaults.append(f"vp={vp} (interleaved, degree not stated: the largest the stage split allows)")
     if vp is None:
         vp = 1
         if pp > 1:
@@ -349,7 +420,9 @@ def _row_case(row: dict[str, str]) -> Case | Skipped:
             "global_batch": int(row["global_batch_seqs"]),
             "precision": precision,
             "flash_attention": key not in _PRE_FLASH_SOURCES,
+            **({"attention_kernel": "flash2"} if key in _FLASH2_SOURCES else {}),
             "overlap_dp_comm": key not in _NO_OVERLAP_SOURCES,
+            **({"frozen_base": True} if row["task"] == "lora" else {}),
             "fp32_grads": key not in _DIST_OPTIMIZER_SOURCES,
             **(
                 {
@@ -374,6 +447,7 @@ def _row_case(row: dict[str, str]) -> Case | Skipped:
             "vp": vp,
             "micro_batch": mb,
             "zero": _zero(row, defaults),
+            **({"layers_per_stage": layers_per_stage} if layers_per_stage else {}),
             "sequence_parallel": sp,
             "recompute": rec or "none",
         },

@@ -9,7 +9,8 @@ source's runs with them. Printed beside: the in-sample error (the committed ``ef
 fitted on every run) and the best constant-MFU estimate on the same rows, in-sample and
 cross-validated the same way (its one MFU fitted on the other sources). Recompute, where a run
 does not state it, is fixed to the mode ``benchmarks.fidelity`` picks under the committed table.
-A generation with no run left keeps its priors times the fitted/prior ratios of the others.
+A generation with no run left keeps its priors times the fitted/prior ratios of the other generations
+of its platform (GPU or TPU; ``benchmarks.calibrate.platform``).
 """
 
 from __future__ import annotations

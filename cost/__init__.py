@@ -17,6 +17,7 @@ from paraplan.cost.flops import matmul_params, model_flops_per_token
 from paraplan.cost.memory import StageMemory, stage_memory
 from paraplan.cost.plan import (
     DEFAULT_ORDER,
+    AttentionKernel,
     Axis,
     CPComm,
     Job,
@@ -32,6 +33,7 @@ from paraplan.cost.validity import check_plan
 
 __all__ = [
     "DEFAULT_ORDER",
+    "AttentionKernel",
     "Axis",
     "BlockCost",
     "Breakdown",

@@ -103,7 +103,9 @@ def layer_time(ly: Layer, plan: Plan, job: Job, accel: Accelerator, eff: Efficie
     if ly.experts is None:
         return t
     e = expert_forward(ly.experts, plan, job, accel, eff)
-    return LayerTime(t.gemm_s + e.gemm_s, t.attention_s + e.attention_s, t.elementwise_s + e.elementwise_s)
+    return LayerTime(
+        t.gemm_s + e.gemm_s, t.attention_s + e.attention_s, t.elementwise_s + e.elementwise_s, t.wgrad
+    )
 
 
 def block_params_per_device(layers: list[Layer], plan: Plan) -> tuple[float, float]:

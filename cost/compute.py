@@ -18,6 +18,10 @@ after every split, so splitting too finely costs what it costs.
   iterates. Under context parallelism (ring, ``cp_comm`` p2p) each rank runs cp kernels, one per
   ring step, over chunks of L = seq_len / cp keys; under the all-gather variant one kernel over
   the gathered L = seq_len keys.
+- The attention kernel (``job.attention_kernel``): ``fused`` is the generation's own kernel
+  (cuDNN / Transformer Engine fused attention, FlashAttention-3 on Hopper), the one ``attention``
+  is fitted to; ``flash2`` (FlashAttention-2) is written for Ampere's instructions and on newer
+  parts runs at FLASH2_FRACTION of the fused kernel's rate.
 - Element-wise work is HBM-bound.
 
 Layer kinds: a sliding-window or chunked attention layer attends ``attended_keys`` keys per query
@@ -30,7 +34,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from paraplan.cost.plan import CPComm, Job, Plan, Precision
+from paraplan.cost.plan import AttentionKernel, CPComm, Job, Plan, Precision
 from paraplan.graph import Gemm, Layer, LayerKind
 from paraplan.hardware import Accelerator, Efficiency
 
@@ -51,6 +55,7 @@ __all__ = [
     "attention_shape",
     "attention_s",
     "attention_efficiency",
+    "attention_chunk_factor",
     "ATTENTION_HALF_TOKENS",
     "attended_keys",
     "layer_tokens",
@@ -59,6 +64,8 @@ __all__ = [
     "attention_core_flops",
     "scan_s",
     "SSD_KERNELS",
+    "FLASH2_FRACTION",
+    "kernel_fraction",
 ]
 
 ACTIVATION_BYTES = 2  # bf16/fp16 activations (FP8 runs keep activations in bf16: Transformer Engine)
@@ -73,6 +80,13 @@ ATTENTION_HALF_TOKENS = 512
 # Kernels of one Mamba-2 SSD forward (mamba_ssm 2.2 ops/triton/ssd_combined.py
 # _mamba_chunk_scan_combined_fwd: chunk_cumsum, chunk_state, state_passing, bmm_chunk, chunk_scan).
 SSD_KERNELS = 5
+# FlashAttention-2 on a part newer than Ampere, as a fraction of the generation's fused kernel:
+# FA2 reaches 35% of the H100's BF16 peak where FlashAttention-3 (the Hopper kernel, with WGMMA
+# and TMA; cuDNN's fused attention is of the same kind) reaches 75% (Shah et al. 2024, arXiv:
+# 2407.08608, Sec. 1): 0.35 / 0.75. Blackwell has no published FA2 figure: Hopper's ratio is its
+# prior (FA2 uses neither part's asynchronous tensor-core instructions). On Ampere FA2 is the
+# fused kernel (1.0); generations not listed (TPU, CDNA3) take 1.0.
+FLASH2_FRACTION = {"hopper": 0.35 / 0.75, "blackwell": 0.35 / 0.75, "blackwell_ultra": 0.35 / 0.75}
 # Bytes per element of a GEMM input kept for backward (Transformer Engine stores the quantised
 # copy): the element plus its share of the block scale (S-TE in hardware/data/catalog.yaml: FP8
 # blockwise 1 scale (4 B) per 128 elements, MXFP8 1 B per 32, NVFP4 4 bits + 1 B per 16).
@@ -96,6 +110,7 @@ class LayerTime:
     gemm_s: float
     attention_s: float
     elementwise_s: float
+    wgrad: float = 1.0  # weight-gradient GEMMs per forward GEMM: 1, or 0 for frozen weights
 
     @property
     def total_s(self) -> float:
@@ -107,7 +122,7 @@ class LayerTime:
 
     def backward_s(self) -> float:
         return (
-            BACKWARD_GEMM_FACTOR * self.gemm_s
+            (BACKWARD_GEMM_FACTOR - 1.0 + self.wgrad) * self.gemm_s
             + BACKWARD_ATTENTION_FACTOR * self.attention_s
             + 2.0 * self.elementwise_s
         )
@@ -182,17 +197,40 @@ def attention_shape(plan: Plan, job: Job) -> AttentionShape:
     return AttentionShape(1, float(job.seq_len))
 
 
+def attention_chunk_factor(kv_tokens: float) -> float:
+    """Share of its long-sequence rate a fused-attention kernel reaches over ``kv_tokens`` keys:
+    L / (L + L_half). Source: ATTENTION_HALF_TOKENS. Dimensionless."""
+    return kv_tokens / (kv_tokens + ATTENTION_HALF_TOKENS)
+
+
+def kernel_fraction(kernel: AttentionKernel, accel: Accelerator) -> float:
+    """Rate of ``kernel`` over the generation's fused kernel: FLASH2_FRACTION for flash2, else 1."""
+    if kernel is AttentionKernel.FLASH2:
+        return FLASH2_FRACTION.get(accel.generation, 1.0)
+    return 1.0
+
+
 def attention_efficiency(shape: AttentionShape, eff: Efficiency) -> float:
     """Fraction of the BF16 peak the fused attention reaches: attention * L / (L + L_half).
     Source: ATTENTION_HALF_TOKENS. Dimensionless."""
-    return eff.attention * shape.kv_tokens / (shape.kv_tokens + ATTENTION_HALF_TOKENS)
+    return eff.attention * attention_chunk_factor(shape.kv_tokens)
 
 
-def attention_s(flops: float, shape: AttentionShape, accel: Accelerator, eff: Efficiency) -> float:
-    """Forward attention-core time: flops / (bf16 peak * attention_efficiency) + kernels * overhead.
-    Units: seconds."""
-    bf16_peak = accel.peak_for(Precision.BF16.value)
-    return flops / (bf16_peak * attention_efficiency(shape, eff)) + shape.kernels * eff.kernel_overhead_s
+def attention_s(
+    flops: float,
+    shape: AttentionShape,
+    accel: Accelerator,
+    eff: Efficiency,
+    kernel: AttentionKernel = AttentionKernel.FUSED,
+) -> float:
+    """Forward attention-core time: flops / (bf16 peak * attention_efficiency * kernel_fraction)
+    + kernels * overhead. Units: seconds."""
+    rate = (
+        accel.peak_for(Precision.BF16.value)
+        * attention_efficiency(shape, eff)
+        * kernel_fraction(kernel, accel)
+    )
+    return flops / rate + shape.kernels * eff.kernel_overhead_s
 
 
 def layer_tokens(layer: Layer, plan: Plan, job: Job) -> float:
@@ -278,8 +316,9 @@ def layer_forward(layer: Layer, plan: Plan, job: Job, accel: Accelerator, eff: E
     (counted with the GEMMs: backward 2x, not recomputed by selective recompute); attention
     core attention_core_flops (n * core * attended_keys / tp) at attention_s(layer shape);
     element-wise n * elems * 2 bytes / (HBM * eff), sharded by tp when SP is on. n =
-    layer_tokens. Units: seconds. Assumes: the LM head is column-parallel over tp, the embedding
-    lookup is HBM-bound.
+    layer_tokens. Backward: dgrad + wgrad per GEMM, dgrad only when ``job.frozen_base`` (LoRA:
+    the frozen base weights take no weight gradient). Units: seconds. Assumes: the LM head is
+    column-parallel over tp, the embedding lookup is HBM-bound.
     """
     n = layer_tokens(layer, plan, job)
     tp = plan.tp
@@ -289,7 +328,7 @@ def layer_forward(layer: Layer, plan: Plan, job: Job, accel: Accelerator, eff: E
     attn_s = 0.0
     if layer.attn_core_flops_per_token_per_seq:
         flops = attention_core_flops(layer, n, layer_seq_len(layer, job), tp)
-        attn_s = attention_s(flops, layer_attention_shape(layer, plan, job), accel, eff)
+        attn_s = attention_s(flops, layer_attention_shape(layer, plan, job), accel, eff, job.attention_kernel)
     shard = tp if (plan.sequence_parallel or layer.kind is LayerKind.LM_HEAD) else 1
     elementwise_s = n * layer.mem_bound_elems * ACTIVATION_BYTES / shard / (accel.hbm_bytes_per_s * eff.hbm)
-    return LayerTime(gemm_total_s, attn_s, elementwise_s)
+    return LayerTime(gemm_total_s, attn_s, elementwise_s, 0.0 if job.frozen_base else 1.0)

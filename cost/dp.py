@@ -34,6 +34,7 @@ __all__ = [
     "shard_degree",
     "grad_bytes",
     "grad_sync_s",
+    "optimizer_step_bytes_per_param",
     "zero3_gather_s",
     "micro_batch_reduce_s",
 ]
@@ -58,13 +59,24 @@ class StateBytes:
 
 
 def grad_bytes(job: Job) -> int:
-    """Bytes per gradient element: 4 (fp32 accumulation) or 2 (bf16)."""
+    """Bytes per gradient element: 4 (fp32 accumulation) or 2 (bf16); 0 for frozen base weights
+    (``job.frozen_base``, LoRA: no gradient, so nothing to store or reduce)."""
+    if job.frozen_base:
+        return 0
     return GRAD_BYTES if job.fp32_grads else WEIGHT_BYTES
+
+
+def optimizer_step_bytes_per_param(job: Job) -> float:
+    """HBM bytes the optimizer step moves per local parameter: OPTIMIZER_STEP_BYTES_PER_PARAM, or 0
+    for frozen base weights (``job.frozen_base``, LoRA: no step for them). For the stage
+    composition's Adam term (cost/stage.py ``optimizer``)."""
+    return 0.0 if job.frozen_base else float(OPTIMIZER_STEP_BYTES_PER_PARAM)
 
 
 def state_bytes(params: float, zero: int, dp: int, grad_bytes_per_param: int = GRAD_BYTES) -> StateBytes:
     """Formula: params * (2/(d if z>=3) + g/(d if z>=2) + 12/(d if z>=1)) bytes, d = shard group;
-    ZeRO-3 with fp32 gradients (g = 4): params * (4 + 4 + 8) / d.
+    ZeRO-3 with fp32 gradients (g = 4): params * (4 + 4 + 8) / d. Frozen weights (g = 0, LoRA):
+    params * 2 / (d if z>=3), no gradient or optimizer state.
 
     Fully sharded data parallelism keeps one sharded copy of each parameter: PyTorch FSDP/FSDP2
     mixed precision stores the shard in fp32 (it is the optimizer's master weight) and all-gathers
@@ -73,6 +85,8 @@ def state_bytes(params: float, zero: int, dp: int, grad_bytes_per_param: int = G
     so fp32 gradients (``reduce_dtype`` fp32) leave Adam only its two moments (8 B): 16 B/param,
     the same total as DeepSpeed ZeRO-3's 2 + 2 + 12 (Rajbhandari et al. 2020, Sec. 3.1 / Fig. 1).
     """
+    if grad_bytes_per_param == 0:  # frozen weights (LoRA): the bf16 copy only, sharded under ZeRO-3
+        return StateBytes(weights=params * WEIGHT_BYTES / (dp if zero >= 3 else 1), grads=0.0, optimizer=0.0)
     if zero >= 3 and grad_bytes_per_param == GRAD_BYTES:
         return StateBytes(
             weights=params * FSDP_SHARD_WEIGHT_BYTES / dp,
@@ -100,7 +114,7 @@ def grad_sync_s(
 ) -> float:
     """Once-per-step sync: ZeRO-0 AR(g B/param); ZeRO-1 RS(g B) + AG(2 B); ZeRO-2 AG(2 B).
     ``span``: the group's span when the caller has it (else computed)."""
-    if shard_degree(plan, expert) == 1 or plan.zero >= 3:
+    if shard_degree(plan, expert) == 1 or plan.zero >= 3 or job.frozen_base:
         return 0.0
     span = span or _span(plan, cluster, expert)
     if plan.zero == 0:
@@ -125,6 +139,6 @@ def micro_batch_reduce_s(
     params: float, plan: Plan, job: Job, cluster: Cluster, expert: bool = False, span: GroupSpan | None = None
 ) -> float:
     """Per micro-batch reduce-scatter of ``params`` gradients over dp x cp under ZeRO-2 and 3."""
-    if shard_degree(plan, expert) == 1 or plan.zero < 2 or not params:
+    if shard_degree(plan, expert) == 1 or plan.zero < 2 or not params or job.frozen_base:
         return 0.0
     return reduce_scatter_s(span or _span(plan, cluster, expert), params * grad_bytes(job))

@@ -19,7 +19,7 @@ from paraplan.cost.plan import Job, Plan
 from paraplan.cost.pools import check_stage_pools, peak_flops_per_s, pooled_devices
 from paraplan.cost.pp import bubble_s
 from paraplan.cost.stage import StageTerms, stage_terms
-from paraplan.cost.validity import check_plan
+from paraplan.cost.validity import check_layer_kinds, check_plan
 from paraplan.graph import LayerGraph
 from paraplan.hardware import Cluster
 
@@ -104,6 +104,7 @@ def evaluate(graph: LayerGraph, cluster: Cluster, job: Job, plan: Plan) -> Break
         num_kv_heads=spec.num_kv_heads,
         num_experts=spec.num_experts,
     )
+    check_layer_kinds(plan, spec)
     peak = peak_flops_per_s(plan, cluster, job.precision.value)
     terms = stage_terms(graph, plan, job, cluster)
     parts = step_time_s(terms)

@@ -61,6 +61,13 @@ class Precision(StrEnum):
     NVFP4 = "nvfp4"  # 16-element FP4 blocks, E4M3 scales, Blackwell (--fp4-recipe nvfp4)
 
 
+class AttentionKernel(StrEnum):
+    """Which fused-attention kernels the run uses (cost/compute.py ``attention_s``)."""
+
+    FUSED = "fused"  # the generation's own kernel: cuDNN / Transformer Engine, FlashAttention-3 on Hopper
+    FLASH2 = "flash2"  # FlashAttention-2 (flash-attn 2.x, written for Ampere's instructions)
+
+
 class Recompute(StrEnum):
     NONE = "none"
     SELECTIVE = "selective"
@@ -84,6 +91,10 @@ class Job:
     global_batch: int
     precision: Precision = Precision.BF16
     flash_attention: bool = True
+    attention_kernel: AttentionKernel = AttentionKernel.FUSED
+    # LoRA / adapter fine-tuning: the base weights are frozen (no weight-gradient GEMMs, gradients,
+    # optimizer state or gradient sync for them); the adapters' own cost (rank << hidden) is neglected
+    frozen_base: bool = False
     overlap_dp_comm: bool = True
     fp32_grads: bool = True
     expert_imbalance: float = 1.1  # see cost/ep.py DEFAULT_EXPERT_IMBALANCE

@@ -28,7 +28,7 @@ from paraplan.cost.block import (
     end_cost,
     end_work,
 )
-from paraplan.cost.dp import OPTIMIZER_STEP_BYTES_PER_PARAM, grad_sync_s, shard_degree
+from paraplan.cost.dp import grad_sync_s, optimizer_step_bytes_per_param, shard_degree
 from paraplan.cost.plan import Job, Plan, Recompute, kind_counts, plan_key
 from paraplan.cost.pp import p2p_per_micro_batch_s, stage_p2p_s
 from paraplan.cost.spans import SharedCache, Spans
@@ -243,7 +243,7 @@ class StageTerms:
 
     def _optimizer_scales(self, stage: int) -> tuple[float, float]:
         cluster = self.at(stage).cluster
-        scale = OPTIMIZER_STEP_BYTES_PER_PARAM / (
+        scale = optimizer_step_bytes_per_param(self.job) / (
             cluster.accelerator.hbm_bytes_per_s * cluster.efficiency.hbm
         )
         if self.plan.zero >= 1:

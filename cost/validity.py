@@ -15,6 +15,8 @@ from paraplan.graph import ModelSpec
 
 __all__ = [
     "check_layer_kinds",
+    "tp_splits_layer_kinds",
+    "cp_splits_layer_kinds",
     "tp_splits_heads",
     "ep_splits_experts",
     "cp_splits_sequence",
@@ -175,41 +177,56 @@ def check_chunks(plan: Plan, num_layers: int) -> None:
         )
 
 
+def tp_splits_layer_kinds(spec: ModelSpec, tp: int) -> bool:
+    """Whether tp ranks split the model's Mamba and vision layers: Mamba-2 heads and B/C groups
+    (megatron-core ssm/mamba_mixer.py: ngroups % tp == 0, nheads % tp == 0), Mamba-1's inner
+    width, the vision encoder's heads. True for a model with neither."""
+    if spec.has_ssm:
+        m = spec.mamba
+        if m.version == 2 and (m.num_groups % tp or m.num_heads % tp):
+            return False
+        if m.version != 2 and (m.expand * spec.hidden) % tp:
+            return False
+    return not (spec.vision.num_layers and spec.vision.num_heads % tp)
+
+
+def cp_splits_layer_kinds(spec: ModelSpec, cp: int) -> bool:
+    """Whether cp ranks can split the model's layers as costed: not with Mamba layers (module
+    docstring of check_layer_kinds)."""
+    return cp == 1 or not spec.has_ssm
+
+
 def check_layer_kinds(plan: Plan, spec: ModelSpec) -> None:
     """Rules of the layer kinds beyond the decoder block; ValueError names the knob and the rule.
 
     - Mamba layers and context parallelism: megatron-core 0.16.1 splits a Mamba mixer over cp
       with an all-to-all that turns sequence shards into head shards (ssm/mamba_context_parallel.py,
       needs heads % (tp * cp) == 0); paraplan does not cost that exchange, so cp > 1 is refused.
-    - Mamba-2 and TP: heads and B/C groups are split over tp (megatron-core ssm/mamba_mixer.py:
-      ngroups % tp == 0, nheads % tp == 0); Mamba-1 (no framework TP rule): d_inner % tp == 0.
-    - Vision encoder and TP: its heads split over tp (vision heads % tp == 0).
+    - Mamba and vision layers under TP: ``tp_splits_layer_kinds``.
     """
-    if spec.has_ssm:
-        if plan.cp > 1:
-            raise ValueError(
-                f"plan.cp={plan.cp}: model {spec.name} has Mamba layers, whose context-parallel "
-                "all-to-all (megatron-core ssm/mamba_context_parallel.py) paraplan does not cost; "
-                "use cp=1"
-            )
-        m = spec.mamba
-        split = (
-            m.num_groups % plan.tp == 0 and m.num_heads % plan.tp == 0
-            if m.version == 2
-            else (m.expand * spec.hidden) % plan.tp == 0
-        )
-        if not split:
-            what = (
-                f"mamba.num_groups={m.num_groups} and mamba.num_heads={m.num_heads}"
-                if m.version == 2
-                else f"the Mamba inner width {m.expand * spec.hidden}"
-            )
-            raise ValueError(f"plan.tp={plan.tp} must divide {what} (TP splits the Mamba heads and groups)")
-    if spec.vision.num_layers and spec.vision.num_heads % plan.tp:
+    if not cp_splits_layer_kinds(spec, plan.cp):
         raise ValueError(
-            f"plan.tp={plan.tp} must divide model.vision.num_heads={spec.vision.num_heads} "
-            "(TP splits the vision encoder's heads)"
+            f"plan.cp={plan.cp}: model {spec.name} has Mamba layers, whose context-parallel "
+            "all-to-all (megatron-core ssm/mamba_context_parallel.py) paraplan does not cost; "
+            "use cp=1"
         )
+    if tp_splits_layer_kinds(spec, plan.tp):
+        return
+    if spec.has_ssm:
+        m = spec.mamba
+        what = (
+            f"mamba.num_groups={m.num_groups} and mamba.num_heads={m.num_heads}"
+            if m.version == 2
+            else f"the Mamba inner width {m.expand * spec.hidden}"
+        )
+        if (m.version == 2 and (m.num_groups % plan.tp or m.num_heads % plan.tp)) or (
+            m.version != 2 and (m.expand * spec.hidden) % plan.tp
+        ):
+            raise ValueError(f"plan.tp={plan.tp} must divide {what} (TP splits the Mamba heads and groups)")
+    raise ValueError(
+        f"plan.tp={plan.tp} must divide model.vision.num_heads={spec.vision.num_heads} "
+        "(TP splits the vision encoder's heads)"
+    )
 
 
 def check_expert_parallel(plan: Plan, num_experts: int) -> None:

@@ -6,8 +6,12 @@ overhead, by least squares of t on flops over the shapes of one kind and precisi
     t_i = a * flops_i + b   ->   eff = 1 / (a * peak),  overhead = max(b, 0)
 
 with peak the catalog's dense peak of the record's accelerator (BF16 peak for attention);
-``kernel_overhead_us`` is the BF16 GEMMs' intercept. HBM efficiency is the best copy rate,
-max_i(bytes_i / t_i) / catalog HBM bandwidth (bytes = read + write). Collectives are summarised
+``kernel_overhead_us`` is the BF16 GEMMs' intercept. Attention records take the cost model's
+attention form, t = flops / (peak * attention * chunk(L)) + overhead with chunk(L) =
+``paraplan.cost.compute.attention_chunk_factor`` of the record's key length L (``seq_len``): the
+fit is on flops / chunk(L), so ``attention`` is the long-sequence rate the cost model scales down.
+HBM efficiency is the best copy rate, max_i(bytes_i / t_i) / catalog HBM bandwidth (bytes = read +
+write). Collectives are summarised
 per operation and group size as t = alpha + bytes / bandwidth (``microbenchmarks.collectives``:
 measured, not applied; the cluster's link tiers stay the catalog's, since one machine's groups
 do not say which tier a plan's groups span).
@@ -28,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from paraplan.cost.compute import attention_chunk_factor
 from paraplan.errors import ConfigError
 from paraplan.hardware import accelerator
 from paraplan.hardware.calibration import PLAUSIBLE_RANGE, AcceleratorCalibration
@@ -57,6 +62,14 @@ def _key(rec: MicroRecord) -> str:
     return re.sub(r"[^a-z0-9]+", "-", rec.device.lower()).strip("-") or "device"
 
 
+def _work(rec: MicroRecord) -> float:
+    """FLOPs of a compute record as the cost model charges them: a GEMM's flops; an attention
+    kernel's flops / attention_chunk_factor(seq_len) (module docstring)."""
+    if rec.kind == "attention" and rec.data.get("seq_len"):
+        return float(rec.data["flops"]) / attention_chunk_factor(float(rec.data["seq_len"]))
+    return float(rec.data["flops"])
+
+
 def _rates(records: Sequence[MicroRecord]) -> dict[str, Any]:
     """Achieved rates: per kind/precision the fitted flops/s (1/a) and overhead, best copy
     bandwidth, collectives' alpha and bandwidth."""
@@ -66,7 +79,7 @@ def _rates(records: Sequence[MicroRecord]) -> dict[str, Any]:
         if r.kind in ("gemm", "attention"):
             compute[f"{r.kind}_{r.data.get('precision', 'bf16')}"].append(r)
     for name, rs in sorted(compute.items()):
-        slope, intercept = line_fit([r.data["flops"] for r in rs], [r.data["time_s"] for r in rs])
+        slope, intercept = line_fit([_work(r) for r in rs], [r.data["time_s"] for r in rs])
         out[name] = {"flops_per_s": 1.0 / slope, "overhead_us": intercept * S_US, "num_shapes": len(rs)}
     copies = [r for r in records if r.kind == "hbm_copy"]
     if copies:

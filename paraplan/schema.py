@@ -27,7 +27,7 @@ from pydantic import (
     model_validator,
 )
 
-from paraplan.cost import Precision
+from paraplan.cost import AttentionKernel, Precision
 from paraplan.errors import ConfigError
 from paraplan.graph.spec import show_value
 from paraplan.hardware.topology import MAX_DEVICES, MAX_POOLS
@@ -295,6 +295,16 @@ class JobSection(Section):
         Precision.BF16, description="bf16 | fp16 | fp8 (per-tensor scaling) | fp8_blockwise | mxfp8 | nvfp4"
     )
     flash_attention: bool = Field(True, description="fused attention: no s^2 activations stored")
+    attention_kernel: AttentionKernel = Field(
+        AttentionKernel.FUSED,
+        description="fused (cuDNN / Transformer Engine / FlashAttention-3) | flash2 (FlashAttention-2: "
+        "slower on Hopper and newer; cost/compute.py)",
+    )
+    frozen_base: bool = Field(
+        False,
+        description="LoRA / adapter fine-tuning: base weights frozen (no weight gradients, optimizer "
+        "state or gradient sync for them)",
+    )
     overlap_dp_comm: bool = Field(True, description="overlap gradient sync with backward")
     fp32_grads: bool = Field(
         True,

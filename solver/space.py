@@ -56,10 +56,12 @@ from paraplan.cost.pools import pool_sequence, stage_pools_of
 from paraplan.cost.torus import torus_profile
 from paraplan.cost.validity import (
     batch_splits,
+    cp_splits_layer_kinds,
     cp_splits_sequence,
     ep_follows_order,
     ep_splits_experts,
     tp_splits_heads,
+    tp_splits_layer_kinds,
 )
 from paraplan.graph import ModelSpec
 from paraplan.hardware import Cluster
@@ -191,6 +193,11 @@ def _comm_profile(
     return tuple(profile)
 
 
+def _tp_splits(spec: ModelSpec, tp: int) -> bool:
+    """tp splits the attention heads and the Mamba / vision layers (cost/validity.py)."""
+    return tp_splits_heads(spec.num_heads, spec.num_kv_heads, tp) and tp_splits_layer_kinds(spec, tp)
+
+
 def _eps(spec: ModelSpec, dp: int, cp: int, fixed: Fixed) -> list[int]:
     """Expert-parallel degrees: 1 for dense models; else divisors of dp*cp and of the experts."""
     if not spec.is_moe:
@@ -309,12 +316,15 @@ def families(
     cps = [
         c
         for c in (1, 2, 4, 8, 16, 32, 64)
-        if n % c == 0 and cp_splits_sequence(seq_len, c) and _allowed(c, fixed.cp)
+        if n % c == 0
+        and cp_splits_sequence(seq_len, c)
+        and cp_splits_layer_kinds(spec, c)
+        and _allowed(c, fixed.cp)
     ]
     if fixed.cp is not None and fixed.cp not in cps:
         cps = []
     for tp in divisors(n):
-        if not (tp_splits_heads(spec.num_heads, spec.num_kv_heads, tp) and _allowed(tp, fixed.tp)):
+        if not (_tp_splits(spec, tp) and _allowed(tp, fixed.tp)):
             continue
         for cp in cps:
             if (n // tp) % cp:
@@ -587,10 +597,13 @@ def _pooled_families(
         cps = [
             c
             for c in (1, 2, 4, 8, 16, 32, 64)
-            if g % c == 0 and cp_splits_sequence(seq_len, c) and _allowed(c, fixed.cp)
+            if g % c == 0
+            and cp_splits_sequence(seq_len, c)
+            and cp_splits_layer_kinds(spec, c)
+            and _allowed(c, fixed.cp)
         ]
         for tp in divisors(g):
-            if not (tp_splits_heads(spec.num_heads, spec.num_kv_heads, tp) and _allowed(tp, fixed.tp)):
+            if not (_tp_splits(spec, tp) and _allowed(tp, fixed.tp)):
                 continue
             for cp in cps:
                 if (g // tp) % cp:

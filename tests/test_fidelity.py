@@ -25,7 +25,7 @@ def rows(scored):
 def test_covers_the_supported_rows(scored) -> None:
     rows, skipped = scored
     assert len(rows) + len(skipped) == 312
-    assert len(rows) >= 274  # 255 GPU + 19 TPU (2026-12-01)
+    assert len(rows) >= 280  # 261 GPU + 19 TPU (2026-12-01: + rows 71, 72, 135, LoRA 64, 154, Llama 3 35)
     sources = {r.case.source_key for r in rows}
     assert {
         "narayanan2021_t1",
@@ -40,11 +40,15 @@ def test_covers_the_supported_rows(scored) -> None:
 
 def test_median_and_p90_error(rows) -> None:
     median, p90 = summary([r.error for r in rows])
-    # 7.2% / 21.7% on 274 runs (2026-12-01: + the five Qwen3-235B H100 runs under EP folding,
-    # +15% to +62%; 7.0% / 21.0% on 250 before them and the TPU rows; 8.7% / 20.5% on 243 under
-    # constant GEMM efficiency)
-    assert median <= 0.073, f"median |error| {median:.1%}"
-    assert p90 <= 0.218, f"p90 |error| {p90:.1%}"
+    # 6.0% / 22.2% on 280 runs (2026-12-01, late: + Llama 3 405B, the LoRA rows 64, 154, refit
+    # with Blackwell Ultra's attention kept at least Blackwell's; 6.0% / 20.8% on the 274 runs
+    # scored before these changes;
+    # 5.8% / 21.0% on 277 with the attention kernel as a job field, MosaicML's FlashAttention-2 at
+    # FLASH2_FRACTION on Hopper, the fitted/prior transfer kept on its platform; 7.4% / 26.4% on
+    # the same 277 before; 7.2% / 21.7% on 274 before rows 71, 72 and 135; 8.7% / 20.5% on 243
+    # under constant GEMM efficiency)
+    assert median <= 0.061, f"median |error| {median:.1%}"
+    assert p90 <= 0.223, f"p90 |error| {p90:.1%}"
 
 
 def test_beats_the_constant_mfu_estimate(rows) -> None:
@@ -75,6 +79,30 @@ def test_documented_mapping_rules_score_the_rows_they_were_written_for(rows) -> 
     assert by_id[407].recompute == "full" and by_id[407].fits
     # TFLOP/s-only rows under a documented FLOP convention
     assert {32, 33, 34, 79, 81, 82} <= set(by_id)
+    # degrees that contradict the GPU count: the degrees define the run (rows 71-72: tp4 cp4|8 dp4)
+    assert [by_id[i].case.scenario["cluster"]["gpus"] for i in (71, 72)] == [64, 128]
+    # a MoE model without a preset, from its published config (Kimi K2: 384 experts, MLA, 64 heads)
+    kimi = by_id[135].case.scenario["model"]
+    assert (kimi["experts"], kimi["kv_lora_rank"], kimi["heads"], kimi["first_dense_layers"]) == (
+        384,
+        512,
+        64,
+        1,
+    )
+    # MosaicML ran FlashAttention-2 (attention_kernel flash2); NVIDIA's stacks the fused default
+    assert by_id[479].case.scenario["job"]["attention_kernel"] == "flash2"
+    assert "attention_kernel" not in by_id[79].case.scenario["job"]
+    # Llama 3 405B: PaLM-style MFU, 7 + 14 x 8 + 7 layers, interleaved at the largest vp, ZeRO-2-like
+    plan = by_id[35].case.scenario["plan"]
+    assert (plan["layers_per_stage"][0], plan["layers_per_stage"][1], plan["vp"], plan["zero"]) == (
+        7,
+        8,
+        7,
+        2,
+    )
+    assert by_id[35].fits
+    # LoRA rows: frozen base weights (no wgrad GEMMs, gradients, optimizer state or gradient sync)
+    assert all(by_id[i].case.scenario["job"]["frozen_base"] for i in (64, 154))
 
 
 def _by_id(rows) -> dict:

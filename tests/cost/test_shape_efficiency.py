@@ -9,7 +9,7 @@ then costs time, which breaks the exact ties constant efficiency produced.
 from __future__ import annotations
 
 import pytest
-from paraplan.cost import Precision
+from paraplan.cost import AttentionKernel, Precision
 from paraplan.cost.compute import (
     ACTIVATION_BYTES,
     ATTENTION_HALF_TOKENS,
@@ -25,6 +25,7 @@ from paraplan.graph import Gemm
 from paraplan.hardware import build_cluster
 
 import paraplan
+from paraplan.errors import ConfigError
 
 H100 = build_cluster("dgx-h100", gpus=8)
 ACCEL, EFF = H100.accelerator, H100.efficiency
@@ -110,3 +111,26 @@ def test_gpt3_175b_on_1024_a100_at_2k_tokens_uses_no_context_parallelism() -> No
     r = paraplan.solve(_scenario("gpt3-175b", "dgx-a100-80gb", 1024, 2048, 1536), workers=1)
     assert r.solver.status == "OPTIMAL"
     assert r.plan.cp == 1, r.plan
+
+
+def test_flash_attention_2_is_slower_on_hopper_and_the_same_on_ampere() -> None:
+    """job.attention_kernel: FlashAttention-2 reaches 0.35 / 0.75 of the fused (FA3 / cuDNN)
+    rate on Hopper (Shah et al. 2024); on Ampere it is the fused kernel. Overheads unchanged."""
+    shape, flops = AttentionShape(1, 8192.0), 1e12
+    fused = attention_s(flops, shape, ACCEL, EFF) - EFF.kernel_overhead_s
+    fa2 = attention_s(flops, shape, ACCEL, EFF, AttentionKernel.FLASH2) - EFF.kernel_overhead_s
+    assert fa2 == pytest.approx(fused * 0.75 / 0.35)
+    a100 = build_cluster("dgx-a100-80gb", gpus=8)
+    acc, eff = a100.accelerator, a100.efficiency
+    assert attention_s(flops, shape, acc, eff, AttentionKernel.FLASH2) == attention_s(flops, shape, acc, eff)
+
+
+def test_scenario_attention_kernel_slows_a_long_context_h100_step_and_rejects_unknown_kernels() -> None:
+    sc = _scenario("llama3-8b", "dgx-h100", 8, 32768, 8)
+    sc["plan"] = {"dp": 8, "tp": 1, "pp": 1, "micro_batch": 1, "zero": 3, "recompute": "full"}
+    fused = paraplan.evaluate(sc).predicted.step_time_s
+    sc["job"]["attention_kernel"] = "flash2"
+    assert paraplan.evaluate(sc).predicted.step_time_s > 1.2 * fused
+    sc["job"]["attention_kernel"] = "flash9"
+    with pytest.raises(ConfigError, match="attention_kernel"):
+        paraplan.evaluate(sc)
