@@ -324,8 +324,7 @@ def _fits(
     stage_modes: tuple[Recompute, ...] | None = None,
 ) -> bool:
     """Some split of the layout's layers fits memory (the rank order does not change memory);
-    with several block kinds, a split of blocks at their least memory (a relaxation)."""
-    terms = terms.relaxed()
+    with several block kinds, of runs of blocks at their least memory (a relaxation)."""
     pp, vp = terms.plan.pp, terms.plan.vp
     slots = pipeline_slots(num_layers, pp, vp) or (0,) * pp
     k_total = (num_layers + sum(slots)) // vp
@@ -461,19 +460,36 @@ def _solve_layout(
     bound = from_ticks(solver.best_objective_bound, res) / mv.scale
     if name not in ("OPTIMAL", "FEASIBLE"):
         return name, None, bound, Fraction(0)
-    if name == "OPTIMAL":
-        model.add(mv.objective <= int(solver.objective_value))  # == at the proven optimum
-        model.clear_hints()
-        model.minimize(_tie_break(model, mv, graph.spec.num_layers))
-        second = cp_model.CpSolver()  # one worker: the same tied plan for any worker count
-        _configure(second, replace(opts, num_workers=1), max(MIN_CP_SAT_S, deadline - time.perf_counter()))
-        if second.status_name(second.solve(model)) == "OPTIMAL":
-            solver = second
     lv = mv.layouts[0]
     layers, recs = lv.extract(solver)
     plan = replace(tab.plan, layers_per_stage=tuple(layers), recompute=tuple(recs))
     ticks = int(solver.value(mv.objective))
     return name, Solution(plan, from_ticks(ticks, res) / mv.scale), bound, Fraction(ticks, mv.scale)
+
+
+def _break_ties(
+    tab: LayoutTables,
+    graph: LayerGraph,
+    fixed: Fixed,
+    opts: SolverOptions,
+    sol: Solution,
+    ticks: Fraction,
+    deadline: float,
+) -> Solution:
+    """The layout's plan at its proven optimum ``ticks`` that the tie-break prefers (no recompute
+    first, then the even split): a second solve with the step fixed, one worker, so the same
+    tied plan comes out for any worker count. Run once, for the layout that wins."""
+    model, mv = build_model([tab])
+    _stage_rules(model, mv, fixed)
+    model.add(mv.objective <= int(ticks * mv.scale))
+    model.minimize(_tie_break(model, mv, graph.spec.num_layers))
+    solver = cp_model.CpSolver()
+    _configure(solver, replace(opts, num_workers=1), max(MIN_CP_SAT_S, deadline - time.perf_counter()))
+    if solver.status_name(solver.solve(model)) != "OPTIMAL":
+        return sol
+    layers, recs = mv.layouts[0].extract(solver)
+    plan = replace(tab.plan, layers_per_stage=tuple(layers), recompute=tuple(recs))
+    return Solution(plan, sol.objective_s)
 
 
 def _solve_once(
@@ -502,6 +518,7 @@ def _solve_once(
     )
     best: tuple[Fraction, tuple[object, ...], int, Solution] | None = None  # ticks, rank, index, solution
     statuses: list[str] = []
+    winner_optimal: dict[int, bool] = {}  # layouts solved to their own optimum (tie-break them)
     proven, bound = True, float("inf")
     for i in order:
         tab = kept[i]
@@ -531,10 +548,14 @@ def _solve_once(
             proven, bound = False, min(bound, bnd)
         if sol is not None and (best is None or (ticks, layout_rank(tab.plan)) < best[:2]):
             best = (ticks, layout_rank(tab.plan), i, sol)
+            winner_optimal[i] = name == "OPTIMAL"
     if best is None:
         name = "INFEASIBLE" if statuses and all(n == "INFEASIBLE" for n in statuses) else "UNKNOWN"
         return name, None, bound, None
-    return ("OPTIMAL" if proven else "FEASIBLE"), best[3], min(bound, best[3].objective_s), best[2]
+    ticks, _, i, sol = best
+    if winner_optimal.get(i):
+        sol = _break_ties(kept[i], graph, fixed, opts, sol, ticks, deadline)
+    return ("OPTIMAL" if proven else "FEASIBLE"), sol, min(bound, sol.objective_s), i
 
 
 def solve_instance(

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass, field, replace
+from functools import cache
 
 from paraplan.cost import Job, Plan, Recompute, StageTerms, stage_terms
 from paraplan.cost.evaluate import step_time_s
@@ -154,9 +155,11 @@ def _least_total_s(
     per-layer cost c_1, the next up to cap_2 (the most any of its two cheapest modes holds) at
     c_2, and so on (cap_j = max of the j cheapest modes' capacities). Each h_s is convex, so the
     least sum_s h_s(n_s) with sum_s n_s = layers takes the cheapest segments over all stages
-    first; plus each stage's least fixed part.
+    first; plus each stage's least fixed part. Several block kinds: ``_least_kind_total_s``.
     """
     pp, vp = terms.plan.pp, terms.plan.vp
+    if terms.heterogeneous:
+        return _least_kind_total_s(terms, recomputes, {s: 1 for s in range(pp)})
     slots = _slots(terms, num_layers)
     total = sum(min(terms.stage_time(s, r).fixed for r in recomputes) for s in range(pp))
     segments: list[tuple[float, int]] = []
@@ -181,15 +184,18 @@ def quick_lower_bound_s(terms: StageTerms, recomputes: list[Recompute], num_laye
     Several block kinds: on ``terms.relaxed()`` (every block at the least of the kinds).
     Pooled clusters: the slowest stage is also at least the water level of the stages' own
     fixed + per-layer lines (_water_level_s), so (m - 1/vp) * max(that, sum/pp) + sum/vp."""
-    terms = terms.relaxed()
     pp = terms.plan.pp
     stages = range(pp) if terms.pool_terms else sorted({0, min(1, pp - 1), pp - 1})
     weight = {s: 1 for s in stages}
     if not terms.pool_terms and pp > 2:
         weight[1] = pp - 2
+    exact_total = _least_kind_total_s(terms, recomputes, weight) if terms.heterogeneous else None
+    terms = terms.relaxed()
     fixed_s = {s: min(terms.stage_time(s, r).fixed for r in recomputes) for s in stages}
     per_layer_s = {s: min(terms.block_at(s, r).time_s for r in recomputes) for s in stages}
     total = sum(weight[s] * fixed_s[s] for s in stages) + num_layers * min(per_layer_s.values())
+    if exact_total is not None:
+        total = max(total, exact_total)
     dp_lb = _dp_lower_bound_s(terms, recomputes, num_layers)
     vp, m = terms.plan.vp, terms.num_micro_batches
     if not terms.pool_terms:
@@ -230,8 +236,12 @@ def _stage_time_by_k(
     slot: int = 0,
 ) -> list[float]:
     """f(k), k = 0..k_hi: the least time of ``stage`` holding vp*k - slot layers over the
-    recompute modes whose memory fits them (INF where none does). Non-decreasing in k."""
+    recompute modes whose memory fits them (INF where none does). Non-decreasing in k.
+    Several block kinds: a bound, each of the stage's vp chunks at the cheapest run of as many
+    consecutive blocks anywhere in the model (``_least_run_s``)."""
     vp = terms.plan.vp
+    if terms.heterogeneous:
+        return [_least_stage_s(terms, stage, k, k_max, recomputes, slot) for k in range(k_hi + 1)]
     modes = sorted(recomputes, key=lambda r: terms.block_at(stage, r).time_s)
     lines = [(k_max[(stage, r)], terms.stage_time(stage, r)) for r in modes]
     out = []
@@ -239,6 +249,69 @@ def _stage_time_by_k(
         line = next((line for cap, line in lines if cap >= k), None)
         out.append(INF if line is None else line.at(max(0, vp * k - slot)))
     return out
+
+
+def kind_costs(terms: StageTerms, stage: int, recompute: Recompute) -> tuple[float, ...]:
+    """One block of each kind on ``stage`` under ``recompute``: its forward + backward + exposed
+    per-micro-batch communication (the base kind's per-layer time plus each kind's delta)."""
+    base = terms.stage_time(stage, recompute).per_layer
+    return tuple(base + d for d in terms.time_deltas(stage, recompute))
+
+
+@cache
+def run_kind_counts(block_kinds: tuple[int, ...], length: int) -> tuple[tuple[int, ...], ...]:
+    """The distinct per-kind counts of every run of ``length`` consecutive blocks."""
+    num_kinds = max(block_kinds) + 1
+    out = set()
+    for start in range(len(block_kinds) - length + 1):
+        counts = [0] * num_kinds
+        for k in block_kinds[start : start + length]:
+            counts[k] += 1
+        out.add(tuple(counts))
+    return tuple(sorted(out))
+
+
+def _least_run_s(block_kinds: tuple[int, ...], costs: tuple[float, ...], length: int) -> float:
+    """Least summed cost of ``length`` consecutive blocks (0 for none)."""
+    if length <= 0:
+        return 0.0
+    return min(
+        sum(n * c for n, c in zip(counts, costs, strict=True))
+        for counts in run_kind_counts(block_kinds, length)
+    )
+
+
+def _least_stage_s(
+    terms: StageTerms,
+    stage: int,
+    k: int,
+    k_max: dict[tuple[int, Recompute], int],
+    recomputes: list[Recompute],
+    slot: int,
+) -> float:
+    """A bound on ``stage`` holding vp chunks of k blocks (one of them k - slot): its fixed part
+    plus each chunk at its least run, over the modes whose memory cap holds k."""
+    vp, kinds = terms.plan.vp, terms.block_kinds
+    best = INF
+    for r in recomputes:
+        if k_max[(stage, r)] < k:
+            continue
+        line = terms.stage_time(stage, r)
+        costs = kind_costs(terms, stage, r)
+        chunks = (vp - 1) * _least_run_s(kinds, costs, k) + _least_run_s(kinds, costs, k - slot)
+        best = min(best, line.fixed + chunks)
+    return best
+
+
+def _least_kind_total_s(terms: StageTerms, recomputes: list[Recompute], stages: dict[int, int]) -> float:
+    """Several block kinds: every block of each kind at its cheapest (stage, mode), whatever the
+    split (memory ignored), plus each stage's least fixed part; ``stages`` weighs stage s."""
+    counts = [terms.block_kinds.count(k) for k in range(terms.num_kinds)]
+    least = [
+        min(kind_costs(terms, s, r)[k] for s in stages for r in recomputes) for k in range(terms.num_kinds)
+    ]
+    fixed = sum(w * min(terms.stage_time(s, r).fixed for r in recomputes) for s, w in stages.items())
+    return fixed + sum(n * c for n, c in zip(counts, least, strict=True))
 
 
 def _min_max_split(f: list[list[float]], k_total: int) -> list[int] | None:
@@ -269,10 +342,12 @@ def _lower_bound_s(
     k_max: dict[tuple[int, Recompute], int],
     recomputes: list[Recompute],
     num_layers: int,
+    exact: StageTerms | None = None,
 ) -> float:
-    """(m - 1/vp) * tmax_lb + sum_lb / vp + optimizer_lb (see the module docstring)."""
+    """(m - 1/vp) * tmax_lb + sum_lb / vp + optimizer_lb (see the module docstring); ``terms``
+    relaxed (several block kinds: StageTerms.relaxed), ``exact`` the layout's own for the sum."""
     pp, vp, m = terms.plan.pp, terms.plan.vp, terms.num_micro_batches
-    total = _least_total_s(terms, k_max, recomputes, num_layers)
+    total = _least_total_s(exact or terms, k_max, recomputes, num_layers)
     if ks is None or total == INF:
         return INF
     tmax = max(total / pp, max(f[s][k] for s, k in enumerate(ks)))
@@ -372,14 +447,48 @@ def layer_caps(
     each mode within memory: (most layers + slot) // vp; 0 for a mode other than the stage's own
     in ``stage_modes`` (the scenario fixes one mode per stage), so every bound and the model see
     only what that stage may run. Memory does not depend on the rank order, so any order's terms
-    give the same caps. ``num_layers``: the model's (for the slots; None: no slots)."""
+    give the same caps. ``num_layers``: the model's (for the slots; None: no slots).
+    Several block kinds: the most k whose least memory fits (``_kind_cap``), a relaxation."""
     vp = terms.plan.vp
     slots = _slots(terms, num_layers) if num_layers is not None else (0,) * terms.plan.pp
+    if terms.heterogeneous:
+        return {
+            (s, r): _kind_cap(terms, s, r, k_hi, slots[s])
+            if stage_modes is None or stage_modes[s] == r
+            else 0
+            for r in recomputes
+            for s in range(terms.plan.pp)
+        }
     return {
         (s, r): min(k_hi, (n + slots[s]) // vp) if stage_modes is None or stage_modes[s] == r else 0
         for r in recomputes
         for s, n in enumerate(max_layers_per_stage(terms, r))
     }
+
+
+def _kind_cap(terms: StageTerms, stage: int, recompute: Recompute, k_hi: int, slot: int) -> int:
+    """Most k (at most k_hi) for which ``stage`` holding vp chunks of k blocks (one of k - slot)
+    can fit memory: its fixed bytes plus each chunk at the least memory of any run of as many
+    consecutive blocks (cost/memory.py's per-kind bytes). 0 if even k = 1 + slot does not fit."""
+    mem = stage_memory_model(terms, stage, recompute)
+    per_kind = tuple(mem.per_layer.total_bytes + d.total_bytes for d in mem.per_kind)
+    room = terms.stage_capacity_bytes(stage) - mem.fixed.total_bytes
+    vp, kinds = terms.plan.vp, terms.block_kinds
+
+    def fits(k: int) -> bool:
+        return (vp - 1) * _least_run_s(kinds, per_kind, k) + _least_run_s(kinds, per_kind, k - slot) <= room
+
+    lo, hi = 0, k_hi  # fits(lo) or lo == 0; find the largest k that fits
+    if not fits(1 + slot):
+        return 0
+    lo = 1 + slot
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if fits(mid):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 def fits_some_split(
@@ -429,11 +538,11 @@ def build_tables(
     slots = _slots(terms, num_layers)
     k_total = (num_layers + sum(slots)) // vp
     k_hi = max(k_choices) if k_choices else k_total - (pp - 1)
-    bound = terms.relaxed()  # several block kinds: caps and bounds from the least of them
-    k_max = layer_caps(bound, recomputes, k_hi, stage_modes, num_layers)
-    f = [_stage_time_by_k(bound, s, k_max, recomputes, k_hi, slots[s]) for s in range(pp)]
+    bound = terms.relaxed()  # several block kinds: bounds from the least of them
+    k_max = layer_caps(terms, recomputes, k_hi, stage_modes, num_layers)
+    f = [_stage_time_by_k(terms, s, k_max, recomputes, k_hi, slots[s]) for s in range(pp)]
     ks = _min_max_split(f, k_total)
-    lower = _lower_bound_s(bound, f, ks, k_max, recomputes, num_layers)
+    lower = _lower_bound_s(bound, f, ks, k_max, recomputes, num_layers, exact=terms)
     candidates = [even_layers(num_layers, pp, vp)]
     if split:
         candidates = [split]

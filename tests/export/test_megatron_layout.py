@@ -14,8 +14,8 @@ pipeline_parallel_layer_layout.py is byte-identical to 0.19.2's). Under 0.19.2 i
 of tests/export/megatron_layout_check.py in the Python 3.12 venv (.ci/run builds
 ``.venv-megatron-lm``; or $PARAPLAN_MEGATRON_LM_PYTHON), skipped without it.
 
-The graph's MTP and hybrid-pattern fields are read with getattr (``mtp_layers``,
-``layer_pattern``); ``LayeredSpec`` adds them to a ModelSpec here.
+The graph's MTP and hybrid-pattern fields (``mtp_layers``, ``layer_pattern``) are ModelSpec's;
+``layered`` sets them on a preset here.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import os
 import random
 import subprocess
 import sys
-from dataclasses import dataclass, fields, replace
+from dataclasses import replace
 from functools import cache
 from pathlib import Path
 
@@ -69,17 +69,9 @@ NEMOTRON_H_56B_PATTERN = (
 nemotronh_56b_pretrain_8gpu_h100_bf16_config)."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class LayeredSpec(ModelSpec):
-    """A ModelSpec with the layer-kind fields the exporters read with getattr."""
-
-    mtp_layers: int = 0
-    layer_pattern: str = ""
-
-
-def layered(base: ModelSpec, **extra: object) -> LayeredSpec:
-    values = {f.name: getattr(base, f.name) for f in fields(base)}
-    return LayeredSpec(**{**values, **extra})  # type: ignore[arg-type]
+def layered(base: ModelSpec, **extra: object) -> ModelSpec:
+    """``base`` with the layer-kind fields the exporters read (mtp_layers, layer_pattern)."""
+    return replace(base, **extra)  # type: ignore[arg-type]
 
 
 def chunk_plan(counts: list[int], pp: int) -> Plan:
@@ -99,7 +91,7 @@ def chunk_plan(counts: list[int], pp: int) -> Plan:
 
 DEEPSEEK_V3 = layered(preset("deepseek-v3"), mtp_layers=1)
 LLAMA_405B = preset("llama3.1-405b")
-NEMOTRON_H = layered(LLAMA_405B, num_layers=118, layer_pattern=NEMOTRON_H_56B_PATTERN)
+NEMOTRON_H = preset("nemotron-h-56b")
 
 CASES: dict[str, tuple[ModelSpec, Plan]] = {
     # MTP counted as position 61: 'E,tt|(tt|)*29,t|m,L'
@@ -308,7 +300,7 @@ def test_megatron_core_0_19_2_reads_the_hybrid_stages(name: str) -> None:
     spec, plan = HYBRID_CASES[name]
     verdict = _verdicts_0192()[name]
     ranges = virtual_stage_ranges(plan)
-    pattern = str(spec.layer_pattern)  # type: ignore[attr-defined]
+    pattern = spec.layer_pattern
     assert verdict == {
         "ok": True,
         "layers": spec.num_layers,
