@@ -93,6 +93,7 @@ def transformer_layers_rule(builder: str) -> Rule:
             if hybrid_pattern(s)
             else f"{mtp} MTP layers"
         )
-        return Refusal(f"model {s.name} has {what}, which {builder} does not build")
+        fix = "" if hybrid_pattern(s) else " (plan the model with mtp_layers: 0 to train it without)"
+        return Refusal(f"model {s.name} has {what}, which {builder} does not build{fix}")
 
     return check_transformer_layers

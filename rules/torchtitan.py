@@ -179,8 +179,14 @@ def torchtitan_config(spec: ModelSpec) -> tuple[str, str] | None:
     differs only in its RoPE frequency scaling (Llama 3 beside torchtitan's Llama 3.1 configs)
     counts: shapes, parameters and cost are the same, and the export notes the difference."""
     return next(
-        (target for name, target in CONFIGS.items() if _same_but_rope_scaling(preset(name), spec)), None
+        (target for name, target in CONFIGS.items() if _same_but_rope_scaling(built(name), spec)), None
     )
+
+
+def built(name: str) -> ModelSpec:
+    """The model torchtitan's config for preset ``name`` builds: the preset without a
+    multi-token-prediction module (torchtitan 0.3.0's deepseek_v3 has none)."""
+    return replace(preset(name), mtp_layers=0)
 
 
 def _same_but_rope_scaling(built: ModelSpec, spec: ModelSpec) -> bool:
@@ -206,7 +212,7 @@ def check_model_config(ctx: RuleContext, draft: Draft) -> Refusal | None:
     """torchtitan builds only the models of its config_registry functions (CONFIGS)."""
     if torchtitan_config(ctx.spec) is not None:
         return None
-    same_shape = [n for n in CONFIGS if _shape(preset(n)) == _shape(ctx.spec)]
+    same_shape = [n for n in CONFIGS if _shape(built(n)) == _shape(ctx.spec)]
     hint = (
         f"; preset {same_shape[0]} has its shape but another architecture (e.g. RoPE "
         "scaling), so torchtitan would train another model"

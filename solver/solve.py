@@ -324,7 +324,8 @@ def _fits(
     stage_modes: tuple[Recompute, ...] | None = None,
 ) -> bool:
     """Some split of the layout's layers fits memory (the rank order does not change memory);
-    with several block kinds, of runs of blocks at their least memory (a relaxation)."""
+    with several block kinds, of the runs of blocks each rank can hold at their least memory
+    (tables.layer_caps: a relaxation)."""
     pp, vp = terms.plan.pp, terms.plan.vp
     slots = pipeline_slots(num_layers, pp, vp) or (0,) * pp
     k_total = (num_layers + sum(slots)) // vp

@@ -22,14 +22,14 @@ Also the layout's bounds used to prune before CP-SAT:
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from functools import cache
 
 from paraplan.cost import Job, Plan, Recompute, StageTerms, stage_terms
 from paraplan.cost.evaluate import step_time_s
-from paraplan.cost.memory import max_layers_per_stage, stage_memory, stage_memory_model
+from paraplan.cost.memory import StageMemory, max_layers_per_stage, stage_memory, stage_memory_model
 from paraplan.cost.plan import even_split, pipeline_slots
-from paraplan.cost.pp import pipeline_lower_bound_s
+from paraplan.cost.pp import in_flight_micro_batches, pipeline_lower_bound_s
 from paraplan.cost.stage import Affine
 from paraplan.graph import LayerGraph
 from paraplan.hardware import Cluster
@@ -181,7 +181,8 @@ def quick_lower_bound_s(terms: StageTerms, recomputes: list[Recompute], num_laye
     """Bound from the layout's terms alone: every block at the cheapest (stage, mode), perfectly
     balanced (pipeline_lower_bound_s), memory ignored, plus the least exposed DP sync. Stage
     fixed parts: their least over modes (middle stages share stage 1's on a homogeneous cluster).
-    Several block kinds: on ``terms.relaxed()`` (every block at the least of the kinds).
+    Several block kinds: the total is every block at its kind's cheapest cost
+    (_least_kind_total_s); per stage, the cheapest kind's.
     Pooled clusters: the slowest stage is also at least the water level of the stages' own
     fixed + per-layer lines (_water_level_s), so (m - 1/vp) * max(that, sum/pp) + sum/vp."""
     pp = terms.plan.pp
@@ -189,14 +190,15 @@ def quick_lower_bound_s(terms: StageTerms, recomputes: list[Recompute], num_laye
     weight = {s: 1 for s in stages}
     if not terms.pool_terms and pp > 2:
         weight[1] = pp - 2
-    exact_total = _least_kind_total_s(terms, recomputes, weight) if terms.heterogeneous else None
-    terms = terms.relaxed()
     fixed_s = {s: min(terms.stage_time(s, r).fixed for r in recomputes) for s in stages}
-    per_layer_s = {s: min(terms.block_at(s, r).time_s for r in recomputes) for s in stages}
-    total = sum(weight[s] * fixed_s[s] for s in stages) + num_layers * min(per_layer_s.values())
-    if exact_total is not None:
-        total = max(total, exact_total)
-    dp_lb = _dp_lower_bound_s(terms, recomputes, num_layers)
+    if terms.heterogeneous:  # the least kind per layer; the exact kind sum for the total
+        per_layer_s = {s: min(min(kind_costs(terms, s, r)) for r in recomputes) for s in stages}
+        total = _least_kind_total_s(terms, recomputes, weight, fixed_s)
+        dp_lb = 0.0  # relaxed terms do not bound exposed sync (StageTerms.relaxed)
+    else:
+        per_layer_s = {s: min(terms.block_at(s, r).time_s for r in recomputes) for s in stages}
+        total = sum(weight[s] * fixed_s[s] for s in stages) + num_layers * min(per_layer_s.values())
+        dp_lb = _dp_lower_bound_s(terms, recomputes, num_layers)
     vp, m = terms.plan.vp, terms.num_micro_batches
     if not terms.pool_terms:
         return pipeline_lower_bound_s(total, pp, vp, m) + dp_lb
@@ -233,52 +235,78 @@ def _stage_time_by_k(
     k_max: dict[tuple[int, Recompute], int],
     recomputes: list[Recompute],
     k_hi: int,
-    slot: int = 0,
+    slots: tuple[int, ...],
 ) -> list[float]:
     """f(k), k = 0..k_hi: the least time of ``stage`` holding vp*k - slot layers over the
     recompute modes whose memory fits them (INF where none does). Non-decreasing in k.
     Several block kinds: a bound, each of the stage's vp chunks at the cheapest run of as many
-    consecutive blocks anywhere in the model (``_least_run_s``)."""
+    consecutive blocks the rank can reach (``_least_chunks``)."""
     vp = terms.plan.vp
     if terms.heterogeneous:
-        return [_least_stage_s(terms, stage, k, k_max, recomputes, slot) for k in range(k_hi + 1)]
+        return [_least_stage_s(terms, stage, k, k_max, recomputes, slots) for k in range(k_hi + 1)]
     modes = sorted(recomputes, key=lambda r: terms.block_at(stage, r).time_s)
     lines = [(k_max[(stage, r)], terms.stage_time(stage, r)) for r in modes]
     out = []
     for k in range(k_hi + 1):
         line = next((line for cap, line in lines if cap >= k), None)
-        out.append(INF if line is None else line.at(max(0, vp * k - slot)))
+        out.append(INF if line is None else line.at(max(0, vp * k - slots[stage])))
     return out
 
 
 def kind_costs(terms: StageTerms, stage: int, recompute: Recompute) -> tuple[float, ...]:
     """One block of each kind on ``stage`` under ``recompute``: its forward + backward + exposed
     per-micro-batch communication (the base kind's per-layer time plus each kind's delta)."""
-    base = terms.stage_time(stage, recompute).per_layer
-    return tuple(base + d for d in terms.time_deltas(stage, recompute))
+    return tuple(b.time_s for b in terms.kind_blocks_at(stage, recompute))
 
 
 @cache
-def run_kind_counts(block_kinds: tuple[int, ...], length: int) -> tuple[tuple[int, ...], ...]:
-    """The distinct per-kind counts of every run of ``length`` consecutive blocks."""
-    num_kinds = max(block_kinds) + 1
+def run_kind_counts(kinds: tuple[int, ...], length: int, num_kinds: int) -> tuple[tuple[int, ...], ...]:
+    """The distinct per-kind counts (``num_kinds`` of them) of every run of ``length``
+    consecutive entries of ``kinds``."""
     out = set()
-    for start in range(len(block_kinds) - length + 1):
+    for start in range(len(kinds) - length + 1):
         counts = [0] * num_kinds
-        for k in block_kinds[start : start + length]:
+        for k in kinds[start : start + length]:
             counts[k] += 1
         out.add(tuple(counts))
     return tuple(sorted(out))
 
 
-def _least_run_s(block_kinds: tuple[int, ...], costs: tuple[float, ...], length: int) -> float:
-    """Least summed cost of ``length`` consecutive blocks (0 for none)."""
+def _least_run(kinds: tuple[int, ...], costs: tuple[float, ...], length: int) -> float:
+    """Least summed cost of ``length`` consecutive entries of ``kinds`` (0 for none; INF when
+    ``kinds`` is shorter)."""
     if length <= 0:
         return 0.0
-    return min(
-        sum(n * c for n, c in zip(counts, costs, strict=True))
-        for counts in run_kind_counts(block_kinds, length)
-    )
+    counts = run_kind_counts(kinds, length, len(costs))
+    if not counts:
+        return INF
+    return min(sum(n * c for n, c in zip(cnt, costs, strict=True)) for cnt in counts)
+
+
+@cache
+def chunk_reach(
+    block_kinds: tuple[int, ...], pp: int, vp: int, stage: int, slots: tuple[int, ...]
+) -> tuple[tuple[int, ...], ...]:
+    """Per chunk c of rank ``stage``, the kinds of the virtual positions it can cover over every
+    split: [c K + P_lo, (c + 1) K - R) of [embedding slot] + blocks + [loss slot] (K = k_total;
+    P_lo the least k of the ranks before it, R of those after; a slot is kind max + 1, free).
+    Runs inside these ranges include every chunk the rank can hold (and possibly runs across
+    ranges, which only lowers a least run: a bound stays a bound)."""
+    slot_kind = max(block_kinds) + 1
+    virtual = (slot_kind,) * slots[0] + block_kinds + (slot_kind,) * (slots[-1] if pp > 1 else 0)
+    k_total = len(virtual) // vp
+    low = [1 + sl for sl in slots]
+    first, after = sum(low[:stage]), sum(low[stage + 1 :])
+    return tuple(virtual[c * k_total + first : (c + 1) * k_total - after] for c in range(vp))
+
+
+def _least_chunks(
+    terms: StageTerms, stage: int, costs: tuple[float, ...], k: int, slots: tuple[int, ...]
+) -> float:
+    """Least cost of ``stage``'s vp chunks of k virtual positions each (chunk_reach), with
+    ``costs`` per block kind (slots cost nothing)."""
+    reach = chunk_reach(terms.block_kinds, terms.plan.pp, terms.plan.vp, stage, slots)
+    return sum(_least_run(kinds, (*costs, 0.0), k) for kinds in reach)
 
 
 def _least_stage_s(
@@ -287,31 +315,97 @@ def _least_stage_s(
     k: int,
     k_max: dict[tuple[int, Recompute], int],
     recomputes: list[Recompute],
-    slot: int,
+    slots: tuple[int, ...],
 ) -> float:
-    """A bound on ``stage`` holding vp chunks of k blocks (one of them k - slot): its fixed part
-    plus each chunk at its least run, over the modes whose memory cap holds k."""
-    vp, kinds = terms.plan.vp, terms.block_kinds
+    """A bound on ``stage`` holding vp chunks of k blocks (its slot among them): its fixed part
+    plus each chunk at its least run (_least_chunks), over the modes whose memory cap holds k."""
     best = INF
     for r in recomputes:
         if k_max[(stage, r)] < k:
             continue
-        line = terms.stage_time(stage, r)
-        costs = kind_costs(terms, stage, r)
-        chunks = (vp - 1) * _least_run_s(kinds, costs, k) + _least_run_s(kinds, costs, k - slot)
-        best = min(best, line.fixed + chunks)
+        fixed = terms.stage_time(stage, r).fixed
+        best = min(best, fixed + _least_chunks(terms, stage, kind_costs(terms, stage, r), k, slots))
     return best
 
 
-def _least_kind_total_s(terms: StageTerms, recomputes: list[Recompute], stages: dict[int, int]) -> float:
+def _least_kind_total_s(
+    terms: StageTerms,
+    recomputes: list[Recompute],
+    stages: dict[int, int],
+    fixed_s: dict[int, float] | None = None,
+) -> float:
     """Several block kinds: every block of each kind at its cheapest (stage, mode), whatever the
     split (memory ignored), plus each stage's least fixed part; ``stages`` weighs stage s."""
     counts = [terms.block_kinds.count(k) for k in range(terms.num_kinds)]
     least = [
         min(kind_costs(terms, s, r)[k] for s in stages for r in recomputes) for k in range(terms.num_kinds)
     ]
-    fixed = sum(w * min(terms.stage_time(s, r).fixed for r in recomputes) for s, w in stages.items())
+    if fixed_s is None:
+        fixed_s = {s: min(terms.stage_time(s, r).fixed for r in recomputes) for s in stages}
+    fixed = sum(w * fixed_s[s] for s, w in stages.items())
     return fixed + sum(n * c for n, c in zip(counts, least, strict=True))
+
+
+def _folded_min_max(
+    terms: StageTerms, recomputes: list[Recompute], k_total: int, k_hi: int, slots: tuple[int, ...]
+) -> tuple[float, list[int] | None]:
+    """Several block kinds: the least slowest-stage time over every split, memory ignored and
+    each block at its stage's cheapest mode, and a split that attains it (within 1e-9).
+
+    Chunk c of rank s holds virtual positions [c K + P_s, c K + P_{s+1}) of the sequence
+    [embedding slot] + blocks + [loss slot] (K = k_total, P_s = k_0 + ... + k_{s-1}), so stage s
+    costs F_s + sum_{i in [P_s, P_{s+1})} u_s[i] with u_s[i] = sum_c cost_s(block at c K + i):
+    a contiguous partition of the folded sequence u. Its min-max is found by bisection on T,
+    each T checked greedily (each stage takes the longest prefix within T that leaves every
+    later stage its least k = 1 + slot): exact for non-negative costs. Returns (a lower bound on
+    that least time, the greedy split at the upper end of the bisection)."""
+    pp, vp = terms.plan.pp, terms.plan.vp
+    kinds = terms.block_kinds
+    virtual: list[int | None] = [None] * slots[0] + list(kinds) + [None] * (slots[-1] if pp > 1 else 0)
+    if len(virtual) != vp * k_total:
+        return 0.0, None
+    stages = range(pp) if terms.pool_terms else [0]
+    folded: dict[int, list[float]] = {}
+    fixed = [min(terms.stage_time(s, r).fixed for r in recomputes) for s in range(pp)]
+    for s in stages:
+        costs = [min(kind_costs(terms, s, r)[k] for r in recomputes) for k in range(terms.num_kinds)]
+        prefix = [0.0]
+        for i in range(k_total):
+            u = sum(costs[b] for c in range(vp) if (b := virtual[c * k_total + i]) is not None)
+            prefix.append(prefix[-1] + u)
+        folded[s] = prefix
+    low = [1 + sl for sl in slots]
+
+    def split_within(t: float) -> list[int] | None:
+        ks, at = [], 0
+        for s in range(pp):
+            prefix = folded[s if terms.pool_terms else 0]
+            need_after = sum(low[s + 1 :])
+            longest = min(k_total - need_after - at, k_hi)
+            k = longest
+            while k >= low[s] and fixed[s] + prefix[at + k] - prefix[at] > t:
+                k -= 1
+            if k < low[s]:
+                return None
+            ks.append(k)
+            at += k
+        return ks if at == k_total else None
+
+    hi = max(fixed) + folded[stages[-1] if terms.pool_terms else 0][-1] * 2 + 1.0
+    lo = 0.0
+    best = split_within(hi)
+    if best is None:
+        return 0.0, None
+    for _ in range(64):
+        mid = (lo + hi) / 2
+        ks = split_within(mid)
+        if ks is None:
+            lo = mid
+        else:
+            hi, best = mid, ks
+        if hi - lo <= 1e-9 * hi:
+            break
+    return lo, best
 
 
 def _min_max_split(f: list[list[float]], k_total: int) -> list[int] | None:
@@ -343,14 +437,16 @@ def _lower_bound_s(
     recomputes: list[Recompute],
     num_layers: int,
     exact: StageTerms | None = None,
+    tmax_floor: float = 0.0,
 ) -> float:
     """(m - 1/vp) * tmax_lb + sum_lb / vp + optimizer_lb (see the module docstring); ``terms``
-    relaxed (several block kinds: StageTerms.relaxed), ``exact`` the layout's own for the sum."""
+    relaxed (several block kinds: StageTerms.relaxed), ``exact`` the layout's own for the sum;
+    ``tmax_floor`` a bound on the slowest stage from elsewhere (_folded_min_max)."""
     pp, vp, m = terms.plan.pp, terms.plan.vp, terms.num_micro_batches
     total = _least_total_s(exact or terms, k_max, recomputes, num_layers)
     if ks is None or total == INF:
         return INF
-    tmax = max(total / pp, max(f[s][k] for s, k in enumerate(ks)))
+    tmax = max(total / pp, max(f[s][k] for s, k in enumerate(ks)), tmax_floor)
     opt = [terms.optimizer(s) for s in range(pp)]
     opt_lb = max(
         max(o.at(vp) for o in opt),
@@ -452,13 +548,13 @@ def layer_caps(
     vp = terms.plan.vp
     slots = _slots(terms, num_layers) if num_layers is not None else (0,) * terms.plan.pp
     if terms.heterogeneous:
-        return {
-            (s, r): _kind_cap(terms, s, r, k_hi, slots[s])
-            if stage_modes is None or stage_modes[s] == r
-            else 0
-            for r in recomputes
-            for s in range(terms.plan.pp)
-        }
+        slots = _slots(terms, len(terms.block_kinds))
+        caps = {}
+        for r in recomputes:
+            for s, (fixed, per_kind) in enumerate(_kind_memory(terms, r)):
+                own = stage_modes is None or stage_modes[s] == r
+                caps[(s, r)] = _kind_cap(terms, s, fixed, per_kind, k_hi, slots) if own else 0
+        return caps
     return {
         (s, r): min(k_hi, (n + slots[s]) // vp) if stage_modes is None or stage_modes[s] == r else 0
         for r in recomputes
@@ -466,22 +562,67 @@ def layer_caps(
     }
 
 
-def _kind_cap(terms: StageTerms, stage: int, recompute: Recompute, k_hi: int, slot: int) -> int:
-    """Most k (at most k_hi) for which ``stage`` holding vp chunks of k blocks (one of k - slot)
-    can fit memory: its fixed bytes plus each chunk at the least memory of any run of as many
-    consecutive blocks (cost/memory.py's per-kind bytes). 0 if even k = 1 + slot does not fit."""
-    mem = stage_memory_model(terms, stage, recompute)
-    per_kind = tuple(mem.per_layer.total_bytes + d.total_bytes for d in mem.per_kind)
-    room = terms.stage_capacity_bytes(stage) - mem.fixed.total_bytes
-    vp, kinds = terms.plan.vp, terms.block_kinds
+def _kind_memory(terms: StageTerms, recompute: Recompute) -> list[tuple[float, tuple[float, ...]]]:
+    """Per stage, (fixed bytes, bytes of one block of each kind) under ``recompute``. On one
+    device type the middle stages differ only in their in-flight micro-batches, so stage 1's
+    model serves them with its activations scaled (as cost/memory.py max_layers_per_stage)."""
+    pp = terms.plan.pp
+
+    def parts(s: int) -> tuple[float, tuple[float, ...], tuple[float, ...]]:
+        mem = stage_memory_model(terms, s, recompute)
+        rows = [mem.per_layer] if not mem.per_kind else [_add(mem.per_layer, d) for d in mem.per_kind]
+        state = tuple(r.weights_bytes + r.grads_bytes + r.optimizer_bytes for r in rows)
+        act = tuple(r.activations_bytes + r.buffers_bytes for r in rows)  # buffers: their reserve share
+        return mem.fixed.total_bytes, state, act
+
+    if terms.pool_terms or pp <= 3:
+        out = []
+        for s in range(pp):
+            fixed, state, act = parts(s)
+            out.append((fixed, tuple(a + b for a, b in zip(state, act, strict=True))))
+        return out
+    ends = {s: parts(s) for s in (0, pp - 1)}
+    fixed1, state1, act1 = parts(1)
+    m = terms.num_micro_batches
+    held1 = in_flight_micro_batches(1, terms.plan, m)
+    out = []
+    for s in range(pp):
+        if s in ends:
+            fixed, state, act = ends[s]
+            out.append((fixed, tuple(a + b for a, b in zip(state, act, strict=True))))
+            continue
+        ratio = in_flight_micro_batches(s, terms.plan, m) / held1
+        out.append((fixed1, tuple(a + b * ratio for a, b in zip(state1, act1, strict=True))))
+    return out
+
+
+def _add(a: StageMemory, b: StageMemory) -> StageMemory:
+    return StageMemory(*(getattr(a, f) + getattr(b, f) for f in _MEMORY_PARTS))
+
+
+_MEMORY_PARTS = tuple(f.name for f in fields(StageMemory))
+
+
+def _kind_cap(
+    terms: StageTerms,
+    stage: int,
+    fixed_bytes: float,
+    per_kind: tuple[float, ...],
+    k_hi: int,
+    slots: tuple[int, ...],
+) -> int:
+    """Most k (at most k_hi) for which ``stage`` holding vp chunks of k blocks can fit memory:
+    its fixed bytes plus each chunk at the least memory of a run it can hold (_least_chunks of
+    the per-kind bytes, _kind_memory). 0 if even k = 1 + slot does not fit."""
+    room = terms.stage_capacity_bytes(stage) - fixed_bytes
 
     def fits(k: int) -> bool:
-        return (vp - 1) * _least_run_s(kinds, per_kind, k) + _least_run_s(kinds, per_kind, k - slot) <= room
+        return _least_chunks(terms, stage, per_kind, k, slots) <= room
 
-    lo, hi = 0, k_hi  # fits(lo) or lo == 0; find the largest k that fits
-    if not fits(1 + slot):
+    least = 1 + slots[stage]
+    if k_hi < least or not fits(least):
         return 0
-    lo = 1 + slot
+    lo, hi = least, k_hi
     while lo < hi:
         mid = (lo + hi + 1) // 2
         if fits(mid):
@@ -540,14 +681,19 @@ def build_tables(
     k_hi = max(k_choices) if k_choices else k_total - (pp - 1)
     bound = terms.relaxed()  # several block kinds: bounds from the least of them
     k_max = layer_caps(terms, recomputes, k_hi, stage_modes, num_layers)
-    f = [_stage_time_by_k(terms, s, k_max, recomputes, k_hi, slots[s]) for s in range(pp)]
+    f = [_stage_time_by_k(terms, s, k_max, recomputes, k_hi, slots) for s in range(pp)]
     ks = _min_max_split(f, k_total)
-    lower = _lower_bound_s(bound, f, ks, k_max, recomputes, num_layers, exact=terms)
+    folded_tmax, folded_ks = (
+        _folded_min_max(terms, recomputes, k_total, k_hi, slots) if terms.heterogeneous else (0.0, None)
+    )
+    lower = _lower_bound_s(bound, f, ks, k_max, recomputes, num_layers, exact=terms, tmax_floor=folded_tmax)
     candidates = [even_layers(num_layers, pp, vp)]
     if split:
         candidates = [split]
     elif k_choices is None:
         candidates.append(tuple(vp * k - sl for k, sl in zip(ks, slots, strict=True)) if ks else None)
+        if folded_ks:
+            candidates.append(tuple(vp * k - sl for k, sl in zip(folded_ks, slots, strict=True)))
     else:
         candidates = [
             c

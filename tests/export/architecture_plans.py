@@ -9,9 +9,11 @@ layer graph does not count, so a framework's parameter count can be compared exa
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from functools import cache
+from typing import Any
 
-from paraplan.graph import ModelSpec
+from paraplan.graph import ModelSpec, preset, to_fields
 
 import paraplan
 from paraplan.result import Result
@@ -31,6 +33,13 @@ def scenario(
         "cluster": {"preset": cluster, "nodes": nodes},
         "job": {"seq_len": seq_len, "global_batch": global_batch, "precision": precision},
     }
+
+
+def explicit(spec: ModelSpec, nodes: int, **kw: Any) -> dict:
+    """``scenario`` with ``spec`` written out field by field (a preset with a change)."""
+    out = scenario(spec.name, nodes, **kw)
+    out["model"] = to_fields(spec)
+    return out
 
 
 def plan(dp: int, tp: int = 1, pp: int = 1, **kw: object) -> dict:
@@ -192,8 +201,11 @@ TORCHTITAN_CASES: dict[str, tuple[dict, dict]] = {
     "qwen3-32b-pp2": (scenario("qwen3-32b", 4), plan(4, 4, 2)),
     "qwen3-30b-a3b-ep8": (scenario("qwen3-30b-a3b", 2), plan(16, ep=8)),
     "qwen3-30b-a3b-cp2-ep4": (scenario("qwen3-30b-a3b", 2), plan(8, cp=2, ep=4, zero=3)),
+    # torchtitan's DeepSeek-V3 has no multi-token prediction: the model without its MTP module
     "deepseek-v3-pp8-ep32": (
-        scenario("deepseek-v3", 32, global_batch=1024),
+        explicit(
+            replace(preset("deepseek-v3"), name="deepseek-v3-no-mtp", mtp_layers=0), 32, global_batch=1024
+        ),
         plan(32, 1, 8, ep=32, layers_per_stage=[7, 8, 8, 8, 8, 8, 8, 6]),
     ),
     "gpt-oss-120b-ep8": (scenario("gpt-oss-120b", 2), plan(16, ep=8, zero=3)),

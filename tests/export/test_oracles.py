@@ -311,7 +311,7 @@ def bridge_num_params(res: Result) -> int:
     import torch.distributed as dist
     from megatron.core import parallel_state
     from megatron.core.models.gpt import GPTModel
-    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_decoder_block_spec
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_decoder_block_spec, get_gpt_mtp_block_spec
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
     model = bridge_model(res)
@@ -351,10 +351,16 @@ def bridge_num_params(res: Result) -> int:
     spec = get_gpt_decoder_block_spec(
         config, use_transformer_engine=False, normalization=str(model["normalization"])
     )
+    # multi-token prediction (model.mtp_num_layers): Megatron-LM's pretrain_gpt.py builds its
+    # block from the decoder's layer spec the same way
+    mtp = (
+        get_gpt_mtp_block_spec(config, spec, use_transformer_engine=False) if config.mtp_num_layers else None
+    )
     with torch.device("meta"):
         gpt = GPTModel(
             config=config,
             transformer_layer_spec=spec,
+            mtp_block_spec=mtp,
             vocab_size=int(model["vocab_size"]),  # type: ignore[call-overload]
             max_sequence_length=int(model["max_position_embeddings"]),  # type: ignore
             **{k: model[k] for k in GPT_MODEL_ARGS if k != "vocab_size" and k in model},
