@@ -59,6 +59,38 @@ MOE_SCENARIOS = {
 }
 
 
+def hybrid_128() -> dict:
+    """A 128-layer hybrid model (Nemotron-H 56B's Mamba-2 / attention / MLP layers, its pattern
+    repeated to 128 layers, hidden 8192) as explicit fields: the issue's heterogeneous bound."""
+    from dataclasses import replace
+
+    from paraplan.graph import preset, to_fields
+
+    pattern = (("M-M-M-M*-" * 15)[:126] + "M-")[:128]
+    spec = replace(preset("nemotron-h-56b"), name="hybrid-128", num_layers=128, layer_pattern=pattern)
+    return to_fields(spec)
+
+
+HETEROGENEOUS_SCENARIOS = {
+    "128-layer hybrid (Mamba-2/attention/MLP) on 1,024 A100 40GB": {
+        "model": hybrid_128(),
+        "cluster": {"preset": "dgx-a100-40gb", "nodes": 128},
+        "job": {"seq_len": 4096, "global_batch": 2048},
+    },
+    "Nemotron-H 56B on 1,024 H100": {
+        "model": {"preset": "nemotron-h-56b"},
+        "cluster": {"preset": "dgx-h100", "nodes": 128},
+        "job": {"seq_len": 8192, "global_batch": 1024},
+    },
+    "Llama 4 Maverick on 1,024 H100": {
+        "model": {"preset": "llama4-maverick"},
+        "cluster": {"preset": "dgx-h100", "nodes": 128},
+        "job": {"seq_len": 8192, "global_batch": 1024},
+    },
+}
+"""Models whose layers differ (kinds placed by position, solver/constraints/positions.py)."""
+
+
 def _scenario(model: str, nodes: int, seq: int = 8192, batch: int | None = None) -> dict:
     """DGX H100 nodes; global batch one sequence per 4 GPUs, at least 64, unless given."""
     gpus = 8 * nodes
@@ -129,6 +161,10 @@ def main(argv: list[str] | None = None) -> int:
     for label, scenario in MOE_SCENARIOS.items():
         wall, status, step = _solve(scenario)
         print(f"{label}: {wall:.2f} s, {status}, step {step:.3f} s")
+    if not args.quick:
+        for label, scenario in HETEROGENEOUS_SCENARIOS.items():
+            wall, status, step = _solve(scenario)
+            print(f"{label}: {wall:.2f} s, {status}, step {step:.3f} s")
 
     grid = [(m, n) for m in PRESETS for n in NODES]
     if args.quick:

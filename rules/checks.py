@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from paraplan.graph import ModelSpec
 from paraplan.rules.base import Draft, Refusal, Rule, RuleContext, recompute_fixes, repair
 from paraplan.rules.plans import uniform_recompute
 from paraplan.rules.validity import ep_splits_experts, hybrid_pattern, mtp_layers
@@ -97,3 +98,32 @@ def transformer_layers_rule(builder: str) -> Rule:
         return Refusal(f"model {s.name} has {what}, which {builder} does not build{fix}")
 
     return check_transformer_layers
+
+
+LAYER_KINDS = ("mamba", "vision", "mtp", "window", "chunked")
+"""Layer kinds beyond attention + MLP/MoE blocks (graph/layers.py) an export may or may not build."""
+
+
+def layer_kinds(spec: ModelSpec) -> dict[str, str]:
+    """The model's layer kinds beyond attention + MLP/MoE blocks, each with how to say it."""
+    found = {
+        "mamba": (spec.has_ssm, "Mamba (state-space) layers"),
+        "vision": (spec.vision.num_layers > 0, "a vision encoder"),
+        "mtp": (spec.mtp_layers > 0, f"{spec.mtp_layers} MTP layers"),
+        "window": (spec.sliding_window > 0, f"sliding-window attention (window {spec.sliding_window})"),
+        "chunked": (spec.attention_chunk > 0, f"chunked local attention (chunk {spec.attention_chunk})"),
+    }
+    return {kind: what for kind, (on, what) in found.items() if on}
+
+
+def layer_kinds_rule(builder: str, builds: frozenset[str]) -> Rule:
+    """A rule refusing a model with a layer kind (LAYER_KINDS) the export ``builder`` does not
+    build or express: the framework would train another model than the one planned."""
+
+    def check_layer_kinds_built(ctx: RuleContext, draft: Draft) -> Refusal | None:
+        missing = [what for kind, what in layer_kinds(ctx.spec).items() if kind not in builds]
+        if not missing:
+            return None
+        return Refusal(f"model {ctx.spec.name} has {', '.join(missing)}, which {builder} does not build")
+
+    return check_layer_kinds_built

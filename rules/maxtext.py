@@ -18,7 +18,12 @@ from paraplan.rules.base import (
     order_fixes,
     repair,
 )
-from paraplan.rules.checks import check_dense_model, check_expert_tp_is_tp, uniform_recompute_rule
+from paraplan.rules.checks import (
+    check_dense_model,
+    check_expert_tp_is_tp,
+    layer_kinds,
+    uniform_recompute_rule,
+)
 from paraplan.rules.plans import order_matches
 
 __all__ = ["RULES", "SEARCH", "MODEL_RULES", "MODELS", "maxtext_order", "mesh_split", "slices"]
@@ -214,6 +219,8 @@ def check_model_keys(ctx: RuleContext, draft: Draft) -> Refusal | None:
         what
         for what, on in (
             ("multi-head latent attention", s.is_mla),
+            *((what, True) for what in layer_kinds(s).values()),
+            ("a hybrid or MoE layer pattern", bool(s.layer_pattern or s.moe_pattern)),
             (f"moe_layer_freq={s.moe_layer_freq}", s.moe_layer_freq > 1),
             (
                 "shared experts of another width",

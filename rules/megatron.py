@@ -20,7 +20,7 @@ from paraplan.rules.base import (
     order_fixes,
     repair,
 )
-from paraplan.rules.checks import dense_model_rule, uniform_recompute_rule
+from paraplan.rules.checks import dense_model_rule, layer_kinds_rule, uniform_recompute_rule
 from paraplan.rules.plans import order_matches, regroup, virtual_stage_ranges
 from paraplan.rules.validity import (
     batch_splits,
@@ -401,8 +401,15 @@ def check_hybrid_pattern(ctx: RuleContext, draft: Draft) -> Refusal | None:
     return None
 
 
+check_layer_kinds = layer_kinds_rule(
+    "Megatron-LM's pretrain_gpt.py / pretrain_mamba.py as exported (no vision encoder, no "
+    "chunked attention flag)",
+    frozenset({"mamba", "mtp", "window"}),
+)
+
 RULES = (
     check_architecture,
+    check_layer_kinds,
     check_hybrid_pattern,
     check_mtp_placement,
     check_moe_bias,
@@ -421,5 +428,5 @@ RULES = (
 SEARCH = SearchLimits()
 """solver.target=megatron: uneven stages through --pipeline-model-parallel-layout; one recompute
 setting for every rank."""
-MODEL_RULES = (check_architecture, check_hybrid_pattern)
+MODEL_RULES = (check_architecture, check_layer_kinds, check_hybrid_pattern)
 """The RULES that read only the model and job (solver.target checks them once, first)."""

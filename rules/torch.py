@@ -11,7 +11,12 @@ from dataclasses import dataclass, replace
 from paraplan.cost import Axis, Plan, Recompute
 from paraplan.cost.plan import chunk_layers
 from paraplan.rules.base import Draft, Refusal, RuleContext, SearchLimits, order_fixes, repair
-from paraplan.rules.checks import check_dense_model, transformer_layers_rule, uniform_recompute_rule
+from paraplan.rules.checks import (
+    check_dense_model,
+    layer_kinds_rule,
+    transformer_layers_rule,
+    uniform_recompute_rule,
+)
 from paraplan.rules.plans import order_matches, regroup, uniform_recompute
 
 __all__ = [
@@ -141,8 +146,12 @@ def check_dense_reference(ctx: RuleContext, draft: Draft) -> Refusal | None:
 check_transformer_layers = transformer_layers_rule("the PyTorch-native plan's reference model")
 """The script's reference model is a stack of dense Llama blocks (paraplan/export/reference_model.py)."""
 
+check_layer_kinds = layer_kinds_rule("the PyTorch-native plan's reference model", frozenset())
+"""Full causal attention only: no windows, chunks, Mamba layers, vision encoder or MTP."""
+
 RULES = (
     check_transformer_layers,
+    check_layer_kinds,
     check_dense_model,
     check_dense_reference,
     check_no_context_parallel,
@@ -154,7 +163,7 @@ RULES = (
 
 SEARCH = SearchLimits()
 """solver.target=torch: the script takes layers per virtual stage; every block wrapped alike."""
-MODEL_RULES = (check_transformer_layers, check_dense_reference)
+MODEL_RULES = (check_transformer_layers, check_layer_kinds, check_dense_reference)
 """The RULES that read only the model and job (solver.target checks them once, first)."""
 
 
