@@ -432,6 +432,25 @@ def _scenario_of_result(data: dict[str, Any]) -> dict[str, Any]:
     return {**data["scenario"], "plan": data["plan"]}
 
 
+def _model_objects(data: dict[str, Any]) -> dict[str, Any]:
+    """``model:`` given as a built ``LayerGraph`` or ``ModelSpec`` (the API): its fields, the
+    same explicit-model keys a file would write (graph.to_fields). A LayerGraph must be the
+    graph of its spec (paraplan.graph.build_graph): the spec is what the scenario carries."""
+    from paraplan.graph import LayerGraph, ModelSpec, build_graph, to_fields
+
+    model = data.get("model")
+    if isinstance(model, LayerGraph):
+        if build_graph(model.spec).layers() != model.layers():
+            raise ConfigError(
+                "model: a LayerGraph given to the API must be build_graph(spec) of its spec "
+                "(change the ModelSpec, e.g. layer_pattern or moe_pattern, to change the layers)"
+            )
+        return {**data, "model": to_fields(model.spec)}
+    if isinstance(model, ModelSpec):
+        return {**data, "model": to_fields(model)}
+    return data
+
+
 def load_scenario(source: str | PathLike[str] | dict[str, Any] | Scenario) -> Scenario:
     """Scenario from a YAML/JSON file path or a dict; ConfigError names each bad field, and the
     file and the cause when the file is no scenario document at all. A result document
@@ -439,7 +458,7 @@ def load_scenario(source: str | PathLike[str] | dict[str, Any] | Scenario) -> Sc
     if isinstance(source, Scenario):
         return source
     if isinstance(source, dict):
-        data, base, where = source, Path.cwd(), "scenario"  # relative paths: from here
+        data, base, where = _model_objects(source), Path.cwd(), "scenario"  # relative paths: from here
     elif isinstance(source, (str, PathLike)):
         path = Path(source)
         if "\0" in str(path):
