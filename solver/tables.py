@@ -22,6 +22,7 @@ Also the layout's bounds used to prune before CP-SAT:
 from __future__ import annotations
 
 import heapq
+import math
 from dataclasses import dataclass, field, fields, replace
 from functools import cache
 
@@ -298,6 +299,13 @@ def chunk_reach(
     low = [1 + sl for sl in slots]
     first, after = sum(low[:stage]), sum(low[stage + 1 :])
     return tuple(virtual[c * k_total + first : (c + 1) * k_total - after] for c in range(vp))
+
+
+@cache
+def _one_kind(reach: tuple[tuple[int, ...], ...], slot_kind: int) -> int | None:
+    """The one block kind every chunk's reach holds (slot positions aside), else None."""
+    kinds = {k for chunk in reach for k in chunk if k != slot_kind}
+    return next(iter(kinds)) if len(kinds) == 1 else None
 
 
 def _least_chunks(
@@ -615,11 +623,18 @@ def _kind_cap(
     its fixed bytes plus each chunk at the least memory of a run it can hold (_least_chunks of
     the per-kind bytes, _kind_memory). 0 if even k = 1 + slot does not fit."""
     room = terms.stage_capacity_bytes(stage) - fixed_bytes
+    least = 1 + slots[stage]
+    reach = chunk_reach(terms.block_kinds, terms.plan.pp, terms.plan.vp, stage, slots)
+    kind = _one_kind(reach, terms.num_kinds)
+    if kind is not None and per_kind[kind] > 0:  # closed form: vp k c - (slots in reach) c <= room
+        c = per_kind[kind]
+        free = sum(1 for chunk in reach if terms.num_kinds in chunk)
+        k = min(k_hi, min(len(chunk) for chunk in reach), math.floor((room + free * c) / (terms.plan.vp * c)))
+        return k if k >= least else 0
 
     def fits(k: int) -> bool:
         return _least_chunks(terms, stage, per_kind, k, slots) <= room
 
-    least = 1 + slots[stage]
     if k_hi < least or not fits(least):
         return 0
     lo, hi = least, k_hi
