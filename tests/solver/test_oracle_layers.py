@@ -1,6 +1,8 @@
 """Optimal means optimal with heterogeneous layers: the solver places every block by position
 (solver/constraints/positions.py), so on random models whose blocks differ (dense and MoE MLPs
-in any pattern: dense first layers, MoE every n-th layer) its objective equals the exhaustive
+in any pattern: dense first layers, MoE every n-th layer; windowed and global attention; Mamba-2,
+attention and MLP layers in a random hybrid pattern; with or without an MTP layer on the last
+stage) its objective equals the exhaustive
 minimum over every contiguous split (solver/enumerate.py scores each with cost.evaluate's
 functions, which count each stage's blocks of each kind at their exact positions)."""
 
@@ -12,6 +14,7 @@ import pytest
 from paraplan.cost import Job, Precision, Recompute, evaluate
 from paraplan.cost.plan import kind_counts
 from paraplan.graph import ModelSpec, build_graph
+from paraplan.graph.spec import Mamba
 from paraplan.hardware import build_cluster
 from paraplan.solver import Fixed, NoFitError, NoLayoutError, Options, SolverOptions, solve_instance
 from paraplan.solver.enumerate import enumerate_plans
@@ -32,21 +35,45 @@ def random_layers_instance(rng: random.Random):
     first = min(first, layers - 1) if freq == 1 else first
     if freq == 1 and first == 0:
         first = 1  # at least one dense block among the MoE ones
-    spec = ModelSpec(
-        name="rand-layers",
-        num_layers=layers,
-        hidden=hidden,
-        ffn_hidden=hidden * rng.choice([2, 4, 8]),
-        num_heads=heads,
-        num_kv_heads=rng.choice([h for h in (1, 2, 4, heads) if heads % h == 0]),
-        vocab=rng.choice([512, 32000]),
-        num_experts=experts,
-        top_k=rng.choice([k for k in (1, 2, 4) if k <= experts]),
-        moe_ffn_hidden=hidden * rng.choice([1, 2, 4]),
-        num_shared_experts=rng.choice([0, 1]),
-        first_dense_layers=first,
-        moe_layer_freq=freq,
-    )
+    family = rng.choice(["moe", "moe", "window", "hybrid"])
+    base = {
+        "name": f"rand-{family}",
+        "num_layers": layers,
+        "hidden": hidden,
+        "ffn_hidden": hidden * rng.choice([2, 4, 8]),
+        "num_heads": heads,
+        "num_kv_heads": rng.choice([h for h in (1, 2, 4, heads) if heads % h == 0]),
+        "vocab": rng.choice([512, 32000]),
+        "mtp_layers": 1 if rng.random() < 0.25 else 0,
+    }
+    if family == "moe":
+        spec = ModelSpec(
+            **base,
+            num_experts=experts,
+            top_k=rng.choice([k for k in (1, 2, 4) if k <= experts]),
+            moe_ffn_hidden=hidden * rng.choice([1, 2, 4]),
+            num_shared_experts=rng.choice([0, 1]),
+            first_dense_layers=first,
+            moe_layer_freq=freq,
+        )
+    elif family == "window":  # windowed attention with every n-th layer global (gpt-oss, Gemma 3)
+        spec = ModelSpec(
+            **base, sliding_window=rng.choice([256, 1024]), full_attention_every=rng.choice([2, 3])
+        )
+    else:  # Mamba-2 / attention / MLP layers in a random pattern (Nemotron-H style)
+        pattern = "".join(rng.choice("M*-") for _ in range(layers - 2)) + "M-"
+        spec = ModelSpec(
+            **base,
+            position_embedding="none",
+            layer_pattern=pattern,
+            mamba=Mamba(
+                version=2,
+                num_heads=2 * hidden // 64,
+                head_dim=64,
+                state_dim=64,
+                num_groups=rng.choice([1, 2]),
+            ),
+        )
     preset, gpus = rng.choice(CLUSTERS)
     job = Job(
         seq_len=rng.choice([1024, 4096, 16384]),
