@@ -244,7 +244,7 @@ def _stage_time_by_k(
     consecutive blocks the rank can reach (``_least_chunks``)."""
     vp = terms.plan.vp
     if terms.heterogeneous:
-        return [_least_stage_s(terms, stage, k, k_max, recomputes, slots) for k in range(k_hi + 1)]
+        return _least_stage_s(terms, stage, k_hi, k_max, recomputes, slots)
     modes = sorted(recomputes, key=lambda r: terms.block_at(stage, r).time_s)
     lines = [(k_max[(stage, r)], terms.stage_time(stage, r)) for r in modes]
     out = []
@@ -320,20 +320,23 @@ def _least_chunks(
 def _least_stage_s(
     terms: StageTerms,
     stage: int,
-    k: int,
+    k_hi: int,
     k_max: dict[tuple[int, Recompute], int],
     recomputes: list[Recompute],
     slots: tuple[int, ...],
-) -> float:
-    """A bound on ``stage`` holding vp chunks of k blocks (its slot among them): its fixed part
-    plus each chunk at its least run (_least_chunks), over the modes whose memory cap holds k."""
-    best = INF
-    for r in recomputes:
-        if k_max[(stage, r)] < k:
-            continue
-        fixed = terms.stage_time(stage, r).fixed
-        best = min(best, fixed + _least_chunks(terms, stage, kind_costs(terms, stage, r), k, slots))
-    return best
+) -> list[float]:
+    """For k = 0..k_hi, a bound on ``stage`` holding vp chunks of k blocks (its slot among them):
+    its fixed part plus each chunk at its least run (_least_chunks), over the modes whose memory
+    cap holds k (INF where none does)."""
+    modes = [(r, terms.stage_time(stage, r).fixed, kind_costs(terms, stage, r)) for r in recomputes]
+    out = []
+    for k in range(k_hi + 1):
+        best = INF
+        for r, fixed, costs in modes:
+            if k_max[(stage, r)] >= k:
+                best = min(best, fixed + _least_chunks(terms, stage, costs, k, slots))
+        out.append(best)
+    return out
 
 
 def _least_kind_total_s(
