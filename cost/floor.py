@@ -61,7 +61,8 @@ def _moe_comm_floor_s(graph: LayerGraph, index: int, plan: Plan, job: Job, clust
 
 
 def ends_floor_s(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster) -> float:
-    """Forward + backward compute of the embedding, final norm and LM head of one micro-batch
+    """Forward + backward compute of the first stage's head (embedding, a vision encoder) and
+    the last stage's tail (final norm, LM head, MTP) of one micro-batch
     (the part of compute_floor_s that is not blocks). Units: seconds."""
     accel = cluster.accelerator
     eff = cluster.efficiency
@@ -102,10 +103,7 @@ def compute_floor_s(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster) -
             for ly in layers
         )
 
-    ends = sum(
-        layer_forward(graph.layer(n), plan, job, accel, eff).forward_backward_s
-        for n in graph.head_names + graph.tail_names
-    )
+    ends = ends_floor_s(graph, plan, job, cluster)
     fastest = inner_tiers_fastest(cluster)
 
     def kind_floor(index: int) -> float:

@@ -43,7 +43,7 @@ MaxText's cross entropy keeps 4 B per logit element against the 6 B counted here
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from paraplan.cost.dp import WEIGHT_BYTES, StateBytes, grad_bytes, shard_degree, state_bytes
 from paraplan.cost.ep import expert_shard_degree
@@ -56,8 +56,8 @@ __all__ = [
     "StageMemoryModel",
     "stage_memory",
     "stage_memory_model",
-    "stage_memory_deltas",
     "max_layers_per_stage",
+    "kind_bytes_per_stage",
     "runtime_reserve_bytes",
     "num_communicators",
     "CUDA_CONTEXT_BYTES",
@@ -139,14 +139,7 @@ class StageMemoryModel:
         return _max_layers(capacity_bytes - self.fixed.total_bytes, self.per_layer.total_bytes)
 
 
-_PARTS = (
-    "weights_bytes",
-    "grads_bytes",
-    "optimizer_bytes",
-    "activations_bytes",
-    "buffers_bytes",
-    "reserve_bytes",
-)
+_PARTS = tuple(f.name for f in fields(StageMemory))
 
 
 def _max_layers(room_bytes: float, per_layer_bytes: float) -> int:
@@ -265,9 +258,36 @@ def _kind_delta(state: StateBytes, act_bytes: float, frag: float) -> StageMemory
     )
 
 
-def stage_memory_deltas(terms: StageTerms, stage: int, recompute: Recompute) -> tuple[float, ...]:
-    """Per kind: the peak bytes its block adds to ``stage`` beyond a base-kind block."""
-    return tuple(d.total_bytes for d in stage_memory_model(terms, stage, recompute).per_kind) or (0.0,)
+def kind_bytes_per_stage(terms: StageTerms, recompute: Recompute) -> list[tuple[float, tuple[float, ...]]]:
+    """Per stage, (fixed bytes, bytes of one block of each kind) under ``recompute``. On one
+    device type the middle stages differ only in their in-flight micro-batches, so stage 1's
+    model serves them with its activations scaled (as max_layers_per_stage)."""
+    pp = terms.plan.pp
+
+    def parts(s: int) -> tuple[float, tuple[float, ...], tuple[float, ...]]:
+        mem = stage_memory_model(terms, s, recompute)
+        rows = [mem.per_layer] if not mem.per_kind else [_add(mem.per_layer, d) for d in mem.per_kind]
+        state = tuple(r.weights_bytes + r.grads_bytes + r.optimizer_bytes for r in rows)
+        act = tuple(r.activations_bytes + r.buffers_bytes for r in rows)  # buffers: their reserve share
+        return mem.fixed.total_bytes, state, act
+
+    shared = not terms.pool_terms and pp > 3  # middle stages from stage 1's model
+    if shared:
+        fixed1, state1, act1 = parts(1)
+        held1 = in_flight_micro_batches(1, terms.plan, terms.num_micro_batches)
+    out = []
+    for s in range(pp):
+        if shared and 0 < s < pp - 1:
+            ratio = in_flight_micro_batches(s, terms.plan, terms.num_micro_batches) / held1
+            fixed, state, act = fixed1, state1, tuple(a * ratio for a in act1)
+        else:
+            fixed, state, act = parts(s)
+        out.append((fixed, tuple(a + b for a, b in zip(state, act, strict=True))))
+    return out
+
+
+def _add(a: StageMemory, b: StageMemory) -> StageMemory:
+    return StageMemory(*(getattr(a, f) + getattr(b, f) for f in _PARTS))
 
 
 def max_layers_per_stage(

@@ -147,7 +147,8 @@ class StageTerms:
         base = getattr(blocks[self.base_kind], field)
         return tuple(getattr(b, field) - base for b in blocks)
 
-    def _param_deltas(self, stage: int) -> tuple[tuple[float, float], ...]:
+    def param_deltas(self, stage: int) -> tuple[tuple[float, float], ...]:
+        """Per kind: (params, expert params) of its block less the base kind's."""
         t = self.at(stage)
         if not t.kinds:
             return ((0.0, 0.0),)
@@ -179,15 +180,11 @@ class StageTerms:
     def held_params(self, stage: int, layers: int | Counts) -> tuple[float, float]:
         """(params, routed-expert params) one device of ``stage`` holds with these blocks."""
         n = self.counts(layers)
-        deltas = self._param_deltas(stage)
+        deltas = self.param_deltas(stage)
         return (
             self.stage_params(stage, sum(n)) + _dot(tuple(d for d, _ in deltas), n),
             self.stage_expert_params(stage, sum(n)) + _dot(tuple(e for _, e in deltas), n),
         )
-
-    def param_deltas(self, stage: int) -> tuple[tuple[float, float], ...]:
-        """Per kind: (params, expert params) of its block less the base kind's."""
-        return self._param_deltas(stage)
 
     def _ends(self, stage: int, first: float, last: float) -> float:
         return (first if stage == 0 else 0.0) + (last if stage == self.plan.pp - 1 else 0.0)
@@ -223,7 +220,7 @@ class StageTerms:
 
     def sync_deltas(self, stage: int) -> tuple[float, ...]:
         sync, esync = self.at(stage).sync_lines
-        return tuple(sync.per_layer * p + esync.per_layer * e for p, e in self._param_deltas(stage))
+        return tuple(sync.per_layer * p + esync.per_layer * e for p, e in self.param_deltas(stage))
 
     def dp_exposed(self, stage: int, recompute: Recompute) -> Affine:
         """sync - window, where the window is the stage's last backward when overlap is on;
@@ -261,7 +258,7 @@ class StageTerms:
 
     def optimizer_deltas(self, stage: int) -> tuple[float, ...]:
         dense, expert = self._optimizer_scales(stage)
-        return tuple(p * dense + e * expert for p, e in self._param_deltas(stage))
+        return tuple(p * dense + e * expert for p, e in self.param_deltas(stage))
 
     def stage_time_s(self, stage: int, layers: int | Counts, recompute: Recompute) -> float:
         n = self.counts(layers)

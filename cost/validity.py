@@ -177,17 +177,21 @@ def check_chunks(plan: Plan, num_layers: int) -> None:
         )
 
 
+def _tp_splits_mamba(spec: ModelSpec, tp: int) -> bool:
+    """Mamba-2 heads and B/C groups (megatron-core ssm/mamba_mixer.py: ngroups % tp == 0,
+    nheads % tp == 0), Mamba-1's inner width; True without Mamba layers."""
+    m = spec.mamba
+    if not spec.has_ssm:
+        return True
+    if m.version == 2:
+        return m.num_groups % tp == 0 and m.num_heads % tp == 0
+    return (m.expand * spec.hidden) % tp == 0
+
+
 def tp_splits_layer_kinds(spec: ModelSpec, tp: int) -> bool:
-    """Whether tp ranks split the model's Mamba and vision layers: Mamba-2 heads and B/C groups
-    (megatron-core ssm/mamba_mixer.py: ngroups % tp == 0, nheads % tp == 0), Mamba-1's inner
-    width, the vision encoder's heads. True for a model with neither."""
-    if spec.has_ssm:
-        m = spec.mamba
-        if m.version == 2 and (m.num_groups % tp or m.num_heads % tp):
-            return False
-        if m.version != 2 and (m.expand * spec.hidden) % tp:
-            return False
-    return not (spec.vision.num_layers and spec.vision.num_heads % tp)
+    """Whether tp ranks split the model's Mamba layers (``_tp_splits_mamba``) and the vision
+    encoder's heads. True for a model with neither."""
+    return _tp_splits_mamba(spec, tp) and not (spec.vision.num_layers and spec.vision.num_heads % tp)
 
 
 def cp_splits_layer_kinds(spec: ModelSpec, cp: int) -> bool:
@@ -212,17 +216,14 @@ def check_layer_kinds(plan: Plan, spec: ModelSpec) -> None:
         )
     if tp_splits_layer_kinds(spec, plan.tp):
         return
-    if spec.has_ssm:
+    if not _tp_splits_mamba(spec, plan.tp):
         m = spec.mamba
         what = (
             f"mamba.num_groups={m.num_groups} and mamba.num_heads={m.num_heads}"
             if m.version == 2
             else f"the Mamba inner width {m.expand * spec.hidden}"
         )
-        if (m.version == 2 and (m.num_groups % plan.tp or m.num_heads % plan.tp)) or (
-            m.version != 2 and (m.expand * spec.hidden) % plan.tp
-        ):
-            raise ValueError(f"plan.tp={plan.tp} must divide {what} (TP splits the Mamba heads and groups)")
+        raise ValueError(f"plan.tp={plan.tp} must divide {what} (TP splits the Mamba heads and groups)")
     raise ValueError(
         f"plan.tp={plan.tp} must divide model.vision.num_heads={spec.vision.num_heads} "
         "(TP splits the vision encoder's heads)"

@@ -7,7 +7,7 @@ from dataclasses import replace
 from paraplan.graph import ModelSpec
 from paraplan.rules.base import Draft, Refusal, Rule, RuleContext, recompute_fixes, repair
 from paraplan.rules.plans import uniform_recompute
-from paraplan.rules.validity import ep_splits_experts, hybrid_pattern, mtp_layers
+from paraplan.rules.validity import ep_splits_experts
 
 __all__ = [
     "dense_model_rule",
@@ -81,33 +81,14 @@ def uniform_recompute_rule(framework_note: str) -> Rule:
     return check_recompute_uniform
 
 
-def transformer_layers_rule(builder: str) -> Rule:
-    """A rule refusing models whose layers are not all attention + MLP blocks (a hybrid layer
-    pattern, MTP layers) for a framework whose model code (``builder``) has only those."""
-
-    def check_transformer_layers(ctx: RuleContext, draft: Draft) -> Refusal | None:
-        s, mtp = ctx.spec, mtp_layers(ctx.spec)
-        if hybrid_pattern(s) is None and not mtp:
-            return None
-        what = (
-            "a hybrid layer pattern (Mamba/attention/MLP layers)"
-            if hybrid_pattern(s)
-            else f"{mtp} MTP layers"
-        )
-        fix = "" if hybrid_pattern(s) else " (plan the model with mtp_layers: 0 to train it without)"
-        return Refusal(f"model {s.name} has {what}, which {builder} does not build{fix}")
-
-    return check_transformer_layers
-
-
-LAYER_KINDS = ("mamba", "vision", "mtp", "window", "chunked")
+LAYER_KINDS = ("hybrid", "vision", "mtp", "window", "chunked")
 """Layer kinds beyond attention + MLP/MoE blocks (graph/layers.py) an export may or may not build."""
 
 
 def layer_kinds(spec: ModelSpec) -> dict[str, str]:
     """The model's layer kinds beyond attention + MLP/MoE blocks, each with how to say it."""
     found = {
-        "mamba": (spec.has_ssm, "Mamba (state-space) layers"),
+        "hybrid": (bool(spec.layer_pattern), "a hybrid layer pattern (Mamba/attention/MLP layers)"),
         "vision": (spec.vision.num_layers > 0, "a vision encoder"),
         "mtp": (spec.mtp_layers > 0, f"{spec.mtp_layers} MTP layers"),
         "window": (spec.sliding_window > 0, f"sliding-window attention (window {spec.sliding_window})"),
@@ -121,9 +102,18 @@ def layer_kinds_rule(builder: str, builds: frozenset[str]) -> Rule:
     build or express: the framework would train another model than the one planned."""
 
     def check_layer_kinds_built(ctx: RuleContext, draft: Draft) -> Refusal | None:
-        missing = [what for kind, what in layer_kinds(ctx.spec).items() if kind not in builds]
+        missing = {kind: what for kind, what in layer_kinds(ctx.spec).items() if kind not in builds}
         if not missing:
             return None
-        return Refusal(f"model {ctx.spec.name} has {', '.join(missing)}, which {builder} does not build")
+        fix = " (plan the model with mtp_layers: 0 to train it without)" if "mtp" in missing else ""
+        return Refusal(
+            f"model {ctx.spec.name} has {', '.join(missing.values())}, which {builder} does not build{fix}"
+        )
 
     return check_layer_kinds_built
+
+
+def transformer_layers_rule(builder: str) -> Rule:
+    """``layer_kinds_rule`` for a framework whose model code (``builder``) has transformer blocks
+    only: it refuses a hybrid layer pattern and MTP layers (windows and chunks are its configs')."""
+    return layer_kinds_rule(builder, frozenset(LAYER_KINDS) - {"hybrid", "mtp"})

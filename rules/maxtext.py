@@ -220,7 +220,7 @@ def check_model_keys(ctx: RuleContext, draft: Draft) -> Refusal | None:
         for what, on in (
             ("multi-head latent attention", s.is_mla),
             *((what, True) for what in layer_kinds(s).values()),
-            ("a hybrid or MoE layer pattern", bool(s.layer_pattern or s.moe_pattern)),
+            ("an MoE layer pattern", bool(s.moe_pattern)),
             (f"moe_layer_freq={s.moe_layer_freq}", s.moe_layer_freq > 1),
             (
                 "shared experts of another width",

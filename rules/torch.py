@@ -14,7 +14,6 @@ from paraplan.rules.base import Draft, Refusal, RuleContext, SearchLimits, order
 from paraplan.rules.checks import (
     check_dense_model,
     layer_kinds_rule,
-    transformer_layers_rule,
     uniform_recompute_rule,
 )
 from paraplan.rules.plans import order_matches, regroup, uniform_recompute
@@ -143,14 +142,11 @@ def check_dense_reference(ctx: RuleContext, draft: Draft) -> Refusal | None:
     )
 
 
-check_transformer_layers = transformer_layers_rule("the PyTorch-native plan's reference model")
-"""The script's reference model is a stack of dense Llama blocks (paraplan/export/reference_model.py)."""
-
 check_layer_kinds = layer_kinds_rule("the PyTorch-native plan's reference model", frozenset())
-"""Full causal attention only: no windows, chunks, Mamba layers, vision encoder or MTP."""
+"""The script's reference model is a stack of dense Llama blocks with full causal attention
+(paraplan/export/reference_model.py): no windows, chunks, hybrid layers, vision encoder or MTP."""
 
 RULES = (
-    check_transformer_layers,
     check_layer_kinds,
     check_dense_model,
     check_dense_reference,
@@ -163,7 +159,7 @@ RULES = (
 
 SEARCH = SearchLimits()
 """solver.target=torch: the script takes layers per virtual stage; every block wrapped alike."""
-MODEL_RULES = (check_transformer_layers, check_layer_kinds, check_dense_reference)
+MODEL_RULES = (check_layer_kinds, check_dense_reference)
 """The RULES that read only the model and job (solver.target checks them once, first)."""
 
 

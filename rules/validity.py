@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from paraplan.cost import Job, Plan
 from paraplan.cost import validity as _rule
-from paraplan.cost.validity import check_layer_kinds
 from paraplan.graph import ModelSpec
 
 __all__ = [
@@ -19,7 +18,6 @@ __all__ = [
     "cp_splits_sequence",
     "hybrid_pattern",
     "mtp_layers",
-    "layer_kinds_split",
 ]
 
 
@@ -49,21 +47,9 @@ def cp_splits_sequence(job: Job, cp: int) -> bool:
 def hybrid_pattern(spec: ModelSpec) -> str | None:
     """The model's hybrid layer pattern (one Megatron symbol per layer, HYBRID_SYMBOLS) from the
     spec's ``layer_pattern``, or None for a transformer whose layers all hold attention + MLP."""
-    pattern = getattr(spec, "layer_pattern", None)
-    return str(pattern) if pattern else None
+    return spec.layer_pattern or None
 
 
 def mtp_layers(spec: ModelSpec) -> int:
     """Multi-token-prediction layers after the decoder (DeepSeek-V3: 1), from ``spec.mtp_layers``."""
-    return int(getattr(spec, "mtp_layers", 0) or 0)
-
-
-def layer_kinds_split(spec: ModelSpec, plan: Plan) -> bool:
-    """Whether the plan's tp and cp split the model's Mamba and vision layers
-    (cost.validity.check_layer_kinds: no cp with Mamba layers; tp divides Mamba heads and groups and
-    the vision heads)."""
-    try:
-        check_layer_kinds(plan, spec)
-    except ValueError:
-        return False
-    return True
+    return spec.mtp_layers

@@ -193,6 +193,19 @@ def _comm_profile(
     return tuple(profile)
 
 
+def _cp_degrees(spec: ModelSpec, devices: int, seq_len: int, fixed: Fixed) -> list[int]:
+    """The cp degrees searched: powers of two up to 64 dividing ``devices`` that split the
+    sequence and the model's layers (cost/validity.py), or only the fixed one."""
+    return [
+        c
+        for c in (1, 2, 4, 8, 16, 32, 64)
+        if devices % c == 0
+        and cp_splits_sequence(seq_len, c)
+        and cp_splits_layer_kinds(spec, c)
+        and _allowed(c, fixed.cp)
+    ]
+
+
 def _tp_splits(spec: ModelSpec, tp: int) -> bool:
     """tp splits the attention heads and the Mamba / vision layers (cost/validity.py)."""
     return tp_splits_heads(spec.num_heads, spec.num_kv_heads, tp) and tp_splits_layer_kinds(spec, tp)
@@ -313,16 +326,7 @@ def families(
         return _pooled_families(spec, cluster, seq_len, global_batch, fixed, options, deadline)
     n = cluster.num_devices
     out: list[Plan] = []
-    cps = [
-        c
-        for c in (1, 2, 4, 8, 16, 32, 64)
-        if n % c == 0
-        and cp_splits_sequence(seq_len, c)
-        and cp_splits_layer_kinds(spec, c)
-        and _allowed(c, fixed.cp)
-    ]
-    if fixed.cp is not None and fixed.cp not in cps:
-        cps = []
+    cps = _cp_degrees(spec, n, seq_len, fixed)
     for tp in divisors(n):
         if not (_tp_splits(spec, tp) and _allowed(tp, fixed.tp)):
             continue
@@ -594,14 +598,7 @@ def _pooled_families(
     for seq in _pool_sequences(cluster, fixed):
         _on_time(deadline)
         g = gcd(*(cluster.pools[p].num_devices for p in seq))
-        cps = [
-            c
-            for c in (1, 2, 4, 8, 16, 32, 64)
-            if g % c == 0
-            and cp_splits_sequence(seq_len, c)
-            and cp_splits_layer_kinds(spec, c)
-            and _allowed(c, fixed.cp)
-        ]
+        cps = _cp_degrees(spec, g, seq_len, fixed)
         for tp in divisors(g):
             if not (_tp_splits(spec, tp) and _allowed(tp, fixed.tp)):
                 continue

@@ -23,14 +23,14 @@ from __future__ import annotations
 
 import heapq
 import math
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from functools import cache
 
 from paraplan.cost import Job, Plan, Recompute, StageTerms, stage_terms
 from paraplan.cost.evaluate import step_time_s
-from paraplan.cost.memory import StageMemory, max_layers_per_stage, stage_memory, stage_memory_model
+from paraplan.cost.memory import kind_bytes_per_stage, max_layers_per_stage, stage_memory, stage_memory_model
 from paraplan.cost.plan import even_split, pipeline_slots
-from paraplan.cost.pp import in_flight_micro_batches, pipeline_lower_bound_s
+from paraplan.cost.pp import pipeline_lower_bound_s
 from paraplan.cost.stage import Affine
 from paraplan.graph import LayerGraph
 from paraplan.hardware import Cluster
@@ -562,7 +562,7 @@ def layer_caps(
         slots = _slots(terms, len(terms.block_kinds))
         caps = {}
         for r in recomputes:
-            for s, (fixed, per_kind) in enumerate(_kind_memory(terms, r)):
+            for s, (fixed, per_kind) in enumerate(kind_bytes_per_stage(terms, r)):
                 own = stage_modes is None or stage_modes[s] == r
                 caps[(s, r)] = _kind_cap(terms, s, fixed, per_kind, k_hi, slots) if own else 0
         return caps
@@ -571,47 +571,6 @@ def layer_caps(
         for r in recomputes
         for s, n in enumerate(max_layers_per_stage(terms, r))
     }
-
-
-def _kind_memory(terms: StageTerms, recompute: Recompute) -> list[tuple[float, tuple[float, ...]]]:
-    """Per stage, (fixed bytes, bytes of one block of each kind) under ``recompute``. On one
-    device type the middle stages differ only in their in-flight micro-batches, so stage 1's
-    model serves them with its activations scaled (as cost/memory.py max_layers_per_stage)."""
-    pp = terms.plan.pp
-
-    def parts(s: int) -> tuple[float, tuple[float, ...], tuple[float, ...]]:
-        mem = stage_memory_model(terms, s, recompute)
-        rows = [mem.per_layer] if not mem.per_kind else [_add(mem.per_layer, d) for d in mem.per_kind]
-        state = tuple(r.weights_bytes + r.grads_bytes + r.optimizer_bytes for r in rows)
-        act = tuple(r.activations_bytes + r.buffers_bytes for r in rows)  # buffers: their reserve share
-        return mem.fixed.total_bytes, state, act
-
-    if terms.pool_terms or pp <= 3:
-        out = []
-        for s in range(pp):
-            fixed, state, act = parts(s)
-            out.append((fixed, tuple(a + b for a, b in zip(state, act, strict=True))))
-        return out
-    ends = {s: parts(s) for s in (0, pp - 1)}
-    fixed1, state1, act1 = parts(1)
-    m = terms.num_micro_batches
-    held1 = in_flight_micro_batches(1, terms.plan, m)
-    out = []
-    for s in range(pp):
-        if s in ends:
-            fixed, state, act = ends[s]
-            out.append((fixed, tuple(a + b for a, b in zip(state, act, strict=True))))
-            continue
-        ratio = in_flight_micro_batches(s, terms.plan, m) / held1
-        out.append((fixed1, tuple(a + b * ratio for a, b in zip(state1, act1, strict=True))))
-    return out
-
-
-def _add(a: StageMemory, b: StageMemory) -> StageMemory:
-    return StageMemory(*(getattr(a, f) + getattr(b, f) for f in _MEMORY_PARTS))
-
-
-_MEMORY_PARTS = tuple(f.name for f in fields(StageMemory))
 
 
 def _kind_cap(
@@ -624,7 +583,7 @@ def _kind_cap(
 ) -> int:
     """Most k (at most k_hi) for which ``stage`` holding vp chunks of k blocks can fit memory:
     its fixed bytes plus each chunk at the least memory of a run it can hold (_least_chunks of
-    the per-kind bytes, _kind_memory). 0 if even k = 1 + slot does not fit."""
+    the per-kind bytes, cost.memory.kind_bytes_per_stage). 0 if even k = 1 + slot does not fit."""
     room = terms.stage_capacity_bytes(stage) - fixed_bytes
     least = 1 + slots[stage]
     reach = chunk_reach(terms.block_kinds, terms.plan.pp, terms.plan.vp, stage, slots)

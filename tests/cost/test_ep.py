@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from paraplan.cost import Job, Plan, Precision, Recompute, evaluate, stage_terms
 from paraplan.cost.comm import alltoall_s, group_span
@@ -140,18 +142,7 @@ def test_dense_first_layers_cost_as_dense_where_they_are() -> None:
         moe_ffn_hidden=512,
         first_dense_layers=2,
     )
-    all_moe = ModelSpec(
-        name="m",
-        num_layers=8,
-        hidden=1024,
-        ffn_hidden=4096,
-        num_heads=8,
-        num_kv_heads=8,
-        vocab=1000,
-        num_experts=16,
-        top_k=2,
-        moe_ffn_hidden=512,
-    )
+    all_moe = replace(spec, first_dense_layers=0)
     cluster = build_cluster("dgx-h100", gpus=8)
     job = Job(seq_len=2048, global_batch=16)
     plan = Plan(dp=8, tp=1, pp=1, ep=4, recompute=(Recompute.NONE,), layers_per_stage=(8,))
