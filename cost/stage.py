@@ -16,7 +16,7 @@ solver chooses the split over the same affine terms without re-deriving any form
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from functools import cached_property
 
 from paraplan.cost.block import (
@@ -100,6 +100,9 @@ class StageTerms:
     block_kinds: tuple[int, ...] = ()
     base_kind: int = 0
     relaxation: bool = False  # built by relaxed(): bounds time and memory, not exposed DP sync
+    _kind_times: dict[tuple[int, Recompute], tuple[float, ...]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )  # kind_time_s, per (pool stage, mode): the bounds ask it ~10^6 times per solve
 
     def at(self, stage: int) -> StageTerms:
         """The terms that cost ``stage``: on a pooled cluster those of the pool hosting it (the
@@ -141,11 +144,20 @@ class StageTerms:
         t = self.at(stage)
         return tuple(k.block[recompute] for k in t.kinds) if t.kinds else (t.block[recompute],)
 
-    def _deltas(self, stage: int, recompute: Recompute, field: str) -> tuple[float, ...]:
-        """Per kind: its block's ``field`` less the base kind's (module docstring)."""
+    def kind_time_s(self, stage: int, recompute: Recompute) -> tuple[float, ...]:
+        """One block of each kind of ``stage`` under ``recompute``: its forward + backward +
+        exposed per-micro-batch communication (BlockCost.time_s)."""
+        key = (stage if self.pool_terms else 0, recompute)
+        times = self._kind_times.get(key)
+        if times is None:
+            times = self._kind_times[key] = tuple(b.time_s for b in self.kind_blocks_at(stage, recompute))
+        return times
+
+    def _deltas(self, stage: int, recompute: Recompute, attr: str) -> tuple[float, ...]:
+        """Per kind: its block's ``attr`` less the base kind's (module docstring)."""
         blocks = self.kind_blocks_at(stage, recompute)
-        base = getattr(blocks[self.base_kind], field)
-        return tuple(getattr(b, field) - base for b in blocks)
+        base = getattr(blocks[self.base_kind], attr)
+        return tuple(getattr(b, attr) - base for b in blocks)
 
     def param_deltas(self, stage: int) -> tuple[tuple[float, float], ...]:
         """Per kind: (params, expert params) of its block less the base kind's."""

@@ -257,7 +257,7 @@ def _stage_time_by_k(
 def kind_costs(terms: StageTerms, stage: int, recompute: Recompute) -> tuple[float, ...]:
     """One block of each kind on ``stage`` under ``recompute``: its forward + backward + exposed
     per-micro-batch communication (the base kind's per-layer time plus each kind's delta)."""
-    return tuple(b.time_s for b in terms.kind_blocks_at(stage, recompute))
+    return terms.kind_time_s(stage, recompute)
 
 
 @cache
@@ -348,9 +348,8 @@ def _least_kind_total_s(
     """Several block kinds: every block of each kind at its cheapest (stage, mode), whatever the
     split (memory ignored), plus each stage's least fixed part; ``stages`` weighs stage s."""
     counts = [terms.block_kinds.count(k) for k in range(terms.num_kinds)]
-    least = [
-        min(kind_costs(terms, s, r)[k] for s in stages for r in recomputes) for k in range(terms.num_kinds)
-    ]
+    costs = [kind_costs(terms, s, r) for s in stages for r in recomputes]
+    least = [min(c[k] for c in costs) for k in range(terms.num_kinds)]
     if fixed_s is None:
         fixed_s = {s: min(terms.stage_time(s, r).fixed for r in recomputes) for s in stages}
     fixed = sum(w * fixed_s[s] for s, w in stages.items())
