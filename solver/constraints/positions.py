@@ -71,7 +71,7 @@ def add_positions(model: cp_model.CpModel, lv: LayoutVars) -> None:
             ]
             if s == pp - 1:
                 ends[-1] = total * lv.use
-            n = sum(ends[c] - starts[c][s] for c in range(vp))
+            n = cp_model.LinearExpr.sum(ends) - cp_model.LinearExpr.sum([row[s] for row in starts])
             parts = {r: model.new_int_var(0, total, f"kind_{i}_{q}_{s}_{r.value}") for r in tab.recomputes}
             for r, y in parts.items():
                 model.add(y <= total * lv.rec[s][r])
