@@ -175,15 +175,17 @@ def repeat(n: int, *layers: LayerItem | Iterable[LayerItem]) -> tuple[LayerItem,
     return tuple(flat) * n
 
 
+_END = object()  # end of one level of nested layer lists
+
+
 def _flatten(layers: Iterable[Any]) -> list[tuple[str, LayerItem]]:
     """(``layers[i]``, item) for every descriptor of ``layers`` (nested lists flattened; the
     index counts the flattened list); ValueError for anything that is not a descriptor."""
     out: list[tuple[str, LayerItem]] = []
-    stack: list[Iterable[Any]] = []
     iterators = [iter(layers)]
     while iterators:
-        item = next(iterators[-1], stack)
-        if item is stack:  # sentinel: this level is exhausted
+        item = next(iterators[-1], _END)
+        if item is _END:
             iterators.pop()
             continue
         if isinstance(item, _ITEM_TYPES):

@@ -57,6 +57,8 @@ LISTS = {
         repeat(5, Mlp(), Mamba()),
         Mlp(),
     ],
+    # Qwen2.5-VL: 80 dense blocks behind its ViT encoder (the vision= field)
+    "qwen2.5-vl-72b": [repeat(80, Block())],
     # Jamba: Mamba-1 mixers, attention on every 8th layer, MoE on every other MLP
     "jamba-1.5-mini": [
         repeat(
@@ -117,6 +119,24 @@ def test_descriptor_sizes_set_the_model_fields() -> None:
     assert spec.layer_pattern == "M-*EM-*E"
     assert (spec.ffn_hidden, spec.num_experts, spec.top_k, spec.moe_ffn_hidden) == (4096, 16, 2, 1024)
     assert spec.mamba.num_heads == 32
+
+
+def test_windows_in_a_hybrid_list_fall_on_its_attention_positions() -> None:
+    graph = LayerGraph.from_layers(
+        [repeat(2, Mamba(), Attention(window=64), Mlp(), Attention())],
+        hidden=1024, num_heads=8, vocab=1000, ffn_hidden=4096, position_embedding="none",
+        mamba=Mamba(version=2, num_heads=32, head_dim=64),
+    )  # fmt: skip
+    windows = {ly.name: ly.window for ly in graph.layers() if ly.kind.value == "attention"}
+    assert windows == {"attn_1": 64, "attn_3": 0, "attn_5": 64, "attn_7": 0}
+    assert (graph.spec.layer_pattern, graph.spec.full_attention_every) == ("M*-*" * 2, 4)
+    # full attention at positions 4 and 10 (4 + 1 and 10 + 1 share no n): refused
+    with pytest.raises(ValueError, match=r"layers\[10\]: full attention at layer 10 fits no n"):
+        LayerGraph.from_layers(
+            [repeat(2, Mamba(), Attention(window=64), Mlp(), Mamba(), Attention(), Mlp())],
+            hidden=1024, num_heads=8, vocab=1000, ffn_hidden=4096, position_embedding="none",
+            mamba=Mamba(version=2, num_heads=32, head_dim=64),
+        )  # fmt: skip
 
 
 SMALL = {"hidden": 1024, "num_heads": 8, "vocab": 1000, "ffn_hidden": 4096}
