@@ -44,7 +44,6 @@ __all__ = [
     "LayerItem",
     "repeat",
     "from_layers",
-    "compile_layers",
     "scenario_layers",
     "DERIVED_FIELDS",
     "DEFAULT_LEGEND",
@@ -197,7 +196,8 @@ def _flatten(layers: Iterable[Any]) -> list[tuple[str, LayerItem]]:
         else:
             raise ValueError(
                 f"layers[{len(out)}] is a {type(item).__name__}, not a layer; give Attention, Mlp, "
-                "Moe, Mamba, Block or Mtp (paraplan.graph), or lists of them"
+                "Moe, Mamba, Block or Mtp (paraplan.graph), or lists of them (a vision encoder is the "
+                "vision= field)"
             )
     return out
 
@@ -247,11 +247,11 @@ def from_layers(
         "num_kv_heads": num_kv_heads or num_heads,
         **fields,
     }
-    derived = compile_layers(_placed(_flatten(layers)), given, lambda f: f)
+    derived = _compile_layers(_placed(_flatten(layers)), given, lambda f: f)
     return build_graph(ModelSpec(name=name, **{**given, **derived}))
 
 
-def compile_layers(
+def _compile_layers(
     items: Sequence[_Placed], given: Mapping[str, Any], field_name: Callable[[str], str]
 ) -> dict[str, Any]:
     """The ModelSpec fields (by their ModelSpec names) that make build_graph produce exactly
@@ -508,7 +508,7 @@ def scenario_layers(model: Mapping[str, Any]) -> dict[str, Any]:
     """The scenario's explicit ``model:`` keys that ``model.layers`` given as a pattern or a list
     stands for (``layers`` the count, ``layer_pattern`` or ``moe_pattern`` / ``first_dense_layers``
     / ``moe_layer_freq``, ``sliding_window`` / ``attention_chunk``, ``full_attention_every``,
-    ``nope_full_attention``, ``mtp_layers``), compiled with :func:`compile_layers`.
+    ``nope_full_attention``, ``mtp_layers``), compiled with the same compiler as from_layers.
 
     ``layers`` is ``{pattern: "M*M-ME", legend: {...}, repeat: n}`` (one legend character per
     layer; Megatron's symbols by default; spaces ignored) or a list of entries. An entry is a
@@ -522,7 +522,7 @@ def scenario_layers(model: Mapping[str, Any]) -> dict[str, Any]:
     _document(model["layers"], "model.layers", given, items)
     numbered = [(f"{w} (layer {k})", x) for k, (w, x) in enumerate(items)]
     placed = [_Placed(x, w, m) for w, x, m in _with_mlp_paths(numbered)]
-    derived = compile_layers(placed, given, lambda f: f"model.{scenario_key(f)}")
+    derived = _compile_layers(placed, given, lambda f: f"model.{scenario_key(f)}")
     return {scenario_key(k): v for k, v in derived.items()}
 
 
