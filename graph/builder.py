@@ -247,21 +247,22 @@ def from_layers(
         "num_kv_heads": num_kv_heads or num_heads,
         **fields,
     }
-    derived = _compile_layers(_placed(_flatten(layers)), given, lambda f: f)
+    derived = _compile_layers(_placed(_flatten(layers)), given, lambda f: f, "layers")
     return build_graph(ModelSpec(name=name, **{**given, **derived}))
 
 
 def _compile_layers(
-    items: Sequence[_Placed], given: Mapping[str, Any], field_name: Callable[[str], str]
+    items: Sequence[_Placed], given: Mapping[str, Any], field_name: Callable[[str], str], root: str
 ) -> dict[str, Any]:
     """The ModelSpec fields (by their ModelSpec names) that make build_graph produce exactly
     ``items``: ``num_layers`` and the pattern, attention, width and MTP fields (only those not at
     their defaults). ``given``: the model's other fields (checked against the list);
-    ``field_name``: how an error names a field (``num_experts`` or ``model.experts``)."""
+    ``field_name``: how an error names a field (``num_experts`` or ``model.experts``), ``root``
+    the list (``layers`` or ``model.layers``)."""
     for key in DERIVED_FIELDS:
         if given.get(key) not in (None, _default(key)):
             raise ValueError(f"{field_name(key)} is set by the layers list; drop it")
-    body, mtp = _split_mtp(items)
+    body, mtp = _split_mtp(items, root)
     hybrid = any(not isinstance(p.layer, Block) for p in body)
     positions = _positions(body, hybrid)
     out: dict[str, Any] = {"num_layers": len(positions)}
@@ -287,17 +288,17 @@ def _default(field: str) -> Any:
     return next((f.default for f in dataclass_fields(ModelSpec) if f.name == field), None)
 
 
-def _split_mtp(items: Sequence[_Placed]) -> tuple[list[_Placed], int]:
+def _split_mtp(items: Sequence[_Placed], root: str) -> tuple[list[_Placed], int]:
     """The blocks before the trailing MTP modules, and how many there are."""
     body = [p for p in items if not isinstance(p.layer, Mtp)]
     if not body:
-        raise ValueError("layers: the list needs at least one layer before any Mtp()")
+        raise ValueError(f"{root}: the list needs at least one layer (before any MTP module)")
     last_block = max(i for i, p in enumerate(items) if not isinstance(p.layer, Mtp))
     early = next((p for p in items[:last_block] if isinstance(p.layer, Mtp)), None)
     if early is not None:
         raise ValueError(
-            f"{early.where}: an Mtp() module must come after the last block (a multi-token-prediction "
-            "module follows the final norm and LM head; ModelSpec.mtp_layers)"
+            f"{early.where}: an MTP module (Mtp(), mtp: true) must come after the last block (a "
+            "multi-token-prediction module follows the final norm and LM head; ModelSpec.mtp_layers)"
         )
     return body, len(items) - len(body)
 
@@ -522,7 +523,7 @@ def scenario_layers(model: Mapping[str, Any]) -> dict[str, Any]:
     _document(model["layers"], "model.layers", given, items)
     numbered = [(f"{w} (layer {k})", x) for k, (w, x) in enumerate(items)]
     placed = [_Placed(x, w, m) for w, x, m in _with_mlp_paths(numbered)]
-    derived = _compile_layers(placed, given, lambda f: f"model.{scenario_key(f)}")
+    derived = _compile_layers(placed, given, lambda f: f"model.{scenario_key(f)}", "model.layers")
     return {scenario_key(k): v for k, v in derived.items()}
 
 

@@ -177,7 +177,7 @@ SMALL = {"hidden": 1024, "num_heads": 8, "vocab": 1000, "ffn_hidden": 4096}
             {},
             r"layers\[0\]\.attention: full attention at layer 0 makes every layer full",
         ),
-        ([Block(), Mtp(), Block()], {}, r"layers\[1\]: an Mtp\(\) module must come after the last block"),
+        ([Block(), Mtp(), Block()], {}, r"layers\[1\]: an MTP module .* must come after the last block"),
         ([Block(mlp="moe")], {}, r"layers\[0\]\.mlp: a MoE layer needs its experts"),
         (
             [Block()],
