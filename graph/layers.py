@@ -29,6 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from functools import cached_property
+from typing import Any
 
 import networkx as nx
 from paraplan.graph.spec import ModelSpec
@@ -172,8 +173,24 @@ class Layer:
 
 @dataclass(frozen=True)
 class LayerGraph:
+    """The model's layers in execution order (module docstring), built from its ``spec`` by
+    :func:`build_graph`. Ways in: a preset or Hugging Face config (``paraplan.graph.preset``,
+    ``from_hf_config``), a traced ``torch.nn.Module`` (``from_module``), or the layers listed in
+    Python: ``LayerGraph.from_layers([repeat(3, Block()), repeat(58, Block(mlp="moe")), Mtp()],
+    hidden=..., ...)`` (paraplan.graph.builder; a scenario file's ``model.layers`` pattern or
+    list compiles the same way). ``paraplan.solve({"model": graph, ...})`` plans it."""
+
     spec: ModelSpec
     graph: nx.DiGraph
+
+    @classmethod
+    def from_layers(cls, layers: Any, **fields: Any) -> LayerGraph:
+        """The graph of the model whose layers are ``layers`` (Attention, Mlp, Moe, Mamba, Block,
+        Mtp descriptors; ``repeat`` for runs), with ``fields`` its sizes (hidden, num_heads,
+        vocab, ...): paraplan.graph.builder.from_layers."""
+        from paraplan.graph.builder import from_layers
+
+        return from_layers(layers, **fields)
 
     @cached_property
     def _ordered(self) -> tuple[Layer, ...]:

@@ -122,7 +122,12 @@ class ModelSection(Section):
         "FLOPs and parameters still agree within 1%",
     )
     name: str | None = Field(None, description="display name for explicit models")
-    layers: int | None = Field(None, ge=1)
+    layers: int | None = Field(
+        None,
+        ge=1,
+        description="layer count; a file may give a pattern or a list of layers instead, compiled "
+        "to the count and the pattern fields before validation (model_layers, graph/builder.py)",
+    )
     hidden: int | None = Field(None, ge=1)
     ffn_hidden: int | None = Field(None, ge=1)
     heads: int | None = Field(None, ge=1)
@@ -451,6 +456,24 @@ def _model_objects(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
+def model_layers(data: dict[str, Any]) -> dict[str, Any]:
+    """``model.layers`` given as a pattern (``{pattern: "M*M-", legend: ...}``) or a list of
+    layer entries: the scenario with the explicit keys it stands for (``layers`` the count,
+    ``layer_pattern`` or ``moe_pattern`` / ``first_dense_layers`` / ``moe_layer_freq``, the
+    attention and ``mtp_layers`` keys; graph.builder.scenario_layers), so the rest of paraplan,
+    and a result's recorded scenario, see plain fields. ConfigError names the path
+    (``model.layers[3].mlp``) and the rule."""
+    from paraplan.graph.builder import scenario_layers
+
+    model = data.get("model")
+    if not isinstance(model, dict) or not isinstance(model.get("layers"), dict | list):
+        return data
+    try:
+        return {**data, "model": {**model, **scenario_layers(model)}}
+    except ValueError as e:
+        raise ConfigError(f"invalid scenario: {e}") from None
+
+
 def load_scenario(source: str | PathLike[str] | dict[str, Any] | Scenario) -> Scenario:
     """Scenario from a YAML/JSON file path or a dict; ConfigError names each bad field, and the
     file and the cause when the file is no scenario document at all. A result document
@@ -472,7 +495,7 @@ def load_scenario(source: str | PathLike[str] | dict[str, Any] | Scenario) -> Sc
             f"sections, not a {type(data).__name__}"
         )
     check_shape(data, where)
-    data = _scenario_of_result(data)
+    data = model_layers(_scenario_of_result(data))
     try:
         scenario = Scenario.model_validate(data)
     except ValidationError as e:
