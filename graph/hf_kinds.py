@@ -270,10 +270,34 @@ def _nemotron_h(cfg: dict[str, Any], base: dict[str, Any]) -> dict[str, Any]:
             num_shared_experts=shared,
             shared_ffn_hidden=shared
             * read_int(cfg, "moe_shared_expert_intermediate_size", spec="shared_ffn_hidden", default=width),
+            router=_nemotron_router(cfg),
         )
     if "-" not in pattern and base.get("ffn_hidden", 0) < 1:
         out["ffn_hidden"] = out.get("moe_ffn_hidden", 1)
     return out
+
+
+NEMOTRON_H_BALANCE_COEFF = 1e-4
+"""Sequence-wise balance loss of Nemotron-H MoE training (Megatron-Bridge 0.3.1
+models/nemotronh/nemotron_h_provider.py NemotronHModelProvider: moe_aux_loss_coeff 0.0001,
+load balancing "seq_aux_loss"); a config.json does not carry it."""
+
+
+def _nemotron_router(cfg: dict[str, Any]) -> Router:
+    """Nemotron-H / Nemotron 3 router (transformers 5.24 NemotronHTopkRouter): sigmoid scores, an
+    expert-bias correction for the top-k choice, ``routed_scaling_factor`` on the weights, groups
+    when ``n_group`` > 1."""
+    groups = read_int(cfg, "n_group", spec="num_experts", default=1)
+    return Router(
+        score="sigmoid",
+        expert_bias=True,
+        normalize_top_k=cfg.get("norm_topk_prob", True) is not False,
+        groups=groups if groups > 1 else 0,
+        group_topk=read_int(cfg, "topk_group", spec="num_experts", default=1) if groups > 1 else 0,
+        scaling_factor=read_float(cfg, "routed_scaling_factor", 1.0),
+        balance="seq_aux_loss",
+        aux_loss_coeff=NEMOTRON_H_BALANCE_COEFF,
+    )
 
 
 def _jamba(cfg: dict[str, Any], base: dict[str, Any]) -> dict[str, Any]:
