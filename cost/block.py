@@ -91,7 +91,8 @@ class EndCost:
     comm_s: float
     backward_s: float
     params: float  # per device
-    activation_bytes: float  # not multiplied by in-flight micro-batches
+    activation_bytes: float  # transient (logits) + stored_bytes once (memory.py multiplies the
+    # stored part by the stage's in-flight micro-batches, like the blocks')
     expert_params: float = 0.0  # per device (the first stage's dense-layer correction; MTP experts)
     stored_bytes: float = 0.0  # the part of activation_bytes kept per in-flight micro-batch
     # (vision encoder, MTP block): a stage holding k micro-batches keeps k x this
