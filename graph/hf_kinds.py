@@ -226,17 +226,13 @@ def _pattern(cfg: dict[str, Any]) -> str:
 
 
 def _nemotron_h(cfg: dict[str, Any], base: dict[str, Any]) -> dict[str, Any]:
-    """Nemotron-H: Megatron hybrid pattern of Mamba-2, attention, MLP (and MoE) layers, no
-    position embedding; the MTP layers of newer configs are not modelled."""
+    """Nemotron-H / Nemotron 3: Megatron hybrid pattern of Mamba-2, attention, MLP (and MoE)
+    layers, no position embedding, LatentMoE (``moe_latent_size``); the MTP layers of newer
+    configs (their own hybrid pattern) are not modelled."""
     if read_int(cfg, "num_nextn_predict_layers", spec="mtp_layers", default=0, minimum=0):
         raise ValueError(
             "model.hf_config: num_nextn_predict_layers > 0 (Nemotron-H multi-token prediction with its "
             "own hybrid pattern) is not modelled"
-        )
-    if cfg.get("moe_latent_size") is not None:
-        raise ValueError(
-            f"model.hf_config: moe_latent_size={show_value(cfg['moe_latent_size'])} (experts in a "
-            "projected latent space) is not modelled"
         )
     pattern = _pattern(cfg)
     act = read_str(cfg, "mlp_hidden_act", default="relu2")
@@ -272,6 +268,8 @@ def _nemotron_h(cfg: dict[str, Any], base: dict[str, Any]) -> dict[str, Any]:
             * read_int(cfg, "moe_shared_expert_intermediate_size", spec="shared_ffn_hidden", default=width),
             router=_nemotron_router(cfg),
         )
+        if cfg.get("moe_latent_size") is not None:  # LatentMoE (Nemotron 3 Super)
+            out["moe_latent_dim"] = read_int(cfg, "moe_latent_size", spec="moe_latent_dim")
     if "-" not in pattern and base.get("ffn_hidden", 0) < 1:
         out["ffn_hidden"] = out.get("moe_ffn_hidden", 1)
     return out
