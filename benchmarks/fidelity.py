@@ -106,7 +106,9 @@ costed as a fused attention kernel over 128-key chunks (cost/compute.py scan_s),
 fitted because no Mamba run was scored before; Qwen3-30B-A3B on 8 GB300 from the same page
 (row 323: attention + MoE only, 128 experts, top-8, mb 4) is over-predicted by 21%, which points
 at the Mamba layers (the whole gap would be their modelled 2.1 s per step x ~2.5) rather than at
-the MoE. Adding the six rows moves the median from 6.0% to 6.5% and p90 from 21.0% to 23.4%.
+the MoE. Adding the six rows moves the median from 6.0% to 6.5% and p90 from 21.0% to 23.4%
+(leave-one-source-out 9.3% / 26.4% -> 9.5% / 26.5%; the Megatron-Bridge source held out 17.9% /
+42.3% -> 21.3% / 37.5% over 89 runs), past tests/test_fidelity.py's bounds (6.1% / 21.1%).
 
 Known gap, row 346 (Qwen3-30B-A3B on 16 H100, FP8 current scaling, tp1 pp2 vp24 ep8, mb 2):
 predicted 12.7 s against 24.8 s published (-49%). Checked and excluded: the configuration (dp 8,
