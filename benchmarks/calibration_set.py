@@ -36,8 +36,11 @@ Knobs a source does not give take documented defaults, listed in ``Case.defaults
   "FP8 (recipe not named on page)") -> fp8, "fp16" -> fp16, else bf16.
 - expert parallelism wider than dp*cp: Megatron's MoE parallel folding, etp = 1 where the world
   rule world % (etp*ep*pp) == 0 allows no other expert TP (cost/ep.py); ep*pp > n is skipped;
+- hybrid rows published by name only: the preset of ``_HYBRID_PRESETS`` (Nemotron 3 Nano), whose
+  total must be within 10% of the row's ``total_params_B``;
 Rows whose hardware or architecture paraplan does not model yet (TPU, the H100 96GB HBM2e part,
-hybrid Mamba models without published dimensions, MoE models without a preset), or that give no
+hybrid Mamba models without published dimensions: Nemotron 3 Super, Nemotron 3.5 Lightning's
+repeated MTP layer; MoE models without a preset), or that give no
 step time, are skipped with the reason; ``benchmarks.fidelity`` counts each reason.
 """
 
@@ -49,8 +52,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from paraplan.graph import ModelSpec, preset
-from paraplan.graph.presets import MOE_MLA_FIELDS, from_fields
+from paraplan.graph import ModelSpec, build_graph, preset
+from paraplan.graph.presets import MOE_MLA_FIELDS, from_fields, to_fields
 
 from benchmarks.calibration_set_tpu import is_tpu_row, tpu_row_case
 
@@ -91,6 +94,29 @@ _MOE_PRESETS = {
     "GPT-OSS 120B": "gpt-oss-120b",
 }
 _TOKENDROP = " (tokendrop)"
+# "name only" hybrid rows (Megatron-Bridge perf summaries give no layer details): the architecture
+# is the preset's, which must agree with the row's published total parameters within 10%
+_HYBRID_PRESETS = {"Nemotron 3 Nano": "nemotron3-nano-30b-a3b"}
+_SHAPE_COLUMNS = {
+    "n_layers": "layers",
+    "hidden": "hidden",
+    "n_heads": "heads",
+    "n_kv_heads": "kv_heads",
+    "vocab_size": "vocab",
+}  # calibration-file column -> scenario model field
+_HYBRID_UNMODELLED = {
+    # Megatron-Bridge 0.6.2 builds it from the HF config.json at run time
+    # (recipes/nemotronh/h100/nemotron_3_super.py: AutoBridge.from_hf_pretrained), which no source
+    # the project has gives (docs/data/models.json: status partial; expert count, top-k, widths,
+    # heads and layer pattern unconfirmed); it also uses LatentMoE and 2 repeated MTP layers
+    "Nemotron 3 Super": "hybrid model without published dimensions (Nemotron 3 Super: LatentMoE "
+    "sizes and layer pattern not in any source the project has)",
+    # Megatron-Bridge 0.6.2 perf_recipes/nemotronh/*/nemotronh.py: the Nano recipe plus 2 MTP
+    # applications of one repeated "*E" (attention + MoE) layer; paraplan's MTP module is the
+    # model's last block with its own weights per module
+    "Nemotron 3.5 Lightning": "hybrid model with a repeated multi-token-prediction layer of its "
+    "own pattern ('*E', mtp_use_repeated_layer) that paraplan's MTP does not express",
+}
 # MoE models without a paraplan preset, from their published configs: Kimi K2 = the "Model
 # Summary" table of github.com/MoonshotAI/Kimi-K2 (README @c6157be), Megatron-Bridge's
 # KimiK2Provider (@dc805f5) and MaxText's kimi-k2-1t.yml (@e591f30; vocab 163840): DeepSeek-V3's
@@ -259,6 +285,20 @@ def _moe_fields(row: dict[str, str]) -> dict[str, Any]:
     return out
 
 
+def _hybrid_fields(row: dict[str, str]) -> dict[str, Any]:
+    """Scenario model fields of a "name only" hybrid row (no layer details published): the whole
+    preset of ``_HYBRID_PRESETS``, when its total parameters are within 10% of the row's
+    ``total_params_B`` (a rounded figure: Nemotron 3 Nano "30" for 31.6B); else {}."""
+    name = _HYBRID_PRESETS.get(row["model"])
+    if name is None or row["n_layers"]:
+        return {}
+    spec = preset(name)
+    total_b = float(row["total_params_B"] or 0)
+    if abs(build_graph(spec).num_params / 1e9 - total_b) > 0.1 * total_b:
+        return {}
+    return {k: v for k, v in to_fields(spec).items() if k != "name"}
+
+
 def _moe_spec(model: str) -> ModelSpec | None:
     """The architecture of a MoE row's model: its preset, else its published config (_MOE_CONFIGS)."""
     if model in _MOE_PRESETS:
@@ -351,7 +391,14 @@ def _row_case(row: dict[str, str]) -> Case | Skipped:
         return Skipped(
             rid, label, "no step time or tokens/s published (TFLOP/s under no documented FLOP convention)"
         )
-    moe = _moe_fields(row)
+    if row["model"] in _HYBRID_UNMODELLED:
+        return Skipped(rid, label, _HYBRID_UNMODELLED[row["model"]])
+    hybrid = _hybrid_fields(row)
+    if row["model"] in _HYBRID_PRESETS and not hybrid:
+        return Skipped(rid, label, "hybrid preset disagrees with the row's published total parameters")
+    if hybrid:  # the row's empty shape columns from the preset
+        row = {**row, **{col: str(hybrid[key]) for col, key in _SHAPE_COLUMNS.items()}}
+    moe = _moe_fields(row) or hybrid
     if row["moe_experts"] and not moe:
         return Skipped(rid, label, "MoE model without a matching preset")
     if moe and not row["ep"] and "deepep" in row["notes"].lower():

@@ -91,7 +91,8 @@ class EndCost:
     comm_s: float
     backward_s: float
     params: float  # per device
-    activation_bytes: float  # not multiplied by in-flight micro-batches
+    activation_bytes: float  # transient (logits) + stored_bytes once (memory.py multiplies the
+    # stored part by the stage's in-flight micro-batches, like the blocks')
     expert_params: float = 0.0  # per device (the first stage's dense-layer correction; MTP experts)
     stored_bytes: float = 0.0  # the part of activation_bytes kept per in-flight micro-batch
     # (vision encoder, MTP block): a stage holding k micro-batches keeps k x this
@@ -122,7 +123,8 @@ class Exchange:
     pairs (one per row-parallel output projection: attention, Mamba, dense MLP, a ViT block's
     two; MoE: ep.moe_tp_collectives) of ``tokens`` x ``hidden`` activations; a cp K/V exchange
     of width ``kv_dim`` (0: none) hidden behind ``attention``; an EP all-to-all of ``top_k``
-    routed copies (0: none)."""
+    routed copies (0: none) of ``dispatch_hidden`` activations (0: ``hidden``; LatentMoE: the
+    latent width)."""
 
     hidden: int
     tokens: float
@@ -130,6 +132,7 @@ class Exchange:
     kv_dim: int = 0
     attention: LayerTime | None = None
     top_k: int = 0
+    dispatch_hidden: int = 0
 
 
 def layer_exchange(layer: Layer, graph: LayerGraph, time: LayerTime, plan: Plan, job: Job) -> Exchange:
@@ -145,7 +148,9 @@ def layer_exchange(layer: Layer, graph: LayerGraph, time: LayerTime, plan: Plan,
     if kind is LayerKind.MOE and layer.experts is not None:
         top_k = layer.experts.top_k
         shared = any(g.name.startswith("shared") for g in layer.gemms)
-        return Exchange(spec.hidden, n, moe_tp_collectives(top_k, shared, plan, job), top_k=top_k)
+        width = layer.experts.gemms[0].in_dim  # the routed copies' width: hidden, or LatentMoE's
+        collectives = moe_tp_collectives(top_k, shared, plan, job, routed_width=width / spec.hidden)
+        return Exchange(spec.hidden, n, collectives, top_k=top_k, dispatch_hidden=width)
     if kind in (LayerKind.MLP, LayerKind.MAMBA, LayerKind.MTP):
         return Exchange(spec.hidden, n, 1.0)  # MTP: eh_proj's all-gather, counted as one pair
     if kind is LayerKind.VISION and layer.attn_core_flops_per_token_per_seq:
@@ -234,7 +239,7 @@ def _exchange_comm(
         tp = tp_comm(e.hidden, e.tp_collectives, plan, job, cluster, span=spans.tp, tokens=e.tokens)
         tp_f, tp_b = tp_f + tp.forward_s, tp_b + tp.backward_s
         if e.top_k:
-            ep = ep_layer_comm(e.hidden, e.top_k, plan, job, cluster, span=spans.ep)
+            ep = ep_layer_comm(e.dispatch_hidden or e.hidden, e.top_k, plan, job, cluster, span=spans.ep)
             ep_f, ep_b = ep_f + ep.forward_s, ep_b + ep.backward_s
     cps = [
         cp_layer_comm(e.kv_dim, e.attention, plan, job, cluster, span=spans.cp)

@@ -158,13 +158,16 @@ def ep_layer_comm(
     return EPComm(2 * one, 2 * one)
 
 
-def moe_tp_collectives(top_k: int, has_shared: bool, plan: Plan, job: Job) -> float:
+def moe_tp_collectives(
+    top_k: int, has_shared: bool, plan: Plan, job: Job, routed_width: float = 1.0
+) -> float:
     """TP all-gather + reduce-scatter pairs of a MoE layer, in units of the dense MLP's pair
-    (n*h bytes): top_k * imbalance for the routed copies when etp = tp (none when etp = 1),
-    plus one for the shared experts. Zero without TP."""
+    (n*h bytes): top_k * imbalance * routed_width for the routed copies when etp = tp (none when
+    etp = 1), plus one for the shared experts. Zero without TP. ``routed_width``: the routed
+    copies' width over h (LatentMoE: latent / hidden; they are gathered after fc1_latent_proj)."""
     if plan.tp == 1:
         return 0.0
-    routed = top_k * expert_imbalance(plan, job) if plan.expert_tp > 1 else 0.0
+    routed = top_k * expert_imbalance(plan, job) * routed_width if plan.expert_tp > 1 else 0.0
     return routed + (1.0 if has_shared else 0.0)
 
 

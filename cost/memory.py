@@ -180,7 +180,9 @@ def stage_memory_model(terms: StageTerms, stage: int, recompute: Recompute) -> S
     """Parts of the module docstring, split into what one layer adds and what the stage has anyway.
 
     Formula per layer: state(block params) + block activations x in-flight micro-batches;
-    fixed: state(embedding/head) + logits + FULL's working block + reserve (+ ZeRO-3 prefetch);
+    fixed: state(embedding/head, MTP experts included) + logits + the ends' stored activations
+    (vision encoder, MTP block: EndCost.stored_bytes) x the same in-flight micro-batches +
+    FULL's working block + reserve (+ ZeRO-3 prefetch);
     the reserve is runtime_reserve_bytes + fragmentation x the activations (fixed and per layer).
     On a TPU the logits and the working block count as max(logits, working), not their sum
     (module docstring). Routed-expert state is sharded over the expert-data-parallel group
@@ -206,11 +208,13 @@ def stage_memory_model(terms: StageTerms, stage: int, recompute: Recompute) -> S
     held = in_flight_micro_batches(stage, plan, terms.num_micro_batches)
     working = max(b.working_bytes for b in blocks)
     fixed_act = working
-    if stage == 0:
-        fixed_act += terms.at(stage).first.activation_bytes
+    if stage == 0:  # the head's stored part (vision encoder) per in-flight micro-batch, as blocks'
+        first = terms.at(stage).first
+        fixed_act += first.activation_bytes - first.stored_bytes + first.stored_bytes * held
     if stage == plan.pp - 1:  # on a TPU max(working, logits): only the excess over the block
-        logits = terms.at(stage).last.activation_bytes
-        fixed_act += max(0.0, logits - working) if is_tpu else logits
+        last = terms.at(stage).last
+        logits = last.activation_bytes - last.stored_bytes  # transient (logits, loss); MTP stored
+        fixed_act += (max(0.0, logits - working) if is_tpu else logits) + last.stored_bytes * held
     layer_act = block.activation_bytes * held
     reserve = runtime_reserve_bytes(plan, is_tpu=is_tpu) + frag * fixed_act
     layer_reserve = frag * layer_act

@@ -24,6 +24,7 @@ from paraplan.cost.block import (
     EndCost,
     Work,
     block_costs,
+    block_params_per_device,
     block_work,
     end_cost,
     end_work,
@@ -186,8 +187,11 @@ class StageTerms:
         return params
 
     def stage_expert_params(self, stage: int, layers: int) -> float:
-        """Routed-expert parameters one device of ``stage`` holds with ``layers`` base blocks."""
-        return layers * self.block_expert_params + (self.first.expert_params if stage == 0 else 0.0)
+        """Routed-expert parameters one device of ``stage`` holds with ``layers`` base blocks,
+        the ends' (the last stage's MTP modules) included."""
+        return layers * self.block_expert_params + self._ends(
+            stage, self.first.expert_params, self.last.expert_params
+        )
 
     def held_params(self, stage: int, layers: int | Counts) -> tuple[float, float]:
         """(params, routed-expert params) one device of ``stage`` holds with these blocks."""
@@ -472,8 +476,10 @@ def stage_terms(
         costs = shared[key]
     first, last = costs.first, costs.last
     if graph.spec.tied_embeddings and plan.pp > 1:
-        # the last stage keeps its own copy of the tied embedding for the LM head
-        last = replace(last, params=last.params + first.params)
+        # the last stage keeps its own copy of the tied embedding for the LM head: the embedding
+        # only, not the rest of the first stage's head (a vision encoder)
+        embedding, _ = block_params_per_device([graph.layer("embedding")], plan)
+        last = replace(last, params=last.params + embedding)
     kinds = graph.block_kinds
     base = base_kind(kinds)
     b = costs.kinds[base]

@@ -226,17 +226,13 @@ def _pattern(cfg: dict[str, Any]) -> str:
 
 
 def _nemotron_h(cfg: dict[str, Any], base: dict[str, Any]) -> dict[str, Any]:
-    """Nemotron-H: Megatron hybrid pattern of Mamba-2, attention, MLP (and MoE) layers, no
-    position embedding; the MTP layers of newer configs are not modelled."""
+    """Nemotron-H / Nemotron 3: Megatron hybrid pattern of Mamba-2, attention, MLP (and MoE)
+    layers, no position embedding, LatentMoE (``moe_latent_size``); the MTP layers of newer
+    configs (their own hybrid pattern) are not modelled."""
     if read_int(cfg, "num_nextn_predict_layers", spec="mtp_layers", default=0, minimum=0):
         raise ValueError(
             "model.hf_config: num_nextn_predict_layers > 0 (Nemotron-H multi-token prediction with its "
             "own hybrid pattern) is not modelled"
-        )
-    if cfg.get("moe_latent_size") is not None:
-        raise ValueError(
-            f"model.hf_config: moe_latent_size={show_value(cfg['moe_latent_size'])} (experts in a "
-            "projected latent space) is not modelled"
         )
     pattern = _pattern(cfg)
     act = read_str(cfg, "mlp_hidden_act", default="relu2")
@@ -270,10 +266,36 @@ def _nemotron_h(cfg: dict[str, Any], base: dict[str, Any]) -> dict[str, Any]:
             num_shared_experts=shared,
             shared_ffn_hidden=shared
             * read_int(cfg, "moe_shared_expert_intermediate_size", spec="shared_ffn_hidden", default=width),
+            router=_nemotron_router(cfg),
         )
+        if cfg.get("moe_latent_size") is not None:  # LatentMoE (Nemotron 3 Super)
+            out["moe_latent_dim"] = read_int(cfg, "moe_latent_size", spec="moe_latent_dim")
     if "-" not in pattern and base.get("ffn_hidden", 0) < 1:
         out["ffn_hidden"] = out.get("moe_ffn_hidden", 1)
     return out
+
+
+NEMOTRON_H_BALANCE_COEFF = 1e-4
+"""Sequence-wise balance loss of Nemotron-H MoE training (Megatron-Bridge 0.3.1
+models/nemotronh/nemotron_h_provider.py NemotronHModelProvider: moe_aux_loss_coeff 0.0001,
+load balancing "seq_aux_loss"); a config.json does not carry it."""
+
+
+def _nemotron_router(cfg: dict[str, Any]) -> Router:
+    """Nemotron-H / Nemotron 3 router (transformers 5.24 NemotronHTopkRouter): sigmoid scores, an
+    expert-bias correction for the top-k choice, ``routed_scaling_factor`` on the weights, groups
+    when ``n_group`` > 1."""
+    groups = read_int(cfg, "n_group", spec="num_experts", default=1)
+    return Router(
+        score="sigmoid",
+        expert_bias=True,
+        normalize_top_k=cfg.get("norm_topk_prob", True) is not False,
+        groups=groups if groups > 1 else 0,
+        group_topk=read_int(cfg, "topk_group", spec="num_experts", default=1) if groups > 1 else 0,
+        scaling_factor=read_float(cfg, "routed_scaling_factor", 1.0),
+        balance="seq_aux_loss",
+        aux_loss_coeff=NEMOTRON_H_BALANCE_COEFF,
+    )
 
 
 def _jamba(cfg: dict[str, Any], base: dict[str, Any]) -> dict[str, Any]:

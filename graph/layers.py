@@ -390,10 +390,15 @@ def _moe(spec: ModelSpec, i: int) -> Layer:
     arXiv:2101.03961; DeepSeekMoE arXiv:2401.06066 for shared experts).
 
     Per token: router h x E GEMM (replicated over TP) and softmax/top-k; shared experts as a dense
-    MLP of width shared_ffn_hidden; each of the top_k routed copies is permuted (h read + written),
-    run through one expert, unpermuted (h read + written) and weighted into the output.
+    MLP of width shared_ffn_hidden; each of the top_k routed copies is permuted (d read + written),
+    run through one expert, unpermuted (d read + written) and weighted into the output, d = h.
+    LatentMoE (spec.moe_latent_dim = d < h; megatron-core 0.19.2 moe_layer.py): h -> d before the
+    dispatch and d -> h after the combine, both replicated over TP ("duplicated"), each stored
+    input kept; the experts run d -> f -> d (Megatron-Bridge 0.6.2 training/utils/flop_utils.py:
+    routed 4 b s d f top_k + projections 4 b s h d forward FLOPs).
     """
     h, f, e = spec.hidden, spec.moe_ffn_hidden, spec.num_experts
+    d = spec.moe_latent_dim or h  # the width tokens are dispatched and the experts run at
     gated = spec.activation.is_gated
     up = 2 * f if gated else f
     gemms: tuple[Gemm, ...] = (Gemm(name="router", in_dim=h, out_dim=e, tp_split="none"),)
@@ -404,26 +409,32 @@ def _moe(spec: ModelSpec, i: int) -> Layer:
             Gemm(name="shared_fc1", in_dim=h, out_dim=up_s, tp_split="out"),
             Gemm(name="shared_fc2", in_dim=fs, out_dim=h, tp_split="in"),
         )
+    latent = d != h
+    if latent:
+        gemms += (
+            Gemm(name="latent_down", in_dim=h, out_dim=d, tp_split="none"),
+            Gemm(name="latent_up", in_dim=d, out_dim=h, tp_split="none"),
+        )
     experts = Experts(
         num_experts=e,
         top_k=spec.top_k,
         gemms=(
-            Gemm(name="expert_fc1", in_dim=h, out_dim=up, tp_split="out"),
-            Gemm(name="expert_fc2", in_dim=f, out_dim=h, tp_split="in"),
+            Gemm(name="expert_fc1", in_dim=d, out_dim=up, tp_split="out"),
+            Gemm(name="expert_fc2", in_dim=f, out_dim=d, tp_split="in"),
         ),
         # per routed copy: fc1 input (kept as all-gathered over TP), the activation's input and
         # output (TP-sharded), the expert output kept for the combine (sequence shard)
-        act_gathered_elems=h,
+        act_gathered_elems=d,
         act_tp_elems=up + f,
-        act_sp_elems=h,
-        act_gathered_gemm_elems=h,
+        act_sp_elems=d,
+        act_gathered_gemm_elems=d,
         act_tp_gemm_elems=f,
-        mem_bound_elems=4 * h + up + f,  # permute + unpermute (read + write), activation
+        mem_bound_elems=4 * d + up + f,  # permute + unpermute (read + write), activation
     )
     norm_params = 2 * h if spec.norm == "layernorm" else h
     # norm input, normed input (router and shared-expert input), router logits/probs (fp32: 2
-    # elements of 2 B each), shared-expert activations
-    act_sp = 2 * h + 2 * 2 * e + (h / 2 if spec.dropout else 0.0)
+    # elements of 2 B each), shared-expert activations; LatentMoE: latent_up's input (d)
+    act_sp = 2 * h + 2 * 2 * e + (h / 2 if spec.dropout else 0.0) + (d if latent else 0.0)
     return Layer(
         name=f"mlp_{i}",
         kind=LayerKind.MOE,
@@ -433,7 +444,7 @@ def _moe(spec: ModelSpec, i: int) -> Layer:
         act_tp_elems=up_s + fs,
         act_sp_elems=act_sp,
         act_tp_gemm_elems=fs,
-        act_sp_gemm_elems=h if fs else 0.0,
+        act_sp_gemm_elems=(h if fs or latent else 0.0) + (d if latent else 0.0),
         mem_bound_elems=2 * h + 3 * h + up_s + fs + 4 * e,  # norm, residual, shared act., router
         shardable=("tp", "sp", "cp", "ep"),
         experts=experts,

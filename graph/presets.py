@@ -145,6 +145,7 @@ MOE_MLA_FIELDS = {
     "shared_experts": "num_shared_experts",
     "moe_ffn_hidden": "moe_ffn_hidden",
     "shared_ffn_hidden": "shared_ffn_hidden",
+    "moe_latent_dim": "moe_latent_dim",
     "first_dense_layers": "first_dense_layers",
     "moe_layer_freq": "moe_layer_freq",
     "q_lora_rank": "q_lora_rank",
@@ -260,6 +261,7 @@ def to_fields(spec: ModelSpec) -> dict[str, Any]:
             "shared_experts",
             "moe_ffn_hidden",
             "shared_ffn_hidden",
+            "moe_latent_dim",
             "first_dense_layers",
             "moe_layer_freq",
         )

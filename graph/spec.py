@@ -32,6 +32,7 @@ MODEL_LIMITS: dict[str, int] = {
     "ffn_hidden": 1_048_576,
     "moe_ffn_hidden": 1_048_576,
     "shared_ffn_hidden": 1_048_576,
+    "moe_latent_dim": 262_144,
     "num_heads": 4_096,
     "num_kv_heads": 4_096,
     "head_dim": 4_096,
@@ -201,6 +202,12 @@ class ModelSpec:
     ``shared_ffn_hidden``, default ``num_shared_experts * moe_ffn_hidden``). Without dense layers
     ``ffn_hidden`` may be 0 (it then defaults to ``moe_ffn_hidden``).
 
+    LatentMoE (``moe_latent_dim`` > 0, Nemotron 3 Super; megatron-core 0.19.2
+    transformer/moe/moe_layer.py ``fc1_latent_proj`` / ``fc2_latent_proj``): the router and the
+    shared experts read the hidden state; the routed path projects it h -> latent before the
+    dispatch and latent -> h after the combine (both weights replicated over TP), so the tokens
+    travel and the experts run at the latent width (experts latent -> moe_ffn_hidden -> latent).
+
     Multi-head latent attention (``kv_lora_rank`` > 0, DeepSeek-V2/V3, arXiv:2405.04434 Sec. 2.1):
     queries through a ``q_lora_rank`` latent (0 = a plain projection), keys and values through a
     ``kv_lora_rank`` latent; per head q/k have ``qk_nope_head_dim + qk_rope_head_dim`` dims and v
@@ -224,6 +231,7 @@ class ModelSpec:
     num_shared_experts: int = 0
     moe_ffn_hidden: int = 0
     shared_ffn_hidden: int = 0
+    moe_latent_dim: int = 0  # LatentMoE: routed experts' input/output width (0: hidden)
     first_dense_layers: int = 0
     moe_layer_freq: int = 1
     q_lora_rank: int = 0
@@ -396,14 +404,15 @@ def _check_moe(spec: ModelSpec) -> None:
         "num_shared_experts",
         "moe_ffn_hidden",
         "shared_ffn_hidden",
+        "moe_latent_dim",
         "first_dense_layers",
     ):
         if getattr(spec, field) < 0:
             raise ValueError(f"model.{scenario_key(field)}={getattr(spec, field)} must not be negative")
     if not spec.is_moe:
-        if spec.top_k or spec.num_shared_experts or spec.moe_ffn_hidden:
+        if spec.top_k or spec.num_shared_experts or spec.moe_ffn_hidden or spec.moe_latent_dim:
             raise ValueError(
-                "model.top_k, shared_experts and moe_ffn_hidden need model.experts > 0 "
+                "model.top_k, shared_experts, moe_ffn_hidden and moe_latent_dim need model.experts > 0 "
                 "(a mixture-of-experts model)"
             )
         return

@@ -63,6 +63,7 @@ _MOE_MLA_FIELDS = (
     "shared_experts",
     "moe_ffn_hidden",
     "shared_ffn_hidden",
+    "moe_latent_dim",
     "first_dense_layers",
     "moe_layer_freq",
     "q_lora_rank",
@@ -146,6 +147,9 @@ class ModelSection(Section):
         None,
         ge=1,
         description="total FFN width of the shared experts (default: shared_experts x moe_ffn_hidden)",
+    )
+    moe_latent_dim: int | None = Field(
+        None, ge=1, description="LatentMoE: width the routed experts run at (hidden -> latent -> hidden)"
     )
     first_dense_layers: int | None = Field(
         None, ge=0, description="leading layers with a dense MLP of ffn_hidden"

@@ -81,7 +81,7 @@ def uniform_recompute_rule(framework_note: str) -> Rule:
     return check_recompute_uniform
 
 
-LAYER_KINDS = ("hybrid", "vision", "mtp", "window", "chunked")
+LAYER_KINDS = ("hybrid", "vision", "mtp", "window", "chunked", "latent_moe")
 """Layer kinds beyond attention + MLP/MoE blocks (graph/layers.py) an export may or may not build."""
 
 
@@ -93,6 +93,7 @@ def layer_kinds(spec: ModelSpec) -> dict[str, str]:
         "mtp": (spec.mtp_layers > 0, f"{spec.mtp_layers} MTP layers"),
         "window": (spec.sliding_window > 0, f"sliding-window attention (window {spec.sliding_window})"),
         "chunked": (spec.attention_chunk > 0, f"chunked local attention (chunk {spec.attention_chunk})"),
+        "latent_moe": (spec.moe_latent_dim > 0, f"LatentMoE (experts at latent width {spec.moe_latent_dim})"),
     }
     return {kind: what for kind, (on, what) in found.items() if on}
 
@@ -115,5 +116,6 @@ def layer_kinds_rule(builder: str, builds: frozenset[str]) -> Rule:
 
 def transformer_layers_rule(builder: str) -> Rule:
     """``layer_kinds_rule`` for a framework whose model code (``builder``) has transformer blocks
-    only: it refuses a hybrid layer pattern and MTP layers (windows and chunks are its configs')."""
-    return layer_kinds_rule(builder, frozenset(LAYER_KINDS) - {"hybrid", "mtp"})
+    only: it refuses a hybrid layer pattern, MTP layers and LatentMoE (windows and chunks are its
+    configs')."""
+    return layer_kinds_rule(builder, frozenset(LAYER_KINDS) - {"hybrid", "mtp", "latent_moe"})

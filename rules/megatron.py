@@ -404,7 +404,7 @@ def check_hybrid_pattern(ctx: RuleContext, draft: Draft) -> Refusal | None:
 check_layer_kinds = layer_kinds_rule(
     "Megatron-LM's pretrain_gpt.py / pretrain_mamba.py as exported (no vision encoder, no "
     "chunked attention flag)",
-    frozenset({"hybrid", "mtp", "window"}),
+    frozenset({"hybrid", "mtp", "window", "latent_moe"}),  # --moe-latent-size (megatron-core 0.19)
 )
 
 RULES = (

@@ -108,6 +108,7 @@ FLAGS: dict[str, str] = {
     "top_k": "--moe-router-topk",
     "moe_ffn_hidden": "--moe-ffn-hidden-size",
     "shared_ffn_hidden": "--moe-shared-expert-intermediate-size",
+    "moe_latent_dim": "--moe-latent-size",
     "moe_layer_freq": "--moe-layer-freq",
     "grouped_gemm": "--moe-grouped-gemm",
     "no_bias": "--disable-bias-linear",
@@ -480,6 +481,8 @@ def moe_args(ctx: ExportContext) -> list[tuple[str, object]]:
     ]
     if s.shared_ffn_hidden:
         args.append(("shared_ffn_hidden", s.shared_ffn_hidden))
+    if s.moe_latent_dim:
+        args.append(("moe_latent_dim", s.moe_latent_dim))
     pattern = moe_layer_pattern(ctx)
     if pattern != 1:
         args.append(("moe_layer_freq", pattern))

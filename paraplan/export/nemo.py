@@ -193,6 +193,7 @@ def _moe_fields(ctx: ExportContext) -> list[tuple[str, object]]:
         ("moe_router_topk", s.top_k),
         ("moe_ffn_hidden_size", s.moe_ffn_hidden),
         ("moe_shared_expert_intermediate_size", s.shared_ffn_hidden or None),
+        ("moe_latent_size", s.moe_latent_dim or None),
         ("moe_layer_freq", 1 if all(layers) else layers),
         ("moe_router_score_function", r.score),
         ("moe_router_pre_softmax", not r.normalize_top_k),
