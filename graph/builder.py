@@ -30,7 +30,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from dataclasses import fields as dataclass_fields
-from typing import Any
+from typing import Any, TypeAlias
 
 from paraplan.graph.layers import LayerGraph, build_graph
 from paraplan.graph.spec import MODEL_LIMITS, PATTERN_SYMBOLS, Mamba, ModelSpec, scenario_key, show_value
@@ -155,7 +155,7 @@ class Mtp:
     block, it runs one more block shaped like the last one and the shared LM head."""
 
 
-LayerItem = Attention | Mlp | Moe | Block | Mamba | Mtp
+LayerItem: TypeAlias = Attention | Mlp | Moe | Block | Mamba | Mtp
 """One entry of a layer list (``Mamba`` is paraplan.graph.Mamba: a Mamba layer of those sizes,
 or of the model's ``mamba`` sizes when its ``version`` is 0)."""
 _ITEM_TYPES = (Attention, Mlp, Moe, Block, Mamba, Mtp)
@@ -489,7 +489,7 @@ def _moe_placement(is_moe: list[bool]) -> dict[str, Any]:
 
 # --- scenario files: model.layers as a pattern or a list ---------------------------------------
 
-_SYMBOL_ENTRIES = {
+_SYMBOL_ENTRIES: dict[str, dict[str, Any]] = {
     "mamba": {"mamba": True},
     "attention": {"attention": "full"},
     "mlp": {"mlp": "dense"},
@@ -610,7 +610,7 @@ def _entry_layers(entry: Mapping[str, Any], where: str, given: Mapping[str, Any]
         return [Block(attention, mlp)] if mlp is not None else [attention]
     if "mamba" in entry:
         return [Mamba(), mlp] if mlp is not None else [Mamba()]
-    return [mlp]  # type: ignore[list-item]
+    return [mlp]
 
 
 def _mlp(value: Any, where: str) -> Mlp | Moe:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from paraplan.cost import PartialPlan
 from paraplan.cost import evaluate as cost_evaluate
@@ -76,10 +76,12 @@ def run_search(
     opts: SolverOptions,
     progress: Callable[[str], None] | None,
     time_limit_s: float,
+    shared: dict[tuple[object, ...], Any] | None = None,
 ) -> Search:
-    """solve_instance with its failures as the API's errors (InfeasibleError, SolveTimeout)."""
+    """solve_instance with its failures as the API's errors (InfeasibleError, SolveTimeout);
+    ``shared`` keeps the cost terms across searches of one instance."""
     try:
-        out = solve_instance(inst.graph, inst.cluster, inst.job, fixed, options, opts, progress)
+        out = solve_instance(inst.graph, inst.cluster, inst.job, fixed, options, opts, progress, shared)
     except OutOfTime as e:
         raise SolveTimeout(
             f"no plan found within --time-limit {time_limit_s:g} s ({e}); raise "
@@ -136,7 +138,8 @@ def runnable_search(
     framework runs any plan of the scenario at all (``space.relaxed`` is None): the unrestricted
     optimum, with a note. InfeasibleError / SolveTimeout when the frameworks' plans are none or
     not found in time (naming the unrestricted optimum, which ``solver.target: any`` returns)."""
-    widest = run_search(inst, fixed, base, opts, progress, time_limit_s)
+    shared: dict[tuple[object, ...], Any] = {}  # one instance: its cost terms serve every search
+    widest = run_search(inst, fixed, base, opts, progress, time_limit_s, shared)
     if space.relaxed is None:
         return widest, [
             "no framework runs any plan of this scenario ("
@@ -161,6 +164,7 @@ def runnable_search(
             replace(opts, time_limit_s=time_left(deadline, time_limit_s)),
             progress,
             time_limit_s,
+            shared,
         )
     except InfeasibleError as e:
         raise InfeasibleError(f"{e}{any_hint}", e.families) from None
@@ -179,6 +183,7 @@ def runnable_search(
                     replace(opts, time_limit_s=time_left(deadline, time_limit_s)),
                     progress,
                     time_limit_s,
+                    shared,
                 )
             )
         except InfeasibleError:

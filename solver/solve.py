@@ -195,6 +195,7 @@ def _bounded_tables(
     top: int,
     deadline: float = float("inf"),
     distinct: bool = False,
+    shared: dict[tuple[object, ...], Any] | None = None,
 ) -> _Candidates:
     """Best-first branch and bound over the space (module docstring, 1-2), in three levels:
 
@@ -207,14 +208,15 @@ def _bounded_tables(
     one's, so popping the least bound first and stopping once it exceeds the K-th best upper bound
     examines exactly what cannot be proven worse. At ``deadline`` it stops with the least bound
     left as a valid bound on everything not examined. ``distinct``: the K-th best upper bound
-    counts one per layout_key (near-duplicates are not listed, solver/distinct.py)."""
+    counts one per layout_key (near-duplicates are not listed, solver/distinct.py). ``shared``:
+    stage_terms' cache, kept by a caller that searches one instance more than once."""
     spec = graph.spec
     recomputes = _recomputes(fixed, options)
     if not recomputes:
         raise NoLayoutError("no recompute mode is both fixed and allowed")
     uniform = options.uniform_recompute
     packed = inner_tiers_fastest(cluster) or cluster.torus is not None  # torus: Spans.torus_floor
-    shared: dict[tuple[object, ...], Any] = {}
+    shared = {} if shared is None else shared
     order_cache: OrderCache = {}
     floors: dict[tuple[object, ...], Any] = {}
     same_layers = len(graph.kind_blocks) == 1  # pooled_pipeline_floor_s
@@ -573,14 +575,16 @@ def solve_instance(
     options: Options,
     opts: SolverOptions,
     progress: Callable[[str], None] | None = None,
+    shared: dict[tuple[object, ...], Any] | None = None,
 ) -> Outcome:
     """The K best distinct-layout plans (with ``opts.duplicate_rel``: distinct in a degree or
     mode, solver/distinct.py), each runner-up proven the next best, in order, stopping at the
-    time limit; status OPTIMAL only when CP-SAT proved it."""
+    time limit; status OPTIMAL only when CP-SAT proved it. ``shared``: a dict the caller keeps
+    across searches of the same graph, cluster and job (cost terms computed once)."""
     start = time.perf_counter()
     deadline = start + opts.time_limit_s
     cand = _bounded_tables(
-        graph, cluster, job, fixed, options, opts.top, deadline, opts.duplicate_rel is not None
+        graph, cluster, job, fixed, options, opts.top, deadline, opts.duplicate_rel is not None, shared
     )
     resolution_s = resolution_for(
         max((t.ceiling_s() for t in cand.kept), default=0.0), max((t.plan.vp for t in cand.kept), default=1)
