@@ -27,6 +27,7 @@ __all__ = [
     "RULES",
     "SEARCH",
     "MODEL_RULES",
+    "LAYOUT_RULES",
     "ORDER",
     "partition_balanced",
     "balanced_split",
@@ -236,3 +237,6 @@ SEARCH = SearchLimits(stage_split=pipeline_split, recompute_modes=(Recompute.NON
 split per layout); whole-layer checkpointing only."""
 MODEL_RULES = ()
 """The RULES that read only the model and job (solver.target checks them once, first)."""
+LAYOUT_RULES = (check_pipeline_zero, check_rank_order)
+"""The RULES that read the ZeRO stage or the rank order, which the solver picks per layout; the
+others give one verdict for a whole layout family (solver.target checks those once per family)."""

@@ -34,6 +34,7 @@ __all__ = [
     "RULES",
     "SEARCH",
     "MODEL_RULES",
+    "LAYOUT_RULES",
     "ORDERS",
     "LLAMA3_ROPE_SCALING",
     "MLA_YARN_ORIGINAL_MAX_POSITIONS",
@@ -430,3 +431,6 @@ SEARCH = SearchLimits()
 setting for every rank."""
 MODEL_RULES = (check_architecture, check_layer_kinds, check_hybrid_pattern)
 """The RULES that read only the model and job (solver.target checks them once, first)."""
+LAYOUT_RULES = (check_fsdp_without_pp, check_rank_order, check_expert_data_parallel)
+"""The RULES that read the ZeRO stage or the rank order, which the solver picks per layout; the
+others give one verdict for a whole layout family (solver.target checks those once per family)."""

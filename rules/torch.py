@@ -22,6 +22,7 @@ __all__ = [
     "RULES",
     "SEARCH",
     "MODEL_RULES",
+    "LAYOUT_RULES",
     "ORDER",
     "RECOMPUTE_CHOICES",
     "ZERO_STAGES",
@@ -161,6 +162,11 @@ SEARCH = SearchLimits()
 """solver.target=torch: the script takes layers per virtual stage; every block wrapped alike."""
 MODEL_RULES = (check_layer_kinds, check_dense_reference)
 """The RULES that read only the model and job (solver.target checks them once, first)."""
+LAYOUT_RULES = (check_rank_order,)
+"""The RULES that read the ZeRO stage or the rank order, which the solver picks per layout; the
+others give one verdict for a whole layout family (solver.target checks those once per family).
+``check_script_accepts`` reads plan.zero only to pass it on: every Plan's ZeRO stage (0-3) is one
+the script takes."""
 
 
 # --------------------------------------------------------------------------- the script's checks

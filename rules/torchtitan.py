@@ -32,6 +32,7 @@ __all__ = [
     "RULES",
     "SEARCH",
     "MODEL_RULES",
+    "LAYOUT_RULES",
     "CONFIGS",
     "FLOAT8_CONFIGS",
     "ORDER",
@@ -270,3 +271,6 @@ SEARCH = SearchLimits()
 """solver.target=torchtitan: module names per stage express any split; one activation-checkpoint setting."""
 MODEL_RULES = (check_transformer_layers, check_model_config, check_float8_config, check_precision)
 """The RULES that read only the model and job (solver.target checks them once, first)."""
+LAYOUT_RULES = (check_rank_order, check_expert_mesh)
+"""The RULES that read the ZeRO stage or the rank order, which the solver picks per layout; the
+others give one verdict for a whole layout family (solver.target checks those once per family)."""

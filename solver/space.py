@@ -108,7 +108,9 @@ class Options:
     framework's rules; ``stage_split(layers, pp, vp)``: the one split a framework builds (None:
     it cannot), instead of a free one. With a filter no alternative is dropped as dominated
     before the filter has seen it (SP off, ZeRO-0, every rank order), so the search stays exact
-    over what passes."""
+    over what passes. ``family_filter``: a predicate on a layout family (ZeRO stage and rank order
+    not chosen yet) that is False only when ``layout_filter`` refuses every layout of the family;
+    such families are dropped before they are bounded."""
 
     allow_uneven_stages: bool = True
     search_placement: bool = True
@@ -117,6 +119,7 @@ class Options:
     uniform_recompute: bool = False
     recompute_modes: tuple[Recompute, ...] | None = None
     layout_filter: Callable[[Plan], bool] | None = None
+    family_filter: Callable[[Plan], bool] | None = None
     stage_split: Callable[[int, int, int], tuple[int, ...] | None] | None = None
 
 
@@ -321,9 +324,25 @@ def families(
 ) -> list[Plan]:
     """Every layout family: degrees, ep, micro-batch, vp and SP fixed; ZeRO and the rank order
     left to ``zeros`` and ``orders`` (placeholders here: the first ZeRO stage, Megatron's order).
-    OutOfTime once ``deadline`` (time.perf_counter) has passed."""
-    if cluster.pools:
-        return _pooled_families(spec, cluster, seq_len, global_batch, fixed, options, deadline)
+    Under ``options.family_filter``, only the families it passes. OutOfTime once ``deadline``
+    (time.perf_counter) has passed."""
+    make = _pooled_families if cluster.pools else _plain_families
+    out = make(spec, cluster, seq_len, global_batch, fixed, options, deadline)
+    if options.family_filter is not None:
+        return [f for f in out if options.family_filter(f)]
+    return out
+
+
+def _plain_families(
+    spec: ModelSpec,
+    cluster: Cluster,
+    seq_len: int,
+    global_batch: int,
+    fixed: Fixed,
+    options: Options,
+    deadline: float = float("inf"),
+) -> list[Plan]:
+    """``families`` on a cluster of one device type."""
     n = cluster.num_devices
     out: list[Plan] = []
     cps = _cp_degrees(spec, n, seq_len, fixed)
