@@ -15,12 +15,11 @@ from paraplan.rules.base import (
     RuleContext,
     SearchLimits,
     micro_batch_repairs,
-    order_fixes,
     recompute_fixes,
     repair,
 )
-from paraplan.rules.checks import check_dense_model, check_no_expert_parallel
-from paraplan.rules.plans import order_matches, regroup, uniform_recompute
+from paraplan.rules.checks import check_dense_model, check_no_expert_parallel, rank_order_rule
+from paraplan.rules.plans import regroup, uniform_recompute
 from paraplan.rules.validity import batch_splits
 
 __all__ = [
@@ -197,16 +196,10 @@ def check_autotp_without_pipeline(ctx: RuleContext, draft: Draft) -> Refusal | N
     )
 
 
-def check_rank_order(ctx: RuleContext, draft: Draft) -> Refusal | None:
-    """ProcessTopology(['pipe', 'data', 'model']): tp innermost, then dp, then pp."""
-    if order_matches(draft.plan, ORDER):
-        return None
-    order = "-".join(a.value for a in draft.plan.order)
-    return Refusal(
-        f"plan.order={order}: DeepSpeed's topology ['pipe', 'data', 'model'] places "
-        "tp innermost, then dp, then pp",
-        order_fixes(draft, [("tp-cp-dp-pp", ORDER)]),
-    )
+check_rank_order = rank_order_rule(
+    ORDER, "DeepSpeed's topology ['pipe', 'data', 'model'] places tp innermost, then dp, then pp"
+)
+"""ProcessTopology(['pipe', 'data', 'model']): tp innermost, then dp, then pp."""
 
 
 RULES = (

@@ -20,11 +20,15 @@ from paraplan.rules.base import (
     order_fixes,
     repair,
 )
-from paraplan.rules.checks import dense_model_rule, layer_kinds_rule, uniform_recompute_rule
+from paraplan.rules.checks import (
+    context_split_rule,
+    dense_model_rule,
+    layer_kinds_rule,
+    uniform_recompute_rule,
+)
 from paraplan.rules.plans import order_matches, regroup, virtual_stage_ranges
 from paraplan.rules.validity import (
     batch_splits,
-    cp_splits_sequence,
     hybrid_pattern,
     mtp_layers,
     tp_splits_heads,
@@ -210,15 +214,8 @@ def check_tensor_split(ctx: RuleContext, draft: Draft) -> Refusal | None:
     )
 
 
-def check_context_split(ctx: RuleContext, draft: Draft) -> Refusal | None:
-    """Rule 20: seq_length % (2 x cp) == 0."""
-    cp, seq = draft.plan.cp, ctx.job.seq_len
-    if cp_splits_sequence(ctx.job, cp):
-        return None
-    return Refusal(
-        f"job.seq_len={seq} must be divisible by 2*cp = {2 * cp} (context-parallel load balancing)",
-        repair("cp -> 1", draft, regroup(draft.plan, cp=1)),
-    )
+check_context_split = context_split_rule("job.seq_len", "context-parallel load balancing")
+"""Rule 20: seq_length % (2 x cp) == 0."""
 
 
 def check_interleaving(ctx: RuleContext, draft: Draft) -> Refusal | None:

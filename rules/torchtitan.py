@@ -16,17 +16,18 @@ from paraplan.rules.base import (
     RuleContext,
     SearchLimits,
     micro_batch_repairs,
-    order_fixes,
     repair,
 )
 from paraplan.rules.checks import (
     check_dense_model,
     check_expert_tp_is_tp,
+    context_split_rule,
+    rank_order_rule,
     transformer_layers_rule,
     uniform_recompute_rule,
 )
-from paraplan.rules.plans import order_matches, regroup
-from paraplan.rules.validity import batch_splits, cp_splits_sequence
+from paraplan.rules.plans import regroup
+from paraplan.rules.validity import batch_splits
 
 __all__ = [
     "RULES",
@@ -108,15 +109,8 @@ check_uniform_recompute = uniform_recompute_rule(
 )
 
 
-def check_context_split(ctx: RuleContext, draft: Draft) -> Refusal | None:
-    """The head-tail load balancer cuts the sequence into 2 x cp chunks."""
-    cp, seq = draft.plan.cp, ctx.job.seq_len
-    if cp_splits_sequence(ctx.job, cp):
-        return None
-    return Refusal(
-        f"training.seq_len={seq} must be divisible by 2*cp = {2 * cp} (head-tail load balancer)",
-        repair("cp -> 1, dp absorbs it", draft, regroup(draft.plan, cp=1)),
-    )
+check_context_split = context_split_rule("training.seq_len", "head-tail load balancer")
+"""The head-tail load balancer cuts the sequence into 2 x cp chunks."""
 
 
 def check_precision(ctx: RuleContext, draft: Draft) -> Refusal | None:
@@ -130,16 +124,10 @@ def check_precision(ctx: RuleContext, draft: Draft) -> Refusal | None:
     )
 
 
-def check_rank_order(ctx: RuleContext, draft: Draft) -> Refusal | None:
-    """Mesh [pp, dp_replicate, dp_shard, cp, tp]: tp-cp-dp-pp innermost first."""
-    if order_matches(draft.plan, ORDER):
-        return None
-    order = "-".join(a.value for a in draft.plan.order)
-    return Refusal(
-        f"plan.order={order}: torchtitan's mesh [pp, dp_replicate, dp_shard, cp, tp] "
-        "places tp innermost, then cp, dp, pp",
-        order_fixes(draft, [("tp-cp-dp-pp", ORDER)]),
-    )
+check_rank_order = rank_order_rule(
+    ORDER, "torchtitan's mesh [pp, dp_replicate, dp_shard, cp, tp] places tp innermost, then cp, dp, pp"
+)
+"""Mesh [pp, dp_replicate, dp_shard, cp, tp]: tp-cp-dp-pp innermost first."""
 
 
 def check_expert_mesh(ctx: RuleContext, draft: Draft) -> Refusal | None:

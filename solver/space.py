@@ -326,23 +326,9 @@ def families(
     left to ``zeros`` and ``orders`` (placeholders here: the first ZeRO stage, Megatron's order).
     Under ``options.family_filter``, only the families it passes. OutOfTime once ``deadline``
     (time.perf_counter) has passed."""
-    make = _pooled_families if cluster.pools else _plain_families
-    out = make(spec, cluster, seq_len, global_batch, fixed, options, deadline)
-    if options.family_filter is not None:
-        return [f for f in out if options.family_filter(f)]
-    return out
-
-
-def _plain_families(
-    spec: ModelSpec,
-    cluster: Cluster,
-    seq_len: int,
-    global_batch: int,
-    fixed: Fixed,
-    options: Options,
-    deadline: float = float("inf"),
-) -> list[Plan]:
-    """``families`` on a cluster of one device type."""
+    if cluster.pools:
+        pooled = _pooled_families(spec, cluster, seq_len, global_batch, fixed, options, deadline)
+        return _passing(pooled, options)
     n = cluster.num_devices
     out: list[Plan] = []
     cps = _cp_degrees(spec, n, seq_len, fixed)
@@ -362,8 +348,15 @@ def _plain_families(
                 for ep in _eps(spec, dp, cp, fixed):
                     out += _families_of(spec, global_batch, dp, tp, pp, cp, ep, fixed, options)
     if fixed.torus_shape is not None:
-        return [replace(f, torus_shape=fixed.torus_shape) for f in out]
-    return out
+        out = [replace(f, torus_shape=fixed.torus_shape) for f in out]
+    return _passing(out, options)
+
+
+def _passing(found: list[Plan], options: Options) -> list[Plan]:
+    """The families ``options.family_filter`` passes (all without one)."""
+    if options.family_filter is None:
+        return found
+    return [f for f in found if options.family_filter(f)]
 
 
 def _shapes(cluster: Cluster, fixed: Fixed) -> tuple[tuple[int, ...], ...]:
