@@ -1,114 +1,74 @@
 """The scenario's ``plan:`` section: the I/O edge of cost.Plan. Its keys are Plan's fields (each
 optional: a subset fixes those knobs, ``evaluate`` needs all) and the two values a result's plan
-derives from them (``grad_accum``, ``num_devices``), so a result's plan reads back as it is.
-
-``PlanSection`` is built from ``fields(Plan)``: each key takes its field's type as JSON gives it
-(a tuple as a list; ``recompute`` also one mode for every stage) and the bounds and description
-in ``LIMITS``, the I/O facts the dataclass does not hold; a Plan field missing there, or a
-stale entry, fails the import. paraplan/instance.py and paraplan/api.py turn the section into a
-Plan or a PartialPlan through ``fields(Plan)`` (cost.plan.plan_from_values,
+derives from them (``grad_accum``, ``num_devices``), so a result's plan reads back as it is;
+the module checks on import that the keys stay Plan's. paraplan/instance.py and paraplan/api.py
+turn it into a Plan or a PartialPlan through ``fields(Plan)`` (cost.plan.plan_from_values,
 PartialPlan.from_values)."""
 
 from __future__ import annotations
 
-from dataclasses import fields
-from typing import Any, get_args, get_origin, get_type_hints
+from typing import Any
 
-from pydantic import BaseModel, Field, create_model, field_validator, model_validator
-from pydantic.fields import FieldInfo
+from pydantic import BaseModel, Field, field_validator, model_validator
 
-from paraplan.cost import Axis, Plan, Recompute
+from paraplan.cost import Axis, CPComm, Recompute
 from paraplan.cost.plan import PLAN_FIELDS
 from paraplan.graph.spec import show_value
 from paraplan.hardware.topology import MAX_DEVICES, MAX_POOLS
 from paraplan.section import MAX_GLOBAL_BATCH, MAX_LAYERS, Section
 
-__all__ = ["PlanSection", "PLAN_SECTION_DERIVED", "LIMITS"]
+__all__ = ["PlanSection", "PLAN_SECTION_DERIVED"]
 
-LIMITS: dict[str, FieldInfo] = {
-    "dp": Field(None, ge=1, le=MAX_DEVICES),
-    "tp": Field(None, ge=1, le=MAX_DEVICES),
-    "pp": Field(None, ge=1, le=MAX_LAYERS, description="pipeline stages (each holds a layer)"),
-    "cp": Field(None, ge=1, le=MAX_DEVICES),
-    "ep": Field(None, ge=1, le=MAX_DEVICES),
-    "etp": Field(None, ge=1, le=MAX_DEVICES, description="expert tensor-parallel degree: tp (default) or 1"),
-    "cp_comm": Field(None, description="context-parallel K/V exchange: p2p | all_gather"),
-    "vp": Field(None, ge=1, le=MAX_LAYERS, description="virtual stages per pp rank"),
-    "micro_batch": Field(None, ge=1, le=MAX_GLOBAL_BATCH),
-    "zero": Field(None, ge=0, le=3, description="ZeRO stage; 3 = fully sharded (FSDP)"),
-    "sequence_parallel": Field(None),
-    "recompute": Field(None, description="none | selective | full, or one per pipeline stage"),
-    "layers_per_stage": Field(None, max_length=MAX_LAYERS, description="uneven pipeline stages"),
-    "layers_per_chunk": Field(
+
+class PlanSection(Section):
+    dp: int | None = Field(None, ge=1, le=MAX_DEVICES)
+    tp: int | None = Field(None, ge=1, le=MAX_DEVICES)
+    pp: int | None = Field(None, ge=1, le=MAX_LAYERS, description="pipeline stages (each holds a layer)")
+    cp: int | None = Field(None, ge=1, le=MAX_DEVICES)
+    ep: int | None = Field(None, ge=1, le=MAX_DEVICES)
+    etp: int | None = Field(
+        None, ge=1, le=MAX_DEVICES, description="expert tensor-parallel degree: tp (default) or 1"
+    )
+    cp_comm: CPComm | None = Field(None, description="context-parallel K/V exchange: p2p | all_gather")
+    vp: int | None = Field(None, ge=1, le=MAX_LAYERS, description="virtual stages per pp rank")
+    micro_batch: int | None = Field(None, ge=1, le=MAX_GLOBAL_BATCH)
+    zero: int | None = Field(None, ge=0, le=3, description="ZeRO stage; 3 = fully sharded (FSDP)")
+    sequence_parallel: bool | None = None
+    recompute: Recompute | list[Recompute] | None = Field(
+        None, description="none | selective | full, or one per pipeline stage"
+    )
+    layers_per_stage: list[int] | None = Field(
+        None, max_length=MAX_LAYERS, description="uneven pipeline stages"
+    )
+    layers_per_chunk: list[list[int]] | None = Field(
         None,
         max_length=MAX_LAYERS,
         description="interleaving with unequal virtual stages: one "
         "row of vp layer counts per pipeline stage (rank s chunk c = virtual stage c*pp + s); "
         "default: each stage's layers spread evenly, short chunks next to the embedding on stage "
         "0 and next to the loss elsewhere (Megatron's account-for-embedding/loss split)",
-    ),
-    "order": Field(None, max_length=len(Axis), description="rank order, innermost first"),
-    "stage_pools": Field(
+    )
+    order: list[Axis] | None = Field(None, max_length=len(Axis), description="rank order, innermost first")
+    stage_pools: list[int] | None = Field(
         None,
         max_length=MAX_LAYERS,
         description="pooled clusters: the pool (index in "
         "cluster.pools) of each pipeline stage; default for evaluate: every pool in cluster.pools "
         "order",
-    ),
-    "torus_shape": Field(
+    )
+    grad_accum: int | None = Field(
         None,
-        max_length=3,
-        description="TPU slices: the slice's torus shape, e.g. [4, 8, 16] "
-        "(v4/v5p slices of whole cubes may take any shape; default: the most cubic)",
-    ),
-}
-"""Each Plan field's bounds and description as a scenario key (all optional: None = free)."""
-
-DERIVED: dict[str, tuple[Any, FieldInfo]] = {
-    "grad_accum": (
-        int | None,
-        Field(
-            None,
-            ge=1,
-            le=MAX_GLOBAL_BATCH,
-            description="micro-batches per step per dp rank, as a "
-            "result's plan lists it: must equal job.global_batch / (micro_batch x dp)",
-        ),
-    ),
-    "num_devices": (
-        int | None,
-        Field(
-            None,
-            ge=1,
-            le=MAX_DEVICES,
-            description="devices the plan uses, as a result's plan lists it: must equal dp x tp x pp x cp",
-        ),
-    ),
-}
-"""plan: keys beyond the Plan's fields: values derived from it, as a result lists them."""
-PLAN_SECTION_DERIVED = frozenset(DERIVED)
-
-ONE_FOR_ALL_STAGES = frozenset({"recompute"})
-"""Per-stage fields a scenario may also give as one value for every stage."""
-
-
-def _json_type(annotation: Any) -> Any:
-    """A Plan field's type as JSON gives it: tuples as lists, the rest as they are."""
-    if get_origin(annotation) is tuple:
-        return list[_json_type(get_args(annotation)[0])]  # type: ignore[misc]
-    return annotation
-
-
-def _key(name: str, annotation: Any) -> tuple[Any, FieldInfo]:
-    """The scenario key of Plan field ``name``: its JSON type, optional, with its LIMITS."""
-    kind = _json_type(annotation)
-    if name in ONE_FOR_ALL_STAGES:
-        kind = get_args(kind)[0] | kind
-    return kind | None, LIMITS[name]
-
-
-class _PlanChecks(Section):
-    """The checks of the plan: section beyond each key's type and bounds."""
+        ge=1,
+        le=MAX_GLOBAL_BATCH,
+        description="micro-batches per step per dp rank, as a "
+        "result's plan lists it: must equal job.global_batch / (micro_batch x dp)",
+    )
+    num_devices: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_DEVICES,
+        description="devices the plan uses, as a result's plan lists it: must equal dp x tp x pp x cp",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -117,7 +77,7 @@ class _PlanChecks(Section):
         ``layers_per_chunk`` mean none; ``recompute_per_stage`` is the per-stage form of
         ``recompute`` and must agree with it. The result's plan object itself is read as its
         dict, so ``Scenario(..., plan=result.plan)`` works."""
-        if isinstance(data, BaseModel) and not isinstance(data, _PlanChecks):
+        if isinstance(data, BaseModel) and not isinstance(data, PlanSection):
             data = data.model_dump()
         if not isinstance(data, dict):
             return data
@@ -150,10 +110,10 @@ class _PlanChecks(Section):
         return data
 
     @model_validator(mode="after")
-    def check_num_devices(self) -> Any:
+    def check_num_devices(self) -> PlanSection:
         degrees = (self.dp, self.tp, self.pp)
         if self.num_devices is not None and None not in degrees:
-            used = self.dp * self.tp * self.pp * (self.cp or 1)
+            used = self.dp * self.tp * self.pp * (self.cp or 1)  # type: ignore[operator]
             if used != self.num_devices:
                 raise ValueError(
                     f"plan.num_devices={self.num_devices} but dp x tp x pp x cp = "
@@ -161,7 +121,14 @@ class _PlanChecks(Section):
                 )
         return self
 
-    @field_validator("recompute", check_fields=False)
+    torus_shape: list[int] | None = Field(
+        None,
+        max_length=3,
+        description="TPU slices: the slice's torus shape, e.g. [4, 8, 16] "
+        "(v4/v5p slices of whole cubes may take any shape; default: the most cubic)",
+    )
+
+    @field_validator("recompute")
     @classmethod
     def check_recompute_length(
         cls, v: Recompute | list[Recompute] | None
@@ -173,7 +140,7 @@ class _PlanChecks(Section):
             )
         return v
 
-    @field_validator("layers_per_stage", check_fields=False)
+    @field_validator("layers_per_stage")
     @classmethod
     def check_layers_positive(cls, v: list[int] | None) -> list[int] | None:
         if v is not None and any(n < 1 for n in v):
@@ -185,7 +152,7 @@ class _PlanChecks(Section):
             )
         return v
 
-    @field_validator("layers_per_chunk", check_fields=False)
+    @field_validator("layers_per_chunk")
     @classmethod
     def check_chunks_positive(cls, v: list[list[int]] | None) -> list[list[int]] | None:
         if v is None:
@@ -198,7 +165,7 @@ class _PlanChecks(Section):
                 )
         return v
 
-    @field_validator("stage_pools", check_fields=False)
+    @field_validator("stage_pools")
     @classmethod
     def check_pool_indices(cls, v: list[int] | None) -> list[int] | None:
         if v is not None and any(not 0 <= i < MAX_POOLS for i in v):
@@ -208,18 +175,9 @@ class _PlanChecks(Section):
         return v
 
 
-_stale = set(LIMITS) - set(PLAN_FIELDS)
-_missing = set(PLAN_FIELDS) - set(LIMITS)
-if _stale or _missing:  # a knob added to (or dropped from) Plan without its scenario key
+PLAN_SECTION_DERIVED = frozenset({"grad_accum", "num_devices"})
+"""plan: keys beyond the Plan's fields: values derived from it, as a result lists them."""
+if set(PlanSection.model_fields) != set(PLAN_FIELDS) | PLAN_SECTION_DERIVED:  # a knob added to Plan only
     raise TypeError(
-        f"plan_section.LIMITS must list Plan's fields: missing {sorted(_missing)}, stale {sorted(_stale)}"
+        f"PlanSection's keys must be Plan's fields {PLAN_FIELDS} and {sorted(PLAN_SECTION_DERIVED)}"
     )
-_HINTS = get_type_hints(Plan)
-PlanSection = create_model(  # type: ignore[call-overload]
-    "PlanSection",
-    __base__=_PlanChecks,
-    __module__=__name__,
-    **{f.name: _key(f.name, _HINTS[f.name]) for f in fields(Plan)},
-    **DERIVED,
-)
-"""The scenario's ``plan:`` section (module docstring)."""
