@@ -6,7 +6,8 @@ draft, refusal, search limits) and the repair helpers; ``plans`` the plan helper
 exporters share; ``checks`` the rules several frameworks share; ``validity`` the model/plan
 facts they state once; and one module per framework (``megatron``, ``nemo``, ``deepspeed``,
 ``torchtitan``, ``maxtext``, ``torch``) its ``RULES``, ``SEARCH``, ``MODEL_RULES`` and
-``LAYOUT_RULES``, with the framework facts both its rules and its exporter need. ``rules_of(name)``
+``LAYOUT_RULES``, with the framework facts both its rules and its exporter need (Megatron's layer
+layouts in ``megatron_layout``). ``rules_of(name)``
 returns a framework's. The solver's layout filter (paraplan/targets.py) and the exporters
 (paraplan/export, ``enforce``) both call them.
 """

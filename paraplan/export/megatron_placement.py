@@ -8,7 +8,7 @@
   ``--account-for-loss-in-pipeline-split`` (megatron-core ``get_num_layers_to_build``: the
   (layers + 1 + 1) / pp slots per rank split by vp, one slot taken by the embedding / loss);
   any other chunk layout: ``--pipeline-model-parallel-layout``.
-- The layout string is built from the plan's layer positions (rules/megatron.py
+- The layout string is built from the plan's layer positions (rules/megatron_layout.py
   ``layout_stages``, ``compact_layout``): 'E', the stage's decoder layers 't', its MTP layers 'm',
   'L', runs of equal stages as ``(tt|)*29``; MTP layers anywhere but the last virtual stage also
   need it. Hybrid models (``spec.layer_pattern``) take no layout: their stages are '|' segments
@@ -26,13 +26,13 @@ from paraplan.cost import Axis, Plan
 from paraplan.cost.plan import chunk_layers, is_even_chunks
 from paraplan.graph import ModelSpec
 from paraplan.result import PlanOut
-from paraplan.rules.megatron import (
+from paraplan.rules.megatron_layout import (
     compact_layout,
-    hybrid_pattern,
     hybrid_stage_pattern,
     layout_stages,
     stage_contents,
 )
+from paraplan.rules.validity import hybrid_pattern
 
 __all__ = [
     "rank_groups",
@@ -87,7 +87,7 @@ def expert_rank_groups(plan: Plan) -> list[list[int]]:
 
 def pipeline_layout(plan: Plan, spec: ModelSpec) -> str:
     """``--pipeline-model-parallel-layout`` string: virtual stage s = v * pp + r on pp rank r,
-    holding the plan's layer positions in order (rules/megatron.py ``layout_stages``)."""
+    holding the plan's layer positions in order (rules/megatron_layout.py ``layout_stages``)."""
     return compact_layout(layout_stages(spec, plan))
 
 
