@@ -150,15 +150,15 @@ def check_interleaving(ctx: RuleContext, draft: Draft) -> Refusal | None:
     if p.vp == 1:
         return None
     m = ctx.job.global_batch // (p.micro_batch * p.dp)
-    no_vp = repair("vp -> 1", draft, replace(p, vp=1))
     if p.pp == 1:
-        return Refusal(f"plan.vp={p.vp} needs pipeline-model-parallel-size > 1", no_vp)
-    if m % p.pp:
-        return Refusal(
-            f"the interleaved schedule needs the {m} micro-batches per step to be a multiple of pp={p.pp}",
-            no_vp,
+        problem = f"plan.vp={p.vp} needs pipeline-model-parallel-size > 1"
+    elif m % p.pp:
+        problem = (
+            f"the interleaved schedule needs the {m} micro-batches per step to be a multiple of pp={p.pp}"
         )
-    return None
+    else:
+        return None
+    return Refusal(problem, repair("vp -> 1", draft, replace(p, vp=1)))
 
 
 check_uniform_recompute = uniform_recompute_rule(
