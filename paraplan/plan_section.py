@@ -3,7 +3,12 @@ optional: a subset fixes those knobs, ``evaluate`` needs all) and the two values
 derives from them (``grad_accum``, ``num_devices``), so a result's plan reads back as it is;
 the module checks on import that the keys stay Plan's. paraplan/instance.py and paraplan/api.py
 turn it into a Plan or a PartialPlan through ``fields(Plan)`` (cost.plan.plan_from_values,
-PartialPlan.from_values)."""
+PartialPlan.from_values).
+
+Written out rather than built from ``fields(Plan)`` with ``pydantic.create_model`` (tried: the
+same JSON schema): a built model is opaque to type checkers, so every ``scenario.plan.<knob>``
+read would be untyped, and each key's bounds and description are I/O facts Plan does not hold,
+so a table keyed by field name would remain; the import check gives the same guarantee."""
 
 from __future__ import annotations
 

@@ -3,10 +3,11 @@
 The framework's rules module (paraplan/rules/<name>.py) states its rules (``RULES``) and how its
 per-stage choices may vary (``SEARCH``). The solver gets them as search options: a layout
 filter that runs the rules on each layout with an even split and one recompute mode (choices every
-framework has), one recompute mode for every stage, the framework's recompute modes, and even
-stages where the framework needs them. The search stays exact over what passes (solver/space.py
-``Options``), so the plan is the best the framework can run under the cost model, and it exports
-to that framework without a refusal.
+framework has; the rules that read neither the ZeRO stage nor the rank order run once per layout
+family, and the solver drops a family they refuse before bounding it), one recompute mode for
+every stage, the framework's recompute modes, and even stages where the framework needs them. The
+search stays exact over what passes (solver/space.py ``Options``), so the plan is the best the
+framework can run under the cost model, and it exports to that framework without a refusal.
 
 Without ``solver.target`` the planner is *runnable by default* (``runnable_space``; the search
 order is paraplan/api.py ``_runnable_search``): the fastest plan at least one framework runs.
@@ -27,10 +28,11 @@ from dataclasses import dataclass, replace
 from typing import get_args
 
 from paraplan.cost import Plan, Recompute
+from paraplan.cost.plan import plan_key
 from paraplan.errors import ConfigError, InfeasibleError
 from paraplan.export import EXPORTED_PRECISIONS, POOLED_TARGETS
 from paraplan.instance import Instance
-from paraplan.rules import Draft, RuleContext, TargetRules, first_refusal, rules_of
+from paraplan.rules import Draft, Rule, RuleContext, TargetRules, first_refusal, rules_of
 from paraplan.schema import SolverTarget
 from paraplan.solver import Options
 from paraplan.solver.tables import even_layers
@@ -62,19 +64,24 @@ def rule_context(inst: Instance) -> RuleContext:
 class TargetFilter:
     """A layout filter: the target's rules on the layout with one representative split and mode.
 
+    The rules that read neither the ZeRO stage nor the rank order (``TargetRules.family_rules``)
+    run once per layout family (``family_passes``, also the solver's family filter, which drops
+    a refused family before it is bounded); the rest (``LAYOUT_RULES``) once per layout.
     Remembers each verdict (the solver may ask again) and how often each rule refused, so an
     empty search can say which rule stood in the way."""
 
     def __init__(self, name: str, inst: Instance, rules: TargetRules) -> None:
         self.name = name
         self._model_rules = rules.model_rules
-        self._rules = tuple(r for r in rules.rules if r not in rules.model_rules)
+        self._family_rules = rules.family_rules
+        self._layout_rules = tuple(r for r in rules.layout_rules if r not in rules.model_rules)
         self._ctx = rule_context(inst)
         self._num_layers = inst.spec.num_layers
         fixed = inst.scenario.plan
         self._layers = tuple(fixed.layers_per_stage) if fixed.layers_per_stage else None
         self._recompute = fixed_modes(inst)
         self._split = rules.search.stage_split
+        self._families: dict[tuple[object, ...], bool] = {}
         self._verdicts: dict[Plan, bool] = {}
         self._splits: dict[tuple[int, int], tuple[int, ...] | None] = {}
         self.refused: Counter[str] = Counter()
@@ -112,18 +119,32 @@ class TargetFilter:
             layout, layers_per_stage=split, recompute=modes if len(modes) == pp else (modes[0],) * pp
         )
 
+    def _passes(self, plan: Plan, rules: tuple[Rule, ...]) -> bool:
+        """``rules`` accept ``plan``'s representative (a refusal is counted)."""
+        representative = self._representative(plan)
+        if representative is None:
+            return False
+        refusal = first_refusal(self._ctx, Draft(representative, self._ctx.precision), rules)
+        if refusal is not None:
+            self.refused[refusal.rule] += 1
+            return False
+        return True
+
+    def family_passes(self, family: Plan) -> bool:
+        """Whether the family rules accept ``family`` (any ZeRO stage and rank order: those
+        rules do not read them); False means every layout of the family fails."""
+        key = plan_key(family, _LAYOUT_FIELDS)
+        verdict = self._families.get(key)
+        if verdict is None:
+            verdict = self._families[key] = self._passes(family, self._family_rules)
+        return verdict
+
     def __call__(self, layout: Plan) -> bool:
-        if layout in self._verdicts:
-            return self._verdicts[layout]
-        plan = self._representative(layout)
-        ok = plan is not None
-        if plan is not None:
-            refusal = first_refusal(self._ctx, Draft(plan, self._ctx.precision), self._rules)
-            if refusal is not None:
-                ok = False
-                self.refused[refusal.rule] += 1
-        self._verdicts[layout] = ok
-        return ok
+        verdict = self._verdicts.get(layout)
+        if verdict is None:
+            verdict = self.family_passes(layout) and self._passes(layout, self._layout_rules)
+            self._verdicts[layout] = verdict
+        return verdict
 
     def reason(self) -> str:
         """Why nothing passed: the rules that refused, most frequent first."""
@@ -131,6 +152,10 @@ class TargetFilter:
             return f"{self.name} can run none of the layouts"
         rules = [rule for rule, _ in self.refused.most_common(2)]
         return f"{self.name} refused every layout, e.g.: " + "; ".join(rules)
+
+
+_LAYOUT_FIELDS = frozenset({"zero", "order", "torus_shape"})
+"""What the solver chooses per layout of a family (solver/space.py ``zeros``, ``placements``)."""
 
 
 def fixed_modes(inst: Instance) -> tuple[Recompute, ...] | None:
@@ -187,6 +212,7 @@ def target_options(options: Options, name: str, inst: Instance) -> Options:
         allow_uneven_stages=options.allow_uneven_stages and not limits.even_stages,
         recompute_modes=modes if modes is not None else options.recompute_modes,
         layout_filter=layout_filter,
+        family_filter=layout_filter.family_passes,
         stage_split=limits.stage_split,
     )
 
@@ -211,6 +237,10 @@ class UnionFilter:
         if layout not in self._verdicts:
             self._verdicts[layout] = any(f(layout) for f in self.filters)
         return self._verdicts[layout]
+
+    def family_passes(self, family: Plan) -> bool:
+        """Whether some framework's family rules accept ``family`` (TargetFilter.family_passes)."""
+        return any(f.family_passes(family) for f in self.filters)
 
     def reason(self) -> str:
         """Why nothing passed: each framework's most frequent refusal."""
@@ -240,6 +270,7 @@ def _merge(options: list[Options]) -> Options:
     first = options[0]
     modes = [o.recompute_modes for o in options]
     splits = {o.stage_split for o in options}
+    union = UnionFilter([o.layout_filter for o in options])  # type: ignore[misc]
     return replace(
         first,
         uniform_recompute=all(o.uniform_recompute for o in options),
@@ -250,7 +281,8 @@ def _merge(options: list[Options]) -> Options:
             else tuple(r for r in Recompute if any(r in m for m in modes))
         ),
         stage_split=splits.pop() if len(splits) == 1 else None,
-        layout_filter=UnionFilter([o.layout_filter for o in options]),  # type: ignore[misc]
+        layout_filter=union,
+        family_filter=union.family_passes,
     )
 
 

@@ -5,10 +5,11 @@ Imports only graph/, hardware/ and cost/ (docs/DESIGN.md §3). ``base`` holds th
 draft, refusal, search limits) and the repair helpers; ``plans`` the plan helpers rules and
 exporters share; ``checks`` the rules several frameworks share; ``validity`` the model/plan
 facts they state once; and one module per framework (``megatron``, ``nemo``, ``deepspeed``,
-``torchtitan``, ``maxtext``, ``torch``) its ``RULES``, ``SEARCH`` and ``MODEL_RULES``, with the
-framework facts both its rules and its exporter need. ``rules_of(name)`` returns a framework's.
-The solver's layout filter (paraplan/targets.py) and the exporters (paraplan/export, ``enforce``)
-both call them.
+``torchtitan``, ``maxtext``, ``torch``) its ``RULES``, ``SEARCH``, ``MODEL_RULES`` and
+``LAYOUT_RULES``, with the framework facts both its rules and its exporter need (Megatron's layer
+layouts in ``megatron_layout``). ``rules_of(name)``
+returns a framework's. The solver's layout filter (paraplan/targets.py) and the exporters
+(paraplan/export, ``enforce``) both call them.
 """
 
 from __future__ import annotations
@@ -81,10 +82,12 @@ _CACHE: dict[str, TargetRules] = {}
 
 
 def rules_of(name: str) -> TargetRules:
-    """Framework ``name``'s RULES, SEARCH and MODEL_RULES; ValueError when it has none."""
+    """Framework ``name``'s RULES, SEARCH, MODEL_RULES and LAYOUT_RULES; ValueError when it has none."""
     if name not in FRAMEWORKS:
         raise ValueError(f"no rules for framework {name!r}; known: {', '.join(FRAMEWORKS)}")
     if name not in _CACHE:
         module = importlib.import_module(f"paraplan.rules.{name}")
-        _CACHE[name] = TargetRules(tuple(module.RULES), module.SEARCH, tuple(module.MODEL_RULES))
+        _CACHE[name] = TargetRules(
+            tuple(module.RULES), module.SEARCH, tuple(module.MODEL_RULES), tuple(module.LAYOUT_RULES)
+        )
     return _CACHE[name]

@@ -91,12 +91,20 @@ class SearchLimits:
 
 
 class TargetRules(NamedTuple):
-    """A framework's ``RULES``, ``SEARCH`` and ``MODEL_RULES`` (those of RULES that read only
-    the model and job, so one check decides)."""
+    """A framework's ``RULES``, ``SEARCH``, ``MODEL_RULES`` (those of RULES that read only
+    the model and job, so one check decides) and ``LAYOUT_RULES`` (those that read the ZeRO
+    stage or the rank order; the rest give one verdict per layout family)."""
 
     rules: tuple[Rule, ...]
     search: SearchLimits
     model_rules: tuple[Rule, ...]
+    layout_rules: tuple[Rule, ...] = ()
+
+    @property
+    def family_rules(self) -> tuple[Rule, ...]:
+        """The RULES that are neither model nor layout rules: one verdict per layout family
+        (degrees, ep, micro-batch, vp, SP, K/V exchange), whatever its ZeRO stage and rank order."""
+        return tuple(r for r in self.rules if r not in self.model_rules and r not in self.layout_rules)
 
 
 def repair(change: str, draft: Draft, plan: Plan | None) -> tuple[Fix, ...]:

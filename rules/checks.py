@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 
+from paraplan.cost import Axis
 from paraplan.graph import ModelSpec
-from paraplan.rules.base import Draft, Refusal, Rule, RuleContext, recompute_fixes, repair
-from paraplan.rules.plans import uniform_recompute
-from paraplan.rules.validity import ep_splits_experts
+from paraplan.rules.base import Draft, Refusal, Rule, RuleContext, order_fixes, recompute_fixes, repair
+from paraplan.rules.plans import order_matches, regroup, uniform_recompute
+from paraplan.rules.validity import cp_splits_sequence, ep_splits_experts
 
 __all__ = [
     "dense_model_rule",
@@ -15,6 +17,8 @@ __all__ = [
     "check_no_expert_parallel",
     "check_expert_tp_is_tp",
     "uniform_recompute_rule",
+    "context_split_rule",
+    "rank_order_rule",
     "transformer_layers_rule",
 ]
 
@@ -79,6 +83,39 @@ def uniform_recompute_rule(framework_note: str) -> Rule:
         return Refusal(f"recompute differs per stage ({modes}); {framework_note}", recompute_fixes(draft))
 
     return check_recompute_uniform
+
+
+def context_split_rule(seq_len_field: str, balancer: str) -> Rule:
+    """A rule refusing a sequence the context-parallel load balancer cannot cut into 2 x cp
+    chunks (validity.cp_splits_sequence); ``seq_len_field`` is the framework's name of the
+    sequence length, ``balancer`` its name of the balancer."""
+
+    def check_context_split(ctx: RuleContext, draft: Draft) -> Refusal | None:
+        cp, seq = draft.plan.cp, ctx.job.seq_len
+        if cp_splits_sequence(ctx.job, cp):
+            return None
+        return Refusal(
+            f"{seq_len_field}={seq} must be divisible by 2*cp = {2 * cp} ({balancer})",
+            repair("cp -> 1, dp absorbs it", draft, regroup(draft.plan, cp=1)),
+        )
+
+    return check_context_split
+
+
+def rank_order_rule(order: Sequence[Axis], mesh_note: str) -> Rule:
+    """A rule refusing a plan whose ranks the framework's one rank ``order`` (innermost first)
+    does not place; ``mesh_note`` says how the framework builds its mesh."""
+    name = "-".join(a.value for a in order)
+
+    def check_rank_order(ctx: RuleContext, draft: Draft) -> Refusal | None:
+        if order_matches(draft.plan, order):
+            return None
+        return Refusal(
+            f"plan.order={'-'.join(a.value for a in draft.plan.order)}: {mesh_note}",
+            order_fixes(draft, [(name, order)]),
+        )
+
+    return check_rank_order
 
 
 LAYER_KINDS = ("hybrid", "vision", "mtp", "window", "chunked", "latent_moe")

@@ -15,18 +15,18 @@ from paraplan.rules.base import (
     RuleContext,
     SearchLimits,
     micro_batch_repairs,
-    order_fixes,
     recompute_fixes,
     repair,
 )
-from paraplan.rules.checks import check_dense_model, check_no_expert_parallel
-from paraplan.rules.plans import order_matches, regroup, uniform_recompute
+from paraplan.rules.checks import check_dense_model, check_no_expert_parallel, rank_order_rule
+from paraplan.rules.plans import regroup, uniform_recompute
 from paraplan.rules.validity import batch_splits
 
 __all__ = [
     "RULES",
     "SEARCH",
     "MODEL_RULES",
+    "LAYOUT_RULES",
     "ORDER",
     "partition_balanced",
     "balanced_split",
@@ -196,16 +196,10 @@ def check_autotp_without_pipeline(ctx: RuleContext, draft: Draft) -> Refusal | N
     )
 
 
-def check_rank_order(ctx: RuleContext, draft: Draft) -> Refusal | None:
-    """ProcessTopology(['pipe', 'data', 'model']): tp innermost, then dp, then pp."""
-    if order_matches(draft.plan, ORDER):
-        return None
-    order = "-".join(a.value for a in draft.plan.order)
-    return Refusal(
-        f"plan.order={order}: DeepSpeed's topology ['pipe', 'data', 'model'] places "
-        "tp innermost, then dp, then pp",
-        order_fixes(draft, [("tp-cp-dp-pp", ORDER)]),
-    )
+check_rank_order = rank_order_rule(
+    ORDER, "DeepSpeed's topology ['pipe', 'data', 'model'] places tp innermost, then dp, then pp"
+)
+"""ProcessTopology(['pipe', 'data', 'model']): tp innermost, then dp, then pp."""
 
 
 RULES = (
@@ -236,3 +230,6 @@ SEARCH = SearchLimits(stage_split=pipeline_split, recompute_modes=(Recompute.NON
 split per layout); whole-layer checkpointing only."""
 MODEL_RULES = ()
 """The RULES that read only the model and job (solver.target checks them once, first)."""
+LAYOUT_RULES = (check_pipeline_zero, check_rank_order)
+"""The RULES that read the ZeRO stage or the rank order, which the solver picks per layout; the
+others give one verdict for a whole layout family (solver.target checks those once per family)."""

@@ -26,7 +26,16 @@ from paraplan.rules.checks import (
 )
 from paraplan.rules.plans import order_matches
 
-__all__ = ["RULES", "SEARCH", "MODEL_RULES", "MODELS", "maxtext_order", "mesh_split", "slices"]
+__all__ = [
+    "RULES",
+    "SEARCH",
+    "MODEL_RULES",
+    "LAYOUT_RULES",
+    "MODELS",
+    "maxtext_order",
+    "mesh_split",
+    "slices",
+]
 
 
 MODELS = {
@@ -258,3 +267,6 @@ SEARCH = SearchLimits(even_stages=True)
 """solver.target=maxtext: num_layers_per_pipeline_stage: every stage alike; one remat_policy."""
 MODEL_RULES = (check_model_keys,)
 """The RULES that read only the model and job (solver.target checks them once, first)."""
+LAYOUT_RULES = (check_zero, check_rank_order, check_node_boundary, check_expert_axis)
+"""The RULES that read the ZeRO stage or the rank order, which the solver picks per layout; the
+others give one verdict for a whole layout family (solver.target checks those once per family)."""

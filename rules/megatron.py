@@ -20,11 +20,22 @@ from paraplan.rules.base import (
     order_fixes,
     repair,
 )
-from paraplan.rules.checks import dense_model_rule, layer_kinds_rule, uniform_recompute_rule
-from paraplan.rules.plans import order_matches, regroup, virtual_stage_ranges
+from paraplan.rules.checks import (
+    context_split_rule,
+    dense_model_rule,
+    layer_kinds_rule,
+    uniform_recompute_rule,
+)
+from paraplan.rules.megatron_layout import (
+    HYBRID_SYMBOLS,
+    compact_layout,
+    hybrid_stage_pattern,
+    layout_stages,
+    stage_contents,
+)
+from paraplan.rules.plans import order_matches, regroup
 from paraplan.rules.validity import (
     batch_splits,
-    cp_splits_sequence,
     hybrid_pattern,
     mtp_layers,
     tp_splits_heads,
@@ -34,6 +45,7 @@ __all__ = [
     "RULES",
     "SEARCH",
     "MODEL_RULES",
+    "LAYOUT_RULES",
     "ORDERS",
     "LLAMA3_ROPE_SCALING",
     "MLA_YARN_ORIGINAL_MAX_POSITIONS",
@@ -62,88 +74,6 @@ LLAMA3_ROPE_SCALING = {"low_freq_factor": 1.0, "high_freq_factor": 4.0, "origina
 megatron/core/models/common/embeddings/rotary_pos_embedding.py, 0.19.2); only the factor is a
 flag."""
 MLA_YARN_ORIGINAL_MAX_POSITIONS = 4096  # MLATransformerConfig.original_max_position_embeddings
-
-
-# --------------------------------------------------------------------------- layouts
-
-HYBRID_SYMBOLS = frozenset("MG*D+-E")
-"""Layer symbols of ``--hybrid-layer-pattern`` (megatron-core 0.19.2
-``megatron/core/models/hybrid/hybrid_layer_allocation.py`` ``Symbols.VALID_LAYERS``): M Mamba-2,
-G gated delta net, * attention, D DeepSeek sparse attention, + MLA, - MLP, E MoE; '|' separates
-pipeline segments (virtual stage j = v * pp + r), '/' starts the MTP pattern."""
-LAYOUT_SYMBOLS = {"embedding": "E", "decoder": "t", "mtp": "m", "loss": "L"}
-"""Layer characters of ``--pipeline-model-parallel-layout`` (``PipelineParallelLayerLayout.
-parse_str_to_list``, megatron/core/transformer/pipeline_parallel_layer_layout.py, 0.19.2)."""
-
-
-def stage_contents(spec: ModelSpec, plan: Plan) -> list[tuple[int, int]]:
-    """(decoder layers, MTP layers) of each virtual stage, in order j = c * pp + s.
-
-    Positions 0 .. num_layers - 1 are the decoder layers, the next ``mtp_layers(spec)`` the MTP
-    layers; a plan whose chunks count only the decoder layers has its MTP layers on the last
-    virtual stage, next to the loss (where Megatron puts them without a layout:
-    ``mtp_on_this_rank`` in megatron/core/transformer/multi_token_prediction.py)."""
-    n, mtp = spec.num_layers, mtp_layers(spec)
-    out = []
-    for r in virtual_stage_ranges(plan):
-        decoder = max(0, min(r.stop, n) - r.start)
-        out.append((decoder, len(r) - decoder))
-    if out:
-        decoder, here = out[-1]
-        out[-1] = (decoder, here + max(0, n + mtp - sum(len(r) for r in virtual_stage_ranges(plan))))
-    return out
-
-
-def _run(symbol: str, n: int) -> str:
-    return symbol * n if n <= 2 else f"{symbol}*{n}"
-
-
-def layout_stages(spec: ModelSpec, plan: Plan) -> list[str]:
-    """Each virtual stage in layout characters: 'E' on the first, its decoder layers 't', its
-    MTP layers 'm', 'L' on the last (commas between kinds are cosmetic to Megatron's parser)."""
-    contents = stage_contents(spec, plan)
-    stages = []
-    for j, (decoder, mtp) in enumerate(contents):
-        parts = ["E"] if j == 0 else []
-        parts += [_run("t", decoder)] if decoder else []
-        parts += [_run("m", mtp)] if mtp else []
-        parts += ["L"] if j == len(contents) - 1 else []
-        stages.append(",".join(parts))
-    return stages
-
-
-def compact_layout(stages: list[str]) -> str:
-    """The stages joined by '|', a run of k identical stages X written ``(X|)*k`` where that is
-    shorter (Megatron's ``parse_str_to_list`` unrolls ``(...)*k`` first, then ``x*n``; parentheses
-    do not nest). A run that ends the layout keeps its last stage outside the group, so the
-    group's trailing '|' never opens an empty stage: ``Et*3|(tt|)*29,m|L`` (DeepSeek-V3,
-    pp 16 x vp 2, Megatron's docs)."""
-    out: list[tuple[str, bool]] = []  # (token, is a group ending in its own '|')
-    i = 0
-    while i < len(stages):
-        k = 1
-        while i + k < len(stages) and stages[i + k] == stages[i]:
-            k += 1
-        x, grouped = stages[i], k - (i + k == len(stages))  # at the end: last stage stays out
-        if grouped >= 2 and len(f"({x}|)*{grouped}") < grouped * (len(x) + 1):
-            out += [(f"({x}|)*{grouped}", True)] + [(x, False)] * (k - grouped)
-        else:
-            out += [(x, False)] * k
-        i += k
-    text = out[0][0] if out else ""
-    for (_, group), (token, _) in zip(out, out[1:], strict=False):
-        text += ("," if group else "|") + token
-    return text
-
-
-def hybrid_stage_pattern(spec: ModelSpec, plan: Plan) -> str:
-    """``--hybrid-layer-pattern`` with the plan's stages: the model's pattern cut into the plan's
-    virtual stages by '|' (segment j = v * pp + r runs on pp rank r, ``select_pipeline_segment``
-    in hybrid_layer_allocation.py); one segment when there is no pipeline."""
-    pattern = hybrid_pattern(spec) or ""
-    if plan.pp * plan.vp == 1:
-        return pattern
-    return "|".join(pattern[r.start : r.stop] for r in virtual_stage_ranges(plan))
 
 
 # --------------------------------------------------------------------------- rules (§2.3)
@@ -209,15 +139,8 @@ def check_tensor_split(ctx: RuleContext, draft: Draft) -> Refusal | None:
     )
 
 
-def check_context_split(ctx: RuleContext, draft: Draft) -> Refusal | None:
-    """Rule 20: seq_length % (2 x cp) == 0."""
-    cp, seq = draft.plan.cp, ctx.job.seq_len
-    if cp_splits_sequence(ctx.job, cp):
-        return None
-    return Refusal(
-        f"job.seq_len={seq} must be divisible by 2*cp = {2 * cp} (context-parallel load balancing)",
-        repair("cp -> 1", draft, regroup(draft.plan, cp=1)),
-    )
+check_context_split = context_split_rule("job.seq_len", "context-parallel load balancing")
+"""Rule 20: seq_length % (2 x cp) == 0."""
 
 
 def check_interleaving(ctx: RuleContext, draft: Draft) -> Refusal | None:
@@ -227,15 +150,15 @@ def check_interleaving(ctx: RuleContext, draft: Draft) -> Refusal | None:
     if p.vp == 1:
         return None
     m = ctx.job.global_batch // (p.micro_batch * p.dp)
-    no_vp = repair("vp -> 1", draft, replace(p, vp=1))
     if p.pp == 1:
-        return Refusal(f"plan.vp={p.vp} needs pipeline-model-parallel-size > 1", no_vp)
-    if m % p.pp:
-        return Refusal(
-            f"the interleaved schedule needs the {m} micro-batches per step to be a multiple of pp={p.pp}",
-            no_vp,
+        problem = f"plan.vp={p.vp} needs pipeline-model-parallel-size > 1"
+    elif m % p.pp:
+        problem = (
+            f"the interleaved schedule needs the {m} micro-batches per step to be a multiple of pp={p.pp}"
         )
-    return None
+    else:
+        return None
+    return Refusal(problem, repair("vp -> 1", draft, replace(p, vp=1)))
 
 
 check_uniform_recompute = uniform_recompute_rule(
@@ -430,3 +353,6 @@ SEARCH = SearchLimits()
 setting for every rank."""
 MODEL_RULES = (check_architecture, check_layer_kinds, check_hybrid_pattern)
 """The RULES that read only the model and job (solver.target checks them once, first)."""
+LAYOUT_RULES = (check_fsdp_without_pp, check_rank_order, check_expert_data_parallel)
+"""The RULES that read the ZeRO stage or the rank order, which the solver picks per layout; the
+others give one verdict for a whole layout family (solver.target checks those once per family)."""

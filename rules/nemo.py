@@ -10,7 +10,7 @@ from dataclasses import replace
 from paraplan.rules import megatron as mg
 from paraplan.rules.base import Draft, Refusal, RuleContext, repair
 
-__all__ = ["RULES", "SEARCH", "MODEL_RULES"]
+__all__ = ["RULES", "SEARCH", "MODEL_RULES", "LAYOUT_RULES"]
 
 
 def check_bridge_mapping_with_fsdp(ctx: RuleContext, draft: Draft) -> Refusal | None:
@@ -40,3 +40,6 @@ RULES = (*mg.RULES, check_bridge_mapping_with_fsdp, check_hybrid_without_interle
 SEARCH = mg.SEARCH
 MODEL_RULES = mg.MODEL_RULES
 """The RULES that read only the model and job (solver.target checks them once, first)."""
+LAYOUT_RULES = (*mg.LAYOUT_RULES, check_bridge_mapping_with_fsdp)
+"""The RULES that read the ZeRO stage or the rank order, which the solver picks per layout; the
+others give one verdict for a whole layout family (solver.target checks those once per family)."""

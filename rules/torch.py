@@ -7,21 +7,24 @@ runs them again before it writes the script."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 from paraplan.cost import Axis, Plan, Recompute
 from paraplan.cost.plan import chunk_layers
-from paraplan.rules.base import Draft, Refusal, RuleContext, SearchLimits, order_fixes, repair
+from paraplan.rules.base import Draft, Refusal, RuleContext, SearchLimits, repair
 from paraplan.rules.checks import (
     check_dense_model,
     layer_kinds_rule,
+    rank_order_rule,
     uniform_recompute_rule,
 )
-from paraplan.rules.plans import order_matches, regroup, uniform_recompute
+from paraplan.rules.plans import regroup, uniform_recompute
 
 __all__ = [
     "RULES",
     "SEARCH",
     "MODEL_RULES",
+    "LAYOUT_RULES",
     "ORDER",
     "RECOMPUTE_CHOICES",
     "ZERO_STAGES",
@@ -79,15 +82,10 @@ def check_schedule(ctx: RuleContext, draft: Draft) -> Refusal | None:
     return None
 
 
-def check_rank_order(ctx: RuleContext, draft: Draft) -> Refusal | None:
-    """Mesh (pp, dp, tp): tp innermost, then dp, then pp."""
-    if order_matches(draft.plan, ORDER):
-        return None
-    return Refusal(
-        f"plan.order={'-'.join(a.value for a in draft.plan.order)}: the script's mesh "
-        "(pp, dp, tp) places tp innermost, then dp, then pp",
-        order_fixes(draft, [("tp-cp-dp-pp", ORDER)]),
-    )
+check_rank_order = rank_order_rule(
+    ORDER, "the script's mesh (pp, dp, tp) places tp innermost, then dp, then pp"
+)
+"""Mesh (pp, dp, tp): tp innermost, then dp, then pp."""
 
 
 def script_args(ctx: RuleContext, draft: Draft) -> dict[str, object]:
@@ -161,6 +159,11 @@ SEARCH = SearchLimits()
 """solver.target=torch: the script takes layers per virtual stage; every block wrapped alike."""
 MODEL_RULES = (check_layer_kinds, check_dense_reference)
 """The RULES that read only the model and job (solver.target checks them once, first)."""
+LAYOUT_RULES = (check_rank_order,)
+"""The RULES that read the ZeRO stage or the rank order, which the solver picks per layout; the
+others give one verdict for a whole layout family (solver.target checks those once per family).
+``check_script_accepts`` reads plan.zero only to pass it on: every Plan's ZeRO stage (0-3) is one
+the script takes."""
 
 
 # --------------------------------------------------------------------------- the script's checks
@@ -172,7 +175,9 @@ ZERO_STAGES = (0, 1, 2, 3)
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ScriptPlan:
-    """The plan knobs the script needs, as passed to ``render_torch_plan``."""
+    """The plan knobs the script needs: the keyword arguments of ``render_torch_plan``.
+    ``layers_per_stage``: transformer layers per virtual stage, in virtual-stage order (None: an
+    even split); ``recompute``: "none", "selective" or "full"."""
 
     dp: int
     tp: int
@@ -292,42 +297,29 @@ def check_sequence_parallel(plan: ScriptPlan) -> None:
         )
 
 
-def check_torch_plan(**knobs: object) -> None:
+def check_torch_plan(**knobs: Any) -> None:
     """The checks ``render_torch_plan`` runs on the same keyword arguments, without rendering:
     ValueError naming the knob and the rule when the plan cannot run (cheap enough to run on
     every layout the planner considers)."""
-    checked_script_plan(**knobs)  # type: ignore[arg-type]
+    checked_script_plan(**knobs)
 
 
-def checked_script_plan(
-    *,
-    dp: int,
-    tp: int,
-    pp: int,
-    vp: int,
-    micro_batch: int,
-    global_batch: int,
-    seq_len: int,
-    zero: int,
-    sequence_parallel: bool,
-    recompute: str,
-    layers_per_stage: list[int] | None,
-    num_layers: int,
-) -> ScriptPlan:
-    plan = ScriptPlan(
-        dp=dp,
-        tp=tp,
-        pp=pp,
-        vp=vp,
-        micro_batch=micro_batch,
-        global_batch=global_batch,
-        seq_len=seq_len,
-        zero=zero,
-        sequence_parallel=bool(sequence_parallel),
-        recompute=str(recompute),
-        layers_per_stage=None if layers_per_stage is None else tuple(layers_per_stage),
-        num_layers=num_layers,
-    )
+def _script_value(name: str, value: Any) -> Any:
+    """A knob as ``ScriptPlan`` holds it: ``sequence_parallel`` a bool, ``recompute`` a str (a
+    Recompute works too), ``layers_per_stage`` a tuple or None (a list works too)."""
+    if name == "sequence_parallel":
+        return bool(value)
+    if name == "recompute":
+        return str(value)
+    if name == "layers_per_stage":
+        return None if value is None else tuple(value)
+    return value
+
+
+def checked_script_plan(**knobs: Any) -> ScriptPlan:
+    """The ``ScriptPlan`` of ``render_torch_plan``'s keyword arguments (its fields: TypeError for
+    a missing or unknown one), checked: ValueError naming the knob and the rule."""
+    plan = ScriptPlan(**{name: _script_value(name, value) for name, value in knobs.items()})
     for check in (
         check_positive_knobs,
         check_zero_and_recompute,

@@ -16,22 +16,24 @@ from paraplan.rules.base import (
     RuleContext,
     SearchLimits,
     micro_batch_repairs,
-    order_fixes,
     repair,
 )
 from paraplan.rules.checks import (
     check_dense_model,
     check_expert_tp_is_tp,
+    context_split_rule,
+    rank_order_rule,
     transformer_layers_rule,
     uniform_recompute_rule,
 )
-from paraplan.rules.plans import order_matches, regroup
-from paraplan.rules.validity import batch_splits, cp_splits_sequence
+from paraplan.rules.plans import regroup
+from paraplan.rules.validity import batch_splits
 
 __all__ = [
     "RULES",
     "SEARCH",
     "MODEL_RULES",
+    "LAYOUT_RULES",
     "CONFIGS",
     "FLOAT8_CONFIGS",
     "ORDER",
@@ -107,15 +109,8 @@ check_uniform_recompute = uniform_recompute_rule(
 )
 
 
-def check_context_split(ctx: RuleContext, draft: Draft) -> Refusal | None:
-    """The head-tail load balancer cuts the sequence into 2 x cp chunks."""
-    cp, seq = draft.plan.cp, ctx.job.seq_len
-    if cp_splits_sequence(ctx.job, cp):
-        return None
-    return Refusal(
-        f"training.seq_len={seq} must be divisible by 2*cp = {2 * cp} (head-tail load balancer)",
-        repair("cp -> 1, dp absorbs it", draft, regroup(draft.plan, cp=1)),
-    )
+check_context_split = context_split_rule("training.seq_len", "head-tail load balancer")
+"""The head-tail load balancer cuts the sequence into 2 x cp chunks."""
 
 
 def check_precision(ctx: RuleContext, draft: Draft) -> Refusal | None:
@@ -129,16 +124,10 @@ def check_precision(ctx: RuleContext, draft: Draft) -> Refusal | None:
     )
 
 
-def check_rank_order(ctx: RuleContext, draft: Draft) -> Refusal | None:
-    """Mesh [pp, dp_replicate, dp_shard, cp, tp]: tp-cp-dp-pp innermost first."""
-    if order_matches(draft.plan, ORDER):
-        return None
-    order = "-".join(a.value for a in draft.plan.order)
-    return Refusal(
-        f"plan.order={order}: torchtitan's mesh [pp, dp_replicate, dp_shard, cp, tp] "
-        "places tp innermost, then cp, dp, pp",
-        order_fixes(draft, [("tp-cp-dp-pp", ORDER)]),
-    )
+check_rank_order = rank_order_rule(
+    ORDER, "torchtitan's mesh [pp, dp_replicate, dp_shard, cp, tp] places tp innermost, then cp, dp, pp"
+)
+"""Mesh [pp, dp_replicate, dp_shard, cp, tp]: tp-cp-dp-pp innermost first."""
 
 
 def check_expert_mesh(ctx: RuleContext, draft: Draft) -> Refusal | None:
@@ -270,3 +259,6 @@ SEARCH = SearchLimits()
 """solver.target=torchtitan: module names per stage express any split; one activation-checkpoint setting."""
 MODEL_RULES = (check_transformer_layers, check_model_config, check_float8_config, check_precision)
 """The RULES that read only the model and job (solver.target checks them once, first)."""
+LAYOUT_RULES = (check_rank_order, check_expert_mesh)
+"""The RULES that read the ZeRO stage or the rank order, which the solver picks per layout; the
+others give one verdict for a whole layout family (solver.target checks those once per family)."""

@@ -43,13 +43,14 @@ Ties are broken by a second solve with z fixed (see solve.py).
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import cast
 
 from ortools.sat.python import cp_model
 from paraplan.cost import Recompute
 from paraplan.solver.constraints.layers import add_layer_split
 from paraplan.solver.constraints.memory import add_memory
 from paraplan.solver.constraints.positions import add_positions
-from paraplan.solver.constraints.schedule import add_schedule
+from paraplan.solver.constraints.schedule import add_schedule, stage_lines
 from paraplan.solver.scale import objective_scale
 from paraplan.solver.tables import LayoutTables, TickTables
 
@@ -162,26 +163,13 @@ def add_hint(
                 for q in tk.kinds:
                     model.add_hint(lv.kind_y[(q, s, r)], counts[s][q] if on and counts else 0)
             if chosen:
-                r = recs[s]
-                n = counts[s] if counts else ()
-                t_max = max(
-                    t_max,
-                    tk.time_per_k[(s, r)] * k
-                    + tk.time_fixed[(s, r)]
-                    + sum(tk.time_delta[(q, s, r)] * n[q] for q in tk.kinds),
-                )
-                e_max = max(
-                    e_max,
-                    tk.dp_per_k[(s, r)] * k
-                    + tk.dp_fixed[(s, r)]
-                    + sum(tk.dp_delta[(q, s, r)] * n[q] for q in tk.kinds),
-                )
-                o_max = max(
-                    o_max,
-                    tk.opt_per_k[s] * k
-                    + tk.opt_fixed[s]
-                    + sum(tk.opt_delta[(q, s)] * n[q] for q in tk.kinds),
-                )
+                n = {q: counts[s][q] for q in tk.kinds} if counts else {}
+                rec = {r: int(r is recs[s]) for r in lv.tables.recomputes}
+                y = {(q, r): n[q] * rec[r] for q in tk.kinds for r in rec}
+                lines = stage_lines(tk, s, rec, {r: k * on for r, on in rec.items()}, k, 1, y, n)
+                t_max = max(t_max, cast(int, lines.time))
+                e_max = max(e_max, cast(int, lines.exposed_dp))
+                o_max = max(o_max, cast(int, lines.optimizer))
         tmax, dpmax, omax = lv.maxima()
         model.add_hint(tmax, t_max)
         model.add_hint(dpmax, e_max)

@@ -108,7 +108,9 @@ class Options:
     framework's rules; ``stage_split(layers, pp, vp)``: the one split a framework builds (None:
     it cannot), instead of a free one. With a filter no alternative is dropped as dominated
     before the filter has seen it (SP off, ZeRO-0, every rank order), so the search stays exact
-    over what passes."""
+    over what passes. ``family_filter``: a predicate on a layout family (ZeRO stage and rank order
+    not chosen yet) that is False only when ``layout_filter`` refuses every layout of the family;
+    such families are dropped before they are bounded."""
 
     allow_uneven_stages: bool = True
     search_placement: bool = True
@@ -117,6 +119,7 @@ class Options:
     uniform_recompute: bool = False
     recompute_modes: tuple[Recompute, ...] | None = None
     layout_filter: Callable[[Plan], bool] | None = None
+    family_filter: Callable[[Plan], bool] | None = None
     stage_split: Callable[[int, int, int], tuple[int, ...] | None] | None = None
 
 
@@ -321,9 +324,11 @@ def families(
 ) -> list[Plan]:
     """Every layout family: degrees, ep, micro-batch, vp and SP fixed; ZeRO and the rank order
     left to ``zeros`` and ``orders`` (placeholders here: the first ZeRO stage, Megatron's order).
-    OutOfTime once ``deadline`` (time.perf_counter) has passed."""
+    Under ``options.family_filter``, only the families it passes. OutOfTime once ``deadline``
+    (time.perf_counter) has passed."""
     if cluster.pools:
-        return _pooled_families(spec, cluster, seq_len, global_batch, fixed, options, deadline)
+        pooled = _pooled_families(spec, cluster, seq_len, global_batch, fixed, options, deadline)
+        return _passing(pooled, options)
     n = cluster.num_devices
     out: list[Plan] = []
     cps = _cp_degrees(spec, n, seq_len, fixed)
@@ -343,8 +348,15 @@ def families(
                 for ep in _eps(spec, dp, cp, fixed):
                     out += _families_of(spec, global_batch, dp, tp, pp, cp, ep, fixed, options)
     if fixed.torus_shape is not None:
-        return [replace(f, torus_shape=fixed.torus_shape) for f in out]
-    return out
+        out = [replace(f, torus_shape=fixed.torus_shape) for f in out]
+    return _passing(out, options)
+
+
+def _passing(found: list[Plan], options: Options) -> list[Plan]:
+    """The families ``options.family_filter`` passes (all without one)."""
+    if options.family_filter is None:
+        return found
+    return [f for f in found if options.family_filter(f)]
 
 
 def _shapes(cluster: Cluster, fixed: Fixed) -> tuple[tuple[int, ...], ...]:

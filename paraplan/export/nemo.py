@@ -30,6 +30,7 @@ from paraplan.export import (
     uniform_recompute,
 )
 from paraplan.export import megatron as mg
+from paraplan.export.megatron_model import POSITION_TYPES
 from paraplan.rules import nemo as rules
 from paraplan.rules.megatron import hybrid_pattern, mtp_layers
 
@@ -120,7 +121,6 @@ ACTIVATIONS = {
     "geglu": (True, Expr("megatron.core.activations.fast_gelu")),
 }
 """activation -> (gated_linear_unit, activation_func) of megatron-core's TransformerConfig."""
-POSITION_TYPES = {"rope": "rope", "learned": "learned_absolute", "none": "none"}
 
 
 def model_fields(ctx: ExportContext) -> list[tuple[str, object]]:

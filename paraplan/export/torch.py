@@ -32,7 +32,7 @@ FRAMEWORK = "PyTorch 2.13 (DeviceMesh, DTensor, FSDP2, pipelining)"
 
 def _script(ctx: ExportContext, draft: Draft) -> str:
     """The torch_plan script for ``draft``; ValueError names the knob the script rejects."""
-    return render_torch_plan(**script_args(ctx.rule_context, draft))  # type: ignore[arg-type]
+    return render_torch_plan(**script_args(ctx.rule_context, draft))
 
 
 # --------------------------------------------------------------------------- render

@@ -32,7 +32,7 @@ import ast
 import json
 import math
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from paraplan.cost.plan import even_split
 from paraplan.export.torch_runtime import RUNTIME_BODY, RUNTIME_IMPORTS
@@ -159,45 +159,18 @@ def _render_constants(plan: ScriptPlan, layers: tuple[int, ...]) -> str:
     return "\n".join(lines)
 
 
-def render_torch_plan(
-    *,
-    dp: int,
-    tp: int,
-    pp: int,
-    vp: int,
-    micro_batch: int,
-    global_batch: int,
-    seq_len: int,
-    zero: int,
-    sequence_parallel: bool,
-    recompute: str,
-    layers_per_stage: list[int] | None,
-    num_layers: int,
-) -> str:
+def render_torch_plan(**knobs: Any) -> str:
     """Text of a standalone torchrun script that trains the reference model.
 
-    Launch it with ``torchrun --standalone --nproc_per_node=dp*tp*pp``.
-    ``layers_per_stage`` lists transformer layers per virtual stage in virtual-stage
-    order (stage s runs on pp rank s % pp); None splits evenly (cost.plan.even_split:
-    the remainder over the middle stages). ``recompute`` is "none", "selective" or "full" (a ``StrEnum`` with
-    those values works too). Raises ValueError naming the knob and the rule when the
-    plan cannot run, e.g. when Schedule1F1B would get fewer micro-batches than stages.
-    Never imports torch.
+    The keyword arguments are ``ScriptPlan``'s fields (paraplan/rules/torch.py). Launch the
+    script with ``torchrun --standalone --nproc_per_node=dp*tp*pp``. ``layers_per_stage`` lists
+    transformer layers per virtual stage in virtual-stage order (stage s runs on pp rank s % pp);
+    None splits evenly (cost.plan.even_split: the remainder over the middle stages).
+    ``recompute`` is "none", "selective" or "full" (a ``StrEnum`` with those values works too).
+    Raises ValueError naming the knob and the rule when the plan cannot run, e.g. when
+    Schedule1F1B would get fewer micro-batches than stages. Never imports torch.
     """
-    plan = checked_script_plan(
-        dp=dp,
-        tp=tp,
-        pp=pp,
-        vp=vp,
-        micro_batch=micro_batch,
-        global_batch=global_batch,
-        seq_len=seq_len,
-        zero=zero,
-        sequence_parallel=sequence_parallel,
-        recompute=recompute,
-        layers_per_stage=layers_per_stage,
-        num_layers=num_layers,
-    )
+    plan = checked_script_plan(**knobs)
     layers = plan.layers_per_stage or even_split(plan.num_layers, plan.num_stages)
     model_imports, model_body = _reference_source_parts()
     runtime_imports = RUNTIME_IMPORTS.splitlines()

@@ -2,14 +2,48 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, NamedTuple
 
 from ortools.sat.python import cp_model
+from paraplan.cost import Recompute
 
 if TYPE_CHECKING:
     from paraplan.solver.model import LayoutVars
+    from paraplan.solver.tables import TickTables
 
-__all__ = ["add_schedule"]
+__all__ = ["add_schedule", "StageLines", "stage_lines"]
+
+
+class StageLines(NamedTuple):
+    """One stage's time, exposed DP sync and optimizer step, in ticks."""
+
+    time: cp_model.LinearExprT
+    exposed_dp: cp_model.LinearExprT
+    optimizer: cp_model.LinearExprT
+
+
+def stage_lines(
+    tk: TickTables,
+    s: int,
+    rec: Mapping[Recompute, cp_model.LinearExprT],
+    x: Mapping[Recompute, cp_model.LinearExprT],
+    k: cp_model.LinearExprT,
+    use: cp_model.LinearExprT,
+    y: Mapping[tuple[int, Recompute], cp_model.LinearExprT],
+    n: Mapping[int, cp_model.LinearExprT],
+) -> StageLines:
+    """t = sum_r T1_{s,r} x_r + T0_{s,r} rec_r (+ sum_{q,r} Tq_{s,r} y_{q,r}); the exposed DP
+    line alike with E; o = O1_s k + O0_s use (+ sum_q Oq_s n_q). Over the model's variables
+    (linear expressions) or over a value of each (numbers: a warm start's)."""
+    t = sum(tk.time_per_k[(s, r)] * x[r] + tk.time_fixed[(s, r)] * rec[r] for r in rec)
+    e = sum(tk.dp_per_k[(s, r)] * x[r] + tk.dp_fixed[(s, r)] * rec[r] for r in rec)
+    o = tk.opt_per_k[s] * k + tk.opt_fixed[s] * use
+    for q in tk.kinds:  # several block kinds (constraints/positions.py)
+        t += sum(tk.time_delta[(q, s, r)] * y[(q, r)] for r in rec)
+        e += sum(tk.dp_delta[(q, s, r)] * y[(q, r)] for r in rec)
+        o += tk.opt_delta[(q, s)] * n[q]
+    return StageLines(t, e, o)
 
 
 def add_schedule(model: cp_model.CpModel, lv: LayoutVars) -> None:
@@ -46,14 +80,9 @@ def add_schedule(model: cp_model.CpModel, lv: LayoutVars) -> None:
     )
     exposed, optimizer = [], []
     for s in range(pp):
-        rs, xs = lv.rec[s], lv.x[s]
-        t = sum(tk.time_per_k[(s, r)] * xs[r] + tk.time_fixed[(s, r)] * rs[r] for r in rs)
-        e_lin = sum(tk.dp_per_k[(s, r)] * xs[r] + tk.dp_fixed[(s, r)] * rs[r] for r in rs)
-        o_lin = tk.opt_per_k[s] * lv.k(s) + tk.opt_fixed[s] * lv.use
-        for q in tk.kinds:  # several block kinds (constraints/positions.py)
-            t += sum(tk.time_delta[(q, s, r)] * lv.kind_y[(q, s, r)] for r in rs)
-            e_lin += sum(tk.dp_delta[(q, s, r)] * lv.kind_y[(q, s, r)] for r in rs)
-            o_lin += tk.opt_delta[(q, s)] * lv.kind_n[(q, s)]
+        y = {(q, r): lv.kind_y[(q, s, r)] for q in tk.kinds for r in lv.rec[s]}
+        n = {q: lv.kind_n[(q, s)] for q in tk.kinds}
+        t, e_lin, o_lin = stage_lines(tk, s, lv.rec[s], lv.x[s], lv.k(s), lv.use, y, n)
         lv.t.append(t)
         model.add(lv.tmax >= t)
         model.add(lv.dpmax >= e_lin)

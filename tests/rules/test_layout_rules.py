@@ -1,0 +1,60 @@
+"""solver.target checks a framework's family rules once per layout family and only its
+LAYOUT_RULES per layout (paraplan/targets.py ``TargetFilter``): that is exact only when every
+other rule gives one verdict for all ZeRO stages and rank orders of a family. This checks the
+declarations over the families the solver enumerates, dense and mixture-of-experts."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+from itertools import permutations
+
+import pytest
+from paraplan.cost import DEFAULT_ORDER, Job, Plan, Precision, Recompute
+from paraplan.cost.plan import PartialPlan, even_split
+from paraplan.graph import preset
+from paraplan.hardware import build_cluster
+from paraplan.rules import FRAMEWORKS, Draft, RuleContext, rules_of
+from paraplan.solver import Options
+from paraplan.solver.space import families
+
+ORDERS = list(permutations(DEFAULT_ORDER))
+
+
+def _variants(family: Plan, rng: random.Random, count: int) -> list[Plan]:
+    """``family`` at some ZeRO stages and rank orders (those a Plan takes)."""
+    out = []
+    for zero, order in rng.sample([(z, o) for z in range(4) for o in ORDERS], count):
+        try:
+            out.append(replace(family, zero=zero, order=order))
+        except ValueError:  # e.g. an expert group the order cannot hold
+            continue
+    return out
+
+
+@pytest.mark.parametrize("model", ["llama3.1-8b", "qwen3-30b-a3b"])
+def test_family_rules_ignore_the_zero_stage_and_rank_order(model: str) -> None:
+    spec = preset(model)
+    cluster = build_cluster("dgx-h100", nodes=2)
+    job = Job(global_batch=64, seq_len=4096, precision=Precision.BF16)
+    ctx = RuleContext(spec, job, cluster, model)
+    space = families(spec, cluster, job.seq_len, job.global_batch, PartialPlan(), Options(layout_filter=bool))
+    rng = random.Random(0)
+    checked = 0
+    for family in rng.sample(space, min(40, len(space))):
+        split = even_split(spec.num_layers, family.pp)  # the filter's representative split and mode
+        family = replace(family, layers_per_stage=split, recompute=(Recompute.NONE,) * family.pp)
+        variants = _variants(family, rng, 12)
+        for name in FRAMEWORKS:
+            for rule in rules_of(name).family_rules:
+                verdicts = {rule(ctx, Draft(v, ctx.precision)) is None for v in variants}
+                assert len(verdicts) <= 1, (name, rule, family)
+                checked += 1
+    assert checked > 1000
+
+
+def test_every_framework_names_its_layout_rules() -> None:
+    for name in FRAMEWORKS:
+        rules = rules_of(name)
+        assert rules.layout_rules and set(rules.layout_rules) <= set(rules.rules), name
+        assert set(rules.family_rules).isdisjoint(rules.layout_rules)
