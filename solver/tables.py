@@ -24,7 +24,7 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import dataclass, field, replace
-from functools import cache
+from functools import cache, lru_cache
 
 from paraplan.cost import Job, Plan, Recompute, StageTerms, stage_terms
 from paraplan.cost.evaluate import step_time_s
@@ -314,6 +314,10 @@ def _least_chunks(
     """Least cost of ``stage``'s vp chunks of k virtual positions each (chunk_reach), with
     ``costs`` per block kind (slots cost nothing)."""
     reach = chunk_reach(terms.block_kinds, terms.plan.pp, terms.plan.vp, stage, slots)
+    return _least_in_reach(reach, costs, k)
+
+
+def _least_in_reach(reach: tuple[tuple[int, ...], ...], costs: tuple[float, ...], k: int) -> float:
     return sum(_least_run(kinds, (*costs, 0.0), k) for kinds in reach)
 
 
@@ -328,15 +332,27 @@ def _least_stage_s(
     """For k = 0..k_hi, a bound on ``stage`` holding vp chunks of k blocks (its slot among them):
     its fixed part plus each chunk at its least run (_least_chunks), over the modes whose memory
     cap holds k (INF where none does)."""
-    modes = [(r, terms.stage_time(stage, r).fixed, kind_costs(terms, stage, r)) for r in recomputes]
+    modes = tuple(
+        (k_max[(stage, r)], terms.stage_time(stage, r).fixed, kind_costs(terms, stage, r)) for r in recomputes
+    )
+    reach = chunk_reach(terms.block_kinds, terms.plan.pp, terms.plan.vp, stage, slots)
+    return list(_least_stage_curve(reach, modes, k_hi))
+
+
+@lru_cache(maxsize=1 << 14)
+def _least_stage_curve(
+    reach: tuple[tuple[int, ...], ...], modes: tuple[tuple[int, float, tuple[float, ...]], ...], k_hi: int
+) -> tuple[float, ...]:
+    """_least_stage_s of a stage's reach and its modes' (cap, fixed s, per-kind s): pure, so the
+    rank orders of one family (same memory caps, often the same times) compute it once."""
     out = []
     for k in range(k_hi + 1):
         best = INF
-        for r, fixed, costs in modes:
-            if k_max[(stage, r)] >= k:
-                best = min(best, fixed + _least_chunks(terms, stage, costs, k, slots))
+        for cap, fixed, costs in modes:
+            if cap >= k:
+                best = min(best, fixed + _least_in_reach(reach, costs, k))
         out.append(best)
-    return out
+    return tuple(out)
 
 
 def _least_kind_total_s(
@@ -584,17 +600,31 @@ def _kind_cap(
     its fixed bytes plus each chunk at the least memory of a run it can hold (_least_chunks of
     the per-kind bytes, cost.memory.kind_bytes_per_stage). 0 if even k = 1 + slot does not fit."""
     room = terms.stage_capacity_bytes(stage) - fixed_bytes
-    least = 1 + slots[stage]
     reach = chunk_reach(terms.block_kinds, terms.plan.pp, terms.plan.vp, stage, slots)
-    kind = _one_kind(reach, terms.num_kinds)
+    return _cap_in_reach(reach, terms.plan.vp, 1 + slots[stage], per_kind, room, k_hi)
+
+
+@lru_cache(maxsize=1 << 16)
+def _cap_in_reach(
+    reach: tuple[tuple[int, ...], ...],
+    vp: int,
+    least: int,
+    per_kind: tuple[float, ...],
+    room: float,
+    k_hi: int,
+) -> int:
+    """_kind_cap of a stage's reach, its least k, per-kind bytes and room: pure, so the rank
+    orders of one family (memory does not depend on the order) compute it once."""
+    num_kinds = len(per_kind)
+    kind = _one_kind(reach, num_kinds)
     if kind is not None and per_kind[kind] > 0:  # closed form: vp k c - (slots in reach) c <= room
         c = per_kind[kind]
-        free = sum(1 for chunk in reach if terms.num_kinds in chunk)
-        k = min(k_hi, min(len(chunk) for chunk in reach), math.floor((room + free * c) / (terms.plan.vp * c)))
+        free = sum(1 for chunk in reach if num_kinds in chunk)
+        k = min(k_hi, min(len(chunk) for chunk in reach), math.floor((room + free * c) / (vp * c)))
         return k if k >= least else 0
 
     def fits(k: int) -> bool:
-        return _least_chunks(terms, stage, per_kind, k, slots) <= room
+        return _least_in_reach(reach, per_kind, k) <= room
 
     if k_hi < least or not fits(least):
         return 0
