@@ -612,6 +612,11 @@ def solve_instance(
         name, sol, bnd, idx = _solve_once(
             kept, graph, fixed, opts, excluded, deadline, progress if first else None, start, memo
         )
+        if first and name == "INFEASIBLE" and sol is None and not cand.out_of_time:
+            # every kept layout passed the memory relaxations (tables.layer_caps) and CP-SAT,
+            # uncapped, proved that none of its splits fits: as when no family fits at all
+            least = _least_memory(graph.spec.num_layers, _recomputes(fixed, options), [t.terms for t in kept])
+            raise NoFitError("no plan fits memory", least, cluster.memory_capacity_bytes)
         if first:
             status, bound = name, min(bnd, cand.discarded_lb_s)
             if (
