@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
-from paraplan.cost import DEFAULT_ORDER, Plan, Recompute
+from paraplan.cost import DEFAULT_ORDER, Layout, Plan, Recompute
 from paraplan.cost.plan import pipeline_slots
 from paraplan.solver import Fixed, Options, layouts
 from paraplan.solver.enumerate import EnumerationBudgetExceeded, enumerate_plans
@@ -149,10 +149,10 @@ def solve(
     return _from_result(method, r, time.perf_counter() - start)
 
 
-def _num_splits(num_layers: int, plan: Plan, fixed: Fixed, options: Options) -> int:
+def _num_splits(num_layers: int, layout: Layout, fixed: Fixed, options: Options) -> int:
     """Layer splits the enumerator visits for one layout (mirrors its rules, checked by the
     harness against ``Enumeration.num_plans``)."""
-    pp, vp = plan.pp, plan.vp
+    pp, vp = layout.pp, layout.vp
     slots = pipeline_slots(num_layers, pp, vp)
     if slots is None:
         return 0

@@ -20,7 +20,7 @@ from paraplan.cost.ep import (
     moe_layer_overhead_s,
     moe_tp_collectives,
 )
-from paraplan.cost.plan import Job, Plan, Recompute
+from paraplan.cost.plan import Job, Layout, Recompute
 from paraplan.cost.recompute import block_input_bytes, recompute_forward_s, stored_activation_bytes
 from paraplan.cost.spans import Spans
 from paraplan.cost.torus import collective_matmul_exposed_s
@@ -98,7 +98,7 @@ class EndCost:
     # (vision encoder, MTP block): a stage holding k micro-batches keeps k x this
 
 
-def layer_time(ly: Layer, plan: Plan, job: Job, accel: Accelerator, eff: Efficiency) -> LayerTime:
+def layer_time(ly: Layer, plan: Layout, job: Job, accel: Accelerator, eff: Efficiency) -> LayerTime:
     """Forward time of a layer, routed experts (ep.expert_forward) included."""
     t = layer_forward(ly, plan, job, accel, eff)
     if ly.experts is None:
@@ -109,7 +109,7 @@ def layer_time(ly: Layer, plan: Plan, job: Job, accel: Accelerator, eff: Efficie
     )
 
 
-def block_params_per_device(layers: list[Layer], plan: Plan) -> tuple[float, float]:
+def block_params_per_device(layers: list[Layer], plan: Layout) -> tuple[float, float]:
     """(params, expert params) one device holds of a block: TP-sharded weights / tp plus the
     replicated ones; routed experts / (ep x etp) (plan.expert_tp: etp, or tp when unset)."""
     params = sum(ly.tp_params / plan.tp + ly.replicated_params for ly in layers)
@@ -135,7 +135,7 @@ class Exchange:
     dispatch_hidden: int = 0
 
 
-def layer_exchange(layer: Layer, graph: LayerGraph, time: LayerTime, plan: Plan, job: Job) -> Exchange:
+def layer_exchange(layer: Layer, graph: LayerGraph, time: LayerTime, plan: Layout, job: Job) -> Exchange:
     """The Exchange of ``layer`` (see Exchange): embedding, norms and LM heads exchange nothing
     here (their vocab-parallel reductions are not counted); Mamba layers have no cp exchange
     (cost.plan.check_layer_kinds refuses cp > 1 for them); vision layers none (images are not
@@ -179,7 +179,7 @@ class Work:
     exchanges: tuple[Exchange, ...] = ()
 
 
-def block_work(graph: LayerGraph, index: int, plan: Plan, job: Job, cluster: Cluster) -> Work:
+def block_work(graph: LayerGraph, index: int, plan: Layout, job: Job, cluster: Cluster) -> Work:
     accel = cluster.accelerator
     eff = cluster.efficiency
     layers = graph.block_layers(index)
@@ -231,7 +231,7 @@ def zero_exposed_s(
 
 
 def _exchange_comm(
-    exchanges: tuple[Exchange, ...], plan: Plan, job: Job, cluster: Cluster, spans: Spans
+    exchanges: tuple[Exchange, ...], plan: Layout, job: Job, cluster: Cluster, spans: Spans
 ) -> tuple[TPComm, list[CPCost], EPComm]:
     """TP, CP (one per attention layer) and EP traffic of ``exchanges`` on the layout's spans."""
     tp_f = tp_b = ep_f = ep_b = 0.0
@@ -250,7 +250,7 @@ def _exchange_comm(
 
 
 def block_costs(
-    work: Work, graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster, spans: Spans
+    work: Work, graph: LayerGraph, plan: Layout, job: Job, cluster: Cluster, spans: Spans
 ) -> dict[Recompute, BlockCost]:
     """A block's cost under each recompute mode: its work plus the communication the plan's
     placement implies (TP, CP, EP, ZeRO-2/3 traffic)."""
@@ -290,7 +290,7 @@ def block_costs(
 _END_ONLY = (LayerKind.EMBEDDING, LayerKind.FINAL_NORM, LayerKind.LM_HEAD)
 
 
-def end_work(graph: LayerGraph, names: tuple[str, ...], plan: Plan, job: Job, cluster: Cluster) -> Work:
+def end_work(graph: LayerGraph, names: tuple[str, ...], plan: Layout, job: Job, cluster: Cluster) -> Work:
     """The head's or tail's work: its layers' compute (routed experts included), parameters per
     device (routed experts / (ep x etp)), the logits of each LM head (the MTP heads' too) as a
     transient buffer, and the activations its vision / MTP layers keep per micro-batch (they
@@ -322,7 +322,7 @@ def end_work(graph: LayerGraph, names: tuple[str, ...], plan: Plan, job: Job, cl
     )
 
 
-def end_cost(work: Work, plan: Plan, job: Job, cluster: Cluster, spans: Spans) -> EndCost:
+def end_cost(work: Work, plan: Layout, job: Job, cluster: Cluster, spans: Spans) -> EndCost:
     """An end's cost: compute, its ZeRO-3 gathers and gradient reduction, and the TP / CP / EP
     traffic of its vision or MTP layers (exposed as in block_costs, no recompute)."""
     gather = zero3_gather_s(work.params, plan, cluster, span=spans.dp) + zero3_gather_s(

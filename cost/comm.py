@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from functools import cache
 from math import isqrt, prod
 
-from paraplan.cost.plan import Axis, Plan
+from paraplan.cost.plan import Axis, Layout
 from paraplan.cost.torus import TorusGroup, placed_cluster, torus_alltoall_s, torus_collective_s, torus_group
 from paraplan.hardware import Cluster, Tier
 
@@ -128,12 +128,12 @@ def _tiling(degree: int, room: int, inner: int) -> int:
     return inner * best
 
 
-def axis_stride(plan: Plan, axis: Axis) -> int:
+def axis_stride(plan: Layout, axis: Axis) -> int:
     """Ranks between neighbours along ``axis``: the product of the degrees ordered inside it."""
     return prod(plan.degree(b) for b in plan.order[: plan.order.index(axis)])
 
 
-def group_span(cluster: Cluster, plan: Plan, *axes: Axis) -> GroupSpan:
+def group_span(cluster: Cluster, plan: Layout, *axes: Axis) -> GroupSpan:
     """Tiers a process group over ``axes`` spans under the plan's rank order (members along axis
     a are stride_a ranks apart, stride_a = product of the degrees ordered inside a; span_of)."""
     strides: dict[Axis, int] = {}

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from paraplan.cost.plan import AttentionKernel, CPComm, Job, Plan, Precision
+from paraplan.cost.plan import AttentionKernel, CPComm, Job, Layout, Precision
 from paraplan.graph import Gemm, Layer, LayerKind
 from paraplan.hardware import Accelerator, Efficiency
 
@@ -128,7 +128,7 @@ class LayerTime:
         )
 
 
-def tokens_per_device(plan: Plan, job: Job) -> float:
+def tokens_per_device(plan: Layout, job: Job) -> float:
     """Tokens of one micro-batch a device holds: micro_batch * seq_len / cp."""
     return plan.micro_batch * job.seq_len / plan.cp
 
@@ -189,7 +189,7 @@ class AttentionShape:
     kv_tokens: float
 
 
-def attention_shape(plan: Plan, job: Job) -> AttentionShape:
+def attention_shape(plan: Layout, job: Job) -> AttentionShape:
     """cp = 1: one kernel over seq_len keys; ring CP (p2p): cp kernels over seq_len / cp keys
     (one per ring step, load-balanced chunks); all-gather CP: one kernel over seq_len keys."""
     if plan.cp > 1 and plan.cp_comm is CPComm.P2P:
@@ -233,7 +233,7 @@ def attention_s(
     return flops / rate + shape.kernels * eff.kernel_overhead_s
 
 
-def layer_tokens(layer: Layer, plan: Plan, job: Job) -> float:
+def layer_tokens(layer: Layer, plan: Layout, job: Job) -> float:
     """Tokens of one micro-batch ``layer`` runs on, per device: tokens_per_device for sequence
     layers; for vision layers micro_batch * image tokens per sample (job.image_tokens, else the
     layer's default), not split by cp (each cp rank encodes the whole images)."""
@@ -284,7 +284,7 @@ def attention_core_flops(layer: Layer, tokens: float, seq_len: float, tp: int) -
     return tokens * layer.attn_core_flops_per_token_per_seq * attended_keys(layer, seq_len) / tp
 
 
-def layer_attention_shape(layer: Layer, plan: Plan, job: Job) -> AttentionShape:
+def layer_attention_shape(layer: Layer, plan: Layout, job: Job) -> AttentionShape:
     """attention_shape for sequence layers, its keys per kernel capped at the window / chunk
     (the kernel skips fully masked key blocks); a vision layer: one kernel over its window or
     its image tokens."""
@@ -309,7 +309,7 @@ def scan_s(flops: float, layer: Layer, accel: Accelerator, eff: Efficiency) -> f
     return flops / (bf16_peak * efficiency) + kernels * eff.kernel_overhead_s
 
 
-def layer_forward(layer: Layer, plan: Plan, job: Job, accel: Accelerator, eff: Efficiency) -> LayerTime:
+def layer_forward(layer: Layer, plan: Layout, job: Job, accel: Accelerator, eff: Efficiency) -> LayerTime:
     """Forward time of ``layer`` for one micro-batch.
 
     Formula: sum over GEMMs of gemm_s(gemm_shape(g, n, tp)), plus a Mamba scan's scan_s

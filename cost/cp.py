@@ -39,7 +39,7 @@ from paraplan.cost.compute import (
     LayerTime,
     tokens_per_device,
 )
-from paraplan.cost.plan import Axis, CPComm, Job, Plan
+from paraplan.cost.plan import Axis, CPComm, Job, Layout
 from paraplan.hardware import Cluster
 
 __all__ = ["CPComm", "CPCost", "cp_layer_comm", "kv_chunk_bytes"]
@@ -56,13 +56,13 @@ class CPCost:
     working_bytes: float = 0.0  # transient buffer while the layer runs (all-gathered K/V)
 
 
-def kv_chunk_bytes(kv_dim: int, plan: Plan, job: Job) -> float:
+def kv_chunk_bytes(kv_dim: int, plan: Layout, job: Job) -> float:
     """K and V of one rank's tokens: n * 2 * kv_dim / tp * 2 B (heads sharded by TP)."""
     return tokens_per_device(plan, job) * 2 * kv_dim / plan.tp * ACTIVATION_BYTES
 
 
 def cp_layer_comm(
-    kv_dim: int, attention: LayerTime, plan: Plan, job: Job, cluster: Cluster, span: GroupSpan | None = None
+    kv_dim: int, attention: LayerTime, plan: Layout, job: Job, cluster: Cluster, span: GroupSpan | None = None
 ) -> CPCost:
     """K/V exchange of one attention layer under ``plan.cp_comm``.
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from paraplan.cost.comm import GroupSpan, allgather_s, allreduce_s, group_span, reduce_scatter_s
 from paraplan.cost.ep import expert_dp_span, expert_shard_degree
-from paraplan.cost.plan import Axis, Job, Plan
+from paraplan.cost.plan import Axis, Job, Layout
 from paraplan.hardware import Cluster
 
 __all__ = [
@@ -100,17 +100,22 @@ def state_bytes(params: float, zero: int, dp: int, grad_bytes_per_param: int = G
     )
 
 
-def shard_degree(plan: Plan, expert: bool = False) -> int:
+def shard_degree(plan: Layout, expert: bool = False) -> int:
     """Ranks that hold identical weights and share ZeRO shards: dp x cp (dp*cp/ep for experts)."""
     return expert_shard_degree(plan) if expert else plan.dp * plan.cp
 
 
-def _span(plan: Plan, cluster: Cluster, expert: bool) -> GroupSpan:
+def _span(plan: Layout, cluster: Cluster, expert: bool) -> GroupSpan:
     return expert_dp_span(cluster, plan) if expert else group_span(cluster, plan, Axis.DP, Axis.CP)
 
 
 def grad_sync_s(
-    params: float, plan: Plan, job: Job, cluster: Cluster, expert: bool = False, span: GroupSpan | None = None
+    params: float,
+    plan: Layout,
+    job: Job,
+    cluster: Cluster,
+    expert: bool = False,
+    span: GroupSpan | None = None,
 ) -> float:
     """Once-per-step sync: ZeRO-0 AR(g B/param); ZeRO-1 RS(g B) + AG(2 B); ZeRO-2 AG(2 B).
     ``span``: the group's span when the caller has it (else computed)."""
@@ -126,7 +131,7 @@ def grad_sync_s(
 
 
 def zero3_gather_s(
-    params: float, plan: Plan, cluster: Cluster, expert: bool = False, span: GroupSpan | None = None
+    params: float, plan: Layout, cluster: Cluster, expert: bool = False, span: GroupSpan | None = None
 ) -> float:
     """One all-gather of ``params`` bf16 weights over dp (done in forward, and again in backward).
     ``span``: the group's span when the caller has it (else computed)."""
@@ -136,7 +141,12 @@ def zero3_gather_s(
 
 
 def micro_batch_reduce_s(
-    params: float, plan: Plan, job: Job, cluster: Cluster, expert: bool = False, span: GroupSpan | None = None
+    params: float,
+    plan: Layout,
+    job: Job,
+    cluster: Cluster,
+    expert: bool = False,
+    span: GroupSpan | None = None,
 ) -> float:
     """Per micro-batch reduce-scatter of ``params`` gradients over dp x cp under ZeRO-2 and 3."""
     if shard_degree(plan, expert) == 1 or plan.zero < 2 or not params or job.frozen_base:

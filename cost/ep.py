@@ -51,7 +51,7 @@ from paraplan.cost.compute import (
     gemm_input_bytes,
     tokens_per_device,
 )
-from paraplan.cost.plan import Axis, Job, Plan
+from paraplan.cost.plan import Axis, Job, Layout
 from paraplan.cost.torus import placed_cluster
 from paraplan.cost.validity import expert_folded, folded_ep_axes
 from paraplan.graph import Experts
@@ -83,12 +83,12 @@ class EPComm:
     backward_s: float  # their mirror pair
 
 
-def expert_imbalance(plan: Plan, job: Job) -> float:
+def expert_imbalance(plan: Layout, job: Job) -> float:
     """Busiest EP rank's routed load over the mean: job.expert_imbalance, or 1 when ep = 1."""
     return job.expert_imbalance if plan.ep > 1 else 1.0
 
 
-def routed_copies_per_device(plan: Plan, job: Job, top_k: int) -> float:
+def routed_copies_per_device(plan: Layout, job: Job, top_k: int) -> float:
     """Routed token copies one device's experts process per micro-batch (busiest rank).
 
     Formula: n * top_k * imbalance, n = micro_batch * seq_len / cp (after the TP all-gather each
@@ -97,7 +97,7 @@ def routed_copies_per_device(plan: Plan, job: Job, top_k: int) -> float:
     return tokens_per_device(plan, job) * top_k * expert_imbalance(plan, job)
 
 
-def _ep_sub_axes(plan: Plan) -> tuple[list[SubAxis], list[SubAxis]]:
+def _ep_sub_axes(plan: Layout) -> tuple[list[SubAxis], list[SubAxis]]:
     """Members of the EP group and of the expert-data-parallel group along the cp/dp axes (and
     tp, whose ranks hold the same whole experts when etp = 1 < tp)."""
     if expert_folded(plan):
@@ -111,7 +111,7 @@ def _ep_sub_axes(plan: Plan) -> tuple[list[SubAxis], list[SubAxis]]:
     return ([SubAxis(s1, d1), SubAxis(s2, ep // d1)], replicas + [SubAxis(s2 * (ep // d1), d1 * d2 // ep)])
 
 
-def _folded_sub_axes(plan: Plan) -> tuple[list[SubAxis], list[SubAxis]]:
+def _folded_sub_axes(plan: Layout) -> tuple[list[SubAxis], list[SubAxis]]:
     """Folded EP (etp = 1, ep over tp ranks; cost.validity.folded_ep_axes): the EP group takes the
     innermost ep ranks of tp x cp x dp, the expert-data-parallel group the rest of them."""
     taken = dict(folded_ep_axes(plan) or [])
@@ -125,17 +125,17 @@ def _folded_sub_axes(plan: Plan) -> tuple[list[SubAxis], list[SubAxis]]:
     return ep_axes, edp_axes or [SubAxis(1, 1)]
 
 
-def ep_span(cluster: Cluster, plan: Plan) -> GroupSpan:
+def ep_span(cluster: Cluster, plan: Layout) -> GroupSpan:
     """Tiers the expert-parallel group spans (the innermost ep ranks of dp x cp)."""
     return span_of(placed_cluster(cluster, plan.torus_shape), _ep_sub_axes(plan)[0])
 
 
-def expert_dp_span(cluster: Cluster, plan: Plan) -> GroupSpan:
+def expert_dp_span(cluster: Cluster, plan: Layout) -> GroupSpan:
     """Tiers the expert-data-parallel group spans (dp*cp/ep ranks holding the same experts)."""
     return span_of(placed_cluster(cluster, plan.torus_shape), _ep_sub_axes(plan)[1])
 
 
-def expert_shard_degree(plan: Plan) -> int:
+def expert_shard_degree(plan: Layout) -> int:
     """Ranks that hold the same experts and share their gradient sync and ZeRO shards:
     dp*cp*tp / (ep*etp) (with folding, ep may take tp ranks: docs/frameworks.md Sec. 2.3,
     expert_DP = world / (ETP x EP x PP))."""
@@ -143,7 +143,7 @@ def expert_shard_degree(plan: Plan) -> int:
 
 
 def ep_layer_comm(
-    hidden: int, top_k: int, plan: Plan, job: Job, cluster: Cluster, span: GroupSpan | None = None
+    hidden: int, top_k: int, plan: Layout, job: Job, cluster: Cluster, span: GroupSpan | None = None
 ) -> EPComm:
     """Dispatch + combine all-to-all of one MoE layer.
 
@@ -159,7 +159,7 @@ def ep_layer_comm(
 
 
 def moe_tp_collectives(
-    top_k: int, has_shared: bool, plan: Plan, job: Job, routed_width: float = 1.0
+    top_k: int, has_shared: bool, plan: Layout, job: Job, routed_width: float = 1.0
 ) -> float:
     """TP all-gather + reduce-scatter pairs of a MoE layer, in units of the dense MLP's pair
     (n*h bytes): top_k * imbalance * routed_width for the routed copies when etp = tp (none when
@@ -171,7 +171,9 @@ def moe_tp_collectives(
     return routed + (1.0 if has_shared else 0.0)
 
 
-def expert_forward(experts: Experts, plan: Plan, job: Job, accel: Accelerator, eff: Efficiency) -> LayerTime:
+def expert_forward(
+    experts: Experts, plan: Layout, job: Job, accel: Accelerator, eff: Efficiency
+) -> LayerTime:
     """Forward time of the routed experts on the busiest device, one micro-batch.
 
     Formula: GEMMs c * flops_per_copy / tp / (peak * eff) + overhead per expert
@@ -202,7 +204,7 @@ def moe_layer_overhead_s(eff: Efficiency) -> float:
     return eff.moe_layer_overhead_s
 
 
-def expert_stored_bytes(experts: Experts, plan: Plan, job: Job) -> float:
+def expert_stored_bytes(experts: Experts, plan: Layout, job: Job) -> float:
     """Activations the routed experts keep for backward on the busiest device, one micro-batch.
 
     Formula: c' * (gathered + tp_elems/etp + sp_elems/etp) * 2 B, c' = c * etp/tp the copies the

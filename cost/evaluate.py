@@ -76,7 +76,7 @@ class StepParts:
 
 def step_time_s(terms: StageTerms) -> StepParts:
     """The formula of the module docstring, for the plan's layer split and recompute."""
-    plan = terms.plan
+    plan = terms.full_plan
     m = terms.num_micro_batches
     split = terms.stage_counts()
     stage_s = [terms.stage_time_s(s, split[s], plan.recompute[s]) for s in range(plan.pp)]

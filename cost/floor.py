@@ -9,7 +9,7 @@ from paraplan.cost.block import block_costs, block_work, layer_time
 from paraplan.cost.comm import packed_span
 from paraplan.cost.compute import layer_forward
 from paraplan.cost.ep import ep_layer_comm, expert_forward, moe_layer_overhead_s, moe_tp_collectives
-from paraplan.cost.plan import Job, Plan, Recompute
+from paraplan.cost.plan import Job, Layout, Recompute
 from paraplan.cost.spans import Spans
 from paraplan.cost.tp import tp_block_comm
 from paraplan.graph import LayerGraph
@@ -32,7 +32,7 @@ def inner_tiers_fastest(cluster: Cluster) -> bool:
     )
 
 
-def _moe_comm_floor_s(graph: LayerGraph, index: int, plan: Plan, job: Job, cluster: Cluster) -> float:
+def _moe_comm_floor_s(graph: LayerGraph, index: int, plan: Layout, job: Job, cluster: Cluster) -> float:
     """Least routed-expert time of one MoE block, one micro-batch, over every ep and placement:
     min over ep | experts of expert compute (ep local kernels, imbalance for ep > 1) plus the
     dispatch/combine all-to-all on ep consecutive ranks; plus the MoE layer's TP traffic at
@@ -60,7 +60,7 @@ def _moe_comm_floor_s(graph: LayerGraph, index: int, plan: Plan, job: Job, clust
     return best + tp.forward_s + tp.backward_s
 
 
-def ends_floor_s(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster) -> float:
+def ends_floor_s(graph: LayerGraph, plan: Layout, job: Job, cluster: Cluster) -> float:
     """Forward + backward compute of the first stage's head (embedding, a vision encoder) and
     the last stage's tail (final norm, LM head, MTP) of one micro-batch
     (the part of compute_floor_s that is not blocks). Units: seconds."""
@@ -78,7 +78,7 @@ FLOOR_IGNORES = frozenset(
 """What ``compute_floor_s`` does not depend on (a cache key for it is ``plan_key`` without these)."""
 
 
-def compute_floor_s(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster) -> float:
+def compute_floor_s(graph: LayerGraph, plan: Layout, job: Job, cluster: Cluster) -> float:
     """Least time one micro-batch needs summed over all stages: every block forward + backward
     without recompute, plus the embedding and LM head. Depends on tp, cp, micro_batch, SP,
     cp_comm and (MoE) expert TP only.
@@ -93,7 +93,7 @@ def compute_floor_s(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster) -
     eff = cluster.efficiency
     spec = graph.spec
 
-    def block_floor(index: int, p: Plan, j: Job, experts: bool = True) -> float:
+    def block_floor(index: int, p: Layout, j: Job, experts: bool = True) -> float:
         layers = graph.block_layers(index)
         host = 2 * moe_layer_overhead_s(eff) if any(ly.experts for ly in layers) else 0.0
         return host + sum(

@@ -47,7 +47,7 @@ from dataclasses import dataclass, fields
 
 from paraplan.cost.dp import WEIGHT_BYTES, StateBytes, grad_bytes, shard_degree, state_bytes
 from paraplan.cost.ep import expert_shard_degree
-from paraplan.cost.plan import Plan, Recompute
+from paraplan.cost.plan import Layout, Recompute
 from paraplan.cost.pp import in_flight_micro_batches
 from paraplan.cost.stage import StageTerms
 
@@ -148,7 +148,7 @@ def _max_layers(room_bytes: float, per_layer_bytes: float) -> int:
     return int(room_bytes // per_layer_bytes) if per_layer_bytes > 0 else 10**9
 
 
-def num_communicators(plan: Plan) -> int:
+def num_communicators(plan: Layout) -> int:
     """NCCL communicators a rank belongs to: the world one plus one per parallel group of size > 1
     (tp, cp, dp x cp, pp, and with experts ep and the expert-data-parallel group)."""
     groups: tuple[int, ...] = (plan.tp, plan.cp, plan.dp * plan.cp, plan.pp)
@@ -157,7 +157,7 @@ def num_communicators(plan: Plan) -> int:
     return 1 + sum(1 for g in groups if g > 1)
 
 
-def runtime_reserve_bytes(plan: Plan, *, is_tpu: bool = False) -> float:
+def runtime_reserve_bytes(plan: Layout, *, is_tpu: bool = False) -> float:
     """Fixed part of the runtime reserve of one device.
 
     Formula: CUDA_CONTEXT_BYTES + NCCL_BYTES_PER_COMMUNICATOR * num_communicators(plan); on a TPU

@@ -3,9 +3,12 @@
 One plan type: ``Plan`` holds every knob, checks on construction the rules it can break on its
 own (``check_structure``: degrees, ZeRO stage, rank order, expert TP) and offers the derived
 values (``num_devices``, ``num_micro_batches``, ...); cost/validity.py checks it against a model,
-job and cluster (``check_plan``). ``PartialPlan`` has the same fields, each None when the user
-left the knob to the solver. The scenario's ``plan:`` and the result's ``plan`` (pydantic, in
-paraplan/) are the I/O edges of the same fields: ``plan_values`` / ``plan_from_values`` and
+job and cluster (``check_plan``). ``Layout`` is what the solver enumerates before the split: a
+Plan's fields less the per-stage ones (``recompute``, ``layers_per_stage``, ``layers_per_chunk``);
+``Layout.plan`` completes one, and a Plan is a Layout (``Plan.layout`` drops them).
+``PartialPlan`` has Plan's fields, each None when the user left the knob to the solver. The
+scenario's ``plan:`` and the result's ``plan`` (pydantic, in paraplan/) are the I/O edges of the
+same fields: ``plan_values`` / ``plan_from_values`` and
 ``PartialPlan.from_values`` convert through ``fields(Plan)``, never a hand list.
 """
 
@@ -24,9 +27,11 @@ __all__ = [
     "Recompute",
     "CPComm",
     "Job",
+    "Layout",
     "Plan",
     "PartialPlan",
     "PLAN_FIELDS",
+    "LAYOUT_FIELDS",
     "DEFAULT_ORDER",
     "check_structure",
     "check_order",
@@ -107,12 +112,13 @@ class Job:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Plan:
-    """Every knob fixed; building one runs ``check_structure``. ``recompute``,
-    ``layers_per_stage`` and (on a pooled cluster) ``stage_pools`` have one entry per pp rank.
-    ``layers_per_chunk``: with interleaving, the layers of each virtual stage (chunk), one row
-    of vp counts per pp rank, rank s chunk c holding virtual stage c*pp + s; empty =
-    ``default_chunks`` of ``layers_per_stage``."""
+class Layout:
+    """What the solver enumerates before the split: the degrees, micro-batch, ZeRO stage,
+    sequence parallelism, rank order, pools and slice shape, with no per-stage layer counts or
+    recompute modes yet. Building one runs ``check_structure``. ``plan(layers, recompute)``
+    completes it into a Plan; a Plan is a Layout with those per-stage fields
+    (``Plan.layout`` drops them again), so the cost terms of a layout (cost/stage.py
+    ``stage_terms``) take either."""
 
     dp: int
     tp: int
@@ -125,9 +131,6 @@ class Plan:
     micro_batch: int = 1
     zero: int = 1
     sequence_parallel: bool = True
-    recompute: tuple[Recompute, ...] = field(default=(Recompute.NONE,))
-    layers_per_stage: tuple[int, ...] = field(default=())
-    layers_per_chunk: tuple[tuple[int, ...], ...] = field(default=())
     order: tuple[Axis, ...] = DEFAULT_ORDER
     stage_pools: tuple[int, ...] = ()  # pooled clusters: the pool of each pp stage (cost/pools.py)
     torus_shape: tuple[int, ...] = ()  # TPU: the slice shape chosen (cost/torus.py); () = default
@@ -151,9 +154,45 @@ class Plan:
         """Micro-batches per step per dp rank: global = micro_batch x accumulation x dp."""
         return job.global_batch // (self.micro_batch * self.dp)
 
+    def plan(
+        self,
+        layers_per_stage: tuple[int, ...],
+        recompute: tuple[Recompute, ...],
+        layers_per_chunk: tuple[tuple[int, ...], ...] = (),
+    ) -> Plan:
+        """This layout with a layer split, recompute modes and (optionally) a chunk layout."""
+        values = {name: getattr(self, name) for name in LAYOUT_FIELDS}
+        return Plan(
+            **values,
+            layers_per_stage=layers_per_stage,
+            recompute=recompute,
+            layers_per_chunk=layers_per_chunk,
+        )
 
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Plan(Layout):
+    """Every knob fixed: a Layout plus its per-stage fields. ``recompute``,
+    ``layers_per_stage`` and (on a pooled cluster) ``stage_pools`` have one entry per pp rank.
+    ``layers_per_chunk``: with interleaving, the layers of each virtual stage (chunk), one row
+    of vp counts per pp rank, rank s chunk c holding virtual stage c*pp + s; empty =
+    ``default_chunks`` of ``layers_per_stage``."""
+
+    recompute: tuple[Recompute, ...] = field(default=(Recompute.NONE,))
+    layers_per_stage: tuple[int, ...] = field(default=())
+    layers_per_chunk: tuple[tuple[int, ...], ...] = field(default=())
+
+    @property
+    def layout(self) -> Layout:
+        """The plan without its per-stage fields (the layout the solver split)."""
+        return Layout(**{name: getattr(self, name) for name in LAYOUT_FIELDS})
+
+
+LAYOUT_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Layout))
+"""A layout's knobs, in declaration order (Plan's fields less the per-stage ones)."""
 PLAN_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Plan))
-"""Plan's knobs, in declaration order: what every conversion and cache key is derived from."""
+"""Plan's knobs, in declaration order (the layout's, then the per-stage ones): what every
+conversion and cache key is derived from."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -175,12 +214,12 @@ class PartialPlan:
     micro_batch: int | None = None
     zero: int | None = None
     sequence_parallel: bool | None = None
-    recompute: tuple[Recompute, ...] | None = None
-    layers_per_stage: tuple[int, ...] | None = None
-    layers_per_chunk: tuple[tuple[int, ...], ...] | None = None
     order: tuple[Axis, ...] | None = None
     stage_pools: tuple[int, ...] | None = None
     torus_shape: tuple[int, ...] | None = None
+    recompute: tuple[Recompute, ...] | None = None
+    layers_per_stage: tuple[int, ...] | None = None
+    layers_per_chunk: tuple[tuple[int, ...], ...] | None = None
 
     @classmethod
     def from_values(cls, values: Mapping[str, Any]) -> PartialPlan:
@@ -198,8 +237,8 @@ _POSITIVE = ("dp", "tp", "pp", "cp", "ep", "vp", "micro_batch")
 _AXES = frozenset(Axis)
 
 
-def check_structure(plan: Plan) -> None:
-    """The rules a plan breaks on its own, whatever the model: degrees and micro-batch >= 1,
+def check_structure(plan: Layout) -> None:
+    """The rules a layout (and so a plan) breaks on its own, whatever the model: degrees and micro-batch >= 1,
     ZeRO stage 0-3, a rank order naming each axis once, etp 1 or tp. ValueError names the knob,
     the values and the rule. (Interleaving needs pp > 1 is check_plan's: a pool's share of a
     pipeline, cost/pools.py, is a Plan of that many stages.)"""
@@ -294,20 +333,21 @@ def even_split(num_layers: int, pp: int) -> tuple[int, ...]:
     return tuple(split)
 
 
-def plan_key(plan: Plan, ignore: frozenset[str]) -> tuple[object, ...]:
-    """A cache key: every field of ``plan`` but those the cached value is declared not to depend
-    on. Derived from the dataclass, so a knob added to Plan enters every key (a cache that does
-    not need it must say so), never silently missing from one."""
-    return tuple(getattr(plan, name) for name in _key_fields(ignore))
+def plan_key(plan: Layout, ignore: frozenset[str]) -> tuple[object, ...]:
+    """A cache key: every field of ``plan`` (a Layout or a Plan) but those the cached value is
+    declared not to depend on. Derived from the dataclass, so a knob added to Plan enters every
+    key (a cache that does not need it must say so), never silently missing from one. A Layout
+    and a Plan give the same key when the per-stage fields are ignored, else keys of different
+    lengths (never equal)."""
+    return tuple(getattr(plan, name) for name in _key_fields(isinstance(plan, Plan), ignore))
 
 
 @cache
-def _key_fields(ignore: frozenset[str]) -> tuple[str, ...]:
-    names = PLAN_FIELDS
-    unknown = ignore.difference(names)
+def _key_fields(is_plan: bool, ignore: frozenset[str]) -> tuple[str, ...]:
+    unknown = ignore.difference(PLAN_FIELDS)
     if unknown:
         raise ValueError(f"plan_key: {sorted(unknown)} are not Plan fields")
-    return tuple(n for n in names if n not in ignore)
+    return tuple(n for n in (PLAN_FIELDS if is_plan else LAYOUT_FIELDS) if n not in ignore)
 
 
 def default_chunks(layers_per_stage: tuple[int, ...], vp: int) -> tuple[tuple[int, ...], ...]:

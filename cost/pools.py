@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from paraplan.cost.floor import compute_floor_s, ends_floor_s
-from paraplan.cost.plan import Axis, Job, Plan
+from paraplan.cost.plan import Axis, Job, Layout
 from paraplan.graph import LayerGraph
 from paraplan.hardware import Cluster
 
@@ -54,12 +54,12 @@ def stage_pools_of(cluster: Cluster, sequence: tuple[int, ...], stage_devices: i
     return tuple(out)
 
 
-def pooled_devices(plan: Plan, cluster: Cluster) -> int:
+def pooled_devices(plan: Layout, cluster: Cluster) -> int:
     """Devices the plan runs on: every device of each pool it uses."""
     return sum(cluster.pools[p].num_devices for p in set(plan.stage_pools))
 
 
-def check_stage_pools(plan: Plan, cluster: Cluster) -> None:
+def check_stage_pools(plan: Layout, cluster: Cluster) -> None:
     """The rules of the module docstring; ValueError names the knob, the values and the rule."""
     pools = plan.stage_pools
     if not cluster.pools:
@@ -97,7 +97,7 @@ class PoolFloor:
     ends_s: float
 
 
-def pool_floors(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster) -> dict[int, PoolFloor]:
+def pool_floors(graph: LayerGraph, plan: Layout, job: Job, cluster: Cluster) -> dict[int, PoolFloor]:
     """PoolFloor of each pool the plan uses (depends on tp, cp, micro-batch and SP only)."""
     local = replace(plan, stage_pools=())
     out = {}
@@ -109,7 +109,7 @@ def pool_floors(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster) -> di
 
 
 def pooled_pipeline_floor_s(
-    floors: dict[int, PoolFloor], plan: Plan, num_micro_batches: int, uniform_blocks: bool
+    floors: dict[int, PoolFloor], plan: Layout, num_micro_batches: int, uniform_blocks: bool
 ) -> float:
     """Least 1F1B step of a pooled layout over every split and recompute (cost/pp.py pipeline_s).
 
@@ -128,7 +128,7 @@ def pooled_pipeline_floor_s(
     return (num_micro_batches - 1 / plan.vp) * slowest + total / plan.vp
 
 
-def peak_flops_per_s(plan: Plan, cluster: Cluster, precision: str) -> float:
+def peak_flops_per_s(plan: Layout, cluster: Cluster, precision: str) -> float:
     """Mean peak of the devices the plan runs on (MFU's denominator). Units: FLOP/s."""
     if not cluster.pools:
         return cluster.accelerator.peak_for(precision)

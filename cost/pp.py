@@ -30,7 +30,7 @@ from dataclasses import replace
 
 from paraplan.cost.comm import group_span, p2p_s
 from paraplan.cost.compute import ACTIVATION_BYTES, tokens_per_device
-from paraplan.cost.plan import Axis, Job, Plan
+from paraplan.cost.plan import Axis, Job, Layout
 from paraplan.hardware import Cluster, Tier
 
 __all__ = [
@@ -66,7 +66,7 @@ def bubble_s(stage_s: list[float], vp: int) -> float:
 
 
 def p2p_per_micro_batch_s(
-    hidden: int, plan: Plan, job: Job, cluster: Cluster, tier: Tier | None = None
+    hidden: int, plan: Layout, job: Job, cluster: Cluster, tier: Tier | None = None
 ) -> float:
     """Exposed activation send forward + gradient send backward per micro-batch per stage.
 
@@ -80,12 +80,12 @@ def p2p_per_micro_batch_s(
     return 2 * p2p_s(tier, _p2p_bytes(hidden, plan, job))
 
 
-def _p2p_bytes(hidden: int, plan: Plan, job: Job) -> float:
+def _p2p_bytes(hidden: int, plan: Layout, job: Job) -> float:
     n_bytes = tokens_per_device(plan, job) * hidden * ACTIVATION_BYTES
     return n_bytes / plan.tp if plan.sequence_parallel else n_bytes
 
 
-def stage_links(plan: Plan, cluster: Cluster) -> list[Tier]:
+def stage_links(plan: Layout, cluster: Cluster) -> list[Tier]:
     """Pooled cluster: the tier between stage s and s + 1, for s = 0..pp-2.
 
     At a pool boundary it is ``cluster.pool_link``; inside pool i it is the outermost tier of the
@@ -103,7 +103,7 @@ def stage_links(plan: Plan, cluster: Cluster) -> list[Tier]:
     return links
 
 
-def stage_p2p_s(hidden: int, plan: Plan, job: Job, cluster: Cluster) -> tuple[float, ...]:
+def stage_p2p_s(hidden: int, plan: Layout, job: Job, cluster: Cluster) -> tuple[float, ...]:
     """Pooled cluster: each stage's exposed p2p per micro-batch.
 
     Formula: 2 * (alpha + n*h*2 B / B) on the slower of the stage's links to its neighbours
@@ -116,7 +116,7 @@ def stage_p2p_s(hidden: int, plan: Plan, job: Job, cluster: Cluster) -> tuple[fl
     return tuple(max(link_s[max(0, s - 1) : s + 1]) for s in range(plan.pp))
 
 
-def in_flight_micro_batches(stage: int, plan: Plan, num_micro_batches: int) -> float:
+def in_flight_micro_batches(stage: int, plan: Layout, num_micro_batches: int) -> float:
     """Micro-batches whose activations stage ``stage`` holds at its peak, in stage-units.
 
     Formula: min(m, p - s) under 1F1B; times (1 + (p-1)/(p v)) with interleaving

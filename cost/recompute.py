@@ -33,7 +33,7 @@ from paraplan.cost.compute import (
     tokens_per_device,
 )
 from paraplan.cost.ep import expert_stored_bytes
-from paraplan.cost.plan import Job, Plan, Recompute
+from paraplan.cost.plan import Job, Layout, Recompute
 from paraplan.graph import Layer
 
 __all__ = ["stored_activation_bytes", "tpu_minimal_stored_bytes", "block_input_bytes", "recompute_forward_s"]
@@ -42,7 +42,7 @@ QUADRATIC_ELEMS_PER_HEAD = 2.5  # softmax out (2 B), dropout mask (1 B), dropout
 
 
 def stored_activation_bytes(
-    layer: Layer, plan: Plan, job: Job, recompute: Recompute, *, is_tpu: bool = False
+    layer: Layer, plan: Layout, job: Job, recompute: Recompute, *, is_tpu: bool = False
 ) -> float:
     """Bytes one layer keeps for backward, per micro-batch, per device (not counting FULL's input).
 
@@ -73,7 +73,7 @@ def stored_activation_bytes(
     return stored
 
 
-def tpu_minimal_stored_bytes(layer: Layer, plan: Plan, job: Job) -> float:
+def tpu_minimal_stored_bytes(layer: Layer, plan: Layout, job: Job) -> float:
     """Bytes one layer keeps under MaxText's ``remat_policy=minimal`` (module docstring).
 
     Formula: n * (h/sp + sum over GEMMs not row-parallel of out_dim/(tp if column-parallel else 1))
@@ -95,7 +95,7 @@ def tpu_minimal_stored_bytes(layer: Layer, plan: Plan, job: Job) -> float:
     return stored
 
 
-def block_input_bytes(hidden: int, plan: Plan, job: Job) -> float:
+def block_input_bytes(hidden: int, plan: Layout, job: Job) -> float:
     """Checkpointed block input under FULL recompute: n * h * 2 B (/tp with SP)."""
     sp_shard = plan.tp if plan.sequence_parallel else 1
     return tokens_per_device(plan, job) * hidden * ACTIVATION_BYTES / sp_shard

@@ -12,7 +12,7 @@ from typing import Any
 
 from paraplan.cost.comm import GroupSpan, group_span, packed_span
 from paraplan.cost.ep import ep_span, expert_dp_span, expert_shard_degree
-from paraplan.cost.plan import DEFAULT_ORDER, Axis, Plan
+from paraplan.cost.plan import DEFAULT_ORDER, Axis, Layout
 from paraplan.cost.torus import torus_floor
 from paraplan.hardware import Cluster, Tier
 
@@ -35,7 +35,7 @@ class Spans:
     pp: Tier | None  # outermost tier between neighbouring stages (pp > 1)
 
     @classmethod
-    def of(cls, plan: Plan, cluster: Cluster) -> Spans:
+    def of(cls, plan: Layout, cluster: Cluster) -> Spans:
         zero = plan.zero >= 2
         sync = group_span(cluster, plan, Axis.DP, Axis.CP)
         esync = expert_dp_span(cluster, plan)
@@ -51,7 +51,7 @@ class Spans:
         )
 
     @classmethod
-    def torus_floor(cls, plan: Plan, cluster: Cluster) -> Spans:
+    def torus_floor(cls, plan: Layout, cluster: Cluster) -> Spans:
         """TPU torus: each group's cost terms at their least over every rank order of the active
         axes and every slice shape (cost/torus.py ``torus_floor``); collectives are sums of those
         terms, so costs on these spans bound every placement's."""
@@ -87,7 +87,7 @@ class Spans:
         )
 
     @classmethod
-    def packed(cls, plan: Plan, cluster: Cluster, shared: SharedCache | None = None) -> Spans:
+    def packed(cls, plan: Layout, cluster: Cluster, shared: SharedCache | None = None) -> Spans:
         """Every group on consecutive ranks, as if each were innermost in the rank order: when
         inner tiers are the fastest (``inner_tiers_fastest``) no placement of the group costs less
         (its members fill the fastest domains first), so costs on these spans bound every order's.

@@ -30,7 +30,7 @@ from paraplan.cost.block import (
     end_work,
 )
 from paraplan.cost.dp import grad_sync_s, optimizer_step_bytes_per_param, shard_degree
-from paraplan.cost.plan import Job, Plan, Recompute, kind_counts, plan_key
+from paraplan.cost.plan import Job, Layout, Plan, Recompute, kind_counts, plan_key
 from paraplan.cost.pp import p2p_per_micro_batch_s, stage_p2p_s
 from paraplan.cost.spans import SharedCache, Spans
 from paraplan.graph import LayerGraph
@@ -79,12 +79,14 @@ def _dot(deltas: tuple[float, ...], counts: Counts) -> float:
 
 @dataclass(frozen=True)
 class StageTerms:
-    """The cost terms of one layout. ``block``, ``block_params`` and ``block_expert_params`` are
-    the base kind's; ``kinds`` holds every kind (``base_kind`` among them) and ``block_kinds`` the
-    kind of each block in order (module docstring). The ``*_s`` methods take a stage's per-kind
-    counts (``stage_counts``), or a plain layer count on a model with one kind."""
+    """The cost terms of one layout (``plan``: a Layout, or a whole Plan when the terms are
+    asked for one split, e.g. by ``evaluate``; ``full_plan`` reads it as one). ``block``,
+    ``block_params`` and ``block_expert_params`` are the base kind's; ``kinds`` holds every kind
+    (``base_kind`` among them) and ``block_kinds`` the kind of each block in order (module
+    docstring). The ``*_s`` methods take a stage's per-kind counts (``stage_counts``), or a plain
+    layer count on a model with one kind."""
 
-    plan: Plan
+    plan: Layout
     job: Job
     cluster: Cluster
     num_micro_batches: int
@@ -118,9 +120,16 @@ class StageTerms:
     def heterogeneous(self) -> bool:
         return self.num_kinds > 1
 
+    @property
+    def full_plan(self) -> Plan:
+        """``plan`` with its split and recompute modes; TypeError when it is a bare Layout."""
+        if not isinstance(self.plan, Plan):
+            raise TypeError(f"these terms are a layout's, with no layer split or recompute: {self.plan}")
+        return self.plan
+
     def stage_counts(self, plan: Plan | None = None) -> tuple[Counts, ...]:
         """Per stage, its blocks of each kind under ``plan``'s split (default: these terms')."""
-        plan = plan or self.plan
+        plan = plan or self.full_plan
         if not self.heterogeneous:
             return tuple((n,) for n in plan.layers_per_stage)
         return kind_counts(self.block_kinds, plan)
@@ -351,7 +360,7 @@ _SHARED_IGNORES = _PER_STAGE | {"dp", "pp", "vp", "zero"}  # zero enters as its 
 _SYNC_IGNORES = _PER_STAGE | {"pp", "vp", "cp_comm", "micro_batch", "sequence_parallel"}
 
 
-def _shared_key(plan: Plan, spans: Spans) -> tuple[object, ...]:
+def _shared_key(plan: Layout, spans: Spans) -> tuple[object, ...]:
     """What block and end costs depend on: tp, cp, ep, micro-batch, SP, the ZeRO class and the
     tiers the TP, CP, EP and (for ZeRO-2/3 traffic) DP x CP and expert-DP groups span."""
     zero_class = plan.zero if plan.zero >= 2 else 0
@@ -365,7 +374,9 @@ class _Shared:
     last: EndCost
 
 
-def _works(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster) -> tuple[tuple[Work, ...], Work, Work]:
+def _works(
+    graph: LayerGraph, plan: Layout, job: Job, cluster: Cluster
+) -> tuple[tuple[Work, ...], Work, Work]:
     """(one block of each kind, first end, last end) work of the plan's tp, cp, ep, mb, SP."""
     return (
         tuple(block_work(graph, i, plan, job, cluster) for i in graph.kind_blocks),
@@ -374,12 +385,14 @@ def _works(graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster) -> tuple[t
     )
 
 
-def _kind_cost(w: Work, graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster, spans: Spans) -> KindCost:
+def _kind_cost(
+    w: Work, graph: LayerGraph, plan: Layout, job: Job, cluster: Cluster, spans: Spans
+) -> KindCost:
     return KindCost(block_costs(w, graph, plan, job, cluster, spans), w.params, w.expert_params)
 
 
 def _shared_costs(
-    graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster, spans: Spans, shared: SharedCache | None
+    graph: LayerGraph, plan: Layout, job: Job, cluster: Cluster, spans: Spans, shared: SharedCache | None
 ) -> _Shared:
     key = ("work", *plan_key(plan, _WORK_IGNORES))
     if shared is None:
@@ -400,7 +413,7 @@ def _shared_costs(
 
 
 def _sync_lines(
-    plan: Plan,
+    plan: Layout,
     job: Job,
     cluster: Cluster,
     block_params: float,
@@ -445,7 +458,7 @@ def base_kind(block_kinds: tuple[int, ...]) -> int:
 
 def stage_terms(
     graph: LayerGraph,
-    plan: Plan,
+    plan: Layout,
     job: Job,
     cluster: Cluster,
     shared: SharedCache | None = None,
@@ -510,7 +523,7 @@ def stage_terms(
 
 
 def _pooled_terms(
-    graph: LayerGraph, plan: Plan, job: Job, cluster: Cluster, shared: SharedCache | None, packed: bool
+    graph: LayerGraph, plan: Layout, job: Job, cluster: Cluster, shared: SharedCache | None, packed: bool
 ) -> StageTerms:
     """stage_terms on a pooled cluster (its docstring); ``plan.stage_pools`` must be set."""
     if len(plan.stage_pools) != plan.pp:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from paraplan.cost.comm import GroupSpan, allgather_s, allreduce_s, group_span, reduce_scatter_s
 from paraplan.cost.compute import ACTIVATION_BYTES, tokens_per_device
-from paraplan.cost.plan import Axis, Job, Plan
+from paraplan.cost.plan import Axis, Job, Layout
 from paraplan.hardware import Cluster
 
 __all__ = ["TPComm", "tp_block_comm", "tp_comm"]
@@ -31,7 +31,7 @@ class TPComm:
 def tp_comm(
     hidden: int,
     collectives: float,
-    plan: Plan,
+    plan: Layout,
     job: Job,
     cluster: Cluster,
     span: GroupSpan | None = None,
@@ -55,7 +55,7 @@ def tp_comm(
 
 def tp_block_comm(
     hidden: int,
-    plan: Plan,
+    plan: Layout,
     job: Job,
     cluster: Cluster,
     mlp_collectives: float = 1.0,

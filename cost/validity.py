@@ -10,7 +10,7 @@ built."""
 
 from __future__ import annotations
 
-from paraplan.cost.plan import Axis, Job, Plan, check_structure, show_divisors
+from paraplan.cost.plan import Axis, Job, Layout, Plan, check_structure, show_divisors
 from paraplan.graph import ModelSpec
 
 __all__ = [
@@ -58,7 +58,7 @@ def batch_splits(global_batch: int, micro_batch: int, dp: int) -> bool:
     return global_batch % (micro_batch * dp) == 0
 
 
-def ep_follows_order(plan: Plan, order: tuple[Axis, ...] | None = None) -> bool:
+def ep_follows_order(plan: Layout, order: tuple[Axis, ...] | None = None) -> bool:
     """The EP group splits along the rank order (``order``, else the plan's): ep divides, or is a
     multiple of, the inner of the cp and dp axes (``check_expert_parallel``)."""
     inner, _ = expert_axes(plan, order)
@@ -262,14 +262,14 @@ def check_expert_parallel(plan: Plan, num_experts: int) -> None:
         )
 
 
-def expert_folded(plan: Plan) -> bool:
+def expert_folded(plan: Layout) -> bool:
     """Megatron-core's MoE parallel folding (docs/frameworks.md Sec. 2.3, expert grid ETP x EP x
     expert-DP x PP laid over the same ranks as TP x CP x DP x PP): with etp = 1 the EP group may
     span TP ranks. paraplan folds when it must: etp = 1 < tp and ep does not divide dp*cp."""
     return plan.ep > 1 and plan.etp == 1 and plan.tp > 1 and (plan.dp * plan.cp) % plan.ep != 0
 
 
-def folded_ep_axes(plan: Plan) -> list[tuple[Axis, int]] | None:
+def folded_ep_axes(plan: Layout) -> list[tuple[Axis, int]] | None:
     """EP group of a folded plan as (axis, members along it): the innermost
     ep ranks of tp x cp x dp in rank order (Megatron's expert RankGenerator with tp = etp = 1 puts
     ep innermost), i.e. whole inner axes and a divisor of the next; None if ep does not split so."""
@@ -287,7 +287,7 @@ def folded_ep_axes(plan: Plan) -> list[tuple[Axis, int]] | None:
     return out if left == 1 else None
 
 
-def expert_axes(plan: Plan, order: tuple[Axis, ...] | None = None) -> tuple[int, int]:
+def expert_axes(plan: Layout, order: tuple[Axis, ...] | None = None) -> tuple[int, int]:
     """Degrees of the inner and outer of the cp and dp axes under the rank order (``order``,
     else the plan's)."""
     o = plan.order if order is None else order

@@ -27,7 +27,7 @@ from collections import Counter
 from dataclasses import dataclass, replace
 from typing import get_args
 
-from paraplan.cost import Plan, Recompute
+from paraplan.cost import Layout, Plan, Recompute
 from paraplan.cost.plan import plan_key
 from paraplan.errors import ConfigError, InfeasibleError
 from paraplan.export import EXPORTED_PRECISIONS, POOLED_TARGETS
@@ -82,7 +82,7 @@ class TargetFilter:
         self._recompute = fixed_modes(inst)
         self._split = rules.search.stage_split
         self._families: dict[tuple[object, ...], bool] = {}
-        self._verdicts: dict[Plan, bool] = {}
+        self._verdicts: dict[Layout, bool] = {}
         self._splits: dict[tuple[int, int], tuple[int, ...] | None] = {}
         self.refused: Counter[str] = Counter()
 
@@ -99,7 +99,7 @@ class TargetFilter:
                 ("solver.target",),
             )
 
-    def _representative(self, layout: Plan) -> Plan | None:
+    def _representative(self, layout: Layout) -> Plan | None:
         """The layout with the scenario's fixed split (else the framework's own, else an even
         one) and its fixed recompute mode (else none)."""
         pp = layout.pp
@@ -115,13 +115,11 @@ class TargetFilter:
         if split is None:
             return None
         modes = self._recompute or (Recompute.NONE,)
-        return replace(
-            layout, layers_per_stage=split, recompute=modes if len(modes) == pp else (modes[0],) * pp
-        )
+        return layout.plan(split, modes if len(modes) == pp else (modes[0],) * pp)
 
-    def _passes(self, plan: Plan, rules: tuple[Rule, ...]) -> bool:
-        """``rules`` accept ``plan``'s representative (a refusal is counted)."""
-        representative = self._representative(plan)
+    def _passes(self, layout: Layout, rules: tuple[Rule, ...]) -> bool:
+        """``rules`` accept ``layout``'s representative (a refusal is counted)."""
+        representative = self._representative(layout)
         if representative is None:
             return False
         refusal = first_refusal(self._ctx, Draft(representative, self._ctx.precision), rules)
@@ -130,7 +128,7 @@ class TargetFilter:
             return False
         return True
 
-    def family_passes(self, family: Plan) -> bool:
+    def family_passes(self, family: Layout) -> bool:
         """Whether the family rules accept ``family`` (any ZeRO stage and rank order: those
         rules do not read them); False means every layout of the family fails."""
         key = plan_key(family, _LAYOUT_FIELDS)
@@ -139,7 +137,7 @@ class TargetFilter:
             verdict = self._families[key] = self._passes(family, self._family_rules)
         return verdict
 
-    def __call__(self, layout: Plan) -> bool:
+    def __call__(self, layout: Layout) -> bool:
         verdict = self._verdicts.get(layout)
         if verdict is None:
             verdict = self.family_passes(layout) and self._passes(layout, self._layout_rules)
@@ -224,7 +222,7 @@ class UnionFilter:
     def __init__(self, filters: list[TargetFilter]) -> None:
         self.filters = filters
         self.name = " or ".join(f.name for f in filters)
-        self._verdicts: dict[Plan, bool] = {}
+        self._verdicts: dict[Layout, bool] = {}
 
     @property
     def refused(self) -> Counter[str]:
@@ -233,12 +231,12 @@ class UnionFilter:
             total.update({f"{f.name}: {rule}": n for rule, n in f.refused.items()})
         return total
 
-    def __call__(self, layout: Plan) -> bool:
+    def __call__(self, layout: Layout) -> bool:
         if layout not in self._verdicts:
             self._verdicts[layout] = any(f(layout) for f in self.filters)
         return self._verdicts[layout]
 
-    def family_passes(self, family: Plan) -> bool:
+    def family_passes(self, family: Layout) -> bool:
         """Whether some framework's family rules accept ``family`` (TargetFilter.family_passes)."""
         return any(f.family_passes(family) for f in self.filters)
 

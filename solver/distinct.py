@@ -12,14 +12,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from paraplan.cost import Plan
+from paraplan.cost import Layout, Plan
 
 __all__ = ["DUPLICATE_REL", "distinct_key", "layout_key", "is_near_duplicate"]
 
 DUPLICATE_REL = 0.005  # 0.5%: the explanation's "ties within 0.5%", far inside the model's band
 
 
-def layout_key(plan: Plan) -> tuple[object, ...]:
+def layout_key(plan: Layout) -> tuple[object, ...]:
     """The degrees and modes a layout fixes before the layer split and recompute are chosen."""
     return (
         plan.dp,

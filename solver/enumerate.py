@@ -16,7 +16,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
-from paraplan.cost import Job, Plan, Recompute, evaluate, stage_memory, stage_terms
+from paraplan.cost import Job, Layout, Plan, Recompute, evaluate, stage_memory, stage_terms
 from paraplan.cost.evaluate import step_time_s
 from paraplan.cost.plan import pipeline_slots
 from paraplan.graph import LayerGraph
@@ -38,7 +38,7 @@ class Enumeration:
     wall_s: float
 
 
-def _splits(layout: Plan, num_layers: int, fixed: Fixed, options: Options) -> Iterator[tuple[int, ...]]:
+def _splits(layout: Layout, num_layers: int, fixed: Fixed, options: Options) -> Iterator[tuple[int, ...]]:
     pp, vp = layout.pp, layout.vp
     split = exact_split(layout, num_layers, fixed, options)
     if split is not None:
@@ -97,7 +97,7 @@ def enumerate_plans(
         terms = stage_terms(graph, layout, job, cluster)
         for split in _splits(layout, spec.num_layers, fixed, options):
             for modes in _modes(layout.pp, fixed, options):
-                plan = replace(layout, layers_per_stage=split, recompute=modes)
+                plan = layout.plan(split, modes)
                 count += 1
                 t = replace(terms, plan=plan)
                 counts = t.stage_counts()

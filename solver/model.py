@@ -42,7 +42,7 @@ Ties are broken by a second solve with z fixed (see solve.py).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import cast
 
 from ortools.sat.python import cp_model
@@ -152,7 +152,7 @@ def add_hint(
         tk, vp = lv.ticks, lv.tables.plan.vp
         counts = None
         if chosen and tk.kinds:
-            counts = lv.tables.terms.stage_counts(replace(lv.tables.plan, layers_per_stage=tuple(layers)))
+            counts = lv.tables.terms.stage_counts(lv.tables.plan.plan(tuple(layers), tuple(recs)))
         t_max = e_max = o_max = 0
         for s in range(lv.tables.plan.pp):
             k = (layers[s] + lv.tables.slot(s)) // vp if chosen else 0

@@ -29,6 +29,7 @@ from ortools.sat.python import cp_model
 from paraplan.cost import (
     DEFAULT_ORDER,
     Job,
+    Layout,
     Plan,
     Recompute,
     StageTerms,
@@ -124,7 +125,7 @@ class NoFitError(ValueError):
         self.capacity = capacity
 
 
-def layout_rank(plan: Plan) -> tuple[object, ...]:
+def layout_rank(plan: Layout) -> tuple[object, ...]:
     """Tie-break order among equally fast layouts: fewer stages, less cp, no interleaving,
     smaller tp, ZeRO 1/0/2/3, smaller micro-batch, the default rank order, p2p context
     parallelism, expert TP = tp (Megatron's defaults), then (pooled clusters) the pools of the
@@ -161,7 +162,7 @@ def _stage_modes(fixed: Fixed, pp: int) -> tuple[Recompute, ...] | None:
     return None
 
 
-def _k_choices(layout: Plan, num_layers: int, fixed: Fixed, options: Options) -> list[int] | None:
+def _k_choices(layout: Layout, num_layers: int, fixed: Fixed, options: Options) -> list[int] | None:
     """Allowed k = (layers + slot) / vp per stage (cost.plan.pipeline_slots); None = any;
     [] = the layout is impossible."""
     slots = pipeline_slots(num_layers, layout.pp, layout.vp)
@@ -337,7 +338,7 @@ def _fits(
     )
 
 
-def _space_size(space: list[Plan], spec: ModelSpec, fixed: Fixed, options: Options, deadline: float) -> int:
+def _space_size(space: list[Layout], spec: ModelSpec, fixed: Fixed, options: Options, deadline: float) -> int:
     """Layouts in the space: families x ZeRO stages x rank orders (before dominance pruning);
     0 when the deadline has passed (the count is a report, not part of the proof)."""
     cache: dict[tuple[object, ...], Any] = {}
@@ -356,7 +357,7 @@ def _least_memory(num_layers: int, recomputes: list[Recompute], unfit: list[Stag
     for terms in unfit:
         pp, vp = terms.plan.pp, terms.plan.vp
         split = even_layers(num_layers, pp, vp) or even_split(num_layers, pp)
-        counts = terms.stage_counts(replace(terms.plan, layers_per_stage=split))
+        counts = terms.stage_counts(terms.plan.plan(split, (Recompute.NONE,) * pp))
         peak = max(
             min(stage_memory(terms, s, counts[s], r).total_bytes for r in recomputes) for s in range(pp)
         )
@@ -471,7 +472,7 @@ def _solve_layout(
         return name, None, bound, Fraction(0)
     lv = mv.layouts[0]
     layers, recs = lv.extract(solver)
-    plan = replace(tab.plan, layers_per_stage=tuple(layers), recompute=tuple(recs))
+    plan = tab.plan.plan(tuple(layers), tuple(recs))
     ticks = int(solver.value(mv.objective))
     return name, Solution(plan, from_ticks(ticks, res) / mv.scale), bound, Fraction(ticks, mv.scale)
 
@@ -497,7 +498,7 @@ def _break_ties(
     if solver.status_name(solver.solve(model)) != "OPTIMAL":
         return sol
     layers, recs = mv.layouts[0].extract(solver)
-    plan = replace(tab.plan, layers_per_stage=tuple(layers), recompute=tuple(recs))
+    plan = tab.plan.plan(tuple(layers), tuple(recs))
     return Solution(plan, sol.objective_s)
 
 

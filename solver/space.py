@@ -48,7 +48,7 @@ from itertools import permutations
 from math import factorial, gcd, isqrt
 from typing import Any, TypeAlias
 
-from paraplan.cost import DEFAULT_ORDER, Axis, CPComm, Plan, Recompute, allgather_s, group_span
+from paraplan.cost import DEFAULT_ORDER, Axis, CPComm, Layout, Recompute, allgather_s, group_span
 from paraplan.cost.comm import alltoall_s, p2p_s
 from paraplan.cost.ep import ep_span, expert_dp_span
 from paraplan.cost.plan import PartialPlan, pipeline_slots, plan_key
@@ -104,7 +104,7 @@ Fixed: TypeAlias = PartialPlan
 class Options:
     """How wide to search. ``uniform_recompute``: every stage runs the same recompute mode;
     ``recompute_modes``: the modes allowed (None: all); ``layout_filter``: a predicate on a layout
-    (a Plan whose layers_per_stage/recompute are placeholders) that the layout must pass, e.g. a
+    (a Layout: no split or recompute modes yet) that the layout must pass, e.g. a
     framework's rules; ``stage_split(layers, pp, vp)``: the one split a framework builds (None:
     it cannot), instead of a free one. With a filter no alternative is dropped as dominated
     before the filter has seen it (SP off, ZeRO-0, every rank order), so the search stays exact
@@ -118,12 +118,12 @@ class Options:
     max_vp: int = 4
     uniform_recompute: bool = False
     recompute_modes: tuple[Recompute, ...] | None = None
-    layout_filter: Callable[[Plan], bool] | None = None
-    family_filter: Callable[[Plan], bool] | None = None
+    layout_filter: Callable[[Layout], bool] | None = None
+    family_filter: Callable[[Layout], bool] | None = None
     stage_split: Callable[[int, int, int], tuple[int, ...] | None] | None = None
 
 
-def exact_split(layout: Plan, num_layers: int, fixed: Fixed, options: Options) -> tuple[int, ...] | None:
+def exact_split(layout: Layout, num_layers: int, fixed: Fixed, options: Options) -> tuple[int, ...] | None:
     """The one layer split ``layout`` must use, if any: the scenario's fixed split, else
     ``options.stage_split(layers, pp, vp)`` (a framework that builds its own split). None: free;
     () : no valid split (wrong length, not the model's layers, or a stage not vp k - slot
@@ -168,7 +168,7 @@ def _allowed(value: int, fixed: int | None) -> bool:
 
 
 def _comm_profile(
-    cluster: Cluster, plan: Plan, expert_tps: tuple[int | None, ...] = (None,)
+    cluster: Cluster, plan: Layout, expert_tps: tuple[int | None, ...] = (None,)
 ) -> tuple[float, ...]:
     """(latency, seconds per byte) of each group's collectives under the plan's order; the
     expert-data-parallel group once per expert TP degree searched."""
@@ -221,7 +221,9 @@ def _eps(spec: ModelSpec, dp: int, cp: int, fixed: Fixed) -> list[int]:
     return [e for e in divisors(dp * cp) if ep_splits_experts(spec.num_experts, e) and _allowed(e, fixed.ep)]
 
 
-def _profile(cluster: Cluster, plan: Plan, expert_tps: tuple[int | None, ...] = (None,)) -> tuple[float, ...]:
+def _profile(
+    cluster: Cluster, plan: Layout, expert_tps: tuple[int | None, ...] = (None,)
+) -> tuple[float, ...]:
     """_comm_profile, concatenated over the used pools on a pooled cluster."""
     if not plan.stage_pools:
         return _comm_profile(cluster, plan, expert_tps)
@@ -260,7 +262,7 @@ def _canonical(active_order: tuple[Axis, ...]) -> tuple[Axis, ...]:
     return tuple(a if a is not None else next(it) for a in slots)
 
 
-def _candidate_orders(plan: Plan, fixed: Fixed, options: Options) -> list[tuple[Axis, ...]]:
+def _candidate_orders(plan: Layout, fixed: Fixed, options: Options) -> list[tuple[Axis, ...]]:
     """Distinct rank orders (permutations of the axes of degree > 1), Megatron's nearest first;
     pp stays outermost on a pooled cluster."""
     pooled = bool(plan.stage_pools)
@@ -282,13 +284,13 @@ def _candidate_orders(plan: Plan, fixed: Fixed, options: Options) -> list[tuple[
 
 
 def _orders(
-    plan: Plan,
+    plan: Layout,
     cluster: Cluster,
     fixed: Fixed,
     options: Options,
     prune: bool = True,
     expert_tps: tuple[int | None, ...] = (None,),
-    family: Plan | None = None,
+    family: Layout | None = None,
 ) -> list[tuple[Axis, ...]]:
     """Placements worth searching: one per non-dominated communication profile (all distinct
     ones when ``prune`` is off), the profile covering every expert TP degree in ``expert_tps``.
@@ -321,7 +323,7 @@ def families(
     fixed: Fixed,
     options: Options,
     deadline: float = float("inf"),
-) -> list[Plan]:
+) -> list[Layout]:
     """Every layout family: degrees, ep, micro-batch, vp and SP fixed; ZeRO and the rank order
     left to ``zeros`` and ``orders`` (placeholders here: the first ZeRO stage, Megatron's order).
     Under ``options.family_filter``, only the families it passes. OutOfTime once ``deadline``
@@ -330,7 +332,7 @@ def families(
         pooled = _pooled_families(spec, cluster, seq_len, global_batch, fixed, options, deadline)
         return _passing(pooled, options)
     n = cluster.num_devices
-    out: list[Plan] = []
+    out: list[Layout] = []
     cps = _cp_degrees(spec, n, seq_len, fixed)
     for tp in divisors(n):
         if not (_tp_splits(spec, tp) and _allowed(tp, fixed.tp)):
@@ -352,7 +354,7 @@ def families(
     return _passing(out, options)
 
 
-def _passing(found: list[Plan], options: Options) -> list[Plan]:
+def _passing(found: list[Layout], options: Options) -> list[Layout]:
     """The families ``options.family_filter`` passes (all without one)."""
     if options.family_filter is None:
         return found
@@ -367,10 +369,10 @@ def _shapes(cluster: Cluster, fixed: Fixed) -> tuple[tuple[int, ...], ...]:
     return torus.shapes
 
 
-def _placement_base(family: Plan) -> Plan:
-    """The family's degrees, pools and slice shape with placeholder per-stage fields: what a rank
-    order's communication terms depend on."""
-    return Plan(
+def _placement_base(family: Layout) -> Layout:
+    """The family's degrees, pools and slice shape (micro-batch 1, ZeRO and SP at their
+    defaults): what a rank order's communication terms depend on."""
+    return Layout(
         dp=family.dp,
         tp=family.tp,
         pp=family.pp,
@@ -378,15 +380,13 @@ def _placement_base(family: Plan) -> Plan:
         ep=family.ep,
         etp=family.etp,
         micro_batch=1,
-        recompute=(Recompute.NONE,) * family.pp,
-        layers_per_stage=(1,) * family.pp,
         stage_pools=family.stage_pools,
         torus_shape=family.torus_shape,
     )
 
 
 def placements(
-    family: Plan,
+    family: Layout,
     cluster: Cluster,
     fixed: Fixed,
     options: Options,
@@ -447,8 +447,8 @@ def _families_of(
     fixed: Fixed,
     options: Options,
     stage_pools: tuple[int, ...] = (),
-) -> list[Plan]:
-    out: list[Plan] = []
+) -> list[Layout]:
+    out: list[Layout] = []
     per_replica = global_batch // dp
     mbs = [
         mb
@@ -476,7 +476,7 @@ def _families_of(
             if not options.allow_uneven_stages and spec.num_layers % (pp * vp):
                 continue  # equal stages and chunks: no embedding/loss slots either
             out += [
-                Plan(
+                Layout(
                     dp=dp,
                     tp=tp,
                     pp=pp,
@@ -487,8 +487,6 @@ def _families_of(
                     vp=vp,
                     micro_batch=mb,
                     sequence_parallel=sp,
-                    recompute=(Recompute.NONE,) * pp,
-                    layers_per_stage=(1,) * pp,
                     stage_pools=stage_pools,
                 )
                 for sp in sps
@@ -499,7 +497,7 @@ def _families_of(
 
 
 def zeros(
-    family: Plan, fixed: Fixed, *, prune_dominated: bool = True, options: Options | None = None
+    family: Layout, fixed: Fixed, *, prune_dominated: bool = True, options: Options | None = None
 ) -> list[int]:
     """ZeRO stages of a family (module docstring); ZeRO-0 kept under a layout filter."""
     if options is not None and options.layout_filter is not None:
@@ -514,7 +512,7 @@ def zeros(
 
 
 def orders(
-    family: Plan,
+    family: Layout,
     cluster: Cluster,
     fixed: Fixed,
     options: Options,
@@ -536,7 +534,7 @@ def orders(
     return out
 
 
-def num_orders(family: Plan, fixed: Fixed, options: Options, cache: OrderCache | None = None) -> int:
+def num_orders(family: Layout, fixed: Fixed, options: Options, cache: OrderCache | None = None) -> int:
     """Rank orders of a family before dominance pruning (the size of the placement space)."""
     if family.ep == 1 and fixed.order is None and options.search_placement and not family.stage_pools:
         return factorial(sum(1 for a in DEFAULT_ORDER if family.degree(a) > 1))
@@ -558,7 +556,7 @@ def layouts(
     options: Options,
     *,
     prune_dominated: bool = True,
-) -> list[Plan]:
+) -> list[Layout]:
     """Every layout of the space, as Plans whose recompute/layers_per_stage are placeholders.
 
     ``prune_dominated=False`` keeps ZeRO-0 and every distinct placement (the exhaustive baseline
@@ -604,9 +602,9 @@ def _pooled_families(
     fixed: Fixed,
     options: Options,
     deadline: float = float("inf"),
-) -> list[Plan]:
+) -> list[Layout]:
     """``families`` on a pooled cluster (module docstring), each with its ``stage_pools``."""
-    out: list[Plan] = []
+    out: list[Layout] = []
     for seq in _pool_sequences(cluster, fixed):
         _on_time(deadline)
         g = gcd(*(cluster.pools[p].num_devices for p in seq))

@@ -26,7 +26,7 @@ import math
 from dataclasses import dataclass, field, replace
 from functools import cache, lru_cache
 
-from paraplan.cost import Job, Plan, Recompute, StageTerms, stage_terms
+from paraplan.cost import Job, Layout, Plan, Recompute, StageTerms, stage_terms
 from paraplan.cost.evaluate import step_time_s
 from paraplan.cost.memory import kind_bytes_per_stage, max_layers_per_stage, stage_memory, stage_memory_model
 from paraplan.cost.plan import even_split, pipeline_slots
@@ -50,7 +50,7 @@ INF = float("inf")
 
 @dataclass
 class LayoutTables:
-    plan: Plan  # the layout (recompute / layers_per_stage are placeholders)
+    plan: Layout  # the layout (no layer split or recompute modes yet)
     terms: StageTerms
     num_micro_batches: int
     k_total: int  # layers / vp
@@ -513,7 +513,7 @@ def _dp_lower_bound_s(terms: StageTerms, recomputes: list[Recompute], num_layers
 
 def _upper_plan(
     terms: StageTerms,
-    layout: Plan,
+    layout: Layout,
     split: tuple[int, ...] | None,
     k_max: dict[tuple[int, Recompute], int],
     recomputes: list[Recompute],
@@ -529,7 +529,7 @@ def _upper_plan(
     slots = slots or (0,) * layout.pp
     if any(n < vp * (1 + sl) - sl or (n + sl) % vp for n, sl in zip(split, slots, strict=True)):
         return INF, None
-    counts = terms.stage_counts(replace(layout, layers_per_stage=split))
+    counts = terms.stage_counts(layout.plan(split, (Recompute.NONE,) * layout.pp))
 
     def fits(s: int, r: Recompute) -> bool:
         if k_max[(s, r)] * vp - slots[s] < split[s]:
@@ -542,7 +542,7 @@ def _upper_plan(
         scored = [
             (step_time_s(replace(terms, plan=p)).step_s, p)
             for p in (
-                replace(layout, recompute=(r,) * layout.pp, layers_per_stage=split)
+                layout.plan(split, (r,) * layout.pp)
                 for r in recomputes
                 if all(fits(s, r) for s in range(layout.pp))
             )
@@ -554,7 +554,7 @@ def _upper_plan(
         if not modes:
             return INF, None
         rec.append(min(modes, key=lambda r: terms.stage_time_s(s, counts[s], r)))
-    plan = replace(layout, recompute=tuple(rec), layers_per_stage=split)
+    plan = layout.plan(split, tuple(rec))
     return step_time_s(replace(terms, plan=plan)).step_s, plan
 
 
@@ -665,7 +665,7 @@ def build_tables(
     graph: LayerGraph,
     cluster: Cluster,
     job: Job,
-    layout: Plan,
+    layout: Layout,
     recomputes: list[Recompute],
     k_choices: list[int] | None = None,
     terms: StageTerms | None = None,

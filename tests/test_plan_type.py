@@ -5,8 +5,8 @@ and each validity rule is stated once (cost/validity.py) for check_plan, the sea
 from dataclasses import fields
 
 import pytest
-from paraplan.cost import Axis, CPComm, PartialPlan, Plan, Recompute
-from paraplan.cost.plan import PLAN_FIELDS, plan_from_values, plan_values
+from paraplan.cost import Axis, CPComm, Layout, PartialPlan, Plan, Recompute
+from paraplan.cost.plan import LAYOUT_FIELDS, PLAN_FIELDS, plan_from_values, plan_key, plan_values
 from paraplan.solver import Fixed, Options
 from paraplan.solver.space import divisors, families
 
@@ -75,6 +75,39 @@ def test_plan_values_round_trip_every_field() -> None:
     values = plan_values(plan)
     assert values["recompute"] == ["full", "selective"] and values["layers_per_chunk"] == [[2, 3], [2, 1]]
     assert plan_from_values(values) == plan
+
+
+def test_a_layout_is_a_plan_before_its_split() -> None:
+    """The solver enumerates Layouts: Plan's fields less the per-stage ones, checked when built;
+    ``Layout.plan`` adds a split and modes, ``Plan.layout`` drops them again."""
+    per_stage = {"recompute", "layers_per_stage", "layers_per_chunk"}
+    assert LAYOUT_FIELDS == tuple(n for n in PLAN_FIELDS if n not in per_stage)
+    with pytest.raises(ValueError, match=r"plan\.zero=4 must be 0, 1, 2 or 3"):
+        Layout(dp=2, tp=1, pp=1, zero=4)
+    with pytest.raises(TypeError):
+        Layout(dp=2, tp=1, pp=2, layers_per_stage=(1, 1))  # type: ignore[call-arg]
+    layout = Layout(dp=2, tp=2, pp=2, vp=2, zero=3, order=(Axis.DP, Axis.TP, Axis.CP, Axis.PP))
+    plan = layout.plan((5, 3), (Recompute.FULL, Recompute.NONE), ((2, 3), (2, 1)))
+    assert plan == Plan(
+        dp=2,
+        tp=2,
+        pp=2,
+        vp=2,
+        zero=3,
+        order=(Axis.DP, Axis.TP, Axis.CP, Axis.PP),
+        layers_per_stage=(5, 3),
+        recompute=(Recompute.FULL, Recompute.NONE),
+        layers_per_chunk=((2, 3), (2, 1)),
+    )
+    assert plan.layout == layout and type(plan.layout) is Layout and isinstance(plan, Layout)
+    assert plan_key(layout, frozenset(per_stage)) == plan_key(plan, frozenset(per_stage))
+    assert len(plan_key(plan, frozenset())) == len(plan_key(layout, frozenset())) + len(per_stage)
+
+
+def test_the_solver_enumerates_layouts_not_placeholder_plans() -> None:
+    inst = build_instance(load_scenario(LLAMA8B_8))
+    space = families(inst.spec, inst.cluster, 4096, 64, PartialPlan(), Options())
+    assert space and all(type(f) is Layout for f in space)
 
 
 def test_scenario_and_result_plans_list_plans_fields() -> None:

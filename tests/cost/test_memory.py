@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from paraplan.cost import Job, Plan, Recompute, state_bytes, stored_activation_bytes
+from paraplan.cost import Job, Layout, Plan, Recompute, state_bytes, stored_activation_bytes
 from paraplan.cost.recompute import block_input_bytes
 from paraplan.graph import Activation, ModelSpec, build_graph
 
@@ -105,17 +105,8 @@ def test_layer_caps_of_all_stages_match_each_stage_model(pp: int, vp: int, mb: i
     graph = build_graph(preset("llama3-70b"))
     cluster = build_cluster("dgx-h100", nodes=pp)
     job = Job(seq_len=4096, global_batch=8 * 64)
-    plan = Plan(
-        dp=8,
-        tp=1,
-        pp=pp,
-        vp=vp,
-        micro_batch=mb,
-        zero=zero,
-        recompute=(Recompute.NONE,) * pp,
-        layers_per_stage=(1,) * pp,
-    )
-    terms = stage_terms(graph, plan, job, cluster)
+    layout = Layout(dp=8, tp=1, pp=pp, vp=vp, micro_batch=mb, zero=zero)
+    terms = stage_terms(graph, layout, job, cluster)
     for r in Recompute:
         for cap in (40e9, 80e9, 3e11):
             expected = [stage_memory_model(terms, s, r).max_layers(cap) for s in range(pp)]

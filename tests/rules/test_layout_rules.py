@@ -43,8 +43,8 @@ def test_family_rules_ignore_the_zero_stage_and_rank_order(model: str) -> None:
     checked = 0
     for family in rng.sample(space, min(40, len(space))):
         split = even_split(spec.num_layers, family.pp)  # the filter's representative split and mode
-        family = replace(family, layers_per_stage=split, recompute=(Recompute.NONE,) * family.pp)
-        variants = _variants(family, rng, 12)
+        plan = family.plan(split, (Recompute.NONE,) * family.pp)
+        variants = _variants(plan, rng, 12)
         for name in FRAMEWORKS:
             for rule in rules_of(name).family_rules:
                 verdicts = {rule(ctx, Draft(v, ctx.precision)) is None for v in variants}

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from paraplan.cost import Axis, CPComm, Plan, Recompute
+from paraplan.cost import Axis, CPComm, Layout
 from paraplan.cost.comm import group_span
 from paraplan.hardware import build_cluster
 from paraplan.solver.scale import resolution_for
@@ -43,17 +43,8 @@ def test_fixed_per_stage_recompute_does_not_prune_the_optimum() -> None:
 def test_cp_group_crossing_racks_spans_two_tiers() -> None:
     # 32 CP ranks 4 apart on 72-GPU racks: 16 per rack (a divisor), the rest across racks
     cluster = build_cluster("gb200-nvl72", nodes=64)
-    plan = Plan(
-        dp=2,
-        tp=4,
-        pp=18,
-        cp=32,
-        cp_comm=CPComm.ALL_GATHER,
-        micro_batch=1,
-        recompute=(Recompute.NONE,) * 18,
-        layers_per_stage=(1,) * 18,
-    )
-    span = group_span(cluster, plan, Axis.CP)
+    layout = Layout(dp=2, tp=4, pp=18, cp=32, cp_comm=CPComm.ALL_GATHER, micro_batch=1)
+    span = group_span(cluster, layout, Axis.CP)
     assert span.size == 32
     assert sum(f > 1 for f in span.fan_in) == 2
 
