@@ -31,6 +31,7 @@ __all__ = [
     "check_structure",
     "check_order",
     "check_expert_tp",
+    "check_recompute_layers",
     "show_divisors",
     "plan_values",
     "plan_from_values",
@@ -126,6 +127,10 @@ class Plan:
     zero: int = 1
     sequence_parallel: bool = True
     recompute: tuple[Recompute, ...] = field(default=(Recompute.NONE,))
+    # per pp rank: the first N layers of each of its chunks are fully recomputed, the rest store
+    # everything (Megatron --recompute-method block --recompute-num-layers N); 0 on a stage not
+    # FULL; () = every layer of a FULL stage (cost/recompute_layers.py)
+    recompute_layers: tuple[int, ...] = field(default=())
     layers_per_stage: tuple[int, ...] = field(default=())
     layers_per_chunk: tuple[tuple[int, ...], ...] = field(default=())
     order: tuple[Axis, ...] = DEFAULT_ORDER
@@ -176,6 +181,7 @@ class PartialPlan:
     zero: int | None = None
     sequence_parallel: bool | None = None
     recompute: tuple[Recompute, ...] | None = None
+    recompute_layers: tuple[int, ...] | None = None
     layers_per_stage: tuple[int, ...] | None = None
     layers_per_chunk: tuple[tuple[int, ...], ...] | None = None
     order: tuple[Axis, ...] | None = None
@@ -210,6 +216,32 @@ def check_structure(plan: Plan) -> None:
         raise ValueError(f"plan.zero={plan.zero} must be 0, 1, 2 or 3")
     check_order(plan.order)
     check_expert_tp(plan.etp, plan.tp)
+    check_recompute_layers(plan.recompute_layers, plan.recompute, plan.pp)
+
+
+def check_recompute_layers(counts: Sequence[int], modes: Sequence[Recompute], pp: int) -> None:
+    """``plan.recompute_layers``: empty, or one count per pp rank, at least 1 where the stage's
+    recompute is full (its first N layers of each chunk are recomputed) and 0 elsewhere (a stage
+    that does not recompute full has no layers to choose)."""
+    if not counts:
+        return
+    if len(counts) != pp:
+        raise ValueError(
+            f"plan.recompute_layers={list(counts)} lists {len(counts)} stages; give one count per "
+            f"pipeline stage (pp={pp}) or leave it empty (every layer of a full-recompute stage)"
+        )
+    per_stage = tuple(modes) if len(modes) == pp else (tuple(modes[:1]) * pp)
+    for s, (n, mode) in enumerate(zip(counts, per_stage, strict=True)):
+        if mode is Recompute.FULL and n < 1:
+            raise ValueError(
+                f"plan.recompute_layers[{s}]={n} must be at least 1 on a stage whose recompute "
+                "is full (the layers of each chunk recomputed); for none write plan.recompute=none"
+            )
+        if mode is not Recompute.FULL and n != 0:
+            raise ValueError(
+                f"plan.recompute_layers[{s}]={n} must be 0: stage {s} recomputes "
+                f"{mode.value}, and only full recompute takes a number of layers"
+            )
 
 
 def check_order(order: Sequence[Axis]) -> None:

@@ -142,6 +142,10 @@ def fixed_knobs(inst: Instance) -> PartialPlan:
     values = p.model_dump(include=set(PLAN_FIELDS), exclude_none=True)
     if isinstance(p.recompute, Recompute):  # one mode for every stage
         values["recompute"] = (p.recompute,)
+    if isinstance(p.recompute_layers, int):  # one N for every full-recompute stage
+        values["recompute_layers"] = (p.recompute_layers,)
+    elif p.recompute_layers is not None and p.pp is None:
+        raise ConfigError("plan.recompute_layers lists one count per stage; fix plan.pp too")
     values.update(layers_per_stage=layers, vp=vp, torus_shape=_torus_shape(inst, p.torus_shape))
     return PartialPlan.from_values(values)
 
