@@ -114,6 +114,9 @@ import statistics
 import sys
 from collections import Counter
 from dataclasses import dataclass
+from typing import Any
+
+from paraplan.cost.plan import chunk_layers
 
 import paraplan
 from benchmarks.calibration_set import Case, Skipped, load_cases
@@ -140,28 +143,69 @@ class Row:
     recompute: str
     model_flops_per_step: float
     peak_flops: float
+    recompute_layers: int | None = None  # partial recompute: N layers of each chunk (None: all)
 
     @property
     def error(self) -> float:
         return self.predicted_s / self.case.published_step_s - 1.0
 
+    @property
+    def recompute_plan(self) -> dict[str, object]:
+        """The plan keys of the recompute chosen: mode, and N where it is partial."""
+        return {"recompute": self.recompute, "recompute_layers": self.recompute_layers}
+
+
+def _rec_label(row: Row) -> str:
+    return row.recompute if row.recompute_layers is None else f"full:{row.recompute_layers}"
+
+
+def _score(case: Case, mode: str, layers: int | None = None) -> tuple[Any, Any]:
+    plan = {**case.scenario["plan"], "recompute": mode}
+    if layers is not None:
+        plan["recompute_layers"] = layers
+    inst = build_instance(paraplan.load_scenario({**case.scenario, "plan": plan}))
+    return paraplan.api.evaluate_plan(inst, fixed_plan(inst)), inst
+
+
+def _least_partial(case: Case) -> int | None:
+    """The fewest layers per chunk whose full recompute (the rest stored) makes the plan fit,
+    below a whole chunk; None when no such N exists. Memory falls as N grows
+    (cost/recompute_layers.py), so bisection finds it."""
+    _, inst = _score(case, "full")
+    longest = max(max(row) for row in chunk_layers(fixed_plan(inst)))
+    lo, hi = 1, longest - 1
+    if hi < lo or not _score(case, "full", hi)[0].predicted.fits_memory:
+        return None
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if _score(case, "full", mid)[0].predicted.fits_memory:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
 
 def evaluate_case(case: Case) -> Row:
-    """Evaluate the published plan; unknown recompute -> the fastest mode that fits."""
+    """Evaluate the published plan; unknown recompute -> the fastest that fits among the row's
+    modes and, where the row says nothing (none to full), full recompute of the fewest layers
+    per chunk that fits (Megatron's --recompute-method block; time grows with those layers)."""
     modes = [case.scenario["plan"]["recompute"]] if case.recompute_given else list(case.recompute_options)
+    choices: list[tuple[str, int | None]] = [(m, None) for m in modes]
+    if not case.recompute_given and {"none", "full"} <= set(modes):
+        n = _least_partial(case)
+        if n is not None:
+            choices.append(("full", n))
     best = None
-    for mode in modes:
-        sc = {**case.scenario, "plan": {**case.scenario["plan"], "recompute": mode}}
-        inst = build_instance(paraplan.load_scenario(sc))
-        r = paraplan.api.evaluate_plan(inst, fixed_plan(inst))
+    for mode, layers in choices:
+        r, inst = _score(case, mode, layers)
         key = (not r.predicted.fits_memory, r.predicted.step_time_s)
         if best is None or key < best[0]:
-            best = (key, r, mode, inst)
+            best = (key, r, mode, layers, inst)
     assert best is not None
-    _, r, mode, inst = best
+    _, r, mode, layers, inst = best
     flops = r.predicted.model_flops_per_token * inst.job.tokens_per_step
     peak = inst.cluster.accelerator.peak_for(inst.job.precision.value) * inst.cluster.num_devices
-    return Row(case, r.predicted.step_time_s, r.predicted.fits_memory, mode, flops, peak)
+    return Row(case, r.predicted.step_time_s, r.predicted.fits_memory, mode, flops, peak, layers)
 
 
 def scored_rows() -> tuple[list[Row], list[Skipped]]:
@@ -236,7 +280,7 @@ def main() -> int:
         c = r.case
         print(
             f"{c.row_id:>4}  {c.label[:52]:<52} {c.published_step_s:>8.3f}s {r.predicted_s:>8.3f}s "
-            f"{r.error:>+7.1%} {b:>+8.1%}  {r.recompute:<9}  {'yes' if r.fits else 'NO':<4}  "
+            f"{r.error:>+7.1%} {b:>+8.1%}  {_rec_label(r):<9}  {'yes' if r.fits else 'NO':<4}  "
             f"{'; '.join(c.defaults)}"
         )
     med, p90 = summary([r.error for r in rows])

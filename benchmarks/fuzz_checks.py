@@ -363,7 +363,7 @@ def neighbours(plan: Plan, inst: Any) -> list[tuple[str, Plan]]:
             rec[s] = mode
             add(f"recompute[{s}]={mode.value}", replace(plan, recompute=tuple(rec)))
     for mode in Recompute:
-        add(f"recompute={mode.value}", replace(plan, recompute=(mode,) * plan.pp))
+        add(f"recompute={mode.value}", replace(plan, recompute=(mode,) * plan.pp, recompute_layers=()))
     add("sequence_parallel", replace(plan, sequence_parallel=not plan.sequence_parallel))
     add(
         "cp_comm",

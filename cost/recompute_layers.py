@@ -43,6 +43,7 @@ __all__ = [
     "stage_cost",
     "partial_stage_memory",
     "uniform_recompute_layers",
+    "stored_extra_bytes",
 ]
 
 
@@ -126,25 +127,30 @@ def partial_stage_memory(terms: StageTerms, stage: int, counts: Counts, recomput
     full = stage_memory(terms, stage, counts, mode)
     if not is_partial(terms.plan, stage) or tuple(recomputed) == tuple(counts):
         return full
-    held = in_flight_micro_batches(stage, terms.plan, terms.num_micro_batches)
     frag = fragmentation(terms.at(stage).cluster.accelerator.is_tpu)
-    stored = sum(
-        (n - r) * (z.activation_bytes - f.activation_bytes)
-        for n, r, z, f in zip(
-            counts,
-            recomputed,
-            terms.kind_blocks_at(stage, Recompute.NONE),
-            terms.kind_blocks_at(stage, Recompute.FULL),
-            strict=True,
-        )
-    )
-    act = stored * held
+    act = sum((n - r) * e for n, r, e in zip(counts, recomputed, _stored_act(terms, stage), strict=True))
     return replace(
         full,
         activations_bytes=full.activations_bytes + act,
         buffers_bytes=full.buffers_bytes + frag * act,
         reserve_bytes=full.reserve_bytes + frag * act,
     )
+
+
+def _stored_act(terms: StageTerms, stage: int) -> tuple[float, ...]:
+    """Per kind: activation bytes a stored block keeps beyond a recomputed one, times the
+    stage's in-flight micro-batches: (act_none - act_full) held."""
+    held = in_flight_micro_batches(stage, terms.plan, terms.num_micro_batches)
+    none = terms.kind_blocks_at(stage, Recompute.NONE)
+    full = terms.kind_blocks_at(stage, Recompute.FULL)
+    return tuple((z.activation_bytes - f.activation_bytes) * held for z, f in zip(none, full, strict=True))
+
+
+def stored_extra_bytes(terms: StageTerms, stage: int) -> tuple[float, ...]:
+    """Per kind: the peak bytes one stored (not recomputed) block of a FULL stage adds:
+    (act_none - act_full) held (1 + fragmentation) (module docstring; the solver's row)."""
+    frag = fragmentation(terms.at(stage).cluster.accelerator.is_tpu)
+    return tuple(a * (1 + frag) for a in _stored_act(terms, stage))
 
 
 def uniform_recompute_layers(plan: Plan) -> int | None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from paraplan.cost import Recompute
+from paraplan.cost.recompute_layers import uniform_recompute_layers
 from paraplan.graph import ModelSpec
 from paraplan.rules.base import Draft, Refusal, Rule, RuleContext, recompute_fixes, repair
 from paraplan.rules.plans import uniform_recompute
@@ -15,6 +17,7 @@ __all__ = [
     "check_no_expert_parallel",
     "check_expert_tp_is_tp",
     "uniform_recompute_rule",
+    "partial_recompute_rule",
     "transformer_layers_rule",
 ]
 
@@ -79,6 +82,28 @@ def uniform_recompute_rule(framework_note: str) -> Rule:
         return Refusal(f"recompute differs per stage ({modes}); {framework_note}", recompute_fixes(draft))
 
     return check_recompute_uniform
+
+
+def partial_recompute_rule(framework_note: str, one_n: bool = False) -> Rule:
+    """A rule on partial (block) recompute (Plan.recompute_layers, cost/recompute_layers.py):
+    ``one_n``: the framework takes one N for every rank (Megatron's --recompute-num-layers), so
+    the plan must have one (uniform_recompute_layers); else it has none at all. The repair is
+    full recompute of every layer (the nearest plan that fits wherever this one does)."""
+
+    def check_partial_recompute(ctx: RuleContext, draft: Draft) -> Refusal | None:
+        p = draft.plan
+        if not p.recompute_layers or (one_n and uniform_recompute_layers(p) is not None):
+            return None
+        return Refusal(
+            f"plan.recompute_layers={list(p.recompute_layers)}: {framework_note}",
+            repair(
+                "recompute -> full on every layer",
+                draft,
+                replace(p, recompute=(Recompute.FULL,) * p.pp, recompute_layers=()),
+            ),
+        )
+
+    return check_partial_recompute
 
 
 LAYER_KINDS = ("hybrid", "vision", "mtp", "window", "chunked")

@@ -19,7 +19,7 @@ from paraplan.rules.base import (
     recompute_fixes,
     repair,
 )
-from paraplan.rules.checks import check_dense_model, check_no_expert_parallel
+from paraplan.rules.checks import check_dense_model, check_no_expert_parallel, partial_recompute_rule
 from paraplan.rules.plans import order_matches, regroup, uniform_recompute
 from paraplan.rules.validity import batch_splits
 
@@ -208,6 +208,10 @@ def check_rank_order(ctx: RuleContext, draft: Draft) -> Refusal | None:
     )
 
 
+check_recompute_layers = partial_recompute_rule(
+    "DeepSpeed's activation checkpointing wraps every layer the same way; no number of layers"
+)
+
 RULES = (
     check_dense_model,
     check_no_expert_parallel(
@@ -218,6 +222,7 @@ RULES = (
     check_pipeline_zero,
     check_no_interleaving,
     check_recompute,
+    check_recompute_layers,
     check_layer_split,
     check_sequence_parallel,
     check_ulysses,

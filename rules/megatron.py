@@ -20,7 +20,12 @@ from paraplan.rules.base import (
     order_fixes,
     repair,
 )
-from paraplan.rules.checks import dense_model_rule, layer_kinds_rule, uniform_recompute_rule
+from paraplan.rules.checks import (
+    dense_model_rule,
+    layer_kinds_rule,
+    partial_recompute_rule,
+    uniform_recompute_rule,
+)
 from paraplan.rules.plans import order_matches, regroup, virtual_stage_ranges
 from paraplan.rules.validity import (
     batch_splits,
@@ -245,6 +250,14 @@ check_uniform_recompute = uniform_recompute_rule(
 )
 
 
+check_recompute_layers = partial_recompute_rule(
+    "--recompute-num-layers is one N for every pipeline rank (megatron/core/recompute.py "
+    "checkpointed_forward, method 'block': the first N layers of each chunk); the stages need "
+    "one N (a stage whose chunks hold at most N layers recomputes them all)",
+    one_n=True,
+)
+
+
 def check_fsdp_without_pp(ctx: RuleContext, draft: Draft) -> Refusal | None:
     """Run-time rule: Megatron-FSDP (ZeRO-2/3) builds a DP x TP mesh over the whole world."""
     p = draft.plan
@@ -419,14 +432,15 @@ RULES = (
     check_context_split,
     check_interleaving,
     check_uniform_recompute,
+    check_recompute_layers,
     check_fsdp_without_pp,
     check_rank_order,
     check_expert_data_parallel,
     check_one_launch,
 )
 
-SEARCH = SearchLimits()
+SEARCH = SearchLimits(partial_recompute=True)
 """solver.target=megatron: uneven stages through --pipeline-model-parallel-layout; one recompute
-setting for every rank."""
+setting for every rank (with --recompute-method block, one number of layers)."""
 MODEL_RULES = (check_architecture, check_layer_kinds, check_hybrid_pattern)
 """The RULES that read only the model and job (solver.target checks them once, first)."""

@@ -106,9 +106,10 @@ class Options:
     ``recompute_modes``: the modes allowed (None: all); ``layout_filter``: a predicate on a layout
     (a Plan whose layers_per_stage/recompute are placeholders) that the layout must pass, e.g. a
     framework's rules; ``stage_split(layers, pp, vp)``: the one split a framework builds (None:
-    it cannot), instead of a free one. With a filter no alternative is dropped as dominated
-    before the filter has seen it (SP off, ZeRO-0, every rank order), so the search stays exact
-    over what passes."""
+    it cannot), instead of a free one; ``partial_recompute``: search Plan.recompute_layers
+    (models with one block kind; solver/constraints/recompute_layers.py). With a filter no
+    alternative is dropped as dominated before the filter has seen it (SP off, ZeRO-0, every
+    rank order), so the search stays exact over what passes."""
 
     allow_uneven_stages: bool = True
     search_placement: bool = True
@@ -118,6 +119,7 @@ class Options:
     recompute_modes: tuple[Recompute, ...] | None = None
     layout_filter: Callable[[Plan], bool] | None = None
     stage_split: Callable[[int, int, int], tuple[int, ...] | None] | None = None
+    partial_recompute: bool = True  # FULL stages may store some layers (Plan.recompute_layers)
 
 
 def exact_split(layout: Plan, num_layers: int, fixed: Fixed, options: Options) -> tuple[int, ...] | None:
