@@ -34,7 +34,7 @@ from paraplan.cost.pp import pipeline_lower_bound_s
 from paraplan.cost.stage import Affine
 from paraplan.graph import LayerGraph
 from paraplan.hardware import Cluster
-from paraplan.solver.constraints.recompute_layers import bound_caps
+from paraplan.solver.constraints.recompute_layers import bound_caps, partial_floor
 from paraplan.solver.scale import TIME_RESOLUTION_S, bytes_down, bytes_up, to_ticks, tolerance_s
 
 __all__ = [
@@ -656,7 +656,8 @@ def build_tables(
     ``terms``: the layout's StageTerms when the caller already has them; ``uniform``: one
     recompute mode for every stage; ``split``: the only layer split allowed (its upper bound);
     ``stage_modes``: the one recompute mode each stage may run (layer_caps); ``partial``: FULL
-    stages may store some layers, so the lower bounds relax (recompute_layers.bound_caps).
+    stages may store some layers, so the lower bounds relax (recompute_layers.partial_floor,
+    bound_caps).
     """
     terms = terms or stage_terms(graph, layout, job, cluster)
     pp, vp = layout.pp, layout.vp
@@ -667,7 +668,9 @@ def build_tables(
     bound = terms.relaxed()  # several block kinds: bounds from the least of them
     k_max = layer_caps(terms, recomputes, k_hi, stage_modes, num_layers)
     caps, modes = bound_caps(k_max, recomputes, pp) if partial else (k_max, recomputes)
-    f = [_stage_time_by_k(terms, s, caps, modes, k_hi, slots) for s in range(pp)]
+    f = [_stage_time_by_k(terms, s, k_max, recomputes, k_hi, slots) for s in range(pp)]
+    if partial:  # FULL stages storing some layers (constraints/recompute_layers.py)
+        f = partial_floor(terms, f, k_max, slots)
     ks = _min_max_split(f, k_total)
     folded_tmax, folded_ks = (
         _folded_min_max(terms, recomputes, k_total, k_hi, slots) if terms.heterogeneous else (0.0, None)

@@ -29,12 +29,12 @@ from typing import TYPE_CHECKING
 
 from ortools.sat.python import cp_model
 from paraplan.cost import Recompute
-from paraplan.cost.memory import stage_memory_model
+from paraplan.cost.memory import kind_bytes_per_stage, stage_memory_model
 from paraplan.cost.recompute_layers import stored_extra_bytes
 from paraplan.solver.scale import bytes_down, bytes_up, to_ticks
 
 if TYPE_CHECKING:
-    from paraplan.cost import PartialPlan
+    from paraplan.cost import PartialPlan, StageTerms
     from paraplan.graph import LayerGraph
     from paraplan.solver.model import LayoutVars
     from paraplan.solver.space import Options
@@ -192,3 +192,29 @@ def searches_partial(
             )
         )
     return ok
+
+
+def partial_floor(
+    terms: StageTerms, f: list[list[float]], k_max: dict[tuple[int, Recompute], int], slots: tuple[int, ...]
+) -> list[list[float]]:
+    """Each stage's least time by k (tables._stage_time_by_k's f) with partial recompute too:
+    where FULL fits k, a stage of L = vp k - slot layers stores at most
+    S(L) = min(L, floor((cap - M_full(L)) / D)) of them, so it takes at least
+    max(t_none(L), t_full(L) - S(L) (t_full - t_none) per layer): a relaxation (S need not be
+    a multiple of vp), non-decreasing in k like f, so the greedy min-max over it stays exact."""
+    vp, pp = terms.plan.vp, terms.plan.pp
+    memory = kind_bytes_per_stage(terms, Recompute.FULL)
+    out = []
+    for s in range(pp):
+        full, none = terms.stage_time(s, Recompute.FULL), terms.stage_time(s, Recompute.NONE)
+        saving = full.per_layer - none.per_layer
+        fixed, (per_layer,) = memory[s]
+        extra = stored_extra_bytes(terms, s)[0]
+        room = terms.stage_capacity_bytes(s) - fixed
+        row = list(f[s])
+        for k in range(1, min(len(row) - 1, k_max[(s, Recompute.FULL)]) + 1):
+            layers = max(0, vp * k - slots[s])
+            stored = layers if extra <= 0 else max(0, min(layers, int((room - per_layer * layers) // extra)))
+            row[k] = min(row[k], max(none.at(layers), full.at(layers) - stored * saving))
+        out.append(row)
+    return out
