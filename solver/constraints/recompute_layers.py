@@ -10,8 +10,8 @@ k = x[L,s,FULL] per chunk (vp k - slot_s layers; the slot chunk is one shorter) 
 (N = k recomputes the slot chunk's k - 1 layers too: stored 0). Its stage line gains, linear in
 (u, p), what storing saves and costs (ticks and MEMORY_UNIT_BYTES from cost/, per unit of k):
 
-    time  += (T1_none - T1_full) u - slot_s tau p        tau = t_full - t_none per layer
-    dp    += (E1_none - E1_full) u - slot_s eps p        (exposed sync: a shorter window)
+    time  += (T1_none - T1_full) u + slot_s tau p        tau = t_full - t_none per layer
+    dp    += (E1_none - E1_full) u + slot_s eps p        (exposed sync: a shorter window)
     if p:  M0_full + M1_full x + D vp u - D slot_s <= cap    (D: cost's stored-layer bytes)
 
 With u = 0 the stage is today's FULL (its memory is the k_max row of constraints/memory.py).
@@ -108,10 +108,10 @@ def add_recompute_layers(
             to_ticks(vp * (dnone.per_layer - dfull.per_layer), res),
             to_ticks(slot * (dfull.per_layer - dnone.per_layer), res),
         )
-        pv.time.append(t_u * u - t_p * p)
-        pv.dp.append(e_u * u - e_p * p)
-        pv.time_hi = max(pv.time_hi, max(0, t_u) * k_hi + max(0, -t_p))
-        pv.dp_hi = max(pv.dp_hi, max(0, e_u) * k_hi + max(0, -e_p))
+        pv.time.append(t_u * u + t_p * p)
+        pv.dp.append(e_u * u + e_p * p)
+        pv.time_hi = max(pv.time_hi, max(0, t_u) * k_hi + max(0, t_p))
+        pv.dp_hi = max(pv.dp_hi, max(0, e_u) * k_hi + max(0, e_p))
         mem = stage_memory_model(terms, s, Recompute.FULL)
         per_layer, extra = mem.per_layer.total_bytes, stored_extra_bytes(terms, s)[0]
         used = (
