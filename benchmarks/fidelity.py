@@ -76,13 +76,17 @@ ranks) and the six torchtitan rows on the H100 96GB HBM2e 500 W part (no sourced
 
 The MoE tail (36 GPU runs, 2026-12-01 late: median 27.1%, p90 59%, against 5.0% / 13.5% for the
 225 dense GPU runs; 35 runs at 20.8% / 62% before the refit on the FA2 / fused attention split).
-Where a row does not state recompute, the mapping's "fastest mode that fits" decides much of it:
-gpt-oss-120b on 64 GB200 (rows 175, 221, 265, 302) is -27% with none (it fits) and -1% with full;
-DeepSeek-V3 on 256 B300 (row 125) misses fitting without recompute by 18 GiB and is +28% with
-full, +0.3% with selective; Llama 3 70B on 64 GB200 (rows 327, 351: -8% / 0% with none, +21% /
-+32% with full). NVIDIA's recipes recompute chosen modules or a number of layers per stage
-(Megatron's --recompute-modules, --recompute-num-layers), between paraplan's modes; a plan knob
-for them (and the stage composition for it) would let these rows take what fits instead of full.
+Where a row does not state recompute, the mapping's "least recompute that fits" decides much of
+it: gpt-oss-120b on 64 GB200 (rows 175, 221, 265, 302) is -27% with none (it fits) and -1% with
+full. Since 2026-12-01 (night) the mapping includes partial recompute (``recompute_layers``:
+Megatron's --recompute-method block, full recompute of the first N layers of each chunk, the
+rest stored; cost/recompute_layers.py): the fewest N that fits. Rows it moves: Llama 3 70B on 64
+GB200 (327: +20.9% -> +7.7% at N = 44 of 80 layers, pp 1; 351: +32.1% -> +8.1% at N = 1 of 4
+per chunk; 350: +11.8% -> -0.3%), DeepSeek-V3 on 256 B300 (125: +29.7% -> -0.1%, N = 1), Kimi K2
+(135: +48.5% -> +17.0%), and some the other way: Llama 3 70B row 318 (+1.1% -> -18.9%, N = 14)
+and gpt-oss-120b row 339 (-35.5% -> -41.0%), runs that recomputed more than they had to. p90
+21.0% -> 19.6%, median 6.0%, leave-one-source-out 9.3% / 26.4% -> 9.1% / 25.7%. Megatron's
+--recompute-modules (mlp, moe_act, layernorm beyond core_attn) are not modelled.
 Tried, over all 35 MoE runs with recompute fixed: the host term refitted by grid
 (0-3000 us: loss median + p90 |log| 1.00, 0.85, 0.80, 0.72, 0.73, 0.79, 0.83 at 0, 500, ..., 3000
 us; it stays at 2000 us, 1500 us equal); the host term as max(host, GPU work of the layer) per pass
