@@ -47,6 +47,7 @@ from math import prod
 
 from paraplan.cost import Axis, CPComm, Plan, Precision, Recompute
 from paraplan.cost.plan import chunk_layers, is_even_chunks
+from paraplan.cost.recompute_layers import uniform_recompute_layers
 from paraplan.export import (
     ExportContext,
     comment_block,
@@ -369,14 +370,22 @@ def _data_parallel_args(ctx: ExportContext, plan: Plan) -> list[tuple[str, objec
     return args
 
 
-def _recompute_args(plan: Plan) -> list[tuple[str, object]]:
+def recompute_settings(plan: Plan) -> list[tuple[str, object]]:
+    """The plan's recompute as (flag key, value) pairs: selective -> core_attn; full -> method
+    uniform, 1 layer per unit (every layer); partial (Plan.recompute_layers, the one N every
+    rank shares: rules.megatron.check_recompute_layers) -> method block, N layers per chunk
+    (megatron/core/recompute.py checkpointed_forward). NeMo / Bridge take the same values."""
     mode = uniform_recompute(plan)
     if mode is Recompute.SELECTIVE:
         return [("recompute", "selective"), ("recompute_modules", SELECTIVE_MODULES)]
     if mode is Recompute.FULL:
-        method, layers = FULL_RECOMPUTE
+        n = uniform_recompute_layers(plan)
+        method, layers = ("block", str(n)) if n is not None else FULL_RECOMPUTE
         return [("recompute", "full"), ("recompute_method", method), ("recompute_layers", layers)]
     return []
+
+
+_recompute_args = recompute_settings
 
 
 def _model_args(ctx: ExportContext) -> list[tuple[str, object]]:
