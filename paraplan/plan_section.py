@@ -153,9 +153,7 @@ class PlanSection(Section):
         if isinstance(v, list) and not 1 <= len(v) <= MAX_LAYERS:
             raise ValueError(f"lists {len(v):,} stages; give one count per pipeline stage")
         if isinstance(v, int) and v < 1:
-            raise ValueError(
-                f"{v} recomputes no layer; give at least 1 (or plan.recompute=none for none)"
-            )
+            raise ValueError(f"{v} recomputes no layer; give at least 1 (or plan.recompute=none for none)")
         if any(n < 0 or n > MAX_LAYERS for n in counts):
             raise ValueError(f"counts run from 0 to {MAX_LAYERS:,} layers; got {show_value(v)}")
         return v
