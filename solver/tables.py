@@ -82,7 +82,7 @@ class LayoutTables:
         return (
             self.k_total
             + (len(self.terms.block_kinds) if self.heterogeneous else 0)
-            + (self.k_total + 2 if self.partial else 0)  # the stored-layer rows round too
+            + (2 if self.partial else 0)  # the stored-layer rows' slot terms round too
         )
 
     def ticks(self) -> TickTables:

@@ -100,14 +100,13 @@ def add_recompute_layers(
         slot = tab.slot(s)
         full, none = terms.stage_time(s, Recompute.FULL), terms.stage_time(s, Recompute.NONE)
         dfull, dnone = terms.dp_exposed(s, Recompute.FULL), terms.dp_exposed(s, Recompute.NONE)
-        t_u, t_p = (
-            to_ticks(vp * (none.per_layer - full.per_layer), res),
-            to_ticks(slot * (full.per_layer - none.per_layer), res),
-        )
-        e_u, e_p = (
-            to_ticks(vp * (dnone.per_layer - dfull.per_layer), res),
-            to_ticks(slot * (dfull.per_layer - dnone.per_layer), res),
-        )
+        # differences of the rounded per-k coefficients (tables._tick_tables rounds each mode's
+        # line alike): a stage's line is then T1_full (k - u) + T1_none u, off by k/2 ticks at
+        # most, as a pure mode's
+        t_u = to_ticks(vp * none.per_layer, res) - to_ticks(vp * full.per_layer, res)
+        t_p = to_ticks(slot * full.per_layer, res) - to_ticks(slot * none.per_layer, res)
+        e_u = to_ticks(vp * dnone.per_layer, res) - to_ticks(vp * dfull.per_layer, res)
+        e_p = to_ticks(slot * dfull.per_layer, res) - to_ticks(slot * dnone.per_layer, res)
         pv.time.append(t_u * u + t_p * p)
         pv.dp.append(e_u * u + e_p * p)
         pv.time_hi = max(pv.time_hi, max(0, t_u) * k_hi + max(0, t_p))
