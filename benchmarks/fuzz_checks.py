@@ -328,7 +328,11 @@ def neighbours(plan: Plan, inst: Any) -> list[tuple[str, Plan]]:
             q
             for mode in dict.fromkeys((p.recompute[0], *Recompute))
             for vp in dict.fromkeys((p.vp, 1))
-            if (q := resplit(replace(p, pp=pp, vp=vp, recompute=(mode,) * pp, layers_per_stage=())))
+            if (
+                q := resplit(
+                    replace(p, pp=pp, vp=vp, recompute=(mode,) * pp, recompute_layers=(), layers_per_stage=())
+                )
+            )
             is not None
         ]
 

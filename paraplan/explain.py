@@ -32,7 +32,7 @@ def summary(plan: Plan) -> str:
 def _tiers(cluster: Cluster, plan: Plan) -> str:
     if cluster.pools and plan.stage_pools:  # tp/cp/dp groups lie inside a stage, so in one pool
         first = plan.stage_pools[0]
-        local = replace(plan, pp=plan.stage_pools.count(first), stage_pools=())
+        local = replace(plan, pp=plan.stage_pools.count(first), stage_pools=(), recompute_layers=())
         text = _tiers(cluster.pools[first], local)
         if len(set(plan.stage_pools)) > 1:
             text += f", pp across pools over {cluster.pool_link.name if cluster.pool_link else '?'}"
