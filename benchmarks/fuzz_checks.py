@@ -156,6 +156,8 @@ def _plan_section(plan: Plan) -> dict[str, Any]:
     }
     if plan.etp is not None:
         out["etp"] = plan.etp
+    if plan.recompute_layers:
+        out["recompute_layers"] = list(plan.recompute_layers)
     if plan.stage_pools:
         out["stage_pools"] = list(plan.stage_pools)
     return out
