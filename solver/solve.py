@@ -294,6 +294,7 @@ def _bounded_tables(
                 exact_split(layout, spec.num_layers, fixed, options),
                 _stage_modes(fixed, layout.pp),
                 partial=partial,
+                partial_fixed=fixed.recompute_layers is not None,
             )
             if not fits_some_split(tab.k_max, layout.pp, tab.k_total, uniform, tab.slots):
                 unfit += 1

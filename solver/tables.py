@@ -34,7 +34,7 @@ from paraplan.cost.pp import pipeline_lower_bound_s
 from paraplan.cost.stage import Affine
 from paraplan.graph import LayerGraph
 from paraplan.hardware import Cluster
-from paraplan.solver.constraints.recompute_layers import bound_caps, partial_floor
+from paraplan.solver.constraints.recompute_layers import bound_caps, partial_floor, partial_may_pay
 from paraplan.solver.scale import TIME_RESOLUTION_S, bytes_down, bytes_up, to_ticks, tolerance_s
 
 __all__ = [
@@ -650,6 +650,7 @@ def build_tables(
     split: tuple[int, ...] | None = None,
     stage_modes: tuple[Recompute, ...] | None = None,
     partial: bool = False,
+    partial_fixed: bool = False,
 ) -> LayoutTables:
     """Memory capacities and bounds of one layout (integer coefficients via ``.ticks()``).
 
@@ -657,7 +658,8 @@ def build_tables(
     recompute mode for every stage; ``split``: the only layer split allowed (its upper bound);
     ``stage_modes``: the one recompute mode each stage may run (layer_caps); ``partial``: FULL
     stages may store some layers, so the lower bounds relax (recompute_layers.partial_floor,
-    bound_caps).
+    bound_caps), unless storing cannot pay (partial_may_pay); ``partial_fixed``: the scenario
+    fixes the counts, so the model always carries them.
     """
     terms = terms or stage_terms(graph, layout, job, cluster)
     pp, vp = layout.pp, layout.vp
@@ -667,6 +669,7 @@ def build_tables(
     k_hi = max(k_choices) if k_choices else k_total - (pp - 1)
     bound = terms.relaxed()  # several block kinds: bounds from the least of them
     k_max = layer_caps(terms, recomputes, k_hi, stage_modes, num_layers)
+    partial = partial_fixed or (partial and partial_may_pay(terms, k_max, k_hi, slots))
     caps, modes = bound_caps(k_max, recomputes, pp) if partial else (k_max, recomputes)
     f = [_stage_time_by_k(terms, s, k_max, recomputes, k_hi, slots) for s in range(pp)]
     if partial:  # FULL stages storing some layers (constraints/recompute_layers.py)

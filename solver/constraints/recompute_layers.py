@@ -217,3 +217,22 @@ def partial_floor(
             row[k] = min(row[k], max(none.at(layers), full.at(layers) - stored * saving))
         out.append(row)
     return out
+
+
+def partial_may_pay(
+    terms: StageTerms, k_max: dict[tuple[int, Recompute], int], k_hi: int, slots: tuple[int, ...]
+) -> bool:
+    """Whether storing layers of a FULL stage can beat the layout's other choices; if not, the
+    layout's model leaves partial recompute out (smaller, same optimum). A stage storing layers
+    takes at least NONE's time at the same k, and exposes no more DP sync than NONE; so it is
+    dominated unless, on some stage, NONE does not fit every k FULL fits (memory binds, or NONE
+    is not allowed there), or NONE leaves some DP sync exposed (a longer backward can hide it,
+    with vp > 1 cheaper than the bubble it adds)."""
+    vp = terms.plan.vp
+    for s in range(terms.plan.pp):
+        if k_max.get((s, Recompute.NONE), 0) < min(k_hi, k_max.get((s, Recompute.FULL), 0)):
+            return True
+        line = terms.dp_exposed(s, Recompute.NONE)
+        if max(line.at(vp - slots[s]), line.at(vp * k_hi - slots[s])) > 0:
+            return True
+    return False
