@@ -109,7 +109,10 @@ class TargetFilter:
             return None
         modes = self._recompute or (Recompute.NONE,)
         return replace(
-            layout, layers_per_stage=split, recompute=modes if len(modes) == pp else (modes[0],) * pp
+            layout,
+            layers_per_stage=split,
+            recompute=modes if len(modes) == pp else (modes[0],) * pp,
+            recompute_layers=(),  # a layout's: the counts belong to a plan's split and modes
         )
 
     def __call__(self, layout: Plan) -> bool:
