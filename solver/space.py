@@ -226,7 +226,7 @@ def _profile(cluster: Cluster, plan: Plan, expert_tps: tuple[int | None, ...] = 
         return _comm_profile(cluster, plan, expert_tps)
     out: tuple[float, ...] = ()
     for p in sorted(set(plan.stage_pools)):
-        local = replace(plan, pp=plan.stage_pools.count(p), stage_pools=())
+        local = replace(plan, pp=plan.stage_pools.count(p), stage_pools=(), recompute_layers=())
         out += _comm_profile(cluster.pools[p], local, expert_tps)
     return out
 
