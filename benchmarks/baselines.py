@@ -310,7 +310,7 @@ def published(case: Case) -> Attempt:
     start = time.perf_counter()
     row = evaluate_case(case)
     wall = time.perf_counter() - start
-    plan = {**case.scenario["plan"], "recompute": row.recompute}
+    plan = {**case.scenario["plan"], **row.recompute_plan}
     return Attempt(
         method=Method.PUBLISHED,
         outcome=Outcome.PLAN if row.fits else Outcome.UNFIT,

@@ -77,10 +77,10 @@ def _fixed_recompute(case: Case) -> Case:
     """The case with recompute fixed to what ``evaluate_case`` picks under the committed table."""
     if case.recompute_given:
         return case
-    mode = evaluate_case(case).recompute
+    chosen = evaluate_case(case).recompute_plan
     return replace(
         case,
-        scenario={**case.scenario, "plan": {**case.scenario["plan"], "recompute": mode}},
+        scenario={**case.scenario, "plan": {**case.scenario["plan"], **chosen}},
         recompute_given=True,
     )
 
@@ -215,7 +215,7 @@ def fit_profile(path: str) -> None:
 
     cases = []
     for c in fidelity_cases():
-        sc = {**c.scenario, "plan": {**c.scenario["plan"], "recompute": evaluate_case(c).recompute}}
+        sc = {**c.scenario, "plan": {**c.scenario["plan"], **evaluate_case(c).recompute_plan}}
         inst = build_instance(paraplan.load_scenario(sc))
         cases.append(
             FitCase(

@@ -4,7 +4,9 @@ Knobs a source does not give take documented defaults, listed in ``Case.defaults
 - micro_batch 1, vp 1 (Megatron-LM / NeMo defaults);
 - ZeRO: 1 (distributed optimizer) for NeMo and Megatron-Bridge, whose recipes enable it;
 - sequence parallel: on whenever tp > 1 (NeMo / Megatron-Bridge recipes);
-- recompute: the fastest of none / selective / full that fits memory (what a tuner would pick);
+- recompute: the fastest of none / selective / full that fits memory, and full recompute of the
+  fewest layers per chunk that fits (benchmarks/fidelity.py ``evaluate_case``; what a tuner
+  would pick);
 - flash attention off and dropout on for runs before 2022-06 (Megatron-LM 2021, Korthikanti 2022,
   BLOOM: GPT-3-style training with dropout 0.1); fused attention and no dropout after;
 - attention kernel: FlashAttention-2 (``attention_kernel: flash2``) for MosaicML llm-foundry (its

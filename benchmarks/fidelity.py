@@ -76,13 +76,17 @@ ranks) and the six torchtitan rows on the H100 96GB HBM2e 500 W part (no sourced
 
 The MoE tail (36 GPU runs, 2026-12-01 late: median 27.1%, p90 59%, against 5.0% / 13.5% for the
 225 dense GPU runs; 35 runs at 20.8% / 62% before the refit on the FA2 / fused attention split).
-Where a row does not state recompute, the mapping's "fastest mode that fits" decides much of it:
-gpt-oss-120b on 64 GB200 (rows 175, 221, 265, 302) is -27% with none (it fits) and -1% with full;
-DeepSeek-V3 on 256 B300 (row 125) misses fitting without recompute by 18 GiB and is +28% with
-full, +0.3% with selective; Llama 3 70B on 64 GB200 (rows 327, 351: -8% / 0% with none, +21% /
-+32% with full). NVIDIA's recipes recompute chosen modules or a number of layers per stage
-(Megatron's --recompute-modules, --recompute-num-layers), between paraplan's modes; a plan knob
-for them (and the stage composition for it) would let these rows take what fits instead of full.
+Where a row does not state recompute, the mapping's "least recompute that fits" decides much of
+it: gpt-oss-120b on 64 GB200 (rows 175, 221, 265, 302) is -27% with none (it fits) and -1% with
+full. Since 2026-12-01 (night) the mapping includes partial recompute (``recompute_layers``:
+Megatron's --recompute-method block, full recompute of the first N layers of each chunk, the
+rest stored; cost/recompute_layers.py): the fewest N that fits. Rows it moves: Llama 3 70B on 64
+GB200 (327: +20.9% -> +7.7% at N = 44 of 80 layers, pp 1; 351: +32.1% -> +8.1% at N = 1 of 4
+per chunk; 350: +11.8% -> -0.3%), DeepSeek-V3 on 256 B300 (125: +29.7% -> -0.1%, N = 1), Kimi K2
+(135: +48.5% -> +17.0%), and some the other way: Llama 3 70B row 318 (+1.1% -> -18.9%, N = 14)
+and gpt-oss-120b row 339 (-35.5% -> -41.0%), runs that recomputed more than they had to. p90
+21.0% -> 19.6%, median 6.0%, leave-one-source-out 9.3% / 26.4% -> 9.1% / 25.7%. Megatron's
+--recompute-modules (mlp, moe_act, layernorm beyond core_attn) are not modelled.
 Tried, over all 35 MoE runs with recompute fixed: the host term refitted by grid
 (0-3000 us: loss median + p90 |log| 1.00, 0.85, 0.80, 0.72, 0.73, 0.79, 0.83 at 0, 500, ..., 3000
 us; it stays at 2000 us, 1500 us equal); the host term as max(host, GPU work of the layer) per pass
@@ -130,6 +134,9 @@ import statistics
 import sys
 from collections import Counter
 from dataclasses import dataclass
+from typing import Any
+
+from paraplan.cost.plan import chunk_layers
 
 import paraplan
 from benchmarks.calibration_set import Case, Skipped, load_cases
@@ -156,28 +163,69 @@ class Row:
     recompute: str
     model_flops_per_step: float
     peak_flops: float
+    recompute_layers: int | None = None  # partial recompute: N layers of each chunk (None: all)
 
     @property
     def error(self) -> float:
         return self.predicted_s / self.case.published_step_s - 1.0
 
+    @property
+    def recompute_plan(self) -> dict[str, object]:
+        """The plan keys of the recompute chosen: mode, and N where it is partial."""
+        return {"recompute": self.recompute, "recompute_layers": self.recompute_layers}
+
+
+def _rec_label(row: Row) -> str:
+    return row.recompute if row.recompute_layers is None else f"full:{row.recompute_layers}"
+
+
+def _score(case: Case, mode: str, layers: int | None = None) -> tuple[Any, Any]:
+    plan = {**case.scenario["plan"], "recompute": mode}
+    if layers is not None:
+        plan["recompute_layers"] = layers
+    inst = build_instance(paraplan.load_scenario({**case.scenario, "plan": plan}))
+    return paraplan.api.evaluate_plan(inst, fixed_plan(inst)), inst
+
+
+def _least_partial(case: Case) -> int | None:
+    """The fewest layers per chunk whose full recompute (the rest stored) makes the plan fit,
+    below a whole chunk; None when no such N exists. Memory falls as N grows
+    (cost/recompute_layers.py), so bisection finds it."""
+    _, inst = _score(case, "full")
+    longest = max(max(row) for row in chunk_layers(fixed_plan(inst)))
+    lo, hi = 1, longest - 1
+    if hi < lo or not _score(case, "full", hi)[0].predicted.fits_memory:
+        return None
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if _score(case, "full", mid)[0].predicted.fits_memory:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
 
 def evaluate_case(case: Case) -> Row:
-    """Evaluate the published plan; unknown recompute -> the fastest mode that fits."""
+    """Evaluate the published plan; unknown recompute -> the fastest that fits among the row's
+    modes and, where the row says nothing (none to full), full recompute of the fewest layers
+    per chunk that fits (Megatron's --recompute-method block; time grows with those layers)."""
     modes = [case.scenario["plan"]["recompute"]] if case.recompute_given else list(case.recompute_options)
+    choices: list[tuple[str, int | None]] = [(m, None) for m in modes]
+    if not case.recompute_given and {"none", "full"} <= set(modes):
+        n = _least_partial(case)
+        if n is not None:
+            choices.append(("full", n))
     best = None
-    for mode in modes:
-        sc = {**case.scenario, "plan": {**case.scenario["plan"], "recompute": mode}}
-        inst = build_instance(paraplan.load_scenario(sc))
-        r = paraplan.api.evaluate_plan(inst, fixed_plan(inst))
+    for mode, layers in choices:
+        r, inst = _score(case, mode, layers)
         key = (not r.predicted.fits_memory, r.predicted.step_time_s)
         if best is None or key < best[0]:
-            best = (key, r, mode, inst)
+            best = (key, r, mode, layers, inst)
     assert best is not None
-    _, r, mode, inst = best
+    _, r, mode, layers, inst = best
     flops = r.predicted.model_flops_per_token * inst.job.tokens_per_step
     peak = inst.cluster.accelerator.peak_for(inst.job.precision.value) * inst.cluster.num_devices
-    return Row(case, r.predicted.step_time_s, r.predicted.fits_memory, mode, flops, peak)
+    return Row(case, r.predicted.step_time_s, r.predicted.fits_memory, mode, flops, peak, layers)
 
 
 def scored_rows() -> tuple[list[Row], list[Skipped]]:
@@ -252,7 +300,7 @@ def main() -> int:
         c = r.case
         print(
             f"{c.row_id:>4}  {c.label[:52]:<52} {c.published_step_s:>8.3f}s {r.predicted_s:>8.3f}s "
-            f"{r.error:>+7.1%} {b:>+8.1%}  {r.recompute:<9}  {'yes' if r.fits else 'NO':<4}  "
+            f"{r.error:>+7.1%} {b:>+8.1%}  {_rec_label(r):<9}  {'yes' if r.fits else 'NO':<4}  "
             f"{'; '.join(c.defaults)}"
         )
     med, p90 = summary([r.error for r in rows])

@@ -28,6 +28,7 @@ from typing import Any
 
 from paraplan.cost import DEFAULT_ORDER, Axis, CPComm, Plan, Recompute
 from paraplan.cost import evaluate as cost_evaluate
+from paraplan.cost.plan import chunk_layers
 
 import paraplan
 from benchmarks.fuzz_cases import Case, divisors
@@ -156,6 +157,8 @@ def _plan_section(plan: Plan) -> dict[str, Any]:
     }
     if plan.etp is not None:
         out["etp"] = plan.etp
+    if plan.recompute_layers:
+        out["recompute_layers"] = list(plan.recompute_layers)
     if plan.stage_pools:
         out["stage_pools"] = list(plan.stage_pools)
     return out
@@ -287,6 +290,21 @@ def outside_space(plan: Plan, inst: Any, fixed: Any, options: Any) -> str | None
         return f"per-stage recompute {plan.recompute} under uniform_recompute"
     if options.recompute_modes is not None and not set(plan.recompute) <= set(options.recompute_modes):
         return f"recompute {plan.recompute} not among {options.recompute_modes}"
+    if plan.recompute_layers and not options.partial_recompute:
+        return "partial recompute (recompute_layers) is not searched here"
+    if plan.recompute_layers and len(inst.graph.kind_blocks) > 1:
+        return "partial recompute is searched for models with one block kind"
+    if plan.recompute_layers and options.uniform_recompute:
+        from paraplan.cost.recompute_layers import uniform_recompute_layers
+
+        if uniform_recompute_layers(plan) is None:
+            return f"recompute_layers {plan.recompute_layers}: not one N under uniform_recompute"
+    if fixed.recompute_layers is not None:
+        given = fixed.recompute_layers
+        full = [r is Recompute.FULL for r in plan.recompute]
+        want = tuple(given) if len(given) == plan.pp else tuple(given[0] if f else 0 for f in full)
+        if plan.recompute_layers != want:
+            return f"recompute_layers {plan.recompute_layers} but the scenario fixes {given}"
     if plan.dp * plan.cp == 1 and plan.zero != 0 and fixed.zero is None:
         return "zero > 0 with nothing to shard"
     if plan.tp == 1 and plan.sequence_parallel and fixed.sequence_parallel is None:
@@ -328,7 +346,11 @@ def neighbours(plan: Plan, inst: Any) -> list[tuple[str, Plan]]:
             q
             for mode in dict.fromkeys((p.recompute[0], *Recompute))
             for vp in dict.fromkeys((p.vp, 1))
-            if (q := resplit(replace(p, pp=pp, vp=vp, recompute=(mode,) * pp, layers_per_stage=())))
+            if (
+                q := resplit(
+                    replace(p, pp=pp, vp=vp, recompute=(mode,) * pp, recompute_layers=(), layers_per_stage=())
+                )
+            )
             is not None
         ]
 
@@ -339,7 +361,8 @@ def neighbours(plan: Plan, inst: Any) -> list[tuple[str, Plan]]:
                 da, db = getattr(plan, a), getattr(plan, b)
                 if db % f:
                     continue
-                p = replace(plan, **{a: da * f, b: db // f})
+                counts = () if "pp" in (a, b) else plan.recompute_layers  # per old stage
+                p = replace(plan, **{a: da * f, b: db // f}, recompute_layers=counts)
                 if p.tp == 1:
                     p = replace(p, sequence_parallel=False)
                 elif plan.tp == 1:
@@ -361,9 +384,24 @@ def neighbours(plan: Plan, inst: Any) -> list[tuple[str, Plan]]:
         for mode in Recompute:
             rec = list(plan.recompute)
             rec[s] = mode
-            add(f"recompute[{s}]={mode.value}", replace(plan, recompute=tuple(rec)))
+            counts = list(plan.recompute_layers)
+            if counts:  # partial recompute: a full stage keeps its count (or all), others 0
+                counts[s] = (counts[s] or max(chunk_layers(plan)[s])) if mode is Recompute.FULL else 0
+            add(
+                f"recompute[{s}]={mode.value}",
+                replace(plan, recompute=tuple(rec), recompute_layers=tuple(counts)),
+            )
+            if mode is Recompute.FULL:  # one layer more or fewer recomputed per chunk
+                for n in (1, -1):
+                    more = list(plan.recompute_layers) or [
+                        max(row) if r is Recompute.FULL else 0
+                        for r, row in zip(plan.recompute, chunk_layers(plan), strict=True)
+                    ]
+                    if plan.recompute[s] is Recompute.FULL and more[s] + n >= 1:
+                        more[s] += n
+                        add(f"recompute_layers[{s}]{n:+d}", replace(plan, recompute_layers=tuple(more)))
     for mode in Recompute:
-        add(f"recompute={mode.value}", replace(plan, recompute=(mode,) * plan.pp))
+        add(f"recompute={mode.value}", replace(plan, recompute=(mode,) * plan.pp, recompute_layers=()))
     add("sequence_parallel", replace(plan, sequence_parallel=not plan.sequence_parallel))
     add(
         "cp_comm",

@@ -3,6 +3,7 @@
 step_s = pipeline_s + dp_exposed_s + optimizer_s, where
 pipeline_s = m * max_s t_s + (sum_s t_s - max_s t_s) / v            (pp.py)
 t_s = sum_k n_k,s * block_k(recompute_s) + ends + p2p                 (stage.py)
+      (partial recompute: recomputed blocks at FULL, the rest at NONE; recompute_layers.py)
 dp_exposed_s = max_s max(0, sync_s - backward_s)                     (dp.py, overlapped)
 On a pooled cluster each stage is costed on its own pool (cost/pools.py); throughput and MFU
 count the devices the plan runs on.
@@ -14,10 +15,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from paraplan.cost.flops import model_flops_per_token
-from paraplan.cost.memory import StageMemory, stage_memory
+from paraplan.cost.memory import StageMemory
 from paraplan.cost.plan import Job, Plan
 from paraplan.cost.pools import check_stage_pools, peak_flops_per_s, pooled_devices
 from paraplan.cost.pp import bubble_s
+from paraplan.cost.recompute_layers import partial_stage_memory, recomputed_counts, stage_cost
 from paraplan.cost.stage import StageTerms, stage_terms
 from paraplan.cost.validity import check_layer_kinds, check_plan
 from paraplan.graph import LayerGraph
@@ -79,11 +81,13 @@ def step_time_s(terms: StageTerms) -> StepParts:
     plan = terms.full_plan
     m = terms.num_micro_batches
     split = terms.stage_counts()
-    stage_s = [terms.stage_time_s(s, split[s], plan.recompute[s]) for s in range(plan.pp)]
+    rec = recomputed_counts(terms)
+    costs = [stage_cost(terms, s, split[s], rec[s]) for s in range(plan.pp)]
+    stage_s = [c.time_s for c in costs]
     slowest = max(range(plan.pp), key=lambda s: stage_s[s])
-    compute = m * terms.stage_compute_s(slowest, split[slowest], plan.recompute[slowest])
+    compute = m * costs[slowest].compute_s
     bubble = bubble_s(stage_s, plan.vp)
-    dp_exposed = max(terms.dp_exposed_s(s, split[s], plan.recompute[s]) for s in range(plan.pp))
+    dp_exposed = max(c.dp_exposed_s for c in costs)
     optimizer = max(terms.optimizer_s(s, split[s]) for s in range(plan.pp))
     comm = m * stage_s[slowest] - compute
     step = m * stage_s[slowest] + bubble + dp_exposed + optimizer
@@ -108,8 +112,9 @@ def evaluate(graph: LayerGraph, cluster: Cluster, job: Job, plan: Plan) -> Break
     peak = peak_flops_per_s(plan, cluster, job.precision.value)
     terms = stage_terms(graph, plan, job, cluster)
     parts = step_time_s(terms)
+    rec = recomputed_counts(terms)
     memory = tuple(
-        stage_memory(terms, s, counts, plan.recompute[s]) for s, counts in enumerate(terms.stage_counts())
+        partial_stage_memory(terms, s, counts, rec[s]) for s, counts in enumerate(terms.stage_counts())
     )
     caps = tuple(terms.stage_capacity_bytes(s) for s in range(plan.pp))
     flops_per_token = model_flops_per_token(spec, job.seq_len)

@@ -36,6 +36,7 @@ __all__ = [
     "check_structure",
     "check_order",
     "check_expert_tp",
+    "check_recompute_layers",
     "show_divisors",
     "plan_values",
     "plan_from_values",
@@ -154,19 +155,28 @@ class Layout:
         """Micro-batches per step per dp rank: global = micro_batch x accumulation x dp."""
         return job.global_batch // (self.micro_batch * self.dp)
 
+    @property
+    def layout(self) -> Layout:
+        """The layout alone (a Plan drops its per-stage fields): what a regrouped copy with
+        another pp starts from, as per-stage fields of the old pp would not fit it."""
+        return self
+
     def plan(
         self,
         layers_per_stage: tuple[int, ...],
         recompute: tuple[Recompute, ...],
         layers_per_chunk: tuple[tuple[int, ...], ...] = (),
+        recompute_layers: tuple[int, ...] = (),
     ) -> Plan:
-        """This layout with a layer split, recompute modes and (optionally) a chunk layout."""
+        """This layout with a layer split, recompute modes, (optionally) a chunk layout and the
+        layers each full-recompute stage recomputes."""
         values = {name: getattr(self, name) for name in LAYOUT_FIELDS}
         return Plan(
             **values,
             layers_per_stage=layers_per_stage,
             recompute=recompute,
             layers_per_chunk=layers_per_chunk,
+            recompute_layers=recompute_layers,
         )
 
 
@@ -179,8 +189,16 @@ class Plan(Layout):
     ``default_chunks`` of ``layers_per_stage``."""
 
     recompute: tuple[Recompute, ...] = field(default=(Recompute.NONE,))
+    # per pp rank: the first N layers of each of its chunks are fully recomputed, the rest store
+    # everything (Megatron --recompute-method block --recompute-num-layers N); 0 on a stage not
+    # FULL; () = every layer of a FULL stage (cost/recompute_layers.py)
+    recompute_layers: tuple[int, ...] = field(default=())
     layers_per_stage: tuple[int, ...] = field(default=())
     layers_per_chunk: tuple[tuple[int, ...], ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        check_structure(self)
+        check_recompute_layers(self.recompute_layers, self.recompute, self.pp)
 
     @property
     def layout(self) -> Layout:
@@ -218,6 +236,7 @@ class PartialPlan:
     stage_pools: tuple[int, ...] | None = None
     torus_shape: tuple[int, ...] | None = None
     recompute: tuple[Recompute, ...] | None = None
+    recompute_layers: tuple[int, ...] | None = None
     layers_per_stage: tuple[int, ...] | None = None
     layers_per_chunk: tuple[tuple[int, ...], ...] | None = None
 
@@ -249,6 +268,31 @@ def check_structure(plan: Layout) -> None:
         raise ValueError(f"plan.zero={plan.zero} must be 0, 1, 2 or 3")
     check_order(plan.order)
     check_expert_tp(plan.etp, plan.tp)
+
+
+def check_recompute_layers(counts: Sequence[int], modes: Sequence[Recompute], pp: int) -> None:
+    """``plan.recompute_layers``: empty, or one count per pp rank, at least 1 where the stage's
+    recompute is full (its first N layers of each chunk are recomputed) and 0 elsewhere (a stage
+    that does not recompute full has no layers to choose)."""
+    if not counts:
+        return
+    if len(counts) != pp:
+        raise ValueError(
+            f"plan.recompute_layers={list(counts)} lists {len(counts)} stages; give one count per "
+            f"pipeline stage (pp={pp}) or leave it empty (every layer of a full-recompute stage)"
+        )
+    per_stage = tuple(modes) if len(modes) == pp else (tuple(modes[:1]) * pp)
+    for s, (n, mode) in enumerate(zip(counts, per_stage, strict=True)):
+        if mode is Recompute.FULL and n < 1:
+            raise ValueError(
+                f"plan.recompute_layers[{s}]={n} must be at least 1 on a stage whose recompute "
+                "is full (the layers of each chunk recomputed); for none write plan.recompute=none"
+            )
+        if mode is not Recompute.FULL and n != 0:
+            raise ValueError(
+                f"plan.recompute_layers[{s}]={n} must be 0: stage {s} recomputes "
+                f"{mode.value}, and only full recompute takes a number of layers"
+            )
 
 
 def check_order(order: Sequence[Axis]) -> None:

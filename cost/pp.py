@@ -98,7 +98,7 @@ def stage_links(plan: Layout, cluster: Cluster) -> list[Tier]:
             assert cluster.pool_link is not None
             links.append(cluster.pool_link)
         else:
-            local = replace(plan, pp=pools.count(a), stage_pools=())
+            local = replace(plan.layout, pp=pools.count(a), stage_pools=())
             links.append(group_span(cluster.pools[a], local, Axis.PP).outermost)
     return links
 

@@ -10,7 +10,13 @@ from typing import Any
 
 from paraplan.cost import PartialPlan, Plan, Recompute
 from paraplan.cost import evaluate as cost_evaluate
-from paraplan.cost.plan import PLAN_FIELDS, check_expert_tp, check_order, default_chunks
+from paraplan.cost.plan import (
+    PLAN_FIELDS,
+    check_expert_tp,
+    check_order,
+    check_recompute_layers,
+    default_chunks,
+)
 from paraplan.cost.validity import check_ep_experts, check_etp_experts
 from paraplan.errors import ConfigError, ExportError, SolveTimeout
 from paraplan.explain import explain, summary
@@ -142,8 +148,47 @@ def fixed_knobs(inst: Instance) -> PartialPlan:
     values = p.model_dump(include=set(PLAN_FIELDS), exclude_none=True)
     if isinstance(p.recompute, Recompute):  # one mode for every stage
         values["recompute"] = (p.recompute,)
+    if p.recompute_layers is not None:
+        _check_fixed_recompute_layers(inst, values)
     values.update(layers_per_stage=layers, vp=vp, torus_shape=_torus_shape(inst, p.torus_shape))
     return PartialPlan.from_values(values)
+
+
+def _check_fixed_recompute_layers(inst: Instance, values: dict[str, Any]) -> None:
+    """plan.recompute_layers for the search (solver/constraints/recompute_layers.py): one N for
+    every full-recompute stage (recompute full when the scenario leaves it open), or one count
+    per stage with plan.pp fixed; ConfigError where the search cannot honour it."""
+    p = inst.scenario.plan
+    if len(inst.graph.kind_blocks) > 1:
+        raise ConfigError(
+            f"plan.recompute_layers={p.recompute_layers}: {inst.spec.name} has several block kinds, "
+            "so which layers a count recomputes depends on where each kind sits, and `paraplan "
+            "plan` does not search it; fix every plan knob and run `paraplan evaluate`, or drop "
+            "plan.recompute_layers"
+        )
+    modes = values.get("recompute")
+    if isinstance(p.recompute_layers, int):
+        if modes is None:
+            values["recompute"] = (Recompute.FULL,)
+        elif Recompute.FULL not in modes:
+            raise ConfigError(
+                f"plan.recompute_layers={p.recompute_layers} needs plan.recompute=full on some "
+                "stage: only full recompute takes a number of layers"
+            )
+        values["recompute_layers"] = (p.recompute_layers,)
+        return
+    if p.pp is None:
+        raise ConfigError("plan.recompute_layers lists one count per stage; fix plan.pp too")
+    if len(p.recompute_layers) != p.pp:
+        raise ConfigError(
+            f"plan.recompute_layers={p.recompute_layers} lists {len(p.recompute_layers)} stages; "
+            f"need one per pp={p.pp}"
+        )
+    if modes is not None:
+        try:
+            check_recompute_layers(tuple(p.recompute_layers), modes, p.pp)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
 
 
 def _torus_shape(inst: Instance, shape: list[int] | None) -> tuple[int, ...] | None:

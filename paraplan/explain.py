@@ -22,6 +22,7 @@ def summary(plan: Plan) -> str:
         f"dp={plan.dp} tp={plan.tp} pp={plan.pp} cp={plan.cp} ep={plan.ep} "
         f"etp={plan.expert_tp} vp={plan.vp} mb={plan.micro_batch} zero={plan.zero} "
         f"recompute={'/'.join(rec)} order={'-'.join(plan.order)}"
+        + (f" recompute_layers={list(plan.recompute_layers)}" if plan.recompute_layers else "")
         + (f" cp_comm={plan.cp_comm}" if plan.cp > 1 else "")
         + ("" if plan.sequence_parallel or plan.tp == 1 else " sp=off")
         + (f" stage_pools={list(plan.stage_pools)}" if plan.stage_pools else "")
@@ -31,7 +32,7 @@ def summary(plan: Plan) -> str:
 def _tiers(cluster: Cluster, plan: Plan) -> str:
     if cluster.pools and plan.stage_pools:  # tp/cp/dp groups lie inside a stage, so in one pool
         first = plan.stage_pools[0]
-        local = replace(plan, pp=plan.stage_pools.count(first), stage_pools=())
+        local = replace(plan, pp=plan.stage_pools.count(first), stage_pools=(), recompute_layers=())
         text = _tiers(cluster.pools[first], local)
         if len(set(plan.stage_pools)) > 1:
             text += f", pp across pools over {cluster.pool_link.name if cluster.pool_link else '?'}"
@@ -113,7 +114,13 @@ def explain(
     if cluster.pools and plan.stage_pools:
         lines.append(f"pools: {_pools(cluster, plan, b)}")
     recomputed = [i for i, r in enumerate(plan.recompute) if r.value != "none"]
-    if recomputed:
+    if recomputed and plan.recompute_layers:  # partial: only the layers memory needs
+        lines.append(
+            f"recompute on stage(s) {recomputed}: full recompute of the first "
+            f"{list(plan.recompute_layers)} layers of each chunk per stage, the rest stored "
+            "(without it they would not fit)"
+        )
+    elif recomputed:
         lines.append(f"recompute on stage(s) {recomputed}: without it they would not fit")
     lines.append(f"placement: {_tiers(cluster, plan)} (rank order {'-'.join(plan.order)})")
     if len(set(plan.stage_pools)) > 1:

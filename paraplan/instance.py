@@ -130,6 +130,21 @@ def _recompute(value: Recompute | list[Recompute], pp: int) -> tuple[Recompute, 
     return (value,) * pp
 
 
+def _recompute_layers(value: int | list[int] | None, modes: tuple[Recompute, ...]) -> tuple[int, ...]:
+    """plan.recompute_layers per stage: one N applies to every full-recompute stage (0 on the
+    others, Megatron's one --recompute-num-layers); a list is taken as given (Plan checks it)."""
+    if value is None:
+        return ()
+    if isinstance(value, list):
+        return tuple(value)
+    if Recompute.FULL not in modes:
+        raise ConfigError(
+            f"plan.recompute_layers={value} needs plan.recompute=full on some stage "
+            f"(got {sorted({m.value for m in modes})}): only full recompute takes a number of layers"
+        )
+    return tuple(value if m is Recompute.FULL else 0 for m in modes)
+
+
 def fixed_plan(inst: Instance, section: PlanSection | None = None) -> Plan:
     """The scenario's plan with every knob given (defaults: cp=ep=vp=1, SP on when tp>1,
     even layer split, Megatron rank order); ConfigError naming every missing knob."""
@@ -147,6 +162,7 @@ def fixed_plan(inst: Instance, section: PlanSection | None = None) -> Plan:
     values.update(
         sequence_parallel=p.sequence_parallel if p.sequence_parallel is not None else p.tp > 1,
         recompute=_recompute(p.recompute, pp),
+        recompute_layers=_recompute_layers(p.recompute_layers, _recompute(p.recompute, pp)),
         layers_per_stage=p.layers_per_stage
         or _chunk_sums(p.layers_per_chunk)
         or even_split(inst.spec.num_layers, pp),

@@ -42,6 +42,12 @@ class PlanSection(Section):
     recompute: Recompute | list[Recompute] | None = Field(
         None, description="none | selective | full, or one per pipeline stage"
     )
+    recompute_layers: int | list[int] | None = Field(
+        None,
+        description="full recompute of only the first N layers of each chunk, the rest stored "
+        "(Megatron --recompute-method block --recompute-num-layers N): one N for every "
+        "full-recompute stage, or one per pipeline stage (0 on stages not full); default: every layer",
+    )
     layers_per_stage: list[int] | None = Field(
         None, max_length=MAX_LAYERS, description="uneven pipeline stages"
     )
@@ -78,16 +84,16 @@ class PlanSection(Section):
     @model_validator(mode="before")
     @classmethod
     def accept_result_plan(cls, data: Any) -> Any:
-        """A result's plan as returned (``result.plan``): empty ``stage_pools`` and
-        ``layers_per_chunk`` mean none; ``recompute_per_stage`` is the per-stage form of
-        ``recompute`` and must agree with it. The result's plan object itself is read as its
+        """A result's plan as returned (``result.plan``): empty ``stage_pools``,
+        ``layers_per_chunk`` and ``recompute_layers`` mean none; ``recompute_per_stage`` is the
+        per-stage form of ``recompute`` and must agree with it. The result's plan object itself is read as its
         dict, so ``Scenario(..., plan=result.plan)`` works."""
         if isinstance(data, BaseModel) and not isinstance(data, PlanSection):
             data = data.model_dump()
         if not isinstance(data, dict):
             return data
         data = dict(data)
-        for key in ("stage_pools", "layers_per_chunk"):
+        for key in ("stage_pools", "layers_per_chunk", "recompute_layers"):
             if data.get(key) == []:
                 del data[key]
         if "recompute_per_stage" in data:
@@ -143,6 +149,18 @@ class PlanSection(Section):
                 f"lists {len(v):,} stages; at most {MAX_LAYERS:,} (one per stage, "
                 "and a stage holds at least one layer)"
             )
+        return v
+
+    @field_validator("recompute_layers")
+    @classmethod
+    def check_recompute_layers(cls, v: int | list[int] | None) -> int | list[int] | None:
+        counts = v if isinstance(v, list) else [] if v is None else [v]
+        if isinstance(v, list) and not 1 <= len(v) <= MAX_LAYERS:
+            raise ValueError(f"lists {len(v):,} stages; give one count per pipeline stage")
+        if isinstance(v, int) and v < 1:
+            raise ValueError(f"{v} recomputes no layer; give at least 1 (or plan.recompute=none for none)")
+        if any(n < 0 or n > MAX_LAYERS for n in counts):
+            raise ValueError(f"counts run from 0 to {MAX_LAYERS:,} layers; got {show_value(v)}")
         return v
 
     @field_validator("layers_per_stage")

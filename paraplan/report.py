@@ -36,6 +36,7 @@ def render_result(r: Result) -> str:
         f"plan      dp={p.dp} tp={p.tp} pp={p.pp} cp={p.cp} ep={p.ep} etp={p.etp or p.tp} "
         f"vp={p.vp} micro_batch={p.micro_batch} grad_accum={p.grad_accum} zero={p.zero} "
         f"sp={'on' if p.sequence_parallel else 'off'} recompute={rec}"
+        + (f" recompute_layers={p.recompute_layers}" if p.recompute_layers else "")
         + (f" cp_comm={p.cp_comm}" if p.cp > 1 else ""),
         f"          layers_per_stage={p.layers_per_stage} order={'-'.join(p.order)} "
         f"({p.num_devices} devices)" + (f" stage_pools={p.stage_pools}" if p.stage_pools else ""),

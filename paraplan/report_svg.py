@@ -17,6 +17,7 @@ from html import escape
 from typing import Any
 
 from paraplan.cost import StageTerms
+from paraplan.cost.recompute_layers import recomputed_counts, stage_cost
 from paraplan.export.trace import CRITICAL_PATH_KEY, US_PER_S
 from paraplan.result import Predicted, StageOut
 
@@ -152,11 +153,20 @@ def _mb_label(name: str) -> str:
 
 
 def backward_shares(terms: StageTerms, layers: list[int], recompute: list[Any]) -> list[float]:
-    """Backward (recompute included) share of each stage's compute, from the cost terms."""
+    """Backward (recompute included) share of each stage's compute, from the cost terms (the
+    plan's partial recompute too, cost/recompute_layers.py, when ``terms.plan`` has one)."""
     shares = []
+    partial = bool(terms.plan.recompute_layers)
+    rec = recomputed_counts(terms) if partial else ()
+    counts = terms.stage_counts() if partial else ()
     for s, n in enumerate(layers):
-        compute = terms.stage_compute_s(s, n, recompute[s])
-        shares.append(terms.stage_backward_s(s, n, recompute[s]) / compute if compute > 0 else 0.0)
+        if partial:
+            c = stage_cost(terms, s, counts[s], rec[s])
+            compute, backward = c.compute_s, c.backward_s
+        else:
+            compute = terms.stage_compute_s(s, n, recompute[s])
+            backward = terms.stage_backward_s(s, n, recompute[s])
+        shares.append(backward / compute if compute > 0 else 0.0)
     return shares
 
 

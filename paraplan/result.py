@@ -54,6 +54,11 @@ class PlanOut(BaseModel):
     sequence_parallel: bool
     recompute: str | list[str] = Field(description="one mode, or one per stage when they differ")
     recompute_per_stage: list[str]
+    recompute_layers: list[int] = Field(
+        default_factory=list,
+        description="per stage, the first N layers of each chunk recomputed in full (the rest "
+        "stored); empty: every layer of a full-recompute stage",
+    )
     layers_per_stage: list[int]
     layers_per_chunk: list[list[int]] = Field(
         default_factory=list,

@@ -201,6 +201,13 @@ def target_options(options: Options, name: str, inst: Instance) -> Options:
     layout_filter.check_model()
     limits = rules.search
     _check_fixed_recompute(name, inst, limits.recompute_modes, limits.uniform_recompute)
+    if inst.scenario.plan.recompute_layers is not None and not limits.partial_recompute:
+        raise InfeasibleError(
+            f"no plan {name} can run: plan.recompute_layers={inst.scenario.plan.recompute_layers} "
+            f"recomputes a number of layers, which {name} cannot (it recomputes every layer "
+            "alike); drop plan.recompute_layers or solver.target",
+            ("solver.target",),
+        )
     modes = limits.recompute_modes
     if modes is not None and options.recompute_modes is not None:
         modes = tuple(r for r in modes if r in options.recompute_modes)
@@ -212,6 +219,7 @@ def target_options(options: Options, name: str, inst: Instance) -> Options:
         layout_filter=layout_filter,
         family_filter=layout_filter.family_passes,
         stage_split=limits.stage_split,
+        partial_recompute=options.partial_recompute and limits.partial_recompute,
     )
 
 
@@ -259,7 +267,13 @@ class RunnableSpace:
     excluded: dict[str, str]
 
 
-_LIMIT_FIELDS = ("uniform_recompute", "allow_uneven_stages", "recompute_modes", "stage_split")
+_LIMIT_FIELDS = (
+    "uniform_recompute",
+    "allow_uneven_stages",
+    "recompute_modes",
+    "stage_split",
+    "partial_recompute",
+)
 
 
 def _merge(options: list[Options]) -> Options:
@@ -279,6 +293,7 @@ def _merge(options: list[Options]) -> Options:
             else tuple(r for r in Recompute if any(r in m for m in modes))
         ),
         stage_split=splits.pop() if len(splits) == 1 else None,
+        partial_recompute=any(o.partial_recompute for o in options),
         layout_filter=union,
         family_filter=union.family_passes,
     )

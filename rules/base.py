@@ -82,12 +82,14 @@ class SearchLimits:
     an even split and one recompute mode: how the per-stage choices the CP-SAT model makes may
     vary. ``even_stages``: every stage holds the same number of layers; ``recompute_modes``: the
     modes the framework has (None: all); ``stage_split(layers, pp, vp)``: the one split the
-    framework builds itself (None: it cannot), when it takes no layer counts."""
+    framework builds itself (None: it cannot), when it takes no layer counts;
+    ``partial_recompute``: full recompute of N layers per chunk (Plan.recompute_layers)."""
 
     uniform_recompute: bool = True
     even_stages: bool = False
     recompute_modes: tuple[Recompute, ...] | None = None
     stage_split: Callable[[int, int, int], tuple[int, ...] | None] | None = None
+    partial_recompute: bool = False  # the framework recomputes a number of layers per stage
 
 
 class TargetRules(NamedTuple):
@@ -139,7 +141,7 @@ def recompute_fixes(draft: Draft, modes: Iterable[Recompute] | None = None) -> t
     return tuple(
         Fix(
             f"recompute -> {mode.value} on every stage",
-            replace(draft, plan=replace(plan, recompute=(mode,) * plan.pp)),
+            replace(draft, plan=replace(plan, recompute=(mode,) * plan.pp, recompute_layers=())),
         )
         for mode in chosen
     )

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from paraplan.cost import Axis
+from paraplan.cost import Axis, Recompute
+from paraplan.cost.recompute_layers import uniform_recompute_layers
 from paraplan.graph import ModelSpec
 from paraplan.rules.base import Draft, Refusal, Rule, RuleContext, order_fixes, recompute_fixes, repair
 from paraplan.rules.plans import order_matches, regroup, uniform_recompute
@@ -19,6 +20,7 @@ __all__ = [
     "uniform_recompute_rule",
     "context_split_rule",
     "rank_order_rule",
+    "partial_recompute_rule",
     "transformer_layers_rule",
 ]
 
@@ -119,6 +121,30 @@ def rank_order_rule(order: Sequence[Axis], mesh_note: str) -> Rule:
 
 
 LAYER_KINDS = ("hybrid", "vision", "mtp", "window", "chunked", "latent_moe")
+
+
+def partial_recompute_rule(framework_note: str, one_n: bool = False) -> Rule:
+    """A rule on partial (block) recompute (Plan.recompute_layers, cost/recompute_layers.py):
+    ``one_n``: the framework takes one N for every rank (Megatron's --recompute-num-layers), so
+    the plan must have one (uniform_recompute_layers); else it has none at all. The repair is
+    full recompute of every layer (the nearest plan that fits wherever this one does)."""
+
+    def check_partial_recompute(ctx: RuleContext, draft: Draft) -> Refusal | None:
+        p = draft.plan
+        if not p.recompute_layers or (one_n and uniform_recompute_layers(p) is not None):
+            return None
+        return Refusal(
+            f"plan.recompute_layers={list(p.recompute_layers)}: {framework_note}",
+            repair(
+                "recompute -> full on every layer",
+                draft,
+                replace(p, recompute=(Recompute.FULL,) * p.pp, recompute_layers=()),
+            ),
+        )
+
+    return check_partial_recompute
+
+
 """Layer kinds beyond attention + MLP/MoE blocks (graph/layers.py) an export may or may not build."""
 
 

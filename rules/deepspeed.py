@@ -18,7 +18,12 @@ from paraplan.rules.base import (
     recompute_fixes,
     repair,
 )
-from paraplan.rules.checks import check_dense_model, check_no_expert_parallel, rank_order_rule
+from paraplan.rules.checks import (
+    check_dense_model,
+    check_no_expert_parallel,
+    partial_recompute_rule,
+    rank_order_rule,
+)
 from paraplan.rules.plans import regroup, uniform_recompute
 from paraplan.rules.validity import batch_splits
 
@@ -202,6 +207,10 @@ check_rank_order = rank_order_rule(
 """ProcessTopology(['pipe', 'data', 'model']): tp innermost, then dp, then pp."""
 
 
+check_recompute_layers = partial_recompute_rule(
+    "DeepSpeed's activation checkpointing wraps every layer the same way; no number of layers"
+)
+
 RULES = (
     check_dense_model,
     check_no_expert_parallel(
@@ -212,6 +221,7 @@ RULES = (
     check_pipeline_zero,
     check_no_interleaving,
     check_recompute,
+    check_recompute_layers,
     check_layer_split,
     check_sequence_parallel,
     check_ulysses,

@@ -22,6 +22,7 @@ from paraplan.rules.checks import (
     check_dense_model,
     check_expert_tp_is_tp,
     layer_kinds,
+    partial_recompute_rule,
     uniform_recompute_rule,
 )
 from paraplan.rules.plans import order_matches
@@ -249,6 +250,10 @@ def check_model_keys(ctx: RuleContext, draft: Draft) -> Refusal | None:
 check_expert_tp = check_expert_tp_is_tp("MaxText has no separate expert tensor-parallel degree")
 
 
+check_recompute_layers = partial_recompute_rule(
+    "MaxText's remat_policy applies to every layer of the scanned decoder; no number of layers"
+)
+
 RULES = (
     check_dense_model,
     check_expert_tp,
@@ -257,6 +262,7 @@ RULES = (
     check_uniform_stages,
     check_pipeline_micro_batches,
     check_uniform_recompute,
+    check_recompute_layers,
     check_rank_order,
     check_expert_axis,
     check_node_boundary,

@@ -24,6 +24,7 @@ from paraplan.rules.checks import (
     context_split_rule,
     dense_model_rule,
     layer_kinds_rule,
+    partial_recompute_rule,
     uniform_recompute_rule,
 )
 from paraplan.rules.megatron_layout import (
@@ -165,6 +166,14 @@ check_uniform_recompute = uniform_recompute_rule(
     "--recompute-granularity, --recompute-method and --recompute-num-layers apply to every "
     "pipeline rank alike ('block' recomputes the first N layers of every stage, never none on "
     "some and full on others)"
+)
+
+
+check_recompute_layers = partial_recompute_rule(
+    "--recompute-num-layers is one N for every pipeline rank (megatron/core/recompute.py "
+    "checkpointed_forward, method 'block': the first N layers of each chunk); the stages need "
+    "one N (a stage whose chunks hold at most N layers recomputes them all)",
+    one_n=True,
 )
 
 
@@ -342,15 +351,16 @@ RULES = (
     check_context_split,
     check_interleaving,
     check_uniform_recompute,
+    check_recompute_layers,
     check_fsdp_without_pp,
     check_rank_order,
     check_expert_data_parallel,
     check_one_launch,
 )
 
-SEARCH = SearchLimits()
+SEARCH = SearchLimits(partial_recompute=True)
 """solver.target=megatron: uneven stages through --pipeline-model-parallel-layout; one recompute
-setting for every rank."""
+setting for every rank (with --recompute-method block, one number of layers)."""
 MODEL_RULES = (check_architecture, check_layer_kinds, check_hybrid_pattern)
 """The RULES that read only the model and job (solver.target checks them once, first)."""
 LAYOUT_RULES = (check_fsdp_without_pp, check_rank_order, check_expert_data_parallel)

@@ -46,7 +46,12 @@ def regroup(plan: Plan, **degrees: int) -> Plan | None:
         if num_layers < pp:
             return None
         strongest = max(plan.recompute, key=list(Recompute).index)
-        changes.update(vp=1, layers_per_stage=even_split(num_layers, pp), recompute=(strongest,) * pp)
+        changes.update(
+            vp=1,
+            layers_per_stage=even_split(num_layers, pp),
+            recompute=(strongest,) * pp,
+            recompute_layers=(),
+        )
     try:
         return replace(plan, **changes)
     except ValueError:  # a plan no framework runs (e.g. etp = the old tp): no such regrouping

@@ -15,6 +15,7 @@ from paraplan.rules.base import Draft, Refusal, RuleContext, SearchLimits, repai
 from paraplan.rules.checks import (
     check_dense_model,
     layer_kinds_rule,
+    partial_recompute_rule,
     rank_order_rule,
     uniform_recompute_rule,
 )
@@ -144,12 +145,17 @@ check_layer_kinds = layer_kinds_rule("the PyTorch-native plan's reference model"
 """The script's reference model is a stack of dense Llama blocks with full causal attention
 (paraplan/export/reference_model.py): no windows, chunks, hybrid layers, vision encoder or MTP."""
 
+check_recompute_layers = partial_recompute_rule(
+    "the script wraps every block the same way; no number of layers"
+)
+
 RULES = (
     check_layer_kinds,
     check_dense_model,
     check_dense_reference,
     check_no_context_parallel,
     check_uniform_recompute,
+    check_recompute_layers,
     check_schedule,
     check_rank_order,
     check_script_accepts,

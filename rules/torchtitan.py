@@ -22,6 +22,7 @@ from paraplan.rules.checks import (
     check_dense_model,
     check_expert_tp_is_tp,
     context_split_rule,
+    partial_recompute_rule,
     rank_order_rule,
     transformer_layers_rule,
     uniform_recompute_rule,
@@ -239,6 +240,12 @@ def _shape(spec: ModelSpec) -> tuple[int, ...]:
     )
 
 
+check_recompute_layers = partial_recompute_rule(
+    "torchtitan 0.3 checkpoints every transformer block alike "
+    "(torchtitan/distributed/activation_checkpoint.py, apply: every block of model.layers); "
+    "no number of layers"
+)
+
 RULES = (
     check_transformer_layers,
     check_model_config,
@@ -250,6 +257,7 @@ RULES = (
     check_precision,
     check_context_split,
     check_uniform_recompute,
+    check_recompute_layers,
     check_schedule,
     check_rank_order,
     check_expert_mesh,

@@ -3,10 +3,12 @@
 Every layout (dominated ones included; on a pooled cluster every selection and order of pools),
 every layer split in units of vp (less the embedding / loss slots where vp does not divide the
 layers, cost.plan.pipeline_slots), every recompute mode per stage (one for all stages under
-``uniform_recompute``; only ``recompute_modes``; only layouts passing ``layout_filter``), each
-scored by cost/ (the terms of a layout are built once, then each plan is scored by the same
-step-time and memory functions ``cost.evaluate`` uses; the winner is re-checked by
-``cost.evaluate`` itself). Exponential: for small instances only.
+``uniform_recompute``; only ``recompute_modes``; only layouts passing ``layout_filter``), with
+``partial_recompute`` every number of layers per chunk each FULL stage recomputes (one for
+every rank under ``uniform_recompute``), each scored by cost/ (the terms of a layout are
+built once, then each plan is scored by the same step-time and memory functions
+``cost.evaluate`` uses; the winner is re-checked by ``cost.evaluate`` itself). Exponential: for
+small instances only.
 """
 
 from __future__ import annotations
@@ -16,11 +18,13 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
-from paraplan.cost import Job, Layout, Plan, Recompute, evaluate, stage_memory, stage_terms
+from paraplan.cost import Job, Layout, Plan, Recompute, evaluate, stage_terms
 from paraplan.cost.evaluate import step_time_s
-from paraplan.cost.plan import pipeline_slots
+from paraplan.cost.plan import chunk_layers, pipeline_slots
+from paraplan.cost.recompute_layers import partial_stage_memory, recomputed_counts
 from paraplan.graph import LayerGraph
 from paraplan.hardware import Cluster
+from paraplan.solver.constraints.recompute_layers import searches_partial
 from paraplan.solver.space import Fixed, Options, exact_split, layouts
 
 __all__ = ["Enumeration", "enumerate_plans", "EnumerationBudgetExceeded"]
@@ -79,6 +83,32 @@ def _modes(pp: int, fixed: Fixed, options: Options) -> Iterator[tuple[Recompute,
             yield modes
 
 
+def _recompute_layers(plan: Plan, fixed: Fixed, options: Options, partial: bool) -> Iterator[tuple[int, ...]]:
+    """Plan.recompute_layers choices of ``plan`` (its split and modes set): () alone without
+    partial recompute; the scenario's when fixed (one N: on every FULL stage); under uniform
+    recompute one N for every rank, 1 .. the longest chunk - 1 (all FULL stages); else per
+    FULL stage N_s from 1 to its longest chunk (= all), () when every FULL stage is all."""
+    full = [r is Recompute.FULL for r in plan.recompute]
+    if fixed.recompute_layers is not None:
+        given = fixed.recompute_layers
+        counts = tuple(given) if len(given) == plan.pp else tuple(given[0] if f else 0 for f in full)
+        if all((n >= 1) == f for n, f in zip(counts, full, strict=True)):
+            yield counts
+        return
+    yield ()
+    if not partial or not any(full):
+        return
+    longest = [max(row) for row in chunk_layers(plan)]
+    if options.uniform_recompute:
+        if all(full):
+            yield from ((n,) * plan.pp for n in range(1, max(longest)))
+        return
+    choices = [range(1, k + 1) if f else (0,) for f, k in zip(full, longest, strict=True)]
+    for counts in itertools.product(*choices):
+        if any(f and n < k for f, n, k in zip(full, counts, longest, strict=True)):
+            yield counts
+
+
 def enumerate_plans(
     graph: LayerGraph,
     cluster: Cluster,
@@ -91,26 +121,35 @@ def enumerate_plans(
     start = time.perf_counter()
     best, best_s, count = None, float("inf"), 0
     spec = graph.spec
+    one = fixed.recompute[0] if fixed.recompute is not None and len(set(fixed.recompute)) == 1 else None
+    recomputes = [
+        r
+        for r in ([one] if one is not None else list(Recompute))
+        if options.recompute_modes is None or r in options.recompute_modes
+    ]
+    partial = searches_partial(graph, fixed, options, recomputes)
     for layout in layouts(
         spec, cluster, job.seq_len, job.global_batch, fixed, options, prune_dominated=False
     ):
         terms = stage_terms(graph, layout, job, cluster)
         for split in _splits(layout, spec.num_layers, fixed, options):
             for modes in _modes(layout.pp, fixed, options):
-                plan = layout.plan(split, modes)
-                count += 1
-                t = replace(terms, plan=plan)
-                counts = t.stage_counts()
-                fits = all(
-                    stage_memory(t, s, counts[s], modes[s]).total_bytes <= t.stage_capacity_bytes(s)
-                    for s in range(plan.pp)
-                )
-                if fits:
-                    step = step_time_s(t).step_s
-                    if step < best_s:
-                        best, best_s = plan, step
-                if time.perf_counter() - start > budget_s:
-                    raise EnumerationBudgetExceeded(f"over {budget_s} s after {count} plans")
+                base = layout.plan(split, modes)
+                for stored in _recompute_layers(base, fixed, options, partial):
+                    plan = replace(base, recompute_layers=stored)
+                    count += 1
+                    t = replace(terms, plan=plan)
+                    counts, rec = t.stage_counts(), recomputed_counts(t)
+                    fits = all(
+                        partial_stage_memory(t, s, counts[s], rec[s]).total_bytes <= t.stage_capacity_bytes(s)
+                        for s in range(plan.pp)
+                    )
+                    if fits:
+                        step = step_time_s(t).step_s
+                        if step < best_s:
+                            best, best_s = plan, step
+                    if time.perf_counter() - start > budget_s:
+                        raise EnumerationBudgetExceeded(f"over {budget_s} s after {count} plans")
     if best is not None:  # the public evaluator agrees with the shortcut above
         b = evaluate(graph, cluster, job, best)
         if not b.fits or abs(b.step_time_s - best_s) > 1e-9 * best_s:

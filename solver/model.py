@@ -22,6 +22,9 @@ Constraints (solver/constraints/)
     positions.add_positions    (several kinds) boundaries B_j linear in the k, e = P_q[B_j] by
                                AddElement, sum_r y[L,q,s,r] = blocks of kind q on stage s
     memory.add_memory          x[L,s,r] <= kmax[L,s,r] rec[L,s,r]   (peak memory fits)
+    recompute_layers.add_recompute_layers   (partial recompute, one block kind) u[L,s] layers
+                               per chunk stored under FULL: time, DP and memory rows linear in
+                               u and p = [u >= 1]
                                (several kinds: M0 rec + M1 x + sum_q Mq y <= cap rec, kmax
                                then from the least kind: a cut)
     schedule.add_schedule      t[L,s] = sum_r T1_{s,r} x + T0_{s,r} rec (+ sum_q Tq y);
@@ -50,6 +53,7 @@ from paraplan.cost import Recompute
 from paraplan.solver.constraints.layers import add_layer_split
 from paraplan.solver.constraints.memory import add_memory
 from paraplan.solver.constraints.positions import add_positions
+from paraplan.solver.constraints.recompute_layers import PartialVars, add_recompute_layers
 from paraplan.solver.constraints.schedule import add_schedule, stage_lines
 from paraplan.solver.scale import objective_scale
 from paraplan.solver.tables import LayoutTables, TickTables
@@ -72,6 +76,7 @@ class LayoutVars:
     step: cp_model.LinearExpr | None = None
     kind_n: dict[tuple[int, int], cp_model.LinearExprT] = field(default_factory=dict)  # (kind, stage)
     kind_y: dict[tuple[int, int, Recompute], cp_model.IntVar] = field(default_factory=dict)
+    partial: PartialVars | None = None  # partial recompute (constraints/recompute_layers.py)
 
     def k(self, s: int) -> cp_model.LinearExpr:
         return cp_model.LinearExpr.sum(list(self.x[s].values()))
@@ -107,8 +112,12 @@ def _layout_vars(model: cp_model.CpModel, i: int, tab: LayoutTables) -> LayoutVa
     return LayoutVars(i, tab, tab.ticks(), use, rec, x)
 
 
-def build_model(kept: list[LayoutTables]) -> tuple[cp_model.CpModel, ModelVars]:
-    """The model of the module docstring over the kept layouts."""
+def build_model(
+    kept: list[LayoutTables], recompute_layers: tuple[int, ...] | None = None
+) -> tuple[cp_model.CpModel, ModelVars]:
+    """The model of the module docstring over the kept layouts; layouts searching partial
+    recompute (``tables.partial``) gain its rows, ``recompute_layers`` the scenario's fixed
+    counts (constraints/recompute_layers.py)."""
     model = cp_model.CpModel()
     lvs = [_layout_vars(model, i, tab) for i, tab in enumerate(kept)]
     model.add_exactly_one(lv.use for lv in lvs)
@@ -120,6 +129,8 @@ def build_model(kept: list[LayoutTables]) -> tuple[cp_model.CpModel, ModelVars]:
         if lv.tables.heterogeneous:
             add_positions(model, lv)
         add_memory(model, lv)
+        if lv.tables.partial:
+            add_recompute_layers(model, lv, recompute_layers)
         add_schedule(model, lv)
         plan = lv.tables.plan
         scale = full // plan.vp

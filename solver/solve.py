@@ -43,6 +43,7 @@ from paraplan.cost.pools import pool_floors, pooled_pipeline_floor_s
 from paraplan.cost.pp import pipeline_lower_bound_s
 from paraplan.graph import LayerGraph, ModelSpec
 from paraplan.hardware import Cluster
+from paraplan.solver.constraints.recompute_layers import bound_modes, partial_counts, searches_partial
 from paraplan.solver.distinct import is_near_duplicate, layout_key
 from paraplan.solver.model import ModelVars, add_hint, build_model
 from paraplan.solver.scale import from_ticks, resolution_for, tolerance_s
@@ -216,6 +217,8 @@ def _bounded_tables(
     if not recomputes:
         raise NoLayoutError("no recompute mode is both fixed and allowed")
     uniform = options.uniform_recompute
+    partial = searches_partial(graph, fixed, options, recomputes)  # constraints/recompute_layers.py
+    lb_modes = bound_modes(recomputes, partial)
     packed = inner_tiers_fastest(cluster) or cluster.torus is not None  # torus: Spans.torus_floor
     shared = {} if shared is None else shared
     order_cache: OrderCache = {}
@@ -267,7 +270,7 @@ def _bounded_tables(
                 terms = stage_terms(graph, p, job, cluster, shared, packed=packed)
                 b = bound
                 if packed:
-                    b = max(bound, quick_lower_bound_s(terms, recomputes, spec.num_layers))
+                    b = max(bound, quick_lower_bound_s(terms, lb_modes, spec.num_layers))
                 heapq.heappush(heap, (b, next(tick), 1, (p, terms), ks))
         elif level == 1:
             plan, terms = plan
@@ -278,7 +281,7 @@ def _bounded_tables(
                 passed += 1
                 layout = replace(plan, order=order, torus_shape=shape)
                 terms = stage_terms(graph, layout, job, cluster, shared)
-                b = max(bound, quick_lower_bound_s(terms, recomputes, spec.num_layers))
+                b = max(bound, quick_lower_bound_s(terms, lb_modes, spec.num_layers))
                 heapq.heappush(heap, (b, next(tick), 2, (layout, terms), ks))
         else:
             layout, terms = plan
@@ -293,6 +296,8 @@ def _bounded_tables(
                 uniform,
                 exact_split(layout, spec.num_layers, fixed, options),
                 _stage_modes(fixed, layout.pp),
+                partial=partial,
+                partial_fixed=fixed.recompute_layers is not None,
             )
             if not fits_some_split(tab.k_max, layout.pp, tab.k_total, uniform, tab.slots):
                 unfit += 1
@@ -454,7 +459,7 @@ def _solve_layout(
     """One layout's own model, its step at most ``cap`` ticks when given (the best plan so far:
     ties stay feasible). Returns (status, solution, bound s, step in ticks: objective / scale,
     exact, so that layouts with different objective scales compare without rounding)."""
-    model, mv = build_model([tab])
+    model, mv = build_model([tab], fixed.recompute_layers)
     _stage_rules(model, mv, fixed)
     if cap is not None:
         model.add(mv.objective <= math.floor(cap * mv.scale))
@@ -472,7 +477,9 @@ def _solve_layout(
         return name, None, bound, Fraction(0)
     lv = mv.layouts[0]
     layers, recs = lv.extract(solver)
-    plan = tab.plan.plan(tuple(layers), tuple(recs))
+    plan = tab.plan.plan(
+        tuple(layers), tuple(recs), recompute_layers=partial_counts(lv, solver, fixed.recompute_layers)
+    )
     ticks = int(solver.value(mv.objective))
     return name, Solution(plan, from_ticks(ticks, res) / mv.scale), bound, Fraction(ticks, mv.scale)
 
@@ -489,7 +496,7 @@ def _break_ties(
     """The layout's plan at its proven optimum ``ticks`` that the tie-break prefers (no recompute
     first, then the even split): a second solve with the step fixed, one worker, so the same
     tied plan comes out for any worker count. Run once, for the layout that wins."""
-    model, mv = build_model([tab])
+    model, mv = build_model([tab], fixed.recompute_layers)
     _stage_rules(model, mv, fixed)
     model.add(mv.objective <= int(ticks * mv.scale))
     model.minimize(_tie_break(model, mv, graph.spec.num_layers))
@@ -498,7 +505,11 @@ def _break_ties(
     if solver.status_name(solver.solve(model)) != "OPTIMAL":
         return sol
     layers, recs = mv.layouts[0].extract(solver)
-    plan = tab.plan.plan(tuple(layers), tuple(recs))
+    plan = tab.plan.plan(
+        tuple(layers),
+        tuple(recs),
+        recompute_layers=partial_counts(mv.layouts[0], solver, fixed.recompute_layers),
+    )
     return Solution(plan, sol.objective_s)
 
 

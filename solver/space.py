@@ -106,11 +106,13 @@ class Options:
     ``recompute_modes``: the modes allowed (None: all); ``layout_filter``: a predicate on a layout
     (a Layout: no split or recompute modes yet) that the layout must pass, e.g. a
     framework's rules; ``stage_split(layers, pp, vp)``: the one split a framework builds (None:
-    it cannot), instead of a free one. With a filter no alternative is dropped as dominated
-    before the filter has seen it (SP off, ZeRO-0, every rank order), so the search stays exact
-    over what passes. ``family_filter``: a predicate on a layout family (ZeRO stage and rank order
-    not chosen yet) that is False only when ``layout_filter`` refuses every layout of the family;
-    such families are dropped before they are bounded."""
+    it cannot), instead of a free one; ``partial_recompute``: search Plan.recompute_layers
+    (models with one block kind; solver/constraints/recompute_layers.py). With a filter no
+    alternative is dropped as dominated before the filter has seen it (SP off, ZeRO-0, every
+    rank order), so the search stays exact over what passes. ``family_filter``: a predicate on a
+    layout family (ZeRO stage and rank order not chosen yet) that is False only when
+    ``layout_filter`` refuses every layout of the family; such families are dropped before they
+    are bounded."""
 
     allow_uneven_stages: bool = True
     search_placement: bool = True
@@ -121,6 +123,7 @@ class Options:
     layout_filter: Callable[[Layout], bool] | None = None
     family_filter: Callable[[Layout], bool] | None = None
     stage_split: Callable[[int, int, int], tuple[int, ...] | None] | None = None
+    partial_recompute: bool = True  # FULL stages may store some layers (Plan.recompute_layers)
 
 
 def exact_split(layout: Layout, num_layers: int, fixed: Fixed, options: Options) -> tuple[int, ...] | None:
@@ -229,7 +232,7 @@ def _profile(
         return _comm_profile(cluster, plan, expert_tps)
     out: tuple[float, ...] = ()
     for p in sorted(set(plan.stage_pools)):
-        local = replace(plan, pp=plan.stage_pools.count(p), stage_pools=())
+        local = replace(plan.layout, pp=plan.stage_pools.count(p), stage_pools=())
         out += _comm_profile(cluster.pools[p], local, expert_tps)
     return out
 

@@ -34,6 +34,7 @@ from paraplan.cost.pp import pipeline_lower_bound_s
 from paraplan.cost.stage import Affine
 from paraplan.graph import LayerGraph
 from paraplan.hardware import Cluster
+from paraplan.solver.constraints.recompute_layers import bound_caps, partial_floor, partial_may_pay
 from paraplan.solver.scale import TIME_RESOLUTION_S, bytes_down, bytes_up, to_ticks, tolerance_s
 
 __all__ = [
@@ -64,6 +65,7 @@ class LayoutTables:
     split: tuple[int, ...] | None = None  # the one layer split allowed (None: free)
     resolution_s: float = TIME_RESOLUTION_S  # seconds per tick (scale.resolution_for)
     slots: tuple[int, ...] = ()  # per stage: layers = vp * k - slots[s] (pipeline_slots)
+    partial: bool = False  # FULL stages may store some layers (constraints/recompute_layers.py)
 
     def slot(self, stage: int) -> int:
         return self.slots[stage] if self.slots else 0
@@ -77,7 +79,11 @@ class LayoutTables:
     def rounding_k(self) -> int:
         """Coefficients per stage that round (scale.tolerance_s): k, plus each block's kind
         correction when the model has several kinds."""
-        return self.k_total + (len(self.terms.block_kinds) if self.heterogeneous else 0)
+        return (
+            self.k_total
+            + (len(self.terms.block_kinds) if self.heterogeneous else 0)
+            + (2 if self.partial else 0)  # the stored-layer rows' slot terms round too
+        )
 
     def ticks(self) -> TickTables:
         return _tick_tables(self)
@@ -672,12 +678,17 @@ def build_tables(
     uniform: bool = False,
     split: tuple[int, ...] | None = None,
     stage_modes: tuple[Recompute, ...] | None = None,
+    partial: bool = False,
+    partial_fixed: bool = False,
 ) -> LayoutTables:
     """Memory capacities and bounds of one layout (integer coefficients via ``.ticks()``).
 
     ``terms``: the layout's StageTerms when the caller already has them; ``uniform``: one
     recompute mode for every stage; ``split``: the only layer split allowed (its upper bound);
-    ``stage_modes``: the one recompute mode each stage may run (layer_caps).
+    ``stage_modes``: the one recompute mode each stage may run (layer_caps); ``partial``: FULL
+    stages may store some layers, so the lower bounds relax (recompute_layers.partial_floor,
+    bound_caps), unless storing cannot pay (partial_may_pay); ``partial_fixed``: the scenario
+    fixes the counts, so the model always carries them.
     """
     terms = terms or stage_terms(graph, layout, job, cluster)
     pp, vp = layout.pp, layout.vp
@@ -687,12 +698,16 @@ def build_tables(
     k_hi = max(k_choices) if k_choices else k_total - (pp - 1)
     bound = terms.relaxed()  # several block kinds: bounds from the least of them
     k_max = layer_caps(terms, recomputes, k_hi, stage_modes, num_layers)
+    partial = partial_fixed or (partial and partial_may_pay(terms, k_max, k_hi, slots))
+    caps, modes = bound_caps(k_max, recomputes, pp) if partial else (k_max, recomputes)
     f = [_stage_time_by_k(terms, s, k_max, recomputes, k_hi, slots) for s in range(pp)]
+    if partial:  # FULL stages storing some layers (constraints/recompute_layers.py)
+        f = partial_floor(terms, f, k_max, slots)
     ks = _min_max_split(f, k_total)
     folded_tmax, folded_ks = (
         _folded_min_max(terms, recomputes, k_total, k_hi, slots) if terms.heterogeneous else (0.0, None)
     )
-    lower = _lower_bound_s(bound, f, ks, k_max, recomputes, num_layers, exact=terms, tmax_floor=folded_tmax)
+    lower = _lower_bound_s(bound, f, ks, caps, modes, num_layers, exact=terms, tmax_floor=folded_tmax)
     candidates = [even_layers(num_layers, pp, vp)]
     if split:
         candidates = [split]
@@ -725,6 +740,7 @@ def build_tables(
         uniform,
         split or None,
         slots=slots,
+        partial=partial,
     )
 
 

@@ -40,6 +40,9 @@ def test_covers_the_supported_rows(scored) -> None:
 
 def test_median_and_p90_error(rows) -> None:
     median, p90 = summary([r.error for r in rows])
+    # 6.0% / 19.6% on 280 runs with partial recompute (rows that state none store the layers
+    # that fit: full recompute of the fewest layers per chunk, Megatron's block method;
+    # 2026-12-01, night; 6.0% / 21.0% before);
     # 6.0% / 21.0% on 280 runs with each block costed as its kind at its position and the
     # optimizer step of frozen weights at 0 (2026-12-01, evening; 6.0% / 22.2% before);
     # 6.0% / 22.2% on 280 runs (2026-12-01, late: + Llama 3 405B, the LoRA rows 64, 154, refit
@@ -50,7 +53,7 @@ def test_median_and_p90_error(rows) -> None:
     # the same 277 before; 7.2% / 21.7% on 274 before rows 71, 72 and 135; 8.7% / 20.5% on 243
     # under constant GEMM efficiency)
     assert median <= 0.061, f"median |error| {median:.1%}"
-    assert p90 <= 0.211, f"p90 |error| {p90:.1%}"
+    assert p90 <= 0.197, f"p90 |error| {p90:.1%}"
 
 
 def test_beats_the_constant_mfu_estimate(rows) -> None:

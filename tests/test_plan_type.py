@@ -80,7 +80,7 @@ def test_plan_values_round_trip_every_field() -> None:
 def test_a_layout_is_a_plan_before_its_split() -> None:
     """The solver enumerates Layouts: Plan's fields less the per-stage ones, checked when built;
     ``Layout.plan`` adds a split and modes, ``Plan.layout`` drops them again."""
-    per_stage = {"recompute", "layers_per_stage", "layers_per_chunk"}
+    per_stage = {"recompute", "recompute_layers", "layers_per_stage", "layers_per_chunk"}
     assert LAYOUT_FIELDS == tuple(n for n in PLAN_FIELDS if n not in per_stage)
     with pytest.raises(ValueError, match=r"plan\.zero=4 must be 0, 1, 2 or 3"):
         Layout(dp=2, tp=1, pp=1, zero=4)

@@ -28,6 +28,7 @@ from __future__ import annotations
 import shlex
 
 from paraplan.cost import CPComm, Plan, Precision, Recompute
+from paraplan.cost.recompute_layers import uniform_recompute_layers
 from paraplan.export import (
     ExportContext,
     comment_block,
@@ -235,12 +236,17 @@ def _data_parallel_args(ctx: ExportContext, plan: Plan) -> list[tuple[str, objec
     return args
 
 
-def _recompute_args(plan: Plan) -> list[tuple[str, object]]:
+def recompute_settings(plan: Plan) -> list[tuple[str, object]]:
+    """The plan's recompute as (flag key, value) pairs: selective -> core_attn; full -> method
+    uniform, 1 layer per unit (every layer); partial (Plan.recompute_layers, the one N every
+    rank shares: rules.megatron.check_recompute_layers) -> method block, N layers per chunk
+    (megatron/core/recompute.py checkpointed_forward). NeMo / Bridge take the same values."""
     mode = uniform_recompute(plan)
     if mode is Recompute.SELECTIVE:
         return [("recompute", "selective"), ("recompute_modules", SELECTIVE_MODULES)]
     if mode is Recompute.FULL:
-        method, layers = FULL_RECOMPUTE
+        n = uniform_recompute_layers(plan)
+        method, layers = ("block", str(n)) if n is not None else FULL_RECOMPUTE
         return [("recompute", "full"), ("recompute_method", method), ("recompute_layers", layers)]
     return []
 
@@ -261,7 +267,7 @@ def _flag_args(ctx: ExportContext) -> list[tuple[str, object]]:
         + _parallel_args(plan, ctx.spec)
         + [("micro_batch", plan.micro_batch), ("global_batch", job.global_batch)]
         + _data_parallel_args(ctx, plan)
-        + _recompute_args(plan)
+        + recompute_settings(plan)
         + _precision_args(ctx.precision)
         + [
             ("mock_data", None),

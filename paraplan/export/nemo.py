@@ -22,12 +22,11 @@ the NeMo 2 paths follow NVIDIA's NeMo 2 docs and were not executed here.
 
 from __future__ import annotations
 
-from paraplan.cost import Precision, Recompute
+from paraplan.cost import Precision
 from paraplan.export import (
     ExportContext,
     enforce,
     header_lines,
-    uniform_recompute,
 )
 from paraplan.export import megatron as mg
 from paraplan.export.megatron_model import POSITION_TYPES
@@ -263,12 +262,13 @@ def settings(ctx: ExportContext) -> list[tuple[str, object]]:
         out.append(("cp_comm", mg.CP_COMM_TYPES[p.cp_comm]))
     if ctx.spec.is_moe:
         out += [("ep", p.ep), ("etp", p.expert_tp)]
-    mode = uniform_recompute(p)
-    if mode is Recompute.SELECTIVE:
-        out += [("recompute", "selective"), ("recompute_modules", [mg.SELECTIVE_MODULES])]
-    elif mode is Recompute.FULL:
-        method, layers = mg.FULL_RECOMPUTE
-        out += [("recompute", "full"), ("recompute_method", method), ("recompute_layers", int(layers))]
+    for key, value in mg.recompute_settings(p):  # partial recompute: method block, N layers
+        out.append(
+            (
+                key,
+                [value] if key == "recompute_modules" else int(value) if key == "recompute_layers" else value,
+            )
+        )
     out += [
         ("seq_len", job.seq_len),
         ("micro_batch", p.micro_batch),

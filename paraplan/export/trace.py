@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from paraplan.cost import Axis, group_span, stage_terms
+from paraplan.cost.recompute_layers import recomputed_counts, stage_cost
 from paraplan.export import ExportContext, plan_summary
 from paraplan.result import paraplan_version
 
@@ -87,13 +88,15 @@ class _Terms(NamedTuple):
 def _terms(ctx: ExportContext) -> _Terms | None:
     """Per stage and micro-batch: compute, p2p and total time, plus the gradient sync per step."""
     plan = ctx.plan
-    stages = list(enumerate(plan.layers_per_stage))
     try:
         terms = stage_terms(ctx.inst.graph, plan, ctx.inst.job, ctx.cluster)
+        stages = list(enumerate(terms.stage_counts()))
+        rec = recomputed_counts(terms)  # partial recompute: cost/recompute_layers.py
+        costs = [stage_cost(terms, s, n, rec[s]) for s, n in stages]
         return _Terms(
-            compute_s=[terms.stage_compute_s(s, n, plan.recompute[s]) for s, n in stages],
+            compute_s=[c.compute_s for c in costs],
             p2p_s=[terms.p2p_at(s) for s in range(plan.pp)],
-            total_s=[terms.stage_time_s(s, n, plan.recompute[s]) for s, n in stages],
+            total_s=[c.time_s for c in costs],
             sync_s=[terms.dp_sync_s(s, n) for s, n in stages],
         )
     except (AttributeError, TypeError, ValueError):  # a different cost-model API: predicted only

@@ -59,18 +59,28 @@ def add_schedule(model: cp_model.CpModel, lv: LayoutVars) -> None:
     k_hi = lv.tables.k_total
     n_hi = len(lv.tables.terms.block_kinds)
 
-    def upper(per_k: list[int], fixed: list[int], deltas: list[int] | None = None) -> int:
+    def upper(per_k: list[int], fixed: list[int], deltas: list[int] | None = None, extra: int = 0) -> int:
         worst = max(0, max(deltas or [0])) * n_hi  # several kinds: every block the costliest
-        return max(0, max(fixed) + max(0, max(per_k)) * k_hi + worst)
+        return max(0, max(fixed) + max(0, max(per_k)) * k_hi + worst + extra)
 
     lv.tmax = model.new_int_var(
         0,
-        upper(list(tk.time_per_k.values()), list(tk.time_fixed.values()), list(tk.time_delta.values())),
+        upper(
+            list(tk.time_per_k.values()),
+            list(tk.time_fixed.values()),
+            list(tk.time_delta.values()),
+            lv.partial.time_hi if lv.partial is not None else 0,
+        ),
         f"tmax_{i}",
     )
     lv.dpmax = model.new_int_var(
         0,
-        upper(list(tk.dp_per_k.values()), list(tk.dp_fixed.values()), list(tk.dp_delta.values())),
+        upper(
+            list(tk.dp_per_k.values()),
+            list(tk.dp_fixed.values()),
+            list(tk.dp_delta.values()),
+            lv.partial.dp_hi if lv.partial is not None else 0,
+        ),
         f"dpmax_{i}",
     )
     lv.omax = model.new_int_var(
@@ -83,6 +93,9 @@ def add_schedule(model: cp_model.CpModel, lv: LayoutVars) -> None:
         y = {(q, r): lv.kind_y[(q, s, r)] for q in tk.kinds for r in lv.rec[s]}
         n = {q: lv.kind_n[(q, s)] for q in tk.kinds}
         t, e_lin, o_lin = stage_lines(tk, s, lv.rec[s], lv.x[s], lv.k(s), lv.use, y, n)
+        if lv.partial is not None:  # stored layers of FULL stages (constraints/recompute_layers.py)
+            t += lv.partial.time[s]
+            e_lin += lv.partial.dp[s]
         lv.t.append(t)
         model.add(lv.tmax >= t)
         model.add(lv.dpmax >= e_lin)

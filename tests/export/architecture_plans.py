@@ -62,6 +62,7 @@ MEGATRON_CASES: dict[str, tuple[dict, dict]] = {
     "llama2-70b-interleaved": (scenario("llama2-70b", 8), plan(2, 8, 4, vp=2, recompute="none")),
     "llama3-8b-sp": (scenario("llama3-8b", 2), plan(4, 2, 2, sequence_parallel=True)),
     "llama3-70b-cp": (scenario("llama3-70b", 8), plan(2, 8, 2, cp=2)),
+    "llama3-8b-block-recompute": (scenario("llama3-8b", 2), plan(4, 2, 2, recompute_layers=3)),
     "llama3.1-8b-zero3": (scenario("llama3.1-8b", 1), plan(4, 2, zero=3, recompute="none")),
     "llama3.1-405b-tp-pp-dp": (
         scenario("llama3.1-405b", 64, global_batch=1024),

@@ -167,6 +167,7 @@ def judge(case: dict) -> dict:
     try:
         with contextlib.redirect_stdout(io.StringIO()):
             args = parse_and_validate_args()
+            recompute = [args.recompute_granularity, args.recompute_method, args.recompute_num_layers]
             groups = _parallel_groups(args, case["num_devices"])
             chunks = _layout_chunks(args)
             params, vocab = _num_params(args)
@@ -174,7 +175,14 @@ def judge(case: dict) -> dict:
         import traceback
 
         return {"ok": False, "error": f"{type(e).__name__}: {e}"[:2000], "tb": traceback.format_exc()[-3000:]}
-    return {"ok": True, "params": params, "padded_vocab": vocab, "groups": groups, "layout_chunks": chunks}
+    return {
+        "ok": True,
+        "params": params,
+        "padded_vocab": vocab,
+        "groups": groups,
+        "layout_chunks": chunks,
+        "recompute": recompute,
+    }
 
 
 def main() -> None:

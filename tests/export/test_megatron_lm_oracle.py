@@ -91,6 +91,8 @@ def test_megatron_lm_accepts_the_export_and_builds_the_planned_model(name: str) 
         spec, padded_vocab=verdict["padded_vocab"], max_positions=MEGATRON_CASES[name][0]["job"]["seq_len"]
     )
     assert verdict["params"] == expected
+    if res.plan.recompute_layers:  # partial recompute as Megatron-LM's parser reads it
+        assert verdict["recompute"] == ["full", "block", res.plan.recompute_layers[0]]
     if "--pipeline-model-parallel-layout" in megatron_args(context(res)):  # the plan's exact chunks
         assert verdict["layout_chunks"] == [list(row) for row in chunk_layers(context(res).plan)]
     else:

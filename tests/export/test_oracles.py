@@ -43,6 +43,15 @@ GQA_30_LAYERS = {
 
 MEGATRON_PLANS = {
     "uniform": {"dp": 4, "tp": 2, "pp": 2, "micro_batch": 1, "zero": 1, "recompute": "selective"},
+    "block-recompute": {
+        "dp": 4,
+        "tp": 2,
+        "pp": 2,
+        "micro_batch": 1,
+        "zero": 1,
+        "recompute": "full",
+        "recompute_layers": 3,
+    },
     "first-last": {
         "dp": 2,
         "tp": 2,
@@ -374,6 +383,21 @@ def test_transformer_config_accepts_megatron_bridge_export(name: str, mcore: obj
     res = result(MEGATRON_PLANS[name])
     config = _bridge_config(res)
     assert _layers_per_rank(config, res.plan.pp, res.plan.vp) == res.plan.layers_per_stage
+
+
+def test_transformer_config_takes_block_recompute(mcore: object) -> None:
+    """Partial recompute (plan.recompute_layers) as megatron-core's TransformerConfig reads the
+    Megatron-LM flags and the Megatron-Bridge overrides: full, block, 3 layers."""
+    res = result(MEGATRON_PLANS["block-recompute"])
+    for config in (
+        _transformer_config(_transformer_config_kwargs(megatron_args(context(res)))),
+        _bridge_config(res),
+    ):
+        assert (config.recompute_granularity, config.recompute_method, config.recompute_num_layers) == (
+            "full",
+            "block",
+            3,
+        )
 
 
 @pytest.mark.parametrize("name", MEGATRON_PLANS)
