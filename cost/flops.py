@@ -47,7 +47,7 @@ def model_flops_per_token(spec: ModelSpec, seq_len: int) -> float:
     token."""
     total = 0.0
     for ly in build_graph(spec).layers():
-        per_token = ly.gemm_flops_per_token + ly.scan_flops_per_token
+        per_token: float = ly.gemm_flops_per_token + ly.scan_flops_per_token
         if ly.attn_core_flops_per_token_per_seq:
             seq = ly.tokens_per_sample / ly.tokens_merged if ly.tokens_per_sample else seq_len
             per_token += ly.attn_core_flops_per_token_per_seq * attended_keys(ly, seq)

@@ -122,7 +122,7 @@ def in_flight_micro_batches(stage: int, plan: Layout, num_micro_batches: int) ->
     Formula: min(m, p - s) under 1F1B; times (1 + (p-1)/(p v)) with interleaving
     (Korthikanti et al. 2022 Sec. 4.2.3).
     """
-    held = min(num_micro_batches, plan.pp - stage)
+    held: float = min(num_micro_batches, plan.pp - stage)
     if plan.vp > 1:
         held *= 1 + (plan.pp - 1) / (plan.pp * plan.vp)
     return held

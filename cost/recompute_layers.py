@@ -56,7 +56,7 @@ def recomputed_counts(terms: StageTerms, plan: Plan | None = None) -> tuple[Coun
     """Per stage, how many blocks of each kind are recomputed in full (module docstring): all of a
     FULL stage without recompute_layers, the first N of each chunk with it (positions from
     cost.plan.chunk_ranges), none elsewhere."""
-    plan = plan or terms.plan
+    plan = plan or terms.full_plan
     counts = terms.stage_counts(plan)
     out: list[Counts] = []
     ranges = chunk_ranges(plan) if plan.recompute_layers else ()
@@ -101,8 +101,8 @@ def _extra(terms: StageTerms, stage: int, recomputed: Counts, field: str) -> flo
 
 def stage_cost(terms: StageTerms, stage: int, counts: Counts, recomputed: Counts) -> StageCost:
     """The stage's StageCost under the plan's recompute for ``stage`` (module docstring)."""
-    mode = terms.plan.recompute[stage]
-    if not is_partial(terms.plan, stage) or tuple(recomputed) == tuple(counts):
+    mode = terms.full_plan.recompute[stage]
+    if not is_partial(terms.full_plan, stage) or tuple(recomputed) == tuple(counts):
         return StageCost(
             terms.stage_time_s(stage, counts, mode),
             terms.stage_compute_s(stage, counts, mode),
@@ -123,9 +123,9 @@ def stage_cost(terms: StageTerms, stage: int, counts: Counts, recomputed: Counts
 def partial_stage_memory(terms: StageTerms, stage: int, counts: Counts, recomputed: Counts) -> StageMemory:
     """Peak bytes of ``stage`` (module docstring): FULL's, plus what each stored block keeps
     beyond its input, per in-flight micro-batch, with its fragmentation share."""
-    mode = terms.plan.recompute[stage]
+    mode = terms.full_plan.recompute[stage]
     full = stage_memory(terms, stage, counts, mode)
-    if not is_partial(terms.plan, stage) or tuple(recomputed) == tuple(counts):
+    if not is_partial(terms.full_plan, stage) or tuple(recomputed) == tuple(counts):
         return full
     frag = fragmentation(terms.at(stage).cluster.accelerator.is_tpu)
     act = sum((n - r) * e for n, r, e in zip(counts, recomputed, _stored_act(terms, stage), strict=True))

@@ -30,7 +30,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from dataclasses import fields as dataclass_fields
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, cast
 
 from paraplan.graph.layers import LayerGraph, build_graph
 from paraplan.graph.spec import MODEL_LIMITS, PATTERN_SYMBOLS, Mamba, ModelSpec, scenario_key, show_value
@@ -311,7 +311,7 @@ def _positions(body: Sequence[_Placed], hybrid: bool) -> list[tuple[str, _Placed
     for p in body:
         x = p.layer
         if isinstance(x, Block):
-            mlp = _Placed(x.mlp, p.mlp_where)
+            mlp = _Placed(_mlp_of(x), p.mlp_where)
             mlp_symbol = "E" if isinstance(x.mlp, Moe) else "-"
             if hybrid:
                 out += [("*", _Placed(x.attention, p.where)), (mlp_symbol, mlp)]
@@ -326,8 +326,13 @@ def _positions(body: Sequence[_Placed], hybrid: bool) -> list[tuple[str, _Placed
 def _parts(p: _Placed) -> tuple[_Placed, ...]:
     """A Block's attention and MLP, each with its path; any other layer itself."""
     if isinstance(p.layer, Block):
-        return (_Placed(p.layer.attention, p.where), _Placed(p.layer.mlp, p.mlp_where))
+        return (_Placed(p.layer.attention, p.where), _Placed(_mlp_of(p.layer), p.mlp_where))
     return (p,)
+
+
+def _mlp_of(b: Block) -> Mlp | Moe:
+    """A Block's MLP: Block.__post_init__ has already turned a name ('dense', 'moe') into one."""
+    return cast("Mlp | Moe", b.mlp)
 
 
 def _attention_of(p: _Placed) -> Attention:
@@ -610,6 +615,7 @@ def _entry_layers(entry: Mapping[str, Any], where: str, given: Mapping[str, Any]
         return [Block(attention, mlp)] if mlp is not None else [attention]
     if "mamba" in entry:
         return [Mamba(), mlp] if mlp is not None else [Mamba()]
+    assert mlp is not None  # kinds is not empty and holds neither mtp, attention nor mamba
     return [mlp]
 
 

@@ -214,7 +214,7 @@ def _architecture(fields: dict[str, Any]) -> dict[str, Any]:
 def from_fields(name: str, fields: dict[str, Any]) -> ModelSpec:
     """ModelSpec from the scenario's explicit field names (layers, hidden, heads, ...; experts,
     top_k, ... for mixture-of-experts models; kv_lora_rank, ... for latent attention)."""
-    extra = {
+    extra: dict[str, Any] = {  # integer fields only; Any so ** can fill the spec's other types too
         spec_name: int(fields[key])
         for key, spec_name in MOE_MLA_FIELDS.items()
         if fields.get(key) is not None

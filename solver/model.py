@@ -69,12 +69,12 @@ class LayoutVars:
     use: cp_model.IntVar
     rec: list[dict[Recompute, cp_model.IntVar]]
     x: list[dict[Recompute, cp_model.IntVar]]
-    t: list[cp_model.LinearExpr] = field(default_factory=list)
+    t: list[cp_model.LinearExpr | int] = field(default_factory=list)
     tmax: cp_model.IntVar | None = None
     dpmax: cp_model.IntVar | None = None
     omax: cp_model.IntVar | None = None
     step: cp_model.LinearExpr | None = None
-    kind_n: dict[tuple[int, int], cp_model.LinearExprT] = field(default_factory=dict)  # (kind, stage)
+    kind_n: dict[tuple[int, int], cp_model.LinearExpr] = field(default_factory=dict)  # (kind, stage)
     kind_y: dict[tuple[int, int, Recompute], cp_model.IntVar] = field(default_factory=dict)
     partial: PartialVars | None = None  # partial recompute (constraints/recompute_layers.py)
 
@@ -99,7 +99,7 @@ class ModelVars:
     objective: cp_model.IntVar
     scale: int  # objective ticks per tick of step time (objective_scale of the layouts' vp)
 
-    def chosen(self, solver: cp_model.CpSolver) -> LayoutVars:
+    def chosen(self, solver: cp_model.CpSolver | cp_model.CpSolverSolutionCallback) -> LayoutVars:
         return next(lv for lv in self.layouts if solver.boolean_value(lv.use))
 
 

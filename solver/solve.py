@@ -402,7 +402,7 @@ def _stage_rules(model: cp_model.CpModel, mv: ModelVars, fixed: Fixed) -> None:
                 model.add(lv.rec[s][r] == lv.use)
 
 
-def _tie_break(model: cp_model.CpModel, mv: ModelVars, num_layers: int) -> cp_model.LinearExpr:
+def _tie_break(model: cp_model.CpModel, mv: ModelVars, num_layers: int) -> cp_model.LinearExpr | int:
     """Secondary objective, in priority order: layout rank, recompute (none < selective < full),
     then the distance sum_s |k_s - even_s| from the even split (tables.even_layers)."""
     ranked = sorted(mv.layouts, key=lambda lv: (layout_rank(lv.tables.plan), lv.index))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, TypeAlias
 
 from ortools.sat.python import cp_model
 from paraplan.cost import Recompute
@@ -12,33 +12,37 @@ if TYPE_CHECKING:
     from paraplan.solver.model import LayoutVars
     from paraplan.solver.tables import TickTables
 
-__all__ = ["add_schedule", "StageLines", "stage_lines"]
+__all__ = ["add_schedule", "Lin", "StageLines", "stage_lines"]
+
+# A linear expression over the model's variables or, for a warm start, a number. Narrower than
+# cp_model.LinearExprT, whose numpy integers do not add to a LinearExpr in OR-Tools' stubs.
+Lin: TypeAlias = "cp_model.LinearExpr | int"
 
 
 class StageLines(NamedTuple):
     """One stage's time, exposed DP sync and optimizer step, in ticks."""
 
-    time: cp_model.LinearExprT
-    exposed_dp: cp_model.LinearExprT
-    optimizer: cp_model.LinearExprT
+    time: Lin
+    exposed_dp: Lin
+    optimizer: Lin
 
 
 def stage_lines(
     tk: TickTables,
     s: int,
-    rec: Mapping[Recompute, cp_model.LinearExprT],
-    x: Mapping[Recompute, cp_model.LinearExprT],
-    k: cp_model.LinearExprT,
-    use: cp_model.LinearExprT,
-    y: Mapping[tuple[int, Recompute], cp_model.LinearExprT],
-    n: Mapping[int, cp_model.LinearExprT],
+    rec: Mapping[Recompute, Lin],
+    x: Mapping[Recompute, Lin],
+    k: Lin,
+    use: Lin,
+    y: Mapping[tuple[int, Recompute], Lin],
+    n: Mapping[int, Lin],
 ) -> StageLines:
     """t = sum_r T1_{s,r} x_r + T0_{s,r} rec_r (+ sum_{q,r} Tq_{s,r} y_{q,r}); the exposed DP
     line alike with E; o = O1_s k + O0_s use (+ sum_q Oq_s n_q). Over the model's variables
     (linear expressions) or over a value of each (numbers: a warm start's)."""
-    t = sum(tk.time_per_k[(s, r)] * x[r] + tk.time_fixed[(s, r)] * rec[r] for r in rec)
-    e = sum(tk.dp_per_k[(s, r)] * x[r] + tk.dp_fixed[(s, r)] * rec[r] for r in rec)
-    o = tk.opt_per_k[s] * k + tk.opt_fixed[s] * use
+    t: Lin = sum(tk.time_per_k[(s, r)] * x[r] + tk.time_fixed[(s, r)] * rec[r] for r in rec)
+    e: Lin = sum(tk.dp_per_k[(s, r)] * x[r] + tk.dp_fixed[(s, r)] * rec[r] for r in rec)
+    o: Lin = tk.opt_per_k[s] * k + tk.opt_fixed[s] * use
     for q in tk.kinds:  # several block kinds (constraints/positions.py)
         t += sum(tk.time_delta[(q, s, r)] * y[(q, r)] for r in rec)
         e += sum(tk.dp_delta[(q, s, r)] * y[(q, r)] for r in rec)
