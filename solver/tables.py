@@ -199,7 +199,7 @@ def quick_lower_bound_s(terms: StageTerms, recomputes: list[Recompute], num_laye
         weight[1] = pp - 2
     fixed_s = {s: min(terms.stage_time(s, r).fixed for r in recomputes) for s in stages}
     if terms.heterogeneous:  # the least kind per layer; the exact kind sum for the total
-        per_layer_s = {s: min(min(kind_costs(terms, s, r)) for r in recomputes) for s in stages}
+        per_layer_s = {s: min(min(terms.kind_time_s(s, r)) for r in recomputes) for s in stages}
         total = _least_kind_total_s(terms, recomputes, weight, fixed_s)
         dp_lb = 0.0  # relaxed terms do not bound exposed sync (StageTerms.relaxed)
     else:
@@ -247,7 +247,7 @@ def _stage_time_by_k(
     """f(k), k = 0..k_hi: the least time of ``stage`` holding vp*k - slot layers over the
     recompute modes whose memory fits them (INF where none does). Non-decreasing in k.
     Several block kinds: a bound, each of the stage's vp chunks at the cheapest run of as many
-    consecutive blocks the rank can reach (``_least_chunks``)."""
+    consecutive blocks the rank can reach (``_least_in_reach``)."""
     vp = terms.plan.vp
     if terms.heterogeneous:
         return _least_stage_s(terms, stage, k_hi, k_max, recomputes, slots)
@@ -258,12 +258,6 @@ def _stage_time_by_k(
         line = next((line for cap, line in lines if cap >= k), None)
         out.append(INF if line is None else line.at(max(0, vp * k - slots[stage])))
     return out
-
-
-def kind_costs(terms: StageTerms, stage: int, recompute: Recompute) -> tuple[float, ...]:
-    """One block of each kind on ``stage`` under ``recompute``: its forward + backward + exposed
-    per-micro-batch communication (the base kind's per-layer time plus each kind's delta)."""
-    return terms.kind_time_s(stage, recompute)
 
 
 @cache
@@ -314,16 +308,9 @@ def _one_kind(reach: tuple[tuple[int, ...], ...], slot_kind: int) -> int | None:
     return next(iter(kinds)) if len(kinds) == 1 else None
 
 
-def _least_chunks(
-    terms: StageTerms, stage: int, costs: tuple[float, ...], k: int, slots: tuple[int, ...]
-) -> float:
-    """Least cost of ``stage``'s vp chunks of k virtual positions each (chunk_reach), with
-    ``costs`` per block kind (slots cost nothing)."""
-    reach = chunk_reach(terms.block_kinds, terms.plan.pp, terms.plan.vp, stage, slots)
-    return _least_in_reach(reach, costs, k)
-
-
 def _least_in_reach(reach: tuple[tuple[int, ...], ...], costs: tuple[float, ...], k: int) -> float:
+    """Least cost of a rank's vp chunks of k virtual positions each, chunk c within reach[c]
+    (chunk_reach), with ``costs`` per block kind (slots cost nothing)."""
     return sum(_least_run(kinds, (*costs, 0.0), k) for kinds in reach)
 
 
@@ -336,10 +323,10 @@ def _least_stage_s(
     slots: tuple[int, ...],
 ) -> list[float]:
     """For k = 0..k_hi, a bound on ``stage`` holding vp chunks of k blocks (its slot among them):
-    its fixed part plus each chunk at its least run (_least_chunks), over the modes whose memory
+    its fixed part plus each chunk at its least run (_least_in_reach), over the modes whose memory
     cap holds k (INF where none does)."""
     modes = tuple(
-        (k_max[(stage, r)], terms.stage_time(stage, r).fixed, kind_costs(terms, stage, r)) for r in recomputes
+        (k_max[(stage, r)], terms.stage_time(stage, r).fixed, terms.kind_time_s(stage, r)) for r in recomputes
     )
     reach = chunk_reach(terms.block_kinds, terms.plan.pp, terms.plan.vp, stage, slots)
     return list(_least_stage_curve(reach, modes, k_hi))
@@ -370,7 +357,7 @@ def _least_kind_total_s(
     """Several block kinds: every block of each kind at its cheapest (stage, mode), whatever the
     split (memory ignored), plus each stage's least fixed part; ``stages`` weighs stage s."""
     counts = [terms.block_kinds.count(k) for k in range(terms.num_kinds)]
-    costs = [kind_costs(terms, s, r) for s in stages for r in recomputes]
+    costs = [terms.kind_time_s(s, r) for s in stages for r in recomputes]
     least = [min(c[k] for c in costs) for k in range(terms.num_kinds)]
     if fixed_s is None:
         fixed_s = {s: min(terms.stage_time(s, r).fixed for r in recomputes) for s in stages}
@@ -400,7 +387,7 @@ def _folded_min_max(
     folded: dict[int, list[float]] = {}
     fixed = [min(terms.stage_time(s, r).fixed for r in recomputes) for s in range(pp)]
     for s in stages:
-        costs = [min(kind_costs(terms, s, r)[k] for r in recomputes) for k in range(terms.num_kinds)]
+        costs = [min(terms.kind_time_s(s, r)[k] for r in recomputes) for k in range(terms.num_kinds)]
         prefix = [0.0]
         for i in range(k_total):
             u = sum(costs[b] for c in range(vp) if (b := virtual[c * k_total + i]) is not None)
@@ -603,7 +590,7 @@ def _kind_cap(
     slots: tuple[int, ...],
 ) -> int:
     """Most k (at most k_hi) for which ``stage`` holding vp chunks of k blocks can fit memory:
-    its fixed bytes plus each chunk at the least memory of a run it can hold (_least_chunks of
+    its fixed bytes plus each chunk at the least memory of a run it can hold (_least_in_reach of
     the per-kind bytes, cost.memory.kind_bytes_per_stage). 0 if even k = 1 + slot does not fit."""
     room = terms.stage_capacity_bytes(stage) - fixed_bytes
     reach = chunk_reach(terms.block_kinds, terms.plan.pp, terms.plan.vp, stage, slots)
