@@ -15,7 +15,7 @@ same fields: ``plan_values`` / ``plan_from_values`` and
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from enum import Enum, StrEnum
 from functools import cache
 from types import UnionType
@@ -199,6 +199,11 @@ class Plan(Layout):
     def __post_init__(self) -> None:
         check_structure(self)
         check_recompute_layers(self.recompute_layers, self.recompute, self.pp)
+
+    def with_recompute(self, mode: Recompute) -> Plan:
+        """This plan with ``mode`` on every stage and every layer (partial counts dropped: they
+        belong to the old modes)."""
+        return replace(self, recompute=(mode,) * self.pp, recompute_layers=())
 
     @property
     def layout(self) -> Layout:

@@ -215,7 +215,7 @@ def _uniform_twin(inst: Instance, best: Solution) -> Solution | None:
     plan = best.plan
     best_s = cost_evaluate(inst.graph, inst.cluster, inst.job, plan).step_time_s
     for mode in dict.fromkeys(plan.recompute):
-        twin = replace(plan, recompute=(mode,) * plan.pp, recompute_layers=())
+        twin = plan.with_recompute(mode)
         if twin == plan:
             continue
         b = cost_evaluate(inst.graph, inst.cluster, inst.job, twin)

@@ -141,7 +141,7 @@ def recompute_fixes(draft: Draft, modes: Iterable[Recompute] | None = None) -> t
     return tuple(
         Fix(
             f"recompute -> {mode.value} on every stage",
-            replace(draft, plan=replace(plan, recompute=(mode,) * plan.pp, recompute_layers=())),
+            replace(draft, plan=plan.with_recompute(mode)),
         )
         for mode in chosen
     )

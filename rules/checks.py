@@ -138,7 +138,7 @@ def partial_recompute_rule(framework_note: str, one_n: bool = False) -> Rule:
             repair(
                 "recompute -> full on every layer",
                 draft,
-                replace(p, recompute=(Recompute.FULL,) * p.pp, recompute_layers=()),
+                p.with_recompute(Recompute.FULL),
             ),
         )
 

@@ -61,9 +61,7 @@ def _memory_rescue(ctx: ExportContext, found: list[_Candidate], rules: Sequence[
         plan = c.draft.plan
         if set(plan.recompute) == {Recompute.FULL}:
             continue
-        draft = replace(
-            c.draft, plan=replace(plan, recompute=(Recompute.FULL,) * plan.pp, recompute_layers=())
-        )
+        draft = replace(c.draft, plan=plan.with_recompute(Recompute.FULL))
         scored = ctx.score(draft)
         if scored is not None and first_refusal(ctx.rule_context, draft, rules) is None:
             rescued.append(_Candidate(c.changes + ("recompute -> full to fit memory",), draft, scored))
