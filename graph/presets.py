@@ -139,7 +139,7 @@ def preset_fields(name: str) -> dict[str, Any]:
 
 
 # scenario / preset field name -> ModelSpec field, for the optional MoE and MLA shape fields
-MOE_MLA_FIELDS = {
+MOE_FIELDS = {
     "experts": "num_experts",
     "top_k": "top_k",
     "shared_experts": "num_shared_experts",
@@ -148,12 +148,17 @@ MOE_MLA_FIELDS = {
     "moe_latent_dim": "moe_latent_dim",
     "first_dense_layers": "first_dense_layers",
     "moe_layer_freq": "moe_layer_freq",
+}
+"""Scenario key -> ModelSpec field of a mixture-of-experts model's sizes."""
+MLA_FIELDS = {
     "q_lora_rank": "q_lora_rank",
     "kv_lora_rank": "kv_lora_rank",
     "qk_nope_head_dim": "qk_nope_head_dim",
     "qk_rope_head_dim": "qk_rope_head_dim",
     "v_head_dim": "v_head_dim",
 }
+"""Scenario key -> ModelSpec field of multi-head latent attention's sizes."""
+MOE_MLA_FIELDS = {**MOE_FIELDS, **MLA_FIELDS}
 
 
 ARCHITECTURE_FIELDS: dict[str, type] = {
@@ -254,25 +259,8 @@ def to_fields(spec: ModelSpec) -> dict[str, Any]:
         "norm": spec.norm,
         "dropout": spec.dropout,
     }
-    moe = (
-        (
-            "experts",
-            "top_k",
-            "shared_experts",
-            "moe_ffn_hidden",
-            "shared_ffn_hidden",
-            "moe_latent_dim",
-            "first_dense_layers",
-            "moe_layer_freq",
-        )
-        if spec.is_moe
-        else ()
-    )
-    mla = (
-        ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
-        if spec.is_mla
-        else ()
-    )
+    moe = tuple(MOE_FIELDS) if spec.is_moe else ()
+    mla = tuple(MLA_FIELDS) if spec.is_mla else ()
     for key in (*moe, *mla):
         value = getattr(spec, MOE_MLA_FIELDS[key])
         if value:

@@ -11,27 +11,14 @@ from pydantic import (
     model_validator,
 )
 
+from paraplan.graph.presets import MOE_MLA_FIELDS
 from paraplan.section import (
     Section,
 )
 
 __all__ = ["ModelSection"]
 
-_MOE_MLA_FIELDS = (
-    "experts",
-    "top_k",
-    "shared_experts",
-    "moe_ffn_hidden",
-    "shared_ffn_hidden",
-    "moe_latent_dim",
-    "first_dense_layers",
-    "moe_layer_freq",
-    "q_lora_rank",
-    "kv_lora_rank",
-    "qk_nope_head_dim",
-    "qk_rope_head_dim",
-    "v_head_dim",
-)
+_MOE_MLA_FIELDS = tuple(MOE_MLA_FIELDS)
 _ARCHITECTURE_FIELDS = (
     "position_embedding",
     "rope",
