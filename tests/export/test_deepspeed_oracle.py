@@ -1,8 +1,8 @@
 """DeepSpeed 0.19.8's ``deepspeed.initialize`` accepts every DeepSpeed export in a world of the
 plan's full size.
 
-Each of 16 plans (architecture_plans.DEEPSPEED_CASES) runs in a forked child with torch's fake
-process-group backend at the plan's device count (rank 0): the exported JSON goes to
+Each of 16 plans (architecture_plans.DEEPSPEED_CASES) runs in a child forked from a fork server,
+with torch's fake process-group backend at the plan's device count (rank 0): the exported JSON goes to
 ``deepspeed.initialize`` with the model the export's notes ask for, a small stand-in of the
 right kind, since the JSON carries no architecture: a Hugging Face Llama for AutoTP (which
 shards only models it has a policy for), a ``PipelineModule`` of the plan's blocks with
@@ -140,8 +140,11 @@ def _child(plan: dict, config: dict, conn: object) -> None:
 
 
 def judge(plan: dict, config: dict) -> dict:
-    """Run _initialize in a forked child (DeepSpeed keeps process-wide group state)."""
-    ctx = multiprocessing.get_context("fork")
+    """Run _initialize in a child process (DeepSpeed keeps process-wide group state), forked
+    from a fork server that imported deepspeed: warm, and with none of this process's state
+    (another test module's process group, its threads)."""
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(["deepspeed", "transformers"])
     parent, child = ctx.Pipe(duplex=False)
     proc = ctx.Process(target=_child, args=(plan, config, child))
     proc.start()
