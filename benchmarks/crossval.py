@@ -90,6 +90,11 @@ def main() -> int:
         print(f"  {name:<40} {m:>6.1%} / {p:>6.1%}")
     per_source = [statistics.median(abs(cv.loso_errors[i]) for i in v) for v in cv.by_source.values()]
     print(f"  median over sources of the held-out median |err|: {statistics.median(per_source):.1%}")
+    gpu = [r for r in rows if not str(r.case.scenario["cluster"].get("preset", "")).startswith("v")]
+    for kind, moe in (("mixture-of-experts", True), ("dense", False)):
+        kept = [r.case.row_id for r in gpu if bool(r.case.scenario["model"].get("experts")) is moe]
+        (m, p), (lm, lp) = (summary([d[i] for i in kept]) for d in (ins, cv.loso_errors))
+        print(f"  {kind} GPU runs ({len(kept)}): in-sample {m:.1%} / {p:.1%}, held out {lm:.1%} / {lp:.1%}")
     return 0
 
 

@@ -99,20 +99,19 @@ B300 (26.02) measured 49.6 s, predicted 32.0 s (-35%). Expert GEMM shapes are no
 No few-parameter physical term moves both directions; software releases are the larger effect.
 
 Nemotron 3 Nano rows (190, 192, 234, 236, 278, 280; 2026-12-01, the first hybrid Mamba runs
-scored; preset nemotron3-nano-30b-a3b, nothing fitted to them): predicted 22-25% too fast
-(10.75 s against 13.76-13.92 s on 8 GB300, 11.16 s against 14.62-14.86 s on 8 B300). The model's
+scored; preset nemotron3-nano-30b-a3b, nothing fitted to them): first predicted 22-25% too fast
+(10.75 s against 13.76-13.92 s on 8 GB300, 11.16 s against 14.62-14.86 s on 8 B300), with the
+Mamba-2 SSD costed as a fused attention kernel over 128-key chunks, backward 2x. The model's
 FLOPs agree with the page (20.8 GFLOP/token modelled; 22.3 implied by 845 TFLOP/s/GPU at
-Megatron-Bridge's count with padded-vocab logits). Per micro-batch (GB300) the model spends
-0.13 s in the 23 Mamba-2 layers, 0.32 s in the 23 MoE layers (0.09 s of it the host term) and
-0.06 s in the 6 attention layers, plus 2.0 s of exposed all-to-all per step; the missing 3.1 s is
-0.19 s per micro-batch. Likely physics, not fitted: the Mamba-2 SSD scan, conv and gated norm are
-costed as a fused attention kernel over 128-key chunks (cost/compute.py scan_s), a prior never
-fitted because no Mamba run was scored before; Qwen3-30B-A3B on 8 GB300 from the same page
-(row 323: attention + MoE only, 128 experts, top-8, mb 4) is over-predicted by 21%, which points
-at the Mamba layers (the whole gap would be their modelled 2.1 s per step x ~2.5) rather than at
-the MoE. Adding the six rows moves the median from 6.0% to 6.5% and p90 from 21.0% to 23.4%
-(leave-one-source-out 9.3% / 26.4% -> 9.5% / 26.5%; the Megatron-Bridge source held out 17.9% /
-42.3% -> 21.3% / 37.5% over 89 runs), past tests/test_fidelity.py's bounds (6.1% / 21.1%).
+Megatron-Bridge's count with padded-vocab logits). Read from mamba_ssm 2.3's kernels
+(ops/triton/ssd_combined.py; graph.layers.ssd_traffic): the SSD writes fp32 chunk states
+(d N / Q per token, 16 KB at Nano's d 4096, N 128, Q 128) that state passing reads and rewrites,
+and its backward runs 16 kernels (four recomputed forward ones) doing 2.7x the forward FLOPs and
+3.5x its bytes; megatron-core's mixer also copies the in_proj output and the scan output between
+sequence- and batch-major layouts. Costing those (0.44 MB of HBM traffic per token per Mamba
+layer) moves the six rows to -12%..-15% (12.15 s / 12.58 s); p90 over the 286 runs 22.2% ->
+19.4%. The rest is not located: Qwen3-30B-A3B on 8 GB300 from the same page (row 323: attention
++ MoE only, mb 4) is over-predicted by 21%, so the MoE part is not the obvious suspect.
 
 Known gap, row 346 (Qwen3-30B-A3B on 16 H100, FP8 current scaling, tp1 pp2 vp24 ep8, mb 2):
 predicted 12.7 s against 24.8 s published (-49%). Checked and excluded: the configuration (dp 8,

@@ -8,7 +8,7 @@ blocks into stages.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from paraplan.cost.compute import LayerTime, layer_forward, layer_tokens
 from paraplan.cost.cp import CPCost, cp_layer_comm
@@ -104,8 +104,11 @@ def layer_time(ly: Layer, plan: Layout, job: Job, accel: Accelerator, eff: Effic
     if ly.experts is None:
         return t
     e = expert_forward(ly.experts, plan, job, accel, eff)
-    return LayerTime(
-        t.gemm_s + e.gemm_s, t.attention_s + e.attention_s, t.elementwise_s + e.elementwise_s, t.wgrad
+    return replace(
+        t,
+        gemm_s=t.gemm_s + e.gemm_s,
+        attention_s=t.attention_s + e.attention_s,
+        elementwise_s=t.elementwise_s + e.elementwise_s,
     )
 
 

@@ -63,7 +63,9 @@ __all__ = [
     "layer_attention_shape",
     "attention_core_flops",
     "scan_s",
+    "scan_times",
     "SSD_KERNELS",
+    "SSD_BACKWARD_KERNELS",
     "FLASH2_FRACTION",
     "kernel_fraction",
 ]
@@ -77,9 +79,12 @@ CAUSAL_FRACTION = 0.5  # causal masking skips half the score blocks (fused kerne
 # 2024, arXiv:2407.08608, Fig. 5-6: H100) run at roughly half their 16K-token TFLOP/s at 512
 # tokens and at ~90% from 4K; L / (L + 512) gives 0.50 at 512, 0.89 at 4K, 0.97 at 16K.
 ATTENTION_HALF_TOKENS = 512
-# Kernels of one Mamba-2 SSD forward (mamba_ssm 2.2 ops/triton/ssd_combined.py
-# _mamba_chunk_scan_combined_fwd: chunk_cumsum, chunk_state, state_passing, bmm_chunk, chunk_scan).
+# Kernels of one Mamba-2 SSD forward (mamba_ssm 2.3 ops/triton/ssd_combined.py
+# _mamba_chunk_scan_combined_fwd: chunk_cumsum, chunk_state, state_passing, bmm_chunk, chunk_scan)
+# and backward (_mamba_chunk_scan_combined_bwd: four recomputed forward kernels, then dz, dstates,
+# state_passing_bwd, dx, dB, the states' cast, dC, dCB, two bmm_chunk_bwd, ddA, chunk_cumsum_bwd).
 SSD_KERNELS = 5
+SSD_BACKWARD_KERNELS = 16
 # FlashAttention-2 on a part newer than Ampere, as a fraction of the generation's fused kernel:
 # FA2 reaches 35% of the H100's BF16 peak where FlashAttention-3 (the Hopper kernel, with WGMMA
 # and TMA; cuDNN's fused attention is of the same kind) reaches 75% (Shah et al. 2024, arXiv:
@@ -105,16 +110,19 @@ def gemm_input_bytes(precision: Precision) -> float:
 
 @dataclass(frozen=True, slots=True)
 class LayerTime:
-    """Forward time of one layer, one micro-batch, split by resource. Units: seconds."""
+    """Forward time of one layer, one micro-batch, split by resource; ``scan_backward_s`` is the
+    backward of the state-space scan (its kernels differ from the forward's). Units: seconds."""
 
     gemm_s: float
     attention_s: float
     elementwise_s: float
     wgrad: float = 1.0  # weight-gradient GEMMs per forward GEMM: 1, or 0 for frozen weights
+    scan_s: float = 0.0
+    scan_backward_s: float = 0.0
 
     @property
     def total_s(self) -> float:
-        return self.gemm_s + self.attention_s + self.elementwise_s
+        return self.gemm_s + self.attention_s + self.elementwise_s + self.scan_s
 
     @property
     def forward_backward_s(self) -> float:
@@ -125,6 +133,7 @@ class LayerTime:
             (BACKWARD_GEMM_FACTOR - 1.0 + self.wgrad) * self.gemm_s
             + BACKWARD_ATTENTION_FACTOR * self.attention_s
             + 2.0 * self.elementwise_s
+            + self.scan_backward_s
         )
 
 
@@ -296,24 +305,52 @@ def layer_attention_shape(layer: Layer, plan: Layout, job: Job) -> AttentionShap
     return AttentionShape(shape.kernels, min(shape.kv_tokens, extent)) if extent else shape
 
 
-def scan_s(flops: float, layer: Layer, accel: Accelerator, eff: Efficiency) -> float:
-    """Forward time of a Mamba layer's scan and conv: flops / (bf16 peak * attention * Q / (Q +
-    ATTENTION_HALF_TOKENS)) + SSD_KERNELS kernel overheads, Q the SSD chunk. Assumes: the chunked
-    SSD matmuls (Dao & Gu 2024, arXiv:2405.21060 Sec. 6) run like a fused attention kernel over
-    Q keys; Mamba-1's selective scan (one kernel, the state kept in SRAM) at half the fused
-    attention efficiency (Q = ATTENTION_HALF_TOKENS). Units: seconds."""
-    kernels = SSD_KERNELS if layer.scan_chunk else 1
+def scan_s(
+    flops: float, moved_bytes: float, kernels: int, layer: Layer, accel: Accelerator, eff: Efficiency
+) -> float:
+    """Time of a Mamba layer's scan and conv kernels (forward or backward): flops / (bf16 peak *
+    attention * Q / (Q + ATTENTION_HALF_TOKENS)) + moved_bytes / (HBM * eff_hbm) + kernels *
+    overhead, Q the SSD chunk. Assumes: the chunked SSD matmuls (Dao & Gu 2024, arXiv:2405.21060
+    Sec. 6) run like a fused attention kernel over Q keys, and the kernels' state and block
+    traffic (graph.layers.ssd_traffic) is not hidden under them (the state-passing and cast
+    kernels move bytes only); Mamba-1's selective scan (one kernel, the state kept in SRAM) at
+    half the fused attention efficiency (Q = ATTENTION_HALF_TOKENS). Units: seconds."""
     q = layer.scan_chunk or ATTENTION_HALF_TOKENS
     bf16_peak = accel.peak_for(Precision.BF16.value)
     efficiency = attention_efficiency(AttentionShape(kernels, float(q)), eff)
-    return flops / (bf16_peak * efficiency) + kernels * eff.kernel_overhead_s
+    memory_s = moved_bytes / (accel.hbm_bytes_per_s * eff.hbm)
+    return flops / (bf16_peak * efficiency) + memory_s + kernels * eff.kernel_overhead_s
+
+
+def scan_times(
+    layer: Layer, tokens: float, tp: int, accel: Accelerator, eff: Efficiency
+) -> tuple[float, float]:
+    """(forward, backward) scan_s of a Mamba layer on ``tokens`` tokens, heads split over tp.
+    Without the SSD's tallies (Mamba-1's fused scan): backward = 2 x the forward FLOPs, one
+    kernel each way. Units: seconds."""
+    if not layer.scan_flops_per_token:
+        return 0.0, 0.0
+    fwd_flops = tokens * layer.scan_flops_per_token / tp
+    if not layer.scan_backward_flops_per_token:
+        forward = scan_s(fwd_flops, 0.0, 1, layer, accel, eff)
+        return forward, scan_s(2.0 * fwd_flops, 0.0, 1, layer, accel, eff)
+    forward = scan_s(fwd_flops, tokens * layer.scan_bytes_per_token / tp, SSD_KERNELS, layer, accel, eff)
+    backward = scan_s(
+        tokens * layer.scan_backward_flops_per_token / tp,
+        tokens * layer.scan_backward_bytes_per_token / tp,
+        SSD_BACKWARD_KERNELS,
+        layer,
+        accel,
+        eff,
+    )
+    return forward, backward
 
 
 def layer_forward(layer: Layer, plan: Layout, job: Job, accel: Accelerator, eff: Efficiency) -> LayerTime:
     """Forward time of ``layer`` for one micro-batch.
 
-    Formula: sum over GEMMs of gemm_s(gemm_shape(g, n, tp)), plus a Mamba scan's scan_s
-    (counted with the GEMMs: backward 2x, not recomputed by selective recompute); attention
+    Formula: sum over GEMMs of gemm_s(gemm_shape(g, n, tp)); a Mamba scan's scan_times (its
+    own backward; recomputed by full recompute only, not by selective recompute); attention
     core attention_core_flops (n * core * attended_keys / tp) at attention_s(layer shape);
     element-wise n * elems * 2 bytes / (HBM * eff), sharded by tp when SP is on. n =
     layer_tokens. Backward: dgrad + wgrad per GEMM, dgrad only when ``job.frozen_base`` (LoRA:
@@ -323,12 +360,13 @@ def layer_forward(layer: Layer, plan: Layout, job: Job, accel: Accelerator, eff:
     n = layer_tokens(layer, plan, job)
     tp = plan.tp
     gemm_total_s = sum(gemm_s(gemm_shape(g, n, tp), job.precision, accel, eff) for g in layer.gemms)
-    if layer.scan_flops_per_token:
-        gemm_total_s += scan_s(n * layer.scan_flops_per_token / tp, layer, accel, eff)
+    scan_fwd_s, scan_bwd_s = scan_times(layer, n, tp, accel, eff)
     attn_s = 0.0
     if layer.attn_core_flops_per_token_per_seq:
         flops = attention_core_flops(layer, n, layer_seq_len(layer, job), tp)
         attn_s = attention_s(flops, layer_attention_shape(layer, plan, job), accel, eff, job.attention_kernel)
     shard = tp if (plan.sequence_parallel or layer.kind is LayerKind.LM_HEAD) else 1
     elementwise_s = n * layer.mem_bound_elems * ACTIVATION_BYTES / shard / (accel.hbm_bytes_per_s * eff.hbm)
-    return LayerTime(gemm_total_s, attn_s, elementwise_s, 0.0 if job.frozen_base else 1.0)
+    return LayerTime(
+        gemm_total_s, attn_s, elementwise_s, 0.0 if job.frozen_base else 1.0, scan_fwd_s, scan_bwd_s
+    )

@@ -34,7 +34,7 @@ from typing import Any
 import networkx as nx
 from paraplan.graph.spec import ModelSpec
 
-__all__ = ["LayerKind", "Gemm", "Experts", "Layer", "LayerGraph", "build_graph"]
+__all__ = ["LayerKind", "Gemm", "Experts", "Layer", "LayerGraph", "build_graph", "SsdTraffic", "ssd_traffic"]
 
 
 class LayerKind(StrEnum):
@@ -141,6 +141,12 @@ class Layer:
     tokens_merged: int = 1  # patches merged into one of its tokens (the vision merger: merge^2)
     scan_flops_per_token: int = 0  # state-space scan + depthwise conv (not GEMMs), Mamba
     scan_chunk: int = 0  # tokens per SSD chunk (the scan kernels' block length)
+    # the scan kernels' backward FLOPs and forward / backward HBM bytes per token (Mamba-2 SSD:
+    # ssd_traffic); a layer with scan_flops_per_token and none of these has a fused scan whose
+    # backward does twice its forward FLOPs and keeps its state on chip (Mamba-1)
+    scan_backward_flops_per_token: int = 0
+    scan_bytes_per_token: float = 0.0
+    scan_backward_bytes_per_token: float = 0.0
     state_elems_per_seq: int = 0  # recurrent state per sequence (conv + SSM state), Mamba
 
     @property
@@ -529,6 +535,39 @@ def build_graph(spec: ModelSpec) -> LayerGraph:
     return LayerGraph(spec, g)
 
 
+@dataclass(frozen=True, slots=True)
+class SsdTraffic:
+    """Work of the Mamba-2 SSD kernels per token (all heads of the layer). Units: FLOPs, bytes."""
+
+    backward_flops: int
+    forward_bytes: float
+    backward_bytes: float
+
+
+def ssd_traffic(heads: int, head_dim: int, state: int, groups: int, chunk: int) -> SsdTraffic:
+    """Backward FLOPs and HBM traffic of the chunked SSD scan, tallied kernel by kernel from
+    mamba_ssm 2.3 ops/triton/ssd_combined.py (_mamba_chunk_scan_combined_fwd / _bwd, with the
+    gate z inside the scan as megatron-core's mamba_split_conv1d_scan_combined passes it).
+
+    Per token, with H heads of width P (d = H P), state N, G groups and chunk Q: chunk states
+    S = H P N / Q elements, kept in fp32 (4 B); the C.B^T blocks G Q elements in fp32; x, z,
+    out, B, C and their gradients in bf16 (2 B).
+    Forward (chunk_state, state_passing, bmm_chunk, chunk_scan): 12 S + 8 G Q + 8 G N + 10 d
+    bytes. Backward (recomputed chunk_state, state_passing and bmm_chunk, then dz, dstates,
+    state_passing_bwd, dx, dB, the states' bf16 copy, dC, dCB, two bmm_chunk_bwd, ddA):
+    44 S + 24 G Q + 30 G N + 34 d bytes, and H (6 Q P + 10 N P) + 6 Q N G FLOPs (the forward:
+    H (2 Q P + 4 N P) + 2 Q N G, see ``_mamba``).
+    """
+    d = heads * head_dim
+    s = d * state / chunk
+    gq, gn = groups * chunk, groups * state
+    return SsdTraffic(
+        backward_flops=heads * (6 * chunk * head_dim + 10 * state * head_dim) + 6 * chunk * state * groups,
+        forward_bytes=12 * s + 8 * gq + 8 * gn + 10 * d,
+        backward_bytes=44 * s + 24 * gq + 30 * gn + 34 * d,
+    )
+
+
 def _mamba(spec: ModelSpec, i: int) -> Layer:
     """A state-space mixer with its pre-norm (one hybrid-pattern ``M`` layer).
 
@@ -550,6 +589,9 @@ def _mamba(spec: ModelSpec, i: int) -> Layer:
     h = dA*h + dBx, y = C.h). Costed with Mamba-2's TP scheme (heads = channels): x_proj's small
     all-reduce (dt_rank + 2N per token) is not counted.
 
+    The SSD kernels' backward FLOPs and HBM traffic: ``ssd_traffic``. Mamba-1's selective scan
+    is one fused kernel holding its state on chip (no state traffic; backward 2x its FLOPs).
+
     Stored for backward per token: in_proj output, conv output, scan output and the gated-norm
     output (out_proj input) TP-sharded; the block input and normed input per sequence shard.
     ``state_elems_per_seq``: conv state (conv_kernel x conv_dim) + SSM state (d_inner x N).
@@ -568,7 +610,14 @@ def _mamba(spec: ModelSpec, i: int) -> Layer:
         extra_params = conv_dim * k + conv_dim + 3 * m.num_heads + d  # conv + bias, dt/A/D, norm
         q = m.chunk_size
         scan = 2 * q * m.num_groups * n + 2 * q * d + 4 * n * d + 2 * k * conv_dim
+        ssd = ssd_traffic(m.num_heads, m.head_dim, n, m.num_groups, q)
+        # the conv's backward: recomputed forward + input and weight gradients
+        scan_backward = ssd.backward_flops + 3 * 2 * k * conv_dim
+        scan_bytes, scan_backward_bytes = ssd.forward_bytes, ssd.backward_bytes
         act_tp = (2 * d + bc + m.num_heads) + conv_dim + d + d
+        # megatron-core _ssm_training copies the in_proj output to batch-major and the scan
+        # output back (rearrange(...).contiguous()): read + write of each
+        copies = 2 * (2 * d + bc + m.num_heads) + 2 * d
         chunk = q
     else:
         d = m.expand * h
@@ -584,6 +633,7 @@ def _mamba(spec: ModelSpec, i: int) -> Layer:
         extra_params = d * k + d + d + d * n + d + (r + 2 * n)
         scan = 9 * d * n + 2 * k * d
         act_tp = 2 * d + d + (r + 2 * n) + d + d + d
+        scan_backward, scan_bytes, scan_backward_bytes, copies = 0, 0.0, 0.0, 0
         chunk = 0
     return Layer(
         name=f"mamba_{i}",
@@ -595,10 +645,14 @@ def _mamba(spec: ModelSpec, i: int) -> Layer:
         act_sp_elems=2 * h,
         act_tp_gemm_elems=d,
         act_sp_gemm_elems=h,
-        mem_bound_elems=2 * h + 3 * h + 2 * conv_dim + 4 * d,  # norm, residual, conv, gate + norm
+        # norm, residual, conv, gate + norm, layout copies
+        mem_bound_elems=2 * h + 3 * h + 2 * conv_dim + 4 * d + copies,
         shardable=("tp", "sp"),
         scan_flops_per_token=scan,
         scan_chunk=chunk,
+        scan_backward_flops_per_token=scan_backward,
+        scan_bytes_per_token=scan_bytes,
+        scan_backward_bytes_per_token=scan_backward_bytes,
         state_elems_per_seq=k * conv_dim + d * n,
     )
 

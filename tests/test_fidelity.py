@@ -40,9 +40,11 @@ def test_covers_the_supported_rows(scored) -> None:
 
 def test_median_and_p90_error(rows) -> None:
     median, p90 = summary([r.error for r in rows])
+    # 6.4% / 19.4% on 286 runs with the Mamba-2 SSD kernels' own backward and their fp32 chunk
+    # state traffic (graph.layers.ssd_traffic, from mamba_ssm's kernels; nothing fitted): the
+    # six Nemotron 3 Nano rows -12..-15% (2026-12-01, fourth session);
     # 6.4% / 22.2% on 286 runs: + the six Nemotron 3 Nano rows (hybrid Mamba-2 + MoE, all
-    # predicted 22-25% too fast: the Mamba-2 scan's kernel efficiency is a prior never fitted;
-    # nothing was fitted to them), partial recompute as below (2026-12-01, third session);
+    # predicted 22-25% too fast), partial recompute as below (2026-12-01, third session);
     # 6.0% / 19.6% on 280 runs with partial recompute (rows that state none store the layers
     # that fit: full recompute of the fewest layers per chunk, Megatron's block method;
     # 2026-12-01, night; 6.0% / 21.0% before);
@@ -56,7 +58,7 @@ def test_median_and_p90_error(rows) -> None:
     # the same 277 before; 7.2% / 21.7% on 274 before rows 71, 72 and 135; 8.7% / 20.5% on 243
     # under constant GEMM efficiency)
     assert median <= 0.065, f"median |error| {median:.1%}"
-    assert p90 <= 0.223, f"p90 |error| {p90:.1%}"
+    assert p90 <= 0.20, f"p90 |error| {p90:.1%}"  # issue 11's bound
 
 
 def test_beats_the_constant_mfu_estimate(rows) -> None:

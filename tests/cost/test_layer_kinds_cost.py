@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 from paraplan.cost import Job, Plan, Recompute
 from paraplan.cost.block import block_costs, block_work, end_cost, end_work
-from paraplan.cost.compute import attended_keys, layer_forward, layer_tokens
+from paraplan.cost.compute import attended_keys, layer_forward, layer_tokens, scan_times
 from paraplan.cost.flops import model_flops_per_token
 from paraplan.cost.recompute import stored_activation_bytes
 from paraplan.cost.spans import Spans
@@ -109,7 +109,13 @@ def test_mamba_scan_is_costed_and_stored_activations_follow_the_layer() -> None:
     without_scan = layer_forward(
         replace(ly, scan_flops_per_token=0), plan, JOB, CLUSTER.accelerator, CLUSTER.efficiency
     )
-    assert t.gemm_s > without_scan.gemm_s and t.attention_s == 0.0
+    assert t.gemm_s == without_scan.gemm_s and t.attention_s == 0.0
+    assert t.scan_s > 0.0 and without_scan.scan_s == 0.0
+    # the SSD backward (16 kernels, the fp32 chunk states re-read) outweighs twice the forward
+    assert t.scan_backward_s > 2.0 * t.scan_s
+    assert t.forward_backward_s - without_scan.forward_backward_s == pytest.approx(
+        t.scan_s + t.scan_backward_s
+    )
     n = JOB.seq_len  # micro_batch 1, cp 1
     stored = stored_activation_bytes(ly, plan, JOB, Recompute.NONE)
     assert stored == pytest.approx(n * (ly.act_tp_elems / 8 + ly.act_sp_elems / 8) * 2)
@@ -218,3 +224,16 @@ def test_a_yaml_hybrid_model_and_image_tokens_reach_the_cost_model() -> None:
     one = paraplan.evaluate(vl).predicted.step_time_s
     four = paraplan.evaluate({**vl, "job": {**vl["job"], "image_tokens": 4096}}).predicted.step_time_s
     assert four > one  # the vision encoder runs on 4x the default patches
+
+
+def test_ssd_state_traffic_is_costed_at_hbm_bandwidth() -> None:
+    """The SSD's chunk states move through HBM (graph.layers.ssd_traffic): a part with half the
+    bandwidth spends the traffic's time twice; the FLOP part of the time does not change."""
+    ly = build_graph(preset("nemotron-h-56b")).layer("mamba_0")
+    accel, eff = CLUSTER.accelerator, CLUSTER.efficiency
+    slow = replace(accel, hbm_bytes_per_s=accel.hbm_bytes_per_s / 2)
+    tokens, tp = 8192.0, 8
+    fast_fwd, _ = scan_times(ly, tokens, tp, accel, eff)
+    slow_fwd, _ = scan_times(ly, tokens, tp, slow, eff)
+    memory_s = tokens * ly.scan_bytes_per_token / tp / (accel.hbm_bytes_per_s * eff.hbm)
+    assert slow_fwd - fast_fwd == pytest.approx(memory_s)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from paraplan.graph import LayerKind, ModelSpec, build_graph, from_fields, from_hf_config, preset, to_fields
+from paraplan.graph.layers import ssd_traffic
 
 HF = Path(__file__).resolve().parents[2] / "graph" / "data" / "hf"
 NEW_PRESETS = [
@@ -130,6 +131,18 @@ def test_mamba2_layer_matches_megatron_mixer_shapes() -> None:
     assert ly.scan_flops_per_token == 2 * 128 * 8 * 256 + 2 * 128 * d + 4 * 256 * d + 8 * conv
     assert ly.state_elems_per_seq == 4 * conv + d * 256
     assert "cp" not in ly.shardable and ly.kind is LayerKind.MAMBA
+    # mamba_ssm's SSD kernels: fp32 chunk states S = d N / Q per token dominate the traffic
+    states = d * 256 / 128
+    assert ly.scan_bytes_per_token == 12 * states + 8 * 8 * 128 + 8 * gn + 10 * d
+    assert ly.scan_backward_bytes_per_token == 44 * states + 24 * 8 * 128 + 30 * gn + 34 * d
+
+
+def test_ssd_traffic_follows_the_chunk_length() -> None:
+    """A longer SSD chunk holds fewer chunk states (traffic down) and larger C.B^T blocks (FLOPs
+    up): the trade-off mamba_ssm's chunk_size sets."""
+    short, long = ssd_traffic(64, 64, 128, 8, 128), ssd_traffic(64, 64, 128, 8, 256)
+    assert long.forward_bytes < short.forward_bytes and long.backward_bytes < short.backward_bytes
+    assert long.backward_flops > short.backward_flops
 
 
 def test_jamba_mamba1_mixer_matches_the_published_size() -> None:
