@@ -30,7 +30,7 @@ from typing import get_args
 from paraplan.cost import Layout, Plan, Recompute
 from paraplan.cost.plan import plan_key
 from paraplan.errors import ConfigError, InfeasibleError
-from paraplan.export import EXPORTED_PRECISIONS, POOLED_TARGETS
+from paraplan.export import POOLED_TARGETS, exports_precision
 from paraplan.instance import Instance
 from paraplan.rules import Draft, Rule, RuleContext, TargetRules, first_refusal, rules_of
 from paraplan.schema import SolverTarget
@@ -304,10 +304,10 @@ def runnable_space(options: Options, inst: Instance) -> RunnableSpace:
     narrowing of ``options`` (``target_options``), united."""
     narrowed: dict[str, Options] = {}
     excluded: dict[str, str] = {}
-    if inst.job.precision not in EXPORTED_PRECISIONS:
-        reason = f"job.precision={inst.job.precision.value} is modelled but not exported to any framework yet"
-        return RunnableSpace((), None, (), {name: reason for name in TARGETS})
     for name in TARGETS:
+        if not exports_precision(name, inst.job.precision):
+            excluded[name] = f"job.precision={inst.job.precision.value}: {name} has no setting for it"
+            continue
         try:
             narrowed[name] = target_options(options, name, inst)
         except (ConfigError, InfeasibleError) as e:
@@ -325,13 +325,12 @@ def runnable_space(options: Options, inst: Instance) -> RunnableSpace:
 def runs_on(inst: Instance, plan: Plan) -> list[str]:
     """The frameworks whose exporter takes ``plan`` as it is (every rule passes, the cluster
     and precision are ones it launches), in TARGETS order."""
-    if inst.job.precision not in EXPORTED_PRECISIONS:
-        return []
     ctx = rule_context(inst)
     draft = Draft(plan, ctx.precision)
     return [
         name
         for name in TARGETS
-        if (not inst.cluster.pools or name in POOLED_TARGETS)
+        if exports_precision(name, inst.job.precision)
+        and (not inst.cluster.pools or name in POOLED_TARGETS)
         and first_refusal(ctx, draft, rules_of(name).rules) is None
     ]

@@ -62,6 +62,9 @@ __all__ = [
     "comment_block",
     "POOLED_TARGETS",
     "pool_lines",
+    "EXPORTED_PRECISIONS",
+    "BLOCK_SCALED_TARGETS",
+    "exports_precision",
 ]
 
 
@@ -83,17 +86,24 @@ def _check_pooled(ctx: ExportContext, name: str) -> None:
 
 
 EXPORTED_PRECISIONS = (Precision.BF16, Precision.FP16, Precision.FP8)
-"""Precisions the framework exporters write; the block-scaled ones (fp8_blockwise, mxfp8, nvfp4)
-are modelled but not exported yet (each framework names its recipes differently)."""
+"""Precisions every framework exporter writes."""
+BLOCK_SCALED_TARGETS = ("megatron", "nemo")
+"""Exporters that also write the block-scaled precisions (fp8_blockwise, mxfp8, nvfp4): megatron-core
+names their recipes (--fp8-recipe blockwise|mxfp8, --fp4-format e2m1 --fp4-recipe nvfp4) and
+Megatron-Bridge has a mixed-precision recipe for each; the other frameworks' configs have none."""
+
+
+def exports_precision(name: str, precision: Precision) -> bool:
+    """Whether exporter ``name`` writes ``precision`` (``trace`` writes any)."""
+    return name == "trace" or precision in EXPORTED_PRECISIONS or name in BLOCK_SCALED_TARGETS
 
 
 def _check_precision(ctx: ExportContext, name: str) -> None:
-    if name == "trace" or ctx.precision in EXPORTED_PRECISIONS:
+    if exports_precision(name, ctx.precision):
         return
     raise ExportError(
-        f"job.precision={ctx.precision.value} is modelled but not exported to {name} yet; "
-        "export with job.precision fp8 and set the recipe by hand (Megatron-LM: --fp8-recipe "
-        "blockwise|mxfp8, --fp4-format e2m1 --fp4-recipe nvfp4)"
+        f"job.precision={ctx.precision.value} is modelled but {name} has no setting for it; "
+        f"export to {' or '.join(BLOCK_SCALED_TARGETS)}, or plan with job.precision fp8 or bf16"
     )
 
 

@@ -176,6 +176,9 @@ FLAGS: dict[str, str] = {
     "bf16": "--bf16",
     "fp16": "--fp16",
     "fp8": "--fp8-format",
+    "fp8_recipe": "--fp8-recipe",
+    "fp4": "--fp4-format",
+    "fp4_recipe": "--fp4-recipe",
     # data and run length (synthetic data so the script runs as is)
     "mock_data": "--mock-data",
     "tokenizer": "--tokenizer-type",
@@ -251,12 +254,22 @@ def recompute_settings(plan: Plan) -> list[tuple[str, object]]:
     return []
 
 
+BLOCK_SCALED_ARGS: dict[Precision, list[tuple[str, object]]] = {
+    Precision.FP8_BLOCKWISE: [("fp8", FP8_FORMAT), ("fp8_recipe", "blockwise")],
+    Precision.MXFP8: [("fp8", "e4m3"), ("fp8_recipe", "mxfp8")],
+    Precision.NVFP4: [("fp4", "e2m1"), ("fp4_recipe", "nvfp4")],
+}
+"""megatron-core 0.19.2 recipes (TransformerConfig fp8_recipe / fp4_recipe), with the formats
+Megatron-Bridge 0.6.2's recipes pair them with (training/mixed_precision.py:
+bf16_with_fp8_subchannel_scaling_mixed, bf16_with_mxfp8_mixed, bf16_with_nvfp4_mixed)."""
+
+
 def _precision_args(precision: Precision) -> list[tuple[str, object]]:
     if precision is Precision.FP16:
         return [("fp16", None)]
     if precision is Precision.FP8:
         return [("bf16", None), ("fp8", FP8_FORMAT)]
-    return [("bf16", None)]
+    return [("bf16", None), *BLOCK_SCALED_ARGS.get(precision, [])]
 
 
 def _flag_args(ctx: ExportContext) -> list[tuple[str, object]]:

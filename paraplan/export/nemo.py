@@ -237,12 +237,20 @@ MIXED_PRECISION = {
     Precision.BF16: "bf16_mixed",
     Precision.FP16: "fp16_mixed",
     Precision.FP8: "bf16_with_fp8_delayed_scaling_mixed",
+    Precision.FP8_BLOCKWISE: "bf16_with_fp8_subchannel_scaling_mixed",
+    Precision.MXFP8: "bf16_with_mxfp8_mixed",
+    Precision.NVFP4: "bf16_with_nvfp4_mixed",
 }
+"""Megatron-Bridge 0.6.2 mixed-precision recipes (training/mixed_precision.py)."""
 NEMO2_PRECISION = {
     Precision.BF16: "bf16_mixed()",
     Precision.FP16: "fp16_mixed()",
     Precision.FP8: "bf16_with_fp8_mixed()",
+    Precision.FP8_BLOCKWISE: "bf16_with_fp8_subchannel_scaling_mixed()",
+    Precision.MXFP8: "bf16_with_mxfp8_mixed()",
 }
+"""NeMo 2.4.0 precision plugins (nemo/collections/llm/recipes/precision/mixed_precision.py); it
+has none for NVFP4."""
 
 
 def settings(ctx: ExportContext) -> list[tuple[str, object]]:
@@ -360,8 +368,12 @@ def render(ctx: ExportContext) -> str:
     notes = [
         "Megatron-Bridge: cfg = apply(recipe_config, BRIDGE_OVERRIDES); or pass the lines "
         "`python nemo.py` prints as overrides.",
-        "NeMo 2: apply(recipe, NEMO2_OVERRIDES) on a nemo.collections.llm recipe; set precision "
-        f"with recipe.trainer.plugins = {NEMO2_PRECISION[ctx.precision]}.",
+        "NeMo 2: apply(recipe, NEMO2_OVERRIDES) on a nemo.collections.llm recipe; "
+        + (
+            f"set precision with recipe.trainer.plugins = {NEMO2_PRECISION[ctx.precision]}."
+            if ctx.precision in NEMO2_PRECISION
+            else f"NeMo 2.4 has no precision plugin for {ctx.precision.value}: run it with Megatron-Bridge."
+        ),
         "The model.* overrides set the planned architecture on whatever recipe you start "
         "from"
         + (

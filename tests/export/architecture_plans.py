@@ -55,6 +55,10 @@ def plan(dp: int, tp: int = 1, pp: int = 1, **kw: object) -> dict:
 
 
 MEGATRON_CASES: dict[str, tuple[dict, dict]] = {
+    # block-scaled precisions: megatron-core's --fp8-recipe / --fp4-format recipes
+    "mxfp8-b200": (scenario("llama3.1-8b", 1, precision="mxfp8", cluster="dgx-b200"), plan(4, 2)),
+    "nvfp4-b200": (scenario("llama3.1-8b", 1, precision="nvfp4", cluster="dgx-b200"), plan(8)),
+    "fp8-blockwise-h100": (scenario("llama3.1-8b", 1, precision="fp8_blockwise"), plan(4, 1, 2)),
     "gpt3-1.3b-tp2": (scenario("gpt3-1.3b", 1, seq_len=2048), plan(4, 2)),
     "gpt3-13b-tp4-pp2": (scenario("gpt3-13b", 2, seq_len=2048), plan(2, 4, 2)),
     "gpt3-175b-tp8-pp8": (scenario("gpt3-175b", 16, seq_len=2048), plan(2, 8, 8, recompute="selective")),

@@ -9,7 +9,7 @@ parameters. It imports nothing of paraplan, so its venv needs only torch and meg
 
 Input (stdin): a JSON list of ``{"name", "argv", "num_devices"}``. Output (stdout, last line):
 a JSON object name -> ``{"ok": true, "params", "padded_vocab", "groups": {axis: size},
-"layout_chunks"}`` (decoder layers per pp rank and virtual stage of the parsed
+"layout_chunks", "recompute", "precision"}`` (decoder layers per pp rank and virtual stage of the parsed
 ``--pipeline-model-parallel-layout``, null without one) or
 ``{"ok": false, "error"}``. Used by tests/export/test_megatron_lm_oracle.py.
 """
@@ -68,7 +68,13 @@ ONE_DEVICE = {  # settings that make the argument namespace describe the whole m
     "layernorm_zero_centered_gamma": False,
     "masked_softmax_fusion": False,
     "cross_entropy_loss_fusion": False,
+    # low-precision recipes run Transformer Engine kernels; they change no parameter
+    "fp8": None,
+    "fp4": None,
 }
+
+
+_INSTALLED_TE_MIN_VERSION = megatron_arguments.is_te_min_version
 
 
 def _fake_world(num_devices: int) -> None:
@@ -162,12 +168,24 @@ def judge(case: dict) -> dict:
     major = case.get("arch_major", 9)  # Hopper unless the case says otherwise
     megatron_arguments.get_device_arch_version = lambda: major
     torch.cuda.get_device_capability = lambda *_, **__: (major, 0)
+    # the simulated machine's Transformer Engine: validate_args asks the installed one (this venv
+    # has none) for >= 2.7 before it takes --fp4-format (NVFP4BlockScaling)
+    megatron_arguments.is_te_min_version = (
+        (lambda *_, **__: True) if "--fp4-format" in case["argv"] else _INSTALLED_TE_MIN_VERSION
+    )
     sys.argv = ["pretrain_gpt.py", *case["argv"]]
     global_vars.unset_global_variables()
     try:
         with contextlib.redirect_stdout(io.StringIO()):
             args = parse_and_validate_args()
             recompute = [args.recompute_granularity, args.recompute_method, args.recompute_num_layers]
+            precision = {
+                "bf16": args.bf16,
+                "fp8": args.fp8,
+                "fp8_recipe": args.fp8_recipe if args.fp8 else None,
+                "fp4": args.fp4,
+                "fp4_recipe": args.fp4_recipe if args.fp4 else None,
+            }
             groups = _parallel_groups(args, case["num_devices"])
             chunks = _layout_chunks(args)
             params, vocab = _num_params(args)
@@ -182,6 +200,7 @@ def judge(case: dict) -> dict:
         "groups": groups,
         "layout_chunks": chunks,
         "recompute": recompute,
+        "precision": precision,
     }
 
 

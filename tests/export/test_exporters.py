@@ -692,3 +692,29 @@ def test_to_cost_plan_round_trips_the_result_plan() -> None:
     )
     assert to_cost_plan(res.plan).layers_per_stage == (6, 10, 10, 6)
     assert to_cost_plan(res.plan).order == (Axis.TP, Axis.CP, Axis.DP, Axis.PP)
+
+
+BLOCK_SCALED = {
+    "mxfp8": ("--fp8-recipe mxfp8", "bf16_with_mxfp8_mixed"),
+    "nvfp4": ("--fp4-recipe nvfp4", "bf16_with_nvfp4_mixed"),
+    "fp8_blockwise": ("--fp8-recipe blockwise", "bf16_with_fp8_subchannel_scaling_mixed"),
+}
+
+
+@pytest.mark.parametrize("precision", BLOCK_SCALED)
+def test_block_scaled_precisions_plan_for_and_export_to_megatron_and_nemo(precision: str) -> None:
+    """A Blackwell job in MXFP8, NVFP4 or FP8 blockwise plans runnable by default for the two
+    frameworks that name the recipe; the others refuse, naming the field and where it exports."""
+    res = paraplan.solve(
+        {
+            "model": {"preset": "llama3-8b"},
+            "cluster": {"preset": "dgx-b200", "nodes": 2},
+            "job": {"seq_len": 8192, "global_batch": 128, "precision": precision},
+        }
+    )
+    assert res.runs_on == ["megatron", "nemo"]
+    flag, recipe = BLOCK_SCALED[precision]
+    assert flag in " ".join(megatron_args(context(res)))
+    assert bridge_overrides(context(res))["mixed_precision"] == recipe
+    with pytest.raises(ExportError, match=rf"job\.precision={precision} .*torchtitan.*megatron or nemo"):
+        export_text(res, "torchtitan")

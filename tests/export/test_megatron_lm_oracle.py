@@ -66,6 +66,8 @@ def _verdicts() -> dict[str, dict]:
                 "argv": megatron_args(ctx),
                 "env": megatron_env(ctx),
                 "num_devices": ctx.plan.num_devices,
+                # the simulated GPU's compute capability (validate_args reads it)
+                "arch_major": 10 if ctx.cluster.accelerator.generation.startswith("blackwell") else 9,
             }
         )
     done = subprocess.run(
@@ -137,3 +139,24 @@ def test_megatron_refuses_an_architecture_it_cannot_build(name: str) -> None:
     scenario, plan, what = REFUSED_BY_MEGATRON[name]
     with pytest.raises(ExportError, match=re.escape(what)):
         megatron_args(context(result((scenario, plan))))
+
+
+PRECISION_CASES = {
+    "mxfp8-b200": {"bf16": True, "fp8": "e4m3", "fp8_recipe": "mxfp8", "fp4": None, "fp4_recipe": None},
+    "nvfp4-b200": {"bf16": True, "fp8": None, "fp8_recipe": None, "fp4": "e2m1", "fp4_recipe": "nvfp4"},
+    "fp8-blockwise-h100": {
+        "bf16": True,
+        "fp8": "hybrid",
+        "fp8_recipe": "blockwise",
+        "fp4": None,
+        "fp4_recipe": None,
+    },
+}
+
+
+@pytest.mark.parametrize("name", PRECISION_CASES)
+def test_block_scaled_precisions_reach_megatron_as_their_recipes(name: str) -> None:
+    """Megatron-LM's parser reads the planned precision back as megatron-core's recipe."""
+    verdict = _verdicts()[name]
+    assert verdict["ok"], verdict.get("error")
+    assert verdict["precision"] == PRECISION_CASES[name]
