@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from paraplan.graph.layers import LayerKind, build_graph
+from paraplan.graph.layer import LayerKind
+from paraplan.graph.layers import build_graph
 from paraplan.graph.presets import ARCHITECTURE_FIELDS, _read_json, from_hf_config
 from paraplan.graph.spec import ModelSpec
 from paraplan.graph.trace_read import Block, Parts, mixers, norm_modules, read_block
