@@ -24,9 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from paraplan.graph.hf_config import from_hf_config, read_json
 from paraplan.graph.layer import LayerKind
 from paraplan.graph.layers import build_graph
-from paraplan.graph.presets import ARCHITECTURE_FIELDS, _read_json, from_hf_config
+from paraplan.graph.presets import ARCHITECTURE_FIELDS
 from paraplan.graph.spec import ModelSpec
 from paraplan.graph.trace_read import Block, Parts, mixers, norm_modules, read_block
 from paraplan.graph.trace_run import Run, import_torch, run_on_meta
@@ -445,7 +446,7 @@ def trace_hf_config(
     """Build a Hugging Face config's model with ``transformers`` on the meta device (SDPA
     attention, batched expert GEMMs), trace it, and require the traced spec to equal
     ``from_hf_config``'s reading of the same config. ValueError names model.hf_config."""
-    cfg = config if isinstance(config, dict) else _read_json(Path(config))
+    cfg = config if isinstance(config, dict) else read_json(Path(config))
     formula_spec = from_hf_config(config)
     torch = import_torch()
     try:
