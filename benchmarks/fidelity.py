@@ -104,7 +104,7 @@ scored; preset nemotron3-nano-30b-a3b, nothing fitted to them): first predicted 
 Mamba-2 SSD costed as a fused attention kernel over 128-key chunks, backward 2x. The model's
 FLOPs agree with the page (20.8 GFLOP/token modelled; 22.3 implied by 845 TFLOP/s/GPU at
 Megatron-Bridge's count with padded-vocab logits). Read from mamba_ssm 2.3's kernels
-(ops/triton/ssd_combined.py; graph.layers.ssd_traffic): the SSD writes fp32 chunk states
+(ops/triton/ssd_combined.py; graph.mamba_layers.ssd_traffic): the SSD writes fp32 chunk states
 (d N / Q per token, 16 KB at Nano's d 4096, N 128, Q 128) that state passing reads and rewrites,
 and its backward runs 16 kernels (four recomputed forward ones) doing 2.7x the forward FLOPs and
 3.5x its bytes; megatron-core's mixer also copies the in_proj output and the scan output between

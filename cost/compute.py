@@ -312,7 +312,7 @@ def scan_s(
     attention * Q / (Q + ATTENTION_HALF_TOKENS)) + moved_bytes / (HBM * eff_hbm) + kernels *
     overhead, Q the SSD chunk. Assumes: the chunked SSD matmuls (Dao & Gu 2024, arXiv:2405.21060
     Sec. 6) run like a fused attention kernel over Q keys, and the kernels' state and block
-    traffic (graph.layers.ssd_traffic) is not hidden under them (the state-passing and cast
+    traffic (graph.mamba_layers.ssd_traffic) is not hidden under them (the state-passing and cast
     kernels move bytes only); Mamba-1's selective scan (one kernel, the state kept in SRAM) at
     half the fused attention efficiency (Q = ATTENTION_HALF_TOKENS). Units: seconds."""
     q = layer.scan_chunk or ATTENTION_HALF_TOKENS

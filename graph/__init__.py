@@ -1,8 +1,11 @@
 """Models: architecture specs, presets, Hugging Face import and the layer graph (no devices)."""
 
-from paraplan.graph.builder import Attention, Block, Mlp, Moe, Mtp, from_layers, repeat
-from paraplan.graph.layers import Experts, Gemm, Layer, LayerGraph, LayerKind, build_graph
-from paraplan.graph.presets import from_fields, from_hf_config, preset, preset_names, to_fields
+from paraplan.graph.builder import from_layers
+from paraplan.graph.hf_config import from_hf_config
+from paraplan.graph.layer import Experts, Gemm, Layer, LayerKind
+from paraplan.graph.layer_items import Attention, Block, Mlp, Moe, Mtp, repeat
+from paraplan.graph.layers import LayerGraph, build_graph
+from paraplan.graph.presets import from_fields, preset, preset_names, to_fields
 from paraplan.graph.spec import PATTERN_SYMBOLS, Activation, Mamba, ModelSpec, Vision
 from paraplan.graph.trace import (
     TracedModel,

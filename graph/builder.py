@@ -1,11 +1,11 @@
 """A model described as its list of layers, compiled into the ModelSpec fields that build it.
 
 ``from_layers([...], hidden=..., num_heads=..., vocab=..., ...)`` takes typed layer descriptors
-(:class:`Attention`, :class:`Mlp`, :class:`Moe`, :class:`Block`, :class:`Mtp` and the spec's own
-:class:`~paraplan.graph.spec.Mamba`), with :func:`repeat` for runs of them, and returns
-``build_graph(spec)``: the solver and the cost model, which read the spec, see exactly these
-layers. A scenario file's ``model.layers`` given as a pattern or a list (:func:`scenario_layers`)
-goes through the same compiler.
+(graph/layer_items.py: :class:`Attention`, :class:`Mlp`, :class:`Moe`, :class:`Block`,
+:class:`Mtp` and the spec's own :class:`~paraplan.graph.spec.Mamba`), with ``repeat`` for runs of
+them, and returns ``build_graph(spec)``: the solver and the cost model, which read the spec, see
+exactly these layers. A scenario file's ``model.layers`` given as a pattern or a list
+(graph/scenario_layers.py) goes through the same compiler, :func:`compile_layers`.
 
 Two shapes of stack, as in Megatron:
 
@@ -30,27 +30,13 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from dataclasses import fields as dataclass_fields
-from typing import Any, TypeAlias, cast
+from typing import Any, cast
 
+from paraplan.graph.layer_items import Attention, Block, LayerItem, Mlp, Moe, Mtp, flatten_layers
 from paraplan.graph.layers import LayerGraph, build_graph
-from paraplan.graph.spec import MODEL_LIMITS, PATTERN_SYMBOLS, Mamba, ModelSpec, scenario_key, show_value
+from paraplan.graph.spec import MODEL_LIMITS, Mamba, ModelSpec, show_value
 
-__all__ = [
-    "Attention",
-    "Mlp",
-    "Moe",
-    "Block",
-    "Mtp",
-    "LayerItem",
-    "repeat",
-    "from_layers",
-    "scenario_layers",
-    "DERIVED_FIELDS",
-    "DEFAULT_LEGEND",
-]
-
-MAX_ITEMS = MODEL_LIMITS["num_layers"] + MODEL_LIMITS["mtp_layers"]
-"""Most layer descriptors a list may hold: the blocks' limit plus the MTP modules'."""
+__all__ = ["from_layers", "compile_layers", "Placed", "DERIVED_FIELDS"]
 
 DERIVED_FIELDS = (
     "num_layers",
@@ -65,145 +51,8 @@ DERIVED_FIELDS = (
 """ModelSpec fields the layer list sets; giving one as well is refused (the list is the truth)."""
 
 
-def _check_size(value: int | None, what: str, minimum: int = 1) -> None:
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{what}={show_value(value)} must be a whole number >= {minimum}")
-
-
 @dataclass(frozen=True, slots=True)
-class Attention:
-    """One self-attention layer (MHA/GQA/MQA, or MLA when the model sets ``kv_lora_rank``).
-
-    ``window``: a query sees the last ``window`` tokens (sliding window; gpt-oss, Gemma 3);
-    ``chunk``: a query sees only its own ``chunk`` of tokens (chunked local attention; Llama 4);
-    neither: causal full attention. ``nope``: the layer skips RoPE (Llama 4's global layers;
-    full attention only)."""
-
-    window: int = 0
-    chunk: int = 0
-    nope: bool = False
-
-    def __post_init__(self) -> None:
-        _check_size(self.window, "Attention.window", 0)
-        _check_size(self.chunk, "Attention.chunk", 0)
-        if self.window and self.chunk:
-            raise ValueError("Attention: give window or chunk, not both (one local kind per layer)")
-        if self.nope and not self.is_full:
-            raise ValueError("Attention: nope=True (no RoPE) applies to full attention only")
-
-    @property
-    def is_full(self) -> bool:
-        return not (self.window or self.chunk)
-
-
-@dataclass(frozen=True, slots=True)
-class Mlp:
-    """A dense MLP of ``ffn_hidden`` (None: the model's ``ffn_hidden``)."""
-
-    ffn_hidden: int | None = None
-
-    def __post_init__(self) -> None:
-        _check_size(self.ffn_hidden, "Mlp.ffn_hidden")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Moe:
-    """A mixture-of-experts MLP (router, shared and routed experts); each size None takes the
-    model's field of the same name."""
-
-    num_experts: int | None = None
-    top_k: int | None = None
-    moe_ffn_hidden: int | None = None
-    num_shared_experts: int | None = None
-    shared_ffn_hidden: int | None = None
-
-    def __post_init__(self) -> None:
-        for f in dataclass_fields(self):
-            minimum = 0 if f.name in ("num_shared_experts", "shared_ffn_hidden") else 1
-            _check_size(getattr(self, f.name), f"Moe.{f.name}", minimum)
-
-
-_MLP_NAMES = {"dense": Mlp, "moe": Moe}
-
-
-@dataclass(frozen=True, slots=True)
-class Block:
-    """A transformer block: ``attention`` then ``mlp`` (an :class:`Mlp`, a :class:`Moe`, or the
-    string ``"dense"`` / ``"moe"``)."""
-
-    attention: Attention = Attention()
-    mlp: Mlp | Moe | str = Mlp()
-
-    def __post_init__(self) -> None:
-        if isinstance(self.mlp, str):
-            if self.mlp not in _MLP_NAMES:
-                raise ValueError(f"Block.mlp={self.mlp!r} is not 'dense' or 'moe' (or an Mlp / Moe)")
-            object.__setattr__(self, "mlp", _MLP_NAMES[self.mlp]())
-        if not isinstance(self.mlp, Mlp | Moe):
-            raise ValueError(
-                f"Block.mlp is a {type(self.mlp).__name__}; give an Mlp, a Moe, 'dense' or 'moe'"
-            )
-        if not isinstance(self.attention, Attention):
-            raise ValueError(f"Block.attention is a {type(self.attention).__name__}; give an Attention")
-
-
-@dataclass(frozen=True, slots=True)
-class Mtp:
-    """A multi-token-prediction module (DeepSeek-V3, arXiv:2412.19437 Sec. 2.2): after the last
-    block, it runs one more block shaped like the last one and the shared LM head."""
-
-
-LayerItem: TypeAlias = Attention | Mlp | Moe | Block | Mamba | Mtp
-"""One entry of a layer list (``Mamba`` is paraplan.graph.Mamba: a Mamba layer of those sizes,
-or of the model's ``mamba`` sizes when its ``version`` is 0)."""
-_ITEM_TYPES = (Attention, Mlp, Moe, Block, Mamba, Mtp)
-
-
-def repeat(n: int, *layers: LayerItem | Iterable[LayerItem]) -> tuple[LayerItem, ...]:
-    """``layers`` (descriptors, or lists of them) ``n`` times in order, flattened:
-    ``repeat(2, Attention(window=128), Attention())`` is four layers."""
-    _check_size(n, "repeat(n)", 0)
-    flat = [item for _, item in _flatten(layers)]
-    if n * len(flat) > MAX_ITEMS:
-        raise ValueError(
-            f"repeat({n:,}, ...) makes {n * len(flat):,} layers; a model holds at most {MAX_ITEMS:,} "
-            f"({MODEL_LIMITS['num_layers']:,} blocks and {MODEL_LIMITS['mtp_layers']} MTP modules)"
-        )
-    return tuple(flat) * n
-
-
-_END = object()  # end of one level of nested layer lists
-
-
-def _flatten(layers: Iterable[Any]) -> list[tuple[str, LayerItem]]:
-    """(``layers[i]``, item) for every descriptor of ``layers`` (nested lists flattened; the
-    index counts the flattened list); ValueError for anything that is not a descriptor."""
-    out: list[tuple[str, LayerItem]] = []
-    iterators = [iter(layers)]
-    while iterators:
-        item = next(iterators[-1], _END)
-        if item is _END:
-            iterators.pop()
-            continue
-        if isinstance(item, _ITEM_TYPES):
-            out.append((f"layers[{len(out)}]", item))
-            if len(out) > MAX_ITEMS:
-                raise ValueError(f"layers: more than {MAX_ITEMS:,} layers (paraplan's limit)")
-        elif isinstance(item, list | tuple):
-            iterators.append(iter(item))
-        else:
-            raise ValueError(
-                f"layers[{len(out)}] is a {type(item).__name__}, not a layer; give Attention, Mlp, "
-                "Moe, Mamba, Block or Mtp (paraplan.graph), or lists of them (a vision encoder is the "
-                "vision= field)"
-            )
-    return out
-
-
-@dataclass(frozen=True, slots=True)
-class _Placed:
+class Placed:
     """A descriptor with the path an error names: the layer's (a Block's attention), and a
     Block's MLP."""
 
@@ -212,9 +61,9 @@ class _Placed:
     mlp_where: str = ""
 
 
-def _placed(items: Sequence[tuple[str, LayerItem]]) -> list[_Placed]:
+def _placed(items: Sequence[tuple[str, LayerItem]]) -> list[Placed]:
     return [
-        _Placed(x, f"{w}.attention", f"{w}.mlp") if isinstance(x, Block) else _Placed(x, w) for w, x in items
+        Placed(x, f"{w}.attention", f"{w}.mlp") if isinstance(x, Block) else Placed(x, w) for w, x in items
     ]
 
 
@@ -247,12 +96,12 @@ def from_layers(
         "num_kv_heads": num_kv_heads or num_heads,
         **fields,
     }
-    derived = _compile_layers(_placed(_flatten(layers)), given, lambda f: f, "layers")
+    derived = compile_layers(_placed(flatten_layers(layers)), given, lambda f: f, "layers")
     return build_graph(ModelSpec(name=name, **{**given, **derived}))
 
 
-def _compile_layers(
-    items: Sequence[_Placed], given: Mapping[str, Any], field_name: Callable[[str], str], root: str
+def compile_layers(
+    items: Sequence[Placed], given: Mapping[str, Any], field_name: Callable[[str], str], root: str
 ) -> dict[str, Any]:
     """The ModelSpec fields (by their ModelSpec names) that make build_graph produce exactly
     ``items``: ``num_layers`` and the pattern, attention, width and MTP fields (only those not at
@@ -288,7 +137,7 @@ def _default(field: str) -> Any:
     return next((f.default for f in dataclass_fields(ModelSpec) if f.name == field), None)
 
 
-def _split_mtp(items: Sequence[_Placed], root: str) -> tuple[list[_Placed], int]:
+def _split_mtp(items: Sequence[Placed], root: str) -> tuple[list[Placed], int]:
     """The blocks before the trailing MTP modules, and how many there are."""
     body = [p for p in items if not isinstance(p.layer, Mtp)]
     if not body:
@@ -303,18 +152,18 @@ def _split_mtp(items: Sequence[_Placed], root: str) -> tuple[list[_Placed], int]
     return body, len(items) - len(body)
 
 
-def _positions(body: Sequence[_Placed], hybrid: bool) -> list[tuple[str, _Placed]]:
+def _positions(body: Sequence[Placed], hybrid: bool) -> list[tuple[str, Placed]]:
     """(PATTERN_SYMBOLS character, placed layer) per block position; in a hybrid list a Block
     is two positions (its attention, then its MLP); in a list of Blocks each Block is one
     position, its character its MLP's (``E`` or ``-``)."""
-    out: list[tuple[str, _Placed]] = []
+    out: list[tuple[str, Placed]] = []
     for p in body:
         x = p.layer
         if isinstance(x, Block):
-            mlp = _Placed(_mlp_of(x), p.mlp_where)
+            mlp = Placed(_mlp_of(x), p.mlp_where)
             mlp_symbol = "E" if isinstance(x.mlp, Moe) else "-"
             if hybrid:
-                out += [("*", _Placed(x.attention, p.where)), (mlp_symbol, mlp)]
+                out += [("*", Placed(x.attention, p.where)), (mlp_symbol, mlp)]
             else:
                 out.append((mlp_symbol, p))
         else:
@@ -323,10 +172,10 @@ def _positions(body: Sequence[_Placed], hybrid: bool) -> list[tuple[str, _Placed
     return out
 
 
-def _parts(p: _Placed) -> tuple[_Placed, ...]:
+def _parts(p: Placed) -> tuple[Placed, ...]:
     """A Block's attention and MLP, each with its path; any other layer itself."""
     if isinstance(p.layer, Block):
-        return (_Placed(p.layer.attention, p.where), _Placed(_mlp_of(p.layer), p.mlp_where))
+        return (Placed(p.layer.attention, p.where), Placed(_mlp_of(p.layer), p.mlp_where))
     return (p,)
 
 
@@ -335,12 +184,12 @@ def _mlp_of(b: Block) -> Mlp | Moe:
     return cast("Mlp | Moe", b.mlp)
 
 
-def _attention_of(p: _Placed) -> Attention:
+def _attention_of(p: Placed) -> Attention:
     return p.layer.attention if isinstance(p.layer, Block) else p.layer  # type: ignore[return-value]
 
 
 def _attention_fields(
-    attention: list[tuple[int, _Placed]], given: Mapping[str, Any], field_name: Callable[[str], str]
+    attention: list[tuple[int, Placed]], given: Mapping[str, Any], field_name: Callable[[str], str]
 ) -> dict[str, Any]:
     """``sliding_window`` / ``attention_chunk``, ``full_attention_every`` and
     ``nope_full_attention`` of the attention layers at their block positions: ModelSpec makes
@@ -376,7 +225,7 @@ def _attention_fields(
 
 
 def _one_value(
-    stated: list[tuple[_Placed, Any]],
+    stated: list[tuple[Placed, Any]],
     what: str,
     spec_field: str,
     model: Any,
@@ -406,7 +255,7 @@ def _one_value(
     return value
 
 
-def _full_every(attention: list[tuple[int, _Placed]], full: list[tuple[int, _Placed]]) -> int:
+def _full_every(attention: list[tuple[int, Placed]], full: list[tuple[int, Placed]]) -> int:
     """The smallest n >= 2 with (i + 1) % n == 0 exactly at the full-attention positions i
     (n divides every i + 1 of a full layer, so it divides their gcd). When none fits, ValueError
     naming the first layer that breaks n0 = first full position + 1 (n0 fits whenever any n
@@ -438,7 +287,7 @@ _WIDTHS: tuple[tuple[type, str], ...] = ((Mlp, "ffn_hidden"), *((Moe, f.name) fo
 
 
 def _width_fields(
-    positions: list[tuple[str, _Placed]], given: Mapping[str, Any], field_name: Callable[[str], str]
+    positions: list[tuple[str, Placed]], given: Mapping[str, Any], field_name: Callable[[str], str]
 ) -> dict[str, Any]:
     """The MLP, expert and Mamba sizes the descriptors state (one value across the layers, equal
     to the model's field if given), and the rules that tie layers to fields: a MoE layer needs
@@ -490,218 +339,3 @@ def _moe_placement(is_moe: list[bool]) -> dict[str, Any]:
     if all(m == (i >= d and (i - d) % f == 0) for i, m in enumerate(is_moe)):
         return {k: v for k, v in (("first_dense_layers", d), ("moe_layer_freq", f)) if v != _default(k)}
     return {"moe_pattern": "".join("E" if m else "-" for m in is_moe)}
-
-
-# --- scenario files: model.layers as a pattern or a list ---------------------------------------
-
-_SYMBOL_ENTRIES: dict[str, dict[str, Any]] = {
-    "mamba": {"mamba": True},
-    "attention": {"attention": "full"},
-    "mlp": {"mlp": "dense"},
-    "moe": {"mlp": "moe"},
-}
-DEFAULT_LEGEND: dict[str, dict[str, Any]] = {c: _SYMBOL_ENTRIES[k] for c, k in PATTERN_SYMBOLS.items()}
-"""Megatron's hybrid symbols (PATTERN_SYMBOLS: M Mamba, * attention, - dense MLP, E MoE) as layer
-entries; a pattern's ``legend`` adds characters to these or redefines them."""
-
-_KEY = "\x00"  # in an entry's path, where a Block's ".attention" or ".mlp" goes
-_LAYER_KEYS = ("attention", "mlp", "mamba", "mtp", "repeat")
-_GROUP_KEYS = ("pattern", "legend", "layers", "repeat")
-_ATTENTION_WORDS = ("full", "window", "chunk", "nope")
-
-
-def scenario_layers(model: Mapping[str, Any]) -> dict[str, Any]:
-    """The scenario's explicit ``model:`` keys that ``model.layers`` given as a pattern or a list
-    stands for (``layers`` the count, ``layer_pattern`` or ``moe_pattern`` / ``first_dense_layers``
-    / ``moe_layer_freq``, ``sliding_window`` / ``attention_chunk``, ``full_attention_every``,
-    ``nope_full_attention``, ``mtp_layers``), compiled with the same compiler as from_layers.
-
-    ``layers`` is ``{pattern: "M*M-ME", legend: {...}, repeat: n}`` (one legend character per
-    layer; Megatron's symbols by default; spaces ignored) or a list of entries. An entry is a
-    layer - ``attention`` (``full``, ``window``, ``chunk``, ``nope`` or ``{window: N}`` /
-    ``{chunk: N}`` / ``{nope: true}``; ``window``/``chunk`` take ``model.sliding_window`` /
-    ``model.attention_chunk``), ``mlp`` (``dense`` or ``moe``), ``mamba: true``, ``mtp: true``;
-    attention (or mamba) with mlp is a block - or a group (``pattern``/``legend`` or ``layers``),
-    each with an optional ``repeat``. ValueError names the path (``model.layers[3].mlp``)."""
-    given = {_spec_name(k): v for k, v in model.items() if k != "layers"}
-    items: list[tuple[str, LayerItem]] = []
-    _document(model["layers"], "model.layers", given, items)
-    numbered = [(f"{w} (layer {k})", x) for k, (w, x) in enumerate(items)]
-    placed = [_Placed(x, w, m) for w, x, m in _with_mlp_paths(numbered)]
-    derived = _compile_layers(placed, given, lambda f: f"model.{scenario_key(f)}", "model.layers")
-    return {scenario_key(k): v for k, v in derived.items()}
-
-
-def _spec_name(key: str) -> str:
-    names = {scenario_key(f.name): f.name for f in dataclass_fields(ModelSpec)}
-    return names.get(key, key)
-
-
-def _with_mlp_paths(items: list[tuple[str, LayerItem]]) -> list[tuple[str, LayerItem, str]]:
-    """(path, layer, mlp path): a Block's entry names its attention and its mlp key (``where``
-    holds _KEY where the key goes)."""
-    return [
-        (w.replace(_KEY, ".attention"), x, w.replace(_KEY, ".mlp"))
-        if isinstance(x, Block)
-        else (w.replace(_KEY, ""), x, "")
-        for w, x in items
-    ]
-
-
-def _document(value: Any, where: str, given: Mapping[str, Any], out: list[tuple[str, LayerItem]]) -> None:
-    """Append the layers of ``value`` (a group mapping or a list of entries) to ``out``."""
-    if isinstance(value, list):
-        for j, entry in enumerate(value):
-            _entry(entry, f"{where}[{j}]", given, out)
-    elif isinstance(value, dict) and ("pattern" in value or "layers" in value):
-        _group(value, where, given, out)
-    else:
-        raise ValueError(
-            f"{where}={show_value(value)} must be a whole number (the layer count), a pattern "
-            "{pattern: ..., legend: ...} or a list of layer entries"
-        )
-
-
-def _repeat(entry: Mapping[str, Any], where: str) -> int:
-    n = entry.get("repeat", 1)
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"{where}.repeat={show_value(n)} must be a whole number >= 1")
-    if n > MAX_ITEMS:
-        raise ValueError(f"{where}.repeat={n:,} exceeds paraplan's limit of {MAX_ITEMS:,} layers")
-    return n
-
-
-def _entry(entry: Any, where: str, given: Mapping[str, Any], out: list[tuple[str, LayerItem]]) -> None:
-    if not isinstance(entry, dict):
-        raise ValueError(f"{where}={show_value(entry)} must be a mapping (a layer or a group of layers)")
-    if "pattern" in entry or "layers" in entry:
-        _group(entry, where, given, out)
-        return
-    unknown = sorted(set(entry) - set(_LAYER_KEYS))
-    if unknown:
-        raise ValueError(
-            f"{where}.{unknown[0]} is not a layer key; a layer has {', '.join(_LAYER_KEYS)}, a group "
-            f"pattern (+ legend) or layers (+ repeat)"
-        )
-    layers = _entry_layers(entry, where, given)
-    _extend(out, [(f"{where}{_KEY}", x) for x in layers], _repeat(entry, where))
-
-
-def _extend(out: list[tuple[str, LayerItem]], items: list[tuple[str, LayerItem]], n: int) -> None:
-    """``items`` n times; refuses a list past MAX_ITEMS before building it."""
-    if len(out) + n * len(items) > MAX_ITEMS:
-        raise ValueError(f"model.layers: more than {MAX_ITEMS:,} layers (paraplan's limit)")
-    out.extend(items * n)
-
-
-def _entry_layers(entry: Mapping[str, Any], where: str, given: Mapping[str, Any]) -> list[LayerItem]:
-    """The descriptors of one layer entry: a Block (attention + mlp), Mamba (+ its MLP), one
-    layer, or an Mtp."""
-    kinds = [k for k in ("attention", "mlp", "mamba", "mtp") if k in entry]
-    for flag in ("mamba", "mtp"):
-        if flag in entry and entry[flag] is not True:
-            raise ValueError(f"{where}.{flag}={show_value(entry[flag])} must be true (or leave the key out)")
-    if not kinds:
-        raise ValueError(f"{where}: a layer entry needs attention, mlp, mamba or mtp")
-    if "mtp" in entry and len(kinds) > 1:
-        raise ValueError(f"{where}: mtp: true is a module of its own; give it without {kinds[0]}")
-    if "mamba" in entry and "attention" in entry:
-        raise ValueError(f"{where}: a layer is attention or mamba, not both (give two entries)")
-    if "mtp" in entry:
-        return [Mtp()]
-    mlp = _mlp(entry["mlp"], f"{where}.mlp") if "mlp" in entry else None
-    if "attention" in entry:
-        attention = _attention(entry["attention"], f"{where}.attention", given)
-        return [Block(attention, mlp)] if mlp is not None else [attention]
-    if "mamba" in entry:
-        return [Mamba(), mlp] if mlp is not None else [Mamba()]
-    assert mlp is not None  # kinds is not empty and holds neither mtp, attention nor mamba
-    return [mlp]
-
-
-def _mlp(value: Any, where: str) -> Mlp | Moe:
-    if value not in _MLP_NAMES:
-        raise ValueError(f"{where}={show_value(value)} is not one of 'dense', 'moe'")
-    return _MLP_NAMES[value]()
-
-
-def _attention(value: Any, where: str, given: Mapping[str, Any]) -> Attention:
-    """``full`` / ``nope`` / ``window`` / ``chunk`` (sizes from model.sliding_window /
-    model.attention_chunk) or a mapping of Attention fields."""
-    if isinstance(value, dict):
-        unknown = sorted(set(value) - {"window", "chunk", "nope"})
-        if unknown:
-            raise ValueError(f"{where}.{unknown[0]} is not an attention key; use window, chunk or nope")
-        try:
-            return Attention(**value)
-        except ValueError as e:
-            raise ValueError(f"{where}: {e}") from None
-    if value not in _ATTENTION_WORDS:
-        raise ValueError(
-            f"{where}={show_value(value)} is not one of {', '.join(_ATTENTION_WORDS)} "
-            "(or a mapping {window: N} / {chunk: N} / {nope: true})"
-        )
-    if value in ("window", "chunk"):
-        spec_field = "sliding_window" if value == "window" else "attention_chunk"
-        size = given.get(spec_field)
-        if not size:
-            raise ValueError(
-                f"{where}={value} needs model.{spec_field} (its size in tokens), or write "
-                f"attention: {{{value}: N}}"
-            )
-        return Attention(**{value: size})
-    return Attention(nope=value == "nope")
-
-
-def _group(
-    group: Mapping[str, Any], where: str, given: Mapping[str, Any], out: list[tuple[str, LayerItem]]
-) -> None:
-    unknown = sorted(set(group) - set(_GROUP_KEYS))
-    if unknown or ("pattern" in group and "layers" in group):
-        bad = unknown[0] if unknown else "layers"
-        raise ValueError(
-            f"{where}.{bad}: a group is {{pattern: ..., legend: ..., repeat: n}} or "
-            "{layers: [...], repeat: n}"
-        )
-    if "legend" in group and "pattern" not in group:
-        raise ValueError(f"{where}.legend belongs to a pattern; add {where}.pattern")
-    n = _repeat(group, where)
-    body: list[tuple[str, LayerItem]] = []
-    if "layers" in group:
-        if not isinstance(group["layers"], list):
-            raise ValueError(f"{where}.layers must be a list of layer entries")
-        _document(group["layers"], f"{where}.layers", given, body)
-    else:
-        _pattern(group, where, given, body)
-    _extend(out, body, n)
-
-
-def _pattern(
-    group: Mapping[str, Any], where: str, given: Mapping[str, Any], out: list[tuple[str, LayerItem]]
-) -> None:
-    pattern = group["pattern"]
-    if not isinstance(pattern, str) or not pattern.strip():
-        raise ValueError(f"{where}.pattern={show_value(pattern)} must be a string of legend characters")
-    legend_in = group.get("legend") or {}
-    if not isinstance(legend_in, dict):
-        raise ValueError(f"{where}.legend must map one character to a layer entry")
-    legend = {**DEFAULT_LEGEND, **legend_in}
-    for char, entry in legend_in.items():
-        if not isinstance(char, str) or len(char) != 1 or char.isspace():
-            raise ValueError(f"{where}.legend key {show_value(char)} must be one character")
-        if not isinstance(entry, dict) or "repeat" in entry or "pattern" in entry or "layers" in entry:
-            raise ValueError(
-                f"{where}.legend.{char} must be one layer entry (attention, mlp, mamba, mtp), without repeat"
-            )
-    cache: dict[str, list[LayerItem]] = {}
-    c = -1
-    for char in pattern:
-        if char.isspace():
-            continue
-        c += 1
-        at = f"{where}.pattern[{c}] ({char!r})"
-        if char not in legend:
-            raise ValueError(f"{at} is not in the legend ({', '.join(map(repr, legend))})")
-        if char not in cache:
-            cache[char] = _entry_layers(legend[char], f"{where}.legend.{char}", given)
-        _extend(out, [(f"{at}{_KEY}", x) for x in cache[char]], 1)

@@ -270,10 +270,10 @@ def model_layers(data: dict[str, Any]) -> dict[str, Any]:
     """``model.layers`` given as a pattern (``{pattern: "M*M-", legend: ...}``) or a list of
     layer entries: the scenario with the explicit keys it stands for (``layers`` the count,
     ``layer_pattern`` or ``moe_pattern`` / ``first_dense_layers`` / ``moe_layer_freq``, the
-    attention and ``mtp_layers`` keys; graph.builder.scenario_layers), so the rest of paraplan,
+    attention and ``mtp_layers`` keys; graph.scenario_layers), so the rest of paraplan,
     and a result's recorded scenario, see plain fields. ConfigError names the path
     (``model.layers[3].mlp``) and the rule."""
-    from paraplan.graph.builder import scenario_layers
+    from paraplan.graph.scenario_layers import scenario_layers
 
     model = data.get("model")
     if not isinstance(model, dict) or not isinstance(model.get("layers"), dict | list):

@@ -41,7 +41,7 @@ def test_covers_the_supported_rows(scored) -> None:
 def test_median_and_p90_error(rows) -> None:
     median, p90 = summary([r.error for r in rows])
     # 6.4% / 19.4% on 286 runs with the Mamba-2 SSD kernels' own backward and their fp32 chunk
-    # state traffic (graph.layers.ssd_traffic, from mamba_ssm's kernels; nothing fitted): the
+    # state traffic (graph.mamba_layers.ssd_traffic, from mamba_ssm's kernels; nothing fitted): the
     # six Nemotron 3 Nano rows -12..-15% (2026-12-01, fourth session);
     # 6.4% / 22.2% on 286 runs: + the six Nemotron 3 Nano rows (hybrid Mamba-2 + MoE, all
     # predicted 22-25% too fast), partial recompute as below (2026-12-01, third session);

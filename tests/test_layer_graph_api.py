@@ -103,7 +103,7 @@ def _fields(spec: ModelSpec) -> dict:
     return {f.name: getattr(spec, f.name) for f in fields(spec)}
 
 
-# --- model.layers as a pattern or a list (graph/builder.py; issue 13 item 1) -------------------
+# --- model.layers as a pattern or a list (graph/scenario_layers.py; issue 13 item 1) -----------
 
 LAYERS_TOY = """
 model:

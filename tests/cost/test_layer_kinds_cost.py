@@ -227,7 +227,7 @@ def test_a_yaml_hybrid_model_and_image_tokens_reach_the_cost_model() -> None:
 
 
 def test_ssd_state_traffic_is_costed_at_hbm_bandwidth() -> None:
-    """The SSD's chunk states move through HBM (graph.layers.ssd_traffic): a part with half the
+    """The SSD's chunk states move through HBM (graph.mamba_layers.ssd_traffic): a part with half the
     bandwidth spends the traffic's time twice; the FLOP part of the time does not change."""
     ly = build_graph(preset("nemotron-h-56b")).layer("mamba_0")
     accel, eff = CLUSTER.accelerator, CLUSTER.efficiency

@@ -29,7 +29,8 @@ from paraplan.graph import (  # noqa: E402
     trace_module,
 )
 from paraplan.graph.presets import ARCHITECTURE_FIELDS  # noqa: E402
-from paraplan.graph.trace import AUTOGRAD_BACKWARD_PER_FORWARD, TOLERANCE  # noqa: E402
+from paraplan.graph.trace import TOLERANCE  # noqa: E402
+from paraplan.graph.trace_check import AUTOGRAD_BACKWARD_PER_FORWARD  # noqa: E402
 
 import paraplan  # noqa: E402
 from paraplan.errors import ConfigError  # noqa: E402

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from paraplan.graph import LayerKind, ModelSpec, build_graph, from_fields, from_hf_config, preset, to_fields
-from paraplan.graph.layers import ssd_traffic
+from paraplan.graph.mamba_layers import ssd_traffic
 
 HF = Path(__file__).resolve().parents[2] / "graph" / "data" / "hf"
 NEW_PRESETS = [
