@@ -43,6 +43,8 @@ from paraplan.cost.pools import pool_floors, pooled_pipeline_floor_s
 from paraplan.cost.pp import pipeline_lower_bound_s
 from paraplan.graph import LayerGraph, ModelSpec
 from paraplan.hardware import Cluster
+from paraplan.solver.bounds import quick_lower_bound_s
+from paraplan.solver.caps import fits_some_split, layer_caps
 from paraplan.solver.constraints.recompute_layers import bound_modes, partial_counts, searches_partial
 from paraplan.solver.distinct import is_near_duplicate, layout_key
 from paraplan.solver.model import ModelVars, add_hint, build_model
@@ -59,14 +61,7 @@ from paraplan.solver.space import (
     placements,
     zeros,
 )
-from paraplan.solver.tables import (
-    LayoutTables,
-    build_tables,
-    even_layers,
-    fits_some_split,
-    layer_caps,
-    quick_lower_bound_s,
-)
+from paraplan.solver.tables import LayoutTables, build_tables, even_layers
 
 __all__ = [
     "SolverOptions",
@@ -333,7 +328,7 @@ def _fits(
 ) -> bool:
     """Some split of the layout's layers fits memory (the rank order does not change memory);
     with several block kinds, of the runs of blocks each rank can hold at their least memory
-    (tables.layer_caps: a relaxation)."""
+    (caps.layer_caps: a relaxation)."""
     pp, vp = terms.plan.pp, terms.plan.vp
     slots = pipeline_slots(num_layers, pp, vp) or (0,) * pp
     k_total = (num_layers + sum(slots)) // vp
@@ -625,7 +620,7 @@ def solve_instance(
             kept, graph, fixed, opts, excluded, deadline, progress if first else None, start, memo
         )
         if first and name == "INFEASIBLE" and sol is None and not cand.out_of_time:
-            # every kept layout passed the memory relaxations (tables.layer_caps) and CP-SAT,
+            # every kept layout passed the memory relaxations (caps.layer_caps) and CP-SAT,
             # uncapped, proved that none of its splits fits: as when no family fits at all
             least = _least_memory(graph.spec.num_layers, _recomputes(fixed, options), [t.terms for t in kept])
             raise NoFitError("no plan fits memory", least, cluster.memory_capacity_bytes)

@@ -15,8 +15,8 @@ from paraplan.cost.pp import pipeline_lower_bound_s
 from paraplan.graph import build_graph, preset
 from paraplan.hardware import build_cluster
 from paraplan.solver import Fixed, Options
+from paraplan.solver.bounds import quick_lower_bound_s
 from paraplan.solver.space import families, orders, zeros
-from paraplan.solver.tables import quick_lower_bound_s
 
 CASES = [
     ("llama3-8b", "dgx-h100", 4, 4096, 64),
