@@ -28,18 +28,8 @@ from paraplan.solver.bounds import quick_lower_bound_s
 from paraplan.solver.caps import fits_some_split, layer_caps
 from paraplan.solver.constraints.recompute_layers import bound_modes, searches_partial
 from paraplan.solver.distinct import layout_key
-from paraplan.solver.space import (
-    Fixed,
-    Options,
-    OrderCache,
-    OutOfTime,
-    exact_split,
-    families,
-    num_orders,
-    orders,
-    placements,
-    zeros,
-)
+from paraplan.solver.placement import OrderCache, num_orders, orders, placements
+from paraplan.solver.space import Fixed, Options, OutOfTime, exact_split, families, zeros
 from paraplan.solver.tables import LayoutTables, build_tables, even_layers
 
 __all__ = [

@@ -16,7 +16,8 @@ from paraplan.graph import build_graph, preset
 from paraplan.hardware import build_cluster
 from paraplan.solver import Fixed, Options
 from paraplan.solver.bounds import quick_lower_bound_s
-from paraplan.solver.space import families, orders, zeros
+from paraplan.solver.placement import orders
+from paraplan.solver.space import families, zeros
 
 CASES = [
     ("llama3-8b", "dgx-h100", 4, 4096, 64),
