@@ -118,7 +118,7 @@ class Layout:
     sequence parallelism, rank order, pools and slice shape, with no per-stage layer counts or
     recompute modes yet. Building one runs ``check_structure``. ``plan(layers, recompute)``
     completes it into a Plan; a Plan is a Layout with those per-stage fields
-    (``Plan.layout`` drops them again), so the cost terms of a layout (cost/stage.py
+    (``Plan.layout`` drops them again), so the cost terms of a layout (cost/stage_build.py
     ``stage_terms``) take either."""
 
     dp: int
