@@ -32,8 +32,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from paraplan.cost.memory import StageMemory, fragmentation, stage_memory
-from paraplan.cost.plan import Plan, Recompute, chunk_ranges
+from paraplan.cost.plan import Plan, Recompute
 from paraplan.cost.pp import in_flight_micro_batches
+from paraplan.cost.split import chunk_ranges
 from paraplan.cost.stage import Counts, StageTerms
 
 __all__ = [

@@ -23,7 +23,8 @@ from functools import cached_property
 
 from paraplan.cost.block import BlockCost, EndCost
 from paraplan.cost.dp import optimizer_step_bytes_per_param, shard_degree
-from paraplan.cost.plan import Job, Layout, Plan, Recompute, kind_counts
+from paraplan.cost.plan import Job, Layout, Plan, Recompute
+from paraplan.cost.split import kind_counts
 from paraplan.hardware import Cluster
 
 __all__ = [

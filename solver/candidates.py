@@ -19,9 +19,10 @@ from typing import Any
 
 from paraplan.cost import Job, Layout, Recompute, StageTerms, stage_memory, stage_terms
 from paraplan.cost.floor import FLOOR_IGNORES, compute_floor_s, inner_tiers_fastest
-from paraplan.cost.plan import even_split, pipeline_slots, plan_key
+from paraplan.cost.plan import plan_key
 from paraplan.cost.pools import pool_floors, pooled_pipeline_floor_s
 from paraplan.cost.pp import pipeline_lower_bound_s
+from paraplan.cost.split import even_split, pipeline_slots
 from paraplan.graph import LayerGraph, ModelSpec
 from paraplan.hardware import Cluster
 from paraplan.solver.bounds import quick_lower_bound_s

@@ -16,7 +16,7 @@ from functools import lru_cache
 
 from paraplan.cost import Recompute, StageTerms
 from paraplan.cost.memory import kind_bytes_per_stage, max_layers_per_stage
-from paraplan.cost.plan import pipeline_slots
+from paraplan.cost.split import pipeline_slots
 from paraplan.solver.kinds import chunk_reach, least_in_reach, one_kind
 
 __all__ = [

@@ -20,8 +20,8 @@ from dataclasses import dataclass, replace
 
 from paraplan.cost import Job, Layout, Plan, Recompute, evaluate, stage_terms
 from paraplan.cost.evaluate import step_time_s
-from paraplan.cost.plan import chunk_layers, pipeline_slots
 from paraplan.cost.recompute_layers import partial_stage_memory, recomputed_counts
+from paraplan.cost.split import chunk_layers, pipeline_slots
 from paraplan.graph import LayerGraph
 from paraplan.hardware import Cluster
 from paraplan.solver.constraints.recompute_layers import searches_partial

@@ -48,8 +48,9 @@ from math import gcd, isqrt
 from typing import TypeAlias
 
 from paraplan.cost import CPComm, Layout, Recompute
-from paraplan.cost.plan import PartialPlan, pipeline_slots
+from paraplan.cost.plan import PartialPlan
 from paraplan.cost.pools import pool_sequence, stage_pools_of
+from paraplan.cost.split import pipeline_slots
 from paraplan.cost.validity import (
     batch_splits,
     cp_splits_layer_kinds,

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 
 from paraplan.cost import Job, Layout, Plan, Recompute, StageTerms, stage_terms
 from paraplan.cost.memory import stage_memory_model
-from paraplan.cost.plan import even_split, pipeline_slots
+from paraplan.cost.split import even_split, pipeline_slots
 from paraplan.cost.stage import Affine
 from paraplan.graph import LayerGraph
 from paraplan.hardware import Cluster
