@@ -56,7 +56,7 @@ def is_partial(plan: Plan, stage: int) -> bool:
 def recomputed_counts(terms: StageTerms, plan: Plan | None = None) -> tuple[Counts, ...]:
     """Per stage, how many blocks of each kind are recomputed in full (module docstring): all of a
     FULL stage without recompute_layers, the first N of each chunk with it (positions from
-    cost.plan.chunk_ranges), none elsewhere."""
+    cost.split.chunk_ranges), none elsewhere."""
     plan = plan or terms.full_plan
     counts = terms.stage_counts(plan)
     out: list[Counts] = []

@@ -9,7 +9,7 @@ stage's time and memory are then affine in how many blocks of each kind it holds
 
 with n = sum_k n_k its blocks, ``base_kind`` the most common kind and delta_k = per_kind_k -
 per_base (zero for a homogeneous model, which has one kind). The plan's layer positions give
-the n_k of each stage exactly (cost.plan.kind_counts: DeepSeek-V3's three dense layers cost as
+the n_k of each stage exactly (cost.split.kind_counts: DeepSeek-V3's three dense layers cost as
 dense wherever they land, Llama 4's interleaved dense and MoE layers each as what they are); the
 solver chooses the split over the same affine terms without re-deriving any formula.
 ``stage_terms`` (cost/stage_build.py) builds a layout's terms from the block, end, sync and p2p

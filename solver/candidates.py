@@ -72,7 +72,7 @@ def _stage_modes(fixed: Fixed, pp: int) -> tuple[Recompute, ...] | None:
 
 
 def _k_choices(layout: Layout, num_layers: int, fixed: Fixed, options: Options) -> list[int] | None:
-    """Allowed k = (layers + slot) / vp per stage (cost.plan.pipeline_slots); None = any;
+    """Allowed k = (layers + slot) / vp per stage (cost.split.pipeline_slots); None = any;
     [] = the layout is impossible."""
     slots = pipeline_slots(num_layers, layout.pp, layout.vp)
     if slots is None or (num_layers + sum(slots)) // layout.vp < layout.pp + sum(slots):

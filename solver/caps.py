@@ -1,7 +1,7 @@
 """Memory caps of a layout: the most layers each stage holds in each recompute mode, and whether
 some split fits.
 
-Stage s holds vp * k_s - slots[s] layers (``layout_slots``: cost.plan.pipeline_slots, zero where
+Stage s holds vp * k_s - slots[s] layers (``layout_slots``: cost.split.pipeline_slots, zero where
 the layout has none). ``layer_caps`` gives, per (stage, mode), the most k within the stage's
 device memory (cost.memory.max_layers_per_stage); with several block kinds, the most k whose
 least memory over the runs of blocks the rank can reach fits (kinds.py), a relaxation.

@@ -2,7 +2,7 @@
 
 Every layout (dominated ones included; on a pooled cluster every selection and order of pools),
 every layer split in units of vp (less the embedding / loss slots where vp does not divide the
-layers, cost.plan.pipeline_slots), every recompute mode per stage (one for all stages under
+layers, cost.split.pipeline_slots), every recompute mode per stage (one for all stages under
 ``uniform_recompute``; only ``recompute_modes``; only layouts passing ``layout_filter``), with
 ``partial_recompute`` every number of layers per chunk each FULL stage recomputes (one for
 every rank under ``uniform_recompute``), each scored by cost/ (the terms of a layout are

@@ -2,7 +2,7 @@
 they can cost there.
 
 Rank s holds vp chunks of k_s consecutive virtual positions of [embedding slot] + blocks + [loss
-slot] (cost.plan.pipeline_slots); over every split, chunk c of rank s stays within a range of
+slot] (cost.split.pipeline_slots); over every split, chunk c of rank s stays within a range of
 those positions (``chunk_reach``), so the least time or memory a chunk can take is that of the
 cheapest run of k positions in its range (``least_in_reach``). The least-stage curves
 (``least_stage_s``) and the memory caps (caps.py) are built from it, the least sum over stages

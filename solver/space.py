@@ -14,7 +14,7 @@ which the CP-SAT model decides. Domains, each filtered by the scenario's fixed k
   chunks (cost/compute.attention_shape), so neither dominates the other even on one tier;
 - micro_batch: divisors of global_batch / dp up to ``solver.max_micro_batch``;
 - vp: 1..``solver.max_vp`` when pp > 1, micro-batches a multiple of pp, layers >= pp*vp; stages
-  hold vp k - slot layers (cost.plan.pipeline_slots: where vp does not divide the layers,
+  hold vp k - slot layers (cost.split.pipeline_slots: where vp does not divide the layers,
   Megatron's embedding / loss slots on the first / last stage make up the difference);
 - zero: 0..3 (all collapse to 0 when dp*cp = 1: nothing to shard). ZeRO-0 is dropped when ZeRO-1
   is allowed: in the cost model it is never faster (RS + bf16 AG <= AR; sharded optimizer step)
@@ -109,7 +109,7 @@ def exact_split(layout: Layout, num_layers: int, fixed: Fixed, options: Options)
     """The one layer split ``layout`` must use, if any: the scenario's fixed split, else
     ``options.stage_split(layers, pp, vp)`` (a framework that builds its own split). None: free;
     () : no valid split (wrong length, not the model's layers, or a stage not vp k - slot
-    layers with k >= 1 + slot, cost.plan.pipeline_slots)."""
+    layers with k >= 1 + slot, cost.split.pipeline_slots)."""
     pp, vp = layout.pp, layout.vp
     if fixed.layers_per_stage is not None:
         split: tuple[int, ...] | None = fixed.layers_per_stage

@@ -6,7 +6,7 @@ clamping at 0, optimizer time; and memory as the most layers that fit (caps.py).
 computes a cost; it only calls cost/ and converts to integers through scale.py.
 Per-layer coefficients are per (stage, mode): on a pooled cluster each stage's pool sets them
 (cost/stage.py ``StageTerms.at``); on a homogeneous one they are equal across stages.
-Units of vp: stage s holds vp * k_s - slots[s] layers (cost.plan.pipeline_slots: Megatron's
+Units of vp: stage s holds vp * k_s - slots[s] layers (cost.split.pipeline_slots: Megatron's
 embedding / loss slots when vp does not divide the layers), k_s >= 1 + slots[s]; so a stage's
 line in k has the fixed part fixed - slots[s] * per_layer, and k_total = (layers + sum slots)/vp.
 ``build_tables`` also gives the layout's lower and upper bounds (bounds.py), used to prune it
