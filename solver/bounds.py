@@ -8,7 +8,7 @@
   fastest recompute that fits (a real plan, scored by cost/); under ``uniform`` recompute the
   fastest single mode every stage fits in. The lower bounds ignore ``uniform`` (a relaxation);
 - ``quick_lower_bound_s``: from a layout's terms alone, memory ignored (the cheap levels of
-  solve.py's branch and bound).
+  candidates.py's branch and bound).
 Several block kinds: the per-stage curves and the slowest stage come from kinds.py.
 """
 

@@ -4,8 +4,7 @@ scenario's fixed split and modes as constraints, the tie-break objective and pro
 ``layout_rank`` orders equally fast layouts (solve.py picks the better rank across layouts), and
 ``tie_break`` is the secondary objective of the second solve that picks one plan among a
 layout's ties: layout rank, then no recompute first, then the distance from the even split. The
-progress callback only reports; it never constrains the search (a previous objective enters only
-as a cap on the next layout's model, in solve.py).
+progress callback only reports; it never constrains the search.
 """
 
 from __future__ import annotations
