@@ -29,7 +29,8 @@ from paraplan.cost.plan import (
 )
 from paraplan.cost.pp import bubble_s, in_flight_micro_batches, pipeline_s
 from paraplan.cost.recompute import stored_activation_bytes
-from paraplan.cost.stage import StageTerms, stage_terms
+from paraplan.cost.stage import StageTerms
+from paraplan.cost.stage_build import stage_terms
 from paraplan.cost.validity import check_plan
 
 __all__ = [

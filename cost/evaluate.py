@@ -20,7 +20,8 @@ from paraplan.cost.plan import Job, Plan
 from paraplan.cost.pools import check_stage_pools, peak_flops_per_s, pooled_devices
 from paraplan.cost.pp import bubble_s
 from paraplan.cost.recompute_layers import partial_stage_memory, recomputed_counts, stage_cost
-from paraplan.cost.stage import StageTerms, stage_terms
+from paraplan.cost.stage import StageTerms
+from paraplan.cost.stage_build import stage_terms
 from paraplan.cost.validity import check_layer_kinds, check_plan
 from paraplan.graph import LayerGraph
 from paraplan.hardware import Cluster

@@ -9,7 +9,8 @@ Plan's fields less the per-stage ones (``recompute``, ``layers_per_stage``, ``la
 ``PartialPlan`` has Plan's fields, each None when the user left the knob to the solver. The
 scenario's ``plan:`` and the result's ``plan`` (pydantic, in paraplan/) are the I/O edges of the
 same fields: ``plan_values`` / ``plan_from_values`` and
-``PartialPlan.from_values`` convert through ``fields(Plan)``, never a hand list.
+``PartialPlan.from_values`` convert through ``fields(Plan)``, never a hand list. Where the layers
+go (even split, pipeline slots, chunks, kind counts) is cost/split.py, re-exported here.
 """
 
 from __future__ import annotations
@@ -20,6 +21,16 @@ from enum import Enum, StrEnum
 from functools import cache
 from types import UnionType
 from typing import Any, Union, get_args, get_origin, get_type_hints
+
+from paraplan.cost.split import (
+    chunk_layers,
+    chunk_ranges,
+    default_chunks,
+    even_split,
+    is_even_chunks,
+    kind_counts,
+    pipeline_slots,
+)
 
 __all__ = [
     "Axis",
@@ -118,7 +129,7 @@ class Layout:
     sequence parallelism, rank order, pools and slice shape, with no per-stage layer counts or
     recompute modes yet. Building one runs ``check_structure``. ``plan(layers, recompute)``
     completes it into a Plan; a Plan is a Layout with those per-stage fields
-    (``Plan.layout`` drops them again), so the cost terms of a layout (cost/stage.py
+    (``Plan.layout`` drops them again), so the cost terms of a layout (cost/stage_build.py
     ``stage_terms``) take either."""
 
     dp: int
@@ -371,17 +382,6 @@ def _coerce(hint: Any, value: Any) -> Any:
     return value
 
 
-def even_split(num_layers: int, pp: int) -> tuple[int, ...]:
-    """The one even split: equal counts, the remainder spread over the middle stages (the first
-    and last also hold the embedding and the LM head), then over all when pp <= 2."""
-    base, extra = divmod(num_layers, pp)
-    split = [base] * pp
-    middle = list(range(1, pp - 1)) or list(range(pp))
-    for i in range(extra):
-        split[middle[i % len(middle)]] += 1
-    return tuple(split)
-
-
 def plan_key(plan: Layout, ignore: frozenset[str]) -> tuple[object, ...]:
     """A cache key: every field of ``plan`` (a Layout or a Plan) but those the cached value is
     declared not to depend on. Derived from the dataclass, so a knob added to Plan enters every
@@ -397,73 +397,3 @@ def _key_fields(is_plan: bool, ignore: frozenset[str]) -> tuple[str, ...]:
     if unknown:
         raise ValueError(f"plan_key: {sorted(unknown)} are not Plan fields")
     return tuple(n for n in (PLAN_FIELDS if is_plan else LAYOUT_FIELDS) if n not in ignore)
-
-
-def default_chunks(layers_per_stage: tuple[int, ...], vp: int) -> tuple[tuple[int, ...], ...]:
-    """Each stage's layers over its vp chunks as evenly as possible: stage 0 puts its short
-    chunks first (next to the embedding), every other stage last (the last stage's are next to
-    the loss). 126 layers as [15, 16 x 6, 15] on vp 8 give stage 0 [1, 2 x 7] and stage 7
-    [2 x 7, 1]: Megatron's --account-for-embedding/loss-in-pipeline-split layout."""
-    rows = []
-    for s, n in enumerate(layers_per_stage):
-        base, extra = divmod(n, vp)
-        short, long_ = [base] * (vp - extra), [base + 1] * extra
-        rows.append(tuple(short + long_) if s == 0 else tuple(long_ + short))
-    return tuple(rows)
-
-
-def pipeline_slots(num_layers: int, pp: int, vp: int) -> tuple[int, ...] | None:
-    """Per stage, the layer slots the embedding / loss take when layers are split in units of
-    vp (Megatron's --account-for-embedding/loss-in-pipeline-split): stage s holds
-    vp * k_s - slots[s] layers, k_s >= 1 + slots[s] (every virtual stage keeps a layer).
-
-    Formula: none when vp divides the layers; one slot on the last stage (the loss, next to
-    the costlier LM head) when layers + 1 is a multiple of vp; one on the first and one on the
-    last when layers + 2 is; else None (no such split; e.g. 126 layers on vp 8 take both: 128
-    slots, 2 per virtual stage, the first and last virtual stages holding 1 layer)."""
-    if vp == 1 or num_layers % vp == 0:
-        return (0,) * pp
-    need = -num_layers % vp
-    if need > 2 or pp < 2:
-        return None
-    return (need - 1,) + (0,) * (pp - 2) + (1,)
-
-
-def chunk_layers(plan: Plan) -> tuple[tuple[int, ...], ...]:
-    """Layers of each (pp rank, chunk): ``plan.layers_per_chunk`` or ``default_chunks``."""
-    return plan.layers_per_chunk or default_chunks(plan.layers_per_stage, plan.vp)
-
-
-def chunk_ranges(plan: Plan) -> tuple[tuple[tuple[int, int], ...], ...]:
-    """Per pp rank, the [start, end) block positions of each of its chunks. Virtual stage
-    j = c * pp + s (rank s, chunk c) holds the blocks after those of virtual stages 0..j-1, so
-    positions follow chunk_layers in that order (Megatron's interleaved layer assignment)."""
-    rows = chunk_layers(plan)
-    pp, vp = plan.pp, plan.vp
-    out: list[list[tuple[int, int]]] = [[] for _ in range(pp)]
-    start = 0
-    for c in range(vp):
-        for s in range(pp):
-            n = rows[s][c]
-            out[s].append((start, start + n))
-            start += n
-    return tuple(tuple(r) for r in out)
-
-
-def kind_counts(block_kinds: tuple[int, ...], plan: Plan) -> tuple[tuple[int, ...], ...]:
-    """Per pp rank, how many blocks of each kind it holds (``LayerGraph.block_kinds`` numbers
-    each block's kind), from the exact positions of chunk_ranges."""
-    num_kinds = max(block_kinds) + 1
-    out = []
-    for ranges in chunk_ranges(plan):
-        counts = [0] * num_kinds
-        for a, b in ranges:
-            for k in block_kinds[a:b]:
-                counts[k] += 1
-        out.append(tuple(counts))
-    return tuple(out)
-
-
-def is_even_chunks(plan: Plan) -> bool:
-    """Every chunk of each stage holds the same number of layers (vp divides every stage)."""
-    return all(len(set(row)) == 1 for row in chunk_layers(plan))

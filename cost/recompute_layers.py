@@ -32,8 +32,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from paraplan.cost.memory import StageMemory, fragmentation, stage_memory
-from paraplan.cost.plan import Plan, Recompute, chunk_ranges
+from paraplan.cost.plan import Plan, Recompute
 from paraplan.cost.pp import in_flight_micro_batches
+from paraplan.cost.split import chunk_ranges
 from paraplan.cost.stage import Counts, StageTerms
 
 __all__ = [
@@ -55,7 +56,7 @@ def is_partial(plan: Plan, stage: int) -> bool:
 def recomputed_counts(terms: StageTerms, plan: Plan | None = None) -> tuple[Counts, ...]:
     """Per stage, how many blocks of each kind are recomputed in full (module docstring): all of a
     FULL stage without recompute_layers, the first N of each chunk with it (positions from
-    cost.plan.chunk_ranges), none elsewhere."""
+    cost.split.chunk_ranges), none elsewhere."""
     plan = plan or terms.full_plan
     counts = terms.stage_counts(plan)
     out: list[Counts] = []

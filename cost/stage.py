@@ -9,9 +9,11 @@ stage's time and memory are then affine in how many blocks of each kind it holds
 
 with n = sum_k n_k its blocks, ``base_kind`` the most common kind and delta_k = per_kind_k -
 per_base (zero for a homogeneous model, which has one kind). The plan's layer positions give
-the n_k of each stage exactly (cost.plan.kind_counts: DeepSeek-V3's three dense layers cost as
+the n_k of each stage exactly (cost.split.kind_counts: DeepSeek-V3's three dense layers cost as
 dense wherever they land, Llama 4's interleaved dense and MoE layers each as what they are); the
 solver chooses the split over the same affine terms without re-deriving any formula.
+``stage_terms`` (cost/stage_build.py) builds a layout's terms from the block, end, sync and p2p
+costs.
 """
 
 from __future__ import annotations
@@ -19,21 +21,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, replace
 from functools import cached_property
 
-from paraplan.cost.block import (
-    BlockCost,
-    EndCost,
-    Work,
-    block_costs,
-    block_params_per_device,
-    block_work,
-    end_cost,
-    end_work,
-)
-from paraplan.cost.dp import grad_sync_s, optimizer_step_bytes_per_param, shard_degree
-from paraplan.cost.plan import Job, Layout, Plan, Recompute, kind_counts, plan_key
-from paraplan.cost.pp import p2p_per_micro_batch_s, stage_p2p_s
-from paraplan.cost.spans import SharedCache, Spans
-from paraplan.graph import LayerGraph
+from paraplan.cost.block import BlockCost, EndCost
+from paraplan.cost.dp import optimizer_step_bytes_per_param, shard_degree
+from paraplan.cost.plan import Job, Layout, Plan, Recompute
+from paraplan.cost.split import kind_counts
 from paraplan.hardware import Cluster
 
 __all__ = [
@@ -41,8 +32,6 @@ __all__ = [
     "Counts",
     "KindCost",
     "StageTerms",
-    "base_kind",
-    "stage_terms",
 ]
 
 
@@ -350,203 +339,4 @@ def _relaxed(terms: StageTerms) -> StageTerms:
         base_kind=0,
         pool_terms=pools,
         relaxation=True,
-    )
-
-
-# recompute and rank order never enter a per-layer cost (the order acts through the spans).
-_PER_STAGE = frozenset({"recompute", "layers_per_stage", "layers_per_chunk", "order", "stage_pools"})
-_WORK_IGNORES = _PER_STAGE | {"dp", "pp", "vp", "zero"}  # cp_comm sets the attention kernels
-_SHARED_IGNORES = _PER_STAGE | {"dp", "pp", "vp", "zero"}  # zero enters as its class
-_SYNC_IGNORES = _PER_STAGE | {"pp", "vp", "cp_comm", "micro_batch", "sequence_parallel"}
-
-
-def _shared_key(plan: Layout, spans: Spans) -> tuple[object, ...]:
-    """What block and end costs depend on: tp, cp, ep, micro-batch, SP, the ZeRO class and the
-    tiers the TP, CP, EP and (for ZeRO-2/3 traffic) DP x CP and expert-DP groups span."""
-    zero_class = plan.zero if plan.zero >= 2 else 0
-    return (plan_key(plan, _SHARED_IGNORES), zero_class, spans.key())
-
-
-@dataclass(frozen=True, slots=True)
-class _Shared:
-    kinds: tuple[KindCost, ...]
-    first: EndCost
-    last: EndCost
-
-
-def _works(
-    graph: LayerGraph, plan: Layout, job: Job, cluster: Cluster
-) -> tuple[tuple[Work, ...], Work, Work]:
-    """(one block of each kind, first end, last end) work of the plan's tp, cp, ep, mb, SP."""
-    return (
-        tuple(block_work(graph, i, plan, job, cluster) for i in graph.kind_blocks),
-        end_work(graph, graph.head_names, plan, job, cluster),
-        end_work(graph, graph.tail_names, plan, job, cluster),
-    )
-
-
-def _kind_cost(
-    w: Work, graph: LayerGraph, plan: Layout, job: Job, cluster: Cluster, spans: Spans
-) -> KindCost:
-    return KindCost(block_costs(w, graph, plan, job, cluster, spans), w.params, w.expert_params)
-
-
-def _shared_costs(
-    graph: LayerGraph, plan: Layout, job: Job, cluster: Cluster, spans: Spans, shared: SharedCache | None
-) -> _Shared:
-    key = ("work", *plan_key(plan, _WORK_IGNORES))
-    if shared is None:
-        works = _works(graph, plan, job, cluster)
-    elif key in shared:
-        works = shared[key]
-    else:
-        works = shared[key] = _works(graph, plan, job, cluster)
-    blocks, first, last = works
-    return _Shared(
-        tuple(
-            KindCost(block_costs(w, graph, plan, job, cluster, spans), w.params, w.expert_params)
-            for w in blocks
-        ),
-        end_cost(first, plan, job, cluster, spans),
-        end_cost(last, plan, job, cluster, spans),
-    )
-
-
-def _sync_lines(
-    plan: Layout,
-    job: Job,
-    cluster: Cluster,
-    block_params: float,
-    block_expert_params: float,
-    spans: Spans,
-    shared: SharedCache | None,
-) -> tuple[Affine, Affine]:
-    """grad_sync_s is alpha-beta: latency + bytes / bandwidth, affine in the parameters; one line
-    for the dense-parallel group, one for the expert-data-parallel group."""
-    key = (
-        "sync",
-        *plan_key(plan, _SYNC_IGNORES),
-        spans.sync.fan_in,
-        spans.esync.fan_in,
-        spans.sync.latency_floor,
-        spans.sync.torus,
-        spans.esync.torus,
-    )
-    if shared is not None and key in shared:
-        return shared[key]
-
-    def line(params: float, expert: bool) -> Affine:
-        span = spans.esync if expert else spans.sync
-        none = grad_sync_s(0.0, plan, job, cluster, expert, span=span)
-        block = grad_sync_s(params, plan, job, cluster, expert, span=span)
-        return Affine(none, (block - none) / params if params else 0.0)
-
-    lines = (
-        line(block_params, False),
-        line(block_expert_params, True) if block_expert_params else Affine(0.0, 0.0),
-    )
-    if shared is not None:
-        shared[key] = lines
-    return lines
-
-
-def base_kind(block_kinds: tuple[int, ...]) -> int:
-    """The most common block kind (the first of equals): the one a stage's line is written in."""
-    counts = [block_kinds.count(k) for k in range(max(block_kinds) + 1)]
-    return counts.index(max(counts))
-
-
-def stage_terms(
-    graph: LayerGraph,
-    plan: Layout,
-    job: Job,
-    cluster: Cluster,
-    shared: SharedCache | None = None,
-    *,
-    packed: bool = False,
-) -> StageTerms:
-    """All per-stage cost terms of the plan's layout (recompute and layer split left open).
-
-    ``shared``: a dict the caller keeps across plans of one graph, job and cluster; block and end
-    costs are computed once per distinct ``_shared_key`` (a solve evaluates thousands of layouts
-    that differ only in pp, vp, dp or the placement of other axes).
-    ``packed``: cost every group on consecutive ranks whatever the plan's order (``Spans.packed``):
-    a bound on the terms of every order of the layout, valid when ``inner_tiers_fastest``; on a
-    TPU torus each group's terms at their least over every order and slice shape.
-
-    Pooled cluster: each pool hosting a stage gets the layout's terms on its own devices
-    (``StageTerms.at``), and each stage its p2p on the links to its neighbours (pp.stage_p2p_s,
-    the same for every order: stages are the outermost rank axis there)."""
-    if cluster.pools:
-        return _pooled_terms(graph, plan, job, cluster, shared, packed)
-    spans = Spans.packed(plan, cluster, shared) if packed else Spans.of(plan, cluster)
-    if shared is None:
-        costs = _shared_costs(graph, plan, job, cluster, spans, shared)
-    else:
-        key = _shared_key(plan, spans)
-        if key not in shared:
-            shared[key] = _shared_costs(graph, plan, job, cluster, spans, shared)
-        costs = shared[key]
-    first, last = costs.first, costs.last
-    if graph.spec.tied_embeddings and plan.pp > 1:
-        # the last stage keeps its own copy of the tied embedding for the LM head: the embedding
-        # only, not the rest of the first stage's head (a vision encoder)
-        embedding, _ = block_params_per_device([graph.layer("embedding")], plan)
-        last = replace(last, params=last.params + embedding)
-    kinds = graph.block_kinds
-    base = base_kind(kinds)
-    b = costs.kinds[base]
-    return StageTerms(
-        plan=plan,
-        job=job,
-        cluster=cluster,
-        num_micro_batches=plan.num_micro_batches(job),
-        block=b.block,
-        block_params=b.params,
-        first=first,
-        last=last,
-        p2p_s=p2p_per_micro_batch_s(graph.spec.hidden, plan, job, cluster, spans.pp),
-        block_expert_params=b.expert_params,
-        sync_lines=_sync_lines(
-            plan,
-            job,
-            cluster,
-            max(k.params for k in costs.kinds),
-            max(k.expert_params for k in costs.kinds),
-            spans,
-            shared,
-        ),
-        kinds=costs.kinds if len(costs.kinds) > 1 else (),
-        block_kinds=kinds if len(costs.kinds) > 1 else (),
-        base_kind=base if len(costs.kinds) > 1 else 0,
-    )
-
-
-def _pooled_terms(
-    graph: LayerGraph, plan: Layout, job: Job, cluster: Cluster, shared: SharedCache | None, packed: bool
-) -> StageTerms:
-    """stage_terms on a pooled cluster (its docstring); ``plan.stage_pools`` must be set."""
-    if len(plan.stage_pools) != plan.pp:
-        raise ValueError(
-            f"plan.stage_pools={list(plan.stage_pools)} needs one pool per stage "
-            f"(pp={plan.pp}) on the pooled cluster {cluster.name}"
-        )
-    local = replace(plan, stage_pools=())
-    by_pool = {
-        p: stage_terms(
-            graph,
-            local,
-            job,
-            cluster.pools[p],
-            None if shared is None else shared.setdefault(("pool", p), {}),
-            packed=packed,
-        )
-        for p in sorted(set(plan.stage_pools))
-    }
-    return replace(
-        by_pool[plan.stage_pools[0]],
-        plan=plan,
-        cluster=cluster,
-        pool_terms=tuple(by_pool[p] for p in plan.stage_pools),
-        stage_p2p=stage_p2p_s(graph.spec.hidden, plan, job, cluster),
     )

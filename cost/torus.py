@@ -13,7 +13,7 @@ gathering over k axes at once divides the time by k; an all-to-all costs about a
 all-gather on a bidirectional ring; without wraparound, one-way bandwidth and p - 1 hops.
 Here the max is written as the alpha-beta sum (p/2) t_hop + V / W_bidir: equal in both limits,
 at most 2x above the max where the two terms meet (messages of ~45 KB on v5e, S6), and affine in
-the bytes as every other collective of the cost model (gradient-sync lines in cost/stage.py and
+the bytes as every other collective of the cost model (gradient-sync lines in cost/stage_build.py and
 the solver's tables take collectives to be affine in the bytes).
 Units: seconds, bytes, bytes/s.
 Assumes: members ``step`` > 1 chips apart share each link with the step - 1 interleaved groups on

@@ -2,7 +2,7 @@
 
 Every layout (dominated ones included; on a pooled cluster every selection and order of pools),
 every layer split in units of vp (less the embedding / loss slots where vp does not divide the
-layers, cost.plan.pipeline_slots), every recompute mode per stage (one for all stages under
+layers, cost.split.pipeline_slots), every recompute mode per stage (one for all stages under
 ``uniform_recompute``; only ``recompute_modes``; only layouts passing ``layout_filter``), with
 ``partial_recompute`` every number of layers per chunk each FULL stage recomputes (one for
 every rank under ``uniform_recompute``), each scored by cost/ (the terms of a layout are
@@ -20,8 +20,8 @@ from dataclasses import dataclass, replace
 
 from paraplan.cost import Job, Layout, Plan, Recompute, evaluate, stage_terms
 from paraplan.cost.evaluate import step_time_s
-from paraplan.cost.plan import chunk_layers, pipeline_slots
 from paraplan.cost.recompute_layers import partial_stage_memory, recomputed_counts
+from paraplan.cost.split import chunk_layers, pipeline_slots
 from paraplan.graph import LayerGraph
 from paraplan.hardware import Cluster
 from paraplan.solver.constraints.recompute_layers import searches_partial

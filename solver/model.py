@@ -7,7 +7,7 @@ Instance -> candidate tables (tables.py: every number from cost/) -> variables -
 objective -> solve -> extract. Over the kept layouts L (the others are proven worse by bound before
 the model is built, see solve.py), with k = (layers + slot) / vp per stage (slot: Megatron's
 embedding / loss slot on the first / last stage when vp does not divide the layers,
-cost.plan.pipeline_slots; 0 elsewhere) and all times in integer ticks:
+cost.split.pipeline_slots; 0 elsewhere) and all times in integer ticks:
 
 Variables (every per-layout variable is 0 unless its layout is used)
     use[L]          Boolean; exactly one layout

@@ -14,7 +14,7 @@ which the CP-SAT model decides. Domains, each filtered by the scenario's fixed k
   chunks (cost/compute.attention_shape), so neither dominates the other even on one tier;
 - micro_batch: divisors of global_batch / dp up to ``solver.max_micro_batch``;
 - vp: 1..``solver.max_vp`` when pp > 1, micro-batches a multiple of pp, layers >= pp*vp; stages
-  hold vp k - slot layers (cost.plan.pipeline_slots: where vp does not divide the layers,
+  hold vp k - slot layers (cost.split.pipeline_slots: where vp does not divide the layers,
   Megatron's embedding / loss slots on the first / last stage make up the difference);
 - zero: 0..3 (all collapse to 0 when dp*cp = 1: nothing to shard). ZeRO-0 is dropped when ZeRO-1
   is allowed: in the cost model it is never faster (RS + bf16 AG <= AR; sharded optimizer step)
@@ -25,7 +25,7 @@ which the CP-SAT model decides. Domains, each filtered by the scenario's fixed k
   pp; ep and expert-dp under expert parallelism) a latency and a seconds-per-byte on the tiers it
   spans (cost/comm.py); all communication costs grow with both, so an order no better on any of
   them than another is dropped (equal profiles keep the order nearest Megatron's default
-  tp-cp-dp-pp).
+  tp-cp-dp-pp; placement.py).
 Under a layout filter (``Options.layout_filter``, e.g. solver.target) no alternative is dropped as
 dominated before the filter has judged it: SP off and ZeRO-0 stay, and the orders a layout fails
 are removed before profiles are compared.
@@ -44,55 +44,34 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from functools import cache
-from itertools import permutations
-from math import factorial, gcd, isqrt
-from typing import Any, TypeAlias
+from math import gcd, isqrt
+from typing import TypeAlias
 
-from paraplan.cost import DEFAULT_ORDER, Axis, CPComm, Layout, Recompute, allgather_s, group_span
-from paraplan.cost.comm import alltoall_s, p2p_s
-from paraplan.cost.ep import ep_span, expert_dp_span
-from paraplan.cost.plan import PartialPlan, pipeline_slots, plan_key
+from paraplan.cost import CPComm, Layout, Recompute
+from paraplan.cost.plan import PartialPlan
 from paraplan.cost.pools import pool_sequence, stage_pools_of
-from paraplan.cost.torus import torus_profile
+from paraplan.cost.split import pipeline_slots
 from paraplan.cost.validity import (
     batch_splits,
     cp_splits_layer_kinds,
     cp_splits_sequence,
-    ep_follows_order,
     ep_splits_experts,
     tp_splits_heads,
     tp_splits_layer_kinds,
 )
 from paraplan.graph import ModelSpec
 from paraplan.hardware import Cluster
-
-OrderCache = dict[tuple[object, ...], Any]  # a family's degrees -> its rank orders (or their count)
-_ORDERS_IGNORE = frozenset(
-    {
-        "vp",
-        "micro_batch",
-        "zero",
-        "sequence_parallel",
-        "recompute",
-        "layers_per_stage",
-        "layers_per_chunk",
-        "order",
-    }
-)
-"""Rank orders depend on the degrees, cp_comm and pools only (a layout filter sees the whole family)."""
+from paraplan.solver.placement import OrderCache, placements
 
 __all__ = [
     "Fixed",
     "Options",
-    "OrderCache",
     "layouts",
     "families",
     "zeros",
-    "orders",
-    "placements",
-    "num_orders",
     "divisors",
     "exact_split",
+    "OutOfTime",
 ]
 
 
@@ -130,7 +109,7 @@ def exact_split(layout: Layout, num_layers: int, fixed: Fixed, options: Options)
     """The one layer split ``layout`` must use, if any: the scenario's fixed split, else
     ``options.stage_split(layers, pp, vp)`` (a framework that builds its own split). None: free;
     () : no valid split (wrong length, not the model's layers, or a stage not vp k - slot
-    layers with k >= 1 + slot, cost.plan.pipeline_slots)."""
+    layers with k >= 1 + slot, cost.split.pipeline_slots)."""
     pp, vp = layout.pp, layout.vp
     if fixed.layers_per_stage is not None:
         split: tuple[int, ...] | None = fixed.layers_per_stage
@@ -170,35 +149,6 @@ def _allowed(value: int, fixed: int | None) -> bool:
     return fixed is None or value == fixed
 
 
-def _comm_profile(
-    cluster: Cluster, plan: Layout, expert_tps: tuple[int | None, ...] = (None,)
-) -> tuple[float, ...]:
-    """(latency, seconds per byte) of each group's collectives under the plan's order; the
-    expert-data-parallel group once per expert TP degree searched."""
-    profile: list[float] = []
-    for axes in ((Axis.TP,), (Axis.CP,), (Axis.DP, Axis.CP), (Axis.DP,), (Axis.PP,)):
-        span = group_span(cluster, plan, *axes)
-        alpha = allgather_s(span, 0.0)
-        profile += [alpha, allgather_s(span, 1.0) - alpha]
-        if span.torus is not None:  # costs max(a n, b) + c + d n: compare every term
-            profile += torus_profile(span.torus)
-        tier = span.outermost
-        profile += [p2p_s(tier, 0.0), p2p_s(tier, 1.0) - p2p_s(tier, 0.0)]
-    if plan.ep > 1:
-        a2a = ep_span(cluster, plan)
-        profile += [alltoall_s(a2a, 0.0), alltoall_s(a2a, 1.0) - alltoall_s(a2a, 0.0)]
-        if a2a.torus is not None:
-            profile += torus_profile(a2a.torus)
-    for expert_plan in (replace(plan, etp=etp) for etp in expert_tps):
-        if expert_plan.ep > 1 or expert_plan.expert_tp < expert_plan.tp:
-            edp = expert_dp_span(cluster, expert_plan)
-            alpha = allgather_s(edp, 0.0)
-            profile += [alpha, allgather_s(edp, 1.0) - alpha]
-            if edp.torus is not None:
-                profile += torus_profile(edp.torus)
-    return tuple(profile)
-
-
 def _cp_degrees(spec: ModelSpec, devices: int, seq_len: int, fixed: Fixed) -> list[int]:
     """The cp degrees searched: powers of two up to 64 dividing ``devices`` that split the
     sequence and the model's layers (cost/validity.py), or only the fixed one."""
@@ -224,19 +174,6 @@ def _eps(spec: ModelSpec, dp: int, cp: int, fixed: Fixed) -> list[int]:
     return [e for e in divisors(dp * cp) if ep_splits_experts(spec.num_experts, e) and _allowed(e, fixed.ep)]
 
 
-def _profile(
-    cluster: Cluster, plan: Layout, expert_tps: tuple[int | None, ...] = (None,)
-) -> tuple[float, ...]:
-    """_comm_profile, concatenated over the used pools on a pooled cluster."""
-    if not plan.stage_pools:
-        return _comm_profile(cluster, plan, expert_tps)
-    out: tuple[float, ...] = ()
-    for p in sorted(set(plan.stage_pools)):
-        local = replace(plan.layout, pp=plan.stage_pools.count(p), stage_pools=())
-        out += _comm_profile(cluster.pools[p], local, expert_tps)
-    return out
-
-
 def _etps(spec: ModelSpec, tp: int, fixed: Fixed) -> list[int | None]:
     """Expert tensor-parallel degrees: tp and 1 for MoE models with tp > 1; unset otherwise."""
     if not spec.is_moe or tp == 1:
@@ -249,73 +186,6 @@ def _cp_comms(cp: int, fixed: Fixed) -> list[CPComm]:
     if fixed.cp_comm is not None:
         return [fixed.cp_comm]
     return [CPComm.P2P] if cp == 1 else [CPComm.P2P, CPComm.ALL_GATHER]
-
-
-def _dominated(a: tuple[float, ...], b: tuple[float, ...]) -> bool:
-    """b is no worse than a anywhere (a can be dropped)."""
-    return all(y <= x * (1 + 1e-12) for x, y in zip(a, b, strict=True))
-
-
-def _canonical(active_order: tuple[Axis, ...]) -> tuple[Axis, ...]:
-    """The order with ``active_order`` for the axes of degree > 1 and every idle axis in its
-    default slot (idle axes do not change any group): (dp,) -> tp-cp-dp-pp, (pp, dp) -> tp-cp-pp-dp."""
-    idle = [a for a in DEFAULT_ORDER if a not in active_order]
-    slots: list[Axis | None] = [a if a in idle else None for a in DEFAULT_ORDER]
-    it = iter(active_order)
-    return tuple(a if a is not None else next(it) for a in slots)
-
-
-def _candidate_orders(plan: Layout, fixed: Fixed, options: Options) -> list[tuple[Axis, ...]]:
-    """Distinct rank orders (permutations of the axes of degree > 1), Megatron's nearest first;
-    pp stays outermost on a pooled cluster."""
-    pooled = bool(plan.stage_pools)
-    if fixed.order is not None:
-        if pooled and fixed.order[-1] is not Axis.PP:
-            return []
-        return [fixed.order] if plan.ep == 1 or ep_follows_order(plan, fixed.order) else []
-    if not options.search_placement:
-        return [DEFAULT_ORDER] if plan.ep == 1 or ep_follows_order(plan, DEFAULT_ORDER) else []
-    active = [a for a in DEFAULT_ORDER if plan.degree(a) > 1]
-    tail = (Axis.PP,) if pooled and Axis.PP in active else ()  # pooled: pp stays outermost
-    movable = [a for a in active if a not in tail]
-    candidates = [
-        o
-        for o in (_canonical(p + tail) for p in permutations(movable))
-        if plan.ep == 1 or ep_follows_order(plan, o)
-    ]
-    return sorted(candidates, key=lambda o: [DEFAULT_ORDER.index(a) for a in o])
-
-
-def _orders(
-    plan: Layout,
-    cluster: Cluster,
-    fixed: Fixed,
-    options: Options,
-    prune: bool = True,
-    expert_tps: tuple[int | None, ...] = (None,),
-    family: Layout | None = None,
-) -> list[tuple[Axis, ...]]:
-    """Placements worth searching: one per non-dominated communication profile (all distinct
-    ones when ``prune`` is off), the profile covering every expert TP degree in ``expert_tps``.
-    Under a layout filter, the orders ``family`` fails are removed before any comparison."""
-    candidates = _candidate_orders(plan, fixed, options)
-    if options.layout_filter is not None and family is not None:
-        candidates = [o for o in candidates if options.layout_filter(replace(family, order=o))]
-    if len(candidates) <= 1:
-        return candidates
-    profiles = [(o, _profile(cluster, replace(plan, order=o), expert_tps)) for o in candidates]
-    if not prune:
-        distinct: dict[tuple[float, ...], tuple[Axis, ...]] = {}
-        for order, prof in profiles:
-            distinct.setdefault(prof, order)
-        return list(distinct.values())
-    kept: list[tuple[tuple[Axis, ...], tuple[float, ...]]] = []
-    for order, prof in profiles:
-        if any(_dominated(prof, other) for _, other in kept):
-            continue
-        kept = [(o, p) for o, p in kept if not _dominated(p, prof)]
-        kept.append((order, prof))
-    return [o for o, _ in kept]
 
 
 def families(
@@ -362,81 +232,6 @@ def _passing(found: list[Layout], options: Options) -> list[Layout]:
     if options.family_filter is None:
         return found
     return [f for f in found if options.family_filter(f)]
-
-
-def _shapes(cluster: Cluster, fixed: Fixed) -> tuple[tuple[int, ...], ...]:
-    """Slice shapes to weigh: a TPU cluster's (hardware/tpu.py; the fixed one if given), else ()."""
-    torus = cluster.torus
-    if torus is None or fixed.torus_shape is not None or len(torus.shapes) <= 1:
-        return ()
-    return torus.shapes
-
-
-def _placement_base(family: Layout) -> Layout:
-    """The family's degrees, pools and slice shape (micro-batch 1, ZeRO and SP at their
-    defaults): what a rank order's communication terms depend on."""
-    return Layout(
-        dp=family.dp,
-        tp=family.tp,
-        pp=family.pp,
-        cp=family.cp,
-        ep=family.ep,
-        etp=family.etp,
-        micro_batch=1,
-        stage_pools=family.stage_pools,
-        torus_shape=family.torus_shape,
-    )
-
-
-def placements(
-    family: Layout,
-    cluster: Cluster,
-    fixed: Fixed,
-    options: Options,
-    *,
-    prune_dominated: bool = True,
-    cache: OrderCache | None = None,
-) -> list[tuple[tuple[Axis, ...], tuple[int, ...]]]:
-    """(rank order, slice shape) pairs of a family. On a TPU cluster whose slices may take several
-    shapes (optical circuit switching, hardware/tpu.py), the orders of every shape, pruned
-    jointly: a placement no better than another one, of any shape, on every communication term
-    of ``_comm_profile`` is dropped (ties keep the earlier shape, the most cubic first).
-    Elsewhere: ``orders`` with the family's own shape."""
-    shapes = _shapes(cluster, fixed)
-    if not shapes:
-        return [
-            (o, family.torus_shape)
-            for o in orders(family, cluster, fixed, options, prune_dominated=prune_dominated, cache=cache)
-        ]
-    ignore = frozenset() if options.layout_filter else _ORDERS_IGNORE | {"torus_shape"}
-    key = ("placements", prune_dominated, *plan_key(family, ignore))
-    if cache is not None and key in cache:
-        return cache[key]
-    pairs = [
-        (o, s)
-        for s in shapes
-        for o in orders(
-            replace(family, torus_shape=s),
-            cluster,
-            fixed,
-            options,
-            prune_dominated=prune_dominated,
-            cache=cache,
-        )
-    ]
-    if prune_dominated and len(pairs) > 1:
-        base = _placement_base(family)
-        kept: list[tuple[tuple[tuple[Axis, ...], tuple[int, ...]], tuple[float, ...]]] = []
-        for pair in pairs:
-            prof = _profile(cluster, replace(base, order=pair[0], torus_shape=pair[1]), (family.etp,))
-            if any(_dominated(prof, other) for _, other in kept):
-                continue
-            kept = [(q, p) for q, p in kept if not _dominated(p, prof)]
-            kept.append((pair, prof))
-        pairs = [q for q, _ in kept]
-    if cache is not None:
-        cache[key] = pairs
-    return pairs
 
 
 def _families_of(
@@ -512,42 +307,6 @@ def zeros(
     if fixed.zero is not None and not out:
         out = [fixed.zero]  # nothing to shard: every stage behaves as ZeRO-0, keep the user's value
     return out
-
-
-def orders(
-    family: Layout,
-    cluster: Cluster,
-    fixed: Fixed,
-    options: Options,
-    *,
-    prune_dominated: bool = True,
-    cache: OrderCache | None = None,
-) -> list[tuple[Axis, ...]]:
-    """Rank orders of a family (module docstring); ``cache`` keeps them across families with the
-    same degrees. Under a layout filter, the orders are those ``family`` (with its ZeRO stage)
-    passes."""
-    filtered = options.layout_filter is not None
-    key = (prune_dominated, *plan_key(family, frozenset() if filtered else _ORDERS_IGNORE))
-    if cache is not None and key in cache:
-        return cache[key]
-    base = _placement_base(family)
-    out = _orders(base, cluster, fixed, options, prune_dominated, (family.etp,), family)
-    if cache is not None:
-        cache[key] = out
-    return out
-
-
-def num_orders(family: Layout, fixed: Fixed, options: Options, cache: OrderCache | None = None) -> int:
-    """Rank orders of a family before dominance pruning (the size of the placement space)."""
-    if family.ep == 1 and fixed.order is None and options.search_placement and not family.stage_pools:
-        return factorial(sum(1 for a in DEFAULT_ORDER if family.degree(a) > 1))
-    key = ("count", *plan_key(family, _ORDERS_IGNORE | {"etp", "cp_comm"}))
-    if cache is None or key not in cache:
-        count = len(_candidate_orders(family, fixed, options))
-        if cache is None:
-            return count
-        cache[key] = count
-    return cache[key]
 
 
 def layouts(

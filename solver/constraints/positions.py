@@ -1,7 +1,7 @@
 """Positions: which blocks each stage holds, for a model with several block kinds.
 
 Virtual stage j = c * pp + s (rank s, chunk c) holds the blocks after those of virtual stages
-0..j-1 (cost.plan.chunk_ranges). Chunk c of rank s holds k_s blocks, less the embedding slot
+0..j-1 (cost.split.chunk_ranges). Chunk c of rank s holds k_s blocks, less the embedding slot
 on chunk 0 of rank 0 and the loss slot on the last chunk of rank pp - 1 (tables.py ``slots``).
 One round of chunks holds K = sum_s k_s = k_total blocks, so with P_s = sum_{r<s} k_r the
 boundary before chunk c of rank s is

@@ -196,7 +196,7 @@ def searches_partial(
 def partial_floor(
     terms: StageTerms, f: list[list[float]], k_max: dict[tuple[int, Recompute], int], slots: tuple[int, ...]
 ) -> list[list[float]]:
-    """Each stage's least time by k (tables._stage_time_by_k's f) with partial recompute too:
+    """Each stage's least time by k (bounds.stage_time_by_k's f) with partial recompute too:
     where FULL fits k, a stage of L = vp k - slot layers stores at most
     S(L) = min(L, floor((cap - M_full(L)) / D)) of them, so it takes at least
     max(t_none(L), t_full(L) - S(L) (t_full - t_none) per layer): a relaxation (S need not be

@@ -8,7 +8,7 @@ import pytest
 from paraplan.cost import Job, Plan, Recompute, stored_activation_bytes
 from paraplan.cost.memory import runtime_reserve_bytes, stage_memory
 from paraplan.cost.recompute import block_input_bytes
-from paraplan.cost.stage import stage_terms
+from paraplan.cost.stage_build import stage_terms
 from paraplan.graph import Activation, ModelSpec, build_graph
 
 from paraplan.instance import build_instance, fixed_plan

@@ -10,7 +10,7 @@ from paraplan.cost import Job, Plan, Recompute
 from paraplan.cost.block import block_params_per_device, end_work
 from paraplan.cost.memory import stage_memory_model
 from paraplan.cost.pp import in_flight_micro_batches
-from paraplan.cost.stage import stage_terms
+from paraplan.cost.stage_build import stage_terms
 from paraplan.graph import ModelSpec, Vision, build_graph
 from paraplan.hardware import build_cluster
 

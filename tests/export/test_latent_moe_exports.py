@@ -8,7 +8,7 @@ from paraplan.graph import preset, to_fields
 
 from paraplan.export import context
 from paraplan.export.megatron import megatron_args
-from paraplan.export.nemo import model_fields
+from paraplan.export.nemo_model import model_fields
 from tests.export.test_exporters import flags, refusal, result
 
 LATENT_QWEN = {

@@ -15,8 +15,9 @@ from paraplan.cost.pp import pipeline_lower_bound_s
 from paraplan.graph import build_graph, preset
 from paraplan.hardware import build_cluster
 from paraplan.solver import Fixed, Options
-from paraplan.solver.space import families, orders, zeros
-from paraplan.solver.tables import quick_lower_bound_s
+from paraplan.solver.bounds import quick_lower_bound_s
+from paraplan.solver.placement import orders
+from paraplan.solver.space import families, zeros
 
 CASES = [
     ("llama3-8b", "dgx-h100", 4, 4096, 64),

@@ -1,5 +1,5 @@
 """Optimal means optimal with Megatron's uneven virtual pipeline (issue 11 item 4): where vp does
-not divide the layers, stages take the embedding / loss slots (cost.plan.pipeline_slots), and the
+not divide the layers, stages take the embedding / loss slots (cost.split.pipeline_slots), and the
 CP-SAT optimum still equals exhaustive enumeration of the same space."""
 
 from __future__ import annotations

@@ -1,0 +1,278 @@
+"""Which layouts go to CP-SAT: best-first branch and bound over the search space (solve.py, 1-2).
+
+Layouts (space.py) are bounded in levels: a family by its compute floor, a family with a ZeRO
+stage by its terms with every group on consecutive ranks, a layout by its own terms, then its
+tables (tables.py: memory-aware lower bound, upper bound from a real plan). Each level's bound is
+at most the next one's, so popping the least bound first and stopping once it exceeds the K-th
+best upper bound examines exactly what cannot be proven worse; a layout whose lower bound
+exceeds that K-th best upper bound cannot hold any of the K best plans and stays out of CP-SAT.
+When nothing fits memory, ``NoFitError`` carries the least memory any plan needs.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import time
+from dataclasses import dataclass, replace
+from typing import Any
+
+from paraplan.cost import Job, Layout, Recompute, StageTerms, stage_memory, stage_terms
+from paraplan.cost.floor import FLOOR_IGNORES, compute_floor_s, inner_tiers_fastest
+from paraplan.cost.plan import plan_key
+from paraplan.cost.pools import pool_floors, pooled_pipeline_floor_s
+from paraplan.cost.pp import pipeline_lower_bound_s
+from paraplan.cost.split import even_split, pipeline_slots
+from paraplan.graph import LayerGraph, ModelSpec
+from paraplan.hardware import Cluster
+from paraplan.solver.bounds import quick_lower_bound_s
+from paraplan.solver.caps import fits_some_split, layer_caps
+from paraplan.solver.constraints.recompute_layers import bound_modes, searches_partial
+from paraplan.solver.distinct import layout_key
+from paraplan.solver.placement import OrderCache, num_orders, orders, placements
+from paraplan.solver.space import Fixed, Options, OutOfTime, exact_split, families, zeros
+from paraplan.solver.tables import LayoutTables, build_tables, even_layers
+
+__all__ = [
+    "NoLayoutError",
+    "NoFitError",
+    "allowed_recomputes",
+    "bounded_tables",
+    "least_memory",
+]
+
+
+class NoLayoutError(ValueError):
+    """No layout satisfies the divisibility rules."""
+
+
+class NoFitError(ValueError):
+    """Layouts exist but none fits memory; ``min_bytes`` is the least any plan needs."""
+
+    def __init__(self, message: str, min_bytes: float, capacity: float) -> None:
+        super().__init__(message)
+        self.min_bytes = min_bytes
+        self.capacity = capacity
+
+
+def allowed_recomputes(fixed: Fixed, options: Options) -> list[Recompute]:
+    if fixed.recompute is not None and len(set(fixed.recompute)) == 1:
+        modes = [fixed.recompute[0]]
+    else:
+        modes = list(Recompute)
+    allowed = options.recompute_modes
+    return [r for r in modes if allowed is None or r in allowed]
+
+
+def _stage_modes(fixed: Fixed, pp: int) -> tuple[Recompute, ...] | None:
+    """The scenario's recompute mode of each stage when it fixes one per stage, else None."""
+    if fixed.recompute is not None and len(fixed.recompute) == pp and len(set(fixed.recompute)) > 1:
+        return tuple(fixed.recompute)
+    return None
+
+
+def _k_choices(layout: Layout, num_layers: int, fixed: Fixed, options: Options) -> list[int] | None:
+    """Allowed k = (layers + slot) / vp per stage (cost.split.pipeline_slots); None = any;
+    [] = the layout is impossible."""
+    slots = pipeline_slots(num_layers, layout.pp, layout.vp)
+    if slots is None or (num_layers + sum(slots)) // layout.vp < layout.pp + sum(slots):
+        return []  # no split in units of vp, or too few for each stage's least k (1 + slot)
+    split = exact_split(layout, num_layers, fixed, options)
+    if split is not None:  # () : no valid split, so no k
+        return sorted({(n + sl) // layout.vp for n, sl in zip(split, slots, strict=True)}) if split else []
+    if not options.allow_uneven_stages:  # equal stages and chunks (no slots: vp | layers)
+        if num_layers % (layout.pp * layout.vp):
+            return []
+        return [num_layers // (layout.pp * layout.vp)]
+    return None
+
+
+@dataclass
+class _Candidates:
+    kept: list[LayoutTables]
+    num_layouts: int
+    discarded_lb_s: float
+    unfit: int
+    out_of_time: bool = False  # bounding stopped at the deadline: the rest is bounded by its floor
+
+
+def bounded_tables(
+    graph: LayerGraph,
+    cluster: Cluster,
+    job: Job,
+    fixed: Fixed,
+    options: Options,
+    top: int,
+    deadline: float = float("inf"),
+    distinct: bool = False,
+    shared: dict[tuple[object, ...], Any] | None = None,
+) -> _Candidates:
+    """Best-first branch and bound over the space (solve.py docstring, 1-2), in three levels:
+
+    0. a family (degrees, ep, micro-batch, vp, SP), bounded by its compute floor through the
+       1F1B bound (cost.floor.compute_floor_s, pipeline_lower_bound_s);
+    1. a family with a ZeRO stage, bounded by quick_lower_bound_s of its terms with every group on
+       consecutive ranks (``stage_terms(packed=True)``: no rank order costs less);
+    2. a layout (that and a rank order), bounded by quick_lower_bound_s of its own terms;
+    then its tables (memory-aware bounds, an upper bound). Each level's bound is at most the next
+    one's, so popping the least bound first and stopping once it exceeds the K-th best upper bound
+    examines exactly what cannot be proven worse. At ``deadline`` it stops with the least bound
+    left as a valid bound on everything not examined. ``distinct``: the K-th best upper bound
+    counts one per layout_key (near-duplicates are not listed, solver/distinct.py). ``shared``:
+    stage_terms' cache, kept by a caller that searches one instance more than once."""
+    spec = graph.spec
+    recomputes = allowed_recomputes(fixed, options)
+    if not recomputes:
+        raise NoLayoutError("no recompute mode is both fixed and allowed")
+    uniform = options.uniform_recompute
+    partial = searches_partial(graph, fixed, options, recomputes)  # constraints/recompute_layers.py
+    lb_modes = bound_modes(recomputes, partial)
+    packed = inner_tiers_fastest(cluster) or cluster.torus is not None  # torus: Spans.torus_floor
+    shared = {} if shared is None else shared
+    order_cache: OrderCache = {}
+    floors: dict[tuple[object, ...], Any] = {}
+    same_layers = len(graph.kind_blocks) == 1  # pooled_pipeline_floor_s
+    heap: list[tuple[Any, ...]] = []
+    tick = itertools.count()
+    space = families(spec, cluster, job.seq_len, job.global_batch, fixed, options, deadline)
+    for i, family in enumerate(space):
+        if i % 256 == 0 and time.perf_counter() > deadline:
+            raise OutOfTime("the time limit ran out while bounding the layout families")
+        ks = _k_choices(family, spec.num_layers, fixed, options)
+        if ks == []:
+            continue
+        floor_key = plan_key(family, FLOOR_IGNORES)
+        if floor_key not in floors:
+            floors[floor_key] = (
+                pool_floors(graph, family, job, cluster)
+                if cluster.pools
+                else compute_floor_s(graph, family, job, cluster)
+            )
+        m = job.global_batch // (family.micro_batch * family.dp)
+        if cluster.pools:  # per-pool floors (cost/pools.py)
+            floor = pooled_pipeline_floor_s(floors[floor_key], family, m, same_layers)
+        else:
+            floor = pipeline_lower_bound_s(floors[floor_key], family.pp, family.vp, m)
+        heap.append((floor, next(tick), 0, family, ks))
+    if not heap:
+        raise NoLayoutError("no layout satisfies the divisibility rules")
+    heapq.heapify(heap)
+    uppers: list[float] = []
+    best_upper: dict[Any, float] = {}  # per layout_key when ``distinct``, else per layout
+    computed: list[LayoutTables] = []
+    unfit_terms: list[StageTerms] = []  # families with a ZeRO stage whose no split fits
+    unfit, discarded, out_of_time = 0, float("inf"), False
+    passed = 0  # layouts that reached level 2 (under a layout filter: that passed it)
+    while heap:
+        cutoff = uppers[top - 1] * (1 + 1e-9) if len(uppers) >= top else float("inf")
+        bound, _, level, plan, ks = heapq.heappop(heap)
+        if bound > cutoff:
+            discarded = min(discarded, bound)
+            break
+        if time.perf_counter() > deadline:
+            discarded, out_of_time = min(discarded, bound), True
+            break
+        if level == 0:
+            for zero in zeros(plan, fixed, options=options):
+                p = replace(plan, zero=zero)
+                terms = stage_terms(graph, p, job, cluster, shared, packed=packed)
+                b = bound
+                if packed:
+                    b = max(bound, quick_lower_bound_s(terms, lb_modes, spec.num_layers))
+                heapq.heappush(heap, (b, next(tick), 1, (p, terms), ks))
+        elif level == 1:
+            plan, terms = plan
+            if not _fits(terms, recomputes, spec.num_layers, ks, uniform, _stage_modes(fixed, plan.pp)):
+                unfit_terms.append(terms)
+                continue
+            for order, shape in placements(plan, cluster, fixed, options, cache=order_cache):
+                passed += 1
+                layout = replace(plan, order=order, torus_shape=shape)
+                terms = stage_terms(graph, layout, job, cluster, shared)
+                b = max(bound, quick_lower_bound_s(terms, lb_modes, spec.num_layers))
+                heapq.heappush(heap, (b, next(tick), 2, (layout, terms), ks))
+        else:
+            layout, terms = plan
+            tab = build_tables(
+                graph,
+                cluster,
+                job,
+                layout,
+                recomputes,
+                ks,
+                terms,
+                uniform,
+                exact_split(layout, spec.num_layers, fixed, options),
+                _stage_modes(fixed, layout.pp),
+                partial=partial,
+                partial_fixed=fixed.recompute_layers is not None,
+            )
+            if not fits_some_split(tab.k_max, layout.pp, tab.k_total, uniform, tab.slots):
+                unfit += 1
+                continue
+            computed.append(tab)
+            if tab.upper_bound_s < float("inf"):
+                key: object = layout_key(tab.plan) if distinct else len(computed)
+                best_upper[key] = min(best_upper.get(key, float("inf")), tab.upper_bound_s)
+                uppers = heapq.nsmallest(top, best_upper.values())
+    num_layouts = _space_size(space, spec, fixed, options, deadline)
+    if not computed and out_of_time:
+        return _Candidates([], num_layouts, discarded, unfit + len(unfit_terms), out_of_time)
+    if not computed and options.layout_filter is not None:  # unfit families it would refuse
+        unfit_terms = [t for t in unfit_terms if orders(t.plan, cluster, fixed, options, cache=order_cache)]
+        if not passed and not unfit_terms:
+            raise NoLayoutError("no layout passes the layout filter")
+    if not computed:  # every family was examined and none fits (memory ignores the order)
+        least = least_memory(graph.spec.num_layers, recomputes, unfit_terms)
+        raise NoFitError("no plan fits memory", least, cluster.memory_capacity_bytes)
+    cutoff = uppers[top - 1] * (1 + 1e-9) if len(uppers) >= top else float("inf")
+    kept = [t for t in computed if t.lower_bound_s <= cutoff]
+    left_out = [t.lower_bound_s for t in computed if t.lower_bound_s > cutoff]
+    return _Candidates(kept, num_layouts, min([discarded] + left_out), unfit + len(unfit_terms), out_of_time)
+
+
+def _fits(
+    terms: StageTerms,
+    recomputes: list[Recompute],
+    num_layers: int,
+    ks: list[int] | None,
+    uniform: bool = False,
+    stage_modes: tuple[Recompute, ...] | None = None,
+) -> bool:
+    """Some split of the layout's layers fits memory (the rank order does not change memory);
+    with several block kinds, of the runs of blocks each rank can hold at their least memory
+    (caps.layer_caps: a relaxation)."""
+    pp, vp = terms.plan.pp, terms.plan.vp
+    slots = pipeline_slots(num_layers, pp, vp) or (0,) * pp
+    k_total = (num_layers + sum(slots)) // vp
+    k_hi = max(ks) if ks else k_total - (pp - 1)
+    return fits_some_split(
+        layer_caps(terms, recomputes, k_hi, stage_modes, num_layers), pp, k_total, uniform, slots
+    )
+
+
+def _space_size(space: list[Layout], spec: ModelSpec, fixed: Fixed, options: Options, deadline: float) -> int:
+    """Layouts in the space: families x ZeRO stages x rank orders (before dominance pruning);
+    0 when the deadline has passed (the count is a report, not part of the proof)."""
+    cache: dict[tuple[object, ...], Any] = {}
+    total = 0
+    for i, f in enumerate(space):
+        if i % 1024 == 0 and time.perf_counter() > deadline:
+            return 0
+        if _k_choices(f, spec.num_layers, fixed, options) != []:
+            total += len(zeros(f, fixed, options=options)) * num_orders(f, fixed, options, cache)
+    return total
+
+
+def least_memory(num_layers: int, recomputes: list[Recompute], unfit: list[StageTerms]) -> float:
+    """Least peak memory per device any layout needs, over its even split and modes."""
+    best = float("inf")
+    for terms in unfit:
+        pp, vp = terms.plan.pp, terms.plan.vp
+        split = even_layers(num_layers, pp, vp) or even_split(num_layers, pp)
+        counts = terms.stage_counts(terms.plan.plan(split, (Recompute.NONE,) * pp))
+        peak = max(
+            min(stage_memory(terms, s, counts[s], r).total_bytes for r in recomputes) for s in range(pp)
+        )
+        best = min(best, peak)
+    return best
