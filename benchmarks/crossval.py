@@ -20,7 +20,7 @@ import sys
 from collections import defaultdict
 from dataclasses import dataclass
 
-from benchmarks.calibrate import _fixed_recompute, _generation, _table, fit_table, priors
+from benchmarks.calibrate import _fixed_recompute, _generation, _table, fit_table, platform, priors
 from benchmarks.fidelity import Row, constant_mfu_errors, evaluate_case, fidelity_rows, summary
 
 __all__ = ["CrossVal", "crossval", "main"]
@@ -32,6 +32,7 @@ class CrossVal:
     loso_errors: dict[int, float]  # row_id -> held-out error
     mfu_loso_errors: dict[int, float]
     by_source: dict[str, list[int]]
+    generations: dict[int, str]  # row_id -> accelerator generation
 
 
 def _mfu_errors(rows: list[Row], mfu: float) -> list[float]:
@@ -66,7 +67,7 @@ def crossval(log=None) -> CrossVal:
         if log:
             med, p90 = summary([loso[i] for i in ids])
             log(f"held out {source}: {len(ids)} runs, median |err| {med:.1%}, p90 {p90:.1%}")
-    return CrossVal(rows, loso, mfu_loso, dict(by_source))
+    return CrossVal(rows, loso, mfu_loso, dict(by_source), gens)
 
 
 def main() -> int:
@@ -90,7 +91,7 @@ def main() -> int:
         print(f"  {name:<40} {m:>6.1%} / {p:>6.1%}")
     per_source = [statistics.median(abs(cv.loso_errors[i]) for i in v) for v in cv.by_source.values()]
     print(f"  median over sources of the held-out median |err|: {statistics.median(per_source):.1%}")
-    gpu = [r for r in rows if not str(r.case.scenario["cluster"].get("preset", "")).startswith("v")]
+    gpu = [r for r in rows if platform(cv.generations[r.case.row_id]) == "gpu"]
     for kind, moe in (("mixture-of-experts", True), ("dense", False)):
         kept = [r.case.row_id for r in gpu if bool(r.case.scenario["model"].get("experts")) is moe]
         (m, p), (lm, lp) = (summary([d[i] for i in kept]) for d in (ins, cv.loso_errors))

@@ -254,22 +254,21 @@ def recompute_settings(plan: Plan) -> list[tuple[str, object]]:
     return []
 
 
-BLOCK_SCALED_ARGS: dict[Precision, list[tuple[str, object]]] = {
+LOW_PRECISION_ARGS: dict[Precision, list[tuple[str, object]]] = {
+    Precision.FP8: [("fp8", FP8_FORMAT)],  # megatron-core's default recipe (delayed scaling)
     Precision.FP8_BLOCKWISE: [("fp8", FP8_FORMAT), ("fp8_recipe", "blockwise")],
     Precision.MXFP8: [("fp8", "e4m3"), ("fp8_recipe", "mxfp8")],
     Precision.NVFP4: [("fp4", "e2m1"), ("fp4_recipe", "nvfp4")],
 }
-"""megatron-core 0.19.2 recipes (TransformerConfig fp8_recipe / fp4_recipe), with the formats
-Megatron-Bridge 0.6.2's recipes pair them with (training/mixed_precision.py:
+"""FP8 and FP4 settings beside --bf16: megatron-core 0.19.2 recipes (TransformerConfig fp8_recipe /
+fp4_recipe), with the formats Megatron-Bridge 0.6.2's recipes pair them with (training/mixed_precision.py:
 bf16_with_fp8_subchannel_scaling_mixed, bf16_with_mxfp8_mixed, bf16_with_nvfp4_mixed)."""
 
 
 def _precision_args(precision: Precision) -> list[tuple[str, object]]:
     if precision is Precision.FP16:
         return [("fp16", None)]
-    if precision is Precision.FP8:
-        return [("bf16", None), ("fp8", FP8_FORMAT)]
-    return [("bf16", None), *BLOCK_SCALED_ARGS.get(precision, [])]
+    return [("bf16", None), *LOW_PRECISION_ARGS.get(precision, [])]
 
 
 def _flag_args(ctx: ExportContext) -> list[tuple[str, object]]:
