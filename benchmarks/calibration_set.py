@@ -393,6 +393,8 @@ def _row_case(row: dict[str, str]) -> Case | Skipped:
         return Skipped(
             rid, label, "no step time or tokens/s published (TFLOP/s under no documented FLOP convention)"
         )
+    if not row["global_batch_seqs"]:
+        return Skipped(rid, label, "global batch not published")
     if row["model"] in _HYBRID_UNMODELLED:
         return Skipped(rid, label, _HYBRID_UNMODELLED[row["model"]])
     hybrid = _hybrid_fields(row)

@@ -51,7 +51,7 @@ from paraplan.cost.compute import (
     gemm_input_bytes,
     tokens_per_device,
 )
-from paraplan.cost.plan import Axis, Job, Layout
+from paraplan.cost.plan import Axis, Job, Layout, MoERouting
 from paraplan.cost.torus import placed_cluster
 from paraplan.cost.validity import expert_folded, folded_ep_axes
 from paraplan.graph import Experts
@@ -84,8 +84,20 @@ class EPComm:
 
 
 def expert_imbalance(plan: Layout, job: Job) -> float:
-    """Busiest EP rank's routed load over the mean: job.expert_imbalance, or 1 when ep = 1."""
-    return job.expert_imbalance if plan.ep > 1 else 1.0
+    """Busiest EP rank's routed load over the mean: job.expert_imbalance, or 1 when ep = 1.
+
+    Unset, it follows job.moe_routing: 1 when force-balanced, DEFAULT_EXPERT_IMBALANCE when
+    dropless, and at most the capacity factor when tokens are dropped (an expert never takes more
+    than its capacity)."""
+    if plan.ep == 1:
+        return 1.0
+    if job.expert_imbalance is not None:
+        return job.expert_imbalance
+    if job.moe_routing is MoERouting.FORCE_BALANCED:
+        return 1.0
+    if job.moe_routing is MoERouting.CAPACITY and job.moe_capacity_factor is not None:
+        return min(job.moe_capacity_factor, DEFAULT_EXPERT_IMBALANCE)
+    return DEFAULT_EXPERT_IMBALANCE
 
 
 def routed_copies_per_device(plan: Layout, job: Job, top_k: int) -> float:

@@ -37,6 +37,9 @@ __all__ = [
     "Precision",
     "Recompute",
     "CPComm",
+    "MoEDispatcher",
+    "CudaGraphs",
+    "MoERouting",
     "Job",
     "Layout",
     "Plan",
@@ -98,6 +101,33 @@ class CPComm(StrEnum):
     ALL_GATHER = "all_gather"  # gather all K/V first, reduce-scatter dK/dV (Llama 3's CP)
 
 
+class MoEDispatcher(StrEnum):
+    """How routed tokens reach their experts (Megatron ``--moe-token-dispatcher-type`` and
+    ``--moe-flex-dispatcher-backend``; cost/dispatch.py)."""
+
+    ALLTOALL = "alltoall"  # NCCL all-to-all: every top-k copy to its expert's rank
+    ALLGATHER = "allgather"  # all-gather the tokens over EP, each rank keeps its experts' copies
+    DEEPEP = "deepep"  # DeepEP: one copy per destination node, forwarded over NVLink
+    HYBRIDEP = "hybridep"  # NVIDIA HybridEP: DeepEP's node deduplication, TMA copies, fewer SMs
+
+
+class CudaGraphs(StrEnum):
+    """How much of a step runs inside captured CUDA graphs (Megatron ``--cuda-graph-impl``,
+    ``--cuda-graph-scope``; cost/host.py)."""
+
+    NONE = "none"  # every kernel launched from the host
+    PARTIAL = "partial"  # attention, router and MoE preprocess captured (TE scopes), experts not
+    FULL = "full"  # whole layers captured (full-iteration graphs, sync-free dispatch)
+
+
+class MoERouting(StrEnum):
+    """How tokens are routed in training (cost/ep.py ``expert_imbalance``)."""
+
+    DROPLESS = "dropless"  # natural routing, no token dropped: the busiest expert paces the layer
+    FORCE_BALANCED = "force_balanced"  # --moe-router-force-load-balancing (benchmark-only)
+    CAPACITY = "capacity"  # token dropping at job.moe_capacity_factor
+
+
 DEFAULT_ORDER: tuple[Axis, ...] = (Axis.TP, Axis.CP, Axis.DP, Axis.PP)
 """Rank order, innermost (fastest-varying) first: Megatron's default tp-cp-(ep)-dp-pp."""
 
@@ -114,7 +144,12 @@ class Job:
     frozen_base: bool = False
     overlap_dp_comm: bool = True
     fp32_grads: bool = True
-    expert_imbalance: float = 1.1  # see cost/ep.py DEFAULT_EXPERT_IMBALANCE
+    # busiest EP rank's routed load / mean; None = from moe_routing (cost/ep.py expert_imbalance)
+    expert_imbalance: float | None = None
+    moe_routing: MoERouting = MoERouting.DROPLESS
+    moe_capacity_factor: float | None = (
+        None  # with moe_routing = capacity (Megatron --moe-expert-capacity-factor)
+    )
     image_tokens: int = 0  # image patch tokens per sample into a vision encoder; 0 = the model's
     # default (ModelSpec.vision.image_tokens; graph Layer.tokens_per_sample)
 
@@ -146,6 +181,9 @@ class Layout:
     order: tuple[Axis, ...] = DEFAULT_ORDER
     stage_pools: tuple[int, ...] = ()  # pooled clusters: the pool of each pp stage (cost/pools.py)
     torus_shape: tuple[int, ...] = ()  # TPU: the slice shape chosen (cost/torus.py); () = default
+    moe_dispatcher: MoEDispatcher = MoEDispatcher.ALLTOALL  # MoE token dispatch (cost/dispatch.py)
+    moe_overlap: bool = False  # EP all-to-all overlapped with the other micro-batch's compute (cost/ep.py)
+    cuda_graphs: CudaGraphs = CudaGraphs.NONE  # captured CUDA graphs (cost/host.py)
 
     def __post_init__(self) -> None:
         check_structure(self)
@@ -251,6 +289,9 @@ class PartialPlan:
     order: tuple[Axis, ...] | None = None
     stage_pools: tuple[int, ...] | None = None
     torus_shape: tuple[int, ...] | None = None
+    moe_dispatcher: MoEDispatcher | None = None
+    moe_overlap: bool | None = None
+    cuda_graphs: CudaGraphs | None = None
     recompute: tuple[Recompute, ...] | None = None
     recompute_layers: tuple[int, ...] | None = None
     layers_per_stage: tuple[int, ...] | None = None

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from paraplan.cost import Job, Plan, Recompute
+from paraplan.cost import Job, MoERouting, Plan, Recompute
 from paraplan.cost.plan import PLAN_FIELDS, even_split, plan_from_values
 from paraplan.cost.pools import stage_pools_of
 from paraplan.errors import ConfigError
@@ -54,6 +54,19 @@ class Instance:
         return self.graph.spec
 
 
+def job_of(scenario: Scenario) -> Job:
+    """The cost model's Job of the scenario's ``job:`` (``moe_routing: {capacity_factor: F}``
+    becomes routing ``capacity`` with ``moe_capacity_factor`` F)."""
+    values = scenario.job.model_dump()
+    routing = values.pop("moe_routing")
+    if isinstance(routing, dict):
+        values["moe_routing"] = MoERouting.CAPACITY
+        values["moe_capacity_factor"] = routing["capacity_factor"]
+    else:
+        values["moe_routing"] = MoERouting(routing)
+    return Job(**values)
+
+
 def _model_spec(scenario: Scenario) -> ModelSpec:
     m = scenario.model
     if m.preset:
@@ -80,7 +93,7 @@ def build_instance(scenario: Scenario, calibration: Calibration | None = None) -
         cluster = _calibrated(_cluster(scenario), calibration or scenario.calibration)
         if scenario.solver.memory_headroom:
             cluster = with_memory_headroom(cluster, scenario.solver.memory_headroom)
-        job = Job(**scenario.job.model_dump())
+        job = job_of(scenario)
         for pool in cluster.pools or (cluster,):
             pool.accelerator.peak_for(job.precision.value)
     except ValueError as e:

@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
-from paraplan.cost import Axis, CPComm, Recompute
+from paraplan.cost import Axis, CPComm, CudaGraphs, MoEDispatcher, Recompute
 from paraplan.cost.plan import PLAN_FIELDS
 from paraplan.graph.spec import show_value
 from paraplan.hardware.topology import MAX_DEVICES, MAX_POOLS
@@ -66,6 +66,21 @@ class PlanSection(Section):
         description="pooled clusters: the pool (index in "
         "cluster.pools) of each pipeline stage; default for evaluate: every pool in cluster.pools "
         "order",
+    )
+    moe_dispatcher: MoEDispatcher | None = Field(
+        None,
+        description="MoE token dispatch: alltoall (NCCL all-to-all; default) | allgather | deepep "
+        "| hybridep (one copy per destination node, forwarded over NVLink)",
+    )
+    moe_overlap: bool | None = Field(
+        None,
+        description="EP all-to-all hidden under another micro-batch's compute (Megatron "
+        "--overlap-moe-expert-parallel-comm; needs interleaving when pp > 1); default off",
+    )
+    cuda_graphs: CudaGraphs | None = Field(
+        None,
+        description="captured CUDA graphs: none (default) | partial (attention, router, MoE "
+        "preprocess) | full (whole layers)",
     )
     grad_accum: int | None = Field(
         None,

@@ -74,6 +74,13 @@ class PlanOut(BaseModel):
     torus_shape: list[int] = Field(
         default_factory=list, description="TPU slices: the torus shape chosen (empty: the default)"
     )
+    moe_dispatcher: str = Field(
+        "alltoall", description="MoE token dispatch: alltoall | allgather | deepep | hybridep"
+    )
+    moe_overlap: bool = Field(
+        False, description="EP all-to-all overlapped with another micro-batch's compute"
+    )
+    cuda_graphs: str = Field("none", description="captured CUDA graphs: none | partial | full")
 
 
 PLAN_OUT_DERIVED = frozenset({"grad_accum", "num_devices", "recompute_per_stage"})

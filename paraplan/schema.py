@@ -103,6 +103,14 @@ class ClusterSection(Section):
         return self
 
 
+class CapacityRouting(BaseModel):
+    """``job.moe_routing: {capacity_factor: F}``: experts take at most F x their mean share of
+    the routed tokens and drop the rest (Megatron ``--moe-expert-capacity-factor F``)."""
+
+    model_config = {"extra": "forbid"}
+    capacity_factor: float = Field(ge=1.0, le=16.0, allow_inf_nan=False)
+
+
 class JobSection(Section):
     seq_len: int = Field(ge=1, le=MAX_SEQ_LEN, description="tokens per sequence")
     global_batch: int = Field(ge=1, le=MAX_GLOBAL_BATCH, description="sequences per optimizer step")
@@ -125,13 +133,19 @@ class JobSection(Section):
         True,
         description="accumulate and reduce gradients in fp32 (Megatron main grads); false keeps them in bf16",
     )
-    expert_imbalance: float = Field(
-        1.1,
+    expert_imbalance: float | None = Field(
+        None,
         ge=1.0,
         le=100.0,
         allow_inf_nan=False,
-        description="MoE: routed tokens on the "
-        "busiest expert-parallel rank over the mean (1.0 = perfectly balanced); see cost/ep.py",
+        description="MoE: routed tokens on the busiest expert-parallel rank over the mean (1.0 = "
+        "perfectly balanced); default: from job.moe_routing (see cost/ep.py expert_imbalance)",
+    )
+    moe_routing: Literal["dropless", "force_balanced"] | CapacityRouting = Field(
+        "dropless",
+        description="MoE routing in training: dropless (natural routing; default) | force_balanced "
+        "(Megatron --moe-router-force-load-balancing, benchmark-only) | {capacity_factor: F} "
+        "(token dropping at F, --moe-expert-capacity-factor)",
     )
     image_tokens: int = Field(
         0,

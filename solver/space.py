@@ -45,7 +45,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from functools import cache
 from math import gcd, isqrt
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 from paraplan.cost import CPComm, Layout, Recompute
 from paraplan.cost.plan import PartialPlan
@@ -262,6 +262,7 @@ def _families_of(
     if spec.is_moe and tp > 1:
         sps = [sp for sp in sps if sp]  # MoE with TP needs sequence parallelism (check_plan)
     etps, cp_comms = _etps(spec, tp, fixed), _cp_comms(cp, fixed)
+    moe_state = software_state(fixed)
     for mb in mbs:
         m = per_replica // mb
         if pp > 1:
@@ -286,12 +287,20 @@ def _families_of(
                     micro_batch=mb,
                     sequence_parallel=sp,
                     stage_pools=stage_pools,
+                    **moe_state,
                 )
                 for sp in sps
                 for etp in etps
                 for cpc in cp_comms
             ]
     return out
+
+
+def software_state(fixed: Fixed) -> dict[str, Any]:
+    """The MoE software state the user fixed (dispatcher, EP overlap, CUDA graphs), else the
+    Layout defaults: these are not searched yet, so every layout carries the scenario's."""
+    names = ("moe_dispatcher", "moe_overlap", "cuda_graphs")
+    return {n: getattr(fixed, n) for n in names if getattr(fixed, n) is not None}
 
 
 def zeros(
