@@ -58,6 +58,7 @@ from paraplan.graph import ModelSpec, build_graph, preset
 from paraplan.graph.presets import MOE_MLA_FIELDS, from_fields, to_fields
 
 from benchmarks.calibration_set_tpu import is_tpu_row, tpu_row_case
+from benchmarks.moe_state import moe_state
 
 __all__ = ["Case", "Skipped", "load_cases", "CSV_PATH"]
 
@@ -450,6 +451,8 @@ def _row_case(row: dict[str, str]) -> Case | Skipped:
     precision = _precision(row["precision"])
     rec = _recompute(row["recompute"])
     key = row["source_key"]
+    moe_plan, moe_job, moe_defaults = moe_state(row) if moe else ({}, {}, [])
+    defaults += moe_defaults
     scenario = {
         "model": {
             "name": row["model"],
@@ -475,19 +478,7 @@ def _row_case(row: dict[str, str]) -> Case | Skipped:
             "overlap_dp_comm": key not in _NO_OVERLAP_SOURCES,
             **({"frozen_base": True} if row["task"] == "lora" else {}),
             "fp32_grads": key not in _DIST_OPTIMIZER_SOURCES,
-            **(
-                {
-                    "expert_imbalance": 1.0
-                    if (
-                        "force-balanced" in row["notes"]
-                        or "fake balanced gate" in row["notes"]
-                        or row["model"].endswith(_TOKENDROP)
-                    )
-                    else 1.1
-                }
-                if moe
-                else {}
-            ),
+            **(moe_job if moe else {}),
         },
         "plan": {
             "dp": dp,
@@ -501,6 +492,7 @@ def _row_case(row: dict[str, str]) -> Case | Skipped:
             **({"layers_per_stage": layers_per_stage} if layers_per_stage else {}),
             "sequence_parallel": sp,
             "recompute": rec or "none",
+            **(moe_plan if moe else {}),
         },
     }
     options = ("none", "selective", "full")

@@ -13,13 +13,16 @@ from dataclasses import dataclass, replace
 from paraplan.cost.compute import LayerTime, layer_forward, layer_tokens
 from paraplan.cost.cp import CPCost, cp_layer_comm
 from paraplan.cost.dp import micro_batch_reduce_s, zero3_gather_s
+from paraplan.cost.dispatch import dispatcher_sm_fraction
 from paraplan.cost.ep import (
     EPComm,
+    ep_exposed_s,
     ep_layer_comm,
     expert_forward,
-    moe_layer_overhead_s,
     moe_tp_collectives,
+    steady_fraction,
 )
+from paraplan.cost.host import moe_host_s
 from paraplan.cost.plan import Job, Layout, Recompute
 from paraplan.cost.recompute import block_input_bytes, recompute_forward_s, stored_activation_bytes
 from paraplan.cost.spans import Spans
@@ -189,7 +192,7 @@ def block_work(graph: LayerGraph, index: int, plan: Layout, job: Job, cluster: C
     params, expert_params = block_params_per_device(layers, plan)
     times = tuple(layer_time(ly, plan, job, accel, eff) for ly in layers)
     moe = next((ly.experts for ly in layers if ly.experts), None)
-    host = moe_layer_overhead_s(eff) if moe else 0.0  # once per pass: forward, backward, recompute
+    host = moe_host_s(plan, eff) if moe else 0.0  # once per pass: forward, backward, recompute
     stored_none = sum(stored_activation_bytes(ly, plan, job, Recompute.NONE) for ly in layers)
     return Work(
         times=times,
@@ -252,6 +255,18 @@ def _exchange_comm(
     return TPComm(tp_f, tp_b), cps, EPComm(ep_f, ep_b)
 
 
+def _overlapped_ep_s(work: Work, ep: EPComm, rec_s: float, plan: Layout, job: Job, cluster: Cluster) -> float:
+    """The block's exposed all-to-all under the 1F1B EP overlap (ep.ep_exposed_s): its MoE
+    layers' compute is the experts side, the rest (attention, norms) the attention side; the
+    recompute forward runs with the backward."""
+    moe_f = sum(t.total_s for t, e in zip(work.times, work.exchanges, strict=True) if e.top_k)
+    moe_b = sum(t.backward_s() for t, e in zip(work.times, work.exchanges, strict=True) if e.top_k)
+    other_f = sum(t.total_s for t in work.times) - moe_f
+    other_b = sum(t.backward_s() for t in work.times) - moe_b + rec_s
+    sm = dispatcher_sm_fraction(plan.moe_dispatcher, cluster.accelerator)
+    return ep_exposed_s(ep, other_f, other_b, moe_f, moe_b, steady_fraction(plan, job), sm)
+
+
 def block_costs(
     work: Work, graph: LayerGraph, plan: Layout, job: Job, cluster: Cluster, spans: Spans
 ) -> dict[Recompute, BlockCost]:
@@ -278,6 +293,8 @@ def block_costs(
             ) + collective_matmul_exposed_s(tp.backward_s, bwd + rec)
         cp_s = sum(c.exposed_forward_s * (2 if is_full else 1) + c.exposed_backward_s for c in cps)
         ep_s = ep.forward_s * (2 if is_full else 1) + ep.backward_s
+        if plan.moe_overlap and ep_s > 0:
+            ep_s = (ep.forward_s if is_full else 0.0) + _overlapped_ep_s(work, ep, rec, plan, job, cluster)
         zero_s = zero_exposed_s(gather, reduce, fwd, bwd + rec, job.overlap_dp_comm)
         out[recompute] = BlockCost(
             forward_s=fwd,

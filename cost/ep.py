@@ -43,14 +43,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from paraplan.cost.comm import GroupSpan, SubAxis, alltoall_s, axis_stride, span_of
+from paraplan.cost.comm import GroupSpan, SubAxis, axis_stride, span_of
 from paraplan.cost.compute import (
     ACTIVATION_BYTES,
     GEMM_INPUT_BYTES,
     LayerTime,
     gemm_input_bytes,
+    gemm_shape,
     tokens_per_device,
 )
+from paraplan.cost.compute import gemm_s as gemm_s_of
+from paraplan.cost.dispatch import dispatch_time
 from paraplan.cost.plan import Axis, Job, Layout, MoERouting
 from paraplan.cost.torus import placed_cluster
 from paraplan.cost.validity import expert_folded, folded_ep_axes
@@ -69,7 +72,9 @@ __all__ = [
     "expert_forward",
     "moe_tp_collectives",
     "expert_stored_bytes",
-    "moe_layer_overhead_s",
+    "ep_exposed_s",
+    "steady_fraction",
+    "GROUPED_GEMM_STREAMS",
 ]
 
 DEFAULT_EXPERT_IMBALANCE = 1.1  # busiest EP rank / mean routed load; assumption (module docstring)
@@ -157,17 +162,70 @@ def expert_shard_degree(plan: Layout) -> int:
 def ep_layer_comm(
     hidden: int, top_k: int, plan: Layout, job: Job, cluster: Cluster, span: GroupSpan | None = None
 ) -> EPComm:
-    """Dispatch + combine all-to-all of one MoE layer.
+    """Dispatch + combine of one MoE layer, forward, and their mirror pair backward.
 
-    Formula: 2 x alltoall(n/tp * top_k * imbalance * h * 2 B) forward, the same backward, over
-    the tiers of the EP group (comm.alltoall_s).
-    Units: seconds. Assumes: bf16 dispatch and combine (no FP8 dispatch), no overlap.
+    Formula: dispatch_time(plan.moe_dispatcher, n/tp tokens, h, top_k, EP span) forward, the
+    same backward (cost/dispatch.py: NCCL all-to-all, all-gather or node-deduplicated DeepEP /
+    HybridEP), the busiest rank's load scaled by the imbalance. Units: seconds.
     """
     if plan.ep == 1:
         return EPComm(0.0, 0.0)
-    n_bytes = routed_copies_per_device(plan, job, top_k) / plan.tp * hidden * ACTIVATION_BYTES
-    one = alltoall_s(span or ep_span(cluster, plan), n_bytes)
-    return EPComm(2 * one, 2 * one)
+    tokens = tokens_per_device(plan, job) / plan.tp
+    t = dispatch_time(
+        plan.moe_dispatcher,
+        tokens,
+        hidden,
+        top_k,
+        span or ep_span(cluster, plan),
+        cluster,
+        job.precision,
+        expert_imbalance(plan, job),
+    )
+    one = t.dispatch_s + t.combine_s
+    return EPComm(one, one)
+
+
+def steady_fraction(plan: Layout, job: Job) -> float:
+    """Share of a rank's forward and backward passes that run in the merged steady state of
+    Megatron's 1F1B EP overlap (a forward of one micro-batch beside the backward of another).
+
+    Formula: pp = 1: (m - 1) / m (the first forward and the last backward have no partner);
+    pp > 1 (interleaved, vp chunks): 1 - w / (m vp), w = (pp - 1) + (vp - 1) pp the average
+    warm-up chunks of Megatron's interleaved schedule (get_pipeline_parallel_order: rank r warms
+    up 2 (pp - r - 1) + (vp - 1) pp chunks). Dimensionless, in [0, 1]."""
+    m = max(1, plan.num_micro_batches(job))
+    if plan.pp == 1:
+        return (m - 1) / m
+    warm = (plan.pp - 1) + (plan.vp - 1) * plan.pp
+    return max(0.0, 1.0 - warm / (m * plan.vp))
+
+
+def ep_exposed_s(
+    ep: EPComm,
+    attention_f_s: float,
+    attention_b_s: float,
+    experts_f_s: float,
+    experts_b_s: float,
+    steady: float,
+    sm_fraction: float,
+) -> float:
+    """Exposed dispatch/combine time of a MoE layer pair under Megatron's 1F1B EP overlap
+    (``--overlap-moe-expert-parallel-comm``), one forward and one backward pass.
+
+    The merged forward-backward schedule (megatron/core/models/gpt/fine_grained_callables.py,
+    combined_1f1b) pairs each communication of one micro-batch with a compute of the other:
+    backward combine || forward attention, forward dispatch || backward experts, backward dispatch
+    || forward experts, forward combine || backward attention. Exposed = steady x sum max(0,
+    comm_i - compute_j) + (1 - steady) x all of it (steady_fraction: the warm-up and cool-down
+    passes have no partner). The hidden part slows the compute beside it: the communication
+    kernels hold ``sm_fraction`` of the SMs (DeepSeek-V3 gives 20 of the H800's 132 to them,
+    arXiv:2412.19437 Sec. 3.2.2), adding hidden x f / (1 - f). Units: seconds."""
+    half_f, half_b = ep.forward_s / 2, ep.backward_s / 2
+    pairs = ((half_b, attention_f_s), (half_f, experts_b_s), (half_b, experts_f_s), (half_f, attention_b_s))
+    exposed = sum(max(0.0, c - w) for c, w in pairs)
+    hidden = sum(min(c, w) for c, w in pairs)
+    slowed = hidden * sm_fraction / (1.0 - sm_fraction)
+    return steady * (exposed + slowed) + (1.0 - steady) * (ep.forward_s + ep.backward_s)
 
 
 def moe_tp_collectives(
@@ -183,37 +241,38 @@ def moe_tp_collectives(
     return routed + (1.0 if has_shared else 0.0)
 
 
+GROUPED_GEMM_STREAMS = 4  # Transformer Engine's multi-stream grouped GEMM (cuBLAS on 4 streams)
+
+
 def expert_forward(
     experts: Experts, plan: Layout, job: Job, accel: Accelerator, eff: Efficiency
 ) -> LayerTime:
     """Forward time of the routed experts on the busiest device, one micro-batch.
 
-    Formula: GEMMs c * flops_per_copy / tp / (peak * eff) + overhead per expert
-    kernel (num_experts/ep local experts, one kernel per expert GEMM); element-wise
-    c * elems * 2 B / tp / (HBM * eff), with c = routed_copies_per_device.
-    Units: seconds. Assumes: each local expert's GEMM pays the per-kernel overhead (its own wave
-    tail, quantisation under FP8), as a loop of GEMMs or a grouped GEMM over small groups does.
+    Grouped GEMM on the per-expert shape: each of the num_experts/ep local experts runs its
+    GEMMs on M = c / local routed copies (c = routed_copies_per_device), at the roofline of that
+    shape (compute.gemm_s less its overhead: max(2MNK / (peak * eff), bytes / (HBM * eff_hbm))),
+    so few tokens per expert are weight-read bound as DeepGEMM's masked layout shows (815-932
+    TFLOPS at 256 rows per group against 1,214-1,346 at 8K, moe_physics.md Sec. 3.4); the
+    per-kernel overhead is paid once per GEMM and per GROUPED_GEMM_STREAMS experts beyond the
+    first (Transformer Engine's GroupedLinear launches one cuBLAS GEMM per expert over 4 streams,
+    so their launch and wave tails overlap 4 at a time). Element-wise c * elems * 2 B / tp /
+    (HBM * eff). Units: seconds.
     """
     copies = routed_copies_per_device(plan, job, experts.top_k)
-    local = experts.num_experts // plan.ep
-    peak = accel.peak_for(job.precision.value) * eff.gemm(job.precision.value)
-    flops = copies * sum(g.flops_per_token for g in experts.gemms) / plan.tp
-    gemm_s = flops / peak + eff.kernel_overhead_s * local * len(experts.gemms)
+    local = max(1, experts.num_experts // plan.ep)
+    etp = plan.expert_tp
+    per_expert = copies * etp / plan.tp / local  # rows of one local expert's GEMMs
+    gemm_s = 0.0
+    for g in experts.gemms:
+        shape = gemm_shape(g, per_expert, etp)
+        gemm_s += local * (gemm_s_of(shape, job.precision, accel, eff) - eff.kernel_overhead_s)
+    launches = len(experts.gemms) * (1.0 + (local - 1) / GROUPED_GEMM_STREAMS)
+    gemm_s += eff.kernel_overhead_s * launches
     elementwise_s = (
         copies * experts.mem_bound_elems * ACTIVATION_BYTES / plan.tp / (accel.hbm_bytes_per_s * eff.hbm)
     )
     return LayerTime(gemm_s, 0.0, elementwise_s)
-
-
-def moe_layer_overhead_s(eff: Efficiency) -> float:
-    """Host-side time of one MoE layer per pass (forward, backward, recompute forward).
-
-    Megatron's dispatcher needs the per-expert token counts on the host (all-to-all splits and
-    grouped-GEMM sizes): a device-to-host sync that drains the launch queue, after which the layer's
-    many small kernels (router, top-k, permute, sort, unpermute) are launch-bound.
-    Source: hardware/data/efficiency.yaml ``moe_layer_overhead_us`` (Empirical). Units: seconds.
-    """
-    return eff.moe_layer_overhead_s
 
 
 def expert_stored_bytes(experts: Experts, plan: Layout, job: Job) -> float:

@@ -8,7 +8,8 @@ from dataclasses import replace
 from paraplan.cost.block import block_costs, block_work, layer_time
 from paraplan.cost.comm import packed_span
 from paraplan.cost.compute import layer_forward
-from paraplan.cost.ep import ep_layer_comm, expert_forward, moe_layer_overhead_s, moe_tp_collectives
+from paraplan.cost.ep import ep_layer_comm, expert_forward, moe_tp_collectives
+from paraplan.cost.host import moe_host_s
 from paraplan.cost.plan import Job, Layout, Recompute
 from paraplan.cost.spans import Spans
 from paraplan.cost.tp import tp_block_comm
@@ -48,7 +49,8 @@ def _moe_comm_floor_s(graph: LayerGraph, index: int, plan: Layout, job: Job, clu
         p = replace(plan, ep=ep)
         expert = expert_forward(layer.experts, p, job, accel, eff).forward_backward_s
         a2a = ep_layer_comm(spec.hidden, spec.top_k, p, job, cluster, span=packed_span(cluster, ep))
-        best = min(best, expert + a2a.forward_s + a2a.backward_s)
+        exposed = 0.0 if plan.moe_overlap else a2a.forward_s + a2a.backward_s  # overlap may hide all
+        best = min(best, expert + exposed)
     tp = tp_block_comm(
         spec.hidden,
         plan,
@@ -95,7 +97,7 @@ def compute_floor_s(graph: LayerGraph, plan: Layout, job: Job, cluster: Cluster)
 
     def block_floor(index: int, p: Layout, j: Job, experts: bool = True) -> float:
         layers = graph.block_layers(index)
-        host = 2 * moe_layer_overhead_s(eff) if any(ly.experts for ly in layers) else 0.0
+        host = 2 * moe_host_s(p, eff) if any(ly.experts for ly in layers) else 0.0
         return host + sum(
             (
                 layer_time(ly, p, j, accel, eff) if experts else layer_forward(ly, p, j, accel, eff)

@@ -1,0 +1,102 @@
+"""The MoE software state of a published run, read from its row (``notes``, ``source_key``).
+
+Rows 2000 and up (docs/published_runs.md Sec. 5) state the dispatcher, EP overlap, CUDA graphs
+and routing in ``notes``; the rules below read them. Where a row states nothing, the default is
+listed in the case's defaults:
+
+- dispatcher: "HybridEP" -> hybridep, "DeepEP" -> deepep (the last one a note names wins for a
+  ladder row: "Enable DeepEP" rows name DeepEP), "alltoall" / "A2A" -> alltoall; else alltoall
+  (Megatron-Bridge's performance recipes: ``moe_token_dispatcher_type: alltoall``;
+  moe_physics.md Sec. 2: the Qwen3-235B 256 x H100 recipe is "standard alltoall plus overlap");
+- EP overlap: "A2A_OVERLAP=1", "EP overlap ON", "+1f1b overlap" -> on; "overlap off",
+  "A2A_OVERLAP=0", "no EP A2A overlap" -> off; else off, except Megatron-Bridge's Qwen3-235B
+  on 256 H100 (on, the recipe note above);
+- CUDA graphs: "CUDA graphs disabled" -> none; TE scopes named (attn, moe_router,
+  moe_preprocess) or a DeepSeek-V3 ladder step at or after "CUDA Graphs" -> partial; else partial
+  on Blackwell for Megatron-Bridge's performance rows (their recipes capture the TE scopes on
+  GB200/GB300/B200, as rows 2057-2060 of the same team state) and none elsewhere;
+- routing: "forced load balancing", "force-balanced", "fake balanced gate" -> force_balanced;
+  "dropless, natural routing" -> dropless; the ladder rows' reproduce guide forces balance;
+  "(tokendrop)" models -> capacity factor 1.0 (the token-drop recipes' factor); else dropless.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+__all__ = ["moe_state"]
+
+_BLACKWELL = ("B200", "B300", "GB200", "GB300")
+
+
+def _dispatcher(notes: str) -> str | None:
+    low = notes.lower()
+    found = [(low.rfind(k), v) for k, v in (("hybridep", "hybridep"), ("deepep", "deepep"))]
+    step = re.search(r'ladder step \d+/\d+: "([^"]*)"', notes)
+    if step:  # a ladder row: the dispatcher the row itself runs ("dispatcher X;")
+        m = re.search(r"dispatcher (\w+)", notes)
+        name = (m.group(1) if m else "").lower()
+        return {"hybridep": "hybridep", "deepep": "deepep"}.get(name, "alltoall")
+    if "dispatcher hybridep" in low or "hybridep dispatcher" in low or "hybridep 32 sms" in low:
+        return "hybridep"
+    if "dispatcher deepep" in low:
+        return "deepep"
+    if "alltoall" in low or "a2a (nccl" in low:
+        return "alltoall"
+    hits = [v for i, v in sorted(found) if i >= 0]
+    return hits[-1] if hits else None
+
+
+def _overlap(notes: str) -> bool | None:
+    low = notes.lower()
+    if any(k in low for k in ("a2a_overlap=1", "ep overlap on", "+1f1b overlap", "ep overlap on")):
+        return True
+    if any(k in low for k in ("overlap off", "a2a_overlap=0", "no ep a2a overlap", "a2a overlap off")):
+        return False
+    return None
+
+
+def _graphs(notes: str) -> str | None:
+    low = notes.lower()
+    if "cuda graphs disabled" in low:
+        return "none"
+    if "moe_router" in low or "cuda-graph scopes" in low or "cuda graphs attn" in low:
+        return "partial"
+    step = re.search(r"ladder step (\d+)/13", notes)
+    if step:
+        return "partial" if int(step.group(1)) >= 6 else "none"
+    return None
+
+
+def _routing(notes: str, model: str) -> dict[str, Any] | str:
+    low = notes.lower()
+    if model.endswith("(tokendrop)"):
+        return {"capacity_factor": 1.0}
+    if "dropless, natural routing" in low:
+        return "dropless"
+    if any(k in low for k in ("forced load balancing", "force-balanced", "forced-balanced", "fake balanced")):
+        return "force_balanced"
+    if "forced balance" in low or "force_load_balancing" in low:
+        return "force_balanced"
+    return "dropless"
+
+
+def moe_state(row: dict[str, str]) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
+    """(plan fields, job fields, defaults taken) of a MoE row (module docstring)."""
+    notes, key, defaults = row["notes"], row["source_key"], []
+    dispatcher = _dispatcher(notes)
+    if dispatcher is None:
+        dispatcher = "alltoall"
+        defaults.append("moe_dispatcher=alltoall")
+    overlap = _overlap(notes)
+    if overlap is None:
+        overlap = key == "megatron_bridge_perf" and "235B" in row["model"] and "H100" in row["hardware"]
+        defaults.append(f"moe_overlap={'on' if overlap else 'off'}")
+    graphs = _graphs(notes)
+    if graphs is None:
+        blackwell = any(row["hardware"].startswith(h) for h in _BLACKWELL)
+        graphs = "partial" if key == "megatron_bridge_perf" and blackwell else "none"
+        defaults.append(f"cuda_graphs={graphs}")
+    plan = {"moe_dispatcher": dispatcher, "moe_overlap": overlap, "cuda_graphs": graphs}
+    return plan, {"moe_routing": _routing(notes, row["model"])}, defaults
