@@ -84,7 +84,13 @@ _NO_OVERLAP_SOURCES = {
 # llm-foundry's attn_impl "flash" is the flash-attn package, FlashAttention-2 when the MosaicML
 # tables were measured (2023; FlashAttention-3, the Hopper kernel, was released in July 2024)
 _FLASH2_SOURCES = {"mosaic_llmfoundry"}
-_DIST_OPTIMIZER_SOURCES = {"nemo_2407", "megatron_bridge_perf"}
+_DIST_OPTIMIZER_SOURCES = {
+    "nemo_2407",
+    "megatron_bridge_perf",
+    "mbridge_skill_qwen3_30b_h100",  # a Megatron-Bridge recipe
+    "mcore_modelzoo_qwen3",  # Megatron-MoE-ModelZoo scripts: --use-distributed-optimizer
+    "mcore_dsv3_gb200_guide",  # the guide's reproduce scripts: --use-distributed-optimizer
+}
 _GPT3_VOCAB = 51200  # NeMo GPT-3 rows match V = 51200 (published_runs.md Sec. 3.4)
 _MOE_PRESETS = {
     "Qwen3-30B-A3B": "qwen3-30b-a3b",

@@ -22,7 +22,7 @@ from paraplan.cost.ep import (
     moe_tp_collectives,
     steady_fraction,
 )
-from paraplan.cost.host import moe_host_s
+from paraplan.cost.host import moe_launch_s, moe_pass_s
 from paraplan.cost.plan import Job, Layout, Recompute
 from paraplan.cost.recompute import block_input_bytes, recompute_forward_s, stored_activation_bytes
 from paraplan.cost.spans import Spans
@@ -192,19 +192,22 @@ def block_work(graph: LayerGraph, index: int, plan: Layout, job: Job, cluster: C
     params, expert_params = block_params_per_device(layers, plan)
     times = tuple(layer_time(ly, plan, job, accel, eff) for ly in layers)
     moe = next((ly.experts for ly in layers if ly.experts), None)
-    host = moe_host_s(plan, eff) if moe else 0.0  # once per pass: forward, backward, recompute
     stored_none = sum(stored_activation_bytes(ly, plan, job, Recompute.NONE) for ly in layers)
+    forward_s = sum(t.total_s for t in times)
+    backward_s = sum(t.backward_s() for t in times)
+    recompute_s = {r: sum(recompute_forward_s(t, r) for t in times) for r in Recompute}
+    if moe:  # host launches and the dispatcher's sync (cost/host.py), once per pass
+        launch = moe_launch_s(plan, max(1, moe.num_experts // plan.ep), eff)
+        forward_s, backward_s = moe_pass_s(forward_s, launch, plan), moe_pass_s(backward_s, 2 * launch, plan)
+        recompute_s[Recompute.FULL] = moe_pass_s(recompute_s[Recompute.FULL], launch, plan)
     return Work(
         times=times,
         attention=next(
             (t for t, ly in zip(times, layers, strict=True) if ly.kind is LayerKind.ATTENTION), None
         ),
-        forward_s=sum(t.total_s for t in times) + host,
-        backward_s=sum(t.backward_s() for t in times) + host,
-        recompute_s={
-            r: sum(recompute_forward_s(t, r) for t in times) + (host if r is Recompute.FULL else 0.0)
-            for r in Recompute
-        },
+        forward_s=forward_s,
+        backward_s=backward_s,
+        recompute_s=recompute_s,
         stored_bytes={
             Recompute.NONE: stored_none,
             Recompute.SELECTIVE: sum(

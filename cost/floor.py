@@ -9,7 +9,7 @@ from paraplan.cost.block import block_costs, block_work, layer_time
 from paraplan.cost.comm import packed_span
 from paraplan.cost.compute import layer_forward
 from paraplan.cost.ep import ep_layer_comm, expert_forward, moe_tp_collectives
-from paraplan.cost.host import moe_host_s
+from paraplan.cost.host import moe_sync_s
 from paraplan.cost.plan import Job, Layout, Recompute
 from paraplan.cost.spans import Spans
 from paraplan.cost.tp import tp_block_comm
@@ -97,7 +97,7 @@ def compute_floor_s(graph: LayerGraph, plan: Layout, job: Job, cluster: Cluster)
 
     def block_floor(index: int, p: Layout, j: Job, experts: bool = True) -> float:
         layers = graph.block_layers(index)
-        host = 2 * moe_host_s(p, eff) if any(ly.experts for ly in layers) else 0.0
+        host = 2 * moe_sync_s(p) if any(ly.experts for ly in layers) else 0.0  # launches may hide
         return host + sum(
             (
                 layer_time(ly, p, j, accel, eff) if experts else layer_forward(ly, p, j, accel, eff)

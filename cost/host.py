@@ -5,25 +5,30 @@ the host one by one they are launch-bound, and the token dispatcher needs the pe
 counts on the host (all-to-all splits, grouped-GEMM sizes): a device-to-host sync that drains
 the launch queue, after which the GPU idles until the host has launched the next kernels
 (Megatron-Core MoE README, "CUDA graphs" and "sync-free" sections; docs moe_physics.md Sec. 3.3).
-Per MoE layer and pass (forward, backward, recompute forward):
+The host launches kernels while the GPU runs the ones already queued, so launching costs time
+only where it outruns the GPU; the sync lets the host run ahead by at most one layer. Per MoE
+block and pass (forward; backward launches twice the kernels, dgrad and wgrad):
 
-    host = launch_s * uncaptured(cuda_graphs) + sync_s * (0 if overlapped or full graphs else 1)
+    time = max(gpu_s, launch_s) + sync_s
 
-- ``launch_s``: the launch-bound kernels' host time with nothing captured (Efficiency
-  ``moe_layer_overhead_s``, hardware/data/efficiency.yaml ``moe_layer_overhead_us``: a host/CPU
-  cost, one value for every generation);
-- ``uncaptured``: the share of those kernels outside captured CUDA graphs: 1 with none, 0 with
-  full graphs (whole layers captured), PARTIAL_UNCAPTURED with Transformer Engine's partial
-  scopes (attention, moe_router, moe_preprocess captured; the permute, dispatch and experts
-  launched from the host);
-- ``sync_s`` (MOE_SYNC_S): the device-to-host sync's drain. Megatron's 1F1B EP overlap
-  (``--overlap-moe-expert-parallel-comm``) hides it under the other micro-batch's kernels (the
-  16-GPU Qwen3-30B nsys pair: HybridEP metadata preprocess 3.109 s -> 0.670 s per step with the
-  overlap on, moe_physics.md Sec. 3.1); full CUDA graphs need sync-free dispatch (padded
-  capacity), so there is none.
+- ``launch_s = layer_s * uncaptured(cuda_graphs) + local_experts * expert_s * (graphs != full)``:
+  ``layer_s`` the router / permute / dispatch kernels' host time with nothing captured
+  (Efficiency ``moe_layer_overhead_s``, hardware/data/efficiency.yaml ``moe_layer_overhead_us``;
+  a host/CPU cost, one value for every generation), PARTIAL_UNCAPTURED of it left by Transformer
+  Engine's partial scopes (attn, moe_router, moe_preprocess captured); ``expert_s``
+  (EXPERT_LAUNCH_S) one local expert's GEMM, activation and quantisation launches (Transformer
+  Engine's GroupedLinear launches one GEMM per expert; partial scopes leave the experts
+  uncaptured). This is why the same Qwen3-30B-A3B run is 2.6x slower per token at micro-batch 1
+  on 8 B200 (row 340, 28.2 s) than at micro-batch 4 on 8 GB200 (row 332, 11.0 s): four times the
+  layer passes, each too short to hide its 16 local experts' launches.
+- ``sync_s`` (MOE_SYNC_S): the device-to-host sync's drain (the dispatcher needs the per-expert
+  token counts on the host). Megatron's 1F1B EP overlap hides it under the other micro-batch's
+  kernels (the 16-GPU Qwen3-30B nsys pair: HybridEP metadata preprocess 3.109 s -> 0.670 s per
+  step with the overlap on, moe_physics.md Sec. 3.1); full CUDA graphs need sync-free dispatch,
+  so there is none.
 
-Parameters fitted to the calibration file's MoE rows (benchmarks/calibrate.py), bounded so that
-the host share stays under the 16-GPU nsys idle bound (<= 8% of that step GPU-idle).
+Parameters fitted to the calibration file's MoE rows (benchmarks/calibrate_moe.py), bounded so
+that the host share stays under the 16-GPU nsys idle bound (<= 8% of that step GPU-idle).
 """
 
 from __future__ import annotations
@@ -31,18 +36,30 @@ from __future__ import annotations
 from paraplan.cost.plan import CudaGraphs, Layout
 from paraplan.hardware import Efficiency
 
-__all__ = ["PARTIAL_UNCAPTURED", "MOE_SYNC_S", "moe_host_s"]
+__all__ = ["PARTIAL_UNCAPTURED", "EXPERT_LAUNCH_S", "MOE_SYNC_S", "moe_launch_s", "moe_sync_s", "moe_pass_s"]
 
-PARTIAL_UNCAPTURED = 0.5  # share of the launch-bound kernels left uncaptured by partial scopes
-MOE_SYNC_S = 150e-6  # device-to-host sync drain per MoE layer per pass
+PARTIAL_UNCAPTURED = 0.25  # share of the router/permute launches left uncaptured by partial scopes
+EXPERT_LAUNCH_S = 40e-6  # host time of one local expert's kernels in one forward pass
+MOE_SYNC_S = 100e-6  # device-to-host sync drain per MoE layer per pass
 
 
 def _uncaptured(graphs: CudaGraphs) -> float:
     return {CudaGraphs.NONE: 1.0, CudaGraphs.PARTIAL: PARTIAL_UNCAPTURED, CudaGraphs.FULL: 0.0}[graphs]
 
 
-def moe_host_s(plan: Layout, eff: Efficiency) -> float:
-    """Host-side time of one MoE layer per pass (module docstring). Units: seconds."""
-    launch = eff.moe_layer_overhead_s * _uncaptured(plan.cuda_graphs)
-    hidden = plan.moe_overlap or plan.cuda_graphs is CudaGraphs.FULL
-    return launch + (0.0 if hidden else MOE_SYNC_S)
+def moe_launch_s(plan: Layout, local_experts: int, eff: Efficiency) -> float:
+    """Host launch time of one MoE layer's forward pass (module docstring). Units: seconds."""
+    if plan.cuda_graphs is CudaGraphs.FULL:
+        return 0.0
+    return eff.moe_layer_overhead_s * _uncaptured(plan.cuda_graphs) + local_experts * EXPERT_LAUNCH_S
+
+
+def moe_sync_s(plan: Layout) -> float:
+    """Exposed device-to-host sync of one MoE layer pass: none under the EP overlap or full
+    graphs (module docstring). Units: seconds."""
+    return 0.0 if plan.moe_overlap or plan.cuda_graphs is CudaGraphs.FULL else MOE_SYNC_S
+
+
+def moe_pass_s(gpu_s: float, launch_s: float, plan: Layout) -> float:
+    """One pass of a MoE block: max(GPU time, host launch time) + sync. Units: seconds."""
+    return max(gpu_s, launch_s) + moe_sync_s(plan)
