@@ -39,8 +39,8 @@ from paraplan.hardware import Efficiency
 __all__ = ["PARTIAL_UNCAPTURED", "EXPERT_LAUNCH_S", "MOE_SYNC_S", "moe_launch_s", "moe_sync_s", "moe_pass_s"]
 
 PARTIAL_UNCAPTURED = 0.25  # share of the router/permute launches left uncaptured by partial scopes
-EXPERT_LAUNCH_S = 40e-6  # host time of one local expert's kernels in one forward pass
-MOE_SYNC_S = 100e-6  # device-to-host sync drain per MoE layer per pass
+EXPERT_LAUNCH_S = 160e-6  # host time of one local expert's kernels in one forward pass (fitted)
+MOE_SYNC_S = 200e-6  # device-to-host sync drain per MoE layer per pass (fitted; nsys bound)
 
 
 def _uncaptured(graphs: CudaGraphs) -> float:
