@@ -12,8 +12,8 @@ from dataclasses import dataclass, replace
 
 from paraplan.cost.compute import LayerTime, layer_forward, layer_tokens
 from paraplan.cost.cp import CPCost, cp_layer_comm
-from paraplan.cost.dp import micro_batch_reduce_s, zero3_gather_s
 from paraplan.cost.dispatch import dispatcher_sm_fraction
+from paraplan.cost.dp import micro_batch_reduce_s, zero3_gather_s
 from paraplan.cost.ep import (
     EPComm,
     ep_exposed_s,
