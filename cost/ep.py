@@ -226,7 +226,8 @@ def ep_exposed_s(
     combined_1f1b) pairs each communication of one micro-batch with a compute of the other:
     backward combine || forward attention, forward dispatch || backward experts, backward dispatch
     || forward experts, forward combine || backward attention. Exposed = steady x sum max(0,
-    comm_i - eta min(comm_i, compute_j)) + (1 - steady) x all of it, eta = OVERLAP_EFFICIENCY (steady_fraction: the warm-up and cool-down
+    comm_i - eta min(comm_i, compute_j))
+    + (1 - steady) x all of it, eta = OVERLAP_EFFICIENCY (steady_fraction: the warm-up and cool-down
     passes have no partner). The hidden part slows the compute beside it: the communication
     kernels hold ``sm_fraction`` of the SMs (DeepSeek-V3 gives 20 of the H800's 132 to them,
     arXiv:2412.19437 Sec. 3.2.2), adding hidden x f / (1 - f). Units: seconds."""
