@@ -113,7 +113,7 @@ def _mlp_flops_per_token(spec: ModelSpec, counting: FlopCounting) -> float:
     """MLP GEMM FLOPs per token over every layer (dense, routed experts, shared experts)."""
     gate = 3 if _gated(spec, counting) else 2
     dense, moe = _mlp_layer_counts(spec)
-    width = spec.ffn_hidden * gate * dense
+    width: float = spec.ffn_hidden * gate * dense
     if spec.is_moe:
         width += (_routed_width(spec, gate) + spec.shared_ffn_hidden * gate) * moe
     return GEMM_PASSES * FLOPS_PER_FMA * spec.hidden * width
