@@ -24,6 +24,10 @@ Knobs a source does not give take documented defaults, listed in ``Case.defaults
   balanced routing ("tokens force-balanced across experts"), else the documented default.
 - step time: ``step_time_s``; where a row gives only ``tokens_per_sec_per_gpu`` (torchtitan on
   A100), the file's own convention gbs * seq_len / (tokens/s/GPU * n_gpus) (published_runs.md Sec. 4);
+  where it gives only TFLOP/s per GPU, FLOPs per step / (TFLOP/s x GPUs) under the row's documented
+  count (``_flops_per_step``): rows whose ``flop_counting`` names Megatron-LM's
+  ``num_floating_point_operations`` or Megatron-Bridge's ``flop_utils`` use that count
+  (cost/megatron_flops.py) of the row's mapped model, vocabulary padded to 128 x tp;
 - model names: a "(tokendrop)" suffix is dropped for the preset look-up and such MoE runs (capacity
   factor, dropped tokens) take expert_imbalance 1.0 like force-balanced ones; MLA rows (``n_kv_heads``
   "MLA") and rows with a dense-layer note in ``ffn_hidden`` ("18432 (first 3 dense layers); expert
@@ -54,13 +58,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from paraplan.cost.megatron_flops import FlopCounting, megatron_flops_per_step, padded_vocab_size
 from paraplan.graph import ModelSpec, build_graph, preset
 from paraplan.graph.presets import MOE_MLA_FIELDS, from_fields, to_fields
 
 from benchmarks.calibration_set_tpu import is_tpu_row, tpu_row_case
 from benchmarks.moe_state import moe_state
 
-__all__ = ["Case", "Skipped", "load_cases", "CSV_PATH"]
+__all__ = ["Case", "Skipped", "load_cases", "megatron_counting", "row_kind", "CSV_PATH"]
 
 CSV_PATH = Path(__file__).parent / "data" / "published_runs_calibration.csv"
 
@@ -180,10 +185,10 @@ def _int(text: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def _step_time_s(row: dict[str, str]) -> float | None:
+def _step_time_s(row: dict[str, str], spec: ModelSpec | None = None) -> float | None:
     """Published step time, else gbs * seq_len / (tokens/s/GPU * n) (published_runs.md Sec. 4),
     else model FLOPs per step / (TFLOP/s/GPU * n) where the row's FLOP convention is a documented
-    formula (``_flops_per_step``)."""
+    formula (``_flops_per_step``; for Megatron's own counts, of the row's model ``spec``)."""
     if row["step_time_s"]:
         return float(row["step_time_s"])
     if row["tokens_per_sec_per_gpu"] and row["global_batch_seqs"]:
@@ -192,14 +197,42 @@ def _step_time_s(row: dict[str, str]) -> float | None:
             * int(row["seq_len"])
             / (float(row["tokens_per_sec_per_gpu"]) * int(row["n_gpus"]))
         )
-    flops = _flops_per_step(row)
+    flops = _flops_per_step(row, spec)
     if flops is not None and row["tflops_per_gpu"]:
         return flops / (float(row["tflops_per_gpu"]) * 1e12 * int(row["n_gpus"]))
     return None
 
 
-def _flops_per_step(row: dict[str, str]) -> float | None:
+def megatron_counting(row: dict[str, str]) -> FlopCounting | None:
+    """Whose FLOP count a row's TFLOP/s are under, read from its ``flop_counting`` column:
+    "Megatron-LM training.py num_floating_point_operations ..." (``mcore_modelzoo_qwen3``,
+    ``mcore_dsv3_gb200_guide``) -> Megatron-LM's; "Megatron-Bridge ... flop_utils ..."
+    (``megatron_bridge_perf``, ``mbridge_skill_qwen3_30b_h100``) -> Megatron-Bridge's
+    (published_runs.md Sec. 3.5 and 5; cost/megatron_flops.py); else None."""
+    text = row["flop_counting"].lower()
+    if "megatron-lm" in text and "num_floating_point_operations" in text:
+        return FlopCounting.MEGATRON_LM
+    if "megatron-bridge" in text and "flop_utils" in text:
+        return FlopCounting.MEGATRON_BRIDGE
+    return None
+
+
+def _megatron_flops(row: dict[str, str], spec: ModelSpec, counting: FlopCounting) -> float:
+    """Megatron's count of one step of the row's model (cost/megatron_flops.py), its logits over
+    the vocabulary padded as Megatron pads it at the row's tp (128 x tp, the default)."""
+    return megatron_flops_per_step(
+        spec,
+        seq_len=int(row["seq_len"]),
+        global_batch=int(row["global_batch_seqs"]),
+        padded_vocab=padded_vocab_size(spec.vocab, _int(row["tp"]) or 1),
+        counting=counting,
+    )
+
+
+def _flops_per_step(row: dict[str, str], spec: ModelSpec | None = None) -> float | None:
     """Model FLOPs of one step under the row's convention (published_runs.md Sec. 3), or None:
+    - Megatron-LM's ``num_floating_point_operations`` / Megatron-Bridge's ``flop_utils``
+      (``megatron_counting``): cost/megatron_flops.py on the row's model ``spec`` (None without);
     - Megatron "model FLOPs" (Korthikanti 2022, Sec. 3.2): 72 B s l h^2 (1 + s/(6h) + V/(12 l h));
     - NeMo model TFLOP/s (``nemo_longseq``): no recompute, non-causal attention, as NeMo 24.07
       (Sec. 3.4): B s (6 N_matmul + 12 l h s), N_matmul = l (2 h^2 + 2 h kv_dim + 3 h f) + V h
@@ -207,6 +240,9 @@ def _flops_per_step(row: dict[str, str]) -> float | None:
       containers; the rows' ``confidence`` column says so;
     - Llama 3 "BF16 MFU" (``llama3_t4``), PaLM-style (Sec. 3.3): B s (6 N + 6 l h s), N the row's
       total parameters; the paper gives no formula, and 6 N alone or with 12 l h s differ by 4%."""
+    counting = megatron_counting(row)
+    if counting is not None:
+        return _megatron_flops(row, spec, counting) if spec is not None and row["global_batch_seqs"] else None
     convention = row["flop_counting"].lower()
     b, s_len = _int(row["global_batch_seqs"]), _int(row["seq_len"])
     h, layers, vocab = _int(row["hidden"]), _int(row["n_layers"]), _int(row["vocab_size"])
@@ -396,7 +432,9 @@ def _row_case(row: dict[str, str]) -> Case | Skipped:
     if hardware.endswith("-nvl72") and int(row["n_gpus"]) > 72:
         hardware += "-64"  # racks used as 64-GPU NVLink domains (16 of 18 trays), e.g. 256 GPUs
     step_s = _step_time_s(row)
-    if step_s is None:
+    # TFLOP/s under Megatron's own count: the step time follows from the mapped model (below)
+    by_megatron_count = step_s is None and bool(row["tflops_per_gpu"]) and megatron_counting(row) is not None
+    if step_s is None and not by_megatron_count:
         return Skipped(
             rid, label, "no step time or tokens/s published (TFLOP/s under no documented FLOP convention)"
         )
@@ -434,7 +472,7 @@ def _row_case(row: dict[str, str]) -> Case | Skipped:
         # the degrees are the configuration, and a per-GPU throughput is the same on any number
         # of its replicas, so the run maps to dp*tp*pp*cp GPUs, its step time from that count
         n = dp * tp * pp * cp
-        step_s = _step_time_s({**row, "n_gpus": str(n)})
+        step_s = None if by_megatron_count else _step_time_s({**row, "n_gpus": str(n)})
         defaults.append(f"gpus={n} (= dp*tp*pp*cp; the row's n_gpus={row['n_gpus']} contradicts its degrees)")
     layers_per_stage = _short_end_stages(row, pp)
     vp = _int(row["vp"])
@@ -528,6 +566,12 @@ def _row_case(row: dict[str, str]) -> Case | Skipped:
         defaults.append("etp=1 (EP folded over tp: world % (etp*ep*pp) == 0 forces it)")
     if dp * tp * pp * cp != n:
         return Skipped(rid, label, f"degrees {dp}x{tp}x{pp}x{cp} do not multiply to {n}")
+    if by_megatron_count:  # FLOPs of the model as mapped, over the GPUs and tp the case runs
+        spec = from_fields(row["model"], scenario["model"])
+        step_s = _step_time_s({**row, "n_gpus": str(n), "tp": str(tp)}, spec)
+        defaults.append(f"step time = {megatron_counting(row)} FLOP count / (TFLOP/s x GPUs)")
+    if step_s is None:
+        return Skipped(rid, label, "no step time: the row's TFLOP/s need a FLOP count it lacks inputs for")
     return Case(
         rid,
         key,
@@ -541,11 +585,21 @@ def _row_case(row: dict[str, str]) -> Case | Skipped:
     )
 
 
-def load_cases(path: Path = CSV_PATH) -> tuple[list[Case], list[Skipped]]:
+def row_kind(row: dict[str, str]) -> str:
+    """ "moe" for a mixture-of-experts row (an expert count, or "MoE" in its ``model_type``: the
+    hybrid Nemotron 3 rows give only the latter), else "dense"."""
+    return "moe" if row["moe_experts"] or "moe" in row["model_type"].lower() else "dense"
+
+
+def load_cases(path: Path | str = CSV_PATH, kind: str | None = None) -> tuple[list[Case], list[Skipped]]:
+    """Every row of a file with the calibration file's columns, mapped by the rules above (any
+    path: runs published later score without code); ``kind`` "moe" / "dense" keeps those rows."""
     cases: list[Case] = []
     skipped: list[Skipped] = []
-    with path.open() as f:
+    with Path(path).open() as f:
         for row in csv.DictReader(f):
+            if kind is not None and row_kind(row) != kind:
+                continue
             c = _row_case(row)
             (cases if isinstance(c, Case) else skipped).append(c)
     return cases, skipped

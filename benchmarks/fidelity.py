@@ -1,6 +1,14 @@
 """Fidelity: paraplan's predicted step time against every supported published run.
 
     python -m benchmarks.fidelity          # per-row table, beside the constant-MFU estimate
+    python -m benchmarks.fidelity [CSV] [--kind moe|dense] [--out FILE.csv]
+
+Any file with the calibration file's columns scores the same way (benchmarks/calibration_set.py
+maps each row by the rules of benchmarks/data/README.md; default: the calibration file);
+``--kind`` keeps the mixture-of-experts or the dense rows; ``--out`` writes one line per scored
+row, ``row,source,label,published_s,predicted_s,err,fits`` (err = predicted / published - 1).
+After the table: the skipped rows by reason, the constant-MFU line, per source (``source_key``)
+the runs, median |err|, p90 |err| and the signed median, and the overall figures last.
 
 The constant-MFU baseline is the simplest estimate people use: step = model FLOPs per step /
 (devices x peak x MFU*), with the single MFU* that minimises its median error over the same rows.
@@ -129,16 +137,19 @@ run with pp > 1 to test it on, so a term for it would be a fit to this one row.
 
 from __future__ import annotations
 
+import argparse
+import csv
 import statistics
 import sys
-from collections import Counter
+from collections import Counter, defaultdict
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from paraplan.cost.plan import chunk_layers
 
 import paraplan
-from benchmarks.calibration_set import Case, Skipped, load_cases
+from benchmarks.calibration_set import CSV_PATH, Case, Skipped, load_cases
 from paraplan.errors import ConfigError
 from paraplan.instance import build_instance, fixed_plan
 
@@ -150,8 +161,13 @@ __all__ = [
     "scored_rows",
     "summary",
     "constant_mfu_errors",
+    "per_source",
+    "write_rows",
+    "OUT_HEADER",
     "main",
 ]
+
+OUT_HEADER = ("row", "source", "label", "published_s", "predicted_s", "err", "fits")
 
 
 @dataclass(frozen=True)
@@ -227,10 +243,11 @@ def evaluate_case(case: Case) -> Row:
     return Row(case, r.predicted.step_time_s, r.predicted.fits_memory, mode, flops, peak, layers)
 
 
-def scored_rows() -> tuple[list[Row], list[Skipped]]:
-    """Every mapped case evaluated; cases whose published plan the model rejects (e.g. Megatron's
-    uneven virtual pipeline, issue 11 item 4) are skipped with the model's message."""
-    cases, skipped = load_cases()
+def scored_rows(path: Path | str = CSV_PATH, kind: str | None = None) -> tuple[list[Row], list[Skipped]]:
+    """Every mapped case of the file evaluated (``kind``: only its "moe" or "dense" rows); cases
+    whose published plan the model rejects (e.g. Megatron's uneven virtual pipeline, issue 11
+    item 4) are skipped with the model's message."""
+    cases, skipped = load_cases(path, kind)
     rows: list[Row] = []
     for c in cases:
         try:
@@ -275,6 +292,34 @@ def constant_mfu_errors(rows: list[Row]) -> tuple[float, list[float]]:
     return best[1], best[2]
 
 
+def per_source(rows: list[Row]) -> dict[str, tuple[int, float, float, float]]:
+    """Per ``source_key``: (runs, median |err|, p90 |err|, signed median err), in file order."""
+    errors: dict[str, list[float]] = defaultdict(list)
+    for r in rows:
+        errors[r.case.source_key].append(r.error)
+    return {key: (len(e), *summary(e), statistics.median(e)) for key, e in errors.items()}
+
+
+def write_rows(rows: list[Row], path: Path | str) -> None:
+    """One line per scored row under OUT_HEADER (times in seconds, err a fraction, fits yes/no)."""
+    with Path(path).open("w", newline="") as f:
+        out = csv.writer(f)
+        out.writerow(OUT_HEADER)
+        for r in rows:
+            c = r.case
+            out.writerow(
+                [
+                    c.row_id,
+                    c.source_key,
+                    c.label,
+                    f"{c.published_step_s:.6g}",
+                    f"{r.predicted_s:.6g}",
+                    f"{r.error:.6f}",
+                    "yes" if r.fits else "no",
+                ]
+            )
+
+
 def _reason_kind(reason: str) -> str:
     """A skip reason without its per-row values (for counting)."""
     for prefix in ("hardware 'TPU", "degrees: ep", "degrees", "plan not expressible"):
@@ -288,8 +333,32 @@ def _reason_kind(reason: str) -> str:
     return reason
 
 
-def main() -> int:
-    rows, skipped = scored_rows()
+def _arguments(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.fidelity", description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "csv", nargs="?", default=CSV_PATH, type=Path, help="published runs (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--kind", choices=("moe", "dense"), help="only the mixture-of-experts or the dense rows"
+    )
+    parser.add_argument(
+        "--out", type=Path, help="write row,source,label,published_s,predicted_s,err,fits here"
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _arguments(argv)
+    rows, skipped = scored_rows(args.csv, args.kind)
+    if args.out is not None:
+        write_rows(rows, args.out)
+    if not rows:
+        reasons = Counter(_reason_kind(s.reason) for s in skipped)
+        print(
+            f"0 runs scored; {len(skipped)} skipped: "
+            + "; ".join(f"{n} {r}" for r, n in reasons.most_common())
+        )
+        return 1
     mfu, base = constant_mfu_errors(rows)
     print(
         f"{'row':>4}  {'run':<52} {'published':>9} {'paraplan':>9} {'err':>7} "
@@ -309,11 +378,15 @@ def main() -> int:
         f"\n{len(rows)} runs scored; {len(skipped)} skipped: "
         + "; ".join(f"{n} {r}" for r, n in reasons.most_common())
     )
+    print(f"constant MFU:  median |err| {bmed:.1%}, p90 {bp90:.1%} (best single MFU {mfu:.1%})")
+    print(f"\n{'source':<32} {'runs':>4} {'median':>7} {'p90':>7} {'signed':>7}")
+    for key, (n, s_med, s_p90, signed) in per_source(rows).items():
+        print(f"{key:<32} {n:>4} {s_med:>7.1%} {s_p90:>7.1%} {signed:>+7.1%}")
     print(
-        f"paraplan:      median |err| {med:.1%}, p90 {p90:.1%}, "
+        f"paraplan:      {len(rows)} runs, median |err| {med:.1%}, p90 {p90:.1%}, "
+        f"signed median {statistics.median(r.error for r in rows):+.1%}, "
         f"{sum(not r.fits for r in rows)} predicted out of memory"
     )
-    print(f"constant MFU:  median |err| {bmed:.1%}, p90 {bp90:.1%} (best single MFU {mfu:.1%})")
     return 0
 
 

@@ -14,6 +14,7 @@ from paraplan.cost.comm import (
 from paraplan.cost.dp import state_bytes
 from paraplan.cost.evaluate import Breakdown, evaluate, step_time_s
 from paraplan.cost.flops import matmul_params, model_flops_per_token
+from paraplan.cost.megatron_flops import FlopCounting, megatron_flops_per_step, padded_vocab_size
 from paraplan.cost.memory import StageMemory, stage_memory
 from paraplan.cost.plan import (
     DEFAULT_ORDER,
@@ -44,6 +45,7 @@ __all__ = [
     "Breakdown",
     "CPComm",
     "CudaGraphs",
+    "FlopCounting",
     "MoEDispatcher",
     "MoERouting",
     "GroupSpan",
@@ -64,7 +66,9 @@ __all__ = [
     "group_span",
     "in_flight_micro_batches",
     "matmul_params",
+    "megatron_flops_per_step",
     "model_flops_per_token",
+    "padded_vocab_size",
     "pipeline_s",
     "reduce_scatter_s",
     "ring_allgather_s",
