@@ -76,7 +76,9 @@ def expected_distinct(groups: int, top_k: int, per_group: int | None = None) -> 
     return groups * (1.0 - comb(experts - per_group, top_k) / comb(experts, top_k))
 
 
-def nodes_hit(top_k: int, num_nodes: int, node_limit: int | None = None, num_experts: int | None = None) -> float:
+def nodes_hit(
+    top_k: int, num_nodes: int, node_limit: int | None = None, num_experts: int | None = None
+) -> float:
     """Expected distinct nodes (the sender's own included) a token's experts sit on.
 
     Formula: expected_distinct(N, k, E/N) under uniform routing; under node-limited routing
@@ -188,7 +190,9 @@ def dispatch_time(
     dispatch_b, combine_b = token_bytes(dispatcher, hidden, precision)
     per_byte = _seconds_per_copy_byte(dispatcher, params, span, top_k, node_limit, num_experts)
     scale = tokens * imbalance
-    return DispatchTime(params.fixed_s + scale * dispatch_b * per_byte, params.fixed_s + scale * combine_b * per_byte)
+    return DispatchTime(
+        params.fixed_s + scale * dispatch_b * per_byte, params.fixed_s + scale * combine_b * per_byte
+    )
 
 
 def _seconds_per_copy_byte(
@@ -213,7 +217,11 @@ def _seconds_per_copy_byte(
     for tier, f in outer:
         if f > 1 and num_nodes > 1:
             share = (inner * f - inner) / (num_nodes - 1)  # distinct remote nodes first reached here
-            rate = tier.effective_bytes_per_s if params.scale_out is None else params.scale_out * tier.per_gpu_bytes_per_s
+            rate = (
+                tier.effective_bytes_per_s
+                if params.scale_out is None
+                else params.scale_out * tier.per_gpu_bytes_per_s
+            )
             t_out += remote * share / rate
         inner *= f
     return max(t_up, t_out)

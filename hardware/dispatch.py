@@ -60,7 +60,9 @@ def dispatcher_params(dispatcher: str, generation: str) -> DispatcherParams:
     (the dispatcher does not run there, or no measurement covers it)."""
     table = _raw()["dispatchers"]
     if dispatcher not in table:
-        raise ValueError(f"moe_dispatcher={dispatcher!r} has no parameters; known: {', '.join(sorted(table))}")
+        raise ValueError(
+            f"moe_dispatcher={dispatcher!r} has no parameters; known: {', '.join(sorted(table))}"
+        )
     gens: dict[str, Any] = table[dispatcher]
     raw = gens.get(generation)
     if raw is None:
