@@ -17,7 +17,7 @@ expert-parallel (EP) group of P ranks: g ranks per scale-up (NVLink) domain, N =
   it over NVLink to the destination ranks (DeepEP README, "asymmetric-domain bandwidth
   forwarding"; DeepSeek-V3 report arXiv:2412.19437 Sec. 3.2.2). Dispatch in FP8 (1x128 blocks
   with FP32 scales, DeepEP's format) when the job runs blockwise FP8; BF16 otherwise (Megatron's
-  MXFP8 recipe still dispatches BF16: docs moe_physics.md Sec. 3.2); combine in BF16. The link
+  MXFP8 recipe still dispatches BF16: the issue-22 MoE survey); combine in BF16. The link
   fractions and fixed time are fitted per (dispatcher, generation) in hardware/data/dispatch.yaml.
 
 Forward = dispatch + combine; backward mirrors them (cost/ep.py). The busiest rank receives
@@ -66,7 +66,7 @@ def expected_distinct(groups: int, top_k: int, per_group: int | None = None) -> 
     Formula: uniform routing over G equal groups, G (1 - (1 - 1/G)^k) (experts drawn
     independently); with e experts per group and k distinct experts of the G e,
     G (1 - C(G e - e, k) / C(G e, k)) (the exact hypergeometric count).
-    Source: docs moe_physics.md Sec. 2 row 2 (the first form). Units: groups.
+    Source: the issue-22 MoE survey, effect 2 (the first form). Units: groups.
     """
     if groups <= 1:
         return float(groups)
@@ -86,7 +86,7 @@ def nodes_hit(
     chosen for holding the token's best experts, so each is hit (a Monte Carlo of DeepEP's
     test router, 8 nodes, M = 4: 3.98 nodes per token).
     Assumes: uniform routing; trained routers concentrate (DeepSeek-V3 averages about 2.5 nodes,
-    docs moe_physics.md Sec. 3.2), so this is an upper estimate for them. Units: nodes.
+    the issue-22 MoE survey), so this is an upper estimate for them. Units: nodes.
     """
     per_node = num_experts // num_nodes if num_experts and num_experts % num_nodes == 0 else None
     hit = expected_distinct(num_nodes, top_k, per_node)
@@ -106,7 +106,7 @@ def remote_copies_per_token(
     deepep/hybridep nodes_hit * (N-1)/N, i.e. (N-1)(1 - (1-1/N)^k) under uniform routing
     (the sender's node is one of the N, equally likely). Top-8 over 2 nodes: 4.0 -> 1.0; over
     4 nodes: 6.0 -> 2.7.
-    Source: docs moe_physics.md Sec. 2 row 2. Units: token copies.
+    Source: the issue-22 MoE survey, effect 2. Units: token copies.
     """
     if num_nodes <= 1:
         return 0.0
@@ -122,7 +122,7 @@ def token_bytes(dispatcher: MoEDispatcher, hidden: int, precision: Precision) ->
 
     Formula: FP8 dispatch h (1 + 4/128) (1 B per element plus an FP32 scale per 128, DeepEP's
     blockwise format) for deepep/hybridep under blockwise FP8; 2 h otherwise; combine 2 h.
-    Source: DeepEP README (FP8 dispatch, BF16 combine); docs moe_physics.md Sec. 3.2 (blockwise
+    Source: DeepEP README (FP8 dispatch, BF16 combine); the issue-22 MoE survey (blockwise
     FP8 dispatches FP8; Megatron's MXFP8 recipe still dispatches BF16). Units: bytes.
     Assumes: NCCL all-to-all and all-gather dispatch BF16 under every recipe; per-tensor FP8
     and NVFP4 quantise after the dispatch (inside the expert GEMMs).
@@ -233,7 +233,7 @@ def dispatcher_sm_fraction(dispatcher: MoEDispatcher, accelerator: Accelerator) 
     Formula: sms / SM count: DeepEP 20 of 132 on Hopper (DeepSeek-V3 arXiv:2412.19437
     Sec. 3.2.2; DeepEP's default), 24 on GB200 and 16 on B200; HybridEP 8 on Hopper, 32 on
     GB200, 16 on B200 (the SM counts of the measured tables; hardware/data/dispatch.yaml).
-    Source: docs moe_physics.md Sec. 2 ("DeepEP/HybridEP take 16-32 SMs"). Units: fraction.
+    Source: the issue-22 MoE survey ("DeepEP/HybridEP take 16-32 SMs"). Units: fraction.
     Assumes: NCCL's all-to-all and all-gather kernels (one CTA per channel) are not charged:
     0 for alltoall and allgather (no in-repo source for their channel count in training).
     """

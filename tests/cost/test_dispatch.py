@@ -1,11 +1,12 @@
 """MoE dispatchers (cost/dispatch.py) against their published microbenchmarks (issue 22 items 2, 5).
 
-Tables: docs moe_physics.md Sec. 3.2, sources as its Sec. 7 pins them:
+Tables: the issue-22 MoE survey (2026-12-01, dispatcher tables), sources as it pins them:
 - DeepEP V1 normal kernels on H800 (NVLink ~160 GB/s usable, CX7 400 Gb/s), 4096 tokens,
-  h 7168, top-8, 256 experts, FP8 dispatch / BF16 combine: github.com/deepseek-ai/DeepEP
-  ``docs/legacy.md`` (README V2 at dd758caf). Internode runs route DeepSeek-V3 style: top-4 of
-  the node groups (so EP64 over 8 nodes is node-limited to M = 4).
-- HybridEP: DeepEP branch ``hybrid-ep``, ``docs/README_Hybrid-EP.md`` at 94a9f8f: 4096 tokens,
+  h 7168, top-8, 256 experts, FP8 dispatch / BF16 combine (README V2 at dd758caf):
+  https://github.com/deepseek-ai/DeepEP/blob/main/docs/legacy.md . Internode runs route
+  DeepSeek-V3 style, top-4 of the node groups (EP64 over 8 nodes is node-limited to M = 4).
+- HybridEP: DeepEP branch ``hybrid-ep`` at 94a9f8f,
+  https://github.com/deepseek-ai/DeepEP/blob/94a9f8f/docs/README_Hybrid-EP.md: 4096 tokens,
   h 7168, top-8, uniform random router, 8 local experts per rank, torch API; with the DeepEP
   column of its B200 table.
 
@@ -50,8 +51,10 @@ TOKENS = 4096
 HIDDEN = 7168
 TOP_K = 8
 TOLERANCE = 0.20
-DEEPEP_SRC = "deepseek-ai/DeepEP docs/legacy.md (README V2 at dd758caf)"
-HYBRIDEP_SRC = "deepseek-ai/DeepEP branch hybrid-ep docs/README_Hybrid-EP.md at 94a9f8f"
+DEEPEP_SRC = "https://github.com/deepseek-ai/DeepEP/blob/main/docs/legacy.md (README V2 at dd758caf)"
+HYBRIDEP_SRC = (
+    "https://github.com/deepseek-ai/DeepEP/blob/94a9f8f/docs/README_Hybrid-EP.md (branch hybrid-ep)"
+)
 COLUMNS = {  # column -> (precision of the call, which call)
     "dispatch_fp8": (Precision.FP8_BLOCKWISE, "dispatch"),
     "dispatch_bf16": (Precision.BF16, "dispatch"),
@@ -199,7 +202,7 @@ def test_deepep_sends_fewer_remote_copies_than_alltoall(
     num_nodes: int, alltoall: float, deduplicated: float
 ) -> None:
     """Top-8 over 2 and 4 nodes: k(N-1)/N = 4.0 and 6.0 remote copies per token for NCCL's
-    all-to-all, (N-1)(1-(1-1/N)^k) = 1.0 and 2.7 for DeepEP/HybridEP (moe_physics.md Sec. 2)."""
+    all-to-all, (N-1)(1-(1-1/N)^k) = 1.0 and 2.7 for DeepEP/HybridEP (issue-22 survey)."""
     for dispatcher in (MoEDispatcher.DEEPEP, MoEDispatcher.HYBRIDEP):
         got = remote_copies_per_token(dispatcher, TOP_K, num_nodes)
         assert got == pytest.approx(deduplicated, abs=0.05)
