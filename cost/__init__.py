@@ -11,6 +11,7 @@ from paraplan.cost.comm import (
     ring_allgather_s,
     ring_allreduce_s,
 )
+from paraplan.cost.dispatch import DispatchTime, dispatch_time, dispatcher_sm_fraction
 from paraplan.cost.dp import state_bytes
 from paraplan.cost.evaluate import Breakdown, evaluate, step_time_s
 from paraplan.cost.flops import matmul_params, model_flops_per_token
@@ -45,6 +46,7 @@ __all__ = [
     "Breakdown",
     "CPComm",
     "CudaGraphs",
+    "DispatchTime",
     "FlopCounting",
     "MoEDispatcher",
     "MoERouting",
@@ -62,6 +64,8 @@ __all__ = [
     "alpha_beta_s",
     "bubble_s",
     "check_plan",
+    "dispatch_time",
+    "dispatcher_sm_fraction",
     "evaluate",
     "group_span",
     "in_flight_micro_batches",

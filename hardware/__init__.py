@@ -17,6 +17,7 @@ from paraplan.hardware.catalog import (
     node_type,
     node_type_names,
 )
+from paraplan.hardware.dispatch import DispatcherParams, dispatcher_params, sm_count
 from paraplan.hardware.efficiency import Efficiency, efficiency
 from paraplan.hardware.topology import (
     Cluster,
@@ -34,6 +35,7 @@ __all__ = [
     "Accelerator",
     "CalibrationProfile",
     "Cluster",
+    "DispatcherParams",
     "Efficiency",
     "Fabric",
     "LinkSpec",
@@ -44,6 +46,7 @@ __all__ = [
     "apply_calibration",
     "build_cluster",
     "build_pooled_cluster",
+    "dispatcher_params",
     "efficiency",
     "fabric",
     "fabric_names",
@@ -51,6 +54,7 @@ __all__ = [
     "node_type",
     "node_type_names",
     "profile_from_dict",
+    "sm_count",
     "step_time_band",
     "topology_graph",
     "with_memory_headroom",
