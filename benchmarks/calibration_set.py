@@ -208,7 +208,7 @@ def megatron_counting(row: dict[str, str]) -> FlopCounting | None:
     "Megatron-LM training.py num_floating_point_operations ..." (``mcore_modelzoo_qwen3``,
     ``mcore_dsv3_gb200_guide``) -> Megatron-LM's; "Megatron-Bridge ... flop_utils ..."
     (``megatron_bridge_perf``, ``mbridge_skill_qwen3_30b_h100``) -> Megatron-Bridge's
-    (published_runs.md Sec. 3.5 and 5; cost/megatron_flops.py); else None."""
+    (docs/published_runs.md Sec. 3.5; cost/megatron_flops.py); else None."""
     text = row["flop_counting"].lower()
     if "megatron-lm" in text and "num_floating_point_operations" in text:
         return FlopCounting.MEGATRON_LM

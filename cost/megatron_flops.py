@@ -36,9 +36,11 @@ any gated linear unit (GeGLU too) and counts sliding-window layers by their mean
 W - W (W - 1) / (2 s) for a window of W = w + 1 keys (``window_size`` (w, 0), as paraplan's
 Megatron export writes ``sliding_window``), every ``window_attn_skip_freq``-th layer full.
 
-Not counted by either (so not here): norms, softmax, the router, RoPE, the vision encoder
-(Bridge adds its ViT only for batches that carry image patches), Gated DeltaNet layers and the
-attention output gate (no ModelSpec field holds them).
+Counted by neither (so not here): norms beyond MLA's latent norms and MTP's, softmax, the
+router, RoPE; Megatron-LM also no vision encoder (Bridge adds a ViT only when the step passes
+``num_vision_patches``, which a published TFLOP/s row does not say). Counted by both but not
+here, as no ModelSpec field holds them: Gated DeltaNet (linear attention) layers, the attention
+output gate and DeepSeek-V4's sparse attention.
 """
 
 from __future__ import annotations
