@@ -189,7 +189,7 @@ def ep_layer_comm(
     return EPComm(one, one)
 
 
-OVERLAP_EFFICIENCY = 0.6
+OVERLAP_EFFICIENCY = 0.45
 """Share of the overlappable communication (min(comm, partner compute) per pair) actually hidden:
 the streams run concurrently for part of each window only (launch order, the dispatch's own
 preprocess and the shared SMs). Fitted to the three published overlap on/off pairs of the
