@@ -304,3 +304,15 @@ def test_unfitted_platforms_are_refused() -> None:
         dispatch_time(MoEDispatcher.HYBRIDEP, TOKENS, HIDDEN, TOP_K, tspan, tpu, Precision.BF16)
     a2a = dispatch_time(MoEDispatcher.ALLTOALL, TOKENS, HIDDEN, TOP_K, tspan, tpu, Precision.BF16)
     assert a2a.dispatch_s > 0
+
+
+def test_alltoall_crosses_nodes_at_one_nic_per_gpu() -> None:
+    """NCCL's all-to-all cannot aggregate a node's NICs (nccl-tests #267): the k (N-1)/N remote
+    copies leave at one NIC's effective rate, not the node's eight."""
+    cluster = build_cluster("dgx-h100", nodes=2)
+    span = span_of(cluster, [SubAxis(1, 16)])
+    nvlink, network = cluster.tiers
+    t = dispatch_time(MoEDispatcher.ALLTOALL, TOKENS, HIDDEN, TOP_K, span, cluster, Precision.BF16)
+    latency = 7 * nvlink.alpha_s + 8 * network.alpha_s  # one per peer (comm.alltoall_s)
+    remote = TOKENS * HIDDEN * 2 * remote_copies_per_token(MoEDispatcher.ALLTOALL, TOP_K, 2)
+    assert t.dispatch_s - latency == pytest.approx(remote / (50e9 * 0.92))
