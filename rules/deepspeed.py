@@ -24,6 +24,7 @@ from paraplan.rules.checks import (
     partial_recompute_rule,
     rank_order_rule,
 )
+from paraplan.rules.moe_state import state_rules
 from paraplan.rules.plans import regroup, uniform_recompute
 from paraplan.rules.validity import batch_splits
 
@@ -211,6 +212,9 @@ check_recompute_layers = partial_recompute_rule(
     "DeepSpeed's activation checkpointing wraps every layer the same way; no number of layers"
 )
 
+MOE_STATE_RULES = state_rules("deepspeed")
+"""plan.moe_dispatcher, plan.moe_overlap, plan.cuda_graphs, job.moe_routing (rules/moe_state.py)."""
+
 RULES = (
     check_dense_model,
     check_no_expert_parallel(
@@ -227,6 +231,7 @@ RULES = (
     check_ulysses,
     check_autotp_without_pipeline,
     check_rank_order,
+    *MOE_STATE_RULES,
 )
 
 
@@ -238,7 +243,7 @@ def pipeline_split(num_layers: int, pp: int, vp: int) -> tuple[int, ...] | None:
 SEARCH = SearchLimits(stage_split=pipeline_split, recompute_modes=(Recompute.NONE, Recompute.FULL))
 """solver.target=deepspeed: PipelineModule balances the blocks itself (the solver uses that one
 split per layout); whole-layer checkpointing only."""
-MODEL_RULES = ()
+MODEL_RULES = (MOE_STATE_RULES[3],)  # job.moe_routing
 """The RULES that read only the model and job (solver.target checks them once, first)."""
 LAYOUT_RULES = (check_pipeline_zero, check_rank_order)
 """The RULES that read the ZeRO stage or the rank order, which the solver picks per layout; the

@@ -25,6 +25,7 @@ from paraplan.rules.checks import (
     partial_recompute_rule,
     uniform_recompute_rule,
 )
+from paraplan.rules.moe_state import state_rules
 from paraplan.rules.plans import order_matches
 
 __all__ = [
@@ -254,6 +255,9 @@ check_recompute_layers = partial_recompute_rule(
     "MaxText's remat_policy applies to every layer of the scanned decoder; no number of layers"
 )
 
+MOE_STATE_RULES = state_rules("maxtext")
+"""plan.moe_dispatcher, plan.moe_overlap, plan.cuda_graphs, job.moe_routing (rules/moe_state.py)."""
+
 RULES = (
     check_dense_model,
     check_expert_tp,
@@ -267,11 +271,12 @@ RULES = (
     check_expert_axis,
     check_node_boundary,
     check_fp8_accumulation,
+    *MOE_STATE_RULES,
 )
 
 SEARCH = SearchLimits(even_stages=True)
 """solver.target=maxtext: num_layers_per_pipeline_stage: every stage alike; one remat_policy."""
-MODEL_RULES = (check_model_keys,)
+MODEL_RULES = (check_model_keys, MOE_STATE_RULES[3])  # + job.moe_routing
 """The RULES that read only the model and job (solver.target checks them once, first)."""
 LAYOUT_RULES = (check_zero, check_rank_order, check_node_boundary, check_expert_axis)
 """The RULES that read the ZeRO stage or the rank order, which the solver picks per layout; the

@@ -34,6 +34,7 @@ from paraplan.rules.megatron_layout import (
     layout_stages,
     stage_contents,
 )
+from paraplan.rules.moe_state import MEGATRON_STATE_RULES, routing_rule
 from paraplan.rules.plans import order_matches, regroup
 from paraplan.rules.validity import (
     batch_splits,
@@ -333,6 +334,9 @@ def check_hybrid_pattern(ctx: RuleContext, draft: Draft) -> Refusal | None:
     return None
 
 
+check_moe_routing = routing_rule("megatron")
+"""job.moe_routing: Megatron runs dropless, forced balance and capacity (rules/moe_state.py)."""
+
 check_layer_kinds = layer_kinds_rule(
     "Megatron-LM's pretrain_gpt.py / pretrain_mamba.py as exported (no vision encoder, no "
     "chunked attention flag)",
@@ -356,12 +360,14 @@ RULES = (
     check_rank_order,
     check_expert_data_parallel,
     check_one_launch,
+    *MEGATRON_STATE_RULES,
+    check_moe_routing,
 )
 
 SEARCH = SearchLimits(partial_recompute=True)
 """solver.target=megatron: uneven stages through --pipeline-model-parallel-layout; one recompute
 setting for every rank (with --recompute-method block, one number of layers)."""
-MODEL_RULES = (check_architecture, check_layer_kinds, check_hybrid_pattern)
+MODEL_RULES = (check_architecture, check_layer_kinds, check_hybrid_pattern, check_moe_routing)
 """The RULES that read only the model and job (solver.target checks them once, first)."""
 LAYOUT_RULES = (check_fsdp_without_pp, check_rank_order, check_expert_data_parallel)
 """The RULES that read the ZeRO stage or the rank order, which the solver picks per layout; the

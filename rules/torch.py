@@ -19,6 +19,7 @@ from paraplan.rules.checks import (
     rank_order_rule,
     uniform_recompute_rule,
 )
+from paraplan.rules.moe_state import state_rules
 from paraplan.rules.plans import regroup, uniform_recompute
 
 __all__ = [
@@ -149,6 +150,9 @@ check_recompute_layers = partial_recompute_rule(
     "the script wraps every block the same way; no number of layers"
 )
 
+MOE_STATE_RULES = state_rules("torch")
+"""plan.moe_dispatcher, plan.moe_overlap, plan.cuda_graphs, job.moe_routing (rules/moe_state.py)."""
+
 RULES = (
     check_layer_kinds,
     check_dense_model,
@@ -159,11 +163,12 @@ RULES = (
     check_schedule,
     check_rank_order,
     check_script_accepts,
+    *MOE_STATE_RULES,
 )
 
 SEARCH = SearchLimits()
 """solver.target=torch: the script takes layers per virtual stage; every block wrapped alike."""
-MODEL_RULES = (check_layer_kinds, check_dense_reference)
+MODEL_RULES = (check_layer_kinds, check_dense_reference, MOE_STATE_RULES[3])  # + job.moe_routing
 """The RULES that read only the model and job (solver.target checks them once, first)."""
 LAYOUT_RULES = (check_rank_order,)
 """The RULES that read the ZeRO stage or the rank order, which the solver picks per layout; the

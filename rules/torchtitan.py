@@ -27,6 +27,7 @@ from paraplan.rules.checks import (
     transformer_layers_rule,
     uniform_recompute_rule,
 )
+from paraplan.rules.moe_state import TORCHTITAN_STATE_RULES, routing_rule
 from paraplan.rules.plans import regroup
 from paraplan.rules.validity import batch_splits
 
@@ -246,6 +247,9 @@ check_recompute_layers = partial_recompute_rule(
     "no number of layers"
 )
 
+check_moe_routing = routing_rule("torchtitan")
+"""job.moe_routing: dropless or debug.moe_force_load_balance (rules/moe_state.py)."""
+
 RULES = (
     check_transformer_layers,
     check_model_config,
@@ -261,11 +265,19 @@ RULES = (
     check_schedule,
     check_rank_order,
     check_expert_mesh,
+    *TORCHTITAN_STATE_RULES,
+    check_moe_routing,
 )
 
 SEARCH = SearchLimits()
 """solver.target=torchtitan: module names per stage express any split; one activation-checkpoint setting."""
-MODEL_RULES = (check_transformer_layers, check_model_config, check_float8_config, check_precision)
+MODEL_RULES = (
+    check_transformer_layers,
+    check_model_config,
+    check_float8_config,
+    check_precision,
+    check_moe_routing,
+)
 """The RULES that read only the model and job (solver.target checks them once, first)."""
 LAYOUT_RULES = (check_rank_order, check_expert_mesh)
 """The RULES that read the ZeRO stage or the rank order, which the solver picks per layout; the

@@ -15,7 +15,8 @@ Mapping of the plan:
   megatron_placement.py, with the rank groups.
 - Rank order: ``tp-cp-ep-dp-pp`` (default) or ``tp-cp-ep-pp-dp`` (``--use-tp-pp-dp-mapping``).
 - Mixture of experts: ``--expert-model-parallel-size`` = ep and ``--expert-tensor-parallel-size``
-  = tp (paraplan's cost model keeps expert TP = TP, Megatron's default, written out).
+  = tp (paraplan's cost model keeps expert TP = TP, Megatron's default, written out); the
+  dispatcher, EP overlap, CUDA graphs and routing: megatron_moe.py (rules/moe_state.py).
 - Model shape and architecture (ModelSpec: attention, positions, norms, biases, the MoE layers and
   router, latent attention): megatron_model.py. Refused (check_architecture): ALiBi, a parallel
   attention + MLP residual, and RoPE scalings megatron-core fixes differently.
@@ -46,6 +47,7 @@ from paraplan.export.megatron_model import (
     moe_args,
     moe_layer_pattern,
 )
+from paraplan.export.megatron_moe import state_args
 from paraplan.export.megatron_placement import (
     expert_rank_groups,
     pipeline_args,
@@ -103,6 +105,15 @@ FLAGS: dict[str, str] = {
     "grouped_gemm": "--moe-grouped-gemm",
     "no_bias": "--disable-bias-linear",
     "dispatcher": "--moe-token-dispatcher-type",
+    "flex_backend": "--moe-flex-dispatcher-backend",
+    # MoE software state (megatron_moe.py)
+    "moe_overlap": "--overlap-moe-expert-parallel-comm",
+    "cuda_graph_impl": "--cuda-graph-impl",
+    "cuda_graph_modules": "--cuda-graph-modules",
+    "no_nan_check": "--no-check-for-nan-in-loss-and-grad",
+    "force_balance": "--moe-router-force-load-balancing",
+    "capacity_factor": "--moe-expert-capacity-factor",
+    "drop_policy": "--moe-token-drop-policy",
     "mla": "--multi-latent-attention",
     "q_lora_rank": "--q-lora-rank",
     "kv_lora_rank": "--kv-lora-rank",
@@ -281,6 +292,7 @@ def _flag_args(ctx: ExportContext) -> list[tuple[str, object]]:
         + _data_parallel_args(ctx, plan)
         + recompute_settings(plan)
         + _precision_args(ctx.precision)
+        + state_args(ctx)
         + [
             ("mock_data", None),
             ("tokenizer", MOCK_TOKENIZER),
@@ -296,7 +308,9 @@ def megatron_args(ctx: ExportContext) -> list[str]:
     argv: list[str] = []
     for key, value in _flag_args(ctx):
         argv.append(FLAGS[key])
-        if value is not None:
+        if isinstance(value, tuple):  # a flag of several arguments (nargs='+')
+            argv += [str(v) for v in value]
+        elif value is not None:
             argv.append(str(value))
     return argv
 

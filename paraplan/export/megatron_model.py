@@ -9,13 +9,14 @@ maps to flag names (``FLAGS``) and NeMo's exporter reuses the constants of.
 - Mixture of experts: ``--num-experts``, ``--moe-router-topk``, ``--moe-ffn-hidden-size``, shared
   experts, ``--moe-layer-freq`` (a 0/1 pattern when some layers are dense), the MoE router (score
   function, top-k normalisation, expert bias, group-limited routing, scaling, balance loss), the
-  alltoall token dispatcher with grouped GEMM.
+  plan's token dispatcher (megatron_moe.py) with grouped GEMM.
 - Latent attention: ``--multi-latent-attention`` and its ranks and dims, MLA's rotary settings.
 """
 
 from __future__ import annotations
 
 from paraplan.export import ExportContext
+from paraplan.export.megatron_moe import dispatcher_args
 from paraplan.graph import ModelSpec
 from paraplan.rules.megatron import mtp_layers
 
@@ -39,7 +40,7 @@ POSITION_TYPES = {"rope": "rope", "learned": "learned_absolute", "none": "none"}
 """ModelSpec.position_embedding -> --position-embedding-type (ALiBi has none: refused)."""
 SINK_SOFTMAX = "learnable"  # TransformerConfig.softmax_type for a learned sink logit per head
 ACTIVATION_FLAGS = {"swiglu": "swiglu", "relu2": "relu2"}  # gelu is Megatron's default
-MOE_DISPATCHER = "alltoall"  # the all-to-all dispatch + combine paraplan's cost model prices
+MOE_DISPATCHER = "alltoall"  # plan.moe_dispatcher's default (cost.Layout); megatron-core's is allgather
 
 
 def model_args(ctx: ExportContext) -> list[tuple[str, object]]:
@@ -148,7 +149,7 @@ def moe_args(ctx: ExportContext) -> list[tuple[str, object]]:
     pattern = moe_layer_pattern(ctx)
     if pattern != 1:
         args.append(("moe_layer_freq", pattern))
-    return args + router_args(s) + [("grouped_gemm", None), ("dispatcher", MOE_DISPATCHER)]
+    return args + router_args(s) + [("grouped_gemm", None)] + dispatcher_args(ctx)
 
 
 def router_args(s: ModelSpec) -> list[tuple[str, object]]:

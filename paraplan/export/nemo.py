@@ -22,9 +22,10 @@ the NeMo 2 paths follow NVIDIA's NeMo 2 docs and were not executed here.
 
 from __future__ import annotations
 
-from paraplan.cost import Precision
+from paraplan.cost import CudaGraphs, Precision
 from paraplan.export import ExportContext, enforce, header_lines
 from paraplan.export import megatron as mg
+from paraplan.export.megatron_moe import BRIDGE_FULL_GRAPH_PATHS, state_fields
 from paraplan.export.nemo_model import model_fields
 from paraplan.rules import nemo as rules
 from paraplan.rules.megatron import hybrid_pattern
@@ -171,7 +172,8 @@ def settings(ctx: ExportContext) -> list[tuple[str, object]]:
 def bridge_overrides(ctx: ExportContext) -> dict[str, object]:
     """Megatron-Bridge ConfigContainer path -> value: the plan's settings, then the model."""
     out = {BRIDGE_PATHS[k]: v for k, v in settings(ctx)}
-    return out | {f"model.{k}": v for k, v in model_fields(ctx)}
+    out |= {f"model.{k}": v for k, v in model_fields(ctx) + state_fields(ctx)}
+    return out | (BRIDGE_FULL_GRAPH_PATHS if ctx.plan.cuda_graphs is CudaGraphs.FULL else {})
 
 
 def nemo2_overrides(ctx: ExportContext) -> dict[str, object]:
@@ -182,7 +184,7 @@ def nemo2_overrides(ctx: ExportContext) -> dict[str, object]:
         for k, v in settings(ctx)
         if k in NEMO2_PATHS
     }
-    return out | {f"model.config.{k}": v for k, v in model_fields(ctx)}
+    return out | {f"model.config.{k}": v for k, v in model_fields(ctx) + state_fields(ctx)}
 
 
 def _dict_literal(name: str, values: dict[str, object]) -> str:
@@ -257,6 +259,17 @@ def render(ctx: ExportContext) -> str:
             "Hybrid stages: Megatron-Bridge builds the plan's stages from the '|' segments of "
             "model.hybrid_layer_pattern; NeMo 2's SSMConfig.hybrid_override_pattern has none and "
             "its MambaStack splits the layers evenly over pp."
+        )
+    if ctx.plan.moe_overlap:
+        notes.append(
+            "EP overlap: if the recipe sets cfg.comm_overlap, also set "
+            "cfg.comm_overlap.overlap_moe_expert_parallel_comm = True (CommOverlapConfig.setup "
+            "writes its own value, False by default, over model.overlap_moe_expert_parallel_comm)."
+        )
+    if ctx.plan.cuda_graphs is CudaGraphs.FULL:
+        notes.append(
+            "NeMo 2: turn off the NaN check in loss with full-iteration CUDA graphs "
+            "(Bridge: rerun_state_machine.check_for_nan_in_loss = False, set above)."
         )
     if ctx.plan.zero >= 2:
         notes.append(f"Megatron-FSDP: leave {mg.CUDA_CONNECTIONS_VAR} unset (or > 1).")

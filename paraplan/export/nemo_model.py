@@ -4,7 +4,10 @@ for the NeMo 2 / Megatron-Bridge export (nemo.py writes them as ``model.*`` over
 Shape, positions (RoPE and its scaling, YaRN), norms, biases, QK-norm, windows and attention
 sinks, multi-token prediction, the MoE router and MLA, so that whatever recipe the user starts
 from builds the planned model; the refusals are paraplan.rules.megatron's. megatron-core 0.16.1
-builds them into the plan model's parameter count in tests/export/test_oracles.py.
+builds them into the plan model's parameter count in tests/export/test_oracles.py, which also
+checks that each is a field of the provider. The sequence length (and so the learned position
+table) is GPTModelProvider.seq_length (nemo.py's ``model.seq_length``, GPTModel's
+max_sequence_length): the providers have no max_position_embeddings field.
 """
 
 from __future__ import annotations
@@ -60,7 +63,6 @@ def model_fields(ctx: ExportContext) -> list[tuple[str, object]]:
         ("hidden_dropout", 0.1 if s.dropout else 0.0),
         ("attention_dropout", 0.1 if s.dropout else 0.0),
         ("position_embedding_type", POSITION_TYPES.get(s.position_embedding, "none")),
-        ("max_position_embeddings", ctx.inst.job.seq_len),
     ]
     if s.sliding_window:
         out.append(("window_size", (s.sliding_window, 0)))
@@ -115,8 +117,7 @@ def _moe_fields(ctx: ExportContext) -> list[tuple[str, object]]:
         ("moe_router_topk_scaling_factor", r.scaling_factor if r.scaling_factor != 1 else None),
         ("moe_router_load_balancing_type", r.balance),
         ("moe_aux_loss_coeff", r.aux_loss_coeff),
-        ("moe_grouped_gemm", True),
-        ("moe_token_dispatcher_type", mg.MOE_DISPATCHER),
+        ("moe_grouped_gemm", True),  # the dispatcher and routing: megatron_moe.state_fields
     ]
 
 

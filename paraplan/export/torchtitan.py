@@ -22,9 +22,13 @@ Mapping of the plan:
   of dp_shard x cp x tp, innermost first, which is the cost model's EP group (the innermost ep
   ranks of dp x cp) when tp = 1 and dp is sharded (ZeRO 1-3; with ZeRO-0, ep must divide cp).
 
-Rules enforced (paraplan/rules/torchtitan.py): PP and EP (its all-to-all dispatcher
-synchronises with the CPU) need
-``--training.disable-cuda-graphs`` (emitted); local batch % PP
+MoE software state (rules/moe_state.py): the standard all-to-all dispatcher only, no EP overlap;
+``plan.cuda_graphs`` none writes ``--training.disable-cuda-graphs`` (torchtitan 0.3.0 captures the
+whole forward + backward by default), full leaves the graph on (refused with PP and EP: its
+all-to-all dispatcher synchronises with the CPU); ``job.moe_routing`` force_balanced writes
+``--debug.moe-force-load-balance`` (round-robin routing, for benchmarks).
+
+Rules enforced (paraplan/rules/torchtitan.py): local batch % PP
 micro-batch; global batch % (local x dp); Schedule1F1B needs micro-batches >= stages and
 Interleaved1F1B needs n % max(1, n // pp) == 0 (torch 2.13); one recompute mode for all stages;
 cp needs seq_len % (2 x cp) (head-tail load balancer); bf16 or fp32 parameters only (no fp16).
@@ -35,7 +39,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import replace
 
-from paraplan.cost import Plan, Precision, Recompute
+from paraplan.cost import CudaGraphs, MoERouting, Plan, Precision, Recompute
 from paraplan.cost.plan import chunk_layers
 from paraplan.export import (
     ExportContext,
@@ -73,6 +77,7 @@ FLAGS: dict[str, str] = {
     "seq_len": "--training.seq-len",
     "mixed_precision": "--training.mixed-precision-param",
     "no_cuda_graphs": "--training.disable-cuda-graphs",
+    "force_balance": "--debug.moe-force-load-balance",
     "no_compile": "--compile.no-enable",
     "no_async_tp": "--compile.no-enable-async-tensor-parallel",
 }
@@ -153,8 +158,10 @@ def _training_args(ctx: ExportContext) -> list[tuple[str, object]]:
         ("seq_len", job.seq_len),
         ("mixed_precision", PARAM_DTYPES[ctx.precision]),
     ]
-    if p.pp > 1 or p.ep > 1:  # Trainer.Config._validate_cuda_graphs: no PP, no blocking EP
+    if p.cuda_graphs is not CudaGraphs.FULL:  # the plan launches kernels from the host
         args.append(("no_cuda_graphs", None))
+    if ctx.spec.is_moe and job.moe_routing is MoERouting.FORCE_BALANCED:
+        args.append(("force_balance", None))
     return args + [("no_compile", None), ("no_async_tp", None)]  # the plan models eager kernels
 
 

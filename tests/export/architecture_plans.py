@@ -146,6 +146,81 @@ REFUSED_BY_MEGATRON = {
 """Families megatron-core cannot build: the export refuses, naming the architecture."""
 
 
+def routed(case: tuple[dict, dict], routing: object) -> tuple[dict, dict]:
+    """``case`` with ``job.moe_routing`` set."""
+    scen, pl = case
+    return {**scen, "job": {**scen["job"], "moe_routing": routing}}, pl
+
+
+MOE_STATE_CASES: dict[str, tuple[tuple[dict, dict], dict[str, object]]] = {
+    "qwen3-30b-a3b-deepep-overlap": (
+        (
+            scenario("qwen3-30b-a3b", 2),
+            plan(16, ep=8, recompute="selective", moe_dispatcher="deepep", moe_overlap=True),
+        ),
+        {
+            "moe_token_dispatcher_type": "flex",
+            "moe_flex_dispatcher_backend": "deepep",
+            "overlap_moe_expert_parallel_comm": True,
+        },
+    ),
+    "qwen3-30b-a3b-hybridep-partial-graphs-forced": (
+        routed(
+            (
+                scenario("qwen3-30b-a3b", 2),
+                plan(16, ep=8, recompute="none", moe_dispatcher="hybridep", cuda_graphs="partial"),
+            ),
+            "force_balanced",
+        ),
+        {
+            "moe_token_dispatcher_type": "flex",
+            "moe_flex_dispatcher_backend": "hybridep",
+            "cuda_graph_impl": "transformer_engine",
+            "cuda_graph_modules": ["attn", "moe_router", "moe_preprocess"],
+            "moe_router_force_load_balancing": True,
+        },
+    ),
+    "mixtral-8x7b-allgather-capacity-full-graphs": (
+        routed(
+            (scenario("mixtral-8x7b", 4), plan(16, 2, ep=8, moe_dispatcher="allgather", cuda_graphs="full")),
+            {"capacity_factor": 1.25},
+        ),
+        {
+            "moe_token_dispatcher_type": "allgather",
+            "cuda_graph_impl": "full_iteration",
+            "cuda_graph_modules": [],
+            "check_for_nan_in_loss_and_grad": False,
+            "moe_expert_capacity_factor": 1.25,
+            "moe_token_drop_policy": "probs",
+            "moe_pad_expert_input_to_capacity": False,
+        },
+    ),
+    "deepseek-v3-pp8-vp2-alltoall-overlap": (
+        (
+            scenario("deepseek-v3", 32, global_batch=1024),
+            plan(
+                16,
+                2,
+                8,
+                vp=2,
+                ep=16,
+                recompute="selective",
+                moe_overlap=True,
+                layers_per_chunk=[[3, 4], [4, 4], [4, 4], [4, 4], [4, 4], [4, 4], [4, 4], [4, 2]],
+            ),
+        ),
+        {"moe_token_dispatcher_type": "alltoall", "overlap_moe_expert_parallel_comm": True},
+    ),
+    "llama3-8b-partial-graphs": (
+        (scenario("llama3-8b", 1), plan(4, 2, recompute="selective", cuda_graphs="partial")),
+        {"cuda_graph_impl": "transformer_engine", "cuda_graph_modules": ["attn"]},
+    ),
+}
+"""Plans with a MoE software state (dispatcher, EP overlap, CUDA graphs, routing) and what
+megatron-core's TransformerConfig must hold after parsing the export (the keys given; the others
+at megatron-core's defaults: tests/export/test_megatron_lm_oracle.py)."""
+
+
 @cache
 def _result(scenario_json: str, plan_json: str) -> Result:
     return paraplan.evaluate({**json.loads(scenario_json), "plan": json.loads(plan_json)})

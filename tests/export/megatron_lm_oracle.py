@@ -9,13 +9,17 @@ parameters. It imports nothing of paraplan, so its venv needs only torch and meg
 
 Input (stdin): a JSON list of ``{"name", "argv", "num_devices"}``. Output (stdout, last line):
 a JSON object name -> ``{"ok": true, "params", "padded_vocab", "groups": {axis: size},
-"layout_chunks", "recompute", "precision"}`` (decoder layers per pp rank and virtual stage of the parsed
-``--pipeline-model-parallel-layout``, null without one) or
-``{"ok": false, "error"}``. Used by tests/export/test_megatron_lm_oracle.py.
+"layout_chunks", "recompute", "precision", "moe_state"}`` (decoder layers per pp rank and virtual
+stage of the parsed ``--pipeline-model-parallel-layout``, null without one) or
+``{"ok": false, "error"}``. ``moe_state`` is the MoE software state (dispatcher, EP overlap, CUDA
+graphs, routing) of the TransformerConfig megatron-core builds from the parsed arguments at the
+plan's own parallel sizes, so its ``__post_init__`` checks run on them (``STATE_FIELDS``). Used by
+tests/export/test_megatron_lm_oracle.py.
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import io
 import json
@@ -31,7 +35,7 @@ from megatron.core import parallel_state as mpu  # noqa: E402
 from megatron.core.process_groups_config import ProcessGroupCollection  # noqa: E402
 from megatron.training import arguments as megatron_arguments  # noqa: E402
 from megatron.training import global_vars  # noqa: E402
-from megatron.training.argument_utils import gpt_config_from_args  # noqa: E402
+from megatron.training.argument_utils import core_transformer_config_from_args, gpt_config_from_args  # noqa: E402
 from megatron.training.arguments import parse_and_validate_args  # noqa: E402
 from megatron.training.models.gpt import GPTModelBuilder  # noqa: E402
 from torch.testing._internal.distributed.fake_pg import FakeStore  # noqa: E402
@@ -62,6 +66,10 @@ ONE_DEVICE = {  # settings that make the argument namespace describe the whole m
     "gradient_accumulation_fusion": False,
     "moe_grouped_gemm": False,
     "moe_token_dispatcher_type": "allgather",
+    "overlap_moe_expert_parallel_comm": False,  # needs ep > 1 (checked at the plan's sizes: _moe_state)
+    "delay_wgrad_compute": False,
+    "cuda_graph_impl": "none",  # graphs capture kernels; they change no parameter
+    "cuda_graph_modules": [],
     "moe_permute_fusion": False,
     "moe_router_fusion": False,
     "no_persist_layer_norm": True,
@@ -74,7 +82,54 @@ ONE_DEVICE = {  # settings that make the argument namespace describe the whole m
 }
 
 
+KERNELS = (
+    "transformer_impl",
+    "apply_rope_fusion",
+    "gradient_accumulation_fusion",
+    "moe_grouped_gemm",
+    "moe_permute_fusion",
+    "moe_router_fusion",
+    "no_persist_layer_norm",
+    "layernorm_zero_centered_gamma",
+    "masked_softmax_fusion",
+    "cross_entropy_loss_fusion",
+    "fp8",
+    "fp4",
+)
+"""The ONE_DEVICE settings that only swap kernels (no Transformer Engine or CUDA here)."""
+
+STATE_FIELDS = (
+    "moe_token_dispatcher_type",
+    "moe_flex_dispatcher_backend",
+    "overlap_moe_expert_parallel_comm",
+    "cuda_graph_impl",
+    "cuda_graph_modules",
+    "moe_router_force_load_balancing",
+    "moe_expert_capacity_factor",
+    "moe_token_drop_policy",
+    "moe_pad_expert_input_to_capacity",
+    "check_for_nan_in_loss_and_grad",  # an argument, not a TransformerConfig field
+)
+
+
 _INSTALLED_TE_MIN_VERSION = megatron_arguments.is_te_min_version
+
+
+def _plain(value: object) -> object:
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return getattr(value, "name", value) if not isinstance(value, (bool, int, float, str)) else value
+
+
+def _moe_state(args: object) -> dict[str, object]:
+    """The TransformerConfig of the parsed arguments at the plan's parallel sizes (kernels
+    swapped as in ONE_DEVICE): its __post_init__ runs megatron-core's EP-overlap, dispatcher,
+    CUDA-graph and capacity checks; the MoE software state it holds."""
+    real = argparse.Namespace(**vars(args))
+    for key in KERNELS:
+        setattr(real, key, ONE_DEVICE[key])
+    config = core_transformer_config_from_args(real)
+    return {name: _plain(getattr(config, name, getattr(args, name, None))) for name in STATE_FIELDS}
 
 
 def _fake_world(num_devices: int) -> None:
@@ -187,6 +242,7 @@ def judge(case: dict) -> dict:
                 "fp4_recipe": args.fp4_recipe if args.fp4 else None,
             }
             groups = _parallel_groups(args, case["num_devices"])
+            moe_state = _moe_state(args)
             chunks = _layout_chunks(args)
             params, vocab = _num_params(args)
     except BaseException as e:  # SystemExit from argparse, AssertionError from validate_args
@@ -201,6 +257,7 @@ def judge(case: dict) -> dict:
         "layout_chunks": chunks,
         "recompute": recompute,
         "precision": precision,
+        "moe_state": moe_state,
     }
 
 

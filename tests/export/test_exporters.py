@@ -355,7 +355,9 @@ def test_torchtitan_zero0_replicates_and_zero3_reshards() -> None:
     assert f0["--parallelism.data-parallel-shard-degree"] == "1"
     f3 = flags(torchtitan_args(context(result(dp=8, tp=2, pp=1, micro_batch=1, zero=3, recompute="full"))))
     assert f3["--parallelism.fsdp-reshard-after-forward"] == "always"
-    assert "--training.disable-cuda-graphs" not in f3
+    assert "--training.disable-cuda-graphs" in f3  # plan.cuda_graphs none (torchtitan's default: on)
+    graphs = result(dp=8, tp=2, pp=1, micro_batch=1, zero=3, recompute="full", cuda_graphs="full")
+    assert "--training.disable-cuda-graphs" not in flags(torchtitan_args(context(graphs)))
 
 
 def test_torchtitan_model_parts_follow_uneven_interleaved_stages() -> None:

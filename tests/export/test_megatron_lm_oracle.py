@@ -27,11 +27,12 @@ from paraplan.cost.plan import chunk_layers
 from paraplan.graph import build_graph
 
 from paraplan.export import ExportError, context
-from paraplan.export.megatron import megatron_args, megatron_env
+from paraplan.export.megatron import FLAGS, _flag_args, megatron_args, megatron_env
 
 sys.path.insert(0, str(Path(__file__).parent))
 from architecture_plans import (  # noqa: E402
     MEGATRON_CASES,
+    MOE_STATE_CASES,
     REFUSED_BY_MEGATRON,
     result,
     unmodelled_params,
@@ -48,6 +49,44 @@ def _python() -> str | None:
     return path if Path(path).exists() else None
 
 
+def _unchecked_argv(ctx: object) -> list[str]:
+    """The flags megatron_args would write, without enforcing paraplan's rules first."""
+    argv: list[str] = []
+    for key, value in _flag_args(ctx):  # type: ignore[arg-type]
+        argv.append(FLAGS[key])
+        argv += [str(v) for v in value] if isinstance(value, tuple) else [] if value is None else [str(value)]
+    return argv
+
+
+def _stated(case: tuple[dict, dict], **plan: object) -> tuple[dict, dict]:
+    return case[0], {**case[1], **plan}
+
+
+_QWEN_EP8 = MEGATRON_CASES["qwen3-30b-a3b-ep8"]
+_DSV3_PP8 = MEGATRON_CASES["deepseek-v3-pp8-ep16"]
+UNCHECKED_STATE: dict[str, tuple[tuple[dict, dict], str]] = {
+    "overlap-pp8-without-vp": (
+        _stated(_DSV3_PP8, moe_overlap=True, recompute="selective"),
+        "virtual_pipeline_model_parallel_size must be specified",
+    ),
+    "overlap-allgather": (
+        _stated(_QWEN_EP8, moe_overlap=True, moe_dispatcher="allgather", recompute="selective"),
+        "alltoall/flex token dispatcher",
+    ),
+    "overlap-full-recompute": (_stated(_QWEN_EP8, moe_overlap=True), "disable full recomputation"),
+    "overlap-without-ep": (
+        _stated(MEGATRON_CASES["mixtral-8x7b-ep8"], ep=1, dp=16, moe_overlap=True, recompute="selective"),
+        "only supported with expert model parallelism",
+    ),
+    "partial-graphs-full-recompute": (
+        _stated(_QWEN_EP8, cuda_graphs="partial"),
+        "full recompute is only supported with full iteration CUDA graph",
+    ),
+}
+"""Plans paraplan's rules (rules/moe_state.py) refuse, with the words megatron-core 0.19.2's own
+checks refuse their unchecked flags in: the rule and Megatron agree."""
+
+
 @cache
 def _verdicts() -> dict[str, dict]:
     """The oracle's verdict on every case, from one run of the 3.12 interpreter."""
@@ -58,7 +97,8 @@ def _verdicts() -> dict[str, dict]:
             "or build .venv-megatron-lm as .ci/run does)"
         )
     cases = []
-    for name, case in MEGATRON_CASES.items():
+    every = {**MEGATRON_CASES, **{n: c for n, (c, _) in MOE_STATE_CASES.items()}}
+    for name, case in every.items():
         ctx = context(result(case))
         cases.append(
             {
@@ -70,6 +110,9 @@ def _verdicts() -> dict[str, dict]:
                 "arch_major": 10 if ctx.cluster.accelerator.generation.startswith("blackwell") else 9,
             }
         )
+    for name, (case, _) in UNCHECKED_STATE.items():  # the argv without paraplan's rules
+        ctx = context(result(case))
+        cases.append({"name": name, "argv": _unchecked_argv(ctx), "num_devices": ctx.plan.num_devices})
     done = subprocess.run(
         [python, str(ORACLE)],
         input=json.dumps(cases),
@@ -160,3 +203,49 @@ def test_block_scaled_precisions_reach_megatron_as_their_recipes(name: str) -> N
     verdict = _verdicts()[name]
     assert verdict["ok"], verdict.get("error")
     assert verdict["precision"] == PRECISION_CASES[name]
+
+
+MEGATRON_STATE_DEFAULTS: dict[str, object] = {
+    "moe_flex_dispatcher_backend": "deepep",
+    "overlap_moe_expert_parallel_comm": False,
+    "cuda_graph_impl": "none",
+    "cuda_graph_modules": [],
+    "moe_router_force_load_balancing": False,
+    "moe_expert_capacity_factor": None,
+    "moe_token_drop_policy": "probs",
+    "moe_pad_expert_input_to_capacity": False,
+    "check_for_nan_in_loss_and_grad": True,
+}
+"""megatron-core 0.19.2's defaults of the MoE software state (TransformerConfig); the dispatcher
+is always written for a MoE model (paraplan's default alltoall, not megatron-core's allgather)."""
+
+
+@pytest.mark.parametrize("name", MOE_STATE_CASES)
+def test_megatron_lm_reads_back_the_moe_software_state(name: str) -> None:
+    """Issue 22 item 1: the dispatcher, EP overlap, CUDA graphs and routing of the plan reach
+    megatron-core's TransformerConfig (built at the plan's parallel sizes, so its own checks run),
+    and the model is still the planned one."""
+    verdict = _verdicts()[name]
+    assert verdict["ok"], verdict.get("error")
+    case, wanted = MOE_STATE_CASES[name]
+    spec = context(result(case)).spec
+    dispatcher = {"moe_token_dispatcher_type": "alltoall" if spec.is_moe else "allgather"}
+    assert verdict["moe_state"] == MEGATRON_STATE_DEFAULTS | dispatcher | wanted
+    p = result(case).plan
+    assert verdict["groups"] == {"tp": p.tp, "pp": p.pp, "dp": p.dp, "cp": p.cp, "ep": p.ep}
+    expected = build_graph(spec).num_params + unmodelled_params(
+        spec, padded_vocab=verdict["padded_vocab"], max_positions=case[0]["job"]["seq_len"]
+    )
+    assert verdict["params"] == expected
+
+
+@pytest.mark.parametrize("name", UNCHECKED_STATE)
+def test_paraplan_and_megatron_refuse_the_same_moe_state(name: str) -> None:
+    """What rules/moe_state.py refuses, megatron-core's own checks refuse too (the flags written
+    without paraplan's rules), in the words given."""
+    case, words = UNCHECKED_STATE[name]
+    with pytest.raises(ExportError, match="plan.(moe_overlap|cuda_graphs)"):
+        megatron_args(context(result(case)))
+    verdict = _verdicts()[name]
+    assert not verdict["ok"]
+    assert words in verdict["error"]

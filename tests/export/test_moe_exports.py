@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from paraplan.cost import Plan, Recompute
 
-from paraplan.export import context
+from paraplan.export import context, export_text
 from paraplan.export.maxtext import maxtext_config
 from paraplan.export.megatron import (
     ORDERS,
@@ -235,3 +235,87 @@ def test_torchtitan_refuses_the_all_gather_exchange_and_names_the_ring() -> None
     assert "cp_comm -> p2p" in text
     ring = torchtitan_args(context(result(LLAMA_LONG, **CP8, cp_comm="p2p")))
     assert "--parallelism.context-parallel-degree" in ring
+
+
+# --------------------------------------------------------------------------- MoE software state
+
+STATE = {**EP8, "recompute": "selective"}
+CAPACITY = {**QWEN_2_NODES, "job": {**QWEN_2_NODES["job"], "moe_routing": {"capacity_factor": 1.5}}}
+FORCED = {**QWEN_2_NODES, "job": {**QWEN_2_NODES["job"], "moe_routing": "force_balanced"}}
+
+
+def argv_of(scenario: dict, **plan: object) -> list[str]:
+    return megatron_args(context(result(scenario, **plan)))
+
+
+@pytest.mark.parametrize(
+    "dispatcher,kind,backend",
+    [
+        ("alltoall", "alltoall", None),
+        ("allgather", "allgather", None),
+        ("deepep", "flex", "deepep"),
+        ("hybridep", "flex", "hybridep"),
+    ],
+)
+def test_megatron_and_bridge_write_the_dispatcher(dispatcher: str, kind: str, backend: str | None) -> None:
+    res = result(QWEN_2_NODES, **STATE, moe_dispatcher=dispatcher)
+    f = flags(megatron_args(context(res)))
+    assert f["--moe-token-dispatcher-type"] == kind
+    assert f.get("--moe-flex-dispatcher-backend") == backend
+    bridge, nemo2 = bridge_overrides(context(res)), nemo2_overrides(context(res))
+    assert (
+        bridge["model.moe_token_dispatcher_type"] == nemo2["model.config.moe_token_dispatcher_type"] == kind
+    )
+    assert bridge.get("model.moe_flex_dispatcher_backend") == backend
+
+
+def test_megatron_writes_ep_overlap_and_bridge_notes_comm_overlap() -> None:
+    f = flags(argv_of(QWEN_2_NODES, **STATE, moe_overlap=True))
+    assert "--overlap-moe-expert-parallel-comm" in f and "--delay-wgrad-compute" not in f
+    assert "--overlap-moe-expert-parallel-comm" not in flags(argv_of(QWEN_2_NODES, **STATE))
+    res = result(QWEN_2_NODES, **STATE, moe_overlap=True)
+    assert bridge_overrides(context(res))["model.overlap_moe_expert_parallel_comm"] is True
+    assert "cfg.comm_overlap.overlap_moe_expert_parallel_comm = True" in export_text(res, "nemo")
+    off = bridge_overrides(context(result(QWEN_2_NODES, **STATE)))
+    assert off["model.overlap_moe_expert_parallel_comm"] is False  # a recipe's True is overridden
+
+
+def test_cuda_graphs_partial_and_full() -> None:
+    argv = argv_of(QWEN_2_NODES, **STATE, cuda_graphs="partial")
+    i = argv.index("--cuda-graph-modules")
+    assert argv[i + 1 : i + 4] == ["attn", "moe_router", "moe_preprocess"]
+    assert flags(argv)["--cuda-graph-impl"] == "transformer_engine"
+    full = flags(argv_of(QWEN_2_NODES, **EP8, cuda_graphs="full"))
+    assert full["--cuda-graph-impl"] == "full_iteration" and "--no-check-for-nan-in-loss-and-grad" in full
+    assert "--cuda-graph-impl" not in flags(argv_of(QWEN_2_NODES, **STATE))
+    bridge = bridge_overrides(context(result(QWEN_2_NODES, **EP8, cuda_graphs="full")))
+    assert (bridge["model.cuda_graph_impl"], bridge["model.cuda_graph_scope"]) == (
+        "local",
+        ["full_iteration"],
+    )
+    assert bridge["rerun_state_machine.check_for_nan_in_loss"] is False
+    none = bridge_overrides(context(result(QWEN_2_NODES, **STATE)))
+    assert none["model.cuda_graph_impl"] == "none" and "model.cuda_graph_scope" not in none
+
+
+def test_routing_flags_and_fields() -> None:
+    f = flags(argv_of(CAPACITY, **STATE))
+    assert (f["--moe-expert-capacity-factor"], f["--moe-token-drop-policy"]) == ("1.5", "probs")
+    assert "--moe-pad-expert-input-to-capacity" not in f and "--moe-router-force-load-balancing" not in f
+    assert "--moe-router-force-load-balancing" in flags(argv_of(FORCED, **STATE))
+    dropless = flags(argv_of(QWEN_2_NODES, **STATE))
+    assert (
+        "--moe-expert-capacity-factor" not in dropless and "--moe-router-force-load-balancing" not in dropless
+    )
+    bridge = bridge_overrides(context(result(CAPACITY, **STATE)))
+    assert bridge["model.moe_expert_capacity_factor"] == 1.5
+    assert bridge["model.moe_router_force_load_balancing"] is False
+    assert bridge_overrides(context(result(FORCED, **STATE)))["model.moe_expert_capacity_factor"] is None
+    assert "--debug.moe-force-load-balance" in flags(torchtitan_args(context(result(FORCED, **STATE))))
+
+
+def test_torchtitan_refuses_deepep_naming_who_runs_it() -> None:
+    res = result(QWEN_2_NODES, **STATE, moe_dispatcher="deepep")
+    text = refusal(res, "torchtitan")
+    assert "plan.moe_dispatcher=deepep: torchtitan 0.3.0 does not run it" in text
+    assert "run by: megatron, nemo" in text and "moe_dispatcher -> alltoall" in text

@@ -5,10 +5,16 @@
 - megatron-core 0.16.1: ``TransformerConfig`` accepts the model-parallel settings of every
   Megatron and NeMo/Megatron-Bridge export and builds the same layers per pipeline rank; its
   ``RankGenerator`` yields the same TP/CP/DP/PP groups as ``megatron.rank_groups``.
+- Megatron-Bridge 0.6.2: every ``model.*`` override names a dataclass field of the model provider
+  (Bridge's Hydra override parser refuses any other: ``OverridesError: Could not override``).
+  Bridge is Python 3.12 only and not in the ``oracles`` extra, so without it the provider's fields
+  are the installed megatron-core TransformerConfig's plus GPTModelProvider's own
+  (``GPT_PROVIDER_FIELDS``, read from the 0.6.2 wheel); with it, the provider class's.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import sys
@@ -26,7 +32,7 @@ from paraplan.export.nemo import render as render_nemo
 from paraplan.result import Result
 
 sys.path.insert(0, str(Path(__file__).parent))
-from architecture_plans import MEGATRON_CASES, unmodelled_params  # noqa: E402
+from architecture_plans import MEGATRON_CASES, MOE_STATE_CASES, unmodelled_params  # noqa: E402
 from architecture_plans import result as result_of  # noqa: E402
 
 pytestmark = pytest.mark.oracle
@@ -277,16 +283,83 @@ GPT_MODEL_ARGS = (
 TransformerConfig fields."""
 
 
-def bridge_model(res: Result) -> dict[str, object]:
-    """The model.* overrides of the rendered nemo.py (executed, so functions are real)."""
+GPT_PROVIDER_FIELDS = frozenset(
+    {
+        "fp16_lm_cross_entropy", "parallel_output", "share_embeddings_and_output_weights",
+        "make_vocab_size_divisible_by", "position_embedding_type", "rotary_base", "rotary_percent",
+        "rope_scaling", "rope_scaling_factor", "rotary_scaling_factor", "seq_len_interpolation_factor",
+        "yarn_rotary_scaling_factor", "yarn_original_max_position_embeddings", "yarn_beta_fast",
+        "yarn_beta_slow", "yarn_mscale", "yarn_mscale_all_dim", "yarn_correction_range_round_to_int",
+        "seq_length", "attention_softmax_in_fp32", "deallocate_pipeline_outputs",
+        "scatter_embedding_sequence_parallel", "tp_only_amax_red", "tp_comm_overlap_cfg",
+        "use_transformer_engine_full_layer_spec", "use_transformer_engine_op_fuser", "dense_grouped_gemm",
+        "transformer_layer_spec", "hf_model_id", "hf_model_revision", "vocab_size", "should_pad_vocab",
+        "num_moe_experts", "moe_grouped_gemm", "qk_layernorm", "fp8", "normalization", "mtp_enabled",
+        "init_model_with_meta_device", "use_te_rng_tracker", "virtual_pipeline_model_parallel_size",
+        "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split",
+        "masked_softmax_fusion", "cross_entropy_loss_fusion", "gradient_accumulation_fusion",
+        "restore_modelopt_state", "use_arbitrary_attention_mask",
+    }
+)  # fmt: skip
+"""GPTModelProvider's own dataclass fields beyond TransformerConfig's (Megatron-Bridge 0.6.2
+megatron/bridge/models/gpt_provider.py; MLAModelProvider adds none to MLATransformerConfig's)."""
+HYBRID_PROVIDER_FIELDS = frozenset(
+    {
+        "hybrid_layer_pattern", "hybrid_override_pattern", "hybrid_attention_ratio", "hybrid_mlp_ratio",
+        "hybrid_stack_spec", "mtp_hybrid_override_pattern", "mamba_chunk_size", "mamba_num_groups",
+        "keep_mtp_spec_in_bf16", "seq_length", "seq_len_interpolation_factor", "vocab_size",
+        "should_pad_vocab", "make_vocab_size_divisible_by", "share_embeddings_and_output_weights",
+        "position_embedding_type", "rotary_base", "rotary_percent", "fp16_lm_cross_entropy",
+        "parallel_output", "hf_model_id", "hf_model_revision", "restore_modelopt_state",
+    }
+)  # fmt: skip
+"""HybridModelProvider's own fields beyond TransformerConfig's (models/hybrid/hybrid_provider.py)."""
+
+
+def provider_fields(model: dict[str, object]) -> frozenset[str]:
+    """The dataclass fields of the Megatron-Bridge provider the model.* overrides ``model`` target:
+    Bridge's own class when installed, else megatron-core's config plus the provider's fields."""
+    from megatron.core.transformer.transformer_config import MLATransformerConfig, TransformerConfig
+
+    mla, hybrid = bool(model.get("multi_latent_attention")), "hybrid_layer_pattern" in model
+    try:
+        from megatron.bridge.models import gpt_provider, mla_provider
+        from megatron.bridge.models.hybrid import hybrid_provider
+    except ImportError:
+        base = MLATransformerConfig if mla else TransformerConfig
+        own = HYBRID_PROVIDER_FIELDS if hybrid else GPT_PROVIDER_FIELDS
+        return frozenset(f.name for f in dataclasses.fields(base)) | own
+    cls = (
+        hybrid_provider.HybridModelProvider
+        if hybrid
+        else mla_provider.MLAModelProvider
+        if mla
+        else gpt_provider.GPTModelProvider
+    )
+    return frozenset(f.name for f in dataclasses.fields(cls))
+
+
+def unknown_fields(overrides: dict[str, object]) -> list[str]:
+    """The model.* overrides that name no field of the provider (Bridge refuses them)."""
+    model = {k.removeprefix("model."): v for k, v in overrides.items() if k.startswith("model.")}
+    known = provider_fields(model)
+    return sorted(f"model.{k}" for k in model if k not in known)
+
+
+def bridge_overrides_of(res: Result) -> dict[str, object]:
+    """BRIDGE_OVERRIDES of the rendered nemo.py (executed, so functions are real)."""
     namespace: dict[str, object] = {}
     exec(compile(render_nemo(context(res)), "nemo.py", "exec"), namespace)  # noqa: S102
-    overrides = namespace["BRIDGE_OVERRIDES"]
-    return {
-        k.removeprefix("model."): v
-        for k, v in overrides.items()  # type: ignore[union-attr]
-        if k.startswith("model.") and k != "model.seq_length"
-    }
+    return dict(namespace["BRIDGE_OVERRIDES"])  # type: ignore[call-overload]
+
+
+def bridge_model(res: Result) -> dict[str, object]:
+    """The model.* overrides of the rendered nemo.py, each a field of Bridge's model provider
+    (as Bridge applies overrides: an unknown field is an error, not a new attribute)."""
+    overrides = bridge_overrides_of(res)
+    unknown = unknown_fields(overrides)
+    assert not unknown, f"Megatron-Bridge 0.6.2's model provider has no field {unknown}"
+    return {k.removeprefix("model."): v for k, v in overrides.items() if k.startswith("model.")}
 
 
 def _bridge_config(res: Result, extra: dict[str, object] | None = None) -> object:
@@ -300,7 +373,7 @@ def _bridge_config(res: Result, extra: dict[str, object] | None = None) -> objec
     fields = {
         k: v
         for k, v in model.items()
-        if k not in GPT_MODEL_ARGS and k != "max_position_embeddings" and not k.startswith("yarn_")
+        if k not in GPT_MODEL_ARGS and k != "seq_length" and not k.startswith("yarn_")
     }
     cls = MLATransformerConfig if fields.get("multi_latent_attention") else TransformerConfig
     dtype = torch.bfloat16
@@ -371,7 +444,7 @@ def bridge_num_params(res: Result) -> int:
             transformer_layer_spec=spec,
             mtp_block_spec=mtp,
             vocab_size=int(model["vocab_size"]),  # type: ignore[call-overload]
-            max_sequence_length=int(model["max_position_embeddings"]),  # type: ignore
+            max_sequence_length=int(model["seq_length"]),  # type: ignore  # GPTModelProvider.provide
             **{k: model[k] for k in GPT_MODEL_ARGS if k != "vocab_size" and k in model},
         )
     parallel_state.destroy_model_parallel()
@@ -502,3 +575,73 @@ def test_bridge_export_builds_the_planned_model(
         spec, padded_vocab=spec.vocab, max_positions=MEGATRON_CASES[name][0]["job"]["seq_len"]
     )
     assert bridge_num_params(res) == expected
+
+
+# --------------------------------------------------------------------------- Megatron-Bridge fields
+
+BRIDGE_CASES = {**MEGATRON_CASES, **{n: c for n, (c, _) in MOE_STATE_CASES.items()}}
+
+
+@pytest.mark.parametrize("name", BRIDGE_CASES)
+def test_every_bridge_model_override_is_a_provider_field(name: str, mcore: object) -> None:
+    """Issue 26: Bridge's Hydra parser refuses an override naming no field of the provider."""
+    assert unknown_fields(bridge_overrides_of(result_of(BRIDGE_CASES[name]))) == []
+
+
+def test_the_field_check_refuses_max_position_embeddings(mcore: object) -> None:
+    """The override the export used to write (issue 26) is no provider field; seq_length is."""
+    overrides = bridge_overrides_of(result_of(MEGATRON_CASES["llama3-8b-sp"]))
+    assert overrides["model.seq_length"] == 4096
+    assert "model.max_position_embeddings" not in overrides
+    assert unknown_fields({**overrides, "model.max_position_embeddings": 4096}) == [
+        "model.max_position_embeddings"
+    ]
+    assert unknown_fields({**overrides, "model.moe_token_dispatcher": "flex"}) == [
+        "model.moe_token_dispatcher"
+    ]
+
+
+BRIDGE_STATE = {
+    "qwen3-30b-a3b-deepep-overlap": {
+        "moe_token_dispatcher_type": "flex",
+        "moe_flex_dispatcher_backend": "deepep",
+        "overlap_moe_expert_parallel_comm": True,
+        "cuda_graph_impl": "none",
+    },
+    "qwen3-30b-a3b-hybridep-partial-graphs-forced": {
+        "moe_flex_dispatcher_backend": "hybridep",
+        "cuda_graph_impl": "transformer_engine",
+        "cuda_graph_scope": ["attn", "moe_router", "moe_preprocess"],
+        "moe_router_force_load_balancing": True,
+        "moe_expert_capacity_factor": None,
+    },
+    "mixtral-8x7b-allgather-capacity-full-graphs": {
+        "moe_token_dispatcher_type": "allgather",
+        "cuda_graph_impl": "local",
+        "cuda_graph_scope": ["full_iteration"],
+        "moe_expert_capacity_factor": 1.25,
+        "moe_token_drop_policy": "probs",
+        "moe_pad_expert_input_to_capacity": False,
+    },
+    "deepseek-v3-pp8-vp2-alltoall-overlap": {
+        "moe_token_dispatcher_type": "alltoall",
+        "overlap_moe_expert_parallel_comm": True,
+    },
+    "llama3-8b-partial-graphs": {"cuda_graph_impl": "transformer_engine", "cuda_graph_scope": ["attn"]},
+}
+"""What megatron-core 0.16.1's TransformerConfig holds after taking each Bridge export (the
+scope as CudaGraphScope names)."""
+
+
+@pytest.mark.parametrize("name", BRIDGE_STATE)
+def test_bridge_config_takes_the_moe_software_state(name: str, mcore: object) -> None:
+    """The MoE software state's model.* overrides, through TransformerConfig.__post_init__ at the
+    plan's parallel sizes (EP overlap, dispatcher and CUDA-graph checks), read back."""
+    res = result_of(MOE_STATE_CASES[name][0])
+    config = _bridge_config(res)
+    got = {k: getattr(config, k) for k in BRIDGE_STATE[name]}
+    if "cuda_graph_scope" in got:
+        got["cuda_graph_scope"] = [getattr(s, "name", s) for s in got["cuda_graph_scope"]]  # type: ignore[attr-defined]
+    assert got == BRIDGE_STATE[name]
+    full = BRIDGE_STATE[name].get("cuda_graph_scope") == ["full_iteration"]
+    assert (bridge_overrides_of(res).get("rerun_state_machine.check_for_nan_in_loss") is False) == full

@@ -146,3 +146,24 @@ def test_llama3_exports_on_the_llama31_config_with_a_rope_note() -> None:
     args = torchtitan_args(ctx)
     assert "llama3_70b" in args
     assert "RoPE frequency scaling" in export_text(ctx.result, "torchtitan")
+
+
+def _with(case: tuple[dict, dict], routing: object = None, **plan: object) -> tuple[dict, dict]:
+    scen, pl = case
+    job = {**scen["job"], **({"moe_routing": routing} if routing else {})}
+    return {**scen, "job": job}, {**pl, **plan}
+
+
+def test_torchtitan_parses_the_moe_software_state(titan: object) -> None:
+    """Forced balance reaches debug.moe_force_load_balance; plan.cuda_graphs none turns the
+    default forward + backward graph off, full leaves it on and passes _validate_cuda_graphs."""
+    forced = _parse(
+        torchtitan_args(context(result(_with(TORCHTITAN_CASES["qwen3-30b-a3b-ep8"], "force_balanced"))))
+    )
+    assert forced.debug.moe_force_load_balance is True  # type: ignore[attr-defined]
+    assert forced.training.disable_cuda_graphs is True  # type: ignore[attr-defined]
+    dense = next(c for c in TORCHTITAN_CASES.values() if c[1].get("pp", 1) == 1 and not c[1].get("ep"))
+    graphs = _parse(torchtitan_args(context(result(_with(dense, cuda_graphs="full")))))
+    assert graphs.training.disable_cuda_graphs is False  # type: ignore[attr-defined]
+    assert graphs.debug.moe_force_load_balance is False  # type: ignore[attr-defined]
+    graphs._validate_cuda_graphs()  # type: ignore[attr-defined]
