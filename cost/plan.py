@@ -11,6 +11,10 @@ scenario's ``plan:`` and the result's ``plan`` (pydantic, in paraplan/) are the 
 same fields: ``plan_values`` / ``plan_from_values`` and
 ``PartialPlan.from_values`` convert through ``fields(Plan)``, never a hand list. Where the layers
 go (even split, pipeline slots, chunks, kind counts) is cost/split.py, re-exported here.
+
+Size: one module because Layout, Plan and PartialPlan are one field list (PartialPlan is checked
+on import to stay Plan's) and their conversions are derived from it; split apart, a knob added to
+one would have to be mirrored by hand in the other.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from functools import cache
 from types import UnionType
 from typing import Any, Union, get_args, get_origin, get_type_hints
 
+from paraplan.cost.software import CudaGraphs, MoEDispatcher, MoERouting
 from paraplan.cost.split import (
     chunk_layers,
     chunk_ranges,
@@ -99,33 +104,6 @@ class CPComm(StrEnum):
 
     P2P = "p2p"  # ring: cp - 1 send/recv steps overlapped with attention (Megatron's default)
     ALL_GATHER = "all_gather"  # gather all K/V first, reduce-scatter dK/dV (Llama 3's CP)
-
-
-class MoEDispatcher(StrEnum):
-    """How routed tokens reach their experts (Megatron ``--moe-token-dispatcher-type`` and
-    ``--moe-flex-dispatcher-backend``; cost/dispatch.py)."""
-
-    ALLTOALL = "alltoall"  # NCCL all-to-all: every top-k copy to its expert's rank
-    ALLGATHER = "allgather"  # all-gather the tokens over EP, each rank keeps its experts' copies
-    DEEPEP = "deepep"  # DeepEP: one copy per destination node, forwarded over NVLink
-    HYBRIDEP = "hybridep"  # NVIDIA HybridEP: DeepEP's node deduplication, TMA copies, fewer SMs
-
-
-class CudaGraphs(StrEnum):
-    """How much of a step runs inside captured CUDA graphs (Megatron ``--cuda-graph-impl``,
-    ``--cuda-graph-scope``; cost/host.py)."""
-
-    NONE = "none"  # every kernel launched from the host
-    PARTIAL = "partial"  # attention, router and MoE preprocess captured (TE scopes), experts not
-    FULL = "full"  # whole layers captured (full-iteration graphs, sync-free dispatch)
-
-
-class MoERouting(StrEnum):
-    """How tokens are routed in training (cost/ep.py ``expert_imbalance``)."""
-
-    DROPLESS = "dropless"  # natural routing, no token dropped: the busiest expert paces the layer
-    FORCE_BALANCED = "force_balanced"  # --moe-router-force-load-balancing (benchmark-only)
-    CAPACITY = "capacity"  # token dropping at job.moe_capacity_factor
 
 
 DEFAULT_ORDER: tuple[Axis, ...] = (Axis.TP, Axis.CP, Axis.DP, Axis.PP)
