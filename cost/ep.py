@@ -39,7 +39,8 @@ DEFAULT_EXPERT_IMBALANCE = 1.5 for dropless (natural) routing is fitted to the f
 step ratios 1.245 / 1.209 / 1.150 / 1.090 at 16K-128K tokens, reproduced within 3 points,
 benchmarks/moe_pairs.py); DODOCO (arXiv:2605.20982) finds the per-expert max/mean intrinsic to
 routing (it moves <= 5% with the EP degree), so one value serves every ep;
-job.expert_imbalance = 1.0 is perfectly balanced (what the Megatron-Bridge benchmark runs force). With ep = 1 every expert is local: no imbalance.
+job.expert_imbalance = 1.0 is perfectly balanced (what the Megatron-Bridge benchmark runs force).
+With ep = 1 every expert is local: no imbalance.
 """
 
 from __future__ import annotations
