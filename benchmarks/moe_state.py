@@ -15,9 +15,14 @@ listed in the case's defaults:
   moe_preprocess) or a DeepSeek-V3 ladder step at or after "CUDA Graphs" -> partial; else partial
   on Blackwell for Megatron-Bridge's performance rows (their recipes capture the TE scopes on
   GB200/GB300/B200, as rows 2057-2060 of the same team state) and none elsewhere;
+- expert TP: "ETP=1" -> etp 1; the Megatron-MoE-ModelZoo's Qwen3 rows that do not say it take
+  etp 1 too (its Qwen3 best-practice scripts run --expert-tensor-parallel-size 1 with EP folded
+  over TP, "intra-node EP strategy");
 - routing: "forced load balancing", "force-balanced", "fake balanced gate" -> force_balanced;
   "dropless, natural routing" -> dropless; the ladder rows' reproduce guide forces balance;
-  "(tokendrop)" models -> capacity factor 1.0 (the token-drop recipes' factor); else dropless.
+  "(tokendrop)" models -> capacity factor 1.0 (the token-drop recipes' factor); the Megatron-Bridge
+  skill page's NCCL runs that do not state it -> force_balanced (its other runs of the same
+  recipe force balance); else dropless.
 """
 
 from __future__ import annotations
@@ -98,5 +103,14 @@ def moe_state(row: dict[str, str]) -> tuple[dict[str, Any], dict[str, Any], list
         blackwell = any(row["hardware"].startswith(h) for h in _BLACKWELL)
         graphs = "partial" if key == "megatron_bridge_perf" and blackwell else "none"
         defaults.append(f"cuda_graphs={graphs}")
-    plan = {"moe_dispatcher": dispatcher, "moe_overlap": overlap, "cuda_graphs": graphs}
-    return plan, {"moe_routing": _routing(notes, row["model"])}, defaults
+    plan: dict[str, Any] = {"moe_dispatcher": dispatcher, "moe_overlap": overlap, "cuda_graphs": graphs}
+    if "ETP=1" in notes or key == "mcore_modelzoo_qwen3":
+        plan["etp"] = 1
+        if "ETP=1" not in notes:
+            defaults.append("etp=1 (the ModelZoo's Qwen3 recipes)")
+    routing = _routing(notes, row["model"])
+    stated = any(k in notes.lower() for k in ("balanc", "dropless", "routing:"))
+    if key == "mbridge_skill_qwen3_30b_h100" and not stated:
+        routing = "force_balanced"  # the page's other runs of the same recipe force balance
+        defaults.append("moe_routing=force_balanced (as the page's other runs)")
+    return plan, {"moe_routing": routing}, defaults

@@ -58,6 +58,7 @@ class DispatchTime:
 
     dispatch_s: float
     combine_s: float
+    fixed_s: float = 0.0  # the part of each call independent of the bytes (in both figures)
 
 
 def expected_distinct(groups: int, top_k: int, per_group: int | None = None) -> float:
@@ -191,7 +192,9 @@ def dispatch_time(
     per_byte = _seconds_per_copy_byte(dispatcher, params, span, top_k, node_limit, num_experts)
     scale = tokens * imbalance
     return DispatchTime(
-        params.fixed_s + scale * dispatch_b * per_byte, params.fixed_s + scale * combine_b * per_byte
+        params.fixed_s + scale * dispatch_b * per_byte,
+        params.fixed_s + scale * combine_b * per_byte,
+        params.fixed_s,
     )
 
 

@@ -264,9 +264,12 @@ def check_expert_parallel(plan: Plan, num_experts: int) -> None:
 
 def expert_folded(plan: Layout) -> bool:
     """Megatron-core's MoE parallel folding (docs/frameworks.md Sec. 2.3, expert grid ETP x EP x
-    expert-DP x PP laid over the same ranks as TP x CP x DP x PP): with etp = 1 the EP group may
-    span TP ranks. paraplan folds when it must: etp = 1 < tp and ep does not divide dp*cp."""
-    return plan.ep > 1 and plan.etp == 1 and plan.tp > 1 and (plan.dp * plan.cp) % plan.ep != 0
+    expert-DP x PP laid over the same ranks as TP x CP x DP x PP): with etp = 1 < tp the EP group is
+    the innermost ep ranks, TP ranks first. Megatron-core's expert RankGenerator (order
+    tp-cp-ep-dp-pp with tp = etp = 1) puts ep right after etp whether or not ep divides dp*cp, so
+    an etp = 1 plan always folds (the Megatron-MoE-ModelZoo's "intra-node EP strategy": TP4 x EP8
+    with ETP 1 keeps the EP group inside the node)."""
+    return plan.ep > 1 and plan.etp == 1 and plan.tp > 1
 
 
 def folded_ep_axes(plan: Layout) -> list[tuple[Axis, int]] | None:
