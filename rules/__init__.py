@@ -7,7 +7,8 @@ exporters share; ``checks`` the rules several frameworks share; ``validity`` the
 facts they state once; and one module per framework (``megatron``, ``nemo``, ``deepspeed``,
 ``torchtitan``, ``maxtext``, ``torch``) its ``RULES``, ``SEARCH``, ``MODEL_RULES`` and
 ``LAYOUT_RULES``, with the framework facts both its rules and its exporter need (Megatron's layer
-layouts in ``megatron_layout``). ``rules_of(name)``
+layouts in ``megatron_layout``); ``moe_state`` which MoE dispatchers, EP overlap, CUDA-graph and
+routing modes each framework runs (its rules are in every framework's ``RULES``). ``rules_of(name)``
 returns a framework's. The solver's layout filter (paraplan/targets.py) and the exporters
 (paraplan/export, ``enforce``) both call them.
 """

@@ -111,6 +111,8 @@ def state_fields(ctx: ExportContext) -> list[tuple[str, object]]:
         ]
         if capacity is not None:
             out.append(("moe_token_drop_policy", DROP_POLICY))
+        if p.moe_overlap:  # TransformerConfig refuses shared-expert overlap with EP overlap
+            out.append(("moe_shared_expert_overlap", False))
     if p.cuda_graphs is CudaGraphs.PARTIAL:
         out += [("cuda_graph_impl", "transformer_engine"), ("cuda_graph_scope", list(graph_modules(s)))]
     elif p.cuda_graphs is CudaGraphs.FULL:

@@ -178,13 +178,16 @@ def bridge_overrides(ctx: ExportContext) -> dict[str, object]:
 
 def nemo2_overrides(ctx: ExportContext) -> dict[str, object]:
     """NeMo 2 recipe path -> value (precision goes in a trainer plugin instead). NeMo 2's
-    SSMConfig.hybrid_override_pattern takes no '|' (its MambaStack splits the layers evenly)."""
+    SSMConfig.hybrid_override_pattern takes no '|' (its MambaStack splits the layers evenly).
+    ``cuda_graph_impl`` is written only when the plan captures graphs (NeMo 2.4's megatron-core
+    may predate the field; its default is no graphs)."""
     out = {
         NEMO2_PATHS[k]: str(v).replace("|", "") if k == "hybrid_pattern" else v
         for k, v in settings(ctx)
         if k in NEMO2_PATHS
     }
-    return out | {f"model.config.{k}": v for k, v in model_fields(ctx) + state_fields(ctx)}
+    state = [(k, v) for k, v in state_fields(ctx) if (k, v) != ("cuda_graph_impl", "none")]
+    return out | {f"model.config.{k}": v for k, v in model_fields(ctx) + state}
 
 
 def _dict_literal(name: str, values: dict[str, object]) -> str:

@@ -275,6 +275,7 @@ def test_megatron_writes_ep_overlap_and_bridge_notes_comm_overlap() -> None:
     assert "--overlap-moe-expert-parallel-comm" not in flags(argv_of(QWEN_2_NODES, **STATE))
     res = result(QWEN_2_NODES, **STATE, moe_overlap=True)
     assert bridge_overrides(context(res))["model.overlap_moe_expert_parallel_comm"] is True
+    assert bridge_overrides(context(res))["model.moe_shared_expert_overlap"] is False
     assert "cfg.comm_overlap.overlap_moe_expert_parallel_comm = True" in export_text(res, "nemo")
     off = bridge_overrides(context(result(QWEN_2_NODES, **STATE)))
     assert off["model.overlap_moe_expert_parallel_comm"] is False  # a recipe's True is overridden

@@ -645,3 +645,24 @@ def test_bridge_config_takes_the_moe_software_state(name: str, mcore: object) ->
     assert got == BRIDGE_STATE[name]
     full = BRIDGE_STATE[name].get("cuda_graph_scope") == ["full_iteration"]
     assert (bridge_overrides_of(res).get("rerun_state_machine.check_for_nan_in_loss") is False) == full
+
+
+def test_the_bridge_values_are_megatron_core_choices(mcore: object) -> None:
+    """The dispatcher, flex backend, CUDA-graph and drop-policy values the Bridge export writes
+    are among megatron-core 0.16.1's TransformerConfig Literal choices."""
+    import typing
+
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    from paraplan.export.megatron_moe import BRIDGE_FULL_GRAPH, DISPATCHERS, DROP_POLICY
+
+    hints = typing.get_type_hints(TransformerConfig)
+    choices = {
+        name: set(typing.get_args(hints[name]))
+        for name in hints
+        if typing.get_origin(hints[name]) is typing.Literal
+    }
+    assert {kind for kind, _ in DISPATCHERS.values()} <= choices["moe_token_dispatcher_type"]
+    assert {b for _, b in DISPATCHERS.values() if b} <= choices["moe_flex_dispatcher_backend"]
+    assert {"none", "transformer_engine", BRIDGE_FULL_GRAPH[0]} <= choices["cuda_graph_impl"]
+    assert DROP_POLICY in choices["moe_token_drop_policy"]
