@@ -7,7 +7,10 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-__all__ = ["MoEDispatcher", "CudaGraphs", "MoERouting"]
+__all__ = ["MoEDispatcher", "CudaGraphs", "MoERouting", "SOFTWARE_FIELDS"]
+
+SOFTWARE_FIELDS = ("moe_dispatcher", "moe_overlap", "cuda_graphs")
+"""The Layout fields of the software state."""
 
 
 class MoEDispatcher(StrEnum):

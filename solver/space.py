@@ -45,11 +45,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from functools import cache
 from math import gcd, isqrt
-from typing import Any, TypeAlias
+from typing import TypeAlias
 
 from paraplan.cost import CPComm, Layout, Recompute
 from paraplan.cost.plan import PartialPlan
 from paraplan.cost.pools import pool_sequence, stage_pools_of
+from paraplan.cost.software import SOFTWARE_FIELDS
 from paraplan.cost.split import pipeline_slots
 from paraplan.cost.validity import (
     batch_splits,
@@ -262,7 +263,7 @@ def _families_of(
     if spec.is_moe and tp > 1:
         sps = [sp for sp in sps if sp]  # MoE with TP needs sequence parallelism (check_plan)
     etps, cp_comms = _etps(spec, tp, fixed), _cp_comms(cp, fixed)
-    moe_state = software_state(fixed)
+    moe_state = {n: v for n in SOFTWARE_FIELDS if (v := getattr(fixed, n)) is not None}  # not searched
     for mb in mbs:
         m = per_replica // mb
         if pp > 1:
@@ -294,13 +295,6 @@ def _families_of(
                 for cpc in cp_comms
             ]
     return out
-
-
-def software_state(fixed: Fixed) -> dict[str, Any]:
-    """The MoE software state the user fixed (dispatcher, EP overlap, CUDA graphs), else the
-    Layout defaults: these are not searched yet, so every layout carries the scenario's."""
-    names = ("moe_dispatcher", "moe_overlap", "cuda_graphs")
-    return {n: getattr(fixed, n) for n in names if getattr(fixed, n) is not None}
 
 
 def zeros(

@@ -42,4 +42,6 @@ def test_pair_ratio_within_7_points(ratios, pair, request) -> None:
     if pair in KNOWN_MISSES:
         request.applymarker(pytest.mark.xfail(reason=KNOWN_MISSES[pair], strict=True))
     p = ratios[pair]
-    assert abs(p.points) <= RATIO_POINTS, f"{p.what}: published {p.published:.3f}, predicted {p.predicted:.3f}"
+    assert abs(p.points) <= RATIO_POINTS, (
+        f"{p.what}: published {p.published:.3f}, predicted {p.predicted:.3f}"
+    )
