@@ -38,7 +38,8 @@ MIN_ROWS = 8  # fewer runs than this: the generation's own percentiles are too n
 OUT_PATH = Path(__file__).resolve().parents[1] / "hardware" / "data" / "uncertainty.yaml"
 
 _HEADER = """\
-# Uncertainty band of the cost model's step time, per accelerator generation.
+# Uncertainty band of the cost model's step time, per accelerator generation (dense models), and one
+# band for mixture-of-experts models (`moe`, every MoE run pooled).
 # Empirical: written by `python -m benchmarks.uncertainty` (benchmarks/uncertainty.py), {today},
 # from the residuals of the calibration set: {csv},
 # {num_rows} runs scored with the mapping of benchmarks/calibration_set.py and benchmarks/fidelity.py.
@@ -73,11 +74,19 @@ def _catalog_generations() -> list[str]:
     )
 
 
+def _is_moe(row: Row) -> bool:
+    return bool(row.case.scenario["model"].get("experts"))
+
+
 def band_table(rows: list[Row]) -> dict:
-    """The data file's content: per generation its band, row count and source, and the pool."""
+    """The data file's content: per generation the band of its dense runs, row count and source,
+    and the pool; mixture-of-experts models one band of every MoE run (``moe``: their residuals
+    are several times the dense ones', so they would widen every dense generation's band)."""
     by_gen: dict[str, list[float]] = defaultdict(list)
+    moe = [r.case.published_step_s / r.predicted_s for r in rows if _is_moe(r)]
     for r in rows:
-        by_gen[generation_of(r)].append(r.case.published_step_s / r.predicted_s)
+        if not _is_moe(r):
+            by_gen[generation_of(r)].append(r.case.published_step_s / r.predicted_s)
     every = [x for v in by_gen.values() for x in v]
     pooled = {**_percentiles(every), "rows": len(every)}
     generations = {}
@@ -93,6 +102,7 @@ def band_table(rows: list[Row]) -> dict:
         "min_rows": MIN_ROWS,
         "paraplan_version": paraplan.paraplan_version(),
         "pooled": pooled,
+        "moe": {**_percentiles(moe), "rows": len(moe)},
         "generations": generations,
     }
 
@@ -112,8 +122,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'generation':<16} {'rows':>5} {'p10':>7} {'p50':>7} {'p90':>7}  source")
     for gen, g in table["generations"].items():
         print(f"{gen:<16} {g['rows']:>5} {g['p10']:>7.3f} {g['p50']:>7.3f} {g['p90']:>7.3f}  {g['source']}")
-    p = table["pooled"]
-    print(f"{'(all pooled)':<16} {p['rows']:>5} {p['p10']:>7.3f} {p['p50']:>7.3f} {p['p90']:>7.3f}")
+    for name, p in (("(dense pooled)", table["pooled"]), ("(MoE)", table["moe"])):
+        print(f"{name:<16} {p['rows']:>5} {p['p10']:>7.3f} {p['p50']:>7.3f} {p['p90']:>7.3f}")
     if not args.check:
         args.out.write_text(_render(table))
         print(f"wrote {args.out}", file=sys.stderr)

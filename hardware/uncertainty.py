@@ -50,10 +50,18 @@ def _describe(generation: str, entry: dict[str, Any], raw: dict[str, Any]) -> st
     return f"p10-p90 of measured/predicted step time over {where}, in-sample, {raw['date']}"
 
 
-def step_time_band(generations: Sequence[str]) -> StepTimeBand:
+def step_time_band(generations: Sequence[str], moe: bool = False) -> StepTimeBand:
     """The band of a cluster whose devices belong to ``generations`` (several on mixed-GPU
-    clusters: the widest of them). An unknown generation takes the pooled band."""
+    clusters: the widest of them). An unknown generation takes the pooled band. A
+    mixture-of-experts model takes the band of every published MoE run (``moe``), when the data
+    file has one."""
     raw = _raw()
+    if moe and "moe" in raw:
+        m = raw["moe"]
+        where = f"p10-p90 of measured/predicted step time over {m['rows']} published mixture-of-experts runs"
+        return StepTimeBand(
+            p10_ratio=float(m["p10"]), p90_ratio=float(m["p90"]), source=f"{where}, in-sample, {raw['date']}"
+        )
     entries = []
     for gen in dict.fromkeys(generations):
         entry = raw["generations"].get(gen)

@@ -375,13 +375,13 @@ def solve(
         {
             "summary": summary(s.plan),
             "step_time_s": s.objective_s,
-            "step_time_band_s": band_out(inst.cluster, s.objective_s).model_dump(),
+            "step_time_band_s": band_out(inst.cluster, s.objective_s, inst.graph.spec.is_moe).model_dump(),
             "plan": plan_out(s.plan, inst.job).model_dump(),
             "runs_on": on,
         }
         for s, on in others[: top - 1]
     ]
-    band = band_out(inst.cluster, breakdown.step_time_s)
+    band = band_out(inst.cluster, breakdown.step_time_s, inst.graph.spec.is_moe)
     explanation = explain(best.plan, breakdown, inst.cluster, runner, band) + notes
     result = evaluate_plan(inst, best.plan, solver_out, alternatives=alternatives, explanation=explanation)
     return _with_runs_on(result, inst, best.plan)

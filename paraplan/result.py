@@ -202,10 +202,11 @@ def to_plan(plan: PlanOut) -> Plan:
     return plan_from_values({**values, "recompute": plan.recompute_per_stage})
 
 
-def band_out(cluster: Cluster, step_time_s: float) -> StepTimeBandOut:
-    """The uncertainty band of a step time predicted on ``cluster`` (hardware/uncertainty.py)."""
+def band_out(cluster: Cluster, step_time_s: float, moe: bool = False) -> StepTimeBandOut:
+    """The uncertainty band of a step time predicted on ``cluster`` (hardware/uncertainty.py;
+    ``moe``: the model has routed experts, whose band is their own)."""
     pools = cluster.pools or (cluster,)
-    band = step_time_band([p.accelerator.generation for p in pools])
+    band = step_time_band([p.accelerator.generation for p in pools], moe=moe)
     calibrated = any(p.efficiency_override is not None for p in pools + (cluster,))
     source = band.source + (
         "; of the catalog model: a calibration profile is applied, its own residuals are in the profile"
@@ -273,7 +274,9 @@ def evaluate_plan(inst: Instance, plan: Plan, solver: SolverOut | None = None, *
         raise ConfigError(str(e)) from None
     return Result(
         plan=plan_out(plan, inst.job),
-        predicted=predicted_out(breakdown, plan, band_out(inst.cluster, breakdown.step_time_s)),
+        predicted=predicted_out(
+            breakdown, plan, band_out(inst.cluster, breakdown.step_time_s, inst.graph.spec.is_moe)
+        ),
         solver=solver,
         scenario=inst.scenario.model_dump(mode="json", exclude_none=True),
         version=paraplan_version(),
