@@ -273,6 +273,12 @@ def _plan_knobs(
         plan["ep"] = d.choice(divisors(experts))
     if is_moe and d.chance(0.15):
         plan["etp"] = d.choice((1, tp or 1))
+    if d.chance(0.15):  # MoE software state (issue 22); any model takes it, dense ones ignore it
+        plan["moe_dispatcher"] = d.choice(("alltoall", "allgather", "deepep", "hybridep"))
+    if d.chance(0.1):
+        plan["moe_overlap"] = d.chance(0.5)
+    if d.chance(0.1):
+        plan["cuda_graphs"] = d.choice(("none", "partial", "full"))
     return plan
 
 
@@ -327,6 +333,8 @@ def valid_case(d: Draw, *, time_limit_s: float = 5.0, large: bool = False) -> Ca
             job[key] = d.chance(0.5)
     if d.chance(0.05):
         job["expert_imbalance"] = d.choice((1.0, 1.5, 3.0))
+    if d.chance(0.08):
+        job["moe_routing"] = d.choice(("dropless", "force_balanced", {"capacity_factor": 1.25}))
     scenario: dict[str, Any] = {"model": model, "cluster": cluster, "job": job}
     if d.chance(0.6):
         plan = _plan_knobs(d, devices, layers, batch, seq_len, is_moe, experts, len(cluster.get("pools", ())))
@@ -399,7 +407,7 @@ _SECTION_KEYS = {
         "tied_embeddings",
     ),
     "cluster": ("preset", "nodes", "gpus", "pools"),
-    "job": ("seq_len", "global_batch", "precision", "flash_attention", "expert_imbalance"),
+    "job": ("seq_len", "global_batch", "precision", "flash_attention", "expert_imbalance", "moe_routing"),
     "plan": (
         "dp",
         "tp",
@@ -416,6 +424,9 @@ _SECTION_KEYS = {
         "ep",
         "etp",
         "stage_pools",
+        "moe_dispatcher",
+        "moe_overlap",
+        "cuda_graphs",
     ),
     "solver": (
         "allow_uneven_stages",

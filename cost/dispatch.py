@@ -45,6 +45,7 @@ __all__ = [
     "token_bytes",
     "dispatch_time",
     "dispatcher_sm_fraction",
+    "check_dispatcher",
 ]
 
 FP8_BLOCK_ELEMS = 128  # elements per FP32 scale in DeepEP's FP8 dispatch (1x128 blocks; DeepEP README)
@@ -244,3 +245,20 @@ def dispatcher_sm_fraction(dispatcher: MoEDispatcher, accelerator: Accelerator) 
         return 0.0
     params = dispatcher_params(dispatcher.value, accelerator.generation)
     return params.sms_on(accelerator.key) / sm_count(accelerator.key)
+
+
+def check_dispatcher(dispatcher: MoEDispatcher, cluster: Cluster) -> None:
+    """ValueError naming ``plan.moe_dispatcher`` when DeepEP / HybridEP cannot run on ``cluster``
+    (a TPU slice, or a generation with no fitted parameters: hardware/data/dispatch.yaml)."""
+    if dispatcher not in DEDUPLICATING:
+        return
+    for pool in cluster.pools or (cluster,):
+        if pool.torus is not None or pool.accelerator.is_tpu:
+            raise ValueError(
+                f"plan.moe_dispatcher={dispatcher.value} runs on NVIDIA GPUs (NVLink + RDMA); "
+                f"{pool.name} is a TPU slice: use alltoall or allgather"
+            )
+        try:
+            dispatcher_params(dispatcher.value, pool.accelerator.generation)
+        except ValueError as e:
+            raise ValueError(f"plan.{e}") from None

@@ -6,6 +6,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from paraplan.cost import Job, MoERouting, Plan, Recompute
+from paraplan.cost.dispatch import check_dispatcher
 from paraplan.cost.plan import PLAN_FIELDS, even_split, plan_from_values
 from paraplan.cost.pools import stage_pools_of
 from paraplan.errors import ConfigError
@@ -94,6 +95,8 @@ def build_instance(scenario: Scenario, calibration: Calibration | None = None) -
         if scenario.solver.memory_headroom:
             cluster = with_memory_headroom(cluster, scenario.solver.memory_headroom)
         job = job_of(scenario)
+        if scenario.plan is not None and scenario.plan.moe_dispatcher is not None:
+            check_dispatcher(scenario.plan.moe_dispatcher, cluster)
         for pool in cluster.pools or (cluster,):
             pool.accelerator.peak_for(job.precision.value)
     except ValueError as e:
