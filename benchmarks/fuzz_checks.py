@@ -28,7 +28,8 @@ from typing import Any
 
 from paraplan.cost import DEFAULT_ORDER, Axis, CPComm, Plan, Recompute
 from paraplan.cost import evaluate as cost_evaluate
-from paraplan.cost.plan import chunk_layers
+from paraplan.cost.plan import chunk_layers, plan_values
+from paraplan.cost.software import SOFTWARE_FIELDS
 
 import paraplan
 from benchmarks.fuzz_cases import Case, divisors
@@ -161,6 +162,8 @@ def _plan_section(plan: Plan) -> dict[str, Any]:
         out["recompute_layers"] = list(plan.recompute_layers)
     if plan.stage_pools:
         out["stage_pools"] = list(plan.stage_pools)
+    values = plan_values(plan)
+    out.update({name: values[name] for name in SOFTWARE_FIELDS})  # MoE software state
     return out
 
 

@@ -196,7 +196,11 @@ def check_fp8_accumulation(ctx: RuleContext, draft: Draft) -> Refusal | None:
     if draft.precision is not Precision.FP8 or accumulation == 1:
         return None
     whole = ctx.job.global_batch // p.dp
-    fixes = repair(f"micro_batch -> {whole} (no accumulation)", draft, replace(p, micro_batch=whole))
+    fixes = (
+        repair(f"micro_batch -> {whole} (no accumulation)", draft, replace(p, micro_batch=whole))
+        if whole >= 1
+        else ()
+    )  # a draft with dp above the global batch (a layout the filter probes) has no such repair
     fixes += (Fix("precision -> bf16", replace(draft, precision=Precision.BF16)),)
     return Refusal(
         f"precision fp8 with gradient_accumulation_steps={accumulation}: MaxText "
