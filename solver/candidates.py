@@ -30,7 +30,7 @@ from paraplan.solver.caps import fits_some_split, layer_caps
 from paraplan.solver.constraints.recompute_layers import bound_modes, searches_partial
 from paraplan.solver.distinct import layout_key
 from paraplan.solver.placement import OrderCache, num_orders, orders, placements
-from paraplan.solver.space import Fixed, Options, OutOfTime, exact_split, families, zeros
+from paraplan.solver.space import Fixed, Options, OutOfTime, exact_split, families, layout_variants, zeros
 from paraplan.solver.tables import LayoutTables, build_tables, even_layers
 
 __all__ = [
@@ -162,6 +162,7 @@ def bounded_tables(
     computed: list[LayoutTables] = []
     unfit_terms: list[StageTerms] = []  # families with a ZeRO stage whose no split fits
     unfit, discarded, out_of_time = 0, float("inf"), False
+    variant_memo: dict[Any, list[Options]] = {}  # space.layout_variants
     passed = 0  # layouts that reached level 2 (under a layout filter: that passed it)
     while heap:
         cutoff = uppers[top - 1] * (1 + 1e-9) if len(uppers) >= top else float("inf")
@@ -193,28 +194,17 @@ def bounded_tables(
                 heapq.heappush(heap, (b, next(tick), 2, (layout, terms), ks))
         else:
             layout, terms = plan
-            tab = build_tables(
-                graph,
-                cluster,
-                job,
-                layout,
-                recomputes,
-                ks,
-                terms,
-                uniform,
-                exact_split(layout, spec.num_layers, fixed, options),
-                _stage_modes(fixed, layout.pp),
-                partial=partial,
-                partial_fixed=fixed.recompute_layers is not None,
-            )
-            if not fits_some_split(tab.k_max, layout.pp, tab.k_total, uniform, tab.slots):
-                unfit += 1
-                continue
-            computed.append(tab)
-            if tab.upper_bound_s < float("inf"):
-                key: object = layout_key(tab.plan) if distinct else len(computed)
-                best_upper[key] = min(best_upper.get(key, float("inf")), tab.upper_bound_s)
-                uppers = heapq.nsmallest(top, best_upper.values())
+            for tab in _variant_tables(
+                graph, cluster, job, fixed, options, layout, terms, ks, recomputes, variant_memo
+            ):
+                if not fits_some_split(tab.k_max, layout.pp, tab.k_total, tab.uniform, tab.slots):
+                    unfit += 1
+                    continue
+                computed.append(tab)
+                if tab.upper_bound_s < float("inf"):
+                    key: object = layout_key(tab.plan) if distinct else tab.plan
+                    best_upper[key] = min(best_upper.get(key, float("inf")), tab.upper_bound_s)
+                    uppers = heapq.nsmallest(top, best_upper.values())
     num_layouts = _space_size(space, spec, fixed, options, deadline)
     if not computed and out_of_time:
         return _Candidates([], num_layouts, discarded, unfit + len(unfit_terms), out_of_time)
@@ -229,6 +219,54 @@ def bounded_tables(
     kept = [t for t in computed if t.lower_bound_s <= cutoff]
     left_out = [t.lower_bound_s for t in computed if t.lower_bound_s > cutoff]
     return _Candidates(kept, num_layouts, min([discarded] + left_out), unfit + len(unfit_terms), out_of_time)
+
+
+def _variant_tables(
+    graph: LayerGraph,
+    cluster: Cluster,
+    job: Job,
+    fixed: Fixed,
+    options: Options,
+    layout: Layout,
+    terms: StageTerms,
+    ks: list[int] | None,
+    recomputes: list[Recompute],
+    memo: dict[Any, list[Options]],
+) -> list[LayoutTables]:
+    """The layout's tables, one per per-stage variant it is searched under (space.py
+    ``layout_variants``; one without ``options.layout_limits``, built with the search's own
+    ``ks`` and ``recomputes``)."""
+    spec = graph.spec
+    out: list[LayoutTables] = []
+    for variant in layout_variants(layout, options, memo):
+        if variant is not options:
+            recomputes = allowed_recomputes(fixed, variant)
+            ks = _k_choices(layout, spec.num_layers, fixed, variant)
+            if not recomputes or ks == []:
+                continue
+            try:
+                partial = searches_partial(graph, fixed, variant, recomputes)
+            except ValueError:  # a fixed recompute_layers this variant cannot run
+                continue
+        else:
+            partial = searches_partial(graph, fixed, options, recomputes)
+        out.append(
+            build_tables(
+                graph,
+                cluster,
+                job,
+                layout,
+                recomputes,
+                ks,
+                terms,
+                variant.uniform_recompute,
+                exact_split(layout, spec.num_layers, fixed, variant),
+                _stage_modes(fixed, layout.pp),
+                partial=partial,
+                partial_fixed=fixed.recompute_layers is not None,
+            )
+        )
+    return out
 
 
 def _fits(

@@ -75,21 +75,28 @@ def test_default_is_the_fastest_plan_over_every_frameworks_own_search() -> None:
     assert {t for t, s in per_target.items() if s <= fastest * (1 + 1e-6)} & set(default.runs_on)
 
 
-def test_group_searches_find_the_fastest_runnable_plan(monkeypatch: pytest.MonkeyPatch) -> None:
-    """When neither the unrestricted nor the relaxed optimum runs anywhere (forced here), one
-    search per group of frameworks gives the fastest plan over every framework's own search."""
+def test_default_is_one_search_and_as_fast_as_every_frameworks_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 26: the runnable default is one branch and bound over the union of the frameworks'
+    spaces (one solver call), and its optimum is the fastest over every framework's own search."""
     import paraplan.search as search
 
-    real, calls = search.runs_on, []
+    real, calls = search.solve_instance, []
 
-    def first_two_run_nowhere(inst, plan):  # noqa: ANN001, ANN202
-        calls.append(plan)
-        return [] if len(calls) <= 2 else real(inst, plan)
+    def counted(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        calls.append(args)
+        return real(*args, **kwargs)
 
-    monkeypatch.setattr(search, "runs_on", first_two_run_nowhere)
-    r = paraplan.solve(LLAMA8B_16, time_limit_s=120)
-    fastest = min(solve(_with(LLAMA8B_16, target=t)).predicted.step_time_s for t in TARGETS)
-    assert len(calls) >= 5  # widest, relaxed, then one per group (3 groups) at least
+    monkeypatch.setattr(search, "solve_instance", counted)
+    r = paraplan.solve(LLAMA405B_128, time_limit_s=120)
+    assert len(calls) == 1
+    monkeypatch.setattr(search, "solve_instance", real)
+    own = []
+    for t in TARGETS:
+        try:
+            own.append(solve(_with(LLAMA405B_128, target=t)).predicted.step_time_s)
+        except paraplan.InfeasibleError:  # e.g. torchtitan's 405B trains in float8 only
+            continue
+    fastest = min(own)
     assert r.runs_on and r.predicted.step_time_s == pytest.approx(fastest, rel=1e-6)
     assert r.solver.status == "OPTIMAL"
 
@@ -103,9 +110,6 @@ def test_default_refuses_an_unrestricted_optimum_no_framework_runs() -> None:
     own = solve(_with(LLAMA405B_128, target=default.runs_on[0]))  # that framework's own optimum
     assert free.predicted.step_time_s < default.predicted.step_time_s
     assert default.predicted.step_time_s == pytest.approx(own.predicted.step_time_s, rel=1e-6)
-    assert any(
-        "unrestricted optimum" in line and "runs on no framework" in line for line in default.explanation
-    )
     assert all(a["runs_on"] for a in default.alternatives)
     for name in default.runs_on:
         assert export_text(default, name)
