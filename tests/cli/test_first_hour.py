@@ -284,6 +284,31 @@ def test_result_plan_round_trips_as_a_scenario_plan(path: Path) -> None:
         assert export_text(solve(scenario), name)
 
 
+SOLVE_ROUND_TRIP = [
+    "llama3-8b-h100-8-s8k-b128",  # dense GPU
+    "qwen3-30b-a3b-h100-16-s4k-b512",  # mixture of experts (its dispatcher, overlap, CUDA graphs)
+    "llama3-8b-mixed-h100-a100-64-s4k-b512",  # pooled cluster (stage_pools)
+    "llama3-8b-tpu-v5e-256-s8k-b256",  # TPU slice (torus_shape)
+]
+
+
+@pytest.mark.parametrize("name", SOLVE_ROUND_TRIP)
+def test_result_plan_round_trips_through_solve(name: str) -> None:
+    """Issue 26: solve of the scenario with `plan:` = result.plan as returned (every knob, empty
+    lists included) gives the same plan and step time, for the default and the unrestricted
+    optimum; empty torus_shape / stage_pools on a GPU / single-pool cluster mean none."""
+    scenario = yaml.safe_load((ROOT / "benchmarks" / "scenarios" / f"{name}.yaml").read_text())
+    scenario.pop("bench", None)
+    for target in (None, "any"):
+        r = solve(_with(scenario, target=target) if target else scenario)
+        fixed = r.plan.model_dump()
+        assert set(fixed) >= {"torus_shape", "stage_pools", "moe_dispatcher", "moe_overlap", "cuda_graphs"}
+        again = paraplan.solve({**r.scenario, "plan": fixed}, time_limit_s=120)
+        assert again.plan == r.plan, name
+        assert again.predicted.step_time_s == r.predicted.step_time_s, name
+        assert again.runs_on == r.runs_on
+
+
 def test_a_calibrated_result_keeps_its_profile(tmp_path: Path) -> None:
     """--calibration PROFILE is recorded (absolute) in the result's scenario, so exports and
     `paraplan evaluate RESULT.json` from elsewhere score the same calibrated plan."""
