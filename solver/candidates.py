@@ -30,7 +30,16 @@ from paraplan.solver.caps import fits_some_split, layer_caps
 from paraplan.solver.constraints.recompute_layers import bound_modes, searches_partial
 from paraplan.solver.distinct import layout_key
 from paraplan.solver.placement import OrderCache, num_orders, orders, placements
-from paraplan.solver.space import Fixed, Options, OutOfTime, exact_split, families, layout_variants, zeros
+from paraplan.solver.space import (
+    Fixed,
+    Options,
+    OutOfTime,
+    dominated_by_twin,
+    exact_split,
+    families,
+    layout_variants,
+    zeros,
+)
 from paraplan.solver.tables import LayoutTables, build_tables, even_layers
 
 __all__ = [
@@ -189,6 +198,8 @@ def bounded_tables(
             for order, shape in placements(plan, cluster, fixed, options, cache=order_cache):
                 passed += 1
                 layout = replace(plan, order=order, torus_shape=shape)
+                if dominated_by_twin(layout, fixed, options, variant_memo):
+                    continue  # its ZeRO-1 / SP twin holds every plan it has, no slower
                 terms = stage_terms(graph, layout, job, cluster, shared)
                 b = max(bound, quick_lower_bound_s(terms, lb_modes, spec.num_layers))
                 heapq.heappush(heap, (b, next(tick), 2, (layout, terms), ks))

@@ -70,6 +70,7 @@ __all__ = [
     "narrowed",
     "layout_variants",
     "spans_search",
+    "dominated_by_twin",
     "layouts",
     "families",
     "zeros",
@@ -189,6 +190,31 @@ def layout_variants(
         if memo is not None:
             memo[limits] = found
     return found
+
+
+def dominated_by_twin(
+    layout: Layout, fixed: Fixed, options: Options, memo: dict[tuple[StageLimits, ...], list[Options]]
+) -> bool:
+    """Under ``layout_limits``: ``layout`` runs ZeRO-0 (or SP off with tp > 1) and its ZeRO-1 (SP
+    on) twin, in the space too, passes the filter under limits that hold each of ``layout``'s.
+    The twin is never slower and never larger (module docstring: why the unfiltered search drops
+    ZeRO-0 and SP off), so ``layout`` adds no plan the twin does not beat or tie."""
+    if options.layout_limits is None or options.layout_filter is None:
+        return False
+    twins = []
+    if layout.zero == 0 and fixed.zero is None and layout.dp * layout.cp > 1:
+        twins.append(replace(layout, zero=1))
+    if layout.tp > 1 and not layout.sequence_parallel and fixed.sequence_parallel is None:
+        twins.append(replace(layout, sequence_parallel=True))
+    if not twins:
+        return False
+    own = layout_variants(layout, options, memo)
+    for twin in twins:
+        if options.layout_filter(twin):
+            theirs = layout_variants(twin, options, memo)
+            if all(any(_holds(w, v) for w in theirs) for v in own):
+                return True
+    return False
 
 
 def exact_split(layout: Layout, num_layers: int, fixed: Fixed, options: Options) -> tuple[int, ...] | None:
