@@ -21,7 +21,15 @@ from collections import Counter
 from paraplan.cost import Layout, Plan, Recompute
 from paraplan.cost.plan import plan_key
 from paraplan.cost.split import even_layers
-from paraplan.rules.base import Draft, Rule, RuleContext, SearchLimits, TargetRules, first_refusal
+from paraplan.rules.base import (
+    Draft,
+    Rule,
+    RuleContext,
+    SearchLimits,
+    TargetRules,
+    first_refusal,
+    verdict_only,
+)
 
 __all__ = ["FrameworkFilter", "AnyFramework", "holds", "LAYOUT_FIELDS"]
 
@@ -63,7 +71,8 @@ class FrameworkFilter:
         plan = Plan(
             dp=1, tp=1, pp=1, micro_batch=1, recompute=(Recompute.NONE,), layers_per_stage=(self._num_layers,)
         )
-        refusal = first_refusal(self._ctx, Draft(plan, self._ctx.precision), self._model_rules)
+        with verdict_only():
+            refusal = first_refusal(self._ctx, Draft(plan, self._ctx.precision), self._model_rules)
         return None if refusal is None else refusal.rule
 
     def _representative(self, layout: Layout) -> Plan | None:
@@ -89,7 +98,8 @@ class FrameworkFilter:
         representative = self._representative(layout)
         if representative is None:
             return False
-        refusal = first_refusal(self._ctx, Draft(representative, self._ctx.precision), rules)
+        with verdict_only():  # the filter reads the verdict, not the repairs
+            refusal = first_refusal(self._ctx, Draft(representative, self._ctx.precision), rules)
         if refusal is not None:
             self.refused[refusal.rule] += 1
             return False
