@@ -75,9 +75,10 @@ class FrameworkFilter:
             refusal = first_refusal(self._ctx, Draft(plan, self._ctx.precision), self._model_rules)
         return None if refusal is None else refusal.rule
 
-    def _representative(self, layout: Layout) -> Plan | None:
+    def _representative(self, layout: Layout, plans: dict[object, Plan] | None = None) -> Plan | None:
         """The layout with the fixed split (else the framework's own, else an even one) and its
-        fixed recompute mode (else none)."""
+        fixed recompute mode (else none). ``plans``: representatives of this layout already
+        built, by split (frameworks with the same split share one)."""
         pp = layout.pp
         if (pp, layout.vp) not in self._splits:  # one per (pp, vp): the filter sees many layouts
             if self._layers and len(self._layers) == pp:
@@ -90,12 +91,19 @@ class FrameworkFilter:
         split = self._splits[pp, layout.vp]
         if split is None:
             return None
-        modes = self._recompute or (Recompute.NONE,)
-        return layout.plan(split, modes if len(modes) == pp else (modes[0],) * pp)
+        plan = plans.get(split) if plans is not None else None
+        if plan is None:
+            modes = self._recompute or (Recompute.NONE,)
+            plan = layout.plan(split, modes if len(modes) == pp else (modes[0],) * pp)
+            if plans is not None:
+                plans[split] = plan
+        return plan
 
-    def _passes(self, layout: Layout, rules: tuple[Rule, ...]) -> bool:
+    def _passes(
+        self, layout: Layout, rules: tuple[Rule, ...], plans: dict[object, Plan] | None = None
+    ) -> bool:
         """``rules`` accept ``layout``'s representative (a refusal is counted)."""
-        representative = self._representative(layout)
+        representative = self._representative(layout, plans)
         if representative is None:
             return False
         with verdict_only():  # the filter reads the verdict, not the repairs
@@ -105,14 +113,21 @@ class FrameworkFilter:
             return False
         return True
 
-    def family_passes(self, family: Layout) -> bool:
+    def family_passes(self, family: Layout, key: tuple[object, ...] | None = None) -> bool:
         """Whether the family rules accept ``family`` (any ZeRO stage and rank order: those
-        rules do not read them); False means every layout of the family fails."""
-        key = plan_key(family, LAYOUT_FIELDS)
+        rules do not read them); False means every layout of the family fails. ``key``: the
+        family's ``plan_key`` over all but LAYOUT_FIELDS, when the caller has it."""
+        if key is None:
+            key = plan_key(family, LAYOUT_FIELDS)
         verdict = self._families.get(key)
         if verdict is None:
             verdict = self._families[key] = self._passes(family, self._family_rules)
         return verdict
+
+    def check(self, layout: Layout, key: tuple[object, ...], plans: dict[object, Plan]) -> bool:
+        """``__call__`` without its memo, for a caller that keeps one (``AnyFramework``): the
+        family's ``key`` and the ``plans`` built for the layout so far are shared."""
+        return self.family_passes(layout, key) and self._passes(layout, self._layout_rules, plans)
 
     def __call__(self, layout: Layout) -> bool:
         verdict = self._verdicts.get(layout)
@@ -185,6 +200,7 @@ class AnyFramework:
         another accepting group's (() : none accepts)."""
         found = self._limits.get(layout)
         if found is None:
+            key, plans = plan_key(layout, LAYOUT_FIELDS), dict[object, Plan]()
             accepted: list[SearchLimits] = []
             for lim, group in self._groups:
                 if any(w in accepted for w in self._held_by[lim]):
@@ -193,7 +209,7 @@ class AnyFramework:
                 for f in group:
                     if any(r <= f.rule_set for r in refused):
                         continue
-                    if f(layout):
+                    if f.check(layout, key, plans):
                         accepted.append(lim)
                         break
                     refused.append(f.rule_set)
@@ -205,7 +221,8 @@ class AnyFramework:
 
     def family_passes(self, family: Layout) -> bool:
         """Whether some framework's family rules accept ``family`` (FrameworkFilter.family_passes)."""
-        return any(f.family_passes(family) for f in self.filters)
+        key = plan_key(family, LAYOUT_FIELDS)
+        return any(f.family_passes(family, key) for f in self.filters)
 
     def reason(self) -> str:
         """Why nothing passed: each framework's most frequent refusal."""

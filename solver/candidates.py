@@ -143,7 +143,8 @@ def bounded_tables(
     same_layers = len(graph.kind_blocks) == 1  # pooled_pipeline_floor_s
     heap: list[tuple[Any, ...]] = []
     tick = itertools.count()
-    space = families(spec, cluster, job.seq_len, job.global_batch, fixed, options, deadline)
+    # the family filter is asked of the families the search reaches (level 0), not of them all
+    space = families(spec, cluster, job.seq_len, job.global_batch, fixed, options, deadline, filtered=False)
     for i, family in enumerate(space):
         if i % 256 == 0 and time.perf_counter() > deadline:
             raise OutOfTime("the time limit ran out while bounding the layout families")
@@ -183,6 +184,8 @@ def bounded_tables(
             discarded, out_of_time = min(discarded, bound), True
             break
         if level == 0:
+            if options.family_filter is not None and not options.family_filter(plan):
+                continue  # every layout of the family fails the layout filter
             for zero in zeros(plan, fixed, options=options):
                 p = replace(plan, zero=zero)
                 terms = stage_terms(graph, p, job, cluster, shared, packed=packed)

@@ -308,14 +308,16 @@ def families(
     fixed: Fixed,
     options: Options,
     deadline: float = float("inf"),
+    filtered: bool = True,
 ) -> list[Layout]:
     """Every layout family: degrees, ep, micro-batch, vp and SP fixed; ZeRO and the rank order
     left to ``zeros`` and ``orders`` (placeholders here: the first ZeRO stage, Megatron's order).
-    Under ``options.family_filter``, only the families it passes. OutOfTime once ``deadline``
+    Under ``options.family_filter``, only the families it passes (``filtered``; the branch and
+    bound asks it only of the families it reaches). OutOfTime once ``deadline``
     (time.perf_counter) has passed."""
     if cluster.pools:
         pooled = _pooled_families(spec, cluster, seq_len, global_batch, fixed, options, deadline)
-        return _passing(pooled, options)
+        return _passing(pooled, options) if filtered else pooled
     n = cluster.num_devices
     out: list[Layout] = []
     cps = _cp_degrees(spec, n, seq_len, fixed)
@@ -336,7 +338,7 @@ def families(
                     out += _families_of(spec, global_batch, dp, tp, pp, cp, ep, fixed, options)
     if fixed.torus_shape is not None:
         out = [replace(f, torus_shape=fixed.torus_shape) for f in out]
-    return _passing(out, options)
+    return _passing(out, options) if filtered else out
 
 
 def _passing(found: list[Layout], options: Options) -> list[Layout]:
