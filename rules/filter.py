@@ -17,6 +17,7 @@ Pure functions of (model, job, cluster, plan) with memo tables: nothing here sco
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 
 from paraplan.cost import Layout, Plan, Recompute
 from paraplan.cost.plan import plan_key
@@ -54,7 +55,9 @@ class FrameworkFilter:
         self.rule_set = frozenset(rules.rules)
         self._model_rules = rules.model_rules
         self._family_rules = rules.family_rules
-        self._layout_rules = tuple(r for r in rules.layout_rules if r not in rules.model_rules)
+        # the layout rules are independent checks of the ZeRO stage and rank order: asked in the
+        # order of the last refusal first (``_passes``), which gives the same verdicts sooner
+        self._layout_rules = [r for r in rules.layout_rules if r not in rules.model_rules]
         self._ctx = ctx
         self._num_layers = ctx.spec.num_layers
         self._layers = layers
@@ -99,18 +102,20 @@ class FrameworkFilter:
                 plans[split] = plan
         return plan
 
-    def _passes(
-        self, layout: Layout, rules: tuple[Rule, ...], plans: dict[object, Plan] | None = None
-    ) -> bool:
+    def _passes(self, layout: Layout, rules: Sequence[Rule], plans: dict[object, Plan] | None = None) -> bool:
         """``rules`` accept ``layout``'s representative (a refusal is counted)."""
         representative = self._representative(layout, plans)
         if representative is None:
             return False
+        draft = Draft(representative, self._ctx.precision)
         with verdict_only():  # the filter reads the verdict, not the repairs
-            refusal = first_refusal(self._ctx, Draft(representative, self._ctx.precision), rules)
-        if refusal is not None:
-            self.refused[refusal.rule] += 1
-            return False
+            for i, rule in enumerate(rules):
+                refusal = rule(self._ctx, draft)
+                if refusal is not None:
+                    self.refused[refusal.rule] += 1
+                    if i and rules is self._layout_rules:  # ask the refusing rule first next time
+                        self._layout_rules.insert(0, self._layout_rules.pop(i))
+                    return False
         return True
 
     def family_passes(self, family: Layout, key: tuple[object, ...] | None = None) -> bool:
