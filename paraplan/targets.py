@@ -34,7 +34,7 @@ from paraplan.rules import Draft, RuleContext, first_refusal, rules_of
 from paraplan.rules.filter import AnyFramework, FrameworkFilter
 from paraplan.schema import SolverTarget
 from paraplan.solver import Options
-from paraplan.solver.space import narrowed
+from paraplan.solver.limits import narrowed
 
 __all__ = [
     "TARGETS",

@@ -29,15 +29,14 @@ from paraplan.solver.bounds import quick_lower_bound_s
 from paraplan.solver.caps import fits_some_split, layer_caps
 from paraplan.solver.constraints.recompute_layers import bound_modes, searches_partial
 from paraplan.solver.distinct import layout_key
+from paraplan.solver.limits import dominated_by_twin, layout_variants
 from paraplan.solver.placement import OrderCache, num_orders, orders, placements
 from paraplan.solver.space import (
     Fixed,
     Options,
     OutOfTime,
-    dominated_by_twin,
     exact_split,
     families,
-    layout_variants,
     zeros,
 )
 from paraplan.solver.tables import LayoutTables, build_tables, even_layers

@@ -26,7 +26,8 @@ from paraplan.cost.split import chunk_layers, pipeline_slots
 from paraplan.graph import LayerGraph
 from paraplan.hardware import Cluster
 from paraplan.solver.constraints.recompute_layers import searches_partial
-from paraplan.solver.space import Fixed, Options, exact_split, layout_variants, layouts
+from paraplan.solver.limits import layout_variants
+from paraplan.solver.space import Fixed, Options, exact_split, layouts
 
 __all__ = ["Enumeration", "enumerate_plans", "EnumerationBudgetExceeded"]
 

@@ -187,10 +187,10 @@ def _orders_by_limits(
 ) -> list[tuple[Axis, ...]]:
     """``_orders`` under per-layout limits (Options.layout_limits): an order is dropped when
     another it is no better than is searched under the same limits, or under limits that hold
-    the whole search's per-stage space (space.spans_search: then it holds any order's); an
+    the whole search's per-stage space (limits.spans_search: then it holds any order's); an
     order such a one dominates is dropped before the filter is asked about it. ``cache``
     keeps the profiles of the family's degrees (the verdicts differ per family)."""
-    from paraplan.solver.space import spans_search  # space.py imports this module
+    from paraplan.solver.limits import spans_search  # limits.py imports space.py, which imports this
 
     limits, layout_filter = options.layout_limits, options.layout_filter
     assert limits is not None and layout_filter is not None

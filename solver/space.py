@@ -36,6 +36,10 @@ comes first matters), tp, cp and dp range over the divisors of the gcd of those 
 counts, each pool hosts its devices / (tp*cp*dp) stages and pp is their sum; orders keep pp
 outermost, and an order is dropped when another is no worse on the profile of every used pool.
 Degrees are the same on every pool (Megatron-LM and NeMo build one process-group layout).
+
+Size: one module because the domains above are one enumeration (families, ZeRO stages, rank
+orders, pool selections) read together by candidates.py and enumerate.py; the per-layout limits
+of the runnable default are solver/limits.py.
 """
 
 from __future__ import annotations
@@ -45,7 +49,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from functools import cache
 from math import gcd, isqrt
-from typing import Any, Protocol, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from paraplan.cost import CPComm, Layout, Recompute
 from paraplan.cost.plan import PartialPlan
@@ -63,14 +67,12 @@ from paraplan.graph import ModelSpec
 from paraplan.hardware import Cluster
 from paraplan.solver.placement import OrderCache, placements
 
+if TYPE_CHECKING:
+    from paraplan.solver.limits import StageLimits
+
 __all__ = [
     "Fixed",
     "Options",
-    "StageLimits",
-    "narrowed",
-    "layout_variants",
-    "spans_search",
-    "dominated_by_twin",
     "layouts",
     "families",
     "zeros",
@@ -82,23 +84,6 @@ __all__ = [
 
 Fixed: TypeAlias = PartialPlan
 """Knobs the scenario fixes (None = free): cost.plan.PartialPlan, under the solver's old name."""
-
-
-class StageLimits(Protocol):
-    """How one framework's per-stage choices may vary (rules/base.py ``SearchLimits`` is one):
-    one recompute mode for every stage, even stages, the recompute modes it has (None: all),
-    the one split it builds (None: any), whether it recomputes a number of layers per stage."""
-
-    @property
-    def uniform_recompute(self) -> bool: ...
-    @property
-    def even_stages(self) -> bool: ...
-    @property
-    def recompute_modes(self) -> tuple[Recompute, ...] | None: ...
-    @property
-    def stage_split(self) -> Callable[[int, int, int], tuple[int, ...] | None] | None: ...
-    @property
-    def partial_recompute(self) -> bool: ...
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -115,8 +100,8 @@ class Options:
     ``layout_filter`` refuses every layout of the family; such families are dropped before they
     are bounded. ``layout_limits``: for each layout ``layout_filter`` passes, the per-stage
     limits it is searched under (one or more, e.g. those of every framework that accepts it:
-    ``layout_variants``); the options' own per-stage fields must then hold all of them (they
-    bound every variant)."""
+    solver/limits.py); the options' own per-stage fields must then hold all of them (they bound
+    every variant)."""
 
     allow_uneven_stages: bool = True
     search_placement: bool = True
@@ -129,92 +114,6 @@ class Options:
     stage_split: Callable[[int, int, int], tuple[int, ...] | None] | None = None
     partial_recompute: bool = True  # FULL stages may store some layers (Plan.recompute_layers)
     layout_limits: Callable[[Layout], tuple[StageLimits, ...]] | None = None
-
-
-def narrowed(options: Options, limits: StageLimits) -> Options:
-    """``options`` with its per-stage fields narrowed to ``limits`` (and no layout_limits)."""
-    modes = limits.recompute_modes
-    if modes is not None and options.recompute_modes is not None:
-        modes = tuple(r for r in modes if r in options.recompute_modes)
-    return replace(
-        options,
-        uniform_recompute=options.uniform_recompute or limits.uniform_recompute,
-        allow_uneven_stages=options.allow_uneven_stages and not limits.even_stages,
-        recompute_modes=modes if modes is not None else options.recompute_modes,
-        stage_split=limits.stage_split,
-        partial_recompute=options.partial_recompute and limits.partial_recompute,
-        layout_limits=None,
-    )
-
-
-def _holds(wide: Options, narrow: Options) -> bool:
-    """Every per-stage choice ``narrow`` allows, ``wide`` allows too (for any layout)."""
-    free_split = wide.stage_split is None and wide.allow_uneven_stages
-    same_split = (wide.stage_split, wide.allow_uneven_stages) == (
-        narrow.stage_split,
-        narrow.allow_uneven_stages,
-    )
-    wide_modes, narrow_modes = wide.recompute_modes, narrow.recompute_modes
-    return (
-        (free_split or same_split)
-        and (narrow.uniform_recompute or not wide.uniform_recompute)
-        and (wide_modes is None or (narrow_modes is not None and set(narrow_modes) <= set(wide_modes)))
-        and (wide.partial_recompute or not narrow.partial_recompute)
-    )
-
-
-def spans_search(options: Options, limits: tuple[StageLimits, ...]) -> bool:
-    """Some of ``limits`` allows every per-stage choice ``options`` itself allows (its variant
-    holds any layout's: placement.py drops what such a layout dominates)."""
-    whole = replace(options, layout_limits=None)
-    return any(_holds(narrowed(options, lim), whole) for lim in limits)
-
-
-def layout_variants(
-    layout: Layout, options: Options, memo: dict[tuple[StageLimits, ...], list[Options]] | None = None
-) -> list[Options]:
-    """The options ``layout`` is searched under: ``options`` itself without ``layout_limits``;
-    else ``options`` narrowed to each of the layout's limits, less those another one holds
-    (the union of their spaces is the same). ``memo``: one search's variants by limits."""
-    if options.layout_limits is None:
-        return [options]
-    limits = options.layout_limits(layout)
-    found = memo.get(limits) if memo is not None else None
-    if found is None:
-        variants = list(dict.fromkeys(narrowed(options, lim) for lim in limits))
-        found = [
-            v
-            for i, v in enumerate(variants)
-            if not any(_holds(w, v) and (not _holds(v, w) or j < i) for j, w in enumerate(variants) if j != i)
-        ]
-        if memo is not None:
-            memo[limits] = found
-    return found
-
-
-def dominated_by_twin(
-    layout: Layout, fixed: Fixed, options: Options, memo: dict[tuple[StageLimits, ...], list[Options]]
-) -> bool:
-    """Under ``layout_limits``: ``layout`` runs ZeRO-0 (or SP off with tp > 1) and its ZeRO-1 (SP
-    on) twin, in the space too, passes the filter under limits that hold each of ``layout``'s.
-    The twin is never slower and never larger (module docstring: why the unfiltered search drops
-    ZeRO-0 and SP off), so ``layout`` adds no plan the twin does not beat or tie."""
-    if options.layout_limits is None or options.layout_filter is None:
-        return False
-    twins = []
-    if layout.zero == 0 and fixed.zero is None and layout.dp * layout.cp > 1:
-        twins.append(replace(layout, zero=1))
-    if layout.tp > 1 and not layout.sequence_parallel and fixed.sequence_parallel is None:
-        twins.append(replace(layout, sequence_parallel=True))
-    if not twins:
-        return False
-    own = layout_variants(layout, options, memo)
-    for twin in twins:
-        if options.layout_filter(twin):
-            theirs = layout_variants(twin, options, memo)
-            if all(any(_holds(w, v) for w in theirs) for v in own):
-                return True
-    return False
 
 
 def exact_split(layout: Layout, num_layers: int, fixed: Fixed, options: Options) -> tuple[int, ...] | None:

@@ -14,7 +14,7 @@ from paraplan.cost.split import chunk_layers
 from paraplan.rules import SearchLimits
 from paraplan.solver import Options
 from paraplan.solver.enumerate import enumerate_plans
-from paraplan.solver.space import narrowed
+from paraplan.solver.limits import narrowed
 
 from tests.solver.test_oracle import check_against_enumeration, random_instance
 
