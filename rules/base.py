@@ -32,6 +32,7 @@ __all__ = [
     "micro_batch_repairs",
     "first_refusal",
     "verdict_only",
+    "building_fixes",
 ]
 
 _VERDICT_ONLY: ContextVar[bool] = ContextVar("verdict_only", default=False)
@@ -47,6 +48,11 @@ def verdict_only() -> Iterator[None]:
         yield
     finally:
         _VERDICT_ONLY.reset(token)
+
+
+def building_fixes() -> bool:
+    """False within ``verdict_only``: a helper that only builds repairs may return none."""
+    return not _VERDICT_ONLY.get()
 
 
 @dataclass(frozen=True, slots=True)

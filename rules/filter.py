@@ -28,6 +28,7 @@ from paraplan.rules.base import (
     RuleContext,
     SearchLimits,
     TargetRules,
+    building_fixes,
     first_refusal,
     verdict_only,
 )
@@ -108,14 +109,16 @@ class FrameworkFilter:
         if representative is None:
             return False
         draft = Draft(representative, self._ctx.precision)
-        with verdict_only():  # the filter reads the verdict, not the repairs
-            for i, rule in enumerate(rules):
-                refusal = rule(self._ctx, draft)
-                if refusal is not None:
-                    self.refused[refusal.rule] += 1
-                    if i and rules is self._layout_rules:  # ask the refusing rule first next time
-                        self._layout_rules.insert(0, self._layout_rules.pop(i))
-                    return False
+        if building_fixes():  # the filter reads the verdict, not the repairs
+            with verdict_only():
+                return self._passes(layout, rules, plans)
+        for i, rule in enumerate(rules):
+            refusal = rule(self._ctx, draft)
+            if refusal is not None:
+                self.refused[refusal.rule] += 1
+                if i and rules is self._layout_rules:  # ask the refusing rule first next time
+                    self._layout_rules.insert(0, self._layout_rules.pop(i))
+                return False
         return True
 
     def family_passes(self, family: Layout, key: tuple[object, ...] | None = None) -> bool:
@@ -205,21 +208,26 @@ class AnyFramework:
         another accepting group's (() : none accepts)."""
         found = self._limits.get(layout)
         if found is None:
-            key, plans = plan_key(layout, LAYOUT_FIELDS), dict[object, Plan]()
-            accepted: list[SearchLimits] = []
-            for lim, group in self._groups:
-                if any(w in accepted for w in self._held_by[lim]):
-                    continue
-                refused: list[frozenset[Rule]] = []  # a framework with these rules and more refuses too
-                for f in group:
-                    if any(r <= f.rule_set for r in refused):
-                        continue
-                    if f.check(layout, key, plans):
-                        accepted.append(lim)
-                        break
-                    refused.append(f.rule_set)
-            found = self._limits[layout] = tuple(accepted)
+            with verdict_only():  # once for every framework asked (FrameworkFilter._passes)
+                found = self._limits[layout] = self._accepted(layout)
         return found
+
+    def _accepted(self, layout: Layout) -> tuple[SearchLimits, ...]:
+        """``limits`` of a layout not asked before."""
+        key, plans = plan_key(layout, LAYOUT_FIELDS), dict[object, Plan]()
+        accepted: list[SearchLimits] = []
+        for lim, group in self._groups:
+            if any(w in accepted for w in self._held_by[lim]):
+                continue
+            refused: list[frozenset[Rule]] = []  # a framework with these rules and more refuses too
+            for f in group:
+                if any(r <= f.rule_set for r in refused):
+                    continue
+                if f.check(layout, key, plans):
+                    accepted.append(lim)
+                    break
+                refused.append(f.rule_set)
+        return tuple(accepted)
 
     def __call__(self, layout: Layout) -> bool:
         return bool(self.limits(layout))
