@@ -20,7 +20,14 @@ from typing import Protocol
 from paraplan.cost import Layout, Recompute
 from paraplan.solver.space import Fixed, Options
 
-__all__ = ["StageLimits", "narrowed", "layout_variants", "spans_search", "dominated_by_twin"]
+__all__ = [
+    "StageLimits",
+    "narrowed",
+    "layout_variants",
+    "spans_search",
+    "twins",
+    "dominated_by_twin",
+]
 
 
 class StageLimits(Protocol):
@@ -101,6 +108,17 @@ def layout_variants(
     return found
 
 
+def twins(layout: Layout, fixed: Fixed) -> list[Layout]:
+    """``layout``'s ZeRO-1 twin when it runs ZeRO-0, its SP-on twin when it runs SP off with
+    tp > 1, each only where the space holds it (the scenario fixes neither)."""
+    out = []
+    if layout.zero == 0 and fixed.zero is None and layout.dp * layout.cp > 1:
+        out.append(replace(layout, zero=1))
+    if layout.tp > 1 and not layout.sequence_parallel and fixed.sequence_parallel is None:
+        out.append(replace(layout, sequence_parallel=True))
+    return out
+
+
 def dominated_by_twin(
     layout: Layout, fixed: Fixed, options: Options, memo: dict[tuple[StageLimits, ...], list[Options]]
 ) -> bool:
@@ -110,15 +128,11 @@ def dominated_by_twin(
     ZeRO-0 and SP off), so ``layout`` adds no plan the twin does not beat or tie."""
     if options.layout_limits is None or options.layout_filter is None:
         return False
-    twins = []
-    if layout.zero == 0 and fixed.zero is None and layout.dp * layout.cp > 1:
-        twins.append(replace(layout, zero=1))
-    if layout.tp > 1 and not layout.sequence_parallel and fixed.sequence_parallel is None:
-        twins.append(replace(layout, sequence_parallel=True))
-    if not twins:
+    found = twins(layout, fixed)
+    if not found:
         return False
     own = layout_variants(layout, options, memo)
-    for twin in twins:
+    for twin in found:
         if options.layout_filter(twin):
             theirs = layout_variants(twin, options, memo)
             if all(any(_holds(w, v) for w in theirs) for v in own):

@@ -148,7 +148,7 @@ def _orders(
     Under a layout filter, the orders ``family`` fails are removed before any comparison."""
     candidates = _candidate_orders(plan, fixed, options)
     if prune and options.layout_limits is not None and family is not None:
-        return _orders_by_limits(candidates, plan, cluster, options, expert_tps, family, cache)
+        return _orders_by_limits(candidates, plan, cluster, fixed, options, expert_tps, family, cache)
     if options.layout_filter is not None and family is not None:
         candidates = [o for o in candidates if options.layout_filter(replace(family, order=o))]
     if len(candidates) <= 1:
@@ -180,6 +180,7 @@ def _orders_by_limits(
     candidates: list[tuple[Axis, ...]],
     plan: Layout,
     cluster: Cluster,
+    fixed: Fixed,
     options: Options,
     expert_tps: tuple[int | None, ...],
     family: Layout,
@@ -188,20 +189,29 @@ def _orders_by_limits(
     """``_orders`` under per-layout limits (Options.layout_limits): an order is dropped when
     another it is no better than is searched under the same limits, or under limits that hold
     the whole search's per-stage space (limits.spans_search: then it holds any order's); an
-    order such a one dominates is dropped before the filter is asked about it. ``cache``
-    keeps the profiles of the family's degrees (the verdicts differ per family)."""
-    from paraplan.solver.limits import spans_search  # limits.py imports space.py, which imports this
+    order such a one dominates is dropped before the filter is asked about it. So is one that
+    such an order of the family's ZeRO-1 / SP-on twin dominates (limits.twins: never slower,
+    never larger, so that twin layout is no worse than the order's own twin, nor that than it).
+    ``cache`` keeps the profiles of the family's degrees and each family's kept orders."""
+    from paraplan.solver.limits import spans_search, twins  # limits imports space, space this
 
     limits, layout_filter = options.layout_limits, options.layout_filter
     assert limits is not None and layout_filter is not None
-    kept: list[tuple[tuple[Axis, ...], tuple[float, ...], object, bool]] = []
     key = ("profiles", plan, expert_tps)
     profiles = cache.get(key) if cache is not None else None
     if profiles is None:
         profiles = [(o, _profile(cluster, replace(plan, order=o), expert_tps)) for o in candidates]
         if cache is not None:
             cache[key] = profiles
+    wide_twins: list[tuple[float, ...]] = []  # profiles of the twins' orders searched under it all
+    if cache is not None:
+        for twin in twins(family, fixed):
+            orders(twin, cluster, fixed, options, cache=cache)
+            wide_twins += [p for _, p, _, wide in cache[("kept", *plan_key(twin, frozenset()))] if wide]
+    kept: list[tuple[tuple[Axis, ...], tuple[float, ...], object, bool]] = []
     for order, prof in profiles:
+        if any(_dominated(prof, other) for other in wide_twins):
+            continue
         if any(wide and _dominated(prof, other) for _, other, _, wide in kept):
             continue
         layout = replace(family, order=order)
@@ -213,6 +223,8 @@ def _orders_by_limits(
         wide = spans_search(options, sig)
         kept = [k for k in kept if not ((wide or k[2] == sig) and _dominated(k[1], prof))]
         kept.append((order, prof, sig, wide))
+    if cache is not None:
+        cache[("kept", *plan_key(family, frozenset()))] = kept
     return [k[0] for k in kept]
 
 
