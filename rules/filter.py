@@ -238,5 +238,16 @@ class AnyFramework:
         return any(f.family_passes(family, key) for f in self.filters)
 
     def reason(self) -> str:
-        """Why nothing passed: each framework's most frequent refusal."""
-        return "; ".join(f.reason() for f in self.filters)
+        """Why nothing passed: each framework's most frequent refusal (one whose rules include
+        another's of its group, never asked, says so)."""
+        out = []
+        for f in self.filters:
+            base = next(
+                (g for g in self.filters if g is not f and g.limits == f.limits and g.rule_set <= f.rule_set),
+                None,
+            )
+            if not f.refused and base is not None:
+                out.append(f"{f.name} refused what {base.name} refused (its rules include {base.name}'s)")
+            else:
+                out.append(f.reason())
+        return "; ".join(out)

@@ -101,6 +101,18 @@ def test_default_is_one_search_and_as_fast_as_every_frameworks_own(monkeypatch: 
     assert r.solver.status == "OPTIMAL"
 
 
+def test_default_with_no_runnable_layout_names_each_refusal_and_the_unrestricted_optimum() -> None:
+    """A rank order no framework builds, fixed: the one search finds nothing; the error names
+    each framework's refusal and the unrestricted optimum (searched only on this failure)."""
+    scenario = {**LLAMA8B_16, "plan": {"tp": 2, "pp": 2, "order": ["pp", "dp", "tp", "cp"]}}
+    with pytest.raises(paraplan.InfeasibleError) as err:
+        paraplan.solve(scenario, time_limit_s=60)
+    message = str(err.value)
+    assert "no framework runs any layout" in message and "Megatron's rank orders" in message
+    assert "nemo refused what megatron refused" in message
+    assert "the unrestricted optimum (" in message and "--target any" in message
+
+
 @pytest.mark.slow
 def test_default_refuses_an_unrestricted_optimum_no_framework_runs() -> None:
     free = solve(_with(LLAMA405B_128, target="any"))
