@@ -13,6 +13,10 @@
    8 and 64 GPUs, where both must find the same optimum.
 6. Per framework (``solver.target``): the 405B and DeepSeek-V3 scenarios planned for each target,
    with the step time against the unrestricted optimum.
+7. ``--vs-any``: only the runnable default (no ``solver.target``) against ``solver.target: any``
+   on the headline scenarios (``VS_ANY``), each solved in turn so both see the same machine load
+   (issue 26's goal: the default within 1.3x of ``any``); ``--only WORD`` keeps the scenarios
+   whose label contains WORD.
 Every number is measured by the run; times are wall-clock seconds, model building included, and
 the process CPU seconds next to them (CP-SAT's 2 workers count twice; on a loaded machine CPU
 seconds are the steadier figure).
@@ -91,6 +95,50 @@ HETEROGENEOUS_SCENARIOS = {
 """Models whose layers differ (kinds placed by position, solver/constraints/positions.py)."""
 
 
+def _vs_any_scenarios() -> dict[str, dict]:
+    """The headline scenarios of the default-against-``any`` table (module docstring, 7)."""
+    return {
+        "Llama 3.1 405B on 16,384 H100": _scenario("llama3.1-405b", 2048, batch=2048),
+        "405B (126 layers) on 512 H100": _scenario("llama3.1-405b", 64, batch=512),
+        "GPT-3 175B on 1,024 A100": {
+            "model": {"preset": "gpt3-175b"},
+            "cluster": {"preset": "dgx-a100-80gb", "nodes": 128},
+            "job": {"seq_len": 2048, "global_batch": 1536},
+        },
+        "GPT-3 175B on 64 H100": _scenario("gpt3-175b", 8),
+        "Llama 3 70B on 64 H100": {
+            "model": {"preset": "llama3-70b"},
+            "cluster": {"preset": "dgx-h100", "nodes": 8},
+            "job": {"seq_len": 8192, "global_batch": 128, "precision": "fp8"},
+        },
+        "Llama 4 Scout on 64 H100": {
+            "model": {"preset": "llama4-scout"},
+            "cluster": {"preset": "dgx-h100", "nodes": 8},
+            "job": {"seq_len": 8192, "global_batch": 128},
+        },
+        **MOE_SCENARIOS,
+        **HETEROGENEOUS_SCENARIOS,
+    }
+
+
+def _vs_any(only: str | None) -> None:
+    """The runnable default against ``solver.target: any`` (module docstring, 7)."""
+    print(
+        "| scenario | default s | status | step s | any s | status | step s | default / any |\n"
+        "|---|---|---|---|---|---|---|---|"
+    )
+    for label, scenario in _vs_any_scenarios().items():
+        if only and only.lower() not in label.lower():
+            continue
+        wall, status, step, _ = _timed_solve(scenario)
+        any_wall, any_status, any_step, _ = _timed_solve({**scenario, "solver": {"target": "any"}})
+        print(
+            f"| {label} | {wall:.2f} | {status} | {step:.4f} | {any_wall:.2f} | {any_status} | "
+            f"{any_step:.4f} | {wall / any_wall:.2f}x |",
+            flush=True,
+        )
+
+
 def _scenario(model: str, nodes: int, seq: int = 8192, batch: int | None = None) -> dict:
     """DGX H100 nodes; global batch one sequence per 4 GPUs, at least 64, unless given."""
     gpus = 8 * nodes
@@ -141,11 +189,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a few grid points only")
     parser.add_argument("--enumeration-budget", type=float, default=120.0)
+    parser.add_argument("--vs-any", action="store_true", help="only the default against target: any")
+    parser.add_argument("--only", help="with --vs-any: the scenarios whose label contains this")
     args = parser.parse_args(argv)
     print(
         f"# paraplan {paraplan.__version__} speed, {platform.processor() or platform.machine()}, "
         f"{time.strftime('%Y-%m-%d')}, 2 CP-SAT workers\n"
     )
+    if args.vs_any:
+        _vs_any(args.only)
+        return 0
 
     flagship = _scenario("llama3.1-405b", 2048, batch=2048)
     wall, status, step = _solve(flagship)

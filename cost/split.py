@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "even_split",
+    "even_layers",
     "default_chunks",
     "pipeline_slots",
     "chunk_layers",
@@ -35,6 +36,20 @@ def even_split(num_layers: int, pp: int) -> tuple[int, ...]:
     for i in range(extra):
         split[middle[i % len(middle)]] += 1
     return tuple(split)
+
+
+def even_layers(num_layers: int, pp: int, vp: int) -> tuple[int, ...] | None:
+    """Even split in units of vp (less the embedding / loss slots, pipeline_slots), the
+    remainder on the middle stages; None if impossible. The search's tie-break prefers it and
+    the framework rules check a layout on it (rules/filter.py)."""
+    slots = pipeline_slots(num_layers, pp, vp)
+    if slots is None:
+        return None
+    k_total = (num_layers + sum(slots)) // vp
+    ks = even_split(k_total, pp)
+    if any(k < 1 + slot for k, slot in zip(ks, slots, strict=True)):
+        return None
+    return tuple(vp * k - slot for k, slot in zip(ks, slots, strict=True))
 
 
 def default_chunks(layers_per_stage: tuple[int, ...], vp: int) -> tuple[tuple[int, ...], ...]:

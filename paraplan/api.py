@@ -18,9 +18,8 @@ from paraplan.cost.plan import (
     default_chunks,
 )
 from paraplan.cost.validity import check_ep_experts, check_etp_experts
-from paraplan.errors import ConfigError, ExportError, SolveTimeout
+from paraplan.errors import ConfigError, SolveTimeout
 from paraplan.explain import explain, summary
-from paraplan.export import ExportContext, render_target
 from paraplan.instance import Calibration, Instance, build_instance, fixed_plan
 from paraplan.result import (
     Result,
@@ -40,7 +39,7 @@ from paraplan.solver import (
 from paraplan.targets import (
     UNRESTRICTED,
     fixed_modes,
-    runnable_space,
+    runnable_options,
     runs_on,
     target_options,
 )
@@ -82,21 +81,10 @@ def _instance(scenario: str | Path | dict[str, Any] | Scenario, calibration: Cal
 
 
 def _with_runs_on(result: Result, inst: Instance, plan: Plan) -> Result:
-    """``result`` with ``runs_on``: the frameworks whose exporter takes its plan as it is (its
-    rules pass, targets.runs_on, and it renders the plan without a refusal)."""
-    names = runs_on(inst, plan)
-    if names:
-        ctx = ExportContext(result=result, inst=inst, plan=plan)
-        names = [n for n in names if _renders(ctx, n)]
-    return result.model_copy(update={"runs_on": names})
-
-
-def _renders(ctx: ExportContext, name: str) -> bool:
-    try:
-        render_target(ctx, name)
-    except ExportError:
-        return False
-    return True
+    """``result`` with ``runs_on``: the frameworks whose rules pass its plan as it is and that
+    launch its cluster and precision (targets.runs_on; the exporters render what the rules
+    accept, tests/cli/test_first_hour.py checks it)."""
+    return result.model_copy(update={"runs_on": runs_on(inst, plan)})
 
 
 def check_derived_knobs(inst: Instance) -> None:
@@ -267,15 +255,15 @@ def _base_options(inst: Instance) -> Options:
 def search_options(inst: Instance) -> Options:
     """The scenario's ``solver:`` section as the solver's search Options: ``target`` narrows it to
     what that framework runs (paraplan/targets.py); ``any`` leaves it unrestricted; unset, the
-    relaxed search of what at least one framework runs (targets.runnable_space; unrestricted
-    when no framework runs any plan of the scenario)."""
+    search of what at least one framework runs (targets.runnable_options; unrestricted when no
+    framework runs any plan of the scenario)."""
     options = _base_options(inst)
     target = inst.scenario.solver.target
     if target == UNRESTRICTED:
         return options
     if target is not None:
         return target_options(options, target, inst)
-    return runnable_space(options, inst).relaxed or options
+    return runnable_options(options, inst).options or options
 
 
 MAX_TIME_LIMIT_S = 86_400.0  # a day; CP-SAT's clock and the deadline arithmetic stay exact
@@ -340,9 +328,9 @@ def solve(
     )
     notes: list[str] = []
     if target is None:
-        space = runnable_space(base, inst)
+        space = runnable_options(base, inst)
         searched, notes = runnable_search(inst, fixed, space, base, opts, progress, time_limit_s, deadline)
-        runnable_only = space.relaxed is not None
+        runnable_only = space.options is not None
     else:
         options = base if target == UNRESTRICTED else target_options(base, target, inst)
         searched = run_search(inst, fixed, options, opts, progress, time_limit_s)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import traceback
 from pathlib import Path
@@ -63,6 +64,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="list the K best plans that differ in a degree or mode (default 1; 3 with --report)",
     )
     pl.add_argument("--seed", type=int, default=0, help="CP-SAT random seed (default 0)")
+    pl.add_argument(
+        "--verbose",
+        action="store_true",
+        help="log every incumbent plan on stderr (default: one progress line on a terminal)",
+    )
     pl.add_argument("--export", default=None, help="comma-separated targets to export")
     pl.add_argument("--out", default=None, help="directory for --export files (default .)")
     pl.add_argument(
@@ -132,9 +138,7 @@ def _write_report(result, path: str | None) -> None:
 def _cmd_plan(args: argparse.Namespace) -> int:
     from paraplan.api import solve
 
-    def progress(line: str) -> None:
-        print(line, file=sys.stderr, flush=True)
-
+    progress = _progress(args.verbose, args.json)
     if args.export:  # a misspelt target fails before the solve, not after it
         from paraplan.export import EXPORTERS
 
@@ -158,15 +162,19 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         scenario = load_scenario(args.scenario)
         solver = scenario.solver.model_copy(update={"target": args.target})
         scenario = scenario.model_copy(update={"solver": solver})
-    result = solve(
-        scenario,
-        time_limit_s=args.time_limit,
-        workers=args.workers,
-        top=top,
-        seed=args.seed,
-        progress=None if args.json else progress,
-        calibration=args.calibration,
-    )
+    try:
+        result = solve(
+            scenario,
+            time_limit_s=args.time_limit,
+            workers=args.workers,
+            top=top,
+            seed=args.seed,
+            progress=progress,
+            calibration=args.calibration,
+        )
+    finally:
+        if progress is not None:
+            progress.done()
     _print_result(result, args.json)
     _write_report(result, args.report)
     if args.export:
@@ -175,6 +183,40 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         for path in write_exports(result, args.export.split(","), Path(args.out or ".")):
             print(f"wrote {path}", file=sys.stderr)
     return 0
+
+
+class _ProgressLine:
+    """``paraplan plan``'s search progress on stderr: every line with ``--verbose`` (the
+    incumbent log); else, on a terminal, one line rewritten in place (best, bound, gap,
+    elapsed: each incumbent CP-SAT finds), cleared before the plan is printed."""
+
+    def __init__(self, in_place: bool) -> None:
+        self._in_place = in_place
+        self._shown = False
+
+    def __call__(self, line: str) -> None:
+        if not self._in_place:
+            print(line, file=sys.stderr, flush=True)
+            return
+        width = max(20, shutil.get_terminal_size().columns - 1)
+        print("\r\033[K" + " ".join(line.split())[:width], end="", file=sys.stderr, flush=True)
+        self._shown = True
+
+    def done(self) -> None:
+        """Clear the progress line (the plan follows)."""
+        if self._shown:
+            print("\r\033[K", end="", file=sys.stderr, flush=True)
+            self._shown = False
+
+
+def _progress(verbose: bool, as_json: bool) -> _ProgressLine | None:
+    """The progress reporter of ``paraplan plan`` (``_ProgressLine``): None when piped (stdout
+    or stderr not a terminal) or with ``--json``, unless ``--verbose`` asks for the log."""
+    if verbose:
+        return _ProgressLine(in_place=False)
+    if as_json or not (sys.stdout.isatty() and sys.stderr.isatty()):
+        return None
+    return _ProgressLine(in_place=True)
 
 
 def _cmd_export(args: argparse.Namespace) -> int:

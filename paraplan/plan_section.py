@@ -100,7 +100,8 @@ class PlanSection(Section):
     @classmethod
     def accept_result_plan(cls, data: Any) -> Any:
         """A result's plan as returned (``result.plan``): empty ``stage_pools``,
-        ``layers_per_chunk`` and ``recompute_layers`` mean none; ``recompute_per_stage`` is the
+        ``layers_per_chunk``, ``recompute_layers`` and ``torus_shape`` mean none (a homogeneous
+        cluster, the default chunks, every layer recomputed, not a TPU slice); ``recompute_per_stage`` is the
         per-stage form of ``recompute`` and must agree with it. The result's plan object itself is read as its
         dict, so ``Scenario(..., plan=result.plan)`` works."""
         if isinstance(data, BaseModel) and not isinstance(data, PlanSection):
@@ -108,7 +109,7 @@ class PlanSection(Section):
         if not isinstance(data, dict):
             return data
         data = dict(data)
-        for key in ("stage_pools", "layers_per_chunk", "recompute_layers"):
+        for key in ("stage_pools", "layers_per_chunk", "recompute_layers", "torus_shape"):
             if data.get(key) == []:
                 del data[key]
         if "recompute_per_stage" in data:

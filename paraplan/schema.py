@@ -170,7 +170,7 @@ class JobSection(Section):
 SolverTarget = Literal["megatron", "nemo", "deepspeed", "torchtitan", "maxtext", "torch", "any"]
 """Frameworks ``solver.target`` accepts: the exporters that launch a training run, or ``any``
 (the unrestricted optimum of the cost model, which may run on no framework). Unset: the fastest
-plan at least one of the frameworks runs (paraplan/targets.py, runnable_space)."""
+plan at least one of the frameworks runs (paraplan/targets.py, runnable_options)."""
 
 
 class SolverSection(Section):

@@ -1,6 +1,6 @@
-"""The searches behind ``paraplan.solve``: one solver run with its failures as the API's errors
-(``run_search``), and the runnable-by-default order of searches (``runnable_search``, described
-in paraplan/targets.py)."""
+"""The search behind ``paraplan.solve``: one solver run with its failures as the API's errors
+(``run_search``), and the runnable-by-default search (``runnable_search``: one branch and bound
+over the plans some framework runs, paraplan/targets.py)."""
 
 from __future__ import annotations
 
@@ -10,21 +10,20 @@ from dataclasses import replace
 from typing import Any, NamedTuple
 
 from paraplan.cost import PartialPlan
-from paraplan.cost import evaluate as cost_evaluate
 from paraplan.errors import InfeasibleError, SolveTimeout
 from paraplan.instance import Instance
 from paraplan.report import gib
+from paraplan.rules.filter import AnyFramework, FrameworkFilter
 from paraplan.solver import (
     NoFitError,
     NoLayoutError,
     Options,
     Outcome,
     OutOfTime,
-    Solution,
     SolverOptions,
     solve_instance,
 )
-from paraplan.targets import RunnableSpace, TargetFilter, UnionFilter, runs_on
+from paraplan.targets import RunnableSpace
 
 __all__ = ["Search", "run_search", "runnable_search", "time_left"]
 
@@ -89,12 +88,12 @@ def run_search(
         ) from None
     except NoLayoutError:
         f = options.layout_filter
-        if isinstance(f, UnionFilter) and f.refused:
+        if isinstance(f, AnyFramework) and f.refused:
             raise InfeasibleError(
                 f"no framework runs any layout of this scenario: {f.reason()}; change the scenario",
                 ("solver.target",),
             ) from None
-        if isinstance(f, TargetFilter) and f.refused:
+        if isinstance(f, FrameworkFilter) and f.refused:
             raise InfeasibleError(
                 f"no plan {f.name} can run: {f.reason()}; change the scenario or drop solver.target",
                 ("solver.target",),
@@ -114,7 +113,7 @@ def run_search(
         f = options.layout_filter
         refused = (
             f"; solver.target: {f.reason()}"
-            if isinstance(f, TargetFilter | UnionFilter) and f.refused
+            if isinstance(f, FrameworkFilter | AnyFramework) and f.refused
             else ""
         )
         raise SolveTimeout(f"no plan found within --time-limit {time_limit_s:g} s; raise it" + refused)
@@ -131,97 +130,33 @@ def runnable_search(
     time_limit_s: float,
     deadline: float,
 ) -> tuple[Search, list[str]]:
-    """The runnable-by-default search (paraplan/targets.py), widest space first: the unrestricted
-    search, then the relaxed one, each kept when its optimum runs on some framework (its space
-    holds every framework's, so that plan is the fastest any framework runs); else one search per
-    group of frameworks, the fastest winning (the bound the least over the groups). When no
-    framework runs any plan of the scenario at all (``space.relaxed`` is None): the unrestricted
-    optimum, with a note. InfeasibleError / SolveTimeout when the frameworks' plans are none or
-    not found in time (naming the unrestricted optimum, which ``solver.target: any`` returns)."""
-    shared: dict[tuple[object, ...], Any] = {}  # one instance: its cost terms serve every search
-    widest = run_search(inst, fixed, base, opts, progress, time_limit_s, shared)
-    if space.relaxed is None:
+    """The runnable-by-default search (paraplan/targets.py): one search over the union of the
+    frameworks' spaces, whose optimum is the fastest plan some framework runs. When no framework
+    runs any plan of the scenario at all (``space.options`` is None): the unrestricted optimum,
+    with a note. InfeasibleError / SolveTimeout when the frameworks' plans are none or not found
+    in time; an InfeasibleError then names the unrestricted optimum (``solver.target: any``),
+    searched only on that failure."""
+    if space.options is None:
+        widest = run_search(inst, fixed, base, opts, progress, time_limit_s)
         return widest, [
             "no framework runs any plan of this scenario ("
             + "; ".join(f"{n}: {r}" for n, r in space.excluded.items())
             + "), so this is the unrestricted optimum (solver.target: any)"
         ]
-    if runs_on(inst, widest.out.solutions[0].plan):
-        return widest, []
-    twin = _uniform_twin(inst, widest.out.solutions[0]) if fixed.recompute is None else None
-    if twin is not None:  # as fast, so as optimal, and a framework runs it
-        return Search(replace(widest.out, solutions=[twin, *widest.out.solutions[1:]]), widest.options), []
-    free_s = widest.out.solutions[0].objective_s
-    any_hint = (
-        f"; the unrestricted optimum ({free_s:.4g} s, solver.target: any / --target any) "
-        "runs on no framework as it is"
-    )
     try:
-        relaxed = run_search(
-            inst,
-            fixed,
-            space.relaxed,
-            replace(opts, time_limit_s=time_left(deadline, time_limit_s)),
-            progress,
-            time_limit_s,
-            shared,
-        )
+        return run_search(inst, fixed, space.options, opts, progress, time_limit_s), []
     except InfeasibleError as e:
-        raise InfeasibleError(f"{e}{any_hint}", e.families) from None
-    except SolveTimeout as e:
-        raise SolveTimeout(f"{e}: no plan a framework runs was found in time{any_hint}") from None
-    if runs_on(inst, relaxed.out.solutions[0].plan):
-        return relaxed, [_slower_note(free_s, relaxed.out.solutions[0].objective_s)]
-    found: list[Search] = []
-    for options in space.groups if len(space.groups) > 1 else ():  # search each group exactly
         try:
-            found.append(
-                run_search(
-                    inst,
-                    fixed,
-                    options,
-                    replace(opts, time_limit_s=time_left(deadline, time_limit_s)),
-                    progress,
-                    time_limit_s,
-                    shared,
-                )
-            )
-        except InfeasibleError:
-            continue  # nothing in this group's space: it adds nothing to the union
-        except SolveTimeout as e:
-            raise SolveTimeout(f"{e}: no plan a framework runs was found in time{any_hint}") from None
-    runnable = [f for f in found if runs_on(inst, f.out.solutions[0].plan)]
-    if not runnable:
-        raise InfeasibleError(f"no plan a framework runs was found{any_hint}", ("solver.target",))
-    best = min(runnable, key=lambda f: f.out.solutions[0].objective_s)
-    proven = len(runnable) == len(found) and all(f.out.status == "OPTIMAL" for f in found)
-    out = replace(
-        best.out, bound_s=min(f.out.bound_s for f in found), status="OPTIMAL" if proven else "FEASIBLE"
-    )
-    return Search(out, best.options), [_slower_note(free_s, best.out.solutions[0].objective_s)]
-
-
-def _slower_note(free_s: float, step_s: float) -> str:
-    """The explanation line of a runnable default slower than the unrestricted optimum."""
-    return (
-        f"the unrestricted optimum ({free_s:.4g} s; solver.target: any) runs on no framework "
-        f"as it is; this is the fastest plan a framework runs ({(step_s / free_s - 1):+.1%})"
-    )
-
-
-def _uniform_twin(inst: Instance, best: Solution) -> Solution | None:
-    """``best`` with one of its recompute modes on every stage, when that is no slower (the
-    solver breaks such ties its own way), fits, and a framework runs it; else None."""
-    plan = best.plan
-    best_s = cost_evaluate(inst.graph, inst.cluster, inst.job, plan).step_time_s
-    for mode in dict.fromkeys(plan.recompute):
-        twin = plan.with_recompute(mode)
-        if twin == plan:
-            continue
-        b = cost_evaluate(inst.graph, inst.cluster, inst.job, twin)
-        if b.fits and b.step_time_s <= best_s and runs_on(inst, twin):
-            return Solution(twin, best.objective_s + b.step_time_s - best_s)
-    return None
+            left = replace(opts, time_limit_s=time_left(deadline, time_limit_s))
+            free = run_search(inst, fixed, base, left, None, time_limit_s)
+        except (InfeasibleError, SolveTimeout):
+            raise e from None
+        free_s = free.out.solutions[0].objective_s
+        raise InfeasibleError(
+            f"{e}; the unrestricted optimum ({free_s:.4g} s, solver.target: any / --target any) "
+            "runs on no framework as it is",
+            e.families,
+        ) from None
 
 
 def time_left(deadline: float, time_limit_s: float) -> float:

@@ -9,8 +9,9 @@ facts they state once; and one module per framework (``megatron``, ``nemo``, ``d
 ``LAYOUT_RULES``, with the framework facts both its rules and its exporter need (Megatron's layer
 layouts in ``megatron_layout``); ``moe_state`` which MoE dispatchers, EP overlap, CUDA-graph and
 routing modes each framework runs (its rules are in every framework's ``RULES``). ``rules_of(name)``
-returns a framework's. The solver's layout filter (paraplan/targets.py) and the exporters
-(paraplan/export, ``enforce``) both call them.
+returns a framework's. ``filter`` turns them into the solver's layout predicates
+(``FrameworkFilter``; ``AnyFramework`` for the runnable default, with per-layout limits), which
+paraplan/targets.py builds; the exporters (paraplan/export, ``enforce``) call the rules too.
 """
 
 from __future__ import annotations

@@ -3,12 +3,14 @@
 
 A rule is a pure function of (context, draft): it never scores or renders a plan. Scoring the
 repairs (the nearest plan a framework can express) is the front door's job
-(paraplan/export/rules.py ``enforce``); the solver's layout filter (paraplan/targets.py) only asks
+(paraplan/export/rules.py ``enforce``); the solver's layout filter (rules/filter.py) only asks
 whether a rule refuses."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
@@ -29,7 +31,28 @@ __all__ = [
     "recompute_fixes",
     "micro_batch_repairs",
     "first_refusal",
+    "verdict_only",
+    "building_fixes",
 ]
+
+_VERDICT_ONLY: ContextVar[bool] = ContextVar("verdict_only", default=False)
+
+
+@contextmanager
+def verdict_only() -> Iterator[None]:
+    """Within: the repair helpers below build no fixes (a refusal carries none). For callers
+    that only ask whether a rule refuses (the solver's layout filter, rules/filter.py); no
+    rule's verdict reads its fixes, so the verdicts are the same."""
+    token = _VERDICT_ONLY.set(True)
+    try:
+        yield
+    finally:
+        _VERDICT_ONLY.reset(token)
+
+
+def building_fixes() -> bool:
+    """False within ``verdict_only``: a helper that only builds repairs may return none."""
+    return not _VERDICT_ONLY.get()
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +136,7 @@ def repair(change: str, draft: Draft, plan: Plan | None) -> tuple[Fix, ...]:
     """A one-element fix tuple when ``plan`` exists (helpers return None for impossible ones).
     A chunk layout the change no longer fits (other pp, vp or split) falls back to the default
     one of the new split (cost.plan.default_chunks)."""
-    if plan is None:
+    if plan is None or _VERDICT_ONLY.get():
         return ()
     rows = plan.layers_per_chunk
     if rows and (
@@ -127,6 +150,8 @@ def repair(change: str, draft: Draft, plan: Plan | None) -> tuple[Fix, ...]:
 
 def order_fixes(draft: Draft, orders: Iterable[tuple[str, Sequence[Axis]]]) -> tuple[Fix, ...]:
     """Repairs that move the plan onto each of a framework's supported rank orders."""
+    if _VERDICT_ONLY.get():
+        return ()
     fixes: list[Fix] = []
     for name, order in orders:
         full = tuple(order) + tuple(a for a in draft.plan.order if a not in order)
@@ -136,6 +161,8 @@ def order_fixes(draft: Draft, orders: Iterable[tuple[str, Sequence[Axis]]]) -> t
 
 def recompute_fixes(draft: Draft, modes: Iterable[Recompute] | None = None) -> tuple[Fix, ...]:
     """Repairs that use one recompute mode on every stage (default: each mode the plan uses)."""
+    if _VERDICT_ONLY.get():
+        return ()
     plan = draft.plan
     chosen = list(dict.fromkeys(modes if modes is not None else plan.recompute))
     return tuple(
@@ -152,6 +179,8 @@ def micro_batch_repairs(
 ) -> tuple[Fix, ...]:
     """The largest smaller micro-batch that divides global_batch / dp (and passes ``also``,
     given the resulting micro-batch count)."""
+    if _VERDICT_ONLY.get():
+        return ()
     p = draft.plan
     for mb in range(p.micro_batch - 1, 0, -1):
         if global_batch % (mb * p.dp) == 0 and also(global_batch // (mb * p.dp)):

@@ -9,6 +9,7 @@ from typing import Any
 
 from paraplan.cost import Axis, Plan, Recompute
 from paraplan.cost.plan import chunk_layers, even_split
+from paraplan.rules.base import building_fixes
 
 __all__ = ["uniform_recompute", "effective_order", "order_matches", "regroup", "virtual_stage_ranges"]
 
@@ -37,6 +38,8 @@ def regroup(plan: Plan, **degrees: int) -> Plan | None:
     an even layer split and vp=1; per-stage recompute collapses to the plan's most
     memory-saving mode.
     """
+    if not building_fixes():  # only repairs regroup a plan: none are wanted (base.verdict_only)
+        return None
     tp, pp, cp = (degrees.get(a, plan.degree(a)) for a in (Axis.TP, Axis.PP, Axis.CP))
     if plan.num_devices % (tp * pp * cp):
         return None

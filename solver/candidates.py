@@ -29,8 +29,16 @@ from paraplan.solver.bounds import quick_lower_bound_s
 from paraplan.solver.caps import fits_some_split, layer_caps
 from paraplan.solver.constraints.recompute_layers import bound_modes, searches_partial
 from paraplan.solver.distinct import layout_key
+from paraplan.solver.limits import dominated_by_twin, layout_variants
 from paraplan.solver.placement import OrderCache, num_orders, orders, placements
-from paraplan.solver.space import Fixed, Options, OutOfTime, exact_split, families, zeros
+from paraplan.solver.space import (
+    Fixed,
+    Options,
+    OutOfTime,
+    exact_split,
+    families,
+    zeros,
+)
 from paraplan.solver.tables import LayoutTables, build_tables, even_layers
 
 __all__ = [
@@ -134,7 +142,8 @@ def bounded_tables(
     same_layers = len(graph.kind_blocks) == 1  # pooled_pipeline_floor_s
     heap: list[tuple[Any, ...]] = []
     tick = itertools.count()
-    space = families(spec, cluster, job.seq_len, job.global_batch, fixed, options, deadline)
+    # the family filter is asked of the families the search reaches (level 0), not of them all
+    space = families(spec, cluster, job.seq_len, job.global_batch, fixed, options, deadline, filtered=False)
     for i, family in enumerate(space):
         if i % 256 == 0 and time.perf_counter() > deadline:
             raise OutOfTime("the time limit ran out while bounding the layout families")
@@ -162,6 +171,7 @@ def bounded_tables(
     computed: list[LayoutTables] = []
     unfit_terms: list[StageTerms] = []  # families with a ZeRO stage whose no split fits
     unfit, discarded, out_of_time = 0, float("inf"), False
+    variant_memo: dict[Any, list[Options]] = {}  # space.layout_variants
     passed = 0  # layouts that reached level 2 (under a layout filter: that passed it)
     while heap:
         cutoff = uppers[top - 1] * (1 + 1e-9) if len(uppers) >= top else float("inf")
@@ -173,6 +183,8 @@ def bounded_tables(
             discarded, out_of_time = min(discarded, bound), True
             break
         if level == 0:
+            if options.family_filter is not None and not options.family_filter(plan):
+                continue  # every layout of the family fails the layout filter
             for zero in zeros(plan, fixed, options=options):
                 p = replace(plan, zero=zero)
                 terms = stage_terms(graph, p, job, cluster, shared, packed=packed)
@@ -188,33 +200,24 @@ def bounded_tables(
             for order, shape in placements(plan, cluster, fixed, options, cache=order_cache):
                 passed += 1
                 layout = replace(plan, order=order, torus_shape=shape)
+                if dominated_by_twin(layout, fixed, options, variant_memo):
+                    continue  # its ZeRO-1 / SP twin holds every plan it has, no slower
                 terms = stage_terms(graph, layout, job, cluster, shared)
                 b = max(bound, quick_lower_bound_s(terms, lb_modes, spec.num_layers))
                 heapq.heappush(heap, (b, next(tick), 2, (layout, terms), ks))
         else:
             layout, terms = plan
-            tab = build_tables(
-                graph,
-                cluster,
-                job,
-                layout,
-                recomputes,
-                ks,
-                terms,
-                uniform,
-                exact_split(layout, spec.num_layers, fixed, options),
-                _stage_modes(fixed, layout.pp),
-                partial=partial,
-                partial_fixed=fixed.recompute_layers is not None,
-            )
-            if not fits_some_split(tab.k_max, layout.pp, tab.k_total, uniform, tab.slots):
-                unfit += 1
-                continue
-            computed.append(tab)
-            if tab.upper_bound_s < float("inf"):
-                key: object = layout_key(tab.plan) if distinct else len(computed)
-                best_upper[key] = min(best_upper.get(key, float("inf")), tab.upper_bound_s)
-                uppers = heapq.nsmallest(top, best_upper.values())
+            for tab in _variant_tables(
+                graph, cluster, job, fixed, options, layout, terms, ks, recomputes, variant_memo
+            ):
+                if not fits_some_split(tab.k_max, layout.pp, tab.k_total, tab.uniform, tab.slots):
+                    unfit += 1
+                    continue
+                computed.append(tab)
+                if tab.upper_bound_s < float("inf"):
+                    key: object = layout_key(tab.plan) if distinct else tab.plan
+                    best_upper[key] = min(best_upper.get(key, float("inf")), tab.upper_bound_s)
+                    uppers = heapq.nsmallest(top, best_upper.values())
     num_layouts = _space_size(space, spec, fixed, options, deadline)
     if not computed and out_of_time:
         return _Candidates([], num_layouts, discarded, unfit + len(unfit_terms), out_of_time)
@@ -229,6 +232,54 @@ def bounded_tables(
     kept = [t for t in computed if t.lower_bound_s <= cutoff]
     left_out = [t.lower_bound_s for t in computed if t.lower_bound_s > cutoff]
     return _Candidates(kept, num_layouts, min([discarded] + left_out), unfit + len(unfit_terms), out_of_time)
+
+
+def _variant_tables(
+    graph: LayerGraph,
+    cluster: Cluster,
+    job: Job,
+    fixed: Fixed,
+    options: Options,
+    layout: Layout,
+    terms: StageTerms,
+    ks: list[int] | None,
+    recomputes: list[Recompute],
+    memo: dict[Any, list[Options]],
+) -> list[LayoutTables]:
+    """The layout's tables, one per per-stage variant it is searched under (space.py
+    ``layout_variants``; one without ``options.layout_limits``, built with the search's own
+    ``ks`` and ``recomputes``)."""
+    spec = graph.spec
+    out: list[LayoutTables] = []
+    for variant in layout_variants(layout, options, memo):
+        if variant is not options:
+            recomputes = allowed_recomputes(fixed, variant)
+            ks = _k_choices(layout, spec.num_layers, fixed, variant)
+            if not recomputes or ks == []:
+                continue
+            try:
+                partial = searches_partial(graph, fixed, variant, recomputes)
+            except ValueError:  # a fixed recompute_layers this variant cannot run
+                continue
+        else:
+            partial = searches_partial(graph, fixed, options, recomputes)
+        out.append(
+            build_tables(
+                graph,
+                cluster,
+                job,
+                layout,
+                recomputes,
+                ks,
+                terms,
+                variant.uniform_recompute,
+                exact_split(layout, spec.num_layers, fixed, variant),
+                _stage_modes(fixed, layout.pp),
+                partial=partial,
+                partial_fixed=fixed.recompute_layers is not None,
+            )
+        )
+    return out
 
 
 def _fits(

@@ -80,10 +80,11 @@ class Progress(cp_model.CpSolverSolutionCallback):
 
     def on_solution_callback(self) -> None:
         p = self._mv.chosen(self).tables.plan
+        best, bound = self._seconds(self.objective_value), self._seconds(self.best_objective_bound)
+        gap = max(0.0, (best - bound) / best) if best > 0 else 0.0
         self._report(
-            f"  {time.perf_counter() - self._start:6.2f} s  best "
-            f"{self._seconds(self.objective_value):.4f} s  bound "
-            f"{self._seconds(self.best_objective_bound):.4f} s  (dp={p.dp} tp={p.tp} "
+            f"  {time.perf_counter() - self._start:6.2f} s  best {best:.4f} s  bound "
+            f"{bound:.4f} s  gap {gap:.2%}  (dp={p.dp} tp={p.tp} "
             f"pp={p.pp} cp={p.cp} ep={p.ep} etp={p.expert_tp} vp={p.vp} mb={p.micro_batch} "
             f"zero={p.zero})"
         )

@@ -17,6 +17,7 @@ import itertools
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
+from typing import Any
 
 from paraplan.cost import Job, Layout, Plan, Recompute, evaluate, stage_terms
 from paraplan.cost.evaluate import step_time_s
@@ -25,6 +26,7 @@ from paraplan.cost.split import chunk_layers, pipeline_slots
 from paraplan.graph import LayerGraph
 from paraplan.hardware import Cluster
 from paraplan.solver.constraints.recompute_layers import searches_partial
+from paraplan.solver.limits import layout_variants
 from paraplan.solver.space import Fixed, Options, exact_split, layouts
 
 __all__ = ["Enumeration", "enumerate_plans", "EnumerationBudgetExceeded"]
@@ -109,6 +111,49 @@ def _recompute_layers(plan: Plan, fixed: Fixed, options: Options, partial: bool)
             yield counts
 
 
+def _recomputes(fixed: Fixed, options: Options) -> list[Recompute]:
+    """The recompute modes searched: the one the scenario fixes for every stage, else all; those
+    of them ``options`` allows."""
+    one = fixed.recompute[0] if fixed.recompute is not None and len(set(fixed.recompute)) == 1 else None
+    return [
+        r
+        for r in ([one] if one is not None else list(Recompute))
+        if options.recompute_modes is None or r in options.recompute_modes
+    ]
+
+
+def _plans(
+    layout: Layout,
+    graph: LayerGraph,
+    fixed: Fixed,
+    options: Options,
+    recomputes: list[Recompute],
+    partial: bool,
+    memo: dict[Any, list[Options]],
+) -> Iterator[Plan]:
+    """Every plan of ``layout``: each split, recompute modes and stored-layer counts, under each
+    of its per-stage variants (space.py ``layout_variants``), a plan two variants share once."""
+    variants = layout_variants(layout, options, memo)
+    seen: set[Plan] = set()
+    for variant in variants:
+        if variant is not options:
+            recomputes = _recomputes(fixed, variant)
+            try:
+                partial = searches_partial(graph, fixed, variant, recomputes)
+            except ValueError:  # a fixed recompute_layers this variant cannot run
+                continue
+        for split in _splits(layout, graph.spec.num_layers, fixed, variant):
+            for modes in _modes(layout.pp, fixed, variant):
+                base = layout.plan(split, modes)
+                for stored in _recompute_layers(base, fixed, variant, partial):
+                    plan = replace(base, recompute_layers=stored)
+                    if len(variants) > 1:
+                        if plan in seen:
+                            continue
+                        seen.add(plan)
+                    yield plan
+
+
 def enumerate_plans(
     graph: LayerGraph,
     cluster: Cluster,
@@ -121,35 +166,27 @@ def enumerate_plans(
     start = time.perf_counter()
     best, best_s, count = None, float("inf"), 0
     spec = graph.spec
-    one = fixed.recompute[0] if fixed.recompute is not None and len(set(fixed.recompute)) == 1 else None
-    recomputes = [
-        r
-        for r in ([one] if one is not None else list(Recompute))
-        if options.recompute_modes is None or r in options.recompute_modes
-    ]
+    recomputes = _recomputes(fixed, options)
     partial = searches_partial(graph, fixed, options, recomputes)
+    memo: dict[Any, list[Options]] = {}  # space.layout_variants
     for layout in layouts(
         spec, cluster, job.seq_len, job.global_batch, fixed, options, prune_dominated=False
     ):
         terms = stage_terms(graph, layout, job, cluster)
-        for split in _splits(layout, spec.num_layers, fixed, options):
-            for modes in _modes(layout.pp, fixed, options):
-                base = layout.plan(split, modes)
-                for stored in _recompute_layers(base, fixed, options, partial):
-                    plan = replace(base, recompute_layers=stored)
-                    count += 1
-                    t = replace(terms, plan=plan)
-                    counts, rec = t.stage_counts(), recomputed_counts(t)
-                    fits = all(
-                        partial_stage_memory(t, s, counts[s], rec[s]).total_bytes <= t.stage_capacity_bytes(s)
-                        for s in range(plan.pp)
-                    )
-                    if fits:
-                        step = step_time_s(t).step_s
-                        if step < best_s:
-                            best, best_s = plan, step
-                    if time.perf_counter() - start > budget_s:
-                        raise EnumerationBudgetExceeded(f"over {budget_s} s after {count} plans")
+        for plan in _plans(layout, graph, fixed, options, recomputes, partial, memo):
+            count += 1
+            t = replace(terms, plan=plan)
+            counts, rec = t.stage_counts(), recomputed_counts(t)
+            fits = all(
+                partial_stage_memory(t, s, counts[s], rec[s]).total_bytes <= t.stage_capacity_bytes(s)
+                for s in range(plan.pp)
+            )
+            if fits:
+                step = step_time_s(t).step_s
+                if step < best_s:
+                    best, best_s = plan, step
+            if time.perf_counter() - start > budget_s:
+                raise EnumerationBudgetExceeded(f"over {budget_s} s after {count} plans")
     if best is not None:  # the public evaluator agrees with the shortcut above
         b = evaluate(graph, cluster, job, best)
         if not b.fits or abs(b.step_time_s - best_s) > 1e-9 * best_s:

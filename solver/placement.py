@@ -141,28 +141,91 @@ def _orders(
     prune: bool = True,
     expert_tps: tuple[int | None, ...] = (None,),
     family: Layout | None = None,
+    cache: OrderCache | None = None,
 ) -> list[tuple[Axis, ...]]:
     """Placements worth searching: one per non-dominated communication profile (all distinct
     ones when ``prune`` is off), the profile covering every expert TP degree in ``expert_tps``.
     Under a layout filter, the orders ``family`` fails are removed before any comparison."""
     candidates = _candidate_orders(plan, fixed, options)
+    if prune and options.layout_limits is not None and family is not None:
+        return _orders_by_limits(candidates, plan, cluster, fixed, options, expert_tps, family, cache)
     if options.layout_filter is not None and family is not None:
         candidates = [o for o in candidates if options.layout_filter(replace(family, order=o))]
     if len(candidates) <= 1:
         return candidates
     profiles = [(o, _profile(cluster, replace(plan, order=o), expert_tps)) for o in candidates]
+    limits = options.layout_limits
+
+    def signature(order: tuple[Axis, ...]) -> object:
+        """Under per-layout limits an order is only compared with orders searched under the same
+        ones (a faster order a narrower framework runs does not stand for a wider one)."""
+        return limits(replace(family, order=order)) if limits is not None and family is not None else None
+
     if not prune:
-        distinct: dict[tuple[float, ...], tuple[Axis, ...]] = {}
+        distinct: dict[tuple[object, ...], tuple[Axis, ...]] = {}
         for order, prof in profiles:
-            distinct.setdefault(prof, order)
+            distinct.setdefault((prof, signature(order)), order)
         return list(distinct.values())
-    kept: list[tuple[tuple[Axis, ...], tuple[float, ...]]] = []
+    kept: list[tuple[tuple[Axis, ...], tuple[float, ...], object]] = []
     for order, prof in profiles:
-        if any(_dominated(prof, other) for _, other in kept):
+        sig = signature(order)
+        if any(_dominated(prof, other) and s == sig for _, other, s in kept):
             continue
-        kept = [(o, p) for o, p in kept if not _dominated(p, prof)]
-        kept.append((order, prof))
-    return [o for o, _ in kept]
+        kept = [(o, p, s) for o, p, s in kept if not (s == sig and _dominated(p, prof))]
+        kept.append((order, prof, sig))
+    return [o for o, _, _ in kept]
+
+
+def _orders_by_limits(
+    candidates: list[tuple[Axis, ...]],
+    plan: Layout,
+    cluster: Cluster,
+    fixed: Fixed,
+    options: Options,
+    expert_tps: tuple[int | None, ...],
+    family: Layout,
+    cache: OrderCache | None,
+) -> list[tuple[Axis, ...]]:
+    """``_orders`` under per-layout limits (Options.layout_limits): an order is dropped when
+    another it is no better than is searched under the same limits, or under limits that hold
+    the whole search's per-stage space (limits.spans_search: then it holds any order's); an
+    order such a one dominates is dropped before the filter is asked about it. So is one that
+    such an order of the family's ZeRO-1 / SP-on twin dominates (limits.twins: never slower,
+    never larger, so that twin layout is no worse than the order's own twin, nor that than it).
+    ``cache`` keeps the profiles of the family's degrees and each family's kept orders."""
+    from paraplan.solver.limits import spans_search, twins  # limits imports space, space this
+
+    limits, layout_filter = options.layout_limits, options.layout_filter
+    assert limits is not None and layout_filter is not None
+    key = ("profiles", plan, expert_tps)
+    profiles = cache.get(key) if cache is not None else None
+    if profiles is None:
+        profiles = [(o, _profile(cluster, replace(plan, order=o), expert_tps)) for o in candidates]
+        if cache is not None:
+            cache[key] = profiles
+    wide_twins: list[tuple[float, ...]] = []  # profiles of the twins' orders searched under it all
+    if cache is not None:
+        for twin in twins(family, fixed):
+            orders(twin, cluster, fixed, options, cache=cache)
+            wide_twins += [p for _, p, _, wide in cache[("kept", *plan_key(twin, frozenset()))] if wide]
+    kept: list[tuple[tuple[Axis, ...], tuple[float, ...], object, bool]] = []
+    for order, prof in profiles:
+        if any(_dominated(prof, other) for other in wide_twins):
+            continue
+        if any(wide and _dominated(prof, other) for _, other, _, wide in kept):
+            continue
+        layout = replace(family, order=order)
+        if not layout_filter(layout):
+            continue
+        sig = limits(layout)
+        if any(_dominated(prof, other) and s == sig for _, other, s, _ in kept):
+            continue
+        wide = spans_search(options, sig)
+        kept = [k for k in kept if not ((wide or k[2] == sig) and _dominated(k[1], prof))]
+        kept.append((order, prof, sig, wide))
+    if cache is not None:
+        cache[("kept", *plan_key(family, frozenset()))] = kept
+    return [k[0] for k in kept]
 
 
 def _shapes(cluster: Cluster, fixed: Fixed) -> tuple[tuple[int, ...], ...]:
@@ -227,14 +290,16 @@ def placements(
     ]
     if prune_dominated and len(pairs) > 1:
         base = _placement_base(family)
-        kept: list[tuple[tuple[tuple[Axis, ...], tuple[int, ...]], tuple[float, ...]]] = []
+        kept: list[tuple[tuple[tuple[Axis, ...], tuple[int, ...]], tuple[float, ...], object]] = []
+        limits = options.layout_limits
         for pair in pairs:
             prof = _profile(cluster, replace(base, order=pair[0], torus_shape=pair[1]), (family.etp,))
-            if any(_dominated(prof, other) for _, other in kept):
+            sig = limits(replace(family, order=pair[0], torus_shape=pair[1])) if limits is not None else None
+            if any(_dominated(prof, other) and s == sig for _, other, s in kept):
                 continue
-            kept = [(q, p) for q, p in kept if not _dominated(p, prof)]
-            kept.append((pair, prof))
-        pairs = [q for q, _ in kept]
+            kept = [(q, p, s) for q, p, s in kept if not (s == sig and _dominated(p, prof))]
+            kept.append((pair, prof, sig))
+        pairs = [q for q, _, _ in kept]
     if cache is not None:
         cache[key] = pairs
     return pairs
@@ -257,7 +322,7 @@ def orders(
     if cache is not None and key in cache:
         return cache[key]
     base = _placement_base(family)
-    out = _orders(base, cluster, fixed, options, prune_dominated, (family.etp,), family)
+    out = _orders(base, cluster, fixed, options, prune_dominated, (family.etp,), family, cache)
     if cache is not None:
         cache[key] = out
     return out

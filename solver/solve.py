@@ -274,7 +274,7 @@ def solve_instance(
         if sol is None or idx is None:
             break
         _check(graph, cluster, job, sol, kept[idx].rounding_k, resolution_s)
-        excluded.append(idx)
+        excluded += [j for j, t in enumerate(kept) if t.plan == kept[idx].plan]  # its variants too
         if (
             not first
             and opts.duplicate_rel is not None

@@ -36,6 +36,10 @@ comes first matters), tp, cp and dp range over the divisors of the gcd of those 
 counts, each pool hosts its devices / (tp*cp*dp) stages and pp is their sum; orders keep pp
 outermost, and an order is dropped when another is no worse on the profile of every used pool.
 Degrees are the same on every pool (Megatron-LM and NeMo build one process-group layout).
+
+Size: one module because the domains above are one enumeration (families, ZeRO stages, rank
+orders, pool selections) read together by candidates.py and enumerate.py; the per-layout limits
+of the runnable default are solver/limits.py.
 """
 
 from __future__ import annotations
@@ -45,7 +49,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from functools import cache
 from math import gcd, isqrt
-from typing import TypeAlias
+from typing import TYPE_CHECKING, TypeAlias
 
 from paraplan.cost import CPComm, Layout, Recompute
 from paraplan.cost.plan import PartialPlan
@@ -63,6 +67,9 @@ from paraplan.cost.validity import (
 from paraplan.graph import ModelSpec
 from paraplan.hardware import Cluster
 from paraplan.solver.placement import OrderCache, placements
+
+if TYPE_CHECKING:
+    from paraplan.solver.limits import StageLimits
 
 __all__ = [
     "Fixed",
@@ -92,7 +99,10 @@ class Options:
     rank order), so the search stays exact over what passes. ``family_filter``: a predicate on a
     layout family (ZeRO stage and rank order not chosen yet) that is False only when
     ``layout_filter`` refuses every layout of the family; such families are dropped before they
-    are bounded."""
+    are bounded. ``layout_limits``: for each layout ``layout_filter`` passes, the per-stage
+    limits it is searched under (one or more, e.g. those of every framework that accepts it:
+    solver/limits.py); the options' own per-stage fields must then hold all of them (they bound
+    every variant)."""
 
     allow_uneven_stages: bool = True
     search_placement: bool = True
@@ -104,6 +114,7 @@ class Options:
     family_filter: Callable[[Layout], bool] | None = None
     stage_split: Callable[[int, int, int], tuple[int, ...] | None] | None = None
     partial_recompute: bool = True  # FULL stages may store some layers (Plan.recompute_layers)
+    layout_limits: Callable[[Layout], tuple[StageLimits, ...]] | None = None
 
 
 def exact_split(layout: Layout, num_layers: int, fixed: Fixed, options: Options) -> tuple[int, ...] | None:
@@ -197,14 +208,16 @@ def families(
     fixed: Fixed,
     options: Options,
     deadline: float = float("inf"),
+    filtered: bool = True,
 ) -> list[Layout]:
     """Every layout family: degrees, ep, micro-batch, vp and SP fixed; ZeRO and the rank order
     left to ``zeros`` and ``orders`` (placeholders here: the first ZeRO stage, Megatron's order).
-    Under ``options.family_filter``, only the families it passes. OutOfTime once ``deadline``
+    Under ``options.family_filter``, only the families it passes (``filtered``; the branch and
+    bound asks it only of the families it reaches). OutOfTime once ``deadline``
     (time.perf_counter) has passed."""
     if cluster.pools:
         pooled = _pooled_families(spec, cluster, seq_len, global_batch, fixed, options, deadline)
-        return _passing(pooled, options)
+        return _passing(pooled, options) if filtered else pooled
     n = cluster.num_devices
     out: list[Layout] = []
     cps = _cp_degrees(spec, n, seq_len, fixed)
@@ -225,7 +238,7 @@ def families(
                     out += _families_of(spec, global_batch, dp, tp, pp, cp, ep, fixed, options)
     if fixed.torus_shape is not None:
         out = [replace(f, torus_shape=fixed.torus_shape) for f in out]
-    return _passing(out, options)
+    return _passing(out, options) if filtered else out
 
 
 def _passing(found: list[Layout], options: Options) -> list[Layout]:

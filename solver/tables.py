@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 
 from paraplan.cost import Job, Layout, Plan, Recompute, StageTerms, stage_terms
 from paraplan.cost.memory import stage_memory_model
-from paraplan.cost.split import even_split, pipeline_slots
+from paraplan.cost.split import even_layers
 from paraplan.cost.stage import Affine
 from paraplan.graph import LayerGraph
 from paraplan.hardware import Cluster
@@ -117,19 +117,6 @@ class TickTables:
     mem_per_k: dict[tuple[int, Recompute], int] = field(default_factory=dict)
     mem_delta: dict[tuple[int, int, Recompute], int] = field(default_factory=dict)
     mem_cap: dict[int, int] = field(default_factory=dict)
-
-
-def even_layers(num_layers: int, pp: int, vp: int) -> tuple[int, ...] | None:
-    """Even split in units of vp (less the embedding / loss slots, pipeline_slots), the
-    remainder on the middle stages; None if impossible."""
-    slots = pipeline_slots(num_layers, pp, vp)
-    if slots is None:
-        return None
-    k_total = (num_layers + sum(slots)) // vp
-    ks = even_split(k_total, pp)
-    if any(k < 1 + slot for k, slot in zip(ks, slots, strict=True)):
-        return None
-    return tuple(vp * k - slot for k, slot in zip(ks, slots, strict=True))
 
 
 def build_tables(

@@ -128,6 +128,18 @@ def test_a_result_plan_object_is_a_scenario_plan() -> None:
     assert again.plan == r.plan
 
 
+def test_a_result_plans_empty_lists_mean_none() -> None:
+    """accept_result_plan: a result's empty torus_shape (not a TPU slice), stage_pools (one
+    node type), layers_per_chunk and recompute_layers read as unset, so solve takes the plan."""
+    section = PlanSection.model_validate(
+        {"torus_shape": [], "stage_pools": [], "layers_per_chunk": [], "recompute_layers": [], "tp": 2}
+    )
+    assert (section.torus_shape, section.stage_pools, section.layers_per_chunk) == (None, None, None)
+    assert section.recompute_layers is None and section.tp == 2
+    with pytest.raises(ValueError, match="torus_shape"):
+        PlanSection.model_validate({"torus_shape": [0, 4, 4, 4]})
+
+
 def test_fixed_knobs_carry_every_knob_of_a_full_plan() -> None:
     """The partial plan of a fully fixed scenario holds every field of the plan evaluate scores
     (fixed_knobs converts through fields(Plan), so a new knob cannot be left behind)."""

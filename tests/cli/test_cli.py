@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -43,6 +44,7 @@ def test_allowed_flags_are_the_documented_ones() -> None:
             "--target",
             "--time-limit",
             "--top",
+            "--verbose",
             "--workers",
             "-h",
         ],
@@ -83,7 +85,44 @@ def test_plan_prints_plan_explanation_and_proof() -> None:
     r = run("plan", str(ROOT / "examples" / "llama3-8b-h100.yaml"), "--time-limit", "60")
     assert r.returncode == 0, r.stderr
     assert "OPTIMAL" in r.stdout and "why this plan" in r.stdout
-    assert "best" in r.stderr  # progress while CP-SAT improves
+    assert r.stderr == ""  # piped: no progress
+    r = run("plan", str(ROOT / "examples" / "llama3-8b-h100.yaml"), "--time-limit", "60", "--verbose")
+    assert r.returncode == 0, r.stderr
+    incumbents = [line for line in r.stderr.splitlines() if " best " in line]
+    assert incumbents and all(" bound " in line and " gap " in line for line in incumbents)
+
+
+def test_plan_on_a_terminal_shows_one_progress_line() -> None:
+    """Issue 26: on a TTY the progress is one line rewritten in place (\\r), cleared before the
+    plan, not a log of incumbents."""
+    import os
+    import pty
+
+    primary, secondary = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "paraplan.cli", "plan", str(ROOT / "examples" / "llama3-8b-h100.yaml")],
+        stdout=secondary,
+        stderr=secondary,
+        stdin=subprocess.DEVNULL,
+        cwd=ROOT,
+    )
+    os.close(secondary)
+    chunks = []
+    while True:
+        try:
+            data = os.read(primary, 65536)
+        except OSError:  # the child closed the terminal
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(primary)
+    assert proc.wait(timeout=300) == 0
+    out = b"".join(chunks).decode()
+    progress, plan = out.rsplit("\r\x1b[K", 1)  # the last rewrite clears the line
+    assert progress.count("\r\x1b[K") >= 2 and " best " in progress and " gap " in progress
+    assert "\n" not in progress and "OPTIMAL" in plan
+    assert not re.search(r"best [\d.]+ s +bound [\d.]+ s +gap", plan)  # no incumbent log
 
 
 def test_plan_json_has_solver_section() -> None:

@@ -1,5 +1,5 @@
 """solver.target checks a framework's family rules once per layout family and only its
-LAYOUT_RULES per layout (paraplan/targets.py ``TargetFilter``): that is exact only when every
+LAYOUT_RULES per layout (rules/filter.py ``FrameworkFilter``): that is exact only when every
 other rule gives one verdict for all ZeRO stages and rank orders of a family. This checks the
 declarations over the families the solver enumerates, dense and mixture-of-experts."""
 

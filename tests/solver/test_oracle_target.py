@@ -9,8 +9,12 @@ import random
 from dataclasses import replace
 
 import pytest
-from paraplan.cost import DEFAULT_ORDER, Axis, Plan, Recompute
+from paraplan.cost import DEFAULT_ORDER, Axis, PartialPlan, Plan, Recompute, evaluate
+from paraplan.cost.split import chunk_layers
+from paraplan.rules import SearchLimits
 from paraplan.solver import Options
+from paraplan.solver.enumerate import enumerate_plans
+from paraplan.solver.limits import narrowed
 
 from tests.solver.test_oracle import check_against_enumeration, random_instance
 
@@ -84,3 +88,96 @@ def test_restricted_search_matches_enumeration_on_200_instances() -> None:
         plan = check_against_enumeration(seed, (graph, cluster, job, fixed, options))
         outcomes.append("infeasible" if plan is None else "optimal")
     assert outcomes.count("optimal") > 100 and outcomes.count("infeasible") >= 1
+
+
+# ----------------------------------------------------------------------------- several frameworks
+
+
+def _frameworks(rng: random.Random) -> list[tuple[object, SearchLimits]]:
+    """Two to four made-up frameworks: each a layout filter (some of FILTERS) and per-stage
+    limits (even stages, a framework split, a subset of modes, partial recompute)."""
+    out: list[tuple[object, SearchLimits]] = []
+    for _ in range(rng.randint(2, 4)):
+        chosen = [FILTERS[n] for n in rng.sample(sorted(FILTERS), rng.randint(0, 2))]
+        limits = SearchLimits(
+            uniform_recompute=rng.random() < 0.7,
+            even_stages=rng.random() < 0.3,
+            recompute_modes=rng.choice([None, (Recompute.NONE, Recompute.FULL), (Recompute.SELECTIVE,)]),
+            stage_split=front_heavy_split if rng.random() < 0.3 else None,
+            partial_recompute=rng.random() < 0.5,
+        )
+        out.append(((lambda fs: lambda p: all(f(p) for f in fs))(chosen), limits))
+    return out
+
+
+def union_options(options: Options, frameworks: list[tuple[object, SearchLimits]]) -> Options:
+    """One search over the union of the frameworks' searches (as targets.runnable_options builds
+    it): a layout passes when some framework's filter does, and is searched under the limits of
+    each framework that accepts it; the options' own per-stage fields hold all of them."""
+
+    def limits(layout: object) -> tuple[SearchLimits, ...]:
+        return tuple(dict.fromkeys(lim for f, lim in frameworks if f(layout)))  # type: ignore[operator]
+
+    lims = [lim for _, lim in frameworks]
+    return replace(
+        options,
+        uniform_recompute=options.uniform_recompute and all(lim.uniform_recompute for lim in lims),
+        allow_uneven_stages=options.allow_uneven_stages and not all(lim.even_stages for lim in lims),
+        recompute_modes=None,
+        stage_split=None,
+        partial_recompute=options.partial_recompute and any(lim.partial_recompute for lim in lims),
+        layout_filter=lambda p: bool(limits(p)),
+        layout_limits=limits,
+    )
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_union_search_is_the_best_of_each_frameworks_own(seed: int) -> None:
+    """The runnable default's one search (Options.layout_limits): the solver equals enumeration
+    of the union space, and that is the least of each framework's own search (enumerated)."""
+    rng = random.Random(7000 + seed)
+    graph, cluster, job, fixed, options = random_instance(rng)
+    frameworks = _frameworks(rng)
+    union = union_options(options, frameworks)
+    plan = check_against_enumeration(seed, (graph, cluster, job, fixed, union))
+    own = []
+    for f, lim in frameworks:
+        narrow = replace(narrowed(options, lim), layout_filter=f)
+        try:
+            best = enumerate_plans(graph, cluster, job, fixed, narrow)
+        except ValueError:  # a fixed recompute_layers this framework cannot run
+            continue
+        own.append((best.best_s, best.best, f, lim))
+    found = [o for o in own if o[1] is not None]
+    if plan is None:
+        assert not found, seed
+        return
+    best_s = min(o[0] for o in found)
+    step = evaluate(graph, cluster, job, plan).step_time_s
+    assert step == pytest.approx(best_s, rel=1e-6), seed
+    # the plan is one some framework's own search allows
+    assert any(f(plan) and _within(plan, lim, options, fixed, graph.spec.num_layers) for f, lim in frameworks)
+
+
+def _within(plan: Plan, lim: SearchLimits, options: Options, fixed: PartialPlan, num_layers: int) -> bool:
+    """``plan``'s per-stage choices are ones ``lim`` (narrowing ``options``) allows."""
+    o = narrowed(options, lim)
+    if o.uniform_recompute and len(set(plan.recompute)) > 1:
+        return False
+    if o.recompute_modes is not None and not set(plan.recompute) <= set(o.recompute_modes):
+        return False
+    if (
+        not o.partial_recompute
+        and plan.recompute_layers
+        and any(
+            n < max(row)
+            for n, row, r in zip(plan.recompute_layers, chunk_layers(plan), plan.recompute, strict=True)
+            if r is Recompute.FULL
+        )
+    ):
+        return False
+    if fixed.layers_per_stage is not None:
+        return True
+    if o.stage_split is not None:
+        return plan.layers_per_stage == o.stage_split(num_layers, plan.pp, plan.vp)
+    return o.allow_uneven_stages or len(set(plan.layers_per_stage)) == 1

@@ -1,0 +1,253 @@
+"""The framework rules as the solver's layout predicates: ``FrameworkFilter`` (one framework,
+``solver.target``) and ``AnyFramework`` (the runnable default: some framework runs the layout).
+
+A layout (cost.Layout: degrees, micro-batch, ZeRO, SP, rank order; no split or recompute modes
+yet) is checked on a representative plan: the scenario's fixed split (else the framework's own,
+else the even one, cost.split.even_layers) and its fixed recompute mode (else none). How the
+per-stage choices may then vary is the framework's ``SearchLimits``, which the solver applies to
+the layouts the framework accepts (solver/space.py ``Options.layout_limits``). The rules that
+read neither the ZeRO stage nor the rank order (``TargetRules.family_rules``) run once per layout
+family (``family_passes``, also the solver's family filter); the rest once per layout. Every
+verdict is remembered (the solver asks again) and every refusal counted, so an empty search can
+say which rule stood in the way.
+
+Pure functions of (model, job, cluster, plan) with memo tables: nothing here scores a plan.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+
+from paraplan.cost import Layout, Plan, Recompute
+from paraplan.cost.plan import plan_key
+from paraplan.cost.split import even_layers
+from paraplan.rules.base import (
+    Draft,
+    Rule,
+    RuleContext,
+    SearchLimits,
+    TargetRules,
+    building_fixes,
+    first_refusal,
+    verdict_only,
+)
+
+__all__ = ["FrameworkFilter", "AnyFramework", "holds", "LAYOUT_FIELDS"]
+
+LAYOUT_FIELDS = frozenset({"zero", "order", "torus_shape"})
+"""What the solver chooses per layout of a family (solver/space.py ``zeros``, ``placements``)."""
+
+
+class FrameworkFilter:
+    """Framework ``name``'s rules as a predicate on layouts (module docstring). ``layers``: the
+    split the scenario fixes (None: free); ``recompute``: the mode(s) it fixes (None: free)."""
+
+    def __init__(
+        self,
+        name: str,
+        ctx: RuleContext,
+        rules: TargetRules,
+        layers: tuple[int, ...] | None = None,
+        recompute: tuple[Recompute, ...] | None = None,
+    ) -> None:
+        self.name = name
+        self.limits: SearchLimits = rules.search
+        self.rule_set = frozenset(rules.rules)
+        self._model_rules = rules.model_rules
+        self._family_rules = rules.family_rules
+        # the layout rules are independent checks of the ZeRO stage and rank order: asked in the
+        # order of the last refusal first (``_passes``), which gives the same verdicts sooner
+        self._layout_rules = [r for r in rules.layout_rules if r not in rules.model_rules]
+        self._ctx = ctx
+        self._num_layers = ctx.spec.num_layers
+        self._layers = layers
+        self._recompute = recompute
+        self._split = rules.search.stage_split
+        self._families: dict[tuple[object, ...], bool] = {}
+        self._verdicts: dict[Layout, bool] = {}
+        self._splits: dict[tuple[int, int], tuple[int, ...] | None] = {}
+        self.refused: Counter[str] = Counter()
+
+    def model_refusal(self) -> str | None:
+        """The rule about the model or job alone (MODEL_RULES) that refuses, if any: then no
+        layout can pass, and the per-layout check leaves those rules out."""
+        plan = Plan(
+            dp=1, tp=1, pp=1, micro_batch=1, recompute=(Recompute.NONE,), layers_per_stage=(self._num_layers,)
+        )
+        with verdict_only():
+            refusal = first_refusal(self._ctx, Draft(plan, self._ctx.precision), self._model_rules)
+        return None if refusal is None else refusal.rule
+
+    def _representative(self, layout: Layout, plans: dict[object, Plan] | None = None) -> Plan | None:
+        """The layout with the fixed split (else the framework's own, else an even one) and its
+        fixed recompute mode (else none). ``plans``: representatives of this layout already
+        built, by split (frameworks with the same split share one)."""
+        pp = layout.pp
+        if (pp, layout.vp) not in self._splits:  # one per (pp, vp): the filter sees many layouts
+            if self._layers and len(self._layers) == pp:
+                chosen: tuple[int, ...] | None = self._layers
+            elif self._split is not None:
+                chosen = self._split(self._num_layers, pp, layout.vp)
+            else:
+                chosen = even_layers(self._num_layers, pp, layout.vp)
+            self._splits[pp, layout.vp] = chosen
+        split = self._splits[pp, layout.vp]
+        if split is None:
+            return None
+        plan = plans.get(split) if plans is not None else None
+        if plan is None:
+            modes = self._recompute or (Recompute.NONE,)
+            plan = layout.plan(split, modes if len(modes) == pp else (modes[0],) * pp)
+            if plans is not None:
+                plans[split] = plan
+        return plan
+
+    def _passes(self, layout: Layout, rules: Sequence[Rule], plans: dict[object, Plan] | None = None) -> bool:
+        """``rules`` accept ``layout``'s representative (a refusal is counted)."""
+        representative = self._representative(layout, plans)
+        if representative is None:
+            return False
+        draft = Draft(representative, self._ctx.precision)
+        if building_fixes():  # the filter reads the verdict, not the repairs
+            with verdict_only():
+                return self._passes(layout, rules, plans)
+        for i, rule in enumerate(rules):
+            refusal = rule(self._ctx, draft)
+            if refusal is not None:
+                self.refused[refusal.rule] += 1
+                if i and rules is self._layout_rules:  # ask the refusing rule first next time
+                    self._layout_rules.insert(0, self._layout_rules.pop(i))
+                return False
+        return True
+
+    def family_passes(self, family: Layout, key: tuple[object, ...] | None = None) -> bool:
+        """Whether the family rules accept ``family`` (any ZeRO stage and rank order: those
+        rules do not read them); False means every layout of the family fails. ``key``: the
+        family's ``plan_key`` over all but LAYOUT_FIELDS, when the caller has it."""
+        if key is None:
+            key = plan_key(family, LAYOUT_FIELDS)
+        verdict = self._families.get(key)
+        if verdict is None:
+            verdict = self._families[key] = self._passes(family, self._family_rules)
+        return verdict
+
+    def check(self, layout: Layout, key: tuple[object, ...], plans: dict[object, Plan]) -> bool:
+        """``__call__`` without its memo, for a caller that keeps one (``AnyFramework``): the
+        family's ``key`` and the ``plans`` built for the layout so far are shared."""
+        return self.family_passes(layout, key) and self._passes(layout, self._layout_rules, plans)
+
+    def __call__(self, layout: Layout) -> bool:
+        verdict = self._verdicts.get(layout)
+        if verdict is None:
+            verdict = self.family_passes(layout) and self._passes(layout, self._layout_rules)
+            self._verdicts[layout] = verdict
+        return verdict
+
+    def reason(self) -> str:
+        """Why nothing passed: the rules that refused, most frequent first."""
+        if not self.refused:
+            return f"{self.name} can run none of the layouts"
+        rules = [rule for rule, _ in self.refused.most_common(2)]
+        return f"{self.name} refused every layout, e.g.: " + "; ".join(rules)
+
+
+def holds(wide: SearchLimits, narrow: SearchLimits, uneven: bool = True) -> bool:
+    """Every per-stage choice ``narrow`` allows, ``wide`` allows too, on any layout of a search
+    that allows uneven stages (``uneven``) or not: a free split (no framework split, uneven
+    stages where the search allows them) holds every split but, in an even-only search, a
+    framework's own split; else the same split rule; one recompute mode for every stage only if
+    ``narrow`` has it too; at least ``narrow``'s modes; partial recompute if ``narrow`` has it."""
+    free = wide.stage_split is None and not wide.even_stages
+    split_held = (free and (uneven or narrow.stage_split is None)) or (
+        wide.stage_split,
+        wide.even_stages,
+    ) == (narrow.stage_split, narrow.even_stages)
+    wide_modes, narrow_modes = wide.recompute_modes, narrow.recompute_modes
+    return (
+        split_held
+        and (narrow.uniform_recompute or not wide.uniform_recompute)
+        and (wide_modes is None or (narrow_modes is not None and set(narrow_modes) <= set(wide_modes)))
+        and (wide.partial_recompute or not narrow.partial_recompute)
+    )
+
+
+class AnyFramework:
+    """The union of ``filters``: a layout passes when some framework accepts it, and its
+    per-stage choices are those of the frameworks that do (``limits``: the distinct SearchLimits
+    of the accepting frameworks, less those another accepting one holds); the solver searches
+    each layout under each, so the search is exact over the union of the frameworks' own
+    searches. The frameworks are asked in groups of equal limits (so equal representatives), the
+    widest first; a group another accepting group holds is not asked (it would add nothing), nor
+    a framework whose rules include a refusing one's of its group (NeMo's include Megatron's): on
+    most layouts one framework's rules decide. ``uneven``: the search allows uneven stages (``holds``)."""
+
+    def __init__(self, filters: list[FrameworkFilter], uneven: bool = True) -> None:
+        self.filters = filters
+        self.name = " or ".join(f.name for f in filters)
+        groups: dict[SearchLimits, list[FrameworkFilter]] = {}
+        for f in filters:
+            groups.setdefault(f.limits, []).append(f)
+        limits = list(groups)
+        # the widest first: a group is asked after every group that holds it
+        width = {lim: sum(holds(lim, other, uneven) for other in limits) for lim in limits}
+        self._groups = [(lim, groups[lim]) for lim in sorted(limits, key=lambda lim: -width[lim])]
+        self._held_by = {lim: [w for w in limits if w != lim and holds(w, lim, uneven)] for lim in limits}
+        self._limits: dict[Layout, tuple[SearchLimits, ...]] = {}
+
+    @property
+    def refused(self) -> Counter[str]:
+        """Each framework's refusals, named ``framework: rule``."""
+        total: Counter[str] = Counter()
+        for f in self.filters:
+            total.update({f"{f.name}: {rule}": n for rule, n in f.refused.items()})
+        return total
+
+    def limits(self, layout: Layout) -> tuple[SearchLimits, ...]:
+        """The per-stage limits of the frameworks that accept ``layout``, less those held by
+        another accepting group's (() : none accepts)."""
+        found = self._limits.get(layout)
+        if found is None:
+            with verdict_only():  # once for every framework asked (FrameworkFilter._passes)
+                found = self._limits[layout] = self._accepted(layout)
+        return found
+
+    def _accepted(self, layout: Layout) -> tuple[SearchLimits, ...]:
+        """``limits`` of a layout not asked before."""
+        key, plans = plan_key(layout, LAYOUT_FIELDS), dict[object, Plan]()
+        accepted: list[SearchLimits] = []
+        for lim, group in self._groups:
+            if any(w in accepted for w in self._held_by[lim]):
+                continue
+            refused: list[frozenset[Rule]] = []  # a framework with these rules and more refuses too
+            for f in group:
+                if any(r <= f.rule_set for r in refused):
+                    continue
+                if f.check(layout, key, plans):
+                    accepted.append(lim)
+                    break
+                refused.append(f.rule_set)
+        return tuple(accepted)
+
+    def __call__(self, layout: Layout) -> bool:
+        return bool(self.limits(layout))
+
+    def family_passes(self, family: Layout) -> bool:
+        """Whether some framework's family rules accept ``family`` (FrameworkFilter.family_passes)."""
+        key = plan_key(family, LAYOUT_FIELDS)
+        return any(f.family_passes(family, key) for f in self.filters)
+
+    def reason(self) -> str:
+        """Why nothing passed: each framework's most frequent refusal (one whose rules include
+        another's of its group, never asked, says so)."""
+        out = []
+        for f in self.filters:
+            base = next(
+                (g for g in self.filters if g is not f and g.limits == f.limits and g.rule_set <= f.rule_set),
+                None,
+            )
+            if not f.refused and base is not None:
+                out.append(f"{f.name} refused what {base.name} refused (its rules include {base.name}'s)")
+            else:
+                out.append(f.reason())
+        return "; ".join(out)
