@@ -43,13 +43,17 @@ _PER_STAGE = frozenset({"recompute", "layers_per_stage", "layers_per_chunk", "or
 _WORK_IGNORES = _PER_STAGE | {"dp", "pp", "vp", "zero"}  # cp_comm sets the attention kernels
 _SHARED_IGNORES = _PER_STAGE | {"dp", "pp", "vp", "zero"}  # zero enters as its class
 _SYNC_IGNORES = _PER_STAGE | {"pp", "vp", "cp_comm", "micro_batch", "sequence_parallel"}
+# under the 1F1B EP overlap a block's exposed all-to-all depends on the steady-state share of its
+# passes (cost/ep.py steady_fraction: micro-batches per dp rank, pp, vp)
+_OVERLAP_SHARED_IGNORES = _SHARED_IGNORES - {"dp", "pp", "vp"}
 
 
 def _shared_key(plan: Layout, spans: Spans) -> tuple[object, ...]:
     """What block and end costs depend on: tp, cp, ep, micro-batch, SP, the ZeRO class and the
     tiers the TP, CP, EP and (for ZeRO-2/3 traffic) DP x CP and expert-DP groups span."""
     zero_class = plan.zero if plan.zero >= 2 else 0
-    return (plan_key(plan, _SHARED_IGNORES), zero_class, spans.key())
+    ignores = _OVERLAP_SHARED_IGNORES if plan.moe_overlap and plan.ep > 1 else _SHARED_IGNORES
+    return (plan_key(plan, ignores), zero_class, spans.key())
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,3 +36,18 @@ def test_maxtext_fp8_rule_refuses_instead_of_crashing(tmp_path) -> None:
     case, _ = make_case(41000016, time_limit_s=3.0, deep_share=1.0)
     out = run_case(case, tmp_path, deep=True)  # raised ValueError before the fix
     assert out is not None
+
+
+def test_ep_overlap_plan_keeps_its_cost_across_layouts() -> None:
+    """Under the EP overlap a block's exposed all-to-all depends on dp, pp and vp (the steady
+    share of its passes): a block-cost cache keyed without them handed one layout another's cost,
+    and the solver's re-check (objective against evaluate) failed on this scenario."""
+    scenario = {
+        "model": {"preset": "mixtral-8x7b"},
+        "cluster": {"preset": "dgx-h100", "nodes": 2},
+        "job": {"seq_len": 4096, "global_batch": 128},
+        "plan": {"moe_dispatcher": "hybridep", "moe_overlap": True},
+    }
+    result = paraplan.solve(scenario, workers=2)
+    again = paraplan.evaluate({**scenario, "plan": result.plan})
+    assert again.predicted.step_time_s == result.predicted.step_time_s

@@ -8,7 +8,7 @@ import random
 from dataclasses import replace
 
 import pytest
-from paraplan.cost import CPComm, Job, Precision
+from paraplan.cost import CPComm, CudaGraphs, Job, MoEDispatcher, MoERouting, Precision
 from paraplan.graph import ModelSpec, build_graph, preset
 from paraplan.hardware import build_cluster
 from paraplan.solver import Fixed, Options
@@ -128,3 +128,38 @@ def test_space_holds_both_expert_tp_and_both_cp_exchanges_on_every_tier() -> Non
     two_nodes = build_cluster("dgx-h100", nodes=2)
     across = layouts(spec, two_nodes, 4096, 64, Fixed(tp=1, cp=16), Options())
     assert {p.cp_comm for p in across} == set(CPComm)
+
+
+def _software_state_instance(seed: int):
+    """A small MoE instance with a fixed MoE software state (issue 22): a deduplicating dispatcher,
+    the 1F1B EP overlap (whose exposure depends on dp, pp and vp through the steady-state share)
+    and CUDA graphs, on GPUs the dispatchers are fitted for."""
+    rng = random.Random(seed)
+    graph, cluster, job, fixed, options = random_moe_instance(rng, small=True)
+    if cluster.accelerator.generation == "ampere":
+        cluster = build_cluster("dgx-h100", gpus=8)
+    kw = {
+        "moe_dispatcher": rng.choice(list(MoEDispatcher)),
+        "moe_overlap": rng.random() < 0.7,
+        "cuda_graphs": rng.choice(list(CudaGraphs)),
+        "zero": fixed.zero,
+        "recompute": fixed.recompute,
+    }
+    if rng.random() < 0.5:
+        job = replace(
+            job, moe_routing=rng.choice(list(MoERouting)), moe_capacity_factor=1.25, expert_imbalance=None
+        )
+    return graph, cluster, job, Fixed(**kw), options
+
+
+@pytest.mark.parametrize("seed", range(4000, 4012))
+def test_moe_solver_matches_enumeration_with_software_state(seed: int) -> None:
+    instance = _software_state_instance(seed)
+    plan = check_against_enumeration(seed, instance)
+    if plan is not None:
+        fixed = instance[3]
+        assert (plan.moe_dispatcher, plan.moe_overlap, plan.cuda_graphs) == (
+            fixed.moe_dispatcher,
+            fixed.moe_overlap,
+            fixed.cuda_graphs,
+        )
