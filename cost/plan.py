@@ -40,6 +40,7 @@ from paraplan.cost.split import (
 __all__ = [
     "Axis",
     "Precision",
+    "Allocator",
     "Recompute",
     "CPComm",
     "MoEDispatcher",
@@ -93,6 +94,14 @@ class AttentionKernel(StrEnum):
     FLASH2 = "flash2"  # FlashAttention-2 (flash-attn 2.x, written for Ampere's instructions)
 
 
+class Allocator(StrEnum):
+    """The CUDA caching allocator's mode (``PYTORCH_CUDA_ALLOC_CONF``; cost/memory.py
+    ``allocator_overhead``)."""
+
+    DEFAULT = "default"  # fixed-size segments, split and cached
+    EXPANDABLE_SEGMENTS = "expandable_segments"  # expandable_segments:True, segments grown in place
+
+
 class Recompute(StrEnum):
     NONE = "none"
     SELECTIVE = "selective"
@@ -130,6 +139,7 @@ class Job:
     )
     image_tokens: int = 0  # image patch tokens per sample into a vision encoder; 0 = the model's
     # default (ModelSpec.vision.image_tokens; graph Layer.tokens_per_sample)
+    allocator: Allocator = Allocator.DEFAULT  # PYTORCH_CUDA_ALLOC_CONF (reserved memory, cost/memory.py)
 
     @property
     def tokens_per_step(self) -> int:

@@ -28,6 +28,7 @@ from pydantic import (
 )
 
 from paraplan.cost import AttentionKernel, Precision
+from paraplan.cost.plan import Allocator
 from paraplan.errors import ConfigError
 from paraplan.graph.spec import show_value
 from paraplan.hardware.topology import MAX_DEVICES, MAX_POOLS
@@ -146,6 +147,12 @@ class JobSection(Section):
         description="MoE routing in training: dropless (natural routing; default) | force_balanced "
         "(Megatron --moe-router-force-load-balancing, benchmark-only) | {capacity_factor: F} "
         "(token dropping at F, --moe-expert-capacity-factor)",
+    )
+    allocator: Allocator = Field(
+        Allocator.DEFAULT,
+        description="CUDA caching allocator: default | expandable_segments "
+        "(PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True; less reserved beyond allocated, "
+        "cost/memory.py)",
     )
     image_tokens: int = Field(
         0,
