@@ -29,9 +29,13 @@ wherever the two files say the same thing, and each default a row takes is liste
   Megatron-Bridge ``--recompute-modules`` other than core_attn (layernorm, moe_act, mla_up_proj,
   mlp, moe) have no paraplan mode: -> selective, flagged (under flash attention selective stores
   what none stores, so modules that discard a little map to what the run nearly keeps);
-  torchtitan's op-level selective checkpointing (``selective (op-level SAC)``) -> selective,
-  flagged: it keeps chosen matmul outputs, between Megatron's selective and full (memory.md),
-  and paraplan has no mode for it; an unstated torchtitan AC mode -> selective (its config default).
+  torchtitan's op-level selective checkpointing (``selective (op-level SAC)``) -> selective with
+  ``job.selective_policy: torchtitan_op`` (cost/recompute.py: it keeps chosen matmul outputs,
+  between Megatron's selective and full, memory.md); an unstated torchtitan AC mode -> the same
+  (its config default).
+- **loss**: torchtitan rows ``job.cross_entropy: upcast`` (torchtitan's cross_entropy_loss casts
+  the logits to fp32 before torch's cross_entropy; the chunked loss of the NVFP4 doc's row is not
+  modelled), the Megatron rows fused (SimuMax's cases are "cef", cross-entropy fusion).
 - **job**: precision as calibration_set.py (``_precision``); fp32 gradients except
   Megatron-Bridge rows (their performance recipes reduce in bf16, as in the step-time mapping);
   ``job.allocator`` expandable_segments where the row says so, else default.
@@ -196,10 +200,9 @@ def _recompute(row: dict[str, str], defaults: list[str]) -> str:
     if text.startswith("full"):
         return "full"
     if not text:
-        defaults.append("recompute=selective (AC mode not stated: torchtitan's config default)")
+        defaults.append("recompute=selective, op-level (AC mode not stated: torchtitan's config default)")
         return "selective"
-    if "op" in text and "sac" in text or "selectiveac" in text.replace(" ", ""):
-        defaults.append("recompute=selective (torchtitan op-level SAC: no mode of its own)")
+    if ("op" in text and "sac" in text) or "selectiveac" in text.replace(" ", ""):
         return "selective"
     modules = {m.strip() for m in re.sub(r"^selective( modules)?", "", text).split(",") if m.strip()}
     if modules - {"core_attn"}:
@@ -246,6 +249,7 @@ def _row_case(row: dict[str, str]) -> MemoryCase | MemorySkipped:
     if not sp_text and tp > 1:
         defaults.append("sequence_parallel=on")
     bridge = source_of(rid) == "megatron-bridge"
+    titan = source_of(rid) == "torchtitan"
     allocator = "expandable_segments" if "expandable_segments" in row["notes"].lower() else "default"
     job: dict[str, Any] = {
         "seq_len": int(row["seq_len"]),
@@ -253,6 +257,7 @@ def _row_case(row: dict[str, str]) -> MemoryCase | MemorySkipped:
         "precision": _precision(row["precision"]),
         "fp32_grads": not bridge,
         "allocator": allocator,
+        **({"cross_entropy": "upcast", "selective_policy": "torchtitan_op"} if titan else {}),
     }
     plan: dict[str, Any] = {
         "dp": dp,

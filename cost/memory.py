@@ -47,7 +47,8 @@ from dataclasses import dataclass, fields
 
 from paraplan.cost.dp import WEIGHT_BYTES, StateBytes, grad_bytes, shard_degree, state_bytes
 from paraplan.cost.ep import expert_shard_degree
-from paraplan.cost.plan import Layout, Recompute
+from paraplan.cost.block import LOGITS_BYTES_PER_ELEMENT
+from paraplan.cost.plan import Allocator, CrossEntropy, Job, Layout, Recompute
 from paraplan.cost.pp import in_flight_micro_batches
 from paraplan.cost.stage import StageTerms
 
@@ -66,11 +67,18 @@ __all__ = [
     "XLA_RUNTIME_RESERVE_BYTES",
     "XLA_FRAGMENTATION",
     "fragmentation",
+    "ALLOCATOR_OVERHEAD",
+    "LOGIT_BYTES",
+    "logit_bytes_per_element",
+    "unsharded_under_pp",
 ]
 
 CUDA_CONTEXT_BYTES = 0.5e9  # CUDA context + cuBLAS workspaces, lazy loading (module docstring)
 NCCL_BYTES_PER_COMMUNICATOR = 0.25e9  # NCCL_BUFFSIZE 4 MiB x channels x peers (module docstring)
-ALLOCATOR_FRAGMENTATION = 0.02  # of the activation working set; assumption (module docstring)
+# reserved beyond allocated, a share of the allocated bytes (module docstring)
+ALLOCATOR_OVERHEAD = {Allocator.DEFAULT: 0.053, Allocator.EXPANDABLE_SEGMENTS: 0.028}
+ALLOCATOR_FRAGMENTATION = ALLOCATOR_OVERHEAD[Allocator.DEFAULT]
+LOGIT_BYTES = {CrossEntropy.FUSED: 6.0, CrossEntropy.UPCAST: 12.0}  # per logit element (docstring)
 XLA_RUNTIME_RESERVE_BYTES = 0.0  # TPU: no CUDA context or NCCL buffers; no figure published
 XLA_FRAGMENTATION = 0.0  # TPU: XLA assigns buffers at compile time (module docstring)
 ZERO3_PREFETCH_BLOCKS = 2  # FSDP keeps the current and the prefetched block unsharded
@@ -78,12 +86,18 @@ ZERO3_PREFETCH_BLOCKS = 2  # FSDP keeps the current and the prefetched block uns
 
 @dataclass(frozen=True, slots=True)
 class StageMemory:
+    """One device's peak bytes by part. ``total_bytes`` is what must fit; the reserve splits into
+    the caching allocator's overhead (``allocator_bytes``: reserved beyond allocated) and what
+    lies outside torch's statistics (``context_bytes``: CUDA context, NCCL buffers)."""
+
     weights_bytes: float
     grads_bytes: float
     optimizer_bytes: float
     activations_bytes: float
     buffers_bytes: float  # the runtime reserve included (ZeRO-3 prefetch buffers besides)
     reserve_bytes: float = 0.0  # the runtime reserve part of buffers_bytes (informational)
+    allocator_bytes: float = 0.0  # the allocator-overhead part of reserve_bytes
+    context_bytes: float = 0.0  # the CUDA-context + NCCL part of reserve_bytes
 
     @property
     def total_bytes(self) -> float:
@@ -94,6 +108,17 @@ class StageMemory:
             + self.activations_bytes
             + self.buffers_bytes
         )
+
+    @property
+    def allocated_bytes(self) -> float:
+        """Tensor bytes at the peak (torch.cuda.max_memory_allocated): total less the reserve."""
+        return self.total_bytes - self.reserve_bytes
+
+    @property
+    def reserved_bytes(self) -> float:
+        """What the caching allocator holds (torch.cuda.max_memory_reserved): allocated plus its
+        overhead."""
+        return self.allocated_bytes + self.allocator_bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,28 +133,10 @@ class StageMemoryModel:
 
     def at(self, layers: int, counts: tuple[int, ...] = ()) -> StageMemory:
         f, p = self.fixed, self.per_layer
-        parts = [
-            StageMemory(
-                f.weights_bytes + layers * p.weights_bytes,
-                f.grads_bytes + layers * p.grads_bytes,
-                f.optimizer_bytes + layers * p.optimizer_bytes,
-                f.activations_bytes + layers * p.activations_bytes,
-                f.buffers_bytes + layers * p.buffers_bytes,
-                f.reserve_bytes + layers * p.reserve_bytes,
-            )
-        ]
+        parts = [StageMemory(*(getattr(f, name) + layers * getattr(p, name) for name in _PARTS))]
         for d, n in zip(self.per_kind, counts, strict=False):
             if n:
-                parts.append(
-                    StageMemory(
-                        n * d.weights_bytes,
-                        n * d.grads_bytes,
-                        n * d.optimizer_bytes,
-                        n * d.activations_bytes,
-                        n * d.buffers_bytes,
-                        n * d.reserve_bytes,
-                    )
-                )
+                parts.append(StageMemory(*(n * getattr(d, name) for name in _PARTS)))
         if len(parts) == 1:
             return parts[0]
         return StageMemory(*(sum(getattr(q, name) for q in parts) for name in _PARTS))
@@ -170,41 +177,63 @@ def runtime_reserve_bytes(plan: Layout, *, is_tpu: bool = False) -> float:
     return CUDA_CONTEXT_BYTES + NCCL_BYTES_PER_COMMUNICATOR * num_communicators(plan)
 
 
-def fragmentation(is_tpu: bool) -> float:
-    """Share of the activation working set lost to the allocator: ALLOCATOR_FRAGMENTATION on a
-    GPU, XLA_FRAGMENTATION on a TPU (module docstring)."""
-    return XLA_FRAGMENTATION if is_tpu else ALLOCATOR_FRAGMENTATION
+def fragmentation(is_tpu: bool, allocator: Allocator = Allocator.DEFAULT) -> float:
+    """Share of the allocated bytes the caching allocator reserves beyond them:
+    ALLOCATOR_OVERHEAD[allocator] on a GPU, XLA_FRAGMENTATION on a TPU (module docstring)."""
+    return XLA_FRAGMENTATION if is_tpu else ALLOCATOR_OVERHEAD[allocator]
+
+
+def logit_bytes_per_element(job: Job) -> float:
+    """Bytes per logit element at the loss's peak: LOGIT_BYTES[job.cross_entropy] (module docstring)."""
+    return LOGIT_BYTES[job.cross_entropy]
+
+
+def unsharded_under_pp(plan: Layout, num_micro_batches: int) -> bool:
+    """ZeRO-3 under pipeline parallelism with more than one micro-batch keeps each stage's weights
+    unsharded from the first forward to the last backward and accumulates unsharded gradients
+    (torchtitan: reshard_after_forward off when pp is on; torch.distributed.pipelining syncs
+    gradients on the last micro-batch only). Module docstring."""
+    return plan.zero >= 3 and plan.pp > 1 and num_micro_batches > 1 and shard_degree(plan) > 1
 
 
 def stage_memory_model(terms: StageTerms, stage: int, recompute: Recompute) -> StageMemoryModel:
     """Parts of the module docstring, split into what one layer adds and what the stage has anyway.
 
     Formula per layer: state(block params) + block activations x in-flight micro-batches;
-    fixed: state(embedding/head, MTP experts included) + logits + the ends' stored activations
-    (vision encoder, MTP block: EndCost.stored_bytes) x the same in-flight micro-batches +
-    FULL's working block + reserve (+ ZeRO-3 prefetch);
-    the reserve is runtime_reserve_bytes + fragmentation x the activations (fixed and per layer).
+    fixed: state(embedding/head, MTP experts included) + logits (x logit_bytes_per_element / 6,
+    the end's logits being priced at 6 B) + the ends' stored activations (vision encoder, MTP
+    block: EndCost.stored_bytes) x the same in-flight micro-batches + FULL's working block +
+    ZeRO-3 buffers (the prefetched blocks and one block's unsharded gradients) + reserve;
+    ZeRO-3 under PP (unsharded_under_pp) adds the unsharded weights and gradients to the state
+    and needs no prefetch. The reserve is runtime_reserve_bytes (context_bytes) + fragmentation
+    x the allocated bytes (allocator_bytes), fixed and per layer.
     On a TPU the logits and the working block count as max(logits, working), not their sum
     (module docstring). Routed-expert state is sharded over the expert-data-parallel group
     (dp*cp/ep). Models with several block kinds: per layer is the base kind's block, each other
-    kind adds its difference (``per_kind``); the working block and the ZeRO-3 prefetch are the
+    kind adds its difference (``per_kind``); the working block and the ZeRO-3 buffers are the
     largest kind's (whichever kinds the stage holds: a bound that keeps the model affine).
     """
-    plan = terms.plan
-    shards, gbytes = shard_degree(plan), grad_bytes(terms.job)
+    plan, job = terms.plan, terms.job
+    shards, gbytes = shard_degree(plan), grad_bytes(job)
     expert_shards = shard_degree(plan, expert=True)
-    fixed_state = _sum(
-        state_bytes(terms.stage_params(stage, 0), plan.zero, shards, gbytes),
-        state_bytes(terms.stage_expert_params(stage, 0), plan.zero, expert_shards, gbytes),
-    )
-    layer_state = _sum(
-        state_bytes(terms.block_params, plan.zero, shards, gbytes),
-        state_bytes(terms.block_expert_params, plan.zero, expert_shards, gbytes),
-    )
+    unsharded = unsharded_under_pp(plan, terms.num_micro_batches)
+
+    def state(params: float, expert_params: float) -> StateBytes:
+        out = _sum(
+            state_bytes(params, plan.zero, shards, gbytes),
+            state_bytes(expert_params, plan.zero, expert_shards, gbytes),
+        )
+        if not unsharded:
+            return out
+        copies = params + (expert_params if expert_shards > 1 else 0.0)
+        return StateBytes(out.weights + WEIGHT_BYTES * copies, out.grads + gbytes * copies, out.optimizer)
+
+    fixed_state = state(terms.stage_params(stage, 0), terms.stage_expert_params(stage, 0))
+    layer_state = state(terms.block_params, terms.block_expert_params)
     block = terms.block_at(stage, recompute)
     blocks = terms.kind_blocks_at(stage, recompute)
     is_tpu = terms.at(stage).cluster.accelerator.is_tpu
-    frag = fragmentation(is_tpu)
+    frag = fragmentation(is_tpu, job.allocator)
     held = in_flight_micro_batches(stage, plan, terms.num_micro_batches)
     working = max(b.working_bytes for b in blocks)
     fixed_act = working
@@ -214,52 +243,57 @@ def stage_memory_model(terms: StageTerms, stage: int, recompute: Recompute) -> S
     if stage == plan.pp - 1:  # on a TPU max(working, logits): only the excess over the block
         last = terms.at(stage).last
         logits = last.activation_bytes - last.stored_bytes  # transient (logits, loss); MTP stored
-        fixed_act += (max(0.0, logits - working) if is_tpu else logits) + last.stored_bytes * held
+        if is_tpu:
+            fixed_act += max(0.0, logits - working)
+        else:
+            fixed_act += logits * logit_bytes_per_element(job) / LOGITS_BYTES_PER_ELEMENT
+        fixed_act += last.stored_bytes * held
     layer_act = block.activation_bytes * held
-    reserve = runtime_reserve_bytes(plan, is_tpu=is_tpu) + frag * fixed_act
-    layer_reserve = frag * layer_act
-    buffers = reserve
     kinds = terms.at(stage).kinds
     prefetch = max(k.params for k in kinds) if kinds else terms.block_params
     expert_prefetch = max(k.expert_params for k in kinds) if kinds else terms.block_expert_params
-    if plan.zero >= 3 and shards > 1:
-        buffers += ZERO3_PREFETCH_BLOCKS * prefetch * WEIGHT_BYTES
-    if plan.zero >= 3 and expert_shards > 1:
-        buffers += ZERO3_PREFETCH_BLOCKS * expert_prefetch * WEIGHT_BYTES
+    zero_buffers = 0.0
+    if plan.zero >= 3 and shards > 1 and not unsharded:
+        zero_buffers += prefetch * (ZERO3_PREFETCH_BLOCKS * WEIGHT_BYTES + gbytes)
+    if plan.zero >= 3 and expert_shards > 1 and not unsharded:
+        zero_buffers += expert_prefetch * (ZERO3_PREFETCH_BLOCKS * WEIGHT_BYTES + gbytes)
+    context = runtime_reserve_bytes(plan, is_tpu=is_tpu)
+    allocator = frag * (fixed_state.total + fixed_act + zero_buffers)
+    layer_allocator = frag * (layer_state.total + layer_act)
     per_kind: tuple[StageMemory, ...] = ()
     if terms.heterogeneous:
         acts = [(b.activation_bytes - block.activation_bytes) * held for b in blocks]
         per_kind = tuple(
-            _kind_delta(
-                _sum(
-                    state_bytes(p, plan.zero, shards, gbytes),
-                    state_bytes(e, plan.zero, expert_shards, gbytes),
-                ),
-                act,
-                frag,
-            )
+            _kind_delta(state(p, e), act, frag)
             for (p, e), act in zip(terms.param_deltas(stage), acts, strict=True)
         )
     return StageMemoryModel(
         fixed=StageMemory(
-            fixed_state.weights, fixed_state.grads, fixed_state.optimizer, fixed_act, buffers, reserve
+            fixed_state.weights,
+            fixed_state.grads,
+            fixed_state.optimizer,
+            fixed_act,
+            zero_buffers + context + allocator,
+            context + allocator,
+            allocator,
+            context,
         ),
         per_layer=StageMemory(
             layer_state.weights,
             layer_state.grads,
             layer_state.optimizer,
             layer_act,
-            layer_reserve,
-            layer_reserve,
+            layer_allocator,
+            layer_allocator,
+            layer_allocator,
         ),
         per_kind=per_kind,
     )
 
 
 def _kind_delta(state: StateBytes, act_bytes: float, frag: float) -> StageMemory:
-    return StageMemory(
-        state.weights, state.grads, state.optimizer, act_bytes, frag * act_bytes, frag * act_bytes
-    )
+    over = frag * (state.total + act_bytes)
+    return StageMemory(state.weights, state.grads, state.optimizer, act_bytes, over, over, over)
 
 
 def kind_bytes_per_stage(terms: StageTerms, recompute: Recompute) -> list[tuple[float, tuple[float, ...]]]:
@@ -321,14 +355,14 @@ def max_layers_per_stage(
     middle = stage_memory_model(terms, 1, recompute)
     room = capacity_bytes - middle.fixed.total_bytes
     act = terms.block[recompute].activation_bytes
-    frag = fragmentation(terms.cluster.accelerator.is_tpu)
+    frag = fragmentation(terms.cluster.accelerator.is_tpu, terms.job.allocator)
     p = middle.per_layer
     state = p.weights_bytes + p.grads_bytes + p.optimizer_bytes
     out = [ends[0].max_layers(capacity_bytes)]
     for s in range(1, pp - 1):
         held = in_flight_micro_batches(s, terms.plan, terms.num_micro_batches)
         layer_act = act * held
-        out.append(_max_layers(room, state + layer_act + frag * layer_act))
+        out.append(_max_layers(room, state + layer_act + frag * (state + layer_act)))
     return out + [ends[pp - 1].max_layers(capacity_bytes)]
 
 

@@ -41,6 +41,8 @@ __all__ = [
     "Axis",
     "Precision",
     "Allocator",
+    "CrossEntropy",
+    "SelectivePolicy",
     "Recompute",
     "CPComm",
     "MoEDispatcher",
@@ -102,6 +104,20 @@ class Allocator(StrEnum):
     EXPANDABLE_SEGMENTS = "expandable_segments"  # expandable_segments:True, segments grown in place
 
 
+class CrossEntropy(StrEnum):
+    """How the loss is computed over the logits (cost/memory.py ``logit_bytes_per_element``)."""
+
+    FUSED = "fused"  # fused vocab-parallel kernel (Megatron / TE): bf16 logits + fp32 softmax
+    UPCAST = "upcast"  # logits upcast to fp32, torch cross_entropy (torchtitan, HF Trainer)
+
+
+class SelectivePolicy(StrEnum):
+    """What ``recompute: selective`` keeps (cost/recompute.py): the framework's own policy."""
+
+    CORE_ATTENTION = "core_attention"  # Megatron: recompute the attention core only
+    TORCHTITAN_OP = "torchtitan_op"  # torchtitan op-level SAC: save every other matmul + SDPA
+
+
 class Recompute(StrEnum):
     NONE = "none"
     SELECTIVE = "selective"
@@ -140,6 +156,8 @@ class Job:
     image_tokens: int = 0  # image patch tokens per sample into a vision encoder; 0 = the model's
     # default (ModelSpec.vision.image_tokens; graph Layer.tokens_per_sample)
     allocator: Allocator = Allocator.DEFAULT  # PYTORCH_CUDA_ALLOC_CONF (reserved memory, cost/memory.py)
+    cross_entropy: CrossEntropy = CrossEntropy.FUSED  # the loss kernel (logit bytes, cost/memory.py)
+    selective_policy: SelectivePolicy = SelectivePolicy.CORE_ATTENTION  # cost/recompute.py
 
     @property
     def tokens_per_step(self) -> int:

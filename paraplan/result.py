@@ -102,6 +102,14 @@ class StageOut(BaseModel):
     activations_bytes: float
     buffers_bytes: float
     total_bytes: float
+    allocated_bytes: float = Field(
+        0.0, description="tensor bytes at the peak (torch max_memory_allocated): total less the reserve"
+    )
+    reserved_bytes: float = Field(
+        0.0,
+        description="allocated plus the caching allocator's overhead (torch max_memory_reserved); "
+        "total adds the CUDA context and NCCL buffers",
+    )
 
 
 class StepTimeBandOut(BaseModel):
@@ -124,6 +132,16 @@ class Predicted(BaseModel):
     model_tflops_per_gpu: float
     mfu: float
     peak_memory_bytes: float
+    peak_allocated_bytes: float = Field(
+        0.0,
+        description="largest allocated (tensor) bytes over the stages, as torch.cuda.max_memory_allocated",
+    )
+    peak_reserved_bytes: float = Field(
+        0.0,
+        description="largest reserved bytes over the stages (allocated plus the caching "
+        "allocator's overhead, job.allocator), as torch.cuda.max_memory_reserved; "
+        "peak_memory_bytes adds the CUDA context and NCCL buffers",
+    )
     memory_capacity_bytes: float
     memory_reserve_bytes: float = Field(
         0.0,
@@ -229,6 +247,8 @@ def predicted_out(b: Breakdown, plan: Plan, band: StepTimeBandOut | None = None)
             activations_bytes=m.activations_bytes,
             buffers_bytes=m.buffers_bytes,
             total_bytes=m.total_bytes,
+            allocated_bytes=m.allocated_bytes,
+            reserved_bytes=m.reserved_bytes,
         )
         for s, m in enumerate(b.stage_memory)
     ]
@@ -245,6 +265,8 @@ def predicted_out(b: Breakdown, plan: Plan, band: StepTimeBandOut | None = None)
         model_tflops_per_gpu=b.model_tflops_per_gpu,
         mfu=b.mfu,
         peak_memory_bytes=b.peak_memory_bytes,
+        peak_allocated_bytes=max(m.allocated_bytes for m in b.stage_memory),
+        peak_reserved_bytes=max(m.reserved_bytes for m in b.stage_memory),
         memory_capacity_bytes=peak_capacity,
         memory_reserve_bytes=b.memory_reserve_bytes,
         memory_headroom_bytes=b.memory_headroom_bytes,
