@@ -67,7 +67,9 @@ __all__ = [
     "XLA_RUNTIME_RESERVE_BYTES",
     "XLA_FRAGMENTATION",
     "fragmentation",
+    "allocator_overhead",
     "ALLOCATOR_OVERHEAD",
+    "ALLOCATOR_FIT_OVERHEAD",
     "LOGIT_BYTES",
     "logit_bytes_per_element",
     "unsharded_under_pp",
@@ -75,9 +77,11 @@ __all__ = [
 
 CUDA_CONTEXT_BYTES = 0.5e9  # CUDA context + cuBLAS workspaces, lazy loading (module docstring)
 NCCL_BYTES_PER_COMMUNICATOR = 0.25e9  # NCCL_BUFFSIZE 4 MiB x channels x peers (module docstring)
-# reserved beyond allocated, a share of the allocated bytes (module docstring)
+# reserved beyond allocated, a share of the allocated bytes (module docstring): as measured
+# (reported as reserved) and the part that must fit (the allocator frees cached blocks first)
 ALLOCATOR_OVERHEAD = {Allocator.DEFAULT: 0.053, Allocator.EXPANDABLE_SEGMENTS: 0.028}
-ALLOCATOR_FRAGMENTATION = ALLOCATOR_OVERHEAD[Allocator.DEFAULT]
+ALLOCATOR_FIT_OVERHEAD = {Allocator.DEFAULT: 0.028, Allocator.EXPANDABLE_SEGMENTS: 0.028}
+ALLOCATOR_FRAGMENTATION = ALLOCATOR_FIT_OVERHEAD[Allocator.DEFAULT]
 LOGIT_BYTES = {CrossEntropy.FUSED: 6.0, CrossEntropy.UPCAST: 12.0}  # per logit element (docstring)
 XLA_RUNTIME_RESERVE_BYTES = 0.0  # TPU: no CUDA context or NCCL buffers; no figure published
 XLA_FRAGMENTATION = 0.0  # TPU: XLA assigns buffers at compile time (module docstring)
@@ -88,7 +92,9 @@ ZERO3_PREFETCH_BLOCKS = 2  # FSDP keeps the current and the prefetched block uns
 class StageMemory:
     """One device's peak bytes by part. ``total_bytes`` is what must fit; the reserve splits into
     the caching allocator's overhead (``allocator_bytes``: reserved beyond allocated) and what
-    lies outside torch's statistics (``context_bytes``: CUDA context, NCCL buffers)."""
+    lies outside torch's statistics (``context_bytes``: CUDA context, NCCL buffers) and the
+    allocator's share that must fit (fragmentation); ``allocator_bytes`` is the larger share a
+    run's reserved memory shows (allocator_overhead), reported, not fitted."""
 
     weights_bytes: float
     grads_bytes: float
@@ -96,7 +102,7 @@ class StageMemory:
     activations_bytes: float
     buffers_bytes: float  # the runtime reserve included (ZeRO-3 prefetch buffers besides)
     reserve_bytes: float = 0.0  # the runtime reserve part of buffers_bytes (informational)
-    allocator_bytes: float = 0.0  # the allocator-overhead part of reserve_bytes
+    allocator_bytes: float = 0.0  # reserved beyond allocated, as measured (allocator_overhead)
     context_bytes: float = 0.0  # the CUDA-context + NCCL part of reserve_bytes
 
     @property
@@ -178,7 +184,13 @@ def runtime_reserve_bytes(plan: Layout, *, is_tpu: bool = False) -> float:
 
 
 def fragmentation(is_tpu: bool, allocator: Allocator = Allocator.DEFAULT) -> float:
-    """Share of the allocated bytes the caching allocator reserves beyond them:
+    """Share of the allocated bytes the caching allocator needs beyond them for a plan to fit:
+    ALLOCATOR_FIT_OVERHEAD[allocator] on a GPU, XLA_FRAGMENTATION on a TPU (module docstring)."""
+    return XLA_FRAGMENTATION if is_tpu else ALLOCATOR_FIT_OVERHEAD[allocator]
+
+
+def allocator_overhead(is_tpu: bool, allocator: Allocator = Allocator.DEFAULT) -> float:
+    """Share of the allocated bytes a run's reserved memory exceeds them by, as measured:
     ALLOCATOR_OVERHEAD[allocator] on a GPU, XLA_FRAGMENTATION on a TPU (module docstring)."""
     return XLA_FRAGMENTATION if is_tpu else ALLOCATOR_OVERHEAD[allocator]
 
@@ -194,6 +206,10 @@ def unsharded_under_pp(plan: Layout, num_micro_batches: int) -> bool:
     (torchtitan: reshard_after_forward off when pp is on; torch.distributed.pipelining syncs
     gradients on the last micro-batch only). Module docstring."""
     return plan.zero >= 3 and plan.pp > 1 and num_micro_batches > 1 and shard_degree(plan) > 1
+
+
+def _overheads(fit: float, typical: float, allocated: float) -> tuple[float, float]:
+    return fit * allocated, typical * allocated
 
 
 def stage_memory_model(terms: StageTerms, stage: int, recompute: Recompute) -> StageMemoryModel:
@@ -216,7 +232,8 @@ def stage_memory_model(terms: StageTerms, stage: int, recompute: Recompute) -> S
     plan, job = terms.plan, terms.job
     shards, gbytes = shard_degree(plan), grad_bytes(job)
     expert_shards = shard_degree(plan, expert=True)
-    unsharded = unsharded_under_pp(plan, terms.num_micro_batches)
+    is_tpu = terms.at(stage).cluster.accelerator.is_tpu
+    unsharded = not is_tpu and unsharded_under_pp(plan, terms.num_micro_batches)
 
     def state(params: float, expert_params: float) -> StateBytes:
         out = _sum(
@@ -232,8 +249,8 @@ def stage_memory_model(terms: StageTerms, stage: int, recompute: Recompute) -> S
     layer_state = state(terms.block_params, terms.block_expert_params)
     block = terms.block_at(stage, recompute)
     blocks = terms.kind_blocks_at(stage, recompute)
-    is_tpu = terms.at(stage).cluster.accelerator.is_tpu
     frag = fragmentation(is_tpu, job.allocator)
+    typical = allocator_overhead(is_tpu, job.allocator)
     held = in_flight_micro_batches(stage, plan, terms.num_micro_batches)
     working = max(b.working_bytes for b in blocks)
     fixed_act = working
@@ -254,17 +271,17 @@ def stage_memory_model(terms: StageTerms, stage: int, recompute: Recompute) -> S
     expert_prefetch = max(k.expert_params for k in kinds) if kinds else terms.block_expert_params
     zero_buffers = 0.0
     if plan.zero >= 3 and shards > 1 and not unsharded:
-        zero_buffers += prefetch * (ZERO3_PREFETCH_BLOCKS * WEIGHT_BYTES + gbytes)
+        zero_buffers += ZERO3_PREFETCH_BLOCKS * prefetch * WEIGHT_BYTES
     if plan.zero >= 3 and expert_shards > 1 and not unsharded:
-        zero_buffers += expert_prefetch * (ZERO3_PREFETCH_BLOCKS * WEIGHT_BYTES + gbytes)
+        zero_buffers += ZERO3_PREFETCH_BLOCKS * expert_prefetch * WEIGHT_BYTES
     context = runtime_reserve_bytes(plan, is_tpu=is_tpu)
-    allocator = frag * (fixed_state.total + fixed_act + zero_buffers)
-    layer_allocator = frag * (layer_state.total + layer_act)
+    fit, seen = _overheads(frag, typical, fixed_state.total + fixed_act + zero_buffers)
+    layer_fit, layer_seen = _overheads(frag, typical, layer_state.total + layer_act)
     per_kind: tuple[StageMemory, ...] = ()
     if terms.heterogeneous:
         acts = [(b.activation_bytes - block.activation_bytes) * held for b in blocks]
         per_kind = tuple(
-            _kind_delta(state(p, e), act, frag)
+            _kind_delta(state(p, e), act, frag, typical)
             for (p, e), act in zip(terms.param_deltas(stage), acts, strict=True)
         )
     return StageMemoryModel(
@@ -273,9 +290,9 @@ def stage_memory_model(terms: StageTerms, stage: int, recompute: Recompute) -> S
             fixed_state.grads,
             fixed_state.optimizer,
             fixed_act,
-            zero_buffers + context + allocator,
-            context + allocator,
-            allocator,
+            zero_buffers + context + fit,
+            context + fit,
+            seen,
             context,
         ),
         per_layer=StageMemory(
@@ -283,17 +300,17 @@ def stage_memory_model(terms: StageTerms, stage: int, recompute: Recompute) -> S
             layer_state.grads,
             layer_state.optimizer,
             layer_act,
-            layer_allocator,
-            layer_allocator,
-            layer_allocator,
+            layer_fit,
+            layer_fit,
+            layer_seen,
         ),
         per_kind=per_kind,
     )
 
 
-def _kind_delta(state: StateBytes, act_bytes: float, frag: float) -> StageMemory:
-    over = frag * (state.total + act_bytes)
-    return StageMemory(state.weights, state.grads, state.optimizer, act_bytes, over, over, over)
+def _kind_delta(state: StateBytes, act_bytes: float, frag: float, typical: float) -> StageMemory:
+    fit, seen = _overheads(frag, typical, state.total + act_bytes)
+    return StageMemory(state.weights, state.grads, state.optimizer, act_bytes, fit, fit, seen)
 
 
 def kind_bytes_per_stage(terms: StageTerms, recompute: Recompute) -> list[tuple[float, tuple[float, ...]]]:
