@@ -86,6 +86,8 @@ LOGIT_BYTES = {CrossEntropy.FUSED: 6.0, CrossEntropy.UPCAST: 12.0}  # per logit 
 XLA_RUNTIME_RESERVE_BYTES = 0.0  # TPU: no CUDA context or NCCL buffers; no figure published
 XLA_FRAGMENTATION = 0.0  # TPU: XLA assigns buffers at compile time (module docstring)
 ZERO3_PREFETCH_BLOCKS = 2  # FSDP keeps the current and the prefetched block unsharded
+HEAD_SAVED_INPUTS = 2  # the final norm's input and the LM head's input, n*h each (docstring)
+# (ZeRO-3 buffers during a block's backward: module docstring, "ZeRO-3 (FSDP2)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,27 +255,36 @@ def stage_memory_model(terms: StageTerms, stage: int, recompute: Recompute) -> S
     typical = allocator_overhead(is_tpu, job.allocator)
     held = in_flight_micro_batches(stage, plan, terms.num_micro_batches)
     working = max(b.working_bytes for b in blocks)
-    fixed_act = working
-    if stage == 0:  # the head's stored part (vision encoder) per in-flight micro-batch, as blocks'
-        first = terms.at(stage).first
-        fixed_act += first.activation_bytes - first.stored_bytes + first.stored_bytes * held
-    if stage == plan.pp - 1:  # on a TPU max(working, logits): only the excess over the block
-        last = terms.at(stage).last
-        logits = last.activation_bytes - last.stored_bytes  # transient (logits, loss); MTP stored
-        if is_tpu:
-            fixed_act += max(0.0, logits - working)
-        else:
-            fixed_act += logits * logit_bytes_per_element(job) / LOGITS_BYTES_PER_ELEMENT
-        fixed_act += last.stored_bytes * held
-    layer_act = block.activation_bytes * held
     kinds = terms.at(stage).kinds
     prefetch = max(k.params for k in kinds) if kinds else terms.block_params
     expert_prefetch = max(k.expert_params for k in kinds) if kinds else terms.block_expert_params
-    zero_buffers = 0.0
-    if plan.zero >= 3 and shards > 1 and not unsharded:
-        zero_buffers += ZERO3_PREFETCH_BLOCKS * prefetch * WEIGHT_BYTES
-    if plan.zero >= 3 and expert_shards > 1 and not unsharded:
-        zero_buffers += ZERO3_PREFETCH_BLOCKS * expert_prefetch * WEIGHT_BYTES
+    zero3 = not is_tpu and plan.zero >= 3 and shards > 1 and not unsharded
+    expert_zero3 = not is_tpu and plan.zero >= 3 and expert_shards > 1 and not unsharded
+    gathered = (prefetch if zero3 else 0.0) + (expert_prefetch if expert_zero3 else 0.0)
+    fixed_act = 0.0
+    if stage == 0:  # the head's stored part (vision encoder) per in-flight micro-batch, as blocks'
+        first = terms.at(stage).first
+        fixed_act += first.activation_bytes - first.stored_bytes + first.stored_bytes * held
+    loss = 0.0
+    if stage == plan.pp - 1:
+        last = terms.at(stage).last
+        loss = last.activation_bytes - last.stored_bytes  # transient (logits, loss); MTP stored
+        if not is_tpu:  # the loss kernel's bytes per logit, and the head's saved inputs
+            loss = loss * logit_bytes_per_element(job) / LOGITS_BYTES_PER_ELEMENT
+            loss += HEAD_SAVED_INPUTS * terms.at(stage).block[Recompute.FULL].activation_bytes
+        fixed_act += last.stored_bytes * held
+    # ZeRO-3 (FSDP2) during a block's backward: the block and the prefetched one unsharded, its
+    # gradients unsharded in bf16 and in the reduce dtype, and the previous block's reduce-scatter
+    # input where it outlives what the block's backward frees
+    freed = min(b.activation_bytes for b in blocks)
+    zero3_backward = gathered * (
+        ZERO3_PREFETCH_BLOCKS * WEIGHT_BYTES + WEIGHT_BYTES + gbytes
+    ) + max(0.0, gbytes * gathered - freed)
+    if loss >= working + zero3_backward:  # the peak: the loss's transient, or a block's backward
+        fixed_act, zero_buffers = fixed_act + loss, 0.0
+    else:
+        fixed_act, zero_buffers = fixed_act + working, zero3_backward
+    layer_act = block.activation_bytes * held
     context = runtime_reserve_bytes(plan, is_tpu=is_tpu)
     fit, seen = _overheads(frag, typical, fixed_state.total + fixed_act + zero_buffers)
     layer_fit, layer_seen = _overheads(frag, typical, layer_state.total + layer_act)
