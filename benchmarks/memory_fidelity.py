@@ -54,7 +54,7 @@ class MemoryRow:
 
 def _predicted_bytes(predicted: object, statistic: str) -> float:
     name = "peak_allocated_bytes" if statistic == "allocated" else "peak_reserved_bytes"
-    return float(getattr(predicted, name, getattr(predicted, "peak_memory_bytes")))
+    return float(getattr(predicted, name, predicted.peak_memory_bytes))
 
 
 def evaluate_memory_case(case: MemoryCase) -> MemoryRow:
@@ -117,7 +117,9 @@ def _figures(rows: list[MemoryRow]) -> str:
 
 def _arguments(argv: list[str] | None) -> argparse.Namespace:
     doc = __doc__ or ""
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.memory_fidelity", description=doc.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.memory_fidelity", description=doc.split("\n")[0]
+    )
     parser.add_argument(
         "csv", nargs="?", default=MEMORY_CSV_PATH, type=Path, help="measured peaks (default: %(default)s)"
     )
@@ -134,7 +136,9 @@ def main(argv: list[str] | None = None) -> int:
     if not rows:
         print(f"0 rows scored; {len(skipped)} skipped: " + "; ".join(f"{n} {r}" for r, n in reasons.items()))
         return 1
-    print(f"{'id':<50} {'stat':<9} {'measured':>8} {'paraplan':>8} {'err':>7} {'peak':>7} {'cap':>6} oom fits")
+    print(
+        f"{'id':<50} {'stat':<9} {'measured':>8} {'paraplan':>8} {'err':>7} {'peak':>7} {'cap':>6} oom fits"
+    )
     for r in rows:
         c, err = r.case, r.error
         measured = "" if c.measured_gib is None else f"{c.measured_gib:.2f}"
@@ -144,7 +148,10 @@ def main(argv: list[str] | None = None) -> int:
             f"{'yes' if c.oom else 'no':<3} {'yes' if r.fits else 'NO'}"
             + (f"  [{'; '.join(c.defaults)}]" if c.defaults else "")
         )
-    print(f"\n{len(rows)} rows scored; {len(skipped)} skipped: " + "; ".join(f"{n} {r}" for r, n in reasons.items()))
+    print(
+        f"\n{len(rows)} rows scored; {len(skipped)} skipped: "
+        + "; ".join(f"{n} {r}" for r, n in reasons.items())
+    )
     by_source: dict[str, list[MemoryRow]] = defaultdict(list)
     for r in rows:
         by_source[r.case.source].append(r)

@@ -166,7 +166,13 @@ def _model(row: dict[str, str], defaults: list[str]) -> dict[str, Any] | str:
             return {"name": key, "layers": layers, "activation": "swiglu", "norm": "rmsnorm", **fields}
     if name.startswith("DeepSeek-V3 dims"):  # SimuMax's truncation: 1 dense + 3 MoE, no MTP
         values = {k: v for k, v in to_fields(preset("deepseek-v3")).items() if k not in ("name", "rope")}
-        return {**values, "name": "deepseek-v3-truncated", "layers": layers, "first_dense_layers": 1, "mtp_layers": 0}
+        return {
+            **values,
+            "name": "deepseek-v3-truncated",
+            "layers": layers,
+            "first_dense_layers": 1,
+            "mtp_layers": 0,
+        }
     for key, preset_name in _MOE_PRESETS.items():
         if name.startswith(key):
             values = {k: v for k, v in to_fields(preset(preset_name)).items() if k != "name"}
@@ -222,7 +228,9 @@ def _zero(row: dict[str, str]) -> int:
 def _row_case(row: dict[str, str]) -> MemoryCase | MemorySkipped:
     rid, defaults = row["id"], []
     if "pure bf16" in row["precision"].lower():
-        return MemorySkipped(rid, "pure bf16 AdamW state (2 B per state; paraplan models fp32 master + moments)")
+        return MemorySkipped(
+            rid, "pure bf16 AdamW state (2 B per state; paraplan models fp32 master + moments)"
+        )
     hardware = next(((p, c) for key, p, c in _HARDWARE if key in row["gpu"]), None)
     if hardware is None:
         return MemorySkipped(rid, f"gpu {row['gpu']!r} not in the catalog")

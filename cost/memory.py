@@ -45,9 +45,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
+from paraplan.cost.block import LOGITS_BYTES_PER_ELEMENT
 from paraplan.cost.dp import WEIGHT_BYTES, StateBytes, grad_bytes, shard_degree, state_bytes
 from paraplan.cost.ep import expert_shard_degree
-from paraplan.cost.block import LOGITS_BYTES_PER_ELEMENT
 from paraplan.cost.plan import Allocator, CrossEntropy, Job, Layout, Recompute
 from paraplan.cost.pp import in_flight_micro_batches
 from paraplan.cost.stage import StageTerms
@@ -277,9 +277,9 @@ def stage_memory_model(terms: StageTerms, stage: int, recompute: Recompute) -> S
     # gradients unsharded in bf16 and in the reduce dtype, and the previous block's reduce-scatter
     # input where it outlives what the block's backward frees
     freed = min(b.activation_bytes for b in blocks)
-    zero3_backward = gathered * (
-        ZERO3_PREFETCH_BLOCKS * WEIGHT_BYTES + WEIGHT_BYTES + gbytes
-    ) + max(0.0, gbytes * gathered - freed)
+    zero3_backward = gathered * (ZERO3_PREFETCH_BLOCKS * WEIGHT_BYTES + WEIGHT_BYTES + gbytes) + max(
+        0.0, gbytes * gathered - freed
+    )
     if loss >= working + zero3_backward:  # the peak: the loss's transient, or a block's backward
         fixed_act, zero_buffers = fixed_act + loss, 0.0
     else:
