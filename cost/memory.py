@@ -86,6 +86,7 @@ LOGIT_BYTES = {CrossEntropy.FUSED: 6.0, CrossEntropy.UPCAST: 12.0}  # per logit 
 XLA_RUNTIME_RESERVE_BYTES = 0.0  # TPU: no CUDA context or NCCL buffers; no figure published
 XLA_FRAGMENTATION = 0.0  # TPU: XLA assigns buffers at compile time (module docstring)
 ZERO3_PREFETCH_BLOCKS = 2  # FSDP keeps the current and the prefetched block unsharded
+ZERO3_GRAD_BUCKET = 5e8  # elements: DeepSpeed's default reduce_bucket_size (module docstring)
 HEAD_SAVED_INPUTS = 2  # the final norm's input and the LM head's input, n*h each (docstring)
 # (ZeRO-3 buffers during a block's backward: module docstring, "ZeRO-3 (FSDP2)")
 
@@ -277,8 +278,11 @@ def stage_memory_model(terms: StageTerms, stage: int, recompute: Recompute) -> S
     # gradients unsharded in bf16 and in the reduce dtype, and the previous block's reduce-scatter
     # input where it outlives what the block's backward frees
     freed = min(b.activation_bytes for b in blocks)
-    zero3_backward = gathered * (ZERO3_PREFETCH_BLOCKS * WEIGHT_BYTES + WEIGHT_BYTES + gbytes) + max(
-        0.0, gbytes * gathered - freed
+    grads = min(gathered, ZERO3_GRAD_BUCKET)  # gradient buffers: a block, at most a bucket
+    zero3_backward = (
+        gathered * ZERO3_PREFETCH_BLOCKS * WEIGHT_BYTES
+        + grads * (WEIGHT_BYTES + gbytes)
+        + max(0.0, gbytes * grads - freed)
     )
     if loss >= working + zero3_backward:  # the peak: the loss's transient, or a block's backward
         fixed_act, zero_buffers = fixed_act + loss, 0.0

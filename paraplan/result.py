@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from paraplan.cost import Breakdown, Job, Plan
+from paraplan.cost.memory import StageMemory
 from paraplan.cost import evaluate as cost_evaluate
 from paraplan.cost.plan import PLAN_FIELDS, chunk_layers, is_even_chunks, plan_from_values, plan_values
 from paraplan.errors import ConfigError
@@ -233,6 +234,15 @@ def band_out(cluster: Cluster, step_time_s: float) -> StepTimeBandOut:
     return StepTimeBandOut(p10=band.p10_ratio * step_time_s, p90=band.p90_ratio * step_time_s, source=source)
 
 
+def _reserved(m: StageMemory, b: Breakdown, stage: int) -> float:
+    """A stage's reserved bytes, at most what its device has beyond the CUDA context and NCCL
+    buffers: near capacity the caching allocator frees its cached blocks before it fails
+    (cost/memory.py), so reserved saturates there (memory.md: rows at 96-97.6% of capacity)."""
+    caps = b.stage_capacity_bytes or (b.memory_capacity_bytes,) * len(b.stage_memory)
+    device = caps[stage] + b.memory_headroom_bytes
+    return max(m.allocated_bytes, min(m.reserved_bytes, device - m.context_bytes))
+
+
 def predicted_out(b: Breakdown, plan: Plan, band: StepTimeBandOut | None = None) -> Predicted:
     stages = [
         StageOut(
@@ -248,7 +258,7 @@ def predicted_out(b: Breakdown, plan: Plan, band: StepTimeBandOut | None = None)
             buffers_bytes=m.buffers_bytes,
             total_bytes=m.total_bytes,
             allocated_bytes=m.allocated_bytes,
-            reserved_bytes=m.reserved_bytes,
+            reserved_bytes=_reserved(m, b, s),
         )
         for s, m in enumerate(b.stage_memory)
     ]
@@ -266,7 +276,7 @@ def predicted_out(b: Breakdown, plan: Plan, band: StepTimeBandOut | None = None)
         mfu=b.mfu,
         peak_memory_bytes=b.peak_memory_bytes,
         peak_allocated_bytes=max(m.allocated_bytes for m in b.stage_memory),
-        peak_reserved_bytes=max(m.reserved_bytes for m in b.stage_memory),
+        peak_reserved_bytes=max(_reserved(m, b, s) for s, m in enumerate(b.stage_memory)),
         memory_capacity_bytes=peak_capacity,
         memory_reserve_bytes=b.memory_reserve_bytes,
         memory_headroom_bytes=b.memory_headroom_bytes,
