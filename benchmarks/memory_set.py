@@ -1,6 +1,6 @@
 """The measured-memory file as paraplan scenarios: each run mapped to model, cluster, job, plan.
 
-The file (``data/memory_runs_calibration.csv``, docs: ../shared/docs/memory.md) has other columns
+The file (``data/memory_runs_calibration.csv``, docs: docs/memory.md) has other columns
 than the step-time file, so it has its own mapping; the rules follow benchmarks/calibration_set.py
 wherever the two files say the same thing, and each default a row takes is listed in its
 ``MemoryCase.defaults``:

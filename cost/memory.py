@@ -1,12 +1,40 @@
-"""Peak memory of one device of a pipeline stage, by part.
+"""Peak memory of one device of a pipeline stage, by part: allocated, reserved, and what must fit.
 
-peak = model state (weights + grads + optimizer, by ZeRO stage, see dp.py)
+allocated (tensor bytes, torch.cuda.max_memory_allocated) =
+       model state (weights + grads + optimizer, by ZeRO stage, see dp.py)
      + activations (per block per micro-batch, see recompute.py) * layers * in-flight micro-batches
-     + transient working set (FULL recompute re-materialises one block; ZeRO-3 gathers two blocks)
-     + logits on the last stage + the runtime reserve (``runtime_reserve_bytes``: CUDA context,
-       NCCL buffers per communicator, allocator fragmentation of the activation working set).
+     + the larger of two transient peaks on a GPU: the loss's (last stage) and a block's backward
+       (FULL recompute's re-materialised block; ZeRO-3's gathered weights and gradient buffers)
+reserved (torch.cuda.max_memory_reserved) = allocated * (1 + ALLOCATOR_OVERHEAD[job.allocator])
+peak, what must fit = allocated * (1 + ALLOCATOR_FIT_OVERHEAD) + CUDA context + NCCL buffers.
 
-The reserve is memory a real run loses that no tensor of the model accounts for:
+Checked against torch's FSDPMemTracker (tests/cost/test_memory_oracle.py: a Llama-shaped decoder,
+FSDP2 over a fake process group on CPU): within 2% on 12 dense configurations (GQA / MQA-like /
+MHA, FSDP 2-8, recompute none and full, vocabularies 2K-8K); MoE 4-9% above.
+
+The loss (last stage): the logits at ``LOGIT_BYTES[job.cross_entropy]`` per element and the head's
+two saved inputs (the final norm's input and the LM head's input, n*h each, HEAD_SAVED_INPUTS).
+Fused (Megatron / Transformer Engine vocab-parallel cross entropy): 6 B, bf16 logits and the fp32
+softmax. Upcast (torchtitan's cross_entropy_loss: ``logits.float()`` into torch's cross_entropy):
+12 B at the loss's peak, the fp32 copy, log_softmax's saved fp32 output and its gradient (the
+oracle measures 12.0 B per logit: 4 B kept, 8 B transient, at vocabularies 8K-32K).
+
+A block's backward under ZeRO-3 (FSDP2, GPU): the block and the prefetched next one unsharded
+(ZERO3_PREFETCH_BLOCKS x 2 B per parameter), its gradients unsharded in bf16 and in the reduce
+dtype (2 + g B), and the previous block's reduce-scatter input (g B) where it outlives what the
+block's backward frees (FSDP2 keeps each reduce-scatter's buffers until the next one is issued);
+the oracle's tracker shows exactly these (Unsharded Param, All Gather, Temp, Reduce Scatter). The
+gradient buffers are at most ZERO3_GRAD_BUCKET elements (DeepSpeed ZeRO-3 reduces in buckets of
+``reduce_bucket_size``, 5e8 elements by default; a bound that only binds for blocks over 0.5 B
+parameters per device, e.g. Narayanan et al. 2021's 530B ZeRO-3 baseline). The loss's peak comes
+before the blocks' backward (the logits and their gradients are freed first), so the two are not
+added. ZeRO-3 under pipeline parallelism (``unsharded_under_pp``): torchtitan turns
+reshard_after_forward off when pp is on and torch.distributed.pipelining reduces gradients on the
+last micro-batch only, so a stage holds its weights unsharded (2 B) and accumulates unsharded
+gradients (g B) beside the shards; torchtitan's Llama 3.1 405B run (pp 8, FSDP 8, 75.3 GiB
+reserved) is 35 GiB short without them.
+
+The reserve is memory a real run holds that no tensor of the model accounts for:
 - CUDA context and library workspaces: ``CUDA_CONTEXT_BYTES``. With lazy module loading (CUDA
   11.7+, default in PyTorch 2.x: NVIDIA CUDA C++ Programming Guide, "Lazy Loading") the context
   is a few hundred MB; cuBLAS/cuBLASLt workspaces add a few to tens of MiB per stream (PyTorch
@@ -16,14 +44,23 @@ The reserve is memory a real run loses that no tensor of the model accounts for:
   NVLink/NVSwitch node and send + receive peers that is ~0.25 GB per communicator
   (``NCCL_BYTES_PER_COMMUNICATOR``). A rank belongs to the default (world) communicator and one
   per parallel group of size > 1 (tp, cp, dp x cp, pp, ep, expert data parallel).
-- Allocator fragmentation: PyTorch's caching allocator keeps freed blocks reserved and rounds
-  and splits them (PyTorch docs, "CUDA semantics", memory management: ``memory_reserved`` exceeds
-  ``memory_allocated``; ``expandable_segments`` exists to reduce it). Model state is allocated once
-  and does not fragment; the activation working set churns every micro-batch.
-  ``ALLOCATOR_FRAGMENTATION`` = 2% of it is an assumption, not a measured constant, bounded by
-  the calibration set: the MosaicML MPT-350m runs (micro-batch 18 on A100 40GB, rows 607-610 of
-  benchmarks/data/published_runs_calibration.csv) hold ~40 GB of modelled activations and run,
-  which leaves room for about 4% at most.
+- The caching allocator: PyTorch's allocator keeps freed blocks reserved and rounds and splits
+  them (PyTorch docs, "CUDA semantics", memory management). Measured reserved - allocated is
+  2.8-9.3% of allocated, median 5.3% (docs/memory.md Sec. 2: SimuMax's B200 runs, 13 of them in
+  benchmarks/data/memory_runs_calibration.csv), largest at long sequences. ``ALLOCATOR_OVERHEAD``
+  is that median with the default allocator, and reported as reserved; with
+  ``expandable_segments`` (segments grown in place, no split-block fragmentation) 2.8%, the
+  smallest gap measured, an assumption (no measured reserved figure under it). Near capacity the
+  allocator frees its cached blocks and retries before it raises out-of-memory
+  (CUDACachingAllocator: release_cached_blocks on a failed cudaMalloc), so reserved saturates at
+  capacity (rows at 96-97.6% of it) and only part of the overhead must fit:
+  ``ALLOCATOR_FIT_OVERHEAD`` = 2.8%, the smallest gap measured (the MosaicML MPT-350m runs,
+  micro-batch 18 on A100 40GB, rows 607-610 of benchmarks/data/published_runs_calibration.csv,
+  ran at 37.5 GiB modelled allocated; 5.3% would not fit them).
+
+Size: one module because the stage's memory model (stage_memory_model), its affine layer bound
+(max_layers_per_stage, kind_bytes_per_stage) and the overhead rules must agree term for term;
+the solver's memory rows are read from the same function.
 
 On a TPU (``Accelerator.is_tpu``) the program is compiled by XLA, which changes three things:
 - No runtime reserve is modelled (``XLA_RUNTIME_RESERVE_BYTES`` = 0): there is no CUDA context and

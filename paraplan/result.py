@@ -14,8 +14,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from paraplan.cost import Breakdown, Job, Plan
-from paraplan.cost.memory import StageMemory
 from paraplan.cost import evaluate as cost_evaluate
+from paraplan.cost.memory import StageMemory
 from paraplan.cost.plan import PLAN_FIELDS, chunk_layers, is_even_chunks, plan_from_values, plan_values
 from paraplan.errors import ConfigError
 from paraplan.hardware import Cluster, step_time_band

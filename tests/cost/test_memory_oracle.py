@@ -1,6 +1,6 @@
 """The allocated-memory formulas (cost/memory.py) against torch's FSDPMemTracker on CPU.
 
-The oracle (../shared/docs/memory.md Sec. 4): a small Llama-shaped decoder (RMSNorm, GQA attention
+The oracle (docs/memory.md Sec. 4): a small Llama-shaped decoder (RMSNorm, GQA attention
 through SDPA, SwiGLU MLP or top-k routed experts, untied head, fp32 cross entropy as torchtitan's
 loss) wrapped as torchtitan wraps it (FSDP2 ``fully_shard`` per block, the embedding, and the final
 norm with the head; bf16 parameters, fp32 reduce), over a fake process group of world size d, run
@@ -270,7 +270,7 @@ BASE: dict[str, Any] = {
     "full": False,
     "experts": 0,
     "top_k": 0,
-    "fake": True,  # FakeTensorMode: the same peak as real CPU tensors (memory.md Sec. 4), 10x faster
+    "fake": True,  # FakeTensorMode: the real CPU run's peak (docs/memory.md Sec. 4), 10x faster
 }
 CONFIGS = {
     "gqa": {},
@@ -294,7 +294,7 @@ MOE_CONFIGS = {
 
 
 def test_fake_tensors_give_the_real_peak() -> None:
-    """The oracle's shortcut: FakeTensorMode's peak is the real CPU run's (memory.md Sec. 4)."""
+    """The oracle's shortcut: FakeTensorMode's peak is the real CPU run's (docs/memory.md Sec. 4)."""
     c = {**BASE, "L": 2, "V": 1024, "t": 256}
     assert _tracked_bytes(c) == _tracked_bytes({**c, "fake": False})
 
