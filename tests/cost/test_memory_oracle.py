@@ -316,3 +316,90 @@ def test_moe_allocated_peak_bounds_the_fsdp_mem_tracker(name: str) -> None:
     c = {**BASE, **MOE_CONFIGS[name]}
     tracked, predicted = _tracked_bytes(c), _predicted_bytes(c)
     assert tracked <= predicted <= 1.10 * tracked, f"{name}: {predicted / tracked - 1:+.2%}"
+
+
+class TitanBlock(nn.Module):
+    """torchtitan's Llama block: separate wq, wk, wv, wo, w1, w3, w2 (the order op-level SAC counts)."""
+
+    def __init__(self, h: int, heads: int, kv: int, f: int) -> None:
+        super().__init__()
+        self.heads, self.kv, self.hd = heads, kv, h // heads
+        self.n1, self.n2 = nn.RMSNorm(h), nn.RMSNorm(h)
+        self.wq = nn.Linear(h, heads * self.hd, bias=False)
+        self.wk = nn.Linear(h, kv * self.hd, bias=False)
+        self.wv = nn.Linear(h, kv * self.hd, bias=False)
+        self.wo = nn.Linear(heads * self.hd, h, bias=False)
+        self.w1 = nn.Linear(h, f, bias=False)
+        self.w3 = nn.Linear(h, f, bias=False)
+        self.w2 = nn.Linear(f, h, bias=False)
+
+    def forward(self, x: Any) -> Any:
+        b, t, _ = x.shape
+        y = self.n1(x)
+        q = self.wq(y).view(b, t, self.heads, self.hd).transpose(1, 2)
+        k = self.wk(y).view(b, t, self.kv, self.hd).transpose(1, 2)
+        v = self.wv(y).view(b, t, self.kv, self.hd).transpose(1, 2)
+        o = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        x = x + self.wo(o.transpose(1, 2).reshape(b, t, -1))
+        y = self.n2(x)
+        return x + self.w2(F.silu(self.w1(y)) * self.w3(y))
+
+
+def _op_sac_context() -> Any:
+    """torchtitan's op-level SAC policy (torchtitan/distributed/activation_checkpoint.py): save
+    the attention outputs and every other aten.mm of the block's forward, recompute the rest."""
+    from collections import defaultdict
+
+    from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
+
+    aten = torch.ops.aten
+    save = {
+        aten.mm.default,
+        aten._scaled_dot_product_flash_attention_for_cpu.default,
+        aten._scaled_dot_product_flash_attention.default,
+        aten._scaled_dot_product_efficient_attention.default,
+    }
+    meta: dict[str, int] = defaultdict(int)
+
+    def policy(ctx: Any, func: Any, *args: Any, **kwargs: Any) -> Any:
+        key = f"{'recompute' if ctx.is_recompute else 'forward'}_mm_count"
+        if func == aten.mm.default:
+            meta[key] += 1
+        keep = func in save and not (func == aten.mm.default and meta[key] % 2 == 0)
+        return CheckpointPolicy.MUST_SAVE if keep else CheckpointPolicy.PREFER_RECOMPUTE
+
+    return create_selective_checkpoint_contexts(policy)
+
+
+@pytest.mark.parametrize(("heads", "kv"), [(8, 2), (8, 8), (4, 1)])
+def test_torchtitan_op_sac_formula_matches_torch(heads: int, kv: int) -> None:
+    """What a checkpointed block keeps under the op-level policy (MemTracker: the bytes the
+    forward leaves allocated, its output aside, plus the block input it keeps alive) equals
+    cost/recompute.py's torchtitan_op_sac_stored_bytes for the block's two layers."""
+    from paraplan.cost.plan import Job, Layout, SelectivePolicy
+    from paraplan.cost.recompute import torchtitan_op_sac_stored_bytes
+    from paraplan.graph import build_graph
+    from paraplan.graph.presets import from_fields
+    from torch.distributed._tools.mem_tracker import MemTracker
+    from torch.utils.checkpoint import checkpoint
+
+    h, f, b, t = 512, 1536, 2, 512
+    torch.manual_seed(0)
+    block = TitanBlock(h, heads, kv, f).bfloat16()
+    x = torch.randn(b, t, h, dtype=torch.bfloat16, requires_grad=True)
+    tracker = MemTracker()
+    tracker.track_external(block, x)
+
+    def total(snap: dict[Any, Any]) -> float:
+        return float(sum(v["Total"] for v in snap.values()))
+
+    with tracker:
+        before = total(tracker.get_tracker_snapshot("current"))
+        y = checkpoint(block, x, use_reentrant=False, context_fn=_op_sac_context)
+        kept = total(tracker.get_tracker_snapshot("current")) - before - y.numel() * 2 + x.numel() * 2
+    fields = {"layers": 1, "hidden": h, "ffn_hidden": f, "heads": heads, "kv_heads": kv, "vocab": 256}
+    layers = build_graph(from_fields("titan", {**fields, "activation": "swiglu", "norm": "rmsnorm"}))
+    plan = Layout(dp=1, tp=1, pp=1, micro_batch=b, zero=0, sequence_parallel=False)
+    job = Job(seq_len=t, global_batch=b, selective_policy=SelectivePolicy.TORCHTITAN_OP)
+    formula = sum(torchtitan_op_sac_stored_bytes(ly, plan, job) or 0.0 for ly in layers.block_layers(0))
+    assert kept == pytest.approx(formula, rel=0.005)
