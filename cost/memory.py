@@ -374,8 +374,10 @@ def kind_bytes_per_stage(terms: StageTerms, recompute: Recompute) -> list[tuple[
     def parts(s: int) -> tuple[float, tuple[float, ...], tuple[float, ...]]:
         mem = stage_memory_model(terms, s, recompute)
         rows = [mem.per_layer] if not mem.per_kind else [_add(mem.per_layer, d) for d in mem.per_kind]
-        state = tuple(r.weights_bytes + r.grads_bytes + r.optimizer_bytes for r in rows)
-        act = tuple(r.activations_bytes + r.buffers_bytes for r in rows)  # buffers: their reserve share
+        # buffers per layer are the allocator's share of state and activations alike
+        frag = fragmentation(terms.at(s).cluster.accelerator.is_tpu, terms.job.allocator)
+        state = tuple((r.weights_bytes + r.grads_bytes + r.optimizer_bytes) * (1 + frag) for r in rows)
+        act = tuple(r.activations_bytes * (1 + frag) for r in rows)
         return mem.fixed.total_bytes, state, act
 
     shared = not terms.pool_terms and pp > 3  # middle stages from stage 1's model
