@@ -1,12 +1,40 @@
-"""Peak memory of one device of a pipeline stage, by part.
+"""Peak memory of one device of a pipeline stage, by part: allocated, reserved, and what must fit.
 
-peak = model state (weights + grads + optimizer, by ZeRO stage, see dp.py)
+allocated (tensor bytes, torch.cuda.max_memory_allocated) =
+       model state (weights + grads + optimizer, by ZeRO stage, see dp.py)
      + activations (per block per micro-batch, see recompute.py) * layers * in-flight micro-batches
-     + transient working set (FULL recompute re-materialises one block; ZeRO-3 gathers two blocks)
-     + logits on the last stage + the runtime reserve (``runtime_reserve_bytes``: CUDA context,
-       NCCL buffers per communicator, allocator fragmentation of the activation working set).
+     + the larger of two transient peaks on a GPU: the loss's (last stage) and a block's backward
+       (FULL recompute's re-materialised block; ZeRO-3's gathered weights and gradient buffers)
+reserved (torch.cuda.max_memory_reserved) = allocated * (1 + ALLOCATOR_OVERHEAD[job.allocator])
+peak, what must fit = allocated * (1 + ALLOCATOR_FIT_OVERHEAD) + CUDA context + NCCL buffers.
 
-The reserve is memory a real run loses that no tensor of the model accounts for:
+Checked against torch's FSDPMemTracker (tests/cost/test_memory_oracle.py: a Llama-shaped decoder,
+FSDP2 over a fake process group on CPU): within 2% on 12 dense configurations (GQA / MQA-like /
+MHA, FSDP 2-8, recompute none and full, vocabularies 2K-8K); MoE 4-9% above.
+
+The loss (last stage): the logits at ``LOGIT_BYTES[job.cross_entropy]`` per element and the head's
+two saved inputs (the final norm's input and the LM head's input, n*h each, HEAD_SAVED_INPUTS).
+Fused (Megatron / Transformer Engine vocab-parallel cross entropy): 6 B, bf16 logits and the fp32
+softmax. Upcast (torchtitan's cross_entropy_loss: ``logits.float()`` into torch's cross_entropy):
+12 B at the loss's peak, the fp32 copy, log_softmax's saved fp32 output and its gradient (the
+oracle measures 12.0 B per logit: 4 B kept, 8 B transient, at vocabularies 8K-32K).
+
+A block's backward under ZeRO-3 (FSDP2, GPU): the block and the prefetched next one unsharded
+(ZERO3_PREFETCH_BLOCKS x 2 B per parameter), its gradients unsharded in bf16 and in the reduce
+dtype (2 + g B), and the previous block's reduce-scatter input (g B) where it outlives what the
+block's backward frees (FSDP2 keeps each reduce-scatter's buffers until the next one is issued);
+the oracle's tracker shows exactly these (Unsharded Param, All Gather, Temp, Reduce Scatter). The
+gradient buffers are at most ZERO3_GRAD_BUCKET elements (DeepSpeed ZeRO-3 reduces in buckets of
+``reduce_bucket_size``, 5e8 elements by default; a bound that only binds for blocks over 0.5 B
+parameters per device, e.g. Narayanan et al. 2021's 530B ZeRO-3 baseline). The loss's peak comes
+before the blocks' backward (the logits and their gradients are freed first), so the two are not
+added. ZeRO-3 under pipeline parallelism (``unsharded_under_pp``): torchtitan turns
+reshard_after_forward off when pp is on and torch.distributed.pipelining reduces gradients on the
+last micro-batch only, so a stage holds its weights unsharded (2 B) and accumulates unsharded
+gradients (g B) beside the shards; torchtitan's Llama 3.1 405B run (pp 8, FSDP 8, 75.3 GiB
+reserved) is 35 GiB short without them.
+
+The reserve is memory a real run holds that no tensor of the model accounts for:
 - CUDA context and library workspaces: ``CUDA_CONTEXT_BYTES``. With lazy module loading (CUDA
   11.7+, default in PyTorch 2.x: NVIDIA CUDA C++ Programming Guide, "Lazy Loading") the context
   is a few hundred MB; cuBLAS/cuBLASLt workspaces add a few to tens of MiB per stream (PyTorch
@@ -16,14 +44,23 @@ The reserve is memory a real run loses that no tensor of the model accounts for:
   NVLink/NVSwitch node and send + receive peers that is ~0.25 GB per communicator
   (``NCCL_BYTES_PER_COMMUNICATOR``). A rank belongs to the default (world) communicator and one
   per parallel group of size > 1 (tp, cp, dp x cp, pp, ep, expert data parallel).
-- Allocator fragmentation: PyTorch's caching allocator keeps freed blocks reserved and rounds
-  and splits them (PyTorch docs, "CUDA semantics", memory management: ``memory_reserved`` exceeds
-  ``memory_allocated``; ``expandable_segments`` exists to reduce it). Model state is allocated once
-  and does not fragment; the activation working set churns every micro-batch.
-  ``ALLOCATOR_FRAGMENTATION`` = 2% of it is an assumption, not a measured constant, bounded by
-  the calibration set: the MosaicML MPT-350m runs (micro-batch 18 on A100 40GB, rows 607-610 of
-  benchmarks/data/published_runs_calibration.csv) hold ~40 GB of modelled activations and run,
-  which leaves room for about 4% at most.
+- The caching allocator: PyTorch's allocator keeps freed blocks reserved and rounds and splits
+  them (PyTorch docs, "CUDA semantics", memory management). Measured reserved - allocated is
+  2.8-9.3% of allocated, median 5.3% (docs/memory.md Sec. 2: SimuMax's B200 runs, 13 of them in
+  benchmarks/data/memory_runs_calibration.csv), largest at long sequences. ``ALLOCATOR_OVERHEAD``
+  is that median with the default allocator, and reported as reserved; with
+  ``expandable_segments`` (segments grown in place, no split-block fragmentation) 2.8%, the
+  smallest gap measured, an assumption (no measured reserved figure under it). Near capacity the
+  allocator frees its cached blocks and retries before it raises out-of-memory
+  (CUDACachingAllocator: release_cached_blocks on a failed cudaMalloc), so reserved saturates at
+  capacity (rows at 96-97.6% of it) and only part of the overhead must fit:
+  ``ALLOCATOR_FIT_OVERHEAD`` = 2.8%, the smallest gap measured (the MosaicML MPT-350m runs,
+  micro-batch 18 on A100 40GB, rows 607-610 of benchmarks/data/published_runs_calibration.csv,
+  ran at 37.5 GiB modelled allocated; 5.3% would not fit them).
+
+Size: one module because the stage's memory model (stage_memory_model), its affine layer bound
+(max_layers_per_stage, kind_bytes_per_stage) and the overhead rules must agree term for term;
+the solver's memory rows are read from the same function.
 
 On a TPU (``Accelerator.is_tpu``) the program is compiled by XLA, which changes three things:
 - No runtime reserve is modelled (``XLA_RUNTIME_RESERVE_BYTES`` = 0): there is no CUDA context and
@@ -45,9 +82,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
+from paraplan.cost.block import LOGITS_BYTES_PER_ELEMENT
 from paraplan.cost.dp import WEIGHT_BYTES, StateBytes, grad_bytes, shard_degree, state_bytes
 from paraplan.cost.ep import expert_shard_degree
-from paraplan.cost.plan import Layout, Recompute
+from paraplan.cost.plan import Allocator, CrossEntropy, Job, Layout, Recompute
 from paraplan.cost.pp import in_flight_micro_batches
 from paraplan.cost.stage import StageTerms
 
@@ -66,24 +104,46 @@ __all__ = [
     "XLA_RUNTIME_RESERVE_BYTES",
     "XLA_FRAGMENTATION",
     "fragmentation",
+    "allocator_overhead",
+    "ALLOCATOR_OVERHEAD",
+    "ALLOCATOR_FIT_OVERHEAD",
+    "LOGIT_BYTES",
+    "logit_bytes_per_element",
+    "unsharded_under_pp",
 ]
 
 CUDA_CONTEXT_BYTES = 0.5e9  # CUDA context + cuBLAS workspaces, lazy loading (module docstring)
 NCCL_BYTES_PER_COMMUNICATOR = 0.25e9  # NCCL_BUFFSIZE 4 MiB x channels x peers (module docstring)
-ALLOCATOR_FRAGMENTATION = 0.02  # of the activation working set; assumption (module docstring)
+# reserved beyond allocated, a share of the allocated bytes (module docstring): as measured
+# (reported as reserved) and the part that must fit (the allocator frees cached blocks first)
+ALLOCATOR_OVERHEAD = {Allocator.DEFAULT: 0.053, Allocator.EXPANDABLE_SEGMENTS: 0.028}
+ALLOCATOR_FIT_OVERHEAD = {Allocator.DEFAULT: 0.028, Allocator.EXPANDABLE_SEGMENTS: 0.028}
+ALLOCATOR_FRAGMENTATION = ALLOCATOR_FIT_OVERHEAD[Allocator.DEFAULT]
+LOGIT_BYTES = {CrossEntropy.FUSED: 6.0, CrossEntropy.UPCAST: 12.0}  # per logit element (docstring)
 XLA_RUNTIME_RESERVE_BYTES = 0.0  # TPU: no CUDA context or NCCL buffers; no figure published
 XLA_FRAGMENTATION = 0.0  # TPU: XLA assigns buffers at compile time (module docstring)
 ZERO3_PREFETCH_BLOCKS = 2  # FSDP keeps the current and the prefetched block unsharded
+ZERO3_GRAD_BUCKET = 5e8  # elements: DeepSpeed's default reduce_bucket_size (module docstring)
+HEAD_SAVED_INPUTS = 2  # the final norm's input and the LM head's input, n*h each (docstring)
+# (ZeRO-3 buffers during a block's backward: module docstring, "ZeRO-3 (FSDP2)")
 
 
 @dataclass(frozen=True, slots=True)
 class StageMemory:
+    """One device's peak bytes by part. ``total_bytes`` is what must fit; the reserve splits into
+    the caching allocator's overhead (``allocator_bytes``: reserved beyond allocated) and what
+    lies outside torch's statistics (``context_bytes``: CUDA context, NCCL buffers) and the
+    allocator's share that must fit (fragmentation); ``allocator_bytes`` is the larger share a
+    run's reserved memory shows (allocator_overhead), reported, not fitted."""
+
     weights_bytes: float
     grads_bytes: float
     optimizer_bytes: float
     activations_bytes: float
     buffers_bytes: float  # the runtime reserve included (ZeRO-3 prefetch buffers besides)
     reserve_bytes: float = 0.0  # the runtime reserve part of buffers_bytes (informational)
+    allocator_bytes: float = 0.0  # reserved beyond allocated, as measured (allocator_overhead)
+    context_bytes: float = 0.0  # the CUDA-context + NCCL part of reserve_bytes
 
     @property
     def total_bytes(self) -> float:
@@ -94,6 +154,17 @@ class StageMemory:
             + self.activations_bytes
             + self.buffers_bytes
         )
+
+    @property
+    def allocated_bytes(self) -> float:
+        """Tensor bytes at the peak (torch.cuda.max_memory_allocated): total less the reserve."""
+        return self.total_bytes - self.reserve_bytes
+
+    @property
+    def reserved_bytes(self) -> float:
+        """What the caching allocator holds (torch.cuda.max_memory_reserved): allocated plus its
+        overhead."""
+        return self.allocated_bytes + self.allocator_bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,28 +179,10 @@ class StageMemoryModel:
 
     def at(self, layers: int, counts: tuple[int, ...] = ()) -> StageMemory:
         f, p = self.fixed, self.per_layer
-        parts = [
-            StageMemory(
-                f.weights_bytes + layers * p.weights_bytes,
-                f.grads_bytes + layers * p.grads_bytes,
-                f.optimizer_bytes + layers * p.optimizer_bytes,
-                f.activations_bytes + layers * p.activations_bytes,
-                f.buffers_bytes + layers * p.buffers_bytes,
-                f.reserve_bytes + layers * p.reserve_bytes,
-            )
-        ]
+        parts = [StageMemory(*(getattr(f, name) + layers * getattr(p, name) for name in _PARTS))]
         for d, n in zip(self.per_kind, counts, strict=False):
             if n:
-                parts.append(
-                    StageMemory(
-                        n * d.weights_bytes,
-                        n * d.grads_bytes,
-                        n * d.optimizer_bytes,
-                        n * d.activations_bytes,
-                        n * d.buffers_bytes,
-                        n * d.reserve_bytes,
-                    )
-                )
+                parts.append(StageMemory(*(n * getattr(d, name) for name in _PARTS)))
         if len(parts) == 1:
             return parts[0]
         return StageMemory(*(sum(getattr(q, name) for q in parts) for name in _PARTS))
@@ -170,96 +223,146 @@ def runtime_reserve_bytes(plan: Layout, *, is_tpu: bool = False) -> float:
     return CUDA_CONTEXT_BYTES + NCCL_BYTES_PER_COMMUNICATOR * num_communicators(plan)
 
 
-def fragmentation(is_tpu: bool) -> float:
-    """Share of the activation working set lost to the allocator: ALLOCATOR_FRAGMENTATION on a
-    GPU, XLA_FRAGMENTATION on a TPU (module docstring)."""
-    return XLA_FRAGMENTATION if is_tpu else ALLOCATOR_FRAGMENTATION
+def fragmentation(is_tpu: bool, allocator: Allocator = Allocator.DEFAULT) -> float:
+    """Share of the allocated bytes the caching allocator needs beyond them for a plan to fit:
+    ALLOCATOR_FIT_OVERHEAD[allocator] on a GPU, XLA_FRAGMENTATION on a TPU (module docstring)."""
+    return XLA_FRAGMENTATION if is_tpu else ALLOCATOR_FIT_OVERHEAD[allocator]
+
+
+def allocator_overhead(is_tpu: bool, allocator: Allocator = Allocator.DEFAULT) -> float:
+    """Share of the allocated bytes a run's reserved memory exceeds them by, as measured:
+    ALLOCATOR_OVERHEAD[allocator] on a GPU, XLA_FRAGMENTATION on a TPU (module docstring)."""
+    return XLA_FRAGMENTATION if is_tpu else ALLOCATOR_OVERHEAD[allocator]
+
+
+def logit_bytes_per_element(job: Job) -> float:
+    """Bytes per logit element at the loss's peak: LOGIT_BYTES[job.cross_entropy] (module docstring)."""
+    return LOGIT_BYTES[job.cross_entropy]
+
+
+def unsharded_under_pp(plan: Layout, num_micro_batches: int) -> bool:
+    """ZeRO-3 under pipeline parallelism with more than one micro-batch keeps each stage's weights
+    unsharded from the first forward to the last backward and accumulates unsharded gradients
+    (torchtitan: reshard_after_forward off when pp is on; torch.distributed.pipelining syncs
+    gradients on the last micro-batch only). Module docstring."""
+    return plan.zero >= 3 and plan.pp > 1 and num_micro_batches > 1 and shard_degree(plan) > 1
+
+
+def _overheads(fit: float, typical: float, allocated: float) -> tuple[float, float]:
+    return fit * allocated, typical * allocated
 
 
 def stage_memory_model(terms: StageTerms, stage: int, recompute: Recompute) -> StageMemoryModel:
     """Parts of the module docstring, split into what one layer adds and what the stage has anyway.
 
     Formula per layer: state(block params) + block activations x in-flight micro-batches;
-    fixed: state(embedding/head, MTP experts included) + logits + the ends' stored activations
-    (vision encoder, MTP block: EndCost.stored_bytes) x the same in-flight micro-batches +
-    FULL's working block + reserve (+ ZeRO-3 prefetch);
-    the reserve is runtime_reserve_bytes + fragmentation x the activations (fixed and per layer).
+    fixed: state(embedding/head, MTP experts included) + logits (x logit_bytes_per_element / 6,
+    the end's logits being priced at 6 B) + the ends' stored activations (vision encoder, MTP
+    block: EndCost.stored_bytes) x the same in-flight micro-batches + FULL's working block +
+    ZeRO-3 buffers (the prefetched blocks and one block's unsharded gradients) + reserve;
+    ZeRO-3 under PP (unsharded_under_pp) adds the unsharded weights and gradients to the state
+    and needs no prefetch. The reserve is runtime_reserve_bytes (context_bytes) + fragmentation
+    x the allocated bytes (allocator_bytes), fixed and per layer.
     On a TPU the logits and the working block count as max(logits, working), not their sum
     (module docstring). Routed-expert state is sharded over the expert-data-parallel group
     (dp*cp/ep). Models with several block kinds: per layer is the base kind's block, each other
-    kind adds its difference (``per_kind``); the working block and the ZeRO-3 prefetch are the
+    kind adds its difference (``per_kind``); the working block and the ZeRO-3 buffers are the
     largest kind's (whichever kinds the stage holds: a bound that keeps the model affine).
     """
-    plan = terms.plan
-    shards, gbytes = shard_degree(plan), grad_bytes(terms.job)
+    plan, job = terms.plan, terms.job
+    shards, gbytes = shard_degree(plan), grad_bytes(job)
     expert_shards = shard_degree(plan, expert=True)
-    fixed_state = _sum(
-        state_bytes(terms.stage_params(stage, 0), plan.zero, shards, gbytes),
-        state_bytes(terms.stage_expert_params(stage, 0), plan.zero, expert_shards, gbytes),
-    )
-    layer_state = _sum(
-        state_bytes(terms.block_params, plan.zero, shards, gbytes),
-        state_bytes(terms.block_expert_params, plan.zero, expert_shards, gbytes),
-    )
+    is_tpu = terms.at(stage).cluster.accelerator.is_tpu
+    unsharded = not is_tpu and unsharded_under_pp(plan, terms.num_micro_batches)
+
+    def state(params: float, expert_params: float) -> StateBytes:
+        out = _sum(
+            state_bytes(params, plan.zero, shards, gbytes),
+            state_bytes(expert_params, plan.zero, expert_shards, gbytes),
+        )
+        if not unsharded:
+            return out
+        copies = params + (expert_params if expert_shards > 1 else 0.0)
+        return StateBytes(out.weights + WEIGHT_BYTES * copies, out.grads + gbytes * copies, out.optimizer)
+
+    fixed_state = state(terms.stage_params(stage, 0), terms.stage_expert_params(stage, 0))
+    layer_state = state(terms.block_params, terms.block_expert_params)
     block = terms.block_at(stage, recompute)
     blocks = terms.kind_blocks_at(stage, recompute)
-    is_tpu = terms.at(stage).cluster.accelerator.is_tpu
-    frag = fragmentation(is_tpu)
+    frag = fragmentation(is_tpu, job.allocator)
+    typical = allocator_overhead(is_tpu, job.allocator)
     held = in_flight_micro_batches(stage, plan, terms.num_micro_batches)
     working = max(b.working_bytes for b in blocks)
-    fixed_act = working
-    if stage == 0:  # the head's stored part (vision encoder) per in-flight micro-batch, as blocks'
-        first = terms.at(stage).first
-        fixed_act += first.activation_bytes - first.stored_bytes + first.stored_bytes * held
-    if stage == plan.pp - 1:  # on a TPU max(working, logits): only the excess over the block
-        last = terms.at(stage).last
-        logits = last.activation_bytes - last.stored_bytes  # transient (logits, loss); MTP stored
-        fixed_act += (max(0.0, logits - working) if is_tpu else logits) + last.stored_bytes * held
-    layer_act = block.activation_bytes * held
-    reserve = runtime_reserve_bytes(plan, is_tpu=is_tpu) + frag * fixed_act
-    layer_reserve = frag * layer_act
-    buffers = reserve
     kinds = terms.at(stage).kinds
     prefetch = max(k.params for k in kinds) if kinds else terms.block_params
     expert_prefetch = max(k.expert_params for k in kinds) if kinds else terms.block_expert_params
-    if plan.zero >= 3 and shards > 1:
-        buffers += ZERO3_PREFETCH_BLOCKS * prefetch * WEIGHT_BYTES
-    if plan.zero >= 3 and expert_shards > 1:
-        buffers += ZERO3_PREFETCH_BLOCKS * expert_prefetch * WEIGHT_BYTES
+    zero3 = not is_tpu and plan.zero >= 3 and shards > 1 and not unsharded
+    expert_zero3 = not is_tpu and plan.zero >= 3 and expert_shards > 1 and not unsharded
+    gathered = (prefetch if zero3 else 0.0) + (expert_prefetch if expert_zero3 else 0.0)
+    fixed_act = 0.0
+    if stage == 0:  # the head's stored part (vision encoder) per in-flight micro-batch, as blocks'
+        first = terms.at(stage).first
+        fixed_act += first.activation_bytes - first.stored_bytes + first.stored_bytes * held
+    loss = 0.0
+    if stage == plan.pp - 1:
+        last = terms.at(stage).last
+        loss = last.activation_bytes - last.stored_bytes  # transient (logits, loss); MTP stored
+        if not is_tpu:  # the loss kernel's bytes per logit, and the head's saved inputs
+            loss = loss * logit_bytes_per_element(job) / LOGITS_BYTES_PER_ELEMENT
+            loss += HEAD_SAVED_INPUTS * terms.at(stage).block[Recompute.FULL].activation_bytes
+        fixed_act += last.stored_bytes * held
+    # ZeRO-3 (FSDP2) during a block's backward: the block and the prefetched one unsharded, its
+    # gradients unsharded in bf16 and in the reduce dtype, and the previous block's reduce-scatter
+    # input where it outlives what the block's backward frees
+    freed = min(b.activation_bytes for b in blocks)
+    grads = min(gathered, ZERO3_GRAD_BUCKET)  # gradient buffers: a block, at most a bucket
+    zero3_backward = (
+        gathered * ZERO3_PREFETCH_BLOCKS * WEIGHT_BYTES
+        + grads * (WEIGHT_BYTES + gbytes)
+        + max(0.0, gbytes * grads - freed)
+    )
+    if loss >= working + zero3_backward:  # the peak: the loss's transient, or a block's backward
+        fixed_act, zero_buffers = fixed_act + loss, 0.0
+    else:
+        fixed_act, zero_buffers = fixed_act + working, zero3_backward
+    layer_act = block.activation_bytes * held
+    context = runtime_reserve_bytes(plan, is_tpu=is_tpu)
+    fit, seen = _overheads(frag, typical, fixed_state.total + fixed_act + zero_buffers)
+    layer_fit, layer_seen = _overheads(frag, typical, layer_state.total + layer_act)
     per_kind: tuple[StageMemory, ...] = ()
     if terms.heterogeneous:
         acts = [(b.activation_bytes - block.activation_bytes) * held for b in blocks]
         per_kind = tuple(
-            _kind_delta(
-                _sum(
-                    state_bytes(p, plan.zero, shards, gbytes),
-                    state_bytes(e, plan.zero, expert_shards, gbytes),
-                ),
-                act,
-                frag,
-            )
+            _kind_delta(state(p, e), act, frag, typical)
             for (p, e), act in zip(terms.param_deltas(stage), acts, strict=True)
         )
     return StageMemoryModel(
         fixed=StageMemory(
-            fixed_state.weights, fixed_state.grads, fixed_state.optimizer, fixed_act, buffers, reserve
+            fixed_state.weights,
+            fixed_state.grads,
+            fixed_state.optimizer,
+            fixed_act,
+            zero_buffers + context + fit,
+            context + fit,
+            seen,
+            context,
         ),
         per_layer=StageMemory(
             layer_state.weights,
             layer_state.grads,
             layer_state.optimizer,
             layer_act,
-            layer_reserve,
-            layer_reserve,
+            layer_fit,
+            layer_fit,
+            layer_seen,
         ),
         per_kind=per_kind,
     )
 
 
-def _kind_delta(state: StateBytes, act_bytes: float, frag: float) -> StageMemory:
-    return StageMemory(
-        state.weights, state.grads, state.optimizer, act_bytes, frag * act_bytes, frag * act_bytes
-    )
+def _kind_delta(state: StateBytes, act_bytes: float, frag: float, typical: float) -> StageMemory:
+    fit, seen = _overheads(frag, typical, state.total + act_bytes)
+    return StageMemory(state.weights, state.grads, state.optimizer, act_bytes, fit, fit, seen)
 
 
 def kind_bytes_per_stage(terms: StageTerms, recompute: Recompute) -> list[tuple[float, tuple[float, ...]]]:
@@ -271,8 +374,10 @@ def kind_bytes_per_stage(terms: StageTerms, recompute: Recompute) -> list[tuple[
     def parts(s: int) -> tuple[float, tuple[float, ...], tuple[float, ...]]:
         mem = stage_memory_model(terms, s, recompute)
         rows = [mem.per_layer] if not mem.per_kind else [_add(mem.per_layer, d) for d in mem.per_kind]
-        state = tuple(r.weights_bytes + r.grads_bytes + r.optimizer_bytes for r in rows)
-        act = tuple(r.activations_bytes + r.buffers_bytes for r in rows)  # buffers: their reserve share
+        # buffers per layer are the allocator's share of state and activations alike
+        frag = fragmentation(terms.at(s).cluster.accelerator.is_tpu, terms.job.allocator)
+        state = tuple((r.weights_bytes + r.grads_bytes + r.optimizer_bytes) * (1 + frag) for r in rows)
+        act = tuple(r.activations_bytes * (1 + frag) for r in rows)
         return mem.fixed.total_bytes, state, act
 
     shared = not terms.pool_terms and pp > 3  # middle stages from stage 1's model
@@ -321,14 +426,14 @@ def max_layers_per_stage(
     middle = stage_memory_model(terms, 1, recompute)
     room = capacity_bytes - middle.fixed.total_bytes
     act = terms.block[recompute].activation_bytes
-    frag = fragmentation(terms.cluster.accelerator.is_tpu)
+    frag = fragmentation(terms.cluster.accelerator.is_tpu, terms.job.allocator)
     p = middle.per_layer
     state = p.weights_bytes + p.grads_bytes + p.optimizer_bytes
     out = [ends[0].max_layers(capacity_bytes)]
     for s in range(1, pp - 1):
         held = in_flight_micro_batches(s, terms.plan, terms.num_micro_batches)
         layer_act = act * held
-        out.append(_max_layers(room, state + layer_act + frag * layer_act))
+        out.append(_max_layers(room, state + layer_act + frag * (state + layer_act)))
     return out + [ends[pp - 1].max_layers(capacity_bytes)]
 
 

@@ -40,6 +40,9 @@ from paraplan.cost.split import (
 __all__ = [
     "Axis",
     "Precision",
+    "Allocator",
+    "CrossEntropy",
+    "SelectivePolicy",
     "Recompute",
     "CPComm",
     "MoEDispatcher",
@@ -93,6 +96,28 @@ class AttentionKernel(StrEnum):
     FLASH2 = "flash2"  # FlashAttention-2 (flash-attn 2.x, written for Ampere's instructions)
 
 
+class Allocator(StrEnum):
+    """The CUDA caching allocator's mode (``PYTORCH_CUDA_ALLOC_CONF``; cost/memory.py
+    ``allocator_overhead``)."""
+
+    DEFAULT = "default"  # fixed-size segments, split and cached
+    EXPANDABLE_SEGMENTS = "expandable_segments"  # expandable_segments:True, segments grown in place
+
+
+class CrossEntropy(StrEnum):
+    """How the loss is computed over the logits (cost/memory.py ``logit_bytes_per_element``)."""
+
+    FUSED = "fused"  # fused vocab-parallel kernel (Megatron / TE): bf16 logits + fp32 softmax
+    UPCAST = "upcast"  # logits upcast to fp32, torch cross_entropy (torchtitan, HF Trainer)
+
+
+class SelectivePolicy(StrEnum):
+    """What ``recompute: selective`` keeps (cost/recompute.py): the framework's own policy."""
+
+    CORE_ATTENTION = "core_attention"  # Megatron: recompute the attention core only
+    TORCHTITAN_OP = "torchtitan_op"  # torchtitan op-level SAC: save every other matmul + SDPA
+
+
 class Recompute(StrEnum):
     NONE = "none"
     SELECTIVE = "selective"
@@ -130,6 +155,9 @@ class Job:
     )
     image_tokens: int = 0  # image patch tokens per sample into a vision encoder; 0 = the model's
     # default (ModelSpec.vision.image_tokens; graph Layer.tokens_per_sample)
+    allocator: Allocator = Allocator.DEFAULT  # PYTORCH_CUDA_ALLOC_CONF (reserved memory, cost/memory.py)
+    cross_entropy: CrossEntropy = CrossEntropy.FUSED  # the loss kernel (logit bytes, cost/memory.py)
+    selective_policy: SelectivePolicy = SelectivePolicy.CORE_ATTENTION  # cost/recompute.py
 
     @property
     def tokens_per_step(self) -> int:

@@ -19,6 +19,17 @@ h/t + sum(out_dim / (t if column-parallel else 1)), activation sharding over Max
 (logical rule ``activation_embed: tensor``) playing the part of SP. Checked against XLA: a
 MaxText-shaped decoder compiled by jax keeps exactly these bytes per layer under ``minimal`` and
 exactly the block input under ``full`` (tests/cost/test_xla_memory_oracle.py).
+
+torchtitan's op-level selective checkpointing (``job.selective_policy: torchtitan_op``; torchtitan
+``activation_checkpoint.mode = "selective"``, ``selective_ac_option = "op"``,
+torchtitan/distributed/activation_checkpoint.py ``_op_sac_save_list``) is another policy under the
+same word: each transformer block is checkpointed with a policy that saves the outputs of
+attention (SDPA: output and its fp32 logsumexp) and of every other ``aten.mm`` in the block's
+forward order (the 1st, 3rd, ...: of Llama's wq, wk, wv, wo, w1, w3, w2 the wq, wv, w1 and w2
+outputs) and recomputes the rest; the checkpoint also keeps the block's input. Per token:
+h/sp + q/t + kv/t + q/t (SDPA out) + 2 heads/t (logsumexp, fp32) + f/t + h (w2's output before
+the TP reduction; tp = 1 in the published runs) elements of 2 B. It is priced for dense GQA blocks
+(a q/k/v attention and a gated MLP); other layers (MoE, MLA, Mamba) keep Megatron's selective.
 """
 
 from __future__ import annotations
@@ -33,10 +44,16 @@ from paraplan.cost.compute import (
     tokens_per_device,
 )
 from paraplan.cost.ep import expert_stored_bytes
-from paraplan.cost.plan import Job, Layout, Recompute
-from paraplan.graph import Layer
+from paraplan.cost.plan import Job, Layout, Recompute, SelectivePolicy
+from paraplan.graph import Layer, LayerKind
 
-__all__ = ["stored_activation_bytes", "tpu_minimal_stored_bytes", "block_input_bytes", "recompute_forward_s"]
+__all__ = [
+    "stored_activation_bytes",
+    "tpu_minimal_stored_bytes",
+    "torchtitan_op_sac_stored_bytes",
+    "block_input_bytes",
+    "recompute_forward_s",
+]
 
 QUADRATIC_ELEMS_PER_HEAD = 2.5  # softmax out (2 B), dropout mask (1 B), dropout out (2 B) = 5 B
 
@@ -58,6 +75,10 @@ def stored_activation_bytes(
         return 0.0
     if is_tpu and recompute is Recompute.SELECTIVE:
         return tpu_minimal_stored_bytes(layer, plan, job)
+    if recompute is Recompute.SELECTIVE and job.selective_policy is SelectivePolicy.TORCHTITAN_OP:
+        op = torchtitan_op_sac_stored_bytes(layer, plan, job)
+        if op is not None:
+            return op
     n = layer_tokens(layer, plan, job)
     sp_shard = plan.tp if plan.sequence_parallel else 1
     elems = layer.act_tp_elems / plan.tp + layer.act_sp_elems / sp_shard
@@ -93,6 +114,33 @@ def tpu_minimal_stored_bytes(layer: Layer, plan: Layout, job: Job) -> float:
     if layer.experts is not None:
         stored += expert_stored_bytes(layer.experts, plan, job)
     return stored
+
+
+def torchtitan_op_sac_stored_bytes(layer: Layer, plan: Layout, job: Job) -> float | None:
+    """Bytes a dense GQA attention or gated-MLP layer keeps under torchtitan's op-level SAC
+    (module docstring), or None for a layer the policy is not priced for (routed experts, MLA,
+    other kinds: they keep Megatron's selective).
+
+    Formula: attention n * (h/sp + 2 q/t + kv/t + 2 heads/t) * 2 B (the block input counted here),
+    q = the output projection's input, kv = (qkv out - q) / 2, heads = q / head_dim;
+    gated MLP n * (f/t + h) * 2 B, f = the down projection's input. FP8 keeps these at 2 B (the
+    saved matmul outputs are bf16).
+    Source: torchtitan/distributed/activation_checkpoint.py (_op_sac_save_list, mm_count % 2).
+    """
+    if layer.experts is not None or len(layer.gemms) != 2:
+        return None
+    first, last = layer.gemms
+    n = layer_tokens(layer, plan, job)
+    sp_shard = plan.tp if plan.sequence_parallel else 1
+    if layer.kind is LayerKind.ATTENTION and first.name == "qkv" and layer.act_quadratic_heads:
+        q = last.in_dim
+        kv = (first.out_dim - q) / 2
+        heads = layer.act_quadratic_heads
+        elems = first.in_dim / sp_shard + (2 * q + kv + 2 * heads) / plan.tp
+        return n * elems * ACTIVATION_BYTES
+    if layer.kind is LayerKind.MLP and first.out_dim == 2 * last.in_dim:
+        return n * (last.in_dim / plan.tp + last.out_dim) * ACTIVATION_BYTES
+    return None
 
 
 def block_input_bytes(hidden: int, plan: Layout, job: Job) -> float:

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from paraplan.cost.memory import StageMemory, fragmentation, stage_memory
+from paraplan.cost.memory import StageMemory, allocator_overhead, fragmentation, stage_memory
 from paraplan.cost.plan import Plan, Recompute
 from paraplan.cost.pp import in_flight_micro_batches
 from paraplan.cost.split import chunk_ranges
@@ -128,13 +128,15 @@ def partial_stage_memory(terms: StageTerms, stage: int, counts: Counts, recomput
     full = stage_memory(terms, stage, counts, mode)
     if not is_partial(terms.full_plan, stage) or tuple(recomputed) == tuple(counts):
         return full
-    frag = fragmentation(terms.at(stage).cluster.accelerator.is_tpu)
+    is_tpu = terms.at(stage).cluster.accelerator.is_tpu
+    frag = fragmentation(is_tpu, terms.job.allocator)
     act = sum((n - r) * e for n, r, e in zip(counts, recomputed, _stored_act(terms, stage), strict=True))
     return replace(
         full,
         activations_bytes=full.activations_bytes + act,
         buffers_bytes=full.buffers_bytes + frag * act,
         reserve_bytes=full.reserve_bytes + frag * act,
+        allocator_bytes=full.allocator_bytes + allocator_overhead(is_tpu, terms.job.allocator) * act,
     )
 
 
@@ -150,7 +152,7 @@ def _stored_act(terms: StageTerms, stage: int) -> tuple[float, ...]:
 def stored_extra_bytes(terms: StageTerms, stage: int) -> tuple[float, ...]:
     """Per kind: the peak bytes one stored (not recomputed) block of a FULL stage adds:
     (act_none - act_full) held (1 + fragmentation) (module docstring; the solver's row)."""
-    frag = fragmentation(terms.at(stage).cluster.accelerator.is_tpu)
+    frag = fragmentation(terms.at(stage).cluster.accelerator.is_tpu, terms.job.allocator)
     return tuple(a * (1 + frag) for a in _stored_act(terms, stage))
 
 

@@ -245,19 +245,23 @@ def _memory(ctx: ExportContext, terms: StageTerms) -> str:
     rows = "".join(
         f"<tr><td>{s.stage}</td>"
         + "".join(f"<td>{getattr(s, p) / GIB:,.2f}</td>" for p in memory_parts())
+        + f"<td>{s.allocated_bytes / GIB:,.2f}</td><td>{s.reserved_bytes / GIB:,.2f}</td>"
         + f"<td><b>{s.total_bytes / GIB:,.2f}</b></td><td>{caps[i] / GIB:,.2f}</td></tr>"
         for i, s in enumerate(q.stages)
     )
     head = (
         "<tr><th>stage</th>"
         + "".join(f"<th>{_e(part_label(p))}</th>" for p in memory_parts())
-        + "<th>total</th><th>capacity</th></tr>"
+        + "<th>allocated</th><th>reserved</th><th>total</th><th>capacity</th></tr>"
     )
     fits = "fits" if q.fits_memory else "does NOT fit"
     return (
         '<section id="memory"><h2>Memory per stage</h2>'
         f'<p class="note">Per device of each pipeline stage, GiB; the plan {fits} '
-        f"(peak {q.peak_memory_bytes / GIB:,.1f} of {q.memory_capacity_bytes / GIB:,.1f} GiB)."
+        f"(peak {q.peak_memory_bytes / GIB:,.1f} of {q.memory_capacity_bytes / GIB:,.1f} GiB). "
+        "Allocated: tensor bytes (torch max_memory_allocated); reserved: allocated plus the "
+        "caching allocator's overhead (max_memory_reserved); total adds the CUDA context and "
+        "NCCL buffers (cost/memory.py)."
         f"</p>{legend}{memory_svg(q, caps)}"
         f'<table class="memory">{head}{rows}</table></section>'
     )

@@ -46,11 +46,16 @@ def render_result(r: Result) -> str:
         f"speed     {q.tokens_per_s_per_gpu:,.0f} tokens/s/GPU, {q.model_tflops_per_gpu:.0f} model "
         f"TFLOP/s/GPU, MFU {q.mfu:.1%}",
         f"memory    peak {gib(q.peak_memory_bytes)} of {gib(q.memory_capacity_bytes)}"
-        + ("" if q.fits_memory else "  ** DOES NOT FIT **"),
+        + ("" if q.fits_memory else "  ** DOES NOT FIT **")
+        + (
+            f" (allocated {gib(q.peak_allocated_bytes)}, reserved {gib(q.peak_reserved_bytes)})"
+            if q.peak_allocated_bytes
+            else ""
+        ),
         *_runs_on_lines(r),
         "",
         "stage  layers  recompute  t/microbatch   weights    grads      optimizer  activations  "
-        "buffers    total",
+        "buffers    allocated  reserved   total",
     ]
     pooled = any(s.pool is not None for s in q.stages)
     if pooled:  # mixed-GPU cluster: which pool (index in cluster.pools) runs each stage
@@ -60,7 +65,8 @@ def render_result(r: Result) -> str:
         lines.append(
             f"{s.stage:>5}  {pool}{s.layers:>6}  {s.recompute:<9}  {s.time_per_micro_batch_s * 1e3:>9.1f} ms"
             f"  {gib(s.weights_bytes):>9}  {gib(s.grads_bytes):>9}  {gib(s.optimizer_bytes):>9}"
-            f"  {gib(s.activations_bytes):>11}  {gib(s.buffers_bytes):>9}  {gib(s.total_bytes):>9}"
+            f"  {gib(s.activations_bytes):>11}  {gib(s.buffers_bytes):>9}  {gib(s.allocated_bytes):>9}"
+            f"  {gib(s.reserved_bytes):>9}  {gib(s.total_bytes):>9}"
         )
     if r.solver:
         v = r.solver

@@ -267,9 +267,11 @@ def schedule_svg(trace: dict[str, Any], shares: list[float], width: float = 1100
 
 
 def memory_parts() -> list[str]:
-    """The per-stage memory parts a Result reports (every ``*_bytes`` field but the total),
-    in the Result's own field order: weights, grads, optimizer, activations, buffers, ..."""
-    return [f for f in StageOut.model_fields if f.endswith("_bytes") and f != "total_bytes"]
+    """The per-stage memory parts a Result reports (every ``*_bytes`` field but the totals:
+    total, allocated, reserved), in the Result's own field order: weights, grads, optimizer,
+    activations, buffers, ..."""
+    totals = ("total_bytes", "allocated_bytes", "reserved_bytes")
+    return [f for f in StageOut.model_fields if f.endswith("_bytes") and f not in totals]
 
 
 def part_label(part: str) -> str:

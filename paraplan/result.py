@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from paraplan.cost import Breakdown, Job, Plan
 from paraplan.cost import evaluate as cost_evaluate
+from paraplan.cost.memory import StageMemory
 from paraplan.cost.plan import PLAN_FIELDS, chunk_layers, is_even_chunks, plan_from_values, plan_values
 from paraplan.errors import ConfigError
 from paraplan.hardware import Cluster, step_time_band
@@ -102,6 +103,14 @@ class StageOut(BaseModel):
     activations_bytes: float
     buffers_bytes: float
     total_bytes: float
+    allocated_bytes: float = Field(
+        0.0, description="tensor bytes at the peak (torch max_memory_allocated): total less the reserve"
+    )
+    reserved_bytes: float = Field(
+        0.0,
+        description="allocated plus the caching allocator's overhead (torch max_memory_reserved); "
+        "total adds the CUDA context and NCCL buffers",
+    )
 
 
 class StepTimeBandOut(BaseModel):
@@ -124,6 +133,16 @@ class Predicted(BaseModel):
     model_tflops_per_gpu: float
     mfu: float
     peak_memory_bytes: float
+    peak_allocated_bytes: float = Field(
+        0.0,
+        description="largest allocated (tensor) bytes over the stages, as torch.cuda.max_memory_allocated",
+    )
+    peak_reserved_bytes: float = Field(
+        0.0,
+        description="largest reserved bytes over the stages (allocated plus the caching "
+        "allocator's overhead, job.allocator), as torch.cuda.max_memory_reserved; "
+        "peak_memory_bytes adds the CUDA context and NCCL buffers",
+    )
     memory_capacity_bytes: float
     memory_reserve_bytes: float = Field(
         0.0,
@@ -216,6 +235,15 @@ def band_out(cluster: Cluster, step_time_s: float, moe: bool = False) -> StepTim
     return StepTimeBandOut(p10=band.p10_ratio * step_time_s, p90=band.p90_ratio * step_time_s, source=source)
 
 
+def _reserved(m: StageMemory, b: Breakdown, stage: int) -> float:
+    """A stage's reserved bytes, at most what its device has beyond the CUDA context and NCCL
+    buffers: near capacity the caching allocator frees its cached blocks before it fails
+    (cost/memory.py), so reserved saturates there (memory.md: rows at 96-97.6% of capacity)."""
+    caps = b.stage_capacity_bytes or (b.memory_capacity_bytes,) * len(b.stage_memory)
+    device = caps[stage] + b.memory_headroom_bytes
+    return max(m.allocated_bytes, min(m.reserved_bytes, device - m.context_bytes))
+
+
 def predicted_out(b: Breakdown, plan: Plan, band: StepTimeBandOut | None = None) -> Predicted:
     stages = [
         StageOut(
@@ -230,6 +258,8 @@ def predicted_out(b: Breakdown, plan: Plan, band: StepTimeBandOut | None = None)
             activations_bytes=m.activations_bytes,
             buffers_bytes=m.buffers_bytes,
             total_bytes=m.total_bytes,
+            allocated_bytes=m.allocated_bytes,
+            reserved_bytes=_reserved(m, b, s),
         )
         for s, m in enumerate(b.stage_memory)
     ]
@@ -246,6 +276,8 @@ def predicted_out(b: Breakdown, plan: Plan, band: StepTimeBandOut | None = None)
         model_tflops_per_gpu=b.model_tflops_per_gpu,
         mfu=b.mfu,
         peak_memory_bytes=b.peak_memory_bytes,
+        peak_allocated_bytes=max(m.allocated_bytes for m in b.stage_memory),
+        peak_reserved_bytes=max(_reserved(m, b, s) for s, m in enumerate(b.stage_memory)),
         memory_capacity_bytes=peak_capacity,
         memory_reserve_bytes=b.memory_reserve_bytes,
         memory_headroom_bytes=b.memory_headroom_bytes,

@@ -28,6 +28,7 @@ from pydantic import (
 )
 
 from paraplan.cost import AttentionKernel, Precision
+from paraplan.cost.plan import Allocator, CrossEntropy, SelectivePolicy
 from paraplan.errors import ConfigError
 from paraplan.graph.spec import show_value
 from paraplan.hardware.topology import MAX_DEVICES, MAX_POOLS
@@ -146,6 +147,24 @@ class JobSection(Section):
         description="MoE routing in training: dropless (natural routing; default) | force_balanced "
         "(Megatron --moe-router-force-load-balancing, benchmark-only) | {capacity_factor: F} "
         "(token dropping at F, --moe-expert-capacity-factor)",
+    )
+    allocator: Allocator = Field(
+        Allocator.DEFAULT,
+        description="CUDA caching allocator: default | expandable_segments "
+        "(PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True; less reserved beyond allocated, "
+        "cost/memory.py)",
+    )
+    cross_entropy: CrossEntropy = Field(
+        CrossEntropy.FUSED,
+        description="loss kernel: fused (Megatron / Transformer Engine vocab-parallel cross "
+        "entropy: 6 B per logit) | upcast (logits cast to fp32 for torch's cross_entropy, as "
+        "torchtitan and the HF Trainer do: 12 B per logit at the backward peak)",
+    )
+    selective_policy: SelectivePolicy = Field(
+        SelectivePolicy.CORE_ATTENTION,
+        description="what plan.recompute selective keeps: core_attention (Megatron: the "
+        "attention core recomputed) | torchtitan_op (torchtitan's op-level selective "
+        "checkpointing: every other matmul output and the attention output saved; cost/recompute.py)",
     )
     image_tokens: int = Field(
         0,

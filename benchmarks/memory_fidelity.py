@@ -1,0 +1,166 @@
+"""Memory fidelity: paraplan's predicted peaks against measured ones, and what it says fits.
+
+``python -m benchmarks.memory_fidelity [CSV] [--out FILE]`` maps every row of the measured-memory
+file (default ``benchmarks/data/memory_runs_calibration.csv``) to a scenario with its fixed plan
+(benchmarks/memory_set.py gives the rules), evaluates it, and compares the row's statistic with the
+matching prediction: ``measured_what`` allocated with ``predicted.peak_allocated_bytes`` (tensor
+bytes: torch's max_memory_allocated), reserved with ``predicted.peak_reserved_bytes`` (what the
+caching allocator holds: max_memory_reserved). A row's error is predicted / measured - 1.
+
+Fit: a row fits when ``predicted.peak_memory_bytes`` (reserved plus CUDA context and NCCL
+buffers, the figure the solver keeps under capacity) is at most the row's device memory
+(memory_set.py). A *false fit* is a row reported out of memory that paraplan says fits; a *false
+refusal* a row that ran that paraplan says does not.
+
+Printed: one line per row, per source (median / p90 |error| per statistic), and the overall line
+last. ``--out`` writes ``id,measured_gib,predicted_gib,error,oom,predicted_fits`` (empty
+measured / error where the row gives no reading).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import statistics
+import sys
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+import paraplan
+from benchmarks.fidelity import summary
+from benchmarks.memory_set import GIB, MEMORY_CSV_PATH, MemoryCase, MemorySkipped, load_memory_cases
+from paraplan.errors import ConfigError
+from paraplan.instance import build_instance, fixed_plan
+
+__all__ = ["MemoryRow", "evaluate_memory_case", "memory_rows", "write_memory_rows", "main", "OUT_HEADER"]
+
+OUT_HEADER = ("id", "measured_gib", "predicted_gib", "error", "oom", "predicted_fits")
+
+
+@dataclass(frozen=True)
+class MemoryRow:
+    case: MemoryCase
+    predicted_gib: float  # the statistic the row measured (allocated or reserved; reserved if none)
+    peak_gib: float  # predicted.peak_memory_bytes, what must fit
+    capacity_gib: float
+    fits: bool
+
+    @property
+    def error(self) -> float | None:
+        m = self.case.measured_gib
+        return None if m is None or self.case.statistic == "unstated" else self.predicted_gib / m - 1.0
+
+
+def _predicted_bytes(predicted: object, statistic: str) -> float:
+    name = "peak_allocated_bytes" if statistic == "allocated" else "peak_reserved_bytes"
+    return float(getattr(predicted, name, predicted.peak_memory_bytes))
+
+
+def evaluate_memory_case(case: MemoryCase) -> MemoryRow:
+    inst = build_instance(paraplan.load_scenario(case.scenario))
+    p = paraplan.api.evaluate_plan(inst, fixed_plan(inst)).predicted
+    capacity = case.capacity_gib * GIB if case.capacity_gib is not None else p.memory_capacity_bytes
+    return MemoryRow(
+        case,
+        _predicted_bytes(p, case.statistic) / GIB,
+        p.peak_memory_bytes / GIB,
+        capacity / GIB,
+        p.peak_memory_bytes <= capacity,
+    )
+
+
+def memory_rows(path: Path | str = MEMORY_CSV_PATH) -> tuple[list[MemoryRow], list[MemorySkipped]]:
+    cases, skipped = load_memory_cases(path)
+    rows: list[MemoryRow] = []
+    for c in cases:
+        try:
+            rows.append(evaluate_memory_case(c))
+        except ConfigError as e:
+            skipped.append(MemorySkipped(c.row_id, f"plan not expressible: {str(e)[:80]}"))
+    return rows, skipped
+
+
+def write_memory_rows(rows: list[MemoryRow], path: Path | str) -> None:
+    with Path(path).open("w", newline="") as f:
+        out = csv.writer(f)
+        out.writerow(OUT_HEADER)
+        for r in rows:
+            err = r.error
+            out.writerow(
+                [
+                    r.case.row_id,
+                    "" if r.case.measured_gib is None else f"{r.case.measured_gib:.4g}",
+                    f"{r.predicted_gib:.4f}",
+                    "" if err is None else f"{err:.6f}",
+                    "yes" if r.case.oom else "no",
+                    "yes" if r.fits else "no",
+                ]
+            )
+
+
+def _figures(rows: list[MemoryRow]) -> str:
+    parts = []
+    for stat in ("allocated", "reserved"):
+        errs = [e for r in rows if r.case.statistic == stat and (e := r.error) is not None]
+        if errs:
+            med, p90 = summary(errs)
+            signed = statistics.median(errs)
+            parts.append(f"{stat} {len(errs)}: median |err| {med:.1%}, p90 {p90:.1%}, signed {signed:+.1%}")
+    false_fits = sum(r.case.oom and r.fits for r in rows)
+    ran = [r for r in rows if not r.case.oom]
+    refusals = sum(not r.fits for r in ran)
+    parts.append(f"false fits {false_fits}/{sum(r.case.oom for r in rows)} OOM rows")
+    parts.append(f"false refusals {refusals}/{len(ran)} rows that ran")
+    return "; ".join(parts)
+
+
+def _arguments(argv: list[str] | None) -> argparse.Namespace:
+    doc = __doc__ or ""
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.memory_fidelity", description=doc.split("\n")[0]
+    )
+    parser.add_argument(
+        "csv", nargs="?", default=MEMORY_CSV_PATH, type=Path, help="measured peaks (default: %(default)s)"
+    )
+    parser.add_argument("--out", type=Path, help="write " + ",".join(OUT_HEADER) + " here")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _arguments(argv)
+    rows, skipped = memory_rows(args.csv)
+    if args.out is not None:
+        write_memory_rows(rows, args.out)
+    reasons = Counter(s.reason for s in skipped)
+    if not rows:
+        print(f"0 rows scored; {len(skipped)} skipped: " + "; ".join(f"{n} {r}" for r, n in reasons.items()))
+        return 1
+    print(
+        f"{'id':<50} {'stat':<9} {'measured':>8} {'paraplan':>8} {'err':>7} {'peak':>7} {'cap':>6} oom fits"
+    )
+    for r in rows:
+        c, err = r.case, r.error
+        measured = "" if c.measured_gib is None else f"{c.measured_gib:.2f}"
+        print(
+            f"{c.row_id[:50]:<50} {c.statistic:<9} {measured:>8} {r.predicted_gib:>8.2f} "
+            f"{'' if err is None else f'{err:+.1%}':>7} {r.peak_gib:>7.2f} {r.capacity_gib:>6.1f} "
+            f"{'yes' if c.oom else 'no':<3} {'yes' if r.fits else 'NO'}"
+            + (f"  [{'; '.join(c.defaults)}]" if c.defaults else "")
+        )
+    print(
+        f"\n{len(rows)} rows scored; {len(skipped)} skipped: "
+        + "; ".join(f"{n} {r}" for r, n in reasons.items())
+    )
+    by_source: dict[str, list[MemoryRow]] = defaultdict(list)
+    for r in rows:
+        by_source[r.case.source].append(r)
+    print()
+    for source, group in by_source.items():
+        print(f"{source:<16} {len(group):>3} rows  {_figures(group)}")
+    print(f"\nparaplan: {len(rows)} rows  {_figures(rows)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

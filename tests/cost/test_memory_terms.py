@@ -1,0 +1,110 @@
+"""The memory terms of issue 24: allocated / reserved / fit, the allocator, the loss kernel,
+ZeRO-3 under pipeline parallelism, torchtitan's op-level SAC (cost/memory.py, cost/recompute.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from paraplan.cost.memory import (
+    ALLOCATOR_FIT_OVERHEAD,
+    ALLOCATOR_OVERHEAD,
+    runtime_reserve_bytes,
+    unsharded_under_pp,
+)
+from paraplan.cost.plan import Allocator, Job, Layout, SelectivePolicy
+from paraplan.cost.recompute import torchtitan_op_sac_stored_bytes
+from paraplan.graph import build_graph, preset
+
+import paraplan
+from paraplan.instance import build_instance, fixed_plan
+
+
+def _scenario(job: dict[str, Any] | None = None, plan: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {
+        "model": {"preset": "llama3.1-8b"},
+        "cluster": {"preset": "dgx-h100", "gpus": 8},
+        "job": {"seq_len": 8192, "global_batch": 16, **(job or {})},
+        "plan": {
+            "dp": 8,
+            "tp": 1,
+            "pp": 1,
+            "micro_batch": 1,
+            "zero": 3,
+            "sequence_parallel": False,
+            "recompute": "full",
+            **(plan or {}),
+        },
+    }
+
+
+def _predicted(scenario: dict[str, Any]) -> Any:
+    inst = build_instance(paraplan.load_scenario(scenario))
+    return paraplan.api.evaluate_plan(inst, fixed_plan(inst)).predicted, inst
+
+
+def test_allocated_reserved_and_peak_are_separate() -> None:
+    p, inst = _predicted(_scenario())
+    s = p.stages[0]
+    assert s.allocated_bytes < s.reserved_bytes < s.total_bytes
+    assert s.reserved_bytes == pytest.approx(s.allocated_bytes * (1 + ALLOCATOR_OVERHEAD[Allocator.DEFAULT]))
+    context = runtime_reserve_bytes(fixed_plan(inst))
+    fit = ALLOCATOR_FIT_OVERHEAD[Allocator.DEFAULT]
+    assert s.total_bytes == pytest.approx(s.allocated_bytes * (1 + fit) + context)
+    assert p.peak_memory_bytes == s.total_bytes
+    assert (p.peak_allocated_bytes, p.peak_reserved_bytes) == (s.allocated_bytes, s.reserved_bytes)
+
+
+def test_expandable_segments_lower_reserved_not_allocated() -> None:
+    default, _ = _predicted(_scenario())
+    expandable, _ = _predicted(_scenario({"allocator": "expandable_segments"}))
+    assert expandable.peak_allocated_bytes == default.peak_allocated_bytes
+    assert expandable.peak_reserved_bytes < default.peak_reserved_bytes
+
+
+def test_allocator_field_names_its_values() -> None:
+    with pytest.raises(paraplan.ConfigError, match="allocator"):
+        paraplan.load_scenario(_scenario({"allocator": "cudaMallocAsync"}))
+
+
+def test_upcast_loss_doubles_the_logit_bytes() -> None:
+    """12 B per logit against the fused kernel's 6 B; the 8B model's logits (128,256 x 8,192
+    tokens) are the loss's peak, above a full-recompute block's backward."""
+    fused, inst = _predicted(_scenario())
+    upcast, _ = _predicted(_scenario({"cross_entropy": "upcast"}))
+    logits = 8192 * inst.graph.spec.vocab
+    delta = upcast.stages[0].activations_bytes - fused.stages[0].activations_bytes
+    assert delta == pytest.approx(logits * 6)
+
+
+def test_zero3_under_pp_holds_unsharded_weights_and_gradients() -> None:
+    """torchtitan's FSDP + PP: weights unsharded between micro-batches, gradients accumulated
+    unsharded (cost/memory.py unsharded_under_pp)."""
+    plan = {"dp": 4, "pp": 2}
+    layout = Layout(dp=4, tp=1, pp=2, zero=3, sequence_parallel=False)
+    assert unsharded_under_pp(layout, 4) and not unsharded_under_pp(layout, 1)
+    assert not unsharded_under_pp(Layout(dp=4, tp=1, pp=2, zero=1, sequence_parallel=False), 4)
+    p, inst = _predicted(_scenario(plan=plan))
+    stage = p.stages[1]
+    params = stage.optimizer_bytes / 8 * 4  # ZeRO-3 with fp32 grads: 8 B of moments / d per param
+    assert stage.weights_bytes == pytest.approx(params * 4 / 4 + 2 * params)
+    assert stage.grads_bytes == pytest.approx(params * 4 / 4 + 4 * params)
+
+
+def test_torchtitan_op_sac_keeps_every_other_matmul() -> None:
+    """Per token of a Llama 3.1 8B block: the block input h, wq's and SDPA's outputs (q each),
+    wv's (kv), the logsumexp (2 heads, fp32), w1's (f) and w2's (h): 2 B each."""
+    spec = preset("llama3.1-8b")
+    attn, mlp = build_graph(spec).block_layers(0)
+    plan = Layout(dp=8, tp=1, pp=1, micro_batch=1, zero=3, sequence_parallel=False)
+    job = Job(seq_len=8192, global_batch=8, selective_policy=SelectivePolicy.TORCHTITAN_OP)
+    h, f, kv = 4096, 14336, 1024
+    assert torchtitan_op_sac_stored_bytes(attn, plan, job) == pytest.approx(8192 * (h + 2 * h + kv + 64) * 2)
+    assert torchtitan_op_sac_stored_bytes(mlp, plan, job) == pytest.approx(8192 * (f + h) * 2)
+
+
+def test_op_sac_keeps_less_than_megatron_selective_with_torchtitan_policy() -> None:
+    megatron, _ = _predicted(_scenario(plan={"recompute": "selective"}))
+    titan, _ = _predicted(_scenario({"selective_policy": "torchtitan_op"}, {"recompute": "selective"}))
+    full, _ = _predicted(_scenario())
+    assert full.peak_allocated_bytes < titan.peak_allocated_bytes < megatron.peak_allocated_bytes
