@@ -23,7 +23,7 @@ def test_nano_rows_take_the_preset_and_the_published_degrees() -> None:
         # Megatron-Bridge 0.6.2 nemotron_3_nano_pretrain_8gpu_{b300,gb300}_fp8mx_config
         assert (plan["tp"], plan["pp"], plan["ep"], plan["dp"], plan["micro_batch"]) == (1, 1, 8, 8, 4)
         assert case.scenario["job"]["precision"] == "mxfp8"
-        assert case.scenario["job"]["expert_imbalance"] == 1.0  # force-balanced on the page
+        assert case.scenario["job"]["moe_routing"] == "force_balanced"  # force-balanced on the page
 
 
 def test_super_and_lightning_rows_are_skipped_with_the_reason() -> None:
