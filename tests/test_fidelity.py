@@ -82,9 +82,9 @@ def test_beats_the_constant_mfu_estimate(rows) -> None:
 # TPU rows (MaxText on v4, v5e, v5p; tests/test_fidelity_tpu.py) predicted out of memory: none
 # since the XLA memory terms (cost/memory.py; rows 665-670, 625, 626, 628, 642, 643 were, issue 14)
 KNOWN_TPU_OOM_ROWS: set[int] = set()
-# Megatron-MoE-ModelZoo Qwen3-235B-A22B on 256 H100 at 16K-128K tokens (tp 4, pp 8, vp 4, cp 1-8; recompute not
-# stated: the modelled peak with Megatron's selective recompute exceeds 80 GB where the runs used
-# --recompute-modules the model does not have yet; the memory issue, 24)
+# Megatron-MoE-ModelZoo Qwen3-235B-A22B on 256 H100 at 16K-128K tokens (tp 4, pp 8, vp 4, cp 1-8;
+# recompute not stated): the modelled peak with Megatron's selective recompute exceeds 80 GB
+# where the runs used --recompute-modules, which the model does not have yet (the memory issue, 24)
 KNOWN_MOE_OOM_ROWS: set[int] = {2049, 2050, 2051, 2052, 2053, 2054, 2055, 2056}
 
 

@@ -90,10 +90,11 @@ def test_all_gather_holds_the_gathered_kv_on_top_of_the_ring_plans_memory() -> N
     a = evaluate(LLAMA, cluster, JOB, ring)
     b = evaluate(LLAMA, cluster, JOB, gather)
     extra = b.peak_memory_bytes - a.peak_memory_bytes
-    # the gathered K/V buffer, plus the allocator's fragmentation share of it (cost/memory.py)
-    assert extra == pytest.approx(
-        8 * kv_chunk_bytes(KV_DIM, gather, JOB) * (1 + ALLOCATOR_FRAGMENTATION), rel=1e-6
-    )
+    # the gathered K/V buffer (plus the allocator's fragmentation share of it) joins a block's
+    # backward working set; the peak takes the larger of that and the loss's (cost/memory.py), so
+    # the all-gather costs at most the buffer, and nothing where the loss's peak is the larger
+    buffer = 8 * kv_chunk_bytes(KV_DIM, gather, JOB) * (1 + ALLOCATOR_FRAGMENTATION)
+    assert -1e-6 * buffer <= extra <= buffer * (1 + 1e-6)
 
 
 def test_ring_runs_cp_attention_kernels_over_short_chunks_all_gather_one_over_the_sequence() -> None:
