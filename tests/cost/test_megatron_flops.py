@@ -4,17 +4,15 @@ Three checks: hand-computed counts of tiny models; the FLOPs the published rows 
 row gives both a step time and TFLOP/s per GPU (Megatron-Bridge's and Megatron-LM's own
 printouts); and Megatron-LM 0.19.2's ``num_floating_point_operations`` itself on paraplan's
 Megatron exports of several presets, run by ``megatron_flops_oracle.py`` under Python 3.12
-($PARAPLAN_MEGATRON_LM_PYTHON or $PARAPLAN_MEGATRON_PYTHON, else ``.venv-megatron-lm/bin/python``
+($PARAPLAN_MEGATRON_LM_PYTHON, else ``.venv-megatron-lm/bin/python``
 in the repository, which ``.ci/run`` builds; skipped when none exists).
 """
 
 from __future__ import annotations
 
 import csv
-import json
-import os
-import subprocess
 import sys
+from dataclasses import replace
 from functools import cache
 from pathlib import Path
 
@@ -24,6 +22,7 @@ from paraplan.graph import Activation, ModelSpec, preset
 
 from paraplan.export import context
 from paraplan.export.megatron import megatron_args, megatron_env
+from tests.megatron_lm import run_in_megatron_lm
 
 ROOT = Path(__file__).resolve().parents[2]
 ORACLE = Path(__file__).with_name("megatron_flops_oracle.py")
@@ -76,17 +75,7 @@ def test_bridge_counts_sliding_windows_megatron_lm_does_not() -> None:
     """Window w = 7 (W = 8 keys) on layer 1, layer 2 full (full_attention_every 2), s 32: Bridge's
     mean context 8 - 8*7/64 = 7.125 keys, so layer 1's core is 6*2*64*7.125 = 5,472 FLOPs per
     token instead of 6*64*32 = 12,288; Megatron-LM counts both layers full."""
-    windowed = ModelSpec(
-        name="tiny-swa",
-        num_layers=2,
-        hidden=64,
-        ffn_hidden=256,
-        num_heads=4,
-        num_kv_heads=2,
-        vocab=1000,
-        sliding_window=7,
-        full_attention_every=2,
-    )
+    windowed = replace(TINY, name="tiny-swa", sliding_window=7, full_attention_every=2)
     kw = {"seq_len": 32, "global_batch": 3, "padded_vocab": 1024}
     lm = megatron_flops_per_step(windowed, **kw)
     assert lm == megatron_flops_per_step(TINY, **kw)
@@ -96,16 +85,7 @@ def test_bridge_counts_sliding_windows_megatron_lm_does_not() -> None:
 
 def test_geglu_is_gated_for_bridge_only() -> None:
     """Megatron-LM's count reads --swiglu (2 MLP GEMMs for GeGLU), Bridge's gated_linear_unit (3)."""
-    spec = ModelSpec(
-        name="tiny-geglu",
-        num_layers=2,
-        hidden=64,
-        ffn_hidden=256,
-        num_heads=4,
-        num_kv_heads=2,
-        vocab=1000,
-        activation=Activation.GEGLU,
-    )
+    spec = replace(TINY, name="tiny-geglu", activation=Activation.GEGLU)
     kw = {"seq_len": 32, "global_batch": 3, "padded_vocab": 1024}
     assert megatron_flops_per_step(spec, counting=FlopCounting.MEGATRON_BRIDGE, **kw) == 110_886_912
     assert megatron_flops_per_step(spec, **kw) == 110_886_912 - 6 * 64 * 256 * 2 * 96
@@ -174,15 +154,6 @@ ORACLE_CASES: dict[str, tuple[dict, dict]] = {
 }
 
 
-def _python() -> str | None:
-    path = (
-        os.environ.get("PARAPLAN_MEGATRON_LM_PYTHON")
-        or os.environ.get("PARAPLAN_MEGATRON_PYTHON")
-        or str(ROOT / ".venv-megatron-lm" / "bin" / "python")
-    )
-    return path if Path(path).exists() else None
-
-
 def _argv(case: tuple[dict, dict]) -> list[str]:
     ctx = context(result(case))
     argv = megatron_args(ctx)
@@ -195,12 +166,6 @@ def _argv(case: tuple[dict, dict]) -> list[str]:
 
 @cache
 def _megatron_counts() -> dict[str, dict]:
-    python = _python()
-    if python is None:
-        pytest.skip(
-            "no Python 3.12 with megatron-core 0.19.2 (set PARAPLAN_MEGATRON_LM_PYTHON "
-            "or build .venv-megatron-lm as .ci/run does)"
-        )
     cases = [
         {
             "name": name,
@@ -210,16 +175,7 @@ def _megatron_counts() -> dict[str, dict]:
         }
         for name, case in ORACLE_CASES.items()
     ]
-    done = subprocess.run(
-        [python, str(ORACLE)],
-        input=json.dumps(cases),
-        text=True,
-        capture_output=True,
-        timeout=600,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return run_in_megatron_lm(ORACLE, cases, timeout_s=600)
 
 
 @pytest.mark.oracle

@@ -20,10 +20,7 @@ The graph's MTP and hybrid-pattern fields (``mtp_layers``, ``layer_pattern``) ar
 
 from __future__ import annotations
 
-import json
-import os
 import random
-import subprocess
 import sys
 from dataclasses import replace
 from functools import cache
@@ -52,6 +49,7 @@ from paraplan.export.megatron import megatron_args, megatron_env, pipeline_args,
 from paraplan.export.megatron import render as render_megatron
 from paraplan.export.nemo import bridge_overrides, nemo2_overrides
 from paraplan.export.nemo import render as render_nemo
+from tests.megatron_lm import run_in_megatron_lm
 
 sys.path.insert(0, str(Path(__file__).parent))
 import megatron_layout_check  # noqa: E402
@@ -257,32 +255,13 @@ def test_the_random_cases_exercise_both_mtp_verdicts() -> None:
     assert len(RANDOM_CASES) == 200 and refused and accepted_mtp
 
 
-def _python312() -> str | None:
-    path = os.environ.get("PARAPLAN_MEGATRON_LM_PYTHON") or str(ROOT / ".venv-megatron-lm" / "bin" / "python")
-    return path if Path(path).exists() else None
-
-
 @cache
 def _verdicts_0192() -> dict:
-    python = _python312()
-    if python is None:
-        pytest.skip(
-            "no Python 3.12 with megatron-core 0.19.2 (PARAPLAN_MEGATRON_LM_PYTHON or .venv-megatron-lm)"
-        )
     cases = [_layout_case(n, s, p) for n, (s, p) in {**CASES, **RANDOM_CASES}.items()]
     cases += [
         {"name": n, "hybrid": hybrid_stage_pattern(s, p), "pp": p.pp} for n, (s, p) in HYBRID_CASES.items()
     ]
-    done = subprocess.run(
-        [python, str(CHECK)],
-        input=json.dumps(cases),
-        text=True,
-        capture_output=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    out = json.loads(done.stdout.strip().splitlines()[-1])
+    out = run_in_megatron_lm(CHECK, cases, timeout_s=300)
     assert str(out["version"]).startswith("0.19.2"), out["version"]
     return out["verdicts"]
 
@@ -378,24 +357,11 @@ def test_megatron_lm_0_19_2_parses_the_mtp_and_hybrid_launches() -> None:
     """parse_and_validate_args of Megatron-LM 0.19.2 (tests/export/megatron_lm_oracle.py) takes
     both argument vectors: the MTP layout validates against --mtp-num-layers and builds the
     plan's decoder layers per stage; the hybrid pattern's '|' segments set the pipeline."""
-    python = _python312()
-    if python is None:
-        pytest.skip("no Python 3.12 with megatron-core 0.19.2")
     cases = [
         {"name": name, "argv": megatron_args(c), "env": megatron_env(c), "num_devices": c.plan.num_devices}
         for name, c in (("mtp", _mtp_context()), ("hybrid", _hybrid_context()))
     ]
-    oracle = CHECK.with_name("megatron_lm_oracle.py")
-    done = subprocess.run(
-        [python, str(oracle)],
-        input=json.dumps(cases),
-        text=True,
-        capture_output=True,
-        timeout=600,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    verdicts = json.loads(done.stdout.strip().splitlines()[-1])
+    verdicts = run_in_megatron_lm(CHECK.with_name("megatron_lm_oracle.py"), cases, timeout_s=600)
     assert verdicts["mtp"]["ok"], verdicts["mtp"]
     rows = _mtp_context().plan.layers_per_chunk
     assert verdicts["mtp"]["layout_chunks"] == [list(r[:-1]) + [r[-1] - (s == 7)] for s, r in enumerate(rows)]

@@ -14,10 +14,7 @@ the repository (``.ci/run`` builds it); skipped when neither exists.
 
 from __future__ import annotations
 
-import json
-import os
 import re
-import subprocess
 import sys
 from functools import cache
 from pathlib import Path
@@ -28,6 +25,7 @@ from paraplan.graph import build_graph
 
 from paraplan.export import ExportError, context
 from paraplan.export.megatron import FLAGS, _flag_args, megatron_args, megatron_env
+from tests.megatron_lm import run_in_megatron_lm
 
 sys.path.insert(0, str(Path(__file__).parent))
 from architecture_plans import (  # noqa: E402
@@ -42,11 +40,6 @@ pytestmark = [pytest.mark.oracle, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 ORACLE = Path(__file__).with_name("megatron_lm_oracle.py")
-
-
-def _python() -> str | None:
-    path = os.environ.get("PARAPLAN_MEGATRON_LM_PYTHON") or str(ROOT / ".venv-megatron-lm" / "bin" / "python")
-    return path if Path(path).exists() else None
 
 
 def _unchecked_argv(ctx: object) -> list[str]:
@@ -90,12 +83,6 @@ checks refuse their unchecked flags in: the rule and Megatron agree."""
 @cache
 def _verdicts() -> dict[str, dict]:
     """The oracle's verdict on every case, from one run of the 3.12 interpreter."""
-    python = _python()
-    if python is None:
-        pytest.skip(
-            "no Python 3.12 with megatron-core 0.19.2 (set PARAPLAN_MEGATRON_LM_PYTHON "
-            "or build .venv-megatron-lm as .ci/run does)"
-        )
     cases = []
     every = {**MEGATRON_CASES, **{n: c for n, (c, _) in MOE_STATE_CASES.items()}}
     for name, case in every.items():
@@ -113,16 +100,7 @@ def _verdicts() -> dict[str, dict]:
     for name, (case, _) in UNCHECKED_STATE.items():  # the argv without paraplan's rules
         ctx = context(result(case))
         cases.append({"name": name, "argv": _unchecked_argv(ctx), "num_devices": ctx.plan.num_devices})
-    done = subprocess.run(
-        [python, str(ORACLE)],
-        input=json.dumps(cases),
-        text=True,
-        capture_output=True,
-        timeout=900,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return run_in_megatron_lm(ORACLE, cases, timeout_s=900)
 
 
 @pytest.mark.parametrize("name", MEGATRON_CASES)
