@@ -326,9 +326,13 @@ def stage_memory_model(terms: StageTerms, stage: int, recompute: Recompute) -> S
     else:
         fixed_act, zero_buffers = fixed_act + working, zero3_backward
     if is_tpu:  # XLA's FSDP holds the gathered block and the prefetched one throughout
-        zero_buffers += ZERO3_PREFETCH_BLOCKS * WEIGHT_BYTES * (
-            (prefetch if plan.zero >= 3 and shards > 1 else 0.0)
-            + (expert_prefetch if plan.zero >= 3 and expert_shards > 1 else 0.0)
+        zero_buffers += (
+            ZERO3_PREFETCH_BLOCKS
+            * WEIGHT_BYTES
+            * (
+                (prefetch if plan.zero >= 3 and shards > 1 else 0.0)
+                + (expert_prefetch if plan.zero >= 3 and expert_shards > 1 else 0.0)
+            )
         )
     layer_act = block.activation_bytes * held
     context = runtime_reserve_bytes(plan, is_tpu=is_tpu)
