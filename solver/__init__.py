@@ -1,5 +1,6 @@
 """The CP-SAT planner: search space, candidate tables, model, solve, explanation, enumeration."""
 
+from paraplan.cost.plan import PartialPlan as Fixed  # the old name; tests move to PartialPlan
 from paraplan.solver.distinct import DUPLICATE_REL, distinct_key, is_near_duplicate
 from paraplan.solver.solve import (
     NoFitError,
@@ -10,7 +11,7 @@ from paraplan.solver.solve import (
     SolverOptions,
     solve_instance,
 )
-from paraplan.solver.space import Fixed, Options, layouts
+from paraplan.solver.space import Options, layouts
 
 __all__ = [
     "DUPLICATE_REL",

@@ -19,7 +19,7 @@ from typing import Any
 
 from paraplan.cost import Job, Layout, Recompute, StageTerms, stage_memory, stage_terms
 from paraplan.cost.floor import FLOOR_IGNORES, compute_floor_s, inner_tiers_fastest
-from paraplan.cost.plan import plan_key
+from paraplan.cost.plan import PartialPlan, plan_key
 from paraplan.cost.pools import pool_floors, pooled_pipeline_floor_s
 from paraplan.cost.pp import pipeline_lower_bound_s
 from paraplan.cost.split import even_split, pipeline_slots
@@ -32,7 +32,6 @@ from paraplan.solver.distinct import layout_key
 from paraplan.solver.limits import dominated_by_twin, layout_variants
 from paraplan.solver.placement import OrderCache, num_orders, orders, placements
 from paraplan.solver.space import (
-    Fixed,
     Options,
     OutOfTime,
     exact_split,
@@ -63,7 +62,7 @@ class NoFitError(ValueError):
         self.capacity = capacity
 
 
-def allowed_recomputes(fixed: Fixed, options: Options) -> list[Recompute]:
+def allowed_recomputes(fixed: PartialPlan, options: Options) -> list[Recompute]:
     if fixed.recompute is not None and len(set(fixed.recompute)) == 1:
         modes = [fixed.recompute[0]]
     else:
@@ -72,14 +71,14 @@ def allowed_recomputes(fixed: Fixed, options: Options) -> list[Recompute]:
     return [r for r in modes if allowed is None or r in allowed]
 
 
-def _stage_modes(fixed: Fixed, pp: int) -> tuple[Recompute, ...] | None:
+def _stage_modes(fixed: PartialPlan, pp: int) -> tuple[Recompute, ...] | None:
     """The scenario's recompute mode of each stage when it fixes one per stage, else None."""
     if fixed.recompute is not None and len(fixed.recompute) == pp and len(set(fixed.recompute)) > 1:
         return tuple(fixed.recompute)
     return None
 
 
-def _k_choices(layout: Layout, num_layers: int, fixed: Fixed, options: Options) -> list[int] | None:
+def _k_choices(layout: Layout, num_layers: int, fixed: PartialPlan, options: Options) -> list[int] | None:
     """Allowed k = (layers + slot) / vp per stage (cost.split.pipeline_slots); None = any;
     [] = the layout is impossible."""
     slots = pipeline_slots(num_layers, layout.pp, layout.vp)
@@ -108,7 +107,7 @@ def bounded_tables(
     graph: LayerGraph,
     cluster: Cluster,
     job: Job,
-    fixed: Fixed,
+    fixed: PartialPlan,
     options: Options,
     top: int,
     deadline: float = float("inf"),
@@ -238,7 +237,7 @@ def _variant_tables(
     graph: LayerGraph,
     cluster: Cluster,
     job: Job,
-    fixed: Fixed,
+    fixed: PartialPlan,
     options: Options,
     layout: Layout,
     terms: StageTerms,
@@ -302,7 +301,9 @@ def _fits(
     )
 
 
-def _space_size(space: list[Layout], spec: ModelSpec, fixed: Fixed, options: Options, deadline: float) -> int:
+def _space_size(
+    space: list[Layout], spec: ModelSpec, fixed: PartialPlan, options: Options, deadline: float
+) -> int:
     """Layouts in the space: families x ZeRO stages x rank orders (before dominance pruning);
     0 when the deadline has passed (the count is a report, not part of the proof)."""
     cache: dict[tuple[object, ...], Any] = {}

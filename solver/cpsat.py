@@ -15,9 +15,9 @@ from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 from paraplan.cost import DEFAULT_ORDER, Layout, Recompute
+from paraplan.cost.plan import PartialPlan
 from paraplan.solver.model import ModelVars
 from paraplan.solver.scale import from_ticks
-from paraplan.solver.space import Fixed
 from paraplan.solver.tables import even_layers
 
 __all__ = [
@@ -90,7 +90,7 @@ class Progress(cp_model.CpSolverSolutionCallback):
         )
 
 
-def stage_rules(model: cp_model.CpModel, mv: ModelVars, fixed: Fixed) -> None:
+def stage_rules(model: cp_model.CpModel, mv: ModelVars, fixed: PartialPlan) -> None:
     for lv in mv.layouts:
         pp, vp = lv.tables.plan.pp, lv.tables.plan.vp
         if lv.tables.split:  # the scenario's fixed split, or the one the framework builds

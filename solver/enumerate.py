@@ -21,13 +21,14 @@ from typing import Any
 
 from paraplan.cost import Job, Layout, Plan, Recompute, evaluate, stage_terms
 from paraplan.cost.evaluate import step_time_s
+from paraplan.cost.plan import PartialPlan
 from paraplan.cost.recompute_layers import partial_stage_memory, recomputed_counts
 from paraplan.cost.split import chunk_layers, pipeline_slots
 from paraplan.graph import LayerGraph
 from paraplan.hardware import Cluster
 from paraplan.solver.constraints.recompute_layers import searches_partial
 from paraplan.solver.limits import layout_variants
-from paraplan.solver.space import Fixed, Options, exact_split, layouts
+from paraplan.solver.space import Options, exact_split, layouts
 
 __all__ = ["Enumeration", "enumerate_plans", "EnumerationBudgetExceeded"]
 
@@ -44,7 +45,9 @@ class Enumeration:
     wall_s: float
 
 
-def _splits(layout: Layout, num_layers: int, fixed: Fixed, options: Options) -> Iterator[tuple[int, ...]]:
+def _splits(
+    layout: Layout, num_layers: int, fixed: PartialPlan, options: Options
+) -> Iterator[tuple[int, ...]]:
     pp, vp = layout.pp, layout.vp
     split = exact_split(layout, num_layers, fixed, options)
     if split is not None:
@@ -66,7 +69,7 @@ def _splits(layout: Layout, num_layers: int, fixed: Fixed, options: Options) -> 
             yield tuple(vp * k - sl for k, sl in zip(ks, slots, strict=True))
 
 
-def _modes(pp: int, fixed: Fixed, options: Options) -> Iterator[tuple[Recompute, ...]]:
+def _modes(pp: int, fixed: PartialPlan, options: Options) -> Iterator[tuple[Recompute, ...]]:
     allowed = [r for r in Recompute if options.recompute_modes is None or r in options.recompute_modes]
     if fixed.recompute is not None:
         if len(fixed.recompute) == pp:
@@ -85,7 +88,9 @@ def _modes(pp: int, fixed: Fixed, options: Options) -> Iterator[tuple[Recompute,
             yield modes
 
 
-def _recompute_layers(plan: Plan, fixed: Fixed, options: Options, partial: bool) -> Iterator[tuple[int, ...]]:
+def _recompute_layers(
+    plan: Plan, fixed: PartialPlan, options: Options, partial: bool
+) -> Iterator[tuple[int, ...]]:
     """Plan.recompute_layers choices of ``plan`` (its split and modes set): () alone without
     partial recompute; the scenario's when fixed (one N: on every FULL stage); under uniform
     recompute one N for every rank, 1 .. the longest chunk - 1 (all FULL stages); else per
@@ -111,7 +116,7 @@ def _recompute_layers(plan: Plan, fixed: Fixed, options: Options, partial: bool)
             yield counts
 
 
-def _recomputes(fixed: Fixed, options: Options) -> list[Recompute]:
+def _recomputes(fixed: PartialPlan, options: Options) -> list[Recompute]:
     """The recompute modes searched: the one the scenario fixes for every stage, else all; those
     of them ``options`` allows."""
     one = fixed.recompute[0] if fixed.recompute is not None and len(set(fixed.recompute)) == 1 else None
@@ -125,7 +130,7 @@ def _recomputes(fixed: Fixed, options: Options) -> list[Recompute]:
 def _plans(
     layout: Layout,
     graph: LayerGraph,
-    fixed: Fixed,
+    fixed: PartialPlan,
     options: Options,
     recomputes: list[Recompute],
     partial: bool,
@@ -158,7 +163,7 @@ def enumerate_plans(
     graph: LayerGraph,
     cluster: Cluster,
     job: Job,
-    fixed: Fixed,
+    fixed: PartialPlan,
     options: Options,
     budget_s: float = float("inf"),
 ) -> Enumeration:

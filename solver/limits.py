@@ -18,7 +18,8 @@ from dataclasses import replace
 from typing import Protocol
 
 from paraplan.cost import Layout, Recompute
-from paraplan.solver.space import Fixed, Options
+from paraplan.cost.plan import PartialPlan
+from paraplan.solver.space import Options
 
 __all__ = [
     "StageLimits",
@@ -108,7 +109,7 @@ def layout_variants(
     return found
 
 
-def twins(layout: Layout, fixed: Fixed) -> list[Layout]:
+def twins(layout: Layout, fixed: PartialPlan) -> list[Layout]:
     """``layout``'s ZeRO-1 twin when it runs ZeRO-0, its SP-on twin when it runs SP off with
     tp > 1, each only where the space holds it (the scenario fixes neither)."""
     out = []
@@ -120,7 +121,7 @@ def twins(layout: Layout, fixed: Fixed) -> list[Layout]:
 
 
 def dominated_by_twin(
-    layout: Layout, fixed: Fixed, options: Options, memo: dict[tuple[StageLimits, ...], list[Options]]
+    layout: Layout, fixed: PartialPlan, options: Options, memo: dict[tuple[StageLimits, ...], list[Options]]
 ) -> bool:
     """Under ``layout_limits``: ``layout`` runs ZeRO-0 (or SP off with tp > 1) and its ZeRO-1 (SP
     on) twin, in the space too, passes the filter under limits that hold each of ``layout``'s.

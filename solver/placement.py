@@ -28,7 +28,8 @@ from paraplan.cost.validity import ep_follows_order
 from paraplan.hardware import Cluster
 
 if TYPE_CHECKING:
-    from paraplan.solver.space import Fixed, Options
+    from paraplan.cost.plan import PartialPlan
+    from paraplan.solver.space import Options
 
 __all__ = [
     "OrderCache",
@@ -112,7 +113,7 @@ def _canonical(active_order: tuple[Axis, ...]) -> tuple[Axis, ...]:
     return tuple(a if a is not None else next(it) for a in slots)
 
 
-def _candidate_orders(plan: Layout, fixed: Fixed, options: Options) -> list[tuple[Axis, ...]]:
+def _candidate_orders(plan: Layout, fixed: PartialPlan, options: Options) -> list[tuple[Axis, ...]]:
     """Distinct rank orders (permutations of the axes of degree > 1), Megatron's nearest first;
     pp stays outermost on a pooled cluster."""
     pooled = bool(plan.stage_pools)
@@ -136,7 +137,7 @@ def _candidate_orders(plan: Layout, fixed: Fixed, options: Options) -> list[tupl
 def _orders(
     plan: Layout,
     cluster: Cluster,
-    fixed: Fixed,
+    fixed: PartialPlan,
     options: Options,
     prune: bool = True,
     expert_tps: tuple[int | None, ...] = (None,),
@@ -180,7 +181,7 @@ def _orders_by_limits(
     candidates: list[tuple[Axis, ...]],
     plan: Layout,
     cluster: Cluster,
-    fixed: Fixed,
+    fixed: PartialPlan,
     options: Options,
     expert_tps: tuple[int | None, ...],
     family: Layout,
@@ -228,7 +229,7 @@ def _orders_by_limits(
     return [k[0] for k in kept]
 
 
-def _shapes(cluster: Cluster, fixed: Fixed) -> tuple[tuple[int, ...], ...]:
+def _shapes(cluster: Cluster, fixed: PartialPlan) -> tuple[tuple[int, ...], ...]:
     """Slice shapes to weigh: a TPU cluster's (hardware/tpu.py; the fixed one if given), else ()."""
     torus = cluster.torus
     if torus is None or fixed.torus_shape is not None or len(torus.shapes) <= 1:
@@ -255,7 +256,7 @@ def _placement_base(family: Layout) -> Layout:
 def placements(
     family: Layout,
     cluster: Cluster,
-    fixed: Fixed,
+    fixed: PartialPlan,
     options: Options,
     *,
     prune_dominated: bool = True,
@@ -308,7 +309,7 @@ def placements(
 def orders(
     family: Layout,
     cluster: Cluster,
-    fixed: Fixed,
+    fixed: PartialPlan,
     options: Options,
     *,
     prune_dominated: bool = True,
@@ -328,7 +329,7 @@ def orders(
     return out
 
 
-def num_orders(family: Layout, fixed: Fixed, options: Options, cache: OrderCache | None = None) -> int:
+def num_orders(family: Layout, fixed: PartialPlan, options: Options, cache: OrderCache | None = None) -> int:
     """Rank orders of a family before dominance pruning (the size of the placement space)."""
     if family.ep == 1 and fixed.order is None and options.search_placement and not family.stage_pools:
         return factorial(sum(1 for a in DEFAULT_ORDER if family.degree(a) > 1))

@@ -26,6 +26,7 @@ from typing import Any
 
 from ortools.sat.python import cp_model
 from paraplan.cost import Job, Plan, evaluate
+from paraplan.cost.plan import PartialPlan
 from paraplan.graph import LayerGraph
 from paraplan.hardware import Cluster
 from paraplan.solver.candidates import (
@@ -40,7 +41,7 @@ from paraplan.solver.cpsat import Progress, SolverOptions, configure, layout_ran
 from paraplan.solver.distinct import is_near_duplicate
 from paraplan.solver.model import add_hint, build_model
 from paraplan.solver.scale import from_ticks, resolution_for, tolerance_s
-from paraplan.solver.space import Fixed, Options, OutOfTime
+from paraplan.solver.space import Options, OutOfTime
 from paraplan.solver.tables import LayoutTables
 
 __all__ = [
@@ -77,7 +78,7 @@ class Outcome:
 def _solve_layout(
     tab: LayoutTables,
     graph: LayerGraph,
-    fixed: Fixed,
+    fixed: PartialPlan,
     opts: SolverOptions,
     cap: Fraction | None,
     deadline: float,
@@ -115,7 +116,7 @@ def _solve_layout(
 def _break_ties(
     tab: LayoutTables,
     graph: LayerGraph,
-    fixed: Fixed,
+    fixed: PartialPlan,
     opts: SolverOptions,
     sol: Solution,
     ticks: Fraction,
@@ -144,7 +145,7 @@ def _break_ties(
 def _solve_once(
     kept: list[LayoutTables],
     graph: LayerGraph,
-    fixed: Fixed,
+    fixed: PartialPlan,
     opts: SolverOptions,
     excluded: list[int],
     deadline: float,
@@ -211,7 +212,7 @@ def solve_instance(
     graph: LayerGraph,
     cluster: Cluster,
     job: Job,
-    fixed: Fixed,
+    fixed: PartialPlan,
     options: Options,
     opts: SolverOptions,
     progress: Callable[[str], None] | None = None,

@@ -49,7 +49,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from functools import cache
 from math import gcd, isqrt
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING
 
 from paraplan.cost import CPComm, Layout, Recompute
 from paraplan.cost.plan import PartialPlan
@@ -72,7 +72,6 @@ if TYPE_CHECKING:
     from paraplan.solver.limits import StageLimits
 
 __all__ = [
-    "Fixed",
     "Options",
     "layouts",
     "families",
@@ -81,10 +80,6 @@ __all__ = [
     "exact_split",
     "OutOfTime",
 ]
-
-
-Fixed: TypeAlias = PartialPlan
-"""Knobs the scenario fixes (None = free): cost.plan.PartialPlan, under the solver's old name."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -117,7 +112,9 @@ class Options:
     layout_limits: Callable[[Layout], tuple[StageLimits, ...]] | None = None
 
 
-def exact_split(layout: Layout, num_layers: int, fixed: Fixed, options: Options) -> tuple[int, ...] | None:
+def exact_split(
+    layout: Layout, num_layers: int, fixed: PartialPlan, options: Options
+) -> tuple[int, ...] | None:
     """The one layer split ``layout`` must use, if any: the scenario's fixed split, else
     ``options.stage_split(layers, pp, vp)`` (a framework that builds its own split). None: free;
     () : no valid split (wrong length, not the model's layers, or a stage not vp k - slot
@@ -161,7 +158,7 @@ def _allowed(value: int, fixed: int | None) -> bool:
     return fixed is None or value == fixed
 
 
-def _cp_degrees(spec: ModelSpec, devices: int, seq_len: int, fixed: Fixed) -> list[int]:
+def _cp_degrees(spec: ModelSpec, devices: int, seq_len: int, fixed: PartialPlan) -> list[int]:
     """The cp degrees searched: powers of two up to 64 dividing ``devices`` that split the
     sequence and the model's layers (cost/validity.py), or only the fixed one."""
     return [
@@ -179,21 +176,21 @@ def _tp_splits(spec: ModelSpec, tp: int) -> bool:
     return tp_splits_heads(spec.num_heads, spec.num_kv_heads, tp) and tp_splits_layer_kinds(spec, tp)
 
 
-def _eps(spec: ModelSpec, dp: int, cp: int, fixed: Fixed) -> list[int]:
+def _eps(spec: ModelSpec, dp: int, cp: int, fixed: PartialPlan) -> list[int]:
     """Expert-parallel degrees: 1 for dense models; else divisors of dp*cp and of the experts."""
     if not spec.is_moe:
         return [1] if fixed.ep in (None, 1) else []
     return [e for e in divisors(dp * cp) if ep_splits_experts(spec.num_experts, e) and _allowed(e, fixed.ep)]
 
 
-def _etps(spec: ModelSpec, tp: int, fixed: Fixed) -> list[int | None]:
+def _etps(spec: ModelSpec, tp: int, fixed: PartialPlan) -> list[int | None]:
     """Expert tensor-parallel degrees: tp and 1 for MoE models with tp > 1; unset otherwise."""
     if not spec.is_moe or tp == 1:
         return [None] if fixed.etp in (None, tp, 1) else []
     return [e for e in (tp, 1) if _allowed(e, fixed.etp)]
 
 
-def _cp_comms(cp: int, fixed: Fixed) -> list[CPComm]:
+def _cp_comms(cp: int, fixed: PartialPlan) -> list[CPComm]:
     """K/V exchange variants: the fixed one if given; p2p (moot) when cp = 1; else both."""
     if fixed.cp_comm is not None:
         return [fixed.cp_comm]
@@ -205,7 +202,7 @@ def families(
     cluster: Cluster,
     seq_len: int,
     global_batch: int,
-    fixed: Fixed,
+    fixed: PartialPlan,
     options: Options,
     deadline: float = float("inf"),
     filtered: bool = True,
@@ -256,7 +253,7 @@ def _families_of(
     pp: int,
     cp: int,
     ep: int,
-    fixed: Fixed,
+    fixed: PartialPlan,
     options: Options,
     stage_pools: tuple[int, ...] = (),
 ) -> list[Layout]:
@@ -311,7 +308,7 @@ def _families_of(
 
 
 def zeros(
-    family: Layout, fixed: Fixed, *, prune_dominated: bool = True, options: Options | None = None
+    family: Layout, fixed: PartialPlan, *, prune_dominated: bool = True, options: Options | None = None
 ) -> list[int]:
     """ZeRO stages of a family (module docstring); ZeRO-0 kept under a layout filter."""
     if options is not None and options.layout_filter is not None:
@@ -330,7 +327,7 @@ def layouts(
     cluster: Cluster,
     seq_len: int,
     global_batch: int,
-    fixed: Fixed,
+    fixed: PartialPlan,
     options: Options,
     *,
     prune_dominated: bool = True,
@@ -350,7 +347,7 @@ def layouts(
     ]
 
 
-def _pool_sequences(cluster: Cluster, fixed: Fixed) -> Iterator[tuple[int, ...]]:
+def _pool_sequences(cluster: Cluster, fixed: PartialPlan) -> Iterator[tuple[int, ...]]:
     """Ordered selections of pools: every non-empty subset in every order (or the fixed one),
     up to the symmetry of identical pools (same node type and size: exchanging two changes no
     cost), of which only the first ones are used, in index order."""
@@ -377,7 +374,7 @@ def _pooled_families(
     cluster: Cluster,
     seq_len: int,
     global_batch: int,
-    fixed: Fixed,
+    fixed: PartialPlan,
     options: Options,
     deadline: float = float("inf"),
 ) -> list[Layout]:

@@ -16,7 +16,7 @@ k = x[L,s,FULL] per chunk (vp k - slot_s layers; the slot chunk is one shorter) 
 
 With u = 0 the stage is today's FULL (its memory is the k_max row of constraints/memory.py).
 One N for every rank (``uniform``, Megatron's one flag; or a fixed single ``recompute_layers``):
-an integer n in 1..k_hi and u[s] = max(0, x[L,s,FULL] - n). Fixed per-stage counts n_s: the
+an integer n in 1..k_hi and u[s] = max(0, x[L,s,FULL] - n). PartialPlan per-stage counts n_s: the
 same with n_s, and the stage's mode FULL (n_s >= 1) or not (n_s = 0). Models with several block
 kinds are not searched (which blocks are recomputed depends on their positions); the API refuses
 a fixed ``recompute_layers`` for them.
