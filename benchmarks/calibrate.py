@@ -203,14 +203,14 @@ def fit(rounds: int = ROUNDS) -> dict:
 
 def fit_profile(path: str) -> None:
     """Write the calibration profile ``paraplan calibrate`` fits to every supported row of the
-    calibration set (paraplan/calibrate.py: bounded, catalog prior), recompute fixed as
+    calibration set (paraplan/calibration/calibrate.py: bounded, catalog prior), recompute fixed as
     benchmarks/fidelity.py chooses it; prints its summary. Does not touch efficiency.yaml."""
     from paraplan.hardware import CalibrationProfile
     from paraplan.hardware.calibration import profile_to_dict
 
     import paraplan
-    from paraplan.calibrate import FitCase, fit_cases, profile_entry
-    from paraplan.cli_calibrate import render_profile
+    from paraplan.calibration.calibrate import FitCase, fit_cases, profile_entry
+    from paraplan.calibration.cli import render_profile
     from paraplan.instance import fixed_plan
 
     cases = []

@@ -14,7 +14,7 @@ from paraplan.errors import (
     ParaplanError,
     SolveTimeout,
 )
-from paraplan.html_report import report_html, write_report
+from paraplan.reports.html import report_html, write_report
 from paraplan.result import Result
 from paraplan.schema import Scenario
 

@@ -19,8 +19,8 @@ from paraplan.cost.plan import (
 )
 from paraplan.cost.validity import check_ep_experts, check_etp_experts
 from paraplan.errors import ConfigError, SolveTimeout
-from paraplan.explain import explain, summary
 from paraplan.instance import Calibration, Instance, build_instance, fixed_plan
+from paraplan.reports.explain import explain, summary
 from paraplan.result import (
     Result,
     SolverOut,

@@ -15,8 +15,8 @@ import traceback
 from pathlib import Path
 from typing import NoReturn, get_args
 
-from paraplan.cli_calibrate import HANDLERS as CALIBRATE_HANDLERS
-from paraplan.cli_calibrate import add_parsers as add_calibrate_parsers
+from paraplan.calibration.cli import HANDLERS as CALIBRATE_HANDLERS
+from paraplan.calibration.cli import add_parsers as add_calibrate_parsers
 from paraplan.errors import ConfigError, ParaplanError
 from paraplan.result import paraplan_version
 from paraplan.schema import SolverTarget
@@ -106,7 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _print_result(result, as_json: bool) -> None:
-    from paraplan.report import render_result
+    from paraplan.reports.text import render_result
 
     if as_json:
         print(json.dumps(result.model_dump(mode="json"), allow_nan=False))  # strict JSON
@@ -118,7 +118,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     from paraplan.api import evaluate
 
     if args.report:
-        from paraplan.html_report import check_report_path
+        from paraplan.reports.html import check_report_path
 
         check_report_path(args.report)
     result = evaluate(args.scenario, calibration=args.calibration)
@@ -128,9 +128,9 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def _write_report(result, path: str | None) -> None:
-    """``--report FILE.html``: the HTML report of ``result`` (paraplan/html_report.py)."""
+    """``--report FILE.html``: the HTML report of ``result`` (paraplan/reports/html.py)."""
     if path:
-        from paraplan.html_report import write_report
+        from paraplan.reports.html import write_report
 
         print(f"wrote {write_report(result, path)}", file=sys.stderr)
 
@@ -151,7 +151,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         raise ConfigError("--out names the directory for --export files; add --export TARGETS")
     top = 1 if args.top is None else args.top
     if args.report:  # a bad path fails before the solve; the report shows runner-ups
-        from paraplan.html_report import REPORT_TOP, check_report_path
+        from paraplan.reports.html import REPORT_TOP, check_report_path
 
         check_report_path(args.report)
         top = REPORT_TOP if args.top is None else top

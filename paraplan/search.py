@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 from paraplan.cost import PartialPlan
 from paraplan.errors import InfeasibleError, SolveTimeout
 from paraplan.instance import Instance
-from paraplan.report import gib
+from paraplan.reports.text import gib
 from paraplan.rules.filter import AnyFramework, FrameworkFilter
 from paraplan.solver import (
     NoFitError,

@@ -22,8 +22,8 @@ from paraplan.cost import Axis, group_span
 import paraplan
 from paraplan.export import context
 from paraplan.export.trace import build_trace
-from paraplan.html_report import SECTION_IDS, report_html, write_report
-from paraplan.report_svg import memory_parts
+from paraplan.reports.html import SECTION_IDS, report_html, write_report
+from paraplan.reports.svg import memory_parts
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "llama3-70b-h100.yaml"  # fixed plan: dp2 tp4 pp4 cp2 vp5, 64 H100

@@ -14,9 +14,9 @@ from paraplan.cost import evaluate as cost_evaluate
 from paraplan.hardware import step_time_band
 
 import paraplan
-from paraplan.explain import explain, summary
 from paraplan.instance import build_instance
-from paraplan.report import render_result
+from paraplan.reports.explain import explain, summary
+from paraplan.reports.text import render_result
 from paraplan.result import StepTimeBandOut, band_out
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -14,7 +14,7 @@ from paraplan.hardware.efficiency import catalog_parameters
 import paraplan
 from benchmarks.calibration_set import load_cases
 from benchmarks.fidelity import evaluate_case
-from paraplan.calibrate import FitCase, calibrate, fit_cases, fit_generation, predict_s
+from paraplan.calibration.calibrate import FitCase, calibrate, fit_cases, fit_generation, predict_s
 from paraplan.instance import build_instance, fixed_plan
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -124,7 +124,9 @@ def test_example_records_cut_the_error_on_the_family_other_runs() -> None:
     profile = calibrate(EXAMPLE_RECORDS)
     entry = profile.accelerators["hopper"]
     assert set(entry.parameters) == {"gemm_bf16", "attention"}
-    heldout = paraplan.calibrate.cases_from_records(paraplan.records.load_records(HELDOUT_RECORDS))
+    heldout = paraplan.calibration.calibrate.cases_from_records(
+        paraplan.calibration.records.load_records(HELDOUT_RECORDS)
+    )
     assert len(heldout) == 15
     catalog = catalog_parameters("hopper")
     fitted = {**catalog, **entry.parameters}

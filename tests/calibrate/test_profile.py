@@ -11,9 +11,9 @@ import pytest
 import yaml
 from paraplan.hardware import accelerator
 
-from paraplan.calibrate import calibrate
-from paraplan.microfit import line_fit
-from paraplan.profile import accelerator_for_device
+from paraplan.calibration.calibrate import calibrate
+from paraplan.calibration.microfit import line_fit
+from paraplan.calibration.profile import accelerator_for_device
 
 ROOT = Path(__file__).resolve().parents[2]
 

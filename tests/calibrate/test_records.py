@@ -7,14 +7,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from paraplan.errors import ConfigError
-from paraplan.records import (
+from paraplan.calibration.records import (
     StepRecord,
     load_records,
     parse_megatron_log,
     parse_torchtitan_log,
     steady_state,
 )
+from paraplan.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIO = {

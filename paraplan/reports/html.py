@@ -22,8 +22,8 @@ from paraplan.cost import StageTerms, stage_terms
 from paraplan.errors import ConfigError
 from paraplan.export import ExportContext, context
 from paraplan.export.trace import build_trace
-from paraplan.report_cluster import cluster_svgs, group_rows, groups_table
-from paraplan.report_svg import (
+from paraplan.reports.cluster import cluster_svgs, group_rows, groups_table
+from paraplan.reports.svg import (
     COLORS,
     GIB,
     MEMORY_COLORS,

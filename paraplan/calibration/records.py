@@ -16,7 +16,7 @@ one of:
   Logs give one value per logging interval; the measurement is the median after dropping the first
   interval (warm-up: compilation, allocator growth, NCCL setup). ``name`` labels the record.
 - a **microbenchmark** from ``paraplan profile`` (it has ``kind``: ``gemm``, ``attention``,
-  ``hbm_copy`` or ``collective``; see paraplan/profile.py).
+  ``hbm_copy`` or ``collective``; see paraplan/calibration/profile.py).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from paraplan.cost import Axis, Breakdown, Plan, group_span
 from paraplan.hardware import Cluster
-from paraplan.report import gib
+from paraplan.reports.text import gib
 from paraplan.result import StepTimeBandOut
 
 __all__ = ["explain", "summary"]

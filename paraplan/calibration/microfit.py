@@ -32,12 +32,12 @@ from typing import Any
 
 import numpy as np
 
+from paraplan.calibration.records import MicroRecord
 from paraplan.cost.compute import attention_chunk_factor
 from paraplan.errors import ConfigError
 from paraplan.hardware import accelerator
 from paraplan.hardware.calibration import PLAUSIBLE_RANGE, AcceleratorCalibration
 from paraplan.hardware.efficiency import PARAMETER_NAMES
-from paraplan.records import MicroRecord
 
 __all__ = ["fit_microbenchmarks", "line_fit"]
 

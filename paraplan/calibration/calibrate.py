@@ -37,6 +37,8 @@ from pathlib import Path
 
 import numpy as np
 
+from paraplan.calibration.microfit import fit_microbenchmarks
+from paraplan.calibration.records import MicroRecord, StepRecord, load_records
 from paraplan.cost import Plan
 from paraplan.cost import evaluate as cost_evaluate
 from paraplan.errors import ConfigError
@@ -44,8 +46,6 @@ from paraplan.hardware import CalibrationProfile, accelerator
 from paraplan.hardware.calibration import PLAUSIBLE_RANGE, AcceleratorCalibration
 from paraplan.hardware.efficiency import PARAMETER_NAMES, catalog_parameters, efficiency_from_parameters
 from paraplan.instance import Instance, build_instance, fixed_plan
-from paraplan.microfit import fit_microbenchmarks
-from paraplan.records import MicroRecord, StepRecord, load_records
 from paraplan.result import paraplan_version
 
 __all__ = [
@@ -315,7 +315,7 @@ def profile_entry(fit: GenerationFit, cases: Sequence[FitCase]) -> AcceleratorCa
 
 
 def calibrate(records: str | Path | list, *, source: str = "") -> CalibrationProfile:
-    """Calibration profile from a records file or list (module docstring; paraplan/records.py)."""
+    """Calibration profile from a records file or list (module docstring; paraplan/calibration/records.py)."""
     loaded = load_records(records)
     cases = cases_from_records(loaded)
     entries: dict[str, AcceleratorCalibration] = {}

@@ -20,7 +20,7 @@ from paraplan.cost.comm import axis_stride
 from paraplan.cost.ep import ep_span
 from paraplan.cost.pp import stage_links
 from paraplan.hardware import Cluster, Tier
-from paraplan.report_svg import Svg, legend_html
+from paraplan.reports.svg import Svg, legend_html
 
 __all__ = ["GroupRow", "group_rows", "device_ranks", "cluster_svgs", "groups_table", "AXIS_COLORS"]
 

@@ -54,7 +54,7 @@ def render_profile(data: dict[str, Any]) -> str:
 
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:
-    from paraplan.calibrate import calibrate
+    from paraplan.calibration.calibrate import calibrate
     from paraplan.hardware.calibration import profile_to_dict
 
     data = profile_to_dict(calibrate(args.records))
@@ -66,7 +66,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
 
 
 def _cmd_profile(args: argparse.Namespace) -> int:
-    from paraplan.profile import run_profile
+    from paraplan.calibration.profile import run_profile
 
     path = run_profile(
         Path(args.out), processes=args.processes, log=lambda line: print(line, file=sys.stderr, flush=True)
