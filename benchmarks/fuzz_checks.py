@@ -28,8 +28,7 @@ from typing import Any
 
 from paraplan.cost import DEFAULT_ORDER, Axis, CPComm, Plan, Recompute
 from paraplan.cost import evaluate as cost_evaluate
-from paraplan.cost.plan import chunk_layers, plan_values
-from paraplan.cost.software import SOFTWARE_FIELDS
+from paraplan.cost.plan import chunk_layers
 
 import paraplan
 from benchmarks.fuzz_cases import Case, divisors
@@ -139,34 +138,6 @@ def _instance(scenario: Any) -> tuple[Any, Any, Any]:
     return inst, fixed_knobs(inst), search_options(inst)
 
 
-def _plan_section(plan: Plan) -> dict[str, Any]:
-    """Every knob of ``plan`` as a scenario's ``plan:`` section."""
-    out: dict[str, Any] = {
-        "dp": plan.dp,
-        "tp": plan.tp,
-        "pp": plan.pp,
-        "cp": plan.cp,
-        "ep": plan.ep,
-        "cp_comm": plan.cp_comm.value,
-        "vp": plan.vp,
-        "micro_batch": plan.micro_batch,
-        "zero": plan.zero,
-        "sequence_parallel": plan.sequence_parallel,
-        "recompute": [r.value for r in plan.recompute],
-        "layers_per_stage": list(plan.layers_per_stage),
-        "order": [a.value for a in plan.order],
-    }
-    if plan.etp is not None:
-        out["etp"] = plan.etp
-    if plan.recompute_layers:
-        out["recompute_layers"] = list(plan.recompute_layers)
-    if plan.stage_pools:
-        out["stage_pools"] = list(plan.stage_pools)
-    values = plan_values(plan)
-    out.update({name: values[name] for name in SOFTWARE_FIELDS})  # MoE software state
-    return out
-
-
 def _scenario_dict(scenario: Any) -> dict[str, Any]:
     return paraplan.load_scenario(scenario).model_dump(mode="json", exclude_none=True)
 
@@ -185,7 +156,7 @@ def check_reeval(scenario: Any, result: Any) -> None:
     inst, fixed, options = _instance(scenario)
     plan = to_cost_plan(result.plan)
     sc = _scenario_dict(scenario)
-    sc["plan"] = _plan_section(plan)
+    sc["plan"] = result.plan.model_dump(mode="json")  # the result's plan document, as returned
     sc.pop("solver", None)
     try:
         again = paraplan.evaluate(sc)
@@ -480,28 +451,25 @@ def check_alternatives(scenario: Any, result: Any) -> None:
     """(d) runner-ups: sorted, each re-evaluates to its step time, none beats an OPTIMAL best."""
     inst = _instance(scenario)[0]
     from paraplan.export import to_cost_plan
-    from paraplan.result import PlanOut
 
     step = result.predicted.step_time_s
     previous = result.solver.objective_s if result.solver else step
     for i, alt in enumerate(result.alternatives):
-        plan = to_cost_plan(PlanOut.model_validate(alt["plan"]))
+        plan = to_cost_plan(alt.plan)
         b = cost_evaluate(inst.graph, inst.cluster, inst.job, plan)
         tol = _tolerance_s(inst, plan, b.step_time_s)
-        if abs(b.step_time_s - alt["step_time_s"]) > tol:
-            _fail(
-                "reeval", f"alternative {i} lists {alt['step_time_s']!r} s, evaluates to {b.step_time_s!r} s"
-            )
+        if abs(b.step_time_s - alt.step_time_s) > tol:
+            _fail("reeval", f"alternative {i} lists {alt.step_time_s!r} s, evaluates to {b.step_time_s!r} s")
         if not b.fits:
             _fail("reeval", f"alternative {i} does not fit memory")
-        if alt["step_time_s"] < previous - tol:
+        if alt.step_time_s < previous - tol:
             kind = "neighbour" if i == 0 and result.solver.status == "OPTIMAL" else "top-order"
             _fail(
                 kind,
-                f"runner-up {i} at {alt['step_time_s']!r} s is faster than the plan "
+                f"runner-up {i} at {alt.step_time_s!r} s is faster than the plan "
                 f"before it ({previous!r} s; status {result.solver.status})",
             )
-        previous = alt["step_time_s"]
+        previous = alt.step_time_s
 
 
 def check_json(result: Any, where: Path) -> None:

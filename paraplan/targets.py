@@ -62,9 +62,9 @@ def rule_context(inst: Instance) -> RuleContext:
 def framework_filter(name: str, inst: Instance) -> FrameworkFilter:
     """Framework ``name``'s layout filter for ``inst`` (its fixed split and recompute modes);
     InfeasibleError when a rule about the model or job alone (MODEL_RULES) refuses."""
-    fixed = inst.scenario.plan
-    layers = tuple(fixed.layers_per_stage) if fixed.layers_per_stage else None
-    f = FrameworkFilter(name, rule_context(inst), rules_of(name), layers, fixed_modes(inst))
+    f = FrameworkFilter(
+        name, rule_context(inst), rules_of(name), inst.fixed.layers_per_stage, fixed_modes(inst)
+    )
     refusal = f.model_refusal()
     if refusal is not None:
         raise InfeasibleError(
@@ -76,10 +76,7 @@ def framework_filter(name: str, inst: Instance) -> FrameworkFilter:
 
 def fixed_modes(inst: Instance) -> tuple[Recompute, ...] | None:
     """The recompute mode(s) the scenario's plan fixes (one, or one per stage), else None."""
-    r = inst.scenario.plan.recompute
-    if r is None:
-        return None
-    return tuple(Recompute(m) for m in r) if isinstance(r, list) else (Recompute(r),)
+    return inst.fixed.recompute
 
 
 def _check_fixed_recompute(
@@ -117,7 +114,7 @@ def target_options(options: Options, name: str, inst: Instance) -> Options:
     layout_filter = framework_filter(name, inst)
     limits = layout_filter.limits
     _check_fixed_recompute(name, inst, limits.recompute_modes, limits.uniform_recompute)
-    if inst.scenario.plan.recompute_layers is not None and not limits.partial_recompute:
+    if inst.fixed.recompute_layers is not None and not limits.partial_recompute:
         raise InfeasibleError(
             f"no plan {name} can run: plan.recompute_layers={inst.scenario.plan.recompute_layers} "
             f"recomputes a number of layers, which {name} cannot (it recomputes every layer "

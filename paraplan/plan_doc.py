@@ -1,0 +1,428 @@
+"""The plan document: cost.Plan's knobs at the I/O edge, declared once (as megatron-core's
+``ModelParallelConfig`` declares its parallel settings once, with their doc and metadata).
+
+One pydantic model, ``PlanDoc``, is the scenario's ``plan:`` (any subset of the knobs: the ones
+given are fixed, the rest left to the solver; ``evaluate`` needs ``REQUIRED_KNOBS``), the
+result's ``plan`` (every field filled by ``plan_doc(plan, job)``) and the plan of each of a
+result's alternatives. Its keys are Plan's fields and the values a result derives from them
+(``DERIVED``: ``grad_accum``, ``num_devices``, ``recompute_per_stage``); the module checks on
+import that they stay so. Enum-valued knobs hold their values (the JSON's strings), so a dump of
+a document is the JSON a result prints.
+
+``fixed_knobs_of(doc, ...)`` is the one reading of a document into the knobs it fixes (a
+cost.PartialPlan): empty lists mean none (a result's ``torus_shape: []`` on a GPU cluster,
+``stage_pools: []`` on one node type), ``recompute_per_stage`` must agree with ``recompute``,
+the derived values must agree with the job, the cluster and the degrees beside them. Solve
+(paraplan/api.py ``fixed_knobs``) and evaluate (paraplan/instance.py ``fixed_plan``) both start
+from it (``Instance.fixed``), so a result's plan reads back the same in both.
+
+Written out rather than built from ``fields(Plan)`` with ``pydantic.create_model``: a built
+model is opaque to type checkers, and each key's bounds and description are I/O facts Plan does
+not hold; the import check keeps the keys Plan's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import ConfigDict, Field, field_validator
+
+from paraplan.cost import Axis, CPComm, CudaGraphs, Job, MoEDispatcher, PartialPlan, Plan, Recompute
+from paraplan.cost.plan import (
+    PLAN_FIELDS,
+    check_expert_tp,
+    check_order,
+    check_recompute_layers,
+    chunk_layers,
+    is_even_chunks,
+    plan_from_values,
+    plan_values,
+)
+from paraplan.cost.validity import check_ep_experts, check_etp_experts
+from paraplan.errors import ConfigError
+from paraplan.graph import ModelSpec
+from paraplan.graph.spec import show_value
+from paraplan.hardware import Cluster
+from paraplan.hardware.topology import MAX_DEVICES, MAX_POOLS
+from paraplan.section import MAX_GLOBAL_BATCH, MAX_LAYERS, STRICT, Section
+
+__all__ = [
+    "PlanDoc",
+    "DERIVED",
+    "REQUIRED_KNOBS",
+    "RESULT_KEYS",
+    "plan_doc",
+    "plan_of",
+    "filled",
+    "given",
+    "fixed_knobs_of",
+]
+
+
+class PlanDoc(Section):
+    """A plan at the I/O edge: each key optional in a scenario (None = left to the solver), every
+    key filled in a result (``plan_doc``). Keys are in the order a result prints them."""
+
+    model_config = ConfigDict(**STRICT, use_enum_values=True)
+
+    dp: int | None = Field(None, ge=1, le=MAX_DEVICES, description="data-parallel degree")
+    tp: int | None = Field(None, ge=1, le=MAX_DEVICES, description="tensor-parallel degree")
+    pp: int | None = Field(None, ge=1, le=MAX_LAYERS, description="pipeline stages (each holds a layer)")
+    cp: int | None = Field(None, ge=1, le=MAX_DEVICES, description="context-parallel degree")
+    ep: int | None = Field(None, ge=1, le=MAX_DEVICES, description="expert-parallel degree")
+    etp: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_DEVICES,
+        description="expert tensor-parallel degree: tp or 1; in a result, null = tp",
+    )
+    cp_comm: CPComm | None = Field(None, description="context-parallel K/V exchange: p2p | all_gather")
+    vp: int | None = Field(None, ge=1, le=MAX_LAYERS, description="virtual stages per pp rank")
+    micro_batch: int | None = Field(None, ge=1, le=MAX_GLOBAL_BATCH, description="sequences per micro-batch")
+    grad_accum: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_GLOBAL_BATCH,
+        description="derived: micro-batches per step per dp rank; given, it must equal "
+        "job.global_batch / (micro_batch x dp)",
+    )
+    zero: int | None = Field(None, ge=0, le=3, description="ZeRO stage; 3 = fully sharded (FSDP)")
+    sequence_parallel: bool | None = Field(
+        None, description="sequence parallelism beside tp (default: on when tp > 1)"
+    )
+    recompute: Recompute | list[Recompute] | None = Field(
+        None,
+        max_length=MAX_LAYERS,
+        description="none | selective | full, or one per pipeline stage (a result lists one mode "
+        "when every stage shares it)",
+    )
+    recompute_per_stage: list[Recompute] | None = Field(
+        None,
+        max_length=MAX_LAYERS,
+        description="derived: one recompute mode per pipeline stage; given, it must agree with recompute",
+    )
+    recompute_layers: int | list[int] | None = Field(
+        None,
+        description="full recompute of only the first N layers of each chunk, the rest stored "
+        "(Megatron --recompute-method block --recompute-num-layers N): one N for every "
+        "full-recompute stage, or one per pipeline stage (0 on stages not full); empty or "
+        "unset: every layer of a full-recompute stage",
+    )
+    layers_per_stage: list[int] | None = Field(
+        None, max_length=MAX_LAYERS, description="layers per pipeline stage (default: even)"
+    )
+    layers_per_chunk: list[list[int]] | None = Field(
+        None,
+        max_length=MAX_LAYERS,
+        description="interleaving with unequal virtual stages: one row of vp layer counts per "
+        "pipeline stage (rank s chunk c = virtual stage c*pp + s); empty or unset: each stage's "
+        "layers spread evenly, short chunks next to the embedding on stage 0 and next to the "
+        "loss elsewhere (Megatron's account-for-embedding/loss split)",
+    )
+    order: list[Axis] | None = Field(
+        None, max_length=len(Axis), description="rank order, innermost first (default tp, cp, dp, pp)"
+    )
+    num_devices: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_DEVICES,
+        description="derived: devices the plan uses; given, it must equal dp x tp x pp x cp",
+    )
+    stage_pools: list[int] | None = Field(
+        None,
+        max_length=MAX_LAYERS,
+        description="pooled clusters: the pool (index in cluster.pools) of each pipeline stage; "
+        "empty or unset: every pool in cluster.pools order",
+    )
+    torus_shape: list[int] | None = Field(
+        None,
+        max_length=3,
+        description="TPU slices: the slice's torus shape, e.g. [4, 8, 16] (v4/v5p slices of "
+        "whole cubes may take any shape); empty or unset: the most cubic",
+    )
+    moe_dispatcher: MoEDispatcher | None = Field(
+        None,
+        description="MoE token dispatch: alltoall (NCCL all-to-all; default) | allgather | deepep "
+        "| hybridep (one copy per destination node, forwarded over NVLink)",
+    )
+    moe_overlap: bool | None = Field(
+        None,
+        description="EP all-to-all hidden under another micro-batch's compute (Megatron "
+        "--overlap-moe-expert-parallel-comm; needs interleaving when pp > 1); default off",
+    )
+    cuda_graphs: CudaGraphs | None = Field(
+        None,
+        description="captured CUDA graphs: none (default) | partial (attention, router, MoE "
+        "preprocess) | full (whole layers)",
+    )
+
+    @field_validator("recompute_layers")
+    @classmethod
+    def _check_recompute_layers(cls, v: int | list[int] | None) -> int | list[int] | None:
+        counts = v if isinstance(v, list) else [] if v is None else [v]
+        if isinstance(v, list) and len(v) > MAX_LAYERS:
+            raise ValueError(f"lists {len(v):,} stages; give one count per pipeline stage")
+        if isinstance(v, int) and v < 1:
+            raise ValueError(f"{v} recomputes no layer; give at least 1 (or plan.recompute=none for none)")
+        if any(n < 0 or n > MAX_LAYERS for n in counts):
+            raise ValueError(f"counts run from 0 to {MAX_LAYERS:,} layers; got {show_value(v)}")
+        return v
+
+    @field_validator("layers_per_stage")
+    @classmethod
+    def _check_layers_positive(cls, v: list[int] | None) -> list[int] | None:
+        if v is not None and any(n < 1 for n in v):
+            raise ValueError(f"every stage needs at least one layer; got {show_value(v)}")
+        if v is not None and any(n > MAX_LAYERS for n in v):
+            raise ValueError(
+                f"a stage of {show_value(max(v))} layers exceeds paraplan's limit of "
+                f'{MAX_LAYERS:,} layers (README "Limits")'
+            )
+        return v
+
+    @field_validator("layers_per_chunk")
+    @classmethod
+    def _check_chunks_positive(cls, v: list[list[int]] | None) -> list[list[int]] | None:
+        for s, row in enumerate(v or []):
+            if not row or len(row) > MAX_LAYERS or any(n < 1 or n > MAX_LAYERS for n in row):
+                raise ValueError(
+                    f"row {s} = {show_value(row)}: each pipeline stage lists vp "
+                    f"virtual-stage layer counts, each from 1 to {MAX_LAYERS:,}"
+                )
+        return v
+
+    @field_validator("stage_pools")
+    @classmethod
+    def _check_pool_indices(cls, v: list[int] | None) -> list[int] | None:
+        if v is not None and any(not 0 <= i < MAX_POOLS for i in v):
+            raise ValueError(
+                f"pool indices run from 0 to {MAX_POOLS - 1} (at most {MAX_POOLS} pools); got {show_value(v)}"
+            )
+        return v
+
+
+DERIVED = frozenset({"grad_accum", "num_devices", "recompute_per_stage"})
+"""The document's keys beyond Plan's fields: values a result derives from the plan."""
+if set(PlanDoc.model_fields) != set(PLAN_FIELDS) | DERIVED:  # a knob added to Plan only
+    raise TypeError(f"PlanDoc's keys must be Plan's fields {PLAN_FIELDS} and {sorted(DERIVED)}")
+
+REQUIRED_KNOBS = ("dp", "tp", "pp", "micro_batch", "zero", "recompute")
+"""The knobs ``evaluate`` needs fixed; the others have defaults (instance.fixed_plan)."""
+RESULT_KEYS = (
+    "dp",
+    "tp",
+    "pp",
+    "cp",
+    "ep",
+    "vp",
+    "micro_batch",
+    "grad_accum",
+    "zero",
+    "sequence_parallel",
+    "recompute",
+    "recompute_per_stage",
+    "layers_per_stage",
+    "order",
+    "num_devices",
+)
+"""The keys every result's plan has listed since the first version (the others were added
+later and take Plan's defaults when a result file lacks them; ``filled``)."""
+
+
+def plan_doc(plan: Plan, job: Job) -> PlanDoc:
+    """``plan`` as a result lists it: every field (cost.plan.plan_values), ``recompute`` one mode
+    when every stage shares it, ``layers_per_chunk`` empty when the chunks are even, and the
+    derived ``grad_accum``, ``num_devices`` and ``recompute_per_stage``."""
+    values = plan_values(plan)
+    modes = values["recompute"]
+    rows = [] if is_even_chunks(plan) else [list(r) for r in chunk_layers(plan)]
+    return PlanDoc(
+        **{**values, "recompute": modes[0] if len(set(modes)) == 1 else modes, "layers_per_chunk": rows},
+        recompute_per_stage=modes,
+        grad_accum=plan.num_micro_batches(job),
+        num_devices=plan.num_devices,
+    )
+
+
+def filled(doc: PlanDoc) -> PlanDoc:
+    """A result's plan with every key: ValueError naming the ``RESULT_KEYS`` it lacks; the keys
+    added since take Plan's defaults (a result file from an older version)."""
+    missing = [k for k in RESULT_KEYS if getattr(doc, k) is None]
+    if missing:
+        raise ValueError(f"a result's plan lists every knob; missing {', '.join(missing)}")
+    defaults = plan_values(plan_of(doc))
+    return doc.model_copy(update={k: v for k, v in defaults.items() if getattr(doc, k) is None})
+
+
+def plan_of(doc: PlanDoc) -> Plan:
+    """The cost model's Plan of a result's plan (``plan_doc`` undone: one recompute mode per pp
+    rank; a key left out takes Plan's default). ValueError on a broken rule."""
+    values = doc.model_dump(include=set(PLAN_FIELDS), exclude_none=True)
+    return plan_from_values({**values, "recompute": doc.recompute_per_stage or values.get("recompute")})
+
+
+def given(doc: PlanDoc) -> dict[str, Any]:
+    """The keys ``doc`` fixes, as given: None and empty lists (a result's "none") dropped."""
+    return {k: v for k, v in doc.model_dump(exclude_none=True).items() if v != []}
+
+
+def fixed_knobs_of(doc: PlanDoc, spec: ModelSpec, cluster: Cluster, job: Job) -> PartialPlan:
+    """The knobs ``doc`` fixes (module docstring), read the one way solve and evaluate share:
+    empty lists are none, ``recompute_per_stage`` agrees with ``recompute`` (and stands for it),
+    ``grad_accum`` and ``num_devices`` agree with the job, the cluster and the degrees,
+    ``layers_per_chunk`` fixes the split and vp it implies, one ``recompute_layers`` count stands
+    for every full-recompute stage (and fixes recompute full when recompute is free), a per-stage
+    one needs pp. The knob rules are cost's (``check_order``, ``check_expert_tp``,
+    ``check_ep_experts``, ...). ConfigError naming the key and the rule."""
+    values = given(doc)
+    for key in DERIVED:
+        values.pop(key, None)
+    _check_derived(doc, cluster, job)
+    try:
+        _check_knobs(doc, spec)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    values["recompute"] = _recompute(doc)
+    if values["recompute"] is None:
+        del values["recompute"]
+    _read_recompute_layers(doc, values)
+    _read_chunks(doc, values)
+    if doc.stage_pools and not cluster.pools:
+        raise ConfigError(
+            f"plan.stage_pools={doc.stage_pools} needs a mixed-GPU cluster "
+            "(cluster.pools); remove it for a single node type"
+        )
+    if doc.torus_shape:
+        _check_torus(doc.torus_shape, cluster)
+    return PartialPlan.from_values(values)
+
+
+def _check_derived(doc: PlanDoc, cluster: Cluster, job: Job) -> None:
+    if doc.grad_accum is not None:
+        if doc.dp is None or doc.micro_batch is None:
+            raise ConfigError(
+                f"plan.grad_accum={doc.grad_accum} is checked against plan.dp and "
+                "plan.micro_batch; fix both or drop plan.grad_accum"
+            )
+        if doc.grad_accum * doc.micro_batch * doc.dp != job.global_batch:
+            raise ConfigError(
+                f"plan.grad_accum={doc.grad_accum} but job.global_batch / (micro_batch x dp) = "
+                f"{job.global_batch} / ({doc.micro_batch} x {doc.dp}) = "
+                f"{job.global_batch / (doc.micro_batch * doc.dp):g}; fix it or drop plan.grad_accum"
+            )
+    if doc.num_devices is None:
+        return
+    if doc.dp is not None and doc.tp is not None and doc.pp is not None:
+        used = doc.dp * doc.tp * doc.pp * (doc.cp or 1)
+        if used != doc.num_devices:
+            raise ConfigError(
+                f"plan.num_devices={doc.num_devices} but dp x tp x pp x cp = "
+                f"{used}; fix the degrees or drop plan.num_devices"
+            )
+    n = cluster.num_devices
+    if not cluster.pools and doc.num_devices != n:
+        raise ConfigError(
+            f"plan.num_devices={doc.num_devices} but the cluster has {n} devices; "
+            "fix it or drop plan.num_devices"
+        )
+
+
+def _check_knobs(doc: PlanDoc, spec: ModelSpec) -> None:
+    """cost's knob rules on the knobs given (ValueError)."""
+    experts = spec.num_experts if spec.is_moe else 0
+    check_ep_experts(doc.ep or 1, experts)
+    check_etp_experts(doc.etp, doc.tp, experts)
+    if doc.order:
+        check_order(tuple(Axis(a) for a in doc.order))
+    check_expert_tp(doc.etp, doc.tp)
+
+
+def _recompute(doc: PlanDoc) -> list[str] | None:
+    """plan.recompute as PartialPlan takes it: one entry (every stage) or one per stage (pp
+    fixed); recompute_per_stage, a result's per-stage form, must agree with it."""
+    given_modes, per_stage = doc.recompute, doc.recompute_per_stage or None
+    if per_stage is not None:
+        same = (
+            given_modes is None
+            or given_modes == per_stage
+            or (not isinstance(given_modes, list) and all(m == given_modes for m in per_stage))
+        )
+        if not same:
+            raise ConfigError(
+                f"plan.recompute_per_stage={show_value(per_stage)} disagrees with "
+                f"plan.recompute={show_value(given_modes)}; give one of them"
+            )
+        given_modes = per_stage if given_modes is None or isinstance(given_modes, list) else given_modes
+    if given_modes is None or given_modes == []:
+        return None
+    if not isinstance(given_modes, list):
+        return [given_modes]
+    if doc.pp is None:
+        raise ConfigError("plan.recompute lists one mode per stage; fix plan.pp too")
+    if len(given_modes) != doc.pp:
+        raise ConfigError(f"plan.recompute lists {len(given_modes)} stages; need one per pp={doc.pp}")
+    return list(given_modes)
+
+
+def _read_recompute_layers(doc: PlanDoc, values: dict[str, Any]) -> None:
+    """plan.recompute_layers: one N for every full-recompute stage, kept as one entry (recompute
+    full when it is free), or one count per stage (pp fixed), checked against the modes."""
+    counts = doc.recompute_layers
+    if counts is None or counts == []:
+        values.pop("recompute_layers", None)
+        return
+    modes = values.get("recompute")
+    if isinstance(counts, int):
+        if modes is None:
+            values["recompute"] = [Recompute.FULL.value]
+        elif Recompute.FULL.value not in modes:
+            raise ConfigError(
+                f"plan.recompute_layers={counts} needs plan.recompute=full on some stage "
+                f"(got {sorted(set(modes))}): only full recompute takes a number of layers"
+            )
+        values["recompute_layers"] = [counts]
+        return
+    if doc.pp is None:
+        raise ConfigError("plan.recompute_layers lists one count per stage; fix plan.pp too")
+    if len(counts) != doc.pp:
+        raise ConfigError(
+            f"plan.recompute_layers={counts} lists {len(counts)} stages; need one per pp={doc.pp}"
+        )
+    if modes is not None:
+        try:
+            check_recompute_layers(tuple(counts), tuple(Recompute(m) for m in modes), doc.pp)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+
+
+def _read_chunks(doc: PlanDoc, values: dict[str, Any]) -> None:
+    """plan.layers_per_chunk fixes the split (its row sums) and vp (its row length)."""
+    rows = doc.layers_per_chunk
+    if not rows:
+        values.pop("layers_per_chunk", None)
+        return
+    sums, vp = [sum(r) for r in rows], len(rows[0])
+    if doc.vp is not None and doc.vp != vp or any(len(r) != vp for r in rows):
+        raise ConfigError(
+            f"plan.layers_per_chunk rows must each list vp={doc.vp or vp} layer "
+            f"counts; got {[len(r) for r in rows]}"
+        )
+    if doc.layers_per_stage and doc.layers_per_stage != sums:
+        raise ConfigError(
+            f"plan.layers_per_chunk row sums {sums} differ from plan.layers_per_stage={doc.layers_per_stage}"
+        )
+    values.update(layers_per_stage=sums, vp=vp)
+
+
+def _check_torus(shape: list[int], cluster: Cluster) -> None:
+    """plan.torus_shape checked against the cluster's slice shapes (ConfigError otherwise)."""
+    torus = cluster.torus
+    if torus is None:
+        raise ConfigError(
+            f"plan.torus_shape={shape} needs a TPU slice cluster (cluster.preset "
+            "such as v5p-1024); remove it for this cluster"
+        )
+    try:
+        torus.reshaped(tuple(shape))
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
