@@ -34,6 +34,7 @@ from paraplan.graph.spec import show_value
 from paraplan.hardware.topology import MAX_DEVICES, MAX_POOLS
 from paraplan.model_section import ModelSection
 from paraplan.plan_doc import PlanDoc
+from paraplan.rules.frameworks import FRAMEWORKS
 from paraplan.scenario_file import MAX_NESTING, MAX_SCENARIO_BYTES, MAX_VALUES, check_shape, read_document
 from paraplan.section import (
     MAX_GLOBAL_BATCH,
@@ -186,8 +187,8 @@ class JobSection(Section):
         return self
 
 
-SolverTarget = Literal["megatron", "nemo", "deepspeed", "torchtitan", "maxtext", "torch", "any"]
-"""Frameworks ``solver.target`` accepts: the exporters that launch a training run, or ``any``
+SolverTarget = Literal[(*FRAMEWORKS, "any")]  # type: ignore[valid-type]
+"""Frameworks ``solver.target`` accepts: the frameworks (rules/frameworks.py), or ``any``
 (the unrestricted optimum of the cost model, which may run on no framework). Unset: the fastest
 plan at least one of the frameworks runs (paraplan/targets.py, runnable_options)."""
 
