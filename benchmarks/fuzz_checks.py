@@ -65,6 +65,9 @@ class PropertyFailure(AssertionError):
         self.prop = prop
 
 
+ROUND_TRIP_LIMIT_S = 60.0  # a fully fixed plan is one layout: solved in well under a second
+
+
 def _fail(prop: str, message: str) -> None:
     raise PropertyFailure(prop, message)
 
@@ -174,6 +177,26 @@ def check_reeval(scenario: Any, result: Any) -> None:
     reason = outside_space(plan, inst, fixed, options)
     if reason:
         _fail("reeval", f"the returned plan is outside the search space: {reason}")
+    check_solve_round_trip(scenario, result)
+
+
+def check_solve_round_trip(scenario: Any, result: Any) -> None:
+    """(c) solve of the scenario with its plan fixed to the result's plan document, as returned
+    (every knob, empty lists included), gives the same plan and step time (issue 26)."""
+    sc = {**_scenario_dict(scenario), "plan": result.plan.model_dump(mode="json")}
+    try:
+        again = paraplan.solve(sc, time_limit_s=ROUND_TRIP_LIMIT_S, workers=1)
+    except ParaplanError as e:
+        _fail("roundtrip", f"the returned plan, fixed, does not solve: {e}")
+    if again.plan != result.plan:
+        diff = {k: (v, getattr(again.plan, k)) for k, v in result.plan if getattr(again.plan, k) != v}
+        _fail("roundtrip", f"the returned plan, fixed, solves to another plan: {diff}")
+    if again.predicted.step_time_s != result.predicted.step_time_s:
+        _fail(
+            "roundtrip",
+            f"the returned plan, fixed, solves to {again.predicted.step_time_s!r} s, "
+            f"the result says {result.predicted.step_time_s!r}",
+        )
 
 
 def check_fields(scenario: Any, result: Any, args: dict[str, Any] | None = None) -> None:
