@@ -7,7 +7,7 @@ from dataclasses import fields
 import pytest
 from paraplan.cost import Axis, CPComm, Layout, PartialPlan, Plan, Recompute
 from paraplan.cost.plan import LAYOUT_FIELDS, PLAN_FIELDS, plan_from_values, plan_key, plan_values
-from paraplan.solver import Fixed, Options
+from paraplan.solver import Options
 from paraplan.solver.space import divisors, families
 
 import paraplan
@@ -41,7 +41,6 @@ def test_a_plan_refuses_a_broken_structure_when_built(knobs: dict, message: str)
 
 def test_partial_plan_has_plans_fields_and_reads_json_values() -> None:
     assert tuple(f.name for f in fields(PartialPlan)) == PLAN_FIELDS
-    assert Fixed is PartialPlan  # the solver's old name
     partial = PartialPlan.from_values(
         {"tp": 2, "order": ["tp", "dp", "cp", "pp"], "recompute": ["full", "none"], "cp_comm": "all_gather"}
     )
