@@ -250,8 +250,8 @@ def filled(doc: PlanDoc) -> PlanDoc:
     missing = [k for k in RESULT_KEYS if getattr(doc, k) is None]
     if missing:
         raise ValueError(f"a result's plan lists every knob; missing {', '.join(missing)}")
-    defaults = plan_values(plan_of(doc))
-    return doc.model_copy(update={k: v for k, v in defaults.items() if getattr(doc, k) is None})
+    later = {k: v for k, v in plan_values(plan_of(doc)).items() if v is not None and getattr(doc, k) is None}
+    return doc.model_copy(update=later) if later else doc
 
 
 def plan_of(doc: PlanDoc) -> Plan:

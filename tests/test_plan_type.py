@@ -229,3 +229,21 @@ def test_the_search_domains_are_check_plans_rules() -> None:
     odd = paraplan.solve({**LLAMA8B_8, "job": {"seq_len": 4095, "global_batch": 64}}, time_limit_s=20)
     assert odd.plan.cp == 1
     assert paraplan.evaluate(odd).predicted.step_time_s == odd.predicted.step_time_s
+
+
+def test_a_result_file_lists_every_knob_and_older_ones_take_the_defaults() -> None:
+    """A result's plan has every key: one read back without the keys added since the first
+    version (e.g. the MoE software state) takes Plan's defaults; one without dp is no result."""
+    from pydantic import ValidationError
+
+    from paraplan.result import Result
+
+    r = paraplan.solve(LLAMA8B_8, time_limit_s=20)
+    data = r.model_dump(mode="json")
+    older = {
+        k: v for k, v in data["plan"].items() if k not in ("moe_dispatcher", "cuda_graphs", "torus_shape")
+    }
+    again = Result.model_validate({**data, "plan": older})
+    assert again.plan == r.plan and again.plan.moe_dispatcher == "alltoall"
+    with pytest.raises(ValidationError, match="missing dp"):
+        Result.model_validate({**data, "plan": {k: v for k, v in data["plan"].items() if k != "dp"}})
