@@ -92,13 +92,11 @@ class PlanDoc(Section):
     )
     recompute: Recompute | list[Recompute] | None = Field(
         None,
-        max_length=MAX_LAYERS,
         description="none | selective | full, or one per pipeline stage (a result lists one mode "
         "when every stage shares it)",
     )
     recompute_per_stage: list[Recompute] | None = Field(
         None,
-        max_length=MAX_LAYERS,
         description="derived: one recompute mode per pipeline stage; given, it must agree with recompute",
     )
     recompute_layers: int | list[int] | None = Field(
@@ -155,6 +153,18 @@ class PlanDoc(Section):
         description="captured CUDA graphs: none (default) | partial (attention, router, MoE "
         "preprocess) | full (whole layers)",
     )
+
+    @field_validator("recompute", "recompute_per_stage")
+    @classmethod
+    def _check_recompute_length(
+        cls, v: Recompute | list[Recompute] | None
+    ) -> Recompute | list[Recompute] | None:
+        if isinstance(v, list) and len(v) > MAX_LAYERS:
+            raise ValueError(
+                f"lists {len(v):,} stages; at most {MAX_LAYERS:,} (one per stage, "
+                "and a stage holds at least one layer)"
+            )
+        return v
 
     @field_validator("recompute_layers")
     @classmethod
