@@ -81,7 +81,7 @@ def _with_runs_on(result: Result, inst: Instance, plan: Plan) -> Result:
 
 def fixed_knobs(inst: Instance) -> PartialPlan:
     """The knobs the scenario's ``plan:`` fixes, as the solver's PartialPlan (``inst.fixed``, the
-    reading evaluate shares: plan_doc.fixed_knobs_of), less what the search cannot honour:
+    reading evaluate shares: plan_knobs.fixed_knobs_of), less what the search cannot honour:
     ConfigError for a chunk layout other than the default of its split, or a number of
     recomputed layers on a model of several block kinds."""
     k = inst.fixed

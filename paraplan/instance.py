@@ -28,7 +28,8 @@ from paraplan.hardware import (
     load_profile,
     with_memory_headroom,
 )
-from paraplan.plan_doc import REQUIRED_KNOBS, fixed_knobs_of
+from paraplan.plan_doc import REQUIRED_KNOBS
+from paraplan.plan_knobs import fixed_knobs_of
 from paraplan.schema import Scenario
 
 __all__ = [
@@ -45,7 +46,7 @@ __all__ = [
 @dataclass(frozen=True, slots=True)
 class Instance:
     """A scenario's model graph, cluster and job, and ``fixed``: the knobs its ``plan:`` fixes
-    (plan_doc.fixed_knobs_of, the one reading solve and evaluate share)."""
+    (plan_knobs.fixed_knobs_of, the one reading solve and evaluate share)."""
 
     scenario: Scenario
     graph: LayerGraph

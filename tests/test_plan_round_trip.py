@@ -1,7 +1,7 @@
 """Issue 26: a result's plan document, as returned (nothing stripped: its ``torus_shape: []``,
 ``stage_pools: []``, ``recompute_per_stage``, ``grad_accum``, ...), fixed as a scenario's
 ``plan:`` gives the same plan and step time through ``paraplan.evaluate`` and ``paraplan.solve``:
-both read the document the one way (plan_doc.fixed_knobs_of). Over every benchmark scenario (the
+both read the document the one way (plan_knobs.fixed_knobs_of). Over every benchmark scenario (the
 large ones marked slow) and over results of the fuzz suite's valid scenarios."""
 
 from __future__ import annotations

@@ -14,7 +14,8 @@ import paraplan
 from paraplan.api import fixed_knobs
 from paraplan.errors import ConfigError
 from paraplan.instance import build_instance, fixed_plan
-from paraplan.plan_doc import DERIVED, PlanDoc, fixed_knobs_of
+from paraplan.plan_doc import DERIVED, PlanDoc
+from paraplan.plan_knobs import fixed_knobs_of
 from paraplan.schema import Scenario, load_scenario
 
 LLAMA8B_8 = {
