@@ -32,6 +32,9 @@ __all__ = [
     "precision_refusal",
     "runs_pools",
     "pool_refusal",
+    "check_bf16_fp16_fp8",
+    "check_one_mesh",
+    "check_one_node_size",
     "launch_rules",
 ]
 
@@ -77,6 +80,12 @@ def runs_pools(name: str) -> bool:
     return name in POOLED_FRAMEWORKS
 
 
+def _node_sizes(cluster: Cluster, stage_pools: tuple[int, ...]) -> list[int]:
+    """The GPUs per node of the pools the stages use, when they differ (else [])."""
+    used = sorted({cluster.pools[p].devices_per_node for p in set(stage_pools)}) if cluster.pools else []
+    return used if len(used) > 1 else []
+
+
 def pool_refusal(name: str, cluster: Cluster, stage_pools: tuple[int, ...] = ()) -> str | None:
     """Why ``name`` cannot launch a plan whose stages sit on ``stage_pools`` of ``cluster``
     (None: it can, or the cluster has no pools): a framework of one mesh refuses every pooled
@@ -90,30 +99,56 @@ def pool_refusal(name: str, cluster: Cluster, stage_pools: tuple[int, ...] = ())
             f"device mesh of one GPU type; export to {' or '.join(POOLED_FRAMEWORKS)} (stages on "
             "pools, uneven layers) or plan for one pool (cluster.preset)"
         )
-    used = {cluster.pools[p].devices_per_node for p in set(stage_pools)}
-    if len(used) > 1:
+    sizes = _node_sizes(cluster, stage_pools)
+    if sizes:
         return (
-            f"{name} cannot launch pools with different GPUs per node {sorted(used)} in one "
+            f"{name} cannot launch pools with different GPUs per node {sizes} in one "
             "torchrun job (--nproc-per-node is one number)"
         )
     return None
 
 
+def check_bf16_fp16_fp8(ctx: RuleContext, draft: Draft) -> Refusal | None:
+    """The framework's config has no block-scaled recipe (fp8_blockwise, mxfp8, nvfp4)."""
+    if draft.precision in EXPORTED_PRECISIONS:
+        return None
+    return Refusal(
+        f"job.precision={draft.precision.value} has no setting in its config (only "
+        f"{' and '.join(BLOCK_SCALED_FRAMEWORKS)} name the block-scaled recipes); plan with "
+        "job.precision fp8 or bf16"
+    )
+
+
+def check_one_mesh(ctx: RuleContext, draft: Draft) -> Refusal | None:
+    """The framework builds one device mesh of one GPU type: no mixed-GPU cluster."""
+    if not ctx.cluster.pools:
+        return None
+    return Refusal(
+        "a mixed-GPU cluster (cluster.pools) needs pipeline stages on different node types, and "
+        f"it builds one device mesh of one GPU type ({' or '.join(POOLED_FRAMEWORKS)} runs it)"
+    )
+
+
+def check_one_node_size(ctx: RuleContext, draft: Draft) -> Refusal | None:
+    """One torchrun job takes one --nproc-per-node: the pools the stages use have the same
+    GPUs per node."""
+    sizes = _node_sizes(ctx.cluster, draft.plan.stage_pools)
+    if not sizes:
+        return None
+    return Refusal(
+        f"plan.stage_pools={list(draft.plan.stage_pools)} uses pools with different GPUs per node "
+        f"{sizes}, which one torchrun job cannot launch (--nproc-per-node is one number)"
+    )
+
+
 def launch_rules(name: str) -> tuple[tuple[Rule, ...], tuple[Rule, ...]]:
     """Framework ``name``'s launch facts as rules: (all of them, those that read only the job and
-    the cluster, i.e. its MODEL_RULES)."""
+    the cluster, i.e. its MODEL_RULES). The rules are shared by the frameworks with the same
+    facts, so one framework's rules still include another's (rules/filter.py reads that)."""
     _known(name)
-
-    def check_precision(ctx: RuleContext, draft: Draft) -> Refusal | None:
-        why = precision_refusal(name, draft.precision)
-        return None if why is None else Refusal(why)
-
-    def check_mesh(ctx: RuleContext, draft: Draft) -> Refusal | None:
-        why = pool_refusal(name, ctx.cluster)  # no stages placed yet: the cluster alone
-        return None if why is None else Refusal(why)
-
-    def check_pool_launch(ctx: RuleContext, draft: Draft) -> Refusal | None:
-        why = pool_refusal(name, ctx.cluster, draft.plan.stage_pools)
-        return None if why is None else Refusal(why)
-
-    return (check_precision, check_mesh, check_pool_launch), (check_precision, check_mesh)
+    model: tuple[Rule, ...] = ()
+    if name not in BLOCK_SCALED_FRAMEWORKS:
+        model += (check_bf16_fp16_fp8,)
+    if not runs_pools(name):
+        model += (check_one_mesh,)
+    return (*model, check_one_node_size), model

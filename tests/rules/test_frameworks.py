@@ -58,6 +58,8 @@ def test_the_launch_rules_come_first_in_every_frameworks_rules() -> None:
     assert runs_pools("megatron") and not runs_pools("torchtitan")
     refusal = first_refusal(ctx, Draft(mixed, Precision.BF16), rules_of("megatron").rules)
     assert refusal is not None and "different GPUs per node [8, 64]" in refusal.rule
-    assert pool_refusal("megatron", inst.cluster, (0, 1)) == refusal.rule
+    exported = pool_refusal("megatron", inst.cluster, (0, 1))
+    assert exported is not None and "different GPUs per node [8, 64]" in exported
     assert pool_refusal("megatron", inst.cluster, (0, 0)) is None
+    assert set(rules_of("megatron").rules) <= set(rules_of("nemo").rules)  # nemo runs less
     assert "megatron" not in runs_on(inst, mixed)  # runs_on reads the same rule the exporter raises
