@@ -25,8 +25,8 @@ from enum import StrEnum
 from typing import Any
 
 from paraplan.cost import DEFAULT_ORDER, Layout, Plan, Recompute
-from paraplan.cost.plan import pipeline_slots
-from paraplan.solver import Fixed, Options, layouts
+from paraplan.cost.plan import PartialPlan, pipeline_slots
+from paraplan.solver import Options, layouts
 from paraplan.solver.enumerate import EnumerationBudgetExceeded, enumerate_plans
 from paraplan.solver.space import divisors
 
@@ -149,7 +149,7 @@ def solve(
     return _from_result(method, r, time.perf_counter() - start)
 
 
-def _num_splits(num_layers: int, layout: Layout, fixed: Fixed, options: Options) -> int:
+def _num_splits(num_layers: int, layout: Layout, fixed: PartialPlan, options: Options) -> int:
     """Layer splits the enumerator visits for one layout (mirrors its rules, checked by the
     harness against ``Enumeration.num_plans``)."""
     pp, vp = layout.pp, layout.vp
@@ -171,7 +171,7 @@ def _num_splits(num_layers: int, layout: Layout, fixed: Fixed, options: Options)
     return math.comb(free - 1, pp - 1) if free >= pp else 0
 
 
-def _num_modes(pp: int, fixed: Fixed) -> int:
+def _num_modes(pp: int, fixed: PartialPlan) -> int:
     if fixed.recompute is None:
         return len(Recompute) ** pp
     return int(len(fixed.recompute) == pp or len(set(fixed.recompute)) == 1)

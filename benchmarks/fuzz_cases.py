@@ -20,6 +20,7 @@ from typing import Any, Protocol, TypeVar
 
 from paraplan.graph import preset, preset_names
 from paraplan.hardware import build_cluster, fabric_names, node_type_names
+from paraplan.rules.frameworks import FRAMEWORKS
 
 T = TypeVar("T")
 
@@ -49,7 +50,7 @@ NODE_TYPES = tuple(node_type_names()) + tuple(fabric_names())
 GPU_COUNTS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 LARGE_GPU_COUNTS = (128, 256, 512, 96, 384, 1024, 2048)  # valid_case(large=True): the long run
 SEQ_LENS = (128, 256, 512, 1000, 1024, 2048, 4096, 8192)
-TARGETS = ("megatron", "nemo", "deepspeed", "torchtitan", "maxtext", "torch")
+TARGETS = FRAMEWORKS
 
 
 class Draw(Protocol):

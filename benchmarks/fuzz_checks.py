@@ -28,8 +28,7 @@ from typing import Any
 
 from paraplan.cost import DEFAULT_ORDER, Axis, CPComm, Plan, Recompute
 from paraplan.cost import evaluate as cost_evaluate
-from paraplan.cost.plan import chunk_layers, plan_values
-from paraplan.cost.software import SOFTWARE_FIELDS
+from paraplan.cost.plan import chunk_layers
 
 import paraplan
 from benchmarks.fuzz_cases import Case, divisors
@@ -64,6 +63,9 @@ class PropertyFailure(AssertionError):
     def __init__(self, prop: str, message: str) -> None:
         super().__init__(f"[{prop}] {message}")
         self.prop = prop
+
+
+ROUND_TRIP_LIMIT_S = 60.0  # a fully fixed plan is one layout: solved in well under a second
 
 
 def _fail(prop: str, message: str) -> None:
@@ -139,34 +141,6 @@ def _instance(scenario: Any) -> tuple[Any, Any, Any]:
     return inst, fixed_knobs(inst), search_options(inst)
 
 
-def _plan_section(plan: Plan) -> dict[str, Any]:
-    """Every knob of ``plan`` as a scenario's ``plan:`` section."""
-    out: dict[str, Any] = {
-        "dp": plan.dp,
-        "tp": plan.tp,
-        "pp": plan.pp,
-        "cp": plan.cp,
-        "ep": plan.ep,
-        "cp_comm": plan.cp_comm.value,
-        "vp": plan.vp,
-        "micro_batch": plan.micro_batch,
-        "zero": plan.zero,
-        "sequence_parallel": plan.sequence_parallel,
-        "recompute": [r.value for r in plan.recompute],
-        "layers_per_stage": list(plan.layers_per_stage),
-        "order": [a.value for a in plan.order],
-    }
-    if plan.etp is not None:
-        out["etp"] = plan.etp
-    if plan.recompute_layers:
-        out["recompute_layers"] = list(plan.recompute_layers)
-    if plan.stage_pools:
-        out["stage_pools"] = list(plan.stage_pools)
-    values = plan_values(plan)
-    out.update({name: values[name] for name in SOFTWARE_FIELDS})  # MoE software state
-    return out
-
-
 def _scenario_dict(scenario: Any) -> dict[str, Any]:
     return paraplan.load_scenario(scenario).model_dump(mode="json", exclude_none=True)
 
@@ -185,7 +159,7 @@ def check_reeval(scenario: Any, result: Any) -> None:
     inst, fixed, options = _instance(scenario)
     plan = to_cost_plan(result.plan)
     sc = _scenario_dict(scenario)
-    sc["plan"] = _plan_section(plan)
+    sc["plan"] = result.plan.model_dump(mode="json")  # the result's plan document, as returned
     sc.pop("solver", None)
     try:
         again = paraplan.evaluate(sc)
@@ -203,6 +177,26 @@ def check_reeval(scenario: Any, result: Any) -> None:
     reason = outside_space(plan, inst, fixed, options)
     if reason:
         _fail("reeval", f"the returned plan is outside the search space: {reason}")
+    check_solve_round_trip(scenario, result)
+
+
+def check_solve_round_trip(scenario: Any, result: Any) -> None:
+    """(c) solve of the scenario with its plan fixed to the result's plan document, as returned
+    (every knob, empty lists included), gives the same plan and step time (issue 26)."""
+    sc = {**_scenario_dict(scenario), "plan": result.plan.model_dump(mode="json")}
+    try:
+        again = paraplan.solve(sc, time_limit_s=ROUND_TRIP_LIMIT_S, workers=1)
+    except ParaplanError as e:
+        _fail("roundtrip", f"the returned plan, fixed, does not solve: {e}")
+    if again.plan != result.plan:
+        diff = {k: (v, getattr(again.plan, k)) for k, v in result.plan if getattr(again.plan, k) != v}
+        _fail("roundtrip", f"the returned plan, fixed, solves to another plan: {diff}")
+    if again.predicted.step_time_s != result.predicted.step_time_s:
+        _fail(
+            "roundtrip",
+            f"the returned plan, fixed, solves to {again.predicted.step_time_s!r} s, "
+            f"the result says {result.predicted.step_time_s!r}",
+        )
 
 
 def check_fields(scenario: Any, result: Any, args: dict[str, Any] | None = None) -> None:
@@ -480,28 +474,25 @@ def check_alternatives(scenario: Any, result: Any) -> None:
     """(d) runner-ups: sorted, each re-evaluates to its step time, none beats an OPTIMAL best."""
     inst = _instance(scenario)[0]
     from paraplan.export import to_cost_plan
-    from paraplan.result import PlanOut
 
     step = result.predicted.step_time_s
     previous = result.solver.objective_s if result.solver else step
     for i, alt in enumerate(result.alternatives):
-        plan = to_cost_plan(PlanOut.model_validate(alt["plan"]))
+        plan = to_cost_plan(alt.plan)
         b = cost_evaluate(inst.graph, inst.cluster, inst.job, plan)
         tol = _tolerance_s(inst, plan, b.step_time_s)
-        if abs(b.step_time_s - alt["step_time_s"]) > tol:
-            _fail(
-                "reeval", f"alternative {i} lists {alt['step_time_s']!r} s, evaluates to {b.step_time_s!r} s"
-            )
+        if abs(b.step_time_s - alt.step_time_s) > tol:
+            _fail("reeval", f"alternative {i} lists {alt.step_time_s!r} s, evaluates to {b.step_time_s!r} s")
         if not b.fits:
             _fail("reeval", f"alternative {i} does not fit memory")
-        if alt["step_time_s"] < previous - tol:
+        if alt.step_time_s < previous - tol:
             kind = "neighbour" if i == 0 and result.solver.status == "OPTIMAL" else "top-order"
             _fail(
                 kind,
-                f"runner-up {i} at {alt['step_time_s']!r} s is faster than the plan "
+                f"runner-up {i} at {alt.step_time_s!r} s is faster than the plan "
                 f"before it ({previous!r} s; status {result.solver.status})",
             )
-        previous = alt["step_time_s"]
+        previous = alt.step_time_s
 
 
 def check_json(result: Any, where: Path) -> None:

@@ -8,26 +8,20 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from paraplan.cost import PartialPlan, Plan, Recompute
+from paraplan.cost import PartialPlan, Plan
 from paraplan.cost import evaluate as cost_evaluate
-from paraplan.cost.plan import (
-    PLAN_FIELDS,
-    check_expert_tp,
-    check_order,
-    check_recompute_layers,
-    default_chunks,
-)
-from paraplan.cost.validity import check_ep_experts, check_etp_experts
+from paraplan.cost.plan import default_chunks
 from paraplan.errors import ConfigError, SolveTimeout
 from paraplan.instance import Calibration, Instance, build_instance, fixed_plan
+from paraplan.plan_doc import plan_doc
 from paraplan.reports.explain import explain, summary
 from paraplan.result import (
+    Alternative,
     Result,
     SolverOut,
     band_out,
     evaluate_plan,
     paraplan_version,
-    plan_out,
 )
 from paraplan.schema import Scenario, load_scenario
 from paraplan.search import run_search, runnable_search
@@ -52,7 +46,6 @@ __all__ = [
     "paraplan_version",
     "fixed_knobs",
     "search_options",
-    "check_derived_knobs",
 ]
 
 
@@ -65,7 +58,6 @@ def evaluate(
     if isinstance(scenario, Result):
         scenario = scenario.model_dump(mode="json")
     inst = _instance(scenario, calibration)
-    check_derived_knobs(inst)
     plan = fixed_plan(inst)
     return _with_runs_on(evaluate_plan(inst, plan), inst, plan)
 
@@ -87,141 +79,30 @@ def _with_runs_on(result: Result, inst: Instance, plan: Plan) -> Result:
     return result.model_copy(update={"runs_on": runs_on(inst, plan)})
 
 
-def check_derived_knobs(inst: Instance) -> None:
-    """ConfigError unless the derived values a result's plan lists (``grad_accum``,
-    ``num_devices``) agree with the job, the cluster and the degrees fixed beside them."""
-    p, job = inst.scenario.plan, inst.job
-    if p.grad_accum is not None:
-        if p.dp is None or p.micro_batch is None:
-            raise ConfigError(
-                f"plan.grad_accum={p.grad_accum} is checked against plan.dp and "
-                "plan.micro_batch; fix both or drop plan.grad_accum"
-            )
-        if p.grad_accum * p.micro_batch * p.dp != job.global_batch:
-            raise ConfigError(
-                f"plan.grad_accum={p.grad_accum} but job.global_batch / (micro_batch x dp) = "
-                f"{job.global_batch} / ({p.micro_batch} x {p.dp}) = "
-                f"{job.global_batch / (p.micro_batch * p.dp):g}; fix it or drop plan.grad_accum"
-            )
-    n = inst.cluster.num_devices
-    if p.num_devices is not None and not inst.cluster.pools and p.num_devices != n:
-        raise ConfigError(
-            f"plan.num_devices={p.num_devices} but the cluster has {n} devices; "
-            "fix it or drop plan.num_devices"
-        )
-
-
 def fixed_knobs(inst: Instance) -> PartialPlan:
-    """The knobs the scenario's ``plan:`` fixes, as the solver's PartialPlan; ConfigError on
-    misuse. The knob rules are cost/validity.py's, the same ``check_plan`` and the search use."""
-    p = inst.scenario.plan
-    check_derived_knobs(inst)
-    if isinstance(p.recompute, list) and p.pp is None:
-        raise ConfigError("plan.recompute lists one mode per stage; fix plan.pp too")
-    if p.stage_pools is not None and not inst.cluster.pools:
+    """The knobs the scenario's ``plan:`` fixes, as the solver's PartialPlan (``inst.fixed``, the
+    reading evaluate shares: plan_knobs.fixed_knobs_of), less what the search cannot honour:
+    ConfigError for a chunk layout other than the default of its split, or a number of
+    recomputed layers on a model of several block kinds."""
+    k = inst.fixed
+    if k.recompute_layers is not None and len(inst.graph.kind_blocks) > 1:
         raise ConfigError(
-            f"plan.stage_pools={p.stage_pools} needs a mixed-GPU cluster "
-            "(cluster.pools); remove it for a single node type"
+            f"plan.recompute_layers={inst.scenario.plan.recompute_layers}: {inst.spec.name} has "
+            "several block kinds, so which layers a count recomputes depends on where each kind "
+            "sits, and `paraplan plan` does not search it; fix every plan knob and run `paraplan "
+            "evaluate`, or drop plan.recompute_layers"
         )
-    experts = inst.spec.num_experts if inst.spec.is_moe else 0
-    try:
-        check_ep_experts(p.ep or 1, experts)
-        check_etp_experts(p.etp, p.tp, experts)
-        if p.order is not None:
-            check_order(p.order)
-        check_expert_tp(p.etp, p.tp)
-    except ValueError as e:
-        raise ConfigError(str(e)) from None
-    layers, vp = _fixed_chunks(p)
-    values = p.model_dump(include=set(PLAN_FIELDS), exclude_none=True)
-    if isinstance(p.recompute, Recompute):  # one mode for every stage
-        values["recompute"] = (p.recompute,)
-    if p.recompute_layers is not None:
-        _check_fixed_recompute_layers(inst, values)
-    values.update(layers_per_stage=layers, vp=vp, torus_shape=_torus_shape(inst, p.torus_shape))
-    return PartialPlan.from_values(values)
-
-
-def _check_fixed_recompute_layers(inst: Instance, values: dict[str, Any]) -> None:
-    """plan.recompute_layers for the search (solver/constraints/recompute_layers.py): one N for
-    every full-recompute stage (recompute full when the scenario leaves it open), or one count
-    per stage with plan.pp fixed; ConfigError where the search cannot honour it."""
-    p = inst.scenario.plan
-    if len(inst.graph.kind_blocks) > 1:
-        raise ConfigError(
-            f"plan.recompute_layers={p.recompute_layers}: {inst.spec.name} has several block kinds, "
-            "so which layers a count recomputes depends on where each kind sits, and `paraplan "
-            "plan` does not search it; fix every plan knob and run `paraplan evaluate`, or drop "
-            "plan.recompute_layers"
-        )
-    modes = values.get("recompute")
-    if isinstance(p.recompute_layers, int):
-        if modes is None:
-            values["recompute"] = (Recompute.FULL,)
-        elif Recompute.FULL not in modes:
+    if k.layers_per_chunk is not None:
+        assert k.layers_per_stage is not None and k.vp is not None  # fixed_knobs_of
+        default = default_chunks(k.layers_per_stage, k.vp)
+        if k.layers_per_chunk != default:
             raise ConfigError(
-                f"plan.recompute_layers={p.recompute_layers} needs plan.recompute=full on some "
-                "stage: only full recompute takes a number of layers"
+                f"plan.layers_per_chunk={[list(r) for r in k.layers_per_chunk]}: `paraplan plan` "
+                f"builds each stage's chunks as {[list(r) for r in default]} (even, short chunks "
+                "next to the embedding and the loss); give that, or only plan.layers_per_stage, or "
+                "score this layout with `paraplan evaluate`"
             )
-        values["recompute_layers"] = (p.recompute_layers,)
-        return
-    if p.pp is None:
-        raise ConfigError("plan.recompute_layers lists one count per stage; fix plan.pp too")
-    if len(p.recompute_layers) != p.pp:
-        raise ConfigError(
-            f"plan.recompute_layers={p.recompute_layers} lists {len(p.recompute_layers)} stages; "
-            f"need one per pp={p.pp}"
-        )
-    if modes is not None:
-        try:
-            check_recompute_layers(tuple(p.recompute_layers), modes, p.pp)
-        except ValueError as e:
-            raise ConfigError(str(e)) from None
-
-
-def _torus_shape(inst: Instance, shape: list[int] | None) -> tuple[int, ...] | None:
-    """plan.torus_shape checked against the cluster's slice shapes (ConfigError otherwise)."""
-    if shape is None:
-        return None
-    torus = inst.cluster.torus
-    if torus is None:
-        raise ConfigError(
-            f"plan.torus_shape={shape} needs a TPU slice cluster (cluster.preset "
-            "such as v5p-1024); remove it for this cluster"
-        )
-    try:
-        torus.reshaped(tuple(shape))
-    except ValueError as e:
-        raise ConfigError(str(e)) from None
-    return tuple(shape)
-
-
-def _fixed_chunks(p: Any) -> tuple[tuple[int, ...] | None, int | None]:
-    """The split and vp a scenario fixes; plan.layers_per_chunk fixes both, and the search
-    builds only the default chunk layout of its split (cost.plan.default_chunks, Megatron's
-    account-for-embedding/loss placement), so other chunk layouts are for evaluate."""
-    layers = tuple(p.layers_per_stage) if p.layers_per_stage else None
-    if not p.layers_per_chunk:
-        return layers, p.vp
-    rows = tuple(tuple(r) for r in p.layers_per_chunk)
-    sums, vp = tuple(sum(r) for r in rows), len(rows[0])
-    if p.vp is not None and p.vp != vp or any(len(r) != vp for r in rows):
-        raise ConfigError(
-            f"plan.layers_per_chunk rows must each list vp={p.vp or vp} layer "
-            f"counts; got {[len(r) for r in rows]}"
-        )
-    if layers is not None and layers != sums:
-        raise ConfigError(
-            f"plan.layers_per_chunk row sums {list(sums)} differ from plan.layers_per_stage={list(layers)}"
-        )
-    if rows != default_chunks(sums, vp):
-        raise ConfigError(
-            f"plan.layers_per_chunk={[list(r) for r in rows]}: `paraplan plan` builds each "
-            f"stage's chunks as {[list(r) for r in default_chunks(sums, vp)]} (even, short chunks "
-            "next to the embedding and the loss); give that, or only plan.layers_per_stage, or "
-            "score this layout with `paraplan evaluate`"
-        )
-    return sums, vp
+    return k
 
 
 def _base_options(inst: Instance) -> Options:
@@ -234,10 +115,10 @@ def _base_options(inst: Instance) -> Options:
         max_vp=o.max_vp,
         uniform_recompute=o.uniform_recompute,
     )
-    split = inst.scenario.plan.layers_per_stage
+    split = inst.fixed.layers_per_stage
     if not o.allow_uneven_stages and split and len(set(split)) > 1:
         raise ConfigError(
-            f"plan.layers_per_stage={split} is uneven but "
+            f"plan.layers_per_stage={list(split)} is uneven but "
             "solver.allow_uneven_stages is false; make the stages equal or turn it on"
         )
     fixed = fixed_modes(inst)
@@ -246,7 +127,7 @@ def _base_options(inst: Instance) -> Options:
             f"plan.recompute={[m.value for m in fixed]} differs per stage but "
             "solver.uniform_recompute is true; fix one mode or turn it off"
         )
-    vp = inst.scenario.plan.vp
+    vp = inst.fixed.vp
     if vp is not None and vp > o.max_vp:  # a fixed knob raises its cap
         options = replace(options, max_vp=vp)
     return options
@@ -360,13 +241,13 @@ def solve(
         rp = others[0][0].plan
         runner = (rp, cost_evaluate(inst.graph, inst.cluster, inst.job, rp))
     alternatives = [
-        {
-            "summary": summary(s.plan),
-            "step_time_s": s.objective_s,
-            "step_time_band_s": band_out(inst.cluster, s.objective_s, inst.graph.spec.is_moe).model_dump(),
-            "plan": plan_out(s.plan, inst.job).model_dump(),
-            "runs_on": on,
-        }
+        Alternative(
+            summary=summary(s.plan),
+            step_time_s=s.objective_s,
+            step_time_band_s=band_out(inst.cluster, s.objective_s, inst.graph.spec.is_moe),
+            plan=plan_doc(s.plan, inst.job),
+            runs_on=on,
+        )
         for s, on in others[: top - 1]
     ]
     band = band_out(inst.cluster, breakdown.step_time_s, inst.graph.spec.is_moe)

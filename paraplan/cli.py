@@ -19,6 +19,7 @@ from paraplan.calibration.cli import HANDLERS as CALIBRATE_HANDLERS
 from paraplan.calibration.cli import add_parsers as add_calibrate_parsers
 from paraplan.errors import ConfigError, ParaplanError
 from paraplan.result import paraplan_version
+from paraplan.rules.frameworks import FRAMEWORKS
 from paraplan.schema import SolverTarget
 
 __all__ = ["main", "build_parser", "EXIT_USAGE", "EXIT_INTERNAL"]
@@ -88,7 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     ex = sub.add_parser("export", help="write a result (from --json) for a framework")
     ex.add_argument("result", help="RESULT.json as printed by `paraplan plan --json`")
-    ex.add_argument("--to", required=True, help="megatron|deepspeed|torchtitan|maxtext|nemo|torch")
+    ex.add_argument("--to", required=True, help="|".join(FRAMEWORKS))
     ex.add_argument("--out", default=None, help="directory to write into (default: stdout)")
     pr = sub.add_parser("presets", help="list the model and cluster presets")
     pr.add_argument(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from paraplan.cost import Job, MoERouting, Plan, Recompute
+from paraplan.cost import Job, MoERouting, PartialPlan, Plan, Recompute
 from paraplan.cost.dispatch import check_dispatcher
 from paraplan.cost.plan import PLAN_FIELDS, even_split, plan_from_values
 from paraplan.cost.pools import stage_pools_of
@@ -28,7 +28,9 @@ from paraplan.hardware import (
     load_profile,
     with_memory_headroom,
 )
-from paraplan.schema import PlanSection, Scenario
+from paraplan.plan_doc import REQUIRED_KNOBS
+from paraplan.plan_knobs import fixed_knobs_of
+from paraplan.schema import Scenario
 
 __all__ = [
     "Instance",
@@ -40,15 +42,17 @@ __all__ = [
     "REQUIRED_KNOBS",
 ]
 
-REQUIRED_KNOBS = ("dp", "tp", "pp", "micro_batch", "zero", "recompute")
-
 
 @dataclass(frozen=True, slots=True)
 class Instance:
+    """A scenario's model graph, cluster and job, and ``fixed``: the knobs its ``plan:`` fixes
+    (plan_knobs.fixed_knobs_of, the one reading solve and evaluate share)."""
+
     scenario: Scenario
     graph: LayerGraph
     cluster: Cluster
     job: Job
+    fixed: PartialPlan
 
     @property
     def spec(self) -> ModelSpec:
@@ -95,13 +99,14 @@ def build_instance(scenario: Scenario, calibration: Calibration | None = None) -
         if scenario.solver.memory_headroom:
             cluster = with_memory_headroom(cluster, scenario.solver.memory_headroom)
         job = job_of(scenario)
-        if scenario.plan is not None and scenario.plan.moe_dispatcher is not None:
-            check_dispatcher(scenario.plan.moe_dispatcher, cluster)
+        fixed = fixed_knobs_of(scenario.plan, spec, cluster, job)
+        if fixed.moe_dispatcher is not None:
+            check_dispatcher(fixed.moe_dispatcher, cluster)
         for pool in cluster.pools or (cluster,):
             pool.accelerator.peak_for(job.precision.value)
     except ValueError as e:
         raise ConfigError(str(e)) from None
-    return Instance(scenario, build_graph(spec), cluster, job)
+    return Instance(scenario, build_graph(spec), cluster, job, fixed)
 
 
 def _calibrated(cluster: Cluster, calibration: Calibration | None) -> Cluster:
@@ -133,60 +138,41 @@ def default_stage_pools(cluster: Cluster, plan: Plan) -> tuple[int, ...]:
     return stage_pools_of(cluster, tuple(range(len(cluster.pools))), plan.tp * plan.cp * plan.dp) or ()
 
 
-def _chunk_sums(rows: list[list[int]] | None) -> tuple[int, ...]:
-    """plan.layers_per_chunk's stage totals (layers_per_stage when only the chunks are given)."""
-    return tuple(sum(r) for r in rows or ())
-
-
-def _recompute(value: Recompute | list[Recompute], pp: int) -> tuple[Recompute, ...]:
-    if isinstance(value, list):
-        if len(value) != pp:
-            raise ConfigError(f"plan.recompute lists {len(value)} stages; need one per pp={pp}")
-        return tuple(value)
-    return (value,) * pp
-
-
-def _recompute_layers(value: int | list[int] | None, modes: tuple[Recompute, ...]) -> tuple[int, ...]:
-    """plan.recompute_layers per stage: one N applies to every full-recompute stage (0 on the
-    others, Megatron's one --recompute-num-layers); a list is taken as given (Plan checks it)."""
-    if value is None:
-        return ()
-    if isinstance(value, list):
-        return tuple(value)
-    if Recompute.FULL not in modes:
-        raise ConfigError(
-            f"plan.recompute_layers={value} needs plan.recompute=full on some stage "
-            f"(got {sorted({m.value for m in modes})}): only full recompute takes a number of layers"
-        )
-    return tuple(value if m is Recompute.FULL else 0 for m in modes)
-
-
-def fixed_plan(inst: Instance, section: PlanSection | None = None) -> Plan:
-    """The scenario's plan with every knob given (defaults: cp=ep=vp=1, SP on when tp>1,
-    even layer split, Megatron rank order); ConfigError naming every missing knob."""
-    p = section or inst.scenario.plan
-    missing = [k for k in REQUIRED_KNOBS if getattr(p, k) is None]
+def fixed_plan(inst: Instance) -> Plan:
+    """The scenario's plan with every knob given (``inst.fixed``, with the defaults: cp=ep=vp=1,
+    SP on when tp>1, even layer split, Megatron rank order, every pool in order); ConfigError
+    naming every missing knob."""
+    k = inst.fixed
+    missing = [name for name in REQUIRED_KNOBS if getattr(k, name) is None]
     if missing:
         raise ConfigError(
             "evaluate needs a fully fixed plan; missing plan."
             + ", plan.".join(missing)
             + " (or run `paraplan plan` to let the solver choose them)"
         )
-    pp = p.pp
-    assert pp is not None and p.tp is not None
-    values = p.model_dump(include=set(PLAN_FIELDS) - ({"order"} if not p.order else set()), exclude_none=True)
+    assert k.pp is not None and k.tp is not None and k.recompute is not None
+    modes = k.recompute if len(k.recompute) == k.pp else k.recompute[:1] * k.pp
+    values = {name: getattr(k, name) for name in PLAN_FIELDS}
     values.update(
-        sequence_parallel=p.sequence_parallel if p.sequence_parallel is not None else p.tp > 1,
-        recompute=_recompute(p.recompute, pp),
-        recompute_layers=_recompute_layers(p.recompute_layers, _recompute(p.recompute, pp)),
-        layers_per_stage=p.layers_per_stage
-        or _chunk_sums(p.layers_per_chunk)
-        or even_split(inst.spec.num_layers, pp),
+        sequence_parallel=k.sequence_parallel if k.sequence_parallel is not None else k.tp > 1,
+        recompute=modes,
+        recompute_layers=_recompute_layers(k.recompute_layers, modes),
+        layers_per_stage=k.layers_per_stage or even_split(inst.spec.num_layers, k.pp),
     )
     try:
         plan = plan_from_values(values)
     except ValueError as e:
         raise ConfigError(str(e)) from None
-    if p.stage_pools is not None:
+    if k.stage_pools is not None:
         return plan
     return replace(plan, stage_pools=default_stage_pools(inst.cluster, plan))
+
+
+def _recompute_layers(counts: tuple[int, ...] | None, modes: tuple[Recompute, ...]) -> tuple[int, ...]:
+    """plan.recompute_layers per stage: one N (the one entry of a plan with pp > 1) applies to
+    every full-recompute stage, 0 on the others (Megatron's one --recompute-num-layers)."""
+    if not counts:
+        return ()
+    if len(counts) == len(modes):
+        return counts
+    return tuple(counts[0] if m is Recompute.FULL else 0 for m in modes)

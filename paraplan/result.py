@@ -11,83 +11,31 @@ from __future__ import annotations
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from paraplan.cost import Breakdown, Job, Plan
+from paraplan.cost import Breakdown, Plan
 from paraplan.cost import evaluate as cost_evaluate
 from paraplan.cost.memory import StageMemory
-from paraplan.cost.plan import PLAN_FIELDS, chunk_layers, is_even_chunks, plan_from_values, plan_values
 from paraplan.errors import ConfigError
 from paraplan.hardware import Cluster, step_time_band
 from paraplan.instance import Instance
+from paraplan.plan_doc import PlanDoc, filled, plan_doc
 
 __all__ = [
-    "PlanOut",
+    "PlanDoc",
+    "Alternative",
     "StageOut",
     "StepTimeBandOut",
     "Predicted",
     "band_out",
     "SolverOut",
     "Result",
-    "plan_out",
-    "to_plan",
     "predicted_out",
     "evaluate_plan",
     "paraplan_version",
 ]
 
 _OUT = ConfigDict(extra="forbid", frozen=True)
-
-
-class PlanOut(BaseModel):
-    model_config = _OUT
-    dp: int
-    tp: int
-    pp: int
-    cp: int
-    ep: int
-    etp: int | None = Field(None, description="expert tensor-parallel degree; null = tp")
-    cp_comm: str = Field("p2p", description="context-parallel K/V exchange: p2p | all_gather")
-    vp: int
-    micro_batch: int
-    grad_accum: int
-    zero: int
-    sequence_parallel: bool
-    recompute: str | list[str] = Field(description="one mode, or one per stage when they differ")
-    recompute_per_stage: list[str]
-    recompute_layers: list[int] = Field(
-        default_factory=list,
-        description="per stage, the first N layers of each chunk recomputed in full (the rest "
-        "stored); empty: every layer of a full-recompute stage",
-    )
-    layers_per_stage: list[int]
-    layers_per_chunk: list[list[int]] = Field(
-        default_factory=list,
-        description="interleaving with unequal virtual stages: each pipeline "
-        "stage's vp chunk layer counts (empty when vp divides every stage)",
-    )
-    order: list[str] = Field(description="rank order, innermost first")
-    num_devices: int
-    stage_pools: list[int] = Field(
-        default_factory=list,
-        description="pooled clusters: the pool (index in cluster.pools) of each pipeline stage",
-    )
-    torus_shape: list[int] = Field(
-        default_factory=list, description="TPU slices: the torus shape chosen (empty: the default)"
-    )
-    moe_dispatcher: str = Field(
-        "alltoall", description="MoE token dispatch: alltoall | allgather | deepep | hybridep"
-    )
-    moe_overlap: bool = Field(
-        False, description="EP all-to-all overlapped with another micro-batch's compute"
-    )
-    cuda_graphs: str = Field("none", description="captured CUDA graphs: none | partial | full")
-
-
-PLAN_OUT_DERIVED = frozenset({"grad_accum", "num_devices", "recompute_per_stage"})
-"""PlanOut's keys beyond the Plan's fields: values derived from it, listed for the reader."""
-if set(PlanOut.model_fields) != set(PLAN_FIELDS) | PLAN_OUT_DERIVED:  # a knob added to Plan only
-    raise TypeError(f"PlanOut's keys must be Plan's fields {PLAN_FIELDS} and {sorted(PLAN_OUT_DERIVED)}")
 
 
 class StageOut(BaseModel):
@@ -184,9 +132,25 @@ class SolverOut(BaseModel):
     )
 
 
+class Alternative(BaseModel):
+    """A runner-up plan (``--top K``): its plan document, as the result's own plan."""
+
+    model_config = _OUT
+    summary: str = Field(description="the plan in one line")
+    step_time_s: float
+    step_time_band_s: StepTimeBandOut | None = None
+    plan: PlanDoc
+    runs_on: list[str] | None = Field(None, description="the frameworks that run it as it is")
+
+    @field_validator("plan")
+    @classmethod
+    def _every_knob(cls, plan: PlanDoc) -> PlanDoc:
+        return filled(plan)
+
+
 class Result(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-    plan: PlanOut
+    plan: PlanDoc = Field(description="every knob of the plan (plan_doc.plan_doc)")
     predicted: Predicted
     solver: SolverOut | None = None
     runs_on: list[str] | None = Field(
@@ -196,29 +160,13 @@ class Result(BaseModel):
     )
     scenario: dict = Field(description="the scenario this result answers, for export")
     version: str
-    alternatives: list[dict] = Field(default_factory=list, description="--top K runners-up")
+    alternatives: list[Alternative] = Field(default_factory=list, description="--top K runners-up")
     explanation: list[str] = Field(default_factory=list)
 
-
-def plan_out(plan: Plan, job: Job) -> PlanOut:
-    """``plan`` as a result lists it: its fields (cost.plan.plan_values), ``recompute`` one mode
-    when every stage shares it, ``layers_per_chunk`` empty when the chunks are even, and the
-    derived ``grad_accum``, ``num_devices`` and ``recompute_per_stage``."""
-    values = plan_values(plan)
-    modes = values["recompute"]
-    rows = [] if is_even_chunks(plan) else [list(r) for r in chunk_layers(plan)]
-    return PlanOut(
-        **{**values, "recompute": modes[0] if len(set(modes)) == 1 else modes, "layers_per_chunk": rows},
-        recompute_per_stage=modes,
-        grad_accum=plan.num_micro_batches(job),
-        num_devices=plan.num_devices,
-    )
-
-
-def to_plan(plan: PlanOut) -> Plan:
-    """The Plan a result lists (``plan_out`` undone: one recompute mode per pp rank)."""
-    values = plan.model_dump(include=set(PLAN_FIELDS))
-    return plan_from_values({**values, "recompute": plan.recompute_per_stage})
+    @field_validator("plan")
+    @classmethod
+    def _every_knob(cls, plan: PlanDoc) -> PlanDoc:
+        return filled(plan)
 
 
 def band_out(cluster: Cluster, step_time_s: float, moe: bool = False) -> StepTimeBandOut:
@@ -305,7 +253,7 @@ def evaluate_plan(inst: Instance, plan: Plan, solver: SolverOut | None = None, *
     except ValueError as e:
         raise ConfigError(str(e)) from None
     return Result(
-        plan=plan_out(plan, inst.job),
+        plan=plan_doc(plan, inst.job),
         predicted=predicted_out(
             breakdown, plan, band_out(inst.cluster, breakdown.step_time_s, inst.graph.spec.is_moe)
         ),

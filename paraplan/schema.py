@@ -8,8 +8,8 @@ solver:  optional; search options
 calibration: optional; a calibration profile file (``paraplan calibrate``)
 
 The section base and the limits of the keys are in paraplan/section.py, the ``model:`` section in
-paraplan/model_section.py, the ``plan:`` section (the I/O edge of cost.Plan) in
-paraplan/plan_section.py, and the safe reading of a scenario file in paraplan/scenario_file.py;
+paraplan/model_section.py, the ``plan:`` section (the plan document, the I/O edge of cost.Plan) in
+paraplan/plan_doc.py, and the safe reading of a scenario file in paraplan/scenario_file.py;
 this module holds the other sections, ``Scenario`` and ``load_scenario``.
 """
 
@@ -33,7 +33,8 @@ from paraplan.errors import ConfigError
 from paraplan.graph.spec import show_value
 from paraplan.hardware.topology import MAX_DEVICES, MAX_POOLS
 from paraplan.model_section import ModelSection
-from paraplan.plan_section import PlanSection
+from paraplan.plan_doc import PlanDoc
+from paraplan.rules.frameworks import FRAMEWORKS
 from paraplan.scenario_file import MAX_NESTING, MAX_SCENARIO_BYTES, MAX_VALUES, check_shape, read_document
 from paraplan.section import (
     MAX_GLOBAL_BATCH,
@@ -50,7 +51,7 @@ __all__ = [
     "ClusterSection",
     "PoolSection",
     "JobSection",
-    "PlanSection",
+    "PlanDoc",
     "SolverSection",
     "Scenario",
     "load_scenario",
@@ -186,8 +187,8 @@ class JobSection(Section):
         return self
 
 
-SolverTarget = Literal["megatron", "nemo", "deepspeed", "torchtitan", "maxtext", "torch", "any"]
-"""Frameworks ``solver.target`` accepts: the exporters that launch a training run, or ``any``
+SolverTarget = Literal[(*FRAMEWORKS, "any")]  # type: ignore[valid-type]
+"""Frameworks ``solver.target`` accepts: the frameworks (rules/frameworks.py), or ``any``
 (the unrestricted optimum of the cost model, which may run on no framework). Unset: the fastest
 plan at least one of the frameworks runs (paraplan/targets.py, runnable_options)."""
 
@@ -235,7 +236,7 @@ class Scenario(BaseModel):
     model: ModelSection
     cluster: ClusterSection
     job: JobSection
-    plan: PlanSection = Field(default_factory=PlanSection)
+    plan: PlanDoc = Field(default_factory=PlanDoc)
     solver: SolverSection = Field(default_factory=SolverSection)
     calibration: str | None = Field(
         None,

@@ -12,6 +12,7 @@ from typing import Any, NamedTuple
 from paraplan.cost import PartialPlan
 from paraplan.errors import InfeasibleError, SolveTimeout
 from paraplan.instance import Instance
+from paraplan.plan_doc import given
 from paraplan.reports.text import gib
 from paraplan.rules.filter import AnyFramework, FrameworkFilter
 from paraplan.solver import (
@@ -35,8 +36,7 @@ def _device_names(inst: Instance) -> str:
 
 def _no_layout_reason(inst: Instance) -> str:
     spec, job, n = inst.spec, inst.job, inst.cluster.num_devices
-    p = inst.scenario.plan
-    fixed = {k: v for k, v in p.model_dump().items() if v is not None}
+    fixed = given(inst.scenario.plan)
     return (
         f"no parallel layout satisfies the rules for {n} devices: tp must divide heads="
         f"{spec.num_heads} (and match kv_heads={spec.num_kv_heads}), pp at most layers="

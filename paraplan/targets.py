@@ -24,15 +24,12 @@ frameworks whose rules pass a plan as it is.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import get_args
 
 from paraplan.cost import Plan, Recompute
 from paraplan.errors import ConfigError, InfeasibleError
-from paraplan.export import POOLED_TARGETS, exports_precision
 from paraplan.instance import Instance
-from paraplan.rules import Draft, RuleContext, first_refusal, rules_of
+from paraplan.rules import FRAMEWORKS, Draft, RuleContext, first_refusal, rules_of, runs_pools, runs_precision
 from paraplan.rules.filter import AnyFramework, FrameworkFilter
-from paraplan.schema import SolverTarget
 from paraplan.solver import Options
 from paraplan.solver.limits import narrowed
 
@@ -50,8 +47,9 @@ __all__ = [
 
 UNRESTRICTED = "any"
 """``solver.target: any``: the unrestricted optimum of the cost model (may run on no framework)."""
-TARGETS: tuple[str, ...] = tuple(t for t in get_args(SolverTarget) if t != UNRESTRICTED)
-"""The frameworks a plan can be searched for and exported to, in the order ``runs_on`` lists."""
+TARGETS: tuple[str, ...] = FRAMEWORKS
+"""The frameworks a plan can be searched for and exported to, in the order ``runs_on`` lists
+(rules/frameworks.py)."""
 
 
 def rule_context(inst: Instance) -> RuleContext:
@@ -62,9 +60,9 @@ def rule_context(inst: Instance) -> RuleContext:
 def framework_filter(name: str, inst: Instance) -> FrameworkFilter:
     """Framework ``name``'s layout filter for ``inst`` (its fixed split and recompute modes);
     InfeasibleError when a rule about the model or job alone (MODEL_RULES) refuses."""
-    fixed = inst.scenario.plan
-    layers = tuple(fixed.layers_per_stage) if fixed.layers_per_stage else None
-    f = FrameworkFilter(name, rule_context(inst), rules_of(name), layers, fixed_modes(inst))
+    f = FrameworkFilter(
+        name, rule_context(inst), rules_of(name), inst.fixed.layers_per_stage, fixed_modes(inst)
+    )
     refusal = f.model_refusal()
     if refusal is not None:
         raise InfeasibleError(
@@ -76,10 +74,7 @@ def framework_filter(name: str, inst: Instance) -> FrameworkFilter:
 
 def fixed_modes(inst: Instance) -> tuple[Recompute, ...] | None:
     """The recompute mode(s) the scenario's plan fixes (one, or one per stage), else None."""
-    r = inst.scenario.plan.recompute
-    if r is None:
-        return None
-    return tuple(Recompute(m) for m in r) if isinstance(r, list) else (Recompute(r),)
+    return inst.fixed.recompute
 
 
 def _check_fixed_recompute(
@@ -108,7 +103,7 @@ def _check_fixed_recompute(
 def target_options(options: Options, name: str, inst: Instance) -> Options:
     """``options`` narrowed to what framework ``name`` runs (module docstring); InfeasibleError
     when the model or job alone rules the framework out (its MODEL_RULES)."""
-    if inst.cluster.pools and name not in POOLED_TARGETS:
+    if inst.cluster.pools and not runs_pools(name):
         raise ConfigError(
             f"solver.target={name}: {name} builds one mesh of one device type and "
             "cannot run a mixed-GPU cluster (cluster.pools); use megatron or no "
@@ -117,7 +112,7 @@ def target_options(options: Options, name: str, inst: Instance) -> Options:
     layout_filter = framework_filter(name, inst)
     limits = layout_filter.limits
     _check_fixed_recompute(name, inst, limits.recompute_modes, limits.uniform_recompute)
-    if inst.scenario.plan.recompute_layers is not None and not limits.partial_recompute:
+    if inst.fixed.recompute_layers is not None and not limits.partial_recompute:
         raise InfeasibleError(
             f"no plan {name} can run: plan.recompute_layers={inst.scenario.plan.recompute_layers} "
             f"recomputes a number of layers, which {name} cannot (it recomputes every layer "
@@ -166,7 +161,7 @@ def runnable_options(options: Options, inst: Instance) -> RunnableSpace:
     narrowed_by: dict[str, Options] = {}
     excluded: dict[str, str] = {}
     for name in TARGETS:
-        if not exports_precision(name, inst.job.precision):
+        if not runs_precision(name, inst.job.precision):
             excluded[name] = f"job.precision={inst.job.precision.value}: {name} has no setting for it"
             continue
         try:
@@ -187,14 +182,8 @@ def runnable_options(options: Options, inst: Instance) -> RunnableSpace:
 
 
 def runs_on(inst: Instance, plan: Plan) -> list[str]:
-    """The frameworks whose exporter takes ``plan`` as it is (every rule passes, the cluster
-    and precision are ones it launches), in TARGETS order."""
+    """The frameworks whose exporter takes ``plan`` as it is: every rule passes, those of the
+    cluster and precision it launches (rules/frameworks.py) first, in TARGETS order."""
     ctx = rule_context(inst)
     draft = Draft(plan, ctx.precision)
-    return [
-        name
-        for name in TARGETS
-        if exports_precision(name, inst.job.precision)
-        and (not inst.cluster.pools or name in POOLED_TARGETS)
-        and first_refusal(ctx, draft, rules_of(name).rules) is None
-    ]
+    return [name for name in TARGETS if first_refusal(ctx, draft, rules_of(name).rules) is None]

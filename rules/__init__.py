@@ -8,10 +8,12 @@ facts they state once; and one module per framework (``megatron``, ``nemo``, ``d
 ``torchtitan``, ``maxtext``, ``torch``) its ``RULES``, ``SEARCH``, ``MODEL_RULES`` and
 ``LAYOUT_RULES``, with the framework facts both its rules and its exporter need (Megatron's layer
 layouts in ``megatron_layout``); ``moe_state`` which MoE dispatchers, EP overlap, CUDA-graph and
-routing modes each framework runs (its rules are in every framework's ``RULES``). ``rules_of(name)``
-returns a framework's. ``filter`` turns them into the solver's layout predicates
-(``FrameworkFilter``; ``AnyFramework`` for the runnable default, with per-layout limits), which
-paraplan/targets.py builds; the exporters (paraplan/export, ``enforce``) call the rules too.
+routing modes each framework runs (its rules are in every framework's ``RULES``); ``frameworks``
+the one list of frameworks and what each launches at all (precisions, pooled clusters), whose
+rules ``rules_of(name)`` puts first in a framework's. ``filter`` turns them into the solver's
+layout predicates (``FrameworkFilter``; ``AnyFramework`` for the runnable default, with
+per-layout limits), which paraplan/targets.py builds; the exporters (paraplan/export,
+``enforce``) call the rules too.
 """
 
 from __future__ import annotations
@@ -39,6 +41,17 @@ from paraplan.rules.checks import (
     dense_model_rule,
     uniform_recompute_rule,
 )
+from paraplan.rules.frameworks import (
+    BLOCK_SCALED_FRAMEWORKS,
+    EXPORTED_PRECISIONS,
+    FRAMEWORKS,
+    POOLED_FRAMEWORKS,
+    launch_rules,
+    pool_refusal,
+    precision_refusal,
+    runs_pools,
+    runs_precision,
+)
 from paraplan.rules.plans import effective_order, order_matches, regroup, uniform_recompute
 from paraplan.rules.validity import (
     batch_splits,
@@ -56,6 +69,14 @@ __all__ = [
     "SearchLimits",
     "TargetRules",
     "FRAMEWORKS",
+    "EXPORTED_PRECISIONS",
+    "BLOCK_SCALED_FRAMEWORKS",
+    "POOLED_FRAMEWORKS",
+    "runs_precision",
+    "precision_refusal",
+    "runs_pools",
+    "pool_refusal",
+    "launch_rules",
     "rules_of",
     "repair",
     "order_fixes",
@@ -77,19 +98,21 @@ __all__ = [
     "cp_splits_sequence",
 ]
 
-FRAMEWORKS = ("megatron", "nemo", "deepspeed", "torchtitan", "maxtext", "torch")
-"""The frameworks with rules (one module each in this package)."""
-
 _CACHE: dict[str, TargetRules] = {}
 
 
 def rules_of(name: str) -> TargetRules:
-    """Framework ``name``'s RULES, SEARCH, MODEL_RULES and LAYOUT_RULES; ValueError when it has none."""
+    """Framework ``name``'s RULES, SEARCH, MODEL_RULES and LAYOUT_RULES, its launch rules
+    (frameworks.launch_rules: precision, pooled cluster) first; ValueError when it has none."""
     if name not in FRAMEWORKS:
         raise ValueError(f"no rules for framework {name!r}; known: {', '.join(FRAMEWORKS)}")
     if name not in _CACHE:
         module = importlib.import_module(f"paraplan.rules.{name}")
+        launch, launch_model = launch_rules(name)  # what it launches at all (frameworks.py), first
         _CACHE[name] = TargetRules(
-            tuple(module.RULES), module.SEARCH, tuple(module.MODEL_RULES), tuple(module.LAYOUT_RULES)
+            launch + tuple(module.RULES),
+            module.SEARCH,
+            launch_model + tuple(module.MODEL_RULES),
+            tuple(module.LAYOUT_RULES),
         )
     return _CACHE[name]

@@ -41,6 +41,7 @@ from dataclasses import dataclass, replace
 
 from paraplan.cost import CudaGraphs, MoEDispatcher, MoERouting, Recompute
 from paraplan.rules.base import Draft, Fix, Refusal, Rule, RuleContext, repair
+from paraplan.rules.frameworks import FRAMEWORKS
 from paraplan.rules.validity import mtp_layers
 
 __all__ = [
@@ -165,6 +166,8 @@ SUPPORT: dict[str, Support] = {
     ),
 }
 """framework -> what it runs (rules_of names; nemo shares megatron-core's TransformerConfig)."""
+if set(SUPPORT) != set(FRAMEWORKS):  # a framework added to the registry (frameworks.py) but not here
+    raise TypeError(f"moe_state.SUPPORT must list the frameworks {FRAMEWORKS}; lists {tuple(SUPPORT)}")
 
 FIELDS = ("plan.moe_dispatcher", "plan.moe_overlap", "plan.cuda_graphs", "job.moe_routing")
 DEFAULTS: dict[str, object] = {

@@ -1,6 +1,5 @@
 """The CP-SAT planner: search space, candidate tables, model, solve, explanation, enumeration."""
 
-from paraplan.cost.plan import PartialPlan as Fixed  # the old name; tests move to PartialPlan
 from paraplan.solver.distinct import DUPLICATE_REL, distinct_key, is_near_duplicate
 from paraplan.solver.solve import (
     NoFitError,
@@ -15,7 +14,6 @@ from paraplan.solver.space import Options, layouts
 
 __all__ = [
     "DUPLICATE_REL",
-    "Fixed",
     "NoFitError",
     "NoLayoutError",
     "Options",

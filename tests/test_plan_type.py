@@ -7,15 +7,16 @@ from dataclasses import fields
 import pytest
 from paraplan.cost import Axis, CPComm, Layout, PartialPlan, Plan, Recompute
 from paraplan.cost.plan import LAYOUT_FIELDS, PLAN_FIELDS, plan_from_values, plan_key, plan_values
-from paraplan.solver import Fixed, Options
+from paraplan.solver import Options
 from paraplan.solver.space import divisors, families
 
 import paraplan
 from paraplan.api import fixed_knobs
 from paraplan.errors import ConfigError
 from paraplan.instance import build_instance, fixed_plan
-from paraplan.result import PlanOut
-from paraplan.schema import PlanSection, Scenario, load_scenario
+from paraplan.plan_doc import DERIVED, PlanDoc
+from paraplan.plan_knobs import fixed_knobs_of
+from paraplan.schema import Scenario, load_scenario
 
 LLAMA8B_8 = {
     "model": {"preset": "llama3-8b"},
@@ -41,7 +42,6 @@ def test_a_plan_refuses_a_broken_structure_when_built(knobs: dict, message: str)
 
 def test_partial_plan_has_plans_fields_and_reads_json_values() -> None:
     assert tuple(f.name for f in fields(PartialPlan)) == PLAN_FIELDS
-    assert Fixed is PartialPlan  # the solver's old name
     partial = PartialPlan.from_values(
         {"tp": 2, "order": ["tp", "dp", "cp", "pp"], "recompute": ["full", "none"], "cp_comm": "all_gather"}
     )
@@ -110,13 +110,15 @@ def test_the_solver_enumerates_layouts_not_placeholder_plans() -> None:
     assert space and all(type(f) is Layout for f in space)
 
 
-def test_scenario_and_result_plans_list_plans_fields() -> None:
-    assert set(PlanSection.model_fields) == set(PLAN_FIELDS) | {"grad_accum", "num_devices"}
-    assert set(PlanOut.model_fields) == set(PLAN_FIELDS) | {
-        "grad_accum",
-        "num_devices",
-        "recompute_per_stage",
-    }
+def test_one_plan_document_lists_plans_fields() -> None:
+    """The scenario's plan, the result's plan and each alternative's plan are one document type
+    whose keys are Plan's fields and the derived ones."""
+    assert set(PlanDoc.model_fields) == set(PLAN_FIELDS) | DERIVED
+    assert DERIVED == {"grad_accum", "num_devices", "recompute_per_stage"}
+    r = paraplan.solve(LLAMA8B_8, time_limit_s=20, top=2)
+    assert type(r.plan) is PlanDoc and type(r.alternatives[0].plan) is PlanDoc
+    assert type(load_scenario({**LLAMA8B_8, "plan": {"tp": 2}}).plan) is PlanDoc
+    assert all(v is not None for k, v in r.plan if k != "etp"), "a result fills every key"
 
 
 def test_a_result_plan_object_is_a_scenario_plan() -> None:
@@ -129,15 +131,52 @@ def test_a_result_plan_object_is_a_scenario_plan() -> None:
 
 
 def test_a_result_plans_empty_lists_mean_none() -> None:
-    """accept_result_plan: a result's empty torus_shape (not a TPU slice), stage_pools (one
-    node type), layers_per_chunk and recompute_layers read as unset, so solve takes the plan."""
-    section = PlanSection.model_validate(
+    """fixed_knobs_of: a result's empty torus_shape (not a TPU slice), stage_pools (one node
+    type), layers_per_chunk and recompute_layers read as unset, so solve takes the plan."""
+    doc = PlanDoc.model_validate(
         {"torus_shape": [], "stage_pools": [], "layers_per_chunk": [], "recompute_layers": [], "tp": 2}
     )
-    assert (section.torus_shape, section.stage_pools, section.layers_per_chunk) == (None, None, None)
-    assert section.recompute_layers is None and section.tp == 2
+    assert doc.torus_shape == []  # the document keeps what it was given
+    inst = build_instance(load_scenario(LLAMA8B_8))
+    knobs = fixed_knobs_of(doc, inst.spec, inst.cluster, inst.job)
+    assert knobs == PartialPlan(tp=2)
     with pytest.raises(ValueError, match="torus_shape"):
-        PlanSection.model_validate({"torus_shape": [0, 4, 4, 4]})
+        PlanDoc.model_validate({"torus_shape": [0, 4, 4, 4]})
+
+
+def test_solve_and_evaluate_read_recompute_layers_alike() -> None:
+    """One count N stands for every full-recompute stage in both: evaluate scores the plan with
+    N on its full stages and 0 elsewhere, and solve with everything else fixed finds that plan."""
+    plan = {
+        "dp": 2,
+        "tp": 2,
+        "pp": 2,
+        "micro_batch": 1,
+        "zero": 1,
+        "recompute": ["full", "none"],
+        "recompute_layers": 3,
+        "layers_per_stage": [16, 16],
+        "order": ["tp", "cp", "dp", "pp"],
+        "sequence_parallel": True,
+        "vp": 1,
+        "cp": 1,
+        "cp_comm": "p2p",
+    }
+    inst = build_instance(load_scenario({**LLAMA8B_8, "plan": plan}))
+    assert inst.fixed.recompute_layers == (3,)
+    assert fixed_plan(inst).recompute_layers == (3, 0)
+    scored = paraplan.evaluate({**LLAMA8B_8, "plan": plan})
+    solved = paraplan.solve({**LLAMA8B_8, "plan": plan}, time_limit_s=20)
+    assert solved.plan == scored.plan and scored.plan.recompute_layers == [3, 0]
+    assert solved.predicted.step_time_s == scored.predicted.step_time_s
+    with pytest.raises(ConfigError, match=r"plan\.recompute_per_stage=\['full', 'full'\] disagrees"):
+        load_and_build({**LLAMA8B_8, "plan": {**plan, "recompute_per_stage": ["full", "full"]}})
+    with pytest.raises(ConfigError, match=r"plan\.num_devices=4 but dp x tp x pp x cp = 8"):
+        load_and_build({**LLAMA8B_8, "plan": {**plan, "num_devices": 4}})
+
+
+def load_and_build(scenario: dict) -> object:
+    return build_instance(load_scenario(scenario))
 
 
 def test_fixed_knobs_carry_every_knob_of_a_full_plan() -> None:
@@ -191,3 +230,21 @@ def test_the_search_domains_are_check_plans_rules() -> None:
     odd = paraplan.solve({**LLAMA8B_8, "job": {"seq_len": 4095, "global_batch": 64}}, time_limit_s=20)
     assert odd.plan.cp == 1
     assert paraplan.evaluate(odd).predicted.step_time_s == odd.predicted.step_time_s
+
+
+def test_a_result_file_lists_every_knob_and_older_ones_take_the_defaults() -> None:
+    """A result's plan has every key: one read back without the keys added since the first
+    version (e.g. the MoE software state) takes Plan's defaults; one without dp is no result."""
+    from pydantic import ValidationError
+
+    from paraplan.result import Result
+
+    r = paraplan.solve(LLAMA8B_8, time_limit_s=20)
+    data = r.model_dump(mode="json")
+    older = {
+        k: v for k, v in data["plan"].items() if k not in ("moe_dispatcher", "cuda_graphs", "torus_shape")
+    }
+    again = Result.model_validate({**data, "plan": older})
+    assert again.plan == r.plan and again.plan.moe_dispatcher == "alltoall"
+    with pytest.raises(ValidationError, match="missing dp"):
+        Result.model_validate({**data, "plan": {k: v for k, v in data["plan"].items() if k != "dp"}})

@@ -93,7 +93,7 @@ def test_solve_explains_the_runner_up_against_the_band() -> None:
     r = paraplan.solve(EXAMPLES / "llama3-70b-64xh100.yaml", workers=2, top=2)
     assert any("indistinguishable under the model's uncertainty" in e for e in r.explanation)
     alt = r.alternatives[0]
-    assert alt["step_time_band_s"]["p10"] <= alt["step_time_s"] <= alt["step_time_band_s"]["p90"]
+    assert alt.step_time_band_s.p10 <= alt.step_time_s <= alt.step_time_band_s.p90
     assert "(inside #1's band)" in render_result(r)
 
 

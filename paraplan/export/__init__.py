@@ -4,7 +4,9 @@ Each target lives in its own module (``megatron``, ``deepspeed``, ``torchtitan``
 ``nemo``, ``torch``, ``trace``): a renderer, with a ``render(ctx) -> str`` function and one
 mapping table of its framework's option names. The framework's validity rules (docs/frameworks.md
 §2.3, §3.2-3.3, §4.1, §5, §7, including those the framework itself only catches at run time) are
-in paraplan/rules/<name>.py, below the solver; ``render`` enforces them first.
+in paraplan/rules/<name>.py, below the solver, and what each framework launches at all
+(precisions, mixed-GPU clusters) in paraplan/rules/frameworks.py; exporters render only, and
+raise those rules' refusals first.
 A plan a target cannot express raises ``ExportError`` naming the nearest plan it can express and
 that plan's modelled step time next to the original's; nothing is ever dropped silently.
 
@@ -23,7 +25,6 @@ import types
 from collections.abc import Sequence
 from pathlib import Path
 
-from paraplan.cost import Precision
 from paraplan.errors import ExportError
 from paraplan.export.context import (
     ExportContext,
@@ -35,11 +36,12 @@ from paraplan.export.context import (
     to_cost_plan,
     uniform_recompute,
 )
-from paraplan.export.output import POOLED_TARGETS, comment_block, header_lines, pool_lines
-from paraplan.export.registry import EXPORTERS, Target, lookup
+from paraplan.export.output import comment_block, header_lines, pool_lines
+from paraplan.export.registry import EXPORTERS, TRACE, Target, lookup
 from paraplan.export.results import load_result
 from paraplan.export.rules import enforce
 from paraplan.result import Result
+from paraplan.rules.frameworks import pool_refusal, precision_refusal
 
 __all__ = [
     "EXPORTERS",
@@ -60,62 +62,28 @@ __all__ = [
     "regroup",
     "uniform_recompute",
     "comment_block",
-    "POOLED_TARGETS",
     "pool_lines",
-    "EXPORTED_PRECISIONS",
-    "BLOCK_SCALED_TARGETS",
-    "exports_precision",
 ]
 
 
-def _check_pooled(ctx: ExportContext, name: str) -> None:
-    if not ctx.cluster.pools:
+def _check_launch(ctx: ExportContext, name: str) -> None:
+    """ExportError when framework ``name`` launches neither the cluster nor the precision
+    (rules/frameworks.py; ``trace`` records any plan)."""
+    if name == TRACE:
         return
-    if name not in POOLED_TARGETS:
-        raise ExportError(
-            f"{name} cannot express a plan on a mixed-GPU cluster (cluster.pools): it builds one "
-            "device mesh of one GPU type; export to megatron (stages on pools, uneven layers) or "
-            "plan for one pool (cluster.preset)"
-        )
-    used = {ctx.cluster.pools[p].devices_per_node for p in set(ctx.plan.stage_pools)}
-    if len(used) > 1:
-        raise ExportError(
-            f"{name} cannot launch pools with different GPUs per node {sorted(used)} in one "
-            "torchrun job (--nproc-per-node is one number)"
-        )
-
-
-EXPORTED_PRECISIONS = (Precision.BF16, Precision.FP16, Precision.FP8)
-"""Precisions every framework exporter writes."""
-BLOCK_SCALED_TARGETS = ("megatron", "nemo")
-"""Exporters that also write the block-scaled precisions (fp8_blockwise, mxfp8, nvfp4): megatron-core
-names their recipes (--fp8-recipe blockwise|mxfp8, --fp4-format e2m1 --fp4-recipe nvfp4) and
-Megatron-Bridge has a mixed-precision recipe for each; the other frameworks' configs have none."""
-
-
-def exports_precision(name: str, precision: Precision) -> bool:
-    """Whether exporter ``name`` writes ``precision`` (``trace`` writes any)."""
-    return name == "trace" or precision in EXPORTED_PRECISIONS or name in BLOCK_SCALED_TARGETS
-
-
-def _check_precision(ctx: ExportContext, name: str) -> None:
-    if exports_precision(name, ctx.precision):
-        return
-    raise ExportError(
-        f"job.precision={ctx.precision.value} is modelled but {name} has no setting for it; "
-        f"export to {' or '.join(BLOCK_SCALED_TARGETS)}, or plan with job.precision fp8 or bf16"
-    )
+    why = pool_refusal(name, ctx.cluster, ctx.plan.stage_pools) or precision_refusal(name, ctx.precision)
+    if why is not None:
+        raise ExportError(why)
 
 
 def _render(ctx: ExportContext, target: Target) -> str:
     key = next(k for k, t in EXPORTERS.items() if t == target)
-    _check_pooled(ctx, key)
-    _check_precision(ctx, key)
+    _check_launch(ctx, key)
     module = importlib.import_module(target.module)
     try:
         text: str = module.render(ctx)
     except ExportError as e:
-        if key == "trace" or (ctx.result.solver and ctx.result.solver.target == key):
+        if key == TRACE or (ctx.result.solver and ctx.result.solver.target == key):
             raise
         raise ExportError(
             f"{e} For the fastest plan {key} can run, re-plan with solver.target: "
@@ -147,8 +115,8 @@ def write_exports(result: Result, names: Sequence[str], out_dir: Path) -> list[P
     others: their files are written, then one ExportError lists every refusal and what was written.
     """
     keys = list(dict.fromkeys(lookup(n)[0] for n in names if n.strip()))
-    if "trace" not in keys:
-        keys.append("trace")
+    if TRACE not in keys:
+        keys.append(TRACE)
     ctx = context(result)
     texts: dict[str, str] = {}
     errors: list[str] = []

@@ -11,7 +11,8 @@ from paraplan.errors import ConfigError
 from paraplan.graph import ModelSpec
 from paraplan.hardware import Cluster
 from paraplan.instance import Instance, build_instance
-from paraplan.result import PlanOut, Result, evaluate_plan, to_plan
+from paraplan.plan_doc import PlanDoc, plan_of
+from paraplan.result import Result, evaluate_plan
 from paraplan.rules import Draft, RuleContext, effective_order, order_matches, regroup, uniform_recompute
 from paraplan.schema import load_scenario
 
@@ -94,9 +95,9 @@ class ExportContext:
         return self._scored[key]
 
 
-def to_cost_plan(plan: PlanOut) -> Plan:
-    """The cost model's ``Plan`` for a Result's plan (paraplan.result.to_plan)."""
-    return to_plan(plan)
+def to_cost_plan(plan: PlanDoc) -> Plan:
+    """The cost model's ``Plan`` for a Result's plan (paraplan.plan_doc.plan_of)."""
+    return plan_of(plan)
 
 
 def context(result: Result) -> ExportContext:

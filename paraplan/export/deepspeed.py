@@ -36,7 +36,7 @@ from paraplan.export import (
     uniform_recompute,
 )
 from paraplan.result import paraplan_version
-from paraplan.rules import deepspeed as rules
+from paraplan.rules import rules_of
 from paraplan.rules.deepspeed import ORDER, balanced_split, partition_balanced
 from paraplan.rules.validity import hybrid_pattern
 
@@ -171,7 +171,7 @@ def autotp_batch_note(ctx: ExportContext) -> str:
 
 def deepspeed_config(ctx: ExportContext) -> dict[str, Any]:
     """The config dict for the context's plan (rules enforced first)."""
-    enforce(ctx, FRAMEWORK, rules.RULES)
+    enforce(ctx, FRAMEWORK, rules_of("deepspeed").rules)  # its launch rules first
     p, job = ctx.plan, ctx.inst.job
     header = header_lines(ctx, FRAMEWORK)
     config: dict[str, Any] = {

@@ -48,7 +48,7 @@ from paraplan.export import (
     header_lines,
     uniform_recompute,
 )
-from paraplan.rules import maxtext as rules
+from paraplan.rules import rules_of
 from paraplan.rules.maxtext import MODELS, maxtext_order, mesh_split, slices
 
 __all__ = ["KEYS", "render", "maxtext_config", "mesh_split", "maxtext_order"]
@@ -188,7 +188,7 @@ def _model_keys(ctx: ExportContext) -> dict[str, Any]:
 
 def maxtext_config(ctx: ExportContext) -> dict[str, Any]:
     """The config mapping for the context's plan (rules enforced first)."""
-    enforce(ctx, FRAMEWORK, rules.RULES)
+    enforce(ctx, FRAMEWORK, rules_of("maxtext").rules)  # its launch rules first
     mode = uniform_recompute(ctx.plan) or Recompute.FULL  # RULES refused mixed modes already
     config: dict[str, Any] = {
         KEYS["base"]: BASE_CONFIG,

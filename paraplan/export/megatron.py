@@ -55,7 +55,7 @@ from paraplan.export.megatron_placement import (
     rank_groups,
 )
 from paraplan.graph import ModelSpec
-from paraplan.rules import megatron as rules
+from paraplan.rules import rules_of
 from paraplan.rules.megatron import ORDERS, hybrid_pattern, megatron_order, tp_repairs
 
 __all__ = [
@@ -304,7 +304,7 @@ def _flag_args(ctx: ExportContext) -> list[tuple[str, object]]:
 
 def megatron_args(ctx: ExportContext) -> list[str]:
     """The ``pretrain_gpt.py`` argument vector for the context's plan (rules enforced first)."""
-    enforce(ctx, FRAMEWORK, rules.RULES)
+    enforce(ctx, FRAMEWORK, rules_of("megatron").rules)  # its launch rules first
     argv: list[str] = []
     for key, value in _flag_args(ctx):
         argv.append(FLAGS[key])

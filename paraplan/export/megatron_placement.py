@@ -25,7 +25,7 @@ from math import prod
 from paraplan.cost import Axis, Plan
 from paraplan.cost.plan import chunk_layers, is_even_chunks
 from paraplan.graph import ModelSpec
-from paraplan.result import PlanOut
+from paraplan.plan_doc import PlanDoc
 from paraplan.rules.megatron_layout import (
     compact_layout,
     hybrid_stage_pattern,
@@ -44,13 +44,13 @@ __all__ = [
 ]
 
 
-def rank_groups(plan: PlanOut | Plan) -> dict[str, list[list[int]]]:
+def rank_groups(plan: PlanDoc | Plan) -> dict[str, list[list[int]]]:
     """Ranks of every tp/cp/dp/pp group under the plan's order (innermost axis varies fastest).
 
     Rank = sum over axes of coordinate x stride, stride = product of the degrees ordered inside.
     Groups are listed by their smallest rank.
     """
-    order = [str(a) for a in plan.order]
+    order = [str(a) for a in plan.order or ()]
     degree = {a: int(getattr(plan, a)) for a in order}
     stride = {a: prod(degree[b] for b in order[:i]) for i, a in enumerate(order)}
     world = prod(degree.values())

@@ -27,7 +27,7 @@ from paraplan.export import ExportContext, enforce, header_lines
 from paraplan.export import megatron as mg
 from paraplan.export.megatron_moe import BRIDGE_FULL_GRAPH_PATHS, state_fields
 from paraplan.export.nemo_model import model_fields
-from paraplan.rules import nemo as rules
+from paraplan.rules import rules_of
 from paraplan.rules.megatron import hybrid_pattern
 
 __all__ = ["BRIDGE_PATHS", "NEMO2_PATHS", "render", "settings", "bridge_overrides", "nemo2_overrides"]
@@ -123,7 +123,7 @@ has none for NVFP4."""
 
 def settings(ctx: ExportContext) -> list[tuple[str, object]]:
     """(concept, value) pairs of the plan in megatron-core terms (rules enforced first)."""
-    enforce(ctx, FRAMEWORK, rules.RULES)
+    enforce(ctx, FRAMEWORK, rules_of("nemo").rules)  # its launch rules first
     p, job = ctx.plan, ctx.inst.job
     out: list[tuple[str, object]] = [
         ("tp", p.tp),

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from paraplan.export.context import ExportContext, plan_summary
 from paraplan.result import paraplan_version
 
-__all__ = ["header_lines", "comment_block", "POOLED_TARGETS", "pool_lines"]
+__all__ = ["header_lines", "comment_block", "pool_lines"]
 
 
 def header_lines(ctx: ExportContext, framework: str) -> list[str]:
@@ -36,12 +36,6 @@ def header_lines(ctx: ExportContext, framework: str) -> list[str]:
 def comment_block(lines: Iterable[str], prefix: str = "# ") -> str:
     """``lines`` as comment lines (trailing spaces stripped)."""
     return "\n".join(f"{prefix}{line}".rstrip() for line in lines)
-
-
-POOLED_TARGETS = ("megatron", "trace")
-"""Targets that take a plan on a mixed-GPU cluster (cluster.pools): one Megatron job whose pipeline
-stages sit on different node types, launched with the pool -> node-rank mapping the header states
-(pool_lines); the others build one mesh of one device type and refuse."""
 
 
 def pool_lines(ctx: ExportContext) -> list[str]:

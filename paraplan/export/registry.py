@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from paraplan.errors import ExportError
+from paraplan.rules.frameworks import FRAMEWORKS
 
-__all__ = ["Target", "EXPORTERS", "lookup"]
+__all__ = ["Target", "EXPORTERS", "TRACE", "FILENAMES", "lookup"]
 
 
 class Target(NamedTuple):
@@ -16,16 +17,26 @@ class Target(NamedTuple):
     filename: str
 
 
-EXPORTERS: dict[str, Target] = {
-    "megatron": Target("paraplan.export.megatron", "megatron.sh"),
-    "deepspeed": Target("paraplan.export.deepspeed", "deepspeed.json"),
-    "torchtitan": Target("paraplan.export.torchtitan", "torchtitan.sh"),
-    "maxtext": Target("paraplan.export.maxtext", "maxtext.yml"),  # MaxText reads only .yml
-    "nemo": Target("paraplan.export.nemo", "nemo.py"),
-    "torch": Target("paraplan.export.torch", "torch_plan.py"),
-    "trace": Target("paraplan.export.trace", "trace.json"),
+TRACE = "trace"
+"""paraplan's own export (a trace of the planned step), not a framework: it records any plan."""
+FILENAMES: dict[str, str] = {
+    "megatron": "megatron.sh",
+    "deepspeed": "deepspeed.json",
+    "torchtitan": "torchtitan.sh",
+    "maxtext": "maxtext.yml",  # MaxText reads only .yml
+    "nemo": "nemo.py",
+    "torch": "torch_plan.py",
+    TRACE: "trace.json",
 }
-"""Target name -> (module with ``render(ctx) -> str``, output file name)."""
+"""Target name -> the file ``write_exports`` writes."""
+if set(FILENAMES) != set(FRAMEWORKS) | {TRACE}:  # a framework added to rules/frameworks.py only
+    raise TypeError(f"export FILENAMES must list the frameworks {FRAMEWORKS} and {TRACE!r}")
+
+EXPORTERS: dict[str, Target] = {
+    name: Target(f"paraplan.export.{name}", filename) for name, filename in FILENAMES.items()
+}
+"""Target name (the frameworks of rules/frameworks.py and ``trace``) -> (module with
+``render(ctx) -> str``, output file name)."""
 
 
 def lookup(name: str) -> tuple[str, Target]:

@@ -12,7 +12,7 @@ from typing import NamedTuple
 from paraplan.cost import Recompute
 from paraplan.errors import ExportError
 from paraplan.export.context import ExportContext, plan_summary
-from paraplan.export.registry import EXPORTERS
+from paraplan.export.registry import EXPORTERS, TRACE
 from paraplan.result import Result
 from paraplan.rules import Draft, Refusal, Rule, first_refusal
 
@@ -73,7 +73,7 @@ def _nearest_text(ctx: ExportContext, framework: str, candidates: list[_Candidat
         return (
             f"no plan within {MAX_REPAIR_DEPTH} changes of this one is both valid and "
             f"expressible in {framework}; re-plan with that rule in mind or choose another "
-            f"target ({', '.join(n for n in EXPORTERS if n != 'trace')})"
+            f"target ({', '.join(n for n in EXPORTERS if n != TRACE)})"
         )
     best = min(
         candidates,

@@ -21,8 +21,7 @@ from paraplan.export import (
     header_lines,
 )
 from paraplan.export.torch_plan import render_torch_plan
-from paraplan.rules import Draft
-from paraplan.rules import torch as rules
+from paraplan.rules import Draft, rules_of
 from paraplan.rules.torch import ORDER, script_args, virtual_stage_layers
 
 __all__ = ["ORDER", "render", "virtual_stage_layers"]
@@ -40,7 +39,7 @@ def _script(ctx: ExportContext, draft: Draft) -> str:
 
 def render(ctx: ExportContext) -> str:
     """``torch_plan.py``: header comments, then the runnable script."""
-    enforce(ctx, FRAMEWORK, rules.RULES)
+    enforce(ctx, FRAMEWORK, rules_of("torch").rules)  # its launch rules first
     p = ctx.plan
     script = _script(ctx, Draft(p, ctx.precision))
     notes = [

@@ -49,8 +49,7 @@ from paraplan.export import (
     uniform_recompute,
 )
 from paraplan.graph import ModelSpec, preset
-from paraplan.rules import Draft
-from paraplan.rules import torchtitan as rules
+from paraplan.rules import Draft, rules_of
 from paraplan.rules.torchtitan import CONFIGS, ORDER, PARAM_DTYPES, torchtitan_config
 
 __all__ = ["FLAGS", "ORDER", "CONFIGS", "render", "torchtitan_args", "model_parts"]
@@ -167,7 +166,7 @@ def _training_args(ctx: ExportContext) -> list[tuple[str, object]]:
 
 def torchtitan_args(ctx: ExportContext) -> list[str]:
     """``torchtitan.train`` arguments, activation-checkpoint subcommand last (rules enforced)."""
-    enforce(ctx, FRAMEWORK, rules.RULES)
+    enforce(ctx, FRAMEWORK, rules_of("torchtitan").rules)  # its launch rules first
     module, config = torchtitan_config(ctx.spec)  # type: ignore[misc]  # RULES: not None
     argv = [FLAGS["module"], module, FLAGS["config"], config]
     for key, value in _parallel_args(ctx) + _training_args(ctx):

@@ -314,7 +314,7 @@ def _alternatives(r: Result) -> str:
         )
     best = r.plan.model_dump()
     plans = [("#1 (chosen)", best, r.predicted.step_time_s)] + [
-        (f"#{i}", a.get("plan", {}), float(a["step_time_s"])) for i, a in enumerate(r.alternatives, 2)
+        (f"#{i}", a.plan.model_dump(), a.step_time_s) for i, a in enumerate(r.alternatives, 2)
     ]
     t0 = plans[0][2]
     band = r.predicted.step_time_band_s

@@ -98,10 +98,10 @@ def render_result(r: Result) -> str:
         lines += ["", "runners-up"]
         band = q.step_time_band_s
         for i, alt in enumerate(r.alternatives, 2):
-            inside = band is not None and band.p10 <= alt["step_time_s"] <= band.p90
-            on = alt.get("runs_on")
+            inside = band is not None and band.p10 <= alt.step_time_s <= band.p90
+            on = alt.runs_on
             lines.append(
-                f"  #{i} {alt['summary']}: {alt['step_time_s']:.4f} s"
+                f"  #{i} {alt.summary}: {alt.step_time_s:.4f} s"
                 + ("  (inside #1's band)" if inside else "")
                 + (f"  [runs on: {', '.join(on) or 'none'}]" if on is not None else "")
             )

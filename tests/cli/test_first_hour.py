@@ -122,7 +122,7 @@ def test_default_refuses_an_unrestricted_optimum_no_framework_runs() -> None:
     own = solve(_with(LLAMA405B_128, target=default.runs_on[0]))  # that framework's own optimum
     assert free.predicted.step_time_s < default.predicted.step_time_s
     assert default.predicted.step_time_s == pytest.approx(own.predicted.step_time_s, rel=1e-6)
-    assert all(a["runs_on"] for a in default.alternatives)
+    assert all(a.runs_on for a in default.alternatives)
     for name in default.runs_on:
         assert export_text(default, name)
 

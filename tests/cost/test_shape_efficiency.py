@@ -87,7 +87,7 @@ def test_context_parallel_degrees_no_longer_tie_on_llama3_8b_on_8_h100() -> None
     constant efficiency. Now the finer the CP split, the shorter each rank's GEMMs and attention
     chunks and the slower the step, so no two of the top plans tie."""
     r = paraplan.solve(_scenario("llama3-8b", "dgx-h100", 8, 8192, 128), top=3, workers=1)
-    times = [r.predicted.step_time_s] + [a["step_time_s"] for a in r.alternatives]
+    times = [r.predicted.step_time_s] + [a.step_time_s for a in r.alternatives]
     assert len(times) == 3 and len(set(round(t, 6) for t in times)) == 3, times
     by_cp = {}
     for cp in (2, 4, 8):

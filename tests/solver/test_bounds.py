@@ -11,10 +11,11 @@ from dataclasses import replace
 import pytest
 from paraplan.cost import Job, Recompute, stage_terms
 from paraplan.cost.floor import compute_floor_s, inner_tiers_fastest
+from paraplan.cost.plan import PartialPlan
 from paraplan.cost.pp import pipeline_lower_bound_s
 from paraplan.graph import build_graph, preset
 from paraplan.hardware import build_cluster
-from paraplan.solver import Fixed, Options
+from paraplan.solver import Options
 from paraplan.solver.bounds import quick_lower_bound_s
 from paraplan.solver.placement import orders
 from paraplan.solver.space import families, zeros
@@ -37,14 +38,14 @@ def test_each_level_bounds_the_next(model: str, node: str, nodes: int, seq: int,
     modes = list(Recompute)
     num_layers = graph.spec.num_layers
     checked = 0
-    for family in families(graph.spec, cluster, seq, batch, Fixed(), Options())[::7]:
+    for family in families(graph.spec, cluster, seq, batch, PartialPlan(), Options())[::7]:
         m = job.global_batch // (family.micro_batch * family.dp)
         floor = pipeline_lower_bound_s(compute_floor_s(graph, family, job, cluster), family.pp, family.vp, m)
-        for zero in zeros(family, Fixed()):
+        for zero in zeros(family, PartialPlan()):
             p = replace(family, zero=zero)
             packed = quick_lower_bound_s(stage_terms(graph, p, job, cluster, packed=True), modes, num_layers)
             assert floor <= packed * (1 + 1e-12)
-            for order in orders(p, cluster, Fixed(), Options(), prune_dominated=False):
+            for order in orders(p, cluster, PartialPlan(), Options(), prune_dominated=False):
                 terms = stage_terms(graph, replace(p, order=order), job, cluster)
                 assert packed <= quick_lower_bound_s(terms, modes, num_layers) * (1 + 1e-12)
                 checked += 1

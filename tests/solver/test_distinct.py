@@ -87,9 +87,9 @@ def test_top3_on_llama3_70b_used_to_list_a_rank_order_twin() -> None:
 def test_top_k_lists_plans_that_differ_in_a_degree_or_mode() -> None:
     r = paraplan.solve(LLAMA70B_64, workers=2, top=4)
     assert r.solver.status == "OPTIMAL" and len(r.alternatives) == 3
-    steps = [r.predicted.step_time_s] + [a["step_time_s"] for a in r.alternatives]
+    steps = [r.predicted.step_time_s] + [a.step_time_s for a in r.alternatives]
     assert steps == sorted(steps)  # still each the proven next best, in order
-    plans = [r.plan.model_dump()] + [a["plan"] for a in r.alternatives]
+    plans = [r.plan.model_dump()] + [a.plan.model_dump() for a in r.alternatives]
     keys = {
         (
             p["dp"],
@@ -124,5 +124,5 @@ def test_skipping_twins_matches_the_raw_list_filtered() -> None:
 
 def test_llama3_8b_top3_differs_in_degrees() -> None:
     r = paraplan.solve(ROOT / "examples" / "llama3-8b-h100.yaml", workers=2, top=3)
-    plans = [r.plan.model_dump()] + [a["plan"] for a in r.alternatives]
+    plans = [r.plan.model_dump()] + [a.plan.model_dump() for a in r.alternatives]
     assert len({(p["dp"], p["cp"], p["micro_batch"], p["zero"]) for p in plans}) == len(plans)

@@ -53,9 +53,10 @@ def test_free_cp_comm_takes_the_faster_exchange(cp_solves) -> None:
 def test_cp_exchange_across_nodes_matches_enumeration(cp: int) -> None:
     """cp spanning two nodes, where the all-gather exchange is searched (not dominated)."""
     from paraplan.cost import Job
+    from paraplan.cost.plan import PartialPlan
     from paraplan.graph import ModelSpec, build_graph
     from paraplan.hardware import build_cluster
-    from paraplan.solver import Fixed, Options
+    from paraplan.solver import Options
 
     from tests.solver.test_oracle import check_against_enumeration
 
@@ -66,7 +67,7 @@ def test_cp_exchange_across_nodes_matches_enumeration(cp: int) -> None:
         build_graph(spec),
         build_cluster("dgx-h100", nodes=2),
         Job(seq_len=65536, global_batch=16),
-        Fixed(cp=cp, order=None),
+        PartialPlan(cp=cp, order=None),
         Options(max_micro_batch=1, max_vp=1),
     )
     plan = check_against_enumeration(cp, instance)

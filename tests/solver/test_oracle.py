@@ -9,9 +9,10 @@ from dataclasses import replace
 
 import pytest
 from paraplan.cost import Axis, Job, Plan, Precision, Recompute, evaluate
+from paraplan.cost.plan import PartialPlan
 from paraplan.graph import Activation, ModelSpec, build_graph
 from paraplan.hardware import Cluster, Tier, build_cluster
-from paraplan.solver import Fixed, NoFitError, NoLayoutError, Options, SolverOptions, solve_instance
+from paraplan.solver import NoFitError, NoLayoutError, Options, SolverOptions, solve_instance
 from paraplan.solver.enumerate import enumerate_plans
 from paraplan.solver.scale import tolerance_s
 
@@ -66,7 +67,7 @@ def random_instance(rng: random.Random):
     fixed_kw = random_fixed_knobs(rng)
     if rng.random() < 0.15:
         fixed_kw["order"] = (Axis.DP, Axis.TP, Axis.CP, Axis.PP)
-    return build_graph(spec), cluster, job, Fixed(**fixed_kw), random_options(rng)
+    return build_graph(spec), cluster, job, PartialPlan(**fixed_kw), random_options(rng)
 
 
 def random_fixed_knobs(rng: random.Random) -> dict:

@@ -12,11 +12,11 @@ import random
 
 import pytest
 from paraplan.cost import Job, Precision, Recompute, evaluate
-from paraplan.cost.plan import kind_counts
+from paraplan.cost.plan import PartialPlan, kind_counts
 from paraplan.graph import ModelSpec, build_graph
 from paraplan.graph.spec import Mamba
 from paraplan.hardware import build_cluster
-from paraplan.solver import Fixed, NoFitError, NoLayoutError, Options, SolverOptions, solve_instance
+from paraplan.solver import NoFitError, NoLayoutError, Options, SolverOptions, solve_instance
 from paraplan.solver.enumerate import enumerate_plans
 from paraplan.solver.scale import tolerance_s
 
@@ -97,7 +97,7 @@ def random_layers_instance(rng: random.Random):
         uniform_recompute=rng.random() < 0.5,
         recompute_modes=None if rng.random() < 0.3 else (Recompute.NONE, Recompute.FULL),
     )
-    return build_graph(spec), build_cluster(preset, gpus=gpus), job, Fixed(**fixed_kw), options
+    return build_graph(spec), build_cluster(preset, gpus=gpus), job, PartialPlan(**fixed_kw), options
 
 
 def check_layers_instance(seed: int) -> str:

@@ -9,9 +9,10 @@ from dataclasses import replace
 
 import pytest
 from paraplan.cost import CPComm, CudaGraphs, Job, MoEDispatcher, MoERouting, Precision
+from paraplan.cost.plan import PartialPlan
 from paraplan.graph import ModelSpec, build_graph, preset
 from paraplan.hardware import build_cluster
-from paraplan.solver import Fixed, Options
+from paraplan.solver import Options
 from paraplan.solver.space import layouts
 
 from tests.solver.test_oracle import check_against_enumeration, random_fixed_knobs, random_options
@@ -64,7 +65,7 @@ def random_moe_instance(rng: random.Random, small: bool = False):
     fixed_kw = random_fixed_knobs(rng)
     if rng.random() < 0.15:
         fixed_kw["ep"] = rng.choice([1, 2, 4])
-    return build_graph(spec), cluster, job, Fixed(**fixed_kw), random_options(rng)
+    return build_graph(spec), cluster, job, PartialPlan(**fixed_kw), random_options(rng)
 
 
 def check_moe_instance(seed: int, small: bool = False) -> str:
@@ -99,7 +100,7 @@ def _expert_tp_instance(seed: int):
         kw["etp"] = rng.choice([1, 2])
     if rng.random() < 0.3:
         kw["cp_comm"] = rng.choice(list(CPComm))
-    return graph, cluster, job, Fixed(**kw), options
+    return graph, cluster, job, PartialPlan(**kw), options
 
 
 @pytest.mark.parametrize("seed", range(3000, 3010))
@@ -118,15 +119,15 @@ def test_moe_solver_matches_enumeration_with_expert_tp_and_cp_comm(seed: int) ->
 def test_space_holds_both_expert_tp_and_both_cp_exchanges_on_every_tier() -> None:
     spec = preset("qwen3-30b-a3b")
     node = build_cluster("dgx-h100", gpus=8)
-    pruned = layouts(spec, node, 4096, 64, Fixed(tp=2, cp=2), Options())
+    pruned = layouts(spec, node, 4096, 64, PartialPlan(tp=2, cp=2), Options())
     assert {p.expert_tp for p in pruned} == {1, 2}
     # one tier: the all-gather exchange equals the ring's busy time, all exposed, but its
     # attention runs as one kernel over the gathered keys (issue 11): not dominated
     assert {p.cp_comm for p in pruned} == set(CPComm)
-    full = layouts(spec, node, 4096, 64, Fixed(tp=2, cp=2), Options(), prune_dominated=False)
+    full = layouts(spec, node, 4096, 64, PartialPlan(tp=2, cp=2), Options(), prune_dominated=False)
     assert {p.cp_comm for p in full} == set(CPComm)
     two_nodes = build_cluster("dgx-h100", nodes=2)
-    across = layouts(spec, two_nodes, 4096, 64, Fixed(tp=1, cp=16), Options())
+    across = layouts(spec, two_nodes, 4096, 64, PartialPlan(tp=1, cp=16), Options())
     assert {p.cp_comm for p in across} == set(CPComm)
 
 
@@ -149,7 +150,7 @@ def _software_state_instance(seed: int):
         job = replace(
             job, moe_routing=rng.choice(list(MoERouting)), moe_capacity_factor=1.25, expert_imbalance=None
         )
-    return graph, cluster, job, Fixed(**kw), options
+    return graph, cluster, job, PartialPlan(**kw), options
 
 
 @pytest.mark.parametrize("seed", range(4000, 4012))

@@ -10,9 +10,10 @@ from dataclasses import replace
 
 import pytest
 from paraplan.cost import Job, Precision
+from paraplan.cost.plan import PartialPlan
 from paraplan.graph import ModelSpec, build_graph
 from paraplan.hardware import build_pooled_cluster
-from paraplan.solver import Fixed, Options
+from paraplan.solver import Options
 
 from tests.solver.test_oracle import check_against_enumeration, random_instance
 
@@ -61,7 +62,7 @@ def test_solver_and_enumeration_agree_a_pooled_instance_is_infeasible() -> None:
         build_graph(spec),
         build_pooled_cluster(pools),
         Job(seq_len=65536, global_batch=4),
-        Fixed(),
+        PartialPlan(),
         Options(max_micro_batch=1, max_vp=1),
     )
     assert check_against_enumeration(0, instance) is None

@@ -10,9 +10,10 @@ from dataclasses import replace
 
 import pytest
 from paraplan.cost import Job, Recompute
+from paraplan.cost.plan import PartialPlan
 from paraplan.graph import Activation, ModelSpec, build_graph
 from paraplan.hardware import build_cluster
-from paraplan.solver import Fixed, Options, SolverOptions, solve_instance
+from paraplan.solver import Options, SolverOptions, solve_instance
 
 from tests.solver.test_oracle import check_against_enumeration
 
@@ -36,7 +37,7 @@ def tight_instance(rng: random.Random):
     gpus = rng.choice([2, 4])
     tokens = (rng.uniform(0.5, 2.5) * 40e9 / (34 * hidden * 2 * spec.num_layers)) * gpus
     job = Job(seq_len=max(1024, int(tokens) // 1024 * 1024), global_batch=rng.choice([4, 8]))
-    fixed = Fixed(tp=1, micro_batch=1, zero=1, pp=rng.choice([None, 2]))
+    fixed = PartialPlan(tp=1, micro_batch=1, zero=1, pp=rng.choice([None, 2]))
     options = Options(
         allow_uneven_stages=rng.random() < 0.7,
         search_placement=False,
@@ -69,7 +70,7 @@ def test_partial_recompute_matches_enumeration_on_200_instances() -> None:
 def test_fixed_counts_are_honoured(counts: tuple[int, ...]) -> None:
     """A fixed recompute_layers comes back as given and its plan is the enumeration's best."""
     graph, cluster, job, _, options = tight_instance(random.Random(7))
-    fixed = Fixed(pp=2, recompute=(Recompute.FULL,), recompute_layers=counts)
+    fixed = PartialPlan(pp=2, recompute=(Recompute.FULL,), recompute_layers=counts)
     plan = check_against_enumeration(
         7, (graph, cluster, job, fixed, replace(options, uniform_recompute=False))
     )
@@ -80,7 +81,7 @@ def test_fixed_counts_are_honoured(counts: tuple[int, ...]) -> None:
 def test_fixed_counts_refused_without_partial() -> None:
     """A fixed count the search cannot honour is refused, naming the field, never dropped."""
     graph, cluster, job, _, options = tight_instance(random.Random(7))
-    fixed = Fixed(pp=2, recompute=(Recompute.FULL,), recompute_layers=(2,))
+    fixed = PartialPlan(pp=2, recompute=(Recompute.FULL,), recompute_layers=(2,))
     with pytest.raises(ValueError, match="plan.recompute_layers"):
         solve_instance(
             graph,

@@ -8,9 +8,10 @@ import random
 
 import pytest
 from paraplan.cost import Job, Precision
+from paraplan.cost.plan import PartialPlan
 from paraplan.graph import Activation, ModelSpec, build_graph
 from paraplan.hardware import build_cluster
-from paraplan.solver import Fixed, Options
+from paraplan.solver import Options
 from paraplan.solver.enumerate import enumerate_plans
 from paraplan.solver.space import layouts
 
@@ -40,7 +41,7 @@ def random_torus_instance(rng: random.Random, preset: str, slices: int):
         global_batch=rng.choice([8, 16, 32]),
         precision=Precision.BF16,
     )
-    fixed = Fixed(zero=rng.choice([None, 1, 3]), micro_batch=1)
+    fixed = PartialPlan(zero=rng.choice([None, 1, 3]), micro_batch=1)
     return build_graph(spec), cluster, job, fixed, Options(max_micro_batch=1, max_vp=2)
 
 
@@ -83,9 +84,11 @@ def test_shape_choice_changes_the_optimum() -> None:
     graph, cluster = build_graph(spec), build_cluster("v5p-256", nodes=1)
     job = Job(seq_len=4096, global_batch=16, precision=Precision.BF16)
     opts = Options(max_micro_batch=1, max_vp=1)
-    free = enumerate_plans(graph, cluster, job, Fixed(tp=16, pp=1, micro_batch=1), opts)
+    free = enumerate_plans(graph, cluster, job, PartialPlan(tp=16, pp=1, micro_batch=1), opts)
     per_shape = {
-        s: enumerate_plans(graph, cluster, job, Fixed(tp=16, pp=1, micro_batch=1, torus_shape=s), opts).best_s
+        s: enumerate_plans(
+            graph, cluster, job, PartialPlan(tp=16, pp=1, micro_batch=1, torus_shape=s), opts
+        ).best_s
         for s in cluster.torus.shapes
     }
     assert free.best_s == pytest.approx(min(per_shape.values()))

@@ -8,9 +8,9 @@ import random
 from dataclasses import replace
 
 import pytest
-from paraplan.cost.plan import is_even_chunks, pipeline_slots
+from paraplan.cost.plan import PartialPlan, is_even_chunks, pipeline_slots
 from paraplan.graph import build_graph
-from paraplan.solver import Fixed, Options
+from paraplan.solver import Options
 
 from tests.solver.test_oracle import check_against_enumeration, random_instance
 
@@ -25,7 +25,7 @@ def uneven_vp_instance(seed: int):
     )
     spec = replace(graph.spec, num_layers=layers)
     job = replace(job, global_batch=rng.choice([4, 8, 16]) * pp)
-    fixed = Fixed(
+    fixed = PartialPlan(
         pp=pp,
         vp=vp,
         **{k: getattr(fixed, k) for k in ("zero", "recompute", "tp") if getattr(fixed, k) is not None},

@@ -110,7 +110,7 @@ def test_runner_ups_are_listed_in_order() -> None:
         "job": {"seq_len": 4096, "global_batch": 256},
     }
     result = paraplan.solve(scenario, top=12, workers=2)
-    steps = [result.solver.objective_s] + [a["step_time_s"] for a in result.alternatives]
+    steps = [result.solver.objective_s] + [a.step_time_s for a in result.alternatives]
     assert len(steps) > 3
     assert steps == sorted(steps)
 

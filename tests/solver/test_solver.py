@@ -114,19 +114,19 @@ def test_infeasible_divisibility_says_why() -> None:
 
 def test_top_k_lists_distinct_layouts_best_first() -> None:
     r = _solve(SMALL, top=4)
-    steps = [r.solver.objective_s] + [a["step_time_s"] for a in r.alternatives]  # solver order
+    steps = [r.solver.objective_s] + [a.step_time_s for a in r.alternatives]  # solver order
     assert steps == sorted(steps) and len(r.alternatives) == 3
     layouts = {
         (
-            a["plan"]["dp"],
-            a["plan"]["tp"],
-            a["plan"]["pp"],
-            a["plan"]["cp"],
-            a["plan"]["vp"],
-            a["plan"]["micro_batch"],
-            a["plan"]["zero"],
-            tuple(a["plan"]["order"]),
-            a["plan"]["cp_comm"],
+            a.plan.dp,
+            a.plan.tp,
+            a.plan.pp,
+            a.plan.cp,
+            a.plan.vp,
+            a.plan.micro_batch,
+            a.plan.zero,
+            tuple(a.plan.order or ()),
+            a.plan.cp_comm,
         )  # ring and all-gather CP differ in attention kernels too
         for a in r.alternatives
     }
