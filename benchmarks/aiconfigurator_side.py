@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import math
 import os
 import re
 import subprocess
@@ -32,6 +31,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from benchmarks.side_by_side import median, p90
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CSV = Path(__file__).parent / "data" / "serving_runs_calibration.csv"
@@ -446,21 +447,6 @@ def error_rows(mapped: Sequence[Mapped], results: Sequence[Mapping[str, Any]]) -
     return out
 
 
-def _median(xs: Sequence[float]) -> float:
-    s = sorted(xs)
-    n = len(s)
-    return s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])
-
-
-def _p90(xs: Sequence[float]) -> float:
-    """Linear-interpolated 90th percentile (numpy's default)."""
-    s = sorted(xs)
-    k = 0.9 * (len(s) - 1)
-    lo = math.floor(k)
-    hi = min(lo + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (k - lo)
-
-
 def summary_table(errors: Sequence[Mapping[str, Any]], sources: Mapping[str, str]) -> str:
     """Per source and metric: rows, median |error|, p90 |error|, signed median; overall last."""
     groups: dict[tuple[str, str], list[float]] = {}
@@ -471,7 +457,7 @@ def summary_table(errors: Sequence[Mapping[str, Any]], sources: Mapping[str, str
     for (src, metric), errs in sorted(groups.items(), key=lambda kv: (kv[0][0] == "overall", kv[0])):
         a = [abs(x) for x in errs]
         lines.append(
-            f"{src:36} {metric:22} {len(errs):4d} {_median(a):9.1%} {_p90(a):9.1%} {_median(errs):+8.1%}"
+            f"{src:36} {metric:22} {len(errs):4d} {median(a):9.1%} {p90(a):9.1%} {median(errs):+8.1%}"
         )
     return "\n".join(lines)
 
