@@ -64,6 +64,7 @@ def test_side_by_side_joins_on_id_and_metric_and_scores_only_shared_rows() -> No
         _err("b-1", "ttft_ms", 100.0, 150.0),  # +50%
         _err("b-1", "tpot_ms", 20.0, 20.0),  # only paraplan
         _err("b-2", "ttft_ms", 100.0, 90.0),  # measured differs from AIC's: left out
+        _err("b-3", "tpot_ms", 21.334, 21.334),  # the same measured value, rounded: joined
     ]
     aic = [
         _err("a-1", "tpot_ms", 10.0, 14.0),  # +40%
@@ -71,11 +72,13 @@ def test_side_by_side_joins_on_id_and_metric_and_scores_only_shared_rows() -> No
         _err("a-3", "tpot_ms", 10.0, 12.0),  # +20%
         _err("b-1", "ttft_ms", 100.0, 30.0),  # -70%
         _err("b-2", "ttft_ms", 120.0, 90.0),
+        _err("b-3", "tpot_ms", 21.33395358257017, 21.33395358257017 * 1.3),
         _err("c-1", "output_tok_s_per_gpu", 1000.0, 900.0),  # only AIC
         {"id": "c-2", "metric": "ttft_ms", "measured": "5", "predicted": "", "error": "nan"},  # not scored
     ]
-    result = side_by_side.side_by_side(para, aic, {"a-1": "A", "a-2": "A", "a-3": "A", "b-1": "B"})
-    assert (result.joined, result.paraplan_only, result.aic_only) == (4, 1, 1)
+    sources = {"a-1": "A", "a-2": "A", "a-3": "A", "b-1": "B", "b-3": "B"}
+    result = side_by_side.side_by_side(para, aic, sources)
+    assert (result.joined, result.paraplan_only, result.aic_only) == (5, 1, 1)
     assert result.measured_mismatch == [("b-2", "ttft_ms")]
     a = result.get("A", "tpot_ms")
     assert a is not None and a.n == 3
@@ -85,12 +88,13 @@ def test_side_by_side_joins_on_id_and_metric_and_scores_only_shared_rows() -> No
     b = result.get("B", "ttft_ms")
     assert b is not None and (b.n, b.aic_median) == (1, pytest.approx(-0.70))
     overall = result.get(side_by_side.OVERALL, side_by_side.ALL)
-    assert overall is not None and overall.n == 4
-    assert overall.paraplan_median_abs == pytest.approx(0.15)  # |10, 20, 5, 50| -> 15
-    assert overall.aic_median_abs == pytest.approx(0.45)  # |40, 50, 20, 70| -> 45
+    assert overall is not None and overall.n == 5
+    assert overall.paraplan_median_abs == pytest.approx(0.10)  # |10, 20, 5, 50, 0| -> 10
+    assert overall.aic_median_abs == pytest.approx(0.40)  # |40, 50, 20, 70, 30| -> 40
     # per source first, overall per metric next, all metrics last
     assert [(s.source, s.metric) for s in result.stats] == [
         ("A", "tpot_ms"),
+        ("B", "tpot_ms"),
         ("B", "ttft_ms"),
         ("overall", "tpot_ms"),
         ("overall", "ttft_ms"),
