@@ -237,6 +237,55 @@ def _agg_rate(
     return p, {**at, "regime": "saturated (rate above AIC's max seq/s)"}
 
 
+def sweep_agg_top(case: dict[str, Any], kw: dict[str, Any]) -> float:
+    """The top tokens/s/GPU of AIC's own ``sweep.sweep_agg`` on the case's one layout, no TTFT/TPOT
+    limit, batch up to 1024 (the check that ``agg_max`` is AIC's sweep); the model config is built
+    as ``cli.api._run_agg_estimate`` builds it."""
+    from aiconfigurator.cli.api import _resolve_moe_parallelism
+    from aiconfigurator.sdk import sweep
+    from aiconfigurator.sdk.config import RuntimeConfig
+    from aiconfigurator.sdk.config_builders import build_model_config
+    from aiconfigurator.sdk.models import (
+        resolve_context_fmha_by_data,
+        resolve_dsv4_moe_arch,
+        resolve_nvfp4_for_system,
+    )
+    from aiconfigurator.sdk.perf_database import get_database_view
+
+    system, backend, model = kw["system_name"], kw["backend_name"], kw["model_path"]
+    tp, pp, dp = kw.get("tp_size", 1), kw.get("pp_size", 1), kw.get("attention_dp_size", 1)
+    moe_tp, moe_ep = _resolve_moe_parallelism(
+        tp, dp, kw.get("moe_tp_size"), kw.get("moe_ep_size"), model_path=model
+    )
+    quant = [kw.get(f"{q}_quant_mode") for q in ("gemm", "kvcache", "fmha", "moe", "comm")]
+    model_config = build_model_config(tp, pp, dp, moe_tp, moe_ep, *quant)
+    db = get_database_view(
+        system,
+        backend,
+        kw["backend_version"],
+        allow_missing_data=False,
+        database_mode="SILICON",
+        transfer_policy=None,
+    )
+    resolve_context_fmha_by_data(model_config, model, db, backend, is_context_role=True)
+    resolve_dsv4_moe_arch(model_config, model, system_name=system, backend_name=backend)
+    resolve_nvfp4_for_system(model_config, system, model, backend_name=backend)
+    df = sweep.sweep_agg(
+        model_path=model,
+        runtime_config=RuntimeConfig(
+            isl=int(case["isl"]), osl=int(case["osl"]), ttft=math.inf, tpot=math.inf
+        ),
+        database=db,
+        backend_name=backend,
+        model_config=model_config,
+        parallel_config_list=[[tp, pp, dp, moe_tp, moe_ep, 1]],
+        top_k=1,
+        max_batch_size=1024,
+        free_gpu_memory_fraction=kw.get("free_gpu_memory_fraction"),
+    )
+    return float(df.iloc[0]["tokens/s/gpu"])
+
+
 def run_case(case: dict[str, Any], tmp: str) -> dict[str, Any]:
     from aiconfigurator.cli.api import cli_estimate
 
@@ -261,6 +310,8 @@ def run_case(case: dict[str, Any], tmp: str) -> dict[str, Any]:
             pred, at = _point(res), {"kv_cache_warning": res.kv_cache_warning}
         elif kind == "agg_max":
             pred, at = _agg_max(cli_estimate, case, kw)
+            if case.get("check_sweep"):
+                at["sweep_agg_tok_s_per_gpu"] = sweep_agg_top(case, kw)
         elif kind == "agg_rate":
             pred, at = _agg_rate(cli_estimate, case, kw)
         else:

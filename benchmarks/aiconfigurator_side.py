@@ -1,7 +1,7 @@
 """AIConfigurator 0.12.0 on the serving calibration rows, for the side-by-side with paraplan.
 
     python -m benchmarks.aiconfigurator_side [CSV] [--out FILE.csv] [--python PATH]
-        [--rows-out FILE.csv] [--ids ID,ID] [--jobs N]
+        [--rows-out FILE.csv] [--ids ID,ID] [--jobs N] [--check-sweep]
 
 Maps each row of the serving calibration file (default ``benchmarks/data/
 serving_runs_calibration.csv``) to one AIConfigurator estimate by the rules of
@@ -14,7 +14,8 @@ columns ``benchmarks/serving_fidelity.py`` writes for paraplan, so the two join 
 (``python -m benchmarks.side_by_side``). ``--rows-out`` writes one line per row: how it was put to
 AIConfigurator (protocol, model, system, backend, database version, layout) or why it was not.
 Prints per source the median and p90 |error| per metric, the rows not expressed by reason, and the
-overall figures last.
+overall figures last. ``--check-sweep`` also runs AIC's own ``sweep.sweep_agg`` on each max-load
+row's layout and prints its top point beside the driver's ``agg_max`` (they agree to rounding).
 """
 
 from __future__ import annotations
@@ -532,6 +533,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--ids", help="only these row ids (comma-separated)")
     ap.add_argument("--jobs", type=int, default=1, help="parallel driver processes")
+    ap.add_argument(
+        "--check-sweep",
+        action="store_true",
+        help="max-load rows: also AIC's own sweep_agg top point, compared",
+    )
     args = ap.parse_args(argv)
 
     rows = _read(Path(args.csv))
@@ -547,8 +553,16 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    reply = run_driver([m.case for m in mapped], python, jobs=args.jobs)
+    cases = [{**m.case, "check_sweep": args.check_sweep} for m in mapped]
+    reply = run_driver(cases, python, jobs=args.jobs)
     results = reply["results"]
+    for r in results:
+        if args.check_sweep and r.get("ok") and "sweep_agg_tok_s_per_gpu" in r["at"]:
+            ours, theirs = r["predicted"]["output_tok_s_per_gpu"], r["at"]["sweep_agg_tok_s_per_gpu"]
+            print(
+                f"{r['id']}: agg_max {ours:.3f} tok/s/GPU, AIC sweep_agg top {theirs:.3f} "
+                f"({ours / theirs - 1:+.2e})"
+            )
     errors = error_rows(mapped, results)
     if args.out:
         _write(Path(args.out), OUT_COLUMNS, errors)
