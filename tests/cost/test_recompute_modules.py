@@ -1,5 +1,5 @@
 """Megatron's --recompute-modules (job.recompute_modules, cost/recompute_modules.py): what each
-module stores and re-runs, the EP overlap's extra in-flight chunk, the row mapping, the rules."""
+module stores and re-runs, the EP overlap's extra in-flight chunk, the row mapping."""
 
 from __future__ import annotations
 
@@ -157,16 +157,3 @@ def test_ep_overlap_holds_one_more_chunk_under_pipelining() -> None:
 )
 def test_row_mapping_reads_the_modules(column: str, notes: str, modules: list[str]) -> None:
     assert recompute_modules({"recompute": column, "notes": notes}) == modules
-
-
-def test_frameworks_without_the_setting_refuse_it_by_name() -> None:
-    import paraplan
-
-    scenario = {
-        "model": {"preset": "qwen3-30b-a3b"},
-        "cluster": {"preset": "dgx-h100", "nodes": 2},
-        "job": {"seq_len": 4096, "global_batch": 256, "recompute_modules": ["layernorm", "moe_act"]},
-        "plan": {"tp": 1, "pp": 1, "dp": 16, "ep": 8, "recompute": "selective", "micro_batch": 1, "zero": 1},
-    }
-    result = paraplan.api.evaluate(scenario)
-    assert set(result.runs_on) == {"megatron", "nemo"}

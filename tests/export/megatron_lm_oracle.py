@@ -233,7 +233,12 @@ def judge(case: dict) -> dict:
     try:
         with contextlib.redirect_stdout(io.StringIO()):
             args = parse_and_validate_args()
-            recompute = [args.recompute_granularity, args.recompute_method, args.recompute_num_layers]
+            recompute = [
+                args.recompute_granularity,
+                args.recompute_method,
+                args.recompute_num_layers,
+                args.recompute_modules,
+            ]
             precision = {
                 "bf16": args.bf16,
                 "fp8": args.fp8,
