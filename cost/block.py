@@ -25,6 +25,7 @@ from paraplan.cost.ep import (
 from paraplan.cost.host import moe_launch_s, moe_pass_s
 from paraplan.cost.plan import Job, Layout, Recompute
 from paraplan.cost.recompute import block_input_bytes, recompute_forward_s, stored_activation_bytes
+from paraplan.cost.recompute_modules import modules_recompute_s, recomputes_moe_layer
 from paraplan.cost.spans import Spans
 from paraplan.cost.torus import collective_matmul_exposed_s
 from paraplan.cost.tp import TPComm, tp_comm
@@ -196,10 +197,17 @@ def block_work(graph: LayerGraph, index: int, plan: Layout, job: Job, cluster: C
     forward_s = sum(t.total_s for t in times)
     backward_s = sum(t.backward_s() for t in times)
     recompute_s = {r: sum(recompute_forward_s(t, r) for t in times) for r in Recompute}
+    if job.recompute_modules:  # Megatron's module-level selective recompute
+        recompute_s[Recompute.SELECTIVE] = sum(
+            modules_recompute_s(ly, t, plan, job, accel, eff, job.recompute_modules)
+            for ly, t in zip(layers, times, strict=True)
+        )
     if moe:  # host launches and the dispatcher's sync (cost/host.py), once per pass
         launch = moe_launch_s(plan, max(1, moe.num_experts // plan.ep), eff)
         forward_s, backward_s = moe_pass_s(forward_s, launch, plan), moe_pass_s(backward_s, 2 * launch, plan)
         recompute_s[Recompute.FULL] = moe_pass_s(recompute_s[Recompute.FULL], launch, plan)
+        if recomputes_moe_layer(job.recompute_modules):
+            recompute_s[Recompute.SELECTIVE] = moe_pass_s(recompute_s[Recompute.SELECTIVE], launch, plan)
     return Work(
         times=times,
         attention=next(
@@ -288,6 +296,8 @@ def block_costs(
     out: dict[Recompute, BlockCost] = {}
     for recompute in Recompute:
         is_full = recompute is Recompute.FULL
+        # the forward all-to-all runs again where whole MoE layers are recomputed
+        again = is_full or (recompute is Recompute.SELECTIVE and recomputes_moe_layer(job.recompute_modules))
         rec = work.recompute_s[recompute]
         tp_s = tp.forward_s + tp.backward_s + (tp.forward_s if is_full else 0.0)
         if cluster.torus is not None:  # XLA's collective matmul (cost/torus.py)
@@ -295,9 +305,9 @@ def block_costs(
                 2 if is_full else 1
             ) + collective_matmul_exposed_s(tp.backward_s, bwd + rec)
         cp_s = sum(c.exposed_forward_s * (2 if is_full else 1) + c.exposed_backward_s for c in cps)
-        ep_s = ep.forward_s * (2 if is_full else 1) + ep.backward_s
+        ep_s = ep.forward_s * (2 if again else 1) + ep.backward_s
         if plan.moe_overlap and ep_s > 0:
-            ep_s = (ep.forward_s if is_full else 0.0) + _overlapped_ep_s(work, ep, rec, plan, job, cluster)
+            ep_s = (ep.forward_s if again else 0.0) + _overlapped_ep_s(work, ep, rec, plan, job, cluster)
         zero_s = zero_exposed_s(gather, reduce, fwd, bwd + rec, job.overlap_dp_comm)
         out[recompute] = BlockCost(
             forward_s=fwd,

@@ -43,6 +43,7 @@ __all__ = [
     "Allocator",
     "CrossEntropy",
     "SelectivePolicy",
+    "RecomputeModule",
     "Recompute",
     "CPComm",
     "MoEDispatcher",
@@ -118,6 +119,19 @@ class SelectivePolicy(StrEnum):
     TORCHTITAN_OP = "torchtitan_op"  # torchtitan op-level SAC: save every other matmul + SDPA
 
 
+class RecomputeModule(StrEnum):
+    """Megatron ``--recompute-modules`` choices (megatron-core 0.19.2 transformer_config.py);
+    what each stores and re-runs: cost/recompute_modules.py."""
+
+    CORE_ATTN = "core_attn"
+    LAYERNORM = "layernorm"
+    MLA_UP_PROJ = "mla_up_proj"
+    MOE_ACT = "moe_act"
+    SHARED_EXPERTS = "shared_experts"
+    MLP = "mlp"
+    MOE = "moe"
+
+
 class Recompute(StrEnum):
     NONE = "none"
     SELECTIVE = "selective"
@@ -158,6 +172,9 @@ class Job:
     allocator: Allocator = Allocator.DEFAULT  # PYTORCH_CUDA_ALLOC_CONF (reserved memory, cost/memory.py)
     cross_entropy: CrossEntropy = CrossEntropy.FUSED  # the loss kernel (logit bytes, cost/memory.py)
     selective_policy: SelectivePolicy = SelectivePolicy.CORE_ATTENTION  # cost/recompute.py
+    # Megatron --recompute-modules under recompute: selective; () = the framework's default policy
+    # (selective_policy); set, exactly these modules (cost/recompute_modules.py)
+    recompute_modules: frozenset[RecomputeModule] = frozenset()
 
     @property
     def tokens_per_step(self) -> int:

@@ -120,9 +120,19 @@ def in_flight_micro_batches(stage: int, plan: Layout, num_micro_batches: int) ->
     """Micro-batches whose activations stage ``stage`` holds at its peak, in stage-units.
 
     Formula: min(m, p - s) under 1F1B; times (1 + (p-1)/(p v)) with interleaving
-    (Korthikanti et al. 2022 Sec. 4.2.3).
+    (Korthikanti et al. 2022 Sec. 4.2.3); plus 1/v under Megatron's 1F1B EP overlap
+    (``plan.moe_overlap`` with ep > 1) and pp > 1, at most m: it runs one extra micro-batch's
+    forward (one chunk) before the steady state so that each merged step's forward and backward
+    are independent (megatron-core 0.19.2 pipeline_parallel/schedules.py
+    ``get_pp_rank_microbatches``: num_warmup_microbatches + 1 "when enabling
+    overlap_moe_expert_parallel_comm"). Without pipelining nothing is added: the merged step
+    runs the next micro-batch's forward layer by layer while the current one's backward frees
+    its layers in the opposite order (``combined_1f1b_schedule_for_no_pipelining``), so one
+    micro-batch's activations stay live (a layer more at most, not counted).
     """
     held: float = min(num_micro_batches, plan.pp - stage)
     if plan.vp > 1:
         held *= 1 + (plan.pp - 1) / (plan.pp * plan.vp)
+    if plan.moe_overlap and plan.ep > 1 and plan.pp > 1:
+        held = min(float(num_micro_batches), held + 1.0 / plan.vp)
     return held

@@ -45,6 +45,7 @@ from paraplan.cost.compute import (
 )
 from paraplan.cost.ep import expert_stored_bytes
 from paraplan.cost.plan import Job, Layout, Recompute, SelectivePolicy
+from paraplan.cost.recompute_modules import modules_saved_bytes
 from paraplan.graph import Layer, LayerKind
 
 __all__ = [
@@ -69,10 +70,15 @@ def stored_activation_bytes(
     n = compute.layer_tokens (image tokens for vision layers). Sliding-window and chunked layers
     store as much per token as full attention (with flash attention nothing grows with the
     keys; without it the unfused kernel keeps the masked s x s scores: no saving counted).
-    On a TPU, SELECTIVE is MaxText's ``minimal`` policy (tpu_minimal_stored_bytes).
+    On a TPU, SELECTIVE is MaxText's ``minimal`` policy (tpu_minimal_stored_bytes). With
+    ``job.recompute_modules`` set, SELECTIVE is Megatron's module-level recompute: NONE's bytes
+    less what the modules drop (cost/recompute_modules.py).
     """
     if recompute is Recompute.FULL:
         return 0.0
+    if recompute is Recompute.SELECTIVE and job.recompute_modules:
+        none = stored_activation_bytes(layer, plan, job, Recompute.NONE)
+        return max(0.0, none - modules_saved_bytes(layer, plan, job, job.recompute_modules))
     if is_tpu and recompute is Recompute.SELECTIVE:
         return tpu_minimal_stored_bytes(layer, plan, job)
     if recompute is Recompute.SELECTIVE and job.selective_policy is SelectivePolicy.TORCHTITAN_OP:

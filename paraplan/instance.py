@@ -7,7 +7,7 @@ from pathlib import Path
 
 from paraplan.cost import Job, MoERouting, PartialPlan, Plan, Recompute
 from paraplan.cost.dispatch import check_dispatcher
-from paraplan.cost.plan import PLAN_FIELDS, even_split, plan_from_values
+from paraplan.cost.plan import PLAN_FIELDS, RecomputeModule, even_split, plan_from_values
 from paraplan.cost.pools import stage_pools_of
 from paraplan.errors import ConfigError
 from paraplan.graph import (
@@ -69,6 +69,7 @@ def job_of(scenario: Scenario) -> Job:
         values["moe_capacity_factor"] = routing["capacity_factor"]
     else:
         values["moe_routing"] = MoERouting(routing)
+    values["recompute_modules"] = frozenset(RecomputeModule(m) for m in values["recompute_modules"])
     return Job(**values)
 
 

@@ -28,7 +28,7 @@ from pydantic import (
 )
 
 from paraplan.cost import AttentionKernel, Precision
-from paraplan.cost.plan import Allocator, CrossEntropy, SelectivePolicy
+from paraplan.cost.plan import Allocator, CrossEntropy, RecomputeModule, SelectivePolicy
 from paraplan.errors import ConfigError
 from paraplan.graph.spec import show_value
 from paraplan.hardware.topology import MAX_DEVICES, MAX_POOLS
@@ -166,6 +166,12 @@ class JobSection(Section):
         description="what plan.recompute selective keeps: core_attention (Megatron: the "
         "attention core recomputed) | torchtitan_op (torchtitan's op-level selective "
         "checkpointing: every other matmul output and the attention output saved; cost/recompute.py)",
+    )
+    recompute_modules: list[RecomputeModule] = Field(
+        default_factory=list,
+        description="Megatron --recompute-modules under plan.recompute selective: core_attn | "
+        "layernorm | mla_up_proj | moe_act | shared_experts | mlp | moe (empty: the framework's "
+        "default selective policy; cost/recompute_modules.py)",
     )
     image_tokens: int = Field(
         0,

@@ -22,6 +22,7 @@ __all__ = [
     "rank_order_rule",
     "partial_recompute_rule",
     "transformer_layers_rule",
+    "megatron_recompute_modules_rule",
 ]
 
 
@@ -182,3 +183,21 @@ def transformer_layers_rule(builder: str) -> Rule:
     only: it refuses a hybrid layer pattern, MTP layers and LatentMoE (windows and chunks are its
     configs')."""
     return layer_kinds_rule(builder, frozenset(LAYER_KINDS) - {"hybrid", "mtp", "latent_moe"})
+
+
+def megatron_recompute_modules_rule(framework: str) -> Rule:
+    """A rule refusing ``job.recompute_modules`` (Megatron's ``--recompute-modules``,
+    cost/recompute_modules.py) on a framework that has no such setting: its selective recompute
+    is its own policy (job.selective_policy)."""
+
+    def check_recompute_modules(ctx: RuleContext, draft: Draft) -> Refusal | None:
+        modules = ctx.job.recompute_modules
+        if not modules:
+            return None
+        shown = ", ".join(sorted(m.value for m in modules))
+        return Refusal(
+            f"job.recompute_modules=[{shown}] is Megatron's --recompute-modules; {framework} has no "
+            "such setting (run by: megatron, nemo); leave it empty for the framework's own policy"
+        )
+
+    return check_recompute_modules

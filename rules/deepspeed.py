@@ -21,6 +21,7 @@ from paraplan.rules.base import (
 from paraplan.rules.checks import (
     check_dense_model,
     check_no_expert_parallel,
+    megatron_recompute_modules_rule,
     partial_recompute_rule,
     rank_order_rule,
 )
@@ -215,7 +216,11 @@ check_recompute_layers = partial_recompute_rule(
 MOE_STATE_RULES = state_rules("deepspeed")
 """plan.moe_dispatcher, plan.moe_overlap, plan.cuda_graphs, job.moe_routing (rules/moe_state.py)."""
 
+check_recompute_modules = megatron_recompute_modules_rule("deepspeed")
+"""job.recompute_modules: Megatron-only (rules/checks.py)."""
+
 RULES = (
+    check_recompute_modules,
     check_dense_model,
     check_no_expert_parallel(
         "DeepSpeed sets the expert-parallel size in model code (deepspeed.moe.layer.MoE(ep_size=...)), "
@@ -243,7 +248,10 @@ def pipeline_split(num_layers: int, pp: int, vp: int) -> tuple[int, ...] | None:
 SEARCH = SearchLimits(stage_split=pipeline_split, recompute_modes=(Recompute.NONE, Recompute.FULL))
 """solver.target=deepspeed: PipelineModule balances the blocks itself (the solver uses that one
 split per layout); whole-layer checkpointing only."""
-MODEL_RULES = (MOE_STATE_RULES[3],)  # job.moe_routing
+MODEL_RULES = (
+    check_recompute_modules,
+    MOE_STATE_RULES[3],
+)  # job.moe_routing
 """The RULES that read only the model and job (solver.target checks them once, first)."""
 LAYOUT_RULES = (check_pipeline_zero, check_rank_order)
 """The RULES that read the ZeRO stage or the rank order, which the solver picks per layout; the

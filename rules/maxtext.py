@@ -22,6 +22,7 @@ from paraplan.rules.checks import (
     check_dense_model,
     check_expert_tp_is_tp,
     layer_kinds,
+    megatron_recompute_modules_rule,
     partial_recompute_rule,
     uniform_recompute_rule,
 )
@@ -262,7 +263,11 @@ check_recompute_layers = partial_recompute_rule(
 MOE_STATE_RULES = state_rules("maxtext")
 """plan.moe_dispatcher, plan.moe_overlap, plan.cuda_graphs, job.moe_routing (rules/moe_state.py)."""
 
+check_recompute_modules = megatron_recompute_modules_rule("maxtext")
+"""job.recompute_modules: Megatron-only (rules/checks.py)."""
+
 RULES = (
+    check_recompute_modules,
     check_dense_model,
     check_expert_tp,
     check_model_keys,
@@ -280,7 +285,7 @@ RULES = (
 
 SEARCH = SearchLimits(even_stages=True)
 """solver.target=maxtext: num_layers_per_pipeline_stage: every stage alike; one remat_policy."""
-MODEL_RULES = (check_model_keys, MOE_STATE_RULES[3])  # + job.moe_routing
+MODEL_RULES = (check_recompute_modules, check_model_keys, MOE_STATE_RULES[3])  # + job.moe_routing
 """The RULES that read only the model and job (solver.target checks them once, first)."""
 LAYOUT_RULES = (check_zero, check_rank_order, check_node_boundary, check_expert_axis)
 """The RULES that read the ZeRO stage or the rank order, which the solver picks per layout; the

@@ -15,6 +15,7 @@ from paraplan.rules.base import Draft, Refusal, RuleContext, SearchLimits, repai
 from paraplan.rules.checks import (
     check_dense_model,
     layer_kinds_rule,
+    megatron_recompute_modules_rule,
     partial_recompute_rule,
     rank_order_rule,
     uniform_recompute_rule,
@@ -153,7 +154,11 @@ check_recompute_layers = partial_recompute_rule(
 MOE_STATE_RULES = state_rules("torch")
 """plan.moe_dispatcher, plan.moe_overlap, plan.cuda_graphs, job.moe_routing (rules/moe_state.py)."""
 
+check_recompute_modules = megatron_recompute_modules_rule("torch")
+"""job.recompute_modules: Megatron-only (rules/checks.py)."""
+
 RULES = (
+    check_recompute_modules,
     check_layer_kinds,
     check_dense_model,
     check_dense_reference,
@@ -168,7 +173,12 @@ RULES = (
 
 SEARCH = SearchLimits()
 """solver.target=torch: the script takes layers per virtual stage; every block wrapped alike."""
-MODEL_RULES = (check_layer_kinds, check_dense_reference, MOE_STATE_RULES[3])  # + job.moe_routing
+MODEL_RULES = (
+    check_recompute_modules,
+    check_layer_kinds,
+    check_dense_reference,
+    MOE_STATE_RULES[3],
+)  # + job.moe_routing
 """The RULES that read only the model and job (solver.target checks them once, first)."""
 LAYOUT_RULES = (check_rank_order,)
 """The RULES that read the ZeRO stage or the rank order, which the solver picks per layout; the

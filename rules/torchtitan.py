@@ -22,6 +22,7 @@ from paraplan.rules.checks import (
     check_dense_model,
     check_expert_tp_is_tp,
     context_split_rule,
+    megatron_recompute_modules_rule,
     partial_recompute_rule,
     rank_order_rule,
     transformer_layers_rule,
@@ -250,7 +251,11 @@ check_recompute_layers = partial_recompute_rule(
 check_moe_routing = routing_rule("torchtitan")
 """job.moe_routing: dropless or debug.moe_force_load_balance (rules/moe_state.py)."""
 
+check_recompute_modules = megatron_recompute_modules_rule("torchtitan")
+"""job.recompute_modules: Megatron-only (rules/checks.py)."""
+
 RULES = (
+    check_recompute_modules,
     check_transformer_layers,
     check_model_config,
     check_float8_config,
@@ -272,6 +277,7 @@ RULES = (
 SEARCH = SearchLimits()
 """solver.target=torchtitan: module names per stage express any split; one activation-checkpoint setting."""
 MODEL_RULES = (
+    check_recompute_modules,
     check_transformer_layers,
     check_model_config,
     check_float8_config,

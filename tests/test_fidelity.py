@@ -66,7 +66,8 @@ def test_dense_gpu_runs_hold_their_fidelity(rows) -> None:
 
 def test_moe_gpu_runs(rows) -> None:
     """Issue 22's bar is >= 75 MoE GPU runs at median <= 10%, p90 <= 25%; this holds the figures
-    reached (2026-12-01: MOE_MEDIAN / MOE_P90 over 78 runs; 18.9% / 57.7% over the 42 runs before
+    reached (2026-12-02: MOE_MEDIAN / MOE_P90 over 76 runs, 21.7% / 48.3% over 78 before the
+    recompute modules; 18.9% / 57.7% over the 42 runs before
     the software state was modelled) so that a change that loses ground fails."""
     moe = [r.error for r in rows if _is_moe(r)]
     median, p90 = summary(moe)
@@ -82,10 +83,12 @@ def test_beats_the_constant_mfu_estimate(rows) -> None:
 # TPU rows (MaxText on v4, v5e, v5p; tests/test_fidelity_tpu.py) predicted out of memory: none
 # since the XLA memory terms (cost/memory.py; rows 665-670, 625, 626, 628, 642, 643 were, issue 14)
 KNOWN_TPU_OOM_ROWS: set[int] = set()
-# Megatron-MoE-ModelZoo Qwen3-235B-A22B on 256 H100 at 16K-128K tokens (tp 4, pp 8, vp 4, cp 1-8;
-# recompute not stated): the modelled peak with Megatron's selective recompute exceeds 80 GB
-# where the runs used --recompute-modules, which the model does not have yet (the memory issue, 24)
-KNOWN_MOE_OOM_ROWS: set[int] = {2049, 2050, 2051, 2052, 2053, 2054, 2055, 2056}
+# The Megatron-MoE-ModelZoo Qwen3-235B-A22B rows at 16K-128K tokens (2049-2056) fit since their
+# --recompute-modules layernorm moe is modelled (job.recompute_modules, cost/recompute_modules.py).
+# Left: 2058 (GB200, recompute moe_act + layernorm with fine-grained activation offloading of
+# expert_fc1 and moe_act, "required" by its note: offloading is not modelled) and 2059 (131K tokens
+# on 128 GPUs whose type the two transcriptions of the source disagree on, GB200 or GB300)
+KNOWN_MOE_OOM_ROWS: set[int] = {2058, 2059}
 
 
 def test_no_published_run_is_predicted_out_of_memory(rows) -> None:
@@ -137,7 +140,7 @@ def _by_id(rows) -> dict:
     return {r.case.row_id: r for r in rows}
 
 
-MOE_MEDIAN, MOE_P90 = 0.25, 0.50  # test_moe_gpu_runs: the figures reached, rounded up
+MOE_MEDIAN, MOE_P90 = 0.22, 0.42  # test_moe_gpu_runs: the figures reached (21.7% / 41.5%), rounded up
 MOE_ROWS = (323, 332, 340, 346)  # Megatron-Bridge 25.11 Qwen3-30B-A3B: 8 GB300, 8 GB200, 8 B200, 16 H100
 GB300_ROWS = (316, 317, 318, 323)  # Megatron-Bridge 25.11 on GB300: Llama 3 8B (x2), 70B, Qwen3-30B-A3B
 LONG_CONTEXT_ROWS = (570, 581, 592, 603, 614)  # MosaicML MPT at seq 32K on 8 A100 40GB

@@ -2,10 +2,10 @@
 (issue 22, "A/B tests"; benchmarks/moe_pairs.py lists the pairs and their sources).
 
 The DeepSeek-V3 GB200 ladder steps whose change is no plan knob (kernel fusions, CPU binding,
-PDL, DeepEP tuning, dropping MLA up-projection recompute: paraplan has no ``--recompute-modules``
-yet) are predicted as ratio 1; those that miss by more than 7 points are listed in KNOWN_MISSES
-with the reason, and strict xfail makes the test fail when one starts to pass (the list is then
-updated rather than forgotten).
+PDL, DeepEP tuning) are predicted as ratio 1 (dropping the MLA up-projection recompute is
+``job.recompute_modules``, cost/recompute_modules.py); those that miss by more than 7 points
+are listed in KNOWN_MISSES with the reason, and strict xfail makes the test fail when one starts
+to pass (the list is then updated rather than forgotten).
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ _NO_KNOB = "the step changes no plan knob paraplan has"
 KNOWN_MISSES: dict[tuple[int, int], str] = {
     (2061, 2062): f"{_NO_KNOB}: fused torch.zeros and the permute kernel (+7.1%)",
     (2067, 2068): f"{_NO_KNOB}: CPU-side NUMA binding (bindpcie; +10.2%)",
-    (2064, 2065): f"{_NO_KNOB}: MLA up-projection recompute (--recompute-modules) is not modelled (+7.9%)",
     (2063, 2064): "DeepEP on GB200 costed slower than NCCL inside the NVL72 domain (the DeepEP B200 "
     "table's 390 us fixed time), where the ladder measured +4.8%",
     (2065, 2066): "partial CUDA graphs: the launches the model counts hide under DeepSeek-V3's "

@@ -29,6 +29,7 @@ from __future__ import annotations
 import shlex
 
 from paraplan.cost import CPComm, Plan, Precision, Recompute
+from paraplan.cost.plan import RecomputeModule
 from paraplan.cost.recompute_layers import uniform_recompute_layers
 from paraplan.export import (
     ExportContext,
@@ -250,12 +251,20 @@ def _data_parallel_args(ctx: ExportContext, plan: Plan) -> list[tuple[str, objec
     return args
 
 
-def recompute_settings(plan: Plan) -> list[tuple[str, object]]:
-    """The plan's recompute as (flag key, value) pairs: selective -> core_attn; full -> method
+def recompute_settings(
+    plan: Plan, modules: frozenset[RecomputeModule] = frozenset()
+) -> list[tuple[str, object]]:
+    """The plan's recompute as (flag key, value) pairs: selective -> core_attn, or
+    ``job.recompute_modules`` (``modules``) in Megatron's order of choices; full -> method
     uniform, 1 layer per unit (every layer); partial (Plan.recompute_layers, the one N every
     rank shares: rules.megatron.check_recompute_layers) -> method block, N layers per chunk
     (megatron/core/recompute.py checkpointed_forward). NeMo / Bridge take the same values."""
     mode = uniform_recompute(plan)
+    if mode is Recompute.SELECTIVE and modules:
+        return [
+            ("recompute", "selective"),
+            ("recompute_modules", tuple(m.value for m in RecomputeModule if m in modules)),
+        ]
     if mode is Recompute.SELECTIVE:
         return [("recompute", "selective"), ("recompute_modules", SELECTIVE_MODULES)]
     if mode is Recompute.FULL:
@@ -290,7 +299,7 @@ def _flag_args(ctx: ExportContext) -> list[tuple[str, object]]:
         + _parallel_args(plan, ctx.spec)
         + [("micro_batch", plan.micro_batch), ("global_batch", job.global_batch)]
         + _data_parallel_args(ctx, plan)
-        + recompute_settings(plan)
+        + recompute_settings(plan, job.recompute_modules)
         + _precision_args(ctx.precision)
         + state_args(ctx)
         + [

@@ -138,13 +138,10 @@ def settings(ctx: ExportContext) -> list[tuple[str, object]]:
         out.append(("cp_comm", mg.CP_COMM_TYPES[p.cp_comm]))
     if ctx.spec.is_moe:
         out += [("ep", p.ep), ("etp", p.expert_tp)]
-    for key, value in mg.recompute_settings(p):  # partial recompute: method block, N layers
-        out.append(
-            (
-                key,
-                [value] if key == "recompute_modules" else int(value) if key == "recompute_layers" else value,
-            )
-        )
+    for key, value in mg.recompute_settings(p, job.recompute_modules):  # partial: method block, N layers
+        if key == "recompute_modules":
+            value = list(value) if isinstance(value, tuple) else [value]
+        out.append((key, int(value) if key == "recompute_layers" else value))
     out += [
         ("seq_len", job.seq_len),
         ("micro_batch", p.micro_batch),

@@ -152,6 +152,12 @@ def routed(case: tuple[dict, dict], routing: object) -> tuple[dict, dict]:
     return {**scen, "job": {**scen["job"], "moe_routing": routing}}, pl
 
 
+def recomputing(case: tuple[dict, dict], modules: list[str]) -> tuple[dict, dict]:
+    """``case`` with ``job.recompute_modules`` set (Megatron's --recompute-modules)."""
+    scen, pl = case
+    return {**scen, "job": {**scen["job"], "recompute_modules": modules}}, pl
+
+
 MOE_STATE_CASES: dict[str, tuple[tuple[dict, dict], dict[str, object]]] = {
     "qwen3-30b-a3b-deepep-overlap": (
         (
@@ -214,6 +220,12 @@ MOE_STATE_CASES: dict[str, tuple[tuple[dict, dict], dict[str, object]]] = {
     "llama3-8b-partial-graphs": (
         (scenario("llama3-8b", 1), plan(4, 2, recompute="selective", cuda_graphs="partial")),
         {"cuda_graph_impl": "transformer_engine", "cuda_graph_modules": ["attn"]},
+    ),
+    "qwen3-30b-a3b-recompute-modules": (
+        recomputing(
+            (scenario("qwen3-30b-a3b", 2), plan(16, ep=8, recompute="selective")), ["moe_act", "layernorm"]
+        ),
+        {},  # the MoE state at its defaults; the modules are checked as parsed
     ),
 }
 """Plans with a MoE software state (dispatcher, EP overlap, CUDA graphs, routing) and what

@@ -127,7 +127,8 @@ def _moe_state(args: object) -> dict[str, object]:
     CUDA-graph and capacity checks; the MoE software state it holds."""
     real = argparse.Namespace(**vars(args))
     for key in KERNELS:
-        setattr(real, key, ONE_DEVICE[key])
+        if key != "moe_grouped_gemm":  # kept as parsed: the config's own check of moe_act
+            setattr(real, key, ONE_DEVICE[key])  # recompute reads it; no kernel is built here
     config = core_transformer_config_from_args(real)
     return {name: _plain(getattr(config, name, getattr(args, name, None))) for name in STATE_FIELDS}
 
@@ -233,7 +234,12 @@ def judge(case: dict) -> dict:
     try:
         with contextlib.redirect_stdout(io.StringIO()):
             args = parse_and_validate_args()
-            recompute = [args.recompute_granularity, args.recompute_method, args.recompute_num_layers]
+            recompute = [
+                args.recompute_granularity,
+                args.recompute_method,
+                args.recompute_num_layers,
+                args.recompute_modules,
+            ]
             precision = {
                 "bf16": args.bf16,
                 "fp8": args.fp8,

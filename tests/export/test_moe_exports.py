@@ -320,3 +320,20 @@ def test_torchtitan_refuses_deepep_naming_who_runs_it() -> None:
     text = refusal(res, "torchtitan")
     assert "plan.moe_dispatcher=deepep: torchtitan 0.3.0 does not run it" in text
     assert "run by: megatron, nemo" in text and "moe_dispatcher -> alltoall" in text
+
+
+def test_recompute_modules_reach_megatron_and_bridge() -> None:
+    """job.recompute_modules (Megatron's --recompute-modules) under recompute: selective; the
+    default selective policy stays core_attn (its parse by megatron-core 0.19.2 itself:
+    tests/export/test_megatron_lm_oracle.py)."""
+    modules = {**QWEN_2_NODES, "job": {**QWEN_2_NODES["job"], "recompute_modules": ["moe_act", "layernorm"]}}
+    plan = {**EP8, "recompute": "selective"}
+    argv = megatron_args(context(result(modules, **plan)))
+    at = argv.index("--recompute-modules")
+    assert argv[at + 1 : at + 3] == ["layernorm", "moe_act"] and argv[at + 3].startswith("--")
+    assert bridge_overrides(context(result(modules, **plan)))["model.recompute_modules"] == [
+        "layernorm",
+        "moe_act",
+    ]
+    default = flags(megatron_args(context(result(QWEN_2_NODES, **plan))))
+    assert default["--recompute-modules"] == "core_attn"
