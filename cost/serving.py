@@ -31,15 +31,21 @@ times; the queue wait's p90 is the exponential-tail quantile of cost/queueing.py
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from math import floor
 
 from paraplan.cost.comm import p2p_s
 from paraplan.cost.kv import WorkerShape, kv_bytes_per_element, kv_bytes_per_sequence, weight_bytes_per_param
-from paraplan.cost.queueing import OVERLOAD_RHO, closed_loop_wait_s, md1_wait_s, wait_quantile_s
+from paraplan.cost.queueing import (
+    OVERLOAD_RHO,
+    closed_loop_wait_s,
+    finite_run_wait_s,
+    md1_wait_s,
+    wait_quantile_s,
+)
 from paraplan.cost.serving_memory import MemoryBudget, memory_budget
-from paraplan.cost.serving_step import StepInput, step_time
+from paraplan.cost.serving_step import StepInput, StepTime, step_time
 from paraplan.cost.serving_types import (
     Engine,
     EngineName,
@@ -86,7 +92,7 @@ class _Ctx:
     kv_bytes: float
 
 
-def _stage_s(c: _Ctx, shape: WorkerShape, x: StepInput) -> float:
+def _step(c: _Ctx, shape: WorkerShape, x: StepInput) -> StepTime:
     return step_time(
         c.graph,
         c.cluster,
@@ -96,7 +102,7 @@ def _stage_s(c: _Ctx, shape: WorkerShape, x: StepInput) -> float:
         weights_precision=c.workload.weights_precision,
         kv_bytes=c.kv_bytes,
         fit=c.fit,
-    ).total_s
+    )
 
 
 def _round_s(c: _Ctx, shape: WorkerShape, batch: float, isl: float, osl: float, mixed: bool) -> float:
@@ -105,7 +111,7 @@ def _round_s(c: _Ctx, shape: WorkerShape, batch: float, isl: float, osl: float, 
     micro = max(batch, 1e-9) / shape.pp
     prefill = micro * isl / osl if mixed else 0.0
     x = StepInput(micro, isl + osl / 2.0, prefill, isl, micro / osl if mixed else 0.0)
-    return shape.pp * _stage_s(c, shape, x)
+    return shape.pp * _step(c, shape, x).total_s
 
 
 def _batch_at_rate(
@@ -117,7 +123,7 @@ def _batch_at_rate(
     if cap / _round_s(c, shape, cap, isl, osl, mixed) <= demand:
         return cap
     lo, hi = 0.0, cap
-    for _ in range(40):
+    for _ in range(30):
         mid = 0.5 * (lo + hi)
         if mid / _round_s(c, shape, mid, isl, osl, mixed) < demand:
             lo = mid
@@ -140,7 +146,7 @@ def evaluate_serving(
 ) -> ServingPrediction:
     """Predicted latency, throughput and memory of serving ``spec`` on ``cluster`` with ``plan``
     under ``workload`` (module docstring). ``fit`` overrides hardware/data/serving.yaml's fitted
-    parameters (the fidelity benchmark's cross-validation)."""
+    parameters (the fidelity benchmark's fit and cross-validation)."""
     check_serving_plan(spec, cluster, plan)
     check_workload(workload)
     graph = _graph(spec)
@@ -153,23 +159,62 @@ def evaluate_serving(
         kv_bytes_per_element(workload.kv_precision),
     )
     mem = engine_memory(engine.name)
+    if engine.kv_fraction is not None:
+        if not 0.0 < engine.kv_fraction <= 1.0:
+            raise ValueError(f"engine.kv_fraction={engine.kv_fraction} must be in (0, 1]")
+        mem = replace(mem, kv_fraction=engine.kv_fraction)
     if plan.mode == "disaggregated":
         return _disaggregated(ctx, plan, mem)
     return _aggregated(ctx, plan, mem)
+
+
+@dataclass(frozen=True, slots=True)
+class _Wait:
+    """Queue wait before a request's prompt starts: mean, median and the SLO percentile. Units: s."""
+
+    mean_s: float = 0.0
+    p50_s: float = 0.0
+    p_s: float = 0.0
+
+
+def _open_wait(rate: float, server: float, slots: float, w: Workload) -> _Wait:
+    """Wait at Poisson ``rate`` (per worker) on a server of ``server`` requests/s
+    (cost/queueing.py): M/D/1 with its exponential tail, or a finite run's fluid backlog."""
+    rho = min(rate / server, OVERLOAD_RHO) if server > 0 else OVERLOAD_RHO
+    if w.num_requests is not None:
+        mean = finite_run_wait_s(rate, server, w.num_requests, slots)
+    else:
+        mean = md1_wait_s(min(rate, server * OVERLOAD_RHO), server)
+    if rate >= server:  # a growing backlog: waits spread evenly from 0 to twice the mean
+        return _Wait(mean, mean, mean * 2.0 * w.percentile / 100.0)
+    return _Wait(mean, wait_quantile_s(mean, rho, 0.5), wait_quantile_s(mean, rho, w.percentile / 100.0))
 
 
 def _goodput(
     requests_per_s: float, ttft_mean_s: float, ttft_p_s: float, tpot_p_s: float, w: Workload
 ) -> float:
     """Requests/s meeting the SLO at its percentile: all of them when both percentiles hold,
-    none when TPOT misses (every request of a replica sees the same steps), and the share whose
-    TTFT is under the target otherwise (exponential tail above the mean)."""
+    none when TPOT misses (every request of a replica sees the same steps) or the mean TTFT
+    misses, else the share under the TTFT target, interpolated between the mean (half of the
+    requests, about) and the percentile."""
     if w.tpot_ms is not None and tpot_p_s * 1e3 > w.tpot_ms:
         return 0.0
     if w.ttft_ms is None or ttft_p_s * 1e3 <= w.ttft_ms:
         return requests_per_s
+    target = w.ttft_ms * 1e-3
+    if target <= ttft_mean_s:
+        return 0.0
+    share = 0.5 + (w.percentile / 100.0 - 0.5) * (target - ttft_mean_s) / (ttft_p_s - ttft_mean_s)
+    return requests_per_s * share
+
+
+def _memory_reasons(budget: MemoryBudget, w: Workload) -> tuple[str, ...]:
+    if budget.fits:
+        return ()
     return (
-        0.0 if ttft_mean_s * 1e3 > w.ttft_ms else requests_per_s * (1.0 - (100 - w.percentile) / 100.0) * 0.5
+        f"weights {budget.weights_bytes / 2**30:.1f} GiB + activations "
+        f"{budget.activation_bytes / 2**30:.1f} GiB leave no KV cache for one {w.isl + w.osl:.0f}-token sequence in "
+        f"{budget.capacity_bytes / 2**30:.1f} GiB per GPU",
     )
 
 
@@ -178,66 +223,42 @@ def _aggregated(c: _Ctx, plan: ServingPlan, engine: EngineMemory) -> ServingPred
     shape = _shape(plan.tp, plan.pp, plan.ep, plan.dp_attention)
     budget = memory_budget(c.graph, c.cluster, shape, w, engine, plan.max_num_tokens, plan.max_batch)
     gpus = plan.replicas * shape.gpus
-    reasons = (
-        ()
-        if budget.fits
-        else (
-            f"weights {budget.weights_bytes / 2**30:.1f} GiB + activations leave no KV cache for one "
-            f"{w.isl + w.osl:.0f}-token sequence in {budget.capacity_bytes / 2**30:.1f} GiB",
-        )
-    )
     cap = max(1.0, min(float(plan.max_batch), floor(budget.max_sequences))) if budget.fits else 1.0
-    mixed = True
+    cap_rate = cap / _round_s(c, shape, cap, w.isl, w.osl, True) / w.osl  # requests/s, full batch
     overloaded = False
-    wait_mean = wait_p = 0.0
+    wait = _Wait()
     if w.request_rate is not None:
         rate = w.request_rate / plan.replicas
-        batch = _batch_at_rate(c, shape, rate, cap, w.isl, w.osl, mixed)
+        overloaded = rate >= cap_rate * OVERLOAD_RHO
+        batch = cap if overloaded else _batch_at_rate(c, shape, rate, cap, w.isl, w.osl, True)
     else:
         conc = (w.concurrency if w.concurrency is not None else 10**9) / plan.replicas
         batch = min(cap, max(conc, 1.0))
-    tau = _round_s(c, shape, batch, w.isl, w.osl, mixed)
-    tokens_per_s = batch / tau
-    req_per_s = tokens_per_s / w.osl
-    chunk = (
-        max(1.0, plan.max_num_tokens - batch / shape.pp)
-        if plan.chunked_prefill
-        else float(plan.max_num_tokens)
-    )
-    service = (0.5 + max(1.0, w.isl / chunk)) * tau
-    isl90 = w.isl_p90 or w.isl
-    service90 = (0.5 + max(1.0, isl90 / chunk)) * tau
+    tau = _round_s(c, shape, batch, w.isl, w.osl, True)
+    req_per_s = batch / tau / w.osl
+    micro = batch / shape.pp
+    budget_tokens = float(plan.max_num_tokens)
+    chunk = max(1.0, budget_tokens - micro) if plan.chunked_prefill else max(budget_tokens, w.isl)
     if w.request_rate is not None:
-        cap_rate = cap / _round_s(c, shape, cap, w.isl, w.osl, mixed) / w.osl
-        prompt_rate = chunk / (w.isl * tau)  # prompts/s the chunk budget admits
-        server = min(cap_rate, prompt_rate)
         rate = w.request_rate / plan.replicas
-        overloaded = rate >= server * OVERLOAD_RHO
-        wait_mean = md1_wait_s(rate, server)
-        wait_p = wait_quantile_s(wait_mean, min(rate / server, OVERLOAD_RHO), w.percentile / 100.0)
-        if overloaded:
-            req_per_s = min(req_per_s, cap_rate)
+        prompt_rate = shape.pp * chunk / (w.isl * tau)  # prompts/s the step budget admits
+        server = min(cap_rate, prompt_rate)
+        wait = _open_wait(rate, server, cap if prompt_rate > cap_rate else 0.0, w)
+        req_per_s = min(rate, req_per_s)
     elif w.concurrency is not None:
-        conc = w.concurrency / plan.replicas
-        wait_mean = wait_p = closed_loop_wait_s(conc, batch, req_per_s)
-    ttft = service + wait_mean
-    ttft_p = service90 + wait_p
-    osl90 = w.osl_p90 or w.osl
-    tau90 = _round_s(c, shape, batch, isl90, osl90, mixed) if (isl90, osl90) != (w.isl, w.osl) else tau
-    total_tok = tokens_per_s * plan.replicas
-    step = step_time(
-        c.graph,
-        c.cluster,
-        shape,
-        StepInput(batch / shape.pp, w.isl + w.osl / 2.0),
-        w_bytes=c.w_bytes,
-        weights_precision=w.weights_precision,
-        kv_bytes=c.kv_bytes,
-        fit=c.fit,
-    )
+        queued = closed_loop_wait_s(w.concurrency / plan.replicas, batch, req_per_s)
+        wait = _Wait(queued, queued, queued)
+    isl90, osl90 = w.isl_p90 or w.isl, w.osl_p90 or w.osl
+    service = (0.5 + max(1.0, w.isl / chunk)) * tau
+    service90 = (0.5 + max(1.0, isl90 / chunk)) * tau
+    tau90 = _round_s(c, shape, batch, isl90, osl90, True) if (isl90, osl90) != (w.isl, w.osl) else tau
+    ttft = service + wait.mean_s
+    ttft_p = max(service90 + wait.p_s, ttft)
+    total_tok = req_per_s * w.osl * plan.replicas
+    step = _step(c, shape, StepInput(micro, w.isl + w.osl / 2.0, micro * w.isl / w.osl, w.isl, micro / w.osl))
     return ServingPrediction(
-        ttft_ms_p50=ttft * 1e3,
-        ttft_ms_p90=max(ttft_p, ttft) * 1e3,
+        ttft_ms_p50=(service + wait.p50_s) * 1e3,
+        ttft_ms_p90=ttft_p * 1e3,
         tpot_ms_p50=tau * 1e3,
         tpot_ms_p90=max(tau90, tau) * 1e3,
         output_tokens_per_s=total_tok,
@@ -251,16 +272,12 @@ def _aggregated(c: _Ctx, plan: ServingPlan, engine: EngineMemory) -> ServingPred
         gpus=gpus,
         fits=budget.fits,
         batch=batch,
+        ttft_ms_mean=ttft * 1e3,
+        tpot_ms_mean=tau * 1e3,
         requests_per_s=req_per_s * plan.replicas,
         overloaded=overloaded,
-        reasons=reasons,
-        breakdown={
-            "gemm_s": step.gemm_s,
-            "attention_s": step.attention_s,
-            "comm_s": step.comm_s,
-            "other_s": step.other_s,
-            "host_s": step.host_s,
-        },
+        reasons=_memory_reasons(budget, w),
+        breakdown=step.parts(),
     )
 
 
@@ -281,67 +298,59 @@ def _disaggregated(c: _Ctx, plan: ServingPlan, engine: EngineMemory) -> ServingP
     gpus = pw.workers * ps.gpus + dw.workers * ds.gpus
     pbudget = memory_budget(c.graph, c.cluster, ps, w, engine, plan.max_num_tokens, 1)
     dbudget = memory_budget(c.graph, c.cluster, ds, w, engine, ds.attn_dp, plan.max_batch)
-    fits = pbudget.weights_bytes + pbudget.activation_bytes < pbudget.capacity_bytes and dbudget.fits
-    reasons = () if fits else ("the weights leave no KV cache on the prefill or the decode workers",)
-    # prefill: one prompt alone (latency) and full steps of max_num_tokens (capacity)
+    fits = pbudget.fits and dbudget.fits
+    reasons = _memory_reasons(pbudget, w) + _memory_reasons(dbudget, w)
     isl90 = w.isl_p90 or w.isl
-    per_step = max(float(plan.max_num_tokens), w.isl)
+    per_step = max(float(plan.max_num_tokens), w.isl)  # prompt tokens per prefill step
 
     def prefill_s(isl: float, tokens: float) -> float:
-        return ps.pp * _stage_s(c, ps, StepInput(0.0, 0.0, tokens / ps.pp, isl, tokens / isl / ps.pp))
+        micro = tokens / ps.pp
+        return ps.pp * _step(c, ps, StepInput(0.0, 0.0, micro, isl, micro / isl)).total_s
 
-    alone = prefill_s(w.isl, w.isl)
-    alone90 = prefill_s(isl90, isl90)
-    full = prefill_s(w.isl, per_step)
-    prefill_rate = pw.workers * (per_step / w.isl) / (full / ps.pp if ps.pp > 1 else full)
+    alone, alone90 = prefill_s(w.isl, w.isl), prefill_s(isl90, isl90)
+    # capacity: full steps, pipelined over pp stages (a step leaves a stage every full / pp)
+    prefill_rate = pw.workers * (per_step / w.isl) / (prefill_s(w.isl, per_step) / ps.pp)
     transfer = _kv_transfer_s(c, ps, gpus, w.isl)
     cap = max(1.0, min(float(plan.max_batch), floor(dbudget.max_sequences))) if dbudget.fits else 1.0
 
     def tau_of(batch: float) -> float:
         return _round_s(c, ds, batch, w.isl, w.osl, False)
 
-    decode_cap_rate = dw.workers * cap / tau_of(cap) / w.osl
+    decode_rate = dw.workers * cap / tau_of(cap) / w.osl
     overloaded = False
     if w.request_rate is not None:
         rate = w.request_rate
-        served = min(rate, prefill_rate, decode_cap_rate)
-        overloaded = rate >= min(prefill_rate, decode_cap_rate) * OVERLOAD_RHO
-        batch = _batch_at_rate(c, ds, served / dw.workers, cap, w.isl, w.osl, False)
-        wait = md1_wait_s(rate / pw.workers, prefill_rate / pw.workers)
-        wait_p = wait_quantile_s(wait, min(rate / prefill_rate, OVERLOAD_RHO), w.percentile / 100.0)
+        overloaded = rate >= min(prefill_rate, decode_rate) * OVERLOAD_RHO
+        served = min(rate, prefill_rate, decode_rate)
+        batch = (
+            cap
+            if served >= decode_rate
+            else _batch_at_rate(c, ds, served / dw.workers, cap, w.isl, w.osl, False)
+        )
+        wait = _open_wait(rate / pw.workers, min(prefill_rate, decode_rate) / pw.workers, 0.0, w)
         tau = tau_of(batch)
         req = min(served, dw.workers * batch / tau / w.osl)
-        ttft = alone + transfer + wait
-        ttft_p = alone90 + transfer + wait_p
     else:
         conc = float(w.concurrency if w.concurrency is not None else 10**9)
         batch = min(cap, max(1.0, conc / dw.workers))
-        for _ in range(30):  # fixed point: requests in prefill are not in decode
+        for _ in range(20):  # fixed point: the requests in prefill are not in decode
             tau = tau_of(batch)
             req = min(prefill_rate, dw.workers * batch / tau / w.osl)
-            in_prefill = req * (alone + transfer)
-            batch = min(cap, max(1.0, (conc - in_prefill) / dw.workers))
+            batch = min(cap, max(1.0, (conc - req * (alone + transfer)) / dw.workers))
         tau = tau_of(batch)
         req = min(prefill_rate, dw.workers * batch / tau / w.osl)
-        # Little's law: C = X (TTFT + (osl - 1) tau); TTFT at least the prompt's own path
-        ttft = max(alone + transfer, conc / req - (w.osl - 1.0) * tau) if w.concurrency else alone + transfer
-        ttft_p = ttft + (alone90 - alone)
+        # Little's law: C = X (TTFT + (osl - 1) tau); the wait is what the prompt's path leaves
+        queued = max(0.0, conc / req - (w.osl - 1.0) * tau - alone - transfer) if w.concurrency else 0.0
+        wait = _Wait(queued, queued, queued)
+    ttft = alone + transfer + wait.mean_s
+    ttft_p = max(alone90 + transfer + wait.p_s, ttft)
     osl90 = w.osl_p90 or w.osl
     tau90 = _round_s(c, ds, batch, isl90, osl90, False)
     total_tok = req * w.osl
-    step = step_time(
-        c.graph,
-        c.cluster,
-        ds,
-        StepInput(batch / ds.pp, w.isl + w.osl / 2.0),
-        w_bytes=c.w_bytes,
-        weights_precision=w.weights_precision,
-        kv_bytes=c.kv_bytes,
-        fit=c.fit,
-    )
+    step = _step(c, ds, StepInput(batch / ds.pp, w.isl + w.osl / 2.0))
     return ServingPrediction(
-        ttft_ms_p50=ttft * 1e3,
-        ttft_ms_p90=max(ttft_p, ttft) * 1e3,
+        ttft_ms_p50=(alone + transfer + wait.p50_s) * 1e3,
+        ttft_ms_p90=ttft_p * 1e3,
         tpot_ms_p50=tau * 1e3,
         tpot_ms_p90=max(tau90, tau) * 1e3,
         output_tokens_per_s=total_tok,
@@ -355,16 +364,10 @@ def _disaggregated(c: _Ctx, plan: ServingPlan, engine: EngineMemory) -> ServingP
         gpus=gpus,
         fits=fits,
         batch=batch,
+        ttft_ms_mean=ttft * 1e3,
+        tpot_ms_mean=tau * 1e3,
         requests_per_s=req,
         overloaded=overloaded,
         reasons=reasons,
-        breakdown={
-            "gemm_s": step.gemm_s,
-            "attention_s": step.attention_s,
-            "comm_s": step.comm_s,
-            "other_s": step.other_s,
-            "host_s": step.host_s,
-            "kv_transfer_s": transfer,
-            "prefill_s": alone,
-        },
+        breakdown=step.parts() | {"kv_transfer_s": transfer, "prefill_s": alone},
     )

@@ -37,7 +37,8 @@ Agrawal et al., Sarathi-Serve, OSDI'24, Sec. 4; Yu et al., Orca, OSDI'22):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import cache
 
 from paraplan.cost.comm import SubAxis, allreduce_s, alltoall_s, p2p_s, span_of
 from paraplan.cost.compute import AttentionShape, attended_keys, attention_s
@@ -99,6 +100,16 @@ class StepTime:
     @property
     def total_s(self) -> float:
         return self.gemm_s + self.attention_s + self.comm_s + self.other_s + self.host_s
+
+    def parts(self) -> dict[str, float]:
+        """The parts by name (the prediction's ``breakdown``). Units: seconds."""
+        return {
+            "gemm_s": self.gemm_s,
+            "attention_s": self.attention_s,
+            "comm_s": self.comm_s,
+            "other_s": self.other_s,
+            "host_s": self.host_s,
+        }
 
 
 def _gemm_s(
@@ -217,9 +228,8 @@ def step_time(
     rank_tokens = tokens / shape.attn_dp
     act = rank_tokens * spec.hidden * ACT_BYTES
     gemm = attn = comm = other = 0.0
-    for ly in graph.layers():
-        if ly.name.startswith("mtp") or ly.kind in (LayerKind.VISION, LayerKind.PROJECTOR, LayerKind.MAMBA):
-            continue
+    for ly, count in layer_groups(graph):
+        g0, a0, c0, o0 = gemm, attn, comm, other
         dense_tp = 1 if shape.dp_attention else shape.tp
         other += rank_tokens * ly.mem_bound_elems * ACT_BYTES / (accel.hbm_bytes_per_s * eff.hbm)
         if ly.kind is LayerKind.ATTENTION:
@@ -248,9 +258,28 @@ def step_time(
                 eff,
                 oh,
             )
+        if count > 1:  # the group's other layers cost the same
+            gemm += (count - 1) * (gemm - g0)
+            attn += (count - 1) * (attn - a0)
+            comm += (count - 1) * (comm - c0)
+            other += (count - 1) * (other - o0)
     send = p2p_s(cluster.tier_of_span(shape.gpus), act) if shape.pp > 1 else 0.0
     host = fit.step_overhead_s + fit.per_sequence_s * (x.decode_seqs + x.prefill_done)
     return StepTime(gemm / shape.pp, attn / shape.pp, comm / shape.pp + send, other / shape.pp, host)
+
+
+@cache
+def layer_groups(graph: LayerGraph) -> tuple[tuple[Layer, int], ...]:
+    """The served layers (no vision encoder, no MTP module, no Mamba mixer) grouped by what they
+    cost: layers equal but for their name and block, with their count (a 61-layer DeepSeek-V3 is
+    a handful of groups)."""
+    counts: dict[Layer, int] = {}
+    for ly in graph.layers():
+        if ly.name.startswith("mtp") or ly.kind in (LayerKind.VISION, LayerKind.PROJECTOR, LayerKind.MAMBA):
+            continue
+        key = replace(ly, name=ly.kind.value, block=0)
+        counts[key] = counts.get(key, 0) + 1
+    return tuple(counts.items())
 
 
 def _experts_s(
