@@ -28,9 +28,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.serving_set import DEFAULT_CSV, METRICS, ServingCase, Skipped, serving_cases
 from paraplan.cost.serving import ServingPrediction, evaluate_serving
 from paraplan.hardware.serving import FIT_NAMES, ServingFit, serving_fit
+
+from benchmarks.serving_set import DEFAULT_CSV, METRICS, ServingCase, Skipped, serving_cases
 
 __all__ = ["Score", "score_cases", "summary", "fit_parameters", "crossval", "main", "BOUNDS"]
 

@@ -213,7 +213,8 @@ def _memory_reasons(budget: MemoryBudget, w: Workload) -> tuple[str, ...]:
         return ()
     return (
         f"weights {budget.weights_bytes / 2**30:.1f} GiB + activations "
-        f"{budget.activation_bytes / 2**30:.1f} GiB leave no KV cache for one {w.isl + w.osl:.0f}-token sequence in "
+        f"{budget.activation_bytes / 2**30:.1f} GiB leave no KV cache for one "
+        f"{w.isl + w.osl:.0f}-token sequence in "
         f"{budget.capacity_bytes / 2**30:.1f} GiB per GPU",
     )
 
