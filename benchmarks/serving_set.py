@@ -374,7 +374,7 @@ def _aic(
         plan = ServingPlan(
             mode="disaggregated",
             max_batch=dbs * (dtp if ddp else 1),
-            max_num_tokens=int(max(pbs_ * isl, isl)),
+            max_num_tokens=int(pbs_ * isl * (ptp if pdp else 1)),
             prefill=prefill,
             decode=decode,
         )
@@ -396,7 +396,9 @@ def _aic(
             assumptions.append(
                 "concurrency = batch x ranks (not stated); TTFT not scored (queue depth unknown)"
             )
-        max_batch = int(bs) * ranks if bs else concurrency
+        # the reference runs admit the whole concurrency (AIConfigurator's collector launches
+        # the engine with a batch limit of at least it); bs is its per-rank batch
+        max_batch = max(concurrency, int(bs) * ranks if bs else 0)
         plan = ServingPlan(tp=tp, pp=pp, ep=ep, dp_attention=dp, max_batch=max(max_batch, 1))
     if not measured:
         return Skipped(rid, source, "no metric left to score")

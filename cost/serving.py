@@ -208,6 +208,23 @@ def _goodput(
     return requests_per_s * share
 
 
+def _prefill_step_s(c: _Ctx, shape: WorkerShape, tokens: float, isl: float) -> float:
+    """One prompt-only step of ``tokens`` prompt tokens (prompts of ``isl``), all pp stages."""
+    micro = tokens / shape.pp
+    return shape.pp * _step(c, shape, StepInput(0.0, 0.0, micro, isl, micro / isl)).total_s
+
+
+def _burst_s(c: _Ctx, shape: WorkerShape, wave: float, isl: float, step_tokens: float) -> float:
+    """Mean extra TTFT of a closed loop's synchronised wave of ``wave`` requests: their prompts
+    take s = wave isl / step_tokens prompt-only steps, the mean request waits (s - 1) / 2 of
+    them; times the share of requests that see the wave (``closed_loop_burst``,
+    hardware/data/serving.yaml). Units: seconds."""
+    steps = wave * isl / step_tokens
+    if steps <= 1.0 or c.fit.closed_loop_burst <= 0.0:
+        return 0.0
+    return c.fit.closed_loop_burst * (steps - 1.0) / 2.0 * _prefill_step_s(c, shape, step_tokens, isl)
+
+
 def _memory_reasons(budget: MemoryBudget, w: Workload) -> tuple[str, ...]:
     if budget.fits:
         return ()
@@ -224,10 +241,17 @@ def _aggregated(c: _Ctx, plan: ServingPlan, engine: EngineMemory) -> ServingPred
     shape = _shape(plan.tp, plan.pp, plan.ep, plan.dp_attention)
     budget = memory_budget(c.graph, c.cluster, shape, w, engine, plan.max_num_tokens, plan.max_batch)
     gpus = plan.replicas * shape.gpus
-    cap = max(1.0, min(float(plan.max_batch), floor(budget.max_sequences))) if budget.fits else 1.0
+    # the batch: max_batch, the KV cache, and the step's token budget (each micro-batch step
+    # carries its d decode tokens and the d isl / osl prompt tokens that replace finished ones)
+    token_cap = shape.pp * plan.max_num_tokens * w.osl / (w.isl + w.osl)
+    cap = min(float(plan.max_batch), floor(budget.max_sequences), max(1.0, token_cap))
+    cap = max(1.0, cap) if budget.fits else 1.0
     cap_rate = cap / _round_s(c, shape, cap, w.isl, w.osl, True) / w.osl  # requests/s, full batch
     overloaded = False
     wait = _Wait()
+    budget_tokens = float(plan.max_num_tokens)
+    if w.request_rate == float("inf") and w.num_requests is not None:
+        return _burst(c, plan, shape, budget, min(float(plan.max_batch), floor(budget.max_sequences)))
     if w.request_rate is not None:
         rate = w.request_rate / plan.replicas
         overloaded = rate >= cap_rate * OVERLOAD_RHO
@@ -238,7 +262,6 @@ def _aggregated(c: _Ctx, plan: ServingPlan, engine: EngineMemory) -> ServingPred
     tau = _round_s(c, shape, batch, w.isl, w.osl, True)
     req_per_s = batch / tau / w.osl
     micro = batch / shape.pp
-    budget_tokens = float(plan.max_num_tokens)
     chunk = max(1.0, budget_tokens - micro) if plan.chunked_prefill else max(budget_tokens, w.isl)
     if w.request_rate is not None:
         rate = w.request_rate / plan.replicas
@@ -248,17 +271,19 @@ def _aggregated(c: _Ctx, plan: ServingPlan, engine: EngineMemory) -> ServingPred
         req_per_s = min(rate, req_per_s)
     elif w.concurrency is not None:
         queued = closed_loop_wait_s(w.concurrency / plan.replicas, batch, req_per_s)
-        wait = _Wait(queued, queued, queued)
+        burst = _burst_s(c, shape, batch, w.isl, budget_tokens)
+        wait = _Wait(queued + burst, queued + burst, queued + 2.0 * burst * w.percentile / 100.0)
     isl90, osl90 = w.isl_p90 or w.isl, w.osl_p90 or w.osl
     service = (0.5 + max(1.0, w.isl / chunk)) * tau
     service90 = (0.5 + max(1.0, isl90 / chunk)) * tau
     tau90 = _round_s(c, shape, batch, isl90, osl90, True) if (isl90, osl90) != (w.isl, w.osl) else tau
-    ttft = service + wait.mean_s
-    ttft_p = max(service90 + wait.p_s, ttft)
+    front = c.fit.ttft_overhead_s
+    ttft = front + service + wait.mean_s
+    ttft_p = max(front + service90 + wait.p_s, ttft)
     total_tok = req_per_s * w.osl * plan.replicas
     step = _step(c, shape, StepInput(micro, w.isl + w.osl / 2.0, micro * w.isl / w.osl, w.isl, micro / w.osl))
     return ServingPrediction(
-        ttft_ms_p50=(service + wait.p50_s) * 1e3,
+        ttft_ms_p50=(front + service + wait.p50_s) * 1e3,
         ttft_ms_p90=ttft_p * 1e3,
         tpot_ms_p50=tau * 1e3,
         tpot_ms_p90=max(tau90, tau) * 1e3,
@@ -279,6 +304,54 @@ def _aggregated(c: _Ctx, plan: ServingPlan, engine: EngineMemory) -> ServingPred
         overloaded=overloaded,
         reasons=_memory_reasons(budget, w),
         breakdown=step.parts(),
+    )
+
+
+def _burst(
+    c: _Ctx, plan: ServingPlan, shape: WorkerShape, budget: MemoryBudget, cap: float
+) -> ServingPrediction:
+    """A finite run whose ``num_requests`` requests all arrive at once (request_rate inf): waves
+    of n = min(cap, requests) requests, each prompt-only steps of the step budget then osl - 1
+    decode steps of n sequences (fixed lengths keep a wave together). Wave time D = s t_p +
+    (osl - 1) t_dec, s = n isl / budget; output rate n osl / D; TTFT = the wave's mean prompt
+    queue (s + 1) / 2 t_p plus the earlier waves, (waves - 1) / 2 x D."""
+    w = c.workload
+    assert w.num_requests is not None
+    gpus = plan.replicas * shape.gpus
+    per_replica = w.num_requests / plan.replicas
+    n = max(1.0, min(cap, per_replica)) if budget.fits else 1.0
+    waves = per_replica / n
+    step_tokens = min(float(plan.max_num_tokens), n * w.isl)
+    steps = max(1.0, n * w.isl / float(plan.max_num_tokens))
+    t_p = _prefill_step_s(c, shape, max(step_tokens, w.isl), w.isl)
+    t_dec = _round_s(c, shape, n, w.isl, w.osl, False)
+    wave_s = steps * t_p + (w.osl - 1.0) * t_dec
+    ttft = c.fit.ttft_overhead_s + (steps + 1.0) / 2.0 * t_p + (waves - 1.0) / 2.0 * wave_s
+    ttft_p = c.fit.ttft_overhead_s + (0.1 + 0.9 * steps) * t_p + (waves - 1.0) * 0.9 * wave_s
+    total_tok = n * w.osl / wave_s * plan.replicas
+    step = _step(c, shape, StepInput(n / shape.pp, w.isl + w.osl / 2.0))
+    return ServingPrediction(
+        ttft_ms_p50=ttft * 1e3,
+        ttft_ms_p90=max(ttft, ttft_p) * 1e3,
+        tpot_ms_p50=t_dec * 1e3,
+        tpot_ms_p90=t_dec * 1e3,
+        output_tokens_per_s=total_tok,
+        output_tokens_per_s_per_gpu=total_tok / gpus,
+        goodput_requests_per_s=_goodput(total_tok / w.osl, ttft, max(ttft, ttft_p), t_dec, w),
+        kv_cache_tokens=budget.kv_cache_tokens,
+        weights_bytes=budget.weights_bytes,
+        kv_cache_bytes=budget.kv_cache_bytes,
+        activation_bytes=budget.activation_bytes,
+        buffer_bytes=budget.buffer_bytes,
+        gpus=gpus,
+        fits=budget.fits,
+        batch=n,
+        ttft_ms_mean=ttft * 1e3,
+        tpot_ms_mean=t_dec * 1e3,
+        requests_per_s=total_tok / w.osl,
+        overloaded=True,
+        reasons=_memory_reasons(budget, w),
+        breakdown=step.parts() | {"prefill_step_s": t_p},
     )
 
 
@@ -304,13 +377,10 @@ def _disaggregated(c: _Ctx, plan: ServingPlan, engine: EngineMemory) -> ServingP
     isl90 = w.isl_p90 or w.isl
     per_step = max(float(plan.max_num_tokens), w.isl)  # prompt tokens per prefill step
 
-    def prefill_s(isl: float, tokens: float) -> float:
-        micro = tokens / ps.pp
-        return ps.pp * _step(c, ps, StepInput(0.0, 0.0, micro, isl, micro / isl)).total_s
-
-    alone, alone90 = prefill_s(w.isl, w.isl), prefill_s(isl90, isl90)
+    alone = _prefill_step_s(c, ps, w.isl, w.isl)
+    alone90 = _prefill_step_s(c, ps, isl90, isl90)
     # capacity: full steps, pipelined over pp stages (a step leaves a stage every full / pp)
-    prefill_rate = pw.workers * (per_step / w.isl) / (prefill_s(w.isl, per_step) / ps.pp)
+    prefill_rate = pw.workers * (per_step / w.isl) / (_prefill_step_s(c, ps, per_step, w.isl) / ps.pp)
     transfer = _kv_transfer_s(c, ps, gpus, w.isl)
     cap = max(1.0, min(float(plan.max_batch), floor(dbudget.max_sequences))) if dbudget.fits else 1.0
 
@@ -342,15 +412,19 @@ def _disaggregated(c: _Ctx, plan: ServingPlan, engine: EngineMemory) -> ServingP
         req = min(prefill_rate, dw.workers * batch / tau / w.osl)
         # Little's law: C = X (TTFT + (osl - 1) tau); the wait is what the prompt's path leaves
         queued = max(0.0, conc / req - (w.osl - 1.0) * tau - alone - transfer) if w.concurrency else 0.0
-        wait = _Wait(queued, queued, queued)
-    ttft = alone + transfer + wait.mean_s
-    ttft_p = max(alone90 + transfer + wait.p_s, ttft)
+        burst = _burst_s(c, ps, min(conc, dw.workers * cap) / pw.workers, w.isl, per_step)
+        if not w.concurrency:
+            burst = 0.0
+        wait = _Wait(queued + burst, queued + burst, queued + 2.0 * burst * w.percentile / 100.0)
+    front = c.fit.ttft_overhead_s
+    ttft = front + alone + transfer + wait.mean_s
+    ttft_p = max(front + alone90 + transfer + wait.p_s, ttft)
     osl90 = w.osl_p90 or w.osl
     tau90 = _round_s(c, ds, batch, isl90, osl90, False)
     total_tok = req * w.osl
     step = _step(c, ds, StepInput(batch / ds.pp, w.isl + w.osl / 2.0))
     return ServingPrediction(
-        ttft_ms_p50=(alone + transfer + wait.p50_s) * 1e3,
+        ttft_ms_p50=(front + alone + transfer + wait.p50_s) * 1e3,
         ttft_ms_p90=ttft_p * 1e3,
         tpot_ms_p50=tau * 1e3,
         tpot_ms_p90=max(tau90, tau) * 1e3,

@@ -14,7 +14,8 @@ Agrawal et al., Sarathi-Serve, OSDI'24, Sec. 4; Yu et al., Orca, OSDI'22):
 - Routed experts: the step's T top_k copies spread over ep groups (the busiest one carries
   ``moe_decode_imbalance`` times the mean); a group touches E_g (1 - (1 - k/E)^T) of its E_g
   experts (expected distinct experts hit, uniform routing) and reads only those weights; one
-  grouped-GEMM kernel per projection.
+  grouped-GEMM kernel per projection, its compute at ``moe_gemm_efficiency`` of the dense rate
+  (the weight stream at small m stays at the HBM roofline).
 - Attention core: decode reads each sequence's KV (cost/kv.py bytes per token) at HBM speed, or
   its FLOPs at the fused-attention rate, whichever is longer (FlashDecoding / FlashInfer decode
   kernels are memory-bound at these shapes); MLA decode runs weight-absorbed (DeepSeek-V2 Sec.
@@ -25,14 +26,18 @@ Agrawal et al., Sarathi-Serve, OSDI'24, Sec. 4; Yu et al., Orca, OSDI'22):
   AllReduceStrategy.ONESHOT: every rank reads its p - 1 peers' buffers; latency-bound for decode
   messages, 2 alpha + (p - 1) n / B), the two-shot kernel for larger ones (reduce-scatter then
   all-gather through peer memory, 4 alpha + 2 (p - 1) / p n / B), or the ring of cost/comm.py
-  ``allreduce_s``, whichever is fastest; the ring alone once the group leaves the domain.
+  ``allreduce_s`` under NCCL's Simple or LL protocol (LL: low per-step latency, half the
+  bandwidth; what NCCL picks for small messages), whichever is fastest; the rings alone once
+  the group leaves the domain.
 - Attention DP + EP (DeepSeek-style): each rank's tokens go to their experts' ranks and back,
-  two all-to-alls per MoE layer (cost/comm.py ``alltoall_s``); an EP group that is part of a TP
+  two all-to-alls per MoE layer (``ep_alltoall_s``: DeepEP-style kernels that reach every peer
+  at once, the per-tier bandwidth of cost/comm.py ``alltoall_s``); an EP group that is part of a TP
   group without attention DP all-reduces instead (TensorRT-LLM TP+EP MoE).
 - Pipeline stages: a stage runs 1/pp of the layers and sends the activations to the next stage
   (cost/comm.py ``p2p_s``).
-- Host time per step: ``step_overhead`` plus ``per_sequence`` times the running sequences
-  (hardware/data/serving.yaml, BLIS's per-step and per-request terms).
+- Host time per step: ``step_overhead`` plus ``per_sequence`` times the running sequences of one
+  scheduler (an attention-DP rank runs its own; hardware/data/serving.yaml, BLIS's per-step and
+  per-request terms).
 """
 
 from __future__ import annotations
@@ -40,7 +45,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from functools import cache
 
-from paraplan.cost.comm import SubAxis, allreduce_s, alltoall_s, p2p_s, span_of
+from paraplan.cost.comm import SubAxis, allreduce_s, p2p_s, span_of
 from paraplan.cost.compute import AttentionShape, attended_keys, attention_s
 from paraplan.cost.kv import WorkerShape, kv_layer_bytes_per_token
 from paraplan.graph import LayerGraph, LayerKind
@@ -113,12 +118,21 @@ class StepTime:
 
 
 def _gemm_s(
-    m: float, n: float, k: float, w_bytes: float, prec: str, accel: Accelerator, eff: Efficiency
+    m: float,
+    n: float,
+    k: float,
+    w_bytes: float,
+    prec: str,
+    accel: Accelerator,
+    eff: Efficiency,
+    compute_fraction: float = 1.0,
 ) -> float:
-    """Roofline of one GEMM without the overhead: max(2mnk / (peak eff), bytes / (HBM eff_hbm))."""
+    """Roofline of one GEMM without the overhead: max(2mnk / (peak eff f), bytes / (HBM
+    eff_hbm)), f the ``compute_fraction`` of the dense rate the kernel reaches (1 for dense
+    GEMMs, moe_gemm_efficiency for grouped expert GEMMs)."""
     if m <= 0.0:
         return 0.0
-    compute = 2.0 * m * n * k / (accel.peak_for(prec) * eff.gemm(prec))
+    compute = 2.0 * m * n * k / (accel.peak_for(prec) * eff.gemm(prec) * compute_fraction)
     moved = k * n * w_bytes + (m * k + m * n) * ACT_BYTES
     return max(compute, moved / (accel.hbm_bytes_per_s * eff.hbm))
 
@@ -147,13 +161,45 @@ def _dense_gemms_s(
     return total
 
 
+# NCCL's low-latency (LL) protocol, which it picks for decode-sized messages: base latency 6.6 us
+# per ring collective and per-step hardware latency by link kind, at half the link bandwidth
+# (hardware.json nccl_cost_model: base_latency_us_master Ring LL 6.6; per_step_hw_latency_us_master
+# Ring LL NVLink 0.6, PCIe 1.0, Network 2.7; protocols.LL "caps at ~50% of link bw"; S3).
+LL_BASE_S = 6.6e-6
+LL_STEP_S = {"nvlink": 0.6e-6, "pcie": 1.0e-6}
+LL_STEP_NETWORK_S = 2.7e-6
+LL_BANDWIDTH_FRACTION = 0.5
+
+
+def _ll_step_s(tier_name: str) -> float:
+    return LL_STEP_S.get(tier_name, LL_STEP_NETWORK_S)
+
+
+def ll_ring_allreduce_s(cluster: Cluster, group: int, n_bytes: float) -> float:
+    """NCCL ring all-reduce under the LL protocol over ``group`` consecutive ranks, the
+    hierarchical form of cost/comm.py with LL's latencies and half bandwidth: base + sum over
+    tiers 2 (f - 1) (step + n / (f M B_LL)). Units: seconds."""
+    span = span_of(cluster, [SubAxis(1, group)])
+    total, inner = LL_BASE_S, 1
+    for tier, f in zip(span.tiers, span.fan_in, strict=True):
+        if f > 1:
+            bw = tier.effective_bytes_per_s * LL_BANDWIDTH_FRACTION
+            total += 2 * (f - 1) * _ll_step_s(tier.name) + 2.0 * n_bytes * (f - 1) / (f * inner) / bw
+        inner *= f
+    return total
+
+
 def oneshot_allreduce_s(cluster: Cluster, group: int, n_bytes: float) -> float:
-    """All-reduce of ``n_bytes`` over ``group`` consecutive ranks: inside the scale-up domain the
-    fastest of the one-shot (2 alpha + (p - 1) n / B), two-shot (4 alpha + 2 (p - 1) / p n / B)
-    and cost/comm.py's ring; outside it the ring (module docstring). Units: seconds."""
+    """All-reduce of ``n_bytes`` over ``group`` consecutive ranks: the fastest of NCCL's ring
+    (cost/comm.py, Simple protocol) and its LL form (``ll_ring_allreduce_s``), and inside the
+    scale-up domain the engines' one-shot (2 alpha + (p - 1) n / B) and two-shot
+    (4 alpha + 2 (p - 1) / p n / B) kernels (module docstring). Units: seconds."""
     if group <= 1:
         return 0.0
-    ring = allreduce_s(span_of(cluster, [SubAxis(1, group)]), n_bytes)
+    ring = min(
+        allreduce_s(span_of(cluster, [SubAxis(1, group)]), n_bytes),
+        ll_ring_allreduce_s(cluster, group, n_bytes),
+    )
     inner = cluster.tiers[0]
     if group > inner.domain_devices:
         return ring
@@ -163,10 +209,23 @@ def oneshot_allreduce_s(cluster: Cluster, group: int, n_bytes: float) -> float:
     return min(ring, one_shot, two_shot)
 
 
-def _alltoall_s(cluster: Cluster, group: int, n_bytes: float) -> float:
+def ep_alltoall_s(cluster: Cluster, group: int, n_bytes: float) -> float:
+    """Dispatch (or combine) of ``n_bytes`` per rank over an EP group of ``group`` consecutive
+    ranks with the serving engines' all-to-all kernels (DeepEP low-latency / NVSHMEM-style: every
+    peer written at once, so one latency of the outermost tier crossed, not one per peer as
+    NCCL's paired sends of cost/comm.py ``alltoall_s``): alpha_outer + max over tiers of
+    n r_i / p / B_i, r_i the peers first reached at tier i. Source: DeepEP README (low-latency
+    kernels: "RDMA-only", all ranks in one kernel launch). Units: seconds."""
     if group <= 1:
         return 0.0
-    return alltoall_s(span_of(cluster, [SubAxis(1, group)]), n_bytes)
+    span = span_of(cluster, [SubAxis(1, group)])
+    slowest, inner = 0.0, 1
+    for tier, f in zip(span.tiers, span.fan_in, strict=True):
+        if f > 1:
+            peers = inner * f - inner
+            slowest = max(slowest, n_bytes * peers / group / tier.effective_bytes_per_s)
+        inner *= f
+    return span.outermost.alpha_s + slowest
 
 
 def _attention_core_s(
@@ -243,7 +302,7 @@ def step_time(
             gemm += _dense_gemms_s(ly.gemms, rank_tokens, dense_tp, w_bytes, prec, accel, eff, oh)
             gemm += _experts_s(ly, tokens, shape, w_bytes, prec, accel, eff, oh, fit)
             if shape.dp_attention:
-                comm += 2.0 * _alltoall_s(cluster, shape.tp, act * ly.experts.top_k)
+                comm += 2.0 * ep_alltoall_s(cluster, shape.tp, act * ly.experts.top_k)
             else:
                 comm += oneshot_allreduce_s(cluster, shape.tp, act)
         elif ly.kind is LayerKind.LM_HEAD:
@@ -264,7 +323,8 @@ def step_time(
             comm += (count - 1) * (comm - c0)
             other += (count - 1) * (other - o0)
     send = p2p_s(cluster.tier_of_span(shape.gpus), act) if shape.pp > 1 else 0.0
-    host = fit.step_overhead_s + fit.per_sequence_s * (x.decode_seqs + x.prefill_done)
+    # each attention-DP rank schedules its own sequences (one scheduler per DP rank)
+    host = fit.step_overhead_s + fit.per_sequence_s * (x.decode_seqs + x.prefill_done) / shape.attn_dp
     return StepTime(gemm / shape.pp, attn / shape.pp, comm / shape.pp + send, other / shape.pp, host)
 
 
@@ -308,5 +368,5 @@ def _experts_s(
             n /= shape.moe_tp
         elif g.tp_split == "in":
             k /= shape.moe_tp
-        total += active * _gemm_s(m, n, k, w_bytes, prec, accel, eff) + overhead_s
+        total += active * _gemm_s(m, n, k, w_bytes, prec, accel, eff, fit.moe_gemm_efficiency) + overhead_s
     return total

@@ -14,7 +14,15 @@ import yaml
 __all__ = ["EngineMemory", "ServingFit", "engine_memory", "serving_fit", "engine_names", "FIT_NAMES"]
 
 GIB_BYTES = 2**30
-FIT_NAMES = ("step_overhead_ms", "per_sequence_us", "graph_kernel_overhead_us", "moe_decode_imbalance")
+FIT_NAMES = (
+    "step_overhead_ms",
+    "per_sequence_us",
+    "graph_kernel_overhead_us",
+    "moe_decode_imbalance",
+    "moe_gemm_efficiency",
+    "closed_loop_burst",
+    "ttft_overhead_ms",
+)
 """The fitted parameters of ``data/serving.yaml`` (file units)."""
 
 
@@ -33,12 +41,16 @@ class EngineMemory:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ServingFit:
-    """The fitted step-time parameters, in seconds (and a dimensionless imbalance)."""
+    """The fitted serving parameters, in seconds (imbalance, efficiency and burst share:
+    dimensionless). data/serving.yaml says what each stands for."""
 
     step_overhead_s: float
     per_sequence_s: float
     graph_kernel_overhead_s: float
     moe_decode_imbalance: float
+    moe_gemm_efficiency: float = 1.0
+    closed_loop_burst: float = 1.0
+    ttft_overhead_s: float = 0.0
 
     @classmethod
     def from_values(cls, values: dict[str, float]) -> ServingFit:
@@ -48,6 +60,9 @@ class ServingFit:
             per_sequence_s=float(values["per_sequence_us"]) * 1e-6,
             graph_kernel_overhead_s=float(values["graph_kernel_overhead_us"]) * 1e-6,
             moe_decode_imbalance=float(values["moe_decode_imbalance"]),
+            moe_gemm_efficiency=float(values["moe_gemm_efficiency"]),
+            closed_loop_burst=float(values["closed_loop_burst"]),
+            ttft_overhead_s=float(values["ttft_overhead_ms"]) * 1e-3,
         )
 
     def values(self) -> dict[str, float]:
@@ -57,6 +72,9 @@ class ServingFit:
             "per_sequence_us": self.per_sequence_s * 1e6,
             "graph_kernel_overhead_us": self.graph_kernel_overhead_s * 1e6,
             "moe_decode_imbalance": self.moe_decode_imbalance,
+            "moe_gemm_efficiency": self.moe_gemm_efficiency,
+            "closed_loop_burst": self.closed_loop_burst,
+            "ttft_overhead_ms": self.ttft_overhead_s * 1e3,
         }
 
 
