@@ -39,15 +39,17 @@ __all__ = ["Score", "score_cases", "summary", "fit_parameters", "crossval", "mai
 # host time 0-100 us, per-kernel time inside a CUDA graph 0.5-15 us (below the training overhead
 # of cost/compute.py's cuBLASLt intercepts), decode expert imbalance 1-2.5 (EPLB range,
 # hardware/data/serving.yaml), grouped-GEMM efficiency 0.2-1, first-wave share 0-1, front-end
-# time per request 0-50 ms.
+# time per request 0-50 ms, serving GEMM rate 0.4-1 of the MAMF prior.
 BOUNDS = {
     "step_overhead_ms": (0.2, 20.0),
     "per_sequence_us": (0.0, 100.0),
+    "per_sequence_cpp_us": (0.0, 100.0),
     "graph_kernel_overhead_us": (0.5, 15.0),
     "moe_decode_imbalance": (1.0, 2.5),
     "moe_gemm_efficiency": (0.2, 1.0),
     "closed_loop_burst": (0.0, 1.0),
     "ttft_overhead_ms": (0.0, 50.0),
+    "gemm_fraction": (0.4, 1.0),
 }
 
 

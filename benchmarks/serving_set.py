@@ -167,6 +167,12 @@ def _kv(row: dict[str, str], weights: str, engine: str) -> tuple[str, str | None
     return "bf16", "kv_precision bf16 (not stated; the engine's 'auto')"
 
 
+def _version(row: dict[str, str]) -> str | None:
+    """The engine version as the row gives it (its first word), None if unstated."""
+    v = row["engine_version"].strip().split()
+    return v[0] if v else None
+
+
 def _engine(row: dict[str, str]) -> str | None:
     e = row["engine"].lower()
     if "tensorrt" in e or e.startswith("trtllm"):
@@ -329,7 +335,7 @@ def _table(
         gpus,
         plan,
         workload,
-        Engine(engine, kv_fraction=kv_fraction),
+        Engine(engine, _version(row), kv_fraction=kv_fraction),
         measured,
         tuple(assumptions),
         row["source_where"],
@@ -412,7 +418,7 @@ def _aic(
         gpus,
         plan,
         workload,
-        Engine(engine),
+        Engine(engine, _version(row)),
         measured,
         tuple(assumptions),
         row["source_where"],

@@ -103,6 +103,11 @@ def kv_bytes_per_element(precision: str) -> float:
     return KV_BYTES[precision]
 
 
+def _is_mtp(layer: Layer) -> bool:
+    """A multi-token-prediction module's layer (graph/layers.py names them ``mtp_*``)."""
+    return layer.name.startswith("mtp")
+
+
 def _is_dense_part(layer: Layer) -> bool:
     """Attention and dense-MLP layers: replicated on every rank under attention DP."""
     return layer.kind in (LayerKind.ATTENTION, LayerKind.MLP)
@@ -114,8 +119,8 @@ def weights_bytes_per_gpu(graph: LayerGraph, shape: WorkerShape, bytes_per_param
     head and the router). Units: bytes."""
     total = 0.0
     for ly in graph.layers():
-        if ly.kind in (LayerKind.VISION, LayerKind.PROJECTOR):
-            continue  # the vision encoder is not served by these rows (text-only serving)
+        if ly.kind in (LayerKind.VISION, LayerKind.PROJECTOR) or _is_mtp(ly):
+            continue  # text-only serving; MTP draft modules load only with speculative decoding
         gemm_params = sum(g.params for g in ly.gemms)
         other = ly.params - gemm_params - ly.expert_params  # norms, embedding tables
         quant = ly.kind not in (LayerKind.EMBEDDING, LayerKind.LM_HEAD)
@@ -144,6 +149,8 @@ def kv_bytes_per_sequence(graph: LayerGraph, shape: WorkerShape, kv_bytes: float
     layers their state). Units: bytes."""
     total = 0.0
     for ly in graph.layers():
+        if _is_mtp(ly):
+            continue
         if ly.kind is LayerKind.ATTENTION:
             extent = ly.window or ly.chunk
             held = min(tokens, extent) if extent else tokens

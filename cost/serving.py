@@ -59,7 +59,7 @@ from paraplan.cost.serving_types import (
 )
 from paraplan.graph import LayerGraph, ModelSpec, build_graph
 from paraplan.hardware import Cluster
-from paraplan.hardware.serving import EngineMemory, ServingFit, engine_memory, serving_fit
+from paraplan.hardware.serving import EngineMemory, ServingFit, engine_memory, is_cpp_runtime, serving_fit
 
 __all__ = [
     "ServingMode",
@@ -90,6 +90,7 @@ class _Ctx:
     fit: ServingFit
     w_bytes: float
     kv_bytes: float
+    cpp_runtime: bool = False
 
 
 def _step(c: _Ctx, shape: WorkerShape, x: StepInput) -> StepTime:
@@ -102,6 +103,7 @@ def _step(c: _Ctx, shape: WorkerShape, x: StepInput) -> StepTime:
         weights_precision=c.workload.weights_precision,
         kv_bytes=c.kv_bytes,
         fit=c.fit,
+        cpp_runtime=c.cpp_runtime,
     )
 
 
@@ -157,6 +159,7 @@ def evaluate_serving(
         fit or serving_fit(),
         weight_bytes_per_param(workload.weights_precision),
         kv_bytes_per_element(workload.kv_precision),
+        is_cpp_runtime(engine.name, engine.version),
     )
     mem = engine_memory(engine.name)
     if engine.kv_fraction is not None:

@@ -8,7 +8,8 @@ Agrawal et al., Sarathi-Serve, OSDI'24, Sec. 4; Yu et al., Orca, OSDI'22):
   (k n w_B + m k a_B + m n a_B) / (HBM * eff_hbm)) + a kernel overhead; m = the step's tokens on
   the rank (decode: memory-bound weight reads; prefill: compute-bound), w_B the stored weight bytes
   (fp8 / nvfp4 checkpoints read fewer bytes and run the low-precision tensor-core rate where the
-  part has it, weight-only otherwise), eff_p and eff_hbm the generation's fitted efficiencies
+  part has it, weight-only otherwise), eff_p the generation's MAMF prior of that precision times
+  ``gemm_fraction`` (``serving_efficiency``), eff_hbm its fitted HBM fraction
   (hardware/data/efficiency.yaml). Captured CUDA graphs replace the launch part of the overhead
   with ``graph_kernel_overhead`` (hardware/data/serving.yaml).
 - Routed experts: the step's T top_k copies spread over ep groups (the busiest one carries
@@ -37,7 +38,8 @@ Agrawal et al., Sarathi-Serve, OSDI'24, Sec. 4; Yu et al., Orca, OSDI'22):
   (cost/comm.py ``p2p_s``).
 - Host time per step: ``step_overhead`` plus ``per_sequence`` times the running sequences of one
   scheduler (an attention-DP rank runs its own; hardware/data/serving.yaml, BLIS's per-step and
-  per-request terms).
+  per-request terms); a C++ scheduler (TensorRT-LLM's TensorRT-engine runtime before 1.0) has its
+  own, smaller per-sequence time (``cpp_runtime``).
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ from paraplan.cost.kv import WorkerShape, kv_layer_bytes_per_token
 from paraplan.graph import LayerGraph, LayerKind
 from paraplan.graph.layer import Gemm, Layer
 from paraplan.hardware import Accelerator, Cluster, Efficiency
-from paraplan.hardware.serving import ServingFit
+from paraplan.hardware.serving import ServingFit, gemm_priors
 
 __all__ = ["StepInput", "StepTime", "step_time", "compute_precision", "ACT_BYTES", "oneshot_allreduce_s"]
 
@@ -275,11 +277,12 @@ def step_time(
     weights_precision: str,
     kv_bytes: float,
     fit: ServingFit,
+    cpp_runtime: bool = False,
 ) -> StepTime:
     """Time of one step of one pipeline stage of a worker on ``x`` (module docstring), the
     stage's share 1/pp of the layers plus the activation send to the next stage. Units: s."""
     accel = cluster.accelerator
-    eff = cluster.efficiency
+    eff = serving_efficiency(cluster, fit)
     prec = compute_precision(weights_precision, accel)
     oh = fit.graph_kernel_overhead_s
     spec = graph.spec
@@ -290,7 +293,7 @@ def step_time(
     for ly, count in layer_groups(graph):
         g0, a0, c0, o0 = gemm, attn, comm, other
         dense_tp = 1 if shape.dp_attention else shape.tp
-        other += rank_tokens * ly.mem_bound_elems * ACT_BYTES / (accel.hbm_bytes_per_s * eff.hbm)
+        other += _elementwise_s(ly, spec.hidden, rank_tokens, x, shape, accel, eff)
         if ly.kind is LayerKind.ATTENTION:
             gemm += _dense_gemms_s(ly.gemms, rank_tokens, shape.attn_tp, w_bytes, prec, accel, eff, oh)
             attn += _attention_core_s(graph, ly, x, shape, kv_bytes, accel, eff, oh)
@@ -324,8 +327,48 @@ def step_time(
             other += (count - 1) * (other - o0)
     send = p2p_s(cluster.tier_of_span(shape.gpus), act) if shape.pp > 1 else 0.0
     # each attention-DP rank schedules its own sequences (one scheduler per DP rank)
-    host = fit.step_overhead_s + fit.per_sequence_s * (x.decode_seqs + x.prefill_done) / shape.attn_dp
+    per_sequence = fit.per_sequence_cpp_s if cpp_runtime else fit.per_sequence_s
+    host = fit.step_overhead_s + per_sequence * (x.decode_seqs + x.prefill_done) / shape.attn_dp
     return StepTime(gemm / shape.pp, attn / shape.pp, comm / shape.pp + send, other / shape.pp, host)
+
+
+def serving_efficiency(cluster: Cluster, fit: ServingFit) -> Efficiency:
+    """The cluster's efficiencies with the GEMM rates of serving: the generation's MAMF priors x
+    ``gemm_fraction`` (hardware/serving.py gemm_priors); a calibration profile's values as they
+    are; the fitted values where the generation has no priors."""
+    eff = cluster.efficiency
+    priors = gemm_priors(cluster.accelerator.generation)
+    if cluster.efficiency_override is not None or priors is None:
+        return eff
+    return replace(eff, **{k: v * fit.gemm_fraction for k, v in priors.items()})
+
+
+def _elementwise_s(
+    ly: Layer,
+    hidden: int,
+    rank_tokens: float,
+    x: StepInput,
+    shape: WorkerShape,
+    accel: Accelerator,
+    eff: Efficiency,
+) -> float:
+    """HBM-bound element-wise work of one layer on one rank: the residual stream's norm and add
+    (5 h elements a token: read and write, replicated over TP ranks without sequence parallelism)
+    on every token, the rest of the layer's ``mem_bound_elems`` (activation function, rotary,
+    router) split over its TP ranks; the LM head's logits work on the sampled tokens only; the
+    routed experts' permute / activation on the token copies of the rank's experts. Units: s."""
+    bw = accel.hbm_bytes_per_s * eff.hbm
+    if ly.kind is LayerKind.LM_HEAD:
+        sampled = (x.decode_seqs + x.prefill_done) / shape.attn_dp
+        return sampled * ly.mem_bound_elems * ACT_BYTES / (1 if shape.dp_attention else shape.tp) / bw
+    residual = min(ly.mem_bound_elems, 5.0 * hidden)
+    tp = shape.attn_tp if ly.kind is LayerKind.ATTENTION else (1 if shape.dp_attention else shape.tp)
+    elems = residual + (ly.mem_bound_elems - residual) / tp
+    total = rank_tokens * elems * ACT_BYTES / bw
+    if ly.experts is not None:
+        copies = rank_tokens * shape.attn_dp * ly.experts.top_k / shape.tp
+        total += copies * ly.experts.mem_bound_elems * ACT_BYTES / bw
+    return total
 
 
 @cache
