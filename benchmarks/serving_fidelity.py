@@ -125,6 +125,7 @@ def fit_parameters(
     start: ServingFit | None = None,
     rounds: int = 2,
     log: Callable[[str], None] | None = None,
+    factors: tuple[float, ...] = (0.25, 0.5, 0.7, 1.4, 2.0, 4.0),
 ) -> ServingFit:
     """Coordinate descent over FIT_NAMES within BOUNDS: each parameter tried at x * f for f in
     a shrinking set of factors, the best kept (module docstring)."""
@@ -133,7 +134,7 @@ def fit_parameters(
     for r in range(rounds):
         for name in FIT_NAMES:
             lo, hi = BOUNDS[name]
-            for factor in (0.25, 0.5, 0.7, 1.4, 2.0, 4.0) if r == 0 else (0.8, 0.9, 1.1, 1.25):
+            for factor in factors if r == 0 else (0.8, 0.9, 1.1, 1.25):
                 trial = dict(values)
                 base = values[name] if values[name] > 0 else 1.0
                 trial[name] = min(hi, max(lo, base * factor))
@@ -153,7 +154,7 @@ def crossval(cases: Sequence[ServingCase], log: Callable[[str], None] | None = N
     for source in sorted({c.source for c in cases}):
         train = [c for c in cases if c.source != source]
         held = [c for c in cases if c.source == source]
-        fit = fit_parameters(train, rounds=1)
+        fit = fit_parameters(train, rounds=1, factors=(0.5, 0.7, 1.4, 2.0))
         if log:
             log(f"held out {source}: " + ", ".join(f"{k} {v:.3g}" for k, v in fit.values().items()))
         out += score_cases(held, fit)

@@ -154,23 +154,26 @@ def _weights(row: dict[str, str], model: str) -> str:
 
 
 def _kv(row: dict[str, str], weights: str, engine: str) -> tuple[str, str | None]:
-    """KV precision: the row's; else FP8 for ModelOpt NVFP4 checkpoints (their
-    hf_quant_config.json sets kv_cache_quant_algo FP8) and for TensorRT-LLM FP8 runs (its
-    ModelOpt FP8 checkpoints do the same), else the model dtype (the engines' 'auto')."""
+    """KV precision: the row's; else FP8 for FP8 / NVFP4 weights (ModelOpt checkpoints set
+    kv_cache_quant_algo FP8 in hf_quant_config.json, and AIConfigurator infers FP8 KV for such
+    runs), else the model dtype (the engines' 'auto')."""
     kv = row["kv_precision"].lower().strip()
     if kv.startswith("fp8"):
         return "fp8", None
     if kv.startswith(("fp16", "bf16")):
         return "bf16", None
-    if weights == "nvfp4" or (weights == "fp8" and engine == "trtllm"):
+    if weights in ("nvfp4", "fp8"):
         return "fp8", "kv_precision fp8 (not stated; the checkpoint's default)"
     return "bf16", "kv_precision bf16 (not stated; the engine's 'auto')"
 
 
 def _version(row: dict[str, str]) -> str | None:
-    """The engine version as the row gives it (its first word), None if unstated."""
+    """The engine version as the row gives it (its first word); None if unstated or if it is a
+    Dynamo runtime's version (rows "via Dynamo": Dynamo 0.x ships TensorRT-LLM / vLLM 1.x)."""
     v = row["engine_version"].strip().split()
-    return v[0] if v else None
+    if not v or "dynamo" in row["engine"].lower():
+        return None
+    return v[0]
 
 
 def _engine(row: dict[str, str]) -> str | None:

@@ -23,6 +23,7 @@ tensor).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 from math import ceil
 
 from paraplan.graph import LayerGraph, LayerKind
@@ -113,6 +114,7 @@ def _is_dense_part(layer: Layer) -> bool:
     return layer.kind in (LayerKind.ATTENTION, LayerKind.MLP)
 
 
+@cache
 def weights_bytes_per_gpu(graph: LayerGraph, shape: WorkerShape, bytes_per_param: float) -> float:
     """Weight bytes one GPU holds (module docstring). Norms and the embedding table stay in
     bf16 (quantised checkpoints keep them: ModelOpt FP8/NVFP4 exclude embeddings, norms, the LM
@@ -143,6 +145,7 @@ def kv_layer_bytes_per_token(graph: LayerGraph, layer: Layer, shape: WorkerShape
     return 2.0 * heads * spec.head_dim * kv_bytes
 
 
+@cache
 def kv_bytes_per_sequence(graph: LayerGraph, shape: WorkerShape, kv_bytes: float, tokens: float) -> float:
     """KV-cache bytes one sequence of ``tokens`` tokens holds on one GPU of the stage that holds
     it (every attention layer of the model / pp; windowed layers hold min(tokens, window); Mamba
