@@ -7,6 +7,7 @@ import csv
 from pathlib import Path
 
 import pytest
+
 from benchmarks.serving_fidelity import main, score_cases, summary
 from benchmarks.serving_set import DEFAULT_CSV, Skipped, load_rows, map_row, serving_cases
 
