@@ -14,7 +14,9 @@ output tokens; Sarathi-Serve, Agrawal et al. OSDI'24, Sec. 3). Output rate B / t
 (the mean inter-token latency includes the prefill chunks mixed into decode steps).
 TTFT = queue wait + (1/2 + max(1, isl / chunk)) tau: half a step until the next step starts, then
 the prompt's chunks of ``max_num_tokens - B`` tokens.
-Queue wait: closed loop (``concurrency``), the requests beyond B wait (C - B) / X by Little's law;
+Queue wait: closed loop (``concurrency``), the requests beyond B wait (C - B) / X by Little's law,
+and the share ``closed_loop_burst`` that sees a benchmark's synchronised first wave waits for the
+wave's prompts (``_wave_s``);
 open loop (``request_rate``), B solves rate x osl = B / tau(B) and the prompt server (the chunk
 budget) is an M/D/1 queue (cost/queueing.py); at or past capacity the wait is that of utilisation
 OVERLOAD_RHO and ``overloaded`` is set.
@@ -217,15 +219,20 @@ def _prefill_step_s(c: _Ctx, shape: WorkerShape, tokens: float, isl: float) -> f
     return shape.pp * _step(c, shape, StepInput(0.0, 0.0, micro, isl, micro / isl)).total_s
 
 
-def _burst_s(c: _Ctx, shape: WorkerShape, wave: float, isl: float, step_tokens: float) -> float:
-    """Mean extra TTFT of a closed loop's synchronised wave of ``wave`` requests: their prompts
-    take s = wave isl / step_tokens prompt-only steps, the mean request waits (s - 1) / 2 of
-    them; times the share of requests that see the wave (``closed_loop_burst``,
-    hardware/data/serving.yaml). Units: seconds."""
-    steps = wave * isl / step_tokens
-    if steps <= 1.0 or c.fit.closed_loop_burst <= 0.0:
-        return 0.0
-    return c.fit.closed_loop_burst * (steps - 1.0) / 2.0 * _prefill_step_s(c, shape, step_tokens, isl)
+def _wave_s(c: _Ctx, shape: WorkerShape, wave: float, isl: float, step_tokens: float) -> float:
+    """Mean TTFT inside a closed loop's synchronised wave of ``wave`` requests (a benchmark at
+    concurrency C starts C requests at once; fixed lengths keep them together): their prompts
+    take s = max(1, wave isl / step_tokens) prompt-only steps of t_p and the mean request has its
+    first token after (s + 1) / 2 of them. Units: seconds."""
+    steps = max(1.0, wave * isl / step_tokens)
+    return (steps + 1.0) / 2.0 * _prefill_step_s(c, shape, max(isl, min(step_tokens, wave * isl)), isl)
+
+
+def _blend(c: _Ctx, steady_s: float, wave_s: float) -> float:
+    """The share ``closed_loop_burst`` of a closed loop's requests that see the first wave
+    (hardware/data/serving.yaml), the rest the steady state."""
+    f = c.fit.closed_loop_burst
+    return f * wave_s + (1.0 - f) * steady_s
 
 
 def _memory_reasons(budget: MemoryBudget, w: Workload) -> tuple[str, ...]:
@@ -274,11 +281,13 @@ def _aggregated(c: _Ctx, plan: ServingPlan, engine: EngineMemory) -> ServingPred
         req_per_s = min(rate, req_per_s)
     elif w.concurrency is not None:
         queued = closed_loop_wait_s(w.concurrency / plan.replicas, batch, req_per_s)
-        burst = _burst_s(c, shape, batch, w.isl, budget_tokens)
-        wait = _Wait(queued + burst, queued + burst, queued + 2.0 * burst * w.percentile / 100.0)
+        wait = _Wait(queued, queued, queued)
     isl90, osl90 = w.isl_p90 or w.isl, w.osl_p90 or w.osl
     service = (0.5 + max(1.0, w.isl / chunk)) * tau
     service90 = (0.5 + max(1.0, isl90 / chunk)) * tau
+    if w.concurrency is not None and w.request_rate is None:
+        wave = _wave_s(c, shape, batch, w.isl, budget_tokens)
+        service, service90 = _blend(c, service, wave), _blend(c, service90, wave * 1.8)
     tau90 = _round_s(c, shape, batch, isl90, osl90, True) if (isl90, osl90) != (w.isl, w.osl) else tau
     front = c.fit.ttft_overhead_s
     ttft = front + service + wait.mean_s
@@ -415,10 +424,10 @@ def _disaggregated(c: _Ctx, plan: ServingPlan, engine: EngineMemory) -> ServingP
         req = min(prefill_rate, dw.workers * batch / tau / w.osl)
         # Little's law: C = X (TTFT + (osl - 1) tau); the wait is what the prompt's path leaves
         queued = max(0.0, conc / req - (w.osl - 1.0) * tau - alone - transfer) if w.concurrency else 0.0
-        burst = _burst_s(c, ps, min(conc, dw.workers * cap) / pw.workers, w.isl, per_step)
-        if not w.concurrency:
-            burst = 0.0
-        wait = _Wait(queued + burst, queued + burst, queued + 2.0 * burst * w.percentile / 100.0)
+        wait = _Wait(queued, queued, queued)
+        if w.concurrency:
+            wave = _wave_s(c, ps, min(conc, dw.workers * cap) / pw.workers, w.isl, per_step)
+            alone, alone90 = _blend(c, alone, wave), _blend(c, alone90, wave * 1.8)
     front = c.fit.ttft_overhead_s
     ttft = front + alone + transfer + wait.mean_s
     ttft_p = max(front + alone90 + transfer + wait.p_s, ttft)

@@ -36,10 +36,13 @@ Agrawal et al., Sarathi-Serve, OSDI'24, Sec. 4; Yu et al., Orca, OSDI'22):
   group without attention DP all-reduces instead (TensorRT-LLM TP+EP MoE).
 - Pipeline stages: a stage runs 1/pp of the layers and sends the activations to the next stage
   (cost/comm.py ``p2p_s``).
-- Host time per step: ``step_overhead`` plus ``per_sequence`` times the running sequences of one
-  scheduler (an attention-DP rank runs its own; hardware/data/serving.yaml, BLIS's per-step and
-  per-request terms); a C++ scheduler (TensorRT-LLM's TensorRT-engine runtime before 1.0) has its
-  own, smaller per-sequence time (``cpp_runtime``).
+- Host time per step: ``step_overhead`` (the per-step sync and sampling launch) plus what the
+  scheduler's ``per_sequence`` work on the running sequences of one scheduler (an attention-DP
+  rank runs its own) takes beyond the GPU step: the engines prepare step i + 1 while step i runs
+  (SGLang's overlap scheduler, TensorRT-LLM's overlap scheduler of the PyTorch backend, vLLM's
+  async scheduling), so the host shows only when it is the longer (hardware/data/serving.yaml;
+  BLIS's per-step and per-request terms). A C++ scheduler (TensorRT-LLM's TensorRT-engine runtime
+  before 1.0) has its own per-sequence time (``cpp_runtime``).
 """
 
 from __future__ import annotations
@@ -328,7 +331,11 @@ def step_time(
     send = p2p_s(cluster.tier_of_span(shape.gpus), act) if shape.pp > 1 else 0.0
     # each attention-DP rank schedules its own sequences (one scheduler per DP rank)
     per_sequence = fit.per_sequence_cpp_s if cpp_runtime else fit.per_sequence_s
-    host = fit.step_overhead_s + per_sequence * (x.decode_seqs + x.prefill_done) / shape.attn_dp
+    gpu = (gemm + attn + comm + other) / shape.pp + send
+    # the scheduler prepares step i + 1 while the GPU runs step i (overlap schedulers): only the
+    # part of its per-sequence work longer than the GPU step shows, plus the fixed per-step sync
+    scheduler = per_sequence * (x.decode_seqs + x.prefill_done) / shape.attn_dp
+    host = fit.step_overhead_s + max(0.0, scheduler - gpu)
     return StepTime(gemm / shape.pp, attn / shape.pp, comm / shape.pp + send, other / shape.pp, host)
 
 
