@@ -1,0 +1,166 @@
+"""Serving constants: each engine's KV-memory rule and the fitted step-time parameters
+(``data/serving.yaml``; sources and fits in its comments). Units are converted here (GiB -> bytes,
+ms/us -> s); the formulas that use them are cost/serving*.py's."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import yaml
+
+__all__ = [
+    "EngineMemory",
+    "ServingFit",
+    "engine_memory",
+    "serving_fit",
+    "engine_names",
+    "is_cpp_runtime",
+    "gemm_priors",
+    "serving_priors",
+    "FIT_NAMES",
+]
+
+GIB_BYTES = 2**30
+FIT_NAMES = (
+    "step_overhead_ms",
+    "per_sequence_us",
+    "per_sequence_cpp_us",
+    "gemm_fraction",
+    "graph_kernel_overhead_us",
+    "moe_decode_imbalance",
+    "moe_gemm_efficiency",
+    "closed_loop_burst",
+    "ttft_overhead_ms",
+)
+"""The fitted parameters of ``data/serving.yaml`` (file units)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EngineMemory:
+    """How an engine sizes its KV cache. ``kv_fraction_of``: ``total`` (vLLM: the fraction of
+    device memory holds weights, activations and KV), ``static`` (SGLang: weights and KV),
+    ``free`` (TensorRT-LLM: the fraction of what weights and activations leave free)."""
+
+    name: str
+    kv_fraction: float
+    kv_fraction_of: str
+    kv_reserved_output: float  # share of the output tokens a running sequence holds
+    buffer_bytes: float  # CUDA graphs, NCCL and context outside the fraction
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServingFit:
+    """The fitted serving parameters, in seconds (imbalance, efficiency and burst share:
+    dimensionless). data/serving.yaml says what each stands for."""
+
+    step_overhead_s: float
+    per_sequence_s: float
+    graph_kernel_overhead_s: float
+    moe_decode_imbalance: float
+    moe_gemm_efficiency: float = 1.0
+    closed_loop_burst: float = 1.0
+    ttft_overhead_s: float = 0.0
+    per_sequence_cpp_s: float = 0.0
+    gemm_fraction: float = 1.0
+
+    @classmethod
+    def from_values(cls, values: dict[str, float]) -> ServingFit:
+        """From parameters named as in the data file (FIT_NAMES, file units)."""
+        return cls(
+            step_overhead_s=float(values["step_overhead_ms"]) * 1e-3,
+            per_sequence_s=float(values["per_sequence_us"]) * 1e-6,
+            graph_kernel_overhead_s=float(values["graph_kernel_overhead_us"]) * 1e-6,
+            moe_decode_imbalance=float(values["moe_decode_imbalance"]),
+            moe_gemm_efficiency=float(values["moe_gemm_efficiency"]),
+            closed_loop_burst=float(values["closed_loop_burst"]),
+            ttft_overhead_s=float(values["ttft_overhead_ms"]) * 1e-3,
+            per_sequence_cpp_s=float(values["per_sequence_cpp_us"]) * 1e-6,
+            gemm_fraction=float(values["gemm_fraction"]),
+        )
+
+    def values(self) -> dict[str, float]:
+        """The parameters in file units (inverse of from_values)."""
+        return {
+            "step_overhead_ms": self.step_overhead_s * 1e3,
+            "per_sequence_us": self.per_sequence_s * 1e6,
+            "graph_kernel_overhead_us": self.graph_kernel_overhead_s * 1e6,
+            "moe_decode_imbalance": self.moe_decode_imbalance,
+            "moe_gemm_efficiency": self.moe_gemm_efficiency,
+            "closed_loop_burst": self.closed_loop_burst,
+            "ttft_overhead_ms": self.ttft_overhead_s * 1e3,
+            "per_sequence_cpp_us": self.per_sequence_cpp_s * 1e6,
+            "gemm_fraction": self.gemm_fraction,
+        }
+
+
+@cache
+def _raw() -> dict[str, Any]:
+    text = resources.files("paraplan.hardware").joinpath("data/serving.yaml").read_text()
+    return yaml.safe_load(text)
+
+
+def engine_names() -> list[str]:
+    return sorted(_raw()["engines"])
+
+
+def engine_memory(name: str) -> EngineMemory:
+    """The KV-memory rule of engine ``name``; ValueError naming engine.name if unknown."""
+    raw = _raw()["engines"]
+    if name not in raw:
+        raise ValueError(
+            f"engine.name={name!r} is not a known engine; choose one of {', '.join(sorted(raw))}"
+        )
+    e = raw[name]
+    return EngineMemory(
+        name=name,
+        kv_fraction=float(e["kv_fraction"]),
+        kv_fraction_of=str(e["kv_fraction_of"]),
+        kv_reserved_output=float(e["kv_reserved_output"]),
+        buffer_bytes=float(e["buffer_GiB"]) * GIB_BYTES,
+    )
+
+
+def serving_fit() -> ServingFit:
+    """The fitted step-time parameters of the data file."""
+    return ServingFit.from_values({k: float(v) for k, v in _raw()["fitted"].items() if k in FIT_NAMES})
+
+
+def is_cpp_runtime(name: str, version: str | None) -> bool:
+    """Whether the engine schedules in C++: TensorRT-LLM before 1.0 (the TensorRT-engine
+    runtime's batch manager, gptManagerBenchmark / Triton tensorrtllm_backend); 1.0 made the
+    Python PyTorch backend the default (TensorRT-LLM 1.0 release notes). vLLM and SGLang
+    schedule in Python. A version that does not parse counts as current (Python)."""
+    if name != "trtllm" or not version:
+        return False
+    head = version.strip().split()[0]
+    try:
+        major = int(head.split(".")[0])
+    except ValueError:
+        return False
+    return major < 1
+
+
+GEMM_PRIOR_NAMES = ("gemm_bf16", "gemm_fp8", "gemm_fp8_blockwise", "gemm_mxfp8", "gemm_nvfp4")
+
+
+@cache
+def gemm_priors(generation: str) -> dict[str, float] | None:
+    """The physical GEMM priors of ``generation`` (data/efficiency.yaml ``priors:``: the largest
+    achievable matmul rate over peak, MAMF / cuBLASLt sweeps), by Efficiency field; None for a
+    generation without priors (TPU families are in efficiency_tpu.yaml and not served here).
+    Serving costs its GEMMs at these times ``gemm_fraction``: the training-fitted values of the
+    same file carry training-only work (FP8 amax and casts, NVFP4 random Hadamard transforms and
+    stochastic rounding) that an inference GEMM does not do."""
+    text = resources.files("paraplan.hardware").joinpath("data/efficiency.yaml").read_text()
+    raw = yaml.safe_load(text).get("priors", {})
+    if generation not in raw:
+        return None
+    return {name: float(raw[generation][name]) for name in GEMM_PRIOR_NAMES if name in raw[generation]}
+
+
+def serving_priors() -> ServingFit:
+    """The starting point of every fit (data/serving.yaml ``priors:``)."""
+    return ServingFit.from_values({k: float(v) for k, v in _raw()["priors"].items() if k in FIT_NAMES})
