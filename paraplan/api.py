@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from paraplan.cost import PartialPlan, Plan, Recompute
 from paraplan.cost import evaluate as cost_evaluate
@@ -29,7 +29,7 @@ from paraplan.result import (
     paraplan_version,
     plan_out,
 )
-from paraplan.schema import Scenario, load_scenario
+from paraplan.schema import Scenario, load_scenario, read_scenario
 from paraplan.search import run_search, runnable_search
 from paraplan.solver import (
     DUPLICATE_REL,
@@ -44,6 +44,9 @@ from paraplan.targets import (
     target_options,
 )
 
+if TYPE_CHECKING:
+    from paraplan.serving import ServingResult
+
 __all__ = [
     "load_scenario",
     "evaluate",
@@ -56,12 +59,34 @@ __all__ = [
 ]
 
 
+def _is_serving(scenario: Any) -> bool:
+    """A serving scenario (``workload:`` in place of ``job:``; issue 23), its result, or a file
+    of either: paraplan/serving/ answers it."""
+    from paraplan.serving.schema import ServingScenario, is_serving_document
+
+    if isinstance(scenario, ServingScenario) or getattr(scenario, "kind", None) == "serving":
+        return True  # a ServingResult
+    if isinstance(scenario, str | Path):
+        try:
+            return is_serving_document(read_scenario(scenario)[0])
+        except ConfigError:
+            return False  # the training path reports it
+    return is_serving_document(scenario)
+
+
 def evaluate(
     scenario: str | Path | dict[str, Any] | Scenario | Result, *, calibration: Calibration | None = None
-) -> Result:
+) -> Result | ServingResult:
     """Step time and memory of the scenario's fully fixed plan (``calibration``: a profile
     file or object, instead of the scenario's ``calibration:`` key). A Result (or its JSON file)
-    re-scores its own plan on its own scenario."""
+    re-scores its own plan on its own scenario. A serving scenario (``workload:``) gets a
+    ``paraplan.serving.ServingResult``: TTFT, TPOT, throughput, goodput and memory."""
+    if _is_serving(scenario):
+        from paraplan.serving import evaluate_serving_scenario
+
+        if calibration is not None:
+            raise ConfigError("calibration: serving scenarios take no calibration profile yet")
+        return evaluate_serving_scenario(scenario)  # type: ignore[arg-type]
     if isinstance(scenario, Result):
         scenario = scenario.model_dump(mode="json")
     inst = _instance(scenario, calibration)
@@ -302,15 +327,29 @@ def solve(
     seed: int = 0,
     progress: Callable[[str], None] | None = None,
     calibration: Calibration | None = None,
-) -> Result:
+) -> Result | ServingResult:
     """The fastest plan under the cost model that at least one framework runs (``runs_on``
     names them; ``solver.target`` narrows the search to one framework, ``any`` widens it to
     the unrestricted optimum), proven optimal when ``result.solver.status`` is OPTIMAL
     (otherwise the gap says how far it can be). Knobs fixed in the scenario's ``plan:`` are
     respected. InfeasibleError says which resource binds; SolveTimeout if no plan was found in
-    time. ``calibration``: a profile file or object (as in ``evaluate``)."""
+    time. ``calibration``: a profile file or object (as in ``evaluate``). A serving scenario
+    (``workload:``) gets the best serving plan for its ``objective`` (paraplan/serving/api.py)."""
     started = time.perf_counter()
     _check_solve_args(time_limit_s, workers, top, seed)
+    if _is_serving(scenario):
+        from paraplan.serving import solve_serving_scenario
+
+        if calibration is not None:
+            raise ConfigError("calibration: serving scenarios take no calibration profile yet")
+        return solve_serving_scenario(
+            scenario,  # type: ignore[arg-type]
+            time_limit_s=time_limit_s - (time.perf_counter() - started),
+            workers=workers,
+            top=top,
+            seed=seed,
+            progress=progress,
+        )
     inst = _instance(scenario, calibration)
     target = inst.scenario.solver.target
     base = _base_options(inst)

@@ -1,0 +1,298 @@
+"""The serving search (issue 23): the best serving plan for an objective, proven by CP-SAT.
+
+Objectives (``ServingOptions.objective``):
+- ``goodput_per_gpu`` (default): maximise requests/s meeting the SLO per GPU (the DistServe
+  "per-GPU goodput", shared/docs/serving.md Sec. 1.1), among plans that fit memory;
+- ``min_gpus``: the fewest GPUs whose plan meets the SLO at ``workload.request_rate`` and serves
+  it (output tokens/s >= rate x osl); ties: the higher goodput per GPU;
+- ``min_ttft``: the lowest TTFT at the SLO percentile with TPOT within the SLO (and the rate
+  served, open loop); ties: the higher goodput per GPU.
+
+Every figure is ``cost.serving.evaluate_serving``'s (the one cost model); this module only turns
+them into integers (solver/scale.py ``serving_units``) and chooses.
+
+Aggregated: the table holds every candidate of solver/serving_space.py (layout x max_batch x
+replicas, each scored by evaluate_serving at its own per-replica load); CP-SAT picks one row
+(a Boolean per row, exactly one true) minimising the integer objective.
+
+Disaggregated (the integer rate matching the anchors do with fixed factors): a prefill table
+over (prefill layout, workers n_p) and a decode table over (decode layout, max_batch, workers
+n_d), each row the pool's rate and latency from ``cost.serving`` at its own share of the load;
+CP-SAT picks one row of each, with n_p g_p + n_d g_d <= GPUs, goodput G <= min(prefill rate,
+decode rate) and, for goodput per GPU, the ratio objective y (G's integer units per GPU) under
+y x (GPUs used) <= G (AddMultiplicationEquality), maximised. The chosen plan is re-scored by
+``evaluate_serving`` itself and must reproduce the objective within the rounding of one unit
+(``_check``), or the solve fails loudly.
+
+Ties are broken by a documented order (``rank``): fewer GPUs, then the candidate order of
+solver/serving_space.py (smaller tp, pp, ep, attention DP off, smaller max_batch, fewer
+replicas), so the plan does not depend on the worker count.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ortools.sat.python import cp_model
+from paraplan.cost.serving import Engine, ServingPlan, ServingPrediction, Workload, evaluate_serving
+from paraplan.graph import ModelSpec
+from paraplan.hardware import Cluster
+from paraplan.solver.scale import serving_units
+from paraplan.solver.serving_space import ServingFixed, ServingObjective, ServingOptions, aggregated_plans
+
+__all__ = [
+    "ServingNoPlan",
+    "ServingSolution",
+    "ServingOutcome",
+    "Row",
+    "meets_slo",
+    "serves_rate",
+    "objective_value",
+    "objective_units",
+    "score",
+    "solve_serving",
+]
+
+
+class ServingNoPlan(ValueError):
+    """No serving plan of the space fits memory (or meets the SLO / serves the rate, as the
+    objective needs); ``families`` names what binds."""
+
+    def __init__(self, message: str, families: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.families = families
+
+
+@dataclass(frozen=True, slots=True)
+class ServingSolution:
+    plan: ServingPlan
+    prediction: ServingPrediction
+    value: float  # the objective in its unit: req/s per GPU, GPUs, or ms
+
+
+@dataclass(frozen=True, slots=True)
+class ServingOutcome:
+    status: str  # OPTIMAL | FEASIBLE
+    solutions: tuple[ServingSolution, ...]
+    bound: float
+    wall_s: float
+    num_candidates: int
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One candidate of a table: the plan, its prediction and its integer objective."""
+
+    plan: ServingPlan
+    prediction: ServingPrediction
+    units: int  # minimised
+    rank: int
+
+
+def _at(pred: ServingPrediction, percentile: int, name: str) -> float:
+    return float(getattr(pred, f"{name}_p90" if percentile >= 90 else f"{name}_p50"))
+
+
+def meets_slo(pred: ServingPrediction, workload: Workload) -> bool:
+    """TTFT and TPOT at the SLO percentile within ``workload``'s SLO (a missing limit holds)."""
+    pct = workload.percentile
+    ttft_ok = workload.ttft_ms is None or _at(pred, pct, "ttft_ms") <= workload.ttft_ms
+    tpot_ok = workload.tpot_ms is None or _at(pred, pct, "tpot_ms") <= workload.tpot_ms
+    return ttft_ok and tpot_ok
+
+
+def serves_rate(pred: ServingPrediction, workload: Workload) -> bool:
+    """Open loop: the plan's output tokens/s carry the offered rate (rate x osl); closed loop:
+    always (the load is what the plan completes)."""
+    if workload.request_rate is None:
+        return True
+    return pred.output_tokens_per_s >= workload.request_rate * workload.osl * (1 - 1e-9)
+
+
+def objective_value(pred: ServingPrediction, workload: Workload, objective: ServingObjective) -> float | None:
+    """The objective of a prediction in its unit, or None when the plan does not qualify (does
+    not fit; for min_gpus and min_ttft: misses the SLO or the rate; min_ttft's TTFT is not capped
+    by its own SLO)."""
+    if not pred.fits or pred.gpus <= 0:
+        return None
+    if objective == "goodput_per_gpu":
+        return pred.goodput_requests_per_s / pred.gpus
+    if objective == "min_gpus":
+        return float(pred.gpus) if meets_slo(pred, workload) and serves_rate(pred, workload) else None
+    tpot_only = Workload(**{**_fields(workload), "ttft_ms": None})
+    if not (meets_slo(pred, tpot_only) and serves_rate(pred, workload)):
+        return None
+    return _at(pred, workload.percentile, "ttft_ms")
+
+
+def _fields(w: Workload) -> dict[str, object]:
+    return {k: getattr(w, k) for k in w.__dataclass_fields__}
+
+
+def objective_units(value: float, pred: ServingPrediction, objective: ServingObjective) -> tuple[int, ...]:
+    """The integer key minimised (solver/scale.py ``serving_units``): the primary objective,
+    then the secondary (for min_gpus and min_ttft: the higher goodput per GPU; for goodput per
+    GPU: fewer GPUs)."""
+    per_gpu = pred.goodput_requests_per_s / pred.gpus
+    if objective == "goodput_per_gpu":
+        return (-serving_units(value, "req_s"), pred.gpus)
+    if objective == "min_gpus":
+        return (int(value), -serving_units(per_gpu, "req_s"))
+    return (serving_units(value, "ms"), -serving_units(per_gpu, "req_s"))
+
+
+def score(
+    spec: ModelSpec, cluster: Cluster, workload: Workload, engine: Engine, plan: ServingPlan
+) -> ServingPrediction | None:
+    """evaluate_serving, None where the cost model refuses the plan (ValueError: a rule)."""
+    try:
+        return evaluate_serving(spec, cluster, plan, workload, engine)
+    except ValueError:
+        return None
+
+
+def _aggregated_rows(
+    spec: ModelSpec,
+    cluster: Cluster,
+    workload: Workload,
+    engine: Engine,
+    fixed: ServingFixed,
+    options: ServingOptions,
+    deadline: float,
+) -> tuple[list[tuple[ServingPlan, ServingPrediction, float]], int]:
+    rows, count = [], 0
+    for plan, _gpus in aggregated_plans(spec, cluster, fixed, options):
+        count += 1
+        if time.perf_counter() > deadline:
+            raise TimeoutError(f"the time limit ran out while scoring {count:,} serving candidates")
+        pred = score(spec, cluster, workload, engine, plan)
+        if pred is None:
+            continue
+        value = objective_value(pred, workload, options.objective)
+        if value is not None:
+            rows.append((plan, pred, value))
+    return rows, count
+
+
+def _lex_units(keys: Sequence[tuple[int, ...]]) -> list[int]:
+    """Lexicographic integer keys folded into one integer each, order kept: each component
+    shifted to start at 0 and weighted by the span of the ones after it (below 2**62)."""
+    if not keys:
+        return []
+    width = len(keys[0])
+    lows = [min(k[i] for k in keys) for i in range(width)]
+    spans = [max(k[i] for k in keys) - lows[i] + 1 for i in range(width)]
+    out = []
+    for k in keys:
+        v = 0
+        for i in range(width):
+            v = v * spans[i] + (k[i] - lows[i])
+        out.append(v)
+    if max(out) >= 2**62:
+        raise OverflowError("serving objective does not fit CP-SAT's 64-bit integers")
+    return out
+
+
+def _select(units: list[int], time_limit_s: float, workers: int, seed: int) -> tuple[int, str, int]:
+    """CP-SAT: exactly one row, least units. Returns (row, status, bound units)."""
+    model = cp_model.CpModel()
+    use = [model.new_bool_var(f"use_{i}") for i in range(len(units))]
+    model.add_exactly_one(use)
+    model.minimize(sum(u * b for u, b in zip(units, use, strict=True)))
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = max(0.01, time_limit_s)
+    solver.parameters.num_workers = workers
+    solver.parameters.random_seed = seed
+    status = solver.solve(model)
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        raise TimeoutError("CP-SAT found no serving plan within the time limit")
+    chosen = next(i for i, b in enumerate(use) if solver.boolean_value(b))
+    return chosen, "OPTIMAL" if status == cp_model.OPTIMAL else "FEASIBLE", int(solver.best_objective_bound)
+
+
+def solve_serving(
+    spec: ModelSpec,
+    cluster: Cluster,
+    workload: Workload,
+    engine: Engine,
+    fixed: ServingFixed,
+    options: ServingOptions,
+    *,
+    time_limit_s: float = 30.0,
+    workers: int = 2,
+    seed: int = 0,
+    top: int = 2,
+) -> ServingOutcome:
+    """The best plan (and runners-up) of the serving space for ``options.objective``."""
+    start = time.perf_counter()
+    deadline = start + time_limit_s
+    modes = [fixed.mode] if fixed.mode is not None else list(options.modes)
+    candidates: list[tuple[ServingPlan, ServingPrediction, float]] = []
+    count = 0
+    if "aggregated" in modes:
+        rows, n = _aggregated_rows(spec, cluster, workload, engine, fixed, options, deadline)
+        candidates += rows
+        count += n
+    if "disaggregated" in modes:
+        from paraplan.solver.serving_disagg import disaggregated_rows
+
+        rows, n = disaggregated_rows(spec, cluster, workload, engine, fixed, options, deadline)
+        candidates += rows
+        count += n
+    if not candidates:
+        raise ServingNoPlan(_no_plan_message(options.objective, count), _families(options.objective))
+    keys = [objective_units(v, p, options.objective) for _, p, v in candidates]
+    units = _lex_units([(*k, i) for i, k in enumerate(keys)])
+    left = deadline - time.perf_counter()
+    best, status, _bound = _select(units, left, workers, seed)
+    order = sorted(range(len(candidates)), key=lambda i: units[i])
+    assert order[0] == best or status != "OPTIMAL"
+    picked = [best] + [i for i in order if i != best][: top - 1]
+    solutions = tuple(
+        _check(spec, cluster, workload, engine, options.objective, *candidates[i]) for i in picked
+    )
+    return ServingOutcome(
+        status=status,
+        solutions=solutions,
+        bound=solutions[0].value,
+        wall_s=time.perf_counter() - start,
+        num_candidates=count,
+    )
+
+
+def _check(
+    spec: ModelSpec,
+    cluster: Cluster,
+    workload: Workload,
+    engine: Engine,
+    objective: ServingObjective,
+    plan: ServingPlan,
+    pred: ServingPrediction,
+    value: float,
+) -> ServingSolution:
+    """Re-score the chosen plan with evaluate_serving itself: it must qualify and reproduce the
+    table's objective (to 1e-9 relative), or the solve fails loudly (invariant 2)."""
+    again = evaluate_serving(spec, cluster, plan, workload, engine)
+    v = objective_value(again, workload, objective)
+    if v is None or not math.isclose(v, value, rel_tol=1e-9, abs_tol=1e-12):
+        raise AssertionError(f"serving solver: {plan} re-scores to {v}, the table said {value}")
+    return ServingSolution(plan, again, v)
+
+
+def _families(objective: ServingObjective) -> tuple[str, ...]:
+    return ("memory",) if objective == "goodput_per_gpu" else ("memory", "slo")
+
+
+def _no_plan_message(objective: ServingObjective, count: int) -> str:
+    why = {
+        "goodput_per_gpu": "fits memory",
+        "min_gpus": "fits memory, meets the SLO and serves workload.request_rate",
+        "min_ttft": "fits memory, meets the TPOT SLO and serves the load",
+    }[objective]
+    return (
+        f"no serving plan of the {count:,} candidates searched {why}; a larger cluster, lower "
+        "precision (workload.weights_precision / kv_precision) or a looser SLO may"
+    )
