@@ -1,0 +1,283 @@
+"""Time of one engine step of a serving worker: decode tokens and prefill tokens in one batch.
+
+A step runs, on every GPU of a worker stage (cost/kv.py ``WorkerShape``), the model's layers on
+``T = decode_seqs + prefill_tokens`` tokens (continuous batching with chunked prefill mixes both:
+Agrawal et al., Sarathi-Serve, OSDI'24, Sec. 4; Yu et al., Orca, OSDI'22):
+
+- GEMMs: the roofline of cost/compute.py ``gemm_s`` per device shape, max(2mnk / (peak_p * eff_p),
+  (k n w_B + m k a_B + m n a_B) / (HBM * eff_hbm)) + a kernel overhead; m = the step's tokens on
+  the rank (decode: memory-bound weight reads; prefill: compute-bound), w_B the stored weight bytes
+  (fp8 / nvfp4 checkpoints read fewer bytes and run the low-precision tensor-core rate where the
+  part has it, weight-only otherwise), eff_p and eff_hbm the generation's fitted efficiencies
+  (hardware/data/efficiency.yaml). Captured CUDA graphs replace the launch part of the overhead
+  with ``graph_kernel_overhead`` (hardware/data/serving.yaml).
+- Routed experts: the step's T top_k copies spread over ep groups (the busiest one carries
+  ``moe_decode_imbalance`` times the mean); a group touches E_g (1 - (1 - k/E)^T) of its E_g
+  experts (expected distinct experts hit, uniform routing) and reads only those weights; one
+  grouped-GEMM kernel per projection.
+- Attention core: decode reads each sequence's KV (cost/kv.py bytes per token) at HBM speed, or
+  its FLOPs at the fused-attention rate, whichever is longer (FlashDecoding / FlashInfer decode
+  kernels are memory-bound at these shapes); MLA decode runs weight-absorbed (DeepSeek-V2 Sec.
+  2.1.2: per key 2 (kv_lora + rope) + 2 kv_lora FLOPs per head). Prefill is cost/compute.py
+  ``attention_s`` over ``attended_keys`` (causal: isl / 2 keys per query), shape-aware in the keys.
+- TP all-reduce of the step's activations after attention and MLP: the engines' one-shot
+  all-reduce inside an NVLink domain (vLLM csrc/custom_all_reduce.cuh, TensorRT-LLM
+  AllReduceStrategy.ONESHOT: every rank reads its p - 1 peers' buffers; latency-bound for decode
+  messages, 2 alpha + (p - 1) n / B), the two-shot kernel for larger ones (reduce-scatter then
+  all-gather through peer memory, 4 alpha + 2 (p - 1) / p n / B), or the ring of cost/comm.py
+  ``allreduce_s``, whichever is fastest; the ring alone once the group leaves the domain.
+- Attention DP + EP (DeepSeek-style): each rank's tokens go to their experts' ranks and back,
+  two all-to-alls per MoE layer (cost/comm.py ``alltoall_s``); an EP group that is part of a TP
+  group without attention DP all-reduces instead (TensorRT-LLM TP+EP MoE).
+- Pipeline stages: a stage runs 1/pp of the layers and sends the activations to the next stage
+  (cost/comm.py ``p2p_s``).
+- Host time per step: ``step_overhead`` plus ``per_sequence`` times the running sequences
+  (hardware/data/serving.yaml, BLIS's per-step and per-request terms).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from paraplan.cost.comm import SubAxis, allreduce_s, alltoall_s, p2p_s, span_of
+from paraplan.cost.compute import AttentionShape, attended_keys, attention_s
+from paraplan.cost.kv import WorkerShape, kv_layer_bytes_per_token
+from paraplan.graph import LayerGraph, LayerKind
+from paraplan.graph.layer import Gemm, Layer
+from paraplan.hardware import Accelerator, Cluster, Efficiency
+from paraplan.hardware.serving import ServingFit
+
+__all__ = ["StepInput", "StepTime", "step_time", "compute_precision", "ACT_BYTES", "oneshot_allreduce_s"]
+
+ACT_BYTES = 2.0  # bf16 activations between layers (the engines quantise only GEMM inputs)
+
+
+def compute_precision(weights_precision: str, accel: Accelerator) -> str:
+    """Tensor-core precision the GEMMs run at: the weights' own where the part has it (fp8 ->
+    fp8; fp4 / nvfp4 / mxfp4 -> nvfp4, Blackwell's FP4 rate), else the next one it has (an FP4
+    checkpoint on Hopper runs FP8 or BF16 after dequantisation: vLLM Marlin / TRT-LLM W4A16),
+    else bf16."""
+    wanted = {
+        "fp8": ["fp8"],
+        "fp8_blockwise": ["fp8"],
+        "int8": ["fp8"],
+        "nvfp4": ["nvfp4", "fp8"],
+        "fp4": ["nvfp4", "fp8"],
+        "mxfp4": ["nvfp4", "fp8"],
+        "int4": [],
+    }.get(weights_precision, [])
+    for p in wanted:
+        if p in accel.peak_flops_per_s:
+            return p
+    return "bf16"
+
+
+@dataclass(frozen=True, slots=True)
+class StepInput:
+    """What one step of one worker (one pipeline micro-batch) runs: ``decode_seqs`` sequences
+    generating one token each at a mean context of ``decode_ctx`` tokens, and ``prefill_tokens``
+    prompt tokens of requests whose prompts are ``prefill_len`` tokens long (``prefill_done``
+    of them finish their prompt in this step and sample a first token)."""
+
+    decode_seqs: float
+    decode_ctx: float
+    prefill_tokens: float = 0.0
+    prefill_len: float = 0.0
+    prefill_done: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class StepTime:
+    """One step of one worker, split by resource. Units: seconds."""
+
+    gemm_s: float
+    attention_s: float
+    comm_s: float
+    other_s: float
+    host_s: float
+
+    @property
+    def total_s(self) -> float:
+        return self.gemm_s + self.attention_s + self.comm_s + self.other_s + self.host_s
+
+
+def _gemm_s(
+    m: float, n: float, k: float, w_bytes: float, prec: str, accel: Accelerator, eff: Efficiency
+) -> float:
+    """Roofline of one GEMM without the overhead: max(2mnk / (peak eff), bytes / (HBM eff_hbm))."""
+    if m <= 0.0:
+        return 0.0
+    compute = 2.0 * m * n * k / (accel.peak_for(prec) * eff.gemm(prec))
+    moved = k * n * w_bytes + (m * k + m * n) * ACT_BYTES
+    return max(compute, moved / (accel.hbm_bytes_per_s * eff.hbm))
+
+
+def _dense_gemms_s(
+    gemms: tuple[Gemm, ...],
+    tokens: float,
+    tp: int,
+    w_bytes: float,
+    prec: str,
+    accel: Accelerator,
+    eff: Efficiency,
+    overhead_s: float,
+) -> float:
+    """The layer's GEMMs on ``tokens`` tokens per rank: column-parallel n / tp, row-parallel
+    k / tp, replicated whole (cost/compute.py gemm_shape without sequence parallelism)."""
+    total = 0.0
+    for g in gemms:
+        n, k = float(g.out_dim), float(g.in_dim)
+        if g.tp_split == "out":
+            n /= tp
+        elif g.tp_split == "in":
+            k /= tp
+        b = 2.0 if g.name == "router" else w_bytes  # routers stay bf16 in quantised checkpoints
+        total += _gemm_s(tokens, n, k, b, "bf16" if g.name == "router" else prec, accel, eff) + overhead_s
+    return total
+
+
+def oneshot_allreduce_s(cluster: Cluster, group: int, n_bytes: float) -> float:
+    """All-reduce of ``n_bytes`` over ``group`` consecutive ranks: inside the scale-up domain the
+    fastest of the one-shot (2 alpha + (p - 1) n / B), two-shot (4 alpha + 2 (p - 1) / p n / B)
+    and cost/comm.py's ring; outside it the ring (module docstring). Units: seconds."""
+    if group <= 1:
+        return 0.0
+    ring = allreduce_s(span_of(cluster, [SubAxis(1, group)]), n_bytes)
+    inner = cluster.tiers[0]
+    if group > inner.domain_devices:
+        return ring
+    bw = inner.effective_bytes_per_s
+    one_shot = 2.0 * inner.alpha_s + (group - 1) * n_bytes / bw
+    two_shot = 4.0 * inner.alpha_s + 2.0 * (group - 1) / group * n_bytes / bw
+    return min(ring, one_shot, two_shot)
+
+
+def _alltoall_s(cluster: Cluster, group: int, n_bytes: float) -> float:
+    if group <= 1:
+        return 0.0
+    return alltoall_s(span_of(cluster, [SubAxis(1, group)]), n_bytes)
+
+
+def _attention_core_s(
+    graph: LayerGraph,
+    ly: Layer,
+    x: StepInput,
+    shape: WorkerShape,
+    kv_bytes: float,
+    accel: Accelerator,
+    eff: Efficiency,
+    overhead_s: float,
+) -> float:
+    spec = graph.spec
+    total = 0.0
+    extent = ly.window or ly.chunk
+    if x.decode_seqs > 0:
+        seqs = x.decode_seqs / shape.attn_dp
+        ctx = min(x.decode_ctx, extent) if extent else x.decode_ctx
+        moved = seqs * ctx * kv_layer_bytes_per_token(graph, ly, shape, kv_bytes)
+        if spec.is_mla:
+            per_key = (
+                spec.num_heads
+                / shape.attn_tp
+                * (2.0 * (spec.kv_lora_rank + spec.qk_rope_head_dim) + 2.0 * spec.kv_lora_rank)
+            )
+        else:
+            per_key = ly.attn_core_flops_per_token_per_seq / shape.attn_tp
+        flops = seqs * ctx * per_key
+        compute = flops / (accel.peak_for("bf16") * eff.attention)
+        total += max(compute, moved / (accel.hbm_bytes_per_s * eff.hbm)) + overhead_s
+    if x.prefill_tokens > 0:
+        tokens = x.prefill_tokens / shape.attn_dp
+        keys = attended_keys(ly, x.prefill_len)
+        flops = tokens * ly.attn_core_flops_per_token_per_seq * keys / shape.attn_tp
+        kv_tokens = min(x.prefill_len, extent) if extent else x.prefill_len
+        total += attention_s(flops, AttentionShape(1, max(1.0, kv_tokens)), accel, eff)
+    return total
+
+
+def step_time(
+    graph: LayerGraph,
+    cluster: Cluster,
+    shape: WorkerShape,
+    x: StepInput,
+    *,
+    w_bytes: float,
+    weights_precision: str,
+    kv_bytes: float,
+    fit: ServingFit,
+) -> StepTime:
+    """Time of one step of one pipeline stage of a worker on ``x`` (module docstring), the
+    stage's share 1/pp of the layers plus the activation send to the next stage. Units: s."""
+    accel = cluster.accelerator
+    eff = cluster.efficiency
+    prec = compute_precision(weights_precision, accel)
+    oh = fit.graph_kernel_overhead_s
+    spec = graph.spec
+    tokens = x.decode_seqs + x.prefill_tokens
+    rank_tokens = tokens / shape.attn_dp
+    act = rank_tokens * spec.hidden * ACT_BYTES
+    gemm = attn = comm = other = 0.0
+    for ly in graph.layers():
+        if ly.name.startswith("mtp") or ly.kind in (LayerKind.VISION, LayerKind.PROJECTOR, LayerKind.MAMBA):
+            continue
+        dense_tp = 1 if shape.dp_attention else shape.tp
+        other += rank_tokens * ly.mem_bound_elems * ACT_BYTES / (accel.hbm_bytes_per_s * eff.hbm)
+        if ly.kind is LayerKind.ATTENTION:
+            gemm += _dense_gemms_s(ly.gemms, rank_tokens, shape.attn_tp, w_bytes, prec, accel, eff, oh)
+            attn += _attention_core_s(graph, ly, x, shape, kv_bytes, accel, eff, oh)
+            comm += oneshot_allreduce_s(cluster, shape.attn_tp, act)
+        elif ly.kind is LayerKind.MLP:
+            gemm += _dense_gemms_s(ly.gemms, rank_tokens, dense_tp, w_bytes, prec, accel, eff, oh)
+            comm += oneshot_allreduce_s(cluster, dense_tp, act)
+        elif ly.kind is LayerKind.MOE and ly.experts is not None:
+            gemm += _dense_gemms_s(ly.gemms, rank_tokens, dense_tp, w_bytes, prec, accel, eff, oh)
+            gemm += _experts_s(ly, tokens, shape, w_bytes, prec, accel, eff, oh, fit)
+            if shape.dp_attention:
+                comm += 2.0 * _alltoall_s(cluster, shape.tp, act * ly.experts.top_k)
+            else:
+                comm += oneshot_allreduce_s(cluster, shape.tp, act)
+        elif ly.kind is LayerKind.LM_HEAD:
+            sampled = (x.decode_seqs + x.prefill_done) / shape.attn_dp
+            gemm += _dense_gemms_s(
+                ly.gemms,
+                sampled,
+                shape.attn_tp if shape.dp_attention else shape.tp,
+                2.0,
+                "bf16",
+                accel,
+                eff,
+                oh,
+            )
+    send = p2p_s(cluster.tier_of_span(shape.gpus), act) if shape.pp > 1 else 0.0
+    host = fit.step_overhead_s + fit.per_sequence_s * (x.decode_seqs + x.prefill_done)
+    return StepTime(gemm / shape.pp, attn / shape.pp, comm / shape.pp + send, other / shape.pp, host)
+
+
+def _experts_s(
+    ly: Layer,
+    tokens: float,
+    shape: WorkerShape,
+    w_bytes: float,
+    prec: str,
+    accel: Accelerator,
+    eff: Efficiency,
+    overhead_s: float,
+    fit: ServingFit,
+) -> float:
+    """Routed experts of one MoE layer on the busiest EP group (module docstring)."""
+    assert ly.experts is not None
+    e = ly.experts
+    per_group = e.num_experts / shape.ep
+    hit = 1.0 - (1.0 - e.top_k / e.num_experts) ** tokens
+    active = max(1.0, per_group * hit)
+    copies = tokens * e.top_k / shape.ep * (fit.moe_decode_imbalance if shape.ep > 1 else 1.0)
+    m = copies / active
+    total = 0.0
+    for g in e.gemms:
+        n, k = float(g.out_dim), float(g.in_dim)
+        if g.tp_split == "out":
+            n /= shape.moe_tp
+        elif g.tp_split == "in":
+            k /= shape.moe_tp
+        total += active * _gemm_s(m, n, k, w_bytes, prec, accel, eff) + overhead_s
+    return total
