@@ -37,7 +37,7 @@ Agrawal et al., Sarathi-Serve, OSDI'24, Sec. 4; Yu et al., Orca, OSDI'22):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from paraplan.cost.comm import SubAxis, allreduce_s, alltoall_s, p2p_s, span_of
 from paraplan.cost.compute import AttentionShape, attended_keys, attention_s
@@ -195,6 +195,27 @@ def _attention_core_s(
     return total
 
 
+_RUNS: dict[int, tuple[LayerGraph, tuple[tuple[Layer, int], ...]]] = {}
+
+
+def _layer_runs(graph: LayerGraph) -> tuple[tuple[Layer, int], ...]:
+    """The layers a serving step runs (no MTP, vision, projector or Mamba layers), alike ones
+    (equal but for name and block index) counted once with their number: step_time's terms are
+    per-layer sums, so this only spares it the repeats (80 identical blocks of Llama 3 70B)."""
+    hit = _RUNS.get(id(graph))
+    if hit is not None and hit[0] is graph:
+        return hit[1]
+    counts: dict[Layer, int] = {}
+    for ly in graph.layers():
+        if ly.name.startswith("mtp") or ly.kind in (LayerKind.VISION, LayerKind.PROJECTOR, LayerKind.MAMBA):
+            continue
+        key = replace(ly, name=ly.kind.value, block=0)
+        counts[key] = counts.get(key, 0) + 1
+    runs = tuple(counts.items())
+    _RUNS[id(graph)] = (graph, runs)
+    return runs
+
+
 def step_time(
     graph: LayerGraph,
     cluster: Cluster,
@@ -217,9 +238,8 @@ def step_time(
     rank_tokens = tokens / shape.attn_dp
     act = rank_tokens * spec.hidden * ACT_BYTES
     gemm = attn = comm = other = 0.0
-    for ly in graph.layers():
-        if ly.name.startswith("mtp") or ly.kind in (LayerKind.VISION, LayerKind.PROJECTOR, LayerKind.MAMBA):
-            continue
+    for ly, n in _layer_runs(graph):
+        g0, a0, c0, o0 = gemm, attn, comm, other
         dense_tp = 1 if shape.dp_attention else shape.tp
         other += rank_tokens * ly.mem_bound_elems * ACT_BYTES / (accel.hbm_bytes_per_s * eff.hbm)
         if ly.kind is LayerKind.ATTENTION:
@@ -248,6 +268,9 @@ def step_time(
                 eff,
                 oh,
             )
+        if n > 1:  # n alike layers: the same terms n times
+            gemm, attn = g0 + n * (gemm - g0), a0 + n * (attn - a0)
+            comm, other = c0 + n * (comm - c0), o0 + n * (other - o0)
     send = p2p_s(cluster.tier_of_span(shape.gpus), act) if shape.pp > 1 else 0.0
     host = fit.step_overhead_s + fit.per_sequence_s * (x.decode_seqs + x.prefill_done)
     return StepTime(gemm / shape.pp, attn / shape.pp, comm / shape.pp + send, other / shape.pp, host)
