@@ -213,6 +213,22 @@ def _select(units: list[int], time_limit_s: float, workers: int, seed: int) -> t
     return chosen, "OPTIMAL" if status == cp_model.OPTIMAL else "FEASIBLE", int(solver.best_objective_bound)
 
 
+def _pick(
+    candidates: list[tuple[ServingPlan, ServingPrediction, float]],
+    objective: ServingObjective,
+    time_limit_s: float,
+    workers: int,
+    seed: int,
+) -> tuple[list[int], str]:
+    """CP-SAT's choice of one row (the best by ``objective_units``, ties by table order) and the
+    rows in objective order after it."""
+    keys = [objective_units(v, p, objective) for _, p, v in candidates]
+    units = _lex_units([(*k, i) for i, k in enumerate(keys)])
+    best, status, _bound = _select(units, time_limit_s, workers, seed)
+    order = sorted(range(len(candidates)), key=lambda i: units[i])
+    return [best] + [i for i in order if i != best], status
+
+
 def solve_serving(
     spec: ModelSpec,
     cluster: Cluster,
@@ -226,41 +242,74 @@ def solve_serving(
     seed: int = 0,
     top: int = 2,
 ) -> ServingOutcome:
-    """The best plan (and runners-up) of the serving space for ``options.objective``."""
+    """The best plan (and runners-up of other layouts) of the serving space for
+    ``options.objective``: the aggregated table's CP-SAT choice and the disaggregated branch and
+    bound (solver/serving_disagg.py), the better of the two; OPTIMAL when both are proven."""
+    from paraplan.solver.serving_disagg import search_disaggregated
+
     start = time.perf_counter()
     deadline = start + time_limit_s
+    objective = options.objective
     modes = [fixed.mode] if fixed.mode is not None else list(options.modes)
     candidates: list[tuple[ServingPlan, ServingPrediction, float]] = []
-    count = 0
+    count, status, bounds = 0, "OPTIMAL", []
     if "aggregated" in modes:
         rows, n = _aggregated_rows(spec, cluster, workload, engine, fixed, options, deadline)
-        candidates += rows
         count += n
+        if rows:
+            order, st = _pick(rows, objective, deadline - time.perf_counter(), workers, seed)
+            status = st if st != "OPTIMAL" else status
+            candidates += [rows[i] for i in order]
     if "disaggregated" in modes:
-        from paraplan.solver.serving_disagg import disaggregated_rows
-
-        rows, n = disaggregated_rows(spec, cluster, workload, engine, fixed, options, deadline)
-        candidates += rows
-        count += n
+        d = search_disaggregated(spec, cluster, workload, engine, fixed, options, deadline, seed, top)
+        count += d.num_candidates
+        status = d.status if d.status != "OPTIMAL" else status
+        if d.status != "OPTIMAL":
+            bounds.append(d.bound)
+        if d.plan is not None and d.prediction is not None and d.value is not None:
+            candidates += [(d.plan, d.prediction, d.value), *d.runners]
     if not candidates:
-        raise ServingNoPlan(_no_plan_message(options.objective, count), _families(options.objective))
-    keys = [objective_units(v, p, options.objective) for _, p, v in candidates]
-    units = _lex_units([(*k, i) for i, k in enumerate(keys)])
-    left = deadline - time.perf_counter()
-    best, status, _bound = _select(units, left, workers, seed)
-    order = sorted(range(len(candidates)), key=lambda i: units[i])
-    assert order[0] == best or status != "OPTIMAL"
-    picked = [best] + [i for i in order if i != best][: top - 1]
-    solutions = tuple(
-        _check(spec, cluster, workload, engine, options.objective, *candidates[i]) for i in picked
-    )
+        if status != "OPTIMAL":
+            raise TimeoutError("the time limit ran out before any serving plan was scored; raise it")
+        raise ServingNoPlan(_no_plan_message(objective, count), _families(objective))
+    order, _ = _pick(candidates, objective, deadline - time.perf_counter(), workers, seed)
+    picked = _distinct([candidates[i] for i in order], top)
+    solutions = tuple(_check(spec, cluster, workload, engine, objective, *c) for c in picked)
+    best = solutions[0].value
+    bound = best
+    if bounds:  # an unproven disaggregated search: the best it could still find
+        bound = max([best, *bounds]) if objective == "goodput_per_gpu" else min([best, *bounds])
     return ServingOutcome(
         status=status,
         solutions=solutions,
-        bound=solutions[0].value,
+        bound=bound,
         wall_s=time.perf_counter() - start,
         num_candidates=count,
     )
+
+
+def layout_of(plan: ServingPlan) -> tuple[object, ...]:
+    """What a runner-up must differ in: the mode, the degrees and the replica / worker counts
+    (a plan that differs only in max_batch, e.g. above the batch its KV cache holds, is the same
+    partition)."""
+    if plan.mode == "disaggregated":
+        return (plan.mode, plan.prefill, plan.decode)
+    return (plan.mode, plan.tp, plan.pp, plan.ep, plan.dp_attention, plan.replicas)
+
+
+def _distinct(
+    ordered: list[tuple[ServingPlan, ServingPrediction, float]], top: int
+) -> list[tuple[ServingPlan, ServingPrediction, float]]:
+    out, seen = [], set()
+    for c in ordered:
+        key = layout_of(c[0])
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append(c)
+        if len(out) == top:
+            break
+    return out
 
 
 def _check(

@@ -32,6 +32,8 @@ __all__ = [
     "powers_of_two",
     "worker_layouts",
     "aggregated_plans",
+    "disaggregated_plans",
+    "plan_gpus",
     "layout_key",
 ]
 
@@ -160,3 +162,36 @@ def plan_gpus(plan: ServingPlan) -> int:
         assert plan.prefill is not None and plan.decode is not None
         return sum(w.workers * w.tp * w.pp for w in (plan.prefill, plan.decode))
     return plan.replicas * plan.tp * plan.pp
+
+
+def disaggregated_plans(
+    spec: ModelSpec, cluster: Cluster, fixed: ServingFixed, options: ServingOptions
+) -> Iterator[ServingPlan]:
+    """Every disaggregated plan of the space: each prefill layout and worker count with each
+    decode layout, max_batch and worker count, together within the cluster (at least one
+    worker of each)."""
+    n = cluster.num_devices
+    defaults = ServingPlan()
+    mnt = fixed.max_num_tokens or defaults.max_num_tokens
+    chunked = defaults.chunked_prefill if fixed.chunked_prefill is None else fixed.chunked_prefill
+    batches = [fixed.max_batch] if fixed.max_batch is not None else list(options.max_batches)
+    pf, df = fixed.prefill or WorkerFixed(), fixed.decode or WorkerFixed()
+    decodes = list(worker_layouts(spec, cluster, df, options))
+    for p in worker_layouts(spec, cluster, pf, options):
+        gp = p.tp * p.pp
+        for d in decodes:
+            gd = d.tp * d.pp
+            for mb in batches:
+                for np_ in _values(pf.workers, list(range(1, (n - gd) // gp + 1))):
+                    for nd in _values(df.workers, list(range(1, (n - np_ * gp) // gd + 1))):
+                        gpus = np_ * gp + nd * gd
+                        if gpus > n or (fixed.num_devices is not None and gpus != fixed.num_devices):
+                            continue
+                        yield ServingPlan(
+                            mode="disaggregated",
+                            max_batch=mb,
+                            max_num_tokens=mnt,
+                            chunked_prefill=chunked,
+                            prefill=replace(p, workers=np_),
+                            decode=replace(d, workers=nd),
+                        )

@@ -1,0 +1,168 @@
+"""Bounds on one pool of a disaggregated serving plan (issue 23), for the search
+(solver/serving_disagg.py): what one prefill worker and one decode worker can at most deliver,
+from the same step physics and memory as cost/serving.py's ``_disaggregated`` (its private
+helpers, so the two cannot drift), without scoring whole plans.
+
+Written by servfront (the front door / search helper) beside servcost's cost/serving.py; servcost
+may fold it into cost/serving.py. Every bound is checked against the whole-plan model by the
+oracle tests (tests/solver/test_oracle_serving.py: solver optimum == enumeration of whole plans).
+
+Why they bound ``evaluate_serving`` of any plan with n_p such prefill and n_d such decode workers
+(cost/serving.py module docstring; B / tau(B) rises with B and tau with B, as ``_batch_at_rate``
+assumes):
+- requests/s completed <= n_p x ``PrefillBound.rate_per_worker_rps`` (the prefill pool's capacity
+  at full steps of max_num_tokens) and <= n_d x the decode worker's rate at its largest batch
+  (the KV cache and max_batch cap it); goodput <= requests/s;
+- closed loop, the decode workers hold n_d B <= concurrency sequences (B >= 1) and complete at
+  most n_d B / (osl tau(B)) <= concurrency / (osl tau(1)) requests/s;
+- with ``workload.tpot_ms`` the goodput is 0 unless tau(B) <= tpot_ms, so B <= the largest batch
+  meeting it (``decode_slo_batch``) and the decode rate bound is taken there;
+- with ``workload.ttft_ms`` and an offered rate the goodput is 0 unless the mean TTFT (the prompt
+  alone + its KV transfer + the M/D/1 wait at rate / n_p) is within it: the transfer is at least
+  that over the fastest tier, so ``PrefillBound.min_workers`` prefill workers are needed.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from paraplan.cost.comm import p2p_s
+from paraplan.cost.kv import kv_bytes_per_element, kv_bytes_per_sequence, weight_bytes_per_param
+from paraplan.cost.queueing import md1_wait_s
+from paraplan.cost.serving import _Ctx, _graph, _round_s, _shape, _stage_s
+from paraplan.cost.serving_memory import memory_budget
+from paraplan.cost.serving_step import StepInput
+from paraplan.cost.serving_types import Engine, WorkerPlan, Workload
+from paraplan.graph import ModelSpec
+from paraplan.hardware import Cluster
+from paraplan.hardware.serving import engine_memory, serving_fit
+
+__all__ = ["PrefillBound", "DecodeBound", "prefill_bound", "decode_slo_batch", "decode_bound"]
+
+_MAX_WORKERS = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class PrefillBound:
+    gpus: int
+    fits: bool
+    rate_per_worker_rps: float  # prompts/s one worker prefills at full steps (capacity)
+    ttft_floor_s: float  # the prompt alone plus its KV transfer over the fastest tier
+    min_workers: int  # least workers whose mean TTFT can meet workload.ttft_ms at request_rate
+
+
+@dataclass(frozen=True, slots=True)
+class DecodeBound:
+    gpus: int
+    fits: bool
+    cap_batch: float  # sequences one worker holds: max_batch and the KV cache
+    rate_per_worker_rps: float  # requests/s one worker completes at most within the TPOT SLO
+    closed_loop_rps: float  # closed loop: concurrency / (osl tau(1)), the pool's most at any size
+
+
+def _ctx(spec: ModelSpec, cluster: Cluster, workload: Workload) -> _Ctx:
+    return _Ctx(
+        _graph(spec),
+        cluster,
+        workload,
+        serving_fit(),
+        weight_bytes_per_param(workload.weights_precision),
+        kv_bytes_per_element(workload.kv_precision),
+    )
+
+
+def prefill_bound(
+    spec: ModelSpec,
+    cluster: Cluster,
+    worker: WorkerPlan,
+    max_num_tokens: int,
+    workload: Workload,
+    engine: Engine,
+) -> PrefillBound:
+    c = _ctx(spec, cluster, workload)
+    w = workload
+    ps = _shape(worker.tp, worker.pp, worker.ep, worker.dp_attention)
+    budget = memory_budget(c.graph, cluster, ps, w, engine_memory(engine.name), max_num_tokens, 1)
+    fits = budget.weights_bytes + budget.activation_bytes < budget.capacity_bytes
+    per_step = max(float(max_num_tokens), w.isl)
+
+    def prefill_s(isl: float, tokens: float) -> float:
+        return ps.pp * _stage_s(c, ps, StepInput(0.0, 0.0, tokens / ps.pp, isl, tokens / isl / ps.pp))
+
+    alone = prefill_s(w.isl, w.isl)
+    full = prefill_s(w.isl, per_step)
+    rate = (per_step / w.isl) / (full / ps.pp if ps.pp > 1 else full)
+    shard = kv_bytes_per_sequence(c.graph, ps, c.kv_bytes, w.isl)
+    transfer = min(p2p_s(t, shard) for t in cluster.tiers)
+    floor_s = alone + transfer
+    need = 1
+    if w.request_rate is not None and w.ttft_ms is not None:
+        limit_s = w.ttft_ms / 1e3
+        if floor_s > limit_s:
+            need = _MAX_WORKERS
+        else:  # the mean wait falls as workers are added: the least n that meets it
+            lo, hi = 1, _MAX_WORKERS
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if floor_s + md1_wait_s(w.request_rate / mid, rate) <= limit_s:
+                    hi = mid
+                else:
+                    lo = mid + 1
+            need = lo
+    return PrefillBound(ps.gpus, fits, rate, floor_s, need)
+
+
+def decode_slo_batch(
+    spec: ModelSpec, cluster: Cluster, worker: WorkerPlan, workload: Workload, limit_batch: float
+) -> float:
+    """The largest decode batch <= ``limit_batch`` whose round tau(B) meets workload.tpot_ms
+    (``limit_batch`` without a TPOT SLO; 0 when even one sequence misses it). Bisection to 1e-6
+    of a sequence, rounded down (a bound: never above the true largest batch)."""
+    c = _ctx(spec, cluster, workload)
+    w = workload
+    ds = _shape(worker.tp, worker.pp, worker.ep, worker.dp_attention)
+    if w.tpot_ms is None:
+        return limit_batch
+    limit_s = w.tpot_ms / 1e3
+
+    def tau(b: float) -> float:
+        return _round_s(c, ds, b, w.isl, w.osl, False)
+
+    if tau(limit_batch) <= limit_s:
+        return limit_batch
+    lo, hi = 0.0, limit_batch
+    if tau(1.0) > limit_s:
+        hi = 1.0
+    for _ in range(60):
+        mid = 0.5 * (lo + hi)
+        if tau(mid) <= limit_s:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def decode_bound(
+    spec: ModelSpec,
+    cluster: Cluster,
+    worker: WorkerPlan,
+    max_batch: int,
+    workload: Workload,
+    engine: Engine,
+    slo_batch: float,
+) -> DecodeBound:
+    """One decode worker of ``worker``'s shape under ``max_batch``: its cap (cost/serving.py
+    ``_disaggregated``: max_batch and the KV cache) and its rate at min(cap, ``slo_batch``),
+    ``slo_batch`` from decode_slo_batch."""
+    c = _ctx(spec, cluster, workload)
+    w = workload
+    ds = _shape(worker.tp, worker.pp, worker.ep, worker.dp_attention)
+    budget = memory_budget(c.graph, cluster, ds, w, engine_memory(engine.name), ds.attn_dp, max_batch)
+    cap = max(1.0, min(float(max_batch), math.floor(budget.max_sequences))) if budget.fits else 1.0
+    b = min(cap, slo_batch)
+    rate = b / _round_s(c, ds, b, w.isl, w.osl, False) / w.osl if b > 0 else 0.0
+    closed = 0.0
+    if w.concurrency is not None:  # n_d B <= C with B >= 1: at most C / tau(1) tokens/s
+        closed = w.concurrency / _round_s(c, ds, 1.0, w.isl, w.osl, False) / w.osl
+    return DecodeBound(ds.gpus, budget.fits, cap, rate, closed)
