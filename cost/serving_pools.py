@@ -13,13 +13,15 @@ assumes):
 - requests/s completed <= n_p x ``PrefillBound.rate_per_worker_rps`` (the prefill pool's capacity
   at full steps of max_num_tokens) and <= n_d x the decode worker's rate at its largest batch
   (the KV cache and max_batch cap it); goodput <= requests/s;
-- closed loop, the decode workers hold n_d B <= concurrency sequences (B >= 1) and complete at
-  most n_d B / (osl tau(B)) <= concurrency / (osl tau(1)) requests/s;
+- closed loop, the decode workers hold n_d B <= max(concurrency, n_d) sequences (cost/serving.py
+  keeps B >= 1 per worker, so n_d workers hold n_d even when the concurrency is lower) and
+  complete at most n_d B / (osl tau(B)) <= (concurrency + n_d) / (osl tau(1)) requests/s;
 - with ``workload.tpot_ms`` the goodput is 0 unless tau(B) <= tpot_ms, so B <= the largest batch
   meeting it (``decode_slo_batch``) and the decode rate bound is taken there;
-- with ``workload.ttft_ms`` and an offered rate the goodput is 0 unless the mean TTFT (the prompt
-  alone + its KV transfer + the M/D/1 wait at rate / n_p) is within it: the transfer is at least
-  that over the fastest tier, so ``PrefillBound.min_workers`` prefill workers are needed.
+- with ``workload.ttft_ms`` the goodput is 0 unless the mean TTFT (the prompt alone + its KV
+  transfer, + the M/D/1 wait at rate / n_p with an offered rate) is within it: the transfer is at
+  least that over the fastest tier, so ``PrefillBound.min_workers`` prefill workers are needed
+  (none suffice when the prompt alone misses it).
 """
 
 from __future__ import annotations
@@ -58,7 +60,8 @@ class DecodeBound:
     fits: bool
     cap_batch: float  # sequences one worker holds: max_batch and the KV cache
     rate_per_worker_rps: float  # requests/s one worker completes at most within the TPOT SLO
-    closed_loop_rps: float  # closed loop: concurrency / (osl tau(1)), the pool's most at any size
+    closed_loop_rps: float  # closed loop: concurrency / (osl tau(1)) ...
+    closed_per_worker_rps: float  # ... plus this per worker: the pool's most at any size
 
 
 def _ctx(spec: ModelSpec, cluster: Cluster, workload: Workload) -> _Ctx:
@@ -97,19 +100,18 @@ def prefill_bound(
     transfer = min(p2p_s(t, shard) for t in cluster.tiers)
     floor_s = alone + transfer
     need = 1
-    if w.request_rate is not None and w.ttft_ms is not None:
-        limit_s = w.ttft_ms / 1e3
-        if floor_s > limit_s:
-            need = _MAX_WORKERS
-        else:  # the mean wait falls as workers are added: the least n that meets it
-            lo, hi = 1, _MAX_WORKERS
-            while lo < hi:
-                mid = (lo + hi) // 2
-                if floor_s + md1_wait_s(w.request_rate / mid, rate) <= limit_s:
-                    hi = mid
-                else:
-                    lo = mid + 1
-            need = lo
+    limit_s = w.ttft_ms / 1e3 if w.ttft_ms is not None else float("inf")
+    if floor_s > limit_s:  # no number of workers meets the TTFT SLO (either loop)
+        need = _MAX_WORKERS
+    elif w.request_rate is not None and w.ttft_ms is not None:
+        lo, hi = 1, _MAX_WORKERS  # the mean wait falls as workers are added: the least n
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if floor_s + md1_wait_s(w.request_rate / mid, rate) <= limit_s:
+                hi = mid
+            else:
+                lo = mid + 1
+        need = lo
     return PrefillBound(ps.gpus, fits, rate, floor_s, need)
 
 
@@ -162,7 +164,8 @@ def decode_bound(
     cap = max(1.0, min(float(max_batch), math.floor(budget.max_sequences))) if budget.fits else 1.0
     b = min(cap, slo_batch)
     rate = b / _round_s(c, ds, b, w.isl, w.osl, False) / w.osl if b > 0 else 0.0
-    closed = 0.0
-    if w.concurrency is not None:  # n_d B <= C with B >= 1: at most C / tau(1) tokens/s
-        closed = w.concurrency / _round_s(c, ds, 1.0, w.isl, w.osl, False) / w.osl
-    return DecodeBound(ds.gpus, budget.fits, cap, rate, closed)
+    closed = per_worker = 0.0
+    if w.concurrency is not None:  # n_d B <= max(C, n_d) <= C + n_d sequences, each >= tau(1)
+        per_worker = 1.0 / _round_s(c, ds, 1.0, w.isl, w.osl, False) / w.osl
+        closed = w.concurrency * per_worker
+    return DecodeBound(ds.gpus, budget.fits, cap, rate, closed, per_worker)

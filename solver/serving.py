@@ -2,7 +2,8 @@
 
 Objectives (``ServingOptions.objective``):
 - ``goodput_per_gpu`` (default): maximise requests/s meeting the SLO per GPU (the DistServe
-  "per-GPU goodput", shared/docs/serving.md Sec. 1.1), among plans that fit memory;
+  "per-GPU goodput", shared/docs/serving.md Sec. 1.1), among plans that fit memory and serve
+  some requests within the SLO;
 - ``min_gpus``: the fewest GPUs whose plan meets the SLO at ``workload.request_rate`` and serves
   it (output tokens/s >= rate x osl); ties: the higher goodput per GPU;
 - ``min_ttft``: the lowest TTFT at the SLO percentile with TPOT within the SLO (and the rate
@@ -114,12 +115,12 @@ def serves_rate(pred: ServingPrediction, workload: Workload) -> bool:
 
 def objective_value(pred: ServingPrediction, workload: Workload, objective: ServingObjective) -> float | None:
     """The objective of a prediction in its unit, or None when the plan does not qualify (does
-    not fit; for min_gpus and min_ttft: misses the SLO or the rate; min_ttft's TTFT is not capped
-    by its own SLO)."""
+    not fit; goodput_per_gpu: no request meets the SLO; min_gpus: misses the SLO or the rate;
+    min_ttft: misses the TPOT SLO or the rate, its TTFT not capped by its own SLO)."""
     if not pred.fits or pred.gpus <= 0:
         return None
-    if objective == "goodput_per_gpu":
-        return pred.goodput_requests_per_s / pred.gpus
+    if objective == "goodput_per_gpu":  # a plan with no request within the SLO does not qualify
+        return pred.goodput_requests_per_s / pred.gpus if pred.goodput_requests_per_s > 0 else None
     if objective == "min_gpus":
         return float(pred.gpus) if meets_slo(pred, workload) and serves_rate(pred, workload) else None
     tpot_only = Workload(**{**_fields(workload), "ttft_ms": None})
@@ -178,22 +179,13 @@ def _aggregated_rows(
 
 
 def _lex_units(keys: Sequence[tuple[int, ...]]) -> list[int]:
-    """Lexicographic integer keys folded into one integer each, order kept: each component
-    shifted to start at 0 and weighted by the span of the ones after it (below 2**62)."""
-    if not keys:
-        return []
-    width = len(keys[0])
-    lows = [min(k[i] for k in keys) for i in range(width)]
-    spans = [max(k[i] for k in keys) - lows[i] + 1 for i in range(width)]
-    out = []
-    for k in keys:
-        v = 0
-        for i in range(width):
-            v = v * spans[i] + (k[i] - lows[i])
-        out.append(v)
-    if max(out) >= 2**62:
-        raise OverflowError("serving objective does not fit CP-SAT's 64-bit integers")
-    return out
+    """Lexicographic integer keys as one integer each, order kept: each key's rank among them
+    (0 for the least; keys are distinct, the last component being the row index)."""
+    order = sorted(range(len(keys)), key=lambda i: keys[i])
+    rank = [0] * len(keys)
+    for r, i in enumerate(order):
+        rank[i] = r
+    return rank
 
 
 def _select(units: list[int], time_limit_s: float, workers: int, seed: int) -> tuple[int, str, int]:
@@ -224,7 +216,7 @@ def _pick(
     rows in objective order after it."""
     keys = [objective_units(v, p, objective) for _, p, v in candidates]
     units = _lex_units([(*k, i) for i, k in enumerate(keys)])
-    best, status, _bound = _select(units, time_limit_s, workers, seed)
+    best, status, _bound = _select(units, max(time_limit_s, 1.0), workers, seed)
     order = sorted(range(len(candidates)), key=lambda i: units[i])
     return [best] + [i for i in order if i != best], status
 
@@ -260,8 +252,11 @@ def solve_serving(
             order, st = _pick(rows, objective, deadline - time.perf_counter(), workers, seed)
             status = st if st != "OPTIMAL" else status
             candidates += [rows[i] for i in order]
-    if "disaggregated" in modes:
-        d = search_disaggregated(spec, cluster, workload, engine, fixed, options, deadline, seed, top)
+    if "disaggregated" in modes:  # the aggregated optimum is the incumbent to beat
+        incumbent = candidates[0][2] if candidates else None
+        d = search_disaggregated(
+            spec, cluster, workload, engine, fixed, options, deadline, seed, top, incumbent
+        )
         count += d.num_candidates
         status = d.status if d.status != "OPTIMAL" else status
         if d.status != "OPTIMAL":

@@ -6,22 +6,23 @@ Tables (cost/serving_pools.py, the same physics as cost/serving.py): per prefill
 GPUs g_i, its capacity r_i (prompts/s per worker) and the least workers m_i whose mean TTFT can
 meet the SLO at the offered rate; per decode layout and max_batch j its GPUs g_j and its rate
 r_j (requests/s per worker at its largest batch within the KV cache, max_batch and the TPOT
-SLO) and, closed loop, c_j: the concurrency C over osl x one sequence's round, the most any
-number of such workers completes (n_d B <= C). Rates enter as integers of one unit
+SLO) and, closed loop, c_j: one sequence over osl x its round, so that (C + n_d) c_j bounds
+what n_d such workers complete (n_d B <= C + n_d). Rates enter as integers of one unit
 (``RATE_LEVELS``), rounded up (the bounds stay bounds).
 
 CP-SAT model: Booleans x_i, z_j (exactly one of each), workers n_i in [m_i x_i, N x_i] and
 n_j in [z_j, N z_j], GPUs G = sum g_i n_i + sum g_j n_j <= N (= plan.num_devices when fixed),
-T <= sum r_i n_i, T <= sum r_j n_j, T <= the offered rate (open loop) or T <= sum c_j z_j
-(closed loop). goodput_per_gpu: maximise y with y G <= T (G one of 1..N, a Boolean each, and
-k y <= T enforced under G = k: linear); min_gpus: minimise G with T >= the offered rate;
-min_ttft: minimise the chosen prefill layout's TTFT floor with T >= the rate.
+T <= sum r_i n_i, T <= sum r_j n_j, T <= the offered rate (open loop) or
+T <= sum (C c_j z_j + c_j n_j) (closed loop). goodput_per_gpu: maximise y with y G <= T (G one
+of 1..N, a Boolean each, and k y <= T enforced under G = k: linear); min_gpus: minimise G with
+T >= the offered rate; min_ttft: minimise the chosen prefill layout's TTFT floor with T >= the rate.
 That objective bounds the true one of every assignment (cost/serving_pools.py says why), so the
 search is branch and bound with CP-SAT as the bounding step: solve, score the assignment's whole
 plan with ``evaluate_serving``, keep the best, forbid that assignment (a no-good) and ask for a
 strictly better bound, until CP-SAT proves none is left (OPTIMAL: the incumbent is the optimum of
 the whole space, as enumerating every plan would find; tests/solver/test_oracle_serving.py) or
-the time runs out (FEASIBLE, with the last bound). One CP-SAT worker inside the loop, so the
+the time runs out (FEASIBLE, with the last bound). The aggregated optimum, when aggregated plans
+are searched too, is the first incumbent. One CP-SAT worker inside the loop, so the
 order of the assignments, and the plan among ties, does not depend on the worker count.
 """
 
@@ -59,7 +60,8 @@ class _Decode:
     gpus: int
     rate_rps: float
     max_workers: int
-    closed_rps: float  # closed loop: C / (osl tau(1)), the most the pool completes (else 0)
+    closed_rps: float  # closed loop: C / (osl tau(1)) + n_d / (osl tau(1)) bounds the pool
+    closed_per_worker_rps: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,9 +105,11 @@ def _tables(
     mnt = fixed.max_num_tokens or defaults.max_num_tokens
     pf, df = fixed.prefill or WorkerFixed(), fixed.decode or WorkerFixed()
     prefills, decodes, count = [], [], 0
+    # min_ttft minimises TTFT rather than holding it to its SLO: no TTFT cut on the prefill pool
+    bounded = replace(workload, ttft_ms=None) if options.objective == "min_ttft" else workload
     for w in worker_layouts(spec, cluster, pf, options):
         count += 1
-        b = prefill_bound(spec, cluster, w, mnt, workload, engine)
+        b = prefill_bound(spec, cluster, w, mnt, bounded, engine)
         top = n // b.gpus if pf.workers is None else pf.workers
         low = max(b.min_workers, pf.workers or 1)
         if b.fits and low <= top:
@@ -119,8 +123,11 @@ def _tables(
             b = decode_bound(spec, cluster, w, mb, workload, engine, slo_batch)
             top = n // b.gpus if df.workers is None else df.workers
             if b.fits and top >= 1:
-                closed = b.closed_loop_rps if workload.concurrency is not None else 0.0
-                decodes.append(_Decode(w, mb, b.gpus, b.rate_per_worker_rps, top, closed))
+                decodes.append(
+                    _Decode(
+                        w, mb, b.gpus, b.rate_per_worker_rps, top, b.closed_loop_rps, b.closed_per_worker_rps
+                    )
+                )
     return prefills, decodes, count
 
 
@@ -146,6 +153,7 @@ class _Model:
         pr = [_up(p.rate_rps, self.unit) for p in prefills]
         dr = [_up(d.rate_rps, self.unit) for d in decodes]
         dc = [_up(d.closed_rps, self.unit) for d in decodes]
+        dw = [_up(d.closed_per_worker_rps, self.unit) for d in decodes]
         self.x = [m.new_bool_var(f"x{i}") for i in range(len(prefills))]
         self.z = [m.new_bool_var(f"z{j}") for j in range(len(decodes))]
         m.add_exactly_one(self.x)
@@ -179,8 +187,12 @@ class _Model:
         if workload.request_rate is not None:
             self.rate_units = min(_up(workload.request_rate, self.unit), top_rate)
             m.add(self.t <= self.rate_units)
-        if workload.concurrency is not None:  # closed loop: n_d B <= C sequences decode at once
-            m.add(self.t <= sum(min(c, top_rate) * b for c, b in zip(dc, self.z, strict=True)))
+        if workload.concurrency is not None:  # closed loop: n_d B <= C + n_d sequences at once
+            m.add(
+                self.t
+                <= sum(min(c, top_rate) * b for c, b in zip(dc, self.z, strict=True))
+                + sum(min(c, top_rate) * v for c, v in zip(dw, self.nd, strict=True))
+            )
         # y G <= T, linear: G takes one of the values 1..N (a Boolean each), y k <= T under G = k
         self.y = m.new_int_var(0, top_rate, "per_gpu")
         size = [m.new_bool_var(f"g{k}") for k in range(n + 1)]
@@ -235,8 +247,11 @@ def search_disaggregated(
     deadline: float,
     seed: int = 0,
     top: int = 2,
+    incumbent: float | None = None,
 ) -> DisaggSearch:
-    """Branch and bound over the disaggregated plans (module docstring)."""
+    """Branch and bound over the disaggregated plans (module docstring); ``incumbent``: an
+    objective value already found (the aggregated optimum), which a plan must beat strictly to
+    be returned (plan None, status OPTIMAL: proven that none does)."""
     from paraplan.solver.serving import objective_value, score
 
     prefills, decodes, count = _tables(spec, cluster, workload, engine, fixed, options)
@@ -251,6 +266,8 @@ def search_disaggregated(
         mdl.m.maximize(mdl.y)
     else:
         mdl.m.minimize(bound_var)
+    if incumbent is not None:
+        _tighten(mdl, objective, bound_var, incumbent)
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = 1
     solver.parameters.random_seed = seed
