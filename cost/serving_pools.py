@@ -40,7 +40,14 @@ from paraplan.graph import ModelSpec
 from paraplan.hardware import Cluster
 from paraplan.hardware.serving import engine_memory, serving_fit
 
-__all__ = ["PrefillBound", "DecodeBound", "prefill_bound", "decode_slo_batch", "decode_bound"]
+__all__ = [
+    "PrefillBound",
+    "DecodeBound",
+    "prefill_bound",
+    "decode_slo_batch",
+    "decode_bound",
+    "decode_rate_at",
+]
 
 _MAX_WORKERS = 1 << 20
 
@@ -169,3 +176,15 @@ def decode_bound(
         per_worker = 1.0 / _round_s(c, ds, 1.0, w.isl, w.osl, False) / w.osl
         closed = w.concurrency * per_worker
     return DecodeBound(ds.gpus, budget.fits, cap, rate, closed, per_worker)
+
+
+def decode_rate_at(
+    spec: ModelSpec, cluster: Cluster, worker: WorkerPlan, workload: Workload, batch: float
+) -> float:
+    """Requests/s one decode worker completes at ``batch`` sequences: B / (osl tau(B)). Closed
+    loop, n_d workers run B <= min(cap, max(1, concurrency / n_d)) each (cost/serving.py's fixed
+    point takes the requests in prefill off the concurrency), so n_d x this rate at that batch
+    (and at most the TPOT SLO's) bounds the pool."""
+    c = _ctx(spec, cluster, workload)
+    ds = _shape(worker.tp, worker.pp, worker.ep, worker.dp_attention)
+    return batch / _round_s(c, ds, batch, workload.isl, workload.osl, False) / workload.osl

@@ -6,8 +6,10 @@ Tables (cost/serving_pools.py, the same physics as cost/serving.py): per prefill
 GPUs g_i, its capacity r_i (prompts/s per worker) and the least workers m_i whose mean TTFT can
 meet the SLO at the offered rate; per decode layout and max_batch j its GPUs g_j and its rate
 r_j (requests/s per worker at its largest batch within the KV cache, max_batch and the TPOT
-SLO) and, closed loop, c_j: one sequence over osl x its round, so that (C + n_d) c_j bounds
-what n_d such workers complete (n_d B <= C + n_d). Rates enter as integers of one unit
+SLO); closed loop one decode row per worker count n as well, its rate at the batch
+min(cap, SLO batch, max(1, C / n)) each of n workers holds at most, and c_j: one sequence over
+osl x its round, so that (C + n_d) c_j bounds what n_d such workers complete. Rates enter as
+integers of one unit
 (``RATE_LEVELS``), rounded up (the bounds stay bounds).
 
 CP-SAT model: Booleans x_i, z_j (exactly one of each), workers n_i in [m_i x_i, N x_i] and
@@ -34,7 +36,7 @@ from dataclasses import dataclass, replace
 
 from ortools.sat.python import cp_model
 from paraplan.cost.serving import Engine, ServingPlan, ServingPrediction, WorkerPlan, Workload
-from paraplan.cost.serving_pools import decode_bound, decode_slo_batch, prefill_bound
+from paraplan.cost.serving_pools import decode_bound, decode_rate_at, decode_slo_batch, prefill_bound
 from paraplan.graph import ModelSpec
 from paraplan.hardware import Cluster
 from paraplan.solver.scale import SERVING_RESOLUTION, serving_units
@@ -62,6 +64,7 @@ class _Decode:
     max_workers: int
     closed_rps: float  # closed loop: C / (osl tau(1)) + n_d / (osl tau(1)) bounds the pool
     closed_per_worker_rps: float
+    workers: int | None = None  # closed loop: the row's own number of workers
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,17 +119,26 @@ def _tables(
             floor = math.floor(b.ttft_floor_s * 1e3 / SERVING_RESOLUTION["ms"])
             prefills.append(_Prefill(w, b.gpus, b.rate_per_worker_rps, low, top, floor))
     batches = [fixed.max_batch] if fixed.max_batch is not None else list(options.max_batches)
+    conc = workload.concurrency
     for w in worker_layouts(spec, cluster, df, options):
         slo_batch = decode_slo_batch(spec, cluster, w, workload, float(max(batches)))
+        rate_at: dict[float, float] = {}
         for mb in batches:
             count += 1
             b = decode_bound(spec, cluster, w, mb, workload, engine, slo_batch)
             top = n // b.gpus if df.workers is None else df.workers
-            if b.fits and top >= 1:
+            if not b.fits or top < 1:
+                continue
+            if conc is None:
+                decodes.append(_Decode(w, mb, b.gpus, b.rate_per_worker_rps, top, 0.0, 0.0))
+                continue
+            # closed loop: one row per worker count, each worker's batch at most max(1, C / n_d)
+            for nd in [df.workers] if df.workers is not None else list(range(1, top + 1)):
+                batch = min(b.cap_batch, slo_batch, max(1.0, conc / nd))
+                if batch not in rate_at:
+                    rate_at[batch] = decode_rate_at(spec, cluster, w, workload, batch) if batch > 0 else 0.0
                 decodes.append(
-                    _Decode(
-                        w, mb, b.gpus, b.rate_per_worker_rps, top, b.closed_loop_rps, b.closed_per_worker_rps
-                    )
+                    _Decode(w, mb, b.gpus, rate_at[batch], nd, b.closed_loop_rps, b.closed_per_worker_rps, nd)
                 )
     return prefills, decodes, count
 
@@ -167,7 +179,7 @@ class _Model:
         self.nd = []
         for j, d in enumerate(decodes):
             v = m.new_int_var(0, d.max_workers, f"nd{j}")
-            m.add(v >= self.z[j])
+            m.add(v >= (d.workers or 1) * self.z[j])
             m.add(v <= d.max_workers * self.z[j])
             self.nd.append(v)
         self.gpus = m.new_int_var(1, n, "gpus")
@@ -271,6 +283,7 @@ def search_disaggregated(
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = 1
     solver.parameters.random_seed = seed
+    solver.parameters.linearization_level = 2  # the full LP relaxation of the rate rows: fewer nodes
     found: list[tuple[ServingPlan, ServingPrediction, float]] = []
     best: tuple[ServingPlan, ServingPrediction, float] | None = None
     status, bound, rounds = "OPTIMAL", float("nan"), 0
