@@ -35,7 +35,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ortools.sat.python import cp_model
 from paraplan.cost.serving import Engine, ServingPlan, ServingPrediction, Workload, evaluate_serving
@@ -123,14 +123,10 @@ def objective_value(pred: ServingPrediction, workload: Workload, objective: Serv
         return pred.goodput_requests_per_s / pred.gpus if pred.goodput_requests_per_s > 0 else None
     if objective == "min_gpus":
         return float(pred.gpus) if meets_slo(pred, workload) and serves_rate(pred, workload) else None
-    tpot_only = Workload(**{**_fields(workload), "ttft_ms": None})
+    tpot_only = replace(workload, ttft_ms=None)
     if not (meets_slo(pred, tpot_only) and serves_rate(pred, workload)):
         return None
     return _at(pred, workload.percentile, "ttft_ms")
-
-
-def _fields(w: Workload) -> dict[str, object]:
-    return {k: getattr(w, k) for k in w.__dataclass_fields__}
 
 
 def objective_units(value: float, pred: ServingPrediction, objective: ServingObjective) -> tuple[int, ...]:

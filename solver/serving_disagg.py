@@ -125,20 +125,20 @@ def _tables(
         rate_at: dict[float, float] = {}
         for mb in batches:
             count += 1
-            b = decode_bound(spec, cluster, w, mb, workload, engine, slo_batch)
-            top = n // b.gpus if df.workers is None else df.workers
-            if not b.fits or top < 1:
+            d = decode_bound(spec, cluster, w, mb, workload, engine, slo_batch)
+            top = n // d.gpus if df.workers is None else df.workers
+            if not d.fits or top < 1:
                 continue
             if conc is None:
-                decodes.append(_Decode(w, mb, b.gpus, b.rate_per_worker_rps, top, 0.0, 0.0))
+                decodes.append(_Decode(w, mb, d.gpus, d.rate_per_worker_rps, top, 0.0, 0.0))
                 continue
             # closed loop: one row per worker count, each worker's batch at most max(1, C / n_d)
             for nd in [df.workers] if df.workers is not None else list(range(1, top + 1)):
-                batch = min(b.cap_batch, slo_batch, max(1.0, conc / nd))
+                batch = min(d.cap_batch, slo_batch, max(1.0, conc / nd))
                 if batch not in rate_at:
                     rate_at[batch] = decode_rate_at(spec, cluster, w, workload, batch) if batch > 0 else 0.0
                 decodes.append(
-                    _Decode(w, mb, b.gpus, rate_at[batch], nd, b.closed_loop_rps, b.closed_per_worker_rps, nd)
+                    _Decode(w, mb, d.gpus, rate_at[batch], nd, d.closed_loop_rps, d.closed_per_worker_rps, nd)
                 )
     return prefills, decodes, count
 

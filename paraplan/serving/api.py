@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from os import PathLike
 from typing import Any
 
 from paraplan.cost.serving import ServingPlan, ServingPrediction, check_serving_plan, evaluate_serving
 from paraplan.errors import ConfigError, InfeasibleError, SolveTimeout
+from paraplan.hardware import Cluster
 from paraplan.result import paraplan_version
 from paraplan.serving.explain import explain_serving, serving_summary
 from paraplan.serving.instance import (
@@ -53,6 +55,12 @@ def _check_num_devices(inst: ServingInstance, plan: ServingPlan) -> None:
         raise ConfigError(f"the plan uses {gpus} GPUs ({where}) but the cluster has {n}")
 
 
+def _unbounded(cluster: Cluster) -> Cluster:
+    """The cluster with room for any plan: check_serving_plan's degree rules without its GPU
+    count (which _check_num_devices words with the knobs that set it)."""
+    return replace(cluster, num_nodes=max(cluster.num_nodes, 1 << 20))
+
+
 def serving_result(
     inst: ServingInstance,
     plan: ServingPlan,
@@ -74,9 +82,12 @@ def evaluate_serving_scenario(scenario: Source | ServingResult) -> ServingResult
     """TTFT, TPOT, throughput, goodput and memory of the scenario's fixed serving plan."""
     inst = _instance(scenario)
     plan = fixed_serving_plan(inst)
+    try:
+        check_serving_plan(inst.spec, _unbounded(inst.cluster), plan)  # the rules, then the size
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
     _check_num_devices(inst, plan)
     try:
-        check_serving_plan(inst.spec, inst.cluster, plan)
         pred = evaluate_serving(inst.spec, inst.cluster, plan, inst.workload, inst.engine)
     except ValueError as e:
         raise ConfigError(str(e)) from None

@@ -95,21 +95,26 @@ def _mode(p: ServingPlanSection) -> str | None:
     return None
 
 
-def _worker(section: WorkerSection | None, name: str) -> WorkerPlan:
-    missing = [k for k in ("tp", "workers") if section is None or getattr(section, k) is None]
-    if missing:
-        raise ConfigError(
-            "evaluate needs a fixed layout; missing plan."
-            + ", plan.".join(f"{name}.{k}" for k in missing)
-            + " (or run `paraplan plan` to let the solver choose them)"
-        )
-    assert section is not None and section.tp is not None and section.workers is not None
+def _missing_worker(section: WorkerSection | None, name: str) -> list[str]:
+    return [f"{name}.{k}" for k in ("tp", "workers") if section is None or getattr(section, k) is None]
+
+
+def _worker(section: WorkerSection) -> WorkerPlan:
+    assert section.tp is not None and section.workers is not None
     return WorkerPlan(
         tp=section.tp,
         pp=section.pp or 1,
         ep=section.ep or 1,
         dp_attention=bool(section.dp_attention),
         workers=section.workers,
+    )
+
+
+def _need(missing: list[str]) -> ConfigError:
+    return ConfigError(
+        "evaluate needs a fixed layout; missing plan."
+        + ", plan.".join(missing)
+        + " (or run `paraplan plan` to let the solver choose them)"
     )
 
 
@@ -125,20 +130,24 @@ def fixed_serving_plan(inst: ServingInstance) -> ServingPlan:
         "max_num_tokens": p.max_num_tokens or defaults.max_num_tokens,
         "chunked_prefill": defaults.chunked_prefill if p.chunked_prefill is None else p.chunked_prefill,
     }
+    if mode is None:
+        raise _need(
+            [
+                "mode (aggregated: with plan.tp and plan.replicas; "
+                "disaggregated: with plan.prefill and plan.decode)"
+            ]
+        )
     if mode == "disaggregated":
+        missing = _missing_worker(p.prefill, "prefill") + _missing_worker(p.decode, "decode")
+        if missing:
+            raise _need(missing)
+        assert p.prefill is not None and p.decode is not None
         return ServingPlan(
-            mode="disaggregated",
-            prefill=_worker(p.prefill, "prefill"),
-            decode=_worker(p.decode, "decode"),
-            **common,
+            mode="disaggregated", prefill=_worker(p.prefill), decode=_worker(p.decode), **common
         )
     missing = [k for k in ("tp", "replicas") if getattr(p, k) is None]
-    if mode is None or missing:
-        raise ConfigError(
-            "evaluate needs a fixed layout; missing plan."
-            + ", plan.".join(["mode"] if mode is None and not missing else missing or ["tp", "replicas"])
-            + " (or run `paraplan plan` to let the solver choose them)"
-        )
+    if missing:
+        raise _need(missing)
     assert p.tp is not None and p.replicas is not None
     return ServingPlan(
         mode="aggregated",

@@ -4,6 +4,7 @@ ConfigError naming the field and the rule, as for training."""
 from __future__ import annotations
 
 import pytest
+
 from paraplan.errors import ConfigError
 from paraplan.schema import load_scenario
 from paraplan.serving.schema import ServingScenario, is_serving_document, validate_serving
@@ -58,7 +59,10 @@ def test_lengths_take_a_mean_and_a_p90() -> None:
         ({"plan": {"tp": 0}}, ["plan.tp"]),
         ({"plan": {"decode": {"workers": 0}}}, ["plan.decode.workers"]),
         ({"plan": {"dp": 2}}, ["plan.dp", "unknown key"]),
-        ({"cluster": {"preset": None, "gpus": None, "pools": [{"preset": "dgx-h100", "nodes": 1}]}}, ["pools"]),
+        (
+            {"cluster": {"preset": None, "gpus": None, "pools": [{"preset": "dgx-h100", "nodes": 1}]}},
+            ["pools"],
+        ),
     ],
 )
 def test_bad_serving_input_names_the_field(change: dict, words: list[str]) -> None:
