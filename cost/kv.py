@@ -23,6 +23,7 @@ tensor).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 from math import ceil
 
 from paraplan.graph import LayerGraph, LayerKind
@@ -103,44 +104,25 @@ def kv_bytes_per_element(precision: str) -> float:
     return KV_BYTES[precision]
 
 
+def _is_mtp(layer: Layer) -> bool:
+    """A multi-token-prediction module's layer (graph/layers.py names them ``mtp_*``)."""
+    return layer.name.startswith("mtp")
+
+
 def _is_dense_part(layer: Layer) -> bool:
     """Attention and dense-MLP layers: replicated on every rank under attention DP."""
     return layer.kind in (LayerKind.ATTENTION, LayerKind.MLP)
 
 
-_MEMO: dict[tuple[object, ...], tuple[LayerGraph, float]] = {}
-"""weights_bytes_per_gpu and kv_bytes_per_sequence by (graph identity, arguments): pure sums
-over the layers, asked again for every candidate plan of a search (servfront's memo)."""
-
-
-def _memo(graph: LayerGraph, key: tuple[object, ...]) -> float | None:
-    hit = _MEMO.get((id(graph), *key))
-    return hit[1] if hit is not None and hit[0] is graph else None
-
-
-def _remember(graph: LayerGraph, key: tuple[object, ...], value: float) -> float:
-    if len(_MEMO) > 100_000:
-        _MEMO.clear()
-    _MEMO[(id(graph), *key)] = (graph, value)
-    return value
-
-
+@cache
 def weights_bytes_per_gpu(graph: LayerGraph, shape: WorkerShape, bytes_per_param: float) -> float:
     """Weight bytes one GPU holds (module docstring). Norms and the embedding table stay in
     bf16 (quantised checkpoints keep them: ModelOpt FP8/NVFP4 exclude embeddings, norms, the LM
     head and the router). Units: bytes."""
-    key = ("weights", shape, bytes_per_param)
-    known = _memo(graph, key)
-    if known is not None:
-        return known
-    return _remember(graph, key, _weights_bytes_per_gpu(graph, shape, bytes_per_param))
-
-
-def _weights_bytes_per_gpu(graph: LayerGraph, shape: WorkerShape, bytes_per_param: float) -> float:
     total = 0.0
     for ly in graph.layers():
-        if ly.kind in (LayerKind.VISION, LayerKind.PROJECTOR):
-            continue  # the vision encoder is not served by these rows (text-only serving)
+        if ly.kind in (LayerKind.VISION, LayerKind.PROJECTOR) or _is_mtp(ly):
+            continue  # text-only serving; MTP draft modules load only with speculative decoding
         gemm_params = sum(g.params for g in ly.gemms)
         other = ly.params - gemm_params - ly.expert_params  # norms, embedding tables
         quant = ly.kind not in (LayerKind.EMBEDDING, LayerKind.LM_HEAD)
@@ -163,20 +145,15 @@ def kv_layer_bytes_per_token(graph: LayerGraph, layer: Layer, shape: WorkerShape
     return 2.0 * heads * spec.head_dim * kv_bytes
 
 
+@cache
 def kv_bytes_per_sequence(graph: LayerGraph, shape: WorkerShape, kv_bytes: float, tokens: float) -> float:
     """KV-cache bytes one sequence of ``tokens`` tokens holds on one GPU of the stage that holds
     it (every attention layer of the model / pp; windowed layers hold min(tokens, window); Mamba
     layers their state). Units: bytes."""
-    key = ("kv", shape, kv_bytes, tokens)
-    known = _memo(graph, key)
-    if known is not None:
-        return known
-    return _remember(graph, key, _kv_bytes_per_sequence(graph, shape, kv_bytes, tokens))
-
-
-def _kv_bytes_per_sequence(graph: LayerGraph, shape: WorkerShape, kv_bytes: float, tokens: float) -> float:
     total = 0.0
     for ly in graph.layers():
+        if _is_mtp(ly):
+            continue
         if ly.kind is LayerKind.ATTENTION:
             extent = ly.window or ly.chunk
             held = min(tokens, extent) if extent else tokens

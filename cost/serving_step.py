@@ -8,13 +8,15 @@ Agrawal et al., Sarathi-Serve, OSDI'24, Sec. 4; Yu et al., Orca, OSDI'22):
   (k n w_B + m k a_B + m n a_B) / (HBM * eff_hbm)) + a kernel overhead; m = the step's tokens on
   the rank (decode: memory-bound weight reads; prefill: compute-bound), w_B the stored weight bytes
   (fp8 / nvfp4 checkpoints read fewer bytes and run the low-precision tensor-core rate where the
-  part has it, weight-only otherwise), eff_p and eff_hbm the generation's fitted efficiencies
+  part has it, weight-only otherwise), eff_p the generation's MAMF prior of that precision times
+  ``gemm_fraction`` (``serving_efficiency``), eff_hbm its fitted HBM fraction
   (hardware/data/efficiency.yaml). Captured CUDA graphs replace the launch part of the overhead
   with ``graph_kernel_overhead`` (hardware/data/serving.yaml).
 - Routed experts: the step's T top_k copies spread over ep groups (the busiest one carries
-  ``moe_decode_imbalance`` times the mean); a group touches E_g (1 - (1 - k/E)^T) of its E_g
-  experts (expected distinct experts hit, uniform routing) and reads only those weights; one
-  grouped-GEMM kernel per projection.
+  ``moe_decode_imbalance`` times the mean), c copies over its E_g experts touch E_g (1 - (1 -
+  1/E_g)^c) of them (expected distinct experts hit, uniform routing) and read only their weights; one
+  grouped-GEMM kernel per projection, its compute at ``moe_gemm_efficiency`` of the dense rate
+  (the weight stream at small m stays at the HBM roofline).
 - Attention core: decode reads each sequence's KV (cost/kv.py bytes per token) at HBM speed, or
   its FLOPs at the fused-attention rate, whichever is longer (FlashDecoding / FlashInfer decode
   kernels are memory-bound at these shapes); MLA decode runs weight-absorbed (DeepSeek-V2 Sec.
@@ -25,27 +27,36 @@ Agrawal et al., Sarathi-Serve, OSDI'24, Sec. 4; Yu et al., Orca, OSDI'22):
   AllReduceStrategy.ONESHOT: every rank reads its p - 1 peers' buffers; latency-bound for decode
   messages, 2 alpha + (p - 1) n / B), the two-shot kernel for larger ones (reduce-scatter then
   all-gather through peer memory, 4 alpha + 2 (p - 1) / p n / B), or the ring of cost/comm.py
-  ``allreduce_s``, whichever is fastest; the ring alone once the group leaves the domain.
+  ``allreduce_s`` under NCCL's Simple or LL protocol (LL: low per-step latency, half the
+  bandwidth; what NCCL picks for small messages), whichever is fastest; the rings alone once
+  the group leaves the domain.
 - Attention DP + EP (DeepSeek-style): each rank's tokens go to their experts' ranks and back,
-  two all-to-alls per MoE layer (cost/comm.py ``alltoall_s``); an EP group that is part of a TP
+  two all-to-alls per MoE layer (``ep_alltoall_s``: DeepEP-style kernels that reach every peer
+  at once, the per-tier bandwidth of cost/comm.py ``alltoall_s``); an EP group that is part of a TP
   group without attention DP all-reduces instead (TensorRT-LLM TP+EP MoE).
 - Pipeline stages: a stage runs 1/pp of the layers and sends the activations to the next stage
   (cost/comm.py ``p2p_s``).
-- Host time per step: ``step_overhead`` plus ``per_sequence`` times the running sequences
-  (hardware/data/serving.yaml, BLIS's per-step and per-request terms).
+- Host time per step: ``step_overhead`` (the per-step sync and sampling launch) plus what the
+  scheduler's ``per_sequence`` work on the running sequences of one scheduler (an attention-DP
+  rank runs its own) takes beyond the GPU step: the engines prepare step i + 1 while step i runs
+  (SGLang's overlap scheduler, TensorRT-LLM's overlap scheduler of the PyTorch backend, vLLM's
+  async scheduling), so the host shows only when it is the longer (hardware/data/serving.yaml;
+  BLIS's per-step and per-request terms). A C++ scheduler (TensorRT-LLM's TensorRT-engine runtime
+  before 1.0) has its own per-sequence time (``cpp_runtime``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import cache
 
-from paraplan.cost.comm import SubAxis, allreduce_s, alltoall_s, p2p_s, span_of
+from paraplan.cost.comm import SubAxis, allreduce_s, p2p_s, span_of
 from paraplan.cost.compute import AttentionShape, attended_keys, attention_s
 from paraplan.cost.kv import WorkerShape, kv_layer_bytes_per_token
 from paraplan.graph import LayerGraph, LayerKind
 from paraplan.graph.layer import Gemm, Layer
 from paraplan.hardware import Accelerator, Cluster, Efficiency
-from paraplan.hardware.serving import ServingFit
+from paraplan.hardware.serving import ServingFit, gemm_priors
 
 __all__ = ["StepInput", "StepTime", "step_time", "compute_precision", "ACT_BYTES", "oneshot_allreduce_s"]
 
@@ -100,14 +111,33 @@ class StepTime:
     def total_s(self) -> float:
         return self.gemm_s + self.attention_s + self.comm_s + self.other_s + self.host_s
 
+    def parts(self) -> dict[str, float]:
+        """The parts by name (the prediction's ``breakdown``). Units: seconds."""
+        return {
+            "gemm_s": self.gemm_s,
+            "attention_s": self.attention_s,
+            "comm_s": self.comm_s,
+            "other_s": self.other_s,
+            "host_s": self.host_s,
+        }
+
 
 def _gemm_s(
-    m: float, n: float, k: float, w_bytes: float, prec: str, accel: Accelerator, eff: Efficiency
+    m: float,
+    n: float,
+    k: float,
+    w_bytes: float,
+    prec: str,
+    accel: Accelerator,
+    eff: Efficiency,
+    compute_fraction: float = 1.0,
 ) -> float:
-    """Roofline of one GEMM without the overhead: max(2mnk / (peak eff), bytes / (HBM eff_hbm))."""
+    """Roofline of one GEMM without the overhead: max(2mnk / (peak eff f), bytes / (HBM
+    eff_hbm)), f the ``compute_fraction`` of the dense rate the kernel reaches (1 for dense
+    GEMMs, moe_gemm_efficiency for grouped expert GEMMs)."""
     if m <= 0.0:
         return 0.0
-    compute = 2.0 * m * n * k / (accel.peak_for(prec) * eff.gemm(prec))
+    compute = 2.0 * m * n * k / (accel.peak_for(prec) * eff.gemm(prec) * compute_fraction)
     moved = k * n * w_bytes + (m * k + m * n) * ACT_BYTES
     return max(compute, moved / (accel.hbm_bytes_per_s * eff.hbm))
 
@@ -136,13 +166,45 @@ def _dense_gemms_s(
     return total
 
 
+# NCCL's low-latency (LL) protocol, which it picks for decode-sized messages: base latency 6.6 us
+# per ring collective and per-step hardware latency by link kind, at half the link bandwidth
+# (hardware.json nccl_cost_model: base_latency_us_master Ring LL 6.6; per_step_hw_latency_us_master
+# Ring LL NVLink 0.6, PCIe 1.0, Network 2.7; protocols.LL "caps at ~50% of link bw"; S3).
+LL_BASE_S = 6.6e-6
+LL_STEP_S = {"nvlink": 0.6e-6, "pcie": 1.0e-6}
+LL_STEP_NETWORK_S = 2.7e-6
+LL_BANDWIDTH_FRACTION = 0.5
+
+
+def _ll_step_s(tier_name: str) -> float:
+    return LL_STEP_S.get(tier_name, LL_STEP_NETWORK_S)
+
+
+def ll_ring_allreduce_s(cluster: Cluster, group: int, n_bytes: float) -> float:
+    """NCCL ring all-reduce under the LL protocol over ``group`` consecutive ranks, the
+    hierarchical form of cost/comm.py with LL's latencies and half bandwidth: base + sum over
+    tiers 2 (f - 1) (step + n / (f M B_LL)). Units: seconds."""
+    span = span_of(cluster, [SubAxis(1, group)])
+    total, inner = LL_BASE_S, 1
+    for tier, f in zip(span.tiers, span.fan_in, strict=True):
+        if f > 1:
+            bw = tier.effective_bytes_per_s * LL_BANDWIDTH_FRACTION
+            total += 2 * (f - 1) * _ll_step_s(tier.name) + 2.0 * n_bytes * (f - 1) / (f * inner) / bw
+        inner *= f
+    return total
+
+
 def oneshot_allreduce_s(cluster: Cluster, group: int, n_bytes: float) -> float:
-    """All-reduce of ``n_bytes`` over ``group`` consecutive ranks: inside the scale-up domain the
-    fastest of the one-shot (2 alpha + (p - 1) n / B), two-shot (4 alpha + 2 (p - 1) / p n / B)
-    and cost/comm.py's ring; outside it the ring (module docstring). Units: seconds."""
+    """All-reduce of ``n_bytes`` over ``group`` consecutive ranks: the fastest of NCCL's ring
+    (cost/comm.py, Simple protocol) and its LL form (``ll_ring_allreduce_s``), and inside the
+    scale-up domain the engines' one-shot (2 alpha + (p - 1) n / B) and two-shot
+    (4 alpha + 2 (p - 1) / p n / B) kernels (module docstring). Units: seconds."""
     if group <= 1:
         return 0.0
-    ring = allreduce_s(span_of(cluster, [SubAxis(1, group)]), n_bytes)
+    ring = min(
+        allreduce_s(span_of(cluster, [SubAxis(1, group)]), n_bytes),
+        ll_ring_allreduce_s(cluster, group, n_bytes),
+    )
     inner = cluster.tiers[0]
     if group > inner.domain_devices:
         return ring
@@ -152,10 +214,23 @@ def oneshot_allreduce_s(cluster: Cluster, group: int, n_bytes: float) -> float:
     return min(ring, one_shot, two_shot)
 
 
-def _alltoall_s(cluster: Cluster, group: int, n_bytes: float) -> float:
+def ep_alltoall_s(cluster: Cluster, group: int, n_bytes: float) -> float:
+    """Dispatch (or combine) of ``n_bytes`` per rank over an EP group of ``group`` consecutive
+    ranks with the serving engines' all-to-all kernels (DeepEP low-latency / NVSHMEM-style: every
+    peer written at once, so one latency of the outermost tier crossed, not one per peer as
+    NCCL's paired sends of cost/comm.py ``alltoall_s``): alpha_outer + max over tiers of
+    n r_i / p / B_i, r_i the peers first reached at tier i. Source: DeepEP README (low-latency
+    kernels: "RDMA-only", all ranks in one kernel launch). Units: seconds."""
     if group <= 1:
         return 0.0
-    return alltoall_s(span_of(cluster, [SubAxis(1, group)]), n_bytes)
+    span = span_of(cluster, [SubAxis(1, group)])
+    slowest, inner = 0.0, 1
+    for tier, f in zip(span.tiers, span.fan_in, strict=True):
+        if f > 1:
+            peers = inner * f - inner
+            slowest = max(slowest, n_bytes * peers / group / tier.effective_bytes_per_s)
+        inner *= f
+    return span.outermost.alpha_s + slowest
 
 
 def _attention_core_s(
@@ -195,27 +270,6 @@ def _attention_core_s(
     return total
 
 
-_RUNS: dict[int, tuple[LayerGraph, tuple[tuple[Layer, int], ...]]] = {}
-
-
-def _layer_runs(graph: LayerGraph) -> tuple[tuple[Layer, int], ...]:
-    """The layers a serving step runs (no MTP, vision, projector or Mamba layers), alike ones
-    (equal but for name and block index) counted once with their number: step_time's terms are
-    per-layer sums, so this only spares it the repeats (80 identical blocks of Llama 3 70B)."""
-    hit = _RUNS.get(id(graph))
-    if hit is not None and hit[0] is graph:
-        return hit[1]
-    counts: dict[Layer, int] = {}
-    for ly in graph.layers():
-        if ly.name.startswith("mtp") or ly.kind in (LayerKind.VISION, LayerKind.PROJECTOR, LayerKind.MAMBA):
-            continue
-        key = replace(ly, name=ly.kind.value, block=0)
-        counts[key] = counts.get(key, 0) + 1
-    runs = tuple(counts.items())
-    _RUNS[id(graph)] = (graph, runs)
-    return runs
-
-
 def step_time(
     graph: LayerGraph,
     cluster: Cluster,
@@ -226,11 +280,12 @@ def step_time(
     weights_precision: str,
     kv_bytes: float,
     fit: ServingFit,
+    cpp_runtime: bool = False,
 ) -> StepTime:
     """Time of one step of one pipeline stage of a worker on ``x`` (module docstring), the
     stage's share 1/pp of the layers plus the activation send to the next stage. Units: s."""
     accel = cluster.accelerator
-    eff = cluster.efficiency
+    eff = serving_efficiency(cluster, fit)
     prec = compute_precision(weights_precision, accel)
     oh = fit.graph_kernel_overhead_s
     spec = graph.spec
@@ -238,10 +293,10 @@ def step_time(
     rank_tokens = tokens / shape.attn_dp
     act = rank_tokens * spec.hidden * ACT_BYTES
     gemm = attn = comm = other = 0.0
-    for ly, n in _layer_runs(graph):
+    for ly, count in layer_groups(graph):
         g0, a0, c0, o0 = gemm, attn, comm, other
         dense_tp = 1 if shape.dp_attention else shape.tp
-        other += rank_tokens * ly.mem_bound_elems * ACT_BYTES / (accel.hbm_bytes_per_s * eff.hbm)
+        other += _elementwise_s(ly, spec.hidden, rank_tokens, x, shape, accel, eff)
         if ly.kind is LayerKind.ATTENTION:
             gemm += _dense_gemms_s(ly.gemms, rank_tokens, shape.attn_tp, w_bytes, prec, accel, eff, oh)
             attn += _attention_core_s(graph, ly, x, shape, kv_bytes, accel, eff, oh)
@@ -253,7 +308,7 @@ def step_time(
             gemm += _dense_gemms_s(ly.gemms, rank_tokens, dense_tp, w_bytes, prec, accel, eff, oh)
             gemm += _experts_s(ly, tokens, shape, w_bytes, prec, accel, eff, oh, fit)
             if shape.dp_attention:
-                comm += 2.0 * _alltoall_s(cluster, shape.tp, act * ly.experts.top_k)
+                comm += 2.0 * ep_alltoall_s(cluster, shape.tp, act * ly.experts.top_k)
             else:
                 comm += oneshot_allreduce_s(cluster, shape.tp, act)
         elif ly.kind is LayerKind.LM_HEAD:
@@ -268,12 +323,73 @@ def step_time(
                 eff,
                 oh,
             )
-        if n > 1:  # n alike layers: the same terms n times
-            gemm, attn = g0 + n * (gemm - g0), a0 + n * (attn - a0)
-            comm, other = c0 + n * (comm - c0), o0 + n * (other - o0)
+        if count > 1:  # the group's other layers cost the same
+            gemm += (count - 1) * (gemm - g0)
+            attn += (count - 1) * (attn - a0)
+            comm += (count - 1) * (comm - c0)
+            other += (count - 1) * (other - o0)
     send = p2p_s(cluster.tier_of_span(shape.gpus), act) if shape.pp > 1 else 0.0
-    host = fit.step_overhead_s + fit.per_sequence_s * (x.decode_seqs + x.prefill_done)
+    # each attention-DP rank schedules its own sequences (one scheduler per DP rank)
+    per_sequence = fit.per_sequence_cpp_s if cpp_runtime else fit.per_sequence_s
+    gpu = (gemm + attn + comm + other) / shape.pp + send
+    # the scheduler prepares step i + 1 while the GPU runs step i (overlap schedulers): only the
+    # part of its per-sequence work longer than the GPU step shows, plus the fixed per-step sync
+    scheduler = per_sequence * (x.decode_seqs + x.prefill_done) / shape.attn_dp
+    host = fit.step_overhead_s + max(0.0, scheduler - gpu)
     return StepTime(gemm / shape.pp, attn / shape.pp, comm / shape.pp + send, other / shape.pp, host)
+
+
+def serving_efficiency(cluster: Cluster, fit: ServingFit) -> Efficiency:
+    """The cluster's efficiencies with the GEMM rates of serving: the generation's MAMF priors x
+    ``gemm_fraction`` (hardware/serving.py gemm_priors); a calibration profile's values as they
+    are; the fitted values where the generation has no priors."""
+    eff = cluster.efficiency
+    priors = gemm_priors(cluster.accelerator.generation)
+    if cluster.efficiency_override is not None or priors is None:
+        return eff
+    return replace(eff, **{k: v * fit.gemm_fraction for k, v in priors.items()})
+
+
+def _elementwise_s(
+    ly: Layer,
+    hidden: int,
+    rank_tokens: float,
+    x: StepInput,
+    shape: WorkerShape,
+    accel: Accelerator,
+    eff: Efficiency,
+) -> float:
+    """HBM-bound element-wise work of one layer on one rank: the residual stream's norm and add
+    (5 h elements a token: read and write, replicated over TP ranks without sequence parallelism)
+    on every token, the rest of the layer's ``mem_bound_elems`` (activation function, rotary,
+    router) split over its TP ranks; the LM head's logits work on the sampled tokens only; the
+    routed experts' permute / activation on the token copies of the rank's experts. Units: s."""
+    bw = accel.hbm_bytes_per_s * eff.hbm
+    if ly.kind is LayerKind.LM_HEAD:
+        sampled = (x.decode_seqs + x.prefill_done) / shape.attn_dp
+        return sampled * ly.mem_bound_elems * ACT_BYTES / (1 if shape.dp_attention else shape.tp) / bw
+    residual = min(ly.mem_bound_elems, 5.0 * hidden)
+    tp = shape.attn_tp if ly.kind is LayerKind.ATTENTION else (1 if shape.dp_attention else shape.tp)
+    elems = residual + (ly.mem_bound_elems - residual) / tp
+    total = rank_tokens * elems * ACT_BYTES / bw
+    if ly.experts is not None:
+        copies = rank_tokens * shape.attn_dp * ly.experts.top_k / shape.tp
+        total += copies * ly.experts.mem_bound_elems * ACT_BYTES / bw
+    return total
+
+
+@cache
+def layer_groups(graph: LayerGraph) -> tuple[tuple[Layer, int], ...]:
+    """The served layers (no vision encoder, no MTP module, no Mamba mixer) grouped by what they
+    cost: layers equal but for their name and block, with their count (a 61-layer DeepSeek-V3 is
+    a handful of groups)."""
+    counts: dict[Layer, int] = {}
+    for ly in graph.layers():
+        if ly.name.startswith("mtp") or ly.kind in (LayerKind.VISION, LayerKind.PROJECTOR, LayerKind.MAMBA):
+            continue
+        key = replace(ly, name=ly.kind.value, block=0)
+        counts[key] = counts.get(key, 0) + 1
+    return tuple(counts.items())
 
 
 def _experts_s(
@@ -291,9 +407,10 @@ def _experts_s(
     assert ly.experts is not None
     e = ly.experts
     per_group = e.num_experts / shape.ep
-    hit = 1.0 - (1.0 - e.top_k / e.num_experts) ** tokens
-    active = max(1.0, per_group * hit)
     copies = tokens * e.top_k / shape.ep * (fit.moe_decode_imbalance if shape.ep > 1 else 1.0)
+    # distinct experts the busiest group's copies hit: copies drawn uniformly over its experts
+    hit = 1.0 - (1.0 - 1.0 / per_group) ** copies if per_group > 1 else 1.0
+    active = max(1.0, per_group * hit)
     m = copies / active
     total = 0.0
     for g in e.gemms:
@@ -302,5 +419,5 @@ def _experts_s(
             n /= shape.moe_tp
         elif g.tp_split == "in":
             k /= shape.moe_tp
-        total += active * _gemm_s(m, n, k, w_bytes, prec, accel, eff) + overhead_s
+        total += active * _gemm_s(m, n, k, w_bytes, prec, accel, eff, fit.moe_gemm_efficiency) + overhead_s
     return total

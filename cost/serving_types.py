@@ -42,12 +42,16 @@ class Workload:  # scenario `workload:`
     percentile: int = 90  # SLO percentile
     weights_precision: str = "bf16"  # bf16 | fp8 | fp4 (nvfp4/mxfp4) | int4 ...
     kv_precision: str = "bf16"  # bf16 | fp8
+    num_requests: int | None = None  # a finite run (benchmarks): requests sent; bounds the open-loop wait
 
 
 @dataclass(frozen=True)
 class Engine:  # scenario `engine:`
     name: EngineName = "vllm"
     version: str | None = None
+    # the engine's own KV memory fraction, in its own meaning (vLLM --gpu-memory-utilization,
+    # SGLang --mem-fraction-static, TensorRT-LLM free_gpu_memory_fraction); None: its default
+    kv_fraction: float | None = None
 
 
 @dataclass(frozen=True)
@@ -91,6 +95,8 @@ class ServingPrediction:  # result `predicted` of a serving scenario
     gpus: int
     fits: bool
     batch: float  # steady-state decode batch per replica
+    ttft_ms_mean: float = 0.0
+    tpot_ms_mean: float = 0.0
     requests_per_s: float = 0.0  # completed requests/s (all replicas)
     overloaded: bool = False  # the offered rate reaches capacity (open loop)
     reasons: tuple[str, ...] = ()  # why the plan does not fit
@@ -156,7 +162,9 @@ def check_workload(w: Workload) -> None:
         raise ValueError("workload.concurrency and workload.request_rate exclude one another; give one")
     if w.concurrency is not None and w.concurrency < 1:
         raise ValueError(f"workload.concurrency={w.concurrency} must be at least 1")
-    if w.request_rate is not None and w.request_rate <= 0:
-        raise ValueError(f"workload.request_rate={w.request_rate} must be positive")
+    if w.request_rate is not None and not w.request_rate > 0:
+        raise ValueError(f"workload.request_rate={w.request_rate} must be positive (inf: all at once)")
+    if w.num_requests is not None and w.num_requests < 1:
+        raise ValueError(f"workload.num_requests={w.num_requests} must be at least 1")
     if not 50 <= w.percentile < 100:
         raise ValueError(f"workload.percentile={w.percentile} must be in [50, 100)")

@@ -11,10 +11,29 @@ from typing import Any
 
 import yaml
 
-__all__ = ["EngineMemory", "ServingFit", "engine_memory", "serving_fit", "engine_names", "FIT_NAMES"]
+__all__ = [
+    "EngineMemory",
+    "ServingFit",
+    "engine_memory",
+    "serving_fit",
+    "engine_names",
+    "is_cpp_runtime",
+    "gemm_priors",
+    "FIT_NAMES",
+]
 
 GIB_BYTES = 2**30
-FIT_NAMES = ("step_overhead_ms", "per_sequence_us", "graph_kernel_overhead_us", "moe_decode_imbalance")
+FIT_NAMES = (
+    "step_overhead_ms",
+    "per_sequence_us",
+    "per_sequence_cpp_us",
+    "gemm_fraction",
+    "graph_kernel_overhead_us",
+    "moe_decode_imbalance",
+    "moe_gemm_efficiency",
+    "closed_loop_burst",
+    "ttft_overhead_ms",
+)
 """The fitted parameters of ``data/serving.yaml`` (file units)."""
 
 
@@ -33,12 +52,18 @@ class EngineMemory:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ServingFit:
-    """The fitted step-time parameters, in seconds (and a dimensionless imbalance)."""
+    """The fitted serving parameters, in seconds (imbalance, efficiency and burst share:
+    dimensionless). data/serving.yaml says what each stands for."""
 
     step_overhead_s: float
     per_sequence_s: float
     graph_kernel_overhead_s: float
     moe_decode_imbalance: float
+    moe_gemm_efficiency: float = 1.0
+    closed_loop_burst: float = 1.0
+    ttft_overhead_s: float = 0.0
+    per_sequence_cpp_s: float = 0.0
+    gemm_fraction: float = 1.0
 
     @classmethod
     def from_values(cls, values: dict[str, float]) -> ServingFit:
@@ -48,6 +73,11 @@ class ServingFit:
             per_sequence_s=float(values["per_sequence_us"]) * 1e-6,
             graph_kernel_overhead_s=float(values["graph_kernel_overhead_us"]) * 1e-6,
             moe_decode_imbalance=float(values["moe_decode_imbalance"]),
+            moe_gemm_efficiency=float(values["moe_gemm_efficiency"]),
+            closed_loop_burst=float(values["closed_loop_burst"]),
+            ttft_overhead_s=float(values["ttft_overhead_ms"]) * 1e-3,
+            per_sequence_cpp_s=float(values["per_sequence_cpp_us"]) * 1e-6,
+            gemm_fraction=float(values["gemm_fraction"]),
         )
 
     def values(self) -> dict[str, float]:
@@ -57,6 +87,11 @@ class ServingFit:
             "per_sequence_us": self.per_sequence_s * 1e6,
             "graph_kernel_overhead_us": self.graph_kernel_overhead_s * 1e6,
             "moe_decode_imbalance": self.moe_decode_imbalance,
+            "moe_gemm_efficiency": self.moe_gemm_efficiency,
+            "closed_loop_burst": self.closed_loop_burst,
+            "ttft_overhead_ms": self.ttft_overhead_s * 1e3,
+            "per_sequence_cpp_us": self.per_sequence_cpp_s * 1e6,
+            "gemm_fraction": self.gemm_fraction,
         }
 
 
@@ -90,3 +125,36 @@ def engine_memory(name: str) -> EngineMemory:
 def serving_fit() -> ServingFit:
     """The fitted step-time parameters of the data file."""
     return ServingFit.from_values({k: float(v) for k, v in _raw()["fitted"].items() if k in FIT_NAMES})
+
+
+def is_cpp_runtime(name: str, version: str | None) -> bool:
+    """Whether the engine schedules in C++: TensorRT-LLM before 1.0 (the TensorRT-engine
+    runtime's batch manager, gptManagerBenchmark / Triton tensorrtllm_backend); 1.0 made the
+    Python PyTorch backend the default (TensorRT-LLM 1.0 release notes). vLLM and SGLang
+    schedule in Python. A version that does not parse counts as current (Python)."""
+    if name != "trtllm" or not version:
+        return False
+    head = version.strip().split()[0]
+    try:
+        major = int(head.split(".")[0])
+    except ValueError:
+        return False
+    return major < 1
+
+
+GEMM_PRIOR_NAMES = ("gemm_bf16", "gemm_fp8", "gemm_fp8_blockwise", "gemm_mxfp8", "gemm_nvfp4")
+
+
+@cache
+def gemm_priors(generation: str) -> dict[str, float] | None:
+    """The physical GEMM priors of ``generation`` (data/efficiency.yaml ``priors:``: the largest
+    achievable matmul rate over peak, MAMF / cuBLASLt sweeps), by Efficiency field; None for a
+    generation without priors (TPU families are in efficiency_tpu.yaml and not served here).
+    Serving costs its GEMMs at these times ``gemm_fraction``: the training-fitted values of the
+    same file carry training-only work (FP8 amax and casts, NVFP4 random Hadamard transforms and
+    stochastic rounding) that an inference GEMM does not do."""
+    text = resources.files("paraplan.hardware").joinpath("data/efficiency.yaml").read_text()
+    raw = yaml.safe_load(text).get("priors", {})
+    if generation not in raw:
+        return None
+    return {name: float(raw[generation][name]) for name in GEMM_PRIOR_NAMES if name in raw[generation]}

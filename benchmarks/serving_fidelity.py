@@ -1,0 +1,234 @@
+"""Serving fidelity: paraplan's predicted serving figures against the measured serving runs.
+
+    python -m benchmarks.serving_fidelity [CSV] [--out FILE.csv] [--crossval] [--fit] [--source KEY]
+
+Every row of the CSV (default benchmarks/data/serving_runs_calibration.csv) is mapped by
+benchmarks/serving_set.py (rules: benchmarks/data/README.md, "Serving runs") and evaluated with
+``paraplan.cost.serving.evaluate_serving``. Scored where the row measures it: output tokens/s per
+GPU, TTFT (ms) and TPOT (ms); error = predicted / measured - 1. Printed: the skipped rows by
+reason, per source (``source_key``) and metric the rows, median |error|, p90 |error| and the
+signed median, and the overall line per metric LAST. ``--out`` writes
+``id,metric,measured,predicted,error``.
+
+``--fit`` refits the few parameters of hardware/data/serving.yaml (``fitted:``; coordinate
+descent in log space on the mean over (source, metric) groups of the median |log ratio|, so no
+source or row dominates) and prints them. ``--crossval`` refits once per held-out source on the
+other sources and scores the held-out source with those parameters: leave-one-source-out (LOSO)
+beside the in-sample figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import sys
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from paraplan.cost.serving import ServingPrediction, evaluate_serving
+from paraplan.hardware.serving import FIT_NAMES, ServingFit, serving_fit
+
+from benchmarks.serving_set import DEFAULT_CSV, METRICS, ServingCase, Skipped, serving_cases
+
+__all__ = ["Score", "score_cases", "summary", "fit_parameters", "crossval", "main", "BOUNDS"]
+
+# Physical bounds of the fitted parameters (file units): host step time 0.2-20 ms, per-sequence
+# host time 0-100 us, per-kernel time inside a CUDA graph 0.5-15 us (below the training overhead
+# of cost/compute.py's cuBLASLt intercepts), decode expert imbalance 1-2.5 (EPLB range,
+# hardware/data/serving.yaml), grouped-GEMM efficiency 0.2-1, first-wave share 0-1, front-end
+# time per request 0-50 ms, serving GEMM rate 0.4-1 of the MAMF prior.
+BOUNDS = {
+    "step_overhead_ms": (0.2, 20.0),
+    "per_sequence_us": (0.0, 100.0),
+    "per_sequence_cpp_us": (0.0, 100.0),
+    "graph_kernel_overhead_us": (0.5, 15.0),
+    "moe_decode_imbalance": (1.0, 2.5),
+    "moe_gemm_efficiency": (0.2, 1.0),
+    "closed_loop_burst": (0.0, 1.0),
+    "ttft_overhead_ms": (0.0, 50.0),
+    "gemm_fraction": (0.4, 1.0),
+}
+
+
+@dataclass(frozen=True)
+class Score:
+    id: str
+    source: str
+    metric: str
+    measured: float
+    predicted: float
+
+    @property
+    def error(self) -> float:
+        return self.predicted / self.measured - 1.0
+
+
+def _predicted(p: ServingPrediction, metric: str) -> float:
+    if metric == "output_tok_s_per_gpu":
+        return p.output_tokens_per_s_per_gpu
+    if metric == "ttft_ms":
+        return p.ttft_ms_mean
+    return p.tpot_ms_mean
+
+
+def score_cases(cases: Sequence[ServingCase], fit: ServingFit | None = None) -> list[Score]:
+    """Every measured metric of every case against evaluate_serving's prediction."""
+    out: list[Score] = []
+    for case in cases:
+        p = evaluate_serving(case.spec, case.cluster, case.plan, case.workload, case.engine, fit=fit)
+        for metric in METRICS:
+            if metric in case.measured:
+                out.append(Score(case.id, case.source, metric, case.measured[metric], _predicted(p, metric)))
+    return out
+
+
+def _quantile(values: list[float], q: float) -> float:
+    v = sorted(values)
+    if not v:
+        return float("nan")
+    i = q * (len(v) - 1)
+    lo = math.floor(i)
+    hi = min(lo + 1, len(v) - 1)
+    return v[lo] + (v[hi] - v[lo]) * (i - lo)
+
+
+def summary(scores: Sequence[Score]) -> dict[tuple[str, str], tuple[int, float, float, float]]:
+    """(source or 'overall', metric) -> (rows, median |err|, p90 |err|, signed median)."""
+    groups: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for s in scores:
+        groups[(s.source, s.metric)].append(s.error)
+        groups[("overall", s.metric)].append(s.error)
+    return {
+        k: (
+            len(e),
+            _quantile([abs(x) for x in e], 0.5),
+            _quantile([abs(x) for x in e], 0.9),
+            _quantile(e, 0.5),
+        )
+        for k, e in groups.items()
+    }
+
+
+def _objective(scores: Sequence[Score]) -> float:
+    """Mean over (source, metric) groups of the median |log(predicted / measured)|."""
+    groups: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for s in scores:
+        groups[(s.source, s.metric)].append(abs(math.log(max(s.predicted, 1e-12) / s.measured)))
+    return sum(_quantile(v, 0.5) for v in groups.values()) / max(1, len(groups))
+
+
+def fit_parameters(
+    cases: Sequence[ServingCase],
+    start: ServingFit | None = None,
+    rounds: int = 2,
+    log: Callable[[str], None] | None = None,
+    factors: tuple[float, ...] = (0.25, 0.5, 0.7, 1.4, 2.0, 4.0),
+) -> ServingFit:
+    """Coordinate descent over FIT_NAMES within BOUNDS: each parameter tried at x * f for f in
+    a shrinking set of factors, the best kept (module docstring)."""
+    values = (start or serving_fit()).values()
+    best = _objective(score_cases(cases, ServingFit.from_values(values)))
+    for r in range(rounds):
+        for name in FIT_NAMES:
+            lo, hi = BOUNDS[name]
+            for factor in factors if r == 0 else (0.8, 0.9, 1.1, 1.25):
+                trial = dict(values)
+                base = values[name] if values[name] > 0 else 1.0
+                trial[name] = min(hi, max(lo, base * factor))
+                if trial[name] == values[name]:
+                    continue
+                obj = _objective(score_cases(cases, ServingFit.from_values(trial)))
+                if obj < best:
+                    best, values = obj, trial
+            if log:
+                log(f"round {r} {name} = {values[name]:.4g} (objective {best:.4f})")
+    return ServingFit.from_values(values)
+
+
+def crossval(cases: Sequence[ServingCase], log: Callable[[str], None] | None = None) -> list[Score]:
+    """Leave one source out: fit on the other sources, score the held-out one."""
+    out: list[Score] = []
+    for source in sorted({c.source for c in cases}):
+        train = [c for c in cases if c.source != source]
+        held = [c for c in cases if c.source == source]
+        fit = fit_parameters(train, rounds=1, factors=(0.5, 0.7, 1.4, 2.0))
+        if log:
+            log(f"held out {source}: " + ", ".join(f"{k} {v:.3g}" for k, v in fit.values().items()))
+        out += score_cases(held, fit)
+    return out
+
+
+def _print_table(
+    title: str,
+    table: dict[tuple[str, str], tuple[int, float, float, float]],
+    loso: dict[tuple[str, str], tuple[int, float, float, float]] | None,
+) -> None:
+    print(title)
+    head = f"{'source':36} {'metric':22} {'rows':>5} {'median':>8} {'p90':>8} {'signed':>8}"
+    print(head + (f" {'LOSO med':>9} {'LOSO p90':>9}" if loso is not None else ""))
+    keys = sorted(k for k in table if k[0] != "overall") + sorted(k for k in table if k[0] == "overall")
+    for k in keys:
+        n, med, p90, signed = table[k]
+        line = f"{k[0]:36} {k[1]:22} {n:5d} {med:8.1%} {p90:8.1%} {signed:+8.1%}"
+        if loso is not None and k in loso:
+            line += f" {loso[k][1]:9.1%} {loso[k][2]:9.1%}"
+        print(line)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        prog="python -m benchmarks.serving_fidelity", description=__doc__.split("\n")[0]
+    )
+    ap.add_argument(
+        "csv", nargs="?", default=str(DEFAULT_CSV), help="serving runs (the calibration file's columns)"
+    )
+    ap.add_argument("--out", help="write id,metric,measured,predicted,error to this CSV")
+    ap.add_argument("--crossval", action="store_true", help="leave-one-source-out refit beside in-sample")
+    ap.add_argument(
+        "--fit", action="store_true", help="refit hardware/data/serving.yaml's parameters and print them"
+    )
+    ap.add_argument("--source", action="append", help="score only these source_key values")
+    ap.add_argument("--rows", type=int, help="score only the first N mapped rows (quick checks)")
+    args = ap.parse_args(argv)
+    cases, skipped = serving_cases(Path(args.csv))
+    if args.source:
+        cases = [c for c in cases if c.source in args.source]
+        skipped = [s for s in skipped if s.source in args.source]
+    if args.rows:
+        cases = cases[: args.rows]
+    _print_skipped(skipped)
+    fit = None
+    if args.fit:
+        fit = fit_parameters(cases, log=lambda m: print(m, file=sys.stderr))
+        print("fitted: " + ", ".join(f"{k}: {v:.4g}" for k, v in fit.values().items()))
+    scores = score_cases(cases, fit)
+    loso = summary(crossval(cases, log=lambda m: print(m, file=sys.stderr))) if args.crossval else None
+    if args.out:
+        with open(args.out, "w", newline="", encoding="utf-8") as f:
+            w = csv.writer(f)
+            w.writerow(["id", "metric", "measured", "predicted", "error"])
+            for s in scores:
+                w.writerow([s.id, s.metric, f"{s.measured:.6g}", f"{s.predicted:.6g}", f"{s.error:.4f}"])
+    print(f"scored {len(cases)} rows ({len(scores)} metric values); skipped {len(skipped)}")
+    _print_table(
+        "error = predicted / measured - 1 (in-sample" + (", beside leave-one-source-out)" if loso else ")"),
+        summary(scores),
+        loso,
+    )
+    return 0
+
+
+def _print_skipped(skipped: Sequence[Skipped]) -> None:
+    reasons: dict[str, list[str]] = defaultdict(list)
+    for s in skipped:
+        reasons[s.reason].append(s.id)
+    for reason, ids in sorted(reasons.items(), key=lambda kv: -len(kv[1])):
+        shown = ", ".join(ids[:6]) + (f", ... ({len(ids)})" if len(ids) > 6 else "")
+        print(f"skipped: {reason}: {shown}")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,237 @@
+"""The serving cost model (cost/serving.py): physics sanity, memory arithmetic, queueing limits,
+refusals that name the field."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from paraplan.cost.kv import WorkerShape, kv_bytes_per_sequence, weights_bytes_per_gpu
+from paraplan.cost.queueing import closed_loop_wait_s, finite_run_wait_s, md1_wait_s, wait_quantile_s
+from paraplan.cost.serving import (
+    Engine,
+    ServingPlan,
+    WorkerPlan,
+    Workload,
+    check_serving_plan,
+    evaluate_serving,
+    memory_budget,
+)
+from paraplan.cost.serving_step import StepInput, layer_groups, step_time
+from paraplan.graph import build_graph, preset
+from paraplan.hardware import build_cluster
+from paraplan.hardware.serving import engine_memory, serving_fit
+
+H100 = build_cluster("dgx-h100", nodes=1)
+LLAMA8 = preset("llama3.1-8b")
+LLAMA70 = preset("llama3.1-70b")
+
+
+def _decode(spec, cluster, shape, batch, precision="bf16"):
+    graph = build_graph(spec)
+    w = {"bf16": 2.0, "fp8": 1.0}[precision]
+    return step_time(
+        graph,
+        cluster,
+        shape,
+        StepInput(batch, 1024.0),
+        w_bytes=w,
+        weights_precision=precision,
+        kv_bytes=2.0,
+        fit=serving_fit(),
+    )
+
+
+def test_decode_at_batch_one_is_the_weight_read() -> None:
+    # at batch 1 every GEMM streams its weights: gemm time = weight bytes / (HBM eff) + kernels
+    graph = build_graph(LLAMA8)
+    shape = WorkerShape()
+    t = _decode(LLAMA8, H100, shape, 1)
+    kernels = sum(len(ly.gemms) * n for ly, n in layer_groups(graph) if ly.gemms)
+    overhead = kernels * serving_fit().graph_kernel_overhead_s
+    embedding = LLAMA8.vocab * LLAMA8.hidden * 2.0  # looked up, not streamed
+    streamed = weights_bytes_per_gpu(graph, shape, 2.0) - embedding
+    bw = H100.accelerator.hbm_bytes_per_s * H100.efficiency.hbm
+    assert t.gemm_s - overhead == pytest.approx(streamed / bw, rel=0.02)
+
+
+def test_decode_time_follows_the_bytes_read() -> None:
+    # fp8 weights halve the bytes a small-batch decode step streams
+    shape = WorkerShape()
+    bf16 = _decode(LLAMA70, H100, shape, 1)
+    fp8 = _decode(LLAMA70, H100, shape, 1, "fp8")
+    oh = serving_fit().graph_kernel_overhead_s * 7 * 80
+    assert (fp8.gemm_s - oh) / (bf16.gemm_s - oh) == pytest.approx(0.5, rel=0.03)
+    # and the decode step grows with the batch's KV reads, far less than the batch
+    big = _decode(LLAMA70, H100, shape, 64)
+    assert bf16.total_s < big.total_s < 8 * bf16.total_s
+
+
+def test_tp_divides_the_weights_per_gpu() -> None:
+    graph = build_graph(LLAMA70)
+    one = weights_bytes_per_gpu(graph, WorkerShape(tp=1), 2.0)
+    two = weights_bytes_per_gpu(graph, WorkerShape(tp=2), 2.0)
+    eight = weights_bytes_per_gpu(graph, WorkerShape(tp=8), 2.0)
+    assert one == pytest.approx(2.0 * graph.num_params, rel=1e-3)  # bf16, nothing replicated but norms
+    assert two / one == pytest.approx(0.5, rel=0.01)
+    assert eight / one == pytest.approx(0.125, rel=0.01)
+    assert weights_bytes_per_gpu(graph, WorkerShape(tp=4, pp=2), 2.0) == pytest.approx(eight, rel=1e-9)
+
+
+def test_kv_capacity_by_hand_for_llama_3_1_8b_on_h100_vllm() -> None:
+    # Llama 3.1 8B: 32 layers x K and V x 8 KV heads x 128 dims x 2 bytes = 131,072 bytes a token
+    graph = build_graph(LLAMA8)
+    per_token = 32 * 2 * 8 * 128 * 2
+    assert kv_bytes_per_sequence(graph, WorkerShape(), 2.0, 1000.0) == pytest.approx(1000 * per_token)
+    w = Workload(isl=1000, osl=1000)
+    mem = engine_memory("vllm")
+    b = memory_budget(graph, H100, WorkerShape(), w, mem, 8192, 256)
+    # vLLM: 0.9 x total - weights - activations - buffers
+    hbm = 79.65 * 2**30
+    weights = 2.0 * graph.num_params
+    expected_kv = 0.9 * hbm - weights - b.activation_bytes - 1.5 * 2**30
+    assert b.weights_bytes == pytest.approx(weights, rel=1e-6)
+    assert b.kv_cache_bytes == pytest.approx(expected_kv, rel=1e-6)
+    assert b.kv_cache_tokens == int(expected_kv / per_token)
+    # a running sequence holds isl + osl / 2 tokens on average under vLLM's on-demand blocks
+    assert b.max_sequences == pytest.approx(expected_kv / (1500 * per_token), rel=1e-6)
+
+
+def test_gqa_kv_heads_replicate_past_their_count_and_mla_does_not_split() -> None:
+    graph = build_graph(LLAMA70)  # 8 KV heads
+    at8 = kv_bytes_per_sequence(graph, WorkerShape(tp=8), 2.0, 100.0)
+    at16 = kv_bytes_per_sequence(graph, WorkerShape(tp=16), 2.0, 100.0)
+    assert at16 == pytest.approx(at8)  # one head per GPU either way
+    ds = build_graph(preset("deepseek-v3"))
+    per_token = 61 * (512 + 64) * 2  # the latent and the rotary key, every layer
+    for tp in (1, 8):
+        assert kv_bytes_per_sequence(ds, WorkerShape(tp=tp), 2.0, 1.0) == pytest.approx(per_token)
+    # attention DP: each rank holds its own sequences, so the worker holds tp times as many
+    cluster = build_cluster("dgx-h200", nodes=1)
+    w = Workload(isl=1024, osl=1024, weights_precision="fp8")
+    mem = engine_memory("sglang")
+    tp8 = memory_budget(ds, cluster, WorkerShape(tp=8, ep=8), w, mem, 8192, 256)
+    dp8 = memory_budget(ds, cluster, WorkerShape(tp=8, ep=8, dp_attention=True), w, mem, 8192, 256)
+    assert dp8.max_sequences > 4 * tp8.max_sequences
+
+
+def test_sliding_window_layers_hold_at_most_the_window() -> None:
+    graph = build_graph(preset("gpt-oss-120b"))  # every other layer a 128-token window
+    short = kv_bytes_per_sequence(graph, WorkerShape(), 1.0, 128.0)
+    long = kv_bytes_per_sequence(graph, WorkerShape(), 1.0, 128.0 * 100)
+    assert long / short == pytest.approx((100 + 1) / 2, rel=0.01)
+
+
+def test_queueing_limits() -> None:
+    assert md1_wait_s(0.0, 10.0) == 0.0
+    waits = [md1_wait_s(r, 10.0) for r in (1.0, 5.0, 9.0, 9.9)]
+    assert waits == sorted(waits) and waits[-1] > 40 * waits[0]
+    # M/D/1 at rho = 0.5: rho / (2 mu (1 - rho)) = 0.5 / (2 * 10 * 0.5) = 0.05 s
+    assert md1_wait_s(5.0, 10.0) == pytest.approx(0.05)
+    assert wait_quantile_s(0.05, 0.05, 0.9) == 0.0  # light load: the 90th percentile waits for nothing
+    assert closed_loop_wait_s(64, 64, 10.0) == 0.0
+    assert closed_loop_wait_s(128, 64, 10.0) == pytest.approx(6.4)  # Little: (C - B) / X
+    # a finite burst: n requests at once, slots admitted, the rest drained at mu
+    assert finite_run_wait_s(math.inf, 10.0, 100, 0) == pytest.approx(100 / 20)
+    assert finite_run_wait_s(math.inf, 10.0, 100, 100) == 0.0
+
+
+def test_ttft_is_a_queueing_result() -> None:
+    plan = ServingPlan(tp=8, max_batch=256)
+
+    def at(rate: float):
+        w = Workload(isl=1024, osl=256, request_rate=rate)
+        return evaluate_serving(LLAMA70, H100, plan, w, Engine("vllm"))
+
+    light, mid, heavy = at(0.1), at(4.0), at(40.0)
+    assert light.ttft_ms_mean < mid.ttft_ms_mean < heavy.ttft_ms_mean
+    assert light.tpot_ms_p50 < mid.tpot_ms_p50
+    assert not light.overloaded and heavy.overloaded
+    # light load: the prompt's own prefill and half a step; throughput = offered rate
+    assert light.requests_per_s == pytest.approx(0.1, rel=1e-3)
+    assert light.ttft_ms_p90 >= light.ttft_ms_p50
+
+
+def test_closed_loop_concurrency_past_the_batch_waits() -> None:
+    plan = ServingPlan(tp=8, max_batch=64)
+    w64 = Workload(isl=512, osl=512, concurrency=64)
+    w256 = Workload(isl=512, osl=512, concurrency=256)
+    a = evaluate_serving(LLAMA70, H100, plan, w64, Engine("vllm"))
+    b = evaluate_serving(LLAMA70, H100, plan, w256, Engine("vllm"))
+    assert a.batch == b.batch == 64
+    assert b.output_tokens_per_s == pytest.approx(a.output_tokens_per_s, rel=1e-6)
+    # Little's law: 192 more requests wait (C - B) / X
+    assert b.ttft_ms_mean - a.ttft_ms_mean == pytest.approx(192 / b.requests_per_s * 1e3, rel=1e-6)
+
+
+def test_replicas_scale_throughput_and_quantised_weights_help() -> None:
+    cluster = build_cluster("dgx-h100", nodes=2)
+    w = Workload(isl=1024, osl=1024)
+    one = evaluate_serving(LLAMA70, cluster, ServingPlan(tp=8), w, Engine("vllm"))
+    two = evaluate_serving(LLAMA70, cluster, ServingPlan(tp=8, replicas=2), w, Engine("vllm"))
+    assert two.output_tokens_per_s == pytest.approx(2 * one.output_tokens_per_s)
+    assert two.output_tokens_per_s_per_gpu == pytest.approx(one.output_tokens_per_s_per_gpu)
+    fp8 = evaluate_serving(
+        LLAMA70,
+        cluster,
+        ServingPlan(tp=8),
+        Workload(isl=1024, osl=1024, weights_precision="fp8"),
+        Engine("vllm"),
+    )
+    # the GEMM weights halve; the embedding and LM head stay bf16 (1.05 GB of 17.6 per GPU)
+    table = 2 * LLAMA70.vocab * LLAMA70.hidden * 2.0 / 8
+    assert fp8.weights_bytes == pytest.approx((one.weights_bytes - table) / 2 + table, rel=0.005)
+    assert fp8.output_tokens_per_s > one.output_tokens_per_s
+
+
+def test_disaggregated_kv_transfer_takes_the_tier_it_crosses() -> None:
+    spec = preset("deepseek-v3")
+    w = Workload(isl=4096, osl=512, concurrency=64, weights_precision="nvfp4", kv_precision="fp8")
+    plan = ServingPlan(
+        mode="disaggregated",
+        prefill=WorkerPlan(tp=8, ep=8, dp_attention=True),
+        decode=WorkerPlan(tp=8, ep=8, dp_attention=True),
+    )
+    rack = evaluate_serving(spec, build_cluster("gb200-nvl72", nodes=1), plan, w, Engine("sglang"))
+    nodes = evaluate_serving(spec, build_cluster("dgx-b200", nodes=2), plan, w, Engine("sglang"))
+    assert rack.gpus == nodes.gpus == 16
+    assert rack.breakdown["kv_transfer_s"] * 5 < nodes.breakdown["kv_transfer_s"]
+    assert rack.fits and nodes.fits
+
+
+def test_model_that_does_not_fit_says_so() -> None:
+    one_gpu = build_cluster("dgx-h100", gpus=1)
+    p = evaluate_serving(LLAMA70, one_gpu, ServingPlan(), Workload(isl=128, osl=128), Engine("vllm"))
+    assert not p.fits and "GiB" in p.reasons[0]
+
+
+@pytest.mark.parametrize(
+    ("plan", "field"),
+    [
+        (ServingPlan(tp=8, ep=3), "plan.ep"),
+        (ServingPlan(tp=3), "plan.tp"),
+        (ServingPlan(tp=8, replicas=2), "GPUs"),
+        (ServingPlan(mode="disaggregated"), "plan.prefill"),
+        (ServingPlan(max_batch=0), "plan.max_batch"),
+        (ServingPlan(prefill=WorkerPlan()), "plan.prefill"),
+    ],
+)
+def test_refusals_name_the_field(plan: ServingPlan, field: str) -> None:
+    with pytest.raises(ValueError, match=field.replace(".", r"\.")):
+        check_serving_plan(preset("mixtral-8x7b"), H100, plan)
+
+
+@pytest.mark.parametrize(
+    ("workload", "engine", "field"),
+    [
+        (Workload(isl=10, osl=10, weights_precision="fp3"), Engine(), "workload.weights_precision"),
+        (Workload(isl=10, osl=10, kv_precision="int2"), Engine(), "workload.kv_precision"),
+        (Workload(isl=10, osl=10, concurrency=4, request_rate=1.0), Engine(), "workload.concurrency"),
+        (Workload(isl=0, osl=10), Engine(), "workload.isl"),
+        (Workload(isl=10, osl=10), Engine(name="tgi"), "engine.name"),  # type: ignore[arg-type]
+        (Workload(isl=10, osl=10), Engine(kv_fraction=1.5), "engine.kv_fraction"),
+    ],
+)
+def test_bad_workload_and_engine_name_the_field(workload: Workload, engine: Engine, field: str) -> None:
+    with pytest.raises(ValueError, match=field.replace(".", r"\.")):
+        evaluate_serving(LLAMA8, H100, ServingPlan(), workload, engine)
