@@ -18,27 +18,28 @@ assumes):
   complete at most n_d B / (osl tau(B)) <= (concurrency + n_d) / (osl tau(1)) requests/s;
 - with ``workload.tpot_ms`` the goodput is 0 unless tau(B) <= tpot_ms, so B <= the largest batch
   meeting it (``decode_slo_batch``) and the decode rate bound is taken there;
-- with ``workload.ttft_ms`` the goodput is 0 unless the mean TTFT (the prompt alone + its KV
-  transfer, + the M/D/1 wait at rate / n_p with an offered rate) is within it: the transfer is at
-  least that over the fastest tier, so ``PrefillBound.min_workers`` prefill workers are needed
-  (none suffice when the prompt alone misses it).
+- with ``workload.ttft_ms`` the goodput is 0 unless the mean TTFT (the front end's time + the
+  prompt alone, or the closed loop's blend with its first wave, which is longer + its KV
+  transfer, + with an offered rate the M/D/1 wait at rate / n_p on a server no faster than the
+  prefill pool) is within it: the transfer is at least that over the fastest tier, so
+  ``PrefillBound.min_workers`` prefill workers are needed (none suffice when the prompt alone
+  misses it; a finite run, ``num_requests``, waits less and takes only that cut).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from paraplan.cost.comm import p2p_s
 from paraplan.cost.kv import kv_bytes_per_element, kv_bytes_per_sequence, weight_bytes_per_param
 from paraplan.cost.queueing import md1_wait_s
-from paraplan.cost.serving import _Ctx, _graph, _round_s, _shape, _stage_s
+from paraplan.cost.serving import _Ctx, _graph, _prefill_step_s, _round_s, _shape
 from paraplan.cost.serving_memory import memory_budget
-from paraplan.cost.serving_step import StepInput
 from paraplan.cost.serving_types import Engine, WorkerPlan, Workload
 from paraplan.graph import ModelSpec
 from paraplan.hardware import Cluster
-from paraplan.hardware.serving import engine_memory, serving_fit
+from paraplan.hardware.serving import EngineMemory, engine_memory, is_cpp_runtime, serving_fit
 
 __all__ = [
     "PrefillBound",
@@ -71,15 +72,21 @@ class DecodeBound:
     closed_per_worker_rps: float  # ... plus this per worker: the pool's most at any size
 
 
-def _ctx(spec: ModelSpec, cluster: Cluster, workload: Workload) -> _Ctx:
-    return _Ctx(
+def _ctx(spec: ModelSpec, cluster: Cluster, workload: Workload, engine: Engine) -> tuple[_Ctx, EngineMemory]:
+    """cost/serving.py evaluate_serving's context and engine memory rule, as it builds them."""
+    ctx = _Ctx(
         _graph(spec),
         cluster,
         workload,
         serving_fit(),
         weight_bytes_per_param(workload.weights_precision),
         kv_bytes_per_element(workload.kv_precision),
+        is_cpp_runtime(engine.name, engine.version),
     )
+    mem = engine_memory(engine.name)
+    if engine.kv_fraction is not None:
+        mem = replace(mem, kv_fraction=engine.kv_fraction)
+    return ctx, mem
 
 
 def prefill_bound(
@@ -90,27 +97,22 @@ def prefill_bound(
     workload: Workload,
     engine: Engine,
 ) -> PrefillBound:
-    c = _ctx(spec, cluster, workload)
+    c, mem = _ctx(spec, cluster, workload, engine)
     w = workload
     ps = _shape(worker.tp, worker.pp, worker.ep, worker.dp_attention)
-    budget = memory_budget(c.graph, cluster, ps, w, engine_memory(engine.name), max_num_tokens, 1)
-    fits = budget.weights_bytes + budget.activation_bytes < budget.capacity_bytes
+    budget = memory_budget(c.graph, cluster, ps, w, mem, max_num_tokens, 1)
+    fits = budget.fits
     per_step = max(float(max_num_tokens), w.isl)
-
-    def prefill_s(isl: float, tokens: float) -> float:
-        return ps.pp * _stage_s(c, ps, StepInput(0.0, 0.0, tokens / ps.pp, isl, tokens / isl / ps.pp))
-
-    alone = prefill_s(w.isl, w.isl)
-    full = prefill_s(w.isl, per_step)
-    rate = (per_step / w.isl) / (full / ps.pp if ps.pp > 1 else full)
+    alone = _prefill_step_s(c, ps, w.isl, w.isl)
+    rate = (per_step / w.isl) / (_prefill_step_s(c, ps, per_step, w.isl) / ps.pp)
     shard = kv_bytes_per_sequence(c.graph, ps, c.kv_bytes, w.isl)
     transfer = min(p2p_s(t, shard) for t in cluster.tiers)
-    floor_s = alone + transfer
+    floor_s = c.fit.ttft_overhead_s + alone + transfer
     need = 1
     limit_s = w.ttft_ms / 1e3 if w.ttft_ms is not None else float("inf")
     if floor_s > limit_s:  # no number of workers meets the TTFT SLO (either loop)
         need = _MAX_WORKERS
-    elif w.request_rate is not None and w.ttft_ms is not None:
+    elif w.request_rate is not None and w.ttft_ms is not None and w.num_requests is None:
         lo, hi = 1, _MAX_WORKERS  # the mean wait falls as workers are added: the least n
         while lo < hi:
             mid = (lo + hi) // 2
@@ -123,12 +125,17 @@ def prefill_bound(
 
 
 def decode_slo_batch(
-    spec: ModelSpec, cluster: Cluster, worker: WorkerPlan, workload: Workload, limit_batch: float
+    spec: ModelSpec,
+    cluster: Cluster,
+    worker: WorkerPlan,
+    workload: Workload,
+    engine: Engine,
+    limit_batch: float,
 ) -> float:
     """The largest decode batch <= ``limit_batch`` whose round tau(B) meets workload.tpot_ms
     (``limit_batch`` without a TPOT SLO; 0 when even one sequence misses it). Bisection to 1e-6
     of a sequence, rounded down (a bound: never above the true largest batch)."""
-    c = _ctx(spec, cluster, workload)
+    c, _ = _ctx(spec, cluster, workload, engine)
     w = workload
     ds = _shape(worker.tp, worker.pp, worker.ep, worker.dp_attention)
     if w.tpot_ms is None:
@@ -164,10 +171,10 @@ def decode_bound(
     """One decode worker of ``worker``'s shape under ``max_batch``: its cap (cost/serving.py
     ``_disaggregated``: max_batch and the KV cache) and its rate at min(cap, ``slo_batch``),
     ``slo_batch`` from decode_slo_batch."""
-    c = _ctx(spec, cluster, workload)
+    c, mem = _ctx(spec, cluster, workload, engine)
     w = workload
     ds = _shape(worker.tp, worker.pp, worker.ep, worker.dp_attention)
-    budget = memory_budget(c.graph, cluster, ds, w, engine_memory(engine.name), ds.attn_dp, max_batch)
+    budget = memory_budget(c.graph, cluster, ds, w, mem, ds.attn_dp, max_batch)
     cap = max(1.0, min(float(max_batch), math.floor(budget.max_sequences))) if budget.fits else 1.0
     b = min(cap, slo_batch)
     rate = b / _round_s(c, ds, b, w.isl, w.osl, False) / w.osl if b > 0 else 0.0
@@ -179,12 +186,12 @@ def decode_bound(
 
 
 def decode_rate_at(
-    spec: ModelSpec, cluster: Cluster, worker: WorkerPlan, workload: Workload, batch: float
+    spec: ModelSpec, cluster: Cluster, worker: WorkerPlan, workload: Workload, engine: Engine, batch: float
 ) -> float:
     """Requests/s one decode worker completes at ``batch`` sequences: B / (osl tau(B)). Closed
     loop, n_d workers run B <= min(cap, max(1, concurrency / n_d)) each (cost/serving.py's fixed
     point takes the requests in prefill off the concurrency), so n_d x this rate at that batch
     (and at most the TPOT SLO's) bounds the pool."""
-    c = _ctx(spec, cluster, workload)
+    c, _ = _ctx(spec, cluster, workload, engine)
     ds = _shape(worker.tp, worker.pp, worker.ep, worker.dp_attention)
     return batch / _round_s(c, ds, batch, workload.isl, workload.osl, False) / workload.osl

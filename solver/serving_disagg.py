@@ -121,7 +121,7 @@ def _tables(
     batches = [fixed.max_batch] if fixed.max_batch is not None else list(options.max_batches)
     conc = workload.concurrency
     for w in worker_layouts(spec, cluster, df, options):
-        slo_batch = decode_slo_batch(spec, cluster, w, workload, float(max(batches)))
+        slo_batch = decode_slo_batch(spec, cluster, w, workload, engine, float(max(batches)))
         rate_at: dict[float, float] = {}
         for mb in batches:
             count += 1
@@ -136,7 +136,9 @@ def _tables(
             for nd in [df.workers] if df.workers is not None else list(range(1, top + 1)):
                 batch = min(d.cap_batch, slo_batch, max(1.0, conc / nd))
                 if batch not in rate_at:
-                    rate_at[batch] = decode_rate_at(spec, cluster, w, workload, batch) if batch > 0 else 0.0
+                    rate_at[batch] = (
+                        decode_rate_at(spec, cluster, w, workload, engine, batch) if batch > 0 else 0.0
+                    )
                 decodes.append(
                     _Decode(w, mb, d.gpus, rate_at[batch], nd, d.closed_loop_rps, d.closed_per_worker_rps, nd)
                 )
