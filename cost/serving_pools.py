@@ -32,7 +32,7 @@ import math
 from dataclasses import dataclass, replace
 
 from paraplan.cost.comm import p2p_s
-from paraplan.cost.kv import kv_bytes_per_element, kv_bytes_per_sequence, weight_bytes_per_param
+from paraplan.cost.kv import WorkerShape, kv_bytes_per_element, kv_bytes_per_sequence, weight_bytes_per_param
 from paraplan.cost.queueing import md1_wait_s
 from paraplan.cost.serving import _Ctx, _graph, _prefill_step_s, _round_s, _shape
 from paraplan.cost.serving_memory import memory_budget
@@ -60,6 +60,7 @@ class PrefillBound:
     rate_per_worker_rps: float  # prompts/s one worker prefills at full steps (capacity)
     ttft_floor_s: float  # the prompt alone plus its KV transfer over the fastest tier
     min_workers: int  # least workers whose mean TTFT can meet workload.ttft_ms at request_rate
+    wave_per_worker: float = math.inf  # closed loop: most first-wave prompts per worker within the TTFT SLO
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,7 +122,27 @@ def prefill_bound(
             else:
                 lo = mid + 1
         need = lo
-    return PrefillBound(ps.gpus, fits, rate, floor_s, need)
+    return PrefillBound(
+        ps.gpus, fits, rate, floor_s, need, _wave_limit(c, ps, w, alone, floor_s - alone, per_step)
+    )
+
+
+def _wave_limit(c: _Ctx, ps: WorkerShape, w: Workload, alone: float, rest_s: float, per_step: float) -> float:
+    """Closed loop with a TTFT SLO: the most prompts q of the first wave one prefill worker may
+    get (cost/serving.py: q = min(C, n_d cap) / n_p) with its mean TTFT within the SLO. The mean
+    TTFT is at least front + transfer + f wave(q) + (1 - f) alone (``_blend``; the wait is >= 0),
+    and wave(q) = (q isl / S + 1) / 2 x one full prompt step of S tokens once q isl >= S
+    (``_wave_s``), so q <= (2 R / (f t_S) - 1) S / isl with R = SLO - front - transfer -
+    (1 - f) alone; below q isl = S every q is allowed. inf without the SLO or open loop."""
+    if w.concurrency is None or w.ttft_ms is None:
+        return math.inf
+    f = c.fit.closed_loop_burst
+    if f <= 0:
+        return math.inf
+    room = w.ttft_ms / 1e3 - rest_s - (1.0 - f) * alone
+    full = _prefill_step_s(c, ps, per_step, w.isl)
+    linear = (2.0 * room / (f * full) - 1.0) * per_step / w.isl
+    return max(linear, per_step / w.isl)
 
 
 def decode_slo_batch(
@@ -195,3 +216,14 @@ def decode_rate_at(
     c, _ = _ctx(spec, cluster, workload, engine)
     ds = _shape(worker.tp, worker.pp, worker.ep, worker.dp_attention)
     return batch / _round_s(c, ds, batch, workload.isl, workload.osl, False) / workload.osl
+
+
+def closed_loop_min_rate(workload: Workload, tau_s: float) -> float:
+    """Closed loop with a TTFT SLO: the least requests/s a plan must complete for its mean TTFT
+    to meet it. Little's law, C = X (TTFT + (osl - 1) tau) (cost/serving.py's closed-loop wait is
+    what the prompt's path leaves of it, so its mean TTFT is at least C / X - (osl - 1) tau):
+    TTFT <= ttft_ms needs X >= C / (ttft_ms + (osl - 1) tau), ``tau_s`` the longest round the
+    plan's decode steps can take. 0 without a TTFT SLO or in an open loop."""
+    if workload.concurrency is None or workload.ttft_ms is None:
+        return 0.0
+    return workload.concurrency / (workload.ttft_ms / 1e3 + (workload.osl - 1.0) * tau_s)

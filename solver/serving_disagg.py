@@ -2,13 +2,20 @@
 layout and max_batch, and the integer numbers of each that balance their rates, proven best by
 CP-SAT (solver/serving.py's module docstring has the objectives).
 
-Tables (cost/serving_pools.py, the same physics as cost/serving.py): per prefill layout i its
+Tables (cost/serving_pools.py, the same physics as cost/serving.py; of the max_batch values that
+leave a decode worker the same cap on its batch, closed loop the same min(cap, C / n_d), only the
+least: max_batch enters the disaggregated model only through those, so the others tie with it
+and lose the tie-break): per prefill layout i its
 GPUs g_i, its capacity r_i (prompts/s per worker) and the least workers m_i whose mean TTFT can
 meet the SLO at the offered rate; per decode layout and max_batch j its GPUs g_j and its rate
 r_j (requests/s per worker at its largest batch within the KV cache, max_batch and the TPOT
 SLO); closed loop one decode row per worker count n as well, its rate at the batch
 min(cap, SLO batch, max(1, C / n)) each of n workers holds at most, and c_j: one sequence over
-osl x its round, so that (C + n_d) c_j bounds what n_d such workers complete. Rates enter as
+osl x its round, so that (C + n_d) c_j bounds what n_d such workers complete, and with a TTFT
+SLO the least rate q_j Little's law leaves for it (cost/serving_pools.py closed_loop_min_rate:
+rows below it are dropped, and the prefill pool must carry it) and W_j, the first wave's
+prompts min(C, n cap), which n_p prefill workers must take within the SLO: W_j <= Q_i n_p
+(cost/serving_pools.py ``_wave_limit``). Rates enter as
 integers of one unit
 (``RATE_LEVELS``), rounded up (the bounds stay bounds).
 
@@ -36,7 +43,13 @@ from dataclasses import dataclass, replace
 
 from ortools.sat.python import cp_model
 from paraplan.cost.serving import Engine, ServingPlan, ServingPrediction, WorkerPlan, Workload
-from paraplan.cost.serving_pools import decode_bound, decode_rate_at, decode_slo_batch, prefill_bound
+from paraplan.cost.serving_pools import (
+    closed_loop_min_rate,
+    decode_bound,
+    decode_rate_at,
+    decode_slo_batch,
+    prefill_bound,
+)
 from paraplan.graph import ModelSpec
 from paraplan.hardware import Cluster
 from paraplan.solver.scale import SERVING_RESOLUTION, serving_units
@@ -53,6 +66,7 @@ class _Prefill:
     min_workers: int
     max_workers: int
     floor_units: int  # TTFT floor, SERVING_RESOLUTION["ms"] units
+    wave_per_worker: float = math.inf  # closed loop: most first-wave prompts per worker (TTFT SLO)
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +79,8 @@ class _Decode:
     closed_rps: float  # closed loop: C / (osl tau(1)) + n_d / (osl tau(1)) bounds the pool
     closed_per_worker_rps: float
     workers: int | None = None  # closed loop: the row's own number of workers
+    min_rate_rps: float = 0.0  # closed loop: the least requests/s whose mean TTFT meets the SLO
+    wave: float = 0.0  # closed loop: the first wave's prompts, min(C, n_d cap)
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,40 +124,63 @@ def _tables(
     mnt = fixed.max_num_tokens or defaults.max_num_tokens
     pf, df = fixed.prefill or WorkerFixed(), fixed.decode or WorkerFixed()
     prefills, decodes, count = [], [], 0
-    # min_ttft minimises TTFT rather than holding it to its SLO: no TTFT cut on the prefill pool
-    bounded = replace(workload, ttft_ms=None) if options.objective == "min_ttft" else workload
     for w in worker_layouts(spec, cluster, pf, options):
         count += 1
-        b = prefill_bound(spec, cluster, w, mnt, bounded, engine)
+        b = prefill_bound(spec, cluster, w, mnt, workload, engine)
         top = n // b.gpus if pf.workers is None else pf.workers
         low = max(b.min_workers, pf.workers or 1)
         if b.fits and low <= top:
             floor = math.floor(b.ttft_floor_s * 1e3 / SERVING_RESOLUTION["ms"])
-            prefills.append(_Prefill(w, b.gpus, b.rate_per_worker_rps, low, top, floor))
+            prefills.append(_Prefill(w, b.gpus, b.rate_per_worker_rps, low, top, floor, b.wave_per_worker))
     batches = [fixed.max_batch] if fixed.max_batch is not None else list(options.max_batches)
     conc = workload.concurrency
     for w in worker_layouts(spec, cluster, df, options):
         slo_batch = decode_slo_batch(spec, cluster, w, workload, engine, float(max(batches)))
         rate_at: dict[float, float] = {}
-        for mb in batches:
+        caps: set[float] = set()
+        seen: set[tuple[int, float]] = set()
+        for mb in sorted(batches):
             count += 1
             d = decode_bound(spec, cluster, w, mb, workload, engine, slo_batch)
             top = n // d.gpus if df.workers is None else df.workers
             if not d.fits or top < 1:
                 continue
+            if conc is None:  # a larger max_batch with the same cap: the same plans, later in the tie order
+                if d.cap_batch in caps:
+                    continue
+                caps.add(d.cap_batch)
             if conc is None:
                 decodes.append(_Decode(w, mb, d.gpus, d.rate_per_worker_rps, top, 0.0, 0.0))
                 continue
             # closed loop: one row per worker count, each worker's batch at most max(1, C / n_d)
             for nd in [df.workers] if df.workers is not None else list(range(1, top + 1)):
-                batch = min(d.cap_batch, slo_batch, max(1.0, conc / nd))
+                held = min(d.cap_batch, max(1.0, conc / nd))  # the batch and wave the plan sees
+                if (nd, held) in seen:
+                    continue
+                seen.add((nd, held))
+                batch = min(held, slo_batch)
                 if batch not in rate_at:
                     rate_at[batch] = (
                         decode_rate_at(spec, cluster, w, workload, engine, batch) if batch > 0 else 0.0
                     )
-                decodes.append(
-                    _Decode(w, mb, d.gpus, rate_at[batch], nd, d.closed_loop_rps, d.closed_per_worker_rps, nd)
-                )
+                rate = rate_at[batch]
+                tau_s = batch / (rate * workload.osl) if rate > 0 else float("inf")
+                need = closed_loop_min_rate(workload, tau_s)
+                if nd * rate >= need * (1 - 1e-12):  # else no plan with this row meets the TTFT SLO
+                    decodes.append(
+                        _Decode(
+                            w,
+                            mb,
+                            d.gpus,
+                            rate,
+                            nd,
+                            d.closed_loop_rps,
+                            d.closed_per_worker_rps,
+                            nd,
+                            need,
+                            min(float(conc), nd * d.cap_batch),
+                        )
+                    )
     return prefills, decodes, count
 
 
@@ -201,6 +240,21 @@ class _Model:
         if workload.request_rate is not None:
             self.rate_units = min(_up(workload.request_rate, self.unit), top_rate)
             m.add(self.t <= self.rate_units)
+        for j, d in enumerate(decodes):  # closed loop: the TTFT SLO's least rate (Little's law)
+            if d.min_rate_rps > 0:
+                need = math.floor(d.min_rate_rps / self.unit)
+                m.add(sum(r * v for r, v in zip(pr, self.np, strict=True)) >= need).only_enforce_if(self.z[j])
+        if workload.concurrency is not None and workload.ttft_ms is not None:
+            # the first wave's prompts per prefill worker within the TTFT SLO: W_j <= Q_i n_p
+            k, cap = 1000, 1000 * workload.concurrency + 1
+            q = [
+                min(cap, math.ceil(p.wave_per_worker * k)) if math.isfinite(p.wave_per_worker) else cap
+                for p in prefills
+            ]
+            m.add(
+                sum(qi * v for qi, v in zip(q, self.np, strict=True))
+                >= sum(math.floor(d.wave * k) * b for d, b in zip(decodes, self.z, strict=True))
+            )
         if workload.concurrency is not None:  # closed loop: n_d B <= C + n_d sequences at once
             m.add(
                 self.t
@@ -268,10 +322,12 @@ def search_disaggregated(
     be returned (plan None, status OPTIMAL: proven that none does)."""
     from paraplan.solver.serving import objective_value, score
 
-    prefills, decodes, count = _tables(spec, cluster, workload, engine, fixed, options)
+    # min_ttft minimises TTFT rather than holding it to its SLO: no TTFT cut in the bounds
+    bounded = replace(workload, ttft_ms=None) if options.objective == "min_ttft" else workload
+    prefills, decodes, count = _tables(spec, cluster, bounded, engine, fixed, options)
     if not prefills or not decodes:
         return DisaggSearch(None, None, None, "OPTIMAL", float("nan"), count, 0)
-    mdl = _Model(prefills, decodes, cluster, workload, fixed)
+    mdl = _Model(prefills, decodes, cluster, bounded, fixed)
     objective = options.objective
     if objective in ("min_gpus", "min_ttft"):
         mdl.serve_the_rate()
