@@ -2,7 +2,7 @@
 
 Objectives (``ServingOptions.objective``):
 - ``goodput_per_gpu`` (default): maximise requests/s meeting the SLO per GPU (the DistServe
-  "per-GPU goodput", shared/docs/serving.md Sec. 1.1), among plans that fit memory and serve
+  "per-GPU goodput": Zhong et al., DistServe, OSDI'24, Sec. 2), among plans that fit memory and serve
   some requests within the SLO;
 - ``min_gpus``: the fewest GPUs whose plan meets the SLO at ``workload.request_rate`` and serves
   it (output tokens/s >= rate x osl); ties: the higher goodput per GPU;

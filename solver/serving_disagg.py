@@ -33,6 +33,10 @@ the whole space, as enumerating every plan would find; tests/solver/test_oracle_
 the time runs out (FEASIBLE, with the last bound). The aggregated optimum, when aggregated plans
 are searched too, is the first incumbent. One CP-SAT worker inside the loop, so the
 order of the assignments, and the plan among ties, does not depend on the worker count.
+
+Size: the tables, the CP-SAT model and the branch-and-bound loop are one algorithm whose parts
+share the same row types and units (a bound computed in one is a constraint in the next); split,
+each would re-declare them.
 """
 
 from __future__ import annotations

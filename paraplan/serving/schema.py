@@ -9,7 +9,7 @@ engine:    ``{name: vllm | sglang | trtllm, version}``
 objective: ``goodput_per_gpu`` (default) | ``min_gpus`` | ``min_ttft``
 plan:      optional; any subset of the serving knobs fixes them (evaluate needs the layout)
 
-Field names are the public contract of issue 23 (notes/serving_contract.md): they map one to
+Field names are the public contract of issue 23 (the serving contract): they map one to
 one onto ``paraplan.cost.serving``'s ``Workload``, ``Engine``, ``ServingPlan`` and ``WorkerPlan``
 (paraplan/serving/instance.py converts them). Bad input raises ConfigError naming the field and
 the rule, through paraplan/schema.py's formatter.
@@ -46,8 +46,9 @@ __all__ = [
 ]
 
 MAX_CONCURRENCY = 1_048_576
-"""Requests in flight: ~100x the largest published wide-EP deployments (DeepSeek's 24 h average
-of ~10^4 concurrent sequences per decode instance group, shared/docs/serving.md "The data")."""
+"""Requests in flight: ~100x the largest published wide-EP deployments (decode batches of a few
+thousand sequences per instance: benchmarks/data/serving_runs_calibration.csv, trtllm_dsr1_best_perf
+concurrency 1024-7168)."""
 MAX_REQUEST_RATE = 1e6
 """Requests per second offered: far beyond any single deployment."""
 MAX_SERVING_BATCH = 65_536
