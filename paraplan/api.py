@@ -29,8 +29,9 @@ from paraplan.result import (
     paraplan_version,
     plan_out,
 )
-from paraplan.schema import Scenario, load_scenario, read_scenario
+from paraplan.schema import Scenario, load_scenario
 from paraplan.search import run_search, runnable_search
+from paraplan.serving.schema import is_serving, serving_api
 from paraplan.solver import (
     DUPLICATE_REL,
     Options,
@@ -59,21 +60,6 @@ __all__ = [
 ]
 
 
-def _is_serving(scenario: Any) -> bool:
-    """A serving scenario (``workload:`` in place of ``job:``; issue 23), its result, or a file
-    of either: paraplan/serving/ answers it."""
-    from paraplan.serving.schema import ServingScenario, is_serving_document
-
-    if isinstance(scenario, ServingScenario) or getattr(scenario, "kind", None) == "serving":
-        return True  # a ServingResult
-    if isinstance(scenario, str | Path):
-        try:
-            return is_serving_document(read_scenario(scenario)[0])
-        except ConfigError:
-            return False  # the training path reports it
-    return is_serving_document(scenario)
-
-
 def evaluate(
     scenario: str | Path | dict[str, Any] | Scenario | Result, *, calibration: Calibration | None = None
 ) -> Result | ServingResult:
@@ -81,12 +67,8 @@ def evaluate(
     file or object, instead of the scenario's ``calibration:`` key). A Result (or its JSON file)
     re-scores its own plan on its own scenario. A serving scenario (``workload:``) gets a
     ``paraplan.serving.ServingResult``: TTFT, TPOT, throughput, goodput and memory."""
-    if _is_serving(scenario):
-        from paraplan.serving import evaluate_serving_scenario
-
-        if calibration is not None:
-            raise ConfigError("calibration: serving scenarios take no calibration profile yet")
-        return evaluate_serving_scenario(scenario)  # type: ignore[arg-type]
+    if is_serving(scenario):  # workload: (issue 23)
+        return serving_api().evaluate_serving_scenario(scenario, calibration=calibration)
     if isinstance(scenario, Result):
         scenario = scenario.model_dump(mode="json")
     inst = _instance(scenario, calibration)
@@ -337,19 +319,10 @@ def solve(
     (``workload:``) gets the best serving plan for its ``objective`` (paraplan/serving/api.py)."""
     started = time.perf_counter()
     _check_solve_args(time_limit_s, workers, top, seed)
-    if _is_serving(scenario):
-        from paraplan.serving import solve_serving_scenario
-
-        if calibration is not None:
-            raise ConfigError("calibration: serving scenarios take no calibration profile yet")
-        return solve_serving_scenario(
-            scenario,  # type: ignore[arg-type]
-            time_limit_s=time_limit_s - (time.perf_counter() - started),
-            workers=workers,
-            top=top,
-            seed=seed,
-            progress=progress,
-        )
+    if is_serving(scenario):  # workload: (issue 23)
+        left_s = time_limit_s - (time.perf_counter() - started)
+        kw = {"workers": workers, "top": top, "seed": seed, "calibration": calibration}
+        return serving_api().solve_serving_scenario(scenario, time_limit_s=left_s, **kw)
     inst = _instance(scenario, calibration)
     target = inst.scenario.solver.target
     base = _base_options(inst)

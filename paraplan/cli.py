@@ -120,9 +120,9 @@ def _print_result(result, as_json: bool) -> None:
 
 def _refuse_for_serving(args: argparse.Namespace) -> None:
     """Training-only flags on a serving scenario (``workload:``): ConfigError naming the flag."""
-    from paraplan.api import _is_serving
+    from paraplan.serving.schema import is_serving
 
-    if not _is_serving(args.scenario):
+    if not is_serving(args.scenario):
         return
     for flag, value in (
         ("--target", getattr(args, "target", None)),

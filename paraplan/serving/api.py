@@ -78,8 +78,14 @@ def serving_result(
     )
 
 
-def evaluate_serving_scenario(scenario: Source | ServingResult) -> ServingResult:
+def _no_calibration(calibration: object) -> None:
+    if calibration is not None:
+        raise ConfigError("calibration: serving scenarios take no calibration profile yet")
+
+
+def evaluate_serving_scenario(scenario: Source | ServingResult, calibration: object = None) -> ServingResult:
     """TTFT, TPOT, throughput, goodput and memory of the scenario's fixed serving plan."""
+    _no_calibration(calibration)
     inst = _instance(scenario)
     plan = fixed_serving_plan(inst)
     try:
@@ -102,11 +108,13 @@ def solve_serving_scenario(
     top: int = 1,
     seed: int = 0,
     progress: Callable[[str], None] | None = None,
+    calibration: object = None,
 ) -> ServingResult:
     """The best serving plan for the scenario's objective, proven optimal when
     ``result.solver.status`` is OPTIMAL; knobs fixed in ``plan:`` are kept. InfeasibleError when no
     plan fits memory (or meets the SLO / serves the request rate, as the objective needs)."""
     started = time.perf_counter()
+    _no_calibration(calibration)
     inst = _instance(scenario)
     options = ServingOptions(objective=inst.scenario.objective)
     try:

@@ -42,6 +42,8 @@ __all__ = [
     "MAX_SERVING_BATCH",
     "MAX_NUM_TOKENS",
     "is_serving_document",
+    "is_serving",
+    "serving_api",
     "validate_serving",
 ]
 
@@ -234,6 +236,29 @@ def is_serving_document(data: Any) -> bool:
         return True
     inner = data.get("scenario")
     return isinstance(inner, dict) and "workload" in inner and "predicted" in data
+
+
+def is_serving(scenario: Any) -> bool:
+    """A serving scenario, its result, or a file of either (paraplan/api.py dispatches on it)."""
+    from pathlib import Path
+
+    from paraplan.schema import read_scenario
+
+    if isinstance(scenario, ServingScenario) or getattr(scenario, "kind", None) == "serving":
+        return True  # a ServingResult
+    if isinstance(scenario, str | Path):
+        try:
+            return is_serving_document(read_scenario(scenario)[0])
+        except ConfigError:
+            return False  # the training path reports it
+    return is_serving_document(scenario)
+
+
+def serving_api() -> Any:
+    """paraplan/serving/api.py, imported on first use (a training run never loads it)."""
+    from paraplan.serving import api
+
+    return api
 
 
 def validate_serving(data: dict[str, Any]) -> ServingScenario:
