@@ -33,21 +33,29 @@ times; the queue wait's p90 is the exponential-tail quantile of cost/queueing.py
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from functools import cache
+from dataclasses import replace
 from math import floor
 
-from paraplan.cost.comm import p2p_s
-from paraplan.cost.kv import WorkerShape, kv_bytes_per_element, kv_bytes_per_sequence, weight_bytes_per_param
-from paraplan.cost.queueing import (
-    OVERLOAD_RHO,
-    closed_loop_wait_s,
-    finite_run_wait_s,
-    md1_wait_s,
-    wait_quantile_s,
+from paraplan.cost.kv import WorkerShape, kv_bytes_per_element, weight_bytes_per_param
+from paraplan.cost.queueing import OVERLOAD_RHO, closed_loop_wait_s
+from paraplan.cost.serving_common import (
+    Ctx,
+    Wait,
+    batch_at_rate,
+    blend,
+    goodput,
+    memory_reasons,
+    model_graph,
+    open_wait,
+    prefill_step_s,
+    round_s,
+    wave_s,
+    worker_shape,
+    worker_step,
 )
+from paraplan.cost.serving_disagg import disaggregated
 from paraplan.cost.serving_memory import MemoryBudget, memory_budget
-from paraplan.cost.serving_step import StepInput, StepTime, step_time
+from paraplan.cost.serving_step import StepInput
 from paraplan.cost.serving_types import (
     Engine,
     EngineName,
@@ -59,7 +67,7 @@ from paraplan.cost.serving_types import (
     check_serving_plan,
     check_workload,
 )
-from paraplan.graph import LayerGraph, ModelSpec, build_graph
+from paraplan.graph import ModelSpec
 from paraplan.hardware import Cluster
 from paraplan.hardware.serving import EngineMemory, ServingFit, engine_memory, is_cpp_runtime, serving_fit
 
@@ -79,67 +87,6 @@ __all__ = [
 ]
 
 
-@cache
-def _graph(spec: ModelSpec) -> LayerGraph:
-    return build_graph(spec)
-
-
-@dataclass(frozen=True, slots=True)
-class _Ctx:
-    graph: LayerGraph
-    cluster: Cluster
-    workload: Workload
-    fit: ServingFit
-    w_bytes: float
-    kv_bytes: float
-    cpp_runtime: bool = False
-
-
-def _step(c: _Ctx, shape: WorkerShape, x: StepInput) -> StepTime:
-    return step_time(
-        c.graph,
-        c.cluster,
-        shape,
-        x,
-        w_bytes=c.w_bytes,
-        weights_precision=c.workload.weights_precision,
-        kv_bytes=c.kv_bytes,
-        fit=c.fit,
-        cpp_runtime=c.cpp_runtime,
-    )
-
-
-def _round_s(c: _Ctx, shape: WorkerShape, batch: float, isl: float, osl: float, mixed: bool) -> float:
-    """tau: time for every one of ``batch`` sequences of a worker to gain a token (pp x the step
-    of one micro-batch; with ``mixed`` the prompts replacing finished requests ride along)."""
-    micro = max(batch, 1e-9) / shape.pp
-    prefill = micro * isl / osl if mixed else 0.0
-    x = StepInput(micro, isl + osl / 2.0, prefill, isl, micro / osl if mixed else 0.0)
-    return shape.pp * _step(c, shape, x).total_s
-
-
-def _batch_at_rate(
-    c: _Ctx, shape: WorkerShape, rate: float, cap: float, isl: float, osl: float, mixed: bool
-) -> float:
-    """Batch B <= cap with B / tau(B) = rate x osl (tokens/s demanded of one worker), by bisection
-    (B / tau(B) rises with B); cap when the rate is beyond it."""
-    demand = rate * osl
-    if cap / _round_s(c, shape, cap, isl, osl, mixed) <= demand:
-        return cap
-    lo, hi = 0.0, cap
-    for _ in range(30):
-        mid = 0.5 * (lo + hi)
-        if mid / _round_s(c, shape, mid, isl, osl, mixed) < demand:
-            lo = mid
-        else:
-            hi = mid
-    return max(hi, 1e-6)
-
-
-def _shape(tp: int, pp: int, ep: int, dp_attention: bool) -> WorkerShape:
-    return WorkerShape(tp=tp, pp=pp, ep=ep, dp_attention=dp_attention)
-
-
 def evaluate_serving(
     spec: ModelSpec,
     cluster: Cluster,
@@ -153,8 +100,8 @@ def evaluate_serving(
     parameters (the fidelity benchmark's fit and cross-validation)."""
     check_serving_plan(spec, cluster, plan)
     check_workload(workload)
-    graph = _graph(spec)
-    ctx = _Ctx(
+    graph = model_graph(spec)
+    ctx = Ctx(
         graph,
         cluster,
         workload,
@@ -169,86 +116,13 @@ def evaluate_serving(
             raise ValueError(f"engine.kv_fraction={engine.kv_fraction} must be in (0, 1]")
         mem = replace(mem, kv_fraction=engine.kv_fraction)
     if plan.mode == "disaggregated":
-        return _disaggregated(ctx, plan, mem)
+        return disaggregated(ctx, plan, mem)
     return _aggregated(ctx, plan, mem)
 
 
-@dataclass(frozen=True, slots=True)
-class _Wait:
-    """Queue wait before a request's prompt starts: mean, median and the SLO percentile. Units: s."""
-
-    mean_s: float = 0.0
-    p50_s: float = 0.0
-    p_s: float = 0.0
-
-
-def _open_wait(rate: float, server: float, slots: float, w: Workload) -> _Wait:
-    """Wait at Poisson ``rate`` (per worker) on a server of ``server`` requests/s
-    (cost/queueing.py): M/D/1 with its exponential tail, or a finite run's fluid backlog."""
-    rho = min(rate / server, OVERLOAD_RHO) if server > 0 else OVERLOAD_RHO
-    if w.num_requests is not None:
-        mean = finite_run_wait_s(rate, server, w.num_requests, slots)
-    else:
-        mean = md1_wait_s(min(rate, server * OVERLOAD_RHO), server)
-    if rate >= server:  # a growing backlog: waits spread evenly from 0 to twice the mean
-        return _Wait(mean, mean, mean * 2.0 * w.percentile / 100.0)
-    return _Wait(mean, wait_quantile_s(mean, rho, 0.5), wait_quantile_s(mean, rho, w.percentile / 100.0))
-
-
-def _goodput(
-    requests_per_s: float, ttft_mean_s: float, ttft_p_s: float, tpot_p_s: float, w: Workload
-) -> float:
-    """Requests/s meeting the SLO at its percentile: all of them when both percentiles hold,
-    none when TPOT misses (every request of a replica sees the same steps) or the mean TTFT
-    misses, else the share under the TTFT target, interpolated between the mean (half of the
-    requests, about) and the percentile."""
-    if w.tpot_ms is not None and tpot_p_s * 1e3 > w.tpot_ms:
-        return 0.0
-    if w.ttft_ms is None or ttft_p_s * 1e3 <= w.ttft_ms:
-        return requests_per_s
-    target = w.ttft_ms * 1e-3
-    if target <= ttft_mean_s:
-        return 0.0
-    share = 0.5 + (w.percentile / 100.0 - 0.5) * (target - ttft_mean_s) / (ttft_p_s - ttft_mean_s)
-    return requests_per_s * share
-
-
-def _prefill_step_s(c: _Ctx, shape: WorkerShape, tokens: float, isl: float) -> float:
-    """One prompt-only step of ``tokens`` prompt tokens (prompts of ``isl``), all pp stages."""
-    micro = tokens / shape.pp
-    return shape.pp * _step(c, shape, StepInput(0.0, 0.0, micro, isl, micro / isl)).total_s
-
-
-def _wave_s(c: _Ctx, shape: WorkerShape, wave: float, isl: float, step_tokens: float) -> float:
-    """Mean TTFT inside a closed loop's synchronised wave of ``wave`` requests (a benchmark at
-    concurrency C starts C requests at once; fixed lengths keep them together): their prompts
-    take s = max(1, wave isl / step_tokens) prompt-only steps of t_p and the mean request has its
-    first token after (s + 1) / 2 of them. Units: seconds."""
-    steps = max(1.0, wave * isl / step_tokens)
-    return (steps + 1.0) / 2.0 * _prefill_step_s(c, shape, max(isl, min(step_tokens, wave * isl)), isl)
-
-
-def _blend(c: _Ctx, steady_s: float, wave_s: float) -> float:
-    """The share ``closed_loop_burst`` of a closed loop's requests that see the first wave
-    (hardware/data/serving.yaml), the rest the steady state."""
-    f = c.fit.closed_loop_burst
-    return f * wave_s + (1.0 - f) * steady_s
-
-
-def _memory_reasons(budget: MemoryBudget, w: Workload) -> tuple[str, ...]:
-    if budget.fits:
-        return ()
-    return (
-        f"weights {budget.weights_bytes / 2**30:.1f} GiB + activations "
-        f"{budget.activation_bytes / 2**30:.1f} GiB leave no KV cache for one "
-        f"{w.isl + w.osl:.0f}-token sequence in "
-        f"{budget.capacity_bytes / 2**30:.1f} GiB per GPU",
-    )
-
-
-def _aggregated(c: _Ctx, plan: ServingPlan, engine: EngineMemory) -> ServingPrediction:
+def _aggregated(c: Ctx, plan: ServingPlan, engine: EngineMemory) -> ServingPrediction:
     w = c.workload
-    shape = _shape(plan.tp, plan.pp, plan.ep, plan.dp_attention)
+    shape = worker_shape(plan.tp, plan.pp, plan.ep, plan.dp_attention)
     budget = memory_budget(c.graph, c.cluster, shape, w, engine, plan.max_num_tokens, plan.max_batch)
     gpus = plan.replicas * shape.gpus
     # the batch: max_batch, the KV cache, and the step's token budget (each micro-batch step
@@ -256,20 +130,20 @@ def _aggregated(c: _Ctx, plan: ServingPlan, engine: EngineMemory) -> ServingPred
     token_cap = shape.pp * plan.max_num_tokens * w.osl / (w.isl + w.osl)
     cap = min(float(plan.max_batch), floor(budget.max_sequences), max(1.0, token_cap))
     cap = max(1.0, cap) if budget.fits else 1.0
-    cap_rate = cap / _round_s(c, shape, cap, w.isl, w.osl, True) / w.osl  # requests/s, full batch
+    cap_rate = cap / round_s(c, shape, cap, w.isl, w.osl, True) / w.osl  # requests/s, full batch
     overloaded = False
-    wait = _Wait()
+    wait = Wait()
     budget_tokens = float(plan.max_num_tokens)
     if w.request_rate == float("inf") and w.num_requests is not None:
         return _burst(c, plan, shape, budget, min(float(plan.max_batch), floor(budget.max_sequences)))
     if w.request_rate is not None:
         rate = w.request_rate / plan.replicas
         overloaded = rate >= cap_rate * OVERLOAD_RHO
-        batch = cap if overloaded else _batch_at_rate(c, shape, rate, cap, w.isl, w.osl, True)
+        batch = cap if overloaded else batch_at_rate(c, shape, rate, cap, w.isl, w.osl, True)
     else:
         conc = (w.concurrency if w.concurrency is not None else 10**9) / plan.replicas
         batch = min(cap, max(conc, 1.0))
-    tau = _round_s(c, shape, batch, w.isl, w.osl, True)
+    tau = round_s(c, shape, batch, w.isl, w.osl, True)
     req_per_s = batch / tau / w.osl
     micro = batch / shape.pp
     chunk = max(1.0, budget_tokens - micro) if plan.chunked_prefill else max(budget_tokens, w.isl)
@@ -277,23 +151,25 @@ def _aggregated(c: _Ctx, plan: ServingPlan, engine: EngineMemory) -> ServingPred
         rate = w.request_rate / plan.replicas
         prompt_rate = shape.pp * chunk / (w.isl * tau)  # prompts/s the step budget admits
         server = min(cap_rate, prompt_rate)
-        wait = _open_wait(rate, server, cap if prompt_rate > cap_rate else 0.0, w)
+        wait = open_wait(rate, server, cap if prompt_rate > cap_rate else 0.0, w)
         req_per_s = min(rate, req_per_s)
     elif w.concurrency is not None:
         queued = closed_loop_wait_s(w.concurrency / plan.replicas, batch, req_per_s)
-        wait = _Wait(queued, queued, queued)
+        wait = Wait(queued, queued, queued)
     isl90, osl90 = w.isl_p90 or w.isl, w.osl_p90 or w.osl
     service = (0.5 + max(1.0, w.isl / chunk)) * tau
     service90 = (0.5 + max(1.0, isl90 / chunk)) * tau
     if w.concurrency is not None and w.request_rate is None:
-        wave = _wave_s(c, shape, batch, w.isl, budget_tokens)
-        service, service90 = _blend(c, service, wave), _blend(c, service90, wave * 1.8)
-    tau90 = _round_s(c, shape, batch, isl90, osl90, True) if (isl90, osl90) != (w.isl, w.osl) else tau
+        wave = wave_s(c, shape, batch, w.isl, budget_tokens)
+        service, service90 = blend(c, service, wave), blend(c, service90, wave * 1.8)
+    tau90 = round_s(c, shape, batch, isl90, osl90, True) if (isl90, osl90) != (w.isl, w.osl) else tau
     front = c.fit.ttft_overhead_s
     ttft = front + service + wait.mean_s
     ttft_p = max(front + service90 + wait.p_s, ttft)
     total_tok = req_per_s * w.osl * plan.replicas
-    step = _step(c, shape, StepInput(micro, w.isl + w.osl / 2.0, micro * w.isl / w.osl, w.isl, micro / w.osl))
+    step = worker_step(
+        c, shape, StepInput(micro, w.isl + w.osl / 2.0, micro * w.isl / w.osl, w.isl, micro / w.osl)
+    )
     return ServingPrediction(
         ttft_ms_p50=(front + service + wait.p50_s) * 1e3,
         ttft_ms_p90=ttft_p * 1e3,
@@ -301,7 +177,7 @@ def _aggregated(c: _Ctx, plan: ServingPlan, engine: EngineMemory) -> ServingPred
         tpot_ms_p90=max(tau90, tau) * 1e3,
         output_tokens_per_s=total_tok,
         output_tokens_per_s_per_gpu=total_tok / gpus,
-        goodput_requests_per_s=_goodput(req_per_s * plan.replicas, ttft, ttft_p, max(tau90, tau), w),
+        goodput_requests_per_s=goodput(req_per_s * plan.replicas, ttft, ttft_p, max(tau90, tau), w),
         kv_cache_tokens=budget.kv_cache_tokens,
         weights_bytes=budget.weights_bytes,
         kv_cache_bytes=budget.kv_cache_bytes,
@@ -314,13 +190,13 @@ def _aggregated(c: _Ctx, plan: ServingPlan, engine: EngineMemory) -> ServingPred
         tpot_ms_mean=tau * 1e3,
         requests_per_s=req_per_s * plan.replicas,
         overloaded=overloaded,
-        reasons=_memory_reasons(budget, w),
+        reasons=memory_reasons(budget, w),
         breakdown=step.parts(),
     )
 
 
 def _burst(
-    c: _Ctx, plan: ServingPlan, shape: WorkerShape, budget: MemoryBudget, cap: float
+    c: Ctx, plan: ServingPlan, shape: WorkerShape, budget: MemoryBudget, cap: float
 ) -> ServingPrediction:
     """A finite run whose ``num_requests`` requests all arrive at once (request_rate inf): waves
     of n = min(cap, requests) requests, each prompt-only steps of the step budget then osl - 1
@@ -335,13 +211,13 @@ def _burst(
     waves = per_replica / n
     step_tokens = min(float(plan.max_num_tokens), n * w.isl)
     steps = max(1.0, n * w.isl / float(plan.max_num_tokens))
-    t_p = _prefill_step_s(c, shape, max(step_tokens, w.isl), w.isl)
-    t_dec = _round_s(c, shape, n, w.isl, w.osl, False)
+    t_p = prefill_step_s(c, shape, max(step_tokens, w.isl), w.isl)
+    t_dec = round_s(c, shape, n, w.isl, w.osl, False)
     wave_s = steps * t_p + (w.osl - 1.0) * t_dec
     ttft = c.fit.ttft_overhead_s + (steps + 1.0) / 2.0 * t_p + (waves - 1.0) / 2.0 * wave_s
     ttft_p = c.fit.ttft_overhead_s + (0.1 + 0.9 * steps) * t_p + (waves - 1.0) * 0.9 * wave_s
     total_tok = n * w.osl / wave_s * plan.replicas
-    step = _step(c, shape, StepInput(n / shape.pp, w.isl + w.osl / 2.0))
+    step = worker_step(c, shape, StepInput(n / shape.pp, w.isl + w.osl / 2.0))
     return ServingPrediction(
         ttft_ms_p50=ttft * 1e3,
         ttft_ms_p90=max(ttft, ttft_p) * 1e3,
@@ -349,7 +225,7 @@ def _burst(
         tpot_ms_p90=t_dec * 1e3,
         output_tokens_per_s=total_tok,
         output_tokens_per_s_per_gpu=total_tok / gpus,
-        goodput_requests_per_s=_goodput(total_tok / w.osl, ttft, max(ttft, ttft_p), t_dec, w),
+        goodput_requests_per_s=goodput(total_tok / w.osl, ttft, max(ttft, ttft_p), t_dec, w),
         kv_cache_tokens=budget.kv_cache_tokens,
         weights_bytes=budget.weights_bytes,
         kv_cache_bytes=budget.kv_cache_bytes,
@@ -362,99 +238,6 @@ def _burst(
         tpot_ms_mean=t_dec * 1e3,
         requests_per_s=total_tok / w.osl,
         overloaded=True,
-        reasons=_memory_reasons(budget, w),
+        reasons=memory_reasons(budget, w),
         breakdown=step.parts() | {"prefill_step_s": t_p},
-    )
-
-
-def _kv_transfer_s(c: _Ctx, p: WorkerShape, gpus_total: int, isl: float) -> float:
-    """One prompt's KV cache from a prefill worker to a decode worker: each prefill GPU sends its
-    shard (kv_bytes_per_sequence of the prompt) over the tier that holds both pools' GPUs
-    (NVLink inside an NVL72 rack, the NIC otherwise; cost/comm.py p2p_s). Units: seconds."""
-    per_gpu = kv_bytes_per_sequence(c.graph, p, c.kv_bytes, isl)
-    return p2p_s(c.cluster.tier_of_span(gpus_total), per_gpu)
-
-
-def _disaggregated(c: _Ctx, plan: ServingPlan, engine: EngineMemory) -> ServingPrediction:
-    assert plan.prefill is not None and plan.decode is not None
-    w = c.workload
-    pw, dw = plan.prefill, plan.decode
-    ps = _shape(pw.tp, pw.pp, pw.ep, pw.dp_attention)
-    ds = _shape(dw.tp, dw.pp, dw.ep, dw.dp_attention)
-    gpus = pw.workers * ps.gpus + dw.workers * ds.gpus
-    pbudget = memory_budget(c.graph, c.cluster, ps, w, engine, plan.max_num_tokens, 1)
-    dbudget = memory_budget(c.graph, c.cluster, ds, w, engine, ds.attn_dp, plan.max_batch)
-    fits = pbudget.fits and dbudget.fits
-    reasons = _memory_reasons(pbudget, w) + _memory_reasons(dbudget, w)
-    isl90 = w.isl_p90 or w.isl
-    per_step = max(float(plan.max_num_tokens), w.isl)  # prompt tokens per prefill step
-
-    alone = _prefill_step_s(c, ps, w.isl, w.isl)
-    alone90 = _prefill_step_s(c, ps, isl90, isl90)
-    # capacity: full steps, pipelined over pp stages (a step leaves a stage every full / pp)
-    prefill_rate = pw.workers * (per_step / w.isl) / (_prefill_step_s(c, ps, per_step, w.isl) / ps.pp)
-    transfer = _kv_transfer_s(c, ps, gpus, w.isl)
-    cap = max(1.0, min(float(plan.max_batch), floor(dbudget.max_sequences))) if dbudget.fits else 1.0
-
-    def tau_of(batch: float) -> float:
-        return _round_s(c, ds, batch, w.isl, w.osl, False)
-
-    decode_rate = dw.workers * cap / tau_of(cap) / w.osl
-    overloaded = False
-    if w.request_rate is not None:
-        rate = w.request_rate
-        overloaded = rate >= min(prefill_rate, decode_rate) * OVERLOAD_RHO
-        served = min(rate, prefill_rate, decode_rate)
-        batch = (
-            cap
-            if served >= decode_rate
-            else _batch_at_rate(c, ds, served / dw.workers, cap, w.isl, w.osl, False)
-        )
-        wait = _open_wait(rate / pw.workers, min(prefill_rate, decode_rate) / pw.workers, 0.0, w)
-        tau = tau_of(batch)
-        req = min(served, dw.workers * batch / tau / w.osl)
-    else:
-        conc = float(w.concurrency if w.concurrency is not None else 10**9)
-        batch = min(cap, max(1.0, conc / dw.workers))
-        for _ in range(20):  # fixed point: the requests in prefill are not in decode
-            tau = tau_of(batch)
-            req = min(prefill_rate, dw.workers * batch / tau / w.osl)
-            batch = min(cap, max(1.0, (conc - req * (alone + transfer)) / dw.workers))
-        tau = tau_of(batch)
-        req = min(prefill_rate, dw.workers * batch / tau / w.osl)
-        # Little's law: C = X (TTFT + (osl - 1) tau); the wait is what the prompt's path leaves
-        queued = max(0.0, conc / req - (w.osl - 1.0) * tau - alone - transfer) if w.concurrency else 0.0
-        wait = _Wait(queued, queued, queued)
-        if w.concurrency:
-            wave = _wave_s(c, ps, min(conc, dw.workers * cap) / pw.workers, w.isl, per_step)
-            alone, alone90 = _blend(c, alone, wave), _blend(c, alone90, wave * 1.8)
-    front = c.fit.ttft_overhead_s
-    ttft = front + alone + transfer + wait.mean_s
-    ttft_p = max(front + alone90 + transfer + wait.p_s, ttft)
-    osl90 = w.osl_p90 or w.osl
-    tau90 = _round_s(c, ds, batch, isl90, osl90, False)
-    total_tok = req * w.osl
-    step = _step(c, ds, StepInput(batch / ds.pp, w.isl + w.osl / 2.0))
-    return ServingPrediction(
-        ttft_ms_p50=(front + alone + transfer + wait.p50_s) * 1e3,
-        ttft_ms_p90=ttft_p * 1e3,
-        tpot_ms_p50=tau * 1e3,
-        tpot_ms_p90=max(tau90, tau) * 1e3,
-        output_tokens_per_s=total_tok,
-        output_tokens_per_s_per_gpu=total_tok / gpus,
-        goodput_requests_per_s=_goodput(req, ttft, ttft_p, max(tau90, tau), w),
-        kv_cache_tokens=dbudget.kv_cache_tokens,
-        weights_bytes=dbudget.weights_bytes,
-        kv_cache_bytes=dbudget.kv_cache_bytes,
-        activation_bytes=dbudget.activation_bytes,
-        buffer_bytes=dbudget.buffer_bytes,
-        gpus=gpus,
-        fits=fits,
-        batch=batch,
-        ttft_ms_mean=ttft * 1e3,
-        tpot_ms_mean=tau * 1e3,
-        requests_per_s=req,
-        overloaded=overloaded,
-        reasons=reasons,
-        breakdown=step.parts() | {"kv_transfer_s": transfer, "prefill_s": alone},
     )

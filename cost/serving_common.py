@@ -1,0 +1,181 @@
+"""The pieces the aggregated and disaggregated serving evaluations share (cost/serving.py,
+cost/serving_disagg.py): the evaluation context, a worker's step and round times, the batch at
+an offered rate, the queue waits, the first wave of a closed loop, goodput and the KV transfer
+between pools. Formulas: cost/serving.py's module docstring and docs/serving_model.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+
+from paraplan.cost.comm import p2p_s
+from paraplan.cost.kv import WorkerShape, kv_bytes_per_sequence
+from paraplan.cost.queueing import OVERLOAD_RHO, finite_run_wait_s, md1_wait_s, wait_quantile_s
+from paraplan.cost.serving_memory import MemoryBudget
+from paraplan.cost.serving_step import StepInput, StepTime, step_time
+from paraplan.cost.serving_types import Workload
+from paraplan.graph import LayerGraph, ModelSpec, build_graph
+from paraplan.hardware import Cluster
+from paraplan.hardware.serving import ServingFit
+
+__all__ = [
+    "Ctx",
+    "Wait",
+    "model_graph",
+    "worker_step",
+    "round_s",
+    "batch_at_rate",
+    "worker_shape",
+    "open_wait",
+    "goodput",
+    "prefill_step_s",
+    "wave_s",
+    "blend",
+    "memory_reasons",
+    "kv_transfer_s",
+]
+
+
+@cache
+def model_graph(spec: ModelSpec) -> LayerGraph:
+    return build_graph(spec)
+
+
+@dataclass(frozen=True, slots=True)
+class Ctx:
+    """What every step of one evaluation shares: the model, the cluster, the workload, the fit."""
+
+    graph: LayerGraph
+    cluster: Cluster
+    workload: Workload
+    fit: ServingFit
+    w_bytes: float
+    kv_bytes: float
+    cpp_runtime: bool = False
+
+
+def worker_step(c: Ctx, shape: WorkerShape, x: StepInput) -> StepTime:
+    return step_time(
+        c.graph,
+        c.cluster,
+        shape,
+        x,
+        w_bytes=c.w_bytes,
+        weights_precision=c.workload.weights_precision,
+        kv_bytes=c.kv_bytes,
+        fit=c.fit,
+        cpp_runtime=c.cpp_runtime,
+    )
+
+
+def round_s(c: Ctx, shape: WorkerShape, batch: float, isl: float, osl: float, mixed: bool) -> float:
+    """tau: time for every one of ``batch`` sequences of a worker to gain a token (pp x the step
+    of one micro-batch; with ``mixed`` the prompts replacing finished requests ride along)."""
+    micro = max(batch, 1e-9) / shape.pp
+    prefill = micro * isl / osl if mixed else 0.0
+    x = StepInput(micro, isl + osl / 2.0, prefill, isl, micro / osl if mixed else 0.0)
+    return shape.pp * worker_step(c, shape, x).total_s
+
+
+def batch_at_rate(
+    c: Ctx, shape: WorkerShape, rate: float, cap: float, isl: float, osl: float, mixed: bool
+) -> float:
+    """Batch B <= cap with B / tau(B) = rate x osl (tokens/s demanded of one worker), by bisection
+    (B / tau(B) rises with B); cap when the rate is beyond it."""
+    demand = rate * osl
+    if cap / round_s(c, shape, cap, isl, osl, mixed) <= demand:
+        return cap
+    lo, hi = 0.0, cap
+    for _ in range(30):
+        mid = 0.5 * (lo + hi)
+        if mid / round_s(c, shape, mid, isl, osl, mixed) < demand:
+            lo = mid
+        else:
+            hi = mid
+    return max(hi, 1e-6)
+
+
+def worker_shape(tp: int, pp: int, ep: int, dp_attention: bool) -> WorkerShape:
+    return WorkerShape(tp=tp, pp=pp, ep=ep, dp_attention=dp_attention)
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """Queue wait before a request's prompt starts: mean, median and the SLO percentile. Units: s."""
+
+    mean_s: float = 0.0
+    p50_s: float = 0.0
+    p_s: float = 0.0
+
+
+def open_wait(rate: float, server: float, slots: float, w: Workload) -> Wait:
+    """Wait at Poisson ``rate`` (per worker) on a server of ``server`` requests/s
+    (cost/queueing.py): M/D/1 with its exponential tail, or a finite run's fluid backlog."""
+    rho = min(rate / server, OVERLOAD_RHO) if server > 0 else OVERLOAD_RHO
+    if w.num_requests is not None:
+        mean = finite_run_wait_s(rate, server, w.num_requests, slots)
+    else:
+        mean = md1_wait_s(min(rate, server * OVERLOAD_RHO), server)
+    if rate >= server:  # a growing backlog: waits spread evenly from 0 to twice the mean
+        return Wait(mean, mean, mean * 2.0 * w.percentile / 100.0)
+    return Wait(mean, wait_quantile_s(mean, rho, 0.5), wait_quantile_s(mean, rho, w.percentile / 100.0))
+
+
+def goodput(
+    requests_per_s: float, ttft_mean_s: float, ttft_p_s: float, tpot_p_s: float, w: Workload
+) -> float:
+    """Requests/s meeting the SLO at its percentile: all of them when both percentiles hold,
+    none when TPOT misses (every request of a replica sees the same steps) or the mean TTFT
+    misses, else the share under the TTFT target, interpolated between the mean (half of the
+    requests, about) and the percentile."""
+    if w.tpot_ms is not None and tpot_p_s * 1e3 > w.tpot_ms:
+        return 0.0
+    if w.ttft_ms is None or ttft_p_s * 1e3 <= w.ttft_ms:
+        return requests_per_s
+    target = w.ttft_ms * 1e-3
+    if target <= ttft_mean_s:
+        return 0.0
+    share = 0.5 + (w.percentile / 100.0 - 0.5) * (target - ttft_mean_s) / (ttft_p_s - ttft_mean_s)
+    return requests_per_s * share
+
+
+def prefill_step_s(c: Ctx, shape: WorkerShape, tokens: float, isl: float) -> float:
+    """One prompt-only step of ``tokens`` prompt tokens (prompts of ``isl``), all pp stages."""
+    micro = tokens / shape.pp
+    return shape.pp * worker_step(c, shape, StepInput(0.0, 0.0, micro, isl, micro / isl)).total_s
+
+
+def wave_s(c: Ctx, shape: WorkerShape, wave: float, isl: float, step_tokens: float) -> float:
+    """Mean TTFT inside a closed loop's synchronised wave of ``wave`` requests (a benchmark at
+    concurrency C starts C requests at once; fixed lengths keep them together): their prompts
+    take s = max(1, wave isl / step_tokens) prompt-only steps of t_p and the mean request has its
+    first token after (s + 1) / 2 of them. Units: seconds."""
+    steps = max(1.0, wave * isl / step_tokens)
+    return (steps + 1.0) / 2.0 * prefill_step_s(c, shape, max(isl, min(step_tokens, wave * isl)), isl)
+
+
+def blend(c: Ctx, steady_s: float, wave_s: float) -> float:
+    """The share ``closed_loop_burst`` of a closed loop's requests that see the first wave
+    (hardware/data/serving.yaml), the rest the steady state."""
+    f = c.fit.closed_loop_burst
+    return f * wave_s + (1.0 - f) * steady_s
+
+
+def memory_reasons(budget: MemoryBudget, w: Workload) -> tuple[str, ...]:
+    if budget.fits:
+        return ()
+    return (
+        f"weights {budget.weights_bytes / 2**30:.1f} GiB + activations "
+        f"{budget.activation_bytes / 2**30:.1f} GiB leave no KV cache for one "
+        f"{w.isl + w.osl:.0f}-token sequence in "
+        f"{budget.capacity_bytes / 2**30:.1f} GiB per GPU",
+    )
+
+
+def kv_transfer_s(c: Ctx, p: WorkerShape, gpus_total: int, isl: float) -> float:
+    """One prompt's KV cache from a prefill worker to a decode worker: each prefill GPU sends its
+    shard (kv_bytes_per_sequence of the prompt) over the tier that holds both pools' GPUs
+    (NVLink inside an NVL72 rack, the NIC otherwise; cost/comm.py p2p_s). Units: seconds."""
+    per_gpu = kv_bytes_per_sequence(c.graph, p, c.kv_bytes, isl)
+    return p2p_s(c.cluster.tier_of_span(gpus_total), per_gpu)
