@@ -1,19 +1,19 @@
 """Bounds on one pool of a disaggregated serving plan (issue 23), for the search
 (solver/serving_disagg.py): what one prefill worker and one decode worker can at most deliver,
-from the same step physics and memory as cost/serving.py's ``_disaggregated`` (its private
-helpers, so the two cannot drift), without scoring whole plans.
+from the same step physics and memory as cost/serving_disagg.py's ``disaggregated`` (its helpers in
+cost/serving_common.py, so the two cannot drift), without scoring whole plans.
 
 Written by servfront (the front door / search helper) beside servcost's cost/serving.py; servcost
 may fold it into cost/serving.py. Every bound is checked against the whole-plan model by the
 oracle tests (tests/solver/test_oracle_serving.py: solver optimum == enumeration of whole plans).
 
 Why they bound ``evaluate_serving`` of any plan with n_p such prefill and n_d such decode workers
-(cost/serving.py module docstring; B / tau(B) rises with B and tau with B, as ``_batch_at_rate``
-assumes):
+(cost/serving.py module docstring, cost/serving_disagg.py; B / tau(B) rises with B and tau
+with B, as cost/serving_common.py ``batch_at_rate`` assumes):
 - requests/s completed <= n_p x ``PrefillBound.rate_per_worker_rps`` (the prefill pool's capacity
   at full steps of max_num_tokens) and <= n_d x the decode worker's rate at its largest batch
   (the KV cache and max_batch cap it); goodput <= requests/s;
-- closed loop, the decode workers hold n_d B <= max(concurrency, n_d) sequences (cost/serving.py
+- closed loop, the decode workers hold n_d B <= max(concurrency, n_d) sequences (cost/serving_disagg.py
   keeps B >= 1 per worker, so n_d workers hold n_d even when the concurrency is lower) and
   complete at most n_d B / (osl tau(B)) <= (concurrency + n_d) / (osl tau(1)) requests/s;
 - with ``workload.tpot_ms`` the goodput is 0 unless tau(B) <= tpot_ms, so B <= the largest batch
@@ -34,7 +34,7 @@ from dataclasses import dataclass, replace
 from paraplan.cost.comm import p2p_s
 from paraplan.cost.kv import WorkerShape, kv_bytes_per_element, kv_bytes_per_sequence, weight_bytes_per_param
 from paraplan.cost.queueing import md1_wait_s
-from paraplan.cost.serving import _Ctx, _graph, _prefill_step_s, _round_s, _shape
+from paraplan.cost.serving_common import Ctx, model_graph, prefill_step_s, round_s, worker_shape
 from paraplan.cost.serving_memory import memory_budget
 from paraplan.cost.serving_types import Engine, WorkerPlan, Workload
 from paraplan.graph import ModelSpec
@@ -73,10 +73,10 @@ class DecodeBound:
     closed_per_worker_rps: float  # ... plus this per worker: the pool's most at any size
 
 
-def _ctx(spec: ModelSpec, cluster: Cluster, workload: Workload, engine: Engine) -> tuple[_Ctx, EngineMemory]:
+def _ctx(spec: ModelSpec, cluster: Cluster, workload: Workload, engine: Engine) -> tuple[Ctx, EngineMemory]:
     """cost/serving.py evaluate_serving's context and engine memory rule, as it builds them."""
-    ctx = _Ctx(
-        _graph(spec),
+    ctx = Ctx(
+        model_graph(spec),
         cluster,
         workload,
         serving_fit(),
@@ -100,12 +100,12 @@ def prefill_bound(
 ) -> PrefillBound:
     c, mem = _ctx(spec, cluster, workload, engine)
     w = workload
-    ps = _shape(worker.tp, worker.pp, worker.ep, worker.dp_attention)
+    ps = worker_shape(worker.tp, worker.pp, worker.ep, worker.dp_attention)
     budget = memory_budget(c.graph, cluster, ps, w, mem, max_num_tokens, 1)
     fits = budget.fits
     per_step = max(float(max_num_tokens), w.isl)
-    alone = _prefill_step_s(c, ps, w.isl, w.isl)
-    rate = (per_step / w.isl) / (_prefill_step_s(c, ps, per_step, w.isl) / ps.pp)
+    alone = prefill_step_s(c, ps, w.isl, w.isl)
+    rate = (per_step / w.isl) / (prefill_step_s(c, ps, per_step, w.isl) / ps.pp)
     shard = kv_bytes_per_sequence(c.graph, ps, c.kv_bytes, w.isl)
     transfer = min(p2p_s(t, shard) for t in cluster.tiers)
     floor_s = c.fit.ttft_overhead_s + alone + transfer
@@ -127,9 +127,9 @@ def prefill_bound(
     )
 
 
-def _wave_limit(c: _Ctx, ps: WorkerShape, w: Workload, alone: float, rest_s: float, per_step: float) -> float:
+def _wave_limit(c: Ctx, ps: WorkerShape, w: Workload, alone: float, rest_s: float, per_step: float) -> float:
     """Closed loop with a TTFT SLO: the most prompts q of the first wave one prefill worker may
-    get (cost/serving.py: q = min(C, n_d cap) / n_p) with its mean TTFT within the SLO. The mean
+    get (cost/serving_disagg.py: q = min(C, n_d cap) / n_p) with its mean TTFT within the SLO. The mean
     TTFT is at least front + transfer + f wave(q) + (1 - f) alone (``_blend``; the wait is >= 0),
     and wave(q) = (q isl / S + 1) / 2 x one full prompt step of S tokens once q isl >= S
     (``_wave_s``), so q <= (2 R / (f t_S) - 1) S / isl with R = SLO - front - transfer -
@@ -140,7 +140,7 @@ def _wave_limit(c: _Ctx, ps: WorkerShape, w: Workload, alone: float, rest_s: flo
     if f <= 0:
         return math.inf
     room = w.ttft_ms / 1e3 - rest_s - (1.0 - f) * alone
-    full = _prefill_step_s(c, ps, per_step, w.isl)
+    full = prefill_step_s(c, ps, per_step, w.isl)
     linear = (2.0 * room / (f * full) - 1.0) * per_step / w.isl
     return max(linear, per_step / w.isl)
 
@@ -158,13 +158,13 @@ def decode_slo_batch(
     of a sequence, rounded down (a bound: never above the true largest batch)."""
     c, _ = _ctx(spec, cluster, workload, engine)
     w = workload
-    ds = _shape(worker.tp, worker.pp, worker.ep, worker.dp_attention)
+    ds = worker_shape(worker.tp, worker.pp, worker.ep, worker.dp_attention)
     if w.tpot_ms is None:
         return limit_batch
     limit_s = w.tpot_ms / 1e3
 
     def tau(b: float) -> float:
-        return _round_s(c, ds, b, w.isl, w.osl, False)
+        return round_s(c, ds, b, w.isl, w.osl, False)
 
     if tau(limit_batch) <= limit_s:
         return limit_batch
@@ -189,19 +189,19 @@ def decode_bound(
     engine: Engine,
     slo_batch: float,
 ) -> DecodeBound:
-    """One decode worker of ``worker``'s shape under ``max_batch``: its cap (cost/serving.py
+    """One decode worker of ``worker``'s shape under ``max_batch``: its cap (cost/serving_disagg.py
     ``_disaggregated``: max_batch and the KV cache) and its rate at min(cap, ``slo_batch``),
     ``slo_batch`` from decode_slo_batch."""
     c, mem = _ctx(spec, cluster, workload, engine)
     w = workload
-    ds = _shape(worker.tp, worker.pp, worker.ep, worker.dp_attention)
+    ds = worker_shape(worker.tp, worker.pp, worker.ep, worker.dp_attention)
     budget = memory_budget(c.graph, cluster, ds, w, mem, ds.attn_dp, max_batch)
     cap = max(1.0, min(float(max_batch), math.floor(budget.max_sequences))) if budget.fits else 1.0
     b = min(cap, slo_batch)
-    rate = b / _round_s(c, ds, b, w.isl, w.osl, False) / w.osl if b > 0 else 0.0
+    rate = b / round_s(c, ds, b, w.isl, w.osl, False) / w.osl if b > 0 else 0.0
     closed = per_worker = 0.0
     if w.concurrency is not None:  # n_d B <= max(C, n_d) <= C + n_d sequences, each >= tau(1)
-        per_worker = 1.0 / _round_s(c, ds, 1.0, w.isl, w.osl, False) / w.osl
+        per_worker = 1.0 / round_s(c, ds, 1.0, w.isl, w.osl, False) / w.osl
         closed = w.concurrency * per_worker
     return DecodeBound(ds.gpus, budget.fits, cap, rate, closed, per_worker)
 
@@ -210,17 +210,17 @@ def decode_rate_at(
     spec: ModelSpec, cluster: Cluster, worker: WorkerPlan, workload: Workload, engine: Engine, batch: float
 ) -> float:
     """Requests/s one decode worker completes at ``batch`` sequences: B / (osl tau(B)). Closed
-    loop, n_d workers run B <= min(cap, max(1, concurrency / n_d)) each (cost/serving.py's fixed
+    loop, n_d workers run B <= min(cap, max(1, concurrency / n_d)) each (cost/serving_disagg.py's fixed
     point takes the requests in prefill off the concurrency), so n_d x this rate at that batch
     (and at most the TPOT SLO's) bounds the pool."""
     c, _ = _ctx(spec, cluster, workload, engine)
-    ds = _shape(worker.tp, worker.pp, worker.ep, worker.dp_attention)
-    return batch / _round_s(c, ds, batch, workload.isl, workload.osl, False) / workload.osl
+    ds = worker_shape(worker.tp, worker.pp, worker.ep, worker.dp_attention)
+    return batch / round_s(c, ds, batch, workload.isl, workload.osl, False) / workload.osl
 
 
 def closed_loop_min_rate(workload: Workload, tau_s: float) -> float:
     """Closed loop with a TTFT SLO: the least requests/s a plan must complete for its mean TTFT
-    to meet it. Little's law, C = X (TTFT + (osl - 1) tau) (cost/serving.py's closed-loop wait is
+    to meet it. Little's law, C = X (TTFT + (osl - 1) tau) (cost/serving_disagg.py's closed-loop wait is
     what the prompt's path leaves of it, so its mean TTFT is at least C / X - (osl - 1) tau):
     TTFT <= ttft_ms needs X >= C / (ttft_ms + (osl - 1) tau), ``tau_s`` the longest round the
     plan's decode steps can take. 0 without a TTFT SLO or in an open loop."""
