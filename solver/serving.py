@@ -5,9 +5,10 @@ Objectives (``ServingOptions.objective``):
   "per-GPU goodput": Zhong et al., DistServe, OSDI'24, Sec. 2), among plans that fit memory and serve
   some requests within the SLO;
 - ``min_gpus``: the fewest GPUs whose plan meets the SLO at ``workload.request_rate`` and serves
-  it (output tokens/s >= rate x osl); ties: the higher goodput per GPU;
+  it (output tokens/s >= rate x osl); ties: the higher goodput per GPU among aggregated plans,
+  the first found by the disaggregated search (it proves the primary objective only);
 - ``min_ttft``: the lowest TTFT at the SLO percentile with TPOT within the SLO (and the rate
-  served, open loop); ties: the higher goodput per GPU.
+  served, open loop); ties as for min_gpus.
 
 Every figure is ``cost.serving.evaluate_serving``'s (the one cost model); this module only turns
 them into integers (solver/scale.py ``serving_units``) and chooses.
