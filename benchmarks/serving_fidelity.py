@@ -38,8 +38,8 @@ __all__ = ["Score", "score_cases", "summary", "fit_parameters", "crossval", "mai
 # Physical bounds of the fitted parameters (file units): host step time 0.2-20 ms, per-sequence
 # host time 0-100 us, per-kernel time inside a CUDA graph 0.5-15 us (below the training overhead
 # of cost/compute.py's cuBLASLt intercepts), decode expert imbalance 1-2.5 (EPLB range,
-# hardware/data/serving.yaml), grouped-GEMM efficiency 0.2-1, first-wave share 0-1, front-end
-# time per request 0-50 ms, serving GEMM rate 0.4-1 of the MAMF prior.
+# hardware/data/serving.yaml), grouped-GEMM efficiency 0.2-1, first-wave share 0-1, front-end time
+# per request 0-50 ms, serving GEMM rate 0.4-1 of the MAMF prior.
 BOUNDS = {
     "step_overhead_ms": (0.2, 20.0),
     "per_sequence_us": (0.0, 100.0),
