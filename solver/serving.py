@@ -43,7 +43,13 @@ from paraplan.cost.serving import Engine, ServingPlan, ServingPrediction, Worklo
 from paraplan.graph import ModelSpec
 from paraplan.hardware import Cluster
 from paraplan.solver.scale import serving_units
-from paraplan.solver.serving_space import ServingFixed, ServingObjective, ServingOptions, aggregated_plans
+from paraplan.solver.serving_space import (
+    ServingFixed,
+    ServingObjective,
+    ServingOptions,
+    aggregated_plans,
+    plan_gpus,
+)
 
 __all__ = [
     "ServingNoPlan",
@@ -317,6 +323,10 @@ def _check(
     """Re-score the chosen plan with evaluate_serving itself: it must qualify and reproduce the
     table's objective (to 1e-9 relative), or the solve fails loudly (invariant 2)."""
     again = evaluate_serving(spec, cluster, plan, workload, engine)
+    if again.gpus != plan_gpus(plan):
+        raise AssertionError(
+            f"serving solver: {plan} uses {again.gpus} GPUs, the search counted {plan_gpus(plan)}"
+        )
     v = objective_value(again, workload, objective)
     if v is None or not math.isclose(v, value, rel_tol=1e-9, abs_tol=1e-12):
         raise AssertionError(f"serving solver: {plan} re-scores to {v}, the table said {value}")
