@@ -42,14 +42,21 @@ __all__ = ["main", "make_case", "classify", "shrink"]
 
 ROOT = Path(__file__).resolve().parents[1]
 PROJECT_DIRS = ("paraplan/", "graph/", "hardware/", "cost/", "solver/")
-KIND_WEIGHTS = (("valid", 45), ("evaluate", 10), ("malformed", 32), ("api-args", 13))
+KIND_WEIGHTS = (("valid", 42), ("evaluate", 9), ("malformed", 30), ("api-args", 12), ("serving", 7))
 
 
 def make_case(
     seed: int, *, time_limit_s: float, deep_share: float, large_share: float = 0.0
 ) -> tuple[Any, bool]:
     """(case, deep) drawn from ``seed``."""
-    from benchmarks.fuzz_cases import RandomDraw, api_args, evaluate_case, malformed_case, valid_case
+    from benchmarks.fuzz_cases import (
+        RandomDraw,
+        api_args,
+        evaluate_case,
+        malformed_case,
+        serving_case,
+        valid_case,
+    )
 
     d = RandomDraw(seed)
     pick = d.integer(1, sum(w for _, w in KIND_WEIGHTS))
@@ -69,6 +76,8 @@ def make_case(
         return evaluate_case(d), False
     if kind == "malformed":
         return malformed_case(d, extreme=True, known_bad=True, time_limit_s=time_limit_s), False
+    if kind == "serving":
+        return serving_case(d, time_limit_s=time_limit_s), False
     return api_args(d, known_bad=True), False
 
 

@@ -32,6 +32,7 @@ __all__ = [
     "evaluate_case",
     "malformed_case",
     "api_args",
+    "serving_case",
     "divisors",
     "KNOWN_BAD_VARIANTS",
 ]
@@ -784,4 +785,97 @@ def api_args(d: Draw, *, known_bad: bool = True) -> Case:
         tuple(dict.fromkeys(must + may)),
         tag="api:" + ",".join(must or ["ok"]),
         refuse=bool(must),
+    )
+
+
+# ------------------------------------------------------------------------- serving (issue 23)
+
+SERVING_PRESETS = ("llama3.1-8b", "qwen3-30b-a3b", "mistral-7b", "gpt-oss-120b", "qwen2.5-7b", "deepseek-v3")
+SERVING_NODES = ("dgx-h100", "dgx-h200", "dgx-b200", "dgx-a100-80gb", "gb200-nvl72", "mi300x")
+_BAD_SERVING = (
+    ("workload", "isl", -5),
+    ("workload", "osl", "long"),
+    ("workload", "concurrency", 0),
+    ("workload", "request_rate", float("inf")),
+    ("workload", "weights_precision", "fp2"),
+    ("workload", "slo", {"percentile": 99}),
+    ("workload", "slo", {"ttft_ms": -1}),
+    ("workload", "isl", {"mean": 100, "p90": 50}),
+    ("workload", "burst", 3),
+    ("engine", "name", "tgi"),
+    ("plan", "tp", 0),
+    ("plan", "mode", "split"),
+    ("plan", "prefill", {"workers": True}),
+    ("plan", "replicas", 10**9),
+)
+
+
+def serving_case(d: Draw, *, time_limit_s: float = 5.0) -> Case:
+    """A serving scenario (``workload:``): usually well formed (a result or a ParaplanError is
+    right: the plan may not fit, the SLO may be unmeetable, a fixed knob may break a rule),
+    sometimes with one malformed key (a ConfigError naming it is the only right answer)."""
+    node = d.choice(SERVING_NODES)
+    gpus = d.choice((1, 2, 4, 8)) if node != "gb200-nvl72" else d.choice((4, 8, 72))
+    workload: dict[str, Any] = {
+        "isl": d.choice((128, 1000, 4096, {"mean": 2048, "p90": 6000})),
+        "osl": d.choice((16, 256, 1024, {"mean": 500})),
+    }
+    if d.chance(0.5):
+        workload["concurrency"] = d.choice((1, 8, 64, 512, 5000))
+    else:
+        workload["request_rate"] = d.choice((0.1, 2.0, 20.0, 400.0))
+    slo = {
+        k: v for k, v in (("ttft_ms", d.choice((None, 100, 2000))), ("tpot_ms", d.choice((None, 5, 50)))) if v
+    }
+    if d.chance(0.3):
+        slo["percentile"] = d.choice((50, 90))
+    if slo:
+        workload["slo"] = slo
+    if d.chance(0.5):
+        workload["weights_precision"] = d.choice(("bf16", "fp8", "nvfp4", "int4"))
+    if d.chance(0.3):
+        workload["kv_precision"] = d.choice(("bf16", "fp8"))
+    scenario: dict[str, Any] = {
+        "model": {"preset": d.choice(SERVING_PRESETS)},
+        "cluster": {"preset": node, "gpus": gpus},
+        "workload": workload,
+    }
+    if d.chance(0.5):
+        scenario["engine"] = {"name": d.choice(("vllm", "sglang", "trtllm"))}
+    objectives = ["goodput_per_gpu", "min_ttft"] + (["min_gpus"] if "request_rate" in workload else [])
+    if d.chance(0.4):
+        scenario["objective"] = d.choice(objectives)
+    api = "solve"
+    plan: dict[str, Any] = {}
+    if d.chance(0.5):
+        plan["mode"] = d.choice(("aggregated", "disaggregated"))
+    if d.chance(0.2):
+        plan["max_batch"] = d.choice((1, 16, 256))
+    if d.chance(0.25):  # a fully fixed plan: evaluate it
+        api = "evaluate"
+        if plan.get("mode") == "disaggregated":
+            plan["prefill"] = {"tp": d.choice((1, 2)), "workers": d.choice((1, 2))}
+            plan["decode"] = {"tp": d.choice((1, 2, 4)), "workers": 1, "dp_attention": d.chance(0.3)}
+        else:
+            plan.update(mode="aggregated", tp=d.choice((1, 2, 4, 8)), replicas=d.choice((1, 2)))
+            if d.chance(0.3):
+                plan["ep"] = d.choice((1, 2, 8))
+    if plan:
+        scenario["plan"] = plan
+    expect: tuple[str, ...] = ()
+    strict = False
+    if d.chance(0.25):
+        section, key, value = d.choice(_BAD_SERVING)
+        scenario.setdefault(section, {})[key] = value
+        expect, strict = (f"{section}.{key}", section, key), True
+    args = {"time_limit_s": time_limit_s, "workers": d.choice((1, 2)), "top": d.choice((1, 2)), "seed": 0}
+    return Case(
+        "serving",
+        scenario,
+        args,
+        expect_keys=expect,
+        tag="serving",
+        api=api,
+        strict_keys=strict,
+        refuse=strict,
     )

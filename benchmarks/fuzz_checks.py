@@ -632,6 +632,49 @@ def check_solve(
 def run_case(case: Case, where: Path, **kw: Any) -> Any:
     """Write the case's files under ``where`` and check it (``check_solve``, ``check_evaluate``)."""
     scenario = write_case(case, where)
+    if case.kind == "serving":
+        return check_serving(case, scenario, where)
     if case.api == "evaluate":
         return check_evaluate(case, scenario, where)
     return check_solve(case, scenario, where, **kw)
+
+
+def check_serving(case: Case, scenario: Any, where: Path) -> Any:
+    """A serving case (fuzz_cases.serving_case): a ServingResult or a ParaplanError naming the
+    field; a result must fit, re-evaluate to the same prediction from its own JSON (its plan
+    round-trips), reproduce its objective, and print as strict JSON. ``refuse``: a malformed key,
+    so only a ConfigError naming it is right."""
+    import paraplan
+    from paraplan.errors import ConfigError
+    from paraplan.serving import ServingResult
+
+    call = paraplan.evaluate if case.api == "evaluate" else paraplan.solve
+    kwargs = {} if case.api == "evaluate" else dict(case.args)
+    try:
+        result = call(scenario, **kwargs)
+    except ParaplanError as e:
+        if case.refuse and not isinstance(e, ConfigError):
+            _fail("serving-refusal", f"a malformed key gave {type(e).__name__}, not a ConfigError: {e}")
+        check_error(e, case.expect_keys)
+        return e
+    if case.refuse:
+        _fail("serving-refusal", f"a malformed key {case.expect_keys[:1]} was accepted")
+    if not isinstance(result, ServingResult):
+        _fail("serving-type", f"a serving scenario gave {type(result).__name__}")
+    text = json.dumps(result.model_dump(mode="json"), allow_nan=False)
+    again = paraplan.evaluate(json.loads(text))
+    if again.predicted != result.predicted or again.plan != result.plan:
+        _fail("serving-reeval", f"{result.plan} re-evaluates to {again.predicted}, not {result.predicted}")
+    if result.solver is not None:
+        if not result.predicted.fits_memory:
+            _fail("serving-fits", f"the solver returned a plan that does not fit: {result.plan}")
+        q = result.predicted
+        value = {
+            "goodput_per_gpu": q.goodput_requests_per_s / q.gpus,
+            "min_gpus": float(q.gpus),
+        }.get(result.solver.objective)
+        if value is not None and not math.isclose(value, result.solver.objective_value, rel_tol=1e-9):
+            _fail(
+                "serving-objective", f"objective {result.solver.objective_value} but the plan gives {value}"
+            )
+    return result

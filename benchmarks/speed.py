@@ -17,6 +17,10 @@
    on the headline scenarios (``VS_ANY``), each solved in turn so both see the same machine load
    (issue 26's goal: the default within 1.3x of ``any``); ``--only WORD`` keeps the scenarios
    whose label contains WORD.
+8. ``--serving``: only the serving scenarios of issue 23 (``SERVING_EXAMPLES``: Llama 3.1 70B on 8
+   H200 and Qwen3-235B-A22B on 16 B200, aggregated or disaggregated; DeepSeek-V3 on one GB200
+   NVL72 rack, disaggregated), each with its status and candidate count; also run after the
+   MoE scenarios of the full run.
 Every number is measured by the run; times are wall-clock seconds, model building included, and
 the process CPU seconds next to them (CP-SAT's 2 workers count twice; on a loaded machine CPU
 seconds are the steadier figure).
@@ -185,12 +189,42 @@ def _enumerate(scenario: dict, budget_s: float) -> str:
     return f"> {budget_s:.0f} s (not finished)" if wall is None else f"{wall:.1f} s"
 
 
+SERVING_EXAMPLES = {
+    "Llama 3.1 70B on 8 H200 (serve)": "examples/serve-llama3-70b-8xh200.yaml",
+    "Qwen3-235B-A22B on 16 B200 (serve)": "examples/serve-qwen3-235b-16xb200.yaml",
+    "DeepSeek-V3 on 72 GB200, disaggregated (serve)": "examples/serve-deepseek-v3-72xgb200-disagg.yaml",
+}
+
+
+def _serving() -> None:
+    """The serving scenarios: wall and CPU seconds of ``paraplan.solve`` (issue 23 targets:
+    OPTIMAL in <= 2 s for the first two, <= 10 s for DeepSeek-V3 disaggregated)."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    print("\n| serving scenario | solve s | CPU s | status | candidates | plan |\n|---|---|---|---|---|---|")
+    for label, path in SERVING_EXAMPLES.items():
+        from paraplan.serving.explain import serving_summary
+        from paraplan.serving.result import plan_from_out
+
+        start, cpu0 = time.perf_counter(), time.process_time()
+        r = paraplan.solve(str(root / path), time_limit_s=60.0, workers=2)
+        wall, cpu = time.perf_counter() - start, time.process_time() - cpu0
+        assert r.solver is not None
+        print(
+            f"| {label} | {wall:.2f} | {cpu:.2f} | {r.solver.status} | {r.solver.num_candidates:,} | "
+            f"{serving_summary(plan_from_out(r.plan))} |",
+            flush=True,
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a few grid points only")
     parser.add_argument("--enumeration-budget", type=float, default=120.0)
     parser.add_argument("--vs-any", action="store_true", help="only the default against target: any")
     parser.add_argument("--only", help="with --vs-any: the scenarios whose label contains this")
+    parser.add_argument("--serving", action="store_true", help="only the serving scenarios (issue 23)")
     args = parser.parse_args(argv)
     print(
         f"# paraplan {paraplan.__version__} speed, {platform.processor() or platform.machine()}, "
@@ -198,6 +232,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     if args.vs_any:
         _vs_any(args.only)
+        return 0
+    if args.serving:
+        _serving()
         return 0
 
     flagship = _scenario("llama3.1-405b", 2048, batch=2048)
@@ -214,6 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     for label, scenario in MOE_SCENARIOS.items():
         wall, status, step = _solve(scenario)
         print(f"{label}: {wall:.2f} s, {status}, step {step:.3f} s")
+    _serving()
     if not args.quick:
         for label, scenario in HETEROGENEOUS_SCENARIOS.items():
             wall, status, step = _solve(scenario)

@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from paraplan.cost import PartialPlan, Plan
 from paraplan.cost import evaluate as cost_evaluate
@@ -25,6 +25,7 @@ from paraplan.result import (
 )
 from paraplan.schema import Scenario, load_scenario
 from paraplan.search import run_search, runnable_search
+from paraplan.serving.schema import is_serving, serving_api
 from paraplan.solver import (
     DUPLICATE_REL,
     Options,
@@ -37,6 +38,9 @@ from paraplan.targets import (
     runs_on,
     target_options,
 )
+
+if TYPE_CHECKING:
+    from paraplan.serving import ServingResult
 
 __all__ = [
     "load_scenario",
@@ -51,10 +55,13 @@ __all__ = [
 
 def evaluate(
     scenario: str | Path | dict[str, Any] | Scenario | Result, *, calibration: Calibration | None = None
-) -> Result:
+) -> Result | ServingResult:
     """Step time and memory of the scenario's fully fixed plan (``calibration``: a profile
     file or object, instead of the scenario's ``calibration:`` key). A Result (or its JSON file)
-    re-scores its own plan on its own scenario."""
+    re-scores its own plan on its own scenario. A serving scenario (``workload:``) gets a
+    ``paraplan.serving.ServingResult``: TTFT, TPOT, throughput, goodput and memory."""
+    if is_serving(scenario):  # workload: (issue 23)
+        return serving_api().evaluate_serving_scenario(scenario, calibration=calibration)
     if isinstance(scenario, Result):
         scenario = scenario.model_dump(mode="json")
     inst = _instance(scenario, calibration)
@@ -183,15 +190,20 @@ def solve(
     seed: int = 0,
     progress: Callable[[str], None] | None = None,
     calibration: Calibration | None = None,
-) -> Result:
+) -> Result | ServingResult:
     """The fastest plan under the cost model that at least one framework runs (``runs_on``
     names them; ``solver.target`` narrows the search to one framework, ``any`` widens it to
     the unrestricted optimum), proven optimal when ``result.solver.status`` is OPTIMAL
     (otherwise the gap says how far it can be). Knobs fixed in the scenario's ``plan:`` are
     respected. InfeasibleError says which resource binds; SolveTimeout if no plan was found in
-    time. ``calibration``: a profile file or object (as in ``evaluate``)."""
+    time. ``calibration``: a profile file or object (as in ``evaluate``). A serving scenario
+    (``workload:``) gets the best serving plan for its ``objective`` (paraplan/serving/api.py)."""
     started = time.perf_counter()
     _check_solve_args(time_limit_s, workers, top, seed)
+    if is_serving(scenario):  # workload: (issue 23)
+        left_s = time_limit_s - (time.perf_counter() - started)
+        kw = {"workers": workers, "top": top, "seed": seed, "calibration": calibration}
+        return serving_api().solve_serving_scenario(scenario, time_limit_s=left_s, **kw)
     inst = _instance(scenario, calibration)
     target = inst.scenario.solver.target
     base = _base_options(inst)

@@ -111,8 +111,29 @@ def _print_result(result, as_json: bool) -> None:
 
     if as_json:
         print(json.dumps(result.model_dump(mode="json"), allow_nan=False))  # strict JSON
+    elif getattr(result, "kind", None) == "serving":  # paraplan.serving.ServingResult
+        from paraplan.serving.report import render_serving
+
+        print(render_serving(result))
     else:
         print(render_result(result))
+
+
+def _refuse_for_serving(args: argparse.Namespace) -> None:
+    """Training-only flags on a serving scenario (``workload:``): ConfigError naming the flag."""
+    from paraplan.serving.schema import is_serving
+
+    if not is_serving(args.scenario):
+        return
+    for flag, value in (
+        ("--target", getattr(args, "target", None)),
+        ("--report", args.report),
+        ("--calibration", args.calibration),
+    ):
+        if value:
+            raise ConfigError(
+                f"{flag} is for training scenarios; a serving scenario (workload:) takes none yet"
+            )
 
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:
@@ -122,6 +143,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         from paraplan.reports.html import check_report_path
 
         check_report_path(args.report)
+    _refuse_for_serving(args)
     result = evaluate(args.scenario, calibration=args.calibration)
     _print_result(result, args.json)
     _write_report(result, args.report)
@@ -140,6 +162,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     from paraplan.api import solve
 
     progress = _progress(args.verbose, args.json)
+    _refuse_for_serving(args)
     if args.export:  # a misspelt target fails before the solve, not after it
         from paraplan.export import EXPORTERS
 

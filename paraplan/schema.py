@@ -324,12 +324,11 @@ def model_layers(data: dict[str, Any]) -> dict[str, Any]:
         raise ConfigError(f"invalid scenario: {e}") from None
 
 
-def load_scenario(source: str | PathLike[str] | dict[str, Any] | Scenario) -> Scenario:
-    """Scenario from a YAML/JSON file path or a dict; ConfigError names each bad field, and the
-    file and the cause when the file is no scenario document at all. A result document
-    (``paraplan plan --json``) reads as its scenario with its plan fixed."""
-    if isinstance(source, Scenario):
-        return source
+def read_scenario(source: str | PathLike[str] | dict[str, Any]) -> tuple[dict[str, Any], Path]:
+    """The mapping of a scenario file or dict (a result document read as its scenario with its
+    plan fixed, ``model.layers`` expanded) and the folder its relative paths start from;
+    ConfigError names the file and the cause when it is no scenario document. Training and
+    serving scenarios (paraplan/serving/schema.py) share it."""
     if isinstance(source, dict):
         data, base, where = _model_objects(source), Path.cwd(), "scenario"  # relative paths: from here
     elif isinstance(source, (str, PathLike)):
@@ -342,10 +341,24 @@ def load_scenario(source: str | PathLike[str] | dict[str, Any] | Scenario) -> Sc
     if not isinstance(data, dict):
         raise ConfigError(
             f"{where}: a scenario must be a mapping with model, cluster and job "
-            f"sections, not a {type(data).__name__}"
+            f"(or workload) sections, not a {type(data).__name__}"
         )
     check_shape(data, where)
-    data = model_layers(_scenario_of_result(data))
+    return model_layers(_scenario_of_result(data)), base
+
+
+def load_scenario(source: str | PathLike[str] | dict[str, Any] | Scenario) -> Scenario:
+    """Scenario from a YAML/JSON file path or a dict; ConfigError names each bad field, and the
+    file and the cause when the file is no scenario document at all. A result document
+    (``paraplan plan --json``) reads as its scenario with its plan fixed."""
+    if isinstance(source, Scenario):
+        return source
+    data, base = read_scenario(source)
+    if "workload" in data and "job" not in data:
+        raise ConfigError(
+            "invalid scenario: workload: makes a serving scenario; load it with "
+            "paraplan.serving.load_serving_scenario (paraplan.solve and paraplan.evaluate take both kinds)"
+        )
     try:
         scenario = Scenario.model_validate(data)
     except ValidationError as e:

@@ -28,6 +28,8 @@ __all__ = [
     "tolerance_s",
     "resolution_for",
     "objective_scale",
+    "SERVING_RESOLUTION",
+    "serving_units",
 ]
 
 TIME_RESOLUTION_S = 1e-9
@@ -72,3 +74,14 @@ def objective_scale(vps: list[int]) -> int:
     """Multiplier that keeps the pipeline bubble (sum - max) / vp integral for every layout's vp:
     their least common multiple."""
     return math.lcm(*vps) if vps else 1
+
+
+SERVING_RESOLUTION = {"req_s": 1e-9, "ms": 1e-6}
+"""Serving objectives in integers: requests/s (per GPU) in units of 1e-9 req/s, latencies in
+units of 1 ns (1e-6 ms). Goodput per GPU stays below 1e6 req/s (schema MAX_REQUEST_RATE), so
+its units below 1e15; a TTFT below an hour, 3.6e12 units."""
+
+
+def serving_units(value: float, unit: str) -> int:
+    """``value`` (requests/s or ms) as the nearest integer of SERVING_RESOLUTION[unit]."""
+    return int(round(value / SERVING_RESOLUTION[unit]))

@@ -8,7 +8,8 @@ Blocks are discovered, not listed: each fenced block is a test named after its s
   test would change it. ``python -m pytest`` is dropped too: it is this test suite.
 - ``python``: exec'd in such a folder.
 - ``yaml``: parsed; a document with model, cluster and job is loaded as a scenario (and
-  evaluated when its plan is fully fixed), any other document's sections each validate against
+  evaluated when its plan is fully fixed; with workload instead of job: a serving scenario, loaded
+  and built), any other document's sections each validate against
   their scenario schema (e.g. a ``cluster:`` fragment).
 - ``text`` blocks of ``paraplan ...`` usage lines: every subcommand and flag they name exists.
 Others fail the test: give a block a language this test knows.
@@ -163,6 +164,11 @@ def test_yaml_block_loads(block: Block) -> None:
 
     data = yaml.safe_load(block.text)
     assert isinstance(data, dict) and data, f"README line {block.line}: not a YAML mapping"
+    if all(k in data for k in ("model", "cluster", "workload")):  # a serving scenario (issue 23)
+        from paraplan.serving import build_serving_instance, load_serving_scenario
+
+        build_serving_instance(load_serving_scenario(data))
+        return
     if all(k in data for k in SCENARIO_SECTIONS):
         scenario = paraplan.load_scenario(data)
         build_instance(scenario)

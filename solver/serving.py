@@ -1,0 +1,349 @@
+"""The serving search (issue 23): the best serving plan for an objective, proven by CP-SAT.
+
+Objectives (``ServingOptions.objective``):
+- ``goodput_per_gpu`` (default): maximise requests/s meeting the SLO per GPU (the DistServe
+  "per-GPU goodput": Zhong et al., DistServe, OSDI'24, Sec. 2), among plans that fit memory and serve
+  some requests within the SLO;
+- ``min_gpus``: the fewest GPUs whose plan meets the SLO at ``workload.request_rate`` and serves
+  it (output tokens/s >= rate x osl); ties: the higher goodput per GPU among aggregated plans,
+  the first found by the disaggregated search (it proves the primary objective only);
+- ``min_ttft``: the lowest TTFT at the SLO percentile with TPOT within the SLO (and the rate
+  served, open loop); ties as for min_gpus.
+
+Every figure is ``cost.serving.evaluate_serving``'s (the one cost model); this module only turns
+them into integers (solver/scale.py ``serving_units``) and chooses.
+
+Aggregated: the table holds every candidate of solver/serving_space.py (layout x max_batch x
+replicas, each scored by evaluate_serving at its own per-replica load); CP-SAT picks one row
+(a Boolean per row, exactly one true) minimising the integer objective.
+
+Disaggregated (the integer rate matching the anchors do with fixed factors): a prefill table
+over (prefill layout, workers n_p) and a decode table over (decode layout, max_batch, workers
+n_d), each row the pool's rate and latency from ``cost.serving`` at its own share of the load;
+CP-SAT picks one row of each, with n_p g_p + n_d g_d <= GPUs, goodput G <= min(prefill rate,
+decode rate) and, for goodput per GPU, the ratio objective y (G's integer units per GPU) under
+y x (GPUs used) <= G (AddMultiplicationEquality), maximised. The chosen plan is re-scored by
+``evaluate_serving`` itself and must reproduce the objective within the rounding of one unit
+(``_check``), or the solve fails loudly.
+
+Ties are broken by a documented order (``rank``): fewer GPUs, then the candidate order of
+solver/serving_space.py (smaller tp, pp, ep, attention DP off, smaller max_batch, fewer
+replicas), so the plan does not depend on the worker count.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from ortools.sat.python import cp_model
+from paraplan.cost.serving import Engine, ServingPlan, ServingPrediction, Workload, evaluate_serving
+from paraplan.graph import ModelSpec
+from paraplan.hardware import Cluster
+from paraplan.solver.scale import serving_units
+from paraplan.solver.serving_space import (
+    ServingFixed,
+    ServingObjective,
+    ServingOptions,
+    aggregated_plans,
+    plan_gpus,
+)
+
+__all__ = [
+    "ServingNoPlan",
+    "ServingSolution",
+    "ServingOutcome",
+    "Row",
+    "meets_slo",
+    "serves_rate",
+    "objective_value",
+    "objective_units",
+    "score",
+    "solve_serving",
+]
+
+
+class ServingNoPlan(ValueError):
+    """No serving plan of the space fits memory (or meets the SLO / serves the rate, as the
+    objective needs); ``families`` names what binds."""
+
+    def __init__(self, message: str, families: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.families = families
+
+
+@dataclass(frozen=True, slots=True)
+class ServingSolution:
+    plan: ServingPlan
+    prediction: ServingPrediction
+    value: float  # the objective in its unit: req/s per GPU, GPUs, or ms
+
+
+@dataclass(frozen=True, slots=True)
+class ServingOutcome:
+    status: str  # OPTIMAL | FEASIBLE
+    solutions: tuple[ServingSolution, ...]
+    bound: float
+    wall_s: float
+    num_candidates: int
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One candidate of a table: the plan, its prediction and its integer objective."""
+
+    plan: ServingPlan
+    prediction: ServingPrediction
+    units: int  # minimised
+    rank: int
+
+
+def _at(pred: ServingPrediction, percentile: int, name: str) -> float:
+    return float(getattr(pred, f"{name}_p90" if percentile >= 90 else f"{name}_p50"))
+
+
+def meets_slo(pred: ServingPrediction, workload: Workload) -> bool:
+    """TTFT and TPOT at the SLO percentile within ``workload``'s SLO (a missing limit holds)."""
+    pct = workload.percentile
+    ttft_ok = workload.ttft_ms is None or _at(pred, pct, "ttft_ms") <= workload.ttft_ms
+    tpot_ok = workload.tpot_ms is None or _at(pred, pct, "tpot_ms") <= workload.tpot_ms
+    return ttft_ok and tpot_ok
+
+
+def serves_rate(pred: ServingPrediction, workload: Workload) -> bool:
+    """Open loop: the plan's output tokens/s carry the offered rate (rate x osl); closed loop:
+    always (the load is what the plan completes)."""
+    if workload.request_rate is None:
+        return True
+    return pred.output_tokens_per_s >= workload.request_rate * workload.osl * (1 - 1e-9)
+
+
+def objective_value(pred: ServingPrediction, workload: Workload, objective: ServingObjective) -> float | None:
+    """The objective of a prediction in its unit, or None when the plan does not qualify (does
+    not fit; goodput_per_gpu: no request meets the SLO; min_gpus: misses the SLO or the rate;
+    min_ttft: misses the TPOT SLO or the rate, its TTFT not capped by its own SLO)."""
+    if not pred.fits or pred.gpus <= 0:
+        return None
+    if objective == "goodput_per_gpu":  # a plan with no request within the SLO does not qualify
+        return pred.goodput_requests_per_s / pred.gpus if pred.goodput_requests_per_s > 0 else None
+    if objective == "min_gpus":
+        return float(pred.gpus) if meets_slo(pred, workload) and serves_rate(pred, workload) else None
+    tpot_only = replace(workload, ttft_ms=None)
+    if not (meets_slo(pred, tpot_only) and serves_rate(pred, workload)):
+        return None
+    return _at(pred, workload.percentile, "ttft_ms")
+
+
+def objective_units(value: float, pred: ServingPrediction, objective: ServingObjective) -> tuple[int, ...]:
+    """The integer key minimised (solver/scale.py ``serving_units``): the primary objective,
+    then the secondary (for min_gpus and min_ttft: the higher goodput per GPU; for goodput per
+    GPU: fewer GPUs)."""
+    per_gpu = pred.goodput_requests_per_s / pred.gpus
+    if objective == "goodput_per_gpu":
+        return (-serving_units(value, "req_s"), pred.gpus)
+    if objective == "min_gpus":
+        return (int(value), -serving_units(per_gpu, "req_s"))
+    return (serving_units(value, "ms"), -serving_units(per_gpu, "req_s"))
+
+
+def score(
+    spec: ModelSpec, cluster: Cluster, workload: Workload, engine: Engine, plan: ServingPlan
+) -> ServingPrediction | None:
+    """evaluate_serving, None where the cost model refuses the plan (ValueError: a rule)."""
+    try:
+        return evaluate_serving(spec, cluster, plan, workload, engine)
+    except ValueError:
+        return None
+
+
+def _aggregated_rows(
+    spec: ModelSpec,
+    cluster: Cluster,
+    workload: Workload,
+    engine: Engine,
+    fixed: ServingFixed,
+    options: ServingOptions,
+    deadline: float,
+) -> tuple[list[tuple[ServingPlan, ServingPrediction, float]], int]:
+    rows, count = [], 0
+    for plan, _gpus in aggregated_plans(spec, cluster, fixed, options):
+        count += 1
+        if time.perf_counter() > deadline:
+            raise TimeoutError(f"the time limit ran out while scoring {count:,} serving candidates")
+        pred = score(spec, cluster, workload, engine, plan)
+        if pred is None:
+            continue
+        value = objective_value(pred, workload, options.objective)
+        if value is not None:
+            rows.append((plan, pred, value))
+    return rows, count
+
+
+def _lex_units(keys: Sequence[tuple[int, ...]]) -> list[int]:
+    """Lexicographic integer keys as one integer each, order kept: each key's rank among them
+    (0 for the least; keys are distinct, the last component being the row index)."""
+    order = sorted(range(len(keys)), key=lambda i: keys[i])
+    rank = [0] * len(keys)
+    for r, i in enumerate(order):
+        rank[i] = r
+    return rank
+
+
+def _select(units: list[int], time_limit_s: float, workers: int, seed: int) -> tuple[int, str, int]:
+    """CP-SAT: exactly one row, least units. Returns (row, status, bound units)."""
+    model = cp_model.CpModel()
+    use = [model.new_bool_var(f"use_{i}") for i in range(len(units))]
+    model.add_exactly_one(use)
+    model.minimize(sum(u * b for u, b in zip(units, use, strict=True)))
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = max(0.01, time_limit_s)
+    solver.parameters.num_workers = workers
+    solver.parameters.random_seed = seed
+    status = solver.solve(model)
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        raise TimeoutError("CP-SAT found no serving plan within the time limit")
+    chosen = next(i for i, b in enumerate(use) if solver.boolean_value(b))
+    return chosen, "OPTIMAL" if status == cp_model.OPTIMAL else "FEASIBLE", int(solver.best_objective_bound)
+
+
+def _pick(
+    candidates: list[tuple[ServingPlan, ServingPrediction, float]],
+    objective: ServingObjective,
+    time_limit_s: float,
+    workers: int,
+    seed: int,
+) -> tuple[list[int], str]:
+    """CP-SAT's choice of one row (the best by ``objective_units``, ties by table order) and the
+    rows in objective order after it."""
+    keys = [objective_units(v, p, objective) for _, p, v in candidates]
+    units = _lex_units([(*k, i) for i, k in enumerate(keys)])
+    best, status, _bound = _select(units, max(time_limit_s, 1.0), workers, seed)
+    order = sorted(range(len(candidates)), key=lambda i: units[i])
+    return [best] + [i for i in order if i != best], status
+
+
+def solve_serving(
+    spec: ModelSpec,
+    cluster: Cluster,
+    workload: Workload,
+    engine: Engine,
+    fixed: ServingFixed,
+    options: ServingOptions,
+    *,
+    time_limit_s: float = 30.0,
+    workers: int = 2,
+    seed: int = 0,
+    top: int = 2,
+) -> ServingOutcome:
+    """The best plan (and runners-up of other layouts) of the serving space for
+    ``options.objective``: the aggregated table's CP-SAT choice and the disaggregated branch and
+    bound (solver/serving_disagg.py), the better of the two; OPTIMAL when both are proven."""
+    from paraplan.solver.serving_disagg import search_disaggregated
+
+    start = time.perf_counter()
+    deadline = start + time_limit_s
+    objective = options.objective
+    modes = [fixed.mode] if fixed.mode is not None else list(options.modes)
+    candidates: list[tuple[ServingPlan, ServingPrediction, float]] = []
+    count, status, bounds = 0, "OPTIMAL", []
+    if "aggregated" in modes:
+        rows, n = _aggregated_rows(spec, cluster, workload, engine, fixed, options, deadline)
+        count += n
+        if rows:
+            order, st = _pick(rows, objective, deadline - time.perf_counter(), workers, seed)
+            status = st if st != "OPTIMAL" else status
+            candidates += [rows[i] for i in order]
+    if "disaggregated" in modes:  # the aggregated optimum is the incumbent to beat
+        incumbent = candidates[0][2] if candidates else None
+        d = search_disaggregated(
+            spec, cluster, workload, engine, fixed, options, deadline, seed, top, incumbent
+        )
+        count += d.num_candidates
+        status = d.status if d.status != "OPTIMAL" else status
+        if d.status != "OPTIMAL":
+            bounds.append(d.bound)
+        if d.plan is not None and d.prediction is not None and d.value is not None:
+            candidates += [(d.plan, d.prediction, d.value), *d.runners]
+    if not candidates:
+        if status != "OPTIMAL":
+            raise TimeoutError("the time limit ran out before any serving plan was scored; raise it")
+        raise ServingNoPlan(_no_plan_message(objective, count), _families(objective))
+    order, _ = _pick(candidates, objective, deadline - time.perf_counter(), workers, seed)
+    picked = _distinct([candidates[i] for i in order], top)
+    solutions = tuple(_check(spec, cluster, workload, engine, objective, *c) for c in picked)
+    best = solutions[0].value
+    bound = best
+    if bounds:  # an unproven disaggregated search: the best it could still find
+        bound = max([best, *bounds]) if objective == "goodput_per_gpu" else min([best, *bounds])
+    return ServingOutcome(
+        status=status,
+        solutions=solutions,
+        bound=bound,
+        wall_s=time.perf_counter() - start,
+        num_candidates=count,
+    )
+
+
+def layout_of(plan: ServingPlan) -> tuple[object, ...]:
+    """What a runner-up must differ in: the mode, the degrees and the replica / worker counts
+    (a plan that differs only in max_batch, e.g. above the batch its KV cache holds, is the same
+    partition)."""
+    if plan.mode == "disaggregated":
+        return (plan.mode, plan.prefill, plan.decode)
+    return (plan.mode, plan.tp, plan.pp, plan.ep, plan.dp_attention, plan.replicas)
+
+
+def _distinct(
+    ordered: list[tuple[ServingPlan, ServingPrediction, float]], top: int
+) -> list[tuple[ServingPlan, ServingPrediction, float]]:
+    out, seen = [], set()
+    for c in ordered:
+        key = layout_of(c[0])
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append(c)
+        if len(out) == top:
+            break
+    return out
+
+
+def _check(
+    spec: ModelSpec,
+    cluster: Cluster,
+    workload: Workload,
+    engine: Engine,
+    objective: ServingObjective,
+    plan: ServingPlan,
+    pred: ServingPrediction,
+    value: float,
+) -> ServingSolution:
+    """Re-score the chosen plan with evaluate_serving itself: it must qualify and reproduce the
+    table's objective (to 1e-9 relative), or the solve fails loudly (invariant 2)."""
+    again = evaluate_serving(spec, cluster, plan, workload, engine)
+    if again.gpus != plan_gpus(plan):
+        raise AssertionError(
+            f"serving solver: {plan} uses {again.gpus} GPUs, the search counted {plan_gpus(plan)}"
+        )
+    v = objective_value(again, workload, objective)
+    if v is None or not math.isclose(v, value, rel_tol=1e-9, abs_tol=1e-12):
+        raise AssertionError(f"serving solver: {plan} re-scores to {v}, the table said {value}")
+    return ServingSolution(plan, again, v)
+
+
+def _families(objective: ServingObjective) -> tuple[str, ...]:
+    return ("memory",) if objective == "goodput_per_gpu" else ("memory", "slo")
+
+
+def _no_plan_message(objective: ServingObjective, count: int) -> str:
+    why = {
+        "goodput_per_gpu": "fits memory",
+        "min_gpus": "fits memory, meets the SLO and serves workload.request_rate",
+        "min_ttft": "fits memory, meets the TPOT SLO and serves the load",
+    }[objective]
+    return (
+        f"no serving plan of the {count:,} candidates searched {why}; a larger cluster, lower "
+        "precision (workload.weights_precision / kv_precision) or a looser SLO may"
+    )
