@@ -8,6 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from paraplan.capacity.terms import with_training
 from paraplan.cost import PartialPlan, Plan, Recompute
 from paraplan.cost import evaluate as cost_evaluate
 from paraplan.cost.plan import (
@@ -67,7 +68,7 @@ def evaluate(
     inst = _instance(scenario, calibration)
     check_derived_knobs(inst)
     plan = fixed_plan(inst)
-    return _with_runs_on(evaluate_plan(inst, plan), inst, plan)
+    return with_training(_with_runs_on(evaluate_plan(inst, plan), inst, plan), inst)
 
 
 def _instance(scenario: str | Path | dict[str, Any] | Scenario, calibration: Calibration | None) -> Instance:
@@ -311,6 +312,10 @@ def solve(
     time. ``calibration``: a profile file or object (as in ``evaluate``)."""
     started = time.perf_counter()
     _check_solve_args(time_limit_s, workers, top, seed)
+    if _chooses_cluster(scenario):  # capacity planning: the cluster is part of the search
+        from paraplan.capacity.solve import solve_capacity
+
+        return solve_capacity(scenario, time_limit_s=time_limit_s, workers=workers, top=top, seed=seed)
     inst = _instance(scenario, calibration)
     target = inst.scenario.solver.target
     base = _base_options(inst)
@@ -372,4 +377,9 @@ def solve(
     band = band_out(inst.cluster, breakdown.step_time_s, inst.graph.spec.is_moe)
     explanation = explain(best.plan, breakdown, inst.cluster, runner, band) + notes
     result = evaluate_plan(inst, best.plan, solver_out, alternatives=alternatives, explanation=explanation)
-    return _with_runs_on(result, inst, best.plan)
+    return with_training(_with_runs_on(result, inst, best.plan), inst)
+
+
+def _chooses_cluster(scenario: str | Path | dict[str, Any] | Scenario) -> bool:
+    """The scenario has ``cluster.choose`` (paraplan/capacity: the cluster search)."""
+    return load_scenario(scenario).cluster.choose is not None

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from paraplan.capacity.sections import CAPACITY_JOB_KEYS
 from paraplan.cost import Job, MoERouting, Plan, Recompute
 from paraplan.cost.dispatch import check_dispatcher
 from paraplan.cost.plan import PLAN_FIELDS, even_split, plan_from_values
@@ -58,7 +59,7 @@ class Instance:
 def job_of(scenario: Scenario) -> Job:
     """The cost model's Job of the scenario's ``job:`` (``moe_routing: {capacity_factor: F}``
     becomes routing ``capacity`` with ``moe_capacity_factor`` F)."""
-    values = scenario.job.model_dump()
+    values = scenario.job.model_dump(exclude=set(CAPACITY_JOB_KEYS))  # not cost-model terms
     routing = values.pop("moe_routing")
     if isinstance(routing, dict):
         values["moe_routing"] = MoERouting.CAPACITY

@@ -11,6 +11,7 @@ from __future__ import annotations
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
+from paraplan.capacity.out import CapacityOut, ClusterOut, TrainingOut
 from pydantic import BaseModel, ConfigDict, Field
 
 from paraplan.cost import Breakdown, Job, Plan
@@ -161,6 +162,12 @@ class Predicted(BaseModel):
     optimizer_s: float
     num_micro_batches: int
     stages: list[StageOut]
+    # capacity planning (job.tokens; paraplan/capacity/terms.py): names are a public contract
+    time_to_train_days: float | None = None
+    cost_usd: float | None = None
+    effective_training_time_ratio: float | None = None
+    expected_interruptions: float | None = None
+    checkpoint_interval_s: float | None = None
 
 
 class SolverOut(BaseModel):
@@ -198,6 +205,9 @@ class Result(BaseModel):
     version: str
     alternatives: list[dict] = Field(default_factory=list, description="--top K runners-up")
     explanation: list[str] = Field(default_factory=list)
+    cluster: ClusterOut | None = Field(None, description="the cluster (capacity planning: the one chosen)")
+    training: TrainingOut | None = Field(None, description="time-to-train terms (job.tokens)")
+    capacity: CapacityOut | None = Field(None, description="the cluster search (cluster.choose)")
 
 
 def plan_out(plan: Plan, job: Job) -> PlanOut:
