@@ -147,7 +147,9 @@ def checkpointing(
     """Stall, background write and restore of one checkpoint on ``gpus`` GPUs (module docstring);
     the scenario's ``checkpoint_stall_s`` / ``checkpoint_restore_s`` replace the derived ones."""
     write_s = ckpt_bytes / write_bytes_per_s
-    restore_s = ckpt_bytes / read_bytes_per_s if rel.checkpoint_restore_s is None else rel.checkpoint_restore_s
+    restore_s = (
+        ckpt_bytes / read_bytes_per_s if rel.checkpoint_restore_s is None else rel.checkpoint_restore_s
+    )
     if rel.checkpoint_stall_s is not None:
         stall_s = rel.checkpoint_stall_s
     elif rel.async_checkpoint:

@@ -11,9 +11,9 @@ from __future__ import annotations
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-from paraplan.capacity.out import CapacityOut, ClusterOut, TrainingOut
 from pydantic import BaseModel, ConfigDict, Field
 
+from paraplan.capacity.out import CapacityOut, ClusterOut, TrainingOut
 from paraplan.cost import Breakdown, Job, Plan
 from paraplan.cost import evaluate as cost_evaluate
 from paraplan.cost.memory import StageMemory

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from paraplan.capacity.out import ClusterOut, TrainingOut
+from paraplan.capacity.sections import StorageSection
 from paraplan.cost.reliability import (
     Checkpointing,
     Goodput,
@@ -27,7 +28,6 @@ from paraplan.hardware.capacity import (
     price_of,
     storage_tier,
 )
-from paraplan.capacity.sections import StorageSection
 from paraplan.instance import Instance
 from paraplan.result import Result
 from paraplan.schema import Scenario
@@ -58,7 +58,9 @@ def _storage(sc: Scenario) -> StorageTier:
         raise ConfigError(str(e)) from None
 
 
-def price_for(sc: Scenario, preset: str, accelerator_key: str, required: bool) -> tuple[float | None, str | None]:
+def price_for(
+    sc: Scenario, preset: str, accelerator_key: str, required: bool
+) -> tuple[float | None, str | None]:
     """(USD per GPU-hour, its source): cluster.price_per_gpu_hour, else hardware/data/prices.yaml;
     ConfigError when ``required`` (objective cost, a budget) and neither has one."""
     given = sc.cluster.price_per_gpu_hour
@@ -91,7 +93,9 @@ class ClusterTerms:
     price_source: str | None
 
 
-def cluster_terms(sc: Scenario, preset: str, cluster: Cluster, num_params: float, required_price: bool) -> ClusterTerms:
+def cluster_terms(
+    sc: Scenario, preset: str, cluster: Cluster, num_params: float, required_price: bool
+) -> ClusterTerms:
     """The checkpoint terms, GPUs paid and price of ``cluster`` (one node type)."""
     rel = reliability_of(sc)
     gpus = cluster.num_devices
@@ -99,7 +103,11 @@ def cluster_terms(sc: Scenario, preset: str, cluster: Cluster, num_params: float
     write, read = tier.for_gpus(gpus)
     key = cluster.accelerator.key
     try:
-        link = None if rel.checkpoint_stall_s is not None or not rel.async_checkpoint else host_link_bytes_per_s(key)
+        link = (
+            None
+            if rel.checkpoint_stall_s is not None or not rel.async_checkpoint
+            else host_link_bytes_per_s(key)
+        )
     except ValueError as e:
         raise ConfigError(str(e)) from None
     ck = checkpointing(checkpoint_bytes(num_params, sc.job.frozen_base), gpus, write, read, link, rel)
