@@ -111,7 +111,9 @@ def _print_result(result, as_json: bool) -> None:
     if as_json:
         print(json.dumps(result.model_dump(mode="json"), allow_nan=False))  # strict JSON
     else:
-        print(render_result(result))
+        from paraplan.capacity.report import render_capacity
+
+        print(render_result(result) + render_capacity(result))
 
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:

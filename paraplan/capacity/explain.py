@@ -21,7 +21,8 @@ def _money(usd: float | None) -> str:
 def option_line(o: ClusterOption) -> str:
     return (
         f"{o.preset} x {o.gpus:,} GPUs ({o.nodes:,} nodes): {o.time_to_train_days:,.1f} days, "
-        f"{_money(o.cost_usd)}, goodput {o.effective_training_time_ratio:.1%}, step {o.step_time_s:.2f} s ({o.plan})"
+        f"{_money(o.cost_usd)}, goodput {o.effective_training_time_ratio:.1%}, "
+        f"step {o.step_time_s:.2f} s ({o.plan})"
     )
 
 

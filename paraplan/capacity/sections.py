@@ -123,7 +123,8 @@ def check_capacity(sc: Scenario) -> None:
     ]
     if needs and job.tokens is None:
         raise ValueError(
-            f"{needs[0]} needs job.tokens (the training token budget, e.g. 15e12) to compute the time to train"
+            f"{needs[0]} needs job.tokens (the training token budget, e.g. 15e12) to compute the "
+            "time to train"
         )
     if cluster.choose is not None and cluster.pools is not None:
         raise ValueError("give either cluster.choose or cluster.pools, not both")
