@@ -55,6 +55,7 @@ __all__ = [
     "young_interval_s",
     "checkpointing",
     "goodput",
+    "goodput_upper_bound",
     "time_to_train",
     "training_steps",
 ]
@@ -212,6 +213,36 @@ def goodput(gpus: int, step_s: float, ck: Checkpointing, rel: Reliability) -> Go
         failure_fraction=ff,
         ratio=max(0.0, ratio) if ff < 1.0 else 0.0,
     )
+
+
+def _continuous_ratio(period_s: float, ck: Checkpointing, lam: float, rel: Reliability) -> float:
+    lost = rel.restart_s + ck.restore_s + ck.write_s + (period_s + ck.stall_s) / 2.0
+    return period_s / (period_s + ck.stall_s) * (1.0 - lam * lost)
+
+
+def goodput_upper_bound(gpus: int, ck: Checkpointing, rel: Reliability) -> float:
+    """The most ``goodput(...).ratio`` can be for any step time on this cluster: the ratio at the
+    best real-valued period at least the background write (and ``rel.checkpoint_interval_s``),
+    where goodput's periods are whole steps. Golden-section search: the ratio is unimodal in the
+    period (the stall share falls, the failure loss grows linearly). Used by the capacity bounds
+    (solver/capacity.py): ``goodput`` is not monotone in the step time (whole-step rounding), but
+    never above this."""
+    mtbf = mtbf_s(gpus, rel.failure_rate_per_gpu_hour)
+    lam = 1.0 / mtbf if math.isfinite(mtbf) else 0.0
+    lo = max(ck.write_s, rel.checkpoint_interval_s or 0.0, 1e-9)
+    if lam == 0.0:
+        return 1.0  # no failures: an ever longer period, no stall share
+    hi = max(2.0 * lo, 4.0 * young_interval_s(ck.stall_s, mtbf), 1e-6) + 2.0 * mtbf
+    inv = (math.sqrt(5.0) - 1.0) / 2.0
+    a, b = lo, hi
+    for _ in range(200):
+        c, d = b - inv * (b - a), a + inv * (b - a)
+        if _continuous_ratio(c, ck, lam, rel) >= _continuous_ratio(d, ck, lam, rel):
+            b = d
+        else:
+            a = c
+    best = max(_continuous_ratio(x, ck, lam, rel) for x in (lo, a, b))
+    return max(0.0, min(1.0, best * (1.0 + 1e-12)))
 
 
 def training_steps(tokens: float, tokens_per_step: int) -> int:

@@ -54,6 +54,10 @@ __all__ = [
     "branch_and_bound",
 ]
 
+GAP_REL = 1e-3
+"""OPTIMAL when the proven bound is within this of the best: a solved cluster's bound sits a
+little below its plan's objective because goodput's checkpoint interval is rounded to whole
+steps (cost/reliability.py goodput_upper_bound), so a slower plan could gain at most that."""
 MAX_DEGREE = 64  # tp and cp searched up to this (solver/space.py searches cp up to 64)
 
 
@@ -182,8 +186,8 @@ def branch_and_bound(
     out: CapacityOutcome[T] = CapacityOutcome("UNKNOWN", [], None)
     out.pruned_by_limits = len(order) - len(feasible)
     solved_ok: list[Examined[T]] = []
-    proven = True
-    unproven_bounds: list[Key] = []
+    proven = True  # every examined candidate proven (its plan optimal, or proven infeasible)
+    bounds: list[Key] = []  # the proven bound of each examined candidate that may still be best
     for i, cand in enumerate(feasible):
         kth = solved_ok[top - 1].solved.key if len(solved_ok) >= top else None
         if kth is not None and cand.lower > kth:
@@ -191,7 +195,7 @@ def branch_and_bound(
             break
         if time.perf_counter() > deadline and out.examined:
             out.not_examined = len(feasible) - i
-            unproven_bounds.append(cand.lower)  # the least bound left: valid for all the rest
+            bounds.append(cand.lower)  # the least bound left: valid for all the rest
             proven = False
             break
         s = solve(cand, deadline)
@@ -199,7 +203,8 @@ def branch_and_bound(
         out.examined.append(ex)
         if not s.proven:
             proven = False
-            unproven_bounds.append(s.bound)
+        if s.key is not None or not s.proven:
+            bounds.append(s.bound)
         if s.key is not None:
             solved_ok.append(ex)
             solved_ok.sort(key=lambda e: (e.solved.key, e.candidate.lower))
@@ -207,13 +212,13 @@ def branch_and_bound(
     out.wall_s = time.perf_counter() - start
     if not out.best:
         out.status = "INFEASIBLE" if proven else "UNKNOWN"
-        out.bound = min(unproven_bounds) if unproven_bounds else None
+        out.bound = min(bounds) if bounds else None
         return out
     winner = out.best[0].solved.key
     assert winner is not None
-    below = [b for b in unproven_bounds if b < winner]
-    out.bound = min([winner, *below])
-    out.status = "OPTIMAL" if proven or not below else "FEASIBLE"
+    out.bound = min([winner, *bounds])
+    gap = winner[0] - out.bound[0]
+    out.status = "OPTIMAL" if gap <= GAP_REL * abs(winner[0]) else "FEASIBLE"
     return out
 
 

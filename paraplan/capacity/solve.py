@@ -22,7 +22,13 @@ from typing import Any
 
 from paraplan.capacity.out import CapacityOut, ClusterOption
 from paraplan.capacity.sections import ChooseSection
-from paraplan.capacity.terms import ClusterTerms, TrainingTerms, cluster_terms, training_of
+from paraplan.capacity.terms import (
+    ClusterTerms,
+    TrainingTerms,
+    cluster_terms,
+    training_bound_of,
+    training_of,
+)
 from paraplan.errors import ConfigError, InfeasibleError, SolveTimeout
 from paraplan.explain import summary
 from paraplan.hardware import Cluster, build_cluster, node_type
@@ -183,15 +189,13 @@ def solve_capacity(
     objective = sc.objective or "time_to_train"
     base = sc.model_dump(mode="json", exclude_none=True)
     required_price = objective == "cost" or sc.job.budget_usd is not None
-    tokens_per_step = sc.job.seq_len * sc.job.global_batch
     cands: list[Candidate[Option]] = []
     for opt, bound in _options(sc, base, required_price):
         step_lb = bound.step_lower_bound_s(opt.gpus, sc.job.global_batch)
         if step_lb == float("inf"):
             continue
-        tt = training_of(sc, opt.terms, step_lb)
+        tt = training_bound_of(sc, opt.terms, step_lb)
         cands.append(Candidate(opt, _key(objective, tt, opt.gpus), _within(sc, tt)))
-    del tokens_per_step
 
     def solve_one(cand: Candidate[Option], until: float) -> Solved[Option]:
         o = cand.item
@@ -209,7 +213,7 @@ def solve_capacity(
         assert result.solver is not None
         tt = training_of(sc, o.terms, result.predicted.step_time_s)
         proven = result.solver.status == "OPTIMAL"
-        bound_tt = training_of(sc, o.terms, min(result.solver.bound_s, result.predicted.step_time_s))
+        bound_tt = training_bound_of(sc, o.terms, min(result.solver.bound_s, result.predicted.step_time_s))
         bound = max(cand.lower, _key(objective, bound_tt, o.gpus))
         key = _key(objective, tt, o.gpus) if _within(sc, tt) else None
         if key is None and not proven and _within(sc, bound_tt):

@@ -5,7 +5,8 @@ and by the cluster search for every candidate."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
 
 from paraplan.capacity.out import ClusterOut, TrainingOut
 from paraplan.capacity.sections import StorageSection
@@ -17,6 +18,7 @@ from paraplan.cost.reliability import (
     checkpoint_bytes,
     checkpointing,
     goodput,
+    goodput_upper_bound,
     time_to_train,
 )
 from paraplan.errors import ConfigError
@@ -131,6 +133,20 @@ def training_of(sc: Scenario, ct: ClusterTerms, step_s: float) -> TrainingTerms:
         sc.job.tokens, sc.job.seq_len * sc.job.global_batch, step_s, good, ct.gpus_paid, ct.price or 0.0
     )
     return TrainingTerms(good, t, t.cost_usd if ct.price is not None else None)
+
+
+def training_bound_of(sc: Scenario, ct: ClusterTerms, step_lower_s: float) -> TrainingTerms:
+    """A proven lower bound on the time to train and cost of any plan of at least
+    ``step_lower_s`` on this cluster: the step bound over the goodput's upper bound
+    (cost/reliability.py goodput_upper_bound; goodput itself is not monotone in the step)."""
+    tt = training_of(sc, ct, step_lower_s)
+    upper = goodput_upper_bound(ct.gpus, ct.checkpoint, reliability_of(sc))
+    wall = tt.time.compute_s / upper if upper > 0 else math.inf
+    hours = wall * ct.gpus_paid / 3600.0
+    time = replace(
+        tt.time, wall_s=wall, days=wall / 86_400.0, gpu_hours=hours, cost_usd=hours * (ct.price or 0.0)
+    )
+    return TrainingTerms(tt.good, time, time.cost_usd if ct.price is not None else None)
 
 
 def training_out(sc: Scenario, ct: ClusterTerms, tt: TrainingTerms, band: tuple[float, float]) -> TrainingOut:
