@@ -5,14 +5,14 @@ below every solved optimum, its choice equals the best of solving every candidat
 from __future__ import annotations
 
 import pytest
+from paraplan.solver.capacity import least_device_seconds
 
 import paraplan
-from paraplan.capacity.solve import gpu_counts
 from paraplan.capacity.sections import ChooseSection
+from paraplan.capacity.solve import gpu_counts
 from paraplan.errors import ConfigError, InfeasibleError
 from paraplan.instance import build_instance
 from paraplan.schema import load_scenario
-from paraplan.solver.capacity import least_device_seconds
 
 BASE = {
     "model": {"preset": "llama3-8b"},
@@ -23,7 +23,10 @@ COUNTS = [8, 16, 32, 64]
 
 
 def _scenario(**extra):
-    sc = {**BASE, "cluster": {"choose": {"presets": PRESETS, "min_gpus": 8, "max_gpus": 64, "step": "double"}}}
+    sc = {
+        **BASE,
+        "cluster": {"choose": {"presets": PRESETS, "min_gpus": 8, "max_gpus": 64, "step": "double"}},
+    }
     job = {**BASE["job"], **extra.pop("job", {})}
     return {**sc, "job": job, **extra}
 
@@ -36,7 +39,11 @@ def _each_cluster(objective: str):
             sc = {**BASE, "cluster": {"preset": preset, "gpus": n}}
             r = paraplan.solve(sc, time_limit_s=60)
             p = r.predicted
-            key = (p.cost_usd, p.time_to_train_days) if objective == "cost" else (p.time_to_train_days, p.cost_usd)
+            key = (
+                (p.cost_usd, p.time_to_train_days)
+                if objective == "cost"
+                else (p.time_to_train_days, p.cost_usd)
+            )
             rows.append((key, preset, n, r))
     return sorted(rows, key=lambda row: row[0])
 
