@@ -65,7 +65,7 @@ def test_time_to_train_grows_with_step_time() -> None:
     # whole-step rounding moves goodput a little, never enough to make a slower step train faster
     ck = Checkpointing(bytes=1e12, stall_s=2.0, write_s=30.0, restore_s=60.0)
     times = [s / goodput(4096, s, ck, Reliability()).ratio for s in (0.5, 1, 2, 3, 5, 8, 13, 40, 100)]
-    assert all(a < b for a, b in zip(times, times[1:]))
+    assert all(a < b for a, b in zip(times, times[1:], strict=False))
 
 
 def test_no_progress_when_failures_outpace_it() -> None:
