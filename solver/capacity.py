@@ -13,9 +13,11 @@ expert TP only. With ``m = B / (dp x mb)`` and ``n = dp x tp x pp x cp``:
 
 ``G(n)`` the least device-seconds per sequence, ``tp x cp x floor / mb``, over every tp (splits
 the heads), cp (splits the sequence), micro-batch up to ``max_micro_batch``, SP, cp_comm and
-expert TP with ``tp x cp <= n`` (MoE: the all-to-all taken as hidden and full CUDA graphs, the
-least the floor allows). Divisibility, memory, the bubble, data-parallel traffic and the
-optimizer are left out, so it is a relaxation: proven, and computed once per node type.
+expert TP that some layout of ``n`` devices has (tp x cp divides n, dp divides B / mb, pp at most
+the layers; MoE: the all-to-all taken as hidden and full CUDA graphs, the least the floor allows).
+Memory, the bubble, data-parallel traffic and the optimizer are left out, so it is a relaxation:
+proven, and computed once per node type; a device count no layout has is proven infeasible
+without a solve.
 
 Branch and bound (``branch_and_bound``): candidates in order of their lower bound key (a tuple
 compared lexicographically, e.g. (time, cost)); each one popped is solved (the planner's own
@@ -26,6 +28,7 @@ bound not examined as the proven bound, so the gap is reported.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -63,22 +66,28 @@ MAX_DEGREE = 64  # tp and cp searched up to this (solver/space.py searches cp up
 
 @dataclass(frozen=True, slots=True)
 class DeviceSeconds:
-    """``G(n)``: (least tp x cp, least device-seconds per sequence for groups up to it), ascending."""
+    """``G``: device-seconds per sequence of each (tp, cp, micro-batch), least first (the least
+    over SP, cp_comm and expert TP), and the model's layers (pp is at most that)."""
 
-    steps: tuple[tuple[int, float], ...]
+    entries: tuple[tuple[float, int, int, int], ...]  # (value, tp, cp, micro_batch)
+    num_layers: int
 
-    def per_sequence_s(self, devices: int) -> float:
-        """Least device-seconds per sequence over every tp x cp <= devices (inf: none)."""
-        best = float("inf")
-        for group, value in self.steps:
-            if group > devices:
-                break
-            best = min(best, value)
-        return best
+    def per_sequence_s(self, devices: int, global_batch: int) -> float:
+        """Least device-seconds per sequence over the (tp, cp, micro-batch) some layout of
+        ``devices`` has: tp x cp divides them, and dp = the largest divisor of both the rest and
+        global_batch / micro_batch leaves pp = rest / dp <= layers (any other dp leaves a larger
+        pp); inf when none has (no layout: proven infeasible)."""
+        for value, tp, cp, mb in self.entries:
+            if devices % (tp * cp) or global_batch % mb:
+                continue
+            rest = devices // (tp * cp)
+            if rest // math.gcd(rest, global_batch // mb) <= self.num_layers:
+                return value
+        return float("inf")
 
     def step_lower_bound_s(self, devices: int, global_batch: int) -> float:
-        """Formula: B x G(n) / n (module docstring)."""
-        return global_batch * self.per_sequence_s(devices) / devices
+        """Formula: B x G(n) / n (module docstring); inf: no layout of ``devices`` at all."""
+        return global_batch * self.per_sequence_s(devices, global_batch) / devices
 
 
 def _powers(limit: int) -> list[int]:
@@ -102,7 +111,7 @@ def least_device_seconds(
         if tp_splits_heads(spec.num_heads, spec.num_kv_heads, t) and tp_splits_layer_kinds(spec, t)
     ]
     cps = [c for c in _powers(limit) if cp_splits_sequence(job.seq_len, c) and cp_splits_layer_kinds(spec, c)]
-    best: dict[int, float] = {}
+    best: dict[tuple[int, int, int], float] = {}
     for tp in tps:
         for cp in cps:
             if tp * cp > max_devices:
@@ -127,9 +136,10 @@ def least_device_seconds(
                                 cuda_graphs=CudaGraphs.FULL if spec.is_moe else CudaGraphs.NONE,
                             )
                             value = tp * cp * compute_floor_s(graph, layout, job, cluster) / mb
-                            key = tp * cp
+                            key = (tp, cp, mb)
                             best[key] = min(best.get(key, float("inf")), value)
-    return DeviceSeconds(tuple(sorted(best.items())))
+    entries = sorted((v, tp, cp, mb) for (tp, cp, mb), v in best.items())
+    return DeviceSeconds(tuple(entries), spec.num_layers)
 
 
 T = TypeVar("T")

@@ -54,7 +54,7 @@ def explain_choice(sc: Scenario, cap: CapacityOut, out: Any) -> list[str]:
     lines = [
         f"chose {option_line(best)}; objective {cap.objective}{under}: {proof} over {cap.candidates:,} "
         f"clusters ({cap.solved} solved, {cap.pruned_by_bound:,} proven worse by bound, "
-        f"{cap.pruned_by_limits:,} proven to miss the limits by bound)"
+        f"{cap.pruned_by_limits:,} proven to miss the limits by bound, {cap.infeasible:,} without a plan)"
     ]
     per_type: dict[str, ClusterOption] = {}
     from paraplan.capacity.solve import _option_out

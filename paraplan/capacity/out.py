@@ -73,7 +73,7 @@ class CapacityOut(BaseModel):
     solved: int
     pruned_by_bound: int
     pruned_by_limits: int
-    infeasible: int
+    infeasible: int = Field(description="proven to have no plan (no layout divides the count, or none fits)")
     not_examined: int
     wall_s: float
     clusters: list[ClusterOption] = Field(default_factory=list, description="best first, distinct clusters")

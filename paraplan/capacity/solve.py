@@ -190,9 +190,12 @@ def solve_capacity(
     base = sc.model_dump(mode="json", exclude_none=True)
     required_price = objective == "cost" or sc.job.budget_usd is not None
     cands: list[Candidate[Option]] = []
-    for opt, bound in _options(sc, base, required_price):
+    options = _options(sc, base, required_price)
+    no_layout = 0  # device counts no layout divides (proven infeasible without a solve)
+    for opt, bound in options:
         step_lb = bound.step_lower_bound_s(opt.gpus, sc.job.global_batch)
         if step_lb == float("inf"):
+            no_layout += 1
             continue
         tt = training_bound_of(sc, opt.terms, step_lb)
         cands.append(Candidate(opt, _key(objective, tt, opt.gpus), _within(sc, tt)))
@@ -222,8 +225,8 @@ def solve_capacity(
 
     out = branch_and_bound(cands, solve_one, top, deadline)
     if not out.best:
-        _no_cluster(sc, out, len(cands))
-    return _result(sc, objective, out, len(cands))
+        _no_cluster(sc, out, len(options))
+    return _result(sc, objective, out, len(options), no_layout)
 
 
 def _no_cluster(sc: Scenario, out: CapacityOutcome[Option], count: int) -> None:
@@ -255,7 +258,7 @@ def _no_cluster(sc: Scenario, out: CapacityOutcome[Option], count: int) -> None:
     )
 
 
-def _result(sc: Scenario, objective: str, out: CapacityOutcome[Option], count: int) -> Result:
+def _result(sc: Scenario, objective: str, out: CapacityOutcome[Option], count: int, no_layout: int) -> Result:
     from paraplan.capacity.explain import explain_choice
 
     winner = out.best[0]
@@ -269,7 +272,7 @@ def _result(sc: Scenario, objective: str, out: CapacityOutcome[Option], count: i
     key = winner.solved.key
     assert key is not None and out.bound is not None
     gap = (key[0] - out.bound[0]) / key[0] if key[0] > 0 else 0.0
-    infeasible = sum(1 for ex in out.examined if ex.solved.key is None and ex.solved.proven)
+    infeasible = no_layout + sum(1 for ex in out.examined if ex.solved.key is None and ex.solved.proven)
     cap = CapacityOut(
         objective=objective,
         status=out.status,
