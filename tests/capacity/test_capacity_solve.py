@@ -61,7 +61,6 @@ def test_step_bound_below_every_solved_optimum(oracle) -> None:
         assert bound.step_lower_bound_s(n, 256) > 0.3 * r.predicted.step_time_s  # not vacuous
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("objective", ["cost", "time_to_train"])
 def test_choice_equals_the_oracle(oracle, objective: str) -> None:
     r = paraplan.solve(_scenario(objective=objective), time_limit_s=120, top=3)
@@ -75,6 +74,31 @@ def test_choice_equals_the_oracle(oracle, objective: str) -> None:
     listed = [(o.preset, o.gpus) for o in r.capacity.clusters]
     assert listed == [(p, g) for _, p, g, _ in oracle[objective][:3]]
     assert r.capacity.solved < len(PRESETS) * len(COUNTS)  # the bound pruned some
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("model", "preset", "counts", "job"),
+    [
+        ("qwen3-30b-a3b", "dgx-h100", [16, 32, 64], {"seq_len": 4096, "global_batch": 256}),
+        ("mixtral-8x7b", "gb200-nvl72", [72, 144], {"seq_len": 4096, "global_batch": 144}),
+        ("llama3-70b", "dgx-b200", [64, 128], {"seq_len": 8192, "global_batch": 128}),
+    ],
+)
+def test_step_bound_below_solved_optima_moe_and_dense(model, preset, counts, job) -> None:
+    inst = build_instance(
+        load_scenario(
+            {"model": {"preset": model}, "cluster": {"preset": preset, "gpus": counts[-1]}, "job": job}
+        )
+    )
+    bound = least_device_seconds(inst.graph, inst.cluster, inst.job, 8, counts[-1])
+    for n in counts:
+        r = paraplan.solve(
+            {"model": {"preset": model}, "cluster": {"preset": preset, "gpus": n}, "job": job},
+            time_limit_s=120,
+        )
+        lb = bound.step_lower_bound_s(n, job["global_batch"])
+        assert lb <= r.solver.bound_s * (1 + 1e-9) <= r.predicted.step_time_s * (1 + 1e-9), (n, lb)
 
 
 def test_result_round_trips_through_evaluate() -> None:
