@@ -115,6 +115,11 @@ def _calibrated(cluster: Cluster, calibration: Calibration | None) -> Cluster:
 def _cluster(scenario: Scenario) -> Cluster:
     """The scenario's cluster; ValueError naming ``cluster.pools[i].preset`` for a bad pool."""
     c = scenario.cluster
+    if c.choose is not None:
+        raise ValueError(
+            "cluster.choose: `paraplan plan` chooses the cluster; evaluate needs cluster.preset with "
+            "nodes or gpus (or the result of `paraplan plan --json`)"
+        )
     if c.pools is None:
         assert c.preset is not None  # ClusterSection.check_size
         return build_cluster(c.preset, nodes=c.nodes, gpus=c.gpus)

@@ -38,7 +38,7 @@ def _hardware(preset: str, precision: str) -> str:
     )
 
 
-def explain_choice(sc: Scenario, cap: CapacityOut, out: Any) -> list[str]:
+def explain_choice(sc: Scenario, cap: CapacityOut, out: Any, unsolved: dict[str, str]) -> list[str]:
     best = cap.clusters[0]
     limits = []
     if sc.job.deadline_days is not None:
@@ -56,23 +56,24 @@ def explain_choice(sc: Scenario, cap: CapacityOut, out: Any) -> list[str]:
         f"clusters ({cap.solved} solved, {cap.pruned_by_bound:,} proven worse by bound, "
         f"{cap.pruned_by_limits:,} proven to miss the limits by bound, {cap.infeasible:,} without a plan)"
     ]
-    per_type: dict[str, ClusterOption] = {}
+    per_type: dict[str, tuple[Any, ClusterOption]] = {}  # best by the objective's key
     from paraplan.capacity.solve import _option_out
 
     for ex in out.examined:
         o = _option_out(ex)
-        if o is None:
-            continue
         key = ex.solved.key
+        if o is None or key is None:
+            continue
         seen = per_type.get(o.preset)
-        if key is not None and (seen is None or seen.time_to_train_days > o.time_to_train_days):
-            per_type[o.preset] = o
+        if seen is None or key < seen[0]:
+            per_type[o.preset] = (key, o)
     precision = sc.job.precision.value
     for preset in sc.cluster.choose.presets if sc.cluster.choose else []:
         hw = _hardware(preset, precision)
-        o = per_type.get(preset)
+        o = per_type[preset][1] if preset in per_type else None
         if o is None:
-            lines.append(f"{preset}: no cluster solved within the limits ({hw})")
+            reason = unsolved.get(preset, "no cluster of it has a plan within the limits")
+            lines.append(f"{preset}: none solved: {reason} ({hw})")
         else:
             lines.append(f"{preset}: best solved {option_line(o)}; {hw}")
     if cap.next_cheaper is not None:

@@ -226,7 +226,7 @@ def solve_capacity(
     out = branch_and_bound(cands, solve_one, top, deadline)
     if not out.best:
         _no_cluster(sc, out, len(options))
-    return _result(sc, objective, out, len(options), no_layout)
+    return _result(sc, objective, out, len(options), no_layout, cands)
 
 
 def _no_cluster(sc: Scenario, out: CapacityOutcome[Option], count: int) -> None:
@@ -258,7 +258,14 @@ def _no_cluster(sc: Scenario, out: CapacityOutcome[Option], count: int) -> None:
     )
 
 
-def _result(sc: Scenario, objective: str, out: CapacityOutcome[Option], count: int, no_layout: int) -> Result:
+def _result(
+    sc: Scenario,
+    objective: str,
+    out: CapacityOutcome[Option],
+    count: int,
+    no_layout: int,
+    cands: list[Candidate[Option]],
+) -> Result:
     from paraplan.capacity.explain import explain_choice
 
     winner = out.best[0]
@@ -290,8 +297,38 @@ def _result(sc: Scenario, objective: str, out: CapacityOutcome[Option], count: i
         next_cheaper=next_cheaper,
         next_faster=next_faster,
     )
-    cap = cap.model_copy(update={"explanation": explain_choice(sc, cap, out)})
+    unsolved = _unsolved_bounds(sc, out, cands)
+    cap = cap.model_copy(update={"explanation": explain_choice(sc, cap, out, unsolved)})
     return result.model_copy(update={"capacity": cap})
+
+
+def _unsolved_bounds(
+    sc: Scenario, out: CapacityOutcome[Option], cands: list[Candidate[Option]]
+) -> dict[str, str]:
+    """Per node type none of whose clusters was solved: why (its least bound, and whether every
+    one of its clusters misses the limits by bound)."""
+    solved = {ex.candidate.item.preset for ex in out.examined}
+    why: dict[str, str] = {}
+    for preset in {c.item.preset for c in cands} - solved:
+        mine = [c for c in cands if c.item.preset == preset]
+        if all(not c.feasible_bound for c in mine):
+            limits = " and ".join(
+                f"{k}={v:g}"
+                for k, v in (
+                    ("job.deadline_days", sc.job.deadline_days),
+                    ("job.budget_usd", sc.job.budget_usd),
+                )
+                if v is not None
+            )
+            why[preset] = f"every one of its {len(mine)} clusters misses {limits} by its bound"
+        else:
+            least = min(c for c in mine if c.feasible_bound).lower[0]
+            unit = "$" if (sc.objective or "time_to_train") == "cost" else ""
+            value = f"${least:,.0f}" if unit else f"{least / 86_400:,.1f} days"
+            if sc.objective == "gpus":
+                value = f"{least:,.0f} GPUs"
+            why[preset] = f"its {len(mine)} clusters' least bound, {value}, is worse than the choice"
+    return why
 
 
 def _cost(ex: Examined[Option]) -> float:
