@@ -322,7 +322,7 @@ def _unsolved_bounds(
             )
             why[preset] = f"every one of its {len(mine)} clusters misses {limits} by its bound"
         else:
-            least = min(c for c in mine if c.feasible_bound).lower[0]
+            least = min(c.lower[0] for c in mine if c.feasible_bound)
             unit = "$" if (sc.objective or "time_to_train") == "cost" else ""
             value = f"${least:,.0f}" if unit else f"{least / 86_400:,.1f} days"
             if sc.objective == "gpus":
