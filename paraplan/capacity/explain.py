@@ -18,9 +18,13 @@ def _money(usd: float | None) -> str:
     return f"${usd / 1e6:,.2f}M" if usd >= 1e6 else f"${usd:,.0f}"
 
 
+def _nodes(count: int) -> str:
+    return f"{count:,} node" + ("" if count == 1 else "s")
+
+
 def option_line(o: ClusterOption) -> str:
     return (
-        f"{o.preset} x {o.gpus:,} GPUs ({o.nodes:,} nodes): {o.time_to_train_days:,.1f} days, "
+        f"{o.preset} x {o.gpus:,} GPUs ({_nodes(o.nodes)}): {o.time_to_train_days:,.1f} days, "
         f"{_money(o.cost_usd)}, goodput {o.effective_training_time_ratio:.1%}, "
         f"step {o.step_time_s:.2f} s ({o.plan})"
     )

@@ -18,7 +18,8 @@ def render_capacity(result: Result) -> str:
     lo, hi = t.time_to_train_band_days
     lines = [
         "",
-        f"time to train {t.tokens:.3g} tokens on {c.preset} x {c.gpus:,} GPUs ({c.nodes:,} nodes): "
+        f"time to train {t.tokens:.3g} tokens on {c.preset} x {c.gpus:,} GPUs "
+        f"({c.nodes:,} node{'' if c.nodes == 1 else 's'}): "
         f"{p.time_to_train_days:,.1f} days (band {lo:,.1f}-{hi:,.1f}), {cost}, {t.gpu_hours:,.0f} GPU-hours",
         f"  goodput (effective training time ratio) {p.effective_training_time_ratio:.1%}: "
         f"{t.steps:,} steps = {t.compute_days:,.1f} days of training",

@@ -190,6 +190,7 @@ def solve_capacity(
     base = sc.model_dump(mode="json", exclude_none=True)
     required_price = objective == "cost" or sc.job.budget_usd is not None
     cands: list[Candidate[Option]] = []
+    least = [float("inf"), float("inf")]  # the least time (days) and cost any cluster can have
     options = _options(sc, base, required_price)
     no_layout = 0  # device counts no layout divides (proven infeasible without a solve)
     for opt, bound in options:
@@ -198,6 +199,8 @@ def solve_capacity(
             no_layout += 1
             continue
         tt = training_bound_of(sc, opt.terms, step_lb)
+        least[0] = min(least[0], tt.time.days)
+        least[1] = min(least[1], tt.cost_usd if tt.cost_usd is not None else float("inf"))
         cands.append(Candidate(opt, _key(objective, tt, opt.gpus), _within(sc, tt)))
 
     def solve_one(cand: Candidate[Option], until: float) -> Solved[Option]:
@@ -225,11 +228,11 @@ def solve_capacity(
 
     out = branch_and_bound(cands, solve_one, top, deadline)
     if not out.best:
-        _no_cluster(sc, out, len(options))
+        _no_cluster(sc, out, len(options), least)
     return _result(sc, objective, out, len(options), no_layout, cands)
 
 
-def _no_cluster(sc: Scenario, out: CapacityOutcome[Option], count: int) -> None:
+def _no_cluster(sc: Scenario, out: CapacityOutcome[Option], count: int, least: list[float]) -> None:
     """InfeasibleError (proven) or SolveTimeout with what a person can change."""
     limits = []
     if sc.job.deadline_days is not None:
@@ -248,9 +251,15 @@ def _no_cluster(sc: Scenario, out: CapacityOutcome[Option], count: int) -> None:
         )
     if out.status == "INFEASIBLE":
         what = " and ".join(limits) if limits else "memory and the layout rules"
+        floor = []
+        if sc.job.deadline_days is not None and least[0] < float("inf"):
+            floor.append(f"no cluster can train in under {least[0]:,.1f} days")
+        if sc.job.budget_usd is not None and least[1] < float("inf"):
+            floor.append(f"none for less than ${least[1]:,.0f}")
+        bounds = f" (by the bounds, {' and '.join(floor)})" if floor else ""
         raise InfeasibleError(
-            f"no cluster of the {count:,} in cluster.choose meets {what}{hint}; raise the limit, "
-            "add faster node types or raise cluster.choose.max_gpus"
+            f"no cluster of the {count:,} in cluster.choose meets {what}{bounds}{hint}; raise the "
+            "limit or widen cluster.choose (node types, min_gpus / max_gpus)"
         )
     raise SolveTimeout(
         f"no cluster solved within the time limit ({out.wall_s:.1f} s, {len(out.examined)} of {count:,} "
