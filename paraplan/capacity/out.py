@@ -77,6 +77,9 @@ class CapacityOut(BaseModel):
     not_examined: int
     wall_s: float
     clusters: list[ClusterOption] = Field(default_factory=list, description="best first, distinct clusters")
+    examined: list[ClusterOption] = Field(
+        default_factory=list, description="every cluster solved, in the order solved (the report's scatter)"
+    )
     next_cheaper: ClusterOption | None = None
     next_faster: ClusterOption | None = None
     explanation: list[str] = Field(default_factory=list)

@@ -303,6 +303,7 @@ def _result(
         not_examined=out.not_examined,
         wall_s=out.wall_s,
         clusters=options,
+        examined=[o for o in (_option_out(ex) for ex in solved) if o is not None],
         next_cheaper=next_cheaper,
         next_faster=next_faster,
     )

@@ -148,3 +148,25 @@ def test_gpu_counts() -> None:
     assert gpu_counts(c, 72) == [72, 144, 216, 288]
     assert gpu_counts(c.model_copy(update={"step": "double"}), 72) == [72, 144, 288]
     assert gpu_counts(c.model_copy(update={"step": 64}), 8) == [64, 128, 192, 256]
+
+
+def test_pareto_front_and_report(tmp_path) -> None:
+    from paraplan.capacity.html import pareto_front
+    from paraplan.capacity.out import ClusterOption
+    from paraplan.html_report import report_html
+
+    def opt(days: float, usd: float) -> ClusterOption:
+        return ClusterOption(
+            preset="p", gpus=int(days), nodes=1, time_to_train_days=days, cost_usd=usd,
+            effective_training_time_ratio=1.0, step_time_s=1.0, plan="", status="OPTIMAL",
+        )  # fmt: skip
+
+    front = pareto_front([opt(10, 5), opt(20, 3), opt(15, 6), opt(30, 3), opt(5, 9)])
+    assert [(o.time_to_train_days, o.cost_usd) for o in front] == [(5, 9), (10, 5), (20, 3)]
+    r = paraplan.solve(_scenario(objective="cost"), time_limit_s=120, top=2)
+    page = report_html(r)
+    assert 'id="capacity"' in page and "Pareto front" in page and "Young/Daly" in page
+    assert r.capacity.explanation[0].split(";")[0] in page.replace("&#x27;", "'")
+    assert {(o.preset, o.gpus) for o in r.capacity.clusters} <= {
+        (o.preset, o.gpus) for o in r.capacity.examined
+    }

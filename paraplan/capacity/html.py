@@ -1,0 +1,119 @@
+"""The report's capacity section: the time-to-train terms, the cluster search's explanation, and
+the clusters solved as time against cost with their Pareto front (no other cluster solved is
+both faster and cheaper)."""
+
+from __future__ import annotations
+
+from html import escape
+
+from paraplan.capacity.out import ClusterOption
+from paraplan.report_svg import MEMORY_COLORS, Svg, nice_ticks
+from paraplan.result import Result
+
+__all__ = ["capacity_section", "pareto_front"]
+
+
+def pareto_front(options: list[ClusterOption]) -> list[ClusterOption]:
+    """The options no other one beats in both time and cost (priced options only), fastest first."""
+    priced = [o for o in options if o.cost_usd is not None]
+    front = [
+        o
+        for o in priced
+        if not any(
+            p.time_to_train_days <= o.time_to_train_days
+            and (p.cost_usd or 0.0) <= (o.cost_usd or 0.0)
+            and (p.time_to_train_days, p.cost_usd) != (o.time_to_train_days, o.cost_usd)
+            for p in priced
+        )
+    ]
+    return sorted(front, key=lambda o: o.time_to_train_days)
+
+
+def _scatter(options: list[ClusterOption], chosen: tuple[str, int]) -> str:
+    priced = [o for o in options if o.cost_usd is not None]
+    if not priced:
+        return ""
+    width, height, left, bottom, top_pad, right = 900.0, 380.0, 80.0, 50.0, 20.0, 20.0
+    x_top = max(o.time_to_train_days for o in priced) * 1.08
+    y_top = max(o.cost_usd or 0.0 for o in priced) / 1e6 * 1.08
+    plot_w, plot_h = width - left - right, height - bottom - top_pad
+    svg = Svg(width, height, "time to train against cost of the clusters solved")
+
+    def at(days: float, usd: float) -> tuple[float, float]:
+        return left + plot_w * days / x_top, top_pad + plot_h * (1 - usd / 1e6 / y_top)
+
+    for t in nice_ticks(x_top, 8):
+        x, _ = at(t, 0.0)
+        svg.line(x, top_pad, x, top_pad + plot_h, "#E5E7EB")
+        svg.text(x, height - bottom + 18, f"{t:g}", text_anchor="middle", font_size=11)
+    for t in nice_ticks(y_top, 6):
+        _, y = at(0.0, t * 1e6)
+        svg.line(left, y, left + plot_w, y, "#E5E7EB")
+        svg.text(left - 8, y + 4, f"${t:g}M", text_anchor="end", font_size=11)
+    svg.text(left + plot_w / 2, height - 8, "time to train (days)", text_anchor="middle", font_size=12)
+    presets = sorted({o.preset for o in priced})
+    colour = {p: MEMORY_COLORS[i % len(MEMORY_COLORS)] for i, p in enumerate(presets)}
+    front = pareto_front(priced)
+    points = [at(o.time_to_train_days, o.cost_usd or 0.0) for o in front]
+    for (x1, y1), (x2, y2) in zip(points, points[1:], strict=False):
+        svg.line(x1, y1, x2, y2, "#111827", stroke_width=1.5, stroke_dasharray="4 3")
+    for o in priced:
+        x, y = at(o.time_to_train_days, o.cost_usd or 0.0)
+        r = 7 if (o.preset, o.gpus) == chosen else 4.5
+        tip = escape(
+            f"{o.preset} x {o.gpus:,}: {o.time_to_train_days:,.1f} days, ${(o.cost_usd or 0) / 1e6:,.2f}M"
+        )
+        stroke = ' stroke="#111827" stroke-width="2"' if (o.preset, o.gpus) == chosen else ""
+        svg.raw(
+            f'<circle cx="{x:.1f}" cy="{y:.1f}" r="{r}" fill="{colour[o.preset]}"{stroke}>'
+            f"<title>{tip}</title></circle>"
+        )
+    legend = "".join(
+        f'<span><i style="background:{escape(colour[p])}"></i>{escape(p)}</span>' for p in presets
+    )
+    return svg.render("schedule") + f'<div class="legend">{legend}<span>- - Pareto front</span></div>'
+
+
+def capacity_section(result: Result) -> str:
+    p, t = result.predicted, result.training
+    if t is None or p.time_to_train_days is None or result.cluster is None:
+        return ""
+    c = result.cluster
+    cost = f"${p.cost_usd:,.0f}" if p.cost_usd is not None else "no price"
+    rows = [
+        (
+            "time to train",
+            f"{p.time_to_train_days:,.1f} days (band {t.time_to_train_band_days[0]:,.1f}-"
+            f"{t.time_to_train_band_days[1]:,.1f})",
+        ),
+        ("cost", f"{cost} ({t.gpu_hours:,.0f} GPU-hours x ${t.price_per_gpu_hour or 0:,.2f})"),
+        (
+            "goodput",
+            f"{p.effective_training_time_ratio:.1%} of {t.steps:,} steps ({t.compute_days:,.1f} days)",
+        ),
+        (
+            "failures",
+            f"MTBF {t.mtbf_h:,.2f} h, {p.expected_interruptions:,.0f} expected interruptions, "
+            f"{t.lost_per_failure_s:,.0f} s lost each",
+        ),
+        (
+            "checkpoint",
+            f"{t.checkpoint_bytes / 1e12:,.2f} TB every {t.checkpoint_steps} steps "
+            f"({p.checkpoint_interval_s:,.0f} s; Young/Daly {t.young_interval_s:,.0f} s), stall "
+            f"{t.checkpoint_stall_s:.3g} s, write {t.checkpoint_write_s:,.1f} s, restore "
+            f"{t.checkpoint_restore_s:,.1f} s ({t.storage})",
+        ),
+        ("price source", t.price_source or "none"),
+    ]
+    table = "".join(f"<tr><th>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in rows)
+    html = (
+        f'<section id="capacity"><h2>Time to train on {escape(c.preset)} x {c.gpus:,}</h2>'
+        f'<table class="alts">{table}</table>'
+    )
+    cap = result.capacity
+    if cap is not None:
+        items = "".join(f"<li>{escape(line)}</li>" for line in cap.explanation)
+        html += f"<h2>Cluster search ({escape(cap.status)})</h2><ul>{items}</ul>" + _scatter(
+            cap.examined or cap.clusters, (c.preset, c.gpus)
+        )
+    return html + "</section>"
