@@ -278,7 +278,9 @@ def _result(
     from paraplan.capacity.explain import explain_choice
 
     winner = out.best[0]
-    result, tt = winner.solved.detail  # type: ignore[misc]
+    detail = winner.solved.detail
+    assert isinstance(detail, tuple)
+    result: Result = detail[0]
     options = [o for o in (_option_out(ex) for ex in out.best) if o is not None]
     solved = [ex for ex in out.examined if isinstance(ex.solved.detail, tuple)]
     cheaper = [ex for ex in solved if _cost(ex) < _cost(winner) and ex is not winner]

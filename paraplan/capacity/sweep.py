@@ -177,13 +177,13 @@ def _number(value: Any) -> str:
 
 def run_one(scenario: dict[str, Any], time_limit_s: float, seed: int) -> dict[str, str]:
     """One scenario's result columns (RESULT_COLUMNS) as strings; never raises for bad input."""
-    import paraplan
+    from paraplan.api import evaluate, solve
 
     try:
         if _fixed(scenario):
-            r = paraplan.evaluate(scenario)
+            r = evaluate(scenario)
         else:
-            r = paraplan.solve(scenario, time_limit_s=time_limit_s, workers=1, seed=seed)
+            r = solve(scenario, time_limit_s=time_limit_s, workers=1, seed=seed)
     except InfeasibleError as e:
         return {"status": "infeasible", "error": str(e)}
     except SolveTimeout as e:
