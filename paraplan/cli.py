@@ -101,6 +101,12 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--ray", default=None, metavar="local|auto|ADDRESS", help="run on Ray ([ray] extra)")
     sw.add_argument("--time-limit", type=float, default=30.0, help="seconds per scenario (default 30)")
     sw.add_argument("--seed", type=int, default=0, help="CP-SAT random seed (default 0)")
+    sw.add_argument(
+        "--report",
+        default=None,
+        metavar="FILE.html",
+        help="also write time against cost with the Pareto front",
+    )
     add_calibrate_parsers(sub)
     for command in sub.choices.values():  # `paraplan plan X --debug` as well as `paraplan --debug`
         command.add_argument(
@@ -247,12 +253,25 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         raise ConfigError(f"--jobs {args.jobs} must be at least 1")
     if not 0 < args.time_limit <= 86_400:  # also refuses nan
         raise ConfigError(f"--time-limit {args.time_limit} must be above 0 and at most 86,400 s")
+    if args.report:
+        from paraplan.html_report import check_report_path
+
+        check_report_path(args.report)
     sweep = load_sweep(args.grid)
     ran, kept, wall_s = run_sweep(
         sweep, args.out, jobs=args.jobs, ray=args.ray, time_limit_s=args.time_limit, seed=args.seed
     )
     rate = f", {ran / wall_s:.2f} scenarios/s" if ran and wall_s > 0 else ""
     print(f"wrote {args.out}: {ran:,} scenarios run, {kept:,} already there ({wall_s:.1f} s{rate})")
+    if args.report:
+        import csv
+
+        from paraplan.capacity.html import sweep_report_html
+
+        with open(args.out, newline="") as f:
+            rows = list(csv.DictReader(f))
+        Path(args.report).write_text(sweep_report_html(rows, sweep.paths), encoding="utf-8")
+        print(f"wrote {args.report}", file=sys.stderr)
     return 0
 
 
