@@ -104,8 +104,12 @@ def test_rows_and_resume(tmp_path: Path) -> None:
 def test_cli_sweep(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     data = {"base": GRID["base"], "grid": {"plan.micro_batch": [1, 2]}}
     out = tmp_path / "r.csv"
-    assert main(["sweep", str(_write(tmp_path, data)), "--out", str(out), "--jobs", "1"]) == 0
+    page = tmp_path / "front.html"
+    grid = str(_write(tmp_path, data))
+    assert main(["sweep", grid, "--out", str(out), "--jobs", "1", "--report", str(page)]) == 0
     assert "2 scenarios run" in capsys.readouterr().out
+    html = page.read_text()
+    assert "Pareto front" in html and "2 of 2 rows" in html and html.count("<circle") == 2
     other = tmp_path / "other.yaml"
     other.write_text(yaml.safe_dump({"base": GRID["base"], "grid": {"job.global_batch": [32]}}))
     assert main(["sweep", str(other), "--out", str(out)]) == 1  # another sweep's columns
