@@ -21,7 +21,7 @@ from paraplan.cost.reliability import (
     goodput_upper_bound,
     time_to_train,
 )
-from paraplan.errors import ConfigError
+from paraplan.errors import ConfigError, InfeasibleError
 from paraplan.hardware import Cluster
 from paraplan.hardware.capacity import (
     StorageTier,
@@ -206,6 +206,13 @@ def with_training(result: Result, inst: Instance) -> Result:
     ct = cluster_terms(sc, sc.cluster.preset, inst.cluster, inst.graph.num_params, required)
     step = result.predicted.step_time_s
     tt = training_of(sc, ct, step)
+    if tt.good.ratio <= 0:
+        raise InfeasibleError(
+            f"failures outpace training on {ct.gpus:,} GPUs: one every {tt.good.mtbf_s:,.0f} s "
+            f"(reliability.failure_rate_per_gpu_hour={sc.reliability.failure_rate_per_gpu_hour:g}), "
+            f"each losing {tt.good.lost_per_failure_s:,.0f} s (restart, restore, checkpoint lag); "
+            "lower the rate or reliability.restart_s, or use fewer GPUs"
+        )
     lo, hi = band_ratios(result)
     band = (
         training_of(sc, ct, lo * step).time.days / tt.time.days if tt.time.days > 0 else 1.0,

@@ -170,3 +170,29 @@ def test_pareto_front_and_report(tmp_path) -> None:
     assert {(o.preset, o.gpus) for o in r.capacity.clusters} <= {
         (o.preset, o.gpus) for o in r.capacity.examined
     }
+
+
+def test_failures_that_outpace_training() -> None:
+    sc = {
+        **BASE,
+        "cluster": {"preset": "dgx-h100", "gpus": 64},
+        "reliability": {"failure_rate_per_gpu_hour": 0.5},
+    }
+    with pytest.raises(InfeasibleError, match="failures outpace training on 64 GPUs"):
+        paraplan.solve(sc, time_limit_s=60)
+
+
+def test_text_output_names_every_term() -> None:
+    from paraplan.capacity.report import render_capacity
+
+    r = paraplan.solve(_scenario(objective="cost"), time_limit_s=120)
+    text = render_capacity(r)
+    for word in (
+        "time to train",
+        "goodput",
+        "MTBF",
+        "expected interruptions",
+        "Young/Daly",
+        "cluster search",
+    ):
+        assert word in text
