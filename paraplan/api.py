@@ -8,6 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from paraplan.capacity.terms import with_training
 from paraplan.cost import PartialPlan, Plan
 from paraplan.cost import evaluate as cost_evaluate
 from paraplan.cost.plan import default_chunks
@@ -66,7 +67,7 @@ def evaluate(
         scenario = scenario.model_dump(mode="json")
     inst = _instance(scenario, calibration)
     plan = fixed_plan(inst)
-    return _with_runs_on(evaluate_plan(inst, plan), inst, plan)
+    return with_training(_with_runs_on(evaluate_plan(inst, plan), inst, plan), inst)
 
 
 def _instance(scenario: str | Path | dict[str, Any] | Scenario, calibration: Calibration | None) -> Instance:
@@ -204,6 +205,10 @@ def solve(
         left_s = time_limit_s - (time.perf_counter() - started)
         kw = {"workers": workers, "top": top, "seed": seed, "calibration": calibration}
         return serving_api().solve_serving_scenario(scenario, time_limit_s=left_s, **kw)
+    if _chooses_cluster(scenario):  # capacity planning: the cluster is part of the search
+        from paraplan.capacity.solve import solve_capacity
+
+        return solve_capacity(scenario, time_limit_s=time_limit_s, workers=workers, top=top, seed=seed)
     inst = _instance(scenario, calibration)
     target = inst.scenario.solver.target
     base = _base_options(inst)
@@ -265,4 +270,9 @@ def solve(
     band = band_out(inst.cluster, breakdown.step_time_s, inst.graph.spec.is_moe)
     explanation = explain(best.plan, breakdown, inst.cluster, runner, band) + notes
     result = evaluate_plan(inst, best.plan, solver_out, alternatives=alternatives, explanation=explanation)
-    return _with_runs_on(result, inst, best.plan)
+    return with_training(_with_runs_on(result, inst, best.plan), inst)
+
+
+def _chooses_cluster(scenario: str | Path | dict[str, Any] | Scenario) -> bool:
+    """The scenario has ``cluster.choose`` (paraplan/capacity: the cluster search)."""
+    return load_scenario(scenario).cluster.choose is not None

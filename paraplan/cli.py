@@ -95,6 +95,19 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument(
         "--json", action="store_true", help="print one JSON object: {models: [...], clusters: [...]}"
     )
+    sw = sub.add_parser("sweep", help="solve a grid of scenarios into a CSV (local processes or Ray)")
+    sw.add_argument("grid", help="GRID.yaml: base + grid (dotted paths to lists), or scenarios")
+    sw.add_argument("--out", required=True, help="CSV to write (resumed when it exists)")
+    sw.add_argument("--jobs", type=int, default=None, help="local worker processes (default: CPUs)")
+    sw.add_argument("--ray", default=None, metavar="local|auto|ADDRESS", help="run on Ray ([ray] extra)")
+    sw.add_argument("--time-limit", type=float, default=30.0, help="seconds per scenario (default 30)")
+    sw.add_argument("--seed", type=int, default=0, help="CP-SAT random seed (default 0)")
+    sw.add_argument(
+        "--report",
+        default=None,
+        metavar="FILE.html",
+        help="also write time against cost with the Pareto front",
+    )
     add_calibrate_parsers(sub)
     for command in sub.choices.values():  # `paraplan plan X --debug` as well as `paraplan --debug`
         command.add_argument(
@@ -116,7 +129,9 @@ def _print_result(result, as_json: bool) -> None:
 
         print(render_serving(result))
     else:
-        print(render_result(result))
+        from paraplan.capacity.report import render_capacity
+
+        print(render_result(result) + render_capacity(result))
 
 
 def _refuse_for_serving(args: argparse.Namespace) -> None:
@@ -255,6 +270,35 @@ def _cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    from paraplan.capacity.sweep import load_sweep, run_sweep
+
+    if args.jobs is not None and args.jobs < 1:
+        raise ConfigError(f"--jobs {args.jobs} must be at least 1")
+    if not 0 < args.time_limit <= 86_400:  # also refuses nan
+        raise ConfigError(f"--time-limit {args.time_limit} must be above 0 and at most 86,400 s")
+    if args.report:
+        from paraplan.reports.html import check_report_path
+
+        check_report_path(args.report)
+    sweep = load_sweep(args.grid)
+    ran, kept, wall_s = run_sweep(
+        sweep, args.out, jobs=args.jobs, ray=args.ray, time_limit_s=args.time_limit, seed=args.seed
+    )
+    rate = f", {ran / wall_s:.2f} scenarios/s" if ran and wall_s > 0 else ""
+    print(f"wrote {args.out}: {ran:,} scenarios run, {kept:,} already there ({wall_s:.1f} s{rate})")
+    if args.report:
+        import csv
+
+        from paraplan.capacity.html import sweep_report_html
+
+        with open(args.out, newline="") as f:
+            rows = list(csv.DictReader(f))
+        Path(args.report).write_text(sweep_report_html(rows, sweep.paths), encoding="utf-8")
+        print(f"wrote {args.report}", file=sys.stderr)
+    return 0
+
+
 def _cmd_presets(args: argparse.Namespace) -> int:
     from paraplan.presets import cluster_rows, model_rows, render_presets
 
@@ -272,6 +316,7 @@ def main(argv: list[str] | None = None) -> int:
         "plan": _cmd_plan,
         "export": _cmd_export,
         "presets": _cmd_presets,
+        "sweep": _cmd_sweep,
         **CALIBRATE_HANDLERS,
     }[args.command]
     try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from paraplan.capacity.sections import CAPACITY_JOB_KEYS
 from paraplan.cost import Job, MoERouting, PartialPlan, Plan, Recompute
 from paraplan.cost.dispatch import check_dispatcher
 from paraplan.cost.plan import PLAN_FIELDS, RecomputeModule, even_split, plan_from_values
@@ -62,7 +63,7 @@ class Instance:
 def job_of(scenario: Scenario) -> Job:
     """The cost model's Job of the scenario's ``job:`` (``moe_routing: {capacity_factor: F}``
     becomes routing ``capacity`` with ``moe_capacity_factor`` F)."""
-    values = scenario.job.model_dump()
+    values = scenario.job.model_dump(exclude=set(CAPACITY_JOB_KEYS))  # not cost-model terms
     routing = values.pop("moe_routing")
     if isinstance(routing, dict):
         values["moe_routing"] = MoERouting.CAPACITY
@@ -120,6 +121,11 @@ def _calibrated(cluster: Cluster, calibration: Calibration | None) -> Cluster:
 def _cluster(scenario: Scenario) -> Cluster:
     """The scenario's cluster; ValueError naming ``cluster.pools[i].preset`` for a bad pool."""
     c = scenario.cluster
+    if c.choose is not None:
+        raise ValueError(
+            "cluster.choose: `paraplan plan` chooses the cluster; evaluate needs cluster.preset with "
+            "nodes or gpus (or the result of `paraplan plan --json`)"
+        )
     if c.pools is None:
         assert c.preset is not None  # ClusterSection.check_size
         return build_cluster(c.preset, nodes=c.nodes, gpus=c.gpus)

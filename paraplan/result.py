@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from paraplan.capacity.out import CapacityOut, ClusterOut, TrainingOut
 from paraplan.cost import Breakdown, Plan
 from paraplan.cost import evaluate as cost_evaluate
 from paraplan.cost.memory import StageMemory
@@ -109,6 +110,12 @@ class Predicted(BaseModel):
     optimizer_s: float
     num_micro_batches: int
     stages: list[StageOut]
+    # capacity planning (job.tokens; paraplan/capacity/terms.py): names are a public contract
+    time_to_train_days: float | None = None
+    cost_usd: float | None = None
+    effective_training_time_ratio: float | None = None
+    expected_interruptions: float | None = None
+    checkpoint_interval_s: float | None = None
 
 
 class SolverOut(BaseModel):
@@ -162,6 +169,9 @@ class Result(BaseModel):
     version: str
     alternatives: list[Alternative] = Field(default_factory=list, description="--top K runners-up")
     explanation: list[str] = Field(default_factory=list)
+    cluster: ClusterOut | None = Field(None, description="the cluster (capacity planning: the one chosen)")
+    training: TrainingOut | None = Field(None, description="time-to-train terms (job.tokens)")
+    capacity: CapacityOut | None = Field(None, description="the cluster search (cluster.choose)")
 
     @field_validator("plan")
     @classmethod

@@ -27,6 +27,16 @@ from pydantic import (
     model_validator,
 )
 
+from paraplan.capacity.sections import (
+    MAX_DAYS,
+    MAX_TOKENS,
+    MAX_USD,
+    ChooseSection,
+    Objective,
+    ReliabilitySection,
+    StorageSection,
+    check_capacity,
+)
 from paraplan.cost import AttentionKernel, Precision
 from paraplan.cost.plan import Allocator, CrossEntropy, RecomputeModule, SelectivePolicy
 from paraplan.errors import ConfigError
@@ -86,9 +96,26 @@ class ClusterSection(Section):
         "each, on one scale-out network; the solver puts each pipeline stage on one pool "
         "(instead of preset/nodes/gpus)",
     )
+    choose: ChooseSection | None = Field(
+        None, description="capacity planning: node types and GPU counts to choose from (paraplan/capacity)"
+    )
+    price_per_gpu_hour: float | dict[str, float] | None = Field(
+        None, description="USD per GPU-hour (default: hardware/data/prices.yaml); under choose: per preset"
+    )
+    storage: str | StorageSection | None = Field(
+        None, description="checkpoint storage tier (hardware/data/storage.yaml) or {write_GBps, read_GBps}"
+    )
 
     @model_validator(mode="after")
     def check_size(self) -> ClusterSection:
+        prices = self.price_per_gpu_hour
+        values = prices.values() if isinstance(prices, dict) else [prices] if prices is not None else []
+        if any(not 0 < v <= 1e4 for v in values):  # also refuses nan
+            raise ValueError(f"cluster.price_per_gpu_hour={prices} must be above 0 and at most 10,000 USD")
+        if self.choose is not None:
+            if self.preset is not None or self.nodes is not None or self.gpus is not None:
+                raise ValueError("give either cluster.choose or cluster.preset with nodes/gpus, not both")
+            return self
         if self.pools is not None:
             if self.preset is not None or self.nodes is not None or self.gpus is not None:
                 raise ValueError("give either cluster.pools or cluster.preset with nodes/gpus, not both")
@@ -181,6 +208,16 @@ class JobSection(Section):
         "(0: the model's default, model.vision.image_tokens)",
     )
 
+    tokens: float | None = Field(
+        None, gt=0, le=MAX_TOKENS, allow_inf_nan=False, description="training token budget (capacity)"
+    )
+    deadline_days: float | None = Field(
+        None, gt=0, le=MAX_DAYS, allow_inf_nan=False, description="time to train at most this"
+    )
+    budget_usd: float | None = Field(
+        None, gt=0, le=MAX_USD, allow_inf_nan=False, description="cost at most this"
+    )
+
     @model_validator(mode="after")
     def check_tokens_per_step(self) -> JobSection:
         tokens = self.seq_len * self.global_batch
@@ -249,6 +286,13 @@ class Scenario(BaseModel):
         description="calibration profile (YAML from `paraplan calibrate`) whose fitted "
         "efficiencies replace the catalog's; a path relative to the scenario file",
     )
+    objective: Objective | None = Field(None, description="capacity: time_to_train | cost | gpus")
+    reliability: ReliabilitySection = Field(default_factory=ReliabilitySection)
+
+    @model_validator(mode="after")
+    def check_capacity_keys(self) -> Scenario:
+        check_capacity(self)
+        return self
 
 
 def _format(err: ValidationError) -> str:

@@ -355,6 +355,13 @@ def _alternatives(r: Result) -> str:
     )
 
 
+def capacity_html(result: Result) -> str:
+    """The time-to-train and cluster-search section (paraplan/capacity/html.py); "" without."""
+    from paraplan.capacity.html import capacity_section
+
+    return capacity_section(result)
+
+
 def report_html(result: Result) -> str:
     """The report page of ``result`` (module docstring); ConfigError if its scenario no longer
     loads."""
@@ -367,6 +374,7 @@ def report_html(result: Result) -> str:
         + _memory(ctx, terms)
         + _cluster(ctx)
         + _alternatives(result)
+        + capacity_html(result)
     )
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'

@@ -52,6 +52,17 @@ def test_allowed_flags_are_the_documented_ones() -> None:
         "calibrate": ["--debug", "--help", "--out", "-h"],
         "profile": ["--debug", "--help", "--out", "--processes", "-h"],
         "presets": ["--debug", "--help", "--json", "-h"],
+        "sweep": [
+            "--debug",
+            "--help",
+            "--jobs",
+            "--out",
+            "--ray",
+            "--report",
+            "--seed",
+            "--time-limit",
+            "-h",
+        ],
     }
 
 
