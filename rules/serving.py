@@ -46,7 +46,7 @@ the cache with it, cost/serving_memory.py ``memory_budget``; ``kv_fraction`` bel
 from __future__ import annotations
 
 from dataclasses import dataclass
-from math import floor
+from math import ceil, floor
 
 from paraplan.cost.serving import ServingPlan, WorkerPlan, Workload
 from paraplan.graph import ModelSpec
@@ -67,15 +67,19 @@ __all__ = [
     "kv_fractions",
     "compute_capability",
     "plan_workers",
+    "rank_limit",
 ]
 
 ENGINES = ("vllm", "sglang", "trtllm")
 ENGINE_VERSIONS = {"vllm": "0.33.0", "sglang": "0.5.23", "trtllm": "1.2.1"}
 """The engine releases whose flags the exporters write and whose parsers check them."""
 
-_CAPABILITY = {"ampere": 80, "hopper": 90, "blackwell": 100, "blackwell_ultra": 103}
-"""CUDA compute capability of each NVIDIA generation of the hardware catalog (A100 sm_80, H100/H200
-sm_90, B200/GB200 sm_100, B300/GB300 sm_103; NVIDIA CUDA GPUs compute-capability table)."""
+_CAPABILITY = {"ampere": 80, "ada": 89, "hopper": 90, "blackwell": 100, "blackwell_ultra": 103}
+_CAPABILITY_OF_PART = {"rtx-pro-6000": 120}
+"""CUDA compute capability of each NVIDIA generation of the hardware catalog (A100 sm_80, L40S
+sm_89, H100/H200/GH200 sm_90, B200/GB200 sm_100, B300/GB300 sm_103) and of the parts whose chip
+differs from their generation's (RTX PRO 6000 Blackwell sm_120); NVIDIA's CUDA GPUs
+compute-capability table."""
 
 _MIN_CAPABILITY: dict[str, dict[str, int]] = {
     "vllm": {"fp8": 75, "fp8_blockwise": 80, "nvfp4": 75, "fp4": 75, "mxfp4": 80, "int4": 75},
@@ -187,7 +191,8 @@ def plan_workers(plan: ServingPlan) -> tuple[EngineWorker, ...]:
 
 def compute_capability(cluster: Cluster) -> int | None:
     """The CUDA compute capability of the cluster's GPU; None for AMD parts and TPUs."""
-    return _CAPABILITY.get(cluster.accelerator.generation)
+    acc = cluster.accelerator
+    return _CAPABILITY_OF_PART.get(acc.key, _CAPABILITY.get(acc.generation))
 
 
 def _device_reason(engine: str, cluster: Cluster) -> str | None:
@@ -234,20 +239,30 @@ def _ep_reason(engine: str, w: EngineWorker) -> str | None:
     return None
 
 
+def rank_limit(value: int, worker: EngineWorker) -> int:
+    """A replica-wide limit (plan.max_batch, plan.max_num_tokens) as each attention data-parallel
+    rank's: vLLM's DP ranks and TensorRT-LLM's attention-DP ranks each schedule their own requests
+    with the limits they are given, so those get value / tp under dp_attention (SGLang divides its
+    server-wide --max-running-requests and --chunked-prefill-size itself)."""
+    return ceil(value / worker.tp) if worker.dp_attention else value
+
+
 def _tokens_reason(engine: str, w: EngineWorker) -> str | None:
-    if engine == "vllm" and w.max_num_tokens < w.max_batch:
+    tokens, seqs = rank_limit(w.max_num_tokens, w), rank_limit(w.max_batch, w)
+    if engine == "vllm" and tokens < seqs:
         return (
-            f"needs --max-num-batched-tokens ({w.max_num_tokens}) >= --max-num-seqs ({w.max_batch}): "
+            f"needs --max-num-batched-tokens ({tokens}) >= --max-num-seqs ({seqs}) on each rank: "
             "every running sequence decodes a token each step"
         )
     return None
 
 
 def _chunk_reason(engine: str, w: EngineWorker, max_model_len: int | None) -> str | None:
-    if engine == "vllm" and not w.chunked_prefill and max_model_len and w.max_num_tokens < max_model_len:
+    tokens = rank_limit(w.max_num_tokens, w)
+    if engine == "vllm" and not w.chunked_prefill and max_model_len and tokens < max_model_len:
         return (
             f"prefills a prompt in one step without chunking, so --max-num-batched-tokens "
-            f"({w.max_num_tokens}) must reach --max-model-len ({max_model_len})"
+            f"({tokens} on each rank) must reach --max-model-len ({max_model_len})"
         )
     return None
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
-from math import ceil
 
 from paraplan.cost.serving import ServingPlan, ServingPrediction, Workload
 from paraplan.errors import ExportError
@@ -18,6 +17,7 @@ from paraplan.rules.serving import (
     check_engine,
     kv_fraction,
     plan_workers,
+    rank_limit,
 )
 
 __all__ = [
@@ -98,10 +98,7 @@ def fraction(engine: str, memory: GpuMemory) -> str:
         raise ExportError(f"{engine}: {e}") from None
 
 
-def per_rank(value: int, worker: EngineWorker) -> int:
-    """A replica-wide limit as each attention data-parallel rank's (vLLM and TensorRT-LLM schedule
-    per rank; SGLang divides its server-wide --max-running-requests itself)."""
-    return ceil(value / worker.tp) if worker.dp_attention else value
+per_rank = rank_limit
 
 
 def script(engine: str, model_id: str, launches: list[Launch], notes: list[str]) -> str:
