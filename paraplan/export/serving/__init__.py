@@ -1,0 +1,118 @@
+"""Serving exports (issue 23): a serving plan rendered as the launch of the engine that runs it.
+
+One module per target: ``vllm`` (``vllm serve`` arguments), ``sglang``
+(``python -m sglang.launch_server``), ``trtllm`` (``trtllm-serve`` and its extra-LLM-API YAML) and
+``dynamo`` (an NVIDIA Dynamo DynamoGraphDeployment, prefill and decode workers for a disaggregated
+plan). Which engine runs which setting, and each engine's KV memory knob, are rules/serving.py's;
+every renderer checks them first and refuses with the field, the value and the engines that run it.
+
+The renderers are pure functions of (ServingPlan, Workload, model id, predicted memory per GPU):
+``render_vllm`` / ``render_sglang`` give argv lists, ``render_trtllm`` argv and YAML,
+``dynamo_deployment`` the manifest's documents; ``render_serving(name, ...)`` the text a file gets.
+``export_serving(result, name)`` renders a serving result (any object with ``plan``, ``workload``,
+``engine``, ``predicted``, ``cluster`` and ``model_id``) and is what ``paraplan.export(result,
+"vllm")`` reaches for one.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from paraplan.cost.serving import ServingPlan, Workload
+from paraplan.errors import ExportError
+from paraplan.export.serving import dynamo, sglang, trtllm, vllm
+from paraplan.export.serving.common import Launch, Memory, gpu_memory
+from paraplan.export.serving.dynamo import dynamo_deployment
+from paraplan.export.serving.sglang import render_sglang, sglang_launches
+from paraplan.export.serving.trtllm import render_trtllm, trtllm_launches
+from paraplan.export.serving.vllm import render_vllm, vllm_launches
+from paraplan.hardware import Cluster
+from paraplan.rules.serving import GpuMemory, kv_fraction, kv_fractions
+
+__all__ = [
+    "SERVING_TARGETS",
+    "ServingTarget",
+    "GpuMemory",
+    "Launch",
+    "gpu_memory",
+    "kv_fraction",
+    "kv_fractions",
+    "render_vllm",
+    "render_sglang",
+    "render_trtllm",
+    "dynamo_deployment",
+    "vllm_launches",
+    "sglang_launches",
+    "trtllm_launches",
+    "render_serving",
+    "export_serving",
+    "is_serving_result",
+]
+
+
+class ServingTarget(NamedTuple):
+    filename: str
+    engine: str | None  # the engine it launches; None: the result's engine (Dynamo wraps any)
+
+
+SERVING_TARGETS: dict[str, ServingTarget] = {
+    "vllm": ServingTarget("vllm.sh", "vllm"),
+    "sglang": ServingTarget("sglang.sh", "sglang"),
+    "trtllm": ServingTarget("trtllm.sh", "trtllm"),
+    "dynamo": ServingTarget("dynamo.yaml", None),
+}
+"""Serving target name -> the file it writes and the engine it launches."""
+
+
+def render_serving(
+    name: str,
+    plan: ServingPlan,
+    workload: Workload,
+    model_id: str,
+    memory: Memory,
+    *,
+    engine: str = "vllm",
+    cluster: Cluster | None = None,
+    max_model_len: int | None = None,
+) -> str:
+    """The text of target ``name`` (a launch script, or Dynamo's manifest for ``engine``)."""
+    key = name.strip().lower()
+    if key not in SERVING_TARGETS:
+        raise ExportError(
+            f"unknown serving export target {name!r}; choose one of {', '.join(SERVING_TARGETS)}"
+        )
+    kw: dict[str, Any] = {"cluster": cluster, "max_model_len": max_model_len}
+    if key == "vllm":
+        return vllm.render(plan, workload, model_id, memory, **kw)
+    if key == "sglang":
+        return sglang.render(plan, workload, model_id, memory, **kw)
+    if key == "trtllm":
+        return trtllm.render(plan, workload, model_id, memory, **kw)
+    return dynamo.render(engine, plan, workload, model_id, memory, **kw)
+
+
+def is_serving_result(result: object) -> bool:
+    """Whether ``result`` is a serving result (it has a workload)."""
+    return getattr(result, "workload", None) is not None
+
+
+def export_serving(result: Any, name: str) -> str:
+    """Target ``name``'s text for a serving result: ``result.plan`` (ServingPlan),
+    ``result.workload``, ``result.engine`` (Engine), ``result.predicted`` (ServingPrediction),
+    ``result.cluster`` and ``result.model_id`` (the HF id or path to serve; else the model name);
+    ``max_model_len`` when the result has one."""
+    plan: ServingPlan = result.plan
+    cluster: Cluster = result.cluster
+    model_id = getattr(result, "model_id", None) or getattr(result, "model_name", None)
+    if not model_id:
+        raise ExportError("the serving result names no model (model_id) for the launch")
+    return render_serving(
+        name,
+        plan,
+        result.workload,
+        str(model_id),
+        gpu_memory(result.predicted, cluster),
+        engine=result.engine.name,
+        cluster=cluster,
+        max_model_len=getattr(result, "max_model_len", None),
+    )
