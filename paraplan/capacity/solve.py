@@ -32,8 +32,9 @@ from paraplan.capacity.terms import (
 from paraplan.errors import ConfigError, InfeasibleError, SolveTimeout
 from paraplan.hardware import Cluster, build_cluster, node_type
 from paraplan.instance import build_instance
+from paraplan.plan_doc import plan_of
 from paraplan.reports.explain import summary
-from paraplan.result import Result, to_plan
+from paraplan.result import Result
 from paraplan.schema import Scenario, load_scenario
 from paraplan.solver.capacity import (
     Candidate,
@@ -166,7 +167,7 @@ def _option_out(ex: Examined[Option]) -> ClusterOption | None:
         cost_usd=tt.cost_usd,
         effective_training_time_ratio=tt.good.ratio,
         step_time_s=result.predicted.step_time_s,
-        plan=summary(to_plan(result.plan)),
+        plan=summary(plan_of(result.plan)),
         status=result.solver.status if result.solver else "EVALUATED",
     )
 
