@@ -30,15 +30,19 @@ def option_line(o: ClusterOption) -> str:
     )
 
 
-def _hardware(preset: str, precision: str) -> str:
+def _hardware(sc: Scenario, preset: str, precision: str) -> str:
+    from paraplan.capacity.terms import price_for
+
     nt = node_type(preset)
     a = nt.accelerator
+    usd, _ = price_for(sc, preset, a.key, required=False)
+    price = f", ${usd:,.2f}/GPU-h" if usd is not None else ", no price"
     peak = a.peak_flops_per_s.get(precision)
     peak_s = f"{peak / 1e12:,.0f} TFLOP/s {precision}" if peak else "no such precision"
     return (
-        f"{peak_s}, {a.hbm_bytes / 1e9:,.0f} GB HBM, {nt.scale_up.per_gpu_bytes_per_s / 1e9:,.0f} GB/s "
+        f"{peak_s}, {a.hbm_bytes / 2**30:,.0f} GiB HBM, {nt.scale_up.per_gpu_bytes_per_s / 1e9:,.0f} GB/s "
         f"scale-up ({nt.devices_per_node} per domain), {nt.scale_out.per_gpu_bytes_per_s / 1e9:,.0f} GB/s "
-        "scale-out per GPU"
+        "scale-out per GPU" + price
     )
 
 
@@ -73,7 +77,7 @@ def explain_choice(sc: Scenario, cap: CapacityOut, out: Any, unsolved: dict[str,
             per_type[o.preset] = (key, o)
     precision = sc.job.precision.value
     for preset in sc.cluster.choose.presets if sc.cluster.choose else []:
-        hw = _hardware(preset, precision)
+        hw = _hardware(sc, preset, precision)
         o = per_type[preset][1] if preset in per_type else None
         if o is None:
             reason = unsolved.get(preset, "no cluster of it has a plan within the limits")
