@@ -32,6 +32,9 @@ from paraplan.cost.serving import ServingPrediction, evaluate_serving
 from paraplan.hardware.serving import FIT_NAMES, ServingFit, serving_priors
 
 from benchmarks.serving_set import DEFAULT_CSV, METRICS, ServingCase, Skipped, serving_cases
+from benchmarks.side_by_side import DEFAULT_AIC as AIC_RESULTS
+from benchmarks.side_by_side import read_error_csv, side_by_side
+from benchmarks.side_by_side import table as side_by_side_table
 
 __all__ = ["Score", "score_cases", "summary", "fit_parameters", "crossval", "main", "BOUNDS"]
 
@@ -194,6 +197,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--source", action="append", help="score only these source_key values")
     ap.add_argument("--rows", type=int, help="score only the first N mapped rows (quick checks)")
+    ap.add_argument(
+        "--aic",
+        default=str(AIC_RESULTS),
+        help="AIConfigurator's errors on the same rows (id,metric,measured,predicted,error; default: the "
+        "committed run of benchmarks.aiconfigurator_side); 'none' leaves the side-by-side table out",
+    )
     args = ap.parse_args(argv)
     cases, skipped = serving_cases(Path(args.csv))
     if args.source:
@@ -220,6 +229,13 @@ def main(argv: list[str] | None = None) -> int:
         summary(scores),
         loso,
     )
+    if args.aic != "none" and Path(args.aic).exists():
+        rows = [{"id": s.id, "metric": s.metric, "measured": s.measured, "error": s.error} for s in scores]
+        sources = {c.id: c.source for c in cases}
+        print(
+            "\nside by side with AIConfigurator 0.12.0 on the rows both express (benchmarks/side_by_side.py):"
+        )
+        print(side_by_side_table(side_by_side(rows, read_error_csv(Path(args.aic)), sources)))
     return 0
 
 
