@@ -63,7 +63,6 @@ __all__ = [
     "ServingNoPlan",
     "ServingSolution",
     "ServingOutcome",
-    "Row",
     "meets_slo",
     "serves_rate",
     "objective_value",
@@ -96,16 +95,6 @@ class ServingOutcome:
     bound: float
     wall_s: float
     num_candidates: int
-
-
-@dataclass(frozen=True, slots=True)
-class Row:
-    """One candidate of a table: the plan, its prediction and its integer objective."""
-
-    plan: ServingPlan
-    prediction: ServingPrediction
-    units: int  # minimised
-    rank: int
 
 
 def _at(pred: ServingPrediction, percentile: int, name: str) -> float:

@@ -16,7 +16,7 @@ contract's default (8192 tokens, chunked).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from paraplan.cost.serving import ServingPlan, WorkerPlan, check_serving_plan
@@ -74,7 +74,6 @@ class ServingOptions:
     max_batches: tuple[int, ...] = MAX_BATCHES
     modes: tuple[Literal["aggregated", "disaggregated"], ...] = ("aggregated", "disaggregated")
     max_pp: int = 8
-    extra: dict[str, object] = field(default_factory=dict)
 
 
 def powers_of_two(limit: int) -> list[int]:
