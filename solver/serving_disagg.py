@@ -330,7 +330,7 @@ def search_disaggregated(
     bounded = replace(workload, ttft_ms=None) if options.objective == "min_ttft" else workload
     prefills, decodes, count = _tables(spec, cluster, bounded, engine, fixed, options)
     if not prefills or not decodes:
-        return DisaggSearch(None, None, None, "OPTIMAL", float("nan"), count, 0)
+        return DisaggSearch(None, None, None, "OPTIMAL", 0.0, count, 0)
     mdl = _Model(prefills, decodes, cluster, bounded, fixed)
     objective = options.objective
     if objective in ("min_gpus", "min_ttft"):
@@ -348,7 +348,8 @@ def search_disaggregated(
     solver.parameters.linearization_level = 2  # the full LP relaxation of the rate rows: fewer nodes
     found: list[tuple[ServingPlan, ServingPrediction, float]] = []
     best: tuple[ServingPlan, ServingPrediction, float] | None = None
-    status, bound, rounds = "OPTIMAL", float("nan"), 0
+    status, rounds = "OPTIMAL", 0
+    bound = _trivial_bound(objective, prefills, decodes)  # until CP-SAT gives a better one
     while True:
         left = deadline - time.perf_counter()
         if left <= 0:
@@ -385,6 +386,16 @@ def search_disaggregated(
     if status == "OPTIMAL":
         bound = best[2]
     return DisaggSearch(best[0], best[1], best[2], status, bound, count, rounds, tuple(others[: top - 1]))
+
+
+def _trivial_bound(objective: str, prefills: list[_Prefill], decodes: list[_Decode]) -> float:
+    """A bound before any CP-SAT round: goodput per GPU <= the best prefill rate per GPU (T <= n_p
+    r_i, G >= n_p g_i); GPUs >= the least pair; TTFT >= the least prefill floor."""
+    if objective == "goodput_per_gpu":
+        return max(p.rate_rps / p.gpus for p in prefills)
+    if objective == "min_gpus":
+        return float(min(p.gpus for p in prefills) + min(d.gpus for d in decodes))
+    return min(p.floor_units for p in prefills) * SERVING_RESOLUTION["ms"]
 
 
 def _in_unit(objective: str, v: float, unit: float) -> float:
