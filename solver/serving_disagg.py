@@ -122,6 +122,7 @@ def _tables(
     engine: Engine,
     fixed: ServingFixed,
     options: ServingOptions,
+    deadline: float = math.inf,
 ) -> tuple[list[_Prefill], list[_Decode], int]:
     n = cluster.num_devices
     defaults = ServingPlan()
@@ -129,6 +130,7 @@ def _tables(
     pf, df = fixed.prefill or WorkerFixed(), fixed.decode or WorkerFixed()
     prefills, decodes, count = [], [], 0
     for w in worker_layouts(spec, cluster, pf, options):
+        _in_time(deadline, count)
         count += 1
         b = prefill_bound(spec, cluster, w, mnt, workload, engine)
         top = n // b.gpus if pf.workers is None else pf.workers
@@ -139,6 +141,7 @@ def _tables(
     batches = [fixed.max_batch] if fixed.max_batch is not None else list(options.max_batches)
     conc = workload.concurrency
     for w in worker_layouts(spec, cluster, df, options):
+        _in_time(deadline, count)
         slo_batch = decode_slo_batch(spec, cluster, w, workload, engine, float(max(batches)))
         rate_at: dict[float, float] = {}
         caps: set[float] = set()
@@ -186,6 +189,11 @@ def _tables(
                         )
                     )
     return prefills, decodes, count
+
+
+def _in_time(deadline: float, count: int) -> None:
+    if time.perf_counter() > deadline:
+        raise TimeoutError(f"the time limit ran out while bounding {count:,} disaggregated pool layouts")
 
 
 class _Model:
@@ -328,7 +336,7 @@ def search_disaggregated(
 
     # min_ttft minimises TTFT rather than holding it to its SLO: no TTFT cut in the bounds
     bounded = replace(workload, ttft_ms=None) if options.objective == "min_ttft" else workload
-    prefills, decodes, count = _tables(spec, cluster, bounded, engine, fixed, options)
+    prefills, decodes, count = _tables(spec, cluster, bounded, engine, fixed, options, deadline)
     if not prefills or not decodes:
         return DisaggSearch(None, None, None, "OPTIMAL", 0.0, count, 0)
     mdl = _Model(prefills, decodes, cluster, bounded, fixed)
