@@ -22,8 +22,10 @@ integers of one unit
 CP-SAT model: Booleans x_i, z_j (exactly one of each), workers n_i in [m_i x_i, N x_i] and
 n_j in [z_j, N z_j], GPUs G = sum g_i n_i + sum g_j n_j <= N (= plan.num_devices when fixed),
 T <= sum r_i n_i, T <= sum r_j n_j, T <= the offered rate (open loop) or
-T <= sum (C c_j z_j + c_j n_j) (closed loop). goodput_per_gpu: maximise y with y G <= T (G one
-of 1..N, a Boolean each, and k y <= T enforced under G = k: linear); min_gpus: minimise G with
+T <= sum (C c_j z_j + c_j n_j) (closed loop). goodput_per_gpu, in Dinkelbach's parametric form
+of max T / G: T - lambda G >= 1 with lambda the incumbent's goodput per GPU in units, maximising
+T - lambda G (linear; an earlier y G <= T over a Boolean per value of G made one bounding solve of
+DeepSeek-V3 on 72 GPUs take 2.5 s); min_gpus: minimise G with
 T >= the offered rate; min_ttft: minimise the chosen prefill layout's TTFT floor with T >= the rate.
 That objective bounds the true one of every assignment (cost/serving_pools.py says why), so the
 search is branch and bound with CP-SAT as the bounding step: solve, score the assignment's whole
@@ -273,14 +275,7 @@ class _Model:
                 <= sum(min(c, top_rate) * b for c, b in zip(dc, self.z, strict=True))
                 + sum(min(c, top_rate) * v for c, v in zip(dw, self.nd, strict=True))
             )
-        # y G <= T, linear: G takes one of the values 1..N (a Boolean each), y k <= T under G = k
-        self.y = m.new_int_var(0, top_rate, "per_gpu")
-        size = [m.new_bool_var(f"g{k}") for k in range(n + 1)]
-        m.add_exactly_one(size)
-        m.add(size[0] == 0)
-        m.add(self.gpus == sum(k * b for k, b in enumerate(size)))
-        for k in range(1, n + 1):
-            m.add(k * self.y <= self.t).only_enforce_if(size[k])
+        self.per_gpu_units = 0  # goodput per GPU: the incumbent lambda (units), T - lambda G >= 1
         self.floor = m.new_int_var(0, max((p.floor_units for p in prefills), default=0), "ttft_floor")
         m.add(self.floor == sum(p.floor_units * b for p, b in zip(prefills, self.x, strict=True)))
 
@@ -343,13 +338,13 @@ def search_disaggregated(
     objective = options.objective
     if objective in ("min_gpus", "min_ttft"):
         mdl.serve_the_rate()
-    bound_var = {"goodput_per_gpu": mdl.y, "min_gpus": mdl.gpus, "min_ttft": mdl.floor}[objective]
-    if objective == "goodput_per_gpu":
-        mdl.m.maximize(mdl.y)
+    bound_var = {"goodput_per_gpu": mdl.t, "min_gpus": mdl.gpus, "min_ttft": mdl.floor}[objective]
+    if objective == "goodput_per_gpu":  # Dinkelbach's parametric form of max T / G
+        _tighten(mdl, objective, bound_var, incumbent or 0.0)
     else:
         mdl.m.minimize(bound_var)
-    if incumbent is not None:
-        _tighten(mdl, objective, bound_var, incumbent)
+        if incumbent is not None:
+            _tighten(mdl, objective, bound_var, incumbent)
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = 1
     solver.parameters.random_seed = seed
@@ -371,8 +366,9 @@ def search_disaggregated(
         if st not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             status = "FEASIBLE"
             break
-        raw = solver.best_objective_bound if st == cp_model.FEASIBLE else solver.objective_value
-        bound = _in_unit(objective, raw, mdl.unit)
+        if objective != "goodput_per_gpu":  # (a bound on T - lambda G is not one on T / G)
+            raw = solver.best_objective_bound if st == cp_model.FEASIBLE else solver.objective_value
+            bound = _in_unit(objective, raw, mdl.unit)
         i, a, j, b = mdl.assignment(solver)
         plan = _plan(prefills[i], a, decodes[j], b, fixed)
         count += 1
@@ -420,8 +416,11 @@ def _better(objective: str, a: float, b: float) -> bool:
 
 def _tighten(mdl: _Model, objective: str, var: cp_model.IntVar, value: float) -> None:
     """Only assignments whose bound beats the incumbent ``value`` strictly are left."""
-    if objective == "goodput_per_gpu":
-        mdl.m.add(var >= math.floor(value / mdl.unit) + 1)
+    if objective == "goodput_per_gpu":  # T / G > lambda, i.e. T - lambda G >= 1, as high as it goes
+        lam = math.floor(value / mdl.unit)
+        mdl.per_gpu_units = lam
+        mdl.m.add(var - lam * mdl.gpus >= 1)
+        mdl.m.maximize(var - lam * mdl.gpus)
     elif objective == "min_gpus":
         mdl.m.add(var <= int(value) - 1)
     else:
