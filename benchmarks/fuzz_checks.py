@@ -642,17 +642,23 @@ def run_case(case: Case, where: Path, **kw: Any) -> Any:
 def check_serving(case: Case, scenario: Any, where: Path) -> Any:
     """A serving case (fuzz_cases.serving_case): a ServingResult or a ParaplanError naming the
     field; a result must fit, re-evaluate to the same prediction from its own JSON (its plan
-    round-trips), reproduce its objective, and print as strict JSON. ``refuse``: a malformed key,
+    round-trips), reproduce its objective, print as strict JSON and come within the time limit
+    (``check_time``). ``refuse``: a malformed key,
     so only a ConfigError naming it is right."""
     import paraplan
     from paraplan.errors import ConfigError
     from paraplan.serving import ServingResult
 
-    call = paraplan.evaluate if case.api == "evaluate" else paraplan.solve
-    kwargs = {} if case.api == "evaluate" else dict(case.args)
-    try:
-        result = call(scenario, **kwargs)
-    except ParaplanError as e:
+    if case.api == "evaluate":
+        try:
+            result = paraplan.evaluate(scenario)
+        except ParaplanError as e:
+            result = e
+    else:
+        result, elapsed = solve_timed(scenario, dict(case.args))
+        check_time(elapsed, case.args["time_limit_s"])
+    if isinstance(result, ParaplanError):
+        e = result
         if case.refuse and not isinstance(e, ConfigError):
             _fail("serving-refusal", f"a malformed key gave {type(e).__name__}, not a ConfigError: {e}")
         check_error(e, case.expect_keys)

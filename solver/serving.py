@@ -39,7 +39,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from ortools.sat.python import cp_model
-from paraplan.cost.serving import Engine, ServingPlan, ServingPrediction, Workload, evaluate_serving
+from paraplan.cost.serving import (
+    Engine,
+    ServingPlan,
+    ServingPrediction,
+    WorkerPlan,
+    Workload,
+    evaluate_serving,
+)
+from paraplan.cost.serving_pools import decode_rate_at
 from paraplan.graph import ModelSpec
 from paraplan.hardware import Cluster
 from paraplan.solver.scale import serving_units
@@ -55,7 +63,6 @@ __all__ = [
     "ServingNoPlan",
     "ServingSolution",
     "ServingOutcome",
-    "Row",
     "meets_slo",
     "serves_rate",
     "objective_value",
@@ -88,16 +95,6 @@ class ServingOutcome:
     bound: float
     wall_s: float
     num_candidates: int
-
-
-@dataclass(frozen=True, slots=True)
-class Row:
-    """One candidate of a table: the plan, its prediction and its integer objective."""
-
-    plan: ServingPlan
-    prediction: ServingPrediction
-    units: int  # minimised
-    rank: int
 
 
 def _at(pred: ServingPrediction, percentile: int, name: str) -> float:
@@ -167,18 +164,56 @@ def _aggregated_rows(
     options: ServingOptions,
     deadline: float,
 ) -> tuple[list[tuple[ServingPlan, ServingPrediction, float]], int]:
-    rows, count = [], 0
-    for plan, _gpus in aggregated_plans(spec, cluster, fixed, options):
-        count += 1
+    """Every aggregated candidate scored by evaluate_serving, except (goodput per GPU) those a
+    bound proves worse than a row already scored: a replica completes at most its share of the
+    offered rate, or closed loop max(C, r) sequences' tokens at one sequence's decode round
+    (cost/serving_pools.py decode_rate_at), so r replicas of g GPUs give at most
+    rate / (r g), or max(C, r) / (osl tau(1) r g), per GPU; both fall with r, so the rest of a
+    layout's replica counts are skipped once it is below the best."""
+    rows: list[tuple[ServingPlan, ServingPrediction, float]] = []
+    count, best = 0, -1.0
+    one_seq: dict[tuple[int, int, int, bool], float] = {}
+    pruned: ServingPlan | None = None
+    for plan, gpus in aggregated_plans(spec, cluster, fixed, options):
         if time.perf_counter() > deadline:
             raise TimeoutError(f"the time limit ran out while scoring {count:,} serving candidates")
+        base = replace(plan, replicas=1)
+        if base == pruned:
+            continue
+        if options.objective == "goodput_per_gpu" and best > 0:
+            if _per_gpu_bound(spec, cluster, workload, engine, plan, gpus, one_seq) < best:
+                pruned = base
+                continue
+        count += 1
         pred = score(spec, cluster, workload, engine, plan)
         if pred is None:
             continue
         value = objective_value(pred, workload, options.objective)
         if value is not None:
             rows.append((plan, pred, value))
+            best = max(best, value) if options.objective == "goodput_per_gpu" else best
     return rows, count
+
+
+def _per_gpu_bound(
+    spec: ModelSpec,
+    cluster: Cluster,
+    workload: Workload,
+    engine: Engine,
+    plan: ServingPlan,
+    gpus: int,
+    memo: dict[tuple[int, int, int, bool], float],
+) -> float:
+    """An upper bound on an aggregated plan's goodput per GPU (``_aggregated_rows``), with a
+    margin of 1e-6 against rounding."""
+    if workload.request_rate is not None:
+        return workload.request_rate * (1 + 1e-6) / gpus
+    key = (plan.tp, plan.pp, plan.ep, plan.dp_attention)
+    if key not in memo:
+        worker = WorkerPlan(tp=plan.tp, pp=plan.pp, ep=plan.ep, dp_attention=plan.dp_attention)
+        memo[key] = decode_rate_at(spec, cluster, worker, workload, engine, 1.0)
+    sequences = max(float(workload.concurrency or 1), float(plan.replicas))
+    return sequences * memo[key] * (1 + 1e-6) / gpus
 
 
 def _lex_units(keys: Sequence[tuple[int, ...]]) -> list[int]:

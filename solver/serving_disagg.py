@@ -22,8 +22,10 @@ integers of one unit
 CP-SAT model: Booleans x_i, z_j (exactly one of each), workers n_i in [m_i x_i, N x_i] and
 n_j in [z_j, N z_j], GPUs G = sum g_i n_i + sum g_j n_j <= N (= plan.num_devices when fixed),
 T <= sum r_i n_i, T <= sum r_j n_j, T <= the offered rate (open loop) or
-T <= sum (C c_j z_j + c_j n_j) (closed loop). goodput_per_gpu: maximise y with y G <= T (G one
-of 1..N, a Boolean each, and k y <= T enforced under G = k: linear); min_gpus: minimise G with
+T <= sum (C c_j z_j + c_j n_j) (closed loop). goodput_per_gpu, in Dinkelbach's parametric form
+of max T / G: T - lambda G >= 1 with lambda the incumbent's goodput per GPU in units, maximising
+T - lambda G (linear; an earlier y G <= T over a Boolean per value of G made one bounding solve of
+DeepSeek-V3 on 72 GPUs take 2.5 s); min_gpus: minimise G with
 T >= the offered rate; min_ttft: minimise the chosen prefill layout's TTFT floor with T >= the rate.
 That objective bounds the true one of every assignment (cost/serving_pools.py says why), so the
 search is branch and bound with CP-SAT as the bounding step: solve, score the assignment's whole
@@ -122,6 +124,7 @@ def _tables(
     engine: Engine,
     fixed: ServingFixed,
     options: ServingOptions,
+    deadline: float = math.inf,
 ) -> tuple[list[_Prefill], list[_Decode], int]:
     n = cluster.num_devices
     defaults = ServingPlan()
@@ -129,6 +132,7 @@ def _tables(
     pf, df = fixed.prefill or WorkerFixed(), fixed.decode or WorkerFixed()
     prefills, decodes, count = [], [], 0
     for w in worker_layouts(spec, cluster, pf, options):
+        _in_time(deadline, count)
         count += 1
         b = prefill_bound(spec, cluster, w, mnt, workload, engine)
         top = n // b.gpus if pf.workers is None else pf.workers
@@ -139,6 +143,7 @@ def _tables(
     batches = [fixed.max_batch] if fixed.max_batch is not None else list(options.max_batches)
     conc = workload.concurrency
     for w in worker_layouts(spec, cluster, df, options):
+        _in_time(deadline, count)
         slo_batch = decode_slo_batch(spec, cluster, w, workload, engine, float(max(batches)))
         rate_at: dict[float, float] = {}
         caps: set[float] = set()
@@ -186,6 +191,11 @@ def _tables(
                         )
                     )
     return prefills, decodes, count
+
+
+def _in_time(deadline: float, count: int) -> None:
+    if time.perf_counter() > deadline:
+        raise TimeoutError(f"the time limit ran out while bounding {count:,} disaggregated pool layouts")
 
 
 class _Model:
@@ -265,14 +275,7 @@ class _Model:
                 <= sum(min(c, top_rate) * b for c, b in zip(dc, self.z, strict=True))
                 + sum(min(c, top_rate) * v for c, v in zip(dw, self.nd, strict=True))
             )
-        # y G <= T, linear: G takes one of the values 1..N (a Boolean each), y k <= T under G = k
-        self.y = m.new_int_var(0, top_rate, "per_gpu")
-        size = [m.new_bool_var(f"g{k}") for k in range(n + 1)]
-        m.add_exactly_one(size)
-        m.add(size[0] == 0)
-        m.add(self.gpus == sum(k * b for k, b in enumerate(size)))
-        for k in range(1, n + 1):
-            m.add(k * self.y <= self.t).only_enforce_if(size[k])
+        self.per_gpu_units = 0  # goodput per GPU: the incumbent lambda (units), T - lambda G >= 1
         self.floor = m.new_int_var(0, max((p.floor_units for p in prefills), default=0), "ttft_floor")
         m.add(self.floor == sum(p.floor_units * b for p, b in zip(prefills, self.x, strict=True)))
 
@@ -328,27 +331,28 @@ def search_disaggregated(
 
     # min_ttft minimises TTFT rather than holding it to its SLO: no TTFT cut in the bounds
     bounded = replace(workload, ttft_ms=None) if options.objective == "min_ttft" else workload
-    prefills, decodes, count = _tables(spec, cluster, bounded, engine, fixed, options)
+    prefills, decodes, count = _tables(spec, cluster, bounded, engine, fixed, options, deadline)
     if not prefills or not decodes:
-        return DisaggSearch(None, None, None, "OPTIMAL", float("nan"), count, 0)
+        return DisaggSearch(None, None, None, "OPTIMAL", 0.0, count, 0)
     mdl = _Model(prefills, decodes, cluster, bounded, fixed)
     objective = options.objective
     if objective in ("min_gpus", "min_ttft"):
         mdl.serve_the_rate()
-    bound_var = {"goodput_per_gpu": mdl.y, "min_gpus": mdl.gpus, "min_ttft": mdl.floor}[objective]
-    if objective == "goodput_per_gpu":
-        mdl.m.maximize(mdl.y)
+    bound_var = {"goodput_per_gpu": mdl.t, "min_gpus": mdl.gpus, "min_ttft": mdl.floor}[objective]
+    if objective == "goodput_per_gpu":  # Dinkelbach's parametric form of max T / G
+        _tighten(mdl, objective, bound_var, incumbent or 0.0)
     else:
         mdl.m.minimize(bound_var)
-    if incumbent is not None:
-        _tighten(mdl, objective, bound_var, incumbent)
+        if incumbent is not None:
+            _tighten(mdl, objective, bound_var, incumbent)
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = 1
     solver.parameters.random_seed = seed
     solver.parameters.linearization_level = 2  # the full LP relaxation of the rate rows: fewer nodes
     found: list[tuple[ServingPlan, ServingPrediction, float]] = []
     best: tuple[ServingPlan, ServingPrediction, float] | None = None
-    status, bound, rounds = "OPTIMAL", float("nan"), 0
+    status, rounds = "OPTIMAL", 0
+    bound = _trivial_bound(objective, prefills, decodes)  # until CP-SAT gives a better one
     while True:
         left = deadline - time.perf_counter()
         if left <= 0:
@@ -362,8 +366,9 @@ def search_disaggregated(
         if st not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             status = "FEASIBLE"
             break
-        raw = solver.best_objective_bound if st == cp_model.FEASIBLE else solver.objective_value
-        bound = _in_unit(objective, raw, mdl.unit)
+        if objective != "goodput_per_gpu":  # (a bound on T - lambda G is not one on T / G)
+            raw = solver.best_objective_bound if st == cp_model.FEASIBLE else solver.objective_value
+            bound = _in_unit(objective, raw, mdl.unit)
         i, a, j, b = mdl.assignment(solver)
         plan = _plan(prefills[i], a, decodes[j], b, fixed)
         count += 1
@@ -387,6 +392,16 @@ def search_disaggregated(
     return DisaggSearch(best[0], best[1], best[2], status, bound, count, rounds, tuple(others[: top - 1]))
 
 
+def _trivial_bound(objective: str, prefills: list[_Prefill], decodes: list[_Decode]) -> float:
+    """A bound before any CP-SAT round: goodput per GPU <= the best prefill rate per GPU (T <= n_p
+    r_i, G >= n_p g_i); GPUs >= the least pair; TTFT >= the least prefill floor."""
+    if objective == "goodput_per_gpu":
+        return max(p.rate_rps / p.gpus for p in prefills)
+    if objective == "min_gpus":
+        return float(min(p.gpus for p in prefills) + min(d.gpus for d in decodes))
+    return min(p.floor_units for p in prefills) * SERVING_RESOLUTION["ms"]
+
+
 def _in_unit(objective: str, v: float, unit: float) -> float:
     if objective == "goodput_per_gpu":
         return v * unit
@@ -401,8 +416,11 @@ def _better(objective: str, a: float, b: float) -> bool:
 
 def _tighten(mdl: _Model, objective: str, var: cp_model.IntVar, value: float) -> None:
     """Only assignments whose bound beats the incumbent ``value`` strictly are left."""
-    if objective == "goodput_per_gpu":
-        mdl.m.add(var >= math.floor(value / mdl.unit) + 1)
+    if objective == "goodput_per_gpu":  # T / G > lambda, i.e. T - lambda G >= 1, as high as it goes
+        lam = math.floor(value / mdl.unit)
+        mdl.per_gpu_units = lam
+        mdl.m.add(var - lam * mdl.gpus >= 1)
+        mdl.m.maximize(var - lam * mdl.gpus)
     elif objective == "min_gpus":
         mdl.m.add(var <= int(value) - 1)
     else:

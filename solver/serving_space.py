@@ -7,8 +7,11 @@ A candidate *layout* is one engine replica (aggregated) or one worker of a pool
 cuda-graph sizes). Degrees are powers of two up to the cluster (engines shard heads and experts
 in powers of two; cost.serving.check_serving_plan refuses what the model cannot split, e.g. tp
 that does not divide the KV heads without attention DP, or ep that does not divide the experts).
-``ep`` is 1 or the worker's width (tp x pp is not split further: vLLM's
-``--enable-expert-parallel`` and SGLang's ``--ep-size`` put the experts over the tp ranks).
+``ep`` is 1 or tp (the experts of a stage over its tp GPUs, as vLLM's
+``--enable-expert-parallel`` and SGLang's ``--ep-size`` do; cost.serving checks that ep divides tp).
+Attention data parallelism is searched for mixture-of-experts models only (SGLang's
+``--enable-dp-attention`` and vLLM's data-parallel attention pair it with expert parallelism; on
+a dense model it is plain replicas with a tensor-parallel MLP); a scenario may still fix it.
 ``max_num_tokens`` and ``chunked_prefill`` are not searched: the scenario's value or the
 contract's default (8192 tokens, chunked).
 """
@@ -16,7 +19,7 @@ contract's default (8192 tokens, chunked).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from paraplan.cost.serving import ServingPlan, WorkerPlan, check_serving_plan
@@ -74,7 +77,6 @@ class ServingOptions:
     max_batches: tuple[int, ...] = MAX_BATCHES
     modes: tuple[Literal["aggregated", "disaggregated"], ...] = ("aggregated", "disaggregated")
     max_pp: int = 8
-    extra: dict[str, object] = field(default_factory=dict)
 
 
 def powers_of_two(limit: int) -> list[int]:
@@ -101,9 +103,9 @@ def worker_layouts(
         for pp in _values(fixed.pp, [p for p in powers_of_two(min(n // tp, options.max_pp))]):
             if tp * pp > n:
                 continue
-            eps = [1, tp * pp] if spec.is_moe and tp * pp > 1 else [1]
+            eps = [1, tp] if spec.is_moe and tp > 1 else [1]
             for ep in _values(fixed.ep, eps):
-                dpas = [False, True] if tp > 1 else [False]
+                dpas = [False, True] if tp > 1 and spec.is_moe else [False]
                 for dpa in [fixed.dp_attention] if fixed.dp_attention is not None else dpas:
                     w = WorkerPlan(tp=tp, pp=pp, ep=ep, dp_attention=dpa, workers=1)
                     try:

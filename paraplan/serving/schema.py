@@ -19,8 +19,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, ValidationError, model_validator
+from pydantic import BaseModel, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
+from paraplan.cost.kv import KV_BYTES, WEIGHT_BYTES
 from paraplan.errors import ConfigError
 from paraplan.hardware.topology import MAX_DEVICES
 from paraplan.model_section import ModelSection
@@ -65,8 +66,6 @@ Objective = Literal["goodput_per_gpu", "min_gpus", "min_ttft"]
 (default); the fewest GPUs that serve ``workload.request_rate`` within the SLO; the lowest TTFT at
 the SLO percentile with TPOT within the SLO."""
 
-WeightsPrecision = Literal["bf16", "fp16", "fp8", "nvfp4", "mxfp4", "int4"]
-KvPrecision = Literal["bf16", "fp16", "fp8"]
 EngineName = Literal["vllm", "sglang", "trtllm"]
 ServingMode = Literal["aggregated", "disaggregated"]
 
@@ -117,10 +116,18 @@ class WorkloadSection(Section):
         None, gt=0, le=MAX_REQUEST_RATE, allow_inf_nan=False, description="open loop: requests/s (Poisson)"
     )
     slo: SloSection = Field(default_factory=SloSection)
-    weights_precision: WeightsPrecision = Field(
-        "bf16", description="bf16 | fp16 | fp8 | nvfp4 | mxfp4 | int4"
+    weights_precision: str = Field(
+        "bf16", description=f"stored weights: {' | '.join(WEIGHT_BYTES)} (cost/kv.py WEIGHT_BYTES)"
     )
-    kv_precision: KvPrecision = Field("bf16", description="KV cache: bf16 | fp16 | fp8")
+    kv_precision: str = Field("bf16", description=f"KV cache: {' | '.join(KV_BYTES)} (cost/kv.py KV_BYTES)")
+
+    @field_validator("weights_precision", "kv_precision")
+    @classmethod
+    def check_precision(cls, value: str, info: ValidationInfo) -> str:
+        known = WEIGHT_BYTES if info.field_name == "weights_precision" else KV_BYTES
+        if value not in known:
+            raise ValueError(f"{value!r} is not one of {', '.join(known)}")
+        return value
 
     @model_validator(mode="after")
     def check_load(self) -> WorkloadSection:

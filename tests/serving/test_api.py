@@ -124,3 +124,24 @@ def test_cli_plans_and_evaluates_a_serving_file(
     assert "latency   TTFT p50" in text and "why this plan" in text
     assert main(["plan", str(path), "--target", "megatron"]) == 1
     assert "--target is for training scenarios" in capsys.readouterr().err
+
+
+def test_disaggregated_pool_knobs_are_kept() -> None:
+    plan = {"mode": "disaggregated", "prefill": {"tp": 2}, "decode": {"workers": 1}}
+    r = paraplan.solve(
+        {**SCENARIO, "cluster": {"preset": "dgx-h100", "gpus": 4}, "plan": plan}, time_limit_s=60
+    )
+    assert r.plan.prefill is not None and r.plan.prefill.tp == 2
+    assert r.plan.decode is not None and r.plan.decode.workers == 1
+
+
+def test_min_gpus_serves_the_rate_on_the_fewest_gpus() -> None:
+    scenario = {**SCENARIO, "cluster": {"preset": "dgx-h100", "gpus": 8}, "objective": "min_gpus"}
+    r = paraplan.solve(scenario, time_limit_s=60)
+    assert r.solver is not None and r.solver.status == "OPTIMAL" and r.predicted.meets_slo
+    assert r.predicted.output_tokens_per_s >= 4.0 * 256 * (1 - 1e-9)
+    assert r.solver.objective_value == r.predicted.gpus
+    fewer = {**scenario, "plan": {"num_devices": r.predicted.gpus - 1}} if r.predicted.gpus > 1 else None
+    if fewer is not None:  # one GPU less serves no plan of the space
+        with pytest.raises(InfeasibleError):
+            paraplan.solve(fewer, time_limit_s=60)
