@@ -6,7 +6,7 @@ from typing import NamedTuple
 
 from paraplan.errors import ExportError
 
-__all__ = ["Target", "EXPORTERS", "lookup"]
+__all__ = ["Target", "EXPORTERS", "SERVING_EXPORTS", "lookup"]
 
 
 class Target(NamedTuple):
@@ -28,8 +28,17 @@ EXPORTERS: dict[str, Target] = {
 """Target name -> (module with ``render(ctx) -> str``, output file name)."""
 
 
+SERVING_EXPORTS = ("vllm", "sglang", "trtllm", "dynamo")
+"""The serving targets (paraplan/export/serving/: SERVING_TARGETS), for serving results only."""
+
+
 def lookup(name: str) -> tuple[str, Target]:
     key = name.strip().lower()
+    if key in SERVING_EXPORTS:
+        raise ExportError(
+            f"export target {name!r} launches a serving plan: plan a serving scenario (workload: in "
+            "place of job:) and export that result"
+        )
     if key not in EXPORTERS:
         raise ExportError(f"unknown export target {name!r}; choose one of {', '.join(EXPORTERS)}")
     return key, EXPORTERS[key]
