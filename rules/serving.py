@@ -10,9 +10,10 @@ Engines and versions: vLLM 0.33.0, SGLang 0.5.23, TensorRT-LLM 1.2.1 (PyTorch ba
 - Quantized weights by GPU generation (compute capability, ``get_min_capability`` of each
   quantization config in the installed packages):
   vLLM 0.33.0 ``model_executor/layers/quantization``: ``Fp8Config`` 75, ``ModelOptFp8Config`` 80,
-  ``ModelOptNvFp4Config`` 75 (Marlin weight-only fallback below Blackwell), ``Mxfp4Config`` 80;
-  SGLang 0.5.23 ``srt/layers/quantization``: ``Fp8Config`` 80, ``ModelOptFp8Config`` 89,
-  ``ModelOptFp4Config`` 80, ``Mxfp4Config`` 80. TensorRT-LLM runs FP8 GEMMs on Ada/Hopper and
+  ``ModelOptNvFp4Config`` 75 (Marlin weight-only fallback below Blackwell), ``Mxfp4Config`` 80,
+  compressed-tensors W8A8 INT8 75 and WNA16 (int4) 75; SGLang 0.5.23 ``srt/layers/quantization``:
+  ``Fp8Config`` 80, ``ModelOptFp8Config`` 89, ``ModelOptFp4Config`` 80, ``Mxfp4Config`` 80,
+  ``W8A8Int8Config`` 75, GPTQ-Marlin (int4) 80. TensorRT-LLM runs FP8 GEMMs on Ada/Hopper and
   later (SM89+) and NVFP4 on Blackwell (SM100+) only (TensorRT-LLM docs, "Numerical precision",
   support matrix); it builds for NVIDIA GPUs only.
 - Expert parallelism: vLLM's ``--enable-expert-parallel`` is a switch; the EP group is every rank of
@@ -73,9 +74,9 @@ differs from their generation's (RTX PRO 6000 Blackwell sm_120); NVIDIA's CUDA G
 compute-capability table."""
 
 _MIN_CAPABILITY: dict[str, dict[str, int]] = {
-    "vllm": {"fp8": 75, "fp8_blockwise": 80, "nvfp4": 75, "fp4": 75, "mxfp4": 80, "int4": 75},
-    "sglang": {"fp8": 80, "fp8_blockwise": 80, "nvfp4": 80, "fp4": 80, "mxfp4": 80, "int4": 80},
-    "trtllm": {"fp8": 89, "fp8_blockwise": 89, "nvfp4": 100, "fp4": 100, "mxfp4": 90, "int4": 80},
+    "vllm": {"fp8": 75, "fp8_blockwise": 80, "nvfp4": 75, "fp4": 75, "mxfp4": 80, "int8": 75, "int4": 75},
+    "sglang": {"fp8": 80, "fp8_blockwise": 80, "nvfp4": 80, "fp4": 80, "mxfp4": 80, "int8": 75, "int4": 80},
+    "trtllm": {"fp8": 89, "fp8_blockwise": 89, "nvfp4": 100, "fp4": 100, "mxfp4": 90, "int8": 80, "int4": 80},
 }
 """Least compute capability for each weights precision (module docstring; vLLM/SGLang: the
 quantization configs' ``get_min_capability``; TensorRT-LLM: its precision support matrix)."""

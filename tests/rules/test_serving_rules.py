@@ -207,3 +207,14 @@ def test_fraction_is_the_inverse_of_the_cost_models_memory_rule(engine: str) -> 
     assert pred.kv_cache_bytes > 0
     assert again.kv_cache_bytes <= pred.kv_cache_bytes + 1.0
     assert again.kv_cache_bytes >= pred.kv_cache_bytes - 0.0011 * cluster.memory_capacity_bytes
+
+
+def test_int8_runs_everywhere_on_ampere_and_an_unknown_format_nowhere() -> None:
+    int8 = Workload(isl=1024, osl=1024, weights_precision="int8")
+    assert engines_running(ServingPlan(tp=8), int8, A100) == ("vllm", "sglang", "trtllm")
+    int2 = Workload(isl=1024, osl=1024, weights_precision="int2")
+    (msg,) = _messages("sglang", ServingPlan(tp=8), int2, H200)
+    assert (
+        msg
+        == "workload.weights_precision=int2: sglang 0.5.23 has no int2 weights format; no engine here runs it"
+    )
