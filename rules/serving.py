@@ -144,9 +144,11 @@ class EngineWorker:
 
 def plan_workers(plan: ServingPlan) -> tuple[EngineWorker, ...]:
     """The engine instances of ``plan``: one kind of replica (aggregated), or the prefill and the
-    decode workers. A disaggregated pool keeps the plan's max_batch and max_num_tokens (the
-    contract's WorkerPlan has no batch fields); its prefill workers run prompts whole or chunked as
-    plan.chunked_prefill says."""
+    decode workers. The contract's WorkerPlan has no batch fields: prefill workers take the plan's
+    max_batch and max_num_tokens (prompt steps of max_num_tokens, whole or chunked as
+    plan.chunked_prefill says); decode workers run decode-only steps, one token per running
+    sequence, so their step budget is max_batch tokens (cost/serving_disagg.py sizes their
+    activations by decode steps too, not by max_num_tokens)."""
     if plan.mode == "aggregated":
         return (
             EngineWorker(
@@ -165,6 +167,7 @@ def plan_workers(plan: ServingPlan) -> tuple[EngineWorker, ...]:
         raise ValueError("plan.mode='disaggregated' needs both plan.prefill and plan.decode")
 
     def one(name: str, w: WorkerPlan) -> EngineWorker:
+        tokens = plan.max_num_tokens if name == "prefill" else plan.max_batch
         return EngineWorker(
             f"plan.{name}",
             w.tp,
@@ -173,7 +176,7 @@ def plan_workers(plan: ServingPlan) -> tuple[EngineWorker, ...]:
             w.dp_attention,
             w.workers,
             plan.max_batch,
-            plan.max_num_tokens,
+            tokens,
             plan.chunked_prefill,
             name,
         )

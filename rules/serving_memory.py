@@ -17,12 +17,17 @@ the cache with it, cost/serving_memory.py ``memory_budget``; ``kv_fraction`` bel
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from math import floor
 
+from paraplan.cost.kv import WorkerShape
+from paraplan.cost.serving import Engine, ServingPlan, Workload
+from paraplan.cost.serving_memory import MemoryBudget, memory_budget
+from paraplan.graph import ModelSpec, build_graph
+from paraplan.hardware import Cluster
 from paraplan.hardware.serving import engine_memory
 
-__all__ = ["FRACTION_DIGITS", "GpuMemory", "kv_fraction", "kv_fractions"]
+__all__ = ["FRACTION_DIGITS", "GpuMemory", "kv_fraction", "kv_fractions", "pool_memories"]
 
 ENGINES = ("vllm", "sglang", "trtllm")
 
@@ -89,3 +94,41 @@ def kv_fraction(engine: str, memory: GpuMemory) -> float:
 def kv_fractions(memory: GpuMemory) -> dict[str, float]:
     """Every engine's knob for the same predicted memory (the KV bytes are what stays fixed)."""
     return {e: kv_fraction(e, memory) for e in ENGINES}
+
+
+def _of(b: MemoryBudget) -> GpuMemory:
+    return GpuMemory(b.weights_bytes, b.kv_cache_bytes, b.activation_bytes, b.buffer_bytes, b.capacity_bytes)
+
+
+def pool_memories(
+    spec: ModelSpec, cluster: Cluster, plan: ServingPlan, workload: Workload, engine: Engine
+) -> dict[str, GpuMemory]:
+    """Per-GPU memory of each kind of worker of ``plan``, sized as the cost model sizes it
+    (cost/serving_memory.py ``memory_budget`` under the engine's rule): ``aggregated`` (steps of
+    max_num_tokens, max_batch sequences), or ``prefill`` (prompt steps of max_num_tokens, one
+    sampled token) and ``decode`` (decode-only steps of one token per attention-DP rank, max_batch
+    sequences), the arguments cost/serving_disagg.py ``disaggregated`` uses. ServingPrediction
+    carries only the decode pool's memory; the prefill pool's differs with its shape."""
+    rule = engine_memory(engine.name)
+    if engine.kv_fraction is not None:
+        rule = replace(rule, kv_fraction=engine.kv_fraction)
+    graph = build_graph(spec)
+
+    def budget(tp: int, pp: int, ep: int, dp: bool, tokens: int | None, batch: int) -> GpuMemory:
+        shape = WorkerShape(tp=tp, pp=pp, ep=ep, dp_attention=dp)
+        step = shape.attn_dp if tokens is None else tokens
+        return _of(memory_budget(graph, cluster, shape, workload, rule, step, batch))
+
+    if plan.mode == "aggregated":
+        return {
+            "aggregated": budget(
+                plan.tp, plan.pp, plan.ep, plan.dp_attention, plan.max_num_tokens, plan.max_batch
+            )
+        }
+    if plan.prefill is None or plan.decode is None:
+        raise ValueError("plan.mode='disaggregated' needs both plan.prefill and plan.decode")
+    p, d = plan.prefill, plan.decode
+    return {
+        "prefill": budget(p.tp, p.pp, p.ep, p.dp_attention, plan.max_num_tokens, 1),
+        "decode": budget(d.tp, d.pp, d.ep, d.dp_attention, None, plan.max_batch),
+    }

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 from paraplan.cost.serving import Engine, ServingPlan, WorkerPlan, Workload
+from paraplan.graph import preset
 from paraplan.hardware import build_cluster
 from paraplan.rules.serving import GpuMemory, plan_workers
 
@@ -189,7 +190,9 @@ def test_renders_refuse_with_the_field_and_the_engines_that_run_it() -> None:
             cluster=H200,
         )
     too_big = GpuMemory(100 * GIB, 50 * GIB, 5 * GIB, 1.5 * GIB, 140.4 * GIB)
-    with pytest.raises(ExportError, match="sglang: predicted memory per GPU 156.50 GiB"):
+    with pytest.raises(
+        ExportError, match=r"sglang, replica workers \(plan\): predicted memory per GPU 156.50 GiB"
+    ):
         render_serving("sglang", ServingPlan(tp=8), WL, "m", too_big)
     with pytest.raises(ExportError, match="unknown serving export target 'tgi'"):
         render_serving("tgi", ServingPlan(), WL, "m", MEM)
@@ -239,6 +242,39 @@ def test_paraplan_export_reaches_the_serving_exporters(tmp_path: Path) -> None:
     assert other.splitlines()[1].startswith("# llama3.1-70b is paraplan's preset name")
     paths = write_exports(result, ["vllm", "sglang", "trtllm", "dynamo"], tmp_path)
     assert [p.name for p in paths] == [t.filename for t in SERVING_TARGETS.values()]
+
+
+def test_a_disaggregated_result_sizes_each_pool_by_its_own_memory() -> None:
+    from paraplan.rules.serving import kv_fraction
+    from paraplan.rules.serving_memory import pool_memories
+
+    plan = {"mode": "disaggregated", "max_batch": 256, "max_num_tokens": 8192, "chunked_prefill": True}
+    plan |= {"prefill": {"tp": 8, "pp": 1, "ep": 8, "dp_attention": False, "workers": 1}}
+    plan |= {"decode": {"tp": 8, "pp": 1, "ep": 8, "dp_attention": True, "workers": 1}}
+    result = _result(plan, {"preset": "deepseek-v3"})
+    result["scenario"]["cluster"] = {"preset": "dgx-h200", "gpus": 16}
+    result["scenario"]["workload"]["weights_precision"] = "fp8"
+    text = paraplan.export(result, "sglang")  # type: ignore[operator]
+    fractions = [
+        line.split("--mem-fraction-static ")[1].split()[0]
+        for line in text.splitlines()
+        if "launch_server" in line
+    ]
+    wl = Workload(isl=1024, osl=512, isl_p90=2048, ttft_ms=2000, weights_precision="fp8", kv_precision="fp8")
+    prefill = pool_memories(
+        preset("deepseek-v3"),
+        build_cluster("dgx-h200", gpus=16),
+        ServingPlan(
+            mode="disaggregated",
+            prefill=WorkerPlan(tp=8, ep=8),
+            decode=WorkerPlan(tp=8, ep=8, dp_attention=True),
+            max_batch=256,
+        ),
+        wl,
+        Engine("sglang"),
+    )["prefill"]
+    assert fractions == [f"{kv_fraction('sglang', prefill):g}", "0.854"]  # decode: the result's MEM
+    assert fractions[0] != fractions[1]
 
 
 def test_a_training_result_cannot_take_a_serving_target() -> None:

@@ -13,6 +13,7 @@ import pytest
 from paraplan.rules.serving import kv_dtype, kv_fraction, plan_workers
 
 from paraplan.export.serving import sglang_launches
+from paraplan.export.serving.common import memory_for
 from paraplan.export.serving.dynamo import dynamo_worker_args
 from tests.export.serving_cases import CASES, cluster_of, memory_of, model_dirs
 from tests.serving_engines import run_in_engine
@@ -64,7 +65,7 @@ def test_every_rendered_launch_parses_to_the_plan(run: dict[str, Any]) -> None:
         assert v["ep_size"] == w.ep, where
         assert v["max_running_requests"] == w.max_batch, where
         assert v["chunked_prefill_size"] == (w.max_num_tokens if w.chunked_prefill else -1), where
-        assert v["mem_fraction_static"] == kv_fraction("sglang", mem), where
+        assert v["mem_fraction_static"] == kv_fraction("sglang", memory_for(mem, w)), where
         assert v["kv_cache_dtype"] == kv_dtype("sglang", case.workload.kv_precision), where
         assert v["context_length"] == case.max_model_len, where
         assert v["disaggregation_mode"] == (w.role or "null"), where

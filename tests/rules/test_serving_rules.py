@@ -218,3 +218,28 @@ def test_int8_runs_everywhere_on_ampere_and_an_unknown_format_nowhere() -> None:
         msg
         == "workload.weights_precision=int2: sglang 0.5.23 has no int2 weights format; no engine here runs it"
     )
+
+
+def test_pool_memories_give_the_predicted_decode_pool_and_the_prefill_pools_own() -> None:
+    from paraplan.rules.serving_memory import pool_memories
+
+    spec, cluster = preset("llama3.1-70b"), build_cluster("dgx-h200", nodes=2)
+    plan = ServingPlan(
+        mode="disaggregated",
+        prefill=WorkerPlan(tp=2, workers=2),
+        decode=WorkerPlan(tp=4, workers=3),
+        max_batch=256,
+    )
+    workload = Workload(isl=4096, osl=512, weights_precision="fp8", kv_precision="fp8")
+    pred = evaluate_serving(spec, cluster, plan, workload, Engine("vllm"))
+    pools = pool_memories(spec, cluster, plan, workload, Engine("vllm"))
+    d, p = pools["decode"], pools["prefill"]
+    assert (d.weights_bytes, d.kv_cache_bytes, d.activation_bytes) == (
+        pred.weights_bytes,
+        pred.kv_cache_bytes,
+        pred.activation_bytes,
+    )
+    assert p.weights_bytes == pytest.approx(2 * d.weights_bytes, rel=0.05)  # tp 2 holds twice tp 4's
+    agg = pool_memories(spec, cluster, ServingPlan(tp=4), workload, Engine("vllm"))["aggregated"]
+    one = evaluate_serving(spec, cluster, ServingPlan(tp=4), workload, Engine("vllm"))
+    assert agg.kv_cache_bytes == one.kv_cache_bytes

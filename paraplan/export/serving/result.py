@@ -12,10 +12,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from paraplan.cost.serving import ServingPlan, WorkerPlan, Workload
+from paraplan.cost.serving import Engine, ServingPlan, WorkerPlan, Workload
 from paraplan.errors import ExportError
+from paraplan.graph import ModelSpec, from_fields, from_hf_config, preset
 from paraplan.hardware import Cluster, build_cluster
 from paraplan.rules.serving import GpuMemory
+from paraplan.rules.serving_memory import pool_memories
 
 __all__ = ["ServingExportInput", "is_serving_result", "read_serving_result"]
 
@@ -29,7 +31,7 @@ class ServingExportInput:
     engine: str
     cluster: Cluster
     model_id: str
-    memory: GpuMemory
+    memory: GpuMemory | dict[str, GpuMemory]  # one for all workers, or per role (disaggregated)
     model_note: str | None = None  # set when model_id is a stand-in for the checkpoint to serve
 
 
@@ -102,6 +104,37 @@ def _model_id(model: dict[str, Any], given: str | None) -> tuple[str, str | None
     return name, f"{name} is paraplan's preset name: put the checkpoint's HF id or path in its place"
 
 
+def _spec(model: dict[str, Any]) -> ModelSpec:
+    """The scenario's model as the cost model's spec (as the front door builds it: a preset, an HF
+    config.json, or the explicit fields)."""
+    if model.get("preset"):
+        return preset(model["preset"])
+    if model.get("hf_config"):
+        return from_hf_config(model["hf_config"])
+    fields = {k: v for k, v in model.items() if v is not None and k != "name"}
+    return from_fields(model.get("name") or "custom", fields)
+
+
+def _pool_memory(
+    scenario: dict[str, Any], cluster: Cluster, plan: ServingPlan, workload: Workload, decode: GpuMemory
+) -> dict[str, GpuMemory]:
+    """Each pool's memory: the result's figures are the decode pool's; the prefill pool's are the
+    cost model's for its own shape (rules/serving_memory.py ``pool_memories``)."""
+    engine = scenario.get("engine") or {}
+    try:
+        spec = _spec(scenario.get("model") or {})
+        pools = pool_memories(
+            spec,
+            cluster,
+            plan,
+            workload,
+            Engine(engine.get("name") or "vllm", kv_fraction=engine.get("kv_fraction")),
+        )
+    except ValueError as e:
+        raise ExportError(f"the prefill pool's memory: {e}") from None
+    return {"prefill": pools["prefill"], "decode": decode}
+
+
 def read_serving_result(result: Any, model_id: str | None = None) -> ServingExportInput:
     """The renderers' inputs from a serving result; ExportError naming what is missing."""
     data = _plain(result)
@@ -123,4 +156,7 @@ def read_serving_result(result: Any, model_id: str | None = None) -> ServingExpo
     except (KeyError, TypeError) as e:
         raise ExportError(f"not a serving result: it has no {e}") from None
     name, note = _model_id(scenario.get("model") or {}, model_id)
+    if plan.mode == "disaggregated":
+        pools = _pool_memory(scenario, cluster, plan, workload, memory)
+        return ServingExportInput(plan, workload, engine, cluster, name, pools, note)
     return ServingExportInput(plan, workload, engine, cluster, name, memory, note)

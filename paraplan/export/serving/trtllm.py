@@ -80,7 +80,7 @@ def trtllm_extra_options(worker: EngineWorker, workload: Workload, memory: GpuMe
         out["moe_tensor_parallel_size"] = worker.tp // worker.ep
     out["kv_cache_config"] = {
         "dtype": kv_dtype("trtllm", workload.kv_precision),
-        "free_gpu_memory_fraction": float(fraction("trtllm", memory)),
+        "free_gpu_memory_fraction": float(fraction("trtllm", memory, worker)),
     }
     if worker.role is not None:
         out["cache_transceiver_config"] = {"backend": "DEFAULT"}
