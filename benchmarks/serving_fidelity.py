@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from paraplan.cost.serving import ServingPrediction, evaluate_serving
-from paraplan.hardware.serving import FIT_NAMES, ServingFit, serving_fit
+from paraplan.hardware.serving import FIT_NAMES, ServingFit, serving_priors
 
 from benchmarks.serving_set import DEFAULT_CSV, METRICS, ServingCase, Skipped, serving_cases
 
@@ -38,8 +38,8 @@ __all__ = ["Score", "score_cases", "summary", "fit_parameters", "crossval", "mai
 # Physical bounds of the fitted parameters (file units): host step time 0.2-20 ms, per-sequence
 # host time 0-100 us, per-kernel time inside a CUDA graph 0.5-15 us (below the training overhead
 # of cost/compute.py's cuBLASLt intercepts), decode expert imbalance 1-2.5 (EPLB range,
-# hardware/data/serving.yaml), grouped-GEMM efficiency 0.2-1, first-wave share 0-1, front-end
-# time per request 0-50 ms, serving GEMM rate 0.4-1 of the MAMF prior.
+# hardware/data/serving.yaml), grouped-GEMM efficiency 0.2-1, first-wave share 0-1, front-end time
+# per request 0-50 ms, serving GEMM rate 0.4-1 of the MAMF prior.
 BOUNDS = {
     "step_overhead_ms": (0.2, 20.0),
     "per_sequence_us": (0.0, 100.0),
@@ -127,9 +127,10 @@ def fit_parameters(
     log: Callable[[str], None] | None = None,
     factors: tuple[float, ...] = (0.25, 0.5, 0.7, 1.4, 2.0, 4.0),
 ) -> ServingFit:
-    """Coordinate descent over FIT_NAMES within BOUNDS: each parameter tried at x * f for f in
-    a shrinking set of factors, the best kept (module docstring)."""
-    values = (start or serving_fit()).values()
+    """Coordinate descent over FIT_NAMES within BOUNDS from ``start`` (default the data file's
+    ``priors:``): each parameter tried at x * f for f in a shrinking set of factors, the best
+    kept (module docstring)."""
+    values = (start or serving_priors()).values()
     best = _objective(score_cases(cases, ServingFit.from_values(values)))
     for r in range(rounds):
         for name in FIT_NAMES:
@@ -149,12 +150,13 @@ def fit_parameters(
 
 
 def crossval(cases: Sequence[ServingCase], log: Callable[[str], None] | None = None) -> list[Score]:
-    """Leave one source out: fit on the other sources, score the held-out one."""
+    """Leave one source out: fit on the other sources from the priors (as the in-sample fit),
+    score the held-out one with that fit."""
     out: list[Score] = []
     for source in sorted({c.source for c in cases}):
         train = [c for c in cases if c.source != source]
         held = [c for c in cases if c.source == source]
-        fit = fit_parameters(train, rounds=1, factors=(0.5, 0.7, 1.4, 2.0))
+        fit = fit_parameters(train)
         if log:
             log(f"held out {source}: " + ", ".join(f"{k} {v:.3g}" for k, v in fit.values().items()))
         out += score_cases(held, fit)

@@ -163,6 +163,10 @@ def _aggregated(c: Ctx, plan: ServingPlan, engine: EngineMemory) -> ServingPredi
         wave = wave_s(c, shape, batch, w.isl, budget_tokens)
         service, service90 = blend(c, service, wave), blend(c, service90, wave * 1.8)
     tau90 = round_s(c, shape, batch, isl90, osl90, True) if (isl90, osl90) != (w.isl, w.osl) else tau
+    if w.concurrency is not None and w.request_rate is None:
+        # the first wave's requests decode together after their prompts: decode-only steps
+        pure = round_s(c, shape, batch, w.isl, w.osl, False)
+        tau, tau90 = blend(c, tau, pure), blend(c, tau90, pure)
     front = c.fit.ttft_overhead_s
     ttft = front + service + wait.mean_s
     ttft_p = max(front + service90 + wait.p_s, ttft)

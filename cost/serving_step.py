@@ -13,8 +13,9 @@ Agrawal et al., Sarathi-Serve, OSDI'24, Sec. 4; Yu et al., Orca, OSDI'22):
   (hardware/data/efficiency.yaml). Captured CUDA graphs replace the launch part of the overhead
   with ``graph_kernel_overhead`` (hardware/data/serving.yaml).
 - Routed experts: the step's T top_k copies spread over ep groups (the busiest one carries
-  ``moe_decode_imbalance`` times the mean), c copies over its E_g experts touch E_g (1 - (1 -
-  1/E_g)^c) of them (expected distinct experts hit, uniform routing) and read only their weights; one
+  ``moe_decode_imbalance`` times the mean c copies: the extra tokens go to the experts it already
+  streams), c copies over its E_g experts touch E_g (1 - (1 - 1/E_g)^c) of them (expected distinct
+  experts hit, uniform routing) and read only their weights; one
   grouped-GEMM kernel per projection, its compute at ``moe_gemm_efficiency`` of the dense rate
   (the weight stream at small m stays at the HBM roofline).
 - Attention core: decode reads each sequence's KV (cost/kv.py bytes per token) at HBM speed, or
@@ -349,9 +350,11 @@ def _experts_s(
     assert ly.experts is not None
     e = ly.experts
     per_group = e.num_experts / shape.ep
-    copies = tokens * e.top_k / shape.ep * (fit.moe_decode_imbalance if shape.ep > 1 else 1.0)
-    # distinct experts the busiest group's copies hit: copies drawn uniformly over its experts
-    hit = 1.0 - (1.0 - 1.0 / per_group) ** copies if per_group > 1 else 1.0
+    mean_copies = tokens * e.top_k / shape.ep
+    copies = mean_copies * (fit.moe_decode_imbalance if shape.ep > 1 else 1.0)
+    # distinct experts a group's copies hit (drawn uniformly over its experts): the weights it
+    # streams; the busiest group's extra copies land on the experts it already holds hot
+    hit = 1.0 - (1.0 - 1.0 / per_group) ** mean_copies if per_group > 1 else 1.0
     active = max(1.0, per_group * hit)
     m = copies / active
     total = 0.0

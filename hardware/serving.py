@@ -19,6 +19,7 @@ __all__ = [
     "engine_names",
     "is_cpp_runtime",
     "gemm_priors",
+    "serving_priors",
     "FIT_NAMES",
 ]
 
@@ -158,3 +159,8 @@ def gemm_priors(generation: str) -> dict[str, float] | None:
     if generation not in raw:
         return None
     return {name: float(raw[generation][name]) for name in GEMM_PRIOR_NAMES if name in raw[generation]}
+
+
+def serving_priors() -> ServingFit:
+    """The starting point of every fit (data/serving.yaml ``priors:``)."""
+    return ServingFit.from_values({k: float(v) for k, v in _raw()["priors"].items() if k in FIT_NAMES})

@@ -235,3 +235,12 @@ def test_refusals_name_the_field(plan: ServingPlan, field: str) -> None:
 def test_bad_workload_and_engine_name_the_field(workload: Workload, engine: Engine, field: str) -> None:
     with pytest.raises(ValueError, match=field.replace(".", r"\.")):
         evaluate_serving(LLAMA8, H100, ServingPlan(), workload, engine)
+
+
+def test_the_scheduler_hides_under_the_gpu_step_until_it_is_longer() -> None:
+    fit = serving_fit()
+    small = _decode(LLAMA8, H100, WorkerShape(), 1)
+    assert small.host_s == pytest.approx(fit.step_overhead_s)  # one sequence: hidden
+    huge = _decode(LLAMA8, H100, WorkerShape(), 20000)
+    gpu = huge.total_s - huge.host_s
+    assert huge.host_s == pytest.approx(fit.step_overhead_s + max(0.0, 20000 * fit.per_sequence_s - gpu))
