@@ -180,11 +180,13 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     _refuse_for_serving(args)
     if args.export:  # a misspelt target fails before the solve, not after it
         from paraplan.export import EXPORTERS
+        from paraplan.export.registry import SERVING_EXPORTS
 
-        unknown = [n for n in args.export.split(",") if n.strip().lower() not in EXPORTERS]
+        known = [*EXPORTERS, *SERVING_EXPORTS]
+        unknown = [n for n in args.export.split(",") if n.strip().lower() not in known]
         if unknown:
             raise ConfigError(
-                f"--export {','.join(unknown)}: unknown target; choose from " + ", ".join(EXPORTERS)
+                f"--export {','.join(unknown)}: unknown target; choose from " + ", ".join(known)
             )
     elif args.out is not None:
         raise ConfigError("--out names the directory for --export files; add --export TARGETS")

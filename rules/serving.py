@@ -10,9 +10,10 @@ Engines and versions: vLLM 0.33.0, SGLang 0.5.23, TensorRT-LLM 1.2.1 (PyTorch ba
 - Quantized weights by GPU generation (compute capability, ``get_min_capability`` of each
   quantization config in the installed packages):
   vLLM 0.33.0 ``model_executor/layers/quantization``: ``Fp8Config`` 75, ``ModelOptFp8Config`` 80,
-  ``ModelOptNvFp4Config`` 75 (Marlin weight-only fallback below Blackwell), ``Mxfp4Config`` 80;
-  SGLang 0.5.23 ``srt/layers/quantization``: ``Fp8Config`` 80, ``ModelOptFp8Config`` 89,
-  ``ModelOptFp4Config`` 80, ``Mxfp4Config`` 80. TensorRT-LLM runs FP8 GEMMs on Ada/Hopper and
+  ``ModelOptNvFp4Config`` 75 (Marlin weight-only fallback below Blackwell), ``Mxfp4Config`` 80,
+  compressed-tensors W8A8 INT8 75 and WNA16 (int4) 75; SGLang 0.5.23 ``srt/layers/quantization``:
+  ``Fp8Config`` 80, ``ModelOptFp8Config`` 89, ``ModelOptFp4Config`` 80, ``Mxfp4Config`` 80,
+  ``W8A8Int8Config`` 75, GPTQ-Marlin (int4) 80. TensorRT-LLM runs FP8 GEMMs on Ada/Hopper and
   later (SM89+) and NVFP4 on Blackwell (SM100+) only (TensorRT-LLM docs, "Numerical precision",
   support matrix); it builds for NVIDIA GPUs only.
 - Expert parallelism: vLLM's ``--enable-expert-parallel`` is a switch; the EP group is every rank of
@@ -30,34 +31,25 @@ Engines and versions: vLLM 0.33.0, SGLang 0.5.23, TensorRT-LLM 1.2.1 (PyTorch ba
   SGLang ``--kv-cache-dtype`` choices (auto, fp8_e4m3, fp8_e5m2, nvfp4, ...); TensorRT-LLM
   ``kv_cache_config.dtype`` (auto, fp8, nvfp4).
 
-KV-cache memory knobs (hardware/data/serving.yaml holds each engine's rule; the cost model sizes
-the cache with it, cost/serving_memory.py ``memory_budget``; ``kv_fraction`` below is its inverse):
-- vLLM ``--gpu-memory-utilization`` u: u x total memory = weights + peak activations + non-torch
-  memory + CUDA graphs + KV (``vllm/v1/worker/gpu_worker.py`` ``determine_available_memory``;
-  ``request_memory`` = ceil(total x u); CUDA graph memory counted by default since 0.21,
-  ``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS``), so u = (weights + activations + buffers + KV) / total.
-- SGLang ``--mem-fraction-static`` f: KV = free after weights - pre-load memory x (1 - f)
-  (``srt/mem_cache/kv_cache_configurator.py`` ``_profile_available_bytes``): f = (weights + KV) / total.
-- TensorRT-LLM ``kv_cache_config.free_gpu_memory_fraction`` g: g x the memory free after weights and
-  the activation profiling run (``KvCacheConfig`` docs): g = KV / (total - weights - activations -
-  buffers).
+KV-cache memory knobs: rules/serving_memory.py (re-exported here).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from math import ceil, floor
+from math import ceil
 
 from paraplan.cost.serving import ServingPlan, WorkerPlan, Workload
 from paraplan.graph import ModelSpec
 from paraplan.hardware import Cluster
-from paraplan.hardware.serving import engine_memory
+from paraplan.rules.serving_memory import FRACTION_DIGITS, GpuMemory, kv_fraction, kv_fractions
 
 __all__ = [
     "ENGINES",
     "ENGINE_VERSIONS",
     "EngineRefusal",
     "EngineWorker",
+    "FRACTION_DIGITS",
     "GpuMemory",
     "check_engine",
     "engine_refusals",
@@ -82,9 +74,9 @@ differs from their generation's (RTX PRO 6000 Blackwell sm_120); NVIDIA's CUDA G
 compute-capability table."""
 
 _MIN_CAPABILITY: dict[str, dict[str, int]] = {
-    "vllm": {"fp8": 75, "fp8_blockwise": 80, "nvfp4": 75, "fp4": 75, "mxfp4": 80, "int4": 75},
-    "sglang": {"fp8": 80, "fp8_blockwise": 80, "nvfp4": 80, "fp4": 80, "mxfp4": 80, "int4": 80},
-    "trtllm": {"fp8": 89, "fp8_blockwise": 89, "nvfp4": 100, "fp4": 100, "mxfp4": 90, "int4": 80},
+    "vllm": {"fp8": 75, "fp8_blockwise": 80, "nvfp4": 75, "fp4": 75, "mxfp4": 80, "int8": 75, "int4": 75},
+    "sglang": {"fp8": 80, "fp8_blockwise": 80, "nvfp4": 80, "fp4": 80, "mxfp4": 80, "int8": 75, "int4": 80},
+    "trtllm": {"fp8": 89, "fp8_blockwise": 89, "nvfp4": 100, "fp4": 100, "mxfp4": 90, "int8": 80, "int4": 80},
 }
 """Least compute capability for each weights precision (module docstring; vLLM/SGLang: the
 quantization configs' ``get_min_capability``; TensorRT-LLM: its precision support matrix)."""
@@ -152,9 +144,11 @@ class EngineWorker:
 
 def plan_workers(plan: ServingPlan) -> tuple[EngineWorker, ...]:
     """The engine instances of ``plan``: one kind of replica (aggregated), or the prefill and the
-    decode workers. A disaggregated pool keeps the plan's max_batch and max_num_tokens (the
-    contract's WorkerPlan has no batch fields); its prefill workers run prompts whole or chunked as
-    plan.chunked_prefill says."""
+    decode workers. The contract's WorkerPlan has no batch fields: prefill workers take the plan's
+    max_batch and max_num_tokens (prompt steps of max_num_tokens, whole or chunked as
+    plan.chunked_prefill says); decode workers run decode-only steps, one token per running
+    sequence, so their step budget is max_batch tokens (cost/serving_disagg.py sizes their
+    activations by decode steps too, not by max_num_tokens)."""
     if plan.mode == "aggregated":
         return (
             EngineWorker(
@@ -173,6 +167,7 @@ def plan_workers(plan: ServingPlan) -> tuple[EngineWorker, ...]:
         raise ValueError("plan.mode='disaggregated' needs both plan.prefill and plan.decode")
 
     def one(name: str, w: WorkerPlan) -> EngineWorker:
+        tokens = plan.max_num_tokens if name == "prefill" else plan.max_batch
         return EngineWorker(
             f"plan.{name}",
             w.tp,
@@ -181,7 +176,7 @@ def plan_workers(plan: ServingPlan) -> tuple[EngineWorker, ...]:
             w.dp_attention,
             w.workers,
             plan.max_batch,
-            plan.max_num_tokens,
+            tokens,
             plan.chunked_prefill,
             name,
         )
@@ -354,70 +349,3 @@ def kv_dtype(engine: str, precision: str) -> str:
     if why is not None:
         raise ValueError(f"workload.kv_precision={precision}: {engine} {ENGINE_VERSIONS[engine]} {why}")
     return _KV_DTYPES[engine][precision]
-
-
-# ------------------------------------------------------------------------------- memory fractions
-
-
-@dataclass(frozen=True)
-class GpuMemory:
-    """Predicted memory of one GPU of a worker (ServingPrediction's per-GPU figures) and the GPU's
-    total memory. Units: bytes."""
-
-    weights_bytes: float
-    kv_cache_bytes: float
-    activation_bytes: float
-    buffer_bytes: float
-    capacity_bytes: float
-
-    @property
-    def used_bytes(self) -> float:
-        return self.weights_bytes + self.kv_cache_bytes + self.activation_bytes + self.buffer_bytes
-
-
-FRACTION_DIGITS = 3
-"""Fractions are written with 3 decimals, rounded down: the engine then leaves at most
-0.001 x total memory (0.14 GiB on an H200) less KV cache than predicted, never more memory in use."""
-
-
-def kv_fraction(engine: str, memory: GpuMemory) -> float:
-    """``engine``'s KV memory knob that leaves ``memory.kv_cache_bytes`` of KV cache beside the
-    predicted weights, activations and buffers (module docstring; the inverse of
-    cost/serving_memory.py ``memory_budget`` under hardware/data/serving.yaml's rule):
-
-    - ``total`` (vLLM ``--gpu-memory-utilization``): (weights + activations + buffers + KV) / total;
-    - ``static`` (SGLang ``--mem-fraction-static``): (weights + KV) / total;
-    - ``free`` (TensorRT-LLM ``free_gpu_memory_fraction``): KV / (total - weights - activations - buffers).
-
-    Rounded down to FRACTION_DIGITS. ValueError naming the memory when the prediction leaves no KV
-    cache or does not fit the GPU.
-    """
-    cap = memory.capacity_bytes
-    gib = 2**30
-    if memory.kv_cache_bytes <= 0:
-        raise ValueError(
-            f"predicted kv_cache={memory.kv_cache_bytes / gib:.2f} GiB per GPU: the plan leaves no KV "
-            "cache, so no engine memory fraction can be written"
-        )
-    if memory.used_bytes > cap:
-        raise ValueError(
-            f"predicted memory per GPU {memory.used_bytes / gib:.2f} GiB (weights "
-            f"{memory.weights_bytes / gib:.2f} + KV {memory.kv_cache_bytes / gib:.2f} + activations "
-            f"{memory.activation_bytes / gib:.2f} + buffers {memory.buffer_bytes / gib:.2f}) exceeds the "
-            f"GPU's {cap / gib:.2f} GiB"
-        )
-    rule = engine_memory(engine).kv_fraction_of
-    if rule == "total":
-        value = memory.used_bytes / cap
-    elif rule == "static":
-        value = (memory.weights_bytes + memory.kv_cache_bytes) / cap
-    else:
-        free = cap - memory.weights_bytes - memory.activation_bytes - memory.buffer_bytes
-        value = memory.kv_cache_bytes / free
-    scale = 10**FRACTION_DIGITS
-    return floor(value * scale + 1e-9) / scale
-
-
-def kv_fractions(memory: GpuMemory) -> dict[str, float]:
-    """Every engine's knob for the same predicted memory (the KV bytes are what stays fixed)."""
-    return {e: kv_fraction(e, memory) for e in ENGINES}

@@ -98,9 +98,47 @@ def render_target(ctx: ExportContext, name: str) -> str:
 
 
 def export_text(result: Result, name: str) -> str:
-    """The text of ``result`` exported for target ``name``; ExportError if it cannot be."""
+    """The text of ``result`` exported for target ``name``; ExportError if it cannot be. A serving
+    result (``kind: serving``) goes to the serving exporters (paraplan/export/serving/)."""
+    if _is_serving(result):
+        from paraplan.export.serving import export_serving
+
+        return export_serving(result, name)
     _, target = lookup(name)
     return _render(context(result), target)
+
+
+def _is_serving(result: object) -> bool:
+    from paraplan.export.serving.result import is_serving_result
+
+    return is_serving_result(result)
+
+
+def _write_serving(result: object, names: Sequence[str], out_dir: Path) -> list[Path]:
+    """write_exports for a serving result: one file per serving target, refusals listed together."""
+    from paraplan.export.serving import SERVING_TARGETS, export_serving
+
+    keys = list(dict.fromkeys(n.strip().lower() for n in names if n.strip()))
+    unknown = [k for k in keys if k not in SERVING_TARGETS]
+    if unknown:
+        raise ExportError(
+            f"unknown serving export target {', '.join(unknown)}; choose one of {', '.join(SERVING_TARGETS)}"
+        )
+    texts, errors = {}, []
+    for key in keys:
+        try:
+            texts[key] = export_serving(result, key)
+        except ExportError as e:
+            errors.append(f"{key}: {e}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for key, text in texts.items():
+        path = out_dir / SERVING_TARGETS[key].filename
+        path.write_text(text)
+        paths.append(path)
+    if errors:
+        raise ExportError("; ".join(errors) + f" (wrote {', '.join(str(p) for p in paths) or 'nothing'})")
+    return paths
 
 
 def export(result: Result, name: str) -> str:
@@ -113,7 +151,10 @@ def write_exports(result: Result, names: Sequence[str], out_dir: Path) -> list[P
 
     Unknown names fail before anything is written. Targets that refuse the plan do not stop the
     others: their files are written, then one ExportError lists every refusal and what was written.
+    A serving result writes the serving targets' files (vllm.sh, sglang.sh, trtllm.sh, dynamo.yaml).
     """
+    if _is_serving(result):
+        return _write_serving(result, names, out_dir)
     keys = list(dict.fromkeys(lookup(n)[0] for n in names if n.strip()))
     if TRACE not in keys:
         keys.append(TRACE)

@@ -7,7 +7,7 @@ from typing import NamedTuple
 from paraplan.errors import ExportError
 from paraplan.rules.frameworks import FRAMEWORKS
 
-__all__ = ["Target", "EXPORTERS", "TRACE", "FILENAMES", "lookup"]
+__all__ = ["Target", "EXPORTERS", "SERVING_EXPORTS", "TRACE", "FILENAMES", "lookup"]
 
 
 class Target(NamedTuple):
@@ -39,8 +39,17 @@ EXPORTERS: dict[str, Target] = {
 ``render(ctx) -> str``, output file name)."""
 
 
+SERVING_EXPORTS = ("vllm", "sglang", "trtllm", "dynamo")
+"""The serving targets (paraplan/export/serving/: SERVING_TARGETS), for serving results only."""
+
+
 def lookup(name: str) -> tuple[str, Target]:
     key = name.strip().lower()
+    if key in SERVING_EXPORTS:
+        raise ExportError(
+            f"export target {name!r} launches a serving plan: plan a serving scenario (workload: in "
+            "place of job:) and export that result"
+        )
     if key not in EXPORTERS:
         raise ExportError(f"unknown export target {name!r}; choose one of {', '.join(EXPORTERS)}")
     return key, EXPORTERS[key]

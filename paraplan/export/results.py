@@ -17,7 +17,8 @@ __all__ = ["load_result"]
 
 
 def load_result(path: str | Path) -> Result:
-    """A Result from a ``paraplan plan --json`` / ``paraplan evaluate --json`` file.
+    """A Result from a ``paraplan plan --json`` / ``paraplan evaluate --json`` file (a serving
+    result, ``kind: serving``, comes back as its JSON dict, which the exporters read).
 
     ConfigError names the file and what is wrong with it.
     """
@@ -31,6 +32,8 @@ def load_result(path: str | Path) -> Result:
             f"{p}: not a JSON result ({e.msg} at line {e.lineno}); write one with "
             "`paraplan plan SCENARIO --json > RESULT.json`"
         ) from None
+    if isinstance(data, dict) and data.get("kind") == "serving":
+        return data  # type: ignore[return-value]  # a serving result: its JSON, for export_serving
     try:
         return Result.model_validate(data)
     except ValidationError as e:

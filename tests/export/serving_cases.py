@@ -12,6 +12,7 @@ from paraplan.cost.serving import Engine, ServingPlan, WorkerPlan, Workload, eva
 from paraplan.graph import preset
 from paraplan.hardware import Cluster, build_cluster
 from paraplan.rules.serving import GpuMemory
+from paraplan.rules.serving_memory import pool_memories
 
 from paraplan.export.serving import gpu_memory
 
@@ -95,11 +96,14 @@ def cluster_of(case: Case) -> Cluster:
     return build_cluster(case.cluster, nodes=4)
 
 
-def memory_of(case: Case, engine: str) -> GpuMemory:
-    """The cost model's per-GPU memory of the case's plan under ``engine``'s rule."""
+def memory_of(case: Case, engine: str) -> GpuMemory | dict[str, GpuMemory]:
+    """The cost model's per-GPU memory of the case's plan under ``engine``'s rule: the prediction's,
+    and for a disaggregated plan each pool's (rules/serving_memory.py pool_memories)."""
     cluster = cluster_of(case)
     pred = evaluate_serving(preset(case.preset), cluster, case.plan, case.workload, Engine(engine))
     assert pred.fits, (case.name, engine, pred.reasons)
+    if case.plan.mode == "disaggregated":
+        return pool_memories(preset(case.preset), cluster, case.plan, case.workload, Engine(engine))
     return gpu_memory(pred, cluster)
 
 

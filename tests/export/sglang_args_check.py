@@ -5,11 +5,16 @@ stdin: a JSON list of {"argv": [...]}; argv is ``python -m sglang.launch_server 
 ...`` or a ``python -m dynamo.sglang`` worker's args (``--model-path DIR ...``), DIR a local
 directory with the model's config.json (nothing is downloaded). Each verdict: {"ok": true,
 "values": {...}} or {"ok": false, "error": "..."}. The checks, all SGLang's code:
-``ServerArgs.add_cli_args(argparse.ArgumentParser())`` + ``parse_args`` (an unknown flag is a
-SystemExit: a rejection), ``ServerArgs.from_cli_args``, then ``resolve_once()`` (the resolution
-pipeline a launch runs: parallel layout, DP-attention, memory and disaggregation hooks, reading the
-model's config) and ``check_server_args()``. ``--device cpu`` is added: the pipeline probes the
-accelerator and there is none here (the CPU backend's kernel choices, same parallel checks).
+
+1. ``ServerArgs.add_cli_args(argparse.ArgumentParser(allow_abbrev=False))`` + ``parse_args``: an
+   unknown flag is a SystemExit, a rejection. Abbreviations, which SGLang's own launcher accepts
+   as argparse does, are refused so that an export spells every flag out.
+2. ``ServerArgs.from_cli_args``, then ``resolve_once()``: the resolution pipeline a launch runs
+   (parallel layout, attention DP, memory and disaggregation hooks; it reads the model's config).
+3. ``check_server_args()``.
+
+``--device cpu`` is added: the pipeline probes the accelerator and there is none here (the CPU
+backend's kernel choices; the same parallel checks).
 """
 
 import argparse
@@ -17,6 +22,7 @@ import contextlib
 import io
 import json
 import sys
+import traceback
 import warnings
 
 warnings.filterwarnings("ignore")
@@ -30,7 +36,7 @@ def check(case):
     argv = list(case["argv"])
     if argv[:3] == LAUNCHER:
         argv = argv[3:]
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(allow_abbrev=False)  # stricter than the launcher: full names only
     ServerArgs.add_cli_args(parser)
     err = io.StringIO()
     try:
@@ -43,7 +49,11 @@ def check(case):
         sa.resolve_once()
         sa.check_server_args()
     except BaseException as e:  # SGLang's hooks assert and raise ValueError / RuntimeError
-        return {"ok": False, "error": f"{type(e).__name__}: {e}"}
+        where = traceback.extract_tb(e.__traceback__)[-1]
+        return {
+            "ok": False,
+            "error": f"{type(e).__name__}: {e} ({where.filename}:{where.lineno}: {where.line})",
+        }
     names = (
         "model_path",
         "tp_size",

@@ -23,6 +23,7 @@ from paraplan.rules.serving import (
 
 from paraplan.errors import ExportError
 from paraplan.export.serving import render_vllm, vllm_launches
+from paraplan.export.serving.common import Memory, memory_for
 from paraplan.export.serving.dynamo import dynamo_worker_args
 from paraplan.export.serving.vllm import vllm_engine_args
 from tests.export.serving_cases import CASES, Case, cluster_of, memory_of, model_dirs
@@ -35,7 +36,7 @@ GIB = 2**30
 MEM = GpuMemory(40 * GIB, 60 * GIB, 4 * GIB, 1.5 * GIB, 140.4 * GIB)
 
 
-def _cases(models: dict[str, Path]) -> list[tuple[str, Case, EngineWorker, GpuMemory, dict[str, Any]]]:
+def _cases(models: dict[str, Path]) -> list[tuple[str, Case, EngineWorker, Memory, dict[str, Any]]]:
     """(kind, case, worker, memory, {"argv", "max_model_len"}) for every rendered vLLM launch and
     Dynamo vLLM worker of the vLLM cases."""
     out = []
@@ -100,7 +101,7 @@ def test_every_rendered_launch_parses_to_the_plan(run: dict[str, Any]) -> None:
         assert v["max_num_seqs"] == rank_limit(w.max_batch, w), where
         assert v["max_num_batched_tokens"] == rank_limit(w.max_num_tokens, w), where
         assert v["enable_chunked_prefill"] == (None if w.chunked_prefill else False), where
-        assert v["gpu_memory_utilization"] == kv_fraction("vllm", mem), where
+        assert v["gpu_memory_utilization"] == kv_fraction("vllm", memory_for(mem, w)), where
         assert v["kv_cache_dtype"] == kv_dtype("vllm", case.workload.kv_precision), where
         assert v["max_model_len"] == case.max_model_len, where
         assert v["kv_connector"] == ("NixlConnector" if w.role else None), where

@@ -5,8 +5,9 @@ stdin: a JSON list of {"argv": [...], "max_model_len": int | null}; argv is ``vl
 ...`` or a ``python -m dynamo.vllm`` worker's args (``--model MODEL ...``; the Dynamo-only role
 flags are stripped first, as AIConfigurator's validator does). Each verdict: {"ok": true,
 "values": {...}} or {"ok": false, "error": "..."}. The checks, all vLLM's code:
-``EngineArgs.add_cli_args(FlexibleArgumentParser())`` + ``parse_known_args`` (a leftover token is
-a rejection, a SystemExit too), ``EngineArgs.from_cli_args``, then the configs a launch builds
+``EngineArgs.add_cli_args(FlexibleArgumentParser(allow_abbrev=False))`` + ``parse_known_args`` (a
+leftover token is a rejection, a SystemExit too; abbreviations are refused so that an export spells
+every flag out), ``EngineArgs.from_cli_args``, then the configs a launch builds
 without loading the model: ``CacheConfig`` (memory fraction, KV dtype), ``SchedulerConfig``
 (``verify_max_model_len``: batched tokens against the model length and the sequences) at the
 case's max_model_len (else --max-model-len, else --max-num-batched-tokens) and ``ParallelConfig``
@@ -42,7 +43,7 @@ def engine_argv(argv):
 
 
 def check(case):
-    parser = EngineArgs.add_cli_args(FlexibleArgumentParser())
+    parser = EngineArgs.add_cli_args(FlexibleArgumentParser(allow_abbrev=False))
     err = io.StringIO()
     try:
         with contextlib.redirect_stderr(err):

@@ -207,3 +207,39 @@ def test_fraction_is_the_inverse_of_the_cost_models_memory_rule(engine: str) -> 
     assert pred.kv_cache_bytes > 0
     assert again.kv_cache_bytes <= pred.kv_cache_bytes + 1.0
     assert again.kv_cache_bytes >= pred.kv_cache_bytes - 0.0011 * cluster.memory_capacity_bytes
+
+
+def test_int8_runs_everywhere_on_ampere_and_an_unknown_format_nowhere() -> None:
+    int8 = Workload(isl=1024, osl=1024, weights_precision="int8")
+    assert engines_running(ServingPlan(tp=8), int8, A100) == ("vllm", "sglang", "trtllm")
+    int2 = Workload(isl=1024, osl=1024, weights_precision="int2")
+    (msg,) = _messages("sglang", ServingPlan(tp=8), int2, H200)
+    assert (
+        msg
+        == "workload.weights_precision=int2: sglang 0.5.23 has no int2 weights format; no engine here runs it"
+    )
+
+
+def test_pool_memories_give_the_predicted_decode_pool_and_the_prefill_pools_own() -> None:
+    from paraplan.rules.serving_memory import pool_memories
+
+    spec, cluster = preset("llama3.1-70b"), build_cluster("dgx-h200", nodes=2)
+    plan = ServingPlan(
+        mode="disaggregated",
+        prefill=WorkerPlan(tp=2, workers=2),
+        decode=WorkerPlan(tp=4, workers=3),
+        max_batch=256,
+    )
+    workload = Workload(isl=4096, osl=512, weights_precision="fp8", kv_precision="fp8")
+    pred = evaluate_serving(spec, cluster, plan, workload, Engine("vllm"))
+    pools = pool_memories(spec, cluster, plan, workload, Engine("vllm"))
+    d, p = pools["decode"], pools["prefill"]
+    assert (d.weights_bytes, d.kv_cache_bytes, d.activation_bytes) == (
+        pred.weights_bytes,
+        pred.kv_cache_bytes,
+        pred.activation_bytes,
+    )
+    assert p.weights_bytes == pytest.approx(2 * d.weights_bytes, rel=0.05)  # tp 2 holds twice tp 4's
+    agg = pool_memories(spec, cluster, ServingPlan(tp=4), workload, Engine("vllm"))["aggregated"]
+    one = evaluate_serving(spec, cluster, ServingPlan(tp=4), workload, Engine("vllm"))
+    assert agg.kv_cache_bytes == one.kv_cache_bytes

@@ -9,9 +9,9 @@ every renderer checks them first and refuses with the field, the value and the e
 The renderers are pure functions of (ServingPlan, Workload, model id, predicted memory per GPU):
 ``render_vllm`` / ``render_sglang`` give argv lists, ``render_trtllm`` argv and YAML,
 ``dynamo_deployment`` the manifest's documents; ``render_serving(name, ...)`` the text a file gets.
-``export_serving(result, name)`` renders a serving result (any object with ``plan``, ``workload``,
-``engine``, ``predicted``, ``cluster`` and ``model_id``) and is what ``paraplan.export(result,
-"vllm")`` reaches for one.
+``export_serving(result, name)`` renders a serving result (``kind: serving``; paraplan.serving's
+ServingResult or its JSON) and is what ``paraplan.export(result, "vllm")`` and
+``paraplan plan SCENARIO --export vllm`` reach for one.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from paraplan.errors import ExportError
 from paraplan.export.serving import dynamo, sglang, trtllm, vllm
 from paraplan.export.serving.common import Launch, Memory, gpu_memory
 from paraplan.export.serving.dynamo import dynamo_deployment
+from paraplan.export.serving.result import is_serving_result, read_serving_result
 from paraplan.export.serving.sglang import render_sglang, sglang_launches
 from paraplan.export.serving.trtllm import render_trtllm, trtllm_launches
 from paraplan.export.serving.vllm import render_vllm, vllm_launches
@@ -91,28 +92,16 @@ def render_serving(
     return dynamo.render(engine, plan, workload, model_id, memory, **kw)
 
 
-def is_serving_result(result: object) -> bool:
-    """Whether ``result`` is a serving result (it has a workload)."""
-    return getattr(result, "workload", None) is not None
-
-
-def export_serving(result: Any, name: str) -> str:
-    """Target ``name``'s text for a serving result: ``result.plan`` (ServingPlan),
-    ``result.workload``, ``result.engine`` (Engine), ``result.predicted`` (ServingPrediction),
-    ``result.cluster`` and ``result.model_id`` (the HF id or path to serve; else the model name);
-    ``max_model_len`` when the result has one."""
-    plan: ServingPlan = result.plan
-    cluster: Cluster = result.cluster
-    model_id = getattr(result, "model_id", None) or getattr(result, "model_name", None)
-    if not model_id:
-        raise ExportError("the serving result names no model (model_id) for the launch")
-    return render_serving(
-        name,
-        plan,
-        result.workload,
-        str(model_id),
-        gpu_memory(result.predicted, cluster),
-        engine=result.engine.name,
-        cluster=cluster,
-        max_model_len=getattr(result, "max_model_len", None),
-    )
+def export_serving(result: Any, name: str, model_id: str | None = None) -> str:
+    """Target ``name``'s text for a serving result (paraplan.serving's ``ServingResult`` or its
+    JSON; read by paraplan/export/serving/result.py): the plan, the workload and the engine of its
+    scenario, the per-GPU memory it predicts. ``model_id``: the checkpoint to serve (default: the
+    model's HF id where paraplan knows it)."""
+    x = read_serving_result(result, model_id)
+    text = render_serving(name, x.plan, x.workload, x.model_id, x.memory, engine=x.engine, cluster=x.cluster)
+    if x.model_note is None:
+        return text
+    head, _, rest = text.partition("\n")
+    if head.startswith("#!"):
+        return f"{head}\n# {x.model_note}\n{rest}"
+    return f"# {x.model_note}\n{text}"

@@ -90,12 +90,13 @@ def checked_workers(
     return plan_workers(plan)
 
 
-def fraction(engine: str, memory: GpuMemory) -> str:
-    """The engine's KV memory knob for ``memory``, as written (ExportError when none fits)."""
+def fraction(engine: str, memory: GpuMemory, worker: EngineWorker) -> str:
+    """The engine's KV memory knob for ``memory``, as written (ExportError naming the workers when
+    none fits)."""
     try:
         return f"{kv_fraction(engine, memory):g}"
     except ValueError as e:
-        raise ExportError(f"{engine}: {e}") from None
+        raise ExportError(f"{engine}, {worker.role or 'replica'} workers ({worker.field}): {e}") from None
 
 
 per_rank = rank_limit

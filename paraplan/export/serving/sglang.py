@@ -53,7 +53,7 @@ def sglang_server_args(
         "--max-prefill-tokens",
         str(worker.max_num_tokens),
         "--mem-fraction-static",
-        fraction("sglang", memory),
+        fraction("sglang", memory, worker),
     ]
     dtype = kv_dtype("sglang", workload.kv_precision)
     if dtype != "auto":

@@ -1,8 +1,10 @@
 """``trtllm-serve`` with its extra-LLM-API YAML (``--extra_llm_api_options``) for a serving plan
 (TensorRT-LLM 1.2.1, PyTorch backend). The YAML's keys are ``TorchLlmArgs`` fields
-(``tensorrt_llm.llmapi.llm_args``); tests/export/test_trtllm_export.py checks them against the
-field names serving_exports.md lists and, where ``tensorrt_llm`` imports, against the class itself
-(it needs the CUDA stack, so not in the CPU CI).
+(``tensorrt_llm.llmapi.llm_args``). TensorRT-LLM's own validator cannot run here: PyPI's
+``tensorrt-llm==1.2.1`` is a 10 kB stub (``wheel_stub``) that downloads the real wheel from
+NVIDIA's package index at install time, which this project's machines and CI cannot reach (and the
+wheel needs the CUDA/TensorRT stack). tests/export/test_serving_exports.py checks the keys against
+the ``TorchLlmArgs`` / ``KvCacheConfig`` field names of serving_exports.md Sec. 1 instead.
 
 Mapping (plan -> CLI flag / YAML key):
 - ``--tp_size tp --pp_size pp``; ``ep > 1``: ``--ep_size ep`` and YAML ``moe_expert_parallel_size``,
@@ -78,7 +80,7 @@ def trtllm_extra_options(worker: EngineWorker, workload: Workload, memory: GpuMe
         out["moe_tensor_parallel_size"] = worker.tp // worker.ep
     out["kv_cache_config"] = {
         "dtype": kv_dtype("trtllm", workload.kv_precision),
-        "free_gpu_memory_fraction": float(fraction("trtllm", memory)),
+        "free_gpu_memory_fraction": float(fraction("trtllm", memory, worker)),
     }
     if worker.role is not None:
         out["cache_transceiver_config"] = {"backend": "DEFAULT"}

@@ -67,7 +67,7 @@ def vllm_engine_args(
     ]
     if not worker.chunked_prefill:
         args.append("--no-enable-chunked-prefill")
-    args += ["--gpu-memory-utilization", fraction("vllm", memory)]
+    args += ["--gpu-memory-utilization", fraction("vllm", memory, worker)]
     dtype = kv_dtype("vllm", workload.kv_precision)
     if dtype != "auto":
         args += ["--kv-cache-dtype", dtype]
