@@ -43,7 +43,7 @@ The perf database re-parses its YAML metadata on every call (~2 s each on a 2-co
 ``cli_estimate`` builds a new database view (with an empty interpolation cache) on every call; the
 driver memoises ``yaml.safe_load`` and ``yaml.load(..., SafeLoader)`` of unchanged files inside
 ``aiconfigurator_core.sdk.perf_database`` (a deep copy per call, so no caller sees another's
-mutations) and ``get_database_view`` per configuration, as ``shared/docs/serving.md``'s harness
+mutations) and ``get_database_view`` per configuration, as ``docs/serving.md``'s harness
 did: ~60x faster, and every prediction stays bit for bit the same (``--no-cache`` turns both off
 to check that).
 """

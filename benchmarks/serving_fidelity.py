@@ -223,19 +223,19 @@ def main(argv: list[str] | None = None) -> int:
             w.writerow(["id", "metric", "measured", "predicted", "error"])
             for s in scores:
                 w.writerow([s.id, s.metric, f"{s.measured:.6g}", f"{s.predicted:.6g}", f"{s.error:.4f}"])
-    print(f"scored {len(cases)} rows ({len(scores)} metric values); skipped {len(skipped)}")
-    _print_table(
-        "error = predicted / measured - 1 (in-sample" + (", beside leave-one-source-out)" if loso else ")"),
-        summary(scores),
-        loso,
-    )
     if args.aic != "none" and Path(args.aic).exists():
         rows = [{"id": s.id, "metric": s.metric, "measured": s.measured, "error": s.error} for s in scores]
         sources = {c.id: c.source for c in cases}
         print(
             "\nside by side with AIConfigurator 0.12.0 on the rows both express (benchmarks/side_by_side.py):"
         )
-        print(side_by_side_table(side_by_side(rows, read_error_csv(Path(args.aic)), sources)))
+        print(side_by_side_table(side_by_side(rows, read_error_csv(Path(args.aic)), sources)) + "\n")
+    print(f"scored {len(cases)} rows ({len(scores)} metric values); skipped {len(skipped)}")
+    _print_table(
+        "error = predicted / measured - 1 (in-sample" + (", beside leave-one-source-out)" if loso else ")"),
+        summary(scores),
+        loso,
+    )
     return 0
 
 

@@ -5,6 +5,7 @@ validates what it reads."""
 
 from __future__ import annotations
 
+from os import PathLike
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,16 @@ import yaml
 
 from paraplan.errors import ConfigError
 
-__all__ = ["MAX_SCENARIO_BYTES", "MAX_NESTING", "MAX_VALUES", "read_document", "check_shape"]
+__all__ = [
+    "MAX_SCENARIO_BYTES",
+    "MAX_NESTING",
+    "MAX_VALUES",
+    "RESULT_KEYS",
+    "read_document",
+    "check_shape",
+    "model_layers",
+    "read_scenario",
+]
 
 MAX_SCENARIO_BYTES = 1 << 20
 """A scenario file is a few KB even with per-stage lists for 1,024 layers."""
@@ -128,3 +138,75 @@ _CONTAINERS = (dict, list, tuple, set, frozenset)
 def _entries(node: Any) -> list[Any]:
     """The keys and values of a mapping, the items of any other container."""
     return [x for kv in node.items() for x in kv] if isinstance(node, dict) else list(node)
+
+
+RESULT_KEYS = frozenset({"plan", "predicted", "scenario", "version"})
+"""Keys that mark a result document (``paraplan plan --json``) rather than a scenario."""
+
+
+def _scenario_of_result(data: dict[str, Any]) -> dict[str, Any]:
+    """A result document read as a scenario: its scenario with its plan fixed as returned (so
+    ``paraplan evaluate RESULT.json`` re-scores the plan); any other mapping unchanged."""
+    if not RESULT_KEYS <= data.keys() or not isinstance(data["scenario"], dict):
+        return data
+    return {**data["scenario"], "plan": data["plan"]}
+
+
+def _model_objects(data: dict[str, Any]) -> dict[str, Any]:
+    """``model:`` given as a built ``LayerGraph`` or ``ModelSpec`` (the API): its fields, the
+    same explicit-model keys a file would write (graph.to_fields). A LayerGraph must be the
+    graph of its spec (paraplan.graph.build_graph): the spec is what the scenario carries."""
+    from paraplan.graph import LayerGraph, ModelSpec, build_graph, to_fields
+
+    model = data.get("model")
+    if isinstance(model, LayerGraph):
+        if build_graph(model.spec).layers() != model.layers():
+            raise ConfigError(
+                "model: a LayerGraph given to the API must be build_graph(spec) of its spec "
+                "(change the ModelSpec, e.g. layer_pattern or moe_pattern, to change the layers)"
+            )
+        return {**data, "model": to_fields(model.spec)}
+    if isinstance(model, ModelSpec):
+        return {**data, "model": to_fields(model)}
+    return data
+
+
+def model_layers(data: dict[str, Any]) -> dict[str, Any]:
+    """``model.layers`` given as a pattern (``{pattern: "M*M-", legend: ...}``) or a list of
+    layer entries: the scenario with the explicit keys it stands for (``layers`` the count,
+    ``layer_pattern`` or ``moe_pattern`` / ``first_dense_layers`` / ``moe_layer_freq``, the
+    attention and ``mtp_layers`` keys; graph.scenario_layers), so the rest of paraplan,
+    and a result's recorded scenario, see plain fields. ConfigError names the path
+    (``model.layers[3].mlp``) and the rule."""
+    from paraplan.graph.scenario_layers import scenario_layers
+
+    model = data.get("model")
+    if not isinstance(model, dict) or not isinstance(model.get("layers"), dict | list):
+        return data
+    try:
+        return {**data, "model": {**model, **scenario_layers(model)}}
+    except ValueError as e:
+        raise ConfigError(f"invalid scenario: {e}") from None
+
+
+def read_scenario(source: str | PathLike[str] | dict[str, Any]) -> tuple[dict[str, Any], Path]:
+    """The mapping of a scenario file or dict (a result document read as its scenario with its
+    plan fixed, ``model.layers`` expanded) and the folder its relative paths start from;
+    ConfigError names the file and the cause when it is no scenario document. Training and
+    serving scenarios (paraplan/serving/schema.py) share it."""
+    if isinstance(source, dict):
+        data, base, where = _model_objects(source), Path.cwd(), "scenario"  # relative paths: from here
+    elif isinstance(source, (str, PathLike)):
+        path = Path(source)
+        if "\0" in str(path):
+            raise ConfigError(f"cannot read scenario file {str(path)!r}: the path has a NUL byte")
+        data, base, where = read_document(path), path.parent, str(path)
+    else:
+        raise ConfigError(f"a scenario is a file path, a dict or a Scenario, not a {type(source).__name__}")
+    if not isinstance(data, dict):
+        raise ConfigError(
+            f"{where}: a scenario must be a mapping with model, cluster and job "
+            f"(or workload) sections, not a {type(data).__name__}"
+        )
+    check_shape(data, where)
+    return model_layers(_scenario_of_result(data)), base

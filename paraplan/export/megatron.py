@@ -17,11 +17,9 @@ Mapping of the plan:
 - Mixture of experts: ``--expert-model-parallel-size`` = ep and ``--expert-tensor-parallel-size``
   = tp (paraplan's cost model keeps expert TP = TP, Megatron's default, written out); the
   dispatcher, EP overlap, CUDA graphs and routing: megatron_moe.py (rules/moe_state.py).
-- Model shape and architecture (ModelSpec: attention, positions, norms, biases, the MoE layers and
-  router, latent attention): megatron_model.py. Refused (check_architecture): ALiBi, a parallel
-  attention + MLP residual, and RoPE scalings megatron-core fixes differently.
-  tests/export/test_megatron_lm_oracle.py parses every family's command with Megatron-LM 0.19.2
-  and checks the built model's parameter count.
+- Model shape and architecture: megatron_model.py (refused: ALiBi, a parallel attention + MLP
+  residual, RoPE scalings megatron-core fixes differently). tests/export/test_megatron_lm_oracle.py
+  parses every family's command with Megatron-LM 0.19.2 and checks the model's parameter count.
 """
 
 from __future__ import annotations

@@ -249,7 +249,7 @@ def is_serving(scenario: Any) -> bool:
     """A serving scenario, its result, or a file of either (paraplan/api.py dispatches on it)."""
     from pathlib import Path
 
-    from paraplan.schema import read_scenario
+    from paraplan.scenario_file import read_scenario
 
     if isinstance(scenario, ServingScenario) or getattr(scenario, "kind", None) == "serving":
         return True  # a ServingResult
