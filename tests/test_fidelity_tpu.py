@@ -59,6 +59,7 @@ def test_the_published_tpu_configs_fill_memory(tpu_rows) -> None:
     assert min(fill[i] for i in (665, 669, 625)) >= 0.9, fill  # the largest batch of each table
 
 
+@pytest.mark.slow
 def test_leave_one_chip_out_within_ten_percent() -> None:
     from benchmarks.calibrate_tpu import leave_one_chip_out, tpu_cases
 

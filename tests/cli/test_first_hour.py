@@ -75,6 +75,7 @@ def test_default_is_the_fastest_plan_over_every_frameworks_own_search() -> None:
     assert {t for t, s in per_target.items() if s <= fastest * (1 + 1e-6)} & set(default.runs_on)
 
 
+@pytest.mark.slow
 def test_default_is_one_search_and_as_fast_as_every_frameworks_own(monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 26: the runnable default is one branch and bound over the union of the frameworks'
     spaces (one solver call), and its optimum is the fastest over every framework's own search."""
@@ -127,6 +128,7 @@ def test_default_refuses_an_unrestricted_optimum_no_framework_runs() -> None:
         assert export_text(default, name)
 
 
+@pytest.mark.slow
 def test_text_output_says_where_the_plan_runs(tmp_path: Path) -> None:
     r = run("plan", str(QUICK_START))
     assert r.returncode == 0, r.stderr

@@ -16,6 +16,8 @@ from paraplan.solver import NoFitError, NoLayoutError, Options, SolverOptions, s
 from paraplan.solver.enumerate import enumerate_plans
 from paraplan.solver.scale import tolerance_s
 
+from tests.seeds import seeds
+
 CLUSTERS = [
     ("dgx-a100-40gb", 1),
     ("dgx-a100-80gb", 2),
@@ -121,7 +123,7 @@ def check_instance(seed: int) -> str:
     return "infeasible" if plan is None else "optimal"
 
 
-@pytest.mark.parametrize("seed", range(25))
+@pytest.mark.parametrize("seed", seeds(25, fast=(0, 1, 2, 3, 4, 5, 7, 8)))
 def test_solver_matches_enumeration_quick(seed: int) -> None:
     check_instance(seed)
 
@@ -133,7 +135,7 @@ def test_solver_matches_enumeration_on_200_instances() -> None:
     assert outcomes.count("infeasible") >= 1
 
 
-@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("seed", seeds(12, fast=(1, 2, 3, 4)))
 def test_three_tier_placement_matches_enumeration(seed: int) -> None:
     """Placement over three tiers (pairs, leaves, an oversubscribed spine) stays exact."""
     graph, _, job, fixed, options = random_instance(random.Random(1000 + seed))

@@ -12,6 +12,7 @@ from paraplan.cost.plan import PartialPlan, is_even_chunks, pipeline_slots
 from paraplan.graph import build_graph
 from paraplan.solver import Options
 
+from tests.seeds import seeds
 from tests.solver.test_oracle import check_against_enumeration, random_instance
 
 
@@ -38,7 +39,7 @@ def uneven_vp_instance(seed: int):
     return build_graph(spec), cluster, job, fixed, options
 
 
-@pytest.mark.parametrize("seed", range(30))
+@pytest.mark.parametrize("seed", seeds(30, fast=range(4)))
 def test_uneven_vp_matches_enumeration(seed: int) -> None:
     plan = check_against_enumeration(seed, uneven_vp_instance(seed))
     if plan is not None:
@@ -48,6 +49,7 @@ def test_uneven_vp_matches_enumeration(seed: int) -> None:
         assert all((n + sl) % plan.vp == 0 for n, sl in zip(plan.layers_per_stage, slots, strict=True))
 
 
+@pytest.mark.slow
 def test_uneven_vp_instances_are_mostly_feasible() -> None:
     """The generator exercises the slots: most instances have a plan."""
     from paraplan.solver.enumerate import enumerate_plans
