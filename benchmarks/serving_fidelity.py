@@ -53,6 +53,7 @@ BOUNDS = {
     "closed_loop_burst": (0.0, 1.0),
     "ttft_overhead_ms": (0.0, 50.0),
     "gemm_fraction": (0.4, 1.0),
+    "grace_host_factor": (1.0, 2.0),
 }
 
 
