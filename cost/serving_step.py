@@ -17,7 +17,9 @@ Agrawal et al., Sarathi-Serve, OSDI'24, Sec. 4; Yu et al., Orca, OSDI'22):
   streams), c copies over its E_g experts touch E_g (1 - (1 - 1/E_g)^c) of them (expected distinct
   experts hit, uniform routing) and read only their weights; one
   grouped-GEMM kernel per projection, its compute at ``moe_gemm_efficiency`` of the dense rate
-  (the weight stream at small m stays at the HBM roofline).
+  times m / (m + m_half) at m tokens per expert (tile padding and pipeline fill,
+  ``grouped_gemm_row_fraction``, DeepGEMM's grouped-GEMM rates; the weight stream at small m
+  stays at the HBM roofline).
 - Attention core: decode reads each sequence's KV (cost/kv.py bytes per token) at HBM speed, or
   its FLOPs at the fused-attention rate, whichever is longer (FlashDecoding / FlashInfer decode
   kernels are memory-bound at these shapes); MLA decode runs weight-absorbed (DeepSeek-V2 Sec.
@@ -43,7 +45,8 @@ Agrawal et al., Sarathi-Serve, OSDI'24, Sec. 4; Yu et al., Orca, OSDI'22):
   (SGLang's overlap scheduler, TensorRT-LLM's overlap scheduler of the PyTorch backend, vLLM's
   async scheduling), so the host shows only when it is the longer (hardware/data/serving.yaml;
   BLIS's per-step and per-request terms). A C++ scheduler (TensorRT-LLM's TensorRT-engine runtime
-  before 1.0) has its own per-sequence time (``cpp_runtime``).
+  before 1.0) has its own per-sequence time (``cpp_runtime``); a Python scheduler on a
+  Grace-hosted GPU (GB200, GB300, GH200) takes ``grace_host_factor`` times the x86 host's.
 """
 
 from __future__ import annotations
@@ -58,7 +61,7 @@ from paraplan.cost.serving_comm import ep_alltoall_s, oneshot_allreduce_s
 from paraplan.graph import LayerGraph, LayerKind
 from paraplan.graph.layer import Gemm, Layer
 from paraplan.hardware import Accelerator, Cluster, Efficiency
-from paraplan.hardware.serving import ServingFit, gemm_priors
+from paraplan.hardware.serving import ServingFit, gemm_priors, is_grace_hosted
 
 __all__ = [
     "StepInput",
@@ -274,6 +277,8 @@ def step_time(
     send = p2p_s(cluster.tier_of_span(shape.gpus), act) if shape.pp > 1 else 0.0
     # each attention-DP rank schedules its own sequences (one scheduler per DP rank)
     per_sequence = fit.per_sequence_cpp_s if cpp_runtime else fit.per_sequence_s
+    if not cpp_runtime and is_grace_hosted(accel.key):  # a Python scheduler on a Grace core
+        per_sequence *= fit.grace_host_factor
     gpu = (gemm + attn + comm + other) / shape.pp + send
     # the scheduler prepares step i + 1 while the GPU runs step i (overlap schedulers): only the
     # part of its per-sequence work longer than the GPU step shows, plus the fixed per-step sync
@@ -364,5 +369,23 @@ def _experts_s(
             n /= shape.moe_tp
         elif g.tp_split == "in":
             k /= shape.moe_tp
-        total += active * _gemm_s(m, n, k, w_bytes, prec, accel, eff, fit.moe_gemm_efficiency) + overhead_s
+        frac = fit.moe_gemm_efficiency * grouped_gemm_row_fraction(m)
+        total += active * _gemm_s(m, n, k, w_bytes, prec, accel, eff, frac) + overhead_s
     return total
+
+
+GROUPED_GEMM_M_HALF = 128.0
+"""Rows a grouped expert GEMM computes beyond its tokens, per expert (tile padding and pipeline
+fill): DeepGEMM's masked grouped FP8 GEMM reaches 815-932 TFLOPS at 256 rows per group against
+1,214-1,346 for its contiguous layout at 4-8K rows per group, itself about the dense rate
+(DeepGEMM README; shared docs moe_physics.md Sec. 3.4): 256 / (256 + m_half) = 0.67 gives m_half
+~ 128, the kernels' BLOCK_M."""
+
+
+def grouped_gemm_row_fraction(m: float) -> float:
+    """Share of a grouped expert GEMM's compute that does its ``m`` tokens' rows: m / (m +
+    GROUPED_GEMM_M_HALF). Each expert computes as if it had m_half more rows, so experts fed a
+    few tokens (Qwen3-30B-A3B's 128 experts in a decode step) run far below the dense rate and
+    Mixtral's 8 experts fed thousands of prompt tokens near it; the weight stream of a decode step
+    is not affected (its roofline term stays). Dimensionless."""
+    return m / (m + GROUPED_GEMM_M_HALF)

@@ -20,6 +20,7 @@ __all__ = [
     "is_cpp_runtime",
     "gemm_priors",
     "serving_priors",
+    "is_grace_hosted",
     "FIT_NAMES",
 ]
 
@@ -34,6 +35,7 @@ FIT_NAMES = (
     "moe_gemm_efficiency",
     "closed_loop_burst",
     "ttft_overhead_ms",
+    "grace_host_factor",
 )
 """The fitted parameters of ``data/serving.yaml`` (file units)."""
 
@@ -65,6 +67,7 @@ class ServingFit:
     ttft_overhead_s: float = 0.0
     per_sequence_cpp_s: float = 0.0
     gemm_fraction: float = 1.0
+    grace_host_factor: float = 1.0
 
     @classmethod
     def from_values(cls, values: dict[str, float]) -> ServingFit:
@@ -79,6 +82,7 @@ class ServingFit:
             ttft_overhead_s=float(values["ttft_overhead_ms"]) * 1e-3,
             per_sequence_cpp_s=float(values["per_sequence_cpp_us"]) * 1e-6,
             gemm_fraction=float(values["gemm_fraction"]),
+            grace_host_factor=float(values.get("grace_host_factor", 1.0)),
         )
 
     def values(self) -> dict[str, float]:
@@ -93,6 +97,7 @@ class ServingFit:
             "ttft_overhead_ms": self.ttft_overhead_s * 1e3,
             "per_sequence_cpp_us": self.per_sequence_cpp_s * 1e6,
             "gemm_fraction": self.gemm_fraction,
+            "grace_host_factor": self.grace_host_factor,
         }
 
 
@@ -164,3 +169,10 @@ def gemm_priors(generation: str) -> dict[str, float] | None:
 def serving_priors() -> ServingFit:
     """The starting point of every fit (data/serving.yaml ``priors:``)."""
     return ServingFit.from_values({k: float(v) for k, v in _raw()["priors"].items() if k in FIT_NAMES})
+
+
+def is_grace_hosted(accelerator_key: str) -> bool:
+    """Whether the GPU ``accelerator_key`` (catalog key) sits in a Grace superchip, its host an
+    Arm Neoverse V2 Grace CPU rather than a DGX/HGX board's x86 host (data/serving.yaml
+    ``grace_hosted``)."""
+    return accelerator_key in _raw()["grace_hosted"]

@@ -11,10 +11,10 @@ import pytest
 from benchmarks.serving_fidelity import main, score_cases, summary
 from benchmarks.serving_set import DEFAULT_CSV, Skipped, load_rows, map_row, serving_cases
 
-# Reached 2026-12-01 with hardware/data/serving.yaml's fit (in-sample medians over the 413 scored
-# rows: 15.3% tokens/s/GPU, 14.3% TPOT, 21.7% TTFT; docs/serving_model.md section 6). The bounds
-# are those figures plus a margin (the targets, 10/12/20%, are not reached yet).
-BOUNDS = {"output_tok_s_per_gpu": 0.18, "tpot_ms": 0.17, "ttft_ms": 0.25}
+# Reached 2026-12-02 with hardware/data/serving.yaml's fit (in-sample medians over the 413 scored
+# rows: 13.8% tokens/s/GPU, 14.9% TPOT, 18.0% TTFT; docs/serving_model.md section 6). The bounds
+# are those figures plus a margin (the targets, 10/12/20%, are not all reached yet).
+BOUNDS = {"output_tok_s_per_gpu": 0.15, "tpot_ms": 0.16, "ttft_ms": 0.20}
 
 
 def test_every_row_is_mapped_or_skipped_with_a_reason() -> None:
@@ -43,7 +43,8 @@ def test_a_row_maps_as_the_rules_say() -> None:
 
 def test_cli_on_one_source_writes_the_csv_and_prints_overall_last(tmp_path: Path, capsys) -> None:
     out = tmp_path / "scores.csv"
-    assert main(["--source", "trtllm_dsr1_best_perf", "--out", str(out)]) == 0
+    # --aic none: the side-by-side table (printed after the overall line) is left out here
+    assert main(["--source", "trtllm_dsr1_best_perf", "--aic", "none", "--out", str(out)]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[-1].startswith("overall")
     with open(out, newline="") as f:
