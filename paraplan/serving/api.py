@@ -23,7 +23,7 @@ from paraplan.serving.instance import (
     load_serving_scenario,
     serving_fixed,
 )
-from paraplan.serving.result import ServingResult, ServingSolverOut, serving_plan_out, serving_predicted_out
+from paraplan.serving.result import ServingResult, ServingSolverOut, serving_plan_doc, serving_predicted_out
 from paraplan.serving.schema import ServingScenario
 from paraplan.solver.serving import ServingNoPlan, ServingOutcome, meets_slo, solve_serving
 from paraplan.solver.serving_space import ServingOptions, plan_gpus
@@ -69,7 +69,7 @@ def serving_result(
     **extra: Any,
 ) -> ServingResult:
     return ServingResult(
-        plan=serving_plan_out(plan, pred.gpus),
+        plan=serving_plan_doc(plan, pred.gpus),
         predicted=serving_predicted_out(pred, inst.cluster, meets_slo(pred, inst.workload), inst.spec.is_moe),
         solver=solver,
         scenario=inst.scenario.model_dump(mode="json", exclude_none=True),
@@ -151,7 +151,7 @@ def solve_serving_scenario(
         {
             "summary": serving_summary(s.plan),
             "objective_value": s.value,
-            "plan": serving_plan_out(s.plan, s.prediction.gpus).model_dump(),
+            "plan": serving_plan_doc(s.plan, s.prediction.gpus).model_dump(),
         }
         for s in out.solutions[1:top]
     ]

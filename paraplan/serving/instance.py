@@ -15,7 +15,7 @@ from paraplan.graph import ModelSpec
 from paraplan.hardware import Cluster
 from paraplan.instance import _cluster, _model_spec
 from paraplan.scenario_file import read_scenario
-from paraplan.serving.schema import ServingPlanSection, ServingScenario, WorkerSection, validate_serving
+from paraplan.serving.schema import ServingPlanDoc, ServingScenario, WorkerDoc, validate_serving
 from paraplan.solver.serving_space import ServingFixed, WorkerFixed
 
 __all__ = [
@@ -85,7 +85,7 @@ def build_serving_instance(scenario: ServingScenario) -> ServingInstance:
     return ServingInstance(scenario, spec, cluster, workload, engine)
 
 
-def _mode(p: ServingPlanSection) -> str | None:
+def _mode(p: ServingPlanDoc) -> str | None:
     if p.mode is not None:
         return p.mode
     if p.prefill is not None or p.decode is not None:
@@ -95,11 +95,11 @@ def _mode(p: ServingPlanSection) -> str | None:
     return None
 
 
-def _missing_worker(section: WorkerSection | None, name: str) -> list[str]:
+def _missing_worker(section: WorkerDoc | None, name: str) -> list[str]:
     return [f"{name}.{k}" for k in ("tp", "workers") if section is None or getattr(section, k) is None]
 
 
-def _worker(section: WorkerSection) -> WorkerPlan:
+def _worker(section: WorkerDoc) -> WorkerPlan:
     assert section.tp is not None and section.workers is not None
     return WorkerPlan(
         tp=section.tp,
@@ -160,7 +160,7 @@ def fixed_serving_plan(inst: ServingInstance) -> ServingPlan:
     )
 
 
-def _worker_fixed(section: WorkerSection | None) -> WorkerFixed | None:
+def _worker_fixed(section: WorkerDoc | None) -> WorkerFixed | None:
     if section is None:
         return None
     return WorkerFixed(

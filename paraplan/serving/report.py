@@ -3,20 +3,21 @@
 from __future__ import annotations
 
 from paraplan.reports.text import gib
-from paraplan.serving.result import ServingPlanOut, ServingResult, WorkerOut
+from paraplan.serving.result import ServingResult
+from paraplan.serving.schema import ServingPlanDoc, WorkerDoc
 
 __all__ = ["render_serving"]
 
 _UNITS = {"goodput_per_gpu": "req/s per GPU", "min_gpus": "GPUs", "min_ttft": "ms TTFT"}
 
 
-def _worker(w: WorkerOut) -> str:
+def _worker(w: WorkerDoc) -> str:
     return (
         f"tp={w.tp} pp={w.pp} ep={w.ep} dp_attention={'on' if w.dp_attention else 'off'} workers={w.workers}"
     )
 
 
-def _plan_lines(p: ServingPlanOut) -> list[str]:
+def _plan_lines(p: ServingPlanDoc) -> list[str]:
     chunked = "on" if p.chunked_prefill else "off"
     tail = f"max_batch={p.max_batch} max_num_tokens={p.max_num_tokens} chunked_prefill={chunked}"
     if p.mode == "disaggregated":

@@ -7,14 +7,13 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from paraplan.cost.serving import ServingPlan, ServingPrediction, WorkerPlan
 from paraplan.hardware import Cluster, step_time_band
+from paraplan.serving.schema import ServingPlanDoc, WorkerDoc
 
 __all__ = [
-    "WorkerOut",
-    "ServingPlanOut",
     "Percentiles",
     "MemoryPerGpu",
     "Range",
@@ -22,41 +21,12 @@ __all__ = [
     "ServingPredicted",
     "ServingSolverOut",
     "ServingResult",
-    "serving_plan_out",
+    "serving_plan_doc",
     "serving_predicted_out",
     "plan_from_out",
 ]
 
 _OUT = ConfigDict(extra="forbid", frozen=True)
-
-
-class WorkerOut(BaseModel):
-    model_config = _OUT
-    tp: int
-    pp: int
-    ep: int
-    dp_attention: bool
-    workers: int
-
-
-class ServingPlanOut(BaseModel):
-    """A serving plan as a result lists it: every knob of the scenario's ``plan:`` set, and
-    ``num_devices`` (the GPUs it uses, derived). Aggregated plans list tp/pp/ep/dp_attention/
-    replicas; disaggregated ones their ``prefill`` and ``decode`` pools instead."""
-
-    model_config = _OUT
-    mode: Literal["aggregated", "disaggregated"]
-    tp: int | None = None
-    pp: int | None = None
-    ep: int | None = None
-    dp_attention: bool | None = None
-    replicas: int | None = None
-    max_batch: int
-    max_num_tokens: int
-    chunked_prefill: bool
-    prefill: WorkerOut | None = None
-    decode: WorkerOut | None = None
-    num_devices: int
 
 
 class Percentiles(BaseModel):
@@ -125,7 +95,7 @@ class ServingSolverOut(BaseModel):
 class ServingResult(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     kind: Literal["serving"] = "serving"
-    plan: ServingPlanOut
+    plan: ServingPlanDoc = Field(description="every knob of the plan document filled (serving_plan_doc)")
     predicted: ServingPredicted
     solver: ServingSolverOut | None = None
     scenario: dict = Field(description="the serving scenario this result answers")
@@ -133,12 +103,29 @@ class ServingResult(BaseModel):
     alternatives: list[dict] = Field(default_factory=list, description="--top K runners-up")
     explanation: list[str] = Field(default_factory=list)
 
+    @field_validator("plan")
+    @classmethod
+    def _every_knob(cls, plan: ServingPlanDoc) -> ServingPlanDoc:
+        """A result's plan lists every knob of its mode (the document a scenario fixes a subset of)."""
+        pools = ("prefill", "decode") if plan.mode == "disaggregated" else ()
+        flat = () if pools else ("tp", "pp", "ep", "dp_attention", "replicas")
+        keys = ("mode", "max_batch", "max_num_tokens", "chunked_prefill", "num_devices", *flat, *pools)
+        missing = [k for k in keys if getattr(plan, k) is None]
+        for k in pools:
+            pool = getattr(plan, k)
+            missing += [f"{k}.{f}" for f, v in pool.model_dump().items() if v is None] if pool else []
+        if missing:
+            raise ValueError(f"a result's plan lists every knob; missing plan.{', plan.'.join(missing)}")
+        return plan
 
-def _worker_out(w: WorkerPlan) -> WorkerOut:
-    return WorkerOut(tp=w.tp, pp=w.pp, ep=w.ep, dp_attention=w.dp_attention, workers=w.workers)
+
+def _worker_doc(w: WorkerPlan) -> WorkerDoc:
+    return WorkerDoc(tp=w.tp, pp=w.pp, ep=w.ep, dp_attention=w.dp_attention, workers=w.workers)
 
 
-def serving_plan_out(plan: ServingPlan, gpus: int) -> ServingPlanOut:
+def serving_plan_doc(plan: ServingPlan, gpus: int) -> ServingPlanDoc:
+    """``plan`` as a result lists it: the plan document with every knob of its mode set and
+    ``num_devices`` (the GPUs it uses)."""
     common: dict[str, Any] = {
         "mode": plan.mode,
         "max_batch": plan.max_batch,
@@ -148,14 +135,14 @@ def serving_plan_out(plan: ServingPlan, gpus: int) -> ServingPlanOut:
     }
     if plan.mode == "disaggregated":
         assert plan.prefill is not None and plan.decode is not None
-        return ServingPlanOut(**common, prefill=_worker_out(plan.prefill), decode=_worker_out(plan.decode))
-    return ServingPlanOut(
+        return ServingPlanDoc(**common, prefill=_worker_doc(plan.prefill), decode=_worker_doc(plan.decode))
+    return ServingPlanDoc(
         **common, tp=plan.tp, pp=plan.pp, ep=plan.ep, dp_attention=plan.dp_attention, replicas=plan.replicas
     )
 
 
-def plan_from_out(out: ServingPlanOut) -> ServingPlan:
-    """The cost model's ServingPlan a result lists (``serving_plan_out`` undone)."""
+def plan_from_out(out: ServingPlanDoc) -> ServingPlan:
+    """The cost model's ServingPlan a result lists (``serving_plan_doc`` undone)."""
     common = {
         "max_batch": out.max_batch,
         "max_num_tokens": out.max_num_tokens,

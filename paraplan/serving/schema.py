@@ -33,8 +33,8 @@ __all__ = [
     "SloSection",
     "WorkloadSection",
     "EngineSection",
-    "WorkerSection",
-    "ServingPlanSection",
+    "WorkerDoc",
+    "ServingPlanDoc",
     "ServingScenario",
     "Objective",
     "SLO_PERCENTILES",
@@ -156,7 +156,7 @@ class EngineSection(Section):
     version: str | None = Field(None, max_length=64, description="engine release, e.g. 0.33.0")
 
 
-class WorkerSection(Section):
+class WorkerDoc(Section):
     """One pool of a disaggregated plan (``plan.prefill`` / ``plan.decode``); any subset fixes
     those knobs."""
 
@@ -167,8 +167,10 @@ class WorkerSection(Section):
     workers: int | None = Field(None, ge=1, le=MAX_DEVICES, description="replicas of this worker")
 
 
-class ServingPlanSection(Section):
-    """The serving ``plan:``: any subset fixes those knobs (``paraplan plan`` chooses the rest);
+class ServingPlanDoc(Section):
+    """The serving plan document, declared once: the scenario's ``plan:`` (any subset fixes those
+    knobs; ``paraplan plan`` chooses the rest) and, every knob filled, the result's ``plan``
+    (paraplan/serving/result.py ``serving_plan_doc``), as paraplan/plan_doc.py is for training;
     ``paraplan evaluate`` needs ``mode`` and the layout (aggregated: ``tp``; disaggregated: the
     ``prefill`` and ``decode`` pools), the others take the engines' defaults."""
 
@@ -189,14 +191,14 @@ class ServingPlanSection(Section):
         None, ge=1, le=MAX_NUM_TOKENS, description="tokens per engine step (--max-num-batched-tokens)"
     )
     chunked_prefill: bool | None = None
-    prefill: WorkerSection | None = Field(None, description="disaggregated: the prefill pool")
-    decode: WorkerSection | None = Field(None, description="disaggregated: the decode pool")
+    prefill: WorkerDoc | None = Field(None, description="disaggregated: the prefill pool")
+    decode: WorkerDoc | None = Field(None, description="disaggregated: the decode pool")
     num_devices: int | None = Field(
         None, ge=1, le=MAX_DEVICES, description="GPUs the plan uses (a result lists it; checked when given)"
     )
 
     @model_validator(mode="after")
-    def check_mode(self) -> ServingPlanSection:
+    def check_mode(self) -> ServingPlanDoc:
         pools = [k for k in ("prefill", "decode") if getattr(self, k) is not None]
         if self.mode == "aggregated" and pools:
             raise ValueError(
@@ -219,7 +221,7 @@ class ServingScenario(BaseModel):
     workload: WorkloadSection
     engine: EngineSection = Field(default_factory=EngineSection)
     objective: Objective = Field("goodput_per_gpu", description="goodput_per_gpu | min_gpus | min_ttft")
-    plan: ServingPlanSection = Field(default_factory=ServingPlanSection)
+    plan: ServingPlanDoc = Field(default_factory=ServingPlanDoc)
 
     @model_validator(mode="after")
     def check_objective(self) -> ServingScenario:
