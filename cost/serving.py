@@ -54,7 +54,7 @@ from paraplan.cost.serving_common import (
     worker_step,
 )
 from paraplan.cost.serving_disagg import disaggregated
-from paraplan.cost.serving_memory import MemoryBudget, memory_budget
+from paraplan.cost.serving_memory import MemoryBudget, memory_budget, per_gpu_fields
 from paraplan.cost.serving_step import StepInput
 from paraplan.cost.serving_types import (
     Engine,
@@ -182,11 +182,7 @@ def _aggregated(c: Ctx, plan: ServingPlan, engine: EngineMemory) -> ServingPredi
         output_tokens_per_s=total_tok,
         output_tokens_per_s_per_gpu=total_tok / gpus,
         goodput_requests_per_s=goodput(req_per_s * plan.replicas, ttft, ttft_p, max(tau90, tau), w),
-        kv_cache_tokens=budget.kv_cache_tokens,
-        weights_bytes=budget.weights_bytes,
-        kv_cache_bytes=budget.kv_cache_bytes,
-        activation_bytes=budget.activation_bytes,
-        buffer_bytes=budget.buffer_bytes,
+        **per_gpu_fields(budget),
         gpus=gpus,
         fits=budget.fits,
         batch=batch,
@@ -230,11 +226,7 @@ def _burst(
         output_tokens_per_s=total_tok,
         output_tokens_per_s_per_gpu=total_tok / gpus,
         goodput_requests_per_s=goodput(total_tok / w.osl, ttft, max(ttft, ttft_p), t_dec, w),
-        kv_cache_tokens=budget.kv_cache_tokens,
-        weights_bytes=budget.weights_bytes,
-        kv_cache_bytes=budget.kv_cache_bytes,
-        activation_bytes=budget.activation_bytes,
-        buffer_bytes=budget.buffer_bytes,
+        **per_gpu_fields(budget),
         gpus=gpus,
         fits=budget.fits,
         batch=n,

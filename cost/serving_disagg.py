@@ -24,7 +24,7 @@ from paraplan.cost.serving_common import (
     worker_shape,
     worker_step,
 )
-from paraplan.cost.serving_memory import memory_budget
+from paraplan.cost.serving_memory import memory_budget, per_gpu_fields
 from paraplan.cost.serving_step import StepInput
 from paraplan.cost.serving_types import ServingPlan, ServingPrediction
 from paraplan.hardware.serving import EngineMemory
@@ -100,11 +100,7 @@ def disaggregated(c: Ctx, plan: ServingPlan, engine: EngineMemory) -> ServingPre
         output_tokens_per_s=total_tok,
         output_tokens_per_s_per_gpu=total_tok / gpus,
         goodput_requests_per_s=goodput(req, ttft, ttft_p, max(tau90, tau), w),
-        kv_cache_tokens=dbudget.kv_cache_tokens,
-        weights_bytes=dbudget.weights_bytes,
-        kv_cache_bytes=dbudget.kv_cache_bytes,
-        activation_bytes=dbudget.activation_bytes,
-        buffer_bytes=dbudget.buffer_bytes,
+        **per_gpu_fields(dbudget),
         gpus=gpus,
         fits=fits,
         batch=batch,

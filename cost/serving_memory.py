@@ -6,6 +6,7 @@ Per-token and per-weight sizes are cost/kv.py's."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypedDict
 
 from paraplan.cost.kv import (
     WorkerShape,
@@ -19,7 +20,7 @@ from paraplan.graph import LayerGraph
 from paraplan.hardware import Cluster
 from paraplan.hardware.serving import EngineMemory
 
-__all__ = ["MemoryBudget", "memory_budget", "activation_bytes"]
+__all__ = ["MemoryBudget", "memory_budget", "activation_bytes", "per_gpu_fields", "PerGpuFields"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +38,25 @@ class MemoryBudget:
     @property
     def fits(self) -> bool:
         return self.kv_cache_bytes > 0 and self.max_sequences >= 1.0
+
+
+class PerGpuFields(TypedDict):
+    kv_cache_tokens: int
+    weights_bytes: float
+    kv_cache_bytes: float
+    activation_bytes: float
+    buffer_bytes: float
+
+
+def per_gpu_fields(b: MemoryBudget) -> PerGpuFields:
+    """The ServingPrediction fields a budget fills: KV tokens and the per-GPU bytes by part."""
+    return PerGpuFields(
+        kv_cache_tokens=b.kv_cache_tokens,
+        weights_bytes=b.weights_bytes,
+        kv_cache_bytes=b.kv_cache_bytes,
+        activation_bytes=b.activation_bytes,
+        buffer_bytes=b.buffer_bytes,
+    )
 
 
 def activation_bytes(graph: LayerGraph, shape: WorkerShape, tokens: float, sampled: float) -> float:
