@@ -28,7 +28,9 @@ sending its shard); decode workers run decode-only steps. Throughput is the less
 pools' request rates (integer workers, no fixed factors); TTFT = prefill wait + prefill + transfer.
 
 Percentiles: the p90 prompt / output lengths (``isl_p90`` / ``osl_p90``) set the p90 service
-times; the queue wait's p90 is the exponential-tail quantile of cost/queueing.py.
+times; the queue wait's p90 is the exponential-tail quantile of cost/queueing.py. The ``p90``
+keys always hold the 90th percentile; the SLO's own percentile (50 or 90) only picks which
+prediction goodput judges (serving_common.py ``at_slo``).
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from paraplan.cost.queueing import OVERLOAD_RHO, closed_loop_wait_s
 from paraplan.cost.serving_common import (
     Ctx,
     Wait,
+    at_slo,
     batch_at_rate,
     blend,
     goodput,
@@ -155,7 +158,7 @@ def _aggregated(c: Ctx, plan: ServingPlan, engine: EngineMemory) -> ServingPredi
         req_per_s = min(rate, req_per_s)
     elif w.concurrency is not None:
         queued = closed_loop_wait_s(w.concurrency / plan.replicas, batch, req_per_s)
-        wait = Wait(queued, queued, queued)
+        wait = Wait.fixed(queued)
     isl90, osl90 = w.isl_p90 or w.isl, w.osl_p90 or w.osl
     service = (0.5 + max(1.0, w.isl / chunk)) * tau
     service90 = (0.5 + max(1.0, isl90 / chunk)) * tau
@@ -169,7 +172,8 @@ def _aggregated(c: Ctx, plan: ServingPlan, engine: EngineMemory) -> ServingPredi
         tau, tau90 = blend(c, tau, pure), blend(c, tau90, pure)
     front = c.fit.ttft_overhead_s
     ttft = front + service + wait.mean_s
-    ttft_p = max(front + service90 + wait.p_s, ttft)
+    ttft_p = max(front + service90 + wait.p90_s, ttft)
+    ttft_slo = front + at_slo(w, service, service90) + wait.slo_s
     total_tok = req_per_s * w.osl * plan.replicas
     step = worker_step(
         c, shape, StepInput(micro, w.isl + w.osl / 2.0, micro * w.isl / w.osl, w.isl, micro / w.osl)
@@ -181,7 +185,9 @@ def _aggregated(c: Ctx, plan: ServingPlan, engine: EngineMemory) -> ServingPredi
         tpot_ms_p90=max(tau90, tau) * 1e3,
         output_tokens_per_s=total_tok,
         output_tokens_per_s_per_gpu=total_tok / gpus,
-        goodput_requests_per_s=goodput(req_per_s * plan.replicas, ttft, ttft_p, max(tau90, tau), w),
+        goodput_requests_per_s=goodput(
+            req_per_s * plan.replicas, ttft, ttft_slo, at_slo(w, tau, max(tau90, tau)), w
+        ),
         **per_gpu_fields(budget),
         gpus=gpus,
         fits=budget.fits,
@@ -215,7 +221,11 @@ def _burst(
     t_dec = round_s(c, shape, n, w.isl, w.osl, False)
     wave_s = steps * t_p + (w.osl - 1.0) * t_dec
     ttft = c.fit.ttft_overhead_s + (steps + 1.0) / 2.0 * t_p + (waves - 1.0) / 2.0 * wave_s
-    ttft_p = c.fit.ttft_overhead_s + (0.1 + 0.9 * steps) * t_p + (waves - 1.0) * 0.9 * wave_s
+
+    def quantile_s(q: float) -> float:  # waits spread evenly over the wave and over the waves
+        return c.fit.ttft_overhead_s + ((1.0 - q) + q * steps) * t_p + (waves - 1.0) * q * wave_s
+
+    ttft_p = quantile_s(0.9)
     total_tok = n * w.osl / wave_s * plan.replicas
     step = worker_step(c, shape, StepInput(n / shape.pp, w.isl + w.osl / 2.0))
     return ServingPrediction(
@@ -225,7 +235,7 @@ def _burst(
         tpot_ms_p90=t_dec * 1e3,
         output_tokens_per_s=total_tok,
         output_tokens_per_s_per_gpu=total_tok / gpus,
-        goodput_requests_per_s=goodput(total_tok / w.osl, ttft, max(ttft, ttft_p), t_dec, w),
+        goodput_requests_per_s=goodput(total_tok / w.osl, ttft, quantile_s(w.percentile / 100.0), t_dec, w),
         **per_gpu_fields(budget),
         gpus=gpus,
         fits=budget.fits,

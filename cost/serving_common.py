@@ -28,6 +28,7 @@ __all__ = [
     "batch_at_rate",
     "worker_shape",
     "open_wait",
+    "at_slo",
     "goodput",
     "prefill_step_s",
     "wave_s",
@@ -102,11 +103,18 @@ def worker_shape(tp: int, pp: int, ep: int, dp_attention: bool) -> WorkerShape:
 
 @dataclass(frozen=True, slots=True)
 class Wait:
-    """Queue wait before a request's prompt starts: mean, median and the SLO percentile. Units: s."""
+    """Queue wait before a request's prompt starts: mean, median, 90th percentile (the
+    prediction's ``p90`` keys) and the SLO's own percentile (goodput). Units: s."""
 
     mean_s: float = 0.0
     p50_s: float = 0.0
-    p_s: float = 0.0
+    p90_s: float = 0.0
+    slo_s: float = 0.0
+
+    @staticmethod
+    def fixed(wait_s: float) -> Wait:
+        """The same wait for every request (a closed loop's Little's-law queue)."""
+        return Wait(wait_s, wait_s, wait_s, wait_s)
 
 
 def open_wait(rate: float, server: float, slots: float, w: Workload) -> Wait:
@@ -117,26 +125,38 @@ def open_wait(rate: float, server: float, slots: float, w: Workload) -> Wait:
         mean = finite_run_wait_s(rate, server, w.num_requests, slots)
     else:
         mean = md1_wait_s(min(rate, server * OVERLOAD_RHO), server)
+    q = w.percentile / 100.0
     if rate >= server:  # a growing backlog: waits spread evenly from 0 to twice the mean
-        return Wait(mean, mean, mean * 2.0 * w.percentile / 100.0)
-    return Wait(mean, wait_quantile_s(mean, rho, 0.5), wait_quantile_s(mean, rho, w.percentile / 100.0))
+        return Wait(mean, mean, mean * 2.0 * 0.9, mean * 2.0 * q)
+    return Wait(
+        mean,
+        wait_quantile_s(mean, rho, 0.5),
+        wait_quantile_s(mean, rho, 0.9),
+        wait_quantile_s(mean, rho, q),
+    )
+
+
+def at_slo(w: Workload, p50: float, p90: float) -> float:
+    """A service time at the SLO percentile: the median one (mean lengths) below 90, else the
+    90th percentile's (``isl_p90`` / ``osl_p90``), the two percentiles the model predicts."""
+    return p90 if w.percentile >= 90 else p50
 
 
 def goodput(
-    requests_per_s: float, ttft_mean_s: float, ttft_p_s: float, tpot_p_s: float, w: Workload
+    requests_per_s: float, ttft_mean_s: float, ttft_slo_s: float, tpot_slo_s: float, w: Workload
 ) -> float:
-    """Requests/s meeting the SLO at its percentile: all of them when both percentiles hold,
-    none when TPOT misses (every request of a replica sees the same steps) or the mean TTFT
-    misses, else the share under the TTFT target, interpolated between the mean (half of the
-    requests, about) and the percentile."""
-    if w.tpot_ms is not None and tpot_p_s * 1e3 > w.tpot_ms:
+    """Requests/s meeting the SLO at its percentile (``ttft_slo_s`` / ``tpot_slo_s``: TTFT and
+    TPOT at ``w.percentile``): all of them when both hold, none when TPOT misses (every request
+    of a replica sees the same steps) or the mean TTFT misses, else the share under the TTFT
+    target, interpolated between the mean (half of the requests, about) and the percentile."""
+    if w.tpot_ms is not None and tpot_slo_s * 1e3 > w.tpot_ms:
         return 0.0
-    if w.ttft_ms is None or ttft_p_s * 1e3 <= w.ttft_ms:
+    if w.ttft_ms is None or ttft_slo_s * 1e3 <= w.ttft_ms:
         return requests_per_s
     target = w.ttft_ms * 1e-3
     if target <= ttft_mean_s:
         return 0.0
-    share = 0.5 + (w.percentile / 100.0 - 0.5) * (target - ttft_mean_s) / (ttft_p_s - ttft_mean_s)
+    share = 0.5 + (w.percentile / 100.0 - 0.5) * (target - ttft_mean_s) / (ttft_slo_s - ttft_mean_s)
     return requests_per_s * share
 
 

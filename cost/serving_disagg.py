@@ -12,6 +12,7 @@ from paraplan.cost.queueing import OVERLOAD_RHO
 from paraplan.cost.serving_common import (
     Ctx,
     Wait,
+    at_slo,
     batch_at_rate,
     blend,
     goodput,
@@ -81,13 +82,14 @@ def disaggregated(c: Ctx, plan: ServingPlan, engine: EngineMemory) -> ServingPre
         req = min(prefill_rate, dw.workers * batch / tau / w.osl)
         # Little's law: C = X (TTFT + (osl - 1) tau); the wait is what the prompt's path leaves
         queued = max(0.0, conc / req - (w.osl - 1.0) * tau - alone - transfer) if w.concurrency else 0.0
-        wait = Wait(queued, queued, queued)
+        wait = Wait.fixed(queued)
         if w.concurrency:
             wave = wave_s(c, ps, min(conc, dw.workers * cap) / pw.workers, w.isl, per_step)
             alone, alone90 = blend(c, alone, wave), blend(c, alone90, wave * 1.8)
     front = c.fit.ttft_overhead_s
     ttft = front + alone + transfer + wait.mean_s
-    ttft_p = max(front + alone90 + transfer + wait.p_s, ttft)
+    ttft_p = max(front + alone90 + transfer + wait.p90_s, ttft)
+    ttft_slo = front + at_slo(w, alone, alone90) + transfer + wait.slo_s
     osl90 = w.osl_p90 or w.osl
     tau90 = round_s(c, ds, batch, isl90, osl90, False)
     total_tok = req * w.osl
@@ -99,7 +101,7 @@ def disaggregated(c: Ctx, plan: ServingPlan, engine: EngineMemory) -> ServingPre
         tpot_ms_p90=max(tau90, tau) * 1e3,
         output_tokens_per_s=total_tok,
         output_tokens_per_s_per_gpu=total_tok / gpus,
-        goodput_requests_per_s=goodput(req, ttft, ttft_p, max(tau90, tau), w),
+        goodput_requests_per_s=goodput(req, ttft, ttft_slo, at_slo(w, tau, max(tau90, tau)), w),
         **per_gpu_fields(dbudget),
         gpus=gpus,
         fits=fits,

@@ -244,3 +244,38 @@ def test_the_scheduler_hides_under_the_gpu_step_until_it_is_longer() -> None:
     huge = _decode(LLAMA8, H100, WorkerShape(), 20000)
     gpu = huge.total_s - huge.host_s
     assert huge.host_s == pytest.approx(fit.step_overhead_s + max(0.0, 20000 * fit.per_sequence_s - gpu))
+
+
+@pytest.mark.parametrize("rate", [4.0, 40.0])
+@pytest.mark.parametrize("mode", ["aggregated", "disaggregated"])
+def test_the_p90_keys_hold_the_90th_percentile_whatever_the_slo_percentile(rate: float, mode: str) -> None:
+    # the SLO percentile picks which prediction the SLO is judged on, never what ttft_ms.p90 means:
+    # an SLO at the median leaves every predicted key as it is at p90
+    if mode == "aggregated":
+        plan = ServingPlan(tp=8, max_batch=256)
+    else:
+        plan = ServingPlan(mode="disaggregated", prefill=WorkerPlan(tp=4), decode=WorkerPlan(tp=4))
+
+    def at(percentile: int):
+        w = Workload(isl=1024, osl=256, isl_p90=1800, request_rate=rate, percentile=percentile, ttft_ms=1e9)
+        return evaluate_serving(LLAMA70, H100, plan, w, Engine("vllm"))
+
+    p50, p90 = at(50), at(90)
+    keys = ("ttft_ms_p50", "ttft_ms_p90", "tpot_ms_p50", "tpot_ms_p90", "ttft_ms_mean")
+    assert {k: getattr(p50, k) for k in keys} == {k: getattr(p90, k) for k in keys}
+    assert p90.ttft_ms_p90 > p90.ttft_ms_p50  # a queue and longer p90 prompts: the keys differ
+
+
+def test_goodput_judges_the_slo_at_its_own_percentile() -> None:
+    # a TTFT target between the predicted median and 90th percentile: met at p50, missed at p90
+    plan = ServingPlan(tp=8, max_batch=256)
+    base = Workload(isl=1024, osl=256, isl_p90=1800, request_rate=6.0)
+    pred = evaluate_serving(LLAMA70, H100, plan, base, Engine("vllm"))
+    target = 0.5 * (pred.ttft_ms_p50 + pred.ttft_ms_p90)
+
+    def goodput(percentile: int) -> float:
+        w = Workload(**{**base.__dict__, "ttft_ms": target, "percentile": percentile})
+        return evaluate_serving(LLAMA70, H100, plan, w, Engine("vllm")).goodput_requests_per_s
+
+    assert goodput(50) == pytest.approx(pred.requests_per_s)
+    assert goodput(90) < pred.requests_per_s
