@@ -72,7 +72,14 @@ from paraplan.cost.serving_types import (
 )
 from paraplan.graph import ModelSpec
 from paraplan.hardware import Cluster
-from paraplan.hardware.serving import EngineMemory, ServingFit, engine_memory, is_cpp_runtime, serving_fit
+from paraplan.hardware.serving import (
+    EngineMemory,
+    ServingFit,
+    engine_memory,
+    is_cpp_runtime,
+    is_serial_pp_host,
+    serving_fit,
+)
 
 __all__ = [
     "ServingMode",
@@ -112,6 +119,7 @@ def evaluate_serving(
         weight_bytes_per_param(workload.weights_precision),
         kv_bytes_per_element(workload.kv_precision),
         is_cpp_runtime(engine.name, engine.version),
+        is_serial_pp_host(engine.name, engine.version),
     )
     mem = engine_memory(engine.name)
     if engine.kv_fraction is not None:

@@ -7,7 +7,7 @@ combine with DeepEP-style kernels. Bandwidths and latencies are the cluster's ti
 
 from __future__ import annotations
 
-from paraplan.cost.comm import SubAxis, allreduce_s, span_of
+from paraplan.cost.comm import GroupSpan, SubAxis, allreduce_s, span_of
 from paraplan.hardware import Cluster
 
 __all__ = [
@@ -30,6 +30,25 @@ LL_STEP_NETWORK_S = 2.7e-6
 LL_BANDWIDTH_FRACTION = 0.5
 
 
+_SPANS: dict[tuple[int, int], tuple[Cluster, GroupSpan]] = {}
+"""_span's memo, by the cluster's identity (a Cluster holds dicts: not hashable) and the group;
+the entry keeps its cluster alive, so an id is not reused while it is there."""
+
+
+def _span(cluster: Cluster, group: int) -> GroupSpan:
+    """The tiers ``group`` consecutive ranks span (cost/comm.py span_of), once per cluster and
+    group: a serving search asks for the same few groups in every step it costs."""
+    key = (id(cluster), group)
+    hit = _SPANS.get(key)
+    if hit is not None and hit[0] is cluster:
+        return hit[1]
+    if len(_SPANS) > 1024:
+        _SPANS.clear()
+    span = span_of(cluster, [SubAxis(1, group)])
+    _SPANS[key] = (cluster, span)
+    return span
+
+
 def _ll_step_s(tier_name: str) -> float:
     return LL_STEP_S.get(tier_name, LL_STEP_NETWORK_S)
 
@@ -38,7 +57,7 @@ def ll_ring_allreduce_s(cluster: Cluster, group: int, n_bytes: float) -> float:
     """NCCL ring all-reduce under the LL protocol over ``group`` consecutive ranks, the
     hierarchical form of cost/comm.py with LL's latencies and half bandwidth: base + sum over
     tiers 2 (f - 1) (step + n / (f M B_LL)). Units: seconds."""
-    span = span_of(cluster, [SubAxis(1, group)])
+    span = _span(cluster, group)
     total, inner = LL_BASE_S, 1
     for tier, f in zip(span.tiers, span.fan_in, strict=True):
         if f > 1:
@@ -56,7 +75,7 @@ def oneshot_allreduce_s(cluster: Cluster, group: int, n_bytes: float) -> float:
     if group <= 1:
         return 0.0
     ring = min(
-        allreduce_s(span_of(cluster, [SubAxis(1, group)]), n_bytes),
+        allreduce_s(_span(cluster, group), n_bytes),
         ll_ring_allreduce_s(cluster, group, n_bytes),
     )
     inner = cluster.tiers[0]
@@ -77,7 +96,7 @@ def ep_alltoall_s(cluster: Cluster, group: int, n_bytes: float) -> float:
     kernels: "RDMA-only", all ranks in one kernel launch). Units: seconds."""
     if group <= 1:
         return 0.0
-    span = span_of(cluster, [SubAxis(1, group)])
+    span = _span(cluster, group)
     slowest, inner = 0.0, 1
     for tier, f in zip(span.tiers, span.fan_in, strict=True):
         if f > 1:

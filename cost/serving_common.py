@@ -54,6 +54,7 @@ class Ctx:
     w_bytes: float
     kv_bytes: float
     cpp_runtime: bool = False
+    serial_pp_host: bool = False  # hardware/serving.py is_serial_pp_host
 
 
 def worker_step(c: Ctx, shape: WorkerShape, x: StepInput) -> StepTime:
@@ -67,6 +68,7 @@ def worker_step(c: Ctx, shape: WorkerShape, x: StepInput) -> StepTime:
         kv_bytes=c.kv_bytes,
         fit=c.fit,
         cpp_runtime=c.cpp_runtime,
+        serial_pp_host=c.serial_pp_host,
     )
 
 

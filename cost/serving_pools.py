@@ -39,7 +39,13 @@ from paraplan.cost.serving_memory import memory_budget
 from paraplan.cost.serving_types import Engine, WorkerPlan, Workload
 from paraplan.graph import ModelSpec
 from paraplan.hardware import Cluster
-from paraplan.hardware.serving import EngineMemory, engine_memory, is_cpp_runtime, serving_fit
+from paraplan.hardware.serving import (
+    EngineMemory,
+    engine_memory,
+    is_cpp_runtime,
+    is_serial_pp_host,
+    serving_fit,
+)
 
 __all__ = [
     "PrefillBound",
@@ -83,6 +89,7 @@ def _ctx(spec: ModelSpec, cluster: Cluster, workload: Workload, engine: Engine) 
         weight_bytes_per_param(workload.weights_precision),
         kv_bytes_per_element(workload.kv_precision),
         is_cpp_runtime(engine.name, engine.version),
+        is_serial_pp_host(engine.name, engine.version),
     )
     mem = engine_memory(engine.name)
     if engine.kv_fraction is not None:

@@ -227,6 +227,7 @@ def step_time(
     kv_bytes: float,
     fit: ServingFit,
     cpp_runtime: bool = False,
+    serial_pp_host: bool = False,
 ) -> StepTime:
     """Time of one step of one pipeline stage of a worker on ``x`` (module docstring), the
     stage's share 1/pp of the layers plus the activation send to the next stage. Units: s."""
@@ -281,16 +282,37 @@ def step_time(
         per_sequence *= fit.grace_host_factor
     gpu = (gemm + attn + comm + other) / shape.pp + send
     # the scheduler prepares step i + 1 while the GPU runs step i (overlap schedulers): only the
-    # part of its per-sequence work longer than the GPU step shows, plus the fixed per-step sync
+    # part of its per-sequence work longer than the GPU step shows, plus the fixed per-step sync;
+    # an executor that has no overlap loop under pipeline parallelism (``serial_pp_host``:
+    # hardware/serving.py is_serial_pp_host) adds all of it
     scheduler = per_sequence * (x.decode_seqs + x.prefill_done) / shape.attn_dp
-    host = fit.step_overhead_s + max(0.0, scheduler - gpu)
+    hidden = not (serial_pp_host and shape.pp > 1)
+    host = fit.step_overhead_s + (max(0.0, scheduler - gpu) if hidden else scheduler)
     return StepTime(gemm / shape.pp, attn / shape.pp, comm / shape.pp + send, other / shape.pp, host)
+
+
+_EFFICIENCIES: dict[tuple[int, ServingFit], tuple[Cluster, Efficiency]] = {}
+"""serving_efficiency's memo, by the cluster's identity (a Cluster holds dicts: not hashable) and
+the fit; the entry keeps its cluster alive, so an id is not reused while it is there."""
 
 
 def serving_efficiency(cluster: Cluster, fit: ServingFit) -> Efficiency:
     """The cluster's efficiencies with the GEMM rates of serving: the generation's MAMF priors x
     ``gemm_fraction`` (hardware/serving.py gemm_priors); a calibration profile's values as they
-    are; the fitted values where the generation has no priors."""
+    are; the fitted values where the generation has no priors. Memoised: every step of a search
+    asks for the same cluster's."""
+    key = (id(cluster), fit)
+    hit = _EFFICIENCIES.get(key)
+    if hit is not None and hit[0] is cluster:
+        return hit[1]
+    if len(_EFFICIENCIES) > 256:
+        _EFFICIENCIES.clear()
+    eff = _serving_efficiency(cluster, fit)
+    _EFFICIENCIES[key] = (cluster, eff)
+    return eff
+
+
+def _serving_efficiency(cluster: Cluster, fit: ServingFit) -> Efficiency:
     eff = cluster.efficiency
     priors = gemm_priors(cluster.accelerator.generation)
     if cluster.efficiency_override is not None or priors is None:

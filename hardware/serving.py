@@ -18,6 +18,7 @@ __all__ = [
     "serving_fit",
     "engine_names",
     "is_cpp_runtime",
+    "is_serial_pp_host",
     "gemm_priors",
     "serving_priors",
     "is_grace_hosted",
@@ -146,6 +147,15 @@ def is_cpp_runtime(name: str, version: str | None) -> bool:
     except ValueError:
         return False
     return major < 1
+
+
+def is_serial_pp_host(name: str, version: str | None) -> bool:
+    """Whether the engine's host work shows in full in a pipeline-parallel step: TensorRT-LLM's
+    PyTorch executor (1.0 and later) runs ``_executor_loop_pp`` when pp > 1 and its overlap
+    scheduler (``_executor_loop_overlap``, which prepares step i + 1 while step i runs) only
+    without pipeline parallelism (tensorrt_llm/_torch/pyexecutor/py_executor.py, PyExecutor's
+    event-loop choice). The C++ runtime before 1.0 and the other engines keep their overlap."""
+    return name == "trtllm" and not is_cpp_runtime(name, version)
 
 
 GEMM_PRIOR_NAMES = ("gemm_bf16", "gemm_fp8", "gemm_fp8_blockwise", "gemm_mxfp8", "gemm_nvfp4")

@@ -20,7 +20,7 @@ from paraplan.cost.serving import (
 from paraplan.cost.serving_step import StepInput, layer_groups, step_time
 from paraplan.graph import build_graph, preset
 from paraplan.hardware import build_cluster
-from paraplan.hardware.serving import engine_memory, serving_fit
+from paraplan.hardware.serving import engine_memory, is_serial_pp_host, serving_fit
 
 H100 = build_cluster("dgx-h100", nodes=1)
 LLAMA8 = preset("llama3.1-8b")
@@ -244,6 +244,33 @@ def test_the_scheduler_hides_under_the_gpu_step_until_it_is_longer() -> None:
     huge = _decode(LLAMA8, H100, WorkerShape(), 20000)
     gpu = huge.total_s - huge.host_s
     assert huge.host_s == pytest.approx(fit.step_overhead_s + max(0.0, 20000 * fit.per_sequence_s - gpu))
+
+
+def test_trtllm_pipeline_parallel_steps_show_the_whole_scheduler_time() -> None:
+    # TensorRT-LLM's PyTorch executor has no overlap loop under pp > 1 (is_serial_pp_host): the
+    # per-sequence host time adds to the step, host = step_overhead + per_sequence x sequences;
+    # without pp, or with another engine, it hides under the GPU step
+    fit = serving_fit()
+    graph = build_graph(LLAMA70)
+
+    def step(pp: int, serial: bool):
+        return step_time(
+            graph,
+            H100,
+            WorkerShape(tp=1, pp=pp),
+            StepInput(64.0, 1024.0),
+            w_bytes=1.0,
+            weights_precision="fp8",
+            kv_bytes=1.0,
+            fit=fit,
+            serial_pp_host=serial,
+        )
+
+    assert step(2, True).host_s == pytest.approx(fit.step_overhead_s + 64 * fit.per_sequence_s)
+    assert step(2, False).host_s == pytest.approx(fit.step_overhead_s)  # 64 x 38.5 us < the GPU step
+    assert step(1, True).host_s == pytest.approx(fit.step_overhead_s)
+    assert is_serial_pp_host("trtllm", "1.0") and is_serial_pp_host("trtllm", None)
+    assert not is_serial_pp_host("trtllm", "0.17.0") and not is_serial_pp_host("vllm", "0.11")
 
 
 @pytest.mark.parametrize("rate", [4.0, 40.0])
