@@ -52,7 +52,6 @@ Agrawal et al., Sarathi-Serve, OSDI'24, Sec. 4; Yu et al., Orca, OSDI'22):
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from functools import cache
 
 from paraplan.cost.comm import p2p_s
 from paraplan.cost.compute import AttentionShape, attended_keys, attention_s
@@ -348,18 +347,29 @@ def _elementwise_s(
     return total
 
 
-@cache
+_GROUPS: dict[int, tuple[LayerGraph, tuple[tuple[Layer, int], ...]]] = {}
+"""layer_groups' memo by the graph's identity: every step of a search walks the same graph, and
+hashing a whole LayerGraph for functools.cache costs more than the step's arithmetic."""
+
+
 def layer_groups(graph: LayerGraph) -> tuple[tuple[Layer, int], ...]:
     """The served layers (no vision encoder, no MTP module, no Mamba mixer) grouped by what they
     cost: layers equal but for their name and block, with their count (a 61-layer DeepSeek-V3 is
     a handful of groups)."""
+    hit = _GROUPS.get(id(graph))
+    if hit is not None and hit[0] is graph:
+        return hit[1]
+    if len(_GROUPS) > 256:
+        _GROUPS.clear()
     counts: dict[Layer, int] = {}
     for ly in graph.layers():
         if ly.name.startswith("mtp") or ly.kind in (LayerKind.VISION, LayerKind.PROJECTOR, LayerKind.MAMBA):
             continue
         key = replace(ly, name=ly.kind.value, block=0)
         counts[key] = counts.get(key, 0) + 1
-    return tuple(counts.items())
+    groups = tuple(counts.items())
+    _GROUPS[id(graph)] = (graph, groups)
+    return groups
 
 
 def _experts_s(

@@ -166,13 +166,13 @@ def _aggregated_rows(
 ) -> tuple[list[tuple[ServingPlan, ServingPrediction, float]], int]:
     """Every aggregated candidate scored by evaluate_serving, except (goodput per GPU) those a
     bound proves worse than a row already scored: a replica completes at most its share of the
-    offered rate, or closed loop max(C, r) sequences' tokens at one sequence's decode round
-    (cost/serving_pools.py decode_rate_at), so r replicas of g GPUs give at most
-    rate / (r g), or max(C, r) / (osl tau(1) r g), per GPU; both fall with r, so the rest of a
+    offered rate, or closed loop its b = min(max_batch, max(1, C / r)) sequences at their
+    decode-only round (cost/serving_pools.py decode_rate_at), so r replicas of g GPUs give at
+    most rate / (r g), or b / (osl tau(b) g), per GPU; both fall with r, so the rest of a
     layout's replica counts are skipped once it is below the best."""
     rows: list[tuple[ServingPlan, ServingPrediction, float]] = []
     count, best = 0, -1.0
-    one_seq: dict[tuple[int, int, int, bool], float] = {}
+    one_seq: dict[tuple[int, int, int, bool, float], float] = {}
     pruned: ServingPlan | None = None
     for plan, gpus in aggregated_plans(spec, cluster, fixed, options):
         if time.perf_counter() > deadline:
@@ -202,18 +202,22 @@ def _per_gpu_bound(
     engine: Engine,
     plan: ServingPlan,
     gpus: int,
-    memo: dict[tuple[int, int, int, bool], float],
+    memo: dict[tuple[int, int, int, bool, float], float],
 ) -> float:
     """An upper bound on an aggregated plan's goodput per GPU (``_aggregated_rows``), with a
     margin of 1e-6 against rounding."""
     if workload.request_rate is not None:
         return workload.request_rate * (1 + 1e-6) / gpus
-    key = (plan.tp, plan.pp, plan.ep, plan.dp_attention)
+    # a replica runs at most b = min(max_batch, max(1, C / r)) sequences, and B / tau(B) (the
+    # decode-only round, which a mixed round only lengthens) does not fall as B grows: every part
+    # of a step is linear in B, a maximum of linear parts or concave (experts hit, the fastest
+    # collective), so tau(B) / B does not rise; r replicas of g GPUs: r rate(b) / (r g)
+    batch = min(float(plan.max_batch), max(1.0, float(workload.concurrency or 1) / plan.replicas))
+    key = (plan.tp, plan.pp, plan.ep, plan.dp_attention, batch)
     if key not in memo:
         worker = WorkerPlan(tp=plan.tp, pp=plan.pp, ep=plan.ep, dp_attention=plan.dp_attention)
-        memo[key] = decode_rate_at(spec, cluster, worker, workload, engine, 1.0)
-    sequences = max(float(workload.concurrency or 1), float(plan.replicas))
-    return sequences * memo[key] * (1 + 1e-6) / gpus
+        memo[key] = decode_rate_at(spec, cluster, worker, workload, engine, batch)
+    return plan.replicas * memo[key] * (1 + 1e-6) / gpus
 
 
 def _lex_units(keys: Sequence[tuple[int, ...]]) -> list[int]:

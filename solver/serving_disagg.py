@@ -332,6 +332,8 @@ def search_disaggregated(
     # min_ttft minimises TTFT rather than holding it to its SLO: no TTFT cut in the bounds
     bounded = replace(workload, ttft_ms=None) if options.objective == "min_ttft" else workload
     prefills, decodes, count = _tables(spec, cluster, bounded, engine, fixed, options, deadline)
+    if options.objective == "goodput_per_gpu" and incumbent is not None:
+        prefills, decodes = _can_win(prefills, decodes, incumbent)
     if not prefills or not decodes:
         return DisaggSearch(None, None, None, "OPTIMAL", 0.0, count, 0)
     mdl = _Model(prefills, decodes, cluster, bounded, fixed)
@@ -390,6 +392,20 @@ def search_disaggregated(
     if status == "OPTIMAL":
         bound = best[2]
     return DisaggSearch(best[0], best[1], best[2], status, bound, count, rounds, tuple(others[: top - 1]))
+
+
+def _can_win(
+    prefills: list[_Prefill], decodes: list[_Decode], incumbent: float
+) -> tuple[list[_Prefill], list[_Decode]]:
+    """The rows that can still beat an ``incumbent`` goodput per GPU: a plan with n_p workers of
+    prefill row i and n_d of decode row j completes T <= r_i n_p and T <= r_j n_d requests/s on
+    G > g_i n_p, G > g_j n_d GPUs, so T / G < r_i / g_i and < r_j / g_j (the rows' rates bound
+    evaluate_serving's, cost/serving_pools.py); a row at or below the incumbent per GPU cannot
+    be in a strictly better plan and leaves the CP-SAT model before the first bounding solve."""
+    return (
+        [p for p in prefills if p.rate_rps / p.gpus > incumbent],
+        [d for d in decodes if d.rate_rps / d.gpus > incumbent],
+    )
 
 
 def _trivial_bound(objective: str, prefills: list[_Prefill], decodes: list[_Decode]) -> float:
