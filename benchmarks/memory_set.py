@@ -26,9 +26,8 @@ wherever the two files say the same thing, and each default a row takes is liste
   parallel as stated, else on when tp > 1 (Megatron-Bridge recipes); ep wider than dp*cp folds
   over tp (etp = 1), as calibration_set.py.
 - **recompute**: none / full as stated; Megatron's selective ``core_attn`` -> selective;
-  Megatron-Bridge ``--recompute-modules`` other than core_attn (layernorm, moe_act, mla_up_proj,
-  mlp, moe) have no paraplan mode: -> selective, flagged (under flash attention selective stores
-  what none stores, so modules that discard a little map to what the run nearly keeps);
+  Megatron-Bridge ``--recompute-modules`` other than core_attn alone (layernorm, moe_act,
+  mla_up_proj, mlp, moe) -> selective with ``job.recompute_modules`` (cost/recompute_modules.py);
   torchtitan's op-level selective checkpointing (``selective (op-level SAC)``) -> selective with
   ``job.selective_policy: torchtitan_op`` (cost/recompute.py: it keeps chosen matmul outputs,
   between Megatron's selective and full, memory.md); an unstated torchtitan AC mode -> the same
@@ -38,6 +37,8 @@ wherever the two files say the same thing, and each default a row takes is liste
   modelled), the Megatron rows fused (SimuMax's cases are "cef", cross-entropy fusion).
 - **job**: precision as calibration_set.py (``_precision``); fp32 gradients except
   Megatron-Bridge rows (their performance recipes reduce in bf16, as in the step-time mapping);
+  ``optimizer_moments: bf16`` for the Bridge recipes that set the precision-aware optimizer's
+  moments to bf16 (Moonlight, DeepSeek-V3, OLMoE: ``_BF16_MOMENTS``);
   ``job.allocator`` expandable_segments where the row says so, else default.
 - **MoE software state**: benchmarks/moe_state.py read from the row's notes and precision text
   ("TE CUDA graphs ..." -> partial graphs), SimuMax's "capacity factor 1 with pad-to-capacity" ->
@@ -124,6 +125,11 @@ _MOE_CONFIGS: dict[str, dict[str, Any]] = {
         **_MLA,
     },
 }
+# Megatron-Bridge recipes whose optimizer keeps Adam's moments in bf16 (use_precision_aware_optimizer,
+# exp_avg_dtype = exp_avg_sq_dtype = torch.bfloat16: megatron-bridge 0.3.1 recipes/moonlight/
+# moonlight_16b.py, deepseek/deepseek_v3.py, olmoe/olmoe_7b.py; the Qwen3, Nemotron and Llama
+# recipes keep fp32)
+_BF16_MOMENTS = ("Moonlight", "DeepSeek-V3", "OLMoE")
 _MOE_PRESETS = {"Qwen3-30B-A3B": "qwen3-30b-a3b", "Nemotron 3 Nano": "nemotron3-nano-30b-a3b"}
 
 
@@ -210,10 +216,19 @@ def _recompute(row: dict[str, str], defaults: list[str]) -> str:
         return "selective"
     if ("op" in text and "sac" in text) or "selectiveac" in text.replace(" ", ""):
         return "selective"
-    modules = {m.strip() for m in re.sub(r"^selective( modules)?", "", text).split(",") if m.strip()}
-    if modules - {"core_attn"}:
-        defaults.append(f"recompute=selective (modules {'+'.join(sorted(modules))}: no mode of their own)")
     return "selective"
+
+
+def _modules(row: dict[str, str]) -> list[str]:
+    """Megatron's ``--recompute-modules`` of a row ("selective modules layernorm, moe_act",
+    "selective mlp, core_attn"): ``job.recompute_modules`` (cost/recompute_modules.py); [] for
+    core_attn alone (Megatron's default) and for rows that name none."""
+    text = row["recompute"].lower().strip()
+    if not text.startswith("selective") or "sac" in text or "selectiveac" in text.replace(" ", ""):
+        return []
+    words = re.sub(r"^selective( modules)?", "", text).split(",")
+    modules = sorted({w.strip() for w in words if w.strip() and not set(w.strip()) & set("([])")})
+    return [] if modules in ([], ["core_attn"]) else modules
 
 
 def _zero(row: dict[str, str]) -> int:
@@ -266,7 +281,11 @@ def _row_case(row: dict[str, str]) -> MemoryCase | MemorySkipped:
         "fp32_grads": not bridge,
         "allocator": allocator,
         **({"cross_entropy": "upcast", "selective_policy": "torchtitan_op"} if titan else {}),
+        **({"recompute_modules": modules} if (modules := _modules(row)) else {}),
     }
+    if bridge and any(row["model"].startswith(m) for m in _BF16_MOMENTS):
+        job["optimizer_moments"] = "bf16"
+        defaults.append("optimizer_moments=bf16 (the recipe's precision-aware optimizer)")
     plan: dict[str, Any] = {
         "dp": dp,
         "tp": tp,

@@ -83,7 +83,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 from paraplan.cost.block import LOGITS_BYTES_PER_ELEMENT
-from paraplan.cost.dp import WEIGHT_BYTES, StateBytes, grad_bytes, shard_degree, state_bytes
+from paraplan.cost.dp import WEIGHT_BYTES, StateBytes, grad_bytes, moment_bytes, shard_degree, state_bytes
 from paraplan.cost.ep import expert_shard_degree
 from paraplan.cost.plan import Allocator, CrossEntropy, Job, Layout, Recompute
 from paraplan.cost.pp import in_flight_micro_batches
@@ -270,15 +270,15 @@ def stage_memory_model(terms: StageTerms, stage: int, recompute: Recompute) -> S
     largest kind's (whichever kinds the stage holds: a bound that keeps the model affine).
     """
     plan, job = terms.plan, terms.job
-    shards, gbytes = shard_degree(plan), grad_bytes(job)
+    shards, gbytes, mbytes = shard_degree(plan), grad_bytes(job), moment_bytes(job)
     expert_shards = shard_degree(plan, expert=True)
     is_tpu = terms.at(stage).cluster.accelerator.is_tpu
     unsharded = not is_tpu and unsharded_under_pp(plan, terms.num_micro_batches)
 
     def state(params: float, expert_params: float) -> StateBytes:
         out = _sum(
-            state_bytes(params, plan.zero, shards, gbytes),
-            state_bytes(expert_params, plan.zero, expert_shards, gbytes),
+            state_bytes(params, plan.zero, shards, gbytes, mbytes),
+            state_bytes(expert_params, plan.zero, expert_shards, gbytes, mbytes),
         )
         if not unsharded:
             return out

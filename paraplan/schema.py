@@ -38,7 +38,7 @@ from paraplan.capacity.sections import (
     check_capacity,
 )
 from paraplan.cost import AttentionKernel, Precision
-from paraplan.cost.plan import Allocator, CrossEntropy, RecomputeModule, SelectivePolicy
+from paraplan.cost.plan import Allocator, CrossEntropy, OptimizerMoments, RecomputeModule, SelectivePolicy
 from paraplan.errors import ConfigError
 from paraplan.graph.spec import show_value
 from paraplan.hardware.topology import MAX_DEVICES, MAX_POOLS
@@ -186,6 +186,12 @@ class JobSection(Section):
         description="CUDA caching allocator: default | expandable_segments "
         "(PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True; less reserved beyond allocated, "
         "cost/memory.py)",
+    )
+    optimizer_moments: OptimizerMoments = Field(
+        OptimizerMoments.FP32,
+        description="Adam's momentum and variance dtype: fp32 (default) | bf16 (Megatron's "
+        "precision-aware optimizer, exp_avg_dtype / exp_avg_sq_dtype bf16: 4 B per parameter "
+        "less optimizer state; cost/dp.py)",
     )
     cross_entropy: CrossEntropy = Field(
         CrossEntropy.FUSED,

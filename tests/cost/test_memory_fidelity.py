@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.fidelity import summary
 from benchmarks.memory_fidelity import OUT_HEADER, main, memory_rows
 from benchmarks.memory_set import load_memory_cases
 
@@ -29,6 +30,19 @@ def test_mapping_rules_per_row() -> None:
     assert by_id["mbridge-llama3-70b-sft-base-expseg"].scenario["job"]["allocator"] == "expandable_segments"
     assert by_id["mbridge-llama3-70b-sft-base-coreattn"].statistic == "unstated"  # OOM: fit only
     assert by_id["tt24-t6-1"].scenario["job"]["global_batch"] == 64  # local batch 8 x dp 8
+    moonlight = by_id["mbridge-moonlight-layernorm+moe_act"].scenario["job"]
+    assert moonlight["optimizer_moments"] == "bf16"  # the Bridge recipe's precision-aware optimizer
+    assert moonlight["recompute_modules"] == ["layernorm", "moe_act"]
+    assert "recompute_modules" not in by_id["mbridge-moonlight-core_attn"].scenario["job"]  # the default
+    assert by_id["mbridge-moonlight-none"].scenario["plan"]["recompute"] == "none"
+
+
+def test_allocated_within_the_issue_bounds(rows) -> None:  # type: ignore[no-untyped-def]
+    """Issue 24: allocated median |error| <= 5%, p90 <= 12% over the rows that read allocated."""
+    errors = [e for r in rows if r.case.statistic == "allocated" and (e := r.error) is not None]
+    assert len(errors) == 24
+    median, p90 = summary(errors)
+    assert median <= 0.05 and p90 <= 0.12
 
 
 def test_simumax_allocated_within_the_anchor_band(rows) -> None:  # type: ignore[no-untyped-def]
