@@ -33,8 +33,10 @@ wherever the two files say the same thing, and each default a row takes is liste
   between Megatron's selective and full, memory.md); an unstated torchtitan AC mode -> the same
   (its config default).
 - **loss**: torchtitan rows ``job.cross_entropy: upcast`` (torchtitan's cross_entropy_loss casts
-  the logits to fp32 before torch's cross_entropy; the chunked loss of the NVFP4 doc's row is not
-  modelled), the Megatron rows fused (SimuMax's cases are "cef", cross-entropy fusion).
+  the logits to fp32 before torch's cross_entropy), ``compiled`` where the run compiles with a
+  torchtitan that compiles the loss too (2025 on; the Dec 2024 runs compiled the blocks only:
+  ``_titan_loss``); the chunked loss of the NVFP4 doc's row is not modelled; the Megatron rows
+  fused (SimuMax's cases are "cef", cross-entropy fusion).
 - **job**: precision as calibration_set.py (``_precision``); fp32 gradients except
   Megatron-Bridge rows (their performance recipes reduce in bf16, as in the step-time mapping);
   ``optimizer_moments: bf16`` for the Bridge recipes that set the precision-aware optimizer's
@@ -231,6 +233,14 @@ def _modules(row: dict[str, str]) -> list[str]:
     return [] if modules in ([], ["core_attn"]) else modules
 
 
+def _titan_loss(row: dict[str, str]) -> str:
+    """torchtitan's loss kernel: compiled where the run compiles and its torchtitan compiles the
+    loss (2025 on: ``compile.components`` ["model", "loss"], torchtitan 0.3.0 config/configs.py),
+    else the eager upcast (the Dec 2024 runs, torchtitan 9dec370, compiled the blocks only)."""
+    compiled = "compile" in (row["precision"] + row["notes"]).lower()
+    return "compiled" if compiled and "2024" not in row["framework_version"] else "upcast"
+
+
 def _zero(row: dict[str, str]) -> int:
     text = row["zero_or_fsdp"].lower()
     if "fsdp" in text:
@@ -280,7 +290,7 @@ def _row_case(row: dict[str, str]) -> MemoryCase | MemorySkipped:
         "precision": _precision(row["precision"]),
         "fp32_grads": not bridge,
         "allocator": allocator,
-        **({"cross_entropy": "upcast", "selective_policy": "torchtitan_op"} if titan else {}),
+        **({"cross_entropy": _titan_loss(row), "selective_policy": "torchtitan_op"} if titan else {}),
         **({"recompute_modules": modules} if (modules := _modules(row)) else {}),
     }
     if bridge and any(row["model"].startswith(m) for m in _BF16_MOMENTS):

@@ -17,7 +17,14 @@ two saved inputs (the final norm's input and the LM head's input, n*h each, HEAD
 Fused (Megatron / Transformer Engine vocab-parallel cross entropy): 6 B, bf16 logits and the fp32
 softmax. Upcast (torchtitan's cross_entropy_loss: ``logits.float()`` into torch's cross_entropy):
 12 B at the loss's peak, the fp32 copy, log_softmax's saved fp32 output and its gradient (the
-oracle measures 12.0 B per logit: 4 B kept, 8 B transient, at vocabularies 8K-32K).
+oracle measures 12.0 B per logit: 4 B kept, 8 B transient, at vocabularies 8K-32K). Compiled (the
+same function under torch.compile, as torchtitan compiles its loss from 2025, ``compile.components``
+["model", "loss"]): 4 B, the bf16 logits kept for backward and their bf16 gradient. Inductor's
+decompositions let AOTAutograd's min-cut partitioner save only the bf16 input and two per-row
+fp32 values (max, log-sum-exp), and the backward's fp32 softmax, scatter and subtraction fuse into
+one kernel that writes the bf16 gradient (tests/cost/test_memory_terms.py compiles the loss with
+inductor on CPU and reads the buffers its kernels allocate: none of n x vocab in forward, one bf16
+in backward).
 
 A block's backward under ZeRO-3 (FSDP2, GPU): the block and the prefetched next one unsharded
 (ZERO3_PREFETCH_BLOCKS x 2 B per parameter), its gradients unsharded in bf16 and in the reduce
@@ -119,7 +126,8 @@ NCCL_BYTES_PER_COMMUNICATOR = 0.25e9  # NCCL_BUFFSIZE 4 MiB x channels x peers (
 ALLOCATOR_OVERHEAD = {Allocator.DEFAULT: 0.053, Allocator.EXPANDABLE_SEGMENTS: 0.028}
 ALLOCATOR_FIT_OVERHEAD = {Allocator.DEFAULT: 0.028, Allocator.EXPANDABLE_SEGMENTS: 0.028}
 ALLOCATOR_FRAGMENTATION = ALLOCATOR_FIT_OVERHEAD[Allocator.DEFAULT]
-LOGIT_BYTES = {CrossEntropy.FUSED: 6.0, CrossEntropy.UPCAST: 12.0}  # per logit element (docstring)
+# per logit element at the loss's peak (module docstring)
+LOGIT_BYTES = {CrossEntropy.FUSED: 6.0, CrossEntropy.UPCAST: 12.0, CrossEntropy.COMPILED: 4.0}
 XLA_RUNTIME_RESERVE_BYTES = 0.0  # TPU: no CUDA context or NCCL buffers; no figure published
 XLA_FRAGMENTATION = 0.0  # TPU: XLA assigns buffers at compile time (module docstring)
 ZERO3_PREFETCH_BLOCKS = 2  # FSDP keeps the current and the prefetched block unsharded

@@ -120,6 +120,7 @@ class CrossEntropy(StrEnum):
 
     FUSED = "fused"  # fused vocab-parallel kernel (Megatron / TE): bf16 logits + fp32 softmax
     UPCAST = "upcast"  # logits upcast to fp32, torch cross_entropy (torchtitan, HF Trainer)
+    COMPILED = "compiled"  # the same under torch.compile (torchtitan 2025+): bf16 logits + bf16 grad
 
 
 class SelectivePolicy(StrEnum):

@@ -197,7 +197,8 @@ class JobSection(Section):
         CrossEntropy.FUSED,
         description="loss kernel: fused (Megatron / Transformer Engine vocab-parallel cross "
         "entropy: 6 B per logit) | upcast (logits cast to fp32 for torch's cross_entropy, as "
-        "torchtitan and the HF Trainer do: 12 B per logit at the backward peak)",
+        "torchtitan and the HF Trainer do: 12 B per logit at the backward peak) | compiled (the "
+        "same under torch.compile, torchtitan's default since 2025: 4 B, bf16 logits and gradient)",
     )
     selective_policy: SelectivePolicy = Field(
         SelectivePolicy.CORE_ATTENTION,
