@@ -13,8 +13,9 @@ buffers, the figure the solver keeps under capacity) is at most the row's device
 refusal* a row that ran that paraplan says does not.
 
 Printed: one line per row, per source (median / p90 |error| per statistic), and the overall line
-last. ``--out`` writes ``id,measured_gib,predicted_gib,error,oom,predicted_fits`` (empty
-measured / error where the row gives no reading).
+last. ``--out`` writes ``id,measured_gib,predicted_gib,error,oom,predicted_fits,statistic``, one line
+per reading (a row that gives allocated and reserved has two; empty measured / error where the
+row gives no reading, statistic ``unstated``).
 """
 
 from __future__ import annotations
@@ -33,9 +34,9 @@ from benchmarks.memory_set import GIB, MEMORY_CSV_PATH, MemoryCase, MemorySkippe
 from paraplan.errors import ConfigError
 from paraplan.instance import build_instance, fixed_plan
 
-__all__ = ["MemoryRow", "evaluate_memory_case", "memory_rows", "write_memory_rows", "main", "OUT_HEADER"]
+__all__ = ["MemoryRow", "errors_of", "evaluate_memory_case", "memory_rows", "write_memory_rows", "main", "OUT_HEADER"]
 
-OUT_HEADER = ("id", "measured_gib", "predicted_gib", "error", "oom", "predicted_fits")
+OUT_HEADER = ("id", "measured_gib", "predicted_gib", "error", "oom", "predicted_fits", "statistic")
 
 
 @dataclass(frozen=True)
@@ -45,11 +46,27 @@ class MemoryRow:
     peak_gib: float  # predicted.peak_memory_bytes, what must fit
     capacity_gib: float
     fits: bool
+    predicted_reserved_gib: float = 0.0  # predicted.peak_reserved_bytes (for a second reading)
 
     @property
     def error(self) -> float | None:
         m = self.case.measured_gib
         return None if m is None or self.case.statistic == "unstated" else self.predicted_gib / m - 1.0
+
+    def readings(self) -> list[tuple[str, float, float]]:
+        """(statistic, measured GiB, predicted GiB) of every reading the row gives: its own
+        statistic, and reserved too where the source gives it beside allocated."""
+        out = []
+        if self.case.measured_gib is not None and self.case.statistic != "unstated":
+            out.append((self.case.statistic, self.case.measured_gib, self.predicted_gib))
+        if self.case.reserved_gib is not None:
+            out.append(("reserved", self.case.reserved_gib, self.predicted_reserved_gib))
+        return out
+
+
+def errors_of(rows: list[MemoryRow], statistic: str) -> list[float]:
+    """predicted / measured - 1 of every reading of ``statistic`` in ``rows``."""
+    return [p / m - 1.0 for r in rows for s, m, p in r.readings() if s == statistic]
 
 
 def _predicted_bytes(predicted: object, statistic: str) -> float:
@@ -67,6 +84,7 @@ def evaluate_memory_case(case: MemoryCase) -> MemoryRow:
         p.peak_memory_bytes / GIB,
         capacity / GIB,
         p.peak_memory_bytes <= capacity,
+        p.peak_reserved_bytes / GIB,
     )
 
 
@@ -86,23 +104,22 @@ def write_memory_rows(rows: list[MemoryRow], path: Path | str) -> None:
         out = csv.writer(f)
         out.writerow(OUT_HEADER)
         for r in rows:
-            err = r.error
-            out.writerow(
-                [
-                    r.case.row_id,
-                    "" if r.case.measured_gib is None else f"{r.case.measured_gib:.4g}",
-                    f"{r.predicted_gib:.4f}",
-                    "" if err is None else f"{err:.6f}",
-                    "yes" if r.case.oom else "no",
-                    "yes" if r.fits else "no",
-                ]
-            )
+            fit = ["yes" if r.case.oom else "no", "yes" if r.fits else "no"]
+            readings = r.readings()
+            if not readings:  # fit only
+                measured = "" if r.case.measured_gib is None else f"{r.case.measured_gib:.4g}"
+                out.writerow([r.case.row_id, measured, f"{r.predicted_gib:.4f}", "", *fit, "unstated"])
+            for stat, measured_gib, predicted_gib in readings:
+                err = predicted_gib / measured_gib - 1.0
+                out.writerow(
+                    [r.case.row_id, f"{measured_gib:.4g}", f"{predicted_gib:.4f}", f"{err:.6f}", *fit, stat]
+                )
 
 
 def _figures(rows: list[MemoryRow]) -> str:
     parts = []
     for stat in ("allocated", "reserved"):
-        errs = [e for r in rows if r.case.statistic == stat and (e := r.error) is not None]
+        errs = errors_of(rows, stat)
         if errs:
             med, p90 = summary(errs)
             signed = statistics.median(errs)
@@ -148,6 +165,9 @@ def main(argv: list[str] | None = None) -> int:
             f"{'yes' if c.oom else 'no':<3} {'yes' if r.fits else 'NO'}"
             + (f"  [{'; '.join(c.defaults)}]" if c.defaults else "")
         )
+        if c.reserved_gib is not None:  # the same run's second reading
+            err2 = r.predicted_reserved_gib / c.reserved_gib - 1.0
+            print(f"{'':<50} {'reserved':<9} {c.reserved_gib:>8.2f} {r.predicted_reserved_gib:>8.2f} {err2:>+7.1%}")
     print(
         f"\n{len(rows)} rows scored; {len(skipped)} skipped: "
         + "; ".join(f"{n} {r}" for r, n in reasons.items())

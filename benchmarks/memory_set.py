@@ -7,7 +7,9 @@ wherever the two files say the same thing, and each default a row takes is liste
 
 - **statistic**: ``measured_what`` allocated -> paraplan's ``peak_allocated_bytes``, reserved ->
   ``peak_reserved_bytes``; unstated (and OOM rows, whose reading is the last one before the
-  failure, not the need) -> no error, the row counts for fit only.
+  failure, not the need) -> no error, the row counts for fit only. An allocated row whose notes
+  give the same run's reserved peak too ("real reserved X GiB": SimuMax's rows, the max over
+  ranks of torch.cuda.max_memory_reserved) is scored on both (``MemoryCase.reserved_gib``).
 - **device memory**: the mapped preset's (A100 80GB -> dgx-a100-80gb, H100 80GB -> dgx-h100,
   H200 -> dgx-h200, B200 -> dgx-b200). Two parts the catalog lacks are mapped for memory only
   (their step times are not used here): the 96 GB HBM2e H100 of torchtitan's Dec 2024 runs ->
@@ -145,6 +147,7 @@ class MemoryCase:
     oom: bool
     capacity_gib: float | None  # the row's device memory where the preset's differs
     defaults: tuple[str, ...] = field(default=())
+    reserved_gib: float | None = None  # a second reading, reserved, where an allocated row gives one
 
 
 @dataclass(frozen=True)
@@ -331,6 +334,7 @@ def _row_case(row: dict[str, str]) -> MemoryCase | MemorySkipped:
     oom = row["oom"].strip().lower() == "yes"
     statistic = row["measured_what"] if measured is not None and not oom else "unstated"
     preset_name, capacity = hardware
+    second = re.search(r"real reserved ([\d.]+) GiB", row["notes"]) if statistic == "allocated" else None
     return MemoryCase(
         rid,
         source_of(rid),
@@ -340,6 +344,7 @@ def _row_case(row: dict[str, str]) -> MemoryCase | MemorySkipped:
         oom,
         capacity,
         tuple(defaults),
+        float(second.group(1)) if second else None,
     )
 
 

@@ -35,6 +35,9 @@ def test_mapping_rules_per_row() -> None:
     assert moonlight["recompute_modules"] == ["layernorm", "moe_act"]
     assert "recompute_modules" not in by_id["mbridge-moonlight-core_attn"].scenario["job"]  # the default
     assert by_id["mbridge-moonlight-none"].scenario["plan"]["recompute"] == "none"
+    # SimuMax's rows give the same run's reserved peak in their notes: a second reading
+    assert by_id["simumax-b200-llama3-70b-l12-tp8-pp1-dp1-mbc4"].reserved_gib == pytest.approx(29.12)
+    assert by_id["tt24-t1-2"].reserved_gib is None
 
 
 def test_allocated_within_the_issue_bounds(rows) -> None:  # type: ignore[no-untyped-def]
@@ -65,4 +68,8 @@ def test_out_file_and_overall_line_last(tmp_path: Path, capsys: pytest.CaptureFi
     assert "false fits" in lines[-1] and "false refusals" in lines[-1]
     with out.open() as f:
         table = list(csv.reader(f))
-    assert tuple(table[0]) == OUT_HEADER and len(table) == 43
+    # one line per reading: 42 rows, 13 of them (SimuMax's) with allocated and reserved
+    assert tuple(table[0]) == OUT_HEADER and len(table) == 1 + 42 + 13
+    assert {line[-1] for line in table[1:]} == {"allocated", "reserved", "unstated"}
+    second = [line for line in table if line[0].startswith("simumax") and line[-1] == "reserved"]
+    assert len(second) == 13 and all(line[3] for line in second)
