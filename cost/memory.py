@@ -55,7 +55,10 @@ The reserve is memory a real run holds that no tensor of the model accounts for:
   them (PyTorch docs, "CUDA semantics", memory management). Measured reserved - allocated is
   2.8-9.3% of allocated, median 5.3% (docs/memory.md Sec. 2: SimuMax's B200 runs, 13 of them in
   benchmarks/data/memory_runs_calibration.csv), largest at long sequences. ``ALLOCATOR_OVERHEAD``
-  is that median with the default allocator, and reported as reserved; with
+  with the default allocator is one share fitted to every reserved reading of that file
+  (hardware/data/memory.yaml: 7.2%, prior SimuMax's median 5.3%, bounded by SimuMax's range;
+  torchtitan's FSDP2 runs read higher than Megatron's, leave-one-source-out in
+  ``benchmarks.memory_fidelity --crossval``), and reported as reserved; with
   ``expandable_segments`` (segments grown in place, no split-block fragmentation) 2.8%, the
   smallest gap measured, an assumption (no measured reserved figure under it). Near capacity the
   allocator frees its cached blocks and retries before it raises out-of-memory
@@ -95,6 +98,7 @@ from paraplan.cost.ep import expert_shard_degree
 from paraplan.cost.plan import Allocator, CrossEntropy, Job, Layout, Recompute
 from paraplan.cost.pp import in_flight_micro_batches
 from paraplan.cost.stage import StageTerms
+from paraplan.hardware.memory import allocator_overhead_fit
 
 __all__ = [
     "StageMemory",
@@ -123,7 +127,7 @@ CUDA_CONTEXT_BYTES = 0.5e9  # CUDA context + cuBLAS workspaces, lazy loading (mo
 NCCL_BYTES_PER_COMMUNICATOR = 0.25e9  # NCCL_BUFFSIZE 4 MiB x channels x peers (module docstring)
 # reserved beyond allocated, a share of the allocated bytes (module docstring): as measured
 # (reported as reserved) and the part that must fit (the allocator frees cached blocks first)
-ALLOCATOR_OVERHEAD = {Allocator.DEFAULT: 0.053, Allocator.EXPANDABLE_SEGMENTS: 0.028}
+ALLOCATOR_OVERHEAD = {a: allocator_overhead_fit(a.value) for a in Allocator}  # hardware/data/memory.yaml
 ALLOCATOR_FIT_OVERHEAD = {Allocator.DEFAULT: 0.028, Allocator.EXPANDABLE_SEGMENTS: 0.028}
 ALLOCATOR_FRAGMENTATION = ALLOCATOR_FIT_OVERHEAD[Allocator.DEFAULT]
 # per logit element at the loss's peak (module docstring)

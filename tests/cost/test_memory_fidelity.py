@@ -7,9 +7,19 @@ import csv
 from pathlib import Path
 
 import pytest
+from paraplan.cost.memory import ALLOCATOR_OVERHEAD
+from paraplan.cost.plan import Allocator
+from paraplan.hardware.memory import allocator_overhead_bounds
 
 from benchmarks.fidelity import summary
-from benchmarks.memory_fidelity import OUT_HEADER, main, memory_rows
+from benchmarks.memory_fidelity import (
+    OUT_HEADER,
+    crossval_lines,
+    fit_overhead,
+    main,
+    memory_rows,
+    reserved_errors,
+)
 from benchmarks.memory_set import load_memory_cases
 
 
@@ -73,3 +83,21 @@ def test_out_file_and_overall_line_last(tmp_path: Path, capsys: pytest.CaptureFi
     assert {line[-1] for line in table[1:]} == {"allocated", "reserved", "unstated"}
     second = [line for line in table if line[0].startswith("simumax") and line[-1] == "reserved"]
     assert len(second) == 13 and all(line[3] for line in second)
+
+
+def test_allocator_overhead_is_the_fit_within_its_bounds(rows) -> None:  # type: ignore[no-untyped-def]
+    """hardware/data/memory.yaml's default overhead is what --fit gives, inside SimuMax's range,
+    and it scores the reserved readings no worse than the prior (SimuMax's median)."""
+    low, prior, high = allocator_overhead_bounds("default")
+    fitted = fit_overhead(rows)
+    assert low <= fitted <= high
+    assert ALLOCATOR_OVERHEAD[Allocator.DEFAULT] == pytest.approx(fitted, abs=0.001)
+    assert summary(reserved_errors(rows, fitted))[0] <= summary(reserved_errors(rows, prior))[0]
+    assert fit_overhead([]) == prior  # no reading: the prior
+
+
+def test_crossval_scores_each_source_with_the_others_fit(rows) -> None:  # type: ignore[no-untyped-def]
+    lines = crossval_lines(rows)
+    assert any(line.strip().startswith("simumax") and "left out" in line for line in lines)
+    assert any(line.strip().startswith("torchtitan") and "left out" in line for line in lines)
+    assert "leave-one-source-out" in lines[-1]

@@ -48,7 +48,8 @@ def _predicted(scenario: dict[str, Any]) -> Any:
 def test_allocated_reserved_and_peak_are_separate() -> None:
     p, inst = _predicted(_scenario())
     s = p.stages[0]
-    assert s.allocated_bytes < s.reserved_bytes < s.total_bytes
+    # reserved may pass what must fit: near capacity the allocator frees its cache (cost/memory.py)
+    assert s.allocated_bytes < s.reserved_bytes and s.allocated_bytes < s.total_bytes
     assert s.reserved_bytes == pytest.approx(s.allocated_bytes * (1 + ALLOCATOR_OVERHEAD[Allocator.DEFAULT]))
     context = runtime_reserve_bytes(fixed_plan(inst))
     fit = ALLOCATOR_FIT_OVERHEAD[Allocator.DEFAULT]
