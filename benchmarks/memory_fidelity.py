@@ -7,10 +7,12 @@ matching prediction: ``measured_what`` allocated with ``predicted.peak_allocated
 bytes: torch's max_memory_allocated), reserved with ``predicted.peak_reserved_bytes`` (what the
 caching allocator holds: max_memory_reserved). A row's error is predicted / measured - 1.
 
-Fit: a row fits when ``predicted.peak_memory_bytes`` (reserved plus CUDA context and NCCL
-buffers, the figure the solver keeps under capacity) is at most the row's device memory
-(memory_set.py). A *false fit* is a row reported out of memory that paraplan says fits; a *false
-refusal* a row that ran that paraplan says does not.
+Fit: a row fits when ``predicted.peak_memory_bytes`` (the figure the solver keeps under
+capacity) is at most the row's device memory (memory_set.py); the counts are given twice, at
+the device's capacity and under the search's default headroom (the memory band's margin,
+hardware/uncertainty.py default_memory_headroom: what a plan paraplan picks keeps free). A
+*false fit* is a row reported out of memory that paraplan says fits; a *false refusal* a row
+that ran that paraplan says does not.
 
 Printed: one line per row, per source (median / p90 |error| per statistic), and the overall line
 last. ``--fit`` prints the default allocator's overhead (reserved beyond allocated, a share of
@@ -35,6 +37,7 @@ from pathlib import Path
 
 from paraplan.cost.memory import ALLOCATOR_OVERHEAD
 from paraplan.cost.plan import Allocator
+from paraplan.hardware import default_memory_headroom
 from paraplan.hardware.memory import allocator_overhead_bounds
 
 import paraplan
@@ -62,7 +65,8 @@ class MemoryRow:
     predicted_gib: float  # the statistic the row measured (allocated or reserved; reserved if none)
     peak_gib: float  # predicted.peak_memory_bytes, what must fit
     capacity_gib: float
-    fits: bool
+    fits: bool  # at the device's capacity
+    fits_with_headroom: bool = True  # under the search's default headroom (the memory band)
     predicted_reserved_gib: float = 0.0  # predicted.peak_reserved_bytes (for a second reading)
     predicted_allocated_gib: float = 0.0  # predicted.peak_allocated_bytes
 
@@ -101,9 +105,10 @@ def evaluate_memory_case(case: MemoryCase) -> MemoryRow:
         _predicted_bytes(p, case.statistic) / GIB,
         p.peak_memory_bytes / GIB,
         capacity / GIB,
-        p.peak_memory_bytes <= capacity,
-        p.peak_reserved_bytes / GIB,
-        p.peak_allocated_bytes / GIB,
+        fits=p.peak_memory_bytes <= capacity,
+        fits_with_headroom=p.peak_memory_bytes <= capacity * (1.0 - default_memory_headroom()),
+        predicted_reserved_gib=p.peak_reserved_bytes / GIB,
+        predicted_allocated_gib=p.peak_allocated_bytes / GIB,
     )
 
 
@@ -209,11 +214,14 @@ def _figures(rows: list[MemoryRow]) -> str:
             med, p90 = summary(errs)
             signed = statistics.median(errs)
             parts.append(f"{stat} {len(errs)}: median |err| {med:.1%}, p90 {p90:.1%}, signed {signed:+.1%}")
-    false_fits = sum(r.case.oom and r.fits for r in rows)
     ran = [r for r in rows if not r.case.oom]
-    refusals = sum(not r.fits for r in ran)
-    parts.append(f"false fits {false_fits}/{sum(r.case.oom for r in rows)} OOM rows")
-    parts.append(f"false refusals {refusals}/{len(ran)} rows that ran")
+    ooms = sum(r.case.oom for r in rows)
+    fits = sum(r.case.oom and r.fits for r in rows), sum(r.case.oom and r.fits_with_headroom for r in rows)
+    refused = sum(not r.fits for r in ran), sum(not r.fits_with_headroom for r in ran)
+    parts.append(f"false fits {fits[0]}/{ooms} OOM rows ({fits[1]} with the default headroom)")
+    parts.append(
+        f"false refusals {refused[0]}/{len(ran)} rows that ran ({refused[1]} with the default headroom)"
+    )
     return "; ".join(parts)
 
 

@@ -269,16 +269,18 @@ class SolverSection(Section):
         "model allows (the unrestricted optimum). Unset: the fastest plan at "
         "least one framework runs (result.runs_on names them)",
     )
-    memory_headroom: float = Field(
-        0.0,
+    memory_headroom: float | None = Field(
+        None,
         description="fraction of each device's memory kept free (0 <= x < 0.5): plans "
-        "must fit HBM x (1 - memory_headroom), on top of the modelled runtime reserve",
+        "must fit HBM x (1 - memory_headroom), on top of the modelled runtime reserve. Unset: "
+        "the search keeps the memory band's margin (1 - 1/p90 of measured/predicted peak "
+        "memory, hardware/data/uncertainty.yaml; about 0.10), evaluate none; 0 turns it off",
     )
 
     @field_validator("memory_headroom")
     @classmethod
-    def check_memory_headroom(cls, value: float) -> float:
-        if not 0.0 <= value < 0.5:
+    def check_memory_headroom(cls, value: float | None) -> float | None:
+        if value is not None and not 0.0 <= value < 0.5:
             raise ValueError(
                 f"solver.memory_headroom={value} must be at least 0 and below 0.5 "
                 "(a fraction of device memory kept free, e.g. 0.05)"

@@ -101,3 +101,13 @@ def test_crossval_scores_each_source_with_the_others_fit(rows) -> None:  # type:
     assert any(line.strip().startswith("simumax") and "left out" in line for line in lines)
     assert any(line.strip().startswith("torchtitan") and "left out" in line for line in lines)
     assert "leave-one-source-out" in lines[-1]
+
+
+def test_fit_under_the_default_headroom(rows) -> None:  # type: ignore[no-untyped-def]
+    """The search's default headroom (the memory band) refuses every OOM row but the Llama 3 70B
+    SFT one, whose out-of-memory the source attributes to fragmentation (flaky in 30-60% of runs,
+    gone with expandable_segments), and still runs at most 1 in 10 of the rows that ran."""
+    false_fits = [r.case.row_id for r in rows if r.case.oom and r.fits_with_headroom]
+    assert false_fits == ["mbridge-llama3-70b-sft-base-coreattn"]
+    ran = [r for r in rows if not r.case.oom]
+    assert sum(not r.fits_with_headroom for r in ran) <= len(ran) / 10
