@@ -179,7 +179,7 @@ def _num_modes(pp: int, fixed: PartialPlan) -> int:
 
 def space_size(scenario: dict[str, Any]) -> int:
     """Complete plans (layout x layer split x recompute per stage) in the unpruned space."""
-    inst = build_instance(paraplan.load_scenario(scenario))
+    inst = build_instance(paraplan.load_scenario(scenario), search=True)
     fixed, options, job = fixed_knobs(inst), search_options(inst), inst.job
     total = 0
     for layout in layouts(
@@ -193,7 +193,7 @@ def exhaustive(scenario: dict[str, Any], budget_s: float) -> Attempt:
     """Brute force over the same space; NOT_FINISHED past ``budget_s`` (with the plans visited)."""
     size = space_size(scenario)
     start = time.perf_counter()
-    inst = build_instance(paraplan.load_scenario(scenario))
+    inst = build_instance(paraplan.load_scenario(scenario), search=True)
     try:
         e = enumerate_plans(
             inst.graph, inst.cluster, inst.job, fixed_knobs(inst), search_options(inst), budget_s=budget_s
@@ -247,7 +247,7 @@ def rule_of_thumb(scenario: dict[str, Any]) -> Attempt:
     dp > 1, even layer split, default rank order; full recompute only when no recompute does not
     fit at that PP."""
     start = time.perf_counter()
-    inst = build_instance(paraplan.load_scenario(scenario))
+    inst = build_instance(paraplan.load_scenario(scenario), search=True)
     n, num_layers, job = inst.cluster.num_devices, inst.spec.num_layers, inst.job
     tp = _rule_tp(inst)
     for pp in divisors(n // tp):

@@ -352,6 +352,13 @@ def valid_case(d: Draw, *, time_limit_s: float = 5.0, large: bool = False) -> Ca
         "top": d.choice((1, 3, 2)),
         "seed": d.choice((0, 1, 12345)),
     }
+    # the memory knobs (issue 24), drawn last so that every earlier draw of a seed stays as it was
+    if d.chance(0.1):
+        job["allocator"] = d.choice(("default", "expandable_segments"))
+        job["cross_entropy"] = d.choice(("fused", "upcast", "compiled"))
+        job["optimizer_moments"] = d.choice(("fp32", "bf16"))
+    if d.chance(0.1):
+        scenario.setdefault("solver", {})["memory_headroom"] = d.choice((0.0, 0.05, 0.2))
     return Case("valid", scenario, args, tag=f"valid:{'large' if large else source}", files=files or None)
 
 

@@ -137,7 +137,7 @@ def _instance(scenario: Any) -> tuple[Any, Any, Any]:
     from paraplan.api import fixed_knobs, search_options
     from paraplan.instance import build_instance
 
-    inst = build_instance(paraplan.load_scenario(scenario))
+    inst = build_instance(paraplan.load_scenario(scenario), search=True)  # as paraplan.solve builds it
     return inst, fixed_knobs(inst), search_options(inst)
 
 

@@ -7,7 +7,9 @@ wherever the two files say the same thing, and each default a row takes is liste
 
 - **statistic**: ``measured_what`` allocated -> paraplan's ``peak_allocated_bytes``, reserved ->
   ``peak_reserved_bytes``; unstated (and OOM rows, whose reading is the last one before the
-  failure, not the need) -> no error, the row counts for fit only.
+  failure, not the need) -> no error, the row counts for fit only. An allocated row whose notes
+  give the same run's reserved peak too ("real reserved X GiB": SimuMax's rows, the max over
+  ranks of torch.cuda.max_memory_reserved) is scored on both (``MemoryCase.reserved_gib``).
 - **device memory**: the mapped preset's (A100 80GB -> dgx-a100-80gb, H100 80GB -> dgx-h100,
   H200 -> dgx-h200, B200 -> dgx-b200). Two parts the catalog lacks are mapped for memory only
   (their step times are not used here): the 96 GB HBM2e H100 of torchtitan's Dec 2024 runs ->
@@ -26,18 +28,21 @@ wherever the two files say the same thing, and each default a row takes is liste
   parallel as stated, else on when tp > 1 (Megatron-Bridge recipes); ep wider than dp*cp folds
   over tp (etp = 1), as calibration_set.py.
 - **recompute**: none / full as stated; Megatron's selective ``core_attn`` -> selective;
-  Megatron-Bridge ``--recompute-modules`` other than core_attn (layernorm, moe_act, mla_up_proj,
-  mlp, moe) have no paraplan mode: -> selective, flagged (under flash attention selective stores
-  what none stores, so modules that discard a little map to what the run nearly keeps);
+  Megatron-Bridge ``--recompute-modules`` other than core_attn alone (layernorm, moe_act,
+  mla_up_proj, mlp, moe) -> selective with ``job.recompute_modules`` (cost/recompute_modules.py);
   torchtitan's op-level selective checkpointing (``selective (op-level SAC)``) -> selective with
   ``job.selective_policy: torchtitan_op`` (cost/recompute.py: it keeps chosen matmul outputs,
   between Megatron's selective and full, memory.md); an unstated torchtitan AC mode -> the same
   (its config default).
 - **loss**: torchtitan rows ``job.cross_entropy: upcast`` (torchtitan's cross_entropy_loss casts
-  the logits to fp32 before torch's cross_entropy; the chunked loss of the NVFP4 doc's row is not
-  modelled), the Megatron rows fused (SimuMax's cases are "cef", cross-entropy fusion).
+  the logits to fp32 before torch's cross_entropy), ``compiled`` where the run compiles with a
+  torchtitan that compiles the loss too (2025 on; the Dec 2024 runs compiled the blocks only:
+  ``_titan_loss``); the chunked loss of the NVFP4 doc's row is not modelled; the Megatron rows
+  fused (SimuMax's cases are "cef", cross-entropy fusion).
 - **job**: precision as calibration_set.py (``_precision``); fp32 gradients except
   Megatron-Bridge rows (their performance recipes reduce in bf16, as in the step-time mapping);
+  ``optimizer_moments: bf16`` for the Bridge recipes that set the precision-aware optimizer's
+  moments to bf16 (Moonlight, DeepSeek-V3, OLMoE: ``_BF16_MOMENTS``);
   ``job.allocator`` expandable_segments where the row says so, else default.
 - **MoE software state**: benchmarks/moe_state.py read from the row's notes and precision text
   ("TE CUDA graphs ..." -> partial graphs), SimuMax's "capacity factor 1 with pad-to-capacity" ->
@@ -124,6 +129,11 @@ _MOE_CONFIGS: dict[str, dict[str, Any]] = {
         **_MLA,
     },
 }
+# Megatron-Bridge recipes whose optimizer keeps Adam's moments in bf16 (use_precision_aware_optimizer,
+# exp_avg_dtype = exp_avg_sq_dtype = torch.bfloat16: megatron-bridge 0.3.1 recipes/moonlight/
+# moonlight_16b.py, deepseek/deepseek_v3.py, olmoe/olmoe_7b.py; the Qwen3, Nemotron and Llama
+# recipes keep fp32)
+_BF16_MOMENTS = ("Moonlight", "DeepSeek-V3", "OLMoE")
 _MOE_PRESETS = {"Qwen3-30B-A3B": "qwen3-30b-a3b", "Nemotron 3 Nano": "nemotron3-nano-30b-a3b"}
 
 
@@ -137,6 +147,7 @@ class MemoryCase:
     oom: bool
     capacity_gib: float | None  # the row's device memory where the preset's differs
     defaults: tuple[str, ...] = field(default=())
+    reserved_gib: float | None = None  # a second reading, reserved, where an allocated row gives one
 
 
 @dataclass(frozen=True)
@@ -210,10 +221,27 @@ def _recompute(row: dict[str, str], defaults: list[str]) -> str:
         return "selective"
     if ("op" in text and "sac" in text) or "selectiveac" in text.replace(" ", ""):
         return "selective"
-    modules = {m.strip() for m in re.sub(r"^selective( modules)?", "", text).split(",") if m.strip()}
-    if modules - {"core_attn"}:
-        defaults.append(f"recompute=selective (modules {'+'.join(sorted(modules))}: no mode of their own)")
     return "selective"
+
+
+def _modules(row: dict[str, str]) -> list[str]:
+    """Megatron's ``--recompute-modules`` of a row ("selective modules layernorm, moe_act",
+    "selective mlp, core_attn"): ``job.recompute_modules`` (cost/recompute_modules.py); [] for
+    core_attn alone (Megatron's default) and for rows that name none."""
+    text = row["recompute"].lower().strip()
+    if not text.startswith("selective") or "sac" in text or "selectiveac" in text.replace(" ", ""):
+        return []
+    words = re.sub(r"^selective( modules)?", "", text).split(",")
+    modules = sorted({w.strip() for w in words if w.strip() and not set(w.strip()) & set("([])")})
+    return [] if modules in ([], ["core_attn"]) else modules
+
+
+def _titan_loss(row: dict[str, str]) -> str:
+    """torchtitan's loss kernel: compiled where the run compiles and its torchtitan compiles the
+    loss (2025 on: ``compile.components`` ["model", "loss"], torchtitan 0.3.0 config/configs.py),
+    else the eager upcast (the Dec 2024 runs, torchtitan 9dec370, compiled the blocks only)."""
+    compiled = "compile" in (row["precision"] + row["notes"]).lower()
+    return "compiled" if compiled and "2024" not in row["framework_version"] else "upcast"
 
 
 def _zero(row: dict[str, str]) -> int:
@@ -265,8 +293,12 @@ def _row_case(row: dict[str, str]) -> MemoryCase | MemorySkipped:
         "precision": _precision(row["precision"]),
         "fp32_grads": not bridge,
         "allocator": allocator,
-        **({"cross_entropy": "upcast", "selective_policy": "torchtitan_op"} if titan else {}),
+        **({"cross_entropy": _titan_loss(row), "selective_policy": "torchtitan_op"} if titan else {}),
+        **({"recompute_modules": modules} if (modules := _modules(row)) else {}),
     }
+    if bridge and any(row["model"].startswith(m) for m in _BF16_MOMENTS):
+        job["optimizer_moments"] = "bf16"
+        defaults.append("optimizer_moments=bf16 (the recipe's precision-aware optimizer)")
     plan: dict[str, Any] = {
         "dp": dp,
         "tp": tp,
@@ -302,6 +334,7 @@ def _row_case(row: dict[str, str]) -> MemoryCase | MemorySkipped:
     oom = row["oom"].strip().lower() == "yes"
     statistic = row["measured_what"] if measured is not None and not oom else "unstated"
     preset_name, capacity = hardware
+    second = re.search(r"real reserved ([\d.]+) GiB", row["notes"]) if statistic == "allocated" else None
     return MemoryCase(
         rid,
         source_of(rid),
@@ -311,6 +344,7 @@ def _row_case(row: dict[str, str]) -> MemoryCase | MemorySkipped:
         oom,
         capacity,
         tuple(defaults),
+        float(second.group(1)) if second else None,
     )
 
 

@@ -174,7 +174,7 @@ def _timed_solve(scenario: dict, limit: float = 120.0) -> tuple[float, str, floa
 def _enumeration(scenario: dict, budget_s: float) -> tuple[float | None, float]:
     """(wall s or None when over budget, best step s) of exhaustive enumeration of the same
     space as the solver's (the scenario's fixed knobs and solver options)."""
-    inst = build_instance(paraplan.load_scenario(scenario))
+    inst = build_instance(paraplan.load_scenario(scenario), search=True)
     try:
         e = enumerate_plans(
             inst.graph, inst.cluster, inst.job, fixed_knobs(inst), search_options(inst), budget_s

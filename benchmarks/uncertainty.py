@@ -11,6 +11,9 @@ interpolation between order statistics, ``statistics.quantiles(method="inclusive
 prediction of T seconds is then reported as [p10 * T, p90 * T]. A generation with fewer than
 ``MIN_ROWS`` runs, or none, uses the percentiles of all rows pooled, and the file says so.
 
+The memory band (``memory:``) is the same percentiles of measured / predicted peak memory over
+the readings of benchmarks/data/memory_runs_calibration.csv (benchmarks/memory_fidelity.py).
+
 Regenerate after any change to the cost model's fidelity (efficiency.yaml, cost/, new
 calibration rows): the band describes the model that scored the rows.
 """
@@ -31,8 +34,10 @@ from paraplan.hardware.tpu import tpu_chip_names
 import paraplan
 from benchmarks.calibration_set import CSV_PATH
 from benchmarks.fidelity import Row, fidelity_rows
+from benchmarks.memory_fidelity import MemoryRow, memory_rows
+from benchmarks.memory_set import MEMORY_CSV_PATH
 
-__all__ = ["MIN_ROWS", "OUT_PATH", "band_table", "generation_of", "main"]
+__all__ = ["MIN_ROWS", "OUT_PATH", "band_table", "generation_of", "memory_band", "main"]
 
 MIN_ROWS = 8  # fewer runs than this: the generation's own percentiles are too noisy to report
 OUT_PATH = Path(__file__).resolve().parents[1] / "hardware" / "data" / "uncertainty.yaml"
@@ -47,8 +52,12 @@ _HEADER = """\
 # ratio = measured / predicted step time; p10 / p90 are its 10th / 90th percentiles, so a
 # prediction of T s is reported as [p10 * T, p90 * T] (result JSON: predicted.step_time_band_s).
 # source: "generation" = that generation's own runs; "pooled" = fewer than {min_rows} runs of
-# its own, so the percentiles of all runs pooled. Do not edit by hand: regenerate after any
-# change to the cost model or the calibration rows.
+# its own, so the percentiles of all runs pooled.
+# memory: the band of the peak memory, ratio = measured / predicted over every reading (allocated
+# and reserved) of {memory_csv}, scored by benchmarks/memory_fidelity.py
+# ({memory_rows} readings); in-sample for the fitted allocator overhead (hardware/data/memory.yaml).
+# solver.memory_headroom defaults to 1 - 1/p90 (hardware/uncertainty.py default_memory_headroom).
+# Do not edit by hand: regenerate after any change to the cost model or the calibration rows.
 """
 
 
@@ -107,9 +116,23 @@ def band_table(rows: list[Row]) -> dict:
     }
 
 
+def memory_band(rows: list[MemoryRow]) -> dict:
+    """The memory band: percentiles of measured / predicted peak over every reading of the
+    measured-memory file (allocated and reserved: both are what a run asked of the device)."""
+    ratios = [measured / predicted for r in rows for _, measured, predicted in r.readings()]
+    return {**_percentiles(ratios), "rows": len(ratios)}
+
+
 def _render(table: dict) -> str:
     csv = CSV_PATH.relative_to(CSV_PATH.parents[2]).as_posix()
-    head = _HEADER.format(csv=csv, num_rows=table["calibration_rows"], today=table["date"], min_rows=MIN_ROWS)
+    head = _HEADER.format(
+        csv=csv,
+        num_rows=table["calibration_rows"],
+        today=table["date"],
+        min_rows=MIN_ROWS,
+        memory_csv=MEMORY_CSV_PATH.relative_to(MEMORY_CSV_PATH.parents[2]).as_posix(),
+        memory_rows=table["memory"]["rows"],
+    )
     return head + yaml.safe_dump(table, sort_keys=False, default_flow_style=None, width=100)
 
 
@@ -119,10 +142,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=OUT_PATH, help=f"data file ({OUT_PATH})")
     args = ap.parse_args(argv)
     table = band_table(fidelity_rows())  # the runs the fidelity figures score
+    table["memory"] = memory_band(memory_rows()[0])
     print(f"{'generation':<16} {'rows':>5} {'p10':>7} {'p50':>7} {'p90':>7}  source")
     for gen, g in table["generations"].items():
         print(f"{gen:<16} {g['rows']:>5} {g['p10']:>7.3f} {g['p50']:>7.3f} {g['p90']:>7.3f}  {g['source']}")
-    for name, p in (("(dense pooled)", table["pooled"]), ("(MoE)", table["moe"])):
+    for name, p in (
+        ("(dense pooled)", table["pooled"]),
+        ("(MoE)", table["moe"]),
+        ("(memory)", table["memory"]),
+    ):
         print(f"{name:<16} {p['rows']:>5} {p['p10']:>7.3f} {p['p50']:>7.3f} {p['p90']:>7.3f}")
     if not args.check:
         args.out.write_text(_render(table))

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from paraplan.cost.comm import GroupSpan, allgather_s, allreduce_s, group_span, reduce_scatter_s
 from paraplan.cost.ep import expert_dp_span, expert_shard_degree
-from paraplan.cost.plan import Axis, Job, Layout
+from paraplan.cost.plan import Axis, Job, Layout, OptimizerMoments
 from paraplan.hardware import Cluster
 
 __all__ = [
@@ -29,6 +29,7 @@ __all__ = [
     "GRAD_BYTES",
     "OPTIMIZER_BYTES",
     "OPTIMIZER_STEP_BYTES_PER_PARAM",
+    "moment_bytes",
     "StateBytes",
     "state_bytes",
     "shard_degree",
@@ -66,6 +67,14 @@ def grad_bytes(job: Job) -> int:
     return GRAD_BYTES if job.fp32_grads else WEIGHT_BYTES
 
 
+def moment_bytes(job: Job) -> float:
+    """Bytes of Adam's momentum + variance per parameter: 8 in fp32, 4 with
+    ``job.optimizer_moments: bf16`` (Megatron's precision-aware optimizer: exp_avg_dtype and
+    exp_avg_sq_dtype torch.bfloat16; megatron-core ``OptimizerConfig``; Megatron-Bridge 0.3.1
+    recipes/moonlight/moonlight_16b.py sets both). Units: bytes per parameter."""
+    return FSDP_MOMENT_BYTES / 2 if job.optimizer_moments is OptimizerMoments.BF16 else FSDP_MOMENT_BYTES
+
+
 def optimizer_step_bytes_per_param(job: Job) -> float:
     """HBM bytes the optimizer step moves per local parameter: OPTIMIZER_STEP_BYTES_PER_PARAM, or 0
     for frozen base weights (``job.frozen_base``, LoRA: no step for them). For the stage
@@ -73,10 +82,17 @@ def optimizer_step_bytes_per_param(job: Job) -> float:
     return 0.0 if job.frozen_base else float(OPTIMIZER_STEP_BYTES_PER_PARAM)
 
 
-def state_bytes(params: float, zero: int, dp: int, grad_bytes_per_param: int = GRAD_BYTES) -> StateBytes:
-    """Formula: params * (2/(d if z>=3) + g/(d if z>=2) + 12/(d if z>=1)) bytes, d = shard group;
-    ZeRO-3 with fp32 gradients (g = 4): params * (4 + 4 + 8) / d. Frozen weights (g = 0, LoRA):
-    params * 2 / (d if z>=3), no gradient or optimizer state.
+def state_bytes(
+    params: float,
+    zero: int,
+    dp: int,
+    grad_bytes_per_param: int = GRAD_BYTES,
+    moments_bytes_per_param: float = FSDP_MOMENT_BYTES,
+) -> StateBytes:
+    """Formula: params * (2/(d if z>=3) + g/(d if z>=2) + (4 + m)/(d if z>=1)) bytes, d = shard
+    group, m = Adam's two moments (8 B in fp32; 4 B in bf16, ``moment_bytes``); ZeRO-3 with fp32
+    gradients (g = 4): params * (4 + 4 + m) / d. Frozen weights (g = 0, LoRA): params * 2 /
+    (d if z>=3), no gradient or optimizer state.
 
     Fully sharded data parallelism keeps one sharded copy of each parameter: PyTorch FSDP/FSDP2
     mixed precision stores the shard in fp32 (it is the optimizer's master weight) and all-gathers
@@ -91,12 +107,13 @@ def state_bytes(params: float, zero: int, dp: int, grad_bytes_per_param: int = G
         return StateBytes(
             weights=params * FSDP_SHARD_WEIGHT_BYTES / dp,
             grads=params * grad_bytes_per_param / dp,
-            optimizer=params * FSDP_MOMENT_BYTES / dp,
+            optimizer=params * moments_bytes_per_param / dp,
         )
+    master = OPTIMIZER_BYTES - FSDP_MOMENT_BYTES  # the fp32 master copy
     return StateBytes(
         weights=params * WEIGHT_BYTES / (dp if zero >= 3 else 1),
         grads=params * grad_bytes_per_param / (dp if zero >= 2 else 1),
-        optimizer=params * OPTIMIZER_BYTES / (dp if zero >= 1 else 1),
+        optimizer=params * (master + moments_bytes_per_param) / (dp if zero >= 1 else 1),
     )
 
 

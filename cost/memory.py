@@ -17,7 +17,14 @@ two saved inputs (the final norm's input and the LM head's input, n*h each, HEAD
 Fused (Megatron / Transformer Engine vocab-parallel cross entropy): 6 B, bf16 logits and the fp32
 softmax. Upcast (torchtitan's cross_entropy_loss: ``logits.float()`` into torch's cross_entropy):
 12 B at the loss's peak, the fp32 copy, log_softmax's saved fp32 output and its gradient (the
-oracle measures 12.0 B per logit: 4 B kept, 8 B transient, at vocabularies 8K-32K).
+oracle measures 12.0 B per logit: 4 B kept, 8 B transient, at vocabularies 8K-32K). Compiled (the
+same function under torch.compile, as torchtitan compiles its loss from 2025, ``compile.components``
+["model", "loss"]): 4 B, the bf16 logits kept for backward and their bf16 gradient. Inductor's
+decompositions let AOTAutograd's min-cut partitioner save only the bf16 input and two per-row
+fp32 values (max, log-sum-exp), and the backward's fp32 softmax, scatter and subtraction fuse into
+one kernel that writes the bf16 gradient (tests/cost/test_memory_terms.py compiles the loss with
+inductor on CPU and reads the buffers its kernels allocate: none of n x vocab in forward, one bf16
+in backward).
 
 A block's backward under ZeRO-3 (FSDP2, GPU): the block and the prefetched next one unsharded
 (ZERO3_PREFETCH_BLOCKS x 2 B per parameter), its gradients unsharded in bf16 and in the reduce
@@ -48,7 +55,10 @@ The reserve is memory a real run holds that no tensor of the model accounts for:
   them (PyTorch docs, "CUDA semantics", memory management). Measured reserved - allocated is
   2.8-9.3% of allocated, median 5.3% (docs/memory.md Sec. 2: SimuMax's B200 runs, 13 of them in
   benchmarks/data/memory_runs_calibration.csv), largest at long sequences. ``ALLOCATOR_OVERHEAD``
-  is that median with the default allocator, and reported as reserved; with
+  with the default allocator is one share fitted to every reserved reading of that file
+  (hardware/data/memory.yaml: 7.2%, prior SimuMax's median 5.3%, bounded by SimuMax's range;
+  torchtitan's FSDP2 runs read higher than Megatron's, leave-one-source-out in
+  ``benchmarks.memory_fidelity --crossval``), and reported as reserved; with
   ``expandable_segments`` (segments grown in place, no split-block fragmentation) 2.8%, the
   smallest gap measured, an assumption (no measured reserved figure under it). Near capacity the
   allocator frees its cached blocks and retries before it raises out-of-memory
@@ -83,11 +93,12 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 from paraplan.cost.block import LOGITS_BYTES_PER_ELEMENT
-from paraplan.cost.dp import WEIGHT_BYTES, StateBytes, grad_bytes, shard_degree, state_bytes
+from paraplan.cost.dp import WEIGHT_BYTES, StateBytes, grad_bytes, moment_bytes, shard_degree, state_bytes
 from paraplan.cost.ep import expert_shard_degree
 from paraplan.cost.plan import Allocator, CrossEntropy, Job, Layout, Recompute
 from paraplan.cost.pp import in_flight_micro_batches
 from paraplan.cost.stage import StageTerms
+from paraplan.hardware.memory import allocator_overhead_fit
 
 __all__ = [
     "StageMemory",
@@ -116,10 +127,11 @@ CUDA_CONTEXT_BYTES = 0.5e9  # CUDA context + cuBLAS workspaces, lazy loading (mo
 NCCL_BYTES_PER_COMMUNICATOR = 0.25e9  # NCCL_BUFFSIZE 4 MiB x channels x peers (module docstring)
 # reserved beyond allocated, a share of the allocated bytes (module docstring): as measured
 # (reported as reserved) and the part that must fit (the allocator frees cached blocks first)
-ALLOCATOR_OVERHEAD = {Allocator.DEFAULT: 0.053, Allocator.EXPANDABLE_SEGMENTS: 0.028}
+ALLOCATOR_OVERHEAD = {a: allocator_overhead_fit(a.value) for a in Allocator}  # hardware/data/memory.yaml
 ALLOCATOR_FIT_OVERHEAD = {Allocator.DEFAULT: 0.028, Allocator.EXPANDABLE_SEGMENTS: 0.028}
 ALLOCATOR_FRAGMENTATION = ALLOCATOR_FIT_OVERHEAD[Allocator.DEFAULT]
-LOGIT_BYTES = {CrossEntropy.FUSED: 6.0, CrossEntropy.UPCAST: 12.0}  # per logit element (docstring)
+# per logit element at the loss's peak (module docstring)
+LOGIT_BYTES = {CrossEntropy.FUSED: 6.0, CrossEntropy.UPCAST: 12.0, CrossEntropy.COMPILED: 4.0}
 XLA_RUNTIME_RESERVE_BYTES = 0.0  # TPU: no CUDA context or NCCL buffers; no figure published
 XLA_FRAGMENTATION = 0.0  # TPU: XLA assigns buffers at compile time (module docstring)
 ZERO3_PREFETCH_BLOCKS = 2  # FSDP keeps the current and the prefetched block unsharded
@@ -270,15 +282,15 @@ def stage_memory_model(terms: StageTerms, stage: int, recompute: Recompute) -> S
     largest kind's (whichever kinds the stage holds: a bound that keeps the model affine).
     """
     plan, job = terms.plan, terms.job
-    shards, gbytes = shard_degree(plan), grad_bytes(job)
+    shards, gbytes, mbytes = shard_degree(plan), grad_bytes(job), moment_bytes(job)
     expert_shards = shard_degree(plan, expert=True)
     is_tpu = terms.at(stage).cluster.accelerator.is_tpu
     unsharded = not is_tpu and unsharded_under_pp(plan, terms.num_micro_batches)
 
     def state(params: float, expert_params: float) -> StateBytes:
         out = _sum(
-            state_bytes(params, plan.zero, shards, gbytes),
-            state_bytes(expert_params, plan.zero, expert_shards, gbytes),
+            state_bytes(params, plan.zero, shards, gbytes, mbytes),
+            state_bytes(expert_params, plan.zero, expert_shards, gbytes, mbytes),
         )
         if not unsharded:
             return out

@@ -41,6 +41,7 @@ __all__ = [
     "Axis",
     "Precision",
     "Allocator",
+    "OptimizerMoments",
     "CrossEntropy",
     "SelectivePolicy",
     "RecomputeModule",
@@ -105,11 +106,21 @@ class Allocator(StrEnum):
     EXPANDABLE_SEGMENTS = "expandable_segments"  # expandable_segments:True, segments grown in place
 
 
+class OptimizerMoments(StrEnum):
+    """Adam's momentum and variance dtype (cost/dp.py ``moment_bytes``): fp32 (torch, DeepSpeed,
+    Megatron's default) or bf16 (Megatron's precision-aware optimizer, ``exp_avg_dtype`` and
+    ``exp_avg_sq_dtype`` bf16, as Megatron-Bridge's Moonlight and DeepSeek recipes set them)."""
+
+    FP32 = "fp32"
+    BF16 = "bf16"
+
+
 class CrossEntropy(StrEnum):
     """How the loss is computed over the logits (cost/memory.py ``logit_bytes_per_element``)."""
 
     FUSED = "fused"  # fused vocab-parallel kernel (Megatron / TE): bf16 logits + fp32 softmax
     UPCAST = "upcast"  # logits upcast to fp32, torch cross_entropy (torchtitan, HF Trainer)
+    COMPILED = "compiled"  # the same under torch.compile (torchtitan 2025+): bf16 logits + bf16 grad
 
 
 class SelectivePolicy(StrEnum):
@@ -170,6 +181,7 @@ class Job:
     image_tokens: int = 0  # image patch tokens per sample into a vision encoder; 0 = the model's
     # default (ModelSpec.vision.image_tokens; graph Layer.tokens_per_sample)
     allocator: Allocator = Allocator.DEFAULT  # PYTORCH_CUDA_ALLOC_CONF (reserved memory, cost/memory.py)
+    optimizer_moments: OptimizerMoments = OptimizerMoments.FP32  # Adam m, v dtype (cost/dp.py)
     cross_entropy: CrossEntropy = CrossEntropy.FUSED  # the loss kernel (logit bytes, cost/memory.py)
     selective_policy: SelectivePolicy = SelectivePolicy.CORE_ATTENTION  # cost/recompute.py
     # Megatron --recompute-modules under recompute: selective; () = the framework's default policy

@@ -118,7 +118,9 @@ def modules_saved_bytes(layer: Layer, plan: Layout, job: Job, modules: frozenset
     if RecomputeModule.LAYERNORM in modules and kind in (LayerKind.ATTENTION, LayerKind.MLP, LayerKind.MOE):
         saved += n * h / sp * _normed_bytes(layer, job)
     if RecomputeModule.MLA_UP_PROJ in modules and _has_mla_up(layer):
-        qk = next(g for g in layer.gemms if g.name == "q_up").out_dim
+        # Q from q_up with a q LoRA, else from the q projection (Megatron's MLA runs either
+        # inside qkv_up_proj_and_rope_apply)
+        qk = next(g for g in layer.gemms if g.name in ("q_up", "q")).out_dim
         v_dim = next(g for g in layer.gemms if g.name == "proj").in_dim
         saved += n * (2 * qk + v_dim) / tp * ACTIVATION_BYTES
     if RecomputeModule.SHARED_EXPERTS in modules and kind is LayerKind.MOE and layer.act_tp_elems:

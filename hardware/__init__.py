@@ -29,9 +29,18 @@ from paraplan.hardware.topology import (
     with_torus_shape,
 )
 from paraplan.hardware.tpu import Torus, parse_slice, tpu_chip
-from paraplan.hardware.uncertainty import StepTimeBand, step_time_band
+from paraplan.hardware.uncertainty import (
+    MemoryBand,
+    StepTimeBand,
+    default_memory_headroom,
+    memory_band,
+    step_time_band,
+)
 
 __all__ = [
+    "MemoryBand",
+    "default_memory_headroom",
+    "memory_band",
     "Accelerator",
     "CalibrationProfile",
     "Cluster",

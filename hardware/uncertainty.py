@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-__all__ = ["StepTimeBand", "step_time_band"]
+__all__ = ["StepTimeBand", "step_time_band", "MemoryBand", "memory_band", "default_memory_headroom"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -73,3 +73,34 @@ def step_time_band(generations: Sequence[str], moe: bool = False) -> StepTimeBan
         p90_ratio=max(float(e["p90"]) for _, e in entries),
         source="; ".join(_describe(g, e, raw) for g, e in entries),
     )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MemoryBand:
+    """Ratios measured / predicted peak memory at the 50th and 90th percentile, and their source."""
+
+    p50_ratio: float
+    p90_ratio: float
+    rows: int
+    source: str
+
+
+def memory_band() -> MemoryBand:
+    """The peak-memory band of ``data/uncertainty.yaml`` (``memory:``, written by ``python -m
+    benchmarks.uncertainty`` over the readings benchmarks/memory_fidelity.py scores)."""
+    raw = _raw()
+    m = raw["memory"]
+    source = (
+        f"p90 of measured/predicted peak memory over {m['rows']} readings of measured runs "
+        f"(allocated and reserved), in-sample, {raw['date']}"
+    )
+    return MemoryBand(
+        p50_ratio=float(m["p50"]), p90_ratio=float(m["p90"]), rows=int(m["rows"]), source=source
+    )
+
+
+def default_memory_headroom() -> float:
+    """``solver.memory_headroom`` when the scenario leaves it unset: the share of device memory
+    that keeps a plan whose need is the band's p90 times the prediction inside the device,
+    1 - 1 / p90 (a plan fits HBM x (1 - headroom), so prediction x p90 <= HBM). Rounded to 0.1%."""
+    return round(1.0 - 1.0 / memory_band().p90_ratio, 3)

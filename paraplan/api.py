@@ -70,14 +70,17 @@ def evaluate(
     return with_training(_with_runs_on(evaluate_plan(inst, plan), inst, plan), inst)
 
 
-def _instance(scenario: str | Path | dict[str, Any] | Scenario, calibration: Calibration | None) -> Instance:
+def _instance(
+    scenario: str | Path | dict[str, Any] | Scenario, calibration: Calibration | None, search: bool = False
+) -> Instance:
     """The scenario's instance; a calibration file given here is recorded in the scenario (as an
-    absolute path) so the result, its exports and ``paraplan evaluate RESULT.json`` use it too."""
+    absolute path) so the result, its exports and ``paraplan evaluate RESULT.json`` use it too.
+    ``search``: for the solver (the memory band's default headroom, instance.memory_headroom_of)."""
     sc = load_scenario(scenario)
     if isinstance(calibration, str | Path):
         sc = sc.model_copy(update={"calibration": str(Path(calibration).resolve())})
         calibration = None
-    return build_instance(sc, calibration)
+    return build_instance(sc, calibration, search=search)
 
 
 def _with_runs_on(result: Result, inst: Instance, plan: Plan) -> Result:
@@ -209,7 +212,7 @@ def solve(
         from paraplan.capacity.solve import solve_capacity
 
         return solve_capacity(scenario, time_limit_s=time_limit_s, workers=workers, top=top, seed=seed)
-    inst = _instance(scenario, calibration)
+    inst = _instance(scenario, calibration, search=True)
     target = inst.scenario.solver.target
     base = _base_options(inst)
     fixed = fixed_knobs(inst)

@@ -29,6 +29,7 @@ from paraplan.hardware import (
     load_profile,
     with_memory_headroom,
 )
+from paraplan.hardware.uncertainty import default_memory_headroom
 from paraplan.plan_doc import REQUIRED_KNOBS
 from paraplan.plan_knobs import fixed_knobs_of
 from paraplan.schema import Scenario
@@ -37,6 +38,7 @@ __all__ = [
     "Instance",
     "Calibration",
     "build_instance",
+    "memory_headroom_of",
     "fixed_plan",
     "even_split",
     "default_stage_pools",
@@ -90,16 +92,31 @@ Calibration = str | Path | CalibrationProfile
 """A calibration profile: a YAML file (``paraplan calibrate``) or a loaded profile."""
 
 
-def build_instance(scenario: Scenario, calibration: Calibration | None = None) -> Instance:
+def memory_headroom_of(scenario: Scenario, search: bool) -> float:
+    """The share of device memory kept free: ``solver.memory_headroom`` where the scenario sets
+    it; unset, the memory band's margin for a search (hardware/uncertainty.py
+    default_memory_headroom: the plan the solver picks keeps its predicted peak under capacity
+    by the band) and none for evaluating a given plan (its fit is reported against the device)."""
+    given = scenario.solver.memory_headroom
+    if given is not None:
+        return given
+    return default_memory_headroom() if search else 0.0
+
+
+def build_instance(
+    scenario: Scenario, calibration: Calibration | None = None, *, search: bool = False
+) -> Instance:
     """ConfigError (naming the field) for unknown presets, bad shapes or unsupported precision.
 
     ``calibration`` (else the scenario's ``calibration:`` key) replaces the catalog efficiencies
-    of the accelerators it covers (hardware/calibration.py)."""
+    of the accelerators it covers (hardware/calibration.py). ``search``: the instance is for the
+    solver, whose default keeps the memory band's headroom (memory_headroom_of)."""
     try:
         spec = _model_spec(scenario)
         cluster = _calibrated(_cluster(scenario), calibration or scenario.calibration)
-        if scenario.solver.memory_headroom:
-            cluster = with_memory_headroom(cluster, scenario.solver.memory_headroom)
+        headroom = memory_headroom_of(scenario, search)
+        if headroom:
+            cluster = with_memory_headroom(cluster, headroom)
         job = job_of(scenario)
         fixed = fixed_knobs_of(scenario.plan, spec, cluster, job)
         if fixed.moe_dispatcher is not None:

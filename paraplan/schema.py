@@ -38,7 +38,7 @@ from paraplan.capacity.sections import (
     check_capacity,
 )
 from paraplan.cost import AttentionKernel, Precision
-from paraplan.cost.plan import Allocator, CrossEntropy, RecomputeModule, SelectivePolicy
+from paraplan.cost.plan import Allocator, CrossEntropy, OptimizerMoments, RecomputeModule, SelectivePolicy
 from paraplan.errors import ConfigError
 from paraplan.graph.spec import show_value
 from paraplan.hardware.topology import MAX_DEVICES, MAX_POOLS
@@ -187,11 +187,18 @@ class JobSection(Section):
         "(PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True; less reserved beyond allocated, "
         "cost/memory.py)",
     )
+    optimizer_moments: OptimizerMoments = Field(
+        OptimizerMoments.FP32,
+        description="Adam's momentum and variance dtype: fp32 (default) | bf16 (Megatron's "
+        "precision-aware optimizer, exp_avg_dtype / exp_avg_sq_dtype bf16: 4 B per parameter "
+        "less optimizer state; cost/dp.py)",
+    )
     cross_entropy: CrossEntropy = Field(
         CrossEntropy.FUSED,
         description="loss kernel: fused (Megatron / Transformer Engine vocab-parallel cross "
         "entropy: 6 B per logit) | upcast (logits cast to fp32 for torch's cross_entropy, as "
-        "torchtitan and the HF Trainer do: 12 B per logit at the backward peak)",
+        "torchtitan and the HF Trainer do: 12 B per logit at the backward peak) | compiled (the "
+        "same under torch.compile, torchtitan's default since 2025: 4 B, bf16 logits and gradient)",
     )
     selective_policy: SelectivePolicy = Field(
         SelectivePolicy.CORE_ATTENTION,
@@ -262,16 +269,18 @@ class SolverSection(Section):
         "model allows (the unrestricted optimum). Unset: the fastest plan at "
         "least one framework runs (result.runs_on names them)",
     )
-    memory_headroom: float = Field(
-        0.0,
+    memory_headroom: float | None = Field(
+        None,
         description="fraction of each device's memory kept free (0 <= x < 0.5): plans "
-        "must fit HBM x (1 - memory_headroom), on top of the modelled runtime reserve",
+        "must fit HBM x (1 - memory_headroom), on top of the modelled runtime reserve. Unset: "
+        "the search keeps the memory band's margin (1 - 1/p90 of measured/predicted peak "
+        "memory, hardware/data/uncertainty.yaml; about 0.10), evaluate none; 0 turns it off",
     )
 
     @field_validator("memory_headroom")
     @classmethod
-    def check_memory_headroom(cls, value: float) -> float:
-        if not 0.0 <= value < 0.5:
+    def check_memory_headroom(cls, value: float | None) -> float | None:
+        if value is not None and not 0.0 <= value < 0.5:
             raise ValueError(
                 f"solver.memory_headroom={value} must be at least 0 and below 0.5 "
                 "(a fraction of device memory kept free, e.g. 0.05)"

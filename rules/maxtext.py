@@ -26,6 +26,7 @@ from paraplan.rules.checks import (
     partial_recompute_rule,
     uniform_recompute_rule,
 )
+from paraplan.rules.launch_env import check_allocator
 from paraplan.rules.moe_state import state_rules
 from paraplan.rules.plans import order_matches
 
@@ -268,6 +269,7 @@ check_recompute_modules = megatron_recompute_modules_rule("maxtext")
 
 RULES = (
     check_recompute_modules,
+    check_allocator,
     check_dense_model,
     check_expert_tp,
     check_model_keys,
@@ -285,7 +287,12 @@ RULES = (
 
 SEARCH = SearchLimits(even_stages=True)
 """solver.target=maxtext: num_layers_per_pipeline_stage: every stage alike; one remat_policy."""
-MODEL_RULES = (check_recompute_modules, check_model_keys, MOE_STATE_RULES[3])  # + job.moe_routing
+MODEL_RULES = (
+    check_recompute_modules,
+    check_allocator,
+    check_model_keys,
+    MOE_STATE_RULES[3],
+)  # + moe_routing
 """The RULES that read only the model and job (solver.target checks them once, first)."""
 LAYOUT_RULES = (check_zero, check_rank_order, check_node_boundary, check_expert_axis)
 """The RULES that read the ZeRO stage or the rank order, which the solver picks per layout; the

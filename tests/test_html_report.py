@@ -195,7 +195,7 @@ def test_runner_ups_side_by_side_with_what_differs(planned: paraplan.Result) -> 
     best = planned.plan.model_dump()
     for alt in planned.alternatives:
         assert f"{alt.step_time_s:.4f} s" in section
-        changed = [k for k in ("dp", "cp", "micro_batch") if alt.plan.model_dump()[k] != best[k]]
+        changed = [k for k in ("dp", "cp", "micro_batch", "zero") if alt.plan.model_dump()[k] != best[k]]
         assert changed
         for k in changed:
             assert f"{k} {best[k]} → {alt.plan.model_dump()[k]}" in section

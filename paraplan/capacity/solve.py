@@ -137,7 +137,7 @@ def _options(sc: Scenario, base: dict[str, Any], required_price: bool) -> list[t
                 f"cluster.choose gives more than {MAX_CANDIDATES:,} clusters; narrow min_gpus/max_gpus "
                 "or use step: double"
             )
-        inst = build_instance(load_scenario(_concrete(base, sc, preset, counts[-1])))
+        inst = build_instance(load_scenario(_concrete(base, sc, preset, counts[-1])), search=True)
         bound = least_device_seconds(
             inst.graph, inst.cluster, inst.job, sc.solver.max_micro_batch, counts[-1]
         )

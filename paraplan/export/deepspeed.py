@@ -38,6 +38,7 @@ from paraplan.export import (
 from paraplan.result import paraplan_version
 from paraplan.rules import rules_of
 from paraplan.rules.deepspeed import ORDER, balanced_split, partition_balanced
+from paraplan.rules.launch_env import allocator_env
 from paraplan.rules.validity import hybrid_pattern
 
 __all__ = [
@@ -169,6 +170,15 @@ def autotp_batch_note(ctx: ExportContext) -> str:
     )
 
 
+def _launch_env(ctx: ExportContext) -> dict[str, Any]:
+    """The job's launch environment (rules/launch_env.py) under ``_paraplan``: DeepSpeed's
+    launcher exports the NAME=VALUE lines of a ``.deepspeed_env`` file on every node."""
+    env = allocator_env(ctx.inst.job)
+    if not env:
+        return {}
+    return {"launch_env": env, "deepspeed_env": [f"{k}={v}" for k, v in env.items()]}
+
+
 def deepspeed_config(ctx: ExportContext) -> dict[str, Any]:
     """The config dict for the context's plan (rules enforced first)."""
     enforce(ctx, FRAMEWORK, rules_of("deepspeed").rules)  # its launch rules first
@@ -180,6 +190,7 @@ def deepspeed_config(ctx: ExportContext) -> dict[str, Any]:
             "summary": header,
             "predicted_step_time_s": ctx.step_time_s,
             "notes": _notes(ctx),
+            **_launch_env(ctx),
         },
         KEYS["micro_batch"]: p.micro_batch,
         KEYS["grad_accum"]: job.global_batch // (p.micro_batch * p.dp),

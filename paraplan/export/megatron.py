@@ -55,6 +55,7 @@ from paraplan.export.megatron_placement import (
 )
 from paraplan.graph import ModelSpec
 from paraplan.rules import rules_of
+from paraplan.rules.launch_env import allocator_env
 from paraplan.rules.megatron import ORDERS, hybrid_pattern, megatron_order, tp_repairs
 
 __all__ = [
@@ -323,13 +324,15 @@ def megatron_args(ctx: ExportContext) -> list[str]:
 
 
 def megatron_env(ctx: ExportContext) -> dict[str, str | None]:
-    """Environment the launch needs (None: must be unset). Rules 28 and 31."""
+    """Environment the launch needs (None: must be unset). Rules 28 and 31; the job's caching
+    allocator (rules/launch_env.py: PYTORCH_CUDA_ALLOC_CONF)."""
     plan = ctx.plan
+    env: dict[str, str | None] = dict(allocator_env(ctx.inst.job))
     if plan.zero >= 2:
-        return {CUDA_CONNECTIONS_VAR: None}  # Megatron-FSDP needs it unset or > 1
-    if plan.tp > 1 or plan.cp > 1:
-        return {CUDA_CONNECTIONS_VAR: "1"}  # TP/CP comm ordering on pre-Blackwell GPUs
-    return {}
+        env[CUDA_CONNECTIONS_VAR] = None  # Megatron-FSDP needs it unset or > 1
+    elif plan.tp > 1 or plan.cp > 1:
+        env[CUDA_CONNECTIONS_VAR] = "1"  # TP/CP comm ordering on pre-Blackwell GPUs
+    return env
 
 
 # --------------------------------------------------------------------------- render

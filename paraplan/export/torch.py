@@ -22,6 +22,7 @@ from paraplan.export import (
 )
 from paraplan.export.torch_plan import render_torch_plan
 from paraplan.rules import Draft, rules_of
+from paraplan.rules.launch_env import allocator_env
 from paraplan.rules.torch import ORDER, script_args, virtual_stage_layers
 
 __all__ = ["ORDER", "render", "virtual_stage_layers"]
@@ -42,8 +43,9 @@ def render(ctx: ExportContext) -> str:
     enforce(ctx, FRAMEWORK, rules_of("torch").rules)  # its launch rules first
     p = ctx.plan
     script = _script(ctx, Draft(p, ctx.precision))
+    env = "".join(f"{k}={v} " for k, v in allocator_env(ctx.inst.job).items())
     notes = [
-        f"run: torchrun --standalone --nproc_per_node={p.num_devices} torch_plan.py "
+        f"run: {env}torchrun --standalone --nproc_per_node={p.num_devices} torch_plan.py "
         "[--check]; the model is paraplan's small reference model with the plan's layer "
         "count, not the scenario's model"
     ]

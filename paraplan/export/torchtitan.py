@@ -50,6 +50,7 @@ from paraplan.export import (
 )
 from paraplan.graph import ModelSpec, preset
 from paraplan.rules import Draft, rules_of
+from paraplan.rules.launch_env import allocator_env
 from paraplan.rules.torchtitan import CONFIGS, ORDER, PARAM_DTYPES, torchtitan_config
 
 __all__ = ["FLAGS", "ORDER", "CONFIGS", "render", "torchtitan_args", "model_parts"]
@@ -221,6 +222,7 @@ def _argv_lines(argv: list[str]) -> list[str]:
 def render(ctx: ExportContext) -> str:
     """``torchtitan.sh``: header comments and the torchrun line, one flag per line."""
     argv = torchtitan_args(ctx)
+    env = [f"export {k}={v}" for k, v in allocator_env(ctx.inst.job).items()]
     launch = [
         f"torchrun --nnodes {ctx.cluster.num_nodes} --nproc-per-node {ctx.cluster.devices_per_node}",
         '--node-rank "${NODE_RANK:-0}" --rdzv-endpoint "${MASTER_ADDR:-localhost}:29500"',
@@ -233,6 +235,7 @@ def render(ctx: ExportContext) -> str:
                 "#!/usr/bin/env bash",
                 comment_block(header_lines(ctx, FRAMEWORK) + _notes(ctx, argv[3])),
                 "set -euo pipefail",
+                *env,
                 " \\\n  ".join(launch),
             ]
         )

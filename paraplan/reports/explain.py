@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from paraplan.cost import Axis, Breakdown, Plan, group_span
-from paraplan.hardware import Cluster
+from paraplan.hardware import Cluster, memory_band
 from paraplan.reports.text import gib
 from paraplan.result import StepTimeBandOut
 
@@ -87,6 +87,34 @@ def _runner_up_vs_band(runner_s: float, band: StepTimeBandOut) -> str:
     return f"outside this plan's {span}"
 
 
+def _edge(peak_bytes: float, capacity_bytes: float, headroom_bytes: float) -> str:
+    """How close the peak stage is to its device, against the memory band (hardware/data/
+    uncertainty.yaml): the need 1 run in 10 exceeds is the prediction x the band's p90."""
+    band = memory_band()
+    device = capacity_bytes + headroom_bytes
+    need = peak_bytes * band.p90_ratio
+    free = device - peak_bytes
+    text = (
+        f"memory margin: {gib(free)} of the device's {gib(device)} free ({free / device:.1%}); "
+        f"1 run in 10 needs over {band.p90_ratio - 1:.1%} more than predicted (memory band, "
+        f"{band.rows} measured readings), {gib(need)} here"
+    )
+    if headroom_bytes > 0:
+        share = headroom_bytes / device
+        return text + f", kept inside the device by solver.memory_headroom {share:.1%} (0 turns it off)"
+    verdict = "inside the device" if need <= device else "beyond the device: it may run out of memory"
+    return text + f", {verdict}"
+
+
+def _runner_up_memory(b: Breakdown, ob: Breakdown) -> str:
+    """The runner-up's peak against the winner's: what more memory headroom costs, or saves."""
+    peak = max(m.total_bytes for m in b.stage_memory)
+    other = max(m.total_bytes for m in ob.stage_memory)
+    if other < peak:
+        return f"its peak {gib(other)} leaves {gib(peak - other)} more headroom"
+    return f"its peak {gib(other)}"
+
+
 def explain(
     plan: Plan,
     b: Breakdown,
@@ -111,6 +139,7 @@ def explain(
         lines.append(
             f"memory does not bind: peak {gib(mem.total_bytes)} on stage {s} ({use:.0%} of {gib(caps[s])})"
         )
+    lines.append(_edge(mem.total_bytes, caps[s], b.memory_headroom_bytes))
     if cluster.pools and plan.stage_pools:
         lines.append(f"pools: {_pools(cluster, plan, b)}")
     recomputed = [i for i, r in enumerate(plan.recompute) if r.value != "none"]
@@ -149,5 +178,6 @@ def explain(
             f"runner-up {summary(other)}: {ob.step_time_s:.3f} s "
             f"({delta / step:+.1%}; {', '.join(parts) or 'ties within 0.5%'})"
             + (f"; {_runner_up_vs_band(ob.step_time_s, band)}" if band else "")
+            + f"; {_runner_up_memory(b, ob)}"
         )
     return lines

@@ -10,7 +10,8 @@ import pytest
 import yaml
 
 from benchmarks.fidelity import fidelity_rows
-from benchmarks.uncertainty import band_table, main
+from benchmarks.memory_fidelity import memory_rows
+from benchmarks.uncertainty import band_table, main, memory_band
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -25,13 +26,21 @@ def test_shipped_band_matches_the_calibration_residuals() -> None:
     assert shipped["pooled"] == fresh["pooled"]
 
 
+def test_shipped_memory_band_matches_the_memory_residuals() -> None:
+    """The memory band (solver.memory_headroom's default) is today's memory_fidelity readings'."""
+    text = resources.files("paraplan.hardware").joinpath("data/uncertainty.yaml").read_text()
+    assert yaml.safe_load(text)["memory"] == memory_band(memory_rows()[0]), (
+        "hardware/data/uncertainty.yaml's memory band is stale: run `python -m benchmarks.uncertainty`"
+    )
+
+
 def test_uncertainty_script_writes_a_loadable_file(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "uncertainty.yaml"
     assert main(["--out", str(out)]) == 0
     data = yaml.safe_load(out.read_text())
-    assert set(data) >= {"date", "calibration_rows", "min_rows", "pooled", "generations"}
+    assert set(data) >= {"date", "calibration_rows", "min_rows", "pooled", "generations", "memory"}
     assert "hopper" in capsys.readouterr().out
 
 

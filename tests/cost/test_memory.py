@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 from paraplan.cost import Job, Layout, Plan, Recompute, state_bytes, stored_activation_bytes
+from paraplan.cost.dp import moment_bytes
+from paraplan.cost.plan import OptimizerMoments
 from paraplan.cost.recompute import block_input_bytes
 from paraplan.graph import Activation, ModelSpec, build_graph
 
@@ -89,6 +91,17 @@ def test_zero3_state_is_16_bytes_per_parameter_with_fp32_or_bf16_gradients() -> 
     assert state_bytes(1e9, 3, 1).total == pytest.approx(16e9)
     assert state_bytes(1e9, 3, 1, grad_bytes_per_param=2).total == pytest.approx(16e9)
     assert state_bytes(1e9, 2, 1).total == pytest.approx(18e9)
+
+
+def test_bf16_moments_save_four_bytes_per_parameter_of_optimizer_state() -> None:
+    """job.optimizer_moments bf16 (Megatron's precision-aware optimizer): fp32 master (4 B) and
+    two bf16 moments (2 + 2 B) in place of 12 B; under FSDP the moments alone (4 B in place of 8)."""
+    assert moment_bytes(Job(seq_len=S, global_batch=B)) == 8
+    bf16 = Job(seq_len=S, global_batch=B, optimizer_moments=OptimizerMoments.BF16)
+    assert moment_bytes(bf16) == 4
+    assert state_bytes(1e9, 1, 4, 2, moment_bytes(bf16)).optimizer == pytest.approx(8e9 / 4)
+    assert state_bytes(1e9, 3, 4, 4, moment_bytes(bf16)).total == pytest.approx(12e9 / 4)
+    assert state_bytes(1e9, 0, 1, 2, moment_bytes(bf16)).total == pytest.approx(12e9)
 
 
 @pytest.mark.parametrize(

@@ -7,8 +7,19 @@ import csv
 from pathlib import Path
 
 import pytest
+from paraplan.cost.memory import ALLOCATOR_OVERHEAD
+from paraplan.cost.plan import Allocator
+from paraplan.hardware.memory import allocator_overhead_bounds
 
-from benchmarks.memory_fidelity import OUT_HEADER, main, memory_rows
+from benchmarks.fidelity import summary
+from benchmarks.memory_fidelity import (
+    OUT_HEADER,
+    crossval_lines,
+    fit_overhead,
+    main,
+    memory_rows,
+    reserved_errors,
+)
 from benchmarks.memory_set import load_memory_cases
 
 
@@ -29,6 +40,22 @@ def test_mapping_rules_per_row() -> None:
     assert by_id["mbridge-llama3-70b-sft-base-expseg"].scenario["job"]["allocator"] == "expandable_segments"
     assert by_id["mbridge-llama3-70b-sft-base-coreattn"].statistic == "unstated"  # OOM: fit only
     assert by_id["tt24-t6-1"].scenario["job"]["global_batch"] == 64  # local batch 8 x dp 8
+    moonlight = by_id["mbridge-moonlight-layernorm+moe_act"].scenario["job"]
+    assert moonlight["optimizer_moments"] == "bf16"  # the Bridge recipe's precision-aware optimizer
+    assert moonlight["recompute_modules"] == ["layernorm", "moe_act"]
+    assert "recompute_modules" not in by_id["mbridge-moonlight-core_attn"].scenario["job"]  # the default
+    assert by_id["mbridge-moonlight-none"].scenario["plan"]["recompute"] == "none"
+    # SimuMax's rows give the same run's reserved peak in their notes: a second reading
+    assert by_id["simumax-b200-llama3-70b-l12-tp8-pp1-dp1-mbc4"].reserved_gib == pytest.approx(29.12)
+    assert by_id["tt24-t1-2"].reserved_gib is None
+
+
+def test_allocated_within_the_issue_bounds(rows) -> None:  # type: ignore[no-untyped-def]
+    """Issue 24: allocated median |error| <= 5%, p90 <= 12% over the rows that read allocated."""
+    errors = [e for r in rows if r.case.statistic == "allocated" and (e := r.error) is not None]
+    assert len(errors) == 24
+    median, p90 = summary(errors)
+    assert median <= 0.05 and p90 <= 0.12
 
 
 def test_simumax_allocated_within_the_anchor_band(rows) -> None:  # type: ignore[no-untyped-def]
@@ -51,4 +78,36 @@ def test_out_file_and_overall_line_last(tmp_path: Path, capsys: pytest.CaptureFi
     assert "false fits" in lines[-1] and "false refusals" in lines[-1]
     with out.open() as f:
         table = list(csv.reader(f))
-    assert tuple(table[0]) == OUT_HEADER and len(table) == 43
+    # one line per reading: 42 rows, 13 of them (SimuMax's) with allocated and reserved
+    assert tuple(table[0]) == OUT_HEADER and len(table) == 1 + 42 + 13
+    assert {line[-1] for line in table[1:]} == {"allocated", "reserved", "unstated"}
+    second = [line for line in table if line[0].startswith("simumax") and line[-1] == "reserved"]
+    assert len(second) == 13 and all(line[3] for line in second)
+
+
+def test_allocator_overhead_is_the_fit_within_its_bounds(rows) -> None:  # type: ignore[no-untyped-def]
+    """hardware/data/memory.yaml's default overhead is what --fit gives, inside SimuMax's range,
+    and it scores the reserved readings no worse than the prior (SimuMax's median)."""
+    low, prior, high = allocator_overhead_bounds("default")
+    fitted = fit_overhead(rows)
+    assert low <= fitted <= high
+    assert ALLOCATOR_OVERHEAD[Allocator.DEFAULT] == pytest.approx(fitted, abs=0.001)
+    assert summary(reserved_errors(rows, fitted))[0] <= summary(reserved_errors(rows, prior))[0]
+    assert fit_overhead([]) == prior  # no reading: the prior
+
+
+def test_crossval_scores_each_source_with_the_others_fit(rows) -> None:  # type: ignore[no-untyped-def]
+    lines = crossval_lines(rows)
+    assert any(line.strip().startswith("simumax") and "left out" in line for line in lines)
+    assert any(line.strip().startswith("torchtitan") and "left out" in line for line in lines)
+    assert "leave-one-source-out" in lines[-1]
+
+
+def test_fit_under_the_default_headroom(rows) -> None:  # type: ignore[no-untyped-def]
+    """The search's default headroom (the memory band) refuses every OOM row but the Llama 3 70B
+    SFT one, whose out-of-memory the source attributes to fragmentation (flaky in 30-60% of runs,
+    gone with expandable_segments), and still runs at most 1 in 10 of the rows that ran."""
+    false_fits = [r.case.row_id for r in rows if r.case.oom and r.fits_with_headroom]
+    assert false_fits == ["mbridge-llama3-70b-sft-base-coreattn"]
+    ran = [r for r in rows if not r.case.oom]
+    assert sum(not r.fits_with_headroom for r in ran) <= len(ran) / 10

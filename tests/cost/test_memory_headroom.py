@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from paraplan.cost.memory import runtime_reserve_bytes
+from paraplan.hardware import default_memory_headroom, memory_band
 
 import paraplan
 from paraplan.errors import ConfigError
@@ -52,7 +53,7 @@ def test_reserve_is_part_of_the_peak_and_reported() -> None:
 def test_solver_plans_within_the_capacity_left_by_the_headroom() -> None:
     """A headroom that rules out the unconstrained optimum's memory makes the solver pick a plan
     that fits HBM x (1 - headroom)."""
-    free = paraplan.solve(_with(None, plan=False), workers=1)
+    free = paraplan.solve(_with(0.0, plan=False), workers=1)  # 0: no headroom
     peak = free.predicted.peak_memory_bytes
     hbm = free.predicted.memory_capacity_bytes
     headroom = min(0.49, 1.0 - 0.97 * peak / hbm)  # leaves less than the free optimum's peak
@@ -60,3 +61,18 @@ def test_solver_plans_within_the_capacity_left_by_the_headroom() -> None:
     assert tight.predicted.fits_memory
     assert tight.predicted.peak_memory_bytes <= hbm * (1 - headroom)
     assert tight.predicted.memory_headroom_bytes == pytest.approx(hbm * headroom)
+
+
+def test_search_keeps_the_memory_band_by_default_and_evaluate_does_not() -> None:
+    """Unset, solver.memory_headroom is the memory band's margin for a search, 1 - 1/p90 of
+    measured/predicted peak memory (hardware/data/uncertainty.yaml), and none for evaluate."""
+    band = memory_band()
+    assert band.rows >= 40 and band.p90_ratio > 1.0
+    default = default_memory_headroom()
+    assert default == pytest.approx(1 - 1 / band.p90_ratio, abs=1e-3)
+    searched = paraplan.solve(_with(None, plan=False), workers=1).predicted
+    hbm = searched.memory_capacity_bytes + searched.memory_headroom_bytes
+    assert searched.memory_headroom_bytes == pytest.approx(default * hbm)
+    assert searched.peak_memory_bytes * band.p90_ratio <= hbm * (1 + 1e-3)
+    assert paraplan.evaluate(_with(None)).predicted.memory_headroom_bytes == 0.0
+    assert paraplan.solve(_with(0.0, plan=False), workers=1).predicted.memory_headroom_bytes == 0.0

@@ -122,6 +122,22 @@ def test_mla_up_proj_drops_q_k_v_and_reruns_the_up_projections() -> None:
     assert modules_saved_bytes(gqa, _plan(QWEN), job, job.recompute_modules) == 0.0
 
 
+def test_mla_up_proj_without_a_q_lora_takes_q_from_the_q_projection() -> None:
+    """MLA with q_lora_rank 0 (Moonlight, DeepSeek-V2-Lite) has no q_up GEMM: Q comes from the
+    plain q projection, which Megatron's qkv_up_proj_and_rope_apply runs instead."""
+    graph = build_graph(replace(preset("deepseek-v3"), q_lora_rank=0))
+    attn = _layer(graph, LayerKind.ATTENTION)
+    assert not any(g.name == "q_up" for g in attn.gemms)
+    plan = _plan(graph, ep=16)
+    job = replace(JOB, recompute_modules=frozenset({M.MLA_UP_PROJ}))
+    s = graph.spec
+    qk = s.num_heads * (s.qk_nope_head_dim + s.qk_rope_head_dim)
+    n = tokens_per_device(plan, job)
+    assert modules_saved_bytes(attn, plan, job, job.recompute_modules) == pytest.approx(
+        n * (2 * qk + s.v_dim) * ACTIVATION_BYTES
+    )
+
+
 def test_selective_modules_enter_the_block_work() -> None:
     plan = _plan(QWEN)
     job = replace(JOB, recompute_modules=frozenset({M.LAYERNORM, M.MOE_ACT}))
