@@ -10,6 +10,8 @@ built."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from paraplan.cost.plan import Axis, Job, Layout, Plan, check_structure, show_divisors
 from paraplan.graph import ModelSpec
 
@@ -59,8 +61,13 @@ def batch_splits(global_batch: int, micro_batch: int, dp: int) -> bool:
 
 
 def ep_follows_order(plan: Layout, order: tuple[Axis, ...] | None = None) -> bool:
-    """The EP group splits along the rank order (``order``, else the plan's): ep divides, or is a
-    multiple of, the inner of the cp and dp axes (``check_expert_parallel``)."""
+    """The EP group splits along the rank order (``order``, else the plan's), as
+    ``check_expert_parallel`` asks: a folded plan (``expert_folded``: etp = 1 < tp) takes the
+    innermost ep ranks of tp x cp x dp (``folded_ep_axes``); otherwise ep divides, or is a multiple
+    of, the inner of the cp and dp axes."""
+    if expert_folded(plan):
+        o = plan.order if order is None else order
+        return folded_ep_axes(plan if o == plan.order else replace(plan, order=o)) is not None
     inner, _ = expert_axes(plan, order)
     return plan.ep % inner == 0 or inner % plan.ep == 0
 

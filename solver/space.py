@@ -7,7 +7,9 @@ which the CP-SAT model decides. Domains, each filtered by the scenario's fixed k
 - pp: divisors of devices / (tp*cp), at most the layer count; dp = devices / (tp*cp*pp);
 - ep (mixture-of-experts models only, else 1): divisors of both dp*cp and the expert count that
   split along the rank order (ep divides, or is a multiple of, the inner of cp and dp: the EP
-  group is the innermost ep ranks of dp x cp, cost/ep.py); tp > 1 forces sequence parallelism;
+  group is the innermost ep ranks of dp x cp, cost/ep.py); with etp = 1 < tp, Megatron's MoE
+  parallel folding, divisors of tp*dp*cp taking the innermost ep ranks of tp x cp x dp
+  (cost/validity.py folded_ep_axes); tp > 1 forces sequence parallelism;
 - etp (mixture-of-experts models with tp > 1, else unset): tp or 1 (cost/ep.py);
 - cp_comm (cp > 1, else p2p): p2p or all_gather (cost/cp.py), on every placement: all_gather runs
   the attention as one kernel over the gathered keys, the ring as cp kernels over seq/cp-key
@@ -176,11 +178,15 @@ def _tp_splits(spec: ModelSpec, tp: int) -> bool:
     return tp_splits_heads(spec.num_heads, spec.num_kv_heads, tp) and tp_splits_layer_kinds(spec, tp)
 
 
-def _eps(spec: ModelSpec, dp: int, cp: int, fixed: PartialPlan) -> list[int]:
-    """Expert-parallel degrees: 1 for dense models; else divisors of dp*cp and of the experts."""
+def _eps(spec: ModelSpec, dp: int, cp: int, fixed: PartialPlan, tp: int = 1) -> list[int]:
+    """Expert-parallel degrees: 1 for dense models; else divisors of the experts and of dp*cp, or,
+    where etp = 1 < tp may fold the EP group over the tp ranks (cost/validity.py expert_folded,
+    Megatron-core's MoE parallel folding), of tp*dp*cp (``_families_of`` pairs an ep that does not
+    divide dp*cp with etp = 1 only)."""
     if not spec.is_moe:
         return [1] if fixed.ep in (None, 1) else []
-    return [e for e in divisors(dp * cp) if ep_splits_experts(spec.num_experts, e) and _allowed(e, fixed.ep)]
+    ranks = tp * dp * cp if 1 in _etps(spec, tp, fixed) and tp > 1 else dp * cp
+    return [e for e in divisors(ranks) if ep_splits_experts(spec.num_experts, e) and _allowed(e, fixed.ep)]
 
 
 def _etps(spec: ModelSpec, tp: int, fixed: PartialPlan) -> list[int | None]:
@@ -231,7 +237,7 @@ def families(
                     continue
                 if not batch_splits(global_batch, 1, dp):
                     continue
-                for ep in _eps(spec, dp, cp, fixed):
+                for ep in _eps(spec, dp, cp, fixed, tp):
                     out += _families_of(spec, global_batch, dp, tp, pp, cp, ep, fixed, options)
     if fixed.torus_shape is not None:
         out = [replace(f, torus_shape=fixed.torus_shape) for f in out]
@@ -273,6 +279,8 @@ def _families_of(
     if spec.is_moe and tp > 1:
         sps = [sp for sp in sps if sp]  # MoE with TP needs sequence parallelism (check_plan)
     etps, cp_comms = _etps(spec, tp, fixed), _cp_comms(cp, fixed)
+    if (dp * cp) % ep:
+        etps = [e for e in etps if e == 1]  # an ep beyond dp*cp folds over the tp ranks
     moe_state = {n: v for n in SOFTWARE_FIELDS if (v := getattr(fixed, n)) is not None}  # not searched
     for mb in mbs:
         m = per_replica // mb
@@ -402,6 +410,6 @@ def _pooled_families(
                         or global_batch % dp
                     ):
                         continue
-                    for ep in _eps(spec, dp, cp, fixed):
+                    for ep in _eps(spec, dp, cp, fixed, tp):
                         out += _families_of(spec, global_batch, dp, tp, pp, cp, ep, fixed, options, pools)
     return out
