@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from paraplan.cost.serving import Engine, ServingPlan, ServingPrediction, Workload
 from paraplan.graph import ModelSpec
 from paraplan.hardware import Cluster
-from paraplan.solver.serving import objective_units, objective_value, score
+from paraplan.solver.serving_objective import objective_units, qualify
 from paraplan.solver.serving_space import (
     ServingFixed,
     ServingOptions,
@@ -58,12 +58,10 @@ def enumerate_serving(
     count = 0
     for plan in serving_plans(spec, cluster, fixed, options):
         count += 1
-        pred = score(spec, cluster, workload, engine, plan)
-        if pred is None:
+        row = qualify(spec, cluster, workload, engine, plan, options.objective)
+        if row is None:
             continue
-        value = objective_value(pred, workload, options.objective)
-        if value is None:
-            continue
+        _, pred, value = row
         key = objective_units(value, pred, options.objective)[:1]
         if best is None or key < best[0]:
             best = (key, plan, pred, value)
