@@ -66,6 +66,7 @@ from paraplan.solver.serving_space import (
     ServingOptions,
     aggregated_plans,
     plan_gpus,
+    searched_modes,
 )
 
 __all__ = [
@@ -234,7 +235,7 @@ def solve_serving(
     start = time.perf_counter()
     deadline = start + time_limit_s
     objective = options.objective
-    modes = [fixed.mode] if fixed.mode is not None else list(options.modes)
+    modes = searched_modes(fixed, options)
     candidates: list[Candidate] = []
     count, status, bounds = 0, "OPTIMAL", []
     if "aggregated" in modes:

@@ -20,6 +20,7 @@ from paraplan.solver.serving_space import (
     ServingOptions,
     aggregated_plans,
     disaggregated_plans,
+    searched_modes,
 )
 
 __all__ = ["ServingEnumeration", "enumerate_serving", "serving_plans"]
@@ -37,7 +38,7 @@ class ServingEnumeration:
 def serving_plans(
     spec: ModelSpec, cluster: Cluster, fixed: ServingFixed, options: ServingOptions
 ) -> Iterator[ServingPlan]:
-    modes = [fixed.mode] if fixed.mode is not None else list(options.modes)
+    modes = searched_modes(fixed, options)
     if "aggregated" in modes:
         yield from (p for p, _ in aggregated_plans(spec, cluster, fixed, options))
     if "disaggregated" in modes:
