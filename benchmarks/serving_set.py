@@ -202,6 +202,22 @@ def _worker(tp: int, pp: int, adp: int, moe_ep: int) -> tuple[int, int, int, boo
     return tp, pp, max(1, moe_ep), False
 
 
+@dataclass(frozen=True)
+class _Row:
+    """What map_row reads from a row before either mapping pass (the measured tables' or
+    AIConfigurator's) reads the layout: the model preset, the GPU label, the engine, the lengths
+    and the precisions."""
+
+    row: dict[str, str]
+    model: str
+    gpu: str
+    engine: str
+    isl: float
+    osl: float
+    weights: str
+    kv: str
+
+
 def map_row(row: dict[str, str]) -> ServingCase | Skipped:
     """One CSV row as a ServingCase, or Skipped with the reason (benchmarks/data/README.md)."""
     rid, source = row["id"], row["source_key"]
@@ -238,9 +254,10 @@ def map_row(row: dict[str, str]) -> ServingCase | Skipped:
     measured = _measured(row)
     if not measured:
         return Skipped(rid, source, "no output tok/s per GPU, TTFT or TPOT measured")
+    r = _Row(row, model, gpu, engine, isl, osl, weights, kv)
     if source.startswith("aiconfigurator"):
-        return _aic(row, model, gpu, engine, isl, osl, weights, kv, measured, assumptions)
-    return _table(row, model, gpu, engine, isl, osl, weights, kv, measured, assumptions)
+        return _aic(r, measured, assumptions)
+    return _table(r, measured, assumptions)
 
 
 def _measured(row: dict[str, str]) -> dict[str, float]:
@@ -257,26 +274,15 @@ def _measured(row: dict[str, str]) -> dict[str, float]:
     return out
 
 
-def _table(
-    row: dict[str, str],
-    model: str,
-    gpu: str,
-    engine: str,
-    isl: float,
-    osl: float,
-    weights: str,
-    kv: str,
-    measured: dict[str, float],
-    assumptions: list[str],
-) -> ServingCase | Skipped:
+def _table(r: _Row, measured: dict[str, float], assumptions: list[str]) -> ServingCase | Skipped:
     """TensorRT-LLM tables (max load, online) and the blog rows with a stated layout."""
-    rid, source = row["id"], row["source_key"]
+    row, rid, source = r.row, r.row["id"], r.row["source_key"]
     gpus = int(_num(row["num_gpus"]) or 1)
     tp = int(_num(row["tp"]) or 1)
     pp = int(_num(row["pp"]) or 1)
     ep = int(_num(row["ep"]) or 1)
     dp_attn = row["dp_attention"].strip().lower().startswith("yes")
-    spec = _preset(model)
+    spec = _preset(r.model)
     if source == "trtllm_perf_overview_v1.0" and spec.is_moe:
         # the doc runs MoE models with enable_attention_dp and --ep (size unstated): ep = tp
         dp_attn, ep = tp > 1, tp
@@ -304,10 +310,10 @@ def _table(
     conc = _num(row["concurrency"])
     if conc is not None:
         concurrency = int(conc)
-    r = _num(row["request_rate"])
-    if r is not None:
-        rate = r
-    if conc is None and r is None:
+    stated_rate = _num(row["request_rate"])
+    if stated_rate is not None:
+        rate = stated_rate
+    if conc is None and stated_rate is None:
         assumptions.append("max load: requests in flight limited by max_batch and the KV cache")
     if source == "trtllm_perf_overview_v0.14_online":
         assumptions.append("TensorRT-LLM 0.14 Triton backend: no chunked context (its default)")
@@ -322,43 +328,21 @@ def _table(
         chunked_prefill=chunked,
     )
     workload = Workload(
-        isl=isl,
-        osl=osl,
+        isl=r.isl,
+        osl=r.osl,
         concurrency=concurrency,
         request_rate=rate,
-        weights_precision=weights,
-        kv_precision=kv,
+        weights_precision=r.weights,
+        kv_precision=r.kv,
         num_requests=num_requests,
     )
-    return ServingCase(
-        rid,
-        source,
-        model,
-        GPUS[gpu],
-        gpus,
-        plan,
-        workload,
-        Engine(engine, _version(row), kv_fraction=kv_fraction),
-        measured,
-        tuple(assumptions),
-        row["source_where"],
-    )
+    return _case(r, gpus, plan, workload, measured, assumptions, kv_fraction)
 
 
-def _aic(
-    row: dict[str, str],
-    model: str,
-    gpu: str,
-    engine: str,
-    isl: float,
-    osl: float,
-    weights: str,
-    kv: str,
-    measured: dict[str, float],
-    assumptions: list[str],
-) -> ServingCase | Skipped:
+def _aic(r: _Row, measured: dict[str, float], assumptions: list[str]) -> ServingCase | Skipped:
     """AIConfigurator reference rows: the layout in the notes (``tpX ppX adpX moe_tpX moe_epX``,
     or ``P: n x (...); D: m x (...)`` for xPyD)."""
+    row = r.row
     rid, source, notes = row["id"], row["source_key"], row["notes"]
     conc = _num(row["concurrency"])
     sc = re.search(r"silicon_concurrency=(\d+)", notes)
@@ -383,7 +367,7 @@ def _aic(
         plan = ServingPlan(
             mode="disaggregated",
             max_batch=dbs * (dtp if ddp else 1),
-            max_num_tokens=int(pbs_ * isl * (ptp if pdp else 1)),
+            max_num_tokens=int(pbs_ * r.isl * (ptp if pdp else 1)),
             prefill=prefill,
             decode=decode,
         )
@@ -411,17 +395,35 @@ def _aic(
         plan = ServingPlan(tp=tp, pp=pp, ep=ep, dp_attention=dp, max_batch=max(max_batch, 1))
     if not measured:
         return Skipped(rid, source, "no metric left to score")
-    workload = Workload(isl=isl, osl=osl, concurrency=concurrency, weights_precision=weights, kv_precision=kv)
+    workload = Workload(
+        isl=r.isl, osl=r.osl, concurrency=concurrency, weights_precision=r.weights, kv_precision=r.kv
+    )
     assumptions.append("TTFT/TPOT statistic unstated: scored as the mean")
+    return _case(r, gpus, plan, workload, measured, assumptions)
+
+
+def _case(
+    r: _Row,
+    gpus: int,
+    plan: ServingPlan,
+    workload: Workload,
+    measured: dict[str, float],
+    assumptions: list[str],
+    kv_fraction: float | None = None,
+) -> ServingCase:
+    """The ServingCase of a mapped row: its plan and workload on ``gpus`` GPUs of the row's node
+    preset, under the row's engine and version (``kv_fraction``: the engine's KV memory knob where
+    the source states it)."""
+    row = r.row
     return ServingCase(
-        rid,
-        source,
-        model,
-        GPUS[gpu],
+        row["id"],
+        row["source_key"],
+        r.model,
+        GPUS[r.gpu],
         gpus,
         plan,
         workload,
-        Engine(engine, _version(row)),
+        Engine(r.engine, _version(row), kv_fraction=kv_fraction),
         measured,
         tuple(assumptions),
         row["source_where"],

@@ -4,22 +4,22 @@ A step runs, on every GPU of a worker stage (cost/kv.py ``WorkerShape``), the mo
 ``T = decode_seqs + prefill_tokens`` tokens (continuous batching with chunked prefill mixes both:
 Agrawal et al., Sarathi-Serve, OSDI'24, Sec. 4; Yu et al., Orca, OSDI'22):
 
-- GEMMs: the roofline of cost/compute.py ``gemm_s`` per device shape, max(2mnk / (peak_p * eff_p),
-  (k n w_B + m k a_B + m n a_B) / (HBM * eff_hbm)) + a kernel overhead; m = the step's tokens on
-  the rank (decode: memory-bound weight reads; prefill: compute-bound), w_B the stored weight bytes
-  (fp8 / nvfp4 checkpoints read fewer bytes and run the low-precision tensor-core rate where the
-  part has it, weight-only otherwise), eff_p the generation's MAMF prior of that precision times
-  ``gemm_fraction`` (``serving_efficiency``), eff_hbm its fitted HBM fraction
-  (hardware/data/efficiency.yaml). Captured CUDA graphs replace the launch part of the overhead
-  with ``graph_kernel_overhead`` (hardware/data/serving.yaml).
-- Routed experts: the step's T top_k copies spread over ep groups (the busiest one carries
-  ``moe_decode_imbalance`` times the mean c copies: the extra tokens go to the experts it already
-  streams), c copies over its E_g experts touch E_g (1 - (1 - 1/E_g)^c) of them (expected distinct
-  experts hit, uniform routing) and read only their weights; one
-  grouped-GEMM kernel per projection, its compute at ``moe_gemm_efficiency`` of the dense rate
-  times m / (m + m_half) at m tokens per expert (tile padding and pipeline fill,
-  ``grouped_gemm_row_fraction``, DeepGEMM's grouped-GEMM rates; the weight stream at small m
-  stays at the HBM roofline).
+- GEMMs (cost/serving_gemm.py): the roofline of cost/compute.py ``gemm_s`` per device shape,
+  max(2mnk / (peak_p * eff_p), (k n w_B + m k a_B + m n a_B) / (HBM * eff_hbm)) + a kernel
+  overhead; m = the step's tokens on the rank (decode: memory-bound weight reads; prefill:
+  compute-bound), w_B the stored weight bytes (fp8 / nvfp4 checkpoints read fewer bytes and run
+  the low-precision tensor-core rate where the part has it, weight-only otherwise), eff_p the
+  generation's MAMF prior of that precision times ``gemm_fraction`` (``serving_efficiency``),
+  eff_hbm its fitted HBM fraction (hardware/data/efficiency.yaml). Captured CUDA graphs replace
+  the launch part of the overhead with ``graph_kernel_overhead`` (hardware/data/serving.yaml).
+- Routed experts (cost/serving_gemm.py ``experts_s``): the step's T top_k copies spread over ep
+  groups (the busiest one carries ``moe_decode_imbalance`` times the mean c copies: the extra
+  tokens go to the experts it already streams), c copies over its E_g experts touch
+  E_g (1 - (1 - 1/E_g)^c) of them (expected distinct experts hit, uniform routing) and read only
+  their weights; one grouped-GEMM kernel per projection, its compute at ``moe_gemm_efficiency``
+  of the dense rate times m / (m + m_half) at m tokens per expert (tile padding and pipeline
+  fill, ``grouped_gemm_row_fraction``, DeepGEMM's grouped-GEMM rates; the weight stream at small
+  m stays at the HBM roofline).
 - Attention core: decode reads each sequence's KV (cost/kv.py bytes per token) at HBM speed, or
   its FLOPs at the fused-attention rate, whichever is longer (FlashDecoding / FlashInfer decode
   kernels are memory-bound at these shapes); MLA decode runs weight-absorbed (DeepSeek-V2 Sec.
@@ -57,42 +57,24 @@ from paraplan.cost.comm import p2p_s
 from paraplan.cost.compute import AttentionShape, attended_keys, attention_s
 from paraplan.cost.kv import WorkerShape, kv_layer_bytes_per_token
 from paraplan.cost.serving_comm import ep_alltoall_s, oneshot_allreduce_s
+from paraplan.cost.serving_gemm import (
+    ACT_BYTES,
+    compute_precision,
+    dense_gemms_s,
+    experts_s,
+    serving_efficiency,
+)
 from paraplan.graph import LayerGraph, LayerKind
-from paraplan.graph.layer import Gemm, Layer
+from paraplan.graph.layer import Layer
 from paraplan.hardware import Accelerator, Cluster, Efficiency
-from paraplan.hardware.serving import ServingFit, gemm_priors, is_grace_hosted
+from paraplan.hardware.serving import ServingFit, is_grace_hosted
 
 __all__ = [
     "StepInput",
     "StepTime",
     "step_time",
-    "compute_precision",
-    "serving_efficiency",
     "layer_groups",
-    "ACT_BYTES",
 ]
-
-ACT_BYTES = 2.0  # bf16 activations between layers (the engines quantise only GEMM inputs)
-
-
-def compute_precision(weights_precision: str, accel: Accelerator) -> str:
-    """Tensor-core precision the GEMMs run at: the weights' own where the part has it (fp8 ->
-    fp8; fp4 / nvfp4 / mxfp4 -> nvfp4, Blackwell's FP4 rate), else the next one it has (an FP4
-    checkpoint on Hopper runs FP8 or BF16 after dequantisation: vLLM Marlin / TRT-LLM W4A16),
-    else bf16."""
-    wanted = {
-        "fp8": ["fp8"],
-        "fp8_blockwise": ["fp8"],
-        "int8": ["fp8"],
-        "nvfp4": ["nvfp4", "fp8"],
-        "fp4": ["nvfp4", "fp8"],
-        "mxfp4": ["nvfp4", "fp8"],
-        "int4": [],
-    }.get(weights_precision, [])
-    for p in wanted:
-        if p in accel.peak_flops_per_s:
-            return p
-    return "bf16"
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,50 +114,6 @@ class StepTime:
             "other_s": self.other_s,
             "host_s": self.host_s,
         }
-
-
-def _gemm_s(
-    m: float,
-    n: float,
-    k: float,
-    w_bytes: float,
-    prec: str,
-    accel: Accelerator,
-    eff: Efficiency,
-    compute_fraction: float = 1.0,
-) -> float:
-    """Roofline of one GEMM without the overhead: max(2mnk / (peak eff f), bytes / (HBM
-    eff_hbm)), f the ``compute_fraction`` of the dense rate the kernel reaches (1 for dense
-    GEMMs, moe_gemm_efficiency for grouped expert GEMMs)."""
-    if m <= 0.0:
-        return 0.0
-    compute = 2.0 * m * n * k / (accel.peak_for(prec) * eff.gemm(prec) * compute_fraction)
-    moved = k * n * w_bytes + (m * k + m * n) * ACT_BYTES
-    return max(compute, moved / (accel.hbm_bytes_per_s * eff.hbm))
-
-
-def _dense_gemms_s(
-    gemms: tuple[Gemm, ...],
-    tokens: float,
-    tp: int,
-    w_bytes: float,
-    prec: str,
-    accel: Accelerator,
-    eff: Efficiency,
-    overhead_s: float,
-) -> float:
-    """The layer's GEMMs on ``tokens`` tokens per rank: column-parallel n / tp, row-parallel
-    k / tp, replicated whole (cost/compute.py gemm_shape without sequence parallelism)."""
-    total = 0.0
-    for g in gemms:
-        n, k = float(g.out_dim), float(g.in_dim)
-        if g.tp_split == "out":
-            n /= tp
-        elif g.tp_split == "in":
-            k /= tp
-        b = 2.0 if g.name == "router" else w_bytes  # routers stay bf16 in quantised checkpoints
-        total += _gemm_s(tokens, n, k, b, "bf16" if g.name == "router" else prec, accel, eff) + overhead_s
-    return total
 
 
 def _attention_core_s(
@@ -244,22 +182,22 @@ def step_time(
         dense_tp = 1 if shape.dp_attention else shape.tp
         other += _elementwise_s(ly, spec.hidden, rank_tokens, x, shape, accel, eff)
         if ly.kind is LayerKind.ATTENTION:
-            gemm += _dense_gemms_s(ly.gemms, rank_tokens, shape.attn_tp, w_bytes, prec, accel, eff, oh)
+            gemm += dense_gemms_s(ly.gemms, rank_tokens, shape.attn_tp, w_bytes, prec, accel, eff, oh)
             attn += _attention_core_s(graph, ly, x, shape, kv_bytes, accel, eff, oh)
             comm += oneshot_allreduce_s(cluster, shape.attn_tp, act)
         elif ly.kind is LayerKind.MLP:
-            gemm += _dense_gemms_s(ly.gemms, rank_tokens, dense_tp, w_bytes, prec, accel, eff, oh)
+            gemm += dense_gemms_s(ly.gemms, rank_tokens, dense_tp, w_bytes, prec, accel, eff, oh)
             comm += oneshot_allreduce_s(cluster, dense_tp, act)
         elif ly.kind is LayerKind.MOE and ly.experts is not None:
-            gemm += _dense_gemms_s(ly.gemms, rank_tokens, dense_tp, w_bytes, prec, accel, eff, oh)
-            gemm += _experts_s(ly, tokens, shape, w_bytes, prec, accel, eff, oh, fit)
+            gemm += dense_gemms_s(ly.gemms, rank_tokens, dense_tp, w_bytes, prec, accel, eff, oh)
+            gemm += experts_s(ly, tokens, shape, w_bytes, prec, accel, eff, oh, fit)
             if shape.dp_attention:
                 comm += 2.0 * ep_alltoall_s(cluster, shape.tp, act * ly.experts.top_k)
             else:
                 comm += oneshot_allreduce_s(cluster, shape.tp, act)
         elif ly.kind is LayerKind.LM_HEAD:
             sampled = (x.decode_seqs + x.prefill_done) / shape.attn_dp
-            gemm += _dense_gemms_s(
+            gemm += dense_gemms_s(
                 ly.gemms,
                 sampled,
                 shape.attn_tp if shape.dp_attention else shape.tp,
@@ -288,35 +226,6 @@ def step_time(
     hidden = not (serial_pp_host and shape.pp > 1)
     host = fit.step_overhead_s + (max(0.0, scheduler - gpu) if hidden else scheduler)
     return StepTime(gemm / shape.pp, attn / shape.pp, comm / shape.pp + send, other / shape.pp, host)
-
-
-_EFFICIENCIES: dict[tuple[int, ServingFit], tuple[Cluster, Efficiency]] = {}
-"""serving_efficiency's memo, by the cluster's identity (a Cluster holds dicts: not hashable) and
-the fit; the entry keeps its cluster alive, so an id is not reused while it is there."""
-
-
-def serving_efficiency(cluster: Cluster, fit: ServingFit) -> Efficiency:
-    """The cluster's efficiencies with the GEMM rates of serving: the generation's MAMF priors x
-    ``gemm_fraction`` (hardware/serving.py gemm_priors); a calibration profile's values as they
-    are; the fitted values where the generation has no priors. Memoised: every step of a search
-    asks for the same cluster's."""
-    key = (id(cluster), fit)
-    hit = _EFFICIENCIES.get(key)
-    if hit is not None and hit[0] is cluster:
-        return hit[1]
-    if len(_EFFICIENCIES) > 256:
-        _EFFICIENCIES.clear()
-    eff = _serving_efficiency(cluster, fit)
-    _EFFICIENCIES[key] = (cluster, eff)
-    return eff
-
-
-def _serving_efficiency(cluster: Cluster, fit: ServingFit) -> Efficiency:
-    eff = cluster.efficiency
-    priors = gemm_priors(cluster.accelerator.generation)
-    if cluster.efficiency_override is not None or priors is None:
-        return eff
-    return replace(eff, **{k: v * fit.gemm_fraction for k, v in priors.items()})
 
 
 def _elementwise_s(
@@ -370,54 +279,3 @@ def layer_groups(graph: LayerGraph) -> tuple[tuple[Layer, int], ...]:
     groups = tuple(counts.items())
     _GROUPS[id(graph)] = (graph, groups)
     return groups
-
-
-def _experts_s(
-    ly: Layer,
-    tokens: float,
-    shape: WorkerShape,
-    w_bytes: float,
-    prec: str,
-    accel: Accelerator,
-    eff: Efficiency,
-    overhead_s: float,
-    fit: ServingFit,
-) -> float:
-    """Routed experts of one MoE layer on the busiest EP group (module docstring)."""
-    assert ly.experts is not None
-    e = ly.experts
-    per_group = e.num_experts / shape.ep
-    mean_copies = tokens * e.top_k / shape.ep
-    copies = mean_copies * (fit.moe_decode_imbalance if shape.ep > 1 else 1.0)
-    # distinct experts a group's copies hit (drawn uniformly over its experts): the weights it
-    # streams; the busiest group's extra copies land on the experts it already holds hot
-    hit = 1.0 - (1.0 - 1.0 / per_group) ** mean_copies if per_group > 1 else 1.0
-    active = max(1.0, per_group * hit)
-    m = copies / active
-    total = 0.0
-    for g in e.gemms:
-        n, k = float(g.out_dim), float(g.in_dim)
-        if g.tp_split == "out":
-            n /= shape.moe_tp
-        elif g.tp_split == "in":
-            k /= shape.moe_tp
-        frac = fit.moe_gemm_efficiency * grouped_gemm_row_fraction(m)
-        total += active * _gemm_s(m, n, k, w_bytes, prec, accel, eff, frac) + overhead_s
-    return total
-
-
-GROUPED_GEMM_M_HALF = 128.0
-"""Rows a grouped expert GEMM computes beyond its tokens, per expert (tile padding and pipeline
-fill): DeepGEMM's masked grouped FP8 GEMM reaches 815-932 TFLOPS at 256 rows per group against
-1,214-1,346 for its contiguous layout at 4-8K rows per group, itself about the dense rate
-(DeepGEMM README; shared docs moe_physics.md Sec. 3.4): 256 / (256 + m_half) = 0.67 gives m_half
-~ 128, the kernels' BLOCK_M."""
-
-
-def grouped_gemm_row_fraction(m: float) -> float:
-    """Share of a grouped expert GEMM's compute that does its ``m`` tokens' rows: m / (m +
-    GROUPED_GEMM_M_HALF). Each expert computes as if it had m_half more rows, so experts fed a
-    few tokens (Qwen3-30B-A3B's 128 experts in a decode step) run far below the dense rate and
-    Mixtral's 8 experts fed thousands of prompt tokens near it; the weight stream of a decode step
-    is not affected (its roofline term stays). Dimensionless."""
-    return m / (m + GROUPED_GEMM_M_HALF)

@@ -11,7 +11,8 @@ Objectives (``ServingOptions.objective``):
   served, open loop); ties as for min_gpus.
 
 Every figure is ``cost.serving.evaluate_serving``'s (the one cost model); this module only turns
-them into integers (solver/scale.py ``serving_units``) and chooses.
+them into integers (solver/scale.py ``serving_units``) and chooses. What qualifies for each
+objective, its value and its integer key are solver/serving_objective.py's.
 
 Aggregated: the table holds every candidate of solver/serving_space.py (layout x max_batch x
 replicas, each scored by evaluate_serving at its own per-replica load); CP-SAT picks one row
@@ -50,13 +51,22 @@ from paraplan.cost.serving import (
 from paraplan.cost.serving_pools import decode_rate_at
 from paraplan.graph import ModelSpec
 from paraplan.hardware import Cluster
-from paraplan.solver.scale import serving_units
+from paraplan.solver.serving_objective import (
+    Candidate,
+    meets_slo,
+    objective_units,
+    objective_value,
+    qualify,
+    score,
+    serves_rate,
+)
 from paraplan.solver.serving_space import (
     ServingFixed,
     ServingObjective,
     ServingOptions,
     aggregated_plans,
     plan_gpus,
+    searched_modes,
 )
 
 __all__ = [
@@ -68,6 +78,8 @@ __all__ = [
     "objective_value",
     "objective_units",
     "score",
+    "Candidate",
+    "qualify",
     "solve_serving",
 ]
 
@@ -97,64 +109,6 @@ class ServingOutcome:
     num_candidates: int
 
 
-def _at(pred: ServingPrediction, percentile: int, name: str) -> float:
-    return float(getattr(pred, f"{name}_p90" if percentile >= 90 else f"{name}_p50"))
-
-
-def meets_slo(pred: ServingPrediction, workload: Workload) -> bool:
-    """TTFT and TPOT at the SLO percentile within ``workload``'s SLO (a missing limit holds)."""
-    pct = workload.percentile
-    ttft_ok = workload.ttft_ms is None or _at(pred, pct, "ttft_ms") <= workload.ttft_ms
-    tpot_ok = workload.tpot_ms is None or _at(pred, pct, "tpot_ms") <= workload.tpot_ms
-    return ttft_ok and tpot_ok
-
-
-def serves_rate(pred: ServingPrediction, workload: Workload) -> bool:
-    """Open loop: the plan's output tokens/s carry the offered rate (rate x osl); closed loop:
-    always (the load is what the plan completes)."""
-    if workload.request_rate is None:
-        return True
-    return pred.output_tokens_per_s >= workload.request_rate * workload.osl * (1 - 1e-9)
-
-
-def objective_value(pred: ServingPrediction, workload: Workload, objective: ServingObjective) -> float | None:
-    """The objective of a prediction in its unit, or None when the plan does not qualify (does
-    not fit; goodput_per_gpu: no request meets the SLO; min_gpus: misses the SLO or the rate;
-    min_ttft: misses the TPOT SLO or the rate, its TTFT not capped by its own SLO)."""
-    if not pred.fits or pred.gpus <= 0:
-        return None
-    if objective == "goodput_per_gpu":  # a plan with no request within the SLO does not qualify
-        return pred.goodput_requests_per_s / pred.gpus if pred.goodput_requests_per_s > 0 else None
-    if objective == "min_gpus":
-        return float(pred.gpus) if meets_slo(pred, workload) and serves_rate(pred, workload) else None
-    tpot_only = replace(workload, ttft_ms=None)
-    if not (meets_slo(pred, tpot_only) and serves_rate(pred, workload)):
-        return None
-    return _at(pred, workload.percentile, "ttft_ms")
-
-
-def objective_units(value: float, pred: ServingPrediction, objective: ServingObjective) -> tuple[int, ...]:
-    """The integer key minimised (solver/scale.py ``serving_units``): the primary objective,
-    then the secondary (for min_gpus and min_ttft: the higher goodput per GPU; for goodput per
-    GPU: fewer GPUs)."""
-    per_gpu = pred.goodput_requests_per_s / pred.gpus
-    if objective == "goodput_per_gpu":
-        return (-serving_units(value, "req_s"), pred.gpus)
-    if objective == "min_gpus":
-        return (int(value), -serving_units(per_gpu, "req_s"))
-    return (serving_units(value, "ms"), -serving_units(per_gpu, "req_s"))
-
-
-def score(
-    spec: ModelSpec, cluster: Cluster, workload: Workload, engine: Engine, plan: ServingPlan
-) -> ServingPrediction | None:
-    """evaluate_serving, None where the cost model refuses the plan (ValueError: a rule)."""
-    try:
-        return evaluate_serving(spec, cluster, plan, workload, engine)
-    except ValueError:
-        return None
-
-
 def _aggregated_rows(
     spec: ModelSpec,
     cluster: Cluster,
@@ -163,14 +117,14 @@ def _aggregated_rows(
     fixed: ServingFixed,
     options: ServingOptions,
     deadline: float,
-) -> tuple[list[tuple[ServingPlan, ServingPrediction, float]], int]:
+) -> tuple[list[Candidate], int]:
     """Every aggregated candidate scored by evaluate_serving, except (goodput per GPU) those a
     bound proves worse than a row already scored: a replica completes at most its share of the
     offered rate, or closed loop its b = min(max_batch, max(1, C / r)) sequences at their
     decode-only round (cost/serving_pools.py decode_rate_at), so r replicas of g GPUs give at
     most rate / (r g), or b / (osl tau(b) g), per GPU; both fall with r, so the rest of a
     layout's replica counts are skipped once it is below the best."""
-    rows: list[tuple[ServingPlan, ServingPrediction, float]] = []
+    rows: list[Candidate] = []
     count, best = 0, -1.0
     one_seq: dict[tuple[int, int, int, bool, float], float] = {}
     pruned: ServingPlan | None = None
@@ -185,13 +139,10 @@ def _aggregated_rows(
                 pruned = base
                 continue
         count += 1
-        pred = score(spec, cluster, workload, engine, plan)
-        if pred is None:
-            continue
-        value = objective_value(pred, workload, options.objective)
-        if value is not None:
-            rows.append((plan, pred, value))
-            best = max(best, value) if options.objective == "goodput_per_gpu" else best
+        row = qualify(spec, cluster, workload, engine, plan, options.objective)
+        if row is not None:
+            rows.append(row)
+            best = max(best, row[2]) if options.objective == "goodput_per_gpu" else best
     return rows, count
 
 
@@ -248,7 +199,7 @@ def _select(units: list[int], time_limit_s: float, workers: int, seed: int) -> t
 
 
 def _pick(
-    candidates: list[tuple[ServingPlan, ServingPrediction, float]],
+    candidates: list[Candidate],
     objective: ServingObjective,
     time_limit_s: float,
     workers: int,
@@ -284,8 +235,8 @@ def solve_serving(
     start = time.perf_counter()
     deadline = start + time_limit_s
     objective = options.objective
-    modes = [fixed.mode] if fixed.mode is not None else list(options.modes)
-    candidates: list[tuple[ServingPlan, ServingPrediction, float]] = []
+    modes = searched_modes(fixed, options)
+    candidates: list[Candidate] = []
     count, status, bounds = 0, "OPTIMAL", []
     if "aggregated" in modes:
         rows, n = _aggregated_rows(spec, cluster, workload, engine, fixed, options, deadline)
@@ -334,9 +285,7 @@ def layout_of(plan: ServingPlan) -> tuple[object, ...]:
     return (plan.mode, plan.tp, plan.pp, plan.ep, plan.dp_attention, plan.replicas)
 
 
-def _distinct(
-    ordered: list[tuple[ServingPlan, ServingPrediction, float]], top: int
-) -> list[tuple[ServingPlan, ServingPrediction, float]]:
+def _distinct(ordered: list[Candidate], top: int) -> list[Candidate]:
     out, seen = [], set()
     for c in ordered:
         key = layout_of(c[0])

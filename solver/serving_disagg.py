@@ -59,6 +59,7 @@ from paraplan.cost.serving_pools import (
 from paraplan.graph import ModelSpec
 from paraplan.hardware import Cluster
 from paraplan.solver.scale import SERVING_RESOLUTION, serving_units
+from paraplan.solver.serving_objective import Candidate, qualify
 from paraplan.solver.serving_space import ServingFixed, ServingOptions, WorkerFixed, worker_layouts
 
 __all__ = ["DisaggSearch", "search_disaggregated"]
@@ -101,7 +102,7 @@ class DisaggSearch:
     bound: float
     num_candidates: int
     rounds: int
-    runners: tuple[tuple[ServingPlan, ServingPrediction, float], ...] = ()
+    runners: tuple[Candidate, ...] = ()
 
 
 RATE_LEVELS = 2**20
@@ -327,8 +328,6 @@ def search_disaggregated(
     """Branch and bound over the disaggregated plans (module docstring); ``incumbent``: an
     objective value already found (the aggregated optimum), which a plan must beat strictly to
     be returned (plan None, status OPTIMAL: proven that none does)."""
-    from paraplan.solver.serving import objective_value, score
-
     # min_ttft minimises TTFT rather than holding it to its SLO: no TTFT cut in the bounds
     bounded = replace(workload, ttft_ms=None) if options.objective == "min_ttft" else workload
     prefills, decodes, count = _tables(spec, cluster, bounded, engine, fixed, options, deadline)
@@ -351,8 +350,8 @@ def search_disaggregated(
     solver.parameters.num_workers = 1
     solver.parameters.random_seed = seed
     solver.parameters.linearization_level = 2  # the full LP relaxation of the rate rows: fewer nodes
-    found: list[tuple[ServingPlan, ServingPrediction, float]] = []
-    best: tuple[ServingPlan, ServingPrediction, float] | None = None
+    found: list[Candidate] = []
+    best: Candidate | None = None
     status, rounds = "OPTIMAL", 0
     bound = _trivial_bound(objective, prefills, decodes)  # until CP-SAT gives a better one
     while True:
@@ -374,15 +373,14 @@ def search_disaggregated(
         i, a, j, b = mdl.assignment(solver)
         plan = _plan(prefills[i], a, decodes[j], b, fixed)
         count += 1
-        pred = score(spec, cluster, workload, engine, plan)
-        value = None if pred is None else objective_value(pred, workload, objective)
+        row = qualify(spec, cluster, workload, engine, plan, objective)
         mdl.forbid(i, a, j, b)
-        if pred is None or value is None:
+        if row is None:
             continue
-        found.append((plan, pred, value))
-        if best is None or _better(objective, value, best[2]):
-            best = (plan, pred, value)
-            _tighten(mdl, objective, bound_var, value)
+        found.append(row)
+        if best is None or _better(objective, row[2], best[2]):
+            best = row
+            _tighten(mdl, objective, bound_var, row[2])
     if best is None:
         return DisaggSearch(None, None, None, status, bound, count, rounds)
     others = sorted(

@@ -14,12 +14,13 @@ from dataclasses import dataclass
 from paraplan.cost.serving import Engine, ServingPlan, ServingPrediction, Workload
 from paraplan.graph import ModelSpec
 from paraplan.hardware import Cluster
-from paraplan.solver.serving import objective_units, objective_value, score
+from paraplan.solver.serving_objective import objective_units, qualify
 from paraplan.solver.serving_space import (
     ServingFixed,
     ServingOptions,
     aggregated_plans,
     disaggregated_plans,
+    searched_modes,
 )
 
 __all__ = ["ServingEnumeration", "enumerate_serving", "serving_plans"]
@@ -37,7 +38,7 @@ class ServingEnumeration:
 def serving_plans(
     spec: ModelSpec, cluster: Cluster, fixed: ServingFixed, options: ServingOptions
 ) -> Iterator[ServingPlan]:
-    modes = [fixed.mode] if fixed.mode is not None else list(options.modes)
+    modes = searched_modes(fixed, options)
     if "aggregated" in modes:
         yield from (p for p, _ in aggregated_plans(spec, cluster, fixed, options))
     if "disaggregated" in modes:
@@ -58,12 +59,10 @@ def enumerate_serving(
     count = 0
     for plan in serving_plans(spec, cluster, fixed, options):
         count += 1
-        pred = score(spec, cluster, workload, engine, plan)
-        if pred is None:
+        row = qualify(spec, cluster, workload, engine, plan, options.objective)
+        if row is None:
             continue
-        value = objective_value(pred, workload, options.objective)
-        if value is None:
-            continue
+        _, pred, value = row
         key = objective_units(value, pred, options.objective)[:1]
         if best is None or key < best[0]:
             best = (key, plan, pred, value)

@@ -31,6 +31,7 @@ __all__ = [
     "WorkerFixed",
     "ServingFixed",
     "ServingOptions",
+    "searched_modes",
     "MAX_BATCHES",
     "powers_of_two",
     "worker_layouts",
@@ -77,6 +78,13 @@ class ServingOptions:
     max_batches: tuple[int, ...] = MAX_BATCHES
     modes: tuple[Literal["aggregated", "disaggregated"], ...] = ("aggregated", "disaggregated")
     max_pp: int = 8
+
+
+def searched_modes(
+    fixed: ServingFixed, options: ServingOptions
+) -> list[Literal["aggregated", "disaggregated"]]:
+    """The modes the search covers: the plan's fixed mode, else the options' (both by default)."""
+    return [fixed.mode] if fixed.mode is not None else list(options.modes)
 
 
 def powers_of_two(limit: int) -> list[int]:

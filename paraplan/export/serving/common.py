@@ -1,10 +1,11 @@
 """What the serving renderers share: the engine check, the per-role memory, per-rank batch limits,
-one launch command per worker kind, and the text around them."""
+one launch command per worker kind (``launches``; each engine gives only its argv and side files),
+the aggregated-only check of the single-argv renders, and the text around them."""
 
 from __future__ import annotations
 
 import shlex
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from paraplan.cost.serving import ServingPlan, ServingPrediction, Workload
@@ -26,6 +27,10 @@ __all__ = [
     "gpu_memory",
     "memory_for",
     "checked_workers",
+    "ArgvOf",
+    "launches",
+    "check_aggregated",
+    "weights_note",
     "fraction",
     "per_rank",
     "script",
@@ -88,6 +93,46 @@ def checked_workers(
         except ValueError as e:
             raise ExportError(str(e)) from None
     return plan_workers(plan)
+
+
+ArgvOf = Callable[[EngineWorker, GpuMemory], tuple[list[str], dict[str, str]]]
+"""One worker's launch: its argv and the side files it reads (file name -> text), given the
+per-GPU memory of its role."""
+
+
+def launches(
+    engine: str,
+    plan: ServingPlan,
+    workload: Workload,
+    memory: Memory,
+    argv_of: ArgvOf,
+    *,
+    cluster: Cluster | None,
+    max_model_len: int | None,
+) -> list[Launch]:
+    """One Launch per worker kind of ``plan`` (replica, or prefill and decode workers) once
+    ``engine`` is known to run it (``checked_workers``): ``argv_of`` the worker with its role's
+    memory (``memory_for``)."""
+    out = []
+    for w in checked_workers(engine, plan, workload, cluster, max_model_len):
+        argv, files = argv_of(w, memory_for(memory, w))
+        out.append(Launch(w.role, w.count, w.gpus, argv, files))
+    return out
+
+
+def check_aggregated(engine: str, plan: ServingPlan) -> None:
+    """A render of one replica's argv needs an aggregated plan: ExportError for a disaggregated one
+    (its two pools: ``<engine>_launches``, or the Dynamo export for one deployment of both)."""
+    if plan.mode != "aggregated":
+        raise ExportError(
+            f"plan.mode=disaggregated has a prefill and a decode pool: use {engine}_launches, "
+            "or export to dynamo for one deployment of both"
+        )
+
+
+def weights_note(workload: Workload, model_id: str) -> str:
+    """The launch scripts' note on the checkpoint: the engines read the weights' format from it."""
+    return f"weights {workload.weights_precision}: {model_id} must be a checkpoint in that format"
 
 
 def fraction(engine: str, memory: GpuMemory, worker: EngineWorker) -> str:

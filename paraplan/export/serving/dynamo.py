@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 
 from paraplan.cost.serving import ServingPlan, Workload
-from paraplan.export.serving.common import Memory, checked_workers, memory_for
+from paraplan.export.serving.common import Memory, checked_workers, memory_for, per_rank
 from paraplan.export.serving.sglang import sglang_server_args
 from paraplan.export.serving.trtllm import trtllm_extra_options
 from paraplan.export.serving.vllm import vllm_engine_args
@@ -77,12 +77,8 @@ def _trtllm_config(
         "tensor_parallel_size": worker.tp,
         "pipeline_parallel_size": worker.pp,
     }
-    if worker.dp_attention:
-        options["max_batch_size"] = -(-worker.max_batch // worker.tp)
-        options["max_num_tokens"] = -(-worker.max_num_tokens // worker.tp)
-    else:
-        options["max_batch_size"] = worker.max_batch
-        options["max_num_tokens"] = worker.max_num_tokens
+    options["max_batch_size"] = per_rank(worker.max_batch, worker)
+    options["max_num_tokens"] = per_rank(worker.max_num_tokens, worker)
     if max_model_len is not None:
         options["max_seq_len"] = max_model_len
     options.update(trtllm_extra_options(worker, workload, memory_for(memory, worker)))

@@ -20,8 +20,15 @@ Mapping (plan -> flag):
 from __future__ import annotations
 
 from paraplan.cost.serving import Engine, ServingPlan, Workload
-from paraplan.errors import ExportError
-from paraplan.export.serving.common import Launch, Memory, checked_workers, fraction, memory_for, script
+from paraplan.export.serving.common import (
+    Launch,
+    Memory,
+    check_aggregated,
+    fraction,
+    launches,
+    script,
+    weights_note,
+)
 from paraplan.hardware import Cluster
 from paraplan.rules.serving import EngineWorker, GpuMemory, kv_dtype
 
@@ -74,24 +81,14 @@ def sglang_launches(
     cluster: Cluster | None = None,
     max_model_len: int | None = None,
 ) -> list[Launch]:
-    workers = checked_workers("sglang", plan, workload, cluster, max_model_len)
-    return [
-        Launch(
-            w.role,
-            w.count,
-            w.gpus,
-            [
-                "python",
-                "-m",
-                "sglang.launch_server",
-                "--model-path",
-                model_id,
-                *sglang_server_args(w, workload, memory_for(memory, w), max_model_len),
-            ],
-            {},
-        )
-        for w in workers
-    ]
+    """One ``python -m sglang.launch_server`` per worker kind (replica, or prefill and decode
+    workers)."""
+
+    def argv_of(w: EngineWorker, mem: GpuMemory) -> tuple[list[str], dict[str, str]]:
+        server = sglang_server_args(w, workload, mem, max_model_len)
+        return ["python", "-m", "sglang.launch_server", "--model-path", model_id, *server], {}
+
+    return launches("sglang", plan, workload, memory, argv_of, cluster=cluster, max_model_len=max_model_len)
 
 
 def render_sglang(
@@ -106,14 +103,9 @@ def render_sglang(
 ) -> list[str]:
     """``python -m sglang.launch_server ...`` of an aggregated plan's replica as argv."""
     del engine
-    if plan.mode != "aggregated":
-        raise ExportError(
-            "plan.mode=disaggregated has a prefill and a decode pool: use sglang_launches, "
-            "or export to dynamo for one deployment of both"
-        )
-    return sglang_launches(plan, workload, model_id, memory, cluster=cluster, max_model_len=max_model_len)[
-        0
-    ].argv
+    check_aggregated("sglang", plan)
+    starts = sglang_launches(plan, workload, model_id, memory, cluster=cluster, max_model_len=max_model_len)
+    return starts[0].argv
 
 
 def render(
@@ -125,8 +117,8 @@ def render(
     cluster: Cluster | None = None,
     max_model_len: int | None = None,
 ) -> str:
-    launches = sglang_launches(plan, workload, model_id, memory, cluster=cluster, max_model_len=max_model_len)
-    notes = [f"weights {workload.weights_precision}: {model_id} must be a checkpoint in that format"]
+    starts = sglang_launches(plan, workload, model_id, memory, cluster=cluster, max_model_len=max_model_len)
+    notes = [weights_note(workload, model_id)]
     if plan.mode == "disaggregated":
         notes.append("join the pools with sglang-router (--pd-disaggregation) or Dynamo's frontend")
-    return script("sglang", model_id, launches, notes)
+    return script("sglang", model_id, starts, notes)

@@ -28,15 +28,15 @@ from typing import Any
 import yaml
 
 from paraplan.cost.serving import Engine, ServingPlan, Workload
-from paraplan.errors import ExportError
 from paraplan.export.serving.common import (
     Launch,
     Memory,
-    checked_workers,
+    check_aggregated,
     fraction,
-    memory_for,
+    launches,
     per_rank,
     script,
+    weights_note,
 )
 from paraplan.hardware import Cluster
 from paraplan.rules.serving import EngineWorker, GpuMemory, kv_dtype
@@ -112,14 +112,16 @@ def trtllm_launches(
     cluster: Cluster | None = None,
     max_model_len: int | None = None,
 ) -> list[Launch]:
-    workers = checked_workers("trtllm", plan, workload, cluster, max_model_len)
-    out = []
-    for w in workers:
+    """One ``trtllm-serve`` per worker kind (replica, or prefill and decode workers), each with its
+    extra-LLM-API YAML as a side file."""
+
+    def argv_of(w: EngineWorker, mem: GpuMemory) -> tuple[list[str], dict[str, str]]:
         name = f"extra-llm-api-{w.role}.yaml" if w.role else "extra-llm-api.yaml"
-        options = trtllm_extra_options(w, workload, memory_for(memory, w))
+        options = trtllm_extra_options(w, workload, mem)
         argv = ["trtllm-serve", model_id, *trtllm_cli_args(w, max_model_len), "--extra_llm_api_options", name]
-        out.append(Launch(w.role, w.count, w.gpus, argv, {name: yaml.safe_dump(options, sort_keys=False)}))
-    return out
+        return argv, {name: yaml.safe_dump(options, sort_keys=False)}
+
+    return launches("trtllm", plan, workload, memory, argv_of, cluster=cluster, max_model_len=max_model_len)
 
 
 def disagg_config(launches: list[Launch], port: int = 8000) -> dict[str, Any]:
@@ -154,15 +156,9 @@ def render_trtllm(
 ) -> tuple[list[str], str]:
     """An aggregated plan's ``trtllm-serve`` argv and the text of its extra-LLM-API YAML."""
     del engine
-    if plan.mode != "aggregated":
-        raise ExportError(
-            "plan.mode=disaggregated has a prefill and a decode pool: use trtllm_launches, "
-            "or export to dynamo for one deployment of both"
-        )
-    launch = trtllm_launches(plan, workload, model_id, memory, cluster=cluster, max_model_len=max_model_len)[
-        0
-    ]
-    return launch.argv, next(iter(launch.files.values()))
+    check_aggregated("trtllm", plan)
+    starts = trtllm_launches(plan, workload, model_id, memory, cluster=cluster, max_model_len=max_model_len)
+    return starts[0].argv, next(iter(starts[0].files.values()))
 
 
 def render(
@@ -174,11 +170,10 @@ def render(
     cluster: Cluster | None = None,
     max_model_len: int | None = None,
 ) -> str:
-    launches = trtllm_launches(plan, workload, model_id, memory, cluster=cluster, max_model_len=max_model_len)
-    notes = [f"weights {workload.weights_precision}: {model_id} must be a checkpoint in that format"]
-    text = script("trtllm", model_id, launches, notes)
+    starts = trtllm_launches(plan, workload, model_id, memory, cluster=cluster, max_model_len=max_model_len)
+    text = script("trtllm", model_id, starts, [weights_note(workload, model_id)])
     if plan.mode == "disaggregated":
-        cfg = yaml.safe_dump(disagg_config(launches), sort_keys=False).rstrip("\n")
+        cfg = yaml.safe_dump(disagg_config(starts), sort_keys=False).rstrip("\n")
         text += (
             "\n# the router over both pools (fill in the hosts)\n"
             f"cat > disagg_config.yaml <<'YAML'\n{cfg}\nYAML\n"

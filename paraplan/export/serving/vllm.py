@@ -24,15 +24,15 @@ from __future__ import annotations
 import json
 
 from paraplan.cost.serving import Engine, ServingPlan, Workload
-from paraplan.errors import ExportError
 from paraplan.export.serving.common import (
     Launch,
     Memory,
-    checked_workers,
+    check_aggregated,
     fraction,
-    memory_for,
+    launches,
     per_rank,
     script,
+    weights_note,
 )
 from paraplan.hardware import Cluster
 from paraplan.rules.serving import EngineWorker, GpuMemory, kv_dtype
@@ -88,17 +88,11 @@ def vllm_launches(
     max_model_len: int | None = None,
 ) -> list[Launch]:
     """One ``vllm serve`` per worker kind (replica, or prefill and decode workers)."""
-    workers = checked_workers("vllm", plan, workload, cluster, max_model_len)
-    return [
-        Launch(
-            w.role,
-            w.count,
-            w.gpus,
-            ["vllm", "serve", model_id, *vllm_engine_args(w, workload, memory_for(memory, w), max_model_len)],
-            {},
-        )
-        for w in workers
-    ]
+
+    def argv_of(w: EngineWorker, mem: GpuMemory) -> tuple[list[str], dict[str, str]]:
+        return ["vllm", "serve", model_id, *vllm_engine_args(w, workload, mem, max_model_len)], {}
+
+    return launches("vllm", plan, workload, memory, argv_of, cluster=cluster, max_model_len=max_model_len)
 
 
 def render_vllm(
@@ -114,13 +108,9 @@ def render_vllm(
     """``vllm serve MODEL ...`` of an aggregated plan's replica as argv (a disaggregated plan has
     two pools: ``vllm_launches`` gives both, the Dynamo export deploys them)."""
     del engine  # the flags are vLLM 0.33's whatever engine the plan was costed for
-    if plan.mode != "aggregated":
-        raise ExportError(
-            "plan.mode=disaggregated has a prefill and a decode pool: use vllm_launches, "
-            "or export to dynamo for one deployment of both"
-        )
-    launches = vllm_launches(plan, workload, model_id, memory, cluster=cluster, max_model_len=max_model_len)
-    return launches[0].argv
+    check_aggregated("vllm", plan)
+    starts = vllm_launches(plan, workload, model_id, memory, cluster=cluster, max_model_len=max_model_len)
+    return starts[0].argv
 
 
 def render(
@@ -133,8 +123,8 @@ def render(
     max_model_len: int | None = None,
 ) -> str:
     """The launch script: each worker kind's ``vllm serve`` with how many to run."""
-    launches = vllm_launches(plan, workload, model_id, memory, cluster=cluster, max_model_len=max_model_len)
-    notes = [f"weights {workload.weights_precision}: {model_id} must be a checkpoint in that format"]
+    starts = vllm_launches(plan, workload, model_id, memory, cluster=cluster, max_model_len=max_model_len)
+    notes = [weights_note(workload, model_id)]
     if plan.mode == "disaggregated":
         notes.append("the pools exchange KV caches over NIXL; put a proxy or Dynamo's frontend before them")
-    return script("vllm", model_id, launches, notes)
+    return script("vllm", model_id, starts, notes)
