@@ -345,3 +345,24 @@ def test_alltoall_crosses_nodes_at_one_nic_per_gpu() -> None:
     latency = 7 * nvlink.alpha_s + 8 * network.alpha_s  # one per peer (comm.alltoall_s)
     remote = TOKENS * HIDDEN * 2 * remote_copies_per_token(MoEDispatcher.ALLTOALL, TOP_K, 2)
     assert t.dispatch_s - latency == pytest.approx(remote / (50e9 * 0.92))
+
+
+def test_combine_fraction_applies_only_where_measured_apart() -> None:
+    """dispatch.yaml's combine_scale_up_by_accelerator: DeepEP's combine on GB200 / GB300 NVL72
+    at its own fraction, every other part (and every dispatch) at the generation's scale_up;
+    Blackwell Ultra takes Blackwell's entry (same_as) with the override."""
+    from paraplan.hardware.dispatch import dispatcher_params
+
+    deepep = dispatcher_params("deepep", "blackwell")
+    assert deepep.combine_scale_up_on("gb200") < deepep.scale_up
+    assert deepep.combine_scale_up_on("b200") == deepep.scale_up
+    assert dispatcher_params("deepep", "blackwell_ultra").combine_scale_up_on("gb300") == (
+        deepep.combine_scale_up_on("gb200")
+    )
+    hybridep = dispatcher_params("hybridep", "blackwell")
+    assert hybridep.combine_scale_up_on("gb200") == hybridep.scale_up
+    cluster = build_cluster("gb200-nvl72", gpus=32)
+    span = span_of(cluster, [SubAxis(1, 32)])
+    t = dispatch_time(MoEDispatcher.DEEPEP, TOKENS, HIDDEN, TOP_K, span, cluster, Precision.BF16)
+    ratio = (t.combine_s - t.fixed_s) / (t.dispatch_s - t.fixed_s)
+    assert ratio == pytest.approx(deepep.scale_up / deepep.combine_scale_up_on("gb200"))
