@@ -165,7 +165,12 @@ def dispatch_time(
         t_out = sum over scale-out tiers i of tokens * u * R_i * b / (f_out * B_i)  (R = remote
                 copies per token, split over the tiers by where the distinct nodes first sit;
                 the tiers share the GPU's one NIC, so they add),
-      B the catalog's per-GPU line rates, f_up / f_out / fixed from hardware/data/dispatch.yaml.
+      B the catalog's per-GPU line rates, f_up / f_out / fixed from hardware/data/dispatch.yaml;
+      the combine's t_up at its own f_up where a part was measured apart: DeepEP's combine in
+      the multi-node NVLink domain of GB200 NVL72 reaches ~190 GB/s at EP32 with 24 SMs against
+      ~400 GB/s dispatch (Megatron-LM DeepSeek-V3 GB200 guide, eb0783b6d3), 127-207 GB/s at 24
+      ranks (HybridEP README at 94a9f8f, its DeepEP column), where on an 8-GPU B200 board it
+      runs near its dispatch (302 against 348 GB/s, the same README).
     Source: DeepEP normal kernels (RDMA to the same-index rank, NVLink forwarding, pipelined:
     the slower domain paces the call); the fit and its cells in hardware/data/dispatch.yaml.
     Units: seconds.
@@ -190,11 +195,12 @@ def dispatch_time(
         )
     params = dispatcher_params(dispatcher.value, cluster.accelerator.generation)
     dispatch_b, combine_b = token_bytes(dispatcher, hidden, precision)
-    per_byte = _seconds_per_copy_byte(dispatcher, params, span, top_k, node_limit, num_experts)
+    up_combine = params.combine_scale_up_on(cluster.accelerator.key)
+    route = (dispatcher, params, span, top_k, node_limit, num_experts)
     scale = tokens * imbalance
     return DispatchTime(
-        params.fixed_s + scale * dispatch_b * per_byte,
-        params.fixed_s + scale * combine_b * per_byte,
+        params.fixed_s + scale * dispatch_b * _seconds_per_copy_byte(*route, params.scale_up),
+        params.fixed_s + scale * combine_b * _seconds_per_copy_byte(*route, up_combine),
         params.fixed_s,
     )
 
@@ -206,8 +212,10 @@ def _seconds_per_copy_byte(
     top_k: int,
     node_limit: int | None,
     num_experts: int | None,
+    scale_up: float,
 ) -> float:
-    """max(t_up, t_out) of dispatch_time per routed token and byte of a copy."""
+    """max(t_up, t_out) of dispatch_time per routed token and byte of a copy, the NVLink stage
+    at ``scale_up`` of its line rate."""
     g = span.fan_in[0]
     outer = list(zip(span.tiers[1:], span.fan_in[1:], strict=True))
     num_nodes = prod(f for _, f in outer)
@@ -215,7 +223,7 @@ def _seconds_per_copy_byte(
     per_rank = num_experts // span.size if num_experts and num_experts % span.size == 0 else None
     ranks = expected_distinct(chosen * g, top_k, per_rank)
     up = span.tiers[0]
-    t_up = ranks * (g - 1) / g / (params.scale_up * up.per_gpu_bytes_per_s) if g > 1 else 0.0
+    t_up = ranks * (g - 1) / g / (scale_up * up.per_gpu_bytes_per_s) if g > 1 else 0.0
     remote = remote_copies_per_token(dispatcher, top_k, num_nodes, node_limit, num_experts)
     t_out, inner = 0.0, 1
     for tier, f in outer:

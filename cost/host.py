@@ -29,13 +29,16 @@ block and pass (forward; backward launches twice the kernels, dgrad and wgrad):
 
 Parameters fitted to the calibration file's 78 MoE rows and its one-setting pairs
 (benchmarks/calibrate_moe.py, 2026-12-01; unchanged over its 76 rows of 2026-12-02, after the
-recompute modules): ``moe_layer_overhead_us`` 1000 us, EXPERT_LAUNCH_S 160 us, MOE_SYNC_S 50 us,
+recompute modules, and refitted unchanged after DeepEP's combine on NVL72, cost/dispatch.py):
+``moe_layer_overhead_us`` 1000 us, EXPERT_LAUNCH_S 160 us, MOE_SYNC_S 50 us,
 PARTIAL_UNCAPTURED 0.25 (not fitted: a quarter of the router / permute launches stay outside TE's
 scopes); the sync bounded at 300 us by the 16-GPU nsys idle bound
 (<= 1.9 s of a 24.7 s step GPU-idle over 6,144 layer passes). Leave-one-source-out
 (benchmarks/calibrate_moe.py --crossval) the fitted values move within 500-1000 / 160-200 /
 50-100 us and the held-out MoE error is 21.7% / 41.6% against 21.7% / 41.5% in-sample (76 rows,
-2026-12-02; 24.1% / 48.4% against 21.7% / 48.3% over 78 before).
+2026-12-02; 24.1% / 48.4% against 21.7% / 48.3% over 78 before); after DeepEP's combine on NVL72
+(2026-12-02, later) 21.4% / 41.9% held out against 21.4% / 40.9% in-sample, the held-out fits
+within 1000 / 160-200 / 0-300 us.
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 """Fitted parameters of the MoE token dispatchers that deduplicate by node (``data/dispatch.yaml``).
 
 DeepEP and HybridEP: per accelerator generation, the achieved fraction of each link tier's line
-rate, the fixed time of one call and the SMs the kernels hold; and the SM count of each
-accelerator. This module only reads the data file and converts units (us -> s); the formulas are
-in cost/dispatch.py, the sources and fits in the data file's comments.
+rate (the combine's own NVLink fraction where a part was measured apart), the fixed time of one
+call and the SMs the kernels hold; and the SM count of each accelerator. This module only reads
+the data file and converts units (us -> s); the formulas are in cost/dispatch.py, the sources
+and fits in the data file's comments.
 """
 
 from __future__ import annotations
@@ -31,10 +32,18 @@ class DispatcherParams:
     fixed_s: float  # time of one call independent of bytes
     sms: int  # SMs the kernels hold (default for the generation)
     sms_by_accelerator: tuple[tuple[str, int], ...] = ()
+    # the combine's scale-up fraction on a part measured apart (default: scale_up)
+    combine_scale_up_by_accelerator: tuple[tuple[str, float], ...] = ()
 
     def sms_on(self, accelerator_key: str) -> int:
         """SMs held on ``accelerator_key`` (a part measured at another SM count overrides)."""
         return dict(self.sms_by_accelerator).get(accelerator_key, self.sms)
+
+    def combine_scale_up_on(self, accelerator_key: str) -> float:
+        """Scale-up fraction the combine reaches on ``accelerator_key``: its own where the part
+        was measured apart (DeepEP's combine in GB200's multi-node NVLink domain), else
+        ``scale_up``."""
+        return dict(self.combine_scale_up_by_accelerator).get(accelerator_key, self.scale_up)
 
 
 @cache
@@ -75,6 +84,11 @@ def dispatcher_params(dispatcher: str, generation: str) -> DispatcherParams:
     scale_out = None if raw.get("scale_out") is None else float(raw["scale_out"])
     _check_fraction("scale_up", float(raw["scale_up"]))
     _check_fraction("scale_out", scale_out)
+    combine_up = tuple(
+        sorted((k, float(v)) for k, v in raw.get("combine_scale_up_by_accelerator", {}).items())
+    )
+    for key, value in combine_up:
+        _check_fraction(f"combine_scale_up_by_accelerator.{key}", value)
     fixed_us = float(raw["fixed_us"])
     if not 0.0 <= fixed_us <= 1000.0:
         raise ValueError(f"data/dispatch.yaml: fixed_us={fixed_us} must be in [0, 1000]")
@@ -86,6 +100,7 @@ def dispatcher_params(dispatcher: str, generation: str) -> DispatcherParams:
         fixed_s=fixed_us * US_S,
         sms=int(raw["sms"]),
         sms_by_accelerator=tuple(sorted((k, int(v)) for k, v in raw.get("sms_by_accelerator", {}).items())),
+        combine_scale_up_by_accelerator=combine_up,
     )
 
 

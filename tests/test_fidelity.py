@@ -66,7 +66,8 @@ def test_dense_gpu_runs_hold_their_fidelity(rows) -> None:
 
 def test_moe_gpu_runs(rows) -> None:
     """Issue 22's bar is >= 75 MoE GPU runs at median <= 10%, p90 <= 25%; this holds the figures
-    reached (2026-12-02: MOE_MEDIAN / MOE_P90 over 76 runs, 21.7% / 48.3% over 78 before the
+    reached (2026-12-02: MOE_MEDIAN / MOE_P90 over 76 runs; 21.7% / 41.5% before DeepEP's combine
+    in the NVL72 domain was costed at its measured rate, 21.7% / 48.3% over 78 before the
     recompute modules; 18.9% / 57.7% over the 42 runs before
     the software state was modelled) so that a change that loses ground fails."""
     moe = [r.error for r in rows if _is_moe(r)]
@@ -140,7 +141,7 @@ def _by_id(rows) -> dict:
     return {r.case.row_id: r for r in rows}
 
 
-MOE_MEDIAN, MOE_P90 = 0.22, 0.42  # test_moe_gpu_runs: the figures reached (21.7% / 41.5%), rounded up
+MOE_MEDIAN, MOE_P90 = 0.215, 0.41  # test_moe_gpu_runs: the figures reached (21.4% / 40.9%), rounded up
 MOE_ROWS = (323, 332, 340, 346)  # Megatron-Bridge 25.11 Qwen3-30B-A3B: 8 GB300, 8 GB200, 8 B200, 16 H100
 GB300_ROWS = (316, 317, 318, 323)  # Megatron-Bridge 25.11 on GB300: Llama 3 8B (x2), 70B, Qwen3-30B-A3B
 LONG_CONTEXT_ROWS = (570, 581, 592, 603, 614)  # MosaicML MPT at seq 32K on 8 A100 40GB
@@ -213,3 +214,55 @@ def test_expert_parallel_wider_than_dp_is_folded_over_tp(scored) -> None:
     reasons = {s.row_id: s.reason for s in skipped}
     assert "ep=64 x pp=8 exceed the 256 GPUs" in reasons[355]
     assert all("no sourced figures" in reasons[i] for i in (384, 390, 391, 392, 393, 394))
+
+
+def _flop_counts(case) -> tuple[float, float, int]:
+    """(Megatron-LM's count of one step, causal core attention halved; the same with the core
+    attention in full; GPUs) of a MoE row's mapped model and job."""
+    from paraplan.cost.megatron_flops import megatron_flops_per_step, padded_vocab_size
+
+    import paraplan
+    from paraplan.instance import build_instance
+
+    inst = build_instance(paraplan.load_scenario(case.scenario))
+    job, spec, plan = case.scenario["job"], inst.graph.spec, case.scenario["plan"]
+    seq, batch = job["seq_len"], job["global_batch"]
+    halved = megatron_flops_per_step(
+        spec, seq_len=seq, global_batch=batch, padded_vocab=padded_vocab_size(spec.vocab, plan.get("tp", 1))
+    )
+    core = batch * seq * seq * 6 * spec.head_dim * spec.num_heads * spec.num_layers  # the halved core again
+    return halved, halved + core, inst.cluster.num_devices
+
+
+# rows publishing a step time (or tokens/s) beside their TFLOP/s per GPU: (row, TFLOP/s, the
+# count-free figure, what it is); Megatron-MoE-ModelZoo Qwen3 readme at e8650517 (rows
+# 2043-2047, 256 H100, 4K tokens), the Megatron-Core MoE report via the row's notes (2059)
+COUNT_FREE = (
+    (2043, 245.0, 19.7, "step_s"),
+    (2044, 276.0, 17.6, "step_s"),
+    (2045, 276.0, 17.6, "step_s"),
+    (2047, 167.0, 29.0, "step_s"),
+    (2059, 1150.0, 1556.0, "tokens_per_s_per_gpu"),
+)
+
+
+@pytest.mark.parametrize(("row_id", "tflops", "figure", "what"), COUNT_FREE)
+def test_moe_tflops_rows_use_megatron_causal_halved_count(row_id, tflops, figure, what) -> None:
+    """The Megatron-MoE-ModelZoo and Megatron-Core MoE report rows scored from their TFLOP/s per
+    GPU (benchmarks/calibration_set.py: step = Megatron-LM's count / (TFLOP/s x GPUs)) count
+    causal core attention halved, as Megatron-LM's ``num_floating_point_operations`` does: where
+    a row also publishes a figure no FLOP count enters (its step time; row 2059's tokens/s), the
+    TFLOP/s times GPUs times that step is the halved count within 1%, and 11-12% (4K tokens) or
+    45% (131K) off the count with the core attention in full. So the ModelZoo's long-context rows
+    (+13..+42%, docs/moe_physics.md Sec. 5) are not read under the wrong convention: it is the
+    attention's speed."""
+    from benchmarks.calibration_set import load_cases
+
+    case = next(c for c in load_cases(kind="moe")[0] if c.row_id == row_id)
+    halved, full, gpus = _flop_counts(case)
+    job = case.scenario["job"]
+    step_s = figure if what == "step_s" else job["global_batch"] * job["seq_len"] / (figure * gpus)
+    implied = tflops * 1e12 * gpus * step_s
+    assert implied / halved == pytest.approx(1.0, abs=0.01)
+    assert implied / full < 0.9
+    assert case.published_step_s == pytest.approx(step_s, rel=0.01)

@@ -98,7 +98,20 @@ HYBRIDEP = (
     ("hybridep-gb200-32", "gb200-nvl72", 32, 32, "rank", (393, 484, 465)),
     ("hybridep-gb200-36", "gb200-nvl72", 36, 36, "rank", (361, 479, 448)),
 )
+GB200_GUIDE_SRC = (
+    "https://github.com/NVIDIA/Megatron-LM/blob/eb0783b6d3/docs/discussions/deepseek-v3-gb200-optimization/"
+    "deepseek-v3-gb200-optimization.md (DeepEP at EP32 over MNNVL, 24 SMs)"
+)
+# DeepEP in GB200 NVL72's multi-node NVLink domain (GB200_GUIDE_SRC): "~400 GB/s dispatch and
+# ~190 GB/s combine" at EP32 with 24 SMs (DeepSeek-V3: 256 experts, h 7168, top-8; the
+# Megatron MXFP8 recipe dispatches BF16), counted as DeepEP's intranode tests count (one copy
+# per token and destination rank: the 32 ranks are one NVLink domain).
+DEEPEP_GB200_32 = Cell(
+    "deepep-gb200-32", MoEDispatcher.DEEPEP, "gb200-nvl72", 32, 32, 256, None, "rank",
+    {"dispatch_bf16": 400.0, "combine": 190.0}, GB200_GUIDE_SRC,
+)  # fmt: skip
 CELLS = (
+    DEEPEP_GB200_32,
     *(
         Cell(f"deepep-h800-ep{p}", MoEDispatcher.DEEPEP, "hgx-h800", p, 8, 256, limit, counting,
              {"dispatch_fp8": fp8, "combine": comb}, DEEPEP_SRC)
@@ -176,6 +189,22 @@ def test_published_dispatch_tables_within_20_percent(cell: Cell, column: str) ->
     model = _model_gbps(cell, column)
     published = cell.gbps[column]
     assert abs(model / published - 1.0) <= TOLERANCE, (cell.key, column, model, published, cell.source)
+
+
+def test_deepep_combine_in_the_nvl72_domain_is_the_slow_call() -> None:
+    """DeepEP's combine across GB200 NVL72's multi-node NVLink domain runs at about half its
+    dispatch (GB200_GUIDE_SRC: ~190 against ~400 GB/s at EP32) and inside the 127-207 GB/s the
+    HybridEP README measured for DeepEP's combine at 24 ranks (HYBRIDEP_SRC), where on an 8-GPU
+    B200 board the two calls run near each other (302 against 348 GB/s, BF16)."""
+    at_24 = Cell(
+        "deepep-gb200-24", MoEDispatcher.DEEPEP, "gb200-nvl72", 24, 24, 240, None, "rank",
+        {"combine": 167.0}, HYBRIDEP_SRC,
+    )  # fmt: skip
+    assert 127.0 <= _model_gbps(at_24, "combine") <= 207.0
+    gb200 = _model_gbps(DEEPEP_GB200_32, "combine") / _model_gbps(DEEPEP_GB200_32, "dispatch_bf16")
+    b200_cell = next(c for c in CELLS if c.key == "deepep-b200-8")
+    b200 = _model_gbps(b200_cell, "combine") / _model_gbps(b200_cell, "dispatch_bf16")
+    assert gb200 < 0.65 < 0.9 < b200 <= 1.0
 
 
 def test_every_table_cell_is_named_in_the_fit() -> None:
@@ -316,3 +345,24 @@ def test_alltoall_crosses_nodes_at_one_nic_per_gpu() -> None:
     latency = 7 * nvlink.alpha_s + 8 * network.alpha_s  # one per peer (comm.alltoall_s)
     remote = TOKENS * HIDDEN * 2 * remote_copies_per_token(MoEDispatcher.ALLTOALL, TOP_K, 2)
     assert t.dispatch_s - latency == pytest.approx(remote / (50e9 * 0.92))
+
+
+def test_combine_fraction_applies_only_where_measured_apart() -> None:
+    """dispatch.yaml's combine_scale_up_by_accelerator: DeepEP's combine on GB200 / GB300 NVL72
+    at its own fraction, every other part (and every dispatch) at the generation's scale_up;
+    Blackwell Ultra takes Blackwell's entry (same_as) with the override."""
+    from paraplan.hardware.dispatch import dispatcher_params
+
+    deepep = dispatcher_params("deepep", "blackwell")
+    assert deepep.combine_scale_up_on("gb200") < deepep.scale_up
+    assert deepep.combine_scale_up_on("b200") == deepep.scale_up
+    assert dispatcher_params("deepep", "blackwell_ultra").combine_scale_up_on("gb300") == (
+        deepep.combine_scale_up_on("gb200")
+    )
+    hybridep = dispatcher_params("hybridep", "blackwell")
+    assert hybridep.combine_scale_up_on("gb200") == hybridep.scale_up
+    cluster = build_cluster("gb200-nvl72", gpus=32)
+    span = span_of(cluster, [SubAxis(1, 32)])
+    t = dispatch_time(MoEDispatcher.DEEPEP, TOKENS, HIDDEN, TOP_K, span, cluster, Precision.BF16)
+    ratio = (t.combine_s - t.fixed_s) / (t.dispatch_s - t.fixed_s)
+    assert ratio == pytest.approx(deepep.scale_up / deepep.combine_scale_up_on("gb200"))
