@@ -33,7 +33,9 @@ def order_matches(plan: Plan, framework_order: Sequence[Axis]) -> bool:
 
 
 @cache
-def _orders_match(order: tuple[Axis, ...], framework_order: tuple[Axis, ...], active: frozenset[Axis]) -> bool:
+def _orders_match(
+    order: tuple[Axis, ...], framework_order: tuple[Axis, ...], active: frozenset[Axis]
+) -> bool:
     """``order_matches`` on the orders and the axes of degree > 1 (a layout filter asks it of
     thousands of layouts with a few dozen distinct answers)."""
     return tuple(a for a in order if a in active) == tuple(a for a in framework_order if a in active)
