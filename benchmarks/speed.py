@@ -288,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _per_target(scenarios: dict[str, dict]) -> None:
     """Each scenario planned for each framework (module docstring, 6)."""
-    from paraplan.targets import TARGETS
+    from paraplan.planning import TARGETS
 
     print(
         "\nPer framework (solver.target: only plans it runs, proven optimal over those):\n\n"

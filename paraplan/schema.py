@@ -238,7 +238,7 @@ class JobSection(Section):
 SolverTarget = Literal[(*FRAMEWORKS, "any")]  # type: ignore[valid-type]
 """Frameworks ``solver.target`` accepts: the frameworks (rules/frameworks.py), or ``any``
 (the unrestricted optimum of the cost model, which may run on no framework). Unset: the fastest
-plan at least one of the frameworks runs (paraplan/targets.py, runnable_options)."""
+plan at least one of the frameworks runs (paraplan/planning.py, runnable_options)."""
 
 
 class SolverSection(Section):
