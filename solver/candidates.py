@@ -122,7 +122,8 @@ def bounded_tables(
        consecutive ranks (``stage_terms(packed=True)``: no rank order costs less); under a layout
        filter a ZeRO-0 or SP-off family whose ZeRO-1 / SP-on twin (limits.twins) is bounded
        already takes the twin's bound until it is popped (the twin is never slower, space.py),
-       and only then its own terms: most such families are never popped;
+       and only then its own terms: most such families are never popped; one whose twin fits
+       no split fits none either (the twin is never larger);
     2. a layout (that and a rank order), bounded by quick_lower_bound_s of its own terms;
     then its tables (memory-aware bounds, an upper bound). Each level's bound is at most the next
     one's, so popping the least bound first and stopping once it exceeds the K-th best upper bound
@@ -175,6 +176,7 @@ def bounded_tables(
     unfit, discarded, out_of_time = 0, float("inf"), False
     variant_memo: dict[Any, list[Options]] = {}  # space.layout_variants
     level1: dict[Layout, float] = {}  # level-1 bounds of the families with a ZeRO stage so far
+    unfit_families: set[Layout] = set()  # families with a ZeRO stage whose no split fits
     passed = 0  # layouts that reached level 2 (under a layout filter: that passed it)
     while heap:
         cutoff = uppers[top - 1] * (1 + 1e-9) if len(uppers) >= top else float("inf")
@@ -208,8 +210,11 @@ def bounded_tables(
                 if own > bound:
                     heapq.heappush(heap, (own, next(tick), 1, (plan, terms), ks))
                     continue
-            if not _fits(terms, recomputes, spec.num_layers, ks, uniform, _stage_modes(fixed, plan.pp)):
+            if any(t in unfit_families for t in twins(plan, fixed)) or not _fits(
+                terms, recomputes, spec.num_layers, ks, uniform, _stage_modes(fixed, plan.pp)
+            ):  # a twin that fits no split holds one that does not either (never larger, space.py)
                 unfit_terms.append(terms)
+                unfit_families.add(plan)
                 continue
             for order, shape in placements(plan, cluster, fixed, options, cache=order_cache):
                 passed += 1
