@@ -14,7 +14,6 @@ from paraplan.cost import evaluate as cost_evaluate
 from paraplan.cost.plan import default_chunks
 from paraplan.errors import ConfigError, SolveTimeout
 from paraplan.instance import Calibration, Instance, build_instance, fixed_plan
-from paraplan.plan_doc import plan_doc
 from paraplan.planning import UNRESTRICTED, fixed_modes, runnable_options, runs_on, search, target_options
 from paraplan.reports.explain import explain, summary
 from paraplan.result import (
@@ -25,7 +24,8 @@ from paraplan.result import (
     evaluate_plan,
     paraplan_version,
 )
-from paraplan.schema import Scenario, load_scenario
+from paraplan.scenario.plan_doc import plan_doc
+from paraplan.scenario.schema import Scenario, load_scenario
 from paraplan.serving.schema import is_serving, serving_api
 from paraplan.solver import (
     DUPLICATE_REL,

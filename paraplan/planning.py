@@ -43,10 +43,10 @@ from typing import Any, NamedTuple
 from paraplan.cost import PartialPlan, Plan, Recompute
 from paraplan.errors import ConfigError, InfeasibleError, SolveTimeout
 from paraplan.instance import Instance
-from paraplan.plan_doc import given
 from paraplan.reports.text import gib
 from paraplan.rules import FRAMEWORKS, Draft, RuleContext, first_refusal, rules_of, runs_pools, runs_precision
 from paraplan.rules.filter import AnyFramework, FrameworkFilter
+from paraplan.scenario.plan_doc import given
 from paraplan.solver import (
     NoFitError,
     NoLayoutError,

@@ -20,7 +20,7 @@ from paraplan.cost.memory import StageMemory
 from paraplan.errors import ConfigError
 from paraplan.hardware import Cluster, step_time_band
 from paraplan.instance import Instance
-from paraplan.plan_doc import PlanDoc, filled, plan_doc
+from paraplan.scenario.plan_doc import PlanDoc, filled, plan_doc
 
 __all__ = [
     "PlanDoc",

@@ -15,10 +15,10 @@ from pydantic import Field, model_validator
 
 from paraplan.cost.reliability import DEFAULT_RESTART_S, LLAMA3_FAILURE_RATE_PER_GPU_HOUR
 from paraplan.hardware.topology import MAX_DEVICES
-from paraplan.section import Section
+from paraplan.scenario.section import Section
 
 if TYPE_CHECKING:
-    from paraplan.schema import Scenario
+    from paraplan.scenario.schema import Scenario
 
 __all__ = [
     "ChooseSection",

@@ -17,7 +17,7 @@ from paraplan.errors import ConfigError
 from paraplan.graph import ModelSpec
 from paraplan.graph.spec import show_value
 from paraplan.hardware import Cluster
-from paraplan.plan_doc import DERIVED, PlanDoc, given
+from paraplan.scenario.plan_doc import DERIVED, PlanDoc, given
 
 __all__ = ["fixed_knobs_of"]
 

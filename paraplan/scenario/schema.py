@@ -42,16 +42,16 @@ from paraplan.cost.plan import Allocator, CrossEntropy, RecomputeModule, Selecti
 from paraplan.errors import ConfigError
 from paraplan.graph.spec import show_value
 from paraplan.hardware.topology import MAX_DEVICES, MAX_POOLS
-from paraplan.model_section import ModelSection
-from paraplan.plan_doc import PlanDoc
 from paraplan.rules.frameworks import FRAMEWORKS
-from paraplan.scenario_file import (
+from paraplan.scenario.model_section import ModelSection
+from paraplan.scenario.plan_doc import PlanDoc
+from paraplan.scenario.scenario_file import (
     MAX_NESTING,
     MAX_SCENARIO_BYTES,
     MAX_VALUES,
     read_scenario,
 )
-from paraplan.section import (
+from paraplan.scenario.section import (
     MAX_GLOBAL_BATCH,
     MAX_SEARCH_MICRO_BATCH,
     MAX_SEARCH_VP,

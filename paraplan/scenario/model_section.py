@@ -12,7 +12,7 @@ from pydantic import (
 )
 
 from paraplan.graph.presets import MOE_MLA_FIELDS
-from paraplan.section import (
+from paraplan.scenario.section import (
     Section,
 )
 

@@ -33,7 +33,7 @@ from paraplan.cost.plan import (
 )
 from paraplan.graph.spec import show_value
 from paraplan.hardware.topology import MAX_DEVICES, MAX_POOLS
-from paraplan.section import MAX_GLOBAL_BATCH, MAX_LAYERS, STRICT, Section
+from paraplan.scenario.section import MAX_GLOBAL_BATCH, MAX_LAYERS, STRICT, Section
 
 __all__ = [
     "PlanDoc",
