@@ -1,8 +1,8 @@
 """The planning room: how ``paraplan.solve`` turns a training scenario into its plan, one step
 after another (as torchtitan's parallelize functions apply one parallelism after another):
 
-1. scenario -> instance: ``api.load_scenario`` reads it (paraplan/schema.py, the plan document
-   paraplan/plan_doc.py), ``instance.build_instance`` builds the graph, cluster, job and the
+1. scenario -> instance: ``api.load_scenario`` reads it (paraplan/scenario/schema.py, the plan document
+   paraplan/scenario/plan_doc.py), ``instance.build_instance`` builds the graph, cluster, job and the
    fixed knobs (plan_knobs.fixed_knobs_of);
 2. instance -> options: ``api.fixed_knobs`` (what the search can honour) and the ``solver:``
    section as solver.Options (``api.search_options``);

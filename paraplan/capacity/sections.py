@@ -1,4 +1,4 @@
-"""The capacity sections of a scenario (pydantic; paraplan/schema.py attaches them):
+"""The capacity sections of a scenario (pydantic; paraplan/scenario/schema.py attaches them):
 
 cluster.choose:  {presets: [dgx-h100, dgx-b200, gb200-nvl72], min_gpus, max_gpus, step}
 cluster.price_per_gpu_hour: USD, or {node preset: USD} under choose (default hardware/data/prices.yaml)

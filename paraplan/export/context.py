@@ -96,7 +96,7 @@ class ExportContext:
 
 
 def to_cost_plan(plan: PlanDoc) -> Plan:
-    """The cost model's ``Plan`` for a Result's plan (paraplan.plan_doc.plan_of)."""
+    """The cost model's ``Plan`` for a Result's plan (paraplan.scenario.plan_doc.plan_of)."""
     return plan_of(plan)
 
 

@@ -7,9 +7,9 @@ plan:    optional; any subset of knobs fixes them (evaluate needs all)
 solver:  optional; search options
 calibration: optional; a calibration profile file (``paraplan calibrate``)
 
-The section base and the limits of the keys are in paraplan/section.py, the ``model:`` section in
-paraplan/model_section.py, the ``plan:`` section (the plan document, the I/O edge of cost.Plan) in
-paraplan/plan_doc.py, and the safe reading of a scenario file in paraplan/scenario_file.py;
+The section base and the limits of the keys are in paraplan/scenario/section.py, the ``model:`` section in
+paraplan/scenario/model_section.py, the ``plan:`` section (the plan document, the I/O edge of cost.Plan) in
+paraplan/scenario/plan_doc.py, and the safe reading of a scenario file in paraplan/scenario/scenario_file.py;
 this module holds the other sections, ``Scenario`` and ``load_scenario``.
 """
 
