@@ -76,13 +76,46 @@ __all__ = [
     "time_left",
 ]
 
-# step 3: the filter
-
 UNRESTRICTED = "any"
 """``solver.target: any``: the unrestricted optimum of the cost model (may run on no framework)."""
 TARGETS: tuple[str, ...] = FRAMEWORKS
 """The frameworks a plan can be searched for and exported to, in the order ``runs_on`` lists
 (rules/frameworks.py)."""
+
+
+# steps 3 and 4 in order; each step's functions follow
+
+
+class Planned(NamedTuple):
+    """Step 4's outcome: the search, the notes for the explanation, and whether the plan is
+    from the runnable default's search (its runners-up are kept only where a framework runs)."""
+
+    searched: Search
+    notes: list[str]
+    runnable_only: bool
+
+
+def search(
+    inst: Instance,
+    fixed: PartialPlan,
+    base: Options,
+    opts: SolverOptions,
+    progress: Callable[[str], None] | None,
+    time_limit_s: float,
+    deadline: float,
+) -> Planned:
+    """Steps 3 and 4 (module docstring): ``base`` narrowed by ``solver.target`` (one framework,
+    ``any``: none) or, unset, to the plans some framework runs; then the one search."""
+    target = inst.scenario.solver.target
+    if target is None:
+        space = runnable_options(base, inst)
+        searched, notes = runnable_search(inst, fixed, space, base, opts, progress, time_limit_s, deadline)
+        return Planned(searched, notes, space.options is not None)
+    options = base if target == UNRESTRICTED else target_options(base, target, inst)
+    return Planned(run_search(inst, fixed, options, opts, progress, time_limit_s), [], False)
+
+
+# step 3: the filter
 
 
 def rule_context(inst: Instance) -> RuleContext:
@@ -361,32 +394,3 @@ def time_left(deadline: float, time_limit_s: float) -> float:
     if left_s <= 0:
         raise SolveTimeout(f"no plan found within --time-limit {time_limit_s:g} s; raise it")
     return left_s
-
-
-class Planned(NamedTuple):
-    """Step 4's outcome: the search, the notes for the explanation, and whether the plan is
-    from the runnable default's search (its runners-up are kept only where a framework runs)."""
-
-    searched: Search
-    notes: list[str]
-    runnable_only: bool
-
-
-def search(
-    inst: Instance,
-    fixed: PartialPlan,
-    base: Options,
-    opts: SolverOptions,
-    progress: Callable[[str], None] | None,
-    time_limit_s: float,
-    deadline: float,
-) -> Planned:
-    """Steps 3 and 4 (module docstring): ``base`` narrowed by ``solver.target`` (one framework,
-    ``any``: none) or, unset, to the plans some framework runs; then the one search."""
-    target = inst.scenario.solver.target
-    if target is None:
-        space = runnable_options(base, inst)
-        searched, notes = runnable_search(inst, fixed, space, base, opts, progress, time_limit_s, deadline)
-        return Planned(searched, notes, space.options is not None)
-    options = base if target == UNRESTRICTED else target_options(base, target, inst)
-    return Planned(run_search(inst, fixed, options, opts, progress, time_limit_s), [], False)
