@@ -31,7 +31,7 @@ import yaml
 from benchmarks.calibration_set import Case
 from benchmarks.fidelity import _quantile, evaluate_case, fidelity_cases
 from paraplan.instance import build_instance
-from paraplan.schema import load_scenario
+from paraplan.scenario.schema import load_scenario
 
 eff_module = importlib.import_module("paraplan.hardware.efficiency")
 

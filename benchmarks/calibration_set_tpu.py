@@ -36,7 +36,7 @@ from typing import Any
 from paraplan.cost.flops import model_flops_per_token
 
 from paraplan.instance import build_instance
-from paraplan.schema import load_scenario
+from paraplan.scenario.schema import load_scenario
 
 __all__ = ["is_tpu_row", "tpu_row_case"]
 

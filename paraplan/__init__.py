@@ -16,7 +16,7 @@ from paraplan.errors import (
 )
 from paraplan.reports.html import report_html, write_report
 from paraplan.result import Result
-from paraplan.schema import Scenario
+from paraplan.scenario.schema import Scenario
 
 __version__ = paraplan_version()
 

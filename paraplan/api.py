@@ -14,7 +14,7 @@ from paraplan.cost import evaluate as cost_evaluate
 from paraplan.cost.plan import default_chunks
 from paraplan.errors import ConfigError, SolveTimeout
 from paraplan.instance import Calibration, Instance, build_instance, fixed_plan
-from paraplan.plan_doc import plan_doc
+from paraplan.planning import UNRESTRICTED, fixed_modes, runnable_options, runs_on, search, target_options
 from paraplan.reports.explain import explain, summary
 from paraplan.result import (
     Alternative,
@@ -24,20 +24,13 @@ from paraplan.result import (
     evaluate_plan,
     paraplan_version,
 )
-from paraplan.schema import Scenario, load_scenario
-from paraplan.search import run_search, runnable_search
+from paraplan.scenario.plan_doc import plan_doc
+from paraplan.scenario.schema import Scenario, load_scenario
 from paraplan.serving.schema import is_serving, serving_api
 from paraplan.solver import (
     DUPLICATE_REL,
     Options,
     SolverOptions,
-)
-from paraplan.targets import (
-    UNRESTRICTED,
-    fixed_modes,
-    runnable_options,
-    runs_on,
-    target_options,
 )
 
 if TYPE_CHECKING:
@@ -85,7 +78,7 @@ def _instance(
 
 def _with_runs_on(result: Result, inst: Instance, plan: Plan) -> Result:
     """``result`` with ``runs_on``: the frameworks whose rules pass its plan as it is and that
-    launch its cluster and precision (targets.runs_on; the exporters render what the rules
+    launch its cluster and precision (planning.runs_on; the exporters render what the rules
     accept, tests/cli/test_first_hour.py checks it)."""
     return result.model_copy(update={"runs_on": runs_on(inst, plan)})
 
@@ -146,8 +139,8 @@ def _base_options(inst: Instance) -> Options:
 
 def search_options(inst: Instance) -> Options:
     """The scenario's ``solver:`` section as the solver's search Options: ``target`` narrows it to
-    what that framework runs (paraplan/targets.py); ``any`` leaves it unrestricted; unset, the
-    search of what at least one framework runs (targets.runnable_options; unrestricted when no
+    what that framework runs (paraplan/planning.py); ``any`` leaves it unrestricted; unset, the
+    search of what at least one framework runs (planning.runnable_options; unrestricted when no
     framework runs any plan of the scenario)."""
     options = _base_options(inst)
     target = inst.scenario.solver.target
@@ -212,6 +205,8 @@ def solve(
         from paraplan.capacity.solve import solve_capacity
 
         return solve_capacity(scenario, time_limit_s=time_limit_s, workers=workers, top=top, seed=seed)
+    # the planning room's steps in order (paraplan/planning.py): scenario -> instance -> options
+    # -> filter and search -> result
     inst = _instance(scenario, calibration, search=True)
     target = inst.scenario.solver.target
     base = _base_options(inst)
@@ -227,15 +222,7 @@ def solve(
         top=max(top, 2),
         duplicate_rel=DUPLICATE_REL,
     )
-    notes: list[str] = []
-    if target is None:
-        space = runnable_options(base, inst)
-        searched, notes = runnable_search(inst, fixed, space, base, opts, progress, time_limit_s, deadline)
-        runnable_only = space.options is not None
-    else:
-        options = base if target == UNRESTRICTED else target_options(base, target, inst)
-        searched = run_search(inst, fixed, options, opts, progress, time_limit_s)
-        runnable_only = False
+    searched, notes, runnable_only = search(inst, fixed, base, opts, progress, time_limit_s, deadline)
     out = searched.out
     best = out.solutions[0]
     gap = (best.objective_s - out.bound_s) / best.objective_s if best.objective_s else 0.0

@@ -20,7 +20,7 @@ from paraplan.calibration.cli import add_parsers as add_calibrate_parsers
 from paraplan.errors import ConfigError, ParaplanError
 from paraplan.result import paraplan_version
 from paraplan.rules.frameworks import FRAMEWORKS
-from paraplan.schema import SolverTarget
+from paraplan.scenario.schema import SolverTarget
 
 __all__ = ["main", "build_parser", "EXIT_USAGE", "EXIT_INTERNAL"]
 
@@ -198,7 +198,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         top = REPORT_TOP if args.top is None else top
     scenario = args.scenario
     if args.target:
-        from paraplan.schema import load_scenario
+        from paraplan.scenario.schema import load_scenario
 
         scenario = load_scenario(args.scenario)
         solver = scenario.solver.model_copy(update={"target": args.target})

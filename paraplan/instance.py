@@ -30,9 +30,9 @@ from paraplan.hardware import (
     with_memory_headroom,
 )
 from paraplan.hardware.uncertainty import default_memory_headroom
-from paraplan.plan_doc import REQUIRED_KNOBS
-from paraplan.plan_knobs import fixed_knobs_of
-from paraplan.schema import Scenario
+from paraplan.scenario.plan_doc import REQUIRED_KNOBS
+from paraplan.scenario.plan_knobs import fixed_knobs_of
+from paraplan.scenario.schema import Scenario
 
 __all__ = [
     "Instance",

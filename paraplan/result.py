@@ -3,7 +3,7 @@
 ``Result.model_dump()`` is the JSON object ``--json`` prints; ``paraplan.export.load_result``
 reads it back (``paraplan export`` does), and its ``plan`` works as a scenario's ``plan:`` as it is
 (``paraplan evaluate RESULT.json``). ``runs_on`` names the frameworks whose exporter takes the plan
-as it is (paraplan/targets.py).
+as it is (paraplan/planning.py).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from paraplan.cost.memory import StageMemory
 from paraplan.errors import ConfigError
 from paraplan.hardware import Cluster, step_time_band
 from paraplan.instance import Instance
-from paraplan.plan_doc import PlanDoc, filled, plan_doc
+from paraplan.scenario.plan_doc import PlanDoc, filled, plan_doc
 
 __all__ = [
     "PlanDoc",

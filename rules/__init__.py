@@ -12,7 +12,7 @@ routing modes each framework runs (its rules are in every framework's ``RULES``)
 the one list of frameworks and what each launches at all (precisions, pooled clusters), whose
 rules ``rules_of(name)`` puts first in a framework's. ``filter`` turns them into the solver's
 layout predicates (``FrameworkFilter``; ``AnyFramework`` for the runnable default, with
-per-layout limits), which paraplan/targets.py builds; the exporters (paraplan/export,
+per-layout limits), which paraplan/planning.py builds; the exporters (paraplan/export,
 ``enforce``) call the rules too.
 """
 

@@ -7,9 +7,10 @@ else the even one, cost.split.even_layers) and its fixed recompute mode (else no
 per-stage choices may then vary is the framework's ``SearchLimits``, which the solver applies to
 the layouts the framework accepts (solver/space.py ``Options.layout_limits``). The rules that
 read neither the ZeRO stage nor the rank order (``TargetRules.family_rules``) run once per layout
-family (``family_passes``, also the solver's family filter); the rest once per layout. Every
-verdict is remembered (the solver asks again) and every refusal counted, so an empty search can
-say which rule stood in the way.
+family (``family_passes``, also the solver's family filter); the rest (LAYOUT_RULES) once per
+layout less the fields they do not read (``LAYOUT_RULES_IGNORE``: micro-batch, vp, SP, cp_comm).
+Every verdict is remembered (the solver asks again) and every refusal counted, so an empty search
+can say which rule stood in the way.
 
 Pure functions of (model, job, cluster, plan) with memo tables: nothing here scores a plan.
 """
@@ -33,10 +34,15 @@ from paraplan.rules.base import (
     verdict_only,
 )
 
-__all__ = ["FrameworkFilter", "AnyFramework", "holds", "LAYOUT_FIELDS"]
+__all__ = ["FrameworkFilter", "AnyFramework", "holds", "LAYOUT_FIELDS", "LAYOUT_RULES_IGNORE"]
 
 LAYOUT_FIELDS = frozenset({"zero", "order", "torus_shape"})
 """What the solver chooses per layout of a family (solver/space.py ``zeros``, ``placements``)."""
+LAYOUT_RULES_IGNORE = frozenset({"micro_batch", "vp", "sequence_parallel", "cp_comm"})
+"""What no framework's LAYOUT_RULES read (they read the degrees, ZeRO stage, rank order, pools
+and slice shape): their verdict is remembered per layout less these, so the layouts of a family
+that differ only here are checked once (tests/rules/test_layout_rules.py checks it). Every field
+not named here, a new one included, keeps the verdicts apart."""
 
 
 class FrameworkFilter:
@@ -66,6 +72,7 @@ class FrameworkFilter:
         self._split = rules.search.stage_split
         self._families: dict[tuple[object, ...], bool] = {}
         self._verdicts: dict[Layout, bool] = {}
+        self._layout_verdicts: dict[tuple[object, ...], str | None] = {}  # refusing rule or None
         self._splits: dict[tuple[int, int], tuple[int, ...] | None] = {}
         self.refused: Counter[str] = Counter()
 
@@ -84,15 +91,7 @@ class FrameworkFilter:
         fixed recompute mode (else none). ``plans``: representatives of this layout already
         built, by split (frameworks with the same split share one)."""
         pp = layout.pp
-        if (pp, layout.vp) not in self._splits:  # one per (pp, vp): the filter sees many layouts
-            if self._layers and len(self._layers) == pp:
-                chosen: tuple[int, ...] | None = self._layers
-            elif self._split is not None:
-                chosen = self._split(self._num_layers, pp, layout.vp)
-            else:
-                chosen = even_layers(self._num_layers, pp, layout.vp)
-            self._splits[pp, layout.vp] = chosen
-        split = self._splits[pp, layout.vp]
+        split = self._representative_split(layout)
         if split is None:
             return None
         plan = plans.get(split) if plans is not None else None
@@ -103,23 +102,62 @@ class FrameworkFilter:
                 plans[split] = plan
         return plan
 
+    def _representative_split(self, layout: Layout) -> tuple[int, ...] | None:
+        """The representative's split (``_representative``), None when there is none."""
+        pp = layout.pp
+        if (pp, layout.vp) not in self._splits:  # one per (pp, vp): the filter sees many layouts
+            if self._layers and len(self._layers) == pp:
+                chosen: tuple[int, ...] | None = self._layers
+            elif self._split is not None:
+                chosen = self._split(self._num_layers, pp, layout.vp)
+            else:
+                chosen = even_layers(self._num_layers, pp, layout.vp)
+            self._splits[pp, layout.vp] = chosen
+        return self._splits[pp, layout.vp]
+
     def _passes(self, layout: Layout, rules: Sequence[Rule], plans: dict[object, Plan] | None = None) -> bool:
         """``rules`` accept ``layout``'s representative (a refusal is counted)."""
+        refusal = self._refusal(layout, rules, plans)
+        if refusal:
+            self.refused[refusal] += 1
+        return refusal is None
+
+    def _refusal(
+        self, layout: Layout, rules: Sequence[Rule], plans: dict[object, Plan] | None = None
+    ) -> str | None:
+        """The first of ``rules`` refusing ``layout``'s representative (no representative: "")."""
         representative = self._representative(layout, plans)
         if representative is None:
-            return False
+            return ""
         draft = Draft(representative, self._ctx.precision)
         if building_fixes():  # the filter reads the verdict, not the repairs
             with verdict_only():
-                return self._passes(layout, rules, plans)
+                return self._refusal(layout, rules, plans)
         for i, rule in enumerate(rules):
             refusal = rule(self._ctx, draft)
             if refusal is not None:
-                self.refused[refusal.rule] += 1
                 if i and rules is self._layout_rules:  # ask the refusing rule first next time
                     self._layout_rules.insert(0, self._layout_rules.pop(i))
-                return False
-        return True
+                return refusal.rule
+        return None
+
+    def _layout_passes(
+        self, layout: Layout, plans: dict[object, Plan] | None = None, key: tuple[object, ...] | None = None
+    ) -> bool:
+        """The LAYOUT_RULES accept ``layout`` (its representative); their verdict is remembered
+        per layout less LAYOUT_RULES_IGNORE (``key``, when the caller has it), each refusal
+        counted as if asked."""
+        if self._representative_split(layout) is None:
+            return False
+        if key is None:
+            key = plan_key(layout, LAYOUT_RULES_IGNORE)
+        if key in self._layout_verdicts:
+            refusal = self._layout_verdicts[key]
+        else:
+            refusal = self._layout_verdicts[key] = self._refusal(layout, self._layout_rules, plans)
+        if refusal:
+            self.refused[refusal] += 1
+        return refusal is None
 
     def family_passes(self, family: Layout, key: tuple[object, ...] | None = None) -> bool:
         """Whether the family rules accept ``family`` (any ZeRO stage and rank order: those
@@ -132,15 +170,22 @@ class FrameworkFilter:
             verdict = self._families[key] = self._passes(family, self._family_rules)
         return verdict
 
-    def check(self, layout: Layout, key: tuple[object, ...], plans: dict[object, Plan]) -> bool:
+    def check(
+        self,
+        layout: Layout,
+        key: tuple[object, ...],
+        plans: dict[object, Plan],
+        rules_key: tuple[object, ...] | None = None,
+    ) -> bool:
         """``__call__`` without its memo, for a caller that keeps one (``AnyFramework``): the
-        family's ``key`` and the ``plans`` built for the layout so far are shared."""
-        return self.family_passes(layout, key) and self._passes(layout, self._layout_rules, plans)
+        family's ``key``, the layout's key less LAYOUT_RULES_IGNORE (``rules_key``) and the
+        ``plans`` built for the layout so far are shared."""
+        return self.family_passes(layout, key) and self._layout_passes(layout, plans, rules_key)
 
     def __call__(self, layout: Layout) -> bool:
         verdict = self._verdicts.get(layout)
         if verdict is None:
-            verdict = self.family_passes(layout) and self._passes(layout, self._layout_rules)
+            verdict = self.family_passes(layout) and self._layout_passes(layout)
             self._verdicts[layout] = verdict
         return verdict
 
@@ -215,6 +260,7 @@ class AnyFramework:
     def _accepted(self, layout: Layout) -> tuple[SearchLimits, ...]:
         """``limits`` of a layout not asked before."""
         key, plans = plan_key(layout, LAYOUT_FIELDS), dict[object, Plan]()
+        rules_key = plan_key(layout, LAYOUT_RULES_IGNORE)
         accepted: list[SearchLimits] = []
         for lim, group in self._groups:
             if any(w in accepted for w in self._held_by[lim]):
@@ -223,7 +269,7 @@ class AnyFramework:
             for f in group:
                 if any(r <= f.rule_set for r in refused):
                     continue
-                if f.check(layout, key, plans):
+                if f.check(layout, key, plans, rules_key):
                     accepted.append(lim)
                     break
                 refused.append(f.rule_set)

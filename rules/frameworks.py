@@ -5,7 +5,7 @@ mixed-GPU cluster (cluster.pools). The MoE software state each one runs is ``moe
 
 ``launch_rules(name)`` states these facts as rules, which ``rules_of`` puts first in every
 framework's RULES (and, those that read only the job and cluster, its MODEL_RULES): the search's
-layout filter (rules/filter.py), ``runs_on`` (paraplan/targets.py) and the exporters' ``enforce``
+layout filter (rules/filter.py), ``runs_on`` (paraplan/planning.py) and the exporters' ``enforce``
 read them as they read every other rule. The exporters (paraplan/export) render only; they raise
 the refusals of ``precision_refusal`` and ``pool_refusal`` before rendering.
 

@@ -29,7 +29,7 @@ from paraplan.solver.bounds import quick_lower_bound_s
 from paraplan.solver.caps import fits_some_split, layer_caps
 from paraplan.solver.constraints.recompute_layers import bound_modes, searches_partial
 from paraplan.solver.distinct import layout_key
-from paraplan.solver.limits import dominated_by_twin, layout_variants
+from paraplan.solver.limits import dominated_by_twin, layout_variants, twins
 from paraplan.solver.placement import OrderCache, num_orders, orders, placements
 from paraplan.solver.space import (
     Options,
@@ -119,7 +119,11 @@ def bounded_tables(
     0. a family (degrees, ep, micro-batch, vp, SP), bounded by its compute floor through the
        1F1B bound (cost.floor.compute_floor_s, pipeline_lower_bound_s);
     1. a family with a ZeRO stage, bounded by quick_lower_bound_s of its terms with every group on
-       consecutive ranks (``stage_terms(packed=True)``: no rank order costs less);
+       consecutive ranks (``stage_terms(packed=True)``: no rank order costs less); under a layout
+       filter a ZeRO-0 or SP-off family whose ZeRO-1 / SP-on twin (limits.twins) is bounded
+       already takes the twin's bound until it is popped (the twin is never slower, space.py),
+       and only then its own terms: most such families are never popped; one whose twin fits
+       no split fits none either (the twin is never larger);
     2. a layout (that and a rank order), bounded by quick_lower_bound_s of its own terms;
     then its tables (memory-aware bounds, an upper bound). Each level's bound is at most the next
     one's, so popping the least bound first and stopping once it exceeds the K-th best upper bound
@@ -171,6 +175,8 @@ def bounded_tables(
     unfit_terms: list[StageTerms] = []  # families with a ZeRO stage whose no split fits
     unfit, discarded, out_of_time = 0, float("inf"), False
     variant_memo: dict[Any, list[Options]] = {}  # space.layout_variants
+    level1: dict[Layout, float] = {}  # level-1 bounds of the families with a ZeRO stage so far
+    unfit_families: set[Layout] = set()  # families with a ZeRO stage whose no split fits
     passed = 0  # layouts that reached level 2 (under a layout filter: that passed it)
     while heap:
         cutoff = uppers[top - 1] * (1 + 1e-9) if len(uppers) >= top else float("inf")
@@ -184,17 +190,31 @@ def bounded_tables(
         if level == 0:
             if options.family_filter is not None and not options.family_filter(plan):
                 continue  # every layout of the family fails the layout filter
-            for zero in zeros(plan, fixed, options=options):
+            for zero in sorted(zeros(plan, fixed, options=options), key=lambda z: z == 0):
                 p = replace(plan, zero=zero)
+                held = [level1[t] for t in twins(p, fixed) if t in level1]
+                if held:  # terms when popped (_twin_bound): most such families never are
+                    heapq.heappush(heap, (max(bound, *held), next(tick), 1, (p, None), ks))
+                    continue
                 terms = stage_terms(graph, p, job, cluster, shared, packed=packed)
                 b = bound
                 if packed:
                     b = max(bound, quick_lower_bound_s(terms, lb_modes, spec.num_layers))
+                level1[p] = b
                 heapq.heappush(heap, (b, next(tick), 1, (p, terms), ks))
         elif level == 1:
             plan, terms = plan
-            if not _fits(terms, recomputes, spec.num_layers, ks, uniform, _stage_modes(fixed, plan.pp)):
+            if terms is None:  # bounded by its twin's bound so far: now by its own terms
+                terms = stage_terms(graph, plan, job, cluster, shared, packed=packed)
+                own = quick_lower_bound_s(terms, lb_modes, spec.num_layers) if packed else bound
+                if own > bound:
+                    heapq.heappush(heap, (own, next(tick), 1, (plan, terms), ks))
+                    continue
+            if any(t in unfit_families for t in twins(plan, fixed)) or not _fits(
+                terms, recomputes, spec.num_layers, ks, uniform, _stage_modes(fixed, plan.pp)
+            ):  # a twin that fits no split holds one that does not either (never larger, space.py)
                 unfit_terms.append(terms)
+                unfit_families.add(plan)
                 continue
             for order, shape in placements(plan, cluster, fixed, options, cache=order_cache):
                 passed += 1

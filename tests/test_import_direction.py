@@ -49,3 +49,21 @@ def test_the_checker_sees_a_front_door_import(tmp_path: Path) -> None:
         "from paraplan.api import solve\nimport paraplan.export.megatron\nfrom paraplan.cost import Plan\n"
     )
     assert _project_imports(module) == {"api", "export", "cost"}
+
+
+SCENARIO_WING = {"scenario", "errors", "capacity", "rules", "cost", "graph", "hardware"}
+"""What paraplan/scenario/ may import: itself, the errors, the capacity sections it attaches
+(paraplan/capacity/sections.py), and the layers below the front door."""
+
+
+def test_the_scenario_wing_reads_a_scenario_and_nothing_plans_there() -> None:
+    """Issue 26: paraplan/scenario/ (schema, sections, the plan document and its reading, the
+    file reader) imports neither the planning room (planning, api, instance) nor what reports
+    or exports a result, so a scenario reads the same wherever it is read from."""
+    wing = ROOT / "paraplan" / "scenario"
+    bad = {
+        str(p.relative_to(ROOT)): sorted(_project_imports(p) - SCENARIO_WING)
+        for p in sorted(wing.rglob("*.py"))
+    }
+    assert len(bad) >= 6
+    assert not {k: v for k, v in bad.items() if v}, f"the scenario wing imports: {bad}"

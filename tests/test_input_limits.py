@@ -15,7 +15,7 @@ import yaml
 
 from paraplan.errors import ConfigError
 from paraplan.instance import build_instance
-from paraplan.schema import MAX_NESTING, MAX_VALUES, load_scenario
+from paraplan.scenario.schema import MAX_NESTING, MAX_VALUES, load_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
 FUZZ = ROOT / "tests" / "data" / "fuzz"  # fuzzer reproducers (README there says where from)

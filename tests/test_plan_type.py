@@ -14,9 +14,9 @@ import paraplan
 from paraplan.api import fixed_knobs
 from paraplan.errors import ConfigError
 from paraplan.instance import build_instance, fixed_plan
-from paraplan.plan_doc import DERIVED, PlanDoc
-from paraplan.plan_knobs import fixed_knobs_of
-from paraplan.schema import Scenario, load_scenario
+from paraplan.scenario.plan_doc import DERIVED, PlanDoc
+from paraplan.scenario.plan_knobs import fixed_knobs_of
+from paraplan.scenario.schema import Scenario, load_scenario
 
 LLAMA8B_8 = {
     "model": {"preset": "llama3-8b"},

@@ -160,7 +160,7 @@ SCENARIO_SECTIONS = ("model", "cluster", "job")
 def test_yaml_block_loads(block: Block) -> None:
     import paraplan
     from paraplan.instance import REQUIRED_KNOBS, build_instance
-    from paraplan.schema import Scenario
+    from paraplan.scenario.schema import Scenario
 
     data = yaml.safe_load(block.text)
     assert isinstance(data, dict) and data, f"README line {block.line}: not a YAML mapping"

@@ -22,8 +22,8 @@ from paraplan.cli import main
 from paraplan.errors import ConfigError, ExportError, InfeasibleError
 from paraplan.export import export_text
 from paraplan.instance import build_instance
-from paraplan.schema import load_scenario
-from paraplan.targets import TARGETS
+from paraplan.planning import TARGETS
+from paraplan.scenario.schema import load_scenario
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "llama3-70b-64xh100.yaml"
 LLAMA8B_16 = {

@@ -32,7 +32,7 @@ from typing import Any
 import yaml
 
 from paraplan.errors import ConfigError
-from paraplan.schema import Scenario, load_scenario
+from paraplan.scenario.schema import Scenario, load_scenario
 
 __all__ = [
     "StepRecord",

@@ -7,7 +7,7 @@ from typing import Any
 
 from paraplan.capacity.out import CapacityOut, ClusterOption
 from paraplan.hardware import node_type
-from paraplan.schema import Scenario
+from paraplan.scenario.schema import Scenario
 
 __all__ = ["explain_choice", "option_line"]
 

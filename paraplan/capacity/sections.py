@@ -1,4 +1,4 @@
-"""The capacity sections of a scenario (pydantic; paraplan/schema.py attaches them):
+"""The capacity sections of a scenario (pydantic; paraplan/scenario/schema.py attaches them):
 
 cluster.choose:  {presets: [dgx-h100, dgx-b200, gb200-nvl72], min_gpus, max_gpus, step}
 cluster.price_per_gpu_hour: USD, or {node preset: USD} under choose (default hardware/data/prices.yaml)
@@ -15,10 +15,10 @@ from pydantic import Field, model_validator
 
 from paraplan.cost.reliability import DEFAULT_RESTART_S, LLAMA3_FAILURE_RATE_PER_GPU_HOUR
 from paraplan.hardware.topology import MAX_DEVICES
-from paraplan.section import Section
+from paraplan.scenario.section import Section
 
 if TYPE_CHECKING:
-    from paraplan.schema import Scenario
+    from paraplan.scenario.schema import Scenario
 
 __all__ = [
     "ChooseSection",

@@ -32,10 +32,10 @@ from paraplan.capacity.terms import (
 from paraplan.errors import ConfigError, InfeasibleError, SolveTimeout
 from paraplan.hardware import Cluster, build_cluster, node_type
 from paraplan.instance import build_instance
-from paraplan.plan_doc import plan_of
 from paraplan.reports.explain import summary
 from paraplan.result import Result
-from paraplan.schema import Scenario, load_scenario
+from paraplan.scenario.plan_doc import plan_of
+from paraplan.scenario.schema import Scenario, load_scenario
 from paraplan.solver.capacity import (
     Candidate,
     CapacityOutcome,

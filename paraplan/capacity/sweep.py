@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from paraplan.errors import ConfigError, InfeasibleError, ParaplanError, SolveTimeout
-from paraplan.scenario_file import read_document
+from paraplan.scenario.scenario_file import read_document
 
 __all__ = ["Sweep", "load_sweep", "run_sweep", "run_one", "COLUMNS", "MAX_SCENARIOS"]
 

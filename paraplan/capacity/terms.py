@@ -32,7 +32,7 @@ from paraplan.hardware.capacity import (
 )
 from paraplan.instance import Instance
 from paraplan.result import Result
-from paraplan.schema import Scenario
+from paraplan.scenario.schema import Scenario
 
 __all__ = ["ClusterTerms", "cluster_terms", "reliability_of", "training_of", "price_for", "TrainingTerms"]
 

@@ -11,10 +11,10 @@ from paraplan.errors import ConfigError
 from paraplan.graph import ModelSpec
 from paraplan.hardware import Cluster
 from paraplan.instance import Instance, build_instance
-from paraplan.plan_doc import PlanDoc, plan_of
 from paraplan.result import Result, evaluate_plan
 from paraplan.rules import Draft, RuleContext, effective_order, order_matches, regroup, uniform_recompute
-from paraplan.schema import load_scenario
+from paraplan.scenario.plan_doc import PlanDoc, plan_of
+from paraplan.scenario.schema import load_scenario
 
 __all__ = [
     "ExportContext",
@@ -96,7 +96,7 @@ class ExportContext:
 
 
 def to_cost_plan(plan: PlanDoc) -> Plan:
-    """The cost model's ``Plan`` for a Result's plan (paraplan.plan_doc.plan_of)."""
+    """The cost model's ``Plan`` for a Result's plan (paraplan.scenario.plan_doc.plan_of)."""
     return plan_of(plan)
 
 

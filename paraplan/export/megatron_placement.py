@@ -25,7 +25,6 @@ from math import prod
 from paraplan.cost import Axis, Plan
 from paraplan.cost.plan import chunk_layers, is_even_chunks
 from paraplan.graph import ModelSpec
-from paraplan.plan_doc import PlanDoc
 from paraplan.rules.megatron_layout import (
     compact_layout,
     hybrid_stage_pattern,
@@ -33,6 +32,7 @@ from paraplan.rules.megatron_layout import (
     stage_contents,
 )
 from paraplan.rules.validity import hybrid_pattern
+from paraplan.scenario.plan_doc import PlanDoc
 
 __all__ = [
     "rank_groups",

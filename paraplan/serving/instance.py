@@ -14,7 +14,7 @@ from paraplan.errors import ConfigError
 from paraplan.graph import ModelSpec
 from paraplan.hardware import Cluster
 from paraplan.instance import _cluster, _model_spec
-from paraplan.scenario_file import read_scenario
+from paraplan.scenario.scenario_file import read_scenario
 from paraplan.serving.schema import ServingPlanDoc, ServingScenario, WorkerDoc, validate_serving
 from paraplan.solver.serving_space import ServingFixed, WorkerFixed
 

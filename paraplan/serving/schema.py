@@ -24,9 +24,9 @@ from pydantic import BaseModel, Field, ValidationError, ValidationInfo, field_va
 from paraplan.cost.kv import KV_BYTES, WEIGHT_BYTES
 from paraplan.errors import ConfigError
 from paraplan.hardware.topology import MAX_DEVICES
-from paraplan.model_section import ModelSection
-from paraplan.schema import ClusterSection, _format
-from paraplan.section import MAX_LAYERS, MAX_SEQ_LEN, STRICT, Section
+from paraplan.scenario.model_section import ModelSection
+from paraplan.scenario.schema import ClusterSection, _format
+from paraplan.scenario.section import MAX_LAYERS, MAX_SEQ_LEN, STRICT, Section
 
 __all__ = [
     "TokenLength",
@@ -251,7 +251,7 @@ def is_serving(scenario: Any) -> bool:
     """A serving scenario, its result, or a file of either (paraplan/api.py dispatches on it)."""
     from pathlib import Path
 
-    from paraplan.scenario_file import read_scenario
+    from paraplan.scenario.scenario_file import read_scenario
 
     if isinstance(scenario, ServingScenario) or getattr(scenario, "kind", None) == "serving":
         return True  # a ServingResult

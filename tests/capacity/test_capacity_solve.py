@@ -12,7 +12,7 @@ from paraplan.capacity.sections import ChooseSection
 from paraplan.capacity.solve import gpu_counts
 from paraplan.errors import ConfigError, InfeasibleError
 from paraplan.instance import build_instance
-from paraplan.schema import load_scenario
+from paraplan.scenario.schema import load_scenario
 
 BASE = {
     "model": {"preset": "llama3-8b"},

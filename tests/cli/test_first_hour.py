@@ -16,7 +16,7 @@ from paraplan.graph import from_hf_config
 import paraplan
 from paraplan.errors import ConfigError
 from paraplan.export import export_text
-from paraplan.targets import TARGETS
+from paraplan.planning import TARGETS
 
 ROOT = Path(__file__).resolve().parents[2]
 QUICK_START = ROOT / "examples" / "llama3-70b-64xh100.yaml"
@@ -79,7 +79,7 @@ def test_default_is_the_fastest_plan_over_every_frameworks_own_search() -> None:
 def test_default_is_one_search_and_as_fast_as_every_frameworks_own(monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 26: the runnable default is one branch and bound over the union of the frameworks'
     spaces (one solver call), and its optimum is the fastest over every framework's own search."""
-    import paraplan.search as search
+    import paraplan.planning as search
 
     real, calls = search.solve_instance, []
 

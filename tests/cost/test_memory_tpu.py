@@ -12,7 +12,7 @@ from paraplan.cost.stage_build import stage_terms
 from paraplan.graph import Activation, ModelSpec, build_graph
 
 from paraplan.instance import build_instance, fixed_plan
-from paraplan.schema import load_scenario
+from paraplan.scenario.schema import load_scenario
 
 # MaxText's Dec-2023 default decoder scaled (ReLU MLP, head_dim 256: q_dim 2048 != hidden 2560)
 MODEL = {

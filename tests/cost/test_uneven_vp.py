@@ -16,7 +16,7 @@ from paraplan.cost.plan import chunk_layers, default_chunks, is_even_chunks
 import paraplan
 from paraplan.errors import ConfigError
 from paraplan.instance import build_instance
-from paraplan.schema import load_scenario
+from paraplan.scenario.schema import load_scenario
 
 EXAMPLE_405B = Path(__file__).parents[2] / "examples" / "llama31-405b-1024xh100.yaml"
 

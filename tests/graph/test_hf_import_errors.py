@@ -13,7 +13,7 @@ from paraplan.graph.spec import MODEL_LIMITS
 
 from paraplan.errors import ConfigError
 from paraplan.instance import build_instance
-from paraplan.schema import load_scenario
+from paraplan.scenario.schema import load_scenario
 
 ROOT = Path(__file__).resolve().parents[2]
 FUZZ = ROOT / "tests" / "data" / "fuzz"  # fuzzer reproducers (README there says where from)

@@ -12,8 +12,8 @@ from paraplan.rules.moe_state import SUPPORT
 
 from paraplan.export import EXPORTERS
 from paraplan.instance import build_instance
-from paraplan.schema import SolverTarget, load_scenario
-from paraplan.targets import TARGETS, runs_on
+from paraplan.planning import TARGETS, runs_on
+from paraplan.scenario.schema import SolverTarget, load_scenario
 
 MIXED_NODES = {
     "model": {"preset": "llama3-8b"},

@@ -11,10 +11,11 @@ from itertools import permutations
 
 import pytest
 from paraplan.cost import DEFAULT_ORDER, Job, Plan, Precision, Recompute
-from paraplan.cost.plan import PartialPlan, even_split
+from paraplan.cost.plan import PartialPlan, even_split, plan_key
 from paraplan.graph import preset
 from paraplan.hardware import build_cluster
 from paraplan.rules import FRAMEWORKS, Draft, RuleContext, rules_of
+from paraplan.rules.filter import LAYOUT_RULES_IGNORE
 from paraplan.solver import Options
 from paraplan.solver.space import families
 
@@ -58,3 +59,43 @@ def test_every_framework_names_its_layout_rules() -> None:
         rules = rules_of(name)
         assert rules.layout_rules and set(rules.layout_rules) <= set(rules.rules), name
         assert set(rules.family_rules).isdisjoint(rules.layout_rules)
+
+
+@pytest.mark.parametrize(
+    ("model", "cluster_preset"), [("llama3.1-8b", "dgx-h100"), ("qwen3-30b-a3b", "dgx-h100")]
+)
+def test_layout_rules_ignore_what_the_filter_shares_their_verdict_over(
+    model: str, cluster_preset: str
+) -> None:
+    """rules/filter.py remembers each framework's LAYOUT_RULES verdict per layout less
+    LAYOUT_RULES_IGNORE (issue 26: the runnable default's speed); that is exact only when no
+    layout rule reads those fields: layouts equal but for them get one verdict."""
+    spec = preset(model)
+    cluster = build_cluster(cluster_preset, nodes=2)
+    job = Job(global_batch=64, seq_len=4096, precision=Precision.BF16)
+    ctx = RuleContext(spec, job, cluster, model)
+    space = families(spec, cluster, job.seq_len, job.global_batch, PartialPlan(), Options(layout_filter=bool))
+    groups: dict[tuple[object, ...], list[Plan]] = {}
+    for family in space:
+        split = even_split(spec.num_layers, family.pp)  # the filter's representative split and mode
+        try:
+            plan = family.plan(split, (Recompute.NONE,) * family.pp)
+        except ValueError:
+            continue
+        groups.setdefault(plan_key(family, LAYOUT_RULES_IGNORE), []).append(plan)
+    shared = [g for g in groups.values() if len(g) > 1]
+    assert len(shared) > 10
+    rng = random.Random(0)
+    checked = 0
+    for group in rng.sample(shared, min(40, len(shared))):
+        for zero, order in rng.sample([(z, o) for z in range(4) for o in ORDERS], 8):
+            try:
+                variants = [replace(p, zero=zero, order=order) for p in group]
+            except ValueError:  # e.g. an expert group the order cannot hold
+                continue
+            for name in FRAMEWORKS:
+                for rule in rules_of(name).layout_rules:
+                    verdicts = {rule(ctx, Draft(v, ctx.precision)) is None for v in variants}
+                    assert len(verdicts) <= 1, (name, rule, group[0], zero, order)
+                    checked += 1
+    assert checked > 500

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from paraplan.errors import ConfigError
-from paraplan.schema import load_scenario
+from paraplan.scenario.schema import load_scenario
 from paraplan.serving.schema import ServingScenario, is_serving_document, validate_serving
 
 BASE = {

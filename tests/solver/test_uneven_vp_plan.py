@@ -9,7 +9,7 @@ import pytest
 
 import paraplan
 from paraplan.errors import ConfigError
-from paraplan.schema import load_scenario
+from paraplan.scenario.schema import load_scenario
 
 EXAMPLE_405B = Path(__file__).parents[2] / "examples" / "llama31-405b-1024xh100.yaml"
 RECIPE_CHUNKS = [[1] + [2] * 7] + [[2] * 8] * 6 + [[2] * 7 + [1]]

@@ -1,6 +1,6 @@
 """Reading a scenario file safely: the YAML/JSON document of a file a user (or anyone) wrote,
 refused with a ConfigError naming the file and the cause when it is unreadable, too large, not
-UTF-8, not YAML, nested too deep or too many values once aliases are expanded. paraplan/schema.py
+UTF-8, not YAML, nested too deep or too many values once aliases are expanded. paraplan/scenario/schema.py
 validates what it reads."""
 
 from __future__ import annotations

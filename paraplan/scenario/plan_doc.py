@@ -10,7 +10,7 @@ import that they stay so. Enum-valued knobs hold their values (the JSON's string
 a document is the JSON a result prints.
 
 The one reading of a document into the knobs it fixes (a cost.PartialPlan), which solve and
-evaluate share, is paraplan/plan_knobs.py ``fixed_knobs_of``.
+evaluate share, is paraplan/scenario/plan_knobs.py ``fixed_knobs_of``.
 
 Written out rather than built from ``fields(Plan)`` with ``pydantic.create_model``: a built
 model is opaque to type checkers, and each key's bounds and description are I/O facts Plan does
@@ -33,7 +33,7 @@ from paraplan.cost.plan import (
 )
 from paraplan.graph.spec import show_value
 from paraplan.hardware.topology import MAX_DEVICES, MAX_POOLS
-from paraplan.section import MAX_GLOBAL_BATCH, MAX_LAYERS, STRICT, Section
+from paraplan.scenario.section import MAX_GLOBAL_BATCH, MAX_LAYERS, STRICT, Section
 
 __all__ = [
     "PlanDoc",

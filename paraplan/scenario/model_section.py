@@ -1,6 +1,6 @@
 """The ``model:`` section of a scenario: exactly one source (``preset``, ``hf_config`` or
 explicit architecture fields), validated at the boundary with pydantic (split out of
-paraplan/schema.py, which holds the other sections, ``Scenario`` and ``load_scenario``)."""
+paraplan/scenario/schema.py, which holds the other sections, ``Scenario`` and ``load_scenario``)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pydantic import (
 )
 
 from paraplan.graph.presets import MOE_MLA_FIELDS
-from paraplan.section import (
+from paraplan.scenario.section import (
     Section,
 )
 

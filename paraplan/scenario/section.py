@@ -1,6 +1,6 @@
 """What every section of a scenario shares: the limits of its keys and the ``Section`` base
-(unknown keys refused, values frozen, true/false refused for whole numbers). paraplan/schema.py
-and paraplan/plan_doc.py build the sections on it."""
+(unknown keys refused, values frozen, true/false refused for whole numbers). paraplan/scenario/schema.py
+and paraplan/scenario/plan_doc.py build the sections on it."""
 
 from __future__ import annotations
 

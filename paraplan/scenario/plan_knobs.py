@@ -1,4 +1,4 @@
-"""The one reading of a plan document (paraplan/plan_doc.py) into the knobs it fixes, a
+"""The one reading of a plan document (paraplan/scenario/plan_doc.py) into the knobs it fixes, a
 cost.PartialPlan: empty lists mean none (a result's ``torus_shape: []`` on a GPU cluster,
 ``stage_pools: []`` on one node type), ``recompute_per_stage`` must agree with ``recompute``,
 the derived ``grad_accum`` and ``num_devices`` must agree with the job, the cluster and the
@@ -17,7 +17,7 @@ from paraplan.errors import ConfigError
 from paraplan.graph import ModelSpec
 from paraplan.graph.spec import show_value
 from paraplan.hardware import Cluster
-from paraplan.plan_doc import DERIVED, PlanDoc, given
+from paraplan.scenario.plan_doc import DERIVED, PlanDoc, given
 
 __all__ = ["fixed_knobs_of"]
 

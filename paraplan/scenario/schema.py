@@ -7,9 +7,9 @@ plan:    optional; any subset of knobs fixes them (evaluate needs all)
 solver:  optional; search options
 calibration: optional; a calibration profile file (``paraplan calibrate``)
 
-The section base and the limits of the keys are in paraplan/section.py, the ``model:`` section in
-paraplan/model_section.py, the ``plan:`` section (the plan document, the I/O edge of cost.Plan) in
-paraplan/plan_doc.py, and the safe reading of a scenario file in paraplan/scenario_file.py;
+The section base and the limits of the keys are in paraplan/scenario/section.py, the ``model:`` section in
+paraplan/scenario/model_section.py, the ``plan:`` section (the plan document, the I/O edge of cost.Plan) in
+paraplan/scenario/plan_doc.py, and the safe reading of a scenario file in paraplan/scenario/scenario_file.py;
 this module holds the other sections, ``Scenario`` and ``load_scenario``.
 """
 
@@ -42,16 +42,16 @@ from paraplan.cost.plan import Allocator, CrossEntropy, OptimizerMoments, Recomp
 from paraplan.errors import ConfigError
 from paraplan.graph.spec import show_value
 from paraplan.hardware.topology import MAX_DEVICES, MAX_POOLS
-from paraplan.model_section import ModelSection
-from paraplan.plan_doc import PlanDoc
 from paraplan.rules.frameworks import FRAMEWORKS
-from paraplan.scenario_file import (
+from paraplan.scenario.model_section import ModelSection
+from paraplan.scenario.plan_doc import PlanDoc
+from paraplan.scenario.scenario_file import (
     MAX_NESTING,
     MAX_SCENARIO_BYTES,
     MAX_VALUES,
     read_scenario,
 )
-from paraplan.section import (
+from paraplan.scenario.section import (
     MAX_GLOBAL_BATCH,
     MAX_SEARCH_MICRO_BATCH,
     MAX_SEARCH_VP,
@@ -245,7 +245,7 @@ class JobSection(Section):
 SolverTarget = Literal[(*FRAMEWORKS, "any")]  # type: ignore[valid-type]
 """Frameworks ``solver.target`` accepts: the frameworks (rules/frameworks.py), or ``any``
 (the unrestricted optimum of the cost model, which may run on no framework). Unset: the fastest
-plan at least one of the frameworks runs (paraplan/targets.py, runnable_options)."""
+plan at least one of the frameworks runs (paraplan/planning.py, runnable_options)."""
 
 
 class SolverSection(Section):
