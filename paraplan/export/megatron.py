@@ -1,8 +1,7 @@
 """Megatron-LM export: a torchrun launch of ``pretrain_gpt.py`` with megatron-core 0.19.2 flags.
 
-Flag names were dumped from the 0.19.2 argument parser (docs/frameworks.md §2.2); the rules
-(paraplan/rules/megatron.py) are §2.3's, numbered as there, plus one Megatron only hits at run
-time: Megatron-FSDP (our ZeRO-2 and ZeRO-3) builds its DP x TP device mesh over the whole world
+Flags from the 0.19.2 argument parser (docs/frameworks.md §2.2); the rules (rules/megatron.py)
+are §2.3's, numbered as there, plus one Megatron only hits at run time: Megatron-FSDP (our ZeRO-2 and ZeRO-3) builds its DP x TP device mesh over the whole world
 (``_get_dp_tp_mesh`` in ``megatron/core/distributed/fsdp/mcore_fsdp_adapter.py``), so it cannot
 run with PP > 1.
 
@@ -17,9 +16,8 @@ Mapping of the plan:
 - Mixture of experts: ``--expert-model-parallel-size`` = ep and ``--expert-tensor-parallel-size``
   = tp (paraplan's cost model keeps expert TP = TP, Megatron's default, written out); the
   dispatcher, EP overlap, CUDA graphs and routing: megatron_moe.py (rules/moe_state.py).
-- Model shape and architecture: megatron_model.py (refused: ALiBi, a parallel attention + MLP
-  residual, RoPE scalings megatron-core fixes differently). tests/export/test_megatron_lm_oracle.py
-  parses every family's command with Megatron-LM 0.19.2 and checks the model's parameter count.
+- Model shape: megatron_model.py (refuses ALiBi, parallel attention + MLP residuals, RoPE scalings
+  megatron-core fixes differently); tests/export/test_megatron_lm_oracle.py parses every command.
 """
 
 from __future__ import annotations
@@ -324,8 +322,7 @@ def megatron_args(ctx: ExportContext) -> list[str]:
 
 
 def megatron_env(ctx: ExportContext) -> dict[str, str | None]:
-    """Environment the launch needs (None: must be unset). Rules 28 and 31; the job's caching
-    allocator (rules/launch_env.py: PYTORCH_CUDA_ALLOC_CONF)."""
+    """Environment the launch needs (None: unset): rules 28, 31 and rules/launch_env.py's allocator."""
     plan = ctx.plan
     env: dict[str, str | None] = dict(allocator_env(ctx.inst.job))
     if plan.zero >= 2:
