@@ -1,9 +1,9 @@
 """Megatron-LM export: a torchrun launch of ``pretrain_gpt.py`` with megatron-core 0.19.2 flags.
 
 Flags from the 0.19.2 argument parser (docs/frameworks.md §2.2); the rules (rules/megatron.py)
-are §2.3's, numbered as there, plus one Megatron only hits at run time: Megatron-FSDP (our ZeRO-2 and ZeRO-3) builds its DP x TP device mesh over the whole world
-(``_get_dp_tp_mesh`` in ``megatron/core/distributed/fsdp/mcore_fsdp_adapter.py``), so it cannot
-run with PP > 1.
+are §2.3's, numbered as there, plus one hit at run time: Megatron-FSDP (our ZeRO-2 and ZeRO-3)
+builds its DP x TP mesh over the whole world (``_get_dp_tp_mesh`` in
+``megatron/core/distributed/fsdp/mcore_fsdp_adapter.py``), so it cannot run with PP > 1.
 
 Mapping of the plan:
 - ZeRO 0: plain DDP; 1: ``--use-distributed-optimizer``; 2 and 3: ``--use-megatron-fsdp`` with
