@@ -25,6 +25,7 @@ from paraplan.cost.block import (
     end_work,
 )
 from paraplan.cost.dp import grad_sync_s
+from paraplan.cost.moe_memory import SoftwareMemory, software_memory
 from paraplan.cost.plan import Job, Layout, plan_key
 from paraplan.cost.pp import p2p_per_micro_batch_s, stage_p2p_s
 from paraplan.cost.spans import SharedCache, Spans
@@ -61,6 +62,7 @@ class _Shared:
     kinds: tuple[KindCost, ...]
     first: EndCost
     last: EndCost
+    software: SoftwareMemory
 
 
 def _works(
@@ -98,6 +100,7 @@ def _shared_costs(
         ),
         end_cost(first, plan, job, cluster, spans),
         end_cost(last, plan, job, cluster, spans),
+        software_memory(graph.spec, plan, job, cluster, spans.ep),
     )
 
 
@@ -208,6 +211,7 @@ def stage_terms(
         kinds=costs.kinds if len(costs.kinds) > 1 else (),
         block_kinds=kinds if len(costs.kinds) > 1 else (),
         base_kind=base if len(costs.kinds) > 1 else 0,
+        software=costs.software,
     )
 
 
