@@ -120,7 +120,12 @@ def target_options(options: Options, name: str, inst: Instance) -> Options:
             ("solver.target",),
         )
     return replace(
-        narrowed(options, limits), layout_filter=layout_filter, family_filter=layout_filter.family_passes
+        narrowed(options, limits),
+        layout_filter=layout_filter,
+        family_filter=layout_filter.family_passes,
+        # a MoE layout's software state narrows its recompute modes (FrameworkFilter.limits_for)
+        layout_limits=(lambda layout: (layout_filter.limits_for(layout),)) if inst.spec.is_moe else None,
+        state_holds=layout_filter.state_holds,
     )
 
 
@@ -177,6 +182,7 @@ def runnable_options(options: Options, inst: Instance) -> RunnableSpace:
         layout_filter=union,
         family_filter=union.family_passes,
         layout_limits=union.limits,
+        state_holds=union.state_holds,
     )
     return RunnableSpace(tuple(narrowed_by), search, excluded)
 
