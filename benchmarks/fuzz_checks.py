@@ -359,15 +359,15 @@ def neighbours(plan: Plan, inst: Any) -> list[tuple[str, Plan]]:
                 if db % f:
                     continue
                 counts = () if "pp" in (a, b) else plan.recompute_layers  # per old stage
-                p = replace(plan, **{a: da * f, b: db // f}, recompute_layers=counts)
+                tp = da * f if a == "tp" else db // f if b == "tp" else plan.tp
+                etp = plan.etp  # built with the new tp: etp=tp > 1 cannot outlive a change of tp
+                if inst.spec.is_moe:
+                    etp = None if tp == 1 else etp if etp in (1, tp) else tp
+                p = replace(plan, **{a: da * f, b: db // f}, recompute_layers=counts, etp=etp)
                 if p.tp == 1:
                     p = replace(p, sequence_parallel=False)
                 elif plan.tp == 1:
                     p = replace(p, sequence_parallel=True)
-                if inst.spec.is_moe and p.tp > 1 and p.etp not in (1, p.tp):
-                    p = replace(p, etp=p.tp)
-                if inst.spec.is_moe and p.tp == 1:
-                    p = replace(p, etp=None)
                 for q in with_pp(p, p.pp):
                     add(f"{a}x{f},{b}/{f}", q)
     for mb in range(1, 17):

@@ -187,7 +187,7 @@ def bounded_tables(
         spec, cluster, job.seq_len, job.global_batch, fixed, options, deadline, filtered=False, states=False
     )
     for i, family in enumerate(space):
-        if i % 256 == 0 and time.perf_counter() > deadline:
+        if i % 16 == 0 and time.perf_counter() > deadline:  # a floor may take milliseconds
             raise OutOfTime("the time limit ran out while bounding the layout families")
         ks = _k_choices(family, spec.num_layers, fixed, options)
         if ks == []:

@@ -58,7 +58,7 @@ from math import gcd, isqrt
 from typing import TYPE_CHECKING
 
 from paraplan.cost import CPComm, CudaGraphs, Layout, MoEDispatcher, Recompute
-from paraplan.cost.dispatch import check_dispatcher
+from paraplan.cost.dispatch import check_dispatcher, dispatcher_sm_fraction
 from paraplan.cost.plan import PartialPlan
 from paraplan.cost.pools import pool_sequence, stage_pools_of
 from paraplan.cost.split import pipeline_slots
@@ -213,8 +213,12 @@ SoftwareState = tuple[MoEDispatcher, bool, CudaGraphs]
 
 
 def _runs_dispatcher(dispatcher: MoEDispatcher, cluster: Cluster) -> bool:
+    """The cluster runs ``dispatcher`` (cost.dispatch.check_dispatcher) and the cost model has
+    its SM share on every accelerator of the cluster (hardware/data/dispatch.yaml)."""
     try:
         check_dispatcher(dispatcher, cluster)
+        for pool in cluster.pools or (cluster,):
+            dispatcher_sm_fraction(dispatcher, pool.accelerator)
     except ValueError:
         return False
     return True
