@@ -54,7 +54,7 @@ def _check(seed: int, filtered: bool) -> Layout | None:
     return plan
 
 
-@pytest.mark.parametrize("seed", seeds(24, fast=(0, 1, 2, 3)))
+@pytest.mark.parametrize("seed", seeds(24, fast=(2,)))  # seeds 0, 1, 3: 40-150 s on 2 loaded cores
 def test_solver_matches_enumeration_with_the_moe_state_free(seed: int) -> None:
     _check(6000 + seed, filtered=False)
 
