@@ -6,6 +6,9 @@
   now offers only the dispatchers the cost model can cost on every pool (solver/space.py).
 - The fuzz checker's tp/pp/dp/cp neighbours kept etp = tp after changing tp (ValueError from
   check_expert_tp while building the neighbour, before it could correct etp).
+- Found beside them: a fixed DeepEP with the EP overlap on such an accelerator raised the same
+  ValueError from the search (an internal error); it is a ConfigError naming plan.moe_dispatcher
+  now (paraplan/instance.py), where the overlap can be on.
 """
 
 from __future__ import annotations
@@ -35,3 +38,20 @@ def test_neighbours_of_an_expert_tp_plan_keep_a_valid_etp(tmp_path) -> None:
     case.scenario.setdefault("solver", {})["search_moe_state"] = True
     out = run_case(case, tmp_path, deep=True)  # raised ValueError (check_expert_tp) before the fix
     assert out is not None
+
+
+def test_a_fixed_dispatcher_the_cost_model_cannot_cost_is_a_config_error() -> None:
+    """Found beside the fuzz run: DeepEP fixed with the EP overlap on an RTX PRO 6000 cluster
+    raised a bare ValueError (sm_count) from the search, an internal error."""
+    import pytest
+
+    import paraplan
+
+    scenario = {
+        "model": {"preset": "qwen3-30b-a3b"},
+        "cluster": {"preset": "rtx-pro-6000-8gpu", "gpus": 16},
+        "job": {"seq_len": 4096, "global_batch": 64},
+        "plan": {"moe_dispatcher": "deepep", "ep": 8, "moe_overlap": True},
+    }
+    with pytest.raises(paraplan.ConfigError, match="plan.moe_dispatcher=deepep"):
+        paraplan.solve(scenario, time_limit_s=10.0, workers=1)
