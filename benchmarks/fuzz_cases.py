@@ -298,6 +298,8 @@ def _solver_section(d: Draw) -> dict[str, Any]:
         s["uniform_recompute"] = d.chance(0.5)
     if d.chance(0.1):
         s["target"] = d.choice(TARGETS)
+    if d.chance(0.15):  # issue 22: the MoE software state searched where the plan leaves it unset
+        s["search_moe_state"] = d.chance(0.7)
     return s
 
 
@@ -444,6 +446,7 @@ _SECTION_KEYS = {
         "max_vp",
         "uniform_recompute",
         "target",
+        "search_moe_state",
     ),
 }
 _BAD_VALUES: tuple[Any, ...] = (

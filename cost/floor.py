@@ -8,7 +8,7 @@ from dataclasses import replace
 from paraplan.cost.block import block_costs, block_work, layer_time
 from paraplan.cost.comm import packed_span
 from paraplan.cost.compute import layer_forward
-from paraplan.cost.ep import ep_layer_comm, expert_forward, moe_tp_collectives
+from paraplan.cost.ep import OVERLAP_EFFICIENCY, ep_layer_comm, expert_forward, moe_tp_collectives
 from paraplan.cost.host import moe_sync_s
 from paraplan.cost.plan import Job, Layout, Recompute
 from paraplan.cost.spans import Spans
@@ -36,7 +36,8 @@ def inner_tiers_fastest(cluster: Cluster) -> bool:
 def _moe_comm_floor_s(graph: LayerGraph, index: int, plan: Layout, job: Job, cluster: Cluster) -> float:
     """Least routed-expert time of one MoE block, one micro-batch, over every ep and placement:
     min over ep | experts of expert compute (ep local kernels, imbalance for ep > 1) plus the
-    dispatch/combine all-to-all on ep consecutive ranks; plus the MoE layer's TP traffic at
+    dispatch/combine all-to-all on ep consecutive ranks (under the EP overlap the share
+    1 - OVERLAP_EFFICIENCY of it that no overlap hides, ep.ep_exposed_s); plus the MoE layer's TP traffic at
     perfect balance on tp consecutive ranks (the plan's expert TP: etp = 1 has no routed TP
     collectives). Units: seconds."""
     accel = cluster.accelerator
@@ -49,7 +50,9 @@ def _moe_comm_floor_s(graph: LayerGraph, index: int, plan: Layout, job: Job, clu
         p = replace(plan, ep=ep)
         expert = expert_forward(layer.experts, p, job, accel, eff).forward_backward_s
         a2a = ep_layer_comm(spec.hidden, spec.top_k, p, job, cluster, span=packed_span(cluster, ep))
-        exposed = 0.0 if plan.moe_overlap else a2a.forward_s + a2a.backward_s  # overlap may hide all
+        exposed = a2a.forward_s + a2a.backward_s
+        if plan.moe_overlap:  # at most OVERLAP_EFFICIENCY of it hides (ep.ep_exposed_s)
+            exposed *= 1.0 - OVERLAP_EFFICIENCY
         best = min(best, expert + exposed)
     tp = tp_block_comm(
         spec.hidden,

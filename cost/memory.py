@@ -7,6 +7,9 @@ allocated (tensor bytes, torch.cuda.max_memory_allocated) =
        (FULL recompute's re-materialised block; ZeRO-3's gathered weights and gradient buffers)
 reserved (torch.cuda.max_memory_reserved) = allocated * (1 + ALLOCATOR_OVERHEAD[job.allocator])
 peak, what must fit = allocated * (1 + ALLOCATOR_FIT_OVERHEAD) + CUDA context + NCCL buffers.
+The MoE software state (cost/moe_memory.py, StageTerms.software) adds the DeepEP / HybridEP
+buffer to the reserve (outside torch's allocator) and the CUDA graphs' static buffers to each
+layer's activations per in-flight micro-batch.
 
 Checked against torch's FSDPMemTracker (tests/cost/test_memory_oracle.py: a Llama-shaped decoder,
 FSDP2 over a fake process group on CPU): within 2% on 12 dense configurations (GQA / MQA-like /
@@ -346,8 +349,9 @@ def stage_memory_model(terms: StageTerms, stage: int, recompute: Recompute) -> S
                 + (expert_prefetch if plan.zero >= 3 and expert_shards > 1 else 0.0)
             )
         )
-    layer_act = block.activation_bytes * held
-    context = runtime_reserve_bytes(plan, is_tpu=is_tpu)
+    software = terms.at(stage).software  # the MoE software state's buffers (cost/moe_memory.py)
+    layer_act = (block.activation_bytes + software.per_layer_bytes) * held
+    context = runtime_reserve_bytes(plan, is_tpu=is_tpu) + software.reserve_bytes
     fit, seen = _overheads(frag, typical, fixed_state.total + fixed_act + zero_buffers)
     layer_fit, layer_seen = _overheads(frag, typical, layer_state.total + layer_act)
     per_kind: tuple[StageMemory, ...] = ()
@@ -446,7 +450,7 @@ def max_layers_per_stage(
         return [ends[s].max_layers(capacity_bytes) for s in range(pp)]
     middle = stage_memory_model(terms, 1, recompute)
     room = capacity_bytes - middle.fixed.total_bytes
-    act = terms.block[recompute].activation_bytes
+    act = terms.block[recompute].activation_bytes + terms.software.per_layer_bytes  # as stage_memory_model
     frag = fragmentation(terms.cluster.accelerator.is_tpu, terms.job.allocator)
     p = middle.per_layer
     state = p.weights_bytes + p.grads_bytes + p.optimizer_bytes

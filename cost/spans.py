@@ -102,13 +102,27 @@ class Spans:
                 shared[key] = floor
             return shared[key] if plan.zero >= 2 else replace(shared[key], dp=None, edp=None)
 
+        packed_key: tuple[object, ...] = (
+            "packed",
+            plan.tp,
+            plan.cp,
+            plan.ep,
+            plan.dp * plan.cp,
+            expert_shard_degree(plan),
+            plan.zero >= 2,
+            plan.pp > 1,
+        )
+        if shared is not None and packed_key in shared:
+            found: Spans = shared[packed_key]
+            return found
+
         def packed(size: int) -> GroupSpan:
             return packed_span(cluster, size)
 
         zero = plan.zero >= 2
         sync = packed(plan.dp * plan.cp)
         esync = packed(expert_shard_degree(plan))
-        return cls(
+        spans = cls(
             tp=packed(plan.tp),
             cp=packed(plan.cp),
             ep=packed(plan.ep) if plan.ep > 1 else None,
@@ -118,6 +132,9 @@ class Spans:
             esync=esync,
             pp=cluster.tiers[0] if plan.pp > 1 else None,
         )
+        if shared is not None:  # a function of the degrees alone (one cluster per cache)
+            shared[packed_key] = spans
+        return spans
 
     def key(self) -> tuple[object, ...]:
         """What per-micro-batch block costs depend on."""

@@ -23,6 +23,7 @@ from functools import cached_property
 
 from paraplan.cost.block import BlockCost, EndCost
 from paraplan.cost.dp import optimizer_step_bytes_per_param, shard_degree
+from paraplan.cost.moe_memory import SoftwareMemory
 from paraplan.cost.plan import Job, Layout, Plan, Recompute
 from paraplan.cost.split import kind_counts
 from paraplan.hardware import Cluster
@@ -92,6 +93,7 @@ class StageTerms:
     block_kinds: tuple[int, ...] = ()
     base_kind: int = 0
     relaxation: bool = False  # built by relaxed(): bounds time and memory, not exposed DP sync
+    software: SoftwareMemory = SoftwareMemory()  # the MoE software state's buffers (cost/moe_memory.py)
     _kind_times: dict[tuple[int, Recompute], tuple[float, ...]] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )  # kind_time_s, per (pool stage, mode): the bounds ask it ~10^6 times per solve

@@ -25,8 +25,10 @@ from paraplan.cost.block import (
     end_work,
 )
 from paraplan.cost.dp import grad_sync_s
+from paraplan.cost.moe_memory import SoftwareMemory, software_memory
 from paraplan.cost.plan import Job, Layout, plan_key
 from paraplan.cost.pp import p2p_per_micro_batch_s, stage_p2p_s
+from paraplan.cost.software import SOFTWARE_FIELDS
 from paraplan.cost.spans import SharedCache, Spans
 from paraplan.cost.stage import Affine, KindCost, StageTerms
 from paraplan.graph import LayerGraph
@@ -40,9 +42,11 @@ __all__ = [
 
 # recompute and rank order never enter a per-layer cost (the order acts through the spans).
 _PER_STAGE = frozenset({"recompute", "layers_per_stage", "layers_per_chunk", "order", "stage_pools"})
-_WORK_IGNORES = _PER_STAGE | {"dp", "pp", "vp", "zero"}  # cp_comm sets the attention kernels
+# cp_comm sets the attention kernels; the dispatcher acts through the communication only (a
+# block's work reads the EP overlap and CUDA graphs through its host time, cost/host.py)
+_WORK_IGNORES = _PER_STAGE | {"dp", "pp", "vp", "zero", "moe_dispatcher"}
 _SHARED_IGNORES = _PER_STAGE | {"dp", "pp", "vp", "zero"}  # zero enters as its class
-_SYNC_IGNORES = _PER_STAGE | {"pp", "vp", "cp_comm", "micro_batch", "sequence_parallel"}
+_SYNC_IGNORES = _PER_STAGE | {"pp", "vp", "cp_comm", "micro_batch", "sequence_parallel", *SOFTWARE_FIELDS}
 # under the 1F1B EP overlap a block's exposed all-to-all depends on the steady-state share of its
 # passes (cost/ep.py steady_fraction: micro-batches per dp rank, pp, vp)
 _OVERLAP_SHARED_IGNORES = _SHARED_IGNORES - {"dp", "pp", "vp"}
@@ -61,6 +65,7 @@ class _Shared:
     kinds: tuple[KindCost, ...]
     first: EndCost
     last: EndCost
+    software: SoftwareMemory
 
 
 def _works(
@@ -98,6 +103,7 @@ def _shared_costs(
         ),
         end_cost(first, plan, job, cluster, spans),
         end_cost(last, plan, job, cluster, spans),
+        software_memory(graph.spec, plan, job, cluster, spans.ep),
     )
 
 
@@ -208,6 +214,7 @@ def stage_terms(
         kinds=costs.kinds if len(costs.kinds) > 1 else (),
         block_kinds=kinds if len(costs.kinds) > 1 else (),
         base_kind=base if len(costs.kinds) > 1 else 0,
+        software=costs.software,
     )
 
 

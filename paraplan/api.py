@@ -118,6 +118,7 @@ def _base_options(inst: Instance) -> Options:
         max_micro_batch=o.max_micro_batch,
         max_vp=o.max_vp,
         uniform_recompute=o.uniform_recompute,
+        search_moe_state=o.search_moe_state,
     )
     split = inst.fixed.layers_per_stage
     if not o.allow_uneven_stages and split and len(set(split)) > 1:

@@ -6,8 +6,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from paraplan.capacity.sections import CAPACITY_JOB_KEYS
-from paraplan.cost import Job, MoERouting, PartialPlan, Plan, Recompute
-from paraplan.cost.dispatch import check_dispatcher
+from paraplan.cost import Job, MoEDispatcher, MoERouting, PartialPlan, Plan, Recompute
+from paraplan.cost.dispatch import check_dispatcher, dispatcher_sm_fraction
 from paraplan.cost.plan import PLAN_FIELDS, RecomputeModule, even_split, plan_from_values
 from paraplan.cost.pools import stage_pools_of
 from paraplan.errors import ConfigError
@@ -121,11 +121,27 @@ def build_instance(
         fixed = fixed_knobs_of(scenario.plan, spec, cluster, job)
         if fixed.moe_dispatcher is not None:
             check_dispatcher(fixed.moe_dispatcher, cluster)
+            overlap = fixed.moe_overlap or (fixed.moe_overlap is None and scenario.solver.search_moe_state)
+            if overlap:  # the overlap reads the dispatcher's SM share
+                _check_dispatcher_costed(fixed.moe_dispatcher, cluster)
         for pool in cluster.pools or (cluster,):
             pool.accelerator.peak_for(job.precision.value)
     except ValueError as e:
         raise ConfigError(str(e)) from None
     return Instance(scenario, build_graph(spec), cluster, job, fixed)
+
+
+def _check_dispatcher_costed(dispatcher: MoEDispatcher, cluster: Cluster) -> None:
+    """ValueError naming plan.moe_dispatcher when the cost model has no SM share for it on an
+    accelerator of the cluster (hardware/data/dispatch.yaml), which the EP overlap reads."""
+    for pool in cluster.pools or (cluster,):
+        try:
+            dispatcher_sm_fraction(dispatcher, pool.accelerator)
+        except ValueError as e:
+            raise ValueError(
+                f"plan.moe_dispatcher={dispatcher.value} is not modelled on {pool.accelerator.key} ({e}); "
+                "use alltoall or allgather"
+            ) from None
 
 
 def _calibrated(cluster: Cluster, calibration: Calibration | None) -> Cluster:

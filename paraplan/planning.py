@@ -28,9 +28,8 @@ whose layout filter is the union of the frameworks' (rules/filter.py ``AnyFramew
 passes when some framework accepts it) and whose per-stage limits are, per layout, those of the
 frameworks that accept it (``Options.layout_limits``: the layout is searched under each). That
 space is exactly the union of the frameworks' own searches, so its optimum is the fastest plan
-some framework runs, found in one branch and bound. ``solver.target: any`` searches everything
-the cost model allows (the unrestricted optimum, which may run nowhere). ``runs_on`` names the
-frameworks whose rules pass a plan as it is.
+some framework runs, found in one branch and bound. ``solver.target: any`` searches everything the
+cost model allows (the unrestricted optimum); ``runs_on`` names the frameworks a plan passes.
 """
 
 from __future__ import annotations
@@ -186,7 +185,11 @@ def target_options(options: Options, name: str, inst: Instance) -> Options:
             ("solver.target",),
         )
     return replace(
-        narrowed(options, limits), layout_filter=layout_filter, family_filter=layout_filter.family_passes
+        narrowed(options, limits),
+        layout_filter=layout_filter,
+        family_filter=layout_filter.family_passes,
+        layout_limits=(lambda lay: (layout_filter.limits_for(lay),)) if inst.spec.is_moe else None,
+        state_holds=layout_filter.state_holds,
     )
 
 
@@ -243,6 +246,7 @@ def runnable_options(options: Options, inst: Instance) -> RunnableSpace:
         layout_filter=union,
         family_filter=union.family_passes,
         layout_limits=union.limits,
+        state_holds=union.state_holds,
     )
     return RunnableSpace(tuple(narrowed_by), search, excluded)
 

@@ -19,10 +19,13 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import replace
 
-from paraplan.cost import Layout, Plan, Recompute
+from paraplan.cost import CudaGraphs, Layout, Plan, Recompute
 from paraplan.cost.plan import plan_key
+from paraplan.cost.software import SOFTWARE_FIELDS
 from paraplan.cost.split import even_layers
+from paraplan.rules import moe_state
 from paraplan.rules.base import (
     Draft,
     Rule,
@@ -43,6 +46,15 @@ LAYOUT_RULES_IGNORE = frozenset({"micro_batch", "vp", "sequence_parallel", "cp_c
 and slice shape): their verdict is remembered per layout less these, so the layouts of a family
 that differ only here are checked once (tests/rules/test_layout_rules.py checks it). Every field
 not named here, a new one included, keeps the verdicts apart."""
+STATELESS_FIELDS = LAYOUT_FIELDS | frozenset(SOFTWARE_FIELDS)
+"""A family less its MoE software state: the key of the verdict of the rules that do not read it."""
+
+
+def _is_state_rule(rule: Rule) -> bool:
+    """A rule on the MoE software state (defined in rules/moe_state.py): the only rules that read
+    the dispatcher, EP overlap or CUDA graphs, and the only ones whose verdict on the recompute
+    mode depends on them (FrameworkFilter.limits_for)."""
+    return rule.__module__ == moe_state.__name__
 
 
 class FrameworkFilter:
@@ -61,7 +73,11 @@ class FrameworkFilter:
         self.limits: SearchLimits = rules.search
         self.rule_set = frozenset(rules.rules)
         self._model_rules = rules.model_rules
-        self._family_rules = rules.family_rules
+        # the family rules on the MoE software state (rules/moe_state.py) apart: the others give
+        # one verdict for every state of a family (``family_passes``)
+        self._state_rules = tuple(r for r in rules.family_rules if _is_state_rule(r))
+        self._family_rules = tuple(r for r in rules.family_rules if not _is_state_rule(r))
+        self._mode_rules = tuple(r for r in rules.rules if _is_state_rule(r))
         # the layout rules are independent checks of the ZeRO stage and rank order: asked in the
         # order of the last refusal first (``_passes``), which gives the same verdicts sooner
         self._layout_rules = [r for r in rules.layout_rules if r not in rules.model_rules]
@@ -75,6 +91,7 @@ class FrameworkFilter:
         self._layout_verdicts: dict[tuple[object, ...], str | None] = {}  # refusing rule or None
         self._splits: dict[tuple[int, int], tuple[int, ...] | None] = {}
         self.refused: Counter[str] = Counter()
+        self._mode_limits: dict[Layout, SearchLimits] = {}
 
     def model_refusal(self) -> str | None:
         """The rule about the model or job alone (MODEL_RULES) that refuses, if any: then no
@@ -167,7 +184,11 @@ class FrameworkFilter:
             key = plan_key(family, LAYOUT_FIELDS)
         verdict = self._families.get(key)
         if verdict is None:
-            verdict = self._families[key] = self._passes(family, self._family_rules)
+            stateless = plan_key(family, STATELESS_FIELDS)
+            plain = self._families.get(stateless)
+            if plain is None:
+                plain = self._families[stateless] = self._passes(family, self._family_rules)
+            verdict = self._families[key] = plain and self._passes(family, self._state_rules)
         return verdict
 
     def check(
@@ -188,6 +209,43 @@ class FrameworkFilter:
             verdict = self.family_passes(layout) and self._layout_passes(layout)
             self._verdicts[layout] = verdict
         return verdict
+
+    def limits_for(self, layout: Layout, plans: dict[object, Plan] | None = None) -> SearchLimits:
+        """``limits`` for ``layout`` (which the filter passes), less the recompute modes the rules
+        refuse on it: the representative is checked with each mode where the layout's MoE
+        software state is one whose rules read the recompute mode (the EP overlap and CUDA
+        graphs: megatron-core refuses full recompute under both, rules/moe_state.py); a
+        scenario's fixed mode is the representative's already."""
+        if self._recompute is not None or not (
+            layout.moe_overlap or layout.cuda_graphs is not CudaGraphs.NONE
+        ):
+            return self.limits
+        found = self._mode_limits.get(layout)
+        if found is None:
+            modes = self.limits.recompute_modes or tuple(Recompute)
+            kept = tuple(m for m in modes if m is Recompute.NONE or self._passes_mode(layout, m, plans))
+            found = self.limits if kept == modes else replace(self.limits, recompute_modes=kept)
+            self._mode_limits[layout] = found
+        return found
+
+    def state_holds(self, a: Layout, b: Layout) -> bool:
+        """Where this framework runs family ``b``, it runs family ``a`` (the same but its MoE
+        software state) too, under per-stage limits that hold ``b``'s (the state rules are
+        family rules: solver/states.py)."""
+        if not self.family_passes(b):
+            return True
+        if not self.family_passes(a):
+            return False
+        return holds(self.limits_for(a), self.limits_for(b))
+
+    def _passes_mode(self, layout: Layout, mode: Recompute, plans: dict[object, Plan] | None) -> bool:
+        """Every rule accepts ``layout``'s representative run under ``mode`` on every stage."""
+        representative = self._representative(layout, plans)
+        if representative is None:
+            return False
+        draft = Draft(representative.with_recompute(mode), self._ctx.precision)
+        with verdict_only():  # the state rules (the others were asked of the representative)
+            return first_refusal(self._ctx, draft, self._mode_rules) is None
 
     def reason(self) -> str:
         """Why nothing passed: the rules that refused, most frequent first."""
@@ -270,13 +328,18 @@ class AnyFramework:
                 if any(r <= f.rule_set for r in refused):
                     continue
                 if f.check(layout, key, plans, rules_key):
-                    accepted.append(lim)
+                    accepted.append(f.limits_for(layout, plans))
                     break
                 refused.append(f.rule_set)
         return tuple(accepted)
 
     def __call__(self, layout: Layout) -> bool:
         return bool(self.limits(layout))
+
+    def state_holds(self, a: Layout, b: Layout) -> bool:
+        """Every framework that runs family ``b`` runs ``a`` under limits that hold ``b``'s
+        (FrameworkFilter.state_holds)."""
+        return all(f.state_holds(a, b) for f in self.filters)
 
     def family_passes(self, family: Layout) -> bool:
         """Whether some framework's family rules accept ``family`` (FrameworkFilter.family_passes)."""

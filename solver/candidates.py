@@ -36,8 +36,12 @@ from paraplan.solver.space import (
     OutOfTime,
     exact_split,
     families,
+    least_state,
+    software_states,
+    state_of,
     zeros,
 )
+from paraplan.solver.states import undominated_states
 from paraplan.solver.tables import LayoutTables, build_tables, even_layers
 
 __all__ = [
@@ -103,6 +107,34 @@ class _Candidates:
     out_of_time: bool = False  # bounding stopped at the deadline: the rest is bounded by its floor
 
 
+def _class_states(
+    graph: LayerGraph,
+    cluster: Cluster,
+    job: Job,
+    fixed: PartialPlan,
+    options: Options,
+    family: Layout,
+    memo: dict[Any, Any],
+) -> list[Layout]:
+    """The states of ``family``'s class (space.states_of) that the layout filter's family rules
+    pass and no other state of the family (any dispatcher, the same overlap) dominates
+    (solver/states.py)."""
+    key = ("class", plan_key(family, frozenset({"moe_dispatcher", "cuda_graphs"})))
+    survivors = memo.get(key)
+    if survivors is None:
+        spec = graph.spec
+        peers = [
+            replace(family, moe_dispatcher=d, moe_overlap=o, cuda_graphs=g)
+            for d, o, g in software_states(spec, cluster, family.ep, fixed, options.search_moe_state)
+            if o == family.moe_overlap
+        ]
+        if options.family_filter is not None:  # every layout of a refused family fails the filter
+            peers = [p for p in peers if options.family_filter(p)]
+        survivors = memo[key] = undominated_states(graph, cluster, job, fixed, options, peers, memo)
+    least = state_of(family)
+    return [s for s in survivors if least_state(state_of(s), fixed) == least]
+
+
 def bounded_tables(
     graph: LayerGraph,
     cluster: Cluster,
@@ -146,9 +178,13 @@ def bounded_tables(
     heap: list[tuple[Any, ...]] = []
     tick = itertools.count()
     # the family filter is asked of the families the search reaches (level 0), not of them all
-    space = families(spec, cluster, job.seq_len, job.global_batch, fixed, options, deadline, filtered=False)
+    # one family per class of MoE software states with one floor (space.least_state): its
+    # states are told apart at level 0 (space.states_of), each then bounded by its own terms
+    space = families(
+        spec, cluster, job.seq_len, job.global_batch, fixed, options, deadline, filtered=False, states=False
+    )
     for i, family in enumerate(space):
-        if i % 256 == 0 and time.perf_counter() > deadline:
+        if i % 16 == 0 and time.perf_counter() > deadline:  # a floor may take milliseconds
             raise OutOfTime("the time limit ran out while bounding the layout families")
         ks = _k_choices(family, spec.num_layers, fixed, options)
         if ks == []:
@@ -177,6 +213,7 @@ def bounded_tables(
     variant_memo: dict[Any, list[Options]] = {}  # space.layout_variants
     level1: dict[Layout, float] = {}  # level-1 bounds of the families with a ZeRO stage so far
     unfit_families: set[Layout] = set()  # families with a ZeRO stage whose no split fits
+    state_memo: dict[Any, Any] = {}  # solver/states.py
     passed = 0  # layouts that reached level 2 (under a layout filter: that passed it)
     while heap:
         cutoff = uppers[top - 1] * (1 + 1e-9) if len(uppers) >= top else float("inf")
@@ -188,20 +225,24 @@ def bounded_tables(
             discarded, out_of_time = min(discarded, bound), True
             break
         if level == 0:
-            if options.family_filter is not None and not options.family_filter(plan):
+            found = [plan]
+            if spec.is_moe and options.search_moe_state:  # the class's states, less the dominated
+                found = _class_states(graph, cluster, job, fixed, options, plan, state_memo)
+            elif options.family_filter is not None and not options.family_filter(plan):
                 continue  # every layout of the family fails the layout filter
-            for zero in sorted(zeros(plan, fixed, options=options), key=lambda z: z == 0):
-                p = replace(plan, zero=zero)
-                held = [level1[t] for t in twins(p, fixed) if t in level1]
-                if held:  # terms when popped (_twin_bound): most such families never are
-                    heapq.heappush(heap, (max(bound, *held), next(tick), 1, (p, None), ks))
-                    continue
-                terms = stage_terms(graph, p, job, cluster, shared, packed=packed)
-                b = bound
-                if packed:
-                    b = max(bound, quick_lower_bound_s(terms, lb_modes, spec.num_layers))
-                level1[p] = b
-                heapq.heappush(heap, (b, next(tick), 1, (p, terms), ks))
+            for state in found:
+                for zero in sorted(zeros(state, fixed, options=options), key=lambda z: z == 0):
+                    p = replace(state, zero=zero)
+                    held = [level1[t] for t in twins(p, fixed) if t in level1]
+                    if held:  # terms when popped (_twin_bound): most such families never are
+                        heapq.heappush(heap, (max(bound, *held), next(tick), 1, (p, None), ks))
+                        continue
+                    terms = stage_terms(graph, p, job, cluster, shared, packed=packed)
+                    b = bound
+                    if packed:
+                        b = max(bound, quick_lower_bound_s(terms, lb_modes, spec.num_layers))
+                    level1[p] = b
+                    heapq.heappush(heap, (b, next(tick), 1, (p, terms), ks))
         elif level == 1:
             plan, terms = plan
             if terms is None:  # bounded by its twin's bound so far: now by its own terms
@@ -237,7 +278,7 @@ def bounded_tables(
                     key: object = layout_key(tab.plan) if distinct else tab.plan
                     best_upper[key] = min(best_upper.get(key, float("inf")), tab.upper_bound_s)
                     uppers = heapq.nsmallest(top, best_upper.values())
-    num_layouts = _space_size(space, spec, fixed, options, deadline)
+    num_layouts = _space_size(space, spec, cluster, fixed, options, deadline)
     if not computed and out_of_time:
         return _Candidates([], num_layouts, discarded, unfit + len(unfit_terms), out_of_time)
     if not computed and options.layout_filter is not None:  # unfit families it would refuse
@@ -322,7 +363,12 @@ def _fits(
 
 
 def _space_size(
-    space: list[Layout], spec: ModelSpec, fixed: PartialPlan, options: Options, deadline: float
+    space: list[Layout],
+    spec: ModelSpec,
+    cluster: Cluster,
+    fixed: PartialPlan,
+    options: Options,
+    deadline: float,
 ) -> int:
     """Layouts in the space: families x ZeRO stages x rank orders (before dominance pruning);
     0 when the deadline has passed (the count is a report, not part of the proof)."""

@@ -28,6 +28,7 @@ bound not examined as the proven bound, so the gap is reported.
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -36,7 +37,7 @@ from typing import Generic, TypeVar
 
 from paraplan.cost import Job, Layout
 from paraplan.cost.floor import compute_floor_s
-from paraplan.cost.plan import CPComm
+from paraplan.cost.plan import CPComm, PartialPlan
 from paraplan.cost.software import CudaGraphs
 from paraplan.cost.validity import (
     cp_splits_layer_kinds,
@@ -46,6 +47,7 @@ from paraplan.cost.validity import (
 )
 from paraplan.graph import LayerGraph
 from paraplan.hardware import Cluster
+from paraplan.solver.space import software_states
 
 __all__ = [
     "DeviceSeconds",
@@ -118,11 +120,14 @@ def least_device_seconds(
                 continue
             sps = [True] if spec.is_moe and tp > 1 else ([False, True] if tp > 1 else [False])
             etps: list[int | None] = [None, 1] if spec.is_moe and tp > 1 else [None]
+            # the floor under the EP overlap keeps a share of each dispatcher's all-to-all
+            # (cost/floor.py): the least over the dispatchers the cluster runs bounds them all
+            dispatchers = sorted({d for d, _, _ in software_states(spec, cluster, 2, PartialPlan())})
             comms = [CPComm.P2P] if cp == 1 else [CPComm.P2P, CPComm.ALL_GATHER]
             for mb in range(1, max_micro_batch + 1):
                 for sp in sps:
                     for etp in etps:
-                        for comm in comms:
+                        for comm, dispatcher in itertools.product(comms, dispatchers):
                             layout = Layout(
                                 dp=1,
                                 tp=tp,
@@ -132,6 +137,7 @@ def least_device_seconds(
                                 cp_comm=comm,
                                 micro_batch=mb,
                                 sequence_parallel=sp,
+                                moe_dispatcher=dispatcher,
                                 moe_overlap=spec.is_moe,
                                 cuda_graphs=CudaGraphs.FULL if spec.is_moe else CudaGraphs.NONE,
                             )

@@ -23,6 +23,12 @@ which the CP-SAT model decides. Domains, each filtered by the scenario's fixed k
   and never smaller;
 - sequence_parallel: on when tp > 1 (it moves the same bytes as plain TP and never stores more;
   a fixed ``plan.sequence_parallel`` overrides);
+- the MoE software state (mixture-of-experts models only; each field the scenario fixes keeps its
+  value): ``moe_dispatcher`` every dispatcher the cluster runs when ep > 1 (DeepEP / HybridEP on
+  NVIDIA GPUs only, cost/dispatch.py), else alltoall; ``moe_overlap`` on and off when ep > 1,
+  else off; ``cuda_graphs`` none, partial and full. Each changes time (cost/dispatch.py, ep.py,
+  host.py) and memory (cost/moe_memory.py, pp.py), so none dominates another in general; the
+  frameworks' rules (rules/moe_state.py) judge each through the layout filter;
 - order: permutations of the axes with degree > 1. Each order gives every group (tp, cp, dp x cp,
   pp; ep and expert-dp under expert parallelism) a latency and a seconds-per-byte on the tiers it
   spans (cost/comm.py); all communication costs grow with both, so an order no better on any of
@@ -53,10 +59,10 @@ from functools import cache
 from math import gcd, isqrt
 from typing import TYPE_CHECKING
 
-from paraplan.cost import CPComm, Layout, Recompute
+from paraplan.cost import CPComm, CudaGraphs, Layout, MoEDispatcher, Recompute
+from paraplan.cost.dispatch import check_dispatcher, dispatcher_sm_fraction
 from paraplan.cost.plan import PartialPlan
 from paraplan.cost.pools import pool_sequence, stage_pools_of
-from paraplan.cost.software import SOFTWARE_FIELDS
 from paraplan.cost.split import pipeline_slots
 from paraplan.cost.validity import (
     batch_splits,
@@ -81,6 +87,11 @@ __all__ = [
     "divisors",
     "exact_split",
     "OutOfTime",
+    "software_states",
+    "SoftwareState",
+    "least_state",
+    "state_of",
+    "states_of",
 ]
 
 
@@ -99,7 +110,12 @@ class Options:
     are bounded. ``layout_limits``: for each layout ``layout_filter`` passes, the per-stage
     limits it is searched under (one or more, e.g. those of every framework that accepts it:
     solver/limits.py); the options' own per-stage fields must then hold all of them (they bound
-    every variant)."""
+    every variant). ``search_moe_state``: a mixture-of-experts model's software state fields the
+    scenario leaves unset are searched (``software_states``), else they take cost.Layout's
+    defaults. ``state_holds(a, b)``: under ``layout_filter``, every plan of family ``b``
+    the filter passes, family ``a`` (the same but its MoE software state) passes too, under
+    per-stage limits that hold ``b``'s (solver/states.py drops a dominated state only then; None
+    with a filter: never)."""
 
     allow_uneven_stages: bool = True
     search_placement: bool = True
@@ -112,6 +128,8 @@ class Options:
     stage_split: Callable[[int, int, int], tuple[int, ...] | None] | None = None
     partial_recompute: bool = True  # FULL stages may store some layers (Plan.recompute_layers)
     layout_limits: Callable[[Layout], tuple[StageLimits, ...]] | None = None
+    state_holds: Callable[[Layout, Layout], bool] | None = None
+    search_moe_state: bool = False
 
 
 def exact_split(
@@ -196,6 +214,78 @@ def _etps(spec: ModelSpec, tp: int, fixed: PartialPlan) -> list[int | None]:
     return [e for e in (tp, 1) if _allowed(e, fixed.etp)]
 
 
+SoftwareState = tuple[MoEDispatcher, bool, CudaGraphs]
+"""(plan.moe_dispatcher, plan.moe_overlap, plan.cuda_graphs) of a layout."""
+
+
+def _runs_dispatcher(dispatcher: MoEDispatcher, cluster: Cluster) -> bool:
+    """The cluster runs ``dispatcher`` (cost.dispatch.check_dispatcher) and the cost model has
+    its SM share on every accelerator of the cluster (hardware/data/dispatch.yaml)."""
+    try:
+        check_dispatcher(dispatcher, cluster)
+        for pool in cluster.pools or (cluster,):
+            dispatcher_sm_fraction(dispatcher, pool.accelerator)
+    except ValueError:
+        return False
+    return True
+
+
+def software_states(
+    spec: ModelSpec, cluster: Cluster, ep: int, fixed: PartialPlan, search: bool = True
+) -> list[SoftwareState]:
+    """The MoE software states searched (module docstring): each field the scenario fixes keeps
+    its value; else, with ``search`` (Options.search_moe_state) on a mixture-of-experts model,
+    the dispatchers the cluster runs (cost.dispatch.check_dispatcher) and the EP overlap on and
+    off when ep > 1 (with one EP rank neither moves a byte: the default alone), and every
+    CUDA-graph scope. A dense model keeps
+    cost.Layout's defaults (nothing to dispatch; its host time does not read the graphs)."""
+    moe = spec.is_moe and search
+    default = Layout(dp=1, tp=1, pp=1, micro_batch=1)
+    if fixed.moe_dispatcher is not None:
+        dispatchers = [fixed.moe_dispatcher]
+    elif moe and ep > 1:
+        dispatchers = [d for d in MoEDispatcher if _runs_dispatcher(d, cluster)]
+    else:
+        dispatchers = [default.moe_dispatcher]
+    if fixed.moe_overlap is not None:
+        overlaps = [fixed.moe_overlap]
+    else:
+        overlaps = [False, True] if moe and ep > 1 else [default.moe_overlap]
+    if fixed.cuda_graphs is not None:
+        graphs = [fixed.cuda_graphs]
+    else:
+        graphs = list(CudaGraphs) if moe else [default.cuda_graphs]
+    return [(d, o, g) for d in dispatchers for o in overlaps for g in graphs]
+
+
+def least_state(state: SoftwareState, fixed: PartialPlan) -> SoftwareState:
+    """The state whose compute floor (cost.floor.compute_floor_s) bounds ``state``'s and those
+    of its other CUDA-graph scopes: the graphs full (no exposed sync); the floor reads the graphs
+    through nothing else (the dispatcher and the overlap set its exposed all-to-all)."""
+    dispatcher, overlap, graphs = state
+    if fixed.cuda_graphs is None:
+        graphs = CudaGraphs.FULL
+    return dispatcher, overlap, graphs
+
+
+def state_of(layout: Layout) -> SoftwareState:
+    """``layout``'s MoE software state."""
+    return layout.moe_dispatcher, layout.moe_overlap, layout.cuda_graphs
+
+
+def states_of(
+    spec: ModelSpec, cluster: Cluster, family: Layout, fixed: PartialPlan, search: bool = True
+) -> list[Layout]:
+    """The families of ``family``'s class (``families(states=False)``): ``family`` with each
+    software state whose least state is ``family``'s."""
+    least = state_of(family)
+    return [
+        replace(family, moe_dispatcher=d, moe_overlap=o, cuda_graphs=g)
+        for d, o, g in software_states(spec, cluster, family.ep, fixed, search)
+        if least_state((d, o, g), fixed) == least
+    ]
+
+
 def _cp_comms(cp: int, fixed: PartialPlan) -> list[CPComm]:
     """K/V exchange variants: the fixed one if given; p2p (moot) when cp = 1; else both."""
     if fixed.cp_comm is not None:
@@ -212,14 +302,17 @@ def families(
     options: Options,
     deadline: float = float("inf"),
     filtered: bool = True,
+    states: bool = True,
 ) -> list[Layout]:
-    """Every layout family: degrees, ep, micro-batch, vp and SP fixed; ZeRO and the rank order
-    left to ``zeros`` and ``orders`` (placeholders here: the first ZeRO stage, Megatron's order).
-    Under ``options.family_filter``, only the families it passes (``filtered``; the branch and
-    bound asks it only of the families it reaches). OutOfTime once ``deadline``
-    (time.perf_counter) has passed."""
+    """Every layout family: degrees, ep, micro-batch, vp, SP and the MoE software state fixed;
+    ZeRO and the rank order left to ``zeros`` and ``orders`` (placeholders here: the first ZeRO
+    stage, Megatron's order). Under ``options.family_filter``, only the families it passes
+    (``filtered``; the branch and bound asks it only of the families it reaches). ``states``
+    False: one family per class of software states with the same least state (``least_state``,
+    its value; ``states_of`` gives the class), as the branch and bound bounds them. OutOfTime
+    once ``deadline`` (time.perf_counter) has passed."""
     if cluster.pools:
-        pooled = _pooled_families(spec, cluster, seq_len, global_batch, fixed, options, deadline)
+        pooled = _pooled_families(spec, cluster, seq_len, global_batch, fixed, options, deadline, states)
         return _passing(pooled, options) if filtered else pooled
     n = cluster.num_devices
     out: list[Layout] = []
@@ -238,7 +331,9 @@ def families(
                 if not batch_splits(global_batch, 1, dp):
                     continue
                 for ep in _eps(spec, dp, cp, fixed, tp):
-                    out += _families_of(spec, global_batch, dp, tp, pp, cp, ep, fixed, options)
+                    out += _families_of(
+                        spec, cluster, global_batch, dp, tp, pp, cp, ep, fixed, options, (), states
+                    )
     if fixed.torus_shape is not None:
         out = [replace(f, torus_shape=fixed.torus_shape) for f in out]
     return _passing(out, options) if filtered else out
@@ -253,6 +348,7 @@ def _passing(found: list[Layout], options: Options) -> list[Layout]:
 
 def _families_of(
     spec: ModelSpec,
+    cluster: Cluster,
     global_batch: int,
     dp: int,
     tp: int,
@@ -262,6 +358,7 @@ def _families_of(
     fixed: PartialPlan,
     options: Options,
     stage_pools: tuple[int, ...] = (),
+    with_states: bool = True,
 ) -> list[Layout]:
     out: list[Layout] = []
     per_replica = global_batch // dp
@@ -281,7 +378,9 @@ def _families_of(
     etps, cp_comms = _etps(spec, tp, fixed), _cp_comms(cp, fixed)
     if (dp * cp) % ep:
         etps = [e for e in etps if e == 1]  # an ep beyond dp*cp folds over the tp ranks
-    moe_state = {n: v for n in SOFTWARE_FIELDS if (v := getattr(fixed, n)) is not None}  # not searched
+    states = software_states(spec, cluster, ep, fixed, options.search_moe_state)
+    if not with_states and options.search_moe_state:
+        states = list(dict.fromkeys(least_state(st, fixed) for st in states))
     for mb in mbs:
         m = per_replica // mb
         if pp > 1:
@@ -306,11 +405,14 @@ def _families_of(
                     micro_batch=mb,
                     sequence_parallel=sp,
                     stage_pools=stage_pools,
-                    **moe_state,
+                    moe_dispatcher=dispatcher,
+                    moe_overlap=overlap,
+                    cuda_graphs=graphs,
                 )
                 for sp in sps
                 for etp in etps
                 for cpc in cp_comms
+                for dispatcher, overlap, graphs in states
             ]
     return out
 
@@ -385,6 +487,7 @@ def _pooled_families(
     fixed: PartialPlan,
     options: Options,
     deadline: float = float("inf"),
+    states: bool = True,
 ) -> list[Layout]:
     """``families`` on a pooled cluster (module docstring), each with its ``stage_pools``."""
     out: list[Layout] = []
@@ -411,5 +514,7 @@ def _pooled_families(
                     ):
                         continue
                     for ep in _eps(spec, dp, cp, fixed, tp):
-                        out += _families_of(spec, global_batch, dp, tp, pp, cp, ep, fixed, options, pools)
+                        out += _families_of(
+                            spec, cluster, global_batch, dp, tp, pp, cp, ep, fixed, options, pools, states
+                        )
     return out

@@ -269,6 +269,12 @@ class SolverSection(Section):
         "model allows (the unrestricted optimum). Unset: the fastest plan at "
         "least one framework runs (result.runs_on names them)",
     )
+    search_moe_state: bool = Field(
+        False,
+        description="mixture-of-experts models: search plan.moe_dispatcher, plan.moe_overlap and "
+        "plan.cuda_graphs where the plan leaves them unset (with their time and memory); off, "
+        "unset ones take their defaults (alltoall, off, none)",
+    )
     memory_headroom: float | None = Field(
         None,
         description="fraction of each device's memory kept free (0 <= x < 0.5): plans "

@@ -1,0 +1,103 @@
+"""Optimal over the MoE software state too (issue 22 item 2): on random small mixture-of-experts
+instances with the dispatcher, the EP overlap and the CUDA graphs left free, the solver's optimum
+equals exhaustive enumeration of the same space (every state of every layout, no dominance), with
+and without a layout filter that reads the state (then no state is dropped as dominated,
+solver/states.py)."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+
+import pytest
+from paraplan.cost import CudaGraphs, Layout, MoEDispatcher, MoERouting
+from paraplan.cost.plan import PartialPlan
+from paraplan.graph import preset
+from paraplan.hardware import build_cluster
+from paraplan.solver import Options
+from paraplan.solver.space import layouts, software_states
+
+from tests.seeds import seeds
+from tests.solver.test_oracle import check_against_enumeration
+from tests.solver.test_oracle_moe import random_moe_instance
+
+SEARCH = Options(search_moe_state=True)
+STATE_FILTERS = {
+    # torchtitan-like: the standard all-to-all, no EP overlap, graphs only without pp and ep
+    "alltoall_only": lambda p: p.moe_dispatcher is MoEDispatcher.ALLTOALL and not p.moe_overlap,
+    # Megatron's overlap needs virtual pipeline stages under pp > 1
+    "overlap_needs_vp": lambda p: not p.moe_overlap or p.pp == 1 or p.vp > 1,
+    "no_partial_graphs": lambda p: p.cuda_graphs is not CudaGraphs.PARTIAL,
+}
+
+
+def _state_free_instance(seed: int, filtered: bool):
+    rng = random.Random(seed)
+    graph, cluster, job, fixed, options = random_moe_instance(rng, small=True)
+    if cluster.accelerator.generation == "ampere":  # DeepEP / HybridEP run from Hopper on
+        cluster = build_cluster("dgx-h100", gpus=8)
+    fixed = replace(fixed, moe_dispatcher=None, moe_overlap=None, cuda_graphs=None)
+    options = replace(options, search_moe_state=True)
+    if rng.random() < 0.3:
+        job = replace(job, moe_routing=MoERouting.FORCE_BALANCED, expert_imbalance=None)
+    if filtered:
+        chosen = [STATE_FILTERS[n] for n in rng.sample(sorted(STATE_FILTERS), rng.randint(1, 2))]
+        options = replace(options, layout_filter=lambda p: all(f(p) for f in chosen))
+    return graph, cluster, job, fixed, options
+
+
+def _check(seed: int, filtered: bool) -> Layout | None:
+    instance = _state_free_instance(seed, filtered)
+    plan = check_against_enumeration(seed, instance)
+    if plan is not None and filtered:
+        assert instance[4].layout_filter(plan)
+    return plan
+
+
+@pytest.mark.parametrize("seed", seeds(24, fast=(2,)))  # seeds 0, 1, 3: 40-150 s on 2 loaded cores
+def test_solver_matches_enumeration_with_the_moe_state_free(seed: int) -> None:
+    _check(6000 + seed, filtered=False)
+
+
+@pytest.mark.parametrize("seed", seeds(16, fast=(0, 1)))
+def test_filtered_search_over_the_moe_state_matches_enumeration(seed: int) -> None:
+    _check(7000 + seed, filtered=True)
+
+
+@pytest.mark.slow
+def test_the_generator_reaches_states_other_than_the_default() -> None:
+    plans = [_check(8000 + seed, filtered=False) for seed in range(30)]
+    states = {(p.moe_dispatcher, p.moe_overlap, p.cuda_graphs) for p in plans if p is not None}
+    assert len(states) >= 2, states
+
+
+def _state(p: Layout) -> tuple[MoEDispatcher, bool, CudaGraphs]:
+    return p.moe_dispatcher, p.moe_overlap, p.cuda_graphs
+
+
+def test_the_space_holds_every_state_on_moe_models_only() -> None:
+    node = build_cluster("dgx-h100", gpus=8)
+    moe = preset("qwen3-30b-a3b")
+    free = PartialPlan(tp=1, pp=1, cp=1, micro_batch=1, zero=1)
+    found = {
+        (p.moe_dispatcher, p.moe_overlap, p.cuda_graphs)
+        for p in layouts(moe, node, 4096, 64, replace(free, ep=8), SEARCH, prune_dominated=False)
+    }
+    assert found == {(d, o, g) for d in MoEDispatcher for o in (False, True) for g in CudaGraphs}
+    # ep = 1: nothing to dispatch, nothing to overlap; the graphs still change host time
+    one = {
+        (p.moe_dispatcher, p.moe_overlap, p.cuda_graphs)
+        for p in layouts(moe, node, 4096, 64, replace(free, ep=1), SEARCH)
+    }
+    assert one == {(MoEDispatcher.ALLTOALL, False, g) for g in CudaGraphs}
+    dense = {
+        (p.moe_dispatcher, p.moe_overlap, p.cuda_graphs)
+        for p in layouts(preset("llama3-8b"), node, 4096, 64, free, SEARCH)
+    }
+    assert dense == {(MoEDispatcher.ALLTOALL, False, CudaGraphs.NONE)}
+    # off (the scenario's default), the unset fields take their defaults
+    off = {_state(p) for p in layouts(moe, node, 4096, 64, replace(free, ep=8), Options())}
+    assert off == {(MoEDispatcher.ALLTOALL, False, CudaGraphs.NONE)}
+    # a user's value fixes the field
+    fixed = replace(free, ep=8, moe_dispatcher=MoEDispatcher.DEEPEP, moe_overlap=True)
+    assert {s[:2] for s in software_states(moe, node, 8, fixed)} == {(MoEDispatcher.DEEPEP, True)}
