@@ -223,7 +223,7 @@ def _plans(
             for modes in _modes(layout.pp, fixed, variant):
                 base = layout.plan(split, modes)
                 for stored in _recompute_layers(base, fixed, variant, partial):
-                    plan = replace(base, recompute_layers=stored)
+                    plan = replace(base, recompute_layers=stored) if stored else base
                     if len(variants) > 1:
                         if plan in seen:
                             continue
