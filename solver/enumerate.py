@@ -9,6 +9,14 @@ every rank under ``uniform_recompute``), each scored by cost/ (the terms of a la
 built once, then each plan is scored by the same step-time and memory functions
 ``cost.evaluate`` uses; the winner is re-checked by ``cost.evaluate`` itself). Exponential: for
 small instances only.
+
+Shared per-layout work is scored once: a stage's lines (``StageTerms.stage_time_s`` and the
+other per-stage ``*_s`` methods) read the layout and the stage's own blocks and recompute mode,
+never the rest of the plan, so ``_LayoutTerms`` keeps each (stage, blocks, mode) value for every
+plan of the layout, and a stage's memory check is kept per (stage, blocks, mode, recomputed
+blocks, partial or not), the arguments ``partial_stage_memory`` reads. The 3^pp recompute
+combinations of one split then cost pp stage evaluations, not pp 3^pp; tests/solver/
+test_enumerate_memo.py checks the result against scoring every plan from scratch.
 """
 
 from __future__ import annotations
@@ -16,7 +24,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from paraplan.cost import Job, Layout, Plan, Recompute, evaluate, stage_terms
@@ -24,6 +32,7 @@ from paraplan.cost.evaluate import step_time_s
 from paraplan.cost.plan import PartialPlan
 from paraplan.cost.recompute_layers import partial_stage_memory, recomputed_counts
 from paraplan.cost.split import chunk_layers, pipeline_slots
+from paraplan.cost.stage import Counts, StageTerms
 from paraplan.graph import LayerGraph
 from paraplan.hardware import Cluster
 from paraplan.solver.constraints.recompute_layers import searches_partial
@@ -43,6 +52,69 @@ class Enumeration:
     best_s: float
     num_plans: int
     wall_s: float
+
+
+@dataclass(frozen=True)
+class _LayoutTerms(StageTerms):
+    """A layout's StageTerms whose per-stage lines are computed once per (stage, blocks, mode)
+    and kept in ``memo`` for every plan of the layout (``replace(terms, plan=...)`` passes the
+    same dict on). Exact: the lines read the layout (degrees, ZeRO, micro-batches, pools) and
+    their arguments only (cost/stage.py), which are the key."""
+
+    memo: dict[tuple[Any, ...], float] = field(default_factory=dict, compare=False, repr=False)
+
+    @classmethod
+    def of(cls, terms: StageTerms) -> _LayoutTerms:
+        return cls(**{f.name: getattr(terms, f.name) for f in fields(terms) if f.init})
+
+    def _line(self, key: tuple[Any, ...], value: Any) -> float:
+        """``memo[key]``, from ``value()`` the first time."""
+        out = self.memo.get(key)
+        if out is None:
+            out = self.memo[key] = value()
+        return out
+
+    def stage_time_s(self, stage: int, layers: int | Counts, recompute: Recompute) -> float:
+        key = ("time", stage, layers, recompute)
+        return self._line(key, lambda: super(_LayoutTerms, self).stage_time_s(stage, layers, recompute))
+
+    def stage_compute_s(self, stage: int, layers: int | Counts, recompute: Recompute) -> float:
+        key = ("compute", stage, layers, recompute)
+        return self._line(key, lambda: super(_LayoutTerms, self).stage_compute_s(stage, layers, recompute))
+
+    def stage_backward_s(self, stage: int, layers: int | Counts, recompute: Recompute) -> float:
+        key = ("backward", stage, layers, recompute)
+        return self._line(key, lambda: super(_LayoutTerms, self).stage_backward_s(stage, layers, recompute))
+
+    def dp_sync_s(self, stage: int, layers: int | Counts) -> float:
+        return self._line(("sync", stage, layers), lambda: super(_LayoutTerms, self).dp_sync_s(stage, layers))
+
+    def dp_exposed_s(self, stage: int, layers: int | Counts, recompute: Recompute) -> float:
+        key = ("exposed", stage, layers, recompute)
+        return self._line(key, lambda: super(_LayoutTerms, self).dp_exposed_s(stage, layers, recompute))
+
+    def optimizer_s(self, stage: int, layers: int | Counts) -> float:
+        key = ("optimizer", stage, layers)
+        return self._line(key, lambda: super(_LayoutTerms, self).optimizer_s(stage, layers))
+
+
+def _fits(
+    t: StageTerms, counts: tuple[Counts, ...], rec: tuple[Counts, ...], memo: dict[Any, bool] | None
+) -> bool:
+    """Whether every stage of ``t.full_plan`` fits its devices (partial_stage_memory), each
+    stage's answer kept in ``memo`` (if given) under the arguments that function reads."""
+    plan = t.full_plan
+    partial = bool(plan.recompute_layers)
+    for s in range(plan.pp):
+        key = (s, counts[s], plan.recompute[s], rec[s], partial)
+        fits = None if memo is None else memo.get(key)
+        if fits is None:
+            fits = partial_stage_memory(t, s, counts[s], rec[s]).total_bytes <= t.stage_capacity_bytes(s)
+            if memo is not None:
+                memo[key] = fits
+        if not fits:
+            return False
+    return True
 
 
 def _splits(
@@ -151,7 +223,7 @@ def _plans(
             for modes in _modes(layout.pp, fixed, variant):
                 base = layout.plan(split, modes)
                 for stored in _recompute_layers(base, fixed, variant, partial):
-                    plan = replace(base, recompute_layers=stored)
+                    plan = replace(base, recompute_layers=stored) if stored else base
                     if len(variants) > 1:
                         if plan in seen:
                             continue
@@ -166,8 +238,12 @@ def enumerate_plans(
     fixed: PartialPlan,
     options: Options,
     budget_s: float = float("inf"),
+    *,
+    share_layout_work: bool = True,
 ) -> Enumeration:
-    """Minimum step time over every plan that fits (ties: first in enumeration order)."""
+    """Minimum step time over every plan that fits (ties: first in enumeration order).
+    ``share_layout_work=False`` scores every plan from scratch (module docstring): the same
+    result, slower; tests/solver/test_enumerate_memo.py compares the two."""
     start = time.perf_counter()
     best, best_s, count = None, float("inf"), 0
     spec = graph.spec
@@ -178,15 +254,13 @@ def enumerate_plans(
         spec, cluster, job.seq_len, job.global_batch, fixed, options, prune_dominated=False
     ):
         terms = stage_terms(graph, layout, job, cluster)
+        if share_layout_work:
+            terms = _LayoutTerms.of(terms)
+        fitting: dict[Any, bool] | None = {} if share_layout_work else None
         for plan in _plans(layout, graph, fixed, options, recomputes, partial, memo):
             count += 1
             t = replace(terms, plan=plan)
-            counts, rec = t.stage_counts(), recomputed_counts(t)
-            fits = all(
-                partial_stage_memory(t, s, counts[s], rec[s]).total_bytes <= t.stage_capacity_bytes(s)
-                for s in range(plan.pp)
-            )
-            if fits:
+            if _fits(t, t.stage_counts(), recomputed_counts(t), fitting):
                 step = step_time_s(t).step_s
                 if step < best_s:
                     best, best_s = plan, step

@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 from paraplan.cost.plan import PartialPlan, is_even_chunks, pipeline_slots
 from paraplan.graph import build_graph
-from paraplan.solver import Options
+from paraplan.solver import NoFitError, NoLayoutError, Options, SolverOptions, solve_instance
 
 from tests.seeds import seeds
 from tests.solver.test_oracle import check_against_enumeration, random_instance
@@ -49,10 +49,19 @@ def test_uneven_vp_matches_enumeration(seed: int) -> None:
         assert all((n + sl) % plan.vp == 0 for n, sl in zip(plan.layers_per_stage, slots, strict=True))
 
 
+def _has_plan(seed: int) -> bool:
+    try:
+        opts = SolverOptions(time_limit_s=60, num_workers=1, random_seed=0)
+        solve_instance(*uneven_vp_instance(seed), opts)
+    except (NoFitError, NoLayoutError):
+        return False
+    return True
+
+
 @pytest.mark.slow
 def test_uneven_vp_instances_are_mostly_feasible() -> None:
-    """The generator exercises the slots: most instances have a plan."""
-    from paraplan.solver.enumerate import enumerate_plans
-
-    found = sum(enumerate_plans(*uneven_vp_instance(seed)).best is not None for seed in range(30))
+    """The generator exercises the slots: most instances have a plan. Asked of the solver, which
+    test_uneven_vp_matches_enumeration proves equal to enumeration on these same 30 seeds
+    (enumerating them all again here cost minutes in CI)."""
+    found = sum(_has_plan(seed) for seed in range(30))
     assert found >= 15
