@@ -359,15 +359,15 @@ def neighbours(plan: Plan, inst: Any) -> list[tuple[str, Plan]]:
                 if db % f:
                     continue
                 counts = () if "pp" in (a, b) else plan.recompute_layers  # per old stage
-                p = replace(plan, **{a: da * f, b: db // f}, recompute_layers=counts)
+                changes: dict[str, Any] = {a: da * f, b: db // f, "recompute_layers": counts}
+                tp = changes.get("tp", plan.tp)
+                if inst.spec.is_moe:  # in the same replace: a Plan refuses etp not 1 or tp
+                    changes["etp"] = None if tp == 1 else plan.etp if plan.etp in (1, tp) else tp
+                p = replace(plan, **changes)
                 if p.tp == 1:
                     p = replace(p, sequence_parallel=False)
                 elif plan.tp == 1:
                     p = replace(p, sequence_parallel=True)
-                if inst.spec.is_moe and p.tp > 1 and p.etp not in (1, p.tp):
-                    p = replace(p, etp=p.tp)
-                if inst.spec.is_moe and p.tp == 1:
-                    p = replace(p, etp=None)
                 for q in with_pp(p, p.pp):
                     add(f"{a}x{f},{b}/{f}", q)
     for mb in range(1, 17):
