@@ -881,13 +881,15 @@ def serving_case(d: Draw, *, time_limit_s: float = 5.0) -> Case:
         scenario.setdefault(section, {})[key] = value
         expect, strict = (f"{section}.{key}", section, key), True
     args = {"time_limit_s": time_limit_s, "workers": d.choice((1, 2)), "top": d.choice((1, 2)), "seed": 0}
-    if d.chance(0.15):  # pipeline stages (the engine's host time under pp), drawn last
+    if d.chance(0.25) and not strict:  # pipeline stages (the engine's host time under pp), drawn last
         pp = d.choice((1, 2, 4))
         pool = d.choice(("prefill", "decode"))
-        if isinstance(plan.get(pool), dict):
-            plan[pool]["pp"] = pp
+        if plan.get("mode") == "disaggregated":
+            plan.setdefault(pool, {})["pp"] = pp
         else:
             plan["pp"] = pp
+            if api == "evaluate":  # the fixed plan's GPUs (replicas x tp x pp) mostly the cluster's
+                plan["replicas"] = max(1, gpus // (plan["tp"] * pp))
         scenario["plan"] = plan
     return Case(
         "serving",
