@@ -361,6 +361,11 @@ def valid_case(d: Draw, *, time_limit_s: float = 5.0, large: bool = False) -> Ca
         job["optimizer_moments"] = d.choice(("fp32", "bf16"))
     if d.chance(0.1):
         scenario.setdefault("solver", {})["memory_headroom"] = d.choice((0.0, 0.05, 0.2))
+    # folded expert parallelism (etp = 1 < tp: ep may exceed dp*cp), drawn after the memory knobs
+    if is_moe and experts > 1 and d.chance(0.08):
+        tps = [t for t in (2, 4, 8) if devices % t == 0] or [2]
+        ep = d.choice([e for e in divisors(experts) if e > 1])
+        scenario.setdefault("plan", {}).update(tp=d.choice(tps), etp=1, ep=ep)
     return Case("valid", scenario, args, tag=f"valid:{'large' if large else source}", files=files or None)
 
 
@@ -879,6 +884,16 @@ def serving_case(d: Draw, *, time_limit_s: float = 5.0) -> Case:
         scenario.setdefault(section, {})[key] = value
         expect, strict = (f"{section}.{key}", section, key), True
     args = {"time_limit_s": time_limit_s, "workers": d.choice((1, 2)), "top": d.choice((1, 2)), "seed": 0}
+    if d.chance(0.25) and not strict:  # pipeline stages (the engine's host time under pp), drawn last
+        pp = d.choice((1, 2, 4))
+        pool = d.choice(("prefill", "decode"))
+        if plan.get("mode") == "disaggregated":
+            plan.setdefault(pool, {})["pp"] = pp
+        else:
+            plan["pp"] = pp
+            if api == "evaluate":  # the fixed plan's GPUs (replicas x tp x pp) mostly the cluster's
+                plan["replicas"] = max(1, gpus // (plan["tp"] * pp))
+        scenario["plan"] = plan
     return Case(
         "serving",
         scenario,
