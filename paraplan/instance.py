@@ -39,6 +39,7 @@ __all__ = [
     "Calibration",
     "build_instance",
     "memory_headroom_of",
+    "headroom_hint",
     "fixed_plan",
     "even_split",
     "default_stage_pools",
@@ -101,6 +102,19 @@ def memory_headroom_of(scenario: Scenario, search: bool) -> float:
     if given is not None:
         return given
     return default_memory_headroom() if search else 0.0
+
+
+def headroom_hint(cluster: Cluster, min_bytes: float) -> str:
+    """The part of a "no plan fits memory" reason that names the headroom, where the least plan
+    would fit the device without it: what keeps it out and how to plan at the edge instead."""
+    headroom = cluster.memory_headroom
+    if headroom <= 0 or min_bytes > cluster.memory_capacity_bytes / (1.0 - headroom):
+        return ""
+    return (
+        f"; it would fit without the {headroom:.1%} of device memory the search keeps free "
+        "(solver.memory_headroom; unset, the memory band's margin, since measured peaks run up to "
+        "that much above predicted ones): set solver.memory_headroom lower, or 0, to plan at the edge"
+    )
 
 
 def build_instance(

@@ -41,7 +41,7 @@ from typing import Any, NamedTuple
 
 from paraplan.cost import PartialPlan, Plan, Recompute
 from paraplan.errors import ConfigError, InfeasibleError, SolveTimeout
-from paraplan.instance import Instance
+from paraplan.instance import Instance, headroom_hint
 from paraplan.reports.text import gib
 from paraplan.rules import FRAMEWORKS, Draft, RuleContext, first_refusal, rules_of, runs_pools, runs_precision
 from paraplan.rules.filter import AnyFramework, FrameworkFilter
@@ -336,8 +336,8 @@ def run_search(
         raise InfeasibleError(
             f"no plan fits memory: the least any plan needs is {gib(e.min_bytes)} per device, "
             f"but {_device_names(inst)} has {gib(e.capacity)} (short by "
-            f"{gib(e.min_bytes - e.capacity)}); add devices, use a larger-memory GPU, shorten "
-            "job.seq_len, or free plan knobs fixed in the scenario",
+            f"{gib(e.min_bytes - e.capacity)}); add devices, use a larger-memory GPU, shorten job.seq_len, "
+            f"or free plan knobs fixed in the scenario{headroom_hint(inst.cluster, e.min_bytes)}",
             ("memory_per_stage",),
         ) from None
     if not out.solutions:

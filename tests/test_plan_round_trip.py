@@ -13,7 +13,7 @@ import yaml
 
 import paraplan
 from benchmarks.fuzz_cases import RandomDraw, valid_case
-from paraplan.errors import ParaplanError
+from paraplan.errors import InfeasibleError, ParaplanError
 from paraplan.result import Result
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -71,7 +71,14 @@ def assert_round_trips(r: Result, **solve_args: object) -> None:
 def test_a_benchmark_result_plan_round_trips(path: Path) -> None:
     scenario = yaml.safe_load(path.read_text())
     scenario.pop("bench", None)
-    r = paraplan.solve(scenario, time_limit_s=600)
+    try:
+        r = paraplan.solve(scenario, time_limit_s=600)
+    except InfeasibleError as e:
+        # only where the default headroom (the memory band's margin) is what refuses every plan
+        # (Llama 4 Maverick on 1,024 H100: 75.5 GiB least against 71.6); at the edge it plans
+        assert "would fit without the" in str(e) and "solver.memory_headroom" in str(e), e
+        scenario["solver"] = {**scenario.get("solver", {}), "memory_headroom": 0}
+        r = paraplan.solve(scenario, time_limit_s=600)
     assert_round_trips(r)
 
 
