@@ -98,7 +98,9 @@ def test_step_bound_below_solved_optima_moe_and_dense(model, preset, counts, job
             time_limit_s=120,
         )
         lb = bound.step_lower_bound_s(n, job["global_batch"])
-        assert lb <= r.solver.bound_s * (1 + 1e-9) <= r.predicted.step_time_s * (1 + 1e-9), (n, lb)
+        # the solver's bound is in integer ticks: it may sit above the re-scored step time by the
+        # rounding (solver/scale.py tolerance_s, well under a microsecond here)
+        assert lb <= r.solver.bound_s * (1 + 1e-9) <= r.predicted.step_time_s + 1e-6, (n, lb)
 
 
 def test_result_round_trips_through_evaluate() -> None:
