@@ -8,6 +8,7 @@ combine with DeepEP-style kernels. Bandwidths and latencies are the cluster's ti
 from __future__ import annotations
 
 from paraplan.cost.comm import GroupSpan, SubAxis, allreduce_s, span_of
+from paraplan.cost.memo import IdentityMemo
 from paraplan.hardware import Cluster
 
 __all__ = [
@@ -30,23 +31,14 @@ LL_STEP_NETWORK_S = 2.7e-6
 LL_BANDWIDTH_FRACTION = 0.5
 
 
-_SPANS: dict[tuple[int, int], tuple[Cluster, GroupSpan]] = {}
-"""_span's memo, by the cluster's identity (a Cluster holds dicts: not hashable) and the group;
-the entry keeps its cluster alive, so an id is not reused while it is there."""
+_SPANS: IdentityMemo[GroupSpan] = IdentityMemo(1024)
+"""_span's memo, by the cluster's identity and the group (cost/memo.py)."""
 
 
 def _span(cluster: Cluster, group: int) -> GroupSpan:
     """The tiers ``group`` consecutive ranks span (cost/comm.py span_of), once per cluster and
     group: a serving search asks for the same few groups in every step it costs."""
-    key = (id(cluster), group)
-    hit = _SPANS.get(key)
-    if hit is not None and hit[0] is cluster:
-        return hit[1]
-    if len(_SPANS) > 1024:
-        _SPANS.clear()
-    span = span_of(cluster, [SubAxis(1, group)])
-    _SPANS[key] = (cluster, span)
-    return span
+    return _SPANS.get(cluster, group, lambda: span_of(cluster, [SubAxis(1, group)]))
 
 
 def _ll_step_s(tier_name: str) -> float:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from paraplan.cost.kv import WorkerShape
+from paraplan.cost.memo import IdentityMemo
 from paraplan.graph.layer import Gemm, Layer
 from paraplan.hardware import Accelerator, Cluster, Efficiency
 from paraplan.hardware.serving import ServingFit, gemm_priors
@@ -47,9 +48,8 @@ def compute_precision(weights_precision: str, accel: Accelerator) -> str:
     return "bf16"
 
 
-_EFFICIENCIES: dict[tuple[int, ServingFit], tuple[Cluster, Efficiency]] = {}
-"""serving_efficiency's memo, by the cluster's identity (a Cluster holds dicts: not hashable) and
-the fit; the entry keeps its cluster alive, so an id is not reused while it is there."""
+_EFFICIENCIES: IdentityMemo[Efficiency] = IdentityMemo(256)
+"""serving_efficiency's memo, by the cluster's identity and the fit (cost/memo.py)."""
 
 
 def serving_efficiency(cluster: Cluster, fit: ServingFit) -> Efficiency:
@@ -57,15 +57,7 @@ def serving_efficiency(cluster: Cluster, fit: ServingFit) -> Efficiency:
     ``gemm_fraction`` (hardware/serving.py gemm_priors); a calibration profile's values as they
     are; the fitted values where the generation has no priors. Memoised: every step of a search
     asks for the same cluster's."""
-    key = (id(cluster), fit)
-    hit = _EFFICIENCIES.get(key)
-    if hit is not None and hit[0] is cluster:
-        return hit[1]
-    if len(_EFFICIENCIES) > 256:
-        _EFFICIENCIES.clear()
-    eff = _serving_efficiency(cluster, fit)
-    _EFFICIENCIES[key] = (cluster, eff)
-    return eff
+    return _EFFICIENCIES.get(cluster, fit, lambda: _serving_efficiency(cluster, fit))
 
 
 def _serving_efficiency(cluster: Cluster, fit: ServingFit) -> Efficiency:

@@ -56,6 +56,7 @@ from dataclasses import dataclass, replace
 from paraplan.cost.comm import p2p_s
 from paraplan.cost.compute import AttentionShape, attended_keys, attention_s
 from paraplan.cost.kv import WorkerShape, kv_layer_bytes_per_token
+from paraplan.cost.memo import IdentityMemo
 from paraplan.cost.serving_comm import ep_alltoall_s, oneshot_allreduce_s
 from paraplan.cost.serving_gemm import (
     ACT_BYTES,
@@ -256,26 +257,24 @@ def _elementwise_s(
     return total
 
 
-_GROUPS: dict[int, tuple[LayerGraph, tuple[tuple[Layer, int], ...]]] = {}
-"""layer_groups' memo by the graph's identity: every step of a search walks the same graph, and
-hashing a whole LayerGraph for functools.cache costs more than the step's arithmetic."""
+_GROUPS: IdentityMemo[tuple[tuple[Layer, int], ...]] = IdentityMemo(256)
+"""layer_groups' memo by the graph's identity (cost/memo.py): every step of a search walks the
+same graph, and hashing a whole LayerGraph for functools.cache costs more than the step's
+arithmetic."""
 
 
 def layer_groups(graph: LayerGraph) -> tuple[tuple[Layer, int], ...]:
     """The served layers (no vision encoder, no MTP module, no Mamba mixer) grouped by what they
     cost: layers equal but for their name and block, with their count (a 61-layer DeepSeek-V3 is
     a handful of groups)."""
-    hit = _GROUPS.get(id(graph))
-    if hit is not None and hit[0] is graph:
-        return hit[1]
-    if len(_GROUPS) > 256:
-        _GROUPS.clear()
+    return _GROUPS.get(graph, None, lambda: _layer_groups(graph))
+
+
+def _layer_groups(graph: LayerGraph) -> tuple[tuple[Layer, int], ...]:
     counts: dict[Layer, int] = {}
     for ly in graph.layers():
         if ly.name.startswith("mtp") or ly.kind in (LayerKind.VISION, LayerKind.PROJECTOR, LayerKind.MAMBA):
             continue
         key = replace(ly, name=ly.kind.value, block=0)
         counts[key] = counts.get(key, 0) + 1
-    groups = tuple(counts.items())
-    _GROUPS[id(graph)] = (graph, groups)
-    return groups
+    return tuple(counts.items())
