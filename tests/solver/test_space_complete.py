@@ -13,7 +13,7 @@ from dataclasses import replace
 from itertools import permutations
 
 import pytest
-from paraplan.cost import DEFAULT_ORDER, Axis, Job, Plan, Recompute
+from paraplan.cost import DEFAULT_ORDER, Job, Plan, Recompute
 from paraplan.cost.plan import PartialPlan
 from paraplan.cost.validity import check_plan
 from paraplan.graph import build_graph, preset
@@ -97,4 +97,3 @@ def test_folded_ep_beyond_dp_cp_is_planned() -> None:
     direct = paraplan.evaluate({k: v for k, v in scenario.items() if k != "solver"} | {"plan": folded})
     assert direct.predicted.fits_memory
     assert solved.predicted.step_time_s <= direct.predicted.step_time_s * (1 + 1e-6)
-    assert Axis.TP in DEFAULT_ORDER  # the folded group starts at the tp ranks (cost/validity.py)
