@@ -6,6 +6,9 @@ file (default ``benchmarks/data/memory_runs_calibration.csv``) to a scenario wit
 matching prediction: ``measured_what`` allocated with ``predicted.peak_allocated_bytes`` (tensor
 bytes: torch's max_memory_allocated), reserved with ``predicted.peak_reserved_bytes`` (what the
 caching allocator holds: max_memory_reserved). A row's error is predicted / measured - 1.
+Any file with the calibration file's columns is scored the same way (measured peaks outside the
+calibration file): a row the rules cannot map, or whose scenario paraplan refuses, is skipped
+with the reason and counted, never raised; a file without the columns exits 2 naming them.
 
 Fit: a row fits when ``predicted.peak_memory_bytes`` (the figure the solver keeps under
 capacity) is at most the row's device memory (memory_set.py); the counts are given twice, at
@@ -247,7 +250,11 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = _arguments(argv)
-    rows, skipped = memory_rows(args.csv)
+    try:
+        rows, skipped = memory_rows(args.csv)
+    except (ConfigError, OSError, UnicodeDecodeError, csv.Error) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     if args.out is not None:
         write_memory_rows(rows, args.out)
     reasons = Counter(s.reason for s in skipped)

@@ -50,7 +50,11 @@ wherever the two files say the same thing, and each default a row takes is liste
 
 Skipped with the reason: rows whose optimizer state paraplan does not model (torchtune's pure
 bf16 AdamW keeps 2 B states, paraplan 12 B of fp32 master, momentum and variance; QLoRA's NF4
-base weights).
+base weights); rows on a part the catalog lacks, or a MoE model without a preset or published
+config; malformed rows (a needed field empty, text where a number belongs, an unknown
+``measured_what`` or ``oom``, more fields than the header). Any file with the columns
+``REQUIRED_COLUMNS`` (measured peaks outside the calibration file) is mapped by the same rules;
+a file without them is a ConfigError naming the columns.
 """
 
 from __future__ import annotations
@@ -66,8 +70,16 @@ from paraplan.graph.presets import to_fields
 
 from benchmarks.calibration_set import _precision
 from benchmarks.moe_state import moe_state
+from paraplan.errors import ConfigError
 
-__all__ = ["MemoryCase", "MemorySkipped", "load_memory_cases", "MEMORY_CSV_PATH", "source_of"]
+__all__ = [
+    "MemoryCase",
+    "MemorySkipped",
+    "load_memory_cases",
+    "MEMORY_CSV_PATH",
+    "REQUIRED_COLUMNS",
+    "source_of",
+]
 
 MEMORY_CSV_PATH = Path(__file__).parent / "data" / "memory_runs_calibration.csv"
 GIB = 2**30
@@ -330,7 +342,9 @@ def _row_case(row: dict[str, str]) -> MemoryCase | MemorySkipped:
         if ep > dp * cp:
             plan["etp"] = 1
             defaults.append("etp=1 (EP folded over tp)")
-    measured = float(row["measured_peak_gib"]) if row["measured_peak_gib"] else None
+    measured = float(row["measured_peak_gib"]) if row["measured_peak_gib"].strip() else None
+    if measured is not None and not 0 < measured < 1e6:
+        return MemorySkipped(rid, f"malformed row: measured_peak_gib {measured!r} (GiB above 0)")
     oom = row["oom"].strip().lower() == "yes"
     statistic = row["measured_what"] if measured is not None and not oom else "unstated"
     preset_name, capacity = hardware
@@ -348,12 +362,84 @@ def _row_case(row: dict[str, str]) -> MemoryCase | MemorySkipped:
     )
 
 
+REQUIRED_COLUMNS = (
+    "id",
+    "model",
+    "n_layers",
+    "hidden",
+    "ffn_hidden",
+    "n_heads",
+    "n_kv_heads",
+    "vocab",
+    "experts",
+    "gpu",
+    "num_gpus",
+    "tp",
+    "pp",
+    "dp",
+    "cp",
+    "ep",
+    "vp",
+    "zero_or_fsdp",
+    "sequence_parallel",
+    "recompute",
+    "micro_batch",
+    "seq_len",
+    "global_batch",
+    "precision",
+    "measured_peak_gib",
+    "measured_what",
+    "oom",
+)
+"""The columns the mapping reads (``framework_version`` and ``notes`` are read where present)."""
+_STATISTICS = ("allocated", "reserved", "unstated")
+
+
+def _safe_case(row: dict[str | None, str | list[str] | None], line: int) -> MemoryCase | MemorySkipped:
+    """``_row_case`` of one CSV row, or the reason it cannot be mapped: a row that lacks a column
+    the mapping needs, has a number where text is expected (or the reverse) or an unknown
+    statistic is skipped with the reason, never raised."""
+    rid = str(row.get("id") or "").strip() or f"line {line}"
+    if None in row:  # more fields than the header names
+        return MemorySkipped(rid, "malformed row: more fields than the header")
+    text = {str(k): (v if isinstance(v, str) else "") for k, v in row.items()}
+    missing = [c for c in REQUIRED_COLUMNS if not text.get(c, "").strip() and c in _NEEDED]
+    if missing:
+        return MemorySkipped(rid, f"malformed row: no {', '.join(missing)}")
+    what = text["measured_what"].strip().lower() or "unstated"
+    if what not in _STATISTICS:
+        return MemorySkipped(rid, f"malformed row: measured_what {what!r} (allocated | reserved | unstated)")
+    oom = text["oom"].strip().lower()
+    if oom not in ("yes", "no", ""):
+        return MemorySkipped(rid, f"malformed row: oom {oom!r} (yes | no)")
+    text = {**text, "id": rid, "measured_what": what}
+    text.setdefault("notes", "")
+    text.setdefault("framework_version", "")
+    try:
+        return _row_case(text)
+    except (ValueError, TypeError, KeyError, ZeroDivisionError, OverflowError) as e:
+        return MemorySkipped(rid, f"malformed row: {type(e).__name__} {str(e)[:60]}")
+
+
+_NEEDED = ("id", "model", "n_layers", "gpu", "num_gpus", "seq_len")
+"""Columns a row must fill (the rest may be empty: defaults or a skip with the reason)."""
+
+
 def load_memory_cases(path: Path | str = MEMORY_CSV_PATH) -> tuple[list[MemoryCase], list[MemorySkipped]]:
-    """Every row of a file with the memory file's columns, mapped by the rules above."""
+    """Every row of a file with the memory file's columns, mapped by the rules above; a row that
+    cannot be mapped is skipped with the reason (``MemorySkipped``), never raised. A file without
+    the columns is a ConfigError naming those it lacks."""
     cases: list[MemoryCase] = []
     skipped: list[MemorySkipped] = []
-    with Path(path).open() as f:
-        for row in csv.DictReader(f):
-            c = _row_case(row)
+    with Path(path).open(newline="") as f:
+        reader = csv.DictReader(f)
+        absent = [c for c in REQUIRED_COLUMNS if c not in (reader.fieldnames or [])]
+        if absent:
+            raise ConfigError(
+                f"{path}: no column {', '.join(absent)}; a measured-memory file has the columns of "
+                f"{MEMORY_CSV_PATH.name} (benchmarks/memory_set.py)"
+            )
+        for line, row in enumerate(reader, start=2):
+            c = _safe_case(row, line)  # type: ignore[arg-type]
             (cases if isinstance(c, MemoryCase) else skipped).append(c)
     return cases, skipped

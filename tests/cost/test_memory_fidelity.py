@@ -111,3 +111,71 @@ def test_fit_under_the_default_headroom(rows) -> None:  # type: ignore[no-untype
     assert false_fits == ["mbridge-llama3-70b-sft-base-coreattn"]
     ran = [r for r in rows if not r.case.oom]
     assert sum(not r.fits_with_headroom for r in ran) <= len(ran) / 10
+
+
+_HEADER = (
+    "id,model,n_layers,hidden,ffn_hidden,n_heads,n_kv_heads,vocab,experts,gpu,num_gpus,tp,pp,dp,cp,"
+    "ep,vp,zero_or_fsdp,sequence_parallel,recompute,micro_batch,seq_len,global_batch,precision,"
+    "measured_peak_gib,measured_what,oom,notes"
+)
+_MADE_UP = [  # a file of measured peaks outside the calibration file, with malformed rows
+    "ok-8b,Llama 3.1 8B,32,4096,14336,32,8,128256,,H100 80GB,8,1,1,8,1,1,,FSDP2,no,full,1,8192,8,bf16,"
+    "30.0,reserved,no,",
+    "ok-8b-oom,Llama 3.1 8B,32,4096,14336,32,8,128256,,H100 80GB,8,1,1,8,1,1,,FSDP2,no,none,8,8192,64,"
+    "bf16,,unstated,yes,",
+    "bad-number,Llama 3.1 8B,thirty-two,4096,14336,32,8,128256,,H100 80GB,8,1,1,8,1,1,,FSDP2,no,full,1,"
+    "8192,8,bf16,30.0,reserved,no,",
+    "bad-gpu,Llama 3.1 8B,32,4096,14336,32,8,128256,,MI300X,8,1,1,8,1,1,,FSDP2,no,full,1,8192,8,bf16,"
+    "30.0,reserved,no,",
+    "bad-stat,Llama 3.1 8B,32,4096,14336,32,8,128256,,H100 80GB,8,1,1,8,1,1,,FSDP2,no,full,1,8192,8,"
+    "bf16,30.0,peak,no,",
+    "bad-value,Llama 3.1 8B,32,4096,14336,32,8,128256,,H100 80GB,8,1,1,8,1,1,,FSDP2,no,full,1,8192,8,"
+    "bf16,-3,reserved,no,",
+    "bad-plan,Llama 3.1 8B,32,4096,14336,32,8,128256,,H100 80GB,8,3,1,8,1,1,,FSDP2,no,full,1,8192,8,"
+    "bf16,30.0,reserved,no,",
+    "short-row,Llama 3.1 8B,32",
+    ",,,,,,,,,,,,,,,,,,,,,,,,,,,",
+    "too-long,Llama 3.1 8B,32,4096,14336,32,8,128256,,H100 80GB,8,1,1,8,1,1,,FSDP2,no,full,1,8192,8,"
+    "bf16,30.0,reserved,no,,extra",
+]
+
+
+def test_a_file_outside_the_calibration_set_is_scored_and_bad_rows_skipped(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 24: measured peaks outside the calibration file are scored with the same mapping; a
+    row that cannot be mapped is skipped with its reason and counted, never raised."""
+    path = tmp_path / "other.csv"
+    path.write_text("\n".join([_HEADER, *_MADE_UP]) + "\n")
+    rows, skipped = memory_rows(path)
+    assert [r.case.row_id for r in rows] == ["ok-8b", "ok-8b-oom"]
+    assert rows[0].case.statistic == "reserved" and rows[0].error is not None
+    assert rows[1].case.oom and rows[1].case.statistic == "unstated"
+    reasons = {s.row_id: s.reason for s in skipped}
+    assert set(reasons) == {
+        "bad-number",
+        "bad-gpu",
+        "bad-stat",
+        "bad-value",
+        "bad-plan",
+        "short-row",
+        "line 10",
+        "too-long",
+    }
+    assert "n_layers" not in reasons["bad-number"] and "ValueError" in reasons["bad-number"]
+    assert "MI300X" in reasons["bad-gpu"] and "measured_what" in reasons["bad-stat"]
+    assert "measured_peak_gib" in reasons["bad-value"] and "plan" in reasons["bad-plan"]
+    assert "no gpu" in reasons["short-row"] and "more fields" in reasons["too-long"]
+    assert main([str(path)]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert "2 rows scored; 8 skipped" in "\n".join(out) and out[-1].startswith("paraplan: 2 rows")
+
+
+def test_a_file_without_the_columns_exits_naming_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "other.csv"
+    path.write_text("id,model,seq_len\nx,Llama,8192\n")
+    assert main([str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "no column" in err and "n_layers" in err and "oom" in err
