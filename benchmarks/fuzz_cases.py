@@ -366,6 +366,9 @@ def valid_case(d: Draw, *, time_limit_s: float = 5.0, large: bool = False) -> Ca
         tps = [t for t in (2, 4, 8) if devices % t == 0] or [2]
         ep = d.choice([e for e in divisors(experts) if e > 1])
         scenario.setdefault("plan", {}).update(tp=d.choice(tps), etp=1, ep=ep)
+    # the chunked loss (issue 24), drawn last for the same reason
+    if d.chance(0.05):
+        job["loss_chunks"] = d.choice((2, 8, 3, 4096))
     return Case("valid", scenario, args, tag=f"valid:{'large' if large else source}", files=files or None)
 
 

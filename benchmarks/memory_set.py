@@ -37,8 +37,9 @@ wherever the two files say the same thing, and each default a row takes is liste
 - **loss**: torchtitan rows ``job.cross_entropy: upcast`` (torchtitan's cross_entropy_loss casts
   the logits to fp32 before torch's cross_entropy), ``compiled`` where the run compiles with a
   torchtitan that compiles the loss too (2025 on; the Dec 2024 runs compiled the blocks only:
-  ``_titan_loss``); the chunked loss of the NVFP4 doc's row is not modelled; the Megatron rows
-  fused (SimuMax's cases are "cef", cross-entropy fusion).
+  ``_titan_loss``); a row whose notes name a chunked loss (torchtitan's ChunkedLossWrapper,
+  torchtune's CEWithChunkedOutputLoss) ``job.loss_chunks: 8``, both their defaults; the Megatron
+  rows fused (SimuMax's cases are "cef", cross-entropy fusion).
 - **job**: precision as calibration_set.py (``_precision``); fp32 gradients except
   Megatron-Bridge rows (their performance recipes reduce in bf16, as in the step-time mapping);
   ``optimizer_moments: bf16`` for the Bridge recipes that set the precision-aware optimizer's
@@ -88,10 +89,14 @@ _HARDWARE = (  # (text in the gpu column, preset, capacity GiB where the row's p
     ("HBM2e 96GB", "dgx-h100", 79.65 * 96 / 80),
     ("H100 80GB", "dgx-h100", None),
     ("H200", "dgx-h200", None),
+    ("Blackwell SM100", "gb200-nvl72", 184.3),  # before B200: its text says "e.g. GB200"
     ("B200", "dgx-b200", None),
     ("A100", "dgx-a100-80gb", None),
-    ("Blackwell SM100", "gb200-nvl72", 184.3),
 )
+
+LOSS_CHUNKS = 8
+"""Chunks of a row whose notes name a chunked loss: torchtitan 0.3.0's ChunkedLossWrapper
+``num_chunks`` and torchtune's CEWithChunkedOutputLoss ``num_output_chunks`` both default to 8."""
 
 _MLA = {"qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128, "kv_lora_rank": 512}
 # published configs (HF config.json of deepseek-ai/DeepSeek-V2 and moonshotai/Moonlight-16B-A3B;
@@ -308,6 +313,11 @@ def _row_case(row: dict[str, str]) -> MemoryCase | MemorySkipped:
         **({"cross_entropy": _titan_loss(row), "selective_policy": "torchtitan_op"} if titan else {}),
         **({"recompute_modules": modules} if (modules := _modules(row)) else {}),
     }
+    if re.search(
+        r"chunked (ce|cross.entropy)|chunkedlosswrapper|cewithchunkedoutputloss", row["notes"].lower()
+    ):
+        job["loss_chunks"] = LOSS_CHUNKS
+        defaults.append(f"loss_chunks={LOSS_CHUNKS} (the chunked loss's default chunk count)")
     if bridge and any(row["model"].startswith(m) for m in _BF16_MOMENTS):
         job["optimizer_moments"] = "bf16"
         defaults.append("optimizer_moments=bf16 (the recipe's precision-aware optimizer)")

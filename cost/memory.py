@@ -27,7 +27,10 @@ decompositions let AOTAutograd's min-cut partitioner save only the bf16 input an
 fp32 values (max, log-sum-exp), and the backward's fp32 softmax, scatter and subtraction fuse into
 one kernel that writes the bf16 gradient (tests/cost/test_memory_terms.py compiles the loss with
 inductor on CPU and reads the buffers its kernels allocate: none of n x vocab in forward, one bf16
-in backward).
+in backward). Chunked (``job.loss_chunks`` N > 1: torchtitan 0.3.0's ChunkedLossWrapper, 8 chunks
+in its configs, runs lm_head + loss + backward one sequence chunk at a time): the logits' bytes / N
+plus the fp32 buffer its GradAccumulator keeps for the hidden states' gradient (4 B x n x h,
+``chunked_loss_bytes``).
 
 A block's backward under ZeRO-3 (FSDP2, GPU): the block and the prefetched next one unsharded
 (ZERO3_PREFETCH_BLOCKS x 2 B per parameter), its gradients unsharded in bf16 and in the reduce
@@ -96,6 +99,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 from paraplan.cost.block import LOGITS_BYTES_PER_ELEMENT
+from paraplan.cost.compute import ACTIVATION_BYTES
 from paraplan.cost.dp import WEIGHT_BYTES, StateBytes, grad_bytes, moment_bytes, shard_degree, state_bytes
 from paraplan.cost.ep import expert_shard_degree
 from paraplan.cost.plan import Allocator, CrossEntropy, Job, Layout, Recompute
@@ -124,6 +128,8 @@ __all__ = [
     "LOGIT_BYTES",
     "logit_bytes_per_element",
     "unsharded_under_pp",
+    "chunked_loss_bytes",
+    "CHUNK_GRAD_BYTES",
 ]
 
 CUDA_CONTEXT_BYTES = 0.5e9  # CUDA context + cuBLAS workspaces, lazy loading (module docstring)
@@ -140,6 +146,7 @@ XLA_FRAGMENTATION = 0.0  # TPU: XLA assigns buffers at compile time (module docs
 ZERO3_PREFETCH_BLOCKS = 2  # FSDP keeps the current and the prefetched block unsharded
 ZERO3_GRAD_BUCKET = 5e8  # elements: DeepSpeed's default reduce_bucket_size (module docstring)
 HEAD_SAVED_INPUTS = 2  # the final norm's input and the LM head's input, n*h each (docstring)
+CHUNK_GRAD_BYTES = 4  # torchtitan's GradAccumulator: fp32, one element per hidden state (chunked_loss_bytes)
 # (ZeRO-3 buffers during a block's backward: module docstring, "ZeRO-3 (FSDP2)")
 
 
@@ -255,6 +262,27 @@ def logit_bytes_per_element(job: Job) -> float:
     return LOGIT_BYTES[job.cross_entropy]
 
 
+def chunked_loss_bytes(logits_bytes: float, block_input_bytes: float, plan: Layout, job: Job) -> float:
+    """The logits' part of the loss's transient under ``job.loss_chunks`` N (torchtitan's
+    ChunkedLossWrapper).
+
+    Formula: N = 1: ``logits_bytes``; N > 1: logits / N + the fp32 gradient buffer of the final
+    hidden states, CHUNK_GRAD_BYTES x n x h (GradAccumulator, allocated before the first chunk and
+    held to the last), n x h being the FULL-recompute block input ``block_input_bytes`` (bf16, /tp
+    with sequence parallelism) x tp (torchtitan replicates the hidden states over tp before it
+    chunks) / ACTIVATION_BYTES. The head's saved inputs (HEAD_SAVED_INPUTS x n x h) are not
+    chunked: the chunks are contiguous copies of the final norm's output, and the norm keeps its
+    input. Source: torchtitan 0.3.0 components/loss.py ChunkedLossWrapper (the hidden states split
+    into num_chunks along the sequence, lm_head + loss + backward per chunk, the chunk gradients
+    written into a GradAccumulator of dtype float32). Units: bytes.
+    """
+    if job.loss_chunks <= 1:
+        return logits_bytes
+    sp_shard = plan.tp if plan.sequence_parallel else 1
+    hidden_elements = block_input_bytes * sp_shard / ACTIVATION_BYTES
+    return logits_bytes / job.loss_chunks + CHUNK_GRAD_BYTES * hidden_elements
+
+
 def unsharded_under_pp(plan: Layout, num_micro_batches: int) -> bool:
     """ZeRO-3 under pipeline parallelism with more than one micro-batch keeps each stage's weights
     unsharded from the first forward to the last backward and accumulates unsharded gradients
@@ -322,9 +350,11 @@ def stage_memory_model(terms: StageTerms, stage: int, recompute: Recompute) -> S
     if stage == plan.pp - 1:
         last = terms.at(stage).last
         loss = last.activation_bytes - last.stored_bytes  # transient (logits, loss); MTP stored
+        block_input, saved = terms.at(stage).block[Recompute.FULL].activation_bytes, 0.0
         if not is_tpu:  # the loss kernel's bytes per logit, and the head's saved inputs
             loss = loss * logit_bytes_per_element(job) / LOGITS_BYTES_PER_ELEMENT
-            loss += HEAD_SAVED_INPUTS * terms.at(stage).block[Recompute.FULL].activation_bytes
+            saved = HEAD_SAVED_INPUTS * block_input
+        loss = chunked_loss_bytes(loss, block_input, plan, job) + saved
         fixed_act += last.stored_bytes * held
     # ZeRO-3 (FSDP2) during a block's backward: the block and the prefetched one unsharded, its
     # gradients unsharded in bf16 and in the reduce dtype, and the previous block's reduce-scatter

@@ -183,6 +183,9 @@ class Job:
     allocator: Allocator = Allocator.DEFAULT  # PYTORCH_CUDA_ALLOC_CONF (reserved memory, cost/memory.py)
     optimizer_moments: OptimizerMoments = OptimizerMoments.FP32  # Adam m, v dtype (cost/dp.py)
     cross_entropy: CrossEntropy = CrossEntropy.FUSED  # the loss kernel (logit bytes, cost/memory.py)
+    # the loss over this many sequence chunks, one chunk's logits live at a time (torchtitan's
+    # ChunkedLossWrapper num_chunks; cost/memory.py loss_bytes); 1 = the whole micro-batch's logits
+    loss_chunks: int = 1
     selective_policy: SelectivePolicy = SelectivePolicy.CORE_ATTENTION  # cost/recompute.py
     # Megatron --recompute-modules under recompute: selective; () = the framework's default policy
     # (selective_policy); set, exactly these modules (cost/recompute_modules.py)

@@ -23,6 +23,7 @@ __all__ = [
     "partial_recompute_rule",
     "transformer_layers_rule",
     "megatron_recompute_modules_rule",
+    "loss_chunks_rule",
 ]
 
 
@@ -201,3 +202,21 @@ def megatron_recompute_modules_rule(framework: str) -> Rule:
         )
 
     return check_recompute_modules
+
+
+def loss_chunks_rule(framework: str, why: str = "has no chunked loss") -> Rule:
+    """A rule refusing ``job.loss_chunks`` above 1 (the loss over sequence chunks, cost/memory.py
+    chunked_loss_bytes) on a framework with no chunked loss: Megatron-Core 0.19.2 and NeMo /
+    Megatron-Bridge fuse the cross entropy (``--cross-entropy-loss-fusion``) without chunking it;
+    DeepSpeed's config and paraplan's torch script have no such setting; paraplan's MaxText export
+    writes none (``why`` says so). torchtitan 0.3.0 exports it (``--loss.num-chunks``)."""
+
+    def check_loss_chunks(ctx: RuleContext, draft: Draft) -> Refusal | None:
+        if ctx.job.loss_chunks <= 1:
+            return None
+        return Refusal(
+            f"job.loss_chunks={ctx.job.loss_chunks}: {framework} {why} "
+            "(run by: torchtitan, ChunkedLossWrapper --loss.num-chunks); use loss_chunks: 1"
+        )
+
+    return check_loss_chunks

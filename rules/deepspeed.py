@@ -21,6 +21,7 @@ from paraplan.rules.base import (
 from paraplan.rules.checks import (
     check_dense_model,
     check_no_expert_parallel,
+    loss_chunks_rule,
     megatron_recompute_modules_rule,
     partial_recompute_rule,
     rank_order_rule,
@@ -218,9 +219,12 @@ MOE_STATE_RULES = state_rules("deepspeed")
 
 check_recompute_modules = megatron_recompute_modules_rule("deepspeed")
 """job.recompute_modules: Megatron-only (rules/checks.py)."""
+check_loss_chunks = loss_chunks_rule("deepspeed")
+"""job.loss_chunks: torchtitan only (rules/checks.py)."""
 
 RULES = (
     check_recompute_modules,
+    check_loss_chunks,
     check_dense_model,
     check_no_expert_parallel(
         "DeepSpeed sets the expert-parallel size in model code (deepspeed.moe.layer.MoE(ep_size=...)), "
@@ -250,6 +254,7 @@ SEARCH = SearchLimits(stage_split=pipeline_split, recompute_modes=(Recompute.NON
 split per layout); whole-layer checkpointing only."""
 MODEL_RULES = (
     check_recompute_modules,
+    check_loss_chunks,
     MOE_STATE_RULES[3],
 )  # job.moe_routing
 """The RULES that read only the model and job (solver.target checks them once, first)."""

@@ -24,6 +24,7 @@ from paraplan.rules.checks import (
     context_split_rule,
     dense_model_rule,
     layer_kinds_rule,
+    loss_chunks_rule,
     partial_recompute_rule,
     uniform_recompute_rule,
 )
@@ -343,7 +344,14 @@ check_layer_kinds = layer_kinds_rule(
     frozenset({"hybrid", "mtp", "window", "latent_moe"}),  # --moe-latent-size (megatron-core 0.19)
 )
 
+check_loss_chunks = loss_chunks_rule(
+    "Megatron-Core (megatron, nemo)",
+    "fuses the cross entropy (--cross-entropy-loss-fusion, megatron-core 0.19.2) but does not chunk it",
+)
+"""job.loss_chunks: torchtitan only (rules/checks.py)."""
+
 RULES = (
+    check_loss_chunks,
     check_architecture,
     check_layer_kinds,
     check_hybrid_pattern,
@@ -367,7 +375,13 @@ RULES = (
 SEARCH = SearchLimits(partial_recompute=True)
 """solver.target=megatron: uneven stages through --pipeline-model-parallel-layout; one recompute
 setting for every rank (with --recompute-method block, one number of layers)."""
-MODEL_RULES = (check_architecture, check_layer_kinds, check_hybrid_pattern, check_moe_routing)
+MODEL_RULES = (
+    check_loss_chunks,
+    check_architecture,
+    check_layer_kinds,
+    check_hybrid_pattern,
+    check_moe_routing,
+)
 """The RULES that read only the model and job (solver.target checks them once, first)."""
 LAYOUT_RULES = (check_fsdp_without_pp, check_rank_order, check_expert_data_parallel)
 """The RULES that read the ZeRO stage or the rank order, which the solver picks per layout; the

@@ -15,6 +15,7 @@ from paraplan.rules.base import Draft, Refusal, RuleContext, SearchLimits, repai
 from paraplan.rules.checks import (
     check_dense_model,
     layer_kinds_rule,
+    loss_chunks_rule,
     megatron_recompute_modules_rule,
     partial_recompute_rule,
     rank_order_rule,
@@ -156,9 +157,12 @@ MOE_STATE_RULES = state_rules("torch")
 
 check_recompute_modules = megatron_recompute_modules_rule("torch")
 """job.recompute_modules: Megatron-only (rules/checks.py)."""
+check_loss_chunks = loss_chunks_rule("torch")
+"""job.loss_chunks: torchtitan only (rules/checks.py)."""
 
 RULES = (
     check_recompute_modules,
+    check_loss_chunks,
     check_layer_kinds,
     check_dense_model,
     check_dense_reference,
@@ -175,6 +179,7 @@ SEARCH = SearchLimits()
 """solver.target=torch: the script takes layers per virtual stage; every block wrapped alike."""
 MODEL_RULES = (
     check_recompute_modules,
+    check_loss_chunks,
     check_layer_kinds,
     check_dense_reference,
     MOE_STATE_RULES[3],

@@ -254,8 +254,22 @@ check_moe_routing = routing_rule("torchtitan")
 check_recompute_modules = megatron_recompute_modules_rule("torchtitan")
 """job.recompute_modules: Megatron-only (rules/checks.py)."""
 
+
+def check_loss_chunks(ctx: RuleContext, draft: Draft) -> Refusal | None:
+    """ChunkedLossWrapper (torchtitan 0.3.0 components/loss.py) cuts each rank's sequence,
+    seq_len / cp tokens, into ``num_chunks`` equal parts: ``torch._check(seq_len % num_chunks == 0)``."""
+    chunks, local = ctx.job.loss_chunks, ctx.job.seq_len // draft.plan.cp
+    if chunks <= 1 or local % chunks == 0:
+        return None
+    return Refusal(
+        f"job.loss_chunks={chunks}: torchtitan's ChunkedLossWrapper cuts each rank's "
+        f"job.seq_len / plan.cp = {local:,} tokens into equal chunks (loss.num_chunks must divide it)"
+    )
+
+
 RULES = (
     check_recompute_modules,
+    check_loss_chunks,
     check_transformer_layers,
     check_model_config,
     check_float8_config,

@@ -22,6 +22,11 @@ Mapping of the plan:
   of dp_shard x cp x tp, innermost first, which is the cost model's EP group (the innermost ep
   ranks of dp x cp) when tp = 1 and dp is sharded (ZeRO 1-3; with ZeRO-0, ep must divide cp).
 
+The loss: every config function torchtitan 0.3.0 builds these models with wraps its cross entropy
+in ``ChunkedLossWrapper`` (8 sequence chunks by default); ``--loss.num-chunks`` is written from
+``job.loss_chunks`` (1 unless set: the whole micro-batch's logits, as the plan models them), and
+the rules refuse a count that does not divide each rank's seq_len / cp.
+
 MoE software state (rules/moe_state.py): the standard all-to-all dispatcher only, no EP overlap;
 ``plan.cuda_graphs`` none writes ``--training.disable-cuda-graphs`` (torchtitan 0.3.0 captures the
 whole forward + backward by default), full leaves the graph on (refused with PP and EP: its
@@ -78,6 +83,7 @@ FLAGS: dict[str, str] = {
     "mixed_precision": "--training.mixed-precision-param",
     "no_cuda_graphs": "--training.disable-cuda-graphs",
     "force_balance": "--debug.moe-force-load-balance",
+    "loss_chunks": "--loss.num-chunks",
     "no_compile": "--compile.no-enable",
     "no_async_tp": "--compile.no-enable-async-tensor-parallel",
 }
@@ -157,6 +163,7 @@ def _training_args(ctx: ExportContext) -> list[tuple[str, object]]:
         ("global_batch", job.global_batch),
         ("seq_len", job.seq_len),
         ("mixed_precision", PARAM_DTYPES[ctx.precision]),
+        ("loss_chunks", job.loss_chunks),  # every config's loss is a ChunkedLossWrapper (8 by default)
     ]
     if p.cuda_graphs is not CudaGraphs.FULL:  # the plan launches kernels from the host
         args.append(("no_cuda_graphs", None))

@@ -53,6 +53,7 @@ from paraplan.scenario.scenario_file import (
 )
 from paraplan.scenario.section import (
     MAX_GLOBAL_BATCH,
+    MAX_LOSS_CHUNKS,
     MAX_SEARCH_MICRO_BATCH,
     MAX_SEARCH_VP,
     MAX_SEQ_LEN,
@@ -200,6 +201,16 @@ class JobSection(Section):
         "torchtitan and the HF Trainer do: 12 B per logit at the backward peak) | compiled (the "
         "same under torch.compile, torchtitan's default since 2025: 4 B, bf16 logits and gradient)",
     )
+    loss_chunks: int = Field(
+        1,
+        ge=1,
+        le=MAX_LOSS_CHUNKS,
+        description="the loss over this many sequence chunks, lm_head + loss + backward one chunk at "
+        "a time (torchtitan's ChunkedLossWrapper, --loss.num-chunks; 8 in its configs): the "
+        "logits held are 1/loss_chunks of the micro-batch's, plus an fp32 gradient buffer of the "
+        "final hidden states (cost/memory.py); 1 (default): the whole micro-batch's logits. Only "
+        "torchtitan exports a value above 1",
+    )
     selective_policy: SelectivePolicy = Field(
         SelectivePolicy.CORE_ATTENTION,
         description="what plan.recompute selective keeps: core_attention (Megatron: the "
@@ -238,6 +249,11 @@ class JobSection(Section):
                 f"job.seq_len x job.global_batch = {self.seq_len:,} x {self.global_batch:,} = "
                 f"{tokens:,} tokens per step exceeds paraplan's limit of {MAX_TOKENS_PER_STEP:,} "
                 '(2^32; README "Limits")'
+            )
+        if self.loss_chunks > self.seq_len:
+            raise ValueError(
+                f"job.loss_chunks={self.loss_chunks:,} exceeds job.seq_len={self.seq_len:,}: the loss "
+                "is chunked along the sequence, and a chunk holds at least one token"
             )
         return self
 

@@ -19,6 +19,7 @@ __all__ = [
     "MAX_LAYERS",
     "MAX_SEARCH_MICRO_BATCH",
     "MAX_SEARCH_VP",
+    "MAX_LOSS_CHUNKS",
 ]
 
 # Limits of the scenario's job, plan and solver keys (README "Limits"; the model's are
@@ -38,6 +39,8 @@ MAX_SEARCH_MICRO_BATCH = 1_024
 """solver.max_micro_batch: sequences per micro-batch the search considers."""
 MAX_SEARCH_VP = 64
 """solver.max_vp: interleaving degrees the search considers (real runs use at most ~24)."""
+MAX_LOSS_CHUNKS = 4_096
+"""job.loss_chunks: 512x torchtitan's default 8 chunks (a chunk is at least one token)."""
 STRICT = ConfigDict(extra="forbid", frozen=True)
 """Every scenario model: unknown keys refused, values frozen."""
 

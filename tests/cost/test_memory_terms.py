@@ -11,6 +11,8 @@ import pytest
 from paraplan.cost.memory import (
     ALLOCATOR_FIT_OVERHEAD,
     ALLOCATOR_OVERHEAD,
+    CHUNK_GRAD_BYTES,
+    chunked_loss_bytes,
     runtime_reserve_bytes,
     unsharded_under_pp,
 )
@@ -87,6 +89,39 @@ def test_compiled_loss_keeps_the_bf16_logits_and_their_gradient() -> None:
     logits = 8192 * inst.graph.spec.vocab
     delta = upcast.stages[0].activations_bytes - compiled.stages[0].activations_bytes
     assert delta == pytest.approx(logits * 8)
+
+
+def test_chunked_loss_holds_one_chunk_of_logits_and_an_fp32_hidden_gradient() -> None:
+    """job.loss_chunks 2 (torchtitan's ChunkedLossWrapper): the upcast loss's 12 B per logit over
+    half the tokens, plus the GradAccumulator's fp32 n x h; still the stage's peak here."""
+    whole, inst = _predicted(_scenario({"cross_entropy": "upcast"}))
+    halves, _ = _predicted(_scenario({"cross_entropy": "upcast", "loss_chunks": 2}))
+    logits, hidden = 8192 * inst.graph.spec.vocab, 8192 * inst.graph.spec.hidden
+    delta = whole.stages[0].activations_bytes - halves.stages[0].activations_bytes
+    assert delta == pytest.approx(logits * 12 / 2 - CHUNK_GRAD_BYTES * hidden)
+    assert halves.peak_allocated_bytes < whole.peak_allocated_bytes
+
+
+def test_chunked_loss_bytes_by_formula() -> None:
+    """Hidden states replicated over tp before chunking: the SP-sharded block input x tp."""
+    layout = Layout(dp=1, tp=4, pp=1, zero=1, sequence_parallel=True)
+    job = Job(seq_len=4096, global_batch=8, loss_chunks=8)
+    block_input = 4096 * 1024 * 2 / 4  # n x h x 2 B / tp
+    assert chunked_loss_bytes(8e9, block_input, layout, job) == pytest.approx(1e9 + 4 * 4096 * 1024)
+    assert chunked_loss_bytes(8e9, block_input, layout, Job(seq_len=4096, global_batch=8)) == 8e9
+
+
+@pytest.mark.parametrize(
+    ("job", "rule"),
+    [
+        ({"loss_chunks": 0}, "greater than or equal to 1"),
+        ({"loss_chunks": 4097}, "at most 4,096"),
+        ({"loss_chunks": 2048, "seq_len": 1024}, "exceeds job.seq_len"),
+    ],
+)
+def test_loss_chunks_field_names_its_rule(job: dict[str, int], rule: str) -> None:
+    with pytest.raises(paraplan.ConfigError, match=rf"loss_chunks[\s\S]*{rule}"):
+        paraplan.load_scenario(_scenario(job))
 
 
 @pytest.mark.slow
