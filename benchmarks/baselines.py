@@ -129,7 +129,8 @@ def solve(
     sc = {**scenario, "solver": solver} if solver else scenario
     start = time.perf_counter()
     try:
-        r = paraplan.solve(sc, time_limit_s=time_limit_s, workers=workers, seed=seed)
+        # the search alone: no second search for the explanation's plan with more headroom
+        r = paraplan.solve(sc, time_limit_s=time_limit_s, workers=workers, seed=seed, more_headroom=False)
     except paraplan.InfeasibleError as e:
         return Attempt(
             method=method,

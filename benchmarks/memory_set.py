@@ -40,6 +40,10 @@ wherever the two files say the same thing, and each default a row takes is liste
   ``_titan_loss``); a row whose notes name a chunked loss (torchtitan's ChunkedLossWrapper,
   torchtune's CEWithChunkedOutputLoss) ``job.loss_chunks: 8``, both their defaults; the Megatron
   rows fused (SimuMax's cases are "cef", cross-entropy fusion).
+- **variable sequence lengths**: a fine-tuning row (the model column says SFT) whose notes do not
+  say it was packed to a fixed length -> ``job.variable_seq_len`` (an assumption: the Bridge Llama
+  3 70B SFT rows' source blames fragmentation for their out-of-memory, which a loop of fixed
+  tensor shapes does not grow; the recipe's packing settings were not read).
 - **job**: precision as calibration_set.py (``_precision``); fp32 gradients except
   Megatron-Bridge rows (their performance recipes reduce in bf16, as in the step-time mapping);
   ``optimizer_moments: bf16`` for the Bridge recipes that set the precision-aware optimizer's
@@ -313,6 +317,9 @@ def _row_case(row: dict[str, str]) -> MemoryCase | MemorySkipped:
         **({"cross_entropy": _titan_loss(row), "selective_policy": "torchtitan_op"} if titan else {}),
         **({"recompute_modules": modules} if (modules := _modules(row)) else {}),
     }
+    if "sft" in row["model"].lower() and "packed to" not in row["notes"].lower():
+        job["variable_seq_len"] = True
+        defaults.append("variable_seq_len (fine-tuning batches, not packed to a fixed length)")
     if re.search(
         r"chunked (ce|cross.entropy)|chunkedlosswrapper|cewithchunkedoutputloss", row["notes"].lower()
     ):

@@ -27,7 +27,13 @@ decompositions let AOTAutograd's min-cut partitioner save only the bf16 input an
 fp32 values (max, log-sum-exp), and the backward's fp32 softmax, scatter and subtraction fuse into
 one kernel that writes the bf16 gradient (tests/cost/test_memory_terms.py compiles the loss with
 inductor on CPU and reads the buffers its kernels allocate: none of n x vocab in forward, one bf16
-in backward). Chunked (``job.loss_chunks`` N > 1: torchtitan 0.3.0's ChunkedLossWrapper, 8 chunks
+in backward). Loss parallel (the eager upcast over logits sharded by tp > 1: torchtitan runs
+torch.distributed.tensor.parallel.loss_parallel, whose log_softmax and nll_loss on DTensors are
+decomposed into separate fp32 ops, torch/distributed/tensor/parallel/loss.py; torchtitan 0.3.0's own
+_LossParallelCrossEntropy is written the same way): 4 B more per local logit
+(``LOSS_PARALLEL_EXTRA_BYTES``), measured with torch's MemTracker on CPU over a fake process group
+at tp 2-8 (tests/cost/test_memory_terms.py: 18.0 against 14.0 B per local logit, leaf and its
+gradient included). Chunked (``job.loss_chunks`` N > 1: torchtitan 0.3.0's ChunkedLossWrapper, 8 chunks
 in its configs, runs lm_head + loss + backward one sequence chunk at a time): the logits' bytes / N
 plus the fp32 buffer its GradAccumulator keeps for the hidden states' gradient (4 B x n x h,
 ``chunked_loss_bytes``).
@@ -73,6 +79,27 @@ The reserve is memory a real run holds that no tensor of the model accounts for:
   ``ALLOCATOR_FIT_OVERHEAD`` = 2.8%, the smallest gap measured (the MosaicML MPT-350m runs,
   micro-batch 18 on A100 40GB, rows 607-610 of benchmarks/data/published_runs_calibration.csv,
   ran at 37.5 GiB modelled allocated; 5.3% would not fit them).
+- Variable sequence lengths (``job.variable_seq_len``: fine-tuning batches padded to their longest
+  sequence, or packs of varying length) under the default allocator. The caching allocator
+  (PyTorch c10/cuda/CUDACachingAllocator.cpp, read from memory of its comments: requests above
+  1 MiB come from the large pool, those under 10 MiB from 20 MiB segments, larger ones from a
+  segment of their own rounded to 2 MiB; a cached free block serves a smaller request by splitting
+  and never a larger one; on a failed cudaMalloc only whole unsplit segments are released) keeps
+  the blocks of one micro-batch's activation sizes when the next one's differ: a longer micro-batch
+  needs new segments while the shorter one's blocks stay cached, split by the smaller tensors that
+  reuse them. The must-fit peak keeps room for one more set of the stage's activations
+  (``STRANDED_ACTIVATION_SHARE`` = 1, ``stranded_share``): a bound, one size generation stranded,
+  not a fit (no row measures the stranded bytes). With ``expandable_segments`` the allocator maps
+  pages into one growing segment and frees them back, so none is kept; XLA has no such allocator.
+  The one row that shows it, Megatron-Bridge's Llama 3 70B SFT on 32 H100 (TP4 PP4 VPP5 DP2, FP8),
+  ran out of memory at 54.8 GiB allocated of 79.2 usable in 30-60% of CI runs (Bridge PR #3107) and
+  fits at 55.0 GiB with expandable_segments, so about 24 GiB were stranded when it failed. With
+  paraplan's stage-0 activations (19.4 GiB) the bound puts the need at 84.2 GiB, over the 79.7 GiB
+  device, and the plan is refused; but paraplan's allocated figure for the same plan reads 12% high
+  (61.7 GiB against the 55.0 measured with expandable_segments), and had the 6.9 GiB excess been
+  activations the bound would give about 70 GiB, a fit. The refusal rests on that activation figure as
+  much as on the bound. Reported reserved stays the fitted share (as measured on runs of fixed
+  length); only what must fit grows.
 
 Size: one module because the stage's memory model (stage_memory_model), its affine layer bound
 (max_layers_per_stage, kind_bytes_per_stage) and the overhead rules must agree term for term;
@@ -126,10 +153,13 @@ __all__ = [
     "ALLOCATOR_OVERHEAD",
     "ALLOCATOR_FIT_OVERHEAD",
     "LOGIT_BYTES",
+    "LOSS_PARALLEL_EXTRA_BYTES",
     "logit_bytes_per_element",
     "unsharded_under_pp",
     "chunked_loss_bytes",
     "CHUNK_GRAD_BYTES",
+    "stranded_share",
+    "STRANDED_ACTIVATION_SHARE",
 ]
 
 CUDA_CONTEXT_BYTES = 0.5e9  # CUDA context + cuBLAS workspaces, lazy loading (module docstring)
@@ -141,11 +171,13 @@ ALLOCATOR_FIT_OVERHEAD = {Allocator.DEFAULT: 0.028, Allocator.EXPANDABLE_SEGMENT
 ALLOCATOR_FRAGMENTATION = ALLOCATOR_FIT_OVERHEAD[Allocator.DEFAULT]
 # per logit element at the loss's peak (module docstring)
 LOGIT_BYTES = {CrossEntropy.FUSED: 6.0, CrossEntropy.UPCAST: 12.0, CrossEntropy.COMPILED: 4.0}
+LOSS_PARALLEL_EXTRA_BYTES = 4.0  # the upcast over tp-sharded logits, DTensor's loss_parallel (docstring)
 XLA_RUNTIME_RESERVE_BYTES = 0.0  # TPU: no CUDA context or NCCL buffers; no figure published
 XLA_FRAGMENTATION = 0.0  # TPU: XLA assigns buffers at compile time (module docstring)
 ZERO3_PREFETCH_BLOCKS = 2  # FSDP keeps the current and the prefetched block unsharded
 ZERO3_GRAD_BUCKET = 5e8  # elements: DeepSpeed's default reduce_bucket_size (module docstring)
 HEAD_SAVED_INPUTS = 2  # the final norm's input and the LM head's input, n*h each (docstring)
+STRANDED_ACTIVATION_SHARE = 1.0  # one more set of activation blocks (module docstring): a bound
 CHUNK_GRAD_BYTES = 4  # torchtitan's GradAccumulator: fp32, one element per hidden state (chunked_loss_bytes)
 # (ZeRO-3 buffers during a block's backward: module docstring, "ZeRO-3 (FSDP2)")
 
@@ -251,15 +283,32 @@ def fragmentation(is_tpu: bool, allocator: Allocator = Allocator.DEFAULT) -> flo
     return XLA_FRAGMENTATION if is_tpu else ALLOCATOR_FIT_OVERHEAD[allocator]
 
 
+def stranded_share(is_tpu: bool, job: Job) -> float:
+    """Share of the stage's activation bytes that must fit beyond them for the blocks the default
+    caching allocator strands when activation sizes change from micro-batch to micro-batch:
+    STRANDED_ACTIVATION_SHARE with ``job.variable_seq_len`` and ``job.allocator`` default on a
+    GPU, else 0 (module docstring, "Variable sequence lengths")."""
+    if is_tpu or not job.variable_seq_len or job.allocator is not Allocator.DEFAULT:
+        return 0.0
+    return STRANDED_ACTIVATION_SHARE
+
+
 def allocator_overhead(is_tpu: bool, allocator: Allocator = Allocator.DEFAULT) -> float:
     """Share of the allocated bytes a run's reserved memory exceeds them by, as measured:
     ALLOCATOR_OVERHEAD[allocator] on a GPU, XLA_FRAGMENTATION on a TPU (module docstring)."""
     return XLA_FRAGMENTATION if is_tpu else ALLOCATOR_OVERHEAD[allocator]
 
 
-def logit_bytes_per_element(job: Job) -> float:
-    """Bytes per logit element at the loss's peak: LOGIT_BYTES[job.cross_entropy] (module docstring)."""
-    return LOGIT_BYTES[job.cross_entropy]
+def logit_bytes_per_element(job: Job, plan: Layout | None = None) -> float:
+    """Bytes per logit element at the loss's peak: LOGIT_BYTES[job.cross_entropy], plus
+    LOSS_PARALLEL_EXTRA_BYTES when the eager upcast runs over a vocabulary sharded by tp
+    (module docstring, "Loss parallel")."""
+    extra = (
+        LOSS_PARALLEL_EXTRA_BYTES
+        if job.cross_entropy is CrossEntropy.UPCAST and plan and plan.tp > 1
+        else 0.0
+    )
+    return LOGIT_BYTES[job.cross_entropy] + extra
 
 
 def chunked_loss_bytes(logits_bytes: float, block_input_bytes: float, plan: Layout, job: Job) -> float:
@@ -333,6 +382,7 @@ def stage_memory_model(terms: StageTerms, stage: int, recompute: Recompute) -> S
     block = terms.block_at(stage, recompute)
     blocks = terms.kind_blocks_at(stage, recompute)
     frag = fragmentation(is_tpu, job.allocator)
+    strand = stranded_share(is_tpu, job)
     typical = allocator_overhead(is_tpu, job.allocator)
     held = in_flight_micro_batches(stage, plan, terms.num_micro_batches)
     working = max(b.working_bytes for b in blocks)
@@ -352,7 +402,7 @@ def stage_memory_model(terms: StageTerms, stage: int, recompute: Recompute) -> S
         loss = last.activation_bytes - last.stored_bytes  # transient (logits, loss); MTP stored
         block_input, saved = terms.at(stage).block[Recompute.FULL].activation_bytes, 0.0
         if not is_tpu:  # the loss kernel's bytes per logit, and the head's saved inputs
-            loss = loss * logit_bytes_per_element(job) / LOGITS_BYTES_PER_ELEMENT
+            loss = loss * logit_bytes_per_element(job, plan) / LOGITS_BYTES_PER_ELEMENT
             saved = HEAD_SAVED_INPUTS * block_input
         loss = chunked_loss_bytes(loss, block_input, plan, job) + saved
         fixed_act += last.stored_bytes * held
@@ -384,11 +434,12 @@ def stage_memory_model(terms: StageTerms, stage: int, recompute: Recompute) -> S
     context = runtime_reserve_bytes(plan, is_tpu=is_tpu) + software.reserve_bytes
     fit, seen = _overheads(frag, typical, fixed_state.total + fixed_act + zero_buffers)
     layer_fit, layer_seen = _overheads(frag, typical, layer_state.total + layer_act)
+    fit, layer_fit = fit + strand * fixed_act, layer_fit + strand * layer_act  # stranded blocks
     per_kind: tuple[StageMemory, ...] = ()
     if terms.heterogeneous:
         acts = [(b.activation_bytes - block.activation_bytes) * held for b in blocks]
         per_kind = tuple(
-            _kind_delta(state(p, e), act, frag, typical)
+            _kind_delta(state(p, e), act, frag, typical, strand)
             for (p, e), act in zip(terms.param_deltas(stage), acts, strict=True)
         )
     return StageMemoryModel(
@@ -415,8 +466,11 @@ def stage_memory_model(terms: StageTerms, stage: int, recompute: Recompute) -> S
     )
 
 
-def _kind_delta(state: StateBytes, act_bytes: float, frag: float, typical: float) -> StageMemory:
+def _kind_delta(
+    state: StateBytes, act_bytes: float, frag: float, typical: float, strand: float
+) -> StageMemory:
     fit, seen = _overheads(frag, typical, state.total + act_bytes)
+    fit += strand * act_bytes
     return StageMemory(state.weights, state.grads, state.optimizer, act_bytes, fit, fit, seen)
 
 
@@ -430,9 +484,10 @@ def kind_bytes_per_stage(terms: StageTerms, recompute: Recompute) -> list[tuple[
         mem = stage_memory_model(terms, s, recompute)
         rows = [mem.per_layer] if not mem.per_kind else [_add(mem.per_layer, d) for d in mem.per_kind]
         # buffers per layer are the allocator's share of state and activations alike
-        frag = fragmentation(terms.at(s).cluster.accelerator.is_tpu, terms.job.allocator)
+        is_tpu = terms.at(s).cluster.accelerator.is_tpu
+        frag, strand = fragmentation(is_tpu, terms.job.allocator), stranded_share(is_tpu, terms.job)
         state = tuple((r.weights_bytes + r.grads_bytes + r.optimizer_bytes) * (1 + frag) for r in rows)
-        act = tuple(r.activations_bytes * (1 + frag) for r in rows)
+        act = tuple(r.activations_bytes * (1 + frag + strand) for r in rows)
         return mem.fixed.total_bytes, state, act
 
     shared = not terms.pool_terms and pp > 3  # middle stages from stage 1's model
@@ -482,13 +537,14 @@ def max_layers_per_stage(
     room = capacity_bytes - middle.fixed.total_bytes
     act = terms.block[recompute].activation_bytes + terms.software.per_layer_bytes  # as stage_memory_model
     frag = fragmentation(terms.cluster.accelerator.is_tpu, terms.job.allocator)
+    strand = stranded_share(terms.cluster.accelerator.is_tpu, terms.job)
     p = middle.per_layer
     state = p.weights_bytes + p.grads_bytes + p.optimizer_bytes
     out = [ends[0].max_layers(capacity_bytes)]
     for s in range(1, pp - 1):
         held = in_flight_micro_batches(s, terms.plan, terms.num_micro_batches)
         layer_act = act * held
-        out.append(_max_layers(room, state + layer_act + frag * (state + layer_act)))
+        out.append(_max_layers(room, state + layer_act + frag * (state + layer_act) + strand * layer_act))
     return out + [ends[pp - 1].max_layers(capacity_bytes)]
 
 

@@ -186,6 +186,9 @@ class Job:
     # the loss over this many sequence chunks, one chunk's logits live at a time (torchtitan's
     # ChunkedLossWrapper num_chunks; cost/memory.py loss_bytes); 1 = the whole micro-batch's logits
     loss_chunks: int = 1
+    # sequence lengths vary from micro-batch to micro-batch (fine-tuning data not packed to a fixed
+    # length): the activations change size every micro-batch (cost/memory.py stranded_share)
+    variable_seq_len: bool = False
     selective_policy: SelectivePolicy = SelectivePolicy.CORE_ATTENTION  # cost/recompute.py
     # Megatron --recompute-modules under recompute: selective; () = the framework's default policy
     # (selective_policy); set, exactly these modules (cost/recompute_modules.py)

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from paraplan.cost.memory import StageMemory, allocator_overhead, fragmentation, stage_memory
+from paraplan.cost.memory import StageMemory, allocator_overhead, fragmentation, stage_memory, stranded_share
 from paraplan.cost.plan import Plan, Recompute
 from paraplan.cost.pp import in_flight_micro_batches
 from paraplan.cost.split import chunk_ranges
@@ -129,7 +129,8 @@ def partial_stage_memory(terms: StageTerms, stage: int, counts: Counts, recomput
     if not is_partial(terms.full_plan, stage) or tuple(recomputed) == tuple(counts):
         return full
     is_tpu = terms.at(stage).cluster.accelerator.is_tpu
-    frag = fragmentation(is_tpu, terms.job.allocator)
+    # the allocator's share that must fit, and the stranded blocks' of variable lengths (memory.py)
+    frag = fragmentation(is_tpu, terms.job.allocator) + stranded_share(is_tpu, terms.job)
     act = sum((n - r) * e for n, r, e in zip(counts, recomputed, _stored_act(terms, stage), strict=True))
     return replace(
         full,
@@ -152,7 +153,8 @@ def _stored_act(terms: StageTerms, stage: int) -> tuple[float, ...]:
 def stored_extra_bytes(terms: StageTerms, stage: int) -> tuple[float, ...]:
     """Per kind: the peak bytes one stored (not recomputed) block of a FULL stage adds:
     (act_none - act_full) held (1 + fragmentation) (module docstring; the solver's row)."""
-    frag = fragmentation(terms.at(stage).cluster.accelerator.is_tpu, terms.job.allocator)
+    is_tpu = terms.at(stage).cluster.accelerator.is_tpu
+    frag = fragmentation(is_tpu, terms.job.allocator) + stranded_share(is_tpu, terms.job)
     return tuple(a * (1 + frag) for a in _stored_act(terms, stage))
 
 

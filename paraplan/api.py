@@ -13,6 +13,7 @@ from paraplan.cost import PartialPlan, Plan
 from paraplan.cost import evaluate as cost_evaluate
 from paraplan.cost.plan import default_chunks
 from paraplan.errors import ConfigError, SolveTimeout
+from paraplan.headroom import more_headroom_line
 from paraplan.instance import Calibration, Instance, build_instance, fixed_plan
 from paraplan.planning import UNRESTRICTED, fixed_modes, runnable_options, runs_on, search, target_options
 from paraplan.reports.explain import explain, summary
@@ -188,6 +189,7 @@ def solve(
     seed: int = 0,
     progress: Callable[[str], None] | None = None,
     calibration: Calibration | None = None,
+    more_headroom: bool = True,
 ) -> Result | ServingResult:
     """The fastest plan under the cost model that at least one framework runs (``runs_on``
     names them; ``solver.target`` narrows the search to one framework, ``any`` widens it to
@@ -195,7 +197,10 @@ def solve(
     (otherwise the gap says how far it can be). Knobs fixed in the scenario's ``plan:`` are
     respected. InfeasibleError says which resource binds; SolveTimeout if no plan was found in
     time. ``calibration``: a profile file or object (as in ``evaluate``). A serving scenario
-    (``workload:``) gets the best serving plan for its ``objective`` (paraplan/serving/api.py)."""
+    (``workload:``) gets the best serving plan for its ``objective`` (paraplan/serving/api.py).
+    ``more_headroom``: for a plan at the edge of memory, one more search for the next plan with
+    more headroom, stated in the explanation (paraplan/headroom.py); False skips it (the
+    benchmarks time the search alone)."""
     started = time.perf_counter()
     _check_solve_args(time_limit_s, workers, top, seed)
     if is_serving(scenario):  # workload: (issue 23)
@@ -259,7 +264,13 @@ def solve(
         for s, on in others[: top - 1]
     ]
     band = band_out(inst.cluster, breakdown.step_time_s, inst.graph.spec.is_moe)
-    explanation = explain(best.plan, breakdown, inst.cluster, runner, band) + notes
+    explanation = explain(best.plan, breakdown, inst.cluster, runner, band, job=inst.job)
+    roomier = (
+        more_headroom_line(inst, best.plan, breakdown, fixed, base, opts, deadline, time.perf_counter)
+        if more_headroom
+        else None
+    )
+    explanation += ([roomier] if roomier else []) + notes
     result = evaluate_plan(inst, best.plan, solver_out, alternatives=alternatives, explanation=explanation)
     return with_training(_with_runs_on(result, inst, best.plan), inst)
 

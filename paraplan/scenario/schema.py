@@ -211,6 +211,14 @@ class JobSection(Section):
         "final hidden states (cost/memory.py); 1 (default): the whole micro-batch's logits. Only "
         "torchtitan exports a value above 1",
     )
+    variable_seq_len: bool = Field(
+        False,
+        description="sequence lengths vary from micro-batch to micro-batch (fine-tuning data padded "
+        "to each batch's longest sequence, or packs of varying length), so the activations change "
+        "size every micro-batch: with allocator default the must-fit peak keeps room for one more "
+        "set of the stage's activations, blocks the caching allocator strands at earlier sizes "
+        "(cost/memory.py); expandable_segments removes it",
+    )
     selective_policy: SelectivePolicy = Field(
         SelectivePolicy.CORE_ATTENTION,
         description="what plan.recompute selective keeps: core_attention (Megatron: the "

@@ -117,13 +117,14 @@ def test_layer_caps_of_all_stages_match_each_stage_model(pp: int, vp: int, mb: i
 
     graph = build_graph(preset("llama3-70b"))
     cluster = build_cluster("dgx-h100", nodes=pp)
-    job = Job(seq_len=4096, global_batch=8 * 64)
     layout = Layout(dp=8, tp=1, pp=pp, vp=vp, micro_batch=mb, zero=zero)
-    terms = stage_terms(graph, layout, job, cluster)
-    for r in Recompute:
-        for cap in (40e9, 80e9, 3e11):
-            expected = [stage_memory_model(terms, s, r).max_layers(cap) for s in range(pp)]
-            assert max_layers_per_stage(terms, r, cap) == expected
+    for variable in (False, True):  # variable_seq_len: the stranded blocks' share of activations
+        job = Job(seq_len=4096, global_batch=8 * 64, variable_seq_len=variable)
+        terms = stage_terms(graph, layout, job, cluster)
+        for r in Recompute:
+            for cap in (40e9, 80e9, 3e11):
+                expected = [stage_memory_model(terms, s, r).max_layers(cap) for s in range(pp)]
+                assert max_layers_per_stage(terms, r, cap) == expected
 
 
 def test_runtime_reserve_counts_the_context_and_one_nccl_communicator_per_group() -> None:

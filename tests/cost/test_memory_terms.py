@@ -12,6 +12,8 @@ from paraplan.cost.memory import (
     ALLOCATOR_FIT_OVERHEAD,
     ALLOCATOR_OVERHEAD,
     CHUNK_GRAD_BYTES,
+    LOSS_PARALLEL_EXTRA_BYTES,
+    STRANDED_ACTIVATION_SHARE,
     chunked_loss_bytes,
     runtime_reserve_bytes,
     unsharded_under_pp,
@@ -65,6 +67,21 @@ def test_expandable_segments_lower_reserved_not_allocated() -> None:
     expandable, _ = _predicted(_scenario({"allocator": "expandable_segments"}))
     assert expandable.peak_allocated_bytes == default.peak_allocated_bytes
     assert expandable.peak_reserved_bytes < default.peak_reserved_bytes
+
+
+def test_variable_lengths_under_the_default_allocator_keep_room_for_stranded_blocks() -> None:
+    """job.variable_seq_len with the default allocator: what must fit adds one more set of the
+    stage's activations (STRANDED_ACTIVATION_SHARE); allocated and reserved as measured stay;
+    expandable_segments maps pages and needs none."""
+    fixed, _ = _predicted(_scenario())
+    varying, _ = _predicted(_scenario({"variable_seq_len": True}))
+    expandable, _ = _predicted(_scenario({"variable_seq_len": True, "allocator": "expandable_segments"}))
+    plain_expandable, _ = _predicted(_scenario({"allocator": "expandable_segments"}))
+    s, v = fixed.stages[0], varying.stages[0]
+    assert v.allocated_bytes == pytest.approx(s.allocated_bytes)
+    assert v.reserved_bytes == pytest.approx(s.reserved_bytes)
+    assert v.total_bytes - s.total_bytes == pytest.approx(STRANDED_ACTIVATION_SHARE * s.activations_bytes)
+    assert expandable.peak_memory_bytes == plain_expandable.peak_memory_bytes
 
 
 def test_allocator_field_names_its_values() -> None:
@@ -186,3 +203,63 @@ def test_op_sac_keeps_less_than_megatron_selective_with_torchtitan_policy() -> N
     titan, _ = _predicted(_scenario({"selective_policy": "torchtitan_op"}, {"recompute": "selective"}))
     full, _ = _predicted(_scenario())
     assert full.peak_allocated_bytes < titan.peak_allocated_bytes < megatron.peak_allocated_bytes
+
+
+def _loss_peak_bytes_per_logit(tp: int, parallel: bool) -> float:
+    """MemTracker's peak over torchtitan's eager loss (cross_entropy of the logits cast to fp32) and
+    its backward, per local logit, the bf16 leaf and its gradient included; with ``parallel`` the
+    logits are a DTensor sharded over the vocabulary of a fake tp group, under loss_parallel."""
+    import torch
+    import torch.distributed as dist
+    from torch.distributed._tools.mem_tracker import MemTracker
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, Shard
+    from torch.distributed.tensor.parallel import loss_parallel
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    if dist.is_initialized() and dist.get_world_size() != tp:
+        dist.destroy_process_group()
+    if not dist.is_initialized():
+        dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=tp)
+    n, local_vocab = 1024, 4096
+    torch.manual_seed(0)
+    leaf = torch.randn(n, local_vocab, dtype=torch.bfloat16, requires_grad=True)
+    tracker = MemTracker()
+    tracker.track_external(leaf)
+    with tracker:
+        logits: Any = leaf * 1.0
+        if parallel:
+            mesh = init_device_mesh("cpu", (tp,))
+            logits = DTensor.from_local(logits, mesh, [Shard(1)], run_check=False)
+            labels = torch.randint(0, local_vocab * tp, (n,))
+            with loss_parallel():
+                loss = torch.nn.functional.cross_entropy(logits.float(), labels)
+                del logits
+                loss.backward()
+        else:
+            labels = torch.randint(0, local_vocab, (n,))
+            loss = torch.nn.functional.cross_entropy(logits.float(), labels)
+            del logits
+            loss.backward()
+    peak = tracker.get_tracker_snapshot("peak")
+    return sum(peak[device]["Total"] for device in peak) / (n * local_vocab)
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("tp", [2, 8])
+def test_loss_parallel_keeps_four_more_bytes_per_logit_than_the_plain_upcast(tp: int) -> None:
+    """The oracle of LOSS_PARALLEL_EXTRA_BYTES: torch's loss_parallel (torchtitan's eager loss
+    over tp-sharded logits) against the same loss on a plain tensor, measured on CPU."""
+    pytest.importorskip("torch")
+    extra = _loss_peak_bytes_per_logit(tp, parallel=True) - _loss_peak_bytes_per_logit(tp, parallel=False)
+    assert extra == pytest.approx(LOSS_PARALLEL_EXTRA_BYTES, abs=0.05)
+
+
+def test_the_upcast_over_tp_sharded_logits_adds_the_loss_parallel_bytes() -> None:
+    """Llama 3.1 8B at tp 2 and sp: the loss's peak grows by 4 B per local logit."""
+    plan = {"dp": 4, "tp": 2, "sequence_parallel": True}
+    fused, inst = _predicted(_scenario({"cross_entropy": "fused"}, plan))
+    upcast, _ = _predicted(_scenario({"cross_entropy": "upcast"}, plan))
+    local_logits = 8192 * inst.graph.spec.vocab / 2
+    delta = upcast.stages[0].activations_bytes - fused.stages[0].activations_bytes
+    assert delta == pytest.approx(local_logits * (12 - 6 + LOSS_PARALLEL_EXTRA_BYTES))
