@@ -369,6 +369,7 @@ def valid_case(d: Draw, *, time_limit_s: float = 5.0, large: bool = False) -> Ca
     # the chunked loss (issue 24), drawn last for the same reason
     if d.chance(0.05):
         job["loss_chunks"] = d.choice((2, 8, 3, 4096))
+        job["variable_seq_len"] = d.chance(0.5)
     return Case("valid", scenario, args, tag=f"valid:{'large' if large else source}", files=files or None)
 
 

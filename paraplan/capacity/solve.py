@@ -210,8 +210,12 @@ def solve_capacity(
         if left < MIN_SOLVE_S:
             return Solved(None, False, cand.lower)
         try:
-            result = solve(
-                _concrete(base, sc, o.preset, o.gpus), time_limit_s=left, workers=workers, seed=seed
+            result = solve(  # each candidate's search alone: no second search for more headroom
+                _concrete(base, sc, o.preset, o.gpus),
+                time_limit_s=left,
+                workers=workers,
+                seed=seed,
+                more_headroom=False,
             )
         except InfeasibleError:
             return Solved(None, True, cand.lower)

@@ -183,7 +183,7 @@ def run_one(scenario: dict[str, Any], time_limit_s: float, seed: int) -> dict[st
         if _fixed(scenario):
             r = evaluate(scenario)
         else:
-            r = solve(scenario, time_limit_s=time_limit_s, workers=1, seed=seed)
+            r = solve(scenario, time_limit_s=time_limit_s, workers=1, seed=seed, more_headroom=False)
     except InfeasibleError as e:
         return {"status": "infeasible", "error": str(e)}
     except SolveTimeout as e:
