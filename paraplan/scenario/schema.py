@@ -198,7 +198,8 @@ class JobSection(Section):
         CrossEntropy.FUSED,
         description="loss kernel: fused (Megatron / Transformer Engine vocab-parallel cross "
         "entropy: 6 B per logit) | upcast (logits cast to fp32 for torch's cross_entropy, as "
-        "torchtitan and the HF Trainer do: 12 B per logit at the backward peak) | compiled (the "
+        "torchtitan and the HF Trainer do: 12 B per logit at the backward peak, 16 B over logits "
+        "sharded by tp under loss parallel) | compiled (the "
         "same under torch.compile, torchtitan's default since 2025: 4 B, bf16 logits and gradient)",
     )
     loss_chunks: int = Field(
