@@ -22,10 +22,10 @@ tensor).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from functools import cache
+from dataclasses import dataclass, replace
 from math import ceil
 
+from paraplan.cost.memo import IdentityMemo
 from paraplan.graph import LayerGraph, LayerKind
 from paraplan.graph.layer import Layer
 
@@ -114,13 +114,38 @@ def _is_dense_part(layer: Layer) -> bool:
     return layer.kind in (LayerKind.ATTENTION, LayerKind.MLP)
 
 
-@cache
+_GROUPS: IdentityMemo[tuple[tuple[Layer, int], ...]] = IdentityMemo(256)
+_SIZES: IdentityMemo[float] = IdentityMemo(4096)
+"""Memos by the graph's identity (cost/memo.py): a serving search asks for the same graph's
+weight and KV sizes per worker shape, and hashing a whole LayerGraph costs more than the sums."""
+
+
+def _layer_counts(graph: LayerGraph) -> tuple[tuple[Layer, int], ...]:
+    """The graph's layers, equal ones (but for the name and block) counted once: the sums below
+    are over these, each term times its count. An MTP module's layers keep a name that says so."""
+
+    def group() -> tuple[tuple[Layer, int], ...]:
+        counts: dict[Layer, int] = {}
+        for ly in graph.layers():
+            key = replace(ly, name="mtp" if _is_mtp(ly) else ly.kind.value, block=0)
+            counts[key] = counts.get(key, 0) + 1
+        return tuple(counts.items())
+
+    return _GROUPS.get(graph, None, group)
+
+
 def weights_bytes_per_gpu(graph: LayerGraph, shape: WorkerShape, bytes_per_param: float) -> float:
     """Weight bytes one GPU holds (module docstring). Norms and the embedding table stay in
     bf16 (quantised checkpoints keep them: ModelOpt FP8/NVFP4 exclude embeddings, norms, the LM
     head and the router). Units: bytes."""
+    return _SIZES.get(
+        graph, ("w", shape, bytes_per_param), lambda: _weights_bytes(graph, shape, bytes_per_param)
+    )
+
+
+def _weights_bytes(graph: LayerGraph, shape: WorkerShape, bytes_per_param: float) -> float:
     total = 0.0
-    for ly in graph.layers():
+    for ly, count in _layer_counts(graph):
         if ly.kind in (LayerKind.VISION, LayerKind.PROJECTOR) or _is_mtp(ly):
             continue  # text-only serving; MTP draft modules load only with speculative decoding
         gemm_params = sum(g.params for g in ly.gemms)
@@ -131,8 +156,12 @@ def weights_bytes_per_gpu(graph: LayerGraph, shape: WorkerShape, bytes_per_param
         split_tp = 1 if (_is_dense_part(ly) and shape.dp_attention) else shape.tp
         sharded = sum(g.params for g in ly.gemms if not g.is_replicated)
         replicated = ly.replicated_params - router
-        total += (sharded / split_tp + replicated) * b + router * 2.0 + other * 2.0 / max(1, split_tp)
-        total += ly.expert_params * bytes_per_param / shape.tp
+        total += count * (
+            (sharded / split_tp + replicated) * b
+            + router * 2.0
+            + other * 2.0 / max(1, split_tp)
+            + ly.expert_params * bytes_per_param / shape.tp
+        )
     return total / shape.pp
 
 
@@ -145,19 +174,24 @@ def kv_layer_bytes_per_token(graph: LayerGraph, layer: Layer, shape: WorkerShape
     return 2.0 * heads * spec.head_dim * kv_bytes
 
 
-@cache
 def kv_bytes_per_sequence(graph: LayerGraph, shape: WorkerShape, kv_bytes: float, tokens: float) -> float:
     """KV-cache bytes one sequence of ``tokens`` tokens holds on one GPU of the stage that holds
     it (every attention layer of the model / pp; windowed layers hold min(tokens, window); Mamba
     layers their state). Units: bytes."""
+    return _SIZES.get(
+        graph, ("kv", shape, kv_bytes, tokens), lambda: _kv_bytes(graph, shape, kv_bytes, tokens)
+    )
+
+
+def _kv_bytes(graph: LayerGraph, shape: WorkerShape, kv_bytes: float, tokens: float) -> float:
     total = 0.0
-    for ly in graph.layers():
+    for ly, count in _layer_counts(graph):
         if _is_mtp(ly):
             continue
         if ly.kind is LayerKind.ATTENTION:
             extent = ly.window or ly.chunk
             held = min(tokens, extent) if extent else tokens
-            total += held * kv_layer_bytes_per_token(graph, ly, shape, kv_bytes)
+            total += count * held * kv_layer_bytes_per_token(graph, ly, shape, kv_bytes)
         elif ly.kind is LayerKind.MAMBA:
-            total += ly.state_elems_per_seq * 2.0 / shape.attn_tp
+            total += count * ly.state_elems_per_seq * 2.0 / shape.attn_tp
     return total / shape.pp

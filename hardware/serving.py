@@ -154,7 +154,10 @@ def is_serial_pp_host(name: str, version: str | None) -> bool:
     PyTorch executor (1.0 and later) runs ``_executor_loop_pp`` when pp > 1 and its overlap
     scheduler (``_executor_loop_overlap``, which prepares step i + 1 while step i runs) only
     without pipeline parallelism (tensorrt_llm/_torch/pyexecutor/py_executor.py, PyExecutor's
-    event-loop choice). The C++ runtime before 1.0 and the other engines keep their overlap."""
+    event-loop choice). The C++ runtime before 1.0 and the other engines keep their overlap.
+    UNCONFIRMED: cited from memory of that file, not read here; PyPI's tensorrt-llm 1.2.1 is a
+    10 kB sdist stub without the source, the wheel is on NVIDIA's index, out of reach (checked
+    2026-12-02). The calibration rows support the effect (docs/serving_model.md Sec. 1)."""
     return name == "trtllm" and not is_cpp_runtime(name, version)
 
 

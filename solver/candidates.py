@@ -251,13 +251,22 @@ def bounded_tables(
                 if own > bound:
                     heapq.heappush(heap, (own, next(tick), 1, (plan, terms), ks))
                     continue
+            found_placements = None
+            if options.layout_filter is not None and cluster.torus is None:
+                # the filter first: a family none of whose rank orders passes it holds no layout
+                # (nor does it count among the unfit, as none of its orders is searched)
+                found_placements = placements(plan, cluster, fixed, options, cache=order_cache)
+                if not found_placements:
+                    continue
             if any(t in unfit_families for t in twins(plan, fixed)) or not _fits(
                 terms, recomputes, spec.num_layers, ks, uniform, _stage_modes(fixed, plan.pp)
             ):  # a twin that fits no split holds one that does not either (never larger, space.py)
                 unfit_terms.append(terms)
                 unfit_families.add(plan)
                 continue
-            for order, shape in placements(plan, cluster, fixed, options, cache=order_cache):
+            if found_placements is None:
+                found_placements = placements(plan, cluster, fixed, options, cache=order_cache)
+            for order, shape in found_placements:
                 passed += 1
                 layout = replace(plan, order=order, torus_shape=shape)
                 if dominated_by_twin(layout, fixed, options, variant_memo):

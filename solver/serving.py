@@ -37,7 +37,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 from paraplan.cost.serving import (
@@ -117,33 +117,40 @@ def _aggregated_rows(
     fixed: ServingFixed,
     options: ServingOptions,
     deadline: float,
+    top: int = 1,
 ) -> tuple[list[Candidate], int]:
     """Every aggregated candidate scored by evaluate_serving, except (goodput per GPU) those a
     bound proves worse than a row already scored: a replica completes at most its share of the
     offered rate, or closed loop its b = min(max_batch, max(1, C / r)) sequences at their
     decode-only round (cost/serving_pools.py decode_rate_at), so r replicas of g GPUs give at
-    most rate / (r g), or b / (osl tau(b) g), per GPU; both fall with r, so the rest of a
-    layout's replica counts are skipped once it is below the best."""
-    rows: list[Candidate] = []
-    count, best = 0, -1.0
-    one_seq: dict[tuple[int, int, int, bool, float], float] = {}
-    pruned: ServingPlan | None = None
-    for plan, gpus in aggregated_plans(spec, cluster, fixed, options):
+    most rate / (r g), or b / (osl tau(b) g), per GPU. Best first: the candidates are scored in
+    the order of their bounds, highest first, until the next bound is below the ``top``-th best
+    value of distinct layouts scored (``layout_of``; every later bound is too, so no unscored
+    plan can tie the optimum or displace a runner-up of another layout); the rows are returned
+    in the table order of ``aggregated_plans`` (CP-SAT's tie-break, ``_pick``)."""
+    plans = list(aggregated_plans(spec, cluster, fixed, options))
+    order = list(range(len(plans)))
+    bounds = [math.inf] * len(plans)
+    if options.objective == "goodput_per_gpu":
+        one_seq: dict[tuple[int, int, int, bool, float], float] = {}
+        bounds = [_per_gpu_bound(spec, cluster, workload, engine, p, g, one_seq) for p, g in plans]
+        order.sort(key=lambda i: -bounds[i])  # stable: table order among equal bounds
+    scored: list[tuple[int, Candidate]] = []
+    count = 0
+    best_of: dict[tuple[object, ...], float] = {}  # goodput per GPU: the best value per layout
+    for i in order:
         if time.perf_counter() > deadline:
             raise TimeoutError(f"the time limit ran out while scoring {count:,} serving candidates")
-        base = replace(plan, replicas=1)
-        if base == pruned:
-            continue
-        if options.objective == "goodput_per_gpu" and best > 0:
-            if _per_gpu_bound(spec, cluster, workload, engine, plan, gpus, one_seq) < best:
-                pruned = base
-                continue
+        if len(best_of) >= top and bounds[i] < sorted(best_of.values(), reverse=True)[top - 1]:
+            break
         count += 1
-        row = qualify(spec, cluster, workload, engine, plan, options.objective)
+        row = qualify(spec, cluster, workload, engine, plans[i][0], options.objective)
         if row is not None:
-            rows.append(row)
-            best = max(best, row[2]) if options.objective == "goodput_per_gpu" else best
-    return rows, count
+            scored.append((i, row))
+            if options.objective == "goodput_per_gpu":
+                key = layout_of(row[0])
+                best_of[key] = max(best_of.get(key, -1.0), row[2])
+    return [row for _, row in sorted(scored, key=lambda r: r[0])], count
 
 
 def _per_gpu_bound(
@@ -239,7 +246,7 @@ def solve_serving(
     candidates: list[Candidate] = []
     count, status, bounds = 0, "OPTIMAL", []
     if "aggregated" in modes:
-        rows, n = _aggregated_rows(spec, cluster, workload, engine, fixed, options, deadline)
+        rows, n = _aggregated_rows(spec, cluster, workload, engine, fixed, options, deadline, top)
         count += n
         if rows:
             order, st = _pick(rows, objective, deadline - time.perf_counter(), workers, seed)

@@ -126,7 +126,15 @@ def _tables(
     fixed: ServingFixed,
     options: ServingOptions,
     deadline: float = math.inf,
+    incumbent: float | None = None,
 ) -> tuple[list[_Prefill], list[_Decode], int]:
+    """The two tables (module docstring). ``incumbent`` (goodput per GPU): a layout none of whose
+    rows can beat it is left out before its rows are built, by the bounds ``_can_win`` applies
+    to the rows (the same rows reach CP-SAT): a prefill layout by its rate per GPU, a decode
+    layout by its rate B / (osl tau(B)) at B = the largest max_batch (closed loop: at most
+    max(1, C)), which no row's batch exceeds (a row's batch is at most its cap, its max_batch,
+    and closed loop max(1, C / n_d)) and the rate does not fall as B grows (solver/serving.py
+    ``_per_gpu_bound``): the TPOT SLO's bisection and the rows are skipped for it."""
     n = cluster.num_devices
     defaults = ServingPlan()
     mnt = fixed.max_num_tokens or defaults.max_num_tokens
@@ -138,6 +146,8 @@ def _tables(
         b = prefill_bound(spec, cluster, w, mnt, workload, engine)
         top = n // b.gpus if pf.workers is None else pf.workers
         low = max(b.min_workers, pf.workers or 1)
+        if incumbent is not None and b.rate_per_worker_rps / b.gpus <= incumbent:
+            continue  # _can_win would drop the row
         if b.fits and low <= top:
             floor = math.floor(b.ttft_floor_s * 1e3 / SERVING_RESOLUTION["ms"])
             prefills.append(_Prefill(w, b.gpus, b.rate_per_worker_rps, low, top, floor, b.wave_per_worker))
@@ -145,6 +155,11 @@ def _tables(
     conc = workload.concurrency
     for w in worker_layouts(spec, cluster, df, options):
         _in_time(deadline, count)
+        if incumbent is not None:
+            widest = float(max(batches)) if conc is None else min(float(max(batches)), max(1.0, float(conc)))
+            if decode_rate_at(spec, cluster, w, workload, engine, widest) / (w.tp * w.pp) <= incumbent:
+                count += 1
+                continue  # every row of the layout is at or below the incumbent: _can_win drops them
         slo_batch = decode_slo_batch(spec, cluster, w, workload, engine, float(max(batches)))
         rate_at: dict[float, float] = {}
         caps: set[float] = set()
@@ -330,7 +345,8 @@ def search_disaggregated(
     be returned (plan None, status OPTIMAL: proven that none does)."""
     # min_ttft minimises TTFT rather than holding it to its SLO: no TTFT cut in the bounds
     bounded = replace(workload, ttft_ms=None) if options.objective == "min_ttft" else workload
-    prefills, decodes, count = _tables(spec, cluster, bounded, engine, fixed, options, deadline)
+    beat = incumbent if options.objective == "goodput_per_gpu" else None
+    prefills, decodes, count = _tables(spec, cluster, bounded, engine, fixed, options, deadline, beat)
     if options.objective == "goodput_per_gpu" and incumbent is not None:
         prefills, decodes = _can_win(prefills, decodes, incumbent)
     if not prefills or not decodes:

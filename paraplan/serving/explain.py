@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from paraplan.serving.instance import ServingInstance
     from paraplan.solver.serving import ServingSolution
 
-__all__ = ["serving_summary", "explain_serving"]
+__all__ = ["serving_summary", "explain_serving", "slo_miss_lines"]
 
 _GIB = 2**30
 
@@ -79,6 +79,46 @@ def _slo_line(inst: ServingInstance, pred: ServingPrediction) -> str:
     return f"{', '.join(parts)}{slo}"
 
 
+def slo_miss_lines(inst: ServingInstance, plan: ServingPlan, pred: ServingPrediction) -> list[str]:
+    """What misses the SLO, by how much, the share of requests still within it (goodput over
+    completions), and what to change: TPOT is one figure for every request of a replica (a
+    smaller max_batch or wider tp shortens the step); a closed loop's TTFT is set by its first
+    wave, the requests per replica x isl prompt tokens queued behind max_num_tokens-token steps
+    (cost/serving_common.py ``wave_s``), so fewer requests per replica (or per prefill worker)
+    or a looser slo.ttft_ms hold it. Empty when the SLO holds."""
+    w = inst.workload
+    pct = w.percentile
+    ttft = pred.ttft_ms_p90 if pct >= 90 else pred.ttft_ms_p50
+    tpot = pred.tpot_ms_p90 if pct >= 90 else pred.tpot_ms_p50
+    share = pred.goodput_requests_per_s / pred.requests_per_s if pred.requests_per_s > 0 else 0.0
+    lines = []
+    if w.tpot_ms is not None and tpot > w.tpot_ms:
+        lines.append(
+            f"SLO not met: TPOT p{pct} {tpot:.1f} ms > slo.tpot_ms {w.tpot_ms:g} (no request within it); "
+            "a smaller max_batch or a wider tp shortens the step"
+        )
+    if w.ttft_ms is not None and ttft > w.ttft_ms:
+        fix = "a looser slo.ttft_ms"
+        if w.concurrency is not None and w.request_rate is None:
+            aggregated = plan.prefill is None
+            workers = plan.replicas if plan.prefill is None else plan.prefill.workers
+            per_worker = w.concurrency / workers
+            steps = per_worker * w.isl / plan.max_num_tokens
+            more = "replicas" if aggregated else "prefill workers"
+            fix = (
+                f"the closed loop's first wave sets it ({per_worker:,.0f} requests x {w.isl:,.0f} prompt "
+                f"tokens = {steps:,.0f} steps of max_num_tokens {plan.max_num_tokens:,} per "
+                f"{'replica' if aggregated else 'prefill worker'}); more {more} (fewer requests each) "
+                f"or slo.ttft_ms >= {ttft:,.0f} hold it"
+            )
+        lines.append(
+            f"SLO not met: TTFT p{pct} {ttft:,.0f} ms > slo.ttft_ms {w.ttft_ms:g} ({share:.0%} of requests "
+            f"within it: goodput {pred.goodput_requests_per_s:,.2f} of {pred.requests_per_s:,.2f} req/s); "
+            f"{fix}"
+        )
+    return lines
+
+
 def explain_serving(
     inst: ServingInstance,
     plan: ServingPlan,
@@ -93,6 +133,7 @@ def explain_serving(
         _memory_line(inst, pred),
         _batch_line(inst, plan, pred),
         _slo_line(inst, pred),
+        *slo_miss_lines(inst, plan, pred),
     ]
     if plan.mode == "disaggregated":
         assert plan.prefill is not None and plan.decode is not None

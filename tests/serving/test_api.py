@@ -145,3 +145,41 @@ def test_min_gpus_serves_the_rate_on_the_fewest_gpus() -> None:
     if fewer is not None:  # one GPU less serves no plan of the space
         with pytest.raises(InfeasibleError):
             paraplan.solve(fewer, time_limit_s=60)
+
+
+QWEN_EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "serve-qwen3-235b-16xb200.yaml"
+QWEN_ONE_REPLICA = {"mode": "aggregated", "tp": 8, "dp_attention": True, "replicas": 1, "max_batch": 256}
+
+
+def _qwen_example(ttft_ms: float, plan: dict) -> dict:
+    import yaml
+
+    doc = yaml.safe_load(QWEN_EXAMPLE.read_text())
+    doc["workload"]["slo"]["ttft_ms"] = ttft_ms
+    return {**doc, "plan": plan}
+
+
+def test_a_missed_ttft_slo_names_the_miss_the_share_within_it_and_what_to_change() -> None:
+    """Issue 23: the Qwen3-235B example printed "SLO NOT MET" for its own optimum with no reason.
+    At slo.ttft_ms 3000 the one-replica plan misses at p90: the explanation names the figure, the
+    share of requests within it (goodput over completions) and the closed loop's first wave."""
+    r = paraplan.evaluate(_qwen_example(3000, QWEN_ONE_REPLICA))
+    assert not r.predicted.meets_slo and r.predicted.ttft_ms.p90 > 3000
+    miss = [e for e in r.explanation if e.startswith("SLO not met: TTFT p90")]
+    assert len(miss) == 1
+    share = r.predicted.goodput_requests_per_s / (r.predicted.output_tokens_per_s / 512)
+    assert 0.0 < share < 1.0 and f"{share:.0%} of requests within it" in miss[0]
+    assert "256 requests x 2,048 prompt tokens = 64 steps" in miss[0] and "more replicas" in miss[0]
+
+
+def test_two_replicas_hold_the_3_s_slo_the_one_replica_misses() -> None:
+    r = paraplan.evaluate(_qwen_example(3000, {**QWEN_ONE_REPLICA, "replicas": 2, "max_batch": 128}))
+    assert r.predicted.meets_slo and r.predicted.ttft_ms.p90 < 3000
+    assert not any(e.startswith("SLO not met") for e in r.explanation)
+
+
+def test_the_qwen3_example_optimum_meets_its_own_slo() -> None:
+    r = paraplan.solve(str(QWEN_EXAMPLE), time_limit_s=60)
+    assert r.solver is not None and r.solver.status == "OPTIMAL"
+    assert r.predicted.meets_slo
+    assert not any(e.startswith("SLO not met") for e in r.explanation)
