@@ -38,6 +38,8 @@ __all__ = [
     "optimizer_step_bytes_per_param",
     "zero3_gather_s",
     "micro_batch_reduce_s",
+    "defers_grad_reduce",
+    "accumulates_unsharded_grads",
 ]
 
 WEIGHT_BYTES = 2
@@ -117,6 +119,25 @@ def state_bytes(
     )
 
 
+def defers_grad_reduce(plan: Layout) -> bool:
+    """ZeRO-2/3 under pipeline parallelism reduce-scatters gradients once per step, not per
+    micro-batch: torch.distributed.pipelining (torch 2.13, stage.py ``backward_maybe_with_nosync``)
+    runs every micro-batch's backward with FSDP's ``set_requires_gradient_sync(False)``, so the
+    gradients accumulate unsharded, and its REDUCE_GRAD action (``perform_reduce_grad``, scheduled
+    after the stage's last backward) reduce-scatters them once. Llama 3 describes the same for its
+    FSDP + PP runs: FP32 gradient accumulation over micro-batches, then an FP32 reduce-scatter
+    across the data-parallel workers (arXiv 2407.21783 Sec. 3.3.2; cited from memory). This is the
+    one way a pipelined ZeRO-2/3 plan runs: DeepSpeed's pipeline engine takes ZeRO-0/1 only and
+    Megatron has no ZeRO-2. Assumes: ZeRO-3's weight gathers stay per micro-batch (time)."""
+    return plan.pp > 1 and plan.zero >= 2
+
+
+def accumulates_unsharded_grads(plan: Layout, num_micro_batches: int) -> bool:
+    """The stage holds one unsharded gradient copy besides its shard (``defers_grad_reduce``)
+    when there is more than one micro-batch to accumulate and the gradients are sharded at all."""
+    return defers_grad_reduce(plan) and num_micro_batches > 1 and shard_degree(plan) > 1
+
+
 def shard_degree(plan: Layout, expert: bool = False) -> int:
     """Ranks that hold identical weights and share ZeRO shards: dp x cp (dp*cp/ep for experts)."""
     return expert_shard_degree(plan) if expert else plan.dp * plan.cp
@@ -134,17 +155,24 @@ def grad_sync_s(
     expert: bool = False,
     span: GroupSpan | None = None,
 ) -> float:
-    """Once-per-step sync: ZeRO-0 AR(g B/param); ZeRO-1 RS(g B) + AG(2 B); ZeRO-2 AG(2 B).
+    """Once-per-step sync: ZeRO-0 AR(g B/param); ZeRO-1 RS(g B) + AG(2 B); ZeRO-2 AG(2 B);
+    under pipelining (``defers_grad_reduce``) ZeRO-2 adds RS(g B) and ZeRO-3 has RS(g B) only.
     ``span``: the group's span when the caller has it (else computed)."""
-    if shard_degree(plan, expert) == 1 or plan.zero >= 3 or job.frozen_base:
+    if shard_degree(plan, expert) == 1 or job.frozen_base:
+        return 0.0
+    deferred = defers_grad_reduce(plan)
+    if plan.zero >= 3 and not deferred:
         return 0.0
     span = span or _span(plan, cluster, expert)
     if plan.zero == 0:
         return allreduce_s(span, params * grad_bytes(job))
+    reduce = reduce_scatter_s(span, params * grad_bytes(job))
+    if plan.zero >= 3:
+        return reduce
     gather = allgather_s(span, params * WEIGHT_BYTES)
     if plan.zero == 2:
-        return gather
-    return reduce_scatter_s(span, params * grad_bytes(job)) + gather
+        return gather + (reduce if deferred else 0.0)
+    return reduce + gather
 
 
 def zero3_gather_s(
@@ -165,7 +193,10 @@ def micro_batch_reduce_s(
     expert: bool = False,
     span: GroupSpan | None = None,
 ) -> float:
-    """Per micro-batch reduce-scatter of ``params`` gradients over dp x cp under ZeRO-2 and 3."""
+    """Per micro-batch reduce-scatter of ``params`` gradients over dp x cp under ZeRO-2 and 3
+    (none under pipelining: once per step instead, ``defers_grad_reduce``)."""
     if shard_degree(plan, expert) == 1 or plan.zero < 2 or not params or job.frozen_base:
+        return 0.0
+    if defers_grad_reduce(plan):
         return 0.0
     return reduce_scatter_s(span or _span(plan, cluster, expert), params * grad_bytes(job))

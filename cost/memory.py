@@ -96,7 +96,15 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 from paraplan.cost.block import LOGITS_BYTES_PER_ELEMENT
-from paraplan.cost.dp import WEIGHT_BYTES, StateBytes, grad_bytes, moment_bytes, shard_degree, state_bytes
+from paraplan.cost.dp import (
+    WEIGHT_BYTES,
+    StateBytes,
+    accumulates_unsharded_grads,
+    grad_bytes,
+    moment_bytes,
+    shard_degree,
+    state_bytes,
+)
 from paraplan.cost.ep import expert_shard_degree
 from paraplan.cost.plan import Allocator, CrossEntropy, Job, Layout, Recompute
 from paraplan.cost.pp import in_flight_micro_batches
@@ -289,16 +297,19 @@ def stage_memory_model(terms: StageTerms, stage: int, recompute: Recompute) -> S
     expert_shards = shard_degree(plan, expert=True)
     is_tpu = terms.at(stage).cluster.accelerator.is_tpu
     unsharded = not is_tpu and unsharded_under_pp(plan, terms.num_micro_batches)
+    # ZeRO-2 under PP accumulates unsharded gradients too (cost/dp.py accumulates_unsharded_grads)
+    grads_unsharded = unsharded or (not is_tpu and accumulates_unsharded_grads(plan, terms.num_micro_batches))
 
     def state(params: float, expert_params: float) -> StateBytes:
         out = _sum(
             state_bytes(params, plan.zero, shards, gbytes, mbytes),
             state_bytes(expert_params, plan.zero, expert_shards, gbytes, mbytes),
         )
-        if not unsharded:
+        if not grads_unsharded:
             return out
         copies = params + (expert_params if expert_shards > 1 else 0.0)
-        return StateBytes(out.weights + WEIGHT_BYTES * copies, out.grads + gbytes * copies, out.optimizer)
+        weights = WEIGHT_BYTES * copies if unsharded else 0.0
+        return StateBytes(out.weights + weights, out.grads + gbytes * copies, out.optimizer)
 
     fixed_state = state(terms.stage_params(stage, 0), terms.stage_expert_params(stage, 0))
     layer_state = state(terms.block_params, terms.block_expert_params)
