@@ -24,6 +24,7 @@ from paraplan.cost.ep import (
 )
 from paraplan.cost.host import moe_launch_s, moe_pass_s
 from paraplan.cost.plan import Job, Layout, Recompute
+from paraplan.cost.pp_schedule import hides_ep_comm, paired_share
 from paraplan.cost.recompute import block_input_bytes, recompute_forward_s, stored_activation_bytes
 from paraplan.cost.recompute_modules import modules_recompute_s, recomputes_moe_layer
 from paraplan.cost.spans import Spans
@@ -275,7 +276,15 @@ def _overlapped_ep_s(work: Work, ep: EPComm, rec_s: float, plan: Layout, job: Jo
     other_f = sum(t.total_s for t in work.times) - moe_f
     other_b = sum(t.backward_s() for t in work.times) - moe_b + rec_s
     sm = dispatcher_sm_fraction(plan.moe_dispatcher, cluster.accelerator)
-    return ep_exposed_s(ep, other_f, other_b, moe_f, moe_b, steady_fraction(plan, job), sm)
+    return ep_exposed_s(ep, other_f, other_b, moe_f, moe_b, _paired(plan, job), sm)
+
+
+def _paired(plan: Layout, job: Job) -> float:
+    """Share of passes run beside another micro-batch's: DualPipe's pairs (pp_schedule.py
+    paired_share) or Megatron's 1F1B EP overlap (ep.steady_fraction)."""
+    if hides_ep_comm(plan.pp_schedule):
+        return paired_share(plan.pp, plan.num_micro_batches(job))
+    return steady_fraction(plan, job)
 
 
 def block_costs(
@@ -306,7 +315,7 @@ def block_costs(
             ) + collective_matmul_exposed_s(tp.backward_s, bwd + rec)
         cp_s = sum(c.exposed_forward_s * (2 if is_full else 1) + c.exposed_backward_s for c in cps)
         ep_s = ep.forward_s * (2 if again else 1) + ep.backward_s
-        if plan.moe_overlap and ep_s > 0:
+        if (plan.moe_overlap or hides_ep_comm(plan.pp_schedule)) and ep_s > 0:
             ep_s = (ep.forward_s if again else 0.0) + _overlapped_ep_s(work, ep, rec, plan, job, cluster)
         zero_s = zero_exposed_s(gather, reduce, fwd, bwd + rec, job.overlap_dp_comm)
         out[recompute] = BlockCost(

@@ -36,6 +36,7 @@ from paraplan.rules.megatron_layout import (
 )
 from paraplan.rules.moe_state import MEGATRON_STATE_RULES, routing_rule
 from paraplan.rules.plans import order_matches, regroup
+from paraplan.rules.pp_schedule import schedule_refusal_rule
 from paraplan.rules.validity import (
     batch_splits,
     hybrid_pattern,
@@ -343,6 +344,9 @@ check_layer_kinds = layer_kinds_rule(
     frozenset({"hybrid", "mtp", "window", "latent_moe"}),  # --moe-latent-size (megatron-core 0.19)
 )
 
+check_pp_schedule = schedule_refusal_rule("megatron")
+"""plan.pp_schedule: the schedules megatron runs (rules/pp_schedule.py)."""
+
 RULES = (
     check_architecture,
     check_layer_kinds,
@@ -362,6 +366,7 @@ RULES = (
     check_one_launch,
     *MEGATRON_STATE_RULES,
     check_moe_routing,
+    check_pp_schedule,
 )
 
 SEARCH = SearchLimits(partial_recompute=True)

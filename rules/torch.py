@@ -22,6 +22,7 @@ from paraplan.rules.checks import (
 )
 from paraplan.rules.moe_state import state_rules
 from paraplan.rules.plans import regroup, uniform_recompute
+from paraplan.rules.pp_schedule import schedule_refusal_rule
 
 __all__ = [
     "RULES",
@@ -157,6 +158,9 @@ MOE_STATE_RULES = state_rules("torch")
 check_recompute_modules = megatron_recompute_modules_rule("torch")
 """job.recompute_modules: Megatron-only (rules/checks.py)."""
 
+check_pp_schedule = schedule_refusal_rule("torch")
+"""plan.pp_schedule: the schedules torch runs (rules/pp_schedule.py)."""
+
 RULES = (
     check_recompute_modules,
     check_layer_kinds,
@@ -169,6 +173,7 @@ RULES = (
     check_rank_order,
     check_script_accepts,
     *MOE_STATE_RULES,
+    check_pp_schedule,
 )
 
 SEARCH = SearchLimits()
