@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from paraplan.cost.compute import LayerTime, layer_forward, layer_tokens
 from paraplan.cost.cp import CPCost, cp_layer_comm
 from paraplan.cost.dispatch import dispatcher_sm_fraction
-from paraplan.cost.dp import micro_batch_reduce_s, zero3_gather_s
+from paraplan.cost.dp import micro_batch_reduce_s, reduces_across_micro_batches, zero3_gather_s
 from paraplan.cost.ep import (
     EPComm,
     ep_exposed_s,
@@ -234,17 +234,26 @@ def block_work(graph: LayerGraph, index: int, plan: Layout, job: Job, cluster: C
 
 
 def zero_exposed_s(
-    gather_s: float, reduce_s: float, forward_s: float, backward_s: float, overlap: bool
+    gather_s: float,
+    reduce_s: float,
+    forward_s: float,
+    backward_s: float,
+    overlap: bool,
+    into_next_forward: bool = False,
 ) -> float:
     """Exposed ZeRO-2/3 traffic of one block, one micro-batch.
 
-    Formula: max(0, gather - forward) + max(0, gather + reduce - backward) when gradient
-    communication overlaps backward (job.overlap_dp_comm); else the gradient reduce-scatter is
-    exposed whole: max(0, gather - forward) + max(0, gather - backward) + reduce (the parameter
-    prefetch still overlaps: DeepSpeed ZeRO-3 ``overlap_comm`` defaults to false, and it governs
-    the gradient reduction only; DeepSpeed docs, ZeRO configuration). Units: seconds."""
+    Formula: max(0, gather - forward) + max(0, gather + reduce - backward - spill) when gradient
+    communication overlaps backward (job.overlap_dp_comm), spill = max(0, forward - gather) the
+    link's idle time in the next micro-batch's forward when the reduce-scatter runs on into it
+    (``into_next_forward``: pipelined ZeRO-2/3, cost/dp.py reduces_across_micro_batches), else 0;
+    without overlap the gradient reduce-scatter is exposed whole: max(0, gather - forward) +
+    max(0, gather - backward) + reduce (the parameter prefetch still overlaps: DeepSpeed ZeRO-3
+    ``overlap_comm`` defaults to false, and it governs the gradient reduction only; DeepSpeed
+    docs, ZeRO configuration). Units: seconds."""
     if overlap:
-        return max(0.0, gather_s - forward_s) + max(0.0, gather_s + reduce_s - backward_s)
+        spill = max(0.0, forward_s - gather_s) if into_next_forward else 0.0
+        return max(0.0, gather_s - forward_s) + max(0.0, gather_s + reduce_s - backward_s - spill)
     return max(0.0, gather_s - forward_s) + max(0.0, gather_s - backward_s) + reduce_s
 
 
@@ -301,6 +310,7 @@ def block_costs(
         work.expert_params, plan, job, cluster, expert=True, span=edp
     )
     fwd, bwd = work.forward_s, work.backward_s
+    spill = reduces_across_micro_batches(plan)  # the reduce-scatter runs on into the next forward
     cp_working = max((c.working_bytes for c in cps), default=0.0)
     out: dict[Recompute, BlockCost] = {}
     for recompute in Recompute:
@@ -317,7 +327,7 @@ def block_costs(
         ep_s = ep.forward_s * (2 if again else 1) + ep.backward_s
         if (plan.moe_overlap or hides_ep_comm(plan.pp_schedule)) and ep_s > 0:
             ep_s = (ep.forward_s if again else 0.0) + _overlapped_ep_s(work, ep, rec, plan, job, cluster)
-        zero_s = zero_exposed_s(gather, reduce, fwd, bwd + rec, job.overlap_dp_comm)
+        zero_s = zero_exposed_s(gather, reduce, fwd, bwd + rec, job.overlap_dp_comm, spill)
         out[recompute] = BlockCost(
             forward_s=fwd,
             backward_s=bwd + rec,

@@ -38,8 +38,7 @@ __all__ = [
     "optimizer_step_bytes_per_param",
     "zero3_gather_s",
     "micro_batch_reduce_s",
-    "defers_grad_reduce",
-    "accumulates_unsharded_grads",
+    "reduces_across_micro_batches",
 ]
 
 WEIGHT_BYTES = 2
@@ -119,23 +118,20 @@ def state_bytes(
     )
 
 
-def defers_grad_reduce(plan: Layout) -> bool:
-    """ZeRO-2/3 under pipeline parallelism reduce-scatters gradients once per step, not per
-    micro-batch: torch.distributed.pipelining (torch 2.13, stage.py ``backward_maybe_with_nosync``)
-    runs every micro-batch's backward with FSDP's ``set_requires_gradient_sync(False)``, so the
-    gradients accumulate unsharded, and its REDUCE_GRAD action (``perform_reduce_grad``, scheduled
-    after the stage's last backward) reduce-scatters them once. Llama 3 describes the same for its
-    FSDP + PP runs: FP32 gradient accumulation over micro-batches, then an FP32 reduce-scatter
-    across the data-parallel workers (arXiv 2407.21783 Sec. 3.3.2; cited from memory). This is the
-    one way a pipelined ZeRO-2/3 plan runs: DeepSpeed's pipeline engine takes ZeRO-0/1 only and
-    Megatron has no ZeRO-2. Assumes: ZeRO-3's weight gathers stay per micro-batch (time)."""
+def reduces_across_micro_batches(plan: Layout) -> bool:
+    """ZeRO-2/3 under pipeline parallelism: a micro-batch's gradient reduce-scatter, issued as its
+    backward runs, goes on beside the stage's next forward, which is another micro-batch's and
+    does not wait for it (the 1F1B steady state alternates them). Llama 3 runs FSDP (weights not
+    resharded after forward: ZeRO-2-like) under interleaved 1F1B with data parallelism outermost
+    because it "can tolerate longer network latency by asynchronously prefetching sharded model
+    weights and reducing gradients", reduce-scattering FP32 gradients (arXiv 2407.21783 Sec.
+    3.3.2; cited from memory), and the gradients stay sharded (its 405B plan fits 80 GB only so).
+    Without pipelining a framework waits for the reduce-scatter at the end of each backward
+    (FSDP's post-backward callback, DeepSpeed's reduce epilogue), so the window stays the
+    backward. Assumes: torchtitan's pipelining, which instead defers the reduce-scatter to the
+    last micro-batch (torch 2.13 pipelining ``backward_maybe_with_nosync``, ``perform_reduce_grad``)
+    and accumulates unsharded gradients, is not modelled apart."""
     return plan.pp > 1 and plan.zero >= 2
-
-
-def accumulates_unsharded_grads(plan: Layout, num_micro_batches: int) -> bool:
-    """The stage holds one unsharded gradient copy besides its shard (``defers_grad_reduce``)
-    when there is more than one micro-batch to accumulate and the gradients are sharded at all."""
-    return defers_grad_reduce(plan) and num_micro_batches > 1 and shard_degree(plan) > 1
 
 
 def shard_degree(plan: Layout, expert: bool = False) -> int:
@@ -155,24 +151,17 @@ def grad_sync_s(
     expert: bool = False,
     span: GroupSpan | None = None,
 ) -> float:
-    """Once-per-step sync: ZeRO-0 AR(g B/param); ZeRO-1 RS(g B) + AG(2 B); ZeRO-2 AG(2 B);
-    under pipelining (``defers_grad_reduce``) ZeRO-2 adds RS(g B) and ZeRO-3 has RS(g B) only.
+    """Once-per-step sync: ZeRO-0 AR(g B/param); ZeRO-1 RS(g B) + AG(2 B); ZeRO-2 AG(2 B).
     ``span``: the group's span when the caller has it (else computed)."""
-    if shard_degree(plan, expert) == 1 or job.frozen_base:
-        return 0.0
-    deferred = defers_grad_reduce(plan)
-    if plan.zero >= 3 and not deferred:
+    if shard_degree(plan, expert) == 1 or plan.zero >= 3 or job.frozen_base:
         return 0.0
     span = span or _span(plan, cluster, expert)
     if plan.zero == 0:
         return allreduce_s(span, params * grad_bytes(job))
-    reduce = reduce_scatter_s(span, params * grad_bytes(job))
-    if plan.zero >= 3:
-        return reduce
     gather = allgather_s(span, params * WEIGHT_BYTES)
     if plan.zero == 2:
-        return gather + (reduce if deferred else 0.0)
-    return reduce + gather
+        return gather
+    return reduce_scatter_s(span, params * grad_bytes(job)) + gather
 
 
 def zero3_gather_s(
@@ -193,10 +182,7 @@ def micro_batch_reduce_s(
     expert: bool = False,
     span: GroupSpan | None = None,
 ) -> float:
-    """Per micro-batch reduce-scatter of ``params`` gradients over dp x cp under ZeRO-2 and 3
-    (none under pipelining: once per step instead, ``defers_grad_reduce``)."""
+    """Per micro-batch reduce-scatter of ``params`` gradients over dp x cp under ZeRO-2 and 3."""
     if shard_degree(plan, expert) == 1 or plan.zero < 2 or not params or job.frozen_base:
-        return 0.0
-    if defers_grad_reduce(plan):
         return 0.0
     return reduce_scatter_s(span or _span(plan, cluster, expert), params * grad_bytes(job))

@@ -96,15 +96,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 from paraplan.cost.block import LOGITS_BYTES_PER_ELEMENT
-from paraplan.cost.dp import (
-    WEIGHT_BYTES,
-    StateBytes,
-    accumulates_unsharded_grads,
-    grad_bytes,
-    moment_bytes,
-    shard_degree,
-    state_bytes,
-)
+from paraplan.cost.dp import WEIGHT_BYTES, StateBytes, grad_bytes, moment_bytes, shard_degree, state_bytes
 from paraplan.cost.ep import expert_shard_degree
 from paraplan.cost.plan import Allocator, CrossEntropy, Job, Layout, Recompute
 from paraplan.cost.pp import in_flight_micro_batches
@@ -298,8 +290,6 @@ def stage_memory_model(terms: StageTerms, stage: int, recompute: Recompute) -> S
     expert_shards = shard_degree(plan, expert=True)
     is_tpu = terms.at(stage).cluster.accelerator.is_tpu
     unsharded = not is_tpu and unsharded_under_pp(plan, terms.num_micro_batches)
-    # ZeRO-2 under PP accumulates unsharded gradients too (cost/dp.py accumulates_unsharded_grads)
-    grads_unsharded = unsharded or (not is_tpu and accumulates_unsharded_grads(plan, terms.num_micro_batches))
 
     copies = parameter_copies(plan.pp_schedule)  # DualPipe: two (cost/pp_schedule.py)
 
@@ -308,11 +298,10 @@ def stage_memory_model(terms: StageTerms, stage: int, recompute: Recompute) -> S
             state_bytes(copies * params, plan.zero, shards, gbytes, mbytes),
             state_bytes(copies * expert_params, plan.zero, expert_shards, gbytes, mbytes),
         )
-        if not grads_unsharded:
+        if not unsharded:
             return out
         full = params + (expert_params if expert_shards > 1 else 0.0)
-        weights = WEIGHT_BYTES * full if unsharded else 0.0
-        return StateBytes(out.weights + weights, out.grads + gbytes * full, out.optimizer)
+        return StateBytes(out.weights + WEIGHT_BYTES * full, out.grads + gbytes * full, out.optimizer)
 
     fixed_state = state(terms.stage_params(stage, 0), terms.stage_expert_params(stage, 0))
     layer_state = state(terms.block_params, terms.block_expert_params)

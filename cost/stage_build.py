@@ -24,7 +24,7 @@ from paraplan.cost.block import (
     end_cost,
     end_work,
 )
-from paraplan.cost.dp import defers_grad_reduce, grad_sync_s
+from paraplan.cost.dp import grad_sync_s, reduces_across_micro_batches
 from paraplan.cost.moe_memory import SoftwareMemory, software_memory
 from paraplan.cost.plan import Job, Layout, plan_key
 from paraplan.cost.pp import p2p_per_micro_batch_s, stage_p2p_s
@@ -68,7 +68,7 @@ def _shared_key(plan: Layout, spans: Spans) -> tuple[object, ...]:
     zero_class = plan.zero if plan.zero >= 2 else 0
     overlap = plan.ep > 1 and (plan.moe_overlap or hides_ep_comm(plan.pp_schedule))
     ignores = _OVERLAP_SHARED_IGNORES if overlap else _SHARED_IGNORES
-    return (plan_key(plan, ignores), zero_class, defers_grad_reduce(plan), spans.key())
+    return (plan_key(plan, ignores), zero_class, reduces_across_micro_batches(plan), spans.key())
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,7 +144,6 @@ def _sync_lines(
     key = (
         "sync",
         *plan_key(plan, _SYNC_IGNORES),
-        defers_grad_reduce(plan),
         spans.sync.fan_in,
         spans.esync.fan_in,
         spans.sync.latency_floor,
