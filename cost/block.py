@@ -241,16 +241,14 @@ def zero_exposed_s(
     overlap: bool,
     into_next_forward: bool = False,
 ) -> float:
-    """Exposed ZeRO-2/3 traffic of one block, one micro-batch.
-
-    Formula: max(0, gather - forward) + max(0, gather + reduce - backward - spill) when gradient
-    communication overlaps backward (job.overlap_dp_comm), spill = max(0, forward - gather) the
-    link's idle time in the next micro-batch's forward when the reduce-scatter runs on into it
-    (``into_next_forward``: pipelined ZeRO-2/3, cost/dp.py reduces_across_micro_batches), else 0;
-    without overlap the gradient reduce-scatter is exposed whole: max(0, gather - forward) +
-    max(0, gather - backward) + reduce (the parameter prefetch still overlaps: DeepSpeed ZeRO-3
-    ``overlap_comm`` defaults to false, and it governs the gradient reduction only; DeepSpeed
-    docs, ZeRO configuration). Units: seconds."""
+    """Exposed ZeRO-2/3 traffic of one block, one micro-batch. Formula: max(0, gather - forward)
+    + max(0, gather + reduce - backward - spill) when gradient communication overlaps backward
+    (job.overlap_dp_comm), spill = max(0, forward - gather), the next micro-batch's forward's
+    idle link, when the reduce-scatter runs on into it (``into_next_forward``: cost/dp.py
+    reduces_across_micro_batches), else 0; else the reduce-scatter is exposed whole: max(0,
+    gather - forward) + max(0, gather - backward) + reduce (the parameter prefetch still overlaps:
+    DeepSpeed ZeRO-3 ``overlap_comm`` defaults to false and governs the gradient reduction only;
+    DeepSpeed docs, ZeRO configuration). Units: seconds."""
     if overlap:
         spill = max(0.0, forward_s - gather_s) if into_next_forward else 0.0
         return max(0.0, gather_s - forward_s) + max(0.0, gather_s + reduce_s - backward_s - spill)
