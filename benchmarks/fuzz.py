@@ -42,7 +42,15 @@ __all__ = ["main", "make_case", "classify", "shrink"]
 
 ROOT = Path(__file__).resolve().parents[1]
 PROJECT_DIRS = ("paraplan/", "graph/", "hardware/", "cost/", "solver/")
-KIND_WEIGHTS = (("valid", 42), ("evaluate", 9), ("malformed", 30), ("api-args", 12), ("serving", 7))
+KIND_WEIGHTS = (
+    ("valid", 42),
+    ("evaluate", 9),
+    ("malformed", 30),
+    ("api-args", 12),
+    ("serving", 7),
+    ("choose", 4),  # cluster.choose scenarios (benchmarks/fuzz_capacity.py, issue 25)
+    ("sweep", 2),  # sweep GRID documents
+)
 
 
 def make_case(
@@ -52,9 +60,11 @@ def make_case(
     from benchmarks.fuzz_cases import (
         RandomDraw,
         api_args,
+        choose_case,
         evaluate_case,
         malformed_case,
         serving_case,
+        sweep_case,
         valid_case,
     )
 
@@ -78,6 +88,10 @@ def make_case(
         return malformed_case(d, extreme=True, known_bad=True, time_limit_s=time_limit_s), False
     if kind == "serving":
         return serving_case(d, time_limit_s=time_limit_s), False
+    if kind == "choose":
+        return choose_case(d, time_limit_s=time_limit_s), False
+    if kind == "sweep":
+        return sweep_case(d, time_limit_s=time_limit_s), False
     return api_args(d, known_bad=True), False
 
 

@@ -33,6 +33,8 @@ __all__ = [
     "malformed_case",
     "api_args",
     "serving_case",
+    "choose_case",
+    "sweep_case",
     "divisors",
     "KNOWN_BAD_VARIANTS",
 ]
@@ -908,3 +910,20 @@ def serving_case(d: Draw, *, time_limit_s: float = 5.0) -> Case:
         strict_keys=strict,
         refuse=strict,
     )
+
+
+# ------------------------------------------------------------------- capacity planning (issue 25)
+
+
+def choose_case(d: Draw, *, time_limit_s: float = 10.0) -> Case:
+    """A ``cluster.choose`` scenario, valid or with one broken field (benchmarks/fuzz_capacity.py)."""
+    from benchmarks.fuzz_capacity import draw_choose_case
+
+    return draw_choose_case(d, time_limit_s=time_limit_s)
+
+
+def sweep_case(d: Draw, *, time_limit_s: float = 5.0) -> Case:
+    """A sweep GRID document, valid or with one broken part (benchmarks/fuzz_capacity.py)."""
+    from benchmarks.fuzz_capacity import draw_sweep_case
+
+    return draw_sweep_case(d, time_limit_s=time_limit_s)

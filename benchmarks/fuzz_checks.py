@@ -631,6 +631,14 @@ def check_solve(
 
 def run_case(case: Case, where: Path, **kw: Any) -> Any:
     """Write the case's files under ``where`` and check it (``check_solve``, ``check_evaluate``)."""
+    if case.kind == "choose":  # capacity planning (benchmarks/fuzz_capacity.py)
+        from benchmarks.fuzz_capacity import check_choose
+
+        return check_choose(case)
+    if case.kind == "sweep":
+        from benchmarks.fuzz_capacity import check_sweep
+
+        return check_sweep(case, where)
     scenario = write_case(case, where)
     if case.kind == "serving":
         return check_serving(case, scenario, where)

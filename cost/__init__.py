@@ -29,6 +29,7 @@ from paraplan.cost.plan import (
     MoERouting,
     PartialPlan,
     Plan,
+    PPSchedule,
     Precision,
     Recompute,
 )
@@ -46,6 +47,7 @@ __all__ = [
     "Breakdown",
     "CPComm",
     "CudaGraphs",
+    "PPSchedule",
     "DispatchTime",
     "FlopCounting",
     "MoEDispatcher",

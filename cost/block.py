@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from paraplan.cost.compute import LayerTime, layer_forward, layer_tokens
 from paraplan.cost.cp import CPCost, cp_layer_comm
 from paraplan.cost.dispatch import dispatcher_sm_fraction
-from paraplan.cost.dp import micro_batch_reduce_s, zero3_gather_s
+from paraplan.cost.dp import micro_batch_reduce_s, reduces_across_micro_batches, zero3_gather_s
 from paraplan.cost.ep import (
     EPComm,
     ep_exposed_s,
@@ -24,6 +24,7 @@ from paraplan.cost.ep import (
 )
 from paraplan.cost.host import moe_launch_s, moe_pass_s
 from paraplan.cost.plan import Job, Layout, Recompute
+from paraplan.cost.pp_schedule import hides_ep_comm, paired_share
 from paraplan.cost.recompute import block_input_bytes, recompute_forward_s, stored_activation_bytes
 from paraplan.cost.recompute_modules import modules_recompute_s, recomputes_moe_layer
 from paraplan.cost.spans import Spans
@@ -233,17 +234,24 @@ def block_work(graph: LayerGraph, index: int, plan: Layout, job: Job, cluster: C
 
 
 def zero_exposed_s(
-    gather_s: float, reduce_s: float, forward_s: float, backward_s: float, overlap: bool
+    gather_s: float,
+    reduce_s: float,
+    forward_s: float,
+    backward_s: float,
+    overlap: bool,
+    into_next_forward: bool = False,
 ) -> float:
-    """Exposed ZeRO-2/3 traffic of one block, one micro-batch.
-
-    Formula: max(0, gather - forward) + max(0, gather + reduce - backward) when gradient
-    communication overlaps backward (job.overlap_dp_comm); else the gradient reduce-scatter is
-    exposed whole: max(0, gather - forward) + max(0, gather - backward) + reduce (the parameter
-    prefetch still overlaps: DeepSpeed ZeRO-3 ``overlap_comm`` defaults to false, and it governs
-    the gradient reduction only; DeepSpeed docs, ZeRO configuration). Units: seconds."""
+    """Exposed ZeRO-2/3 traffic of one block, one micro-batch. Formula: max(0, gather - forward)
+    + max(0, gather + reduce - backward - spill) when gradient communication overlaps backward
+    (job.overlap_dp_comm), spill = max(0, forward - gather), the next micro-batch's forward's
+    idle link, when the reduce-scatter runs on into it (``into_next_forward``: cost/dp.py
+    reduces_across_micro_batches), else 0; else the reduce-scatter is exposed whole: max(0,
+    gather - forward) + max(0, gather - backward) + reduce (the parameter prefetch still overlaps:
+    DeepSpeed ZeRO-3 ``overlap_comm`` defaults to false and governs the gradient reduction only;
+    DeepSpeed docs, ZeRO configuration). Units: seconds."""
     if overlap:
-        return max(0.0, gather_s - forward_s) + max(0.0, gather_s + reduce_s - backward_s)
+        spill = max(0.0, forward_s - gather_s) if into_next_forward else 0.0
+        return max(0.0, gather_s - forward_s) + max(0.0, gather_s + reduce_s - backward_s - spill)
     return max(0.0, gather_s - forward_s) + max(0.0, gather_s - backward_s) + reduce_s
 
 
@@ -275,7 +283,15 @@ def _overlapped_ep_s(work: Work, ep: EPComm, rec_s: float, plan: Layout, job: Jo
     other_f = sum(t.total_s for t in work.times) - moe_f
     other_b = sum(t.backward_s() for t in work.times) - moe_b + rec_s
     sm = dispatcher_sm_fraction(plan.moe_dispatcher, cluster.accelerator)
-    return ep_exposed_s(ep, other_f, other_b, moe_f, moe_b, steady_fraction(plan, job), sm)
+    return ep_exposed_s(ep, other_f, other_b, moe_f, moe_b, _paired(plan, job), sm)
+
+
+def _paired(plan: Layout, job: Job) -> float:
+    """Share of passes run beside another micro-batch's: DualPipe's pairs (pp_schedule.py
+    paired_share) or Megatron's 1F1B EP overlap (ep.steady_fraction)."""
+    if hides_ep_comm(plan.pp_schedule):
+        return paired_share(plan.pp, plan.num_micro_batches(job))
+    return steady_fraction(plan, job)
 
 
 def block_costs(
@@ -292,6 +308,7 @@ def block_costs(
         work.expert_params, plan, job, cluster, expert=True, span=edp
     )
     fwd, bwd = work.forward_s, work.backward_s
+    spill = reduces_across_micro_batches(plan)  # the reduce-scatter runs on into the next forward
     cp_working = max((c.working_bytes for c in cps), default=0.0)
     out: dict[Recompute, BlockCost] = {}
     for recompute in Recompute:
@@ -306,9 +323,9 @@ def block_costs(
             ) + collective_matmul_exposed_s(tp.backward_s, bwd + rec)
         cp_s = sum(c.exposed_forward_s * (2 if is_full else 1) + c.exposed_backward_s for c in cps)
         ep_s = ep.forward_s * (2 if again else 1) + ep.backward_s
-        if plan.moe_overlap and ep_s > 0:
+        if (plan.moe_overlap or hides_ep_comm(plan.pp_schedule)) and ep_s > 0:
             ep_s = (ep.forward_s if again else 0.0) + _overlapped_ep_s(work, ep, rec, plan, job, cluster)
-        zero_s = zero_exposed_s(gather, reduce, fwd, bwd + rec, job.overlap_dp_comm)
+        zero_s = zero_exposed_s(gather, reduce, fwd, bwd + rec, job.overlap_dp_comm, spill)
         out[recompute] = BlockCost(
             forward_s=fwd,
             backward_s=bwd + rec,

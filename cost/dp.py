@@ -38,6 +38,7 @@ __all__ = [
     "optimizer_step_bytes_per_param",
     "zero3_gather_s",
     "micro_batch_reduce_s",
+    "reduces_across_micro_batches",
 ]
 
 WEIGHT_BYTES = 2
@@ -115,6 +116,22 @@ def state_bytes(
         grads=params * grad_bytes_per_param / (dp if zero >= 2 else 1),
         optimizer=params * (master + moments_bytes_per_param) / (dp if zero >= 1 else 1),
     )
+
+
+def reduces_across_micro_batches(plan: Layout) -> bool:
+    """ZeRO-2/3 under pipeline parallelism: a micro-batch's gradient reduce-scatter, issued as its
+    backward runs, goes on beside the stage's next forward, which is another micro-batch's and
+    does not wait for it (the 1F1B steady state alternates them). Llama 3 runs FSDP (weights not
+    resharded after forward: ZeRO-2-like) under interleaved 1F1B with data parallelism outermost
+    because it "can tolerate longer network latency by asynchronously prefetching sharded model
+    weights and reducing gradients", reduce-scattering FP32 gradients (arXiv 2407.21783 Sec.
+    3.3.2; cited from memory), and the gradients stay sharded (its 405B plan fits 80 GB only so).
+    Without pipelining a framework waits for the reduce-scatter at the end of each backward
+    (FSDP's post-backward callback, DeepSpeed's reduce epilogue), so the window stays the
+    backward. Assumes: torchtitan's pipelining, which instead defers the reduce-scatter to the
+    last micro-batch (torch 2.13 pipelining ``backward_maybe_with_nosync``, ``perform_reduce_grad``)
+    and accumulates unsharded gradients, is not modelled apart."""
+    return plan.pp > 1 and plan.zero >= 2
 
 
 def shard_degree(plan: Layout, expert: bool = False) -> int:

@@ -1,7 +1,8 @@
 """``evaluate``: step time and per-stage memory of a fully fixed plan, with their parts.
 
 step_s = pipeline_s + dp_exposed_s + optimizer_s, where
-pipeline_s = m * max_s t_s + (sum_s t_s - max_s t_s) / v            (pp.py)
+pipeline_s = m * max_s t_s + (sum_s t_s - max_s t_s) * w             (pp.py)
+      (w = 1/v under 1F1B and interleaving, the schedule's weight otherwise: pp_schedule.py)
 t_s = sum_k n_k,s * block_k(recompute_s) + ends + p2p                 (stage.py)
       (partial recompute: recomputed blocks at FULL, the rest at NONE; recompute_layers.py)
 dp_exposed_s = max_s max(0, sync_s - backward_s)                     (dp.py, overlapped)
@@ -19,6 +20,7 @@ from paraplan.cost.memory import StageMemory
 from paraplan.cost.plan import Job, Plan
 from paraplan.cost.pools import check_stage_pools, peak_flops_per_s, pooled_devices
 from paraplan.cost.pp import bubble_s
+from paraplan.cost.pp_schedule import rank_values
 from paraplan.cost.recompute_layers import partial_stage_memory, recomputed_counts, stage_cost
 from paraplan.cost.stage import StageTerms
 from paraplan.cost.stage_build import stage_terms
@@ -84,12 +86,16 @@ def step_time_s(terms: StageTerms) -> StepParts:
     split = terms.stage_counts()
     rec = recomputed_counts(terms)
     costs = [stage_cost(terms, s, split[s], rec[s]) for s in range(plan.pp)]
-    stage_s = [c.time_s for c in costs]
+    schedule = plan.pp_schedule  # DualPipe: rank s runs stages s and p - 1 - s (rank_values)
+    stage_s = rank_values(schedule, [c.time_s for c in costs], mean=True)
+    compute_s = rank_values(schedule, [c.compute_s for c in costs], mean=True)
     slowest = max(range(plan.pp), key=lambda s: stage_s[s])
-    compute = m * costs[slowest].compute_s
-    bubble = bubble_s(stage_s, plan.vp)
-    dp_exposed = max(c.dp_exposed_s for c in costs)
-    optimizer = max(terms.optimizer_s(s, split[s]) for s in range(plan.pp))
+    compute = m * compute_s[slowest]
+    bubble = bubble_s(stage_s, plan.vp, float(terms.bubble_weight))
+    dp_exposed = max(rank_values(schedule, [c.dp_exposed_s for c in costs], mean=False))
+    optimizer = max(
+        rank_values(schedule, [terms.optimizer_s(s, split[s]) for s in range(plan.pp)], mean=False)
+    )
     comm = m * stage_s[slowest] - compute
     step = m * stage_s[slowest] + bubble + dp_exposed + optimizer
     return StepParts(step, compute, comm, bubble, dp_exposed, optimizer, tuple(stage_s))

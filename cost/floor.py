@@ -11,6 +11,7 @@ from paraplan.cost.compute import layer_forward
 from paraplan.cost.ep import OVERLAP_EFFICIENCY, ep_layer_comm, expert_forward, moe_tp_collectives
 from paraplan.cost.host import moe_sync_s
 from paraplan.cost.plan import Job, Layout, Recompute
+from paraplan.cost.pp_schedule import hides_ep_comm
 from paraplan.cost.spans import Spans
 from paraplan.cost.tp import tp_block_comm
 from paraplan.graph import LayerGraph
@@ -51,7 +52,7 @@ def _moe_comm_floor_s(graph: LayerGraph, index: int, plan: Layout, job: Job, clu
         expert = expert_forward(layer.experts, p, job, accel, eff).forward_backward_s
         a2a = ep_layer_comm(spec.hidden, spec.top_k, p, job, cluster, span=packed_span(cluster, ep))
         exposed = a2a.forward_s + a2a.backward_s
-        if plan.moe_overlap:  # at most OVERLAP_EFFICIENCY of it hides (ep.ep_exposed_s)
+        if plan.moe_overlap or hides_ep_comm(plan.pp_schedule):  # at most OVERLAP_EFFICIENCY hides
             exposed *= 1.0 - OVERLAP_EFFICIENCY
         best = min(best, expert + exposed)
     tp = tp_block_comm(

@@ -131,6 +131,7 @@ from paraplan.cost.dp import WEIGHT_BYTES, StateBytes, grad_bytes, moment_bytes,
 from paraplan.cost.ep import expert_shard_degree
 from paraplan.cost.plan import Allocator, CrossEntropy, Job, Layout, Recompute
 from paraplan.cost.pp import in_flight_micro_batches
+from paraplan.cost.pp_schedule import parameter_copies
 from paraplan.cost.stage import StageTerms
 from paraplan.hardware.memory import allocator_overhead_fit
 
@@ -367,15 +368,17 @@ def stage_memory_model(terms: StageTerms, stage: int, recompute: Recompute) -> S
     is_tpu = terms.at(stage).cluster.accelerator.is_tpu
     unsharded = not is_tpu and unsharded_under_pp(plan, terms.num_micro_batches)
 
+    copies = parameter_copies(plan.pp_schedule)  # DualPipe: two (cost/pp_schedule.py)
+
     def state(params: float, expert_params: float) -> StateBytes:
         out = _sum(
-            state_bytes(params, plan.zero, shards, gbytes, mbytes),
-            state_bytes(expert_params, plan.zero, expert_shards, gbytes, mbytes),
+            state_bytes(copies * params, plan.zero, shards, gbytes, mbytes),
+            state_bytes(copies * expert_params, plan.zero, expert_shards, gbytes, mbytes),
         )
         if not unsharded:
             return out
-        copies = params + (expert_params if expert_shards > 1 else 0.0)
-        return StateBytes(out.weights + WEIGHT_BYTES * copies, out.grads + gbytes * copies, out.optimizer)
+        full = params + (expert_params if expert_shards > 1 else 0.0)
+        return StateBytes(out.weights + WEIGHT_BYTES * full, out.grads + gbytes * full, out.optimizer)
 
     fixed_state = state(terms.stage_params(stage, 0), terms.stage_expert_params(stage, 0))
     layer_state = state(terms.block_params, terms.block_expert_params)

@@ -26,6 +26,7 @@ from functools import cache
 from types import UnionType
 from typing import Any, Union, get_args, get_origin, get_type_hints
 
+from paraplan.cost.pp_schedule import PPSchedule
 from paraplan.cost.software import CudaGraphs, MoEDispatcher, MoERouting
 from paraplan.cost.split import (
     chunk_layers,
@@ -50,6 +51,7 @@ __all__ = [
     "MoEDispatcher",
     "CudaGraphs",
     "MoERouting",
+    "PPSchedule",
     "Job",
     "Layout",
     "Plan",
@@ -225,6 +227,8 @@ class Layout:
     moe_dispatcher: MoEDispatcher = MoEDispatcher.ALLTOALL  # MoE token dispatch (cost/dispatch.py)
     moe_overlap: bool = False  # EP all-to-all overlapped with the other micro-batch's compute (cost/ep.py)
     cuda_graphs: CudaGraphs = CudaGraphs.NONE  # captured CUDA graphs (cost/host.py)
+    # the pipeline schedule (cost/pp_schedule.py); None = what vp implies (1f1b, interleaved)
+    pp_schedule: PPSchedule | None = None
 
     def __post_init__(self) -> None:
         check_structure(self)
@@ -333,6 +337,7 @@ class PartialPlan:
     moe_dispatcher: MoEDispatcher | None = None
     moe_overlap: bool | None = None
     cuda_graphs: CudaGraphs | None = None
+    pp_schedule: PPSchedule | None = None
     recompute: tuple[Recompute, ...] | None = None
     recompute_layers: tuple[int, ...] | None = None
     layers_per_stage: tuple[int, ...] | None = None
@@ -350,6 +355,7 @@ if tuple(f.name for f in fields(PartialPlan)) != PLAN_FIELDS:  # a knob added to
         f"PartialPlan's fields {[f.name for f in fields(PartialPlan)]} must be Plan's {PLAN_FIELDS}"
     )
 
+_SCHEDULES = tuple(s.value for s in PPSchedule)
 _POSITIVE = ("dp", "tp", "pp", "cp", "ep", "vp", "micro_batch")
 _AXES = frozenset(Axis)
 
@@ -358,12 +364,15 @@ def check_structure(plan: Layout) -> None:
     """The rules a layout (and so a plan) breaks on its own, whatever the model: degrees and micro-batch >= 1,
     ZeRO stage 0-3, a rank order naming each axis once, etp 1 or tp. ValueError names the knob,
     the values and the rule. (Interleaving needs pp > 1 is check_plan's: a pool's share of a
-    pipeline, cost/pools.py, is a Plan of that many stages.)"""
+    pipeline, cost/pools.py, is a Plan of that many stages; so is what pp and vp a pipeline
+    schedule needs, so that a rule's repair of pp or vp builds a plan that check_plan judges.)"""
     for name in _POSITIVE:
         if getattr(plan, name) < 1:
             raise ValueError(f"plan.{name}={getattr(plan, name)} must be at least 1")
     if plan.zero not in (0, 1, 2, 3):
         raise ValueError(f"plan.zero={plan.zero} must be 0, 1, 2 or 3")
+    if plan.pp_schedule is not None and plan.pp_schedule not in _SCHEDULES:
+        raise ValueError(f"plan.pp_schedule={plan.pp_schedule!r} must be one of {', '.join(_SCHEDULES)}")
     check_order(plan.order)
     check_expert_tp(plan.etp, plan.tp)
 

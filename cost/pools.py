@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 
 from paraplan.cost.floor import compute_floor_s, ends_floor_s
 from paraplan.cost.plan import Axis, Job, Layout
+from paraplan.cost.pp_schedule import bubble_weight_floor
 from paraplan.graph import LayerGraph
 from paraplan.hardware import Cluster
 
@@ -125,7 +126,8 @@ def pooled_pipeline_floor_s(
     slowest = total / plan.pp
     if uniform_blocks and all(f.blocks_s > 0 for f in floors.values()):
         slowest = max(slowest, 1 / sum(1 / floors[p].blocks_s for p in plan.stage_pools))
-    return (num_micro_batches - 1 / plan.vp) * slowest + total / plan.vp
+    w = bubble_weight_floor(plan.pp_schedule, plan.vp)  # 1/v, or a floor of the schedule's weight
+    return (num_micro_batches - w) * slowest + total * w
 
 
 def peak_flops_per_s(plan: Layout, cluster: Cluster, precision: str) -> float:

@@ -31,6 +31,7 @@ from dataclasses import replace
 from paraplan.cost.comm import group_span, p2p_s
 from paraplan.cost.compute import ACTIVATION_BYTES, tokens_per_device
 from paraplan.cost.plan import Axis, Job, Layout
+from paraplan.cost.pp_schedule import held_stage_units, hides_ep_comm, hides_p2p
 from paraplan.hardware import Cluster, Tier
 
 __all__ = [
@@ -51,18 +52,23 @@ def pipeline_s(stage_s: list[float], num_micro_batches: int, vp: int) -> float:
     return num_micro_batches * slowest + bubble_s(stage_s, vp)
 
 
-def pipeline_lower_bound_s(total_stage_s: float, pp: int, vp: int, num_micro_batches: int) -> float:
+def pipeline_lower_bound_s(
+    total_stage_s: float, pp: int, vp: int, num_micro_batches: int, weight: float | None = None
+) -> float:
     """Least pipeline time of stages whose times sum to ``total_stage_s``.
 
-    Formula: m * T/p + T * (1 - 1/p) / v. pipeline_s = m*max + (sum - max)/v grows with max
-    (m >= 1 >= 1/v), and max >= sum/p, so the balanced split is the bound.
+    Formula: m * T/p + T * (1 - 1/p) * w, w = 1/v or ``weight`` (the schedule's bubble weight, or
+    a lower bound on it). pipeline_s = m*max + (sum - max)*w grows with max (m >= 1 >= w), and
+    max >= sum/p, so the balanced split is the bound.
     """
-    return num_micro_batches * total_stage_s / pp + total_stage_s * (1 - 1 / pp) / vp
+    w = 1.0 / vp if weight is None else weight
+    return num_micro_batches * total_stage_s / pp + total_stage_s * (1 - 1 / pp) * w
 
 
-def bubble_s(stage_s: list[float], vp: int) -> float:
-    """Formula: (sum(t) - max(t)) / v."""
-    return (sum(stage_s) - max(stage_s)) / vp
+def bubble_s(stage_s: list[float], vp: int, weight: float | None = None) -> float:
+    """Formula: (sum(t) - max(t)) / v, or (sum(t) - max(t)) x ``weight``, the schedule's
+    (cost/pp_schedule.py bubble_weight; 1/v for 1F1B and interleaved)."""
+    return (sum(stage_s) - max(stage_s)) * (1.0 / vp if weight is None else weight)
 
 
 def p2p_per_micro_batch_s(
@@ -73,8 +79,9 @@ def p2p_per_micro_batch_s(
     Formula: 2 * (alpha + n*h*2 B / B_tier), n*h divided by tp under SP (scattered send).
     ``tier``: the outermost tier the pipeline group spans, when the caller has it.
     Assumes: the extra (v-1) sends of interleaving overlap with compute (Megatron overlap_p2p_comm).
+    None under DualPipe / DualPipeV (pp_schedule.hides_p2p).
     """
-    if plan.pp == 1:
+    if plan.pp == 1 or hides_p2p(plan.pp_schedule):
         return 0.0
     tier = tier or group_span(cluster, plan, Axis.PP).outermost
     return 2 * p2p_s(tier, _p2p_bytes(hidden, plan, job))
@@ -111,6 +118,8 @@ def stage_p2p_s(hidden: int, plan: Layout, job: Job, cluster: Cluster) -> tuple[
     Assumes: a stage at a pool boundary pays the inter-pool link for both of its sends."""
     if plan.pp == 1:
         return (0.0,)
+    if hides_p2p(plan.pp_schedule):
+        return (0.0,) * plan.pp
     n_bytes = _p2p_bytes(hidden, plan, job)
     link_s = [2 * p2p_s(t, n_bytes) for t in stage_links(plan, cluster)]
     return tuple(max(link_s[max(0, s - 1) : s + 1]) for s in range(plan.pp))
@@ -119,7 +128,9 @@ def stage_p2p_s(hidden: int, plan: Layout, job: Job, cluster: Cluster) -> tuple[
 def in_flight_micro_batches(stage: int, plan: Layout, num_micro_batches: int) -> float:
     """Micro-batches whose activations stage ``stage`` holds at its peak, in stage-units.
 
-    Formula: min(m, p - s) under 1F1B; times (1 + (p-1)/(p v)) with interleaving
+    Formula: min(m, p - s) under 1F1B and ZB1P, min(m, p + 1) under DualPipe, min(m, p + 1/2)
+    under DualPipeV (cost/pp_schedule.py held_stage_units, which already counts the pair's
+    extra micro-batch); times (1 + (p-1)/(p v)) with interleaving
     (Korthikanti et al. 2022 Sec. 4.2.3); plus 1/v under Megatron's 1F1B EP overlap
     (``plan.moe_overlap`` with ep > 1) and pp > 1, at most m: it runs one extra micro-batch's
     forward (one chunk) before the steady state so that each merged step's forward and backward
@@ -130,7 +141,9 @@ def in_flight_micro_batches(stage: int, plan: Layout, num_micro_batches: int) ->
     its layers in the opposite order (``combined_1f1b_schedule_for_no_pipelining``), so one
     micro-batch's activations stay live (a layer more at most, not counted).
     """
-    held: float = min(num_micro_batches, plan.pp - stage)
+    if hides_ep_comm(plan.pp_schedule):  # DualPipe / DualPipeV: the table's p + 1
+        return held_stage_units(plan.pp_schedule, stage, plan.pp, plan.vp, num_micro_batches)
+    held = held_stage_units(plan.pp_schedule, stage, plan.pp, plan.vp, num_micro_batches)
     if plan.vp > 1:
         held *= 1 + (plan.pp - 1) / (plan.pp * plan.vp)
     if plan.moe_overlap and plan.ep > 1 and plan.pp > 1:

@@ -19,12 +19,14 @@ costs.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
+from fractions import Fraction
 from functools import cached_property
 
 from paraplan.cost.block import BlockCost, EndCost
 from paraplan.cost.dp import optimizer_step_bytes_per_param, shard_degree
 from paraplan.cost.moe_memory import SoftwareMemory
 from paraplan.cost.plan import Job, Layout, Plan, Recompute
+from paraplan.cost.pp_schedule import bubble_weight
 from paraplan.cost.split import kind_counts
 from paraplan.hardware import Cluster
 
@@ -94,6 +96,10 @@ class StageTerms:
     base_kind: int = 0
     relaxation: bool = False  # built by relaxed(): bounds time and memory, not exposed DP sync
     software: SoftwareMemory = SoftwareMemory()  # the MoE software state's buffers (cost/moe_memory.py)
+    # B / (F + B) and W / (F + B) of the base block without recompute: the pipeline schedule's
+    # bubble (cost/pp_schedule.py); defaults: F = W, B = 2F (dense GEMMs)
+    backward_share: float = 2.0 / 3.0
+    wgrad_share: float = 1.0 / 3.0
     _kind_times: dict[tuple[int, Recompute], tuple[float, ...]] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )  # kind_time_s, per (pool stage, mode): the bounds ask it ~10^6 times per solve
@@ -102,6 +108,12 @@ class StageTerms:
         """The terms that cost ``stage``: on a pooled cluster those of the pool hosting it (the
         same layout on that pool's devices, tiers and accelerator), else these."""
         return self.pool_terms[stage] if self.pool_terms else self
+
+    @property
+    def bubble_weight(self) -> Fraction:
+        """Weight of (sum_s t_s - max_s t_s) in the step: the schedule's (cost/pp_schedule.py)."""
+        p = self.plan
+        return bubble_weight(p.pp_schedule, p.pp, p.vp, self.backward_share, self.wgrad_share)
 
     @property
     def num_kinds(self) -> int:

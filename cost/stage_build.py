@@ -24,10 +24,11 @@ from paraplan.cost.block import (
     end_cost,
     end_work,
 )
-from paraplan.cost.dp import grad_sync_s
+from paraplan.cost.dp import grad_sync_s, reduces_across_micro_batches
 from paraplan.cost.moe_memory import SoftwareMemory, software_memory
 from paraplan.cost.plan import Job, Layout, plan_key
 from paraplan.cost.pp import p2p_per_micro_batch_s, stage_p2p_s
+from paraplan.cost.pp_schedule import hides_ep_comm
 from paraplan.cost.software import SOFTWARE_FIELDS
 from paraplan.cost.spans import SharedCache, Spans
 from paraplan.cost.stage import Affine, KindCost, StageTerms
@@ -44,20 +45,30 @@ __all__ = [
 _PER_STAGE = frozenset({"recompute", "layers_per_stage", "layers_per_chunk", "order", "stage_pools"})
 # cp_comm sets the attention kernels; the dispatcher acts through the communication only (a
 # block's work reads the EP overlap and CUDA graphs through its host time, cost/host.py)
-_WORK_IGNORES = _PER_STAGE | {"dp", "pp", "vp", "zero", "moe_dispatcher"}
-_SHARED_IGNORES = _PER_STAGE | {"dp", "pp", "vp", "zero"}  # zero enters as its class
-_SYNC_IGNORES = _PER_STAGE | {"pp", "vp", "cp_comm", "micro_batch", "sequence_parallel", *SOFTWARE_FIELDS}
-# under the 1F1B EP overlap a block's exposed all-to-all depends on the steady-state share of its
-# passes (cost/ep.py steady_fraction: micro-batches per dp rank, pp, vp)
-_OVERLAP_SHARED_IGNORES = _SHARED_IGNORES - {"dp", "pp", "vp"}
+_WORK_IGNORES = _PER_STAGE | {"dp", "pp", "vp", "zero", "moe_dispatcher", "pp_schedule"}
+_SHARED_IGNORES = _PER_STAGE | {"dp", "pp", "vp", "zero", "pp_schedule"}  # zero enters as its class
+_SYNC_IGNORES = _PER_STAGE | {
+    "pp",
+    "vp",
+    "cp_comm",
+    "micro_batch",
+    "sequence_parallel",
+    "pp_schedule",
+    *SOFTWARE_FIELDS,
+}
+# under the 1F1B EP overlap (or DualPipe's) a block's exposed all-to-all depends on the
+# steady-state share of its passes (cost/ep.py steady_fraction: micro-batches per dp rank, pp, vp;
+# cost/pp_schedule.py paired_share)
+_OVERLAP_SHARED_IGNORES = _SHARED_IGNORES - {"dp", "pp", "vp", "pp_schedule"}
 
 
 def _shared_key(plan: Layout, spans: Spans) -> tuple[object, ...]:
     """What block and end costs depend on: tp, cp, ep, micro-batch, SP, the ZeRO class and the
     tiers the TP, CP, EP and (for ZeRO-2/3 traffic) DP x CP and expert-DP groups span."""
     zero_class = plan.zero if plan.zero >= 2 else 0
-    ignores = _OVERLAP_SHARED_IGNORES if plan.moe_overlap and plan.ep > 1 else _SHARED_IGNORES
-    return (plan_key(plan, ignores), zero_class, spans.key())
+    overlap = plan.ep > 1 and (plan.moe_overlap or hides_ep_comm(plan.pp_schedule))
+    ignores = _OVERLAP_SHARED_IGNORES if overlap else _SHARED_IGNORES
+    return (plan_key(plan, ignores), zero_class, reduces_across_micro_batches(plan), spans.key())
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +77,17 @@ class _Shared:
     first: EndCost
     last: EndCost
     software: SoftwareMemory
+    shares: tuple[float, float]  # the base block's B / (F + B), W / (F + B) (_shares)
+
+
+def _shares(work: Work) -> tuple[float, float]:
+    """B / (F + B) and W / (F + B) of one block without recompute, W its weight-gradient GEMMs
+    (compute.LayerTime: wgrad x the forward GEMMs)."""
+    total = work.forward_s + work.backward_s
+    if total <= 0:
+        return 2.0 / 3.0, 1.0 / 3.0
+    wgrad = sum(t.wgrad * t.gemm_s for t in work.times)
+    return work.backward_s / total, wgrad / total
 
 
 def _works(
@@ -104,6 +126,7 @@ def _shared_costs(
         end_cost(first, plan, job, cluster, spans),
         end_cost(last, plan, job, cluster, spans),
         software_memory(graph.spec, plan, job, cluster, spans.ep),
+        _shares(blocks[base_kind(graph.block_kinds)]),
     )
 
 
@@ -215,6 +238,8 @@ def stage_terms(
         block_kinds=kinds if len(costs.kinds) > 1 else (),
         base_kind=base if len(costs.kinds) > 1 else 0,
         software=costs.software,
+        backward_share=costs.shares[0],
+        wgrad_share=costs.shares[1],
     )
 
 

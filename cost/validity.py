@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from paraplan.cost.plan import Axis, Job, Layout, Plan, check_structure, show_divisors
+from paraplan.cost.pp_schedule import micro_batch_rule, schedule_rule
 from paraplan.graph import ModelSpec
 
 __all__ = [
@@ -149,6 +150,11 @@ def check_plan(
             f"interleaved schedule (vp={plan.vp}) needs the micro-batch count "
             f"{plan.num_micro_batches(job)} to be a multiple of pp={plan.pp}"
         )
+    broken = schedule_rule(plan.pp_schedule, plan.pp, plan.vp) or micro_batch_rule(
+        plan.pp_schedule, plan.pp, plan.num_micro_batches(job)
+    )
+    if broken:
+        raise ValueError(broken)
     if len(plan.recompute) != plan.pp:
         raise ValueError(f"plan.recompute has {len(plan.recompute)} entries; need pp={plan.pp}")
     check_expert_parallel(plan, num_experts)

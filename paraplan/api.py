@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from paraplan.capacity.terms import with_training
 from paraplan.cost import PartialPlan, Plan
 from paraplan.cost import evaluate as cost_evaluate
-from paraplan.cost.plan import default_chunks
+from paraplan.cost.plan import PPSchedule, default_chunks
 from paraplan.errors import ConfigError, SolveTimeout
 from paraplan.headroom import more_headroom_line
 from paraplan.instance import Calibration, Instance, build_instance, fixed_plan
@@ -25,6 +25,7 @@ from paraplan.result import (
     evaluate_plan,
     paraplan_version,
 )
+from paraplan.rules.pp_schedule import searched_schedules
 from paraplan.scenario.plan_doc import plan_doc
 from paraplan.scenario.schema import Scenario, load_scenario
 from paraplan.serving.schema import is_serving, serving_api
@@ -33,6 +34,7 @@ from paraplan.solver import (
     Options,
     SolverOptions,
 )
+from paraplan.solver.space import SEARCHABLE_SCHEDULES
 
 if TYPE_CHECKING:
     from paraplan.serving import ServingResult
@@ -97,6 +99,13 @@ def fixed_knobs(inst: Instance) -> PartialPlan:
             "sits, and `paraplan plan` does not search it; fix every plan knob and run `paraplan "
             "evaluate`, or drop plan.recompute_layers"
         )
+    if k.pp_schedule == PPSchedule.DUALPIPE:
+        raise ConfigError(
+            "plan.pp_schedule=dualpipe: `paraplan plan` does not search DualPipe (rank s runs "
+            "stages s and pp-1-s, which the search's split does not express, and no target framework "
+            "runs it); fix every plan knob and score it with `paraplan evaluate`, or plan with "
+            "plan.pp_schedule=dualpipev (torchtitan's DualPipeV)"
+        )
     if k.layers_per_chunk is not None:
         assert k.layers_per_stage is not None and k.vp is not None  # fixed_knobs_of
         default = default_chunks(k.layers_per_stage, k.vp)
@@ -110,6 +119,16 @@ def fixed_knobs(inst: Instance) -> PartialPlan:
     return k
 
 
+def _searched_schedules(target: str | None) -> tuple[PPSchedule, ...]:
+    """The pipeline schedules searched beyond the one vp implies (plan.pp_schedule unset): every
+    one the CP-SAT model expresses under ``any``, those the target runs under a framework, none
+    for the runnable default (every framework runs the implied ones; a fallback to the
+    unrestricted optimum keeps them too, so a fully fixed plan solves to its own evaluation)."""
+    if target == UNRESTRICTED:
+        return SEARCHABLE_SCHEDULES
+    return searched_schedules(target) if target is not None else ()
+
+
 def _base_options(inst: Instance) -> Options:
     """The scenario's ``solver:`` section as the solver's search Options, before any target."""
     o = inst.scenario.solver
@@ -120,6 +139,7 @@ def _base_options(inst: Instance) -> Options:
         max_vp=o.max_vp,
         uniform_recompute=o.uniform_recompute,
         search_moe_state=o.search_moe_state,
+        pp_schedules=_searched_schedules(o.target),
     )
     split = inst.fixed.layers_per_stage
     if not o.allow_uneven_stages and split and len(set(split)) > 1:

@@ -28,6 +28,7 @@ from paraplan.rules.checks import (
 )
 from paraplan.rules.moe_state import state_rules
 from paraplan.rules.plans import regroup, uniform_recompute
+from paraplan.rules.pp_schedule import schedule_refusal_rule
 from paraplan.rules.validity import batch_splits
 
 __all__ = [
@@ -222,6 +223,9 @@ check_recompute_modules = megatron_recompute_modules_rule("deepspeed")
 check_loss_chunks = loss_chunks_rule("deepspeed")
 """job.loss_chunks: torchtitan only (rules/checks.py)."""
 
+check_pp_schedule = schedule_refusal_rule("deepspeed")
+"""plan.pp_schedule: the schedules deepspeed runs (rules/pp_schedule.py)."""
+
 RULES = (
     check_recompute_modules,
     check_loss_chunks,
@@ -241,6 +245,7 @@ RULES = (
     check_autotp_without_pipeline,
     check_rank_order,
     *MOE_STATE_RULES,
+    check_pp_schedule,
 )
 
 

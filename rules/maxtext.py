@@ -30,6 +30,7 @@ from paraplan.rules.checks import (
 from paraplan.rules.launch_env import check_allocator
 from paraplan.rules.moe_state import state_rules
 from paraplan.rules.plans import order_matches
+from paraplan.rules.pp_schedule import schedule_refusal_rule
 
 __all__ = [
     "RULES",
@@ -270,6 +271,9 @@ check_recompute_modules = megatron_recompute_modules_rule("maxtext")
 check_loss_chunks = loss_chunks_rule("maxtext", "is exported with no chunked loss by paraplan")
 """job.loss_chunks: torchtitan only (rules/checks.py)."""
 
+check_pp_schedule = schedule_refusal_rule("maxtext")
+"""plan.pp_schedule: the schedules maxtext runs (rules/pp_schedule.py)."""
+
 RULES = (
     check_recompute_modules,
     check_loss_chunks,
@@ -287,6 +291,7 @@ RULES = (
     check_node_boundary,
     check_fp8_accumulation,
     *MOE_STATE_RULES,
+    check_pp_schedule,
 )
 
 SEARCH = SearchLimits(even_stages=True)

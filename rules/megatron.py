@@ -37,6 +37,7 @@ from paraplan.rules.megatron_layout import (
 )
 from paraplan.rules.moe_state import MEGATRON_STATE_RULES, routing_rule
 from paraplan.rules.plans import order_matches, regroup
+from paraplan.rules.pp_schedule import schedule_refusal_rule
 from paraplan.rules.validity import (
     batch_splits,
     hybrid_pattern,
@@ -350,6 +351,9 @@ check_loss_chunks = loss_chunks_rule(
 )
 """job.loss_chunks: torchtitan only (rules/checks.py)."""
 
+check_pp_schedule = schedule_refusal_rule("megatron")
+"""plan.pp_schedule: the schedules megatron runs (rules/pp_schedule.py)."""
+
 RULES = (
     check_loss_chunks,
     check_architecture,
@@ -370,6 +374,7 @@ RULES = (
     check_one_launch,
     *MEGATRON_STATE_RULES,
     check_moe_routing,
+    check_pp_schedule,
 )
 
 SEARCH = SearchLimits(partial_recompute=True)

@@ -23,6 +23,7 @@ from paraplan.rules.checks import (
 )
 from paraplan.rules.moe_state import state_rules
 from paraplan.rules.plans import regroup, uniform_recompute
+from paraplan.rules.pp_schedule import schedule_refusal_rule
 
 __all__ = [
     "RULES",
@@ -160,6 +161,9 @@ check_recompute_modules = megatron_recompute_modules_rule("torch")
 check_loss_chunks = loss_chunks_rule("torch")
 """job.loss_chunks: torchtitan only (rules/checks.py)."""
 
+check_pp_schedule = schedule_refusal_rule("torch")
+"""plan.pp_schedule: the schedules torch runs (rules/pp_schedule.py)."""
+
 RULES = (
     check_recompute_modules,
     check_loss_chunks,
@@ -173,6 +177,7 @@ RULES = (
     check_rank_order,
     check_script_accepts,
     *MOE_STATE_RULES,
+    check_pp_schedule,
 )
 
 SEARCH = SearchLimits()

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from paraplan.cost import Axis, CPComm, Precision
+from paraplan.cost.pp_schedule import PPSchedule, resolved_schedule
 from paraplan.graph import ModelSpec, preset
 from paraplan.graph.spec import Rope
 from paraplan.rules.base import (
@@ -30,6 +31,7 @@ from paraplan.rules.checks import (
 )
 from paraplan.rules.moe_state import TORCHTITAN_STATE_RULES, routing_rule
 from paraplan.rules.plans import regroup
+from paraplan.rules.pp_schedule import schedule_refusal_rule
 from paraplan.rules.validity import batch_splits
 
 __all__ = [
@@ -88,7 +90,8 @@ def check_batch(ctx: RuleContext, draft: Draft) -> Refusal | None:
 
 
 def check_schedule(ctx: RuleContext, draft: Draft) -> Refusal | None:
-    """torch 2.13: 1F1B needs n >= stages; Interleaved1F1B needs n % max(1, n // pp) == 0."""
+    """torch 2.13: 1F1B needs n >= stages; Interleaved1F1B and InterleavedZeroBubble need
+    n % max(1, n // pp) == 0 (DualPipeV's n >= 2 pp is cost.validity's check_plan)."""
     p = draft.plan
     if p.pp == 1:
         return None
@@ -98,10 +101,11 @@ def check_schedule(ctx: RuleContext, draft: Draft) -> Refusal | None:
             f"Schedule1F1B needs at least pp={p.pp} micro-batches per step; the plan has {n}",
             repair("pp -> 1, dp absorbs it", draft, regroup(p, pp=1)),
         )
-    if p.vp > 1 and n % max(1, n // p.pp):
+    looped = resolved_schedule(p.pp_schedule, p.vp) != PPSchedule.DUALPIPEV  # DualPipeV: n >= 2 pp
+    if p.vp > 1 and looped and n % max(1, n // p.pp):
+        name = "InterleavedZeroBubble" if p.pp_schedule == PPSchedule.ZB1P else "Interleaved1F1B"
         return Refusal(
-            f"ScheduleInterleaved1F1B needs the {n} micro-batches to satisfy "
-            f"n % max(1, n // pp) == 0 with pp={p.pp}",
+            f"Schedule{name} needs the {n} micro-batches to satisfy n % max(1, n // pp) == 0 with pp={p.pp}",
             repair("vp -> 1", draft, replace(p, vp=1)),
         )
     return None
@@ -267,6 +271,9 @@ def check_loss_chunks(ctx: RuleContext, draft: Draft) -> Refusal | None:
     )
 
 
+check_pp_schedule = schedule_refusal_rule("torchtitan")
+"""plan.pp_schedule: the schedules torchtitan runs (rules/pp_schedule.py)."""
+
 RULES = (
     check_recompute_modules,
     check_loss_chunks,
@@ -286,6 +293,7 @@ RULES = (
     check_expert_mesh,
     *TORCHTITAN_STATE_RULES,
     check_moe_routing,
+    check_pp_schedule,
 )
 
 SEARCH = SearchLimits()

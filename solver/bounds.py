@@ -88,14 +88,14 @@ def quick_lower_bound_s(terms: StageTerms, recomputes: list[Recompute], num_laye
         per_layer_s = {s: min(terms.block_at(s, r).time_s for r in recomputes) for s in stages}
         total = sum(weight[s] * fixed_s[s] for s in stages) + num_layers * min(per_layer_s.values())
         dp_lb = _dp_lower_bound_s(terms, recomputes, num_layers)
-    vp, m = terms.plan.vp, terms.num_micro_batches
+    vp, m, w = terms.plan.vp, terms.num_micro_batches, float(terms.bubble_weight)
     if not terms.pool_terms:
-        return pipeline_lower_bound_s(total, pp, vp, m) + dp_lb
+        return pipeline_lower_bound_s(total, pp, vp, m, w) + dp_lb
     # pooled: the slowest stage is at least the water level of the stages' own lines
     slowest = max(
         total / pp, _water_level_s([fixed_s[s] for s in stages], [per_layer_s[s] for s in stages], num_layers)
     )
-    return (m - 1 / vp) * slowest + total / vp + dp_lb
+    return (m - w) * slowest + total * w + dp_lb
 
 
 def _water_level_s(fixed_s: list[float], per_layer_s: list[float], num_layers: int) -> float:
@@ -186,7 +186,8 @@ def layout_lower_bound_s(
         max(o.at(vp) for o in opt),
         sum(o.fixed for o in opt) / pp + min(o.per_layer for o in opt) * num_layers / pp,
     )
-    return (m - 1 / vp) * tmax + total / vp + opt_lb + _dp_lower_bound_s(terms, recomputes, num_layers)
+    w = float(terms.bubble_weight)  # 1/vp under 1F1B and interleaving (cost/pp_schedule.py)
+    return (m - w) * tmax + total * w + opt_lb + _dp_lower_bound_s(terms, recomputes, num_layers)
 
 
 def _dp_lower_bound_s(terms: StageTerms, recomputes: list[Recompute], num_layers: int) -> float:

@@ -22,6 +22,7 @@ from paraplan.cost.floor import FLOOR_IGNORES, compute_floor_s, inner_tiers_fast
 from paraplan.cost.plan import PartialPlan, plan_key
 from paraplan.cost.pools import pool_floors, pooled_pipeline_floor_s
 from paraplan.cost.pp import pipeline_lower_bound_s
+from paraplan.cost.pp_schedule import bubble_weight_floor
 from paraplan.cost.split import even_split, pipeline_slots
 from paraplan.graph import LayerGraph, ModelSpec
 from paraplan.hardware import Cluster
@@ -200,7 +201,8 @@ def bounded_tables(
         if cluster.pools:  # per-pool floors (cost/pools.py)
             floor = pooled_pipeline_floor_s(floors[floor_key], family, m, same_layers)
         else:
-            floor = pipeline_lower_bound_s(floors[floor_key], family.pp, family.vp, m)
+            weight = bubble_weight_floor(family.pp_schedule, family.vp)
+            floor = pipeline_lower_bound_s(floors[floor_key], family.pp, family.vp, m, weight)
         heap.append((floor, next(tick), 0, family, ks))
     if not heap:
         raise NoLayoutError("no layout satisfies the divisibility rules")

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from paraplan.cost import Layout, Plan
+from paraplan.cost.pp_schedule import resolved_schedule
 
 __all__ = ["DUPLICATE_REL", "distinct_key", "layout_key", "is_near_duplicate"]
 
@@ -34,6 +35,7 @@ def layout_key(plan: Layout) -> tuple[object, ...]:
         plan.sequence_parallel,
         frozenset(plan.stage_pools),
         plan.torus_shape,
+        str(resolved_schedule(plan.pp_schedule, plan.vp)),
     )
 
 

@@ -35,11 +35,13 @@ Constraints (solver/constraints/)
     (per-layer coefficients are per stage: on a pooled cluster each stage's pool sets them;
     T0 is the cost/ line at vp k - slot layers: fixed - slot_s * per_layer, tables.py)
 Objective
-    minimise z = sum_L S/vp (vp m tmax + sum_s t[L,s] - tmax) + S (dpmax + omax), S = the lcm
-    of the layouts' vp, with the cut z >= sum_L S LB_L use[L] (the layouts' lower bounds). Only
-    the used layout's terms are non-zero, and z / S is cost.evaluate's step time:
-    m max_s t_s + (sum_s t_s - max_s t_s)/vp + DP + optimizer, for every solution (the max
-    equalities leave no slack), not only the optimum.
+    minimise z = sum_L S m tmax + S w_L (sum_s t[L,s] - tmax) + S (dpmax + omax), w_L the
+    layout's bubble weight (1/vp under 1F1B and interleaving; the schedule's, a fraction of
+    denominator 1000 vp, cost/pp_schedule.py) and S the lcm of the w_L's denominators, with the
+    cut z >= sum_L S LB_L use[L] (the layouts' lower bounds). Only the used layout's terms are
+    non-zero, and z / S is cost.evaluate's step time: m max_s t_s + (sum_s t_s - max_s t_s) w
+    + DP + optimizer, for every solution (the max equalities leave no slack), not only the
+    optimum.
 Ties are broken by a second solve with z fixed (see solve.py).
 """
 
@@ -97,7 +99,7 @@ class LayoutVars:
 class ModelVars:
     layouts: list[LayoutVars]
     objective: cp_model.IntVar
-    scale: int  # objective ticks per tick of step time (objective_scale of the layouts' vp)
+    scale: int  # objective ticks per tick of step time (objective_scale of the bubble weights)
 
     def chosen(self, solver: cp_model.CpSolver | cp_model.CpSolverSolutionCallback) -> LayoutVars:
         return next(lv for lv in self.layouts if solver.boolean_value(lv.use))
@@ -123,8 +125,9 @@ def build_model(
     model.add_exactly_one(lv.use for lv in lvs)
     horizon = 1
     steps = []
-    full = objective_scale([lv.tables.plan.vp for lv in lvs])
-    for lv in lvs:
+    weights = [lv.tables.terms.bubble_weight for lv in lvs]  # 1/vp under (interleaved) 1F1B
+    full = objective_scale([w.denominator for w in weights])
+    for lv, weight in zip(lvs, weights, strict=True):
         add_layer_split(model, lv)
         if lv.tables.heterogeneous:
             add_positions(model, lv)
@@ -133,10 +136,10 @@ def build_model(
             add_recompute_layers(model, lv, recompute_layers)
         add_schedule(model, lv)
         plan = lv.tables.plan
-        scale = full // plan.vp
+        bubble = int(full * weight)  # S x the bubble weight, an integer (objective_scale)
         m = lv.tables.num_micro_batches
         tmax, dpmax, omax = lv.maxima()
-        lv.step = scale * (plan.vp * m * tmax + sum(lv.t) - tmax) + full * (dpmax + omax)
+        lv.step = full * m * tmax + bubble * (sum(lv.t) - tmax) + full * (dpmax + omax)
         horizon = max(
             horizon, full * (m + plan.pp) * _hi(model, tmax) + full * (_hi(model, dpmax) + _hi(model, omax))
         )

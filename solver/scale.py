@@ -70,10 +70,11 @@ def resolution_for(ceiling_s: float, scale: int) -> float:
     return 10.0 ** math.ceil(math.log10(need))
 
 
-def objective_scale(vps: list[int]) -> int:
-    """Multiplier that keeps the pipeline bubble (sum - max) / vp integral for every layout's vp:
-    their least common multiple."""
-    return math.lcm(*vps) if vps else 1
+def objective_scale(denominators: list[int]) -> int:
+    """Multiplier that keeps the pipeline bubble (sum - max) x w integral for every layout's
+    bubble weight w (vp, or 1000 vp for the zero-bubble and DualPipe schedules, the
+    denominators): their least common multiple."""
+    return math.lcm(*denominators) if denominators else 1
 
 
 SERVING_RESOLUTION = {"req_s": 1e-9, "ms": 1e-6}

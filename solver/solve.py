@@ -40,7 +40,7 @@ from paraplan.solver.constraints.recompute_layers import partial_counts
 from paraplan.solver.cpsat import Progress, SolverOptions, configure, layout_rank, stage_rules, tie_break
 from paraplan.solver.distinct import is_near_duplicate
 from paraplan.solver.model import add_hint, build_model
-from paraplan.solver.scale import from_ticks, resolution_for, tolerance_s
+from paraplan.solver.scale import from_ticks, objective_scale, resolution_for, tolerance_s
 from paraplan.solver.space import Options, OutOfTime
 from paraplan.solver.tables import LayoutTables
 
@@ -228,7 +228,8 @@ def solve_instance(
         graph, cluster, job, fixed, options, opts.top, deadline, opts.duplicate_rel is not None, shared
     )
     resolution_s = resolution_for(
-        max((t.ceiling_s() for t in cand.kept), default=0.0), max((t.plan.vp for t in cand.kept), default=1)
+        max((t.ceiling_s() for t in cand.kept), default=0.0),
+        objective_scale([t.terms.bubble_weight.denominator for t in cand.kept]),
     )
     kept = [replace(t, resolution_s=resolution_s) for t in cand.kept]
     if progress and cand.out_of_time:

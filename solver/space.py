@@ -63,6 +63,7 @@ from paraplan.cost import CPComm, CudaGraphs, Layout, MoEDispatcher, Recompute
 from paraplan.cost.dispatch import check_dispatcher, dispatcher_sm_fraction
 from paraplan.cost.plan import PartialPlan
 from paraplan.cost.pools import pool_sequence, stage_pools_of
+from paraplan.cost.pp_schedule import PPSchedule, implied_schedule, micro_batch_rule, schedule_rule
 from paraplan.cost.split import pipeline_slots
 from paraplan.cost.validity import (
     batch_splits,
@@ -130,6 +131,7 @@ class Options:
     layout_limits: Callable[[Layout], tuple[StageLimits, ...]] | None = None
     state_holds: Callable[[Layout, Layout], bool] | None = None
     search_moe_state: bool = False
+    pp_schedules: tuple[PPSchedule, ...] = ()  # schedules tried beyond the one vp implies
 
 
 def exact_split(
@@ -408,13 +410,44 @@ def _families_of(
                     moe_dispatcher=dispatcher,
                     moe_overlap=overlap,
                     cuda_graphs=graphs,
+                    pp_schedule=schedule,
                 )
+                for schedule in pp_schedules(pp, vp, m, fixed, options, pooled=bool(stage_pools))
                 for sp in sps
                 for etp in etps
                 for cpc in cp_comms
                 for dispatcher, overlap, graphs in states
             ]
     return out
+
+
+SEARCHABLE_SCHEDULES: tuple[PPSchedule, ...] = (PPSchedule.ZB1P, PPSchedule.DUALPIPEV)
+"""The schedules beyond the ones vp implies that the CP-SAT model expresses (every one but
+DualPipe, whose rank pairs it does not): ``solver.target: any`` searches them all, a target those
+it runs (the front door narrows ``Options.pp_schedules``)."""
+
+
+def pp_schedules(
+    pp: int, vp: int, m: int, fixed: PartialPlan, options: Options, pooled: bool = False
+) -> list[PPSchedule | None]:
+    """The pipeline schedules of a (pp, vp, micro-batches) family: the fixed one where it fits
+    these degrees (cost/pp_schedule.py schedule_rule, micro_batch_rule), else the one vp implies
+    (None) and each of ``options.pp_schedules`` that fits. DualPipe is never searched: no target
+    runs it, and its rank pairs (stages s and p - 1 - s) are not in the CP-SAT model. A pooled
+    cluster (``pooled``) searches the implied one only (Megatron alone runs pools)."""
+    if fixed.pp_schedule is not None:
+        candidates: list[PPSchedule | None] = [fixed.pp_schedule]
+    elif pp == 1 or pooled:
+        return [None]
+    else:
+        candidates = [None, *(s for s in options.pp_schedules if s != implied_schedule(vp))]
+    return [
+        s
+        for s in candidates
+        if s != PPSchedule.DUALPIPE
+        and schedule_rule(s, pp, vp) is None
+        and micro_batch_rule(s, pp, m) is None
+    ]
 
 
 def zeros(

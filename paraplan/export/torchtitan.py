@@ -15,8 +15,11 @@ Mapping of the plan:
   FSDP2 always shards gradients with the optimizer state, so ZeRO-1 runs as ZeRO-2 (less memory,
   same traffic); the header says so and gives the ZeRO-2 plan's modelled time.
 - pp: explicit ``module_fqns_per_model_part`` (exact layer counts; virtual stage s = v * pp + r
-  runs on pp rank r, torchtitan's "loop" placement), schedule ``1F1B`` or ``Interleaved1F1B``,
-  micro-batch ``pipeline_parallel_microbatch_size`` and ``local_batch_size`` = micro x count.
+  runs on pp rank r, torchtitan's "loop" placement; the V schedules place stages r and
+  2 pp - 1 - r on rank r themselves), schedule ``1F1B``, ``Interleaved1F1B``,
+  ``InterleavedZeroBubble`` (plan.pp_schedule zb1p) or ``DualPipeV`` (rules/pp_schedule.py
+  TORCHTITAN_NAMES), micro-batch ``pipeline_parallel_microbatch_size`` and
+  ``local_batch_size`` = micro x count.
 - rank order: the mesh is ``[pp, dp_replicate, dp_shard, cp, tp]``, i.e. tp-cp-dp-pp.
 - ep: ``expert_parallel_degree``; the sparse mesh ``[pp, dp_replicate, efsdp, ep]`` carves ep out
   of dp_shard x cp x tp, innermost first, which is the cost model's EP group (the innermost ep
@@ -46,6 +49,7 @@ from dataclasses import replace
 
 from paraplan.cost import CudaGraphs, MoERouting, Plan, Precision, Recompute
 from paraplan.cost.plan import chunk_layers
+from paraplan.cost.pp_schedule import resolved_schedule
 from paraplan.export import (
     ExportContext,
     comment_block,
@@ -56,6 +60,7 @@ from paraplan.export import (
 from paraplan.graph import ModelSpec, preset
 from paraplan.rules import Draft, rules_of
 from paraplan.rules.launch_env import allocator_env
+from paraplan.rules.pp_schedule import TORCHTITAN_NAMES
 from paraplan.rules.torchtitan import CONFIGS, ORDER, PARAM_DTYPES, torchtitan_config
 
 __all__ = ["FLAGS", "ORDER", "CONFIGS", "render", "torchtitan_args", "model_parts"]
@@ -94,7 +99,6 @@ RECOMPUTE_SUBCOMMANDS = {
     Recompute.SELECTIVE: "activation-checkpoint:selective",
     Recompute.FULL: "activation-checkpoint:full",
 }
-SCHEDULES = {False: "1F1B", True: "Interleaved1F1B"}  # keyed by "interleaved"
 RESHARD = {1: "never", 2: "never", 3: "always"}
 EMBEDDING, LAYER, FINAL_NORM, HEAD = "tok_embeddings", "layers.{}", "norm", "lm_head"
 
@@ -147,7 +151,7 @@ def _parallel_args(ctx: ExportContext) -> list[tuple[str, object]]:
         parts = [",".join(part) for part in model_parts(p)]
         args += [
             ("pp", p.pp),
-            ("schedule", SCHEDULES[p.vp > 1]),
+            ("schedule", TORCHTITAN_NAMES[resolved_schedule(p.pp_schedule, p.vp)]),
             ("pp_micro_batch", p.micro_batch),
             ("model_parts", parts),
         ]

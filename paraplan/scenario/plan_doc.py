@@ -31,6 +31,7 @@ from paraplan.cost.plan import (
     plan_from_values,
     plan_values,
 )
+from paraplan.cost.pp_schedule import PPSchedule, implied_schedule, resolved_schedule
 from paraplan.graph.spec import show_value
 from paraplan.hardware.topology import MAX_DEVICES, MAX_POOLS
 from paraplan.scenario.section import MAX_GLOBAL_BATCH, MAX_LAYERS, STRICT, Section
@@ -141,6 +142,12 @@ class PlanDoc(Section):
         description="captured CUDA graphs: none (default) | partial (attention, router, MoE "
         "preprocess) | full (whole layers)",
     )
+    pp_schedule: PPSchedule | None = Field(
+        None,
+        description="pipeline schedule: 1f1b (vp=1) | interleaved (vp>1) | zb1p (zero bubble) | "
+        "dualpipe (two parameter copies, even pp, vp=1) | dualpipev (vp=2); unset: what vp implies "
+        "(or the solver's choice among those the target runs)",
+    )
 
     @field_validator("recompute", "recompute_per_stage")
     @classmethod
@@ -234,8 +241,14 @@ def plan_doc(plan: Plan, job: Job) -> PlanDoc:
     values = plan_values(plan)
     modes = values["recompute"]
     rows = [] if is_even_chunks(plan) else [list(r) for r in chunk_layers(plan)]
+    schedule = resolved_schedule(plan.pp_schedule, plan.vp).value
     return PlanDoc(
-        **{**values, "recompute": modes[0] if len(set(modes)) == 1 else modes, "layers_per_chunk": rows},
+        **{
+            **values,
+            "recompute": modes[0] if len(set(modes)) == 1 else modes,
+            "layers_per_chunk": rows,
+            "pp_schedule": schedule,
+        },
         recompute_per_stage=modes,
         grad_accum=plan.num_micro_batches(job),
         num_devices=plan.num_devices,
@@ -256,6 +269,8 @@ def plan_of(doc: PlanDoc) -> Plan:
     """The cost model's Plan of a result's plan (``plan_doc`` undone: one recompute mode per pp
     rank; a key left out takes Plan's default). ValueError on a broken rule."""
     values = doc.model_dump(include=set(PLAN_FIELDS), exclude_none=True)
+    if values.get("pp_schedule") == implied_schedule(values.get("vp", 1)):
+        del values["pp_schedule"]  # what vp implies: written out by plan_doc, a default here
     return plan_from_values({**values, "recompute": doc.recompute_per_stage or values.get("recompute")})
 
 

@@ -167,3 +167,17 @@ def test_torchtitan_parses_the_moe_software_state(titan: object) -> None:
     assert graphs.training.disable_cuda_graphs is False  # type: ignore[attr-defined]
     assert graphs.debug.moe_force_load_balance is False  # type: ignore[attr-defined]
     graphs._validate_cuda_graphs()  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("schedule", "cls"), [("zb1p", "ScheduleInterleavedZeroBubble"), ("dualpipev", "ScheduleDualPipeV")]
+)
+def test_torchtitan_parses_the_pipeline_schedule(titan: object, schedule: str, cls: str) -> None:
+    """plan.pp_schedule (issue 22 item 2) reaches parallelism.pipeline_parallel_schedule as a
+    name torch 2.13's get_schedule_class maps to the schedule's class."""
+    from torch.distributed.pipelining.schedules import get_schedule_class
+
+    case = _with(TORCHTITAN_CASES["llama3.1-70b-interleaved"], pp_schedule=schedule)
+    config = _parse(torchtitan_args(context(result(case))))
+    name = config.parallelism.pipeline_parallel_schedule  # type: ignore[attr-defined]
+    assert get_schedule_class(name).__name__ == cls

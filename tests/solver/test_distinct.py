@@ -62,13 +62,11 @@ def _solve_raw(top: int, duplicate_rel: float | None) -> list:
         scenario.model_copy(update={"solver": scenario.solver.model_copy(update={"target": "any"})})
     )
     opts = SolverOptions(time_limit_s=120, num_workers=2, top=top, duplicate_rel=duplicate_rel)
+    # the schedules vp implies only: each layout's zero-bubble / DualPipeV variants (issue 22)
+    # would fill the raw list with plans differing in their schedule alone
+    options = replace(paraplan.api.search_options(inst), pp_schedules=())
     return solve_instance(
-        inst.graph,
-        inst.cluster,
-        inst.job,
-        paraplan.api.fixed_knobs(inst),
-        paraplan.api.search_options(inst),
-        opts,
+        inst.graph, inst.cluster, inst.job, paraplan.api.fixed_knobs(inst), options, opts
     ).solutions
 
 
