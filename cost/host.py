@@ -51,7 +51,9 @@ scopes); the sync bounded at 300 us by the 16-GPU nsys idle bound
 within 1000 / 160-200 / 0-300 us. Refitted 2026-12-02 (last) with EXPERT_LAUNCH_BF16_S beside
 them (76 MoE rows and the one-setting pairs; grid 0-200 us, bounded by EXPERT_LAUNCH_S, prior half
 of it): ``moe_layer_overhead_us`` 1500 us, EXPERT_LAUNCH_S 160 us, EXPERT_LAUNCH_BF16_S 80 us,
-MOE_SYNC_S 50 us; MoE in-sample 21.4% / 40.9% -> 17.4% / 40.9%.
+MOE_SYNC_S 50 us; MoE in-sample 21.4% / 40.9% -> 17.4% / 40.9% (17.4% / 40.5% with the
+dropless imbalance refitted after it, cost/ep.py); leave-one-source-out 17.6% / 40.9% (the
+held-out fits within 1500 / 160-200 / 80 / 0-300 us; docs/moe_physics.md Sec. 5.3).
 """
 
 from __future__ import annotations
