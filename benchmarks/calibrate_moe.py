@@ -5,8 +5,10 @@
 
 The parameters (cost/host.py): ``moe_layer_overhead_us`` (hardware/data/efficiency.yaml, one
 value for every generation: the router / permute / dispatch launches of a MoE layer pass with
-nothing captured), ``EXPERT_LAUNCH_S`` (one local expert's launches) and ``MOE_SYNC_S`` (the
-device-to-host sync's drain). Each on a bounded grid; ``MOE_SYNC_S`` at most 300 us, where the
+nothing captured), ``EXPERT_LAUNCH_S`` (one local expert's launches under an FP8 recipe),
+``EXPERT_LAUNCH_BF16_S`` (the same in BF16, without the per-expert quantisation: at most
+``EXPERT_LAUNCH_S``, ``bf16_launch_bound``) and ``MOE_SYNC_S`` (the device-to-host sync's drain).
+Each on a bounded grid; ``MOE_SYNC_S`` at most 300 us, where the
 16-H100 nsys bound caps it (<= 1.9 s of a 24.7 s step GPU-idle over 6,144 layer passes,
 moe_physics.md Sec. 3.3). Coordinate descent on median + p90 of |log(pred / published)|, the
 objective benchmarks/calibrate.py uses for the efficiencies, plus the published one-setting pairs'
@@ -35,11 +37,12 @@ from benchmarks.fidelity import evaluate_case, summary
 from benchmarks.moe_pairs import PAIRS
 from paraplan.errors import ConfigError
 
-__all__ = ["GRID", "moe_cases", "scored", "fit", "crossval", "main"]
+__all__ = ["GRID", "bf16_launch_bound", "moe_cases", "scored", "fit", "crossval", "main"]
 
 GRID: dict[str, tuple[float, ...]] = {
     "moe_layer_overhead_us": (0.0, 250.0, 500.0, 1000.0, 1500.0, 2000.0),
     "expert_launch_us": (0.0, 40.0, 80.0, 120.0, 160.0, 200.0),
+    "expert_launch_bf16_us": (0.0, 40.0, 80.0, 120.0, 160.0, 200.0),
     "sync_us": (0.0, 50.0, 100.0, 200.0, 300.0),
 }
 
@@ -57,13 +60,14 @@ def parameters(values: dict[str, float]) -> Iterator[None]:
     table: dict[str, Any] = {g: dict(v) for g, v in eff._raw().items()}
     for params in table.values():
         params["moe_layer_overhead_us"] = values["moe_layer_overhead_us"]
-    saved = host.EXPERT_LAUNCH_S, host.MOE_SYNC_S
+    saved = host.EXPERT_LAUNCH_S, host.EXPERT_LAUNCH_BF16_S, host.MOE_SYNC_S
     host.EXPERT_LAUNCH_S, host.MOE_SYNC_S = values["expert_launch_us"] * 1e-6, values["sync_us"] * 1e-6
+    host.EXPERT_LAUNCH_BF16_S = values["expert_launch_bf16_us"] * 1e-6
     try:
         with _table(table):
             yield
     finally:
-        host.EXPERT_LAUNCH_S, host.MOE_SYNC_S = saved
+        host.EXPERT_LAUNCH_S, host.EXPERT_LAUNCH_BF16_S, host.MOE_SYNC_S = saved
 
 
 def scored(cases: list[Case], values: dict[str, float]) -> dict[int, float]:
@@ -94,8 +98,14 @@ def committed() -> dict[str, float]:
     return {
         "moe_layer_overhead_us": catalog_parameters("hopper")["moe_layer_overhead_us"],
         "expert_launch_us": host.EXPERT_LAUNCH_S * 1e6,
+        "expert_launch_bf16_us": host.EXPERT_LAUNCH_BF16_S * 1e6,
         "sync_us": host.MOE_SYNC_S * 1e6,
     }
+
+
+def bf16_launch_bound(values: dict[str, float]) -> bool:
+    """BF16_LAUNCH_BOUND: an expert's BF16 launches are a subset of its FP8 ones (cost/host.py)."""
+    return values["expert_launch_bf16_us"] <= values["expert_launch_us"]
 
 
 def fit(cases: list[Case], start: dict[str, float], rounds: int = 2, log=None) -> dict[str, float]:
@@ -105,6 +115,8 @@ def fit(cases: list[Case], start: dict[str, float], rounds: int = 2, log=None) -
         for name, grid in GRID.items():
             for v in grid:
                 trial = {**best, name: v}
+                if not bf16_launch_bound(trial):
+                    continue
                 loss = _loss(scored(cases, trial))
                 if loss < best_loss - 1e-9:
                     best, best_loss = trial, loss

@@ -204,7 +204,7 @@ def block_work(graph: LayerGraph, index: int, plan: Layout, job: Job, cluster: C
             for ly, t in zip(layers, times, strict=True)
         )
     if moe:  # host launches and the dispatcher's sync (cost/host.py), once per pass
-        launch = moe_launch_s(plan, max(1, moe.num_experts // plan.ep), eff)
+        launch = moe_launch_s(plan, max(1, moe.num_experts // plan.ep), eff, job.precision)
         forward_s, backward_s = moe_pass_s(forward_s, launch, plan), moe_pass_s(backward_s, 2 * launch, plan)
         recompute_s[Recompute.FULL] = moe_pass_s(recompute_s[Recompute.FULL], launch, plan)
         if recomputes_moe_layer(job.recompute_modules):

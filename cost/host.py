@@ -21,6 +21,16 @@ block and pass (forward; backward launches twice the kernels, dgrad and wgrad):
   uncaptured). This is why the same Qwen3-30B-A3B run is 2.6x slower per token at micro-batch 1
   on 8 B200 (row 340, 28.2 s) than at micro-batch 4 on 8 GB200 (row 332, 11.0 s): four times the
   layer passes, each too short to hide its 16 local experts' launches.
+- The per-expert launches depend on the precision (``expert_launch_s``): in BF16 GroupedLinear
+  launches each expert's GEMM alone; under an FP8 recipe (tensorwise, blockwise, MXFP8, NVFP4)
+  Transformer Engine also quantises each expert's GEMM input (and, backward, its output
+  gradient) in kernels of its own (transformer_engine/pytorch/module/grouped_linear.py: the
+  input is split per expert and each split cast by its quantizer before the GEMM), about twice
+  the launches per expert. EXPERT_LAUNCH_BF16_S is fitted on its own, bounded above by the FP8
+  family's EXPERT_LAUNCH_S with a prior of half of it (two of the four launches). The pair that
+  shows it: the same Qwen3-235B layout (tp 1, pp 8, ep 8, micro-batch 1, 16 local experts,
+  partial graphs) measured 25.9 s in BF16 on 256 GB200 (row 2057) and 49.6 s in MXFP8 on 256
+  B300 (row 276), where one launch cost for both predicts 31.8 s and 31.0 s.
 - ``sync_s`` (MOE_SYNC_S): the device-to-host sync's drain (the dispatcher needs the per-expert
   token counts on the host). Megatron's 1F1B EP overlap hides it under the other micro-batch's
   kernels (the 16-GPU Qwen3-30B nsys pair: HybridEP metadata preprocess 3.109 s -> 0.670 s per
@@ -38,18 +48,33 @@ scopes); the sync bounded at 300 us by the 16-GPU nsys idle bound
 50-100 us and the held-out MoE error is 21.7% / 41.6% against 21.7% / 41.5% in-sample (76 rows,
 2026-12-02; 24.1% / 48.4% against 21.7% / 48.3% over 78 before); after DeepEP's combine on NVL72
 (2026-12-02, later) 21.4% / 41.9% held out against 21.4% / 40.9% in-sample, the held-out fits
-within 1000 / 160-200 / 0-300 us.
+within 1000 / 160-200 / 0-300 us. Refitted 2026-12-02 (last) with EXPERT_LAUNCH_BF16_S beside
+them (76 MoE rows and the one-setting pairs; grid 0-200 us, bounded by EXPERT_LAUNCH_S, prior half
+of it): ``moe_layer_overhead_us`` 1500 us, EXPERT_LAUNCH_S 160 us, EXPERT_LAUNCH_BF16_S 80 us,
+MOE_SYNC_S 50 us; MoE in-sample 21.4% / 40.9% -> 17.4% / 40.9% (17.4% / 40.5% with the
+dropless imbalance refitted after it, cost/ep.py); leave-one-source-out 17.6% / 40.9% (the
+held-out fits within 1500 / 160-200 / 80 / 0-300 us; docs/moe_physics.md Sec. 5.3).
 """
 
 from __future__ import annotations
 
-from paraplan.cost.plan import CudaGraphs, Layout
+from paraplan.cost.plan import CudaGraphs, Layout, Precision
 from paraplan.hardware import Efficiency
 
-__all__ = ["PARTIAL_UNCAPTURED", "EXPERT_LAUNCH_S", "MOE_SYNC_S", "moe_launch_s", "moe_sync_s", "moe_pass_s"]
+__all__ = [
+    "PARTIAL_UNCAPTURED",
+    "EXPERT_LAUNCH_S",
+    "EXPERT_LAUNCH_BF16_S",
+    "MOE_SYNC_S",
+    "expert_launch_s",
+    "moe_launch_s",
+    "moe_sync_s",
+    "moe_pass_s",
+]
 
 PARTIAL_UNCAPTURED = 0.25  # share of the router/permute launches left uncaptured by partial scopes
-EXPERT_LAUNCH_S = 160e-6  # host time of one local expert's kernels per forward pass (fitted; calibrate_moe)
+EXPERT_LAUNCH_S = 160e-6  # host time of one local expert's kernels per forward pass, FP8 recipes (fitted)
+EXPERT_LAUNCH_BF16_S = 80e-6  # the same without the per-expert quantisation, BF16/FP16 (fitted; <= FP8's)
 MOE_SYNC_S = 50e-6  # device-to-host sync drain per MoE layer per pass (fitted; benchmarks/calibrate_moe.py)
 
 
@@ -57,11 +82,20 @@ def _uncaptured(graphs: CudaGraphs) -> float:
     return {CudaGraphs.NONE: 1.0, CudaGraphs.PARTIAL: PARTIAL_UNCAPTURED, CudaGraphs.FULL: 0.0}[graphs]
 
 
-def moe_launch_s(plan: Layout, local_experts: int, eff: Efficiency) -> float:
+def expert_launch_s(precision: Precision) -> float:
+    """Host time of one local expert's forward launches: EXPERT_LAUNCH_BF16_S where the GEMMs run
+    unquantised (BF16, FP16), EXPERT_LAUNCH_S under an FP8 / FP4 recipe, whose per-expert
+    quantisation kernels add their launches (module docstring). Units: seconds."""
+    return EXPERT_LAUNCH_BF16_S if precision in (Precision.BF16, Precision.FP16) else EXPERT_LAUNCH_S
+
+
+def moe_launch_s(plan: Layout, local_experts: int, eff: Efficiency, precision: Precision) -> float:
     """Host launch time of one MoE layer's forward pass (module docstring). Units: seconds."""
     if plan.cuda_graphs is CudaGraphs.FULL:
         return 0.0
-    return eff.moe_layer_overhead_s * _uncaptured(plan.cuda_graphs) + local_experts * EXPERT_LAUNCH_S
+    return eff.moe_layer_overhead_s * _uncaptured(plan.cuda_graphs) + local_experts * expert_launch_s(
+        precision
+    )
 
 
 def moe_sync_s(plan: Layout) -> float:

@@ -66,7 +66,8 @@ def test_dense_gpu_runs_hold_their_fidelity(rows) -> None:
 
 def test_moe_gpu_runs(rows) -> None:
     """Issue 22's bar is >= 75 MoE GPU runs at median <= 10%, p90 <= 25%; this holds the figures
-    reached (2026-12-02: MOE_MEDIAN / MOE_P90 over 76 runs; 21.7% / 41.5% before DeepEP's combine
+    reached (2026-12-02: MOE_MEDIAN / MOE_P90 over 76 runs; 21.4% / 40.9% before the per-expert
+    launches were split by precision, cost/host.py; 21.7% / 41.5% before DeepEP's combine
     in the NVL72 domain was costed at its measured rate, 21.7% / 48.3% over 78 before the
     recompute modules; 18.9% / 57.7% over the 42 runs before
     the software state was modelled) so that a change that loses ground fails."""
@@ -141,7 +142,7 @@ def _by_id(rows) -> dict:
     return {r.case.row_id: r for r in rows}
 
 
-MOE_MEDIAN, MOE_P90 = 0.215, 0.41  # test_moe_gpu_runs: the figures reached (21.4% / 40.9%), rounded up
+MOE_MEDIAN, MOE_P90 = 0.175, 0.41  # test_moe_gpu_runs: the figures reached (17.4% / 40.5%), rounded up
 MOE_ROWS = (323, 332, 340, 346)  # Megatron-Bridge 25.11 Qwen3-30B-A3B: 8 GB300, 8 GB200, 8 B200, 16 H100
 GB300_ROWS = (316, 317, 318, 323)  # Megatron-Bridge 25.11 on GB300: Llama 3 8B (x2), 70B, Qwen3-30B-A3B
 LONG_CONTEXT_ROWS = (570, 581, 592, 603, 614)  # MosaicML MPT at seq 32K on 8 A100 40GB
@@ -162,6 +163,20 @@ def test_moe_rows_on_blackwell_within_20_percent(rows) -> None:
     by_id = _by_id(rows)
     errors = {i: by_id[i].error for i in (332, 340)}
     assert all(abs(e) <= 0.20 for e in errors.values()), errors
+
+
+BF16_LAUNCH_BOUND_ROWS = (2047, 2057)  # ModelZoo Qwen3-235B-A22B BF16, 16 local experts, mb 1: H100, GB200
+
+
+def test_bf16_launch_bound_moe_rows_within_10_percent(rows) -> None:
+    """Two BF16 runs whose MoE passes are host-bound in the model (16 local experts per rank at
+    micro-batch 1, no or partial CUDA graphs): with the FP8 recipes' per-expert launch cost they
+    were +29% / +23%; BF16 experts launch no quantisation kernels (cost/host.py
+    EXPERT_LAUNCH_BF16_S), and both are within 5% (2026-12-02)."""
+    by_id = _by_id(rows)
+    assert all(by_id[i].case.scenario["job"]["precision"] == "bf16" for i in BF16_LAUNCH_BOUND_ROWS)
+    errors = {i: round(by_id[i].error, 3) for i in BF16_LAUNCH_BOUND_ROWS}
+    assert all(abs(e) <= 0.10 for e in errors.values()), errors
 
 
 def test_gb300_rows_predicted_from_blackwell_within_25_percent(rows) -> None:
