@@ -18,10 +18,10 @@ Pure functions of (model, job, cluster, plan) with memo tables: nothing here sco
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from paraplan.cost import CudaGraphs, Layout, Plan, Recompute
+from paraplan.cost import Axis, CudaGraphs, Layout, Plan, Recompute
 from paraplan.cost.plan import plan_key
 from paraplan.cost.software import SOFTWARE_FIELDS
 from paraplan.cost.split import even_layers
@@ -48,6 +48,32 @@ that differ only here are checked once (tests/rules/test_layout_rules.py checks 
 not named here, a new one included, keeps the verdicts apart."""
 STATELESS_FIELDS = LAYOUT_FIELDS | frozenset(SOFTWARE_FIELDS)
 """A family less its MoE software state: the key of the verdict of the rules that do not read it."""
+_RULES_BASE_IGNORE = LAYOUT_RULES_IGNORE | {"order"}
+"""A layout's LAYOUT_RULES verdict key is (its id less these, its rank order): the rank orders of
+one family share the rest, so it is found once per family (``AnyFramework.order_limits``)."""
+_ORDER = frozenset({"order"})
+Order = tuple[Axis, ...]
+
+
+class Asked:
+    """A layout the filters are asked about, as its family and rank order: the layout itself
+    (and its representatives, ``plans``) is built only when a rule must run, most verdicts
+    being remembered. ``layout``: the layout when the caller has it."""
+
+    __slots__ = ("family", "order", "plans", "_layout")
+
+    def __init__(self, family: Layout, order: Order, layout: Layout | None = None) -> None:
+        self.family = family
+        self.order = order
+        self.plans: dict[object, Plan] = {}  # representatives by split, shared by the frameworks
+        self._layout = layout
+
+    @property
+    def layout(self) -> Layout:
+        if self._layout is None:
+            same = self.family.order == self.order
+            self._layout = self.family if same else replace(self.family, order=self.order)
+        return self._layout
 
 
 def _is_state_rule(rule: Rule) -> bool:
@@ -88,7 +114,9 @@ class FrameworkFilter:
         self._split = rules.search.stage_split
         self._families: dict[tuple[object, ...], bool] = {}
         self._verdicts: dict[Layout, bool] = {}
-        self._layout_verdicts: dict[tuple[object, ...], str | None] = {}  # refusing rule or None
+        # LAYOUT_RULES verdicts (the refusing rule or None) by (rules_base, rank order)
+        self._layout_verdicts: dict[tuple[int, Order], str | None] = {}
+        self._rules_bases: dict[tuple[object, ...], int] = {}
         self._splits: dict[tuple[int, int], tuple[int, ...] | None] = {}
         self.refused: Counter[str] = Counter()
         self._mode_limits: dict[Layout, SearchLimits] = {}
@@ -158,20 +186,25 @@ class FrameworkFilter:
                 return refusal.rule
         return None
 
-    def _layout_passes(
-        self, layout: Layout, plans: dict[object, Plan] | None = None, key: tuple[object, ...] | None = None
-    ) -> bool:
-        """The LAYOUT_RULES accept ``layout`` (its representative); their verdict is remembered
-        per layout less LAYOUT_RULES_IGNORE (``key``, when the caller has it), each refusal
-        counted as if asked."""
-        if self._representative_split(layout) is None:
+    def rules_base(self, layout: Layout) -> int:
+        """An id of ``layout`` less LAYOUT_RULES_IGNORE and its rank order: with the order, the
+        key its LAYOUT_RULES verdict is remembered by (the same for every layout of a family
+        but for the order, so a caller asking about many orders finds it once)."""
+        return self._rules_bases.setdefault(plan_key(layout, _RULES_BASE_IGNORE), len(self._rules_bases))
+
+    def layout_passes(self, asked: Asked, base: int) -> bool:
+        """The LAYOUT_RULES accept the ``asked`` layout (its representative); their verdict is
+        remembered per layout less LAYOUT_RULES_IGNORE (``base``: ``rules_base`` of the layout),
+        each refusal counted as if asked. ``__call__`` without its memo and family rules, for a
+        caller that keeps one and has asked ``family_passes`` (``AnyFramework``)."""
+        if self._representative_split(asked.family) is None:  # reads pp and vp only
             return False
-        if key is None:
-            key = plan_key(layout, LAYOUT_RULES_IGNORE)
+        key = (base, asked.order)
         if key in self._layout_verdicts:
             refusal = self._layout_verdicts[key]
         else:
-            refusal = self._layout_verdicts[key] = self._refusal(layout, self._layout_rules, plans)
+            refusal = self._refusal(asked.layout, self._layout_rules, asked.plans)
+            self._layout_verdicts[key] = refusal
         if refusal:
             self.refused[refusal] += 1
         return refusal is None
@@ -191,22 +224,11 @@ class FrameworkFilter:
             verdict = self._families[key] = plain and self._passes(family, self._state_rules)
         return verdict
 
-    def check(
-        self,
-        layout: Layout,
-        key: tuple[object, ...],
-        plans: dict[object, Plan],
-        rules_key: tuple[object, ...] | None = None,
-    ) -> bool:
-        """``__call__`` without its memo, for a caller that keeps one (``AnyFramework``): the
-        family's ``key``, the layout's key less LAYOUT_RULES_IGNORE (``rules_key``) and the
-        ``plans`` built for the layout so far are shared."""
-        return self.family_passes(layout, key) and self._layout_passes(layout, plans, rules_key)
-
     def __call__(self, layout: Layout) -> bool:
         verdict = self._verdicts.get(layout)
         if verdict is None:
-            verdict = self.family_passes(layout) and self._layout_passes(layout)
+            asked = Asked(layout, layout.order, layout)
+            verdict = self.family_passes(layout) and self.layout_passes(asked, self.rules_base(layout))
             self._verdicts[layout] = verdict
         return verdict
 
@@ -216,9 +238,7 @@ class FrameworkFilter:
         software state is one whose rules read the recompute mode (the EP overlap and CUDA
         graphs: megatron-core refuses full recompute under both, rules/moe_state.py); a
         scenario's fixed mode is the representative's already."""
-        if self._recompute is not None or not (
-            layout.moe_overlap or layout.cuda_graphs is not CudaGraphs.NONE
-        ):
+        if self._modes_free(layout):
             return self.limits
         found = self._mode_limits.get(layout)
         if found is None:
@@ -227,6 +247,18 @@ class FrameworkFilter:
             found = self.limits if kept == modes else replace(self.limits, recompute_modes=kept)
             self._mode_limits[layout] = found
         return found
+
+    def _modes_free(self, family: Layout) -> bool:
+        """No rule's verdict on ``family``'s layouts depends on the recompute mode (``limits_for``
+        is ``limits``): the scenario fixes the mode, or the MoE software state is one whose rules
+        do not read it (reads the family's fields only)."""
+        return self._recompute is not None or not (
+            family.moe_overlap or family.cuda_graphs is not CudaGraphs.NONE
+        )
+
+    def limits_of(self, asked: Asked) -> SearchLimits:
+        """``limits_for`` the ``asked`` layout (built only when its state's rules read the mode)."""
+        return self.limits if self._modes_free(asked.family) else self.limits_for(asked.layout, asked.plans)
 
     def state_holds(self, a: Layout, b: Layout) -> bool:
         """Where this framework runs family ``b``, it runs family ``a`` (the same but its MoE
@@ -296,7 +328,8 @@ class AnyFramework:
         width = {lim: sum(holds(lim, other, uneven) for other in limits) for lim in limits}
         self._groups = [(lim, groups[lim]) for lim in sorted(limits, key=lambda lim: -width[lim])]
         self._held_by = {lim: [w for w in limits if w != lim and holds(w, lim, uneven)] for lim in limits}
-        self._limits: dict[Layout, tuple[SearchLimits, ...]] = {}
+        self._limits: dict[tuple[int, Order], tuple[SearchLimits, ...]] = {}  # by (family id, order)
+        self._family_ids: dict[tuple[object, ...], int] = {}  # a layout less its order -> an id
 
     @property
     def refused(self) -> Counter[str]:
@@ -309,16 +342,39 @@ class AnyFramework:
     def limits(self, layout: Layout) -> tuple[SearchLimits, ...]:
         """The per-stage limits of the frameworks that accept ``layout``, less those held by
         another accepting group's (() : none accepts)."""
-        found = self._limits.get(layout)
-        if found is None:
-            with verdict_only():  # once for every framework asked (FrameworkFilter._passes)
-                found = self._limits[layout] = self._accepted(layout)
-        return found
+        return self.order_limits(layout, layout)(layout.order)
 
-    def _accepted(self, layout: Layout) -> tuple[SearchLimits, ...]:
-        """``limits`` of a layout not asked before."""
-        key, plans = plan_key(layout, LAYOUT_FIELDS), dict[object, Plan]()
-        rules_key = plan_key(layout, LAYOUT_RULES_IGNORE)
+    def order_limits(
+        self, family: Layout, layout: Layout | None = None
+    ) -> Callable[[Order], tuple[SearchLimits, ...]]:
+        """``limits`` of ``family``'s layouts by rank order (``limits(replace(family,
+        order=o))`` for order ``o``), for a caller that asks about many orders of one family
+        (solver/placement.py): the family's keys and each framework's family verdict are found
+        once, and a layout is built only where a rule must run. ``layout``: the family's own
+        layout, when the caller has it. Each layout is asked once (remembered by the family's
+        id and the order), so every framework's refusals count as before."""
+        fid = self._family_ids.setdefault(plan_key(family, _ORDER), len(self._family_ids))
+        known: dict[int, tuple[bool, int]] = {}  # framework -> family verdict, rules_base
+        family_key: list[tuple[object, ...]] = []
+
+        def limits(order: Order) -> tuple[SearchLimits, ...]:
+            found = self._limits.get((fid, order))
+            if found is None:
+                asked = Asked(family, order, layout if layout is not None and layout.order == order else None)
+                if not family_key:
+                    family_key.append(plan_key(family, LAYOUT_FIELDS))
+                with verdict_only():  # once for every framework asked (FrameworkFilter._passes)
+                    found = self._limits[fid, order] = self._accepted(asked, family_key[0], known)
+            return found
+
+        return limits
+
+    def _accepted(
+        self, asked: Asked, key: tuple[object, ...], known: dict[int, tuple[bool, int]]
+    ) -> tuple[SearchLimits, ...]:
+        """``limits`` of a layout not asked before. ``key``: its family's key over all but
+        LAYOUT_FIELDS; ``known``: each framework's family verdict and ``rules_base`` for the
+        family, filled as they are found."""
         accepted: list[SearchLimits] = []
         for lim, group in self._groups:
             if any(w in accepted for w in self._held_by[lim]):
@@ -327,8 +383,12 @@ class AnyFramework:
             for f in group:
                 if any(r <= f.rule_set for r in refused):
                     continue
-                if f.check(layout, key, plans, rules_key):
-                    accepted.append(f.limits_for(layout, plans))
+                mine = known.get(id(f))
+                if mine is None:
+                    passes = f.family_passes(asked.family, key)
+                    mine = known[id(f)] = (passes, f.rules_base(asked.family) if passes else -1)
+                if mine[0] and f.layout_passes(asked, mine[1]):
+                    accepted.append(f.limits_of(asked))
                     break
                 refused.append(f.rule_set)
         return tuple(accepted)

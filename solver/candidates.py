@@ -175,6 +175,10 @@ def bounded_tables(
     order_cache: OrderCache = {}
     floors: dict[tuple[object, ...], Any] = {}
     same_layers = len(graph.kind_blocks) == 1  # pooled_pipeline_floor_s
+    # several block kinds make the memory check (_fits: caps.layer_caps per kind) dearer than
+    # the layout filter's rank orders: a filtered family is then asked for its orders first
+    # (off a TPU cluster, whose unfit families' least memory reads each family's own shape)
+    filter_first = options.layout_filter is not None and not same_layers and cluster.torus is None
     heap: list[tuple[Any, ...]] = []
     tick = itertools.count()
     # the family filter is asked of the families the search reaches (level 0), not of them all
@@ -251,13 +255,20 @@ def bounded_tables(
                 if own > bound:
                     heapq.heappush(heap, (own, next(tick), 1, (plan, terms), ks))
                     continue
+            orders_found = None
+            if filter_first:  # no rank order passes the filter: no layout (none counts as unfit)
+                orders_found = placements(plan, cluster, fixed, options, cache=order_cache)
+                if not orders_found:
+                    continue
             if any(t in unfit_families for t in twins(plan, fixed)) or not _fits(
                 terms, recomputes, spec.num_layers, ks, uniform, _stage_modes(fixed, plan.pp)
             ):  # a twin that fits no split holds one that does not either (never larger, space.py)
                 unfit_terms.append(terms)
                 unfit_families.add(plan)
                 continue
-            for order, shape in placements(plan, cluster, fixed, options, cache=order_cache):
+            if orders_found is None:
+                orders_found = placements(plan, cluster, fixed, options, cache=order_cache)
+            for order, shape in orders_found:
                 passed += 1
                 layout = replace(plan, order=order, torus_shape=shape)
                 if dominated_by_twin(layout, fixed, options, variant_memo):
