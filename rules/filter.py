@@ -192,13 +192,19 @@ class FrameworkFilter:
         but for the order, so a caller asking about many orders finds it once)."""
         return self._rules_bases.setdefault(plan_key(layout, _RULES_BASE_IGNORE), len(self._rules_bases))
 
+    def has_split(self, layout: Layout) -> bool:
+        """``layout`` has a representative split (which reads its pp and vp only)."""
+        return self._representative_split(layout) is not None
+
     def layout_passes(self, asked: Asked, base: int) -> bool:
         """The LAYOUT_RULES accept the ``asked`` layout (its representative); their verdict is
         remembered per layout less LAYOUT_RULES_IGNORE (``base``: ``rules_base`` of the layout),
-        each refusal counted as if asked. ``__call__`` without its memo and family rules, for a
-        caller that keeps one and has asked ``family_passes`` (``AnyFramework``)."""
-        if self._representative_split(asked.family) is None:  # reads pp and vp only
-            return False
+        each refusal counted as if asked."""
+        return self.has_split(asked.family) and self.layout_verdict(asked, base)
+
+    def layout_verdict(self, asked: Asked, base: int) -> bool:
+        """``layout_passes`` of a layout that has a representative split, for a caller that
+        keeps one memo per family and has asked ``family_passes`` (``AnyFramework``)."""
         key = (base, asked.order)
         if key in self._layout_verdicts:
             refusal = self._layout_verdicts[key]
@@ -354,40 +360,42 @@ class AnyFramework:
         layout, when the caller has it. Each layout is asked once (remembered by the family's
         id and the order), so every framework's refusals count as before."""
         fid = self._family_ids.setdefault(plan_key(family, _ORDER), len(self._family_ids))
-        known: dict[int, tuple[bool, int]] = {}  # framework -> family verdict, rules_base
+        known: dict[int, int] = {}  # framework -> rules_base (-1: its family rules refuse)
         family_key: list[tuple[object, ...]] = []
+        memo = self._limits
 
         def limits(order: Order) -> tuple[SearchLimits, ...]:
-            found = self._limits.get((fid, order))
+            found = memo.get((fid, order))
             if found is None:
                 asked = Asked(family, order, layout if layout is not None and layout.order == order else None)
                 if not family_key:
                     family_key.append(plan_key(family, LAYOUT_FIELDS))
-                with verdict_only():  # once for every framework asked (FrameworkFilter._passes)
-                    found = self._limits[fid, order] = self._accepted(asked, family_key[0], known)
+                found = memo[fid, order] = self._accepted(asked, family_key[0], known)
             return found
 
         return limits
 
     def _accepted(
-        self, asked: Asked, key: tuple[object, ...], known: dict[int, tuple[bool, int]]
+        self, asked: Asked, key: tuple[object, ...], known: dict[int, int]
     ) -> tuple[SearchLimits, ...]:
         """``limits`` of a layout not asked before. ``key``: its family's key over all but
-        LAYOUT_FIELDS; ``known``: each framework's family verdict and ``rules_base`` for the
-        family, filled as they are found."""
+        LAYOUT_FIELDS; ``known``: each framework's ``rules_base`` for the family, -1 where its
+        family rules refuse it or it has no representative split, filled as they are found (a
+        rule that runs runs ``verdict_only``: FrameworkFilter._refusal)."""
         accepted: list[SearchLimits] = []
         for lim, group in self._groups:
-            if any(w in accepted for w in self._held_by[lim]):
+            if accepted and any(w in accepted for w in self._held_by[lim]):
                 continue
             refused: list[frozenset[Rule]] = []  # a framework with these rules and more refuses too
             for f in group:
-                if any(r <= f.rule_set for r in refused):
+                if refused and any(r <= f.rule_set for r in refused):
                     continue
-                mine = known.get(id(f))
-                if mine is None:
-                    passes = f.family_passes(asked.family, key)
-                    mine = known[id(f)] = (passes, f.rules_base(asked.family) if passes else -1)
-                if mine[0] and f.layout_passes(asked, mine[1]):
+                base = known.get(id(f))
+                if base is None:
+                    family = asked.family
+                    passes = f.family_passes(family, key) and f.has_split(family)
+                    base = known[id(f)] = f.rules_base(family) if passes else -1
+                if base >= 0 and f.layout_verdict(asked, base):
                     accepted.append(f.limits_of(asked))
                     break
                 refused.append(f.rule_set)
