@@ -215,10 +215,13 @@ class FrameworkFilter:
             self.refused[refusal] += 1
         return refusal is None
 
-    def family_passes(self, family: Layout, key: tuple[object, ...] | None = None) -> bool:
+    def family_passes(
+        self, family: Layout, key: tuple[object, ...] | None = None, plans: dict[object, Plan] | None = None
+    ) -> bool:
         """Whether the family rules accept ``family`` (any ZeRO stage and rank order: those
         rules do not read them); False means every layout of the family fails. ``key``: the
-        family's ``plan_key`` over all but LAYOUT_FIELDS, when the caller has it."""
+        family's ``plan_key`` over all but LAYOUT_FIELDS, when the caller has it; ``plans``:
+        the family's representatives built so far, by split (frameworks share them)."""
         if key is None:
             key = plan_key(family, LAYOUT_FIELDS)
         verdict = self._families.get(key)
@@ -226,8 +229,8 @@ class FrameworkFilter:
             stateless = plan_key(family, STATELESS_FIELDS)
             plain = self._families.get(stateless)
             if plain is None:
-                plain = self._families[stateless] = self._passes(family, self._family_rules)
-            verdict = self._families[key] = plain and self._passes(family, self._state_rules)
+                plain = self._families[stateless] = self._passes(family, self._family_rules, plans)
+            verdict = self._families[key] = plain and self._passes(family, self._state_rules, plans)
         return verdict
 
     def __call__(self, layout: Layout) -> bool:
@@ -362,6 +365,7 @@ class AnyFramework:
         fid = self._family_ids.setdefault(plan_key(family, _ORDER), len(self._family_ids))
         known: dict[int, int] = {}  # framework -> rules_base (-1: its family rules refuse)
         family_key: list[tuple[object, ...]] = []
+        plans: dict[object, Plan] = {}  # the family's representatives, by split
         memo = self._limits
 
         def limits(order: Order) -> tuple[SearchLimits, ...]:
@@ -370,18 +374,19 @@ class AnyFramework:
                 asked = Asked(family, order, layout if layout is not None and layout.order == order else None)
                 if not family_key:
                     family_key.append(plan_key(family, LAYOUT_FIELDS))
-                found = memo[fid, order] = self._accepted(asked, family_key[0], known)
+                found = memo[fid, order] = self._accepted(asked, family_key[0], known, plans)
             return found
 
         return limits
 
     def _accepted(
-        self, asked: Asked, key: tuple[object, ...], known: dict[int, int]
+        self, asked: Asked, key: tuple[object, ...], known: dict[int, int], plans: dict[object, Plan]
     ) -> tuple[SearchLimits, ...]:
         """``limits`` of a layout not asked before. ``key``: its family's key over all but
         LAYOUT_FIELDS; ``known``: each framework's ``rules_base`` for the family, -1 where its
         family rules refuse it or it has no representative split, filled as they are found (a
-        rule that runs runs ``verdict_only``: FrameworkFilter._refusal)."""
+        rule that runs runs ``verdict_only``: FrameworkFilter._refusal); ``plans``: the family's
+        representatives (those of the family rules)."""
         accepted: list[SearchLimits] = []
         for lim, group in self._groups:
             if accepted and any(w in accepted for w in self._held_by[lim]):
@@ -393,7 +398,7 @@ class AnyFramework:
                 base = known.get(id(f))
                 if base is None:
                     family = asked.family
-                    passes = f.family_passes(family, key) and f.has_split(family)
+                    passes = f.family_passes(family, key, plans) and f.has_split(family)
                     base = known[id(f)] = f.rules_base(family) if passes else -1
                 if base >= 0 and f.layout_verdict(asked, base):
                     accepted.append(f.limits_of(asked))
@@ -411,8 +416,8 @@ class AnyFramework:
 
     def family_passes(self, family: Layout) -> bool:
         """Whether some framework's family rules accept ``family`` (FrameworkFilter.family_passes)."""
-        key = plan_key(family, LAYOUT_FIELDS)
-        return any(f.family_passes(family, key) for f in self.filters)
+        key, plans = plan_key(family, LAYOUT_FIELDS), dict[object, Plan]()
+        return any(f.family_passes(family, key, plans) for f in self.filters)
 
     def reason(self) -> str:
         """Why nothing passed: each framework's most frequent refusal (one whose rules include
