@@ -10,7 +10,9 @@ read neither the ZeRO stage nor the rank order (``TargetRules.family_rules``) ru
 family (``family_passes``, also the solver's family filter); the rest (LAYOUT_RULES) once per
 layout less the fields they do not read (``LAYOUT_RULES_IGNORE``: micro-batch, vp, SP, cp_comm).
 Every verdict is remembered (the solver asks again) and every refusal counted, so an empty search
-can say which rule stood in the way.
+can say which rule stood in the way. The placement search asks about the rank orders of one
+family at a time (``AnyFramework.order_limits``): the family's keys and verdicts are found once,
+and a layout is built only where a rule must run.
 
 Pure functions of (model, job, cluster, plan) with memo tables: nothing here scores a plan.
 """
@@ -34,6 +36,7 @@ from paraplan.rules.base import (
     TargetRules,
     building_fixes,
     first_refusal,
+    holds,
     verdict_only,
 )
 
@@ -294,26 +297,6 @@ class FrameworkFilter:
             return f"{self.name} can run none of the layouts"
         rules = [rule for rule, _ in self.refused.most_common(2)]
         return f"{self.name} refused every layout, e.g.: " + "; ".join(rules)
-
-
-def holds(wide: SearchLimits, narrow: SearchLimits, uneven: bool = True) -> bool:
-    """Every per-stage choice ``narrow`` allows, ``wide`` allows too, on any layout of a search
-    that allows uneven stages (``uneven``) or not: a free split (no framework split, uneven
-    stages where the search allows them) holds every split but, in an even-only search, a
-    framework's own split; else the same split rule; one recompute mode for every stage only if
-    ``narrow`` has it too; at least ``narrow``'s modes; partial recompute if ``narrow`` has it."""
-    free = wide.stage_split is None and not wide.even_stages
-    split_held = (free and (uneven or narrow.stage_split is None)) or (
-        wide.stage_split,
-        wide.even_stages,
-    ) == (narrow.stage_split, narrow.even_stages)
-    wide_modes, narrow_modes = wide.recompute_modes, narrow.recompute_modes
-    return (
-        split_held
-        and (narrow.uniform_recompute or not wide.uniform_recompute)
-        and (wide_modes is None or (narrow_modes is not None and set(narrow_modes) <= set(wide_modes)))
-        and (wide.partial_recompute or not narrow.partial_recompute)
-    )
 
 
 class AnyFramework:
