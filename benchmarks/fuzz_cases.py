@@ -237,11 +237,21 @@ def _composition(d: Draw, total: int, parts: int) -> list[int]:
 
 
 def _plan_knobs(
-    d: Draw, devices: int, layers: int, batch: int, seq_len: int, is_moe: bool, experts: int, num_pools: int
+    d: Draw,
+    devices: int,
+    layers: int,
+    batch: int,
+    seq_len: int,
+    is_moe: bool,
+    experts: int,
+    num_pools: int,
+    consistent: bool = False,
 ) -> dict[str, Any]:
-    """A subset of knobs, mostly consistent with the drawn sizes, sometimes not."""
+    """A subset of knobs, mostly consistent with the drawn sizes, sometimes not (``consistent``:
+    tp and pp only from the divisors that fit)."""
     plan: dict[str, Any] = {}
-    tp = d.choice(divisors(devices) + [3, 5]) if d.chance(0.3) else None  # 3, 5: often invalid
+    bad_tps = [] if consistent else [3, 5]  # 3, 5: often invalid
+    tp = d.choice(divisors(devices) + bad_tps) if d.chance(0.3) else None
     if tp is not None:
         plan["tp"] = tp
     rest = max(1, devices // (tp or 1))
@@ -249,7 +259,7 @@ def _plan_knobs(
         plan["cp"] = d.choice((1, 2, 4))
     pp = None
     if d.chance(0.3) and not num_pools:
-        pp = d.choice([p for p in divisors(rest) if p <= layers] + [layers + 1])
+        pp = d.choice([p for p in divisors(rest) if p <= layers] + ([] if consistent else [layers + 1]))
         plan["pp"] = pp
     if d.chance(0.15):
         plan["dp"] = d.choice(divisors(rest))
@@ -305,10 +315,12 @@ def _solver_section(d: Draw) -> dict[str, Any]:
     return s
 
 
-def valid_case(d: Draw, *, time_limit_s: float = 5.0, large: bool = False) -> Case:
+def valid_case(d: Draw, *, time_limit_s: float = 5.0, large: bool = False, consistent: bool = False) -> Case:
     """A well-formed scenario of a small instance (it may still be infeasible or break a rule
     between fields: then a ParaplanError is the right answer). ``large``: presets on 96 to
-    4,608 devices (the long run; the issue's wrong OPTIMALs were on such clusters)."""
+    4,608 devices (the long run; the issue's wrong OPTIMALs were on such clusters).
+    ``consistent``: no tp or pp the device or layer count rules out (``_plan_knobs``), for tests
+    that need a scenario that plans; the default draws stay those of the fuzz record."""
     files: dict[str, Any] = {}
     source = "preset" if large else d.choice(("explicit", "preset", "hf"))
     if source == "preset":
@@ -343,7 +355,8 @@ def valid_case(d: Draw, *, time_limit_s: float = 5.0, large: bool = False) -> Ca
         job["moe_routing"] = d.choice(("dropless", "force_balanced", {"capacity_factor": 1.25}))
     scenario: dict[str, Any] = {"model": model, "cluster": cluster, "job": job}
     if d.chance(0.6):
-        plan = _plan_knobs(d, devices, layers, batch, seq_len, is_moe, experts, len(cluster.get("pools", ())))
+        num_pools = len(cluster.get("pools", ()))
+        plan = _plan_knobs(d, devices, layers, batch, seq_len, is_moe, experts, num_pools, consistent)
         if plan:
             scenario["plan"] = plan
     if d.chance(0.4):

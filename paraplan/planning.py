@@ -246,6 +246,7 @@ def runnable_options(options: Options, inst: Instance) -> RunnableSpace:
         layout_filter=union,
         family_filter=union.family_passes,
         layout_limits=union.limits,
+        order_limits=union.order_limits,
         state_holds=union.state_holds,
     )
     return RunnableSpace(tuple(narrowed_by), search, excluded)

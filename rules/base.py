@@ -33,6 +33,7 @@ __all__ = [
     "first_refusal",
     "verdict_only",
     "building_fixes",
+    "holds",
 ]
 
 _VERDICT_ONLY: ContextVar[bool] = ContextVar("verdict_only", default=False)
@@ -195,3 +196,23 @@ def first_refusal(ctx: RuleContext, draft: Draft, rules: Sequence[Rule]) -> Refu
         if refusal is not None:
             return refusal
     return None
+
+
+def holds(wide: SearchLimits, narrow: SearchLimits, uneven: bool = True) -> bool:
+    """Every per-stage choice ``narrow`` allows, ``wide`` allows too, on any layout of a search
+    that allows uneven stages (``uneven``) or not: a free split (no framework split, uneven
+    stages where the search allows them) holds every split but, in an even-only search, a
+    framework's own split; else the same split rule; one recompute mode for every stage only if
+    ``narrow`` has it too; at least ``narrow``'s modes; partial recompute if ``narrow`` has it."""
+    free = wide.stage_split is None and not wide.even_stages
+    split_held = (free and (uneven or narrow.stage_split is None)) or (
+        wide.stage_split,
+        wide.even_stages,
+    ) == (narrow.stage_split, narrow.even_stages)
+    wide_modes, narrow_modes = wide.recompute_modes, narrow.recompute_modes
+    return (
+        split_held
+        and (narrow.uniform_recompute or not wide.uniform_recompute)
+        and (wide_modes is None or (narrow_modes is not None and set(narrow_modes) <= set(wide_modes)))
+        and (wide.partial_recompute or not narrow.partial_recompute)
+    )

@@ -10,7 +10,9 @@ read neither the ZeRO stage nor the rank order (``TargetRules.family_rules``) ru
 family (``family_passes``, also the solver's family filter); the rest (LAYOUT_RULES) once per
 layout less the fields they do not read (``LAYOUT_RULES_IGNORE``: micro-batch, vp, SP, cp_comm).
 Every verdict is remembered (the solver asks again) and every refusal counted, so an empty search
-can say which rule stood in the way.
+can say which rule stood in the way. The placement search asks about the rank orders of one
+family at a time (``AnyFramework.order_limits``): the family's keys and verdicts are found once,
+and a layout is built only where a rule must run.
 
 Pure functions of (model, job, cluster, plan) with memo tables: nothing here scores a plan.
 """
@@ -18,10 +20,10 @@ Pure functions of (model, job, cluster, plan) with memo tables: nothing here sco
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from paraplan.cost import CudaGraphs, Layout, Plan, Recompute
+from paraplan.cost import Axis, CudaGraphs, Layout, Plan, Recompute
 from paraplan.cost.plan import plan_key
 from paraplan.cost.software import SOFTWARE_FIELDS
 from paraplan.cost.split import even_layers
@@ -34,6 +36,7 @@ from paraplan.rules.base import (
     TargetRules,
     building_fixes,
     first_refusal,
+    holds,
     verdict_only,
 )
 
@@ -48,6 +51,32 @@ that differ only here are checked once (tests/rules/test_layout_rules.py checks 
 not named here, a new one included, keeps the verdicts apart."""
 STATELESS_FIELDS = LAYOUT_FIELDS | frozenset(SOFTWARE_FIELDS)
 """A family less its MoE software state: the key of the verdict of the rules that do not read it."""
+_RULES_BASE_IGNORE = LAYOUT_RULES_IGNORE | {"order"}
+"""A layout's LAYOUT_RULES verdict key is (its id less these, its rank order): the rank orders of
+one family share the rest, so it is found once per family (``AnyFramework.order_limits``)."""
+_ORDER = frozenset({"order"})
+Order = tuple[Axis, ...]
+
+
+class Asked:
+    """A layout the filters are asked about, as its family and rank order: the layout itself
+    (and its representatives, ``plans``) is built only when a rule must run, most verdicts
+    being remembered. ``layout``: the layout when the caller has it."""
+
+    __slots__ = ("family", "order", "plans", "_layout")
+
+    def __init__(self, family: Layout, order: Order, layout: Layout | None = None) -> None:
+        self.family = family
+        self.order = order
+        self.plans: dict[object, Plan] = {}  # representatives by split, shared by the frameworks
+        self._layout = layout
+
+    @property
+    def layout(self) -> Layout:
+        if self._layout is None:
+            same = self.family.order == self.order
+            self._layout = self.family if same else replace(self.family, order=self.order)
+        return self._layout
 
 
 def _is_state_rule(rule: Rule) -> bool:
@@ -88,7 +117,9 @@ class FrameworkFilter:
         self._split = rules.search.stage_split
         self._families: dict[tuple[object, ...], bool] = {}
         self._verdicts: dict[Layout, bool] = {}
-        self._layout_verdicts: dict[tuple[object, ...], str | None] = {}  # refusing rule or None
+        # LAYOUT_RULES verdicts (the refusing rule or None) by (rules_base, rank order)
+        self._layout_verdicts: dict[tuple[int, Order], str | None] = {}
+        self._rules_bases: dict[tuple[object, ...], int] = {}
         self._splits: dict[tuple[int, int], tuple[int, ...] | None] = {}
         self.refused: Counter[str] = Counter()
         self._mode_limits: dict[Layout, SearchLimits] = {}
@@ -158,28 +189,42 @@ class FrameworkFilter:
                 return refusal.rule
         return None
 
-    def _layout_passes(
-        self, layout: Layout, plans: dict[object, Plan] | None = None, key: tuple[object, ...] | None = None
-    ) -> bool:
-        """The LAYOUT_RULES accept ``layout`` (its representative); their verdict is remembered
-        per layout less LAYOUT_RULES_IGNORE (``key``, when the caller has it), each refusal
-        counted as if asked."""
-        if self._representative_split(layout) is None:
-            return False
-        if key is None:
-            key = plan_key(layout, LAYOUT_RULES_IGNORE)
+    def rules_base(self, layout: Layout) -> int:
+        """An id of ``layout`` less LAYOUT_RULES_IGNORE and its rank order: with the order, the
+        key its LAYOUT_RULES verdict is remembered by (the same for every layout of a family
+        but for the order, so a caller asking about many orders finds it once)."""
+        return self._rules_bases.setdefault(plan_key(layout, _RULES_BASE_IGNORE), len(self._rules_bases))
+
+    def has_split(self, layout: Layout) -> bool:
+        """``layout`` has a representative split (which reads its pp and vp only)."""
+        return self._representative_split(layout) is not None
+
+    def layout_passes(self, asked: Asked, base: int) -> bool:
+        """The LAYOUT_RULES accept the ``asked`` layout (its representative); their verdict is
+        remembered per layout less LAYOUT_RULES_IGNORE (``base``: ``rules_base`` of the layout),
+        each refusal counted as if asked."""
+        return self.has_split(asked.family) and self.layout_verdict(asked, base)
+
+    def layout_verdict(self, asked: Asked, base: int) -> bool:
+        """``layout_passes`` of a layout that has a representative split, for a caller that
+        keeps one memo per family and has asked ``family_passes`` (``AnyFramework``)."""
+        key = (base, asked.order)
         if key in self._layout_verdicts:
             refusal = self._layout_verdicts[key]
         else:
-            refusal = self._layout_verdicts[key] = self._refusal(layout, self._layout_rules, plans)
+            refusal = self._refusal(asked.layout, self._layout_rules, asked.plans)
+            self._layout_verdicts[key] = refusal
         if refusal:
             self.refused[refusal] += 1
         return refusal is None
 
-    def family_passes(self, family: Layout, key: tuple[object, ...] | None = None) -> bool:
+    def family_passes(
+        self, family: Layout, key: tuple[object, ...] | None = None, plans: dict[object, Plan] | None = None
+    ) -> bool:
         """Whether the family rules accept ``family`` (any ZeRO stage and rank order: those
         rules do not read them); False means every layout of the family fails. ``key``: the
-        family's ``plan_key`` over all but LAYOUT_FIELDS, when the caller has it."""
+        family's ``plan_key`` over all but LAYOUT_FIELDS, when the caller has it; ``plans``:
+        the family's representatives built so far, by split (frameworks share them)."""
         if key is None:
             key = plan_key(family, LAYOUT_FIELDS)
         verdict = self._families.get(key)
@@ -187,26 +232,15 @@ class FrameworkFilter:
             stateless = plan_key(family, STATELESS_FIELDS)
             plain = self._families.get(stateless)
             if plain is None:
-                plain = self._families[stateless] = self._passes(family, self._family_rules)
-            verdict = self._families[key] = plain and self._passes(family, self._state_rules)
+                plain = self._families[stateless] = self._passes(family, self._family_rules, plans)
+            verdict = self._families[key] = plain and self._passes(family, self._state_rules, plans)
         return verdict
-
-    def check(
-        self,
-        layout: Layout,
-        key: tuple[object, ...],
-        plans: dict[object, Plan],
-        rules_key: tuple[object, ...] | None = None,
-    ) -> bool:
-        """``__call__`` without its memo, for a caller that keeps one (``AnyFramework``): the
-        family's ``key``, the layout's key less LAYOUT_RULES_IGNORE (``rules_key``) and the
-        ``plans`` built for the layout so far are shared."""
-        return self.family_passes(layout, key) and self._layout_passes(layout, plans, rules_key)
 
     def __call__(self, layout: Layout) -> bool:
         verdict = self._verdicts.get(layout)
         if verdict is None:
-            verdict = self.family_passes(layout) and self._layout_passes(layout)
+            asked = Asked(layout, layout.order, layout)
+            verdict = self.family_passes(layout) and self.layout_passes(asked, self.rules_base(layout))
             self._verdicts[layout] = verdict
         return verdict
 
@@ -216,9 +250,7 @@ class FrameworkFilter:
         software state is one whose rules read the recompute mode (the EP overlap and CUDA
         graphs: megatron-core refuses full recompute under both, rules/moe_state.py); a
         scenario's fixed mode is the representative's already."""
-        if self._recompute is not None or not (
-            layout.moe_overlap or layout.cuda_graphs is not CudaGraphs.NONE
-        ):
+        if self._modes_free(layout):
             return self.limits
         found = self._mode_limits.get(layout)
         if found is None:
@@ -227,6 +259,18 @@ class FrameworkFilter:
             found = self.limits if kept == modes else replace(self.limits, recompute_modes=kept)
             self._mode_limits[layout] = found
         return found
+
+    def _modes_free(self, family: Layout) -> bool:
+        """No rule's verdict on ``family``'s layouts depends on the recompute mode (``limits_for``
+        is ``limits``): the scenario fixes the mode, or the MoE software state is one whose rules
+        do not read it (reads the family's fields only)."""
+        return self._recompute is not None or not (
+            family.moe_overlap or family.cuda_graphs is not CudaGraphs.NONE
+        )
+
+    def limits_of(self, asked: Asked) -> SearchLimits:
+        """``limits_for`` the ``asked`` layout (built only when its state's rules read the mode)."""
+        return self.limits if self._modes_free(asked.family) else self.limits_for(asked.layout, asked.plans)
 
     def state_holds(self, a: Layout, b: Layout) -> bool:
         """Where this framework runs family ``b``, it runs family ``a`` (the same but its MoE
@@ -255,26 +299,6 @@ class FrameworkFilter:
         return f"{self.name} refused every layout, e.g.: " + "; ".join(rules)
 
 
-def holds(wide: SearchLimits, narrow: SearchLimits, uneven: bool = True) -> bool:
-    """Every per-stage choice ``narrow`` allows, ``wide`` allows too, on any layout of a search
-    that allows uneven stages (``uneven``) or not: a free split (no framework split, uneven
-    stages where the search allows them) holds every split but, in an even-only search, a
-    framework's own split; else the same split rule; one recompute mode for every stage only if
-    ``narrow`` has it too; at least ``narrow``'s modes; partial recompute if ``narrow`` has it."""
-    free = wide.stage_split is None and not wide.even_stages
-    split_held = (free and (uneven or narrow.stage_split is None)) or (
-        wide.stage_split,
-        wide.even_stages,
-    ) == (narrow.stage_split, narrow.even_stages)
-    wide_modes, narrow_modes = wide.recompute_modes, narrow.recompute_modes
-    return (
-        split_held
-        and (narrow.uniform_recompute or not wide.uniform_recompute)
-        and (wide_modes is None or (narrow_modes is not None and set(narrow_modes) <= set(wide_modes)))
-        and (wide.partial_recompute or not narrow.partial_recompute)
-    )
-
-
 class AnyFramework:
     """The union of ``filters``: a layout passes when some framework accepts it, and its
     per-stage choices are those of the frameworks that do (``limits``: the distinct SearchLimits
@@ -296,7 +320,8 @@ class AnyFramework:
         width = {lim: sum(holds(lim, other, uneven) for other in limits) for lim in limits}
         self._groups = [(lim, groups[lim]) for lim in sorted(limits, key=lambda lim: -width[lim])]
         self._held_by = {lim: [w for w in limits if w != lim and holds(w, lim, uneven)] for lim in limits}
-        self._limits: dict[Layout, tuple[SearchLimits, ...]] = {}
+        self._limits: dict[tuple[int, Order], tuple[SearchLimits, ...]] = {}  # by (family id, order)
+        self._family_ids: dict[tuple[object, ...], int] = {}  # a layout less its order -> an id
 
     @property
     def refused(self) -> Counter[str]:
@@ -309,26 +334,57 @@ class AnyFramework:
     def limits(self, layout: Layout) -> tuple[SearchLimits, ...]:
         """The per-stage limits of the frameworks that accept ``layout``, less those held by
         another accepting group's (() : none accepts)."""
-        found = self._limits.get(layout)
-        if found is None:
-            with verdict_only():  # once for every framework asked (FrameworkFilter._passes)
-                found = self._limits[layout] = self._accepted(layout)
-        return found
+        return self.order_limits(layout, layout)(layout.order)
 
-    def _accepted(self, layout: Layout) -> tuple[SearchLimits, ...]:
-        """``limits`` of a layout not asked before."""
-        key, plans = plan_key(layout, LAYOUT_FIELDS), dict[object, Plan]()
-        rules_key = plan_key(layout, LAYOUT_RULES_IGNORE)
+    def order_limits(
+        self, family: Layout, layout: Layout | None = None
+    ) -> Callable[[Order], tuple[SearchLimits, ...]]:
+        """``limits`` of ``family``'s layouts by rank order (``limits(replace(family,
+        order=o))`` for order ``o``), for a caller that asks about many orders of one family
+        (solver/placement.py): the family's keys and each framework's family verdict are found
+        once, and a layout is built only where a rule must run. ``layout``: the family's own
+        layout, when the caller has it. Each layout is asked once (remembered by the family's
+        id and the order), so every framework's refusals count as before."""
+        fid = self._family_ids.setdefault(plan_key(family, _ORDER), len(self._family_ids))
+        known: dict[int, int] = {}  # framework -> rules_base (-1: its family rules refuse)
+        family_key: list[tuple[object, ...]] = []
+        plans: dict[object, Plan] = {}  # the family's representatives, by split
+        memo = self._limits
+
+        def limits(order: Order) -> tuple[SearchLimits, ...]:
+            found = memo.get((fid, order))
+            if found is None:
+                asked = Asked(family, order, layout if layout is not None and layout.order == order else None)
+                if not family_key:
+                    family_key.append(plan_key(family, LAYOUT_FIELDS))
+                found = memo[fid, order] = self._accepted(asked, family_key[0], known, plans)
+            return found
+
+        return limits
+
+    def _accepted(
+        self, asked: Asked, key: tuple[object, ...], known: dict[int, int], plans: dict[object, Plan]
+    ) -> tuple[SearchLimits, ...]:
+        """``limits`` of a layout not asked before. ``key``: its family's key over all but
+        LAYOUT_FIELDS; ``known``: each framework's ``rules_base`` for the family, -1 where its
+        family rules refuse it or it has no representative split, filled as they are found (a
+        rule that runs runs ``verdict_only``: FrameworkFilter._refusal); ``plans``: the family's
+        representatives (those of the family rules)."""
         accepted: list[SearchLimits] = []
         for lim, group in self._groups:
-            if any(w in accepted for w in self._held_by[lim]):
+            if accepted and any(w in accepted for w in self._held_by[lim]):
                 continue
             refused: list[frozenset[Rule]] = []  # a framework with these rules and more refuses too
             for f in group:
-                if any(r <= f.rule_set for r in refused):
+                if refused and any(r <= f.rule_set for r in refused):
                     continue
-                if f.check(layout, key, plans, rules_key):
-                    accepted.append(f.limits_for(layout, plans))
+                base = known.get(id(f))
+                if base is None:
+                    family = asked.family
+                    passes = f.family_passes(family, key, plans) and f.has_split(family)
+                    base = known[id(f)] = f.rules_base(family) if passes else -1
+                if base >= 0 and f.layout_verdict(asked, base):
+                    accepted.append(f.limits_of(asked))
                     break
                 refused.append(f.rule_set)
         return tuple(accepted)
@@ -343,8 +399,8 @@ class AnyFramework:
 
     def family_passes(self, family: Layout) -> bool:
         """Whether some framework's family rules accept ``family`` (FrameworkFilter.family_passes)."""
-        key = plan_key(family, LAYOUT_FIELDS)
-        return any(f.family_passes(family, key) for f in self.filters)
+        key, plans = plan_key(family, LAYOUT_FIELDS), dict[object, Plan]()
+        return any(f.family_passes(family, key, plans) for f in self.filters)
 
     def reason(self) -> str:
         """Why nothing passed: each framework's most frequent refusal (one whose rules include

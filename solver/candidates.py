@@ -176,6 +176,10 @@ def bounded_tables(
     order_cache: OrderCache = {}
     floors: dict[tuple[object, ...], Any] = {}
     same_layers = len(graph.kind_blocks) == 1  # pooled_pipeline_floor_s
+    # several block kinds make the memory check (_fits: caps.layer_caps per kind) dearer than
+    # the layout filter's rank orders: a filtered family is then asked for its orders first
+    # (off a TPU cluster, whose unfit families' least memory reads each family's own shape)
+    filter_first = options.layout_filter is not None and not same_layers and cluster.torus is None
     heap: list[tuple[Any, ...]] = []
     tick = itertools.count()
     # the family filter is asked of the families the search reaches (level 0), not of them all
@@ -253,12 +257,10 @@ def bounded_tables(
                 if own > bound:
                     heapq.heappush(heap, (own, next(tick), 1, (plan, terms), ks))
                     continue
-            found_placements = None
-            if options.layout_filter is not None and cluster.torus is None:
-                # the filter first: a family none of whose rank orders passes it holds no layout
-                # (nor does it count among the unfit, as none of its orders is searched)
-                found_placements = placements(plan, cluster, fixed, options, cache=order_cache)
-                if not found_placements:
+            orders_found = None
+            if filter_first:  # no rank order passes the filter: no layout (none counts as unfit)
+                orders_found = placements(plan, cluster, fixed, options, cache=order_cache)
+                if not orders_found:
                     continue
             if any(t in unfit_families for t in twins(plan, fixed)) or not _fits(
                 terms, recomputes, spec.num_layers, ks, uniform, _stage_modes(fixed, plan.pp)
@@ -266,9 +268,9 @@ def bounded_tables(
                 unfit_terms.append(terms)
                 unfit_families.add(plan)
                 continue
-            if found_placements is None:
-                found_placements = placements(plan, cluster, fixed, options, cache=order_cache)
-            for order, shape in found_placements:
+            if orders_found is None:
+                orders_found = placements(plan, cluster, fixed, options, cache=order_cache)
+            for order, shape in orders_found:
                 passed += 1
                 layout = replace(plan, order=order, torus_shape=shape)
                 if dominated_by_twin(layout, fixed, options, variant_memo):

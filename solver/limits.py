@@ -61,6 +61,7 @@ def narrowed(options: Options, limits: StageLimits) -> Options:
         stage_split=limits.stage_split,
         partial_recompute=options.partial_recompute and limits.partial_recompute,
         layout_limits=None,
+        order_limits=None,
     )
 
 

@@ -194,10 +194,11 @@ def _orders_by_limits(
     such an order of the family's ZeRO-1 / SP-on twin dominates (limits.twins: never slower,
     never larger, so that twin layout is no worse than the order's own twin, nor that than it).
     ``cache`` keeps the profiles of the family's degrees and each family's kept orders."""
-    from paraplan.solver.limits import spans_search, twins  # limits imports space, space this
+    from paraplan.solver.limits import twins  # limits imports space, space this
 
     limits, layout_filter = options.layout_limits, options.layout_filter
     assert limits is not None and layout_filter is not None
+    by_order = options.order_limits(family) if options.order_limits is not None else None
     key = ("profiles", plan, expert_tps)
     profiles = cache.get(key) if cache is not None else None
     if profiles is None:
@@ -215,18 +216,35 @@ def _orders_by_limits(
             continue
         if any(wide and _dominated(prof, other) for _, other, _, wide in kept):
             continue
-        layout = replace(family, order=order)
-        if not layout_filter(layout):
-            continue
-        sig = limits(layout)
+        if by_order is not None:  # the same verdicts, no layout built (Options.order_limits)
+            sig = by_order(order)
+            if not sig:
+                continue
+        else:
+            layout = replace(family, order=order)
+            if not layout_filter(layout):
+                continue
+            sig = limits(layout)
         if any(_dominated(prof, other) and s == sig for _, other, s, _ in kept):
             continue
-        wide = spans_search(options, sig)
+        wide = _spans_search(options, sig, cache)
         kept = [k for k in kept if not ((wide or k[2] == sig) and _dominated(k[1], prof))]
         kept.append((order, prof, sig, wide))
     if cache is not None:
         cache[("kept", *plan_key(family, frozenset()))] = kept
     return [k[0] for k in kept]
+
+
+def _spans_search(options: Options, sig: tuple[Any, ...], cache: OrderCache | None) -> bool:
+    """limits.spans_search, remembered per limits in ``cache`` (one search's options)."""
+    from paraplan.solver.limits import spans_search  # limits imports space, space this
+
+    key = ("spans", sig)
+    if cache is None:
+        return spans_search(options, sig)
+    if key not in cache:
+        cache[key] = spans_search(options, sig)
+    return bool(cache[key])
 
 
 def _shapes(cluster: Cluster, fixed: PartialPlan) -> tuple[tuple[int, ...], ...]:

@@ -59,7 +59,7 @@ from functools import cache
 from math import gcd, isqrt
 from typing import TYPE_CHECKING
 
-from paraplan.cost import CPComm, CudaGraphs, Layout, MoEDispatcher, Recompute
+from paraplan.cost import Axis, CPComm, CudaGraphs, Layout, MoEDispatcher, Recompute
 from paraplan.cost.dispatch import check_dispatcher, dispatcher_sm_fraction
 from paraplan.cost.plan import PartialPlan
 from paraplan.cost.pools import pool_sequence, stage_pools_of
@@ -111,12 +111,15 @@ class Options:
     are bounded. ``layout_limits``: for each layout ``layout_filter`` passes, the per-stage
     limits it is searched under (one or more, e.g. those of every framework that accepts it:
     solver/limits.py); the options' own per-stage fields must then hold all of them (they bound
-    every variant). ``search_moe_state``: a mixture-of-experts model's software state fields the
-    scenario leaves unset are searched (``software_states``), else they take cost.Layout's
-    defaults. ``state_holds(a, b)``: under ``layout_filter``, every plan of family ``b``
-    the filter passes, family ``a`` (the same but its MoE software state) passes too, under
-    per-stage limits that hold ``b``'s (solver/states.py drops a dominated state only then; None
-    with a filter: never)."""
+    every variant). ``order_limits(family)``: optionally, ``layout_limits`` of ``family``'s
+    layouts by rank order (a function of the order: that of ``replace(family, order=o)``, () where
+    ``layout_filter`` refuses it), which the placement search asks of every order of a family
+    (placement.py), cheaper than building each layout. ``search_moe_state``: a
+    mixture-of-experts model's software state fields the scenario leaves unset are searched
+    (``software_states``), else they take cost.Layout's defaults. ``state_holds(a, b)``: under
+    ``layout_filter``, every plan of family ``b`` the filter passes, family ``a`` (the same but
+    its MoE software state) passes too, under per-stage limits that hold ``b``'s
+    (solver/states.py drops a dominated state only then; None with a filter: never)."""
 
     allow_uneven_stages: bool = True
     search_placement: bool = True
@@ -129,6 +132,7 @@ class Options:
     stage_split: Callable[[int, int, int], tuple[int, ...] | None] | None = None
     partial_recompute: bool = True  # FULL stages may store some layers (Plan.recompute_layers)
     layout_limits: Callable[[Layout], tuple[StageLimits, ...]] | None = None
+    order_limits: Callable[[Layout], Callable[[tuple[Axis, ...]], tuple[StageLimits, ...]]] | None = None
     state_holds: Callable[[Layout, Layout], bool] | None = None
     search_moe_state: bool = False
     pp_schedules: tuple[PPSchedule, ...] = ()  # schedules tried beyond the one vp implies

@@ -87,12 +87,13 @@ def test_the_fast_scenarios_are_benchmark_files() -> None:
 
 
 FUZZ_SEEDS = (1, 4, 8, 12, 15, 18, 21, 22)
-"""benchmarks/fuzz_cases.valid_case seeds whose scenario solves (dict scenarios, no HF files)."""
+"""benchmarks/fuzz_cases.valid_case seeds whose scenario solves (dict scenarios, no HF files),
+drawn ``consistent`` (no tp or pp the sizes rule out: seed 1 drew tp 5 for 32 devices)."""
 
 
 @pytest.mark.parametrize("seed", FUZZ_SEEDS)
 def test_a_fuzz_result_plan_round_trips(seed: int) -> None:
-    case = valid_case(RandomDraw(seed))
+    case = valid_case(RandomDraw(seed), consistent=True)
     assert isinstance(case.scenario, dict) and not case.files
     try:
         r = paraplan.solve(case.scenario, **case.args)
