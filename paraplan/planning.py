@@ -30,6 +30,9 @@ frameworks that accept it (``Options.layout_limits``: the layout is searched und
 space is exactly the union of the frameworks' own searches, so its optimum is the fastest plan
 some framework runs, found in one branch and bound. ``solver.target: any`` searches everything the
 cost model allows (the unrestricted optimum); ``runs_on`` names the frameworks a plan passes.
+
+Size: one module because it is the recipe, read top to bottom: scenario, instance, options,
+filter, search, result.
 """
 
 from __future__ import annotations

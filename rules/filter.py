@@ -14,6 +14,9 @@ can say which rule stood in the way. The placement search asks about the rank or
 family at a time (``AnyFramework.order_limits``): the family's keys and verdicts are found once,
 and a layout is built only where a rule must run.
 
+Size: one module because ``FrameworkFilter`` and ``AnyFramework`` share the memo keys and the
+refusal counts that make the runnable default one search (the union must read what each reads).
+
 Pure functions of (model, job, cluster, plan) with memo tables: nothing here scores a plan.
 """
 

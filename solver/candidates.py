@@ -7,6 +7,9 @@ at most the next one's, so popping the least bound first and stopping once it ex
 best upper bound examines exactly what cannot be proven worse; a layout whose lower bound
 exceeds that K-th best upper bound cannot hold any of the K best plans and stays out of CP-SAT.
 When nothing fits memory, ``NoFitError`` carries the least memory any plan needs.
+
+Size: one module because the levels share one heap, one incumbent and the memo tables each level
+fills for the next; split apart, every level would pass the same seven arguments back and forth.
 """
 
 from __future__ import annotations
