@@ -13,7 +13,7 @@ from paraplan.cost import PartialPlan, Plan
 from paraplan.cost import evaluate as cost_evaluate
 from paraplan.cost.plan import PPSchedule, default_chunks
 from paraplan.errors import ConfigError, SolveTimeout
-from paraplan.headroom import more_headroom_line
+from paraplan.headroom import more_headroom_hint, more_headroom_line
 from paraplan.instance import Calibration, Instance, build_instance, fixed_plan
 from paraplan.planning import UNRESTRICTED, fixed_modes, runnable_options, runs_on, search, target_options
 from paraplan.reports.explain import explain, summary
@@ -209,7 +209,7 @@ def solve(
     seed: int = 0,
     progress: Callable[[str], None] | None = None,
     calibration: Calibration | None = None,
-    more_headroom: bool = True,
+    more_headroom: bool = False,
 ) -> Result | ServingResult:
     """The fastest plan under the cost model that at least one framework runs (``runs_on``
     names them; ``solver.target`` narrows the search to one framework, ``any`` widens it to
@@ -219,8 +219,9 @@ def solve(
     time. ``calibration``: a profile file or object (as in ``evaluate``). A serving scenario
     (``workload:``) gets the best serving plan for its ``objective`` (paraplan/serving/api.py).
     ``more_headroom``: for a plan at the edge of memory, one more search for the next plan with
-    more headroom, stated in the explanation (paraplan/headroom.py); False skips it (the
-    benchmarks time the search alone)."""
+    more headroom, stated in the explanation (paraplan/headroom.py; ``paraplan plan
+    --more-headroom``). Off by default, as it can double the solve: the explanation then names
+    the headroom that search would keep and how to ask for it."""
     started = time.perf_counter()
     _check_solve_args(time_limit_s, workers, top, seed)
     if is_serving(scenario):  # workload: (issue 23)
@@ -288,7 +289,7 @@ def solve(
     roomier = (
         more_headroom_line(inst, best.plan, breakdown, fixed, base, opts, deadline, time.perf_counter)
         if more_headroom
-        else None
+        else more_headroom_hint(inst, breakdown)
     )
     explanation += ([roomier] if roomier else []) + notes
     result = evaluate_plan(inst, best.plan, solver_out, alternatives=alternatives, explanation=explanation)

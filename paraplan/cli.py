@@ -66,6 +66,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     pl.add_argument("--seed", type=int, default=0, help="CP-SAT random seed (default 0)")
     pl.add_argument(
+        "--more-headroom",
+        action="store_true",
+        help="for a plan at the edge of memory, one more search: the fastest plan keeping more free",
+    )
+    pl.add_argument(
         "--verbose",
         action="store_true",
         help="log every incumbent plan on stderr (default: one progress line on a terminal)",
@@ -212,6 +217,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
             seed=args.seed,
             progress=progress,
             calibration=args.calibration,
+            more_headroom=args.more_headroom,
         )
     finally:
         if progress is not None:

@@ -5,9 +5,11 @@ A solved plan whose peak, grown by the memory band's p90 (hardware/data/uncertai
 For such a plan one more search runs with ``solver.memory_headroom`` raised to the plan's own free
 share of the device plus MORE_HEADROOM_STEP, so the plan itself no longer fits and the answer is
 the fastest plan that keeps more memory free; the explanation states its step time against the
-plan's and its free memory. A plan with room to spare needs no second search, so ordinary solves
-keep their speed. The second search has what is left of the caller's time limit; it reports no
-plan when none keeps that much free, and says so when the time ran out.
+plan's and its free memory. A plan with room to spare needs no second search. The second search
+runs only when asked (``paraplan plan --more-headroom``, ``paraplan.solve(..., more_headroom=True)``):
+it can take as long as the first, so by default the line names the headroom it would keep and how
+to ask for it (``more_headroom_hint``). The second search has what is left of the caller's time
+limit; it reports no plan when none keeps that much free, and says so when the time ran out.
 """
 
 from __future__ import annotations
@@ -25,7 +27,14 @@ from paraplan.reports.explain import summary
 from paraplan.reports.text import gib
 from paraplan.solver import Options, SolverOptions
 
-__all__ = ["EDGE_NEED_SHARE", "MORE_HEADROOM_STEP", "MAX_HEADROOM", "at_the_edge", "more_headroom_line"]
+__all__ = [
+    "EDGE_NEED_SHARE",
+    "MORE_HEADROOM_STEP",
+    "MAX_HEADROOM",
+    "at_the_edge",
+    "more_headroom_hint",
+    "more_headroom_line",
+]
 
 EDGE_NEED_SHARE = 0.98
 """A plan is at the edge when its peak x the memory band's p90 is at least this share of the
@@ -58,6 +67,27 @@ def at_the_edge(b: Breakdown, headroom: float) -> bool:
     )
 
 
+def _wanted_share(b: Breakdown, headroom: float) -> float | None:
+    """The free share the second search keeps: the plan's own plus MORE_HEADROOM_STEP; None when
+    the plan is not at the edge or that share is past MAX_HEADROOM."""
+    if not at_the_edge(b, headroom):
+        return None
+    wanted = free_share(b, headroom) + MORE_HEADROOM_STEP
+    return wanted if wanted <= MAX_HEADROOM else None
+
+
+def more_headroom_hint(inst: Instance, b: Breakdown) -> str | None:
+    """The explanation's line for a plan at the edge when the second search was not asked for:
+    the headroom it would keep and the two ways to ask (no search runs)."""
+    wanted = _wanted_share(b, inst.cluster.memory_headroom)
+    if wanted is None:
+        return None
+    return (
+        f"more headroom: not searched; `paraplan plan --more-headroom` states the fastest plan keeping "
+        f"{wanted:.1%} of device memory free (solver.memory_headroom {wanted:.3f} plans it)"
+    )
+
+
 def more_headroom_line(
     inst: Instance,
     plan: Plan,
@@ -71,12 +101,10 @@ def more_headroom_line(
     """The explanation's line on the next plan with more headroom, or None when ``plan`` is not
     at the edge. ``deadline`` (on ``clock``) bounds the second search."""
     headroom = inst.cluster.memory_headroom
-    if not at_the_edge(b, headroom):
+    wanted = _wanted_share(b, headroom)
+    if wanted is None:
         return None
     own = free_share(b, headroom)
-    wanted = own + MORE_HEADROOM_STEP
-    if wanted > MAX_HEADROOM:
-        return None
     lead = (
         f"more headroom: the fastest plan keeping {wanted:.1%} of device memory free "
         f"(solver.memory_headroom {wanted:.3f}"

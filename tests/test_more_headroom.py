@@ -1,7 +1,8 @@
 """The explanation's next plan with more memory headroom (issue 24, item 5; paraplan/headroom.py):
-a plan at the edge of memory gets one more search with the headroom raised past its own free
-share, and the line states that plan's step time and free memory; a plan with room to spare gets
-no second search."""
+asked for (``more_headroom=True``, ``paraplan plan --more-headroom``), a plan at the edge of memory
+gets one more search with the headroom raised past its own free share, and the line states that
+plan's step time and free memory; by default the line only names that headroom and how to ask; a
+plan with room to spare gets neither."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ def _line(result: Any) -> str | None:
 
 @pytest.fixture(scope="module")
 def edge() -> Any:
-    return paraplan.solve(EDGE, time_limit_s=60)
+    return paraplan.solve(EDGE, time_limit_s=60, more_headroom=True)
 
 
 def test_a_plan_at_the_edge_states_the_next_plan_with_more_headroom(edge: Any) -> None:
@@ -49,8 +50,15 @@ def test_a_plan_at_the_edge_states_the_next_plan_with_more_headroom(edge: Any) -
 
 
 def test_a_plan_with_room_to_spare_gets_no_second_search() -> None:
+    assert _line(paraplan.solve(ROOMY, time_limit_s=60, more_headroom=True)) is None
     assert _line(paraplan.solve(ROOMY, time_limit_s=60)) is None
 
 
-def test_the_second_search_can_be_turned_off() -> None:
-    assert _line(paraplan.solve(EDGE, time_limit_s=60, more_headroom=False)) is None
+def test_by_default_the_line_names_the_headroom_and_how_to_ask(edge: Any) -> None:
+    line = _line(paraplan.solve(EDGE, time_limit_s=60))
+    assert line is not None
+    assert line.startswith("more headroom: not searched; `paraplan plan --more-headroom`")
+    asked = _line(edge)
+    assert asked is not None
+    wanted = re.search(r"solver\.memory_headroom (0\.\d+)", asked)
+    assert wanted is not None and f"solver.memory_headroom {wanted.group(1)} plans it" in line

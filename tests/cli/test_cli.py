@@ -38,6 +38,7 @@ def test_allowed_flags_are_the_documented_ones() -> None:
             "--export",
             "--help",
             "--json",
+            "--more-headroom",
             "--out",
             "--report",
             "--seed",
