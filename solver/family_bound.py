@@ -66,16 +66,15 @@ def family_bound_s(
 
 
 def least_memory_twin(layout: Layout) -> Layout:
-    """``layout`` under the MoE software state that needs the least memory on every layout:
-    NCCL's all-to-all keeps no buffer outside the activations (cost/moe_memory.py
-    ``dispatcher_buffer_bytes``: 0), no CUDA graph keeps no static buffers
-    (``GRAPH_STATIC_TENSORS``: 0) and without the EP overlap no extra micro-batch is in flight
-    (cost/pp.py ``in_flight_micro_batches``); nothing else a stage's memory counts reads the
-    state (the blocks' stored bytes do not: cost/stage_build.py ``_WORK_IGNORES``, block.py
-    ``block_costs``)."""
-    return replace(
-        layout, moe_dispatcher=MoEDispatcher.ALLTOALL, moe_overlap=False, cuda_graphs=CudaGraphs.NONE
-    )
+    """``layout`` under NCCL's all-to-all and no CUDA graphs, its EP overlap kept: the state of
+    least memory among those of its overlap. The all-to-all keeps no buffer outside the
+    activations (cost/moe_memory.py ``dispatcher_buffer_bytes``: 0) and no graph keeps no static
+    buffers (``GRAPH_STATIC_TENSORS``: 0); nothing else a stage's memory counts reads the
+    dispatcher or the graphs (the blocks' stored bytes do not: cost/stage_build.py
+    ``_WORK_IGNORES``, block.py ``block_costs``). The overlap is kept: it can need less memory
+    than no overlap (cost/pp.py ``in_flight_micro_batches`` caps its micro-batches in flight at
+    m, the interleaved count without it is not capped)."""
+    return replace(layout, moe_dispatcher=MoEDispatcher.ALLTOALL, cuda_graphs=CudaGraphs.NONE)
 
 
 class LeastMemory:
@@ -106,6 +105,10 @@ class LeastMemory:
         found = self._memo.get(twin)
         if found is None:
             graph, job, cluster = self._args
-            terms = stage_terms(graph, twin, job, cluster, self._shared, packed=self._packed)
-            found = self._memo[twin] = not self._fits(terms, ks)
+            try:
+                terms = stage_terms(graph, twin, job, cluster, self._shared, packed=self._packed)
+            except ValueError:  # the cost model cannot cost the twin here: no verdict
+                found = self._memo[twin] = False
+            else:
+                found = self._memo[twin] = not self._fits(terms, ks)
         return found
