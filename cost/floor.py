@@ -17,7 +17,7 @@ from paraplan.cost.tp import tp_block_comm
 from paraplan.graph import LayerGraph
 from paraplan.hardware import Cluster
 
-__all__ = ["FLOOR_IGNORES", "compute_floor_s", "ends_floor_s", "inner_tiers_fastest"]
+__all__ = ["FLOOR_IGNORES", "compute_floor_s", "ends_floor_s", "inner_tiers_fastest", "moe_ep_excess_s"]
 
 
 def inner_tiers_fastest(cluster: Cluster) -> bool:
@@ -34,19 +34,17 @@ def inner_tiers_fastest(cluster: Cluster) -> bool:
     )
 
 
-def _moe_comm_floor_s(graph: LayerGraph, index: int, plan: Layout, job: Job, cluster: Cluster) -> float:
-    """Least routed-expert time of one MoE block, one micro-batch, over every ep and placement:
-    min over ep | experts of expert compute (ep local kernels, imbalance for ep > 1) plus the
-    dispatch/combine all-to-all on ep consecutive ranks (under the EP overlap the share
-    1 - OVERLAP_EFFICIENCY of it that no overlap hides, ep.ep_exposed_s); plus the MoE layer's TP traffic at
-    perfect balance on tp consecutive ranks (the plan's expert TP: etp = 1 has no routed TP
-    collectives). Units: seconds."""
+def _moe_ep_s(graph: LayerGraph, index: int, plan: Layout, job: Job, cluster: Cluster) -> dict[int, float]:
+    """Each ep | experts: one MoE block's expert compute (ep local kernels, imbalance for ep > 1)
+    plus its dispatch/combine all-to-all on ep consecutive ranks (under the EP overlap the share
+    1 - OVERLAP_EFFICIENCY of it that no overlap hides, ep.ep_exposed_s), one micro-batch.
+    Units: seconds."""
     accel = cluster.accelerator
     eff = cluster.efficiency
     spec = graph.spec
     layer = next(ly for ly in graph.block_layers(index) if ly.experts)
     assert layer.experts is not None
-    best = float("inf")
+    out: dict[int, float] = {}
     for ep in (e for e in range(1, spec.num_experts + 1) if spec.num_experts % e == 0):
         p = replace(plan, ep=ep)
         expert = expert_forward(layer.experts, p, job, accel, eff).forward_backward_s
@@ -54,7 +52,17 @@ def _moe_comm_floor_s(graph: LayerGraph, index: int, plan: Layout, job: Job, clu
         exposed = a2a.forward_s + a2a.backward_s
         if plan.moe_overlap or hides_ep_comm(plan.pp_schedule):  # at most OVERLAP_EFFICIENCY hides
             exposed *= 1.0 - OVERLAP_EFFICIENCY
-        best = min(best, expert + exposed)
+        out[ep] = expert + exposed
+    return out
+
+
+def _moe_comm_floor_s(graph: LayerGraph, index: int, plan: Layout, job: Job, cluster: Cluster) -> float:
+    """Least routed-expert time of one MoE block, one micro-batch, over every ep and placement:
+    min over ep | experts of ``_moe_ep_s``; plus the MoE layer's TP traffic at
+    perfect balance on tp consecutive ranks (the plan's expert TP: etp = 1 has no routed TP
+    collectives). Units: seconds."""
+    spec = graph.spec
+    best = min(_moe_ep_s(graph, index, plan, job, cluster).values())
     tp = tp_block_comm(
         spec.hidden,
         plan,
@@ -64,6 +72,26 @@ def _moe_comm_floor_s(graph: LayerGraph, index: int, plan: Layout, job: Job, clu
         span=packed_span(cluster, plan.tp),
     )
     return best + tp.forward_s + tp.backward_s
+
+
+def moe_ep_excess_s(graph: LayerGraph, plan: Layout, job: Job, cluster: Cluster) -> dict[int, float]:
+    """Each ep | experts: how much more than ``compute_floor_s`` (which takes the least ep) a
+    plan of that ep needs at least, one micro-batch: over the MoE block kinds, count x
+    (``_moe_ep_s`` at that ep - its least over ep), so compute_floor_s + this is a floor of the
+    plans of that ep (solver/candidates.py). Zero for every ep where compute_floor_s does not
+    floor the experts that way (inner tiers not the fastest). Units: seconds."""
+    eps = [e for e in range(1, graph.spec.num_experts + 1) if graph.spec.num_experts % e == 0]
+    out = dict.fromkeys(eps, 0.0)
+    if not inner_tiers_fastest(cluster):
+        return out
+    kinds = graph.block_kinds
+    for k, i in enumerate(graph.kind_blocks):
+        if any(ly.experts for ly in graph.block_layers(i)):
+            times = _moe_ep_s(graph, i, plan, job, cluster)
+            least = min(times.values())
+            for e in eps:
+                out[e] += kinds.count(k) * (times[e] - least)
+    return out
 
 
 def ends_floor_s(graph: LayerGraph, plan: Layout, job: Job, cluster: Cluster) -> float:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from paraplan.cost import Job, Layout, Recompute, StageTerms, stage_memory, stage_terms
-from paraplan.cost.floor import FLOOR_IGNORES, compute_floor_s, inner_tiers_fastest
+from paraplan.cost.floor import FLOOR_IGNORES, compute_floor_s, inner_tiers_fastest, moe_ep_excess_s
 from paraplan.cost.plan import PartialPlan, plan_key
 from paraplan.cost.pools import pool_floors, pooled_pipeline_floor_s
 from paraplan.cost.pp import pipeline_lower_bound_s
@@ -33,6 +33,7 @@ from paraplan.solver.bounds import quick_lower_bound_s
 from paraplan.solver.caps import fits_some_split, layer_caps
 from paraplan.solver.constraints.recompute_layers import bound_modes, searches_partial
 from paraplan.solver.distinct import layout_key
+from paraplan.solver.family_bound import LeastMemory, family_bound_s
 from paraplan.solver.limits import dominated_by_twin, layout_variants, twins
 from paraplan.solver.placement import OrderCache, num_orders, orders, placements
 from paraplan.solver.space import (
@@ -102,6 +103,11 @@ def _k_choices(layout: Layout, num_layers: int, fixed: PartialPlan, options: Opt
     return None
 
 
+_BLOCKS = 3
+"""The heap level of a family (its MoE software state chosen) bounded by its own blocks
+(solver/family_bound.py) above its class's compute floor: its ZeRO stages come next (level 1)."""
+
+
 @dataclass
 class _Candidates:
     kept: list[LayoutTables]
@@ -153,7 +159,10 @@ def bounded_tables(
     """Best-first branch and bound over the space (solve.py docstring, 1-2), in three levels:
 
     0. a family (degrees, ep, micro-batch, vp, SP), bounded by its compute floor through the
-       1F1B bound (cost.floor.compute_floor_s, pipeline_lower_bound_s);
+       1F1B bound (cost.floor.compute_floor_s, pipeline_lower_bound_s; a MoE family's at its
+       own ep, cost.floor.moe_ep_excess_s); a MoE family (each state of its class, when the
+       state is searched) is then bounded by its own blocks on packed spans
+       (solver/family_bound.py, heap level ``_BLOCKS``) before its ZeRO stages are;
     1. a family with a ZeRO stage, bounded by quick_lower_bound_s of its terms with every group on
        consecutive ranks (``stage_terms(packed=True)``: no rank order costs less); under a layout
        filter a ZeRO-0 or SP-off family whose ZeRO-1 / SP-on twin (limits.twins) is bounded
@@ -208,8 +217,13 @@ def bounded_tables(
         if cluster.pools:  # per-pool floors (cost/pools.py)
             floor = pooled_pipeline_floor_s(floors[floor_key], family, m, same_layers)
         else:
+            excess = 0.0
+            if spec.is_moe:  # the family's own ep, not the least (cost.floor.moe_ep_excess_s)
+                if (floor_key, "ep") not in floors:
+                    floors[floor_key, "ep"] = moe_ep_excess_s(graph, family, job, cluster)
+                excess = floors[floor_key, "ep"][family.ep]
             weight = bubble_weight_floor(family.pp_schedule, family.vp)
-            floor = pipeline_lower_bound_s(floors[floor_key], family.pp, family.vp, m, weight)
+            floor = pipeline_lower_bound_s(floors[floor_key] + excess, family.pp, family.vp, m, weight)
         heap.append((floor, next(tick), 0, family, ks))
     if not heap:
         raise NoLayoutError("no layout satisfies the divisibility rules")
@@ -224,6 +238,18 @@ def bounded_tables(
     unfit_families: set[Layout] = set()  # families with a ZeRO stage whose no split fits
     state_memo: dict[Any, Any] = {}  # solver/states.py
     passed = 0  # layouts that reached level 2 (under a layout filter: that passed it)
+    blocks = spec.is_moe and packed and not cluster.pools  # level 0's block bound (family_bound.py)
+    roomy = None  # the states of a family and ZeRO stage that fit no split, told by one check
+    if spec.is_moe and options.search_moe_state:
+        roomy = LeastMemory(
+            graph,
+            job,
+            cluster,
+            shared,
+            packed,
+            lambda t, ks: _fits(t, recomputes, spec.num_layers, ks, uniform, _stage_modes(fixed, t.plan.pp)),
+        )
+    skipped: list[Layout] = []  # families with a ZeRO stage whose least-memory twin fits no split
     while heap:
         cutoff = uppers[top - 1] * (1 + 1e-9) if len(uppers) >= top else float("inf")
         bound, _, level, plan, ks = heapq.heappop(heap)
@@ -233,15 +259,25 @@ def bounded_tables(
         if time.perf_counter() > deadline:
             discarded, out_of_time = min(discarded, bound), True
             break
-        if level == 0:
+        if level in (0, _BLOCKS):
             found = [plan]
-            if spec.is_moe and options.search_moe_state:  # the class's states, less the dominated
+            if level == _BLOCKS:
+                pass  # a family (its state chosen) whose block bound is known: its ZeRO stages
+            elif spec.is_moe and options.search_moe_state:  # the class's states, less the dominated
                 found = _class_states(graph, cluster, job, fixed, options, plan, state_memo)
             elif options.family_filter is not None and not options.family_filter(plan):
                 continue  # every layout of the family fails the layout filter
             for state in found:
+                if level == 0 and blocks:  # solver/family_bound.py: pushed again if it is tighter
+                    own = family_bound_s(graph, state, job, cluster, lb_modes, shared)
+                    if own > bound:
+                        heapq.heappush(heap, (own, next(tick), _BLOCKS, state, ks))
+                        continue
                 for zero in sorted(zeros(state, fixed, options=options), key=lambda z: z == 0):
                     p = replace(state, zero=zero)
+                    if roomy is not None and roomy.unfit(p, ks):  # family_bound.LeastMemory
+                        skipped.append(p)
+                        continue
                     held = [level1[t] for t in twins(p, fixed) if t in level1]
                     if held:  # terms when popped (_twin_bound): most such families never are
                         heapq.heappush(heap, (max(bound, *held), next(tick), 1, (p, None), ks))
@@ -297,6 +333,8 @@ def bounded_tables(
     num_layouts = _space_size(space, spec, cluster, fixed, options, deadline)
     if not computed and out_of_time:
         return _Candidates([], num_layouts, discarded, unfit + len(unfit_terms), out_of_time)
+    if not computed:  # the skipped families' own terms, for the errors below
+        unfit_terms += [stage_terms(graph, p, job, cluster, shared, packed=packed) for p in skipped]
     if not computed and options.layout_filter is not None:  # unfit families it would refuse
         unfit_terms = [t for t in unfit_terms if orders(t.plan, cluster, fixed, options, cache=order_cache)]
         if not passed and not unfit_terms:

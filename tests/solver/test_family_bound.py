@@ -1,0 +1,82 @@
+"""The MoE family bounds of the branch and bound (solver/family_bound.py, cost/floor.py
+``moe_ep_excess_s``) on random small mixture-of-experts instances with the software state free:
+each is at most the step time of real plans of the family (every recompute mode, the even split),
+and the least-memory twin (all-to-all, no graphs, the overlap kept) needs no more memory on any
+stage than the layout it stands for.
+The search's exactness with them is tests/solver/test_oracle_moe_state.py's."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+
+import pytest
+from paraplan.cost import Recompute, evaluate
+from paraplan.cost.floor import compute_floor_s, inner_tiers_fastest, moe_ep_excess_s
+from paraplan.cost.plan import Layout
+from paraplan.cost.pp import pipeline_lower_bound_s
+from paraplan.cost.split import even_layers
+from paraplan.hardware import build_cluster
+from paraplan.solver.family_bound import family_bound_s, least_memory_twin
+from paraplan.solver.space import layouts
+
+from tests.solver.test_oracle_moe import random_moe_instance
+
+
+def _instance(seed: int):
+    rng = random.Random(seed)
+    graph, cluster, job, fixed, options = random_moe_instance(rng, small=True)
+    if cluster.accelerator.generation == "ampere":  # DeepEP / HybridEP run from Hopper on
+        cluster = build_cluster("dgx-h100", gpus=8)
+    fixed = replace(fixed, moe_dispatcher=None, moe_overlap=None, cuda_graphs=None)
+    options = replace(options, search_moe_state=True, max_micro_batch=2, max_vp=2)
+    space = layouts(graph.spec, cluster, job.seq_len, job.global_batch, fixed, options)
+    return graph, cluster, job, rng.sample(space, min(40, len(space)))
+
+
+def _plans(graph, layout: Layout):
+    split = even_layers(graph.spec.num_layers, layout.pp, layout.vp)
+    if split is None:
+        return []
+    return [layout.plan(split, (r,) * layout.pp) for r in Recompute]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_family_bounds_are_below_the_plans_of_the_family(seed: int) -> None:
+    graph, cluster, job, sample = _instance(9000 + seed)
+    checked = 0
+    for layout in sample:
+        family = replace(layout, zero=0, order=layout.order)
+        m = job.global_batch // (layout.micro_batch * layout.dp)
+        own_ep_floor = compute_floor_s(graph, family, job, cluster)
+        if inner_tiers_fastest(cluster):
+            own_ep_floor += moe_ep_excess_s(graph, family, job, cluster)[layout.ep]
+        floor = pipeline_lower_bound_s(own_ep_floor, layout.pp, layout.vp, m)
+        blocks = family_bound_s(graph, family, job, cluster, list(Recompute), {})
+        for plan in _plans(graph, layout):
+            try:
+                step = evaluate(graph, cluster, job, plan).step_time_s
+            except ValueError:
+                continue  # a plan the cost model refuses (check_plan)
+            assert floor <= step * (1 + 1e-9), (plan, floor, step)
+            if inner_tiers_fastest(cluster):
+                assert blocks <= step * (1 + 1e-9), (plan, blocks, step)
+            checked += 1
+    assert checked, "no plan of the sample was scored"
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_least_memory_twin_needs_no_more_memory(seed: int) -> None:
+    graph, cluster, job, sample = _instance(9100 + seed)
+    for layout in sample:
+        for plan in _plans(graph, layout):
+            twin = replace(plan, **{f: getattr(least_memory_twin(layout), f) for f in _STATE})
+            try:
+                own, least = (evaluate(graph, cluster, job, p) for p in (plan, twin))
+            except ValueError:
+                continue
+            for a, b in zip(least.stage_memory, own.stage_memory, strict=True):
+                assert a.total_bytes <= b.total_bytes * (1 + 1e-12), (plan, a.total_bytes, b.total_bytes)
+
+
+_STATE = ("moe_dispatcher", "moe_overlap", "cuda_graphs")
