@@ -16,6 +16,7 @@ from paraplan.cost.dispatch import dispatcher_sm_fraction
 from paraplan.cost.dp import micro_batch_reduce_s, reduces_across_micro_batches, zero3_gather_s
 from paraplan.cost.ep import (
     EPComm,
+    ep_comm_overlapped,
     ep_exposed_s,
     ep_layer_comm,
     expert_forward,
@@ -323,7 +324,7 @@ def block_costs(
             ) + collective_matmul_exposed_s(tp.backward_s, bwd + rec)
         cp_s = sum(c.exposed_forward_s * (2 if is_full else 1) + c.exposed_backward_s for c in cps)
         ep_s = ep.forward_s * (2 if again else 1) + ep.backward_s
-        if (plan.moe_overlap or hides_ep_comm(plan.pp_schedule)) and ep_s > 0:
+        if ep_comm_overlapped(plan) and ep_s > 0:
             ep_s = (ep.forward_s if again else 0.0) + _overlapped_ep_s(work, ep, rec, plan, job, cluster)
         zero_s = zero_exposed_s(gather, reduce, fwd, bwd + rec, job.overlap_dp_comm, spill)
         out[recompute] = BlockCost(

@@ -64,6 +64,7 @@ from paraplan.cost.compute import (
 from paraplan.cost.compute import gemm_s as gemm_s_of
 from paraplan.cost.dispatch import dispatch_time
 from paraplan.cost.plan import Axis, Job, Layout, MoERouting
+from paraplan.cost.pp_schedule import hides_ep_comm
 from paraplan.cost.torus import placed_cluster
 from paraplan.cost.validity import expert_folded, folded_ep_axes
 from paraplan.graph import Experts
@@ -83,6 +84,7 @@ __all__ = [
     "expert_stored_bytes",
     "ep_exposed_s",
     "steady_fraction",
+    "ep_comm_overlapped",
     "OVERLAP_EFFICIENCY",
     "GROUPED_GEMM_STREAMS",
 ]
@@ -208,6 +210,13 @@ calibration file (rows 2074/2076, 2078/2079, 2043/2044; benchmarks/moe_pairs.py:
 0.05 grid that keeps the largest miss least, +0.9 / -6.5 / +5.8 points); the 16-H100
 nsys trace measures 36.5% of all communication hidden with the overlap on (moe_physics.md
 Sec. 3.1)."""
+
+
+def ep_comm_overlapped(plan: Layout) -> bool:
+    """Whether the plan's all-to-all runs beside another micro-batch's compute: Megatron's 1F1B
+    EP overlap (``plan.moe_overlap``) or a schedule whose pairs hide it (cost/pp_schedule.py
+    ``hides_ep_comm``: DualPipe, DualPipeV). Either way at most OVERLAP_EFFICIENCY of it hides."""
+    return plan.moe_overlap or hides_ep_comm(plan.pp_schedule)
 
 
 def steady_fraction(plan: Layout, job: Job) -> float:

@@ -8,10 +8,15 @@ from dataclasses import replace
 from paraplan.cost.block import block_costs, block_work, layer_time
 from paraplan.cost.comm import packed_span
 from paraplan.cost.compute import layer_forward
-from paraplan.cost.ep import OVERLAP_EFFICIENCY, ep_layer_comm, expert_forward, moe_tp_collectives
+from paraplan.cost.ep import (
+    OVERLAP_EFFICIENCY,
+    ep_comm_overlapped,
+    ep_layer_comm,
+    expert_forward,
+    moe_tp_collectives,
+)
 from paraplan.cost.host import moe_sync_s
 from paraplan.cost.plan import Job, Layout, Recompute
-from paraplan.cost.pp_schedule import hides_ep_comm
 from paraplan.cost.spans import Spans
 from paraplan.cost.tp import tp_block_comm
 from paraplan.graph import LayerGraph
@@ -50,7 +55,7 @@ def _moe_ep_s(graph: LayerGraph, index: int, plan: Layout, job: Job, cluster: Cl
         expert = expert_forward(layer.experts, p, job, accel, eff).forward_backward_s
         a2a = ep_layer_comm(spec.hidden, spec.top_k, p, job, cluster, span=packed_span(cluster, ep))
         exposed = a2a.forward_s + a2a.backward_s
-        if plan.moe_overlap or hides_ep_comm(plan.pp_schedule):  # at most OVERLAP_EFFICIENCY hides
+        if ep_comm_overlapped(plan):  # at most OVERLAP_EFFICIENCY hides
             exposed *= 1.0 - OVERLAP_EFFICIENCY
         out[ep] = expert + exposed
     return out

@@ -25,10 +25,10 @@ from paraplan.cost.block import (
     end_work,
 )
 from paraplan.cost.dp import grad_sync_s, reduces_across_micro_batches
+from paraplan.cost.ep import ep_comm_overlapped
 from paraplan.cost.moe_memory import SoftwareMemory, software_memory
 from paraplan.cost.plan import Job, Layout, plan_key
 from paraplan.cost.pp import p2p_per_micro_batch_s, stage_p2p_s
-from paraplan.cost.pp_schedule import hides_ep_comm
 from paraplan.cost.software import SOFTWARE_FIELDS
 from paraplan.cost.spans import SharedCache, Spans
 from paraplan.cost.stage import Affine, KindCost, StageTerms
@@ -66,7 +66,7 @@ def _shared_key(plan: Layout, spans: Spans) -> tuple[object, ...]:
     """What block and end costs depend on: tp, cp, ep, micro-batch, SP, the ZeRO class and the
     tiers the TP, CP, EP and (for ZeRO-2/3 traffic) DP x CP and expert-DP groups span."""
     zero_class = plan.zero if plan.zero >= 2 else 0
-    overlap = plan.ep > 1 and (plan.moe_overlap or hides_ep_comm(plan.pp_schedule))
+    overlap = plan.ep > 1 and ep_comm_overlapped(plan)
     ignores = _OVERLAP_SHARED_IGNORES if overlap else _SHARED_IGNORES
     return (plan_key(plan, ignores), zero_class, reduces_across_micro_batches(plan), spans.key())
 
