@@ -199,12 +199,22 @@ def _names(err: Exception, keys: tuple[str, ...]) -> None:
         _fail("error", f"{type(err).__name__} does not name any of {list(keys)}: {message[:300]!r}")
 
 
+def _refused(prop: str, err: Exception, keys: tuple[str, ...], what: str) -> Exception:
+    """A refusal must be a ConfigError (``what`` says what gave it) naming one of ``keys``."""
+    from paraplan.errors import ConfigError
+
+    if not isinstance(err, ConfigError):
+        _fail(prop, f"{what} {type(err).__name__}, not a ConfigError: {err}")
+    _names(err, keys)
+    return err
+
+
 def check_choose_input(case: Case) -> Any:
     """The scenario's reading: a broken field is a ConfigError naming it, from ``load_scenario``
     or, for what only the catalog knows (an unknown node type), from ``solve`` before any search;
     a valid one loads. Returns the Scenario or the error (cheap: no search runs)."""
     import paraplan
-    from paraplan.errors import ConfigError, ParaplanError
+    from paraplan.errors import ParaplanError
     from paraplan.scenario.schema import load_scenario
 
     try:
@@ -212,10 +222,7 @@ def check_choose_input(case: Case) -> Any:
         if case.refuse:  # refused before the search, or accepted by mistake (a property breaks)
             paraplan.solve(case.scenario, **{**case.args, "time_limit_s": 1.0})  # type: ignore[arg-type]
     except ParaplanError as e:
-        if not isinstance(e, ConfigError):
-            _fail("choose-refusal", f"reading gave {type(e).__name__}, not a ConfigError: {e}")
-        _names(e, case.expect_keys)
-        return e
+        return _refused("choose-refusal", e, case.expect_keys, "reading gave")
     if case.refuse:
         _fail("choose-refusal", f"a broken field {case.expect_keys[:1]} was accepted")
     return sc
@@ -260,17 +267,14 @@ def check_sweep(case: Case, where: Path, run_rows: int = 1) -> Any:
     """Load the GRID (written to ``where``); a broken part is a ConfigError naming it; else the
     rows are the product, each carrying its grid values, and the first ``run_rows`` answer."""
     from paraplan.capacity.sweep import load_sweep, run_one
-    from paraplan.errors import ConfigError, ParaplanError
+    from paraplan.errors import ParaplanError
 
     path = where / "grid.yaml"
     path.write_text(yaml.safe_dump(case.scenario))
     try:
         sweep = load_sweep(path)
     except ParaplanError as e:
-        if not isinstance(e, ConfigError):
-            _fail("sweep-refusal", f"gave {type(e).__name__}, not a ConfigError: {e}")
-        _names(e, case.expect_keys)
-        return e
+        return _refused("sweep-refusal", e, case.expect_keys, "gave")
     if case.refuse:
         _fail("sweep-refusal", f"a broken grid {case.expect_keys[:1]} was accepted")
     doc = case.scenario
