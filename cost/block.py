@@ -8,7 +8,7 @@ blocks into stages.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from paraplan.cost.compute import LayerTime, layer_forward, layer_tokens
 from paraplan.cost.cp import CPCost, cp_layer_comm
@@ -24,6 +24,7 @@ from paraplan.cost.ep import (
     steady_fraction,
 )
 from paraplan.cost.host import moe_launch_s, moe_pass_s
+from paraplan.cost.offload import offload_exposed_s, offloaded_bytes
 from paraplan.cost.plan import Job, Layout, Recompute
 from paraplan.cost.pp_schedule import hides_ep_comm, paired_share
 from paraplan.cost.recompute import block_input_bytes, recompute_forward_s, stored_activation_bytes
@@ -186,6 +187,9 @@ class Work:
     expert_params: float
     top_k: int  # 0: no routed experts
     exchanges: tuple[Exchange, ...] = ()
+    # per mode, the stored bytes job.offload_modules move to host memory (cost/offload.py), already
+    # taken off stored_bytes; empty: none
+    offload_bytes: dict[Recompute, float] = field(default_factory=dict)
 
 
 def block_work(graph: LayerGraph, index: int, plan: Layout, job: Job, cluster: Cluster) -> Work:
@@ -210,6 +214,18 @@ def block_work(graph: LayerGraph, index: int, plan: Layout, job: Job, cluster: C
         recompute_s[Recompute.FULL] = moe_pass_s(recompute_s[Recompute.FULL], launch, plan)
         if recomputes_moe_layer(job.recompute_modules):
             recompute_s[Recompute.SELECTIVE] = moe_pass_s(recompute_s[Recompute.SELECTIVE], launch, plan)
+    stored = {
+        Recompute.NONE: stored_none,
+        Recompute.SELECTIVE: sum(
+            stored_activation_bytes(ly, plan, job, Recompute.SELECTIVE, is_tpu=accel.is_tpu) for ly in layers
+        ),
+        Recompute.FULL: block_input_bytes(graph.spec.hidden, plan, job),
+    }
+    offload: dict[Recompute, float] = {}
+    if job.offload_modules:  # Megatron's fine-grained activation offloading (cost/offload.py)
+        for r in Recompute:
+            moved = min(stored[r], sum(offloaded_bytes(ly, plan, job, r) for ly in layers))
+            offload[r], stored[r] = moved, stored[r] - moved
     return Work(
         times=times,
         attention=next(
@@ -218,19 +234,13 @@ def block_work(graph: LayerGraph, index: int, plan: Layout, job: Job, cluster: C
         forward_s=forward_s,
         backward_s=backward_s,
         recompute_s=recompute_s,
-        stored_bytes={
-            Recompute.NONE: stored_none,
-            Recompute.SELECTIVE: sum(
-                stored_activation_bytes(ly, plan, job, Recompute.SELECTIVE, is_tpu=accel.is_tpu)
-                for ly in layers
-            ),
-            Recompute.FULL: block_input_bytes(graph.spec.hidden, plan, job),
-        },
+        stored_bytes=stored,
         working_bytes=stored_none,
         params=params,
         expert_params=expert_params,
         top_k=moe.top_k if moe else 0,
         exchanges=tuple(layer_exchange(ly, graph, t, plan, job) for ly, t in zip(layers, times, strict=True)),
+        offload_bytes=offload,
     )
 
 
@@ -327,13 +337,19 @@ def block_costs(
         if ep_comm_overlapped(plan) and ep_s > 0:
             ep_s = (ep.forward_s if again else 0.0) + _overlapped_ep_s(work, ep, rec, plan, job, cluster)
         zero_s = zero_exposed_s(gather, reduce, fwd, bwd + rec, job.overlap_dp_comm, spill)
+        # offloaded inputs: copied out and back beside the compute, one layer's stays (cost/offload.py)
+        moved = work.offload_bytes.get(recompute, 0.0)
         out[recompute] = BlockCost(
             forward_s=fwd,
             backward_s=bwd + rec,
             compute_s=fwd + bwd + rec,
-            comm_s=tp_s + cp_s + ep_s + zero_s,
+            comm_s=tp_s
+            + cp_s
+            + ep_s
+            + zero_s
+            + offload_exposed_s(moved, fwd, bwd + rec, cluster.accelerator),
             activation_bytes=work.stored_bytes[recompute],
-            working_bytes=(work.working_bytes if is_full else 0.0) + cp_working,
+            working_bytes=(work.working_bytes if is_full else 0.0) + cp_working + moved,
         )
     return out
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from paraplan.capacity.sections import CAPACITY_JOB_KEYS
 from paraplan.cost import Job, MoEDispatcher, MoERouting, PartialPlan, Plan, Recompute
 from paraplan.cost.dispatch import check_dispatcher, dispatcher_sm_fraction
-from paraplan.cost.plan import PLAN_FIELDS, RecomputeModule, even_split, plan_from_values
+from paraplan.cost.plan import PLAN_FIELDS, OffloadModule, RecomputeModule, even_split, plan_from_values
 from paraplan.cost.pools import stage_pools_of
 from paraplan.errors import ConfigError
 from paraplan.graph import (
@@ -74,6 +74,7 @@ def job_of(scenario: Scenario) -> Job:
     else:
         values["moe_routing"] = MoERouting(routing)
     values["recompute_modules"] = frozenset(RecomputeModule(m) for m in values["recompute_modules"])
+    values["offload_modules"] = frozenset(OffloadModule(m) for m in values["offload_modules"])
     return Job(**values)
 
 
