@@ -236,7 +236,8 @@ MOE_STATE_CASES: dict[str, tuple[tuple[dict, dict], dict[str, object]]] = {
     "qwen3-30b-a3b-offload-expert-fc1-moe-act": (  # the ModelZoo's Qwen3 MXFP8 recipe (row 2058)
         offloading(
             recomputing(
-                (scenario("qwen3-30b-a3b", 2), plan(16, ep=8, recompute="selective")), ["moe_act", "layernorm"]
+                (scenario("qwen3-30b-a3b", 2), plan(16, ep=8, recompute="selective")),
+                ["moe_act", "layernorm"],
             ),
             ["expert_fc1", "moe_act"],
         ),
