@@ -168,3 +168,20 @@ def test_a_torchtitan_target_refuses_it_by_name() -> None:
 )
 def test_row_mapping_reads_the_offloaded_modules(notes: str, modules: list[str]) -> None:
     assert offload_modules({"notes": notes}) == modules
+
+
+def test_row_2058_runs_with_its_offloading_and_needs_less_memory() -> None:
+    """Issue 22: the ModelZoo's Qwen3-235B MXFP8 row states expert_fc1 + moe_act offloading."""
+    import paraplan
+    from benchmarks.fidelity import load_cases
+    from paraplan.instance import build_instance, fixed_plan
+
+    case = next(c for c in load_cases(kind="moe")[0] if c.row_id == 2058)
+    assert case.scenario["job"]["offload_modules"] == ["expert_fc1", "moe_act"]
+    inst = build_instance(paraplan.load_scenario(case.scenario))
+    with_offload = evaluate(inst.graph, inst.cluster, inst.job, fixed_plan(inst))
+    without = evaluate(
+        inst.graph, inst.cluster, replace(inst.job, offload_modules=frozenset()), fixed_plan(inst)
+    )
+    assert with_offload.peak_memory_bytes < 0.7 * without.peak_memory_bytes
+    assert with_offload.step_time_s == pytest.approx(without.step_time_s)  # hidden behind compute on C2C
