@@ -185,3 +185,15 @@ def test_row_2058_runs_with_its_offloading_and_needs_less_memory() -> None:
     )
     assert with_offload.peak_memory_bytes < 0.7 * without.peak_memory_bytes
     assert with_offload.step_time_s == pytest.approx(without.step_time_s)  # hidden behind compute on C2C
+
+
+def test_a_device_without_a_host_link_figure_is_a_config_error() -> None:
+    """TPUs (XLA places activations itself; hardware/data/storage.yaml has no link for them)."""
+    scenario = {
+        "model": {"preset": "llama3-8b"},
+        "cluster": {"preset": "v5p-16", "gpus": 8},
+        "job": {"seq_len": 2048, "global_batch": 8, "offload_modules": ["attn_norm"]},
+        "plan": {"dp": 8, "tp": 1, "pp": 1, "micro_batch": 1, "zero": 3, "recompute": "selective"},
+    }
+    with pytest.raises(ConfigError, match="job.offload_modules: no device-to-host link"):
+        paraplan.api.evaluate(scenario)
