@@ -45,6 +45,8 @@ Engine's op fuser) is not offered.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from paraplan.cost.compute import ACTIVATION_BYTES, gemm_input_bytes, layer_tokens, tokens_per_device
 from paraplan.cost.plan import Job, Layout, OffloadModule, Recompute, RecomputeModule
 from paraplan.graph import Layer, LayerKind
@@ -54,6 +56,8 @@ from paraplan.hardware.capacity import host_link_bytes_per_s
 __all__ = [
     "OffloadModule",
     "offloaded_bytes",
+    "block_offload_bytes",
+    "check_offload_modules",
     "offload_exposed_s",
     "offload_link_bytes_per_s",
 ]
@@ -118,6 +122,38 @@ def offloaded_bytes(layer: Layer, plan: Layout, job: Job, recompute: Recompute) 
     if layer.kind in (LayerKind.MLP, LayerKind.MOE):
         return _mlp_bytes(layer, plan, job)
     return 0.0
+
+
+def block_offload_bytes(
+    layers: list[Layer], plan: Layout, job: Job, stored: dict[Recompute, float]
+) -> dict[Recompute, float]:
+    """Per recompute mode, the bytes a block's ``layers`` offload (offloaded_bytes), at most what
+    the mode stores (``stored``); {} without job.offload_modules. Units: bytes."""
+    if not job.offload_modules:
+        return {}
+    return {r: min(stored[r], sum(offloaded_bytes(ly, plan, job, r) for ly in layers)) for r in Recompute}
+
+
+def check_offload_modules(offload: Iterable[OffloadModule], recompute: Iterable[RecomputeModule]) -> None:
+    """Megatron's own rules for --offload-modules (megatron-core 0.19.2 transformer_config.py
+    __post_init__), which are this model's too: attn_proj only with core_attn (its input is the
+    core attention's output, which core_attn's backward needs), and no expert_fc1 / moe_act while
+    recompute module ``moe`` recomputes the whole MoE layer (nothing inside it is stored to move);
+    ValueError naming the fields."""
+    offload, recompute = set(offload), set(recompute)
+    if OffloadModule.ATTN_PROJ in offload and OffloadModule.CORE_ATTN not in offload:
+        raise ValueError(
+            "job.offload_modules=[attn_proj] needs core_attn too: attn_proj's input is the core "
+            "attention's output, which core_attn's backward needs (Megatron-Core refuses it alone); "
+            "add core_attn or remove attn_proj"
+        )
+    inside = sorted({OffloadModule.EXPERT_FC1, OffloadModule.MOE_ACT} & offload)
+    if inside and RecomputeModule.MOE in recompute:
+        raise ValueError(
+            f"job.offload_modules=[{', '.join(inside)}] with job.recompute_modules containing moe: the "
+            "whole MoE layer is recomputed, so nothing inside it is stored to offload (Megatron-Core "
+            "refuses the pair); remove moe from job.recompute_modules or these from job.offload_modules"
+        )
 
 
 def offload_link_bytes_per_s(accel: Accelerator) -> float:

@@ -18,6 +18,11 @@ Mapping of the plan:
   dispatcher, EP overlap, CUDA graphs and routing: megatron_moe.py (rules/moe_state.py).
 - Model shape: megatron_model.py (refuses ALiBi, parallel attention + MLP residuals, RoPE scalings
   megatron-core fixes differently); tests/export/test_megatron_lm_oracle.py parses every command.
+- Recompute (``--recompute-*``) and activation offloading (``--fine-grained-activation-offloading``,
+  ``--offload-modules``, with ``NVTE_CPU_OFFLOAD_V1=1`` in the environment): here, shared with nemo.py.
+
+Size: one module because ``FLAGS`` is the one table of Megatron's flag names (STYLE.md Sec. 2)
+and the argument vector is assembled beside it; model, placement and MoE state are split out.
 """
 
 from __future__ import annotations

@@ -38,14 +38,8 @@ from paraplan.capacity.sections import (
     check_capacity,
 )
 from paraplan.cost import AttentionKernel, Precision
-from paraplan.cost.plan import (
-    Allocator,
-    CrossEntropy,
-    OffloadModule,
-    OptimizerMoments,
-    RecomputeModule,
-    SelectivePolicy,
-)
+from paraplan.cost.offload import OffloadModule, check_offload_modules
+from paraplan.cost.plan import Allocator, CrossEntropy, OptimizerMoments, RecomputeModule, SelectivePolicy
 from paraplan.errors import ConfigError
 from paraplan.graph.spec import show_value
 from paraplan.hardware.topology import MAX_DEVICES, MAX_POOLS
@@ -241,11 +235,9 @@ class JobSection(Section):
     )
     offload_modules: list[OffloadModule] = Field(
         default_factory=list,
-        description="Megatron --fine-grained-activation-offloading --offload-modules: the saved inputs "
-        "of these modules go to host memory in forward and come back in backward, one layer's kept on "
-        "the device, the copies hidden behind compute up to the host link's bandwidth: attn_norm | "
-        "qkv_linear | core_attn | attn_proj | mlp_norm | expert_fc1 | moe_act (empty: no offloading; "
-        "cost/offload.py)",
+        description="Megatron --fine-grained-activation-offloading --offload-modules: these modules' "
+        "saved inputs go to host memory and back, one layer's kept: attn_norm | qkv_linear | "
+        "core_attn | attn_proj | mlp_norm | expert_fc1 | moe_act (empty: none; cost/offload.py)",
     )
     image_tokens: int = Field(
         0,
@@ -281,26 +273,6 @@ class JobSection(Section):
                 "is chunked along the sequence, and a chunk holds at least one token"
             )
         return self
-
-
-def check_offload_modules(offload: list[OffloadModule], recompute: list[RecomputeModule]) -> None:
-    """Megatron's own rules for --offload-modules (megatron-core 0.19.2 transformer_config.py
-    __post_init__): attn_proj only with core_attn (its input is core_attn's output, which
-    core_attn's backward needs), and no expert_fc1 / moe_act while ``moe`` recomputes the whole
-    MoE layer; ValueError naming the field."""
-    if OffloadModule.ATTN_PROJ in offload and OffloadModule.CORE_ATTN not in offload:
-        raise ValueError(
-            "job.offload_modules=[attn_proj] needs core_attn too: attn_proj's input is the core "
-            "attention's output, which core_attn's backward needs (Megatron-Core refuses it alone); "
-            "add core_attn or remove attn_proj"
-        )
-    inside = sorted({OffloadModule.EXPERT_FC1, OffloadModule.MOE_ACT} & set(offload))
-    if inside and RecomputeModule.MOE in recompute:
-        raise ValueError(
-            f"job.offload_modules=[{', '.join(inside)}] with job.recompute_modules containing moe: the "
-            "whole MoE layer is recomputed, so nothing inside it is stored to offload (Megatron-Core "
-            "refuses the pair); remove moe from job.recompute_modules or these from job.offload_modules"
-        )
 
 
 SolverTarget = Literal[(*FRAMEWORKS, "any")]  # type: ignore[valid-type]
