@@ -453,6 +453,17 @@ def recompute_modules(row: dict[str, str]) -> list[str]:
     return modules
 
 
+def offload_modules(row: dict[str, str]) -> list[str]:
+    """Megatron ``--offload-modules`` of a row whose notes state fine-grained activation
+    offloading ("fine-grained activation offloading of expert_fc1 + moe_act", row 2058, the
+    ModelZoo's Qwen3 MXFP8 recipe; cost/offload.py); [] otherwise ("activation CPU offload=False"
+    and other wordings name no module)."""
+    found = re.search(
+        r"fine-grained activation offloading of ([a-z_0-9]+(?: \+ [a-z_0-9]+)*)", row["notes"].lower()
+    )
+    return [m.strip() for m in found.group(1).split("+")] if found else []
+
+
 def _row_case(row: dict[str, str]) -> Case | Skipped:
     rid, label = int(row["row_id"]), f"{row['source_key']}:{row['model']}"
     if is_tpu_row(row):  # MaxText on TPU slices: benchmarks/calibration_set_tpu.py
@@ -569,6 +580,7 @@ def _row_case(row: dict[str, str]) -> Case | Skipped:
             "fp32_grads": key not in _DIST_OPTIMIZER_SOURCES,
             **(moe_job if moe else {}),
             **({"recompute_modules": modules} if modules else {}),
+            **({"offload_modules": offload} if (offload := offload_modules(row)) else {}),
         },
         "plan": {
             "dp": dp,

@@ -35,6 +35,7 @@ __all__ = [
     "serving_case",
     "choose_case",
     "sweep_case",
+    "offload_case",
     "divisors",
     "KNOWN_BAD_VARIANTS",
 ]
@@ -940,3 +941,33 @@ def sweep_case(d: Draw, *, time_limit_s: float = 5.0) -> Case:
     from benchmarks.fuzz_capacity import draw_sweep_case
 
     return draw_sweep_case(d, time_limit_s=time_limit_s)
+
+
+# ------------------------------------------------------------- activation offloading (issue 22)
+
+OFFLOAD_CHOICES = ("attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm", "expert_fc1", "moe_act")
+"""job.offload_modules' values (cost/offload.py); offload_case also draws Megatron's unpriced
+fused_group_mlp and a made-up name."""
+
+
+def offload_case(d: Draw, *, solve: bool = False, time_limit_s: float = 5.0) -> Case:
+    """A valid (``solve``) or fully fixed (``evaluate_case``) scenario with ``job.offload_modules``
+    drawn after it: a generator of its own, so the fuzz record's pinned seeds draw what they drew.
+    A module list that breaks a rule (an unknown name, attn_proj without core_attn, expert_fc1 or
+    moe_act beside recompute module moe) must be a ConfigError naming job.offload_modules."""
+    base = valid_case(d, time_limit_s=time_limit_s, consistent=True) if solve else evaluate_case(d)
+    sc = base.scenario
+    assert isinstance(sc, dict)
+    modules = sorted({d.choice(OFFLOAD_CHOICES) for _ in range(d.integer(1, 4))})
+    broken = False
+    if d.chance(0.1):
+        modules.append(d.choice(("fused_group_mlp", "fc2")))
+        broken = True
+    job = sc["job"]
+    job["offload_modules"] = modules
+    if d.chance(0.15):
+        job["recompute_modules"] = ["moe"]
+        broken = broken or bool({"expert_fc1", "moe_act"} & set(modules))
+    broken = broken or ("attn_proj" in modules and "core_attn" not in modules)
+    keys = ("job.offload_modules",) if broken else base.expect_keys
+    return replace(base, expect_keys=keys, refuse=broken, tag=f"{base.tag}:offload")

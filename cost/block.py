@@ -4,11 +4,15 @@ and the communication its placement implies (TP, CP, EP, ZeRO-2/3 traffic), per 
 ``block_work`` is the placement-free part (compute, stored activations, parameters per device);
 ``block_costs`` adds the traffic on the layout's spans (cost/spans.py). cost/stage.py combines
 blocks into stages.
+
+Size: one module because a block's work, the traffic its placement adds and the ends' costs share
+``Work`` and ``Exchange`` term for term (each formula lives in its own module: ep, cp, tp, dp,
+host, recompute, offload); splitting them would pass those records between modules unchanged.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from paraplan.cost.compute import LayerTime, layer_forward, layer_tokens
 from paraplan.cost.cp import CPCost, cp_layer_comm
@@ -24,6 +28,7 @@ from paraplan.cost.ep import (
     steady_fraction,
 )
 from paraplan.cost.host import moe_launch_s, moe_pass_s
+from paraplan.cost.offload import block_offload_bytes, offload_exposed_s
 from paraplan.cost.plan import Job, Layout, Recompute
 from paraplan.cost.pp_schedule import hides_ep_comm, paired_share
 from paraplan.cost.recompute import block_input_bytes, recompute_forward_s, stored_activation_bytes
@@ -186,6 +191,8 @@ class Work:
     expert_params: float
     top_k: int  # 0: no routed experts
     exchanges: tuple[Exchange, ...] = ()
+    # per mode, the part of stored_bytes job.offload_modules move to host memory (cost/offload.py)
+    offload_bytes: dict[Recompute, float] = field(default_factory=dict)
 
 
 def block_work(graph: LayerGraph, index: int, plan: Layout, job: Job, cluster: Cluster) -> Work:
@@ -210,7 +217,7 @@ def block_work(graph: LayerGraph, index: int, plan: Layout, job: Job, cluster: C
         recompute_s[Recompute.FULL] = moe_pass_s(recompute_s[Recompute.FULL], launch, plan)
         if recomputes_moe_layer(job.recompute_modules):
             recompute_s[Recompute.SELECTIVE] = moe_pass_s(recompute_s[Recompute.SELECTIVE], launch, plan)
-    return Work(
+    work = Work(
         times=times,
         attention=next(
             (t for t, ly in zip(times, layers, strict=True) if ly.kind is LayerKind.ATTENTION), None
@@ -232,6 +239,7 @@ def block_work(graph: LayerGraph, index: int, plan: Layout, job: Job, cluster: C
         top_k=moe.top_k if moe else 0,
         exchanges=tuple(layer_exchange(ly, graph, t, plan, job) for ly, t in zip(layers, times, strict=True)),
     )
+    return replace(work, offload_bytes=block_offload_bytes(layers, plan, job, work.stored_bytes))
 
 
 def zero_exposed_s(
@@ -327,13 +335,15 @@ def block_costs(
         if ep_comm_overlapped(plan) and ep_s > 0:
             ep_s = (ep.forward_s if again else 0.0) + _overlapped_ep_s(work, ep, rec, plan, job, cluster)
         zero_s = zero_exposed_s(gather, reduce, fwd, bwd + rec, job.overlap_dp_comm, spill)
+        moved = work.offload_bytes.get(recompute, 0.0)  # to host and back, one layer's kept (offload.py)
+        off_s = offload_exposed_s(moved, fwd, bwd + rec, cluster.accelerator)
         out[recompute] = BlockCost(
             forward_s=fwd,
             backward_s=bwd + rec,
             compute_s=fwd + bwd + rec,
-            comm_s=tp_s + cp_s + ep_s + zero_s,
-            activation_bytes=work.stored_bytes[recompute],
-            working_bytes=(work.working_bytes if is_full else 0.0) + cp_working,
+            comm_s=tp_s + cp_s + ep_s + zero_s + off_s,
+            activation_bytes=work.stored_bytes[recompute] - moved,
+            working_bytes=(work.working_bytes if is_full else 0.0) + cp_working + moved,
         )
     return out
 

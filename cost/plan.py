@@ -46,6 +46,7 @@ __all__ = [
     "CrossEntropy",
     "SelectivePolicy",
     "RecomputeModule",
+    "OffloadModule",
     "Recompute",
     "CPComm",
     "MoEDispatcher",
@@ -145,6 +146,21 @@ class RecomputeModule(StrEnum):
     MOE = "moe"
 
 
+class OffloadModule(StrEnum):
+    """Megatron ``--fine-grained-activation-offloading --offload-modules`` choices whose inputs
+    paraplan prices (megatron-core 0.19.2 transformer_config.py ``offload_modules``; what each
+    moves to host memory and what it costs: cost/offload.py). Megatron's eighth choice,
+    fused_group_mlp, needs Transformer Engine's op fuser and is not offered."""
+
+    ATTN_NORM = "attn_norm"
+    QKV_LINEAR = "qkv_linear"
+    CORE_ATTN = "core_attn"
+    ATTN_PROJ = "attn_proj"
+    MLP_NORM = "mlp_norm"
+    EXPERT_FC1 = "expert_fc1"
+    MOE_ACT = "moe_act"
+
+
 class Recompute(StrEnum):
     NONE = "none"
     SELECTIVE = "selective"
@@ -195,6 +211,9 @@ class Job:
     # Megatron --recompute-modules under recompute: selective; () = the framework's default policy
     # (selective_policy); set, exactly these modules (cost/recompute_modules.py)
     recompute_modules: frozenset[RecomputeModule] = frozenset()
+    # Megatron --fine-grained-activation-offloading --offload-modules: these modules' saved inputs
+    # go to host memory in forward and come back in backward (cost/offload.py); () = none
+    offload_modules: frozenset[OffloadModule] = frozenset()
 
     @property
     def tokens_per_step(self) -> int:

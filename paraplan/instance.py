@@ -8,7 +8,8 @@ from pathlib import Path
 from paraplan.capacity.sections import CAPACITY_JOB_KEYS
 from paraplan.cost import Job, MoEDispatcher, MoERouting, PartialPlan, Plan, Recompute
 from paraplan.cost.dispatch import check_dispatcher, dispatcher_sm_fraction
-from paraplan.cost.plan import PLAN_FIELDS, RecomputeModule, even_split, plan_from_values
+from paraplan.cost.offload import offload_link_bytes_per_s
+from paraplan.cost.plan import PLAN_FIELDS, OffloadModule, RecomputeModule, even_split, plan_from_values
 from paraplan.cost.pools import stage_pools_of
 from paraplan.errors import ConfigError
 from paraplan.graph import (
@@ -74,6 +75,7 @@ def job_of(scenario: Scenario) -> Job:
     else:
         values["moe_routing"] = MoERouting(routing)
     values["recompute_modules"] = frozenset(RecomputeModule(m) for m in values["recompute_modules"])
+    values["offload_modules"] = frozenset(OffloadModule(m) for m in values["offload_modules"])
     return Job(**values)
 
 
@@ -140,6 +142,8 @@ def build_instance(
                 _check_dispatcher_costed(fixed.moe_dispatcher, cluster)
         for pool in cluster.pools or (cluster,):
             pool.accelerator.peak_for(job.precision.value)
+            if job.offload_modules:  # the copies' time reads the host link (cost/offload.py)
+                offload_link_bytes_per_s(pool.accelerator)
     except ValueError as e:
         raise ConfigError(str(e)) from None
     return Instance(scenario, build_graph(spec), cluster, job, fixed)

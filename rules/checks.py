@@ -23,6 +23,7 @@ __all__ = [
     "partial_recompute_rule",
     "transformer_layers_rule",
     "megatron_recompute_modules_rule",
+    "megatron_offload_modules_rule",
     "loss_chunks_rule",
 ]
 
@@ -202,6 +203,23 @@ def megatron_recompute_modules_rule(framework: str) -> Rule:
         )
 
     return check_recompute_modules
+
+
+def megatron_offload_modules_rule(framework: str) -> Rule:
+    """A rule refusing ``job.offload_modules`` (Megatron's ``--fine-grained-activation-offloading
+    --offload-modules``, cost/offload.py) on a framework that has no such setting."""
+
+    def check_offload_modules(ctx: RuleContext, draft: Draft) -> Refusal | None:
+        modules = ctx.job.offload_modules
+        if not modules:
+            return None
+        shown = ", ".join(sorted(m.value for m in modules))
+        return Refusal(
+            f"job.offload_modules=[{shown}] is Megatron's --fine-grained-activation-offloading "
+            f"--offload-modules; {framework} has no such setting (run by: megatron, nemo); leave it empty"
+        )
+
+    return check_offload_modules
 
 
 def loss_chunks_rule(framework: str, why: str = "has no chunked loss") -> Rule:

@@ -22,6 +22,7 @@ from paraplan.rules.checks import (
     check_dense_model,
     check_no_expert_parallel,
     loss_chunks_rule,
+    megatron_offload_modules_rule,
     megatron_recompute_modules_rule,
     partial_recompute_rule,
     rank_order_rule,
@@ -220,6 +221,8 @@ MOE_STATE_RULES = state_rules("deepspeed")
 
 check_recompute_modules = megatron_recompute_modules_rule("deepspeed")
 """job.recompute_modules: Megatron-only (rules/checks.py)."""
+check_offload_modules = megatron_offload_modules_rule("deepspeed")
+"""job.offload_modules: Megatron-only (rules/checks.py)."""
 check_loss_chunks = loss_chunks_rule("deepspeed")
 """job.loss_chunks: torchtitan only (rules/checks.py)."""
 
@@ -228,6 +231,7 @@ check_pp_schedule = schedule_refusal_rule("deepspeed")
 
 RULES = (
     check_recompute_modules,
+    check_offload_modules,
     check_loss_chunks,
     check_dense_model,
     check_no_expert_parallel(
@@ -259,6 +263,7 @@ SEARCH = SearchLimits(stage_split=pipeline_split, recompute_modes=(Recompute.NON
 split per layout); whole-layer checkpointing only."""
 MODEL_RULES = (
     check_recompute_modules,
+    check_offload_modules,
     check_loss_chunks,
     MOE_STATE_RULES[3],
 )  # job.moe_routing

@@ -20,7 +20,15 @@ from __future__ import annotations
 from paraplan.cost.plan import Allocator, Job
 from paraplan.rules.base import Draft, Refusal, RuleContext
 
-__all__ = ["ALLOC_CONF_VAR", "ALLOC_CONF", "PYTORCH_FRAMEWORKS", "allocator_env", "check_allocator"]
+__all__ = [
+    "ALLOC_CONF_VAR",
+    "ALLOC_CONF",
+    "PYTORCH_FRAMEWORKS",
+    "OFFLOAD_ENV",
+    "allocator_env",
+    "offload_env",
+    "check_allocator",
+]
 
 ALLOC_CONF_VAR = "PYTORCH_CUDA_ALLOC_CONF"
 ALLOC_CONF = {Allocator.EXPANDABLE_SEGMENTS: "expandable_segments:True"}
@@ -33,6 +41,17 @@ def allocator_env(job: Job) -> dict[str, str]:
     """``{PYTORCH_CUDA_ALLOC_CONF: value}`` for a job whose allocator needs it, else {}."""
     value = ALLOC_CONF.get(job.allocator)
     return {} if value is None else {ALLOC_CONF_VAR: value}
+
+
+OFFLOAD_ENV = {"NVTE_CPU_OFFLOAD_V1": "1"}
+"""What Megatron's fine-grained activation offloading needs with Transformer Engine >= 2.10
+(megatron-core 0.19.2 training/arguments.py: "NVTE_CPU_OFFLOAD_V1 should be set to 1 to avoid
+offloading weights"); harmless with older Transformer Engine, which does not read it."""
+
+
+def offload_env(job: Job) -> dict[str, str]:
+    """OFFLOAD_ENV for a job with ``job.offload_modules`` (cost/offload.py), else {}."""
+    return dict(OFFLOAD_ENV) if job.offload_modules else {}
 
 
 def check_allocator(ctx: RuleContext, draft: Draft) -> Refusal | None:

@@ -23,6 +23,7 @@ from paraplan.rules.checks import (
     check_expert_tp_is_tp,
     layer_kinds,
     loss_chunks_rule,
+    megatron_offload_modules_rule,
     megatron_recompute_modules_rule,
     partial_recompute_rule,
     uniform_recompute_rule,
@@ -268,6 +269,8 @@ MOE_STATE_RULES = state_rules("maxtext")
 
 check_recompute_modules = megatron_recompute_modules_rule("maxtext")
 """job.recompute_modules: Megatron-only (rules/checks.py)."""
+check_offload_modules = megatron_offload_modules_rule("maxtext")
+"""job.offload_modules: Megatron-only (rules/checks.py)."""
 check_loss_chunks = loss_chunks_rule("maxtext", "is exported with no chunked loss by paraplan")
 """job.loss_chunks: torchtitan only (rules/checks.py)."""
 
@@ -276,6 +279,7 @@ check_pp_schedule = schedule_refusal_rule("maxtext")
 
 RULES = (
     check_recompute_modules,
+    check_offload_modules,
     check_loss_chunks,
     check_allocator,
     check_dense_model,
@@ -298,6 +302,7 @@ SEARCH = SearchLimits(even_stages=True)
 """solver.target=maxtext: num_layers_per_pipeline_stage: every stage alike; one remat_policy."""
 MODEL_RULES = (
     check_recompute_modules,
+    check_offload_modules,
     check_loss_chunks,
     check_allocator,
     check_model_keys,

@@ -16,6 +16,7 @@ from paraplan.rules.checks import (
     check_dense_model,
     layer_kinds_rule,
     loss_chunks_rule,
+    megatron_offload_modules_rule,
     megatron_recompute_modules_rule,
     partial_recompute_rule,
     rank_order_rule,
@@ -158,6 +159,8 @@ MOE_STATE_RULES = state_rules("torch")
 
 check_recompute_modules = megatron_recompute_modules_rule("torch")
 """job.recompute_modules: Megatron-only (rules/checks.py)."""
+check_offload_modules = megatron_offload_modules_rule("torch")
+"""job.offload_modules: Megatron-only (rules/checks.py)."""
 check_loss_chunks = loss_chunks_rule("torch")
 """job.loss_chunks: torchtitan only (rules/checks.py)."""
 
@@ -166,6 +169,7 @@ check_pp_schedule = schedule_refusal_rule("torch")
 
 RULES = (
     check_recompute_modules,
+    check_offload_modules,
     check_loss_chunks,
     check_layer_kinds,
     check_dense_model,
@@ -184,6 +188,7 @@ SEARCH = SearchLimits()
 """solver.target=torch: the script takes layers per virtual stage; every block wrapped alike."""
 MODEL_RULES = (
     check_recompute_modules,
+    check_offload_modules,
     check_loss_chunks,
     check_layer_kinds,
     check_dense_reference,

@@ -23,6 +23,7 @@ from paraplan.rules.checks import (
     check_dense_model,
     check_expert_tp_is_tp,
     context_split_rule,
+    megatron_offload_modules_rule,
     megatron_recompute_modules_rule,
     partial_recompute_rule,
     rank_order_rule,
@@ -257,6 +258,8 @@ check_moe_routing = routing_rule("torchtitan")
 
 check_recompute_modules = megatron_recompute_modules_rule("torchtitan")
 """job.recompute_modules: Megatron-only (rules/checks.py)."""
+check_offload_modules = megatron_offload_modules_rule("torchtitan")
+"""job.offload_modules: Megatron-only (rules/checks.py)."""
 
 
 def check_loss_chunks(ctx: RuleContext, draft: Draft) -> Refusal | None:
@@ -276,6 +279,7 @@ check_pp_schedule = schedule_refusal_rule("torchtitan")
 
 RULES = (
     check_recompute_modules,
+    check_offload_modules,
     check_loss_chunks,
     check_transformer_layers,
     check_model_config,
@@ -300,6 +304,7 @@ SEARCH = SearchLimits()
 """solver.target=torchtitan: module names per stage express any split; one activation-checkpoint setting."""
 MODEL_RULES = (
     check_recompute_modules,
+    check_offload_modules,
     check_transformer_layers,
     check_model_config,
     check_float8_config,

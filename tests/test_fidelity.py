@@ -88,8 +88,10 @@ KNOWN_TPU_OOM_ROWS: set[int] = set()
 # The Megatron-MoE-ModelZoo Qwen3-235B-A22B rows at 16K-128K tokens (2049-2056) fit since their
 # --recompute-modules layernorm moe is modelled (job.recompute_modules, cost/recompute_modules.py).
 # Left: 2058 (GB200, recompute moe_act + layernorm with fine-grained activation offloading of
-# expert_fc1 and moe_act, "required" by its note: offloading is not modelled) and 2059 (131K tokens
-# on 128 GPUs whose type the two transcriptions of the source disagree on, GB200 or GB300)
+# expert_fc1 and moe_act, "required" by its note: job.offload_modules, cost/offload.py, takes its
+# stage 0 from 304 to 201 GiB against 173 GiB; what is left is mostly the routed copies' d-wide
+# output the model keeps for the combine, docs/memory.md Sec. 7) and 2059 (131K tokens on 128 GPUs
+# whose type the two transcriptions of the source disagree on, GB200 or GB300; 181 GiB, the same term)
 KNOWN_MOE_OOM_ROWS: set[int] = {2058, 2059}
 
 

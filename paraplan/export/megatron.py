@@ -18,6 +18,11 @@ Mapping of the plan:
   dispatcher, EP overlap, CUDA graphs and routing: megatron_moe.py (rules/moe_state.py).
 - Model shape: megatron_model.py (refuses ALiBi, parallel attention + MLP residuals, RoPE scalings
   megatron-core fixes differently); tests/export/test_megatron_lm_oracle.py parses every command.
+- Recompute (``--recompute-*``) and activation offloading (``--fine-grained-activation-offloading``,
+  ``--offload-modules``, with ``NVTE_CPU_OFFLOAD_V1=1`` in the environment): here, shared with nemo.py.
+
+Size: one module because ``FLAGS`` is the one table of Megatron's flag names (STYLE.md Sec. 2)
+and the argument vector is assembled beside it; model, placement and MoE state are split out.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from __future__ import annotations
 import shlex
 
 from paraplan.cost import CPComm, Plan, Precision, Recompute
-from paraplan.cost.plan import RecomputeModule
+from paraplan.cost.plan import OffloadModule, RecomputeModule
 from paraplan.cost.recompute_layers import uniform_recompute_layers
 from paraplan.export import (
     ExportContext,
@@ -53,7 +58,7 @@ from paraplan.export.megatron_placement import (
 )
 from paraplan.graph import ModelSpec
 from paraplan.rules import rules_of
-from paraplan.rules.launch_env import allocator_env
+from paraplan.rules.launch_env import allocator_env, offload_env
 from paraplan.rules.megatron import ORDERS, hybrid_pattern, megatron_order, tp_repairs
 
 __all__ = [
@@ -74,6 +79,7 @@ __all__ = [
     "NORMS",
     "SINK_SOFTMAX",
     "MOE_DISPATCHER",
+    "offload_settings",
 ]
 
 FRAMEWORK = "Megatron-LM (megatron-core 0.19.2)"
@@ -181,6 +187,9 @@ FLAGS: dict[str, str] = {
     "recompute_method": "--recompute-method",
     "recompute_layers": "--recompute-num-layers",
     "recompute_modules": "--recompute-modules",
+    # fine-grained activation offloading (cost/offload.py)
+    "activation_offloading": "--fine-grained-activation-offloading",
+    "offload_modules": "--offload-modules",
     # precision
     "bf16": "--bf16",
     "fp16": "--fp16",
@@ -282,6 +291,15 @@ fp4_recipe), with the formats Megatron-Bridge 0.6.2's recipes pair them with (tr
 bf16_with_fp8_subchannel_scaling_mixed, bf16_with_mxfp8_mixed, bf16_with_nvfp4_mixed)."""
 
 
+def offload_settings(modules: frozenset[OffloadModule]) -> list[tuple[str, object]]:
+    """``job.offload_modules`` as Megatron's --fine-grained-activation-offloading and
+    --offload-modules (in Megatron's order of choices); [] when empty."""
+    if not modules:
+        return []
+    ordered = tuple(m.value for m in OffloadModule if m in modules)
+    return [("activation_offloading", None), ("offload_modules", ordered)]
+
+
 def _precision_args(precision: Precision) -> list[tuple[str, object]]:
     if precision is Precision.FP16:
         return [("fp16", None)]
@@ -297,6 +315,7 @@ def _flag_args(ctx: ExportContext) -> list[tuple[str, object]]:
         + [("micro_batch", plan.micro_batch), ("global_batch", job.global_batch)]
         + _data_parallel_args(ctx, plan)
         + recompute_settings(plan, job.recompute_modules)
+        + offload_settings(job.offload_modules)
         + _precision_args(ctx.precision)
         + state_args(ctx)
         + [
@@ -324,7 +343,7 @@ def megatron_args(ctx: ExportContext) -> list[str]:
 def megatron_env(ctx: ExportContext) -> dict[str, str | None]:
     """Environment the launch needs (None: unset): rules 28, 31 and rules/launch_env.py's allocator."""
     plan = ctx.plan
-    env: dict[str, str | None] = dict(allocator_env(ctx.inst.job))
+    env: dict[str, str | None] = {**allocator_env(ctx.inst.job), **offload_env(ctx.inst.job)}
     if plan.zero >= 2:
         env[CUDA_CONNECTIONS_VAR] = None  # Megatron-FSDP needs it unset or > 1
     elif plan.tp > 1 or plan.cp > 1:

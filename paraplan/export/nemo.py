@@ -28,7 +28,7 @@ from paraplan.export import megatron as mg
 from paraplan.export.megatron_moe import BRIDGE_FULL_GRAPH_PATHS, state_fields
 from paraplan.export.nemo_model import model_fields
 from paraplan.rules import rules_of
-from paraplan.rules.launch_env import allocator_env
+from paraplan.rules.launch_env import allocator_env, offload_env
 from paraplan.rules.megatron import hybrid_pattern
 
 __all__ = ["BRIDGE_PATHS", "NEMO2_PATHS", "render", "settings", "bridge_overrides", "nemo2_overrides"]
@@ -54,6 +54,8 @@ BRIDGE_PATHS: dict[str, str] = {
     "recompute_method": "model.recompute_method",
     "recompute_layers": "model.recompute_num_layers",
     "recompute_modules": "model.recompute_modules",
+    "activation_offloading": "model.fine_grained_activation_offloading",
+    "offload_modules": "model.offload_modules",
     "seq_len": "model.seq_length",
     "micro_batch": "train.micro_batch_size",
     "global_batch": "train.global_batch_size",
@@ -88,6 +90,8 @@ NEMO2_PATHS: dict[str, str] = {
     "recompute_method": "model.config.recompute_method",
     "recompute_layers": "model.config.recompute_num_layers",
     "recompute_modules": "model.config.recompute_modules",
+    "activation_offloading": "model.config.fine_grained_activation_offloading",
+    "offload_modules": "model.config.offload_modules",
     "seq_len": "model.config.seq_length",
     "micro_batch": "data.micro_batch_size",
     "global_batch": "data.global_batch_size",
@@ -143,6 +147,8 @@ def settings(ctx: ExportContext) -> list[tuple[str, object]]:
         if key == "recompute_modules":
             value = list(value) if isinstance(value, tuple) else [value]
         out.append((key, int(value) if key == "recompute_layers" else value))
+    for key, value in mg.offload_settings(job.offload_modules):  # TransformerConfig fields
+        out.append((key, True if value is None else list(value) if isinstance(value, tuple) else value))
     out += [
         ("seq_len", job.seq_len),
         ("micro_batch", p.micro_batch),
@@ -272,9 +278,9 @@ def render(ctx: ExportContext) -> str:
             "NeMo 2: turn off the NaN check in loss with full-iteration CUDA graphs "
             "(Bridge: rerun_state_machine.check_for_nan_in_loss = False, set above)."
         )
-    for var, value in allocator_env(ctx.inst.job).items():
+    for var, value in {**allocator_env(ctx.inst.job), **offload_env(ctx.inst.job)}.items():
         notes.append(
-            f"Launch with {var}={value} in the environment (job.allocator; NeMo-Run: "
+            f"Launch with {var}={value} in the environment (job.allocator / job.offload_modules; NeMo-Run: "
             f"executor.env_vars[{var!r}] = {value!r})."
         )
     if ctx.plan.zero >= 2:

@@ -38,6 +38,7 @@ from paraplan.capacity.sections import (
     check_capacity,
 )
 from paraplan.cost import AttentionKernel, Precision
+from paraplan.cost.offload import OffloadModule, check_offload_modules
 from paraplan.cost.plan import Allocator, CrossEntropy, OptimizerMoments, RecomputeModule, SelectivePolicy
 from paraplan.errors import ConfigError
 from paraplan.graph.spec import show_value
@@ -232,6 +233,12 @@ class JobSection(Section):
         "layernorm | mla_up_proj | moe_act | shared_experts | mlp | moe (empty: the framework's "
         "default selective policy; cost/recompute_modules.py)",
     )
+    offload_modules: list[OffloadModule] = Field(
+        default_factory=list,
+        description="Megatron --fine-grained-activation-offloading --offload-modules: these modules' "
+        "saved inputs go to host memory and back, one layer's kept: attn_norm | qkv_linear | "
+        "core_attn | attn_proj | mlp_norm | expert_fc1 | moe_act (empty: none; cost/offload.py)",
+    )
     image_tokens: int = Field(
         0,
         ge=0,
@@ -259,6 +266,7 @@ class JobSection(Section):
                 f"{tokens:,} tokens per step exceeds paraplan's limit of {MAX_TOKENS_PER_STEP:,} "
                 '(2^32; README "Limits")'
             )
+        check_offload_modules(self.offload_modules, self.recompute_modules)
         if self.loss_chunks > self.seq_len:
             raise ValueError(
                 f"job.loss_chunks={self.loss_chunks:,} exceeds job.seq_len={self.seq_len:,}: the loss "

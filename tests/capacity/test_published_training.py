@@ -87,7 +87,8 @@ def test_llama31_405b_gpu_hours() -> None:
 # all-to-all (7.5 s of exposed communication remain). The model's memory puts this plan at
 # 178 GiB on an 80 GiB H800: DeepSeek recomputes RMSNorm and MLA up-projections and caches FP8
 # activations (Sec. 3.2.3), which this scenario leaves out, and DualPipe keeps two copies of the
-# model state.
+# model state. With job.recompute_modules [layernorm, mla_up_proj, moe_act] and bf16 moments,
+# 142.6 GiB (20.84 s); what else is missing: docs/memory.md Sec. 7.
 def test_deepseek_v3_gpu_hours() -> None:
     hours, lo, hi = _gpu_hours_band(DEEPSEEK_V3)
     assert lo <= DEEPSEEK_V3_GPU_HOURS <= hi, f"predicted {hours / 1e6:.2f}M [{lo / 1e6:.2f}, {hi / 1e6:.2f}]"

@@ -158,6 +158,12 @@ def recomputing(case: tuple[dict, dict], modules: list[str]) -> tuple[dict, dict
     return {**scen, "job": {**scen["job"], "recompute_modules": modules}}, pl
 
 
+def offloading(case: tuple[dict, dict], modules: list[str]) -> tuple[dict, dict]:
+    """``case`` with ``job.offload_modules`` set (Megatron's --offload-modules)."""
+    scen, pl = case
+    return {**scen, "job": {**scen["job"], "offload_modules": modules}}, pl
+
+
 MOE_STATE_CASES: dict[str, tuple[tuple[dict, dict], dict[str, object]]] = {
     "qwen3-30b-a3b-deepep-overlap": (
         (
@@ -226,6 +232,26 @@ MOE_STATE_CASES: dict[str, tuple[tuple[dict, dict], dict[str, object]]] = {
             (scenario("qwen3-30b-a3b", 2), plan(16, ep=8, recompute="selective")), ["moe_act", "layernorm"]
         ),
         {},  # the MoE state at its defaults; the modules are checked as parsed
+    ),
+    "qwen3-30b-a3b-offload-expert-fc1-moe-act": (  # the ModelZoo's Qwen3 MXFP8 recipe (row 2058)
+        offloading(
+            recomputing(
+                (scenario("qwen3-30b-a3b", 2), plan(16, ep=8, recompute="selective")),
+                ["moe_act", "layernorm"],
+            ),
+            ["expert_fc1", "moe_act"],
+        ),
+        {"fine_grained_activation_offloading": True, "offload_modules": ["expert_fc1", "moe_act"]},
+    ),
+    "llama3-8b-offload-attention": (
+        offloading(
+            (scenario("llama3-8b", 1), plan(4, 2, recompute="selective")),
+            ["attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm"],
+        ),
+        {
+            "fine_grained_activation_offloading": True,
+            "offload_modules": ["attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm"],
+        },
     ),
 }
 """Plans with a MoE software state (dispatcher, EP overlap, CUDA graphs, routing) and what

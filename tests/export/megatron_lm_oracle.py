@@ -109,6 +109,8 @@ STATE_FIELDS = (
     "moe_token_drop_policy",
     "moe_pad_expert_input_to_capacity",
     "check_for_nan_in_loss_and_grad",  # an argument, not a TransformerConfig field
+    "fine_grained_activation_offloading",  # job.offload_modules (cost/offload.py)
+    "offload_modules",
 )
 
 

@@ -193,6 +193,8 @@ MEGATRON_STATE_DEFAULTS: dict[str, object] = {
     "moe_token_drop_policy": "probs",
     "moe_pad_expert_input_to_capacity": False,
     "check_for_nan_in_loss_and_grad": True,
+    "fine_grained_activation_offloading": False,
+    "offload_modules": [],
 }
 """megatron-core 0.19.2's defaults of the MoE software state (TransformerConfig); the dispatcher
 is always written for a MoE model (paraplan's default alltoall, not megatron-core's allgather)."""
