@@ -20,7 +20,16 @@ from paraplan.cost.serving import Engine, ServingPlan, WorkerPlan, Workload
 from paraplan.graph import ModelSpec, preset
 from paraplan.hardware import Cluster, build_cluster, node_type
 
-__all__ = ["ServingCase", "Skipped", "serving_cases", "map_row", "load_rows", "DEFAULT_CSV", "METRICS"]
+__all__ = [
+    "ServingCase",
+    "Skipped",
+    "serving_cases",
+    "map_row",
+    "load_rows",
+    "burst_tpot_is_prefill",
+    "DEFAULT_CSV",
+    "METRICS",
+]
 
 DEFAULT_CSV = Path(__file__).resolve().parent / "data" / "serving_runs_calibration.csv"
 METRICS = ("output_tok_s_per_gpu", "ttft_ms", "tpot_ms")
@@ -317,6 +326,9 @@ def _table(r: _Row, measured: dict[str, float], assumptions: list[str]) -> Servi
         assumptions.append("max load: requests in flight limited by max_batch and the KV cache")
     if source == "trtllm_perf_overview_v0.14_online":
         assumptions.append("TensorRT-LLM 0.14 Triton backend: no chunked context (its default)")
+    if burst_tpot_is_prefill(rate, num_requests, r.isl, r.osl, max_tokens) and "tpot_ms" in measured:
+        measured = {k: v for k, v in measured.items() if k != "tpot_ms"}
+        assumptions.append("TPOT not scored: the whole output falls inside the burst's prompt phase")
     chunked = source != "trtllm_perf_overview_v0.14_online"
     plan = ServingPlan(
         tp=tp,
@@ -337,6 +349,23 @@ def _table(r: _Row, measured: dict[str, float], assumptions: list[str]) -> Servi
         num_requests=num_requests,
     )
     return _case(r, gpus, plan, workload, measured, assumptions, kv_fraction)
+
+
+def burst_tpot_is_prefill(
+    rate: float | None, num_requests: int | None, isl: float, osl: float, max_num_tokens: int
+) -> bool:
+    """Whether a run's measured TPOT (mean inter-token latency) is a prompt step's time rather
+    than a decode step's: all ``num_requests`` requests arrive at once (``rate`` inf) and their
+    prompts take at least ``osl`` steps of ``max_num_tokens`` tokens (num_requests x isl /
+    max_num_tokens >= osl). In-flight batching puts the waiting prompts into every step, so
+    each request's whole output is generated in steps that each carry a full prompt budget:
+    its inter-token latency is that step's time, which the serving model's burst
+    (cost/serving.py ``_burst``: decode-only steps after the prompts) does not predict as TPOT.
+    The rule (benchmarks/data/README.md, "Serving runs") drops TPOT for those rows only; their
+    throughput and TTFT are scored."""
+    if rate != math.inf or num_requests is None or max_num_tokens <= 0:
+        return False
+    return num_requests * isl / max_num_tokens >= osl
 
 
 def _aic(r: _Row, measured: dict[str, float], assumptions: list[str]) -> ServingCase | Skipped:

@@ -13,6 +13,7 @@ from paraplan.hardware import Cluster
 
 __all__ = [
     "LL_BASE_S",
+    "PEER_ALLREDUCE_TIERS",
     "LL_STEP_S",
     "LL_STEP_NETWORK_S",
     "LL_BANDWIDTH_FRACTION",
@@ -30,6 +31,15 @@ LL_STEP_S = {"nvlink": 0.6e-6, "pcie": 1.0e-6}
 LL_STEP_NETWORK_S = 2.7e-6
 LL_BANDWIDTH_FRACTION = 0.5
 
+
+PEER_ALLREDUCE_TIERS = frozenset({"nvlink", "xgmi"})
+"""Scale-up tiers on which the engines run their own one-shot / two-shot all-reduce kernels
+(every rank reads its peers' buffers over the GPU fabric). Over PCIe they fall back to NCCL's
+rings: vLLM disables its custom all-reduce on more than two PCIe-only GPUs
+(vllm/distributed/device_communicators/custom_all_reduce.py, "not supported on more than two
+PCIe-only GPUs"), and TensorRT-LLM's all-reduce plugin takes NCCL where the GPUs have no NVLink
+(cpp/tensorrt_llm/plugins/ncclPlugin/allreducePlugin.cpp, its NVLink / P2P check). Both cited
+from memory of those files, not re-read here. ROCm's vLLM runs its custom kernel over xGMI."""
 
 _SPANS: IdentityMemo[GroupSpan] = IdentityMemo(1024)
 """_span's memo, by the cluster's identity and the group (cost/memo.py)."""
@@ -71,7 +81,7 @@ def oneshot_allreduce_s(cluster: Cluster, group: int, n_bytes: float) -> float:
         ll_ring_allreduce_s(cluster, group, n_bytes),
     )
     inner = cluster.tiers[0]
-    if group > inner.domain_devices:
+    if group > inner.domain_devices or inner.name not in PEER_ALLREDUCE_TIERS:
         return ring
     bw = inner.effective_bytes_per_s
     one_shot = 2.0 * inner.alpha_s + (group - 1) * n_bytes / bw

@@ -4,17 +4,25 @@ and the error bounds on the calibration rows as measured (regressions fail)."""
 from __future__ import annotations
 
 import csv
+import math
 from pathlib import Path
 
 import pytest
 
 from benchmarks.serving_fidelity import main, score_cases, summary
-from benchmarks.serving_set import DEFAULT_CSV, Skipped, load_rows, map_row, serving_cases
+from benchmarks.serving_set import (
+    DEFAULT_CSV,
+    Skipped,
+    burst_tpot_is_prefill,
+    load_rows,
+    map_row,
+    serving_cases,
+)
 
-# Reached 2026-12-02 (second fit) with hardware/data/serving.yaml (in-sample medians over the 413
-# scored rows: 11.4% tokens/s/GPU, 14.9% TPOT, 18.0% TTFT; docs/serving_model.md section 6). The
-# bounds are those figures plus a margin (the issue's targets, 10/12/20%, are not all reached yet).
-BOUNDS = {"output_tok_s_per_gpu": 0.13, "tpot_ms": 0.16, "ttft_ms": 0.20}
+# Reached 2026-12-02 (fourth session) with hardware/data/serving.yaml (in-sample medians over the
+# 413 scored rows: 11.4% tokens/s/GPU, 13.3% TPOT, 18.0% TTFT; docs/serving_model.md section 6).
+# The bounds are those figures plus a margin (the issue's targets, 10/12/20%, are not all reached).
+BOUNDS = {"output_tok_s_per_gpu": 0.13, "tpot_ms": 0.145, "ttft_ms": 0.20}
 
 
 def test_every_row_is_mapped_or_skipped_with_a_reason() -> None:
@@ -63,3 +71,29 @@ def test_error_bounds_on_the_calibration_rows() -> None:
         rows, median, _p90, _signed = table[("overall", metric)]
         assert rows >= {"output_tok_s_per_gpu": 300, "tpot_ms": 90, "ttft_ms": 80}[metric]
         assert median <= bound, (metric, median)
+
+
+def test_a_burst_whose_output_falls_in_its_prompt_phase_scores_no_tpot() -> None:
+    # 500 prompts of 467 tokens over 8,192-token steps take 28.5 steps: an osl of 16 lies inside
+    # them (TPOT dropped), an osl of 256 does not (scored); throughput and TTFT are scored in both
+    rows = {r["id"]: r for r in load_rows()}
+    short, long = map_row(rows["srv-0623"]), map_row(rows["srv-0617"])
+    assert not isinstance(short, Skipped) and not isinstance(long, Skipped)
+    assert (short.workload.osl, long.workload.osl) == (16, 256)
+    assert "tpot_ms" not in short.measured and {"ttft_ms", "output_tok_s_per_gpu"} <= set(short.measured)
+    assert "tpot_ms" in long.measured
+    assert any("prompt phase" in a for a in short.assumptions)
+    assert burst_tpot_is_prefill(math.inf, 500, 467, 28, 8192)
+    assert not burst_tpot_is_prefill(math.inf, 500, 467, 29, 8192)
+    assert not burst_tpot_is_prefill(12.0, 500, 467, 16, 8192)  # Poisson arrivals: step times
+    assert not burst_tpot_is_prefill(math.inf, None, 467, 16, 8192)
+
+
+def test_the_fit_weights_a_source_by_the_root_of_its_rows() -> None:
+    from benchmarks.serving_fidelity import Score, _objective, group_weight
+
+    assert group_weight(4) == 2.0 and group_weight(0) == 0.0
+    # a 1-row source 100% off and a 4-row source exact: (1 x log 2 + 2 x 0) / 3
+    exact = [Score(f"b{i}", "s2", "tpot_ms", 1.0, 1.0) for i in range(4)]
+    scores = [Score("a", "s1", "tpot_ms", 1.0, 2.0), *exact]
+    assert _objective(scores) == pytest.approx(math.log(2.0) / 3.0)

@@ -306,3 +306,21 @@ def test_goodput_judges_the_slo_at_its_own_percentile() -> None:
 
     assert goodput(50) == pytest.approx(pred.requests_per_s)
     assert goodput(90) < pred.requests_per_s
+
+
+def test_the_peer_all_reduce_kernels_run_over_nvlink_not_pcie() -> None:
+    # the engines' one-shot / two-shot kernels read peers' buffers over NVLink; over PCIe the
+    # all-reduce is NCCL's ring (cost/serving_comm.py PEER_ALLREDUCE_TIERS)
+    from paraplan.cost.comm import SubAxis, allreduce_s, span_of
+    from paraplan.cost.serving_comm import ll_ring_allreduce_s, oneshot_allreduce_s
+
+    decode_bytes = 64 * 8192 * 2.0  # 64 tokens of a 70B's hidden state, bf16
+    pcie = build_cluster("l40s-8gpu-pcie", nodes=1)
+    ring = min(
+        allreduce_s(span_of(pcie, [SubAxis(1, 8)]), decode_bytes), ll_ring_allreduce_s(pcie, 8, decode_bytes)
+    )
+    assert oneshot_allreduce_s(pcie, 8, decode_bytes) == pytest.approx(ring)
+    nvl_ring = min(
+        allreduce_s(span_of(H100, [SubAxis(1, 8)]), decode_bytes), ll_ring_allreduce_s(H100, 8, decode_bytes)
+    )
+    assert oneshot_allreduce_s(H100, 8, decode_bytes) < nvl_ring  # the one-shot kernel wins there
