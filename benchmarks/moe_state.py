@@ -22,7 +22,11 @@ listed in the case's defaults:
   "dropless, natural routing" -> dropless; the ladder rows' reproduce guide forces balance;
   "(tokendrop)" models -> capacity factor 1.0 (the token-drop recipes' factor); the Megatron-Bridge
   skill page's NCCL runs that do not state it -> force_balanced (its other runs of the same
-  recipe force balance); else dropless.
+  recipe force balance); the Megatron-MoE-ModelZoo's 4K Qwen3 rows on H100 (2043-2048), which do
+  not state it -> force_balanced too: every other Qwen3 table of that repository states forced
+  balance (its long-context table prints the forced figure first, "295 (forced balance) / 237
+  (dropless)"; its GB200 / GB300 rows 2057-2060 "forced load balancing"), as do the DeepSeek-V3
+  GB200 guide's reproduce scripts and the Megatron-Bridge performance pages; else dropless.
 """
 
 from __future__ import annotations
@@ -33,6 +37,13 @@ from typing import Any
 __all__ = ["moe_state"]
 
 _BLACKWELL = ("B200", "B300", "GB200", "GB300")
+
+# Sources whose rows that do not state the routing take forced balance: each source's other runs
+# of the same recipes state it (module docstring).
+_FORCED_UNLESS_STATED = {
+    "mbridge_skill_qwen3_30b_h100": "as the page's other runs",
+    "mcore_modelzoo_qwen3": "as the ModelZoo's other Qwen3 tables",
+}
 
 
 def _dispatcher(notes: str) -> str | None:
@@ -110,7 +121,7 @@ def moe_state(row: dict[str, str]) -> tuple[dict[str, Any], dict[str, Any], list
             defaults.append("etp=1 (the ModelZoo's Qwen3 recipes)")
     routing = _routing(notes, row["model"])
     stated = any(k in notes.lower() for k in ("balanc", "dropless", "routing:"))
-    if key == "mbridge_skill_qwen3_30b_h100" and not stated:
-        routing = "force_balanced"  # the page's other runs of the same recipe force balance
-        defaults.append("moe_routing=force_balanced (as the page's other runs)")
+    if key in _FORCED_UNLESS_STATED and not stated:
+        routing = "force_balanced"  # the source's other runs force balance
+        defaults.append(f"moe_routing=force_balanced ({_FORCED_UNLESS_STATED[key]})")
     return plan, {"moe_routing": routing}, defaults

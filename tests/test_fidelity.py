@@ -66,7 +66,8 @@ def test_dense_gpu_runs_hold_their_fidelity(rows) -> None:
 
 def test_moe_gpu_runs(rows) -> None:
     """Issue 22's bar is >= 75 MoE GPU runs at median <= 10%, p90 <= 25%; this holds the figures
-    reached (2026-12-02: MOE_MEDIAN / MOE_P90 over 76 runs; 21.4% / 40.9% before the per-expert
+    reached (2026-12-02: MOE_MEDIAN / MOE_P90 over 76 runs; 17.4% / 40.5% before the ModelZoo's
+    4K rows took forced balance, benchmarks/moe_state.py; 21.4% / 40.9% before the per-expert
     launches were split by precision, cost/host.py; 21.7% / 41.5% before DeepEP's combine
     in the NVL72 domain was costed at its measured rate, 21.7% / 48.3% over 78 before the
     recompute modules; 18.9% / 57.7% over the 42 runs before
@@ -144,7 +145,7 @@ def _by_id(rows) -> dict:
     return {r.case.row_id: r for r in rows}
 
 
-MOE_MEDIAN, MOE_P90 = 0.175, 0.41  # test_moe_gpu_runs: the figures reached (17.4% / 40.5%), rounded up
+MOE_MEDIAN, MOE_P90 = 0.155, 0.41  # test_moe_gpu_runs: the figures reached (15.4% / 40.5%), rounded up
 MOE_ROWS = (323, 332, 340, 346)  # Megatron-Bridge 25.11 Qwen3-30B-A3B: 8 GB300, 8 GB200, 8 B200, 16 H100
 GB300_ROWS = (316, 317, 318, 323)  # Megatron-Bridge 25.11 on GB300: Llama 3 8B (x2), 70B, Qwen3-30B-A3B
 LONG_CONTEXT_ROWS = (570, 581, 592, 603, 614)  # MosaicML MPT at seq 32K on 8 A100 40GB
@@ -165,6 +166,24 @@ def test_moe_rows_on_blackwell_within_20_percent(rows) -> None:
     by_id = _by_id(rows)
     errors = {i: by_id[i].error for i in (332, 340)}
     assert all(abs(e) <= 0.20 for e in errors.values()), errors
+
+
+MODELZOO_4K_ROWS = (2043, 2044, 2045, 2047)  # Megatron-MoE-ModelZoo Qwen3-235B-A22B, 256 H100, 4K tokens
+
+
+def test_modelzoo_rows_without_stated_routing_take_the_repository_s_forced_balance(rows) -> None:
+    """The ModelZoo's 4K rows do not state their routing; every other Qwen3 table of that
+    repository states forced balance (rows 2049-2060), so they take it, listed as a default
+    (benchmarks/moe_state.py). Under the dropless 1.6x busiest rank they were +4..+40%
+    (2026-12-02); forced, within 12%."""
+    by_id = _by_id(rows)
+    for i in MODELZOO_4K_ROWS:
+        assert by_id[i].case.scenario["job"]["moe_routing"] == "force_balanced"
+        assert any(d.startswith("moe_routing=force_balanced") for d in by_id[i].case.defaults)
+    assert by_id[2049].case.scenario["job"]["moe_routing"] == "force_balanced"  # stated
+    assert by_id[2050].case.scenario["job"]["moe_routing"] == "dropless"  # stated
+    errors = {i: round(by_id[i].error, 3) for i in MODELZOO_4K_ROWS}
+    assert all(abs(e) <= 0.12 for e in errors.values()), errors
 
 
 BF16_LAUNCH_BOUND_ROWS = (2047, 2057)  # ModelZoo Qwen3-235B-A22B BF16, 16 local experts, mb 1: H100, GB200
