@@ -22,7 +22,10 @@ listed in the case's defaults:
   "dropless, natural routing" -> dropless; the ladder rows' reproduce guide forces balance;
   "(tokendrop)" models -> capacity factor 1.0 (the token-drop recipes' factor); the Megatron-Bridge
   skill page's NCCL runs that do not state it -> force_balanced (its other runs of the same
-  recipe force balance); else dropless.
+  recipe force balance); else dropless;
+- probabilities (``job.moe_probs_applied``, rules/moe_probs.py): a run whose ``framework`` names
+  Megatron (Megatron-LM, Megatron-Core, Megatron-Bridge / NeMo) -> activation; any other (NeMo
+  AutoModel's own MoE layers, not read) -> auto, which with no framework named is combine.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-__all__ = ["moe_state"]
+__all__ = ["moe_state", "probs_applied"]
 
 _BLACKWELL = ("B200", "B300", "GB200", "GB300")
 
@@ -113,4 +116,14 @@ def moe_state(row: dict[str, str]) -> tuple[dict[str, Any], dict[str, Any], list
     if key == "mbridge_skill_qwen3_30b_h100" and not stated:
         routing = "force_balanced"  # the page's other runs of the same recipe force balance
         defaults.append("moe_routing=force_balanced (as the page's other runs)")
-    return plan, {"moe_routing": routing}, defaults
+    job: dict[str, Any] = {"moe_routing": routing}
+    if (probs := probs_applied(row.get("framework", ""))) is not None:
+        job["moe_probs_applied"] = probs
+    return plan, job, defaults
+
+
+def probs_applied(framework: str) -> str | None:
+    """``job.moe_probs_applied`` of a run by ``framework`` (the row's column): activation where it
+    names Megatron (megatron-core's experts apply the probabilities in their activation,
+    rules/moe_probs.py), else None (auto: combine, the framework not named to the cost model)."""
+    return "activation" if "megatron" in framework.lower() else None

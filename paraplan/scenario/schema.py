@@ -239,6 +239,13 @@ class JobSection(Section):
         "saved inputs go to host memory and back, one layer's kept: attn_norm | qkv_linear | "
         "core_attn | attn_proj | mlp_norm | expert_fc1 | moe_act (empty: none; cost/offload.py)",
     )
+    moe_probs_applied: Literal["auto", "activation", "combine"] = Field(
+        "auto",
+        description="MoE: where the router's probabilities multiply the routed copies: activation (in "
+        "the experts' activation, megatron-core: no routed output kept) | combine (torchtitan, DeepSpeed: "
+        "the routed output kept for the backward) | auto (by solver.target; none: combine, so no plan "
+        "fits that a framework which would run it cannot hold; rules/moe_probs.py)",
+    )
     image_tokens: int = Field(
         0,
         ge=0,
