@@ -113,6 +113,10 @@ def test_documented_mapping_rules_score_the_rows_they_were_written_for(rows) -> 
     assert by_id[407].recompute == "full" and by_id[407].fits
     # TFLOP/s-only rows under a documented FLOP convention
     assert {32, 33, 34, 79, 81, 82} <= set(by_id)
+    # where the router's probabilities apply, by the row's framework: megatron-core's experts in
+    # their activation; NeMo AutoModel's own MoE layers (not read) auto, i.e. combine
+    assert by_id[2058].case.scenario["job"]["moe_probs_applied"] == "activation"
+    assert "moe_probs_applied" not in by_id[378].case.scenario["job"]
     # degrees that contradict the GPU count: the degrees define the run (rows 71-72: tp4 cp4|8 dp4)
     assert [by_id[i].case.scenario["cluster"]["gpus"] for i in (71, 72)] == [64, 128]
     # a MoE model without a preset, from its published config (Kimi K2: 384 experts, MLA, 64 heads)

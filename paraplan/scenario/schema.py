@@ -60,6 +60,7 @@ from paraplan.scenario.section import (
     MAX_SEQ_LEN,
     MAX_TOKENS_PER_STEP,
     STRICT,
+    CapacityRouting,
     Section,
 )
 
@@ -137,14 +138,6 @@ class ClusterSection(Section):
         if (self.nodes is None) == (self.gpus is None):
             raise ValueError("give exactly one of cluster.nodes or cluster.gpus")
         return self
-
-
-class CapacityRouting(BaseModel):
-    """``job.moe_routing: {capacity_factor: F}``: experts take at most F x their mean share of
-    the routed tokens and drop the rest (Megatron ``--moe-expert-capacity-factor F``)."""
-
-    model_config = {"extra": "forbid"}
-    capacity_factor: float = Field(ge=1.0, le=16.0, allow_inf_nan=False)
 
 
 class JobSection(Section):

@@ -45,6 +45,12 @@ def test_mapping_rules_per_row() -> None:
     assert moonlight["recompute_modules"] == ["layernorm", "moe_act"]
     assert "recompute_modules" not in by_id["mbridge-moonlight-core_attn"].scenario["job"]  # the default
     assert by_id["mbridge-moonlight-none"].scenario["plan"]["recompute"] == "none"
+    # where the router's probabilities apply, by the row's framework (rules/moe_probs.py)
+    assert moonlight["moe_probs_applied"] == "activation"  # megatron-core: in the activation
+    assert by_id["simumax-b200-deepseekv3-l4-tp1-ep8-pp1-dp8-mbc4"].scenario["job"]["moe_probs_applied"] == (
+        "activation"
+    )
+    assert "moe_probs_applied" not in by_id["tt-dsv3-16b-b200-lbs4-s8k-ep1"].scenario["job"]  # auto: combine
     # SimuMax's rows give the same run's reserved peak in their notes: a second reading
     assert by_id["simumax-b200-llama3-70b-l12-tp8-pp1-dp1-mbc4"].reserved_gib == pytest.approx(29.12)
     assert by_id["tt24-t1-2"].reserved_gib is None
