@@ -36,6 +36,7 @@ __all__ = [
     "choose_case",
     "sweep_case",
     "offload_case",
+    "probs_case",
     "divisors",
     "KNOWN_BAD_VARIANTS",
 ]
@@ -971,3 +972,24 @@ def offload_case(d: Draw, *, solve: bool = False, time_limit_s: float = 5.0) -> 
     broken = broken or ("attn_proj" in modules and "core_attn" not in modules)
     keys = ("job.offload_modules",) if broken else base.expect_keys
     return replace(base, expect_keys=keys, refuse=broken, tag=f"{base.tag}:offload")
+
+
+# ------------------------------------------------------ where the router's probabilities apply (issue 22)
+
+PROBS_CHOICES = ("auto", "activation", "combine")
+"""job.moe_probs_applied's values (rules/moe_probs.py); probs_case also draws a made-up one."""
+
+
+def probs_case(d: Draw, *, solve: bool = False, time_limit_s: float = 5.0) -> Case:
+    """A valid (``solve``) or fully fixed (``evaluate_case``) scenario with ``job.moe_probs_applied``
+    drawn after it: a generator of its own, so the fuzz record's pinned seeds draw what they drew.
+    A value outside the three must be a ConfigError naming job.moe_probs_applied; a framework that
+    applies the probabilities elsewhere refuses the others by name (a ParaplanError the checks
+    accept)."""
+    base = valid_case(d, time_limit_s=time_limit_s, consistent=True) if solve else evaluate_case(d)
+    sc = base.scenario
+    assert isinstance(sc, dict)
+    broken = d.chance(0.1)
+    sc["job"]["moe_probs_applied"] = d.choice(("router", "expert")) if broken else d.choice(PROBS_CHOICES)
+    keys = ("job.moe_probs_applied",) if broken else base.expect_keys
+    return replace(base, expect_keys=keys, refuse=broken, tag=f"{base.tag}:probs")

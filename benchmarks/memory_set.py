@@ -47,7 +47,10 @@ wherever the two files say the same thing, and each default a row takes is liste
 - **job**: precision as calibration_set.py (``_precision``); fp32 gradients except
   Megatron-Bridge rows (their performance recipes reduce in bf16, as in the step-time mapping);
   ``optimizer_moments: bf16`` for the Bridge recipes that set the precision-aware optimizer's
-  moments to bf16 (Moonlight, DeepSeek-V3, OLMoE: ``_BF16_MOMENTS``);
+  moments to bf16 (Moonlight, DeepSeek-V3, OLMoE: ``_BF16_MOMENTS``); ``moe_probs_applied:
+  activation`` for the Megatron-Core rows (SimuMax, Megatron-Bridge: megatron-core applies the
+  router's probabilities in the experts' activation), auto (combine) for torchtitan's
+  (rules/moe_probs.py);
   ``job.allocator`` expandable_segments where the row says so, else default.
 - **MoE software state**: benchmarks/moe_state.py read from the row's notes and precision text
   ("TE CUDA graphs ..." -> partial graphs), SimuMax's "capacity factor 1 with pad-to-capacity" ->
@@ -175,6 +178,10 @@ class MemoryCase:
 class MemorySkipped:
     row_id: str
     reason: str
+
+
+_MEGATRON_SOURCES = ("simumax", "megatron-bridge")
+"""The sources whose runs are Megatron-Core's (SimuMax simulates and measures Megatron-LM)."""
 
 
 def source_of(row_id: str) -> str:
@@ -316,6 +323,9 @@ def _row_case(row: dict[str, str]) -> MemoryCase | MemorySkipped:
         "allocator": allocator,
         **({"cross_entropy": _titan_loss(row), "selective_policy": "torchtitan_op"} if titan else {}),
         **({"recompute_modules": modules} if (modules := _modules(row)) else {}),
+        # where the router's probabilities are applied: Megatron-Core's rows (SimuMax's Megatron-LM,
+        # Megatron-Bridge) in the experts' activation; torchtitan's at the combine (auto: combine)
+        **({"moe_probs_applied": "activation"} if source_of(rid) in _MEGATRON_SOURCES else {}),
     }
     if "sft" in row["model"].lower() and "packed to" not in row["notes"].lower():
         job["variable_seq_len"] = True

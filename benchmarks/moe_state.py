@@ -26,7 +26,10 @@ listed in the case's defaults:
   not state it -> force_balanced too: every other Qwen3 table of that repository states forced
   balance (its long-context table prints the forced figure first, "295 (forced balance) / 237
   (dropless)"; its GB200 / GB300 rows 2057-2060 "forced load balancing"), as do the DeepSeek-V3
-  GB200 guide's reproduce scripts and the Megatron-Bridge performance pages; else dropless.
+  GB200 guide's reproduce scripts and the Megatron-Bridge performance pages; else dropless;
+- probabilities (``job.moe_probs_applied``, rules/moe_probs.py): a run whose ``framework`` names
+  Megatron (Megatron-LM, Megatron-Core, Megatron-Bridge / NeMo) -> activation; any other (NeMo
+  AutoModel's own MoE layers, not read) -> auto, which with no framework named is combine.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-__all__ = ["moe_state"]
+__all__ = ["moe_state", "probs_applied"]
 
 _BLACKWELL = ("B200", "B300", "GB200", "GB300")
 
@@ -124,4 +127,14 @@ def moe_state(row: dict[str, str]) -> tuple[dict[str, Any], dict[str, Any], list
     if key in _FORCED_UNLESS_STATED and not stated:
         routing = "force_balanced"  # the source's other runs force balance
         defaults.append(f"moe_routing=force_balanced ({_FORCED_UNLESS_STATED[key]})")
-    return plan, {"moe_routing": routing}, defaults
+    job: dict[str, Any] = {"moe_routing": routing}
+    if (probs := probs_applied(row.get("framework", ""))) is not None:
+        job["moe_probs_applied"] = probs
+    return plan, job, defaults
+
+
+def probs_applied(framework: str) -> str | None:
+    """``job.moe_probs_applied`` of a run by ``framework`` (the row's column): activation where it
+    names Megatron (megatron-core's experts apply the probabilities in their activation,
+    rules/moe_probs.py), else None (auto: combine, the framework not named to the cost model)."""
+    return "activation" if "megatron" in framework.lower() else None

@@ -63,7 +63,7 @@ from paraplan.cost.compute import (
 )
 from paraplan.cost.compute import gemm_s as gemm_s_of
 from paraplan.cost.dispatch import dispatch_time
-from paraplan.cost.plan import Axis, Job, Layout, MoERouting
+from paraplan.cost.plan import Axis, Job, Layout, MoEProbs, MoERouting
 from paraplan.cost.pp_schedule import hides_ep_comm
 from paraplan.cost.torus import placed_cluster
 from paraplan.cost.validity import expert_folded, folded_ep_axes
@@ -82,6 +82,7 @@ __all__ = [
     "expert_forward",
     "moe_tp_collectives",
     "expert_stored_bytes",
+    "routed_output_kept_elems",
     "ep_exposed_s",
     "steady_fraction",
     "ep_comm_overlapped",
@@ -313,10 +314,12 @@ def expert_forward(
 def expert_stored_bytes(experts: Experts, plan: Layout, job: Job) -> float:
     """Activations the routed experts keep for backward on a device, one micro-batch.
 
-    Formula: c' * (gathered + tp_elems/etp + sp_elems/etp) * 2 B, c' = c * etp/tp the copies the
+    Formula: c' * (gathered + tp_elems/etp + kept/etp) * 2 B, c' = c * etp/tp the copies the
     device runs (c = n * top_k routed copies at the mean load; etp = tp: the fc1 input is stored
     as all-gathered over TP;
-    etp = 1: each rank keeps its own c/tp whole copies); GEMM inputs take 1 B under FP8.
+    etp = 1: each rank keeps its own c/tp whole copies); GEMM inputs take 1 B under FP8. kept =
+    ``routed_output_kept_elems``: the routed output (sp_elems) where the probabilities multiply
+    it at the combine, none where they are applied in the activation.
     """
     etp = plan.expert_tp
     # the mean routed load, not the busiest rank's: which rank is busiest changes from layer to
@@ -324,9 +327,21 @@ def expert_stored_bytes(experts: Experts, plan: Layout, job: Job) -> float:
     # measured within 1% of its HybridEP twin, memory_runs_calibration.csv, where the busiest
     # load on every layer over-predicted it by 26%)
     copies = tokens_per_device(plan, job) * experts.top_k * etp / plan.tp
-    elems = experts.act_gathered_elems + experts.act_tp_elems / etp + experts.act_sp_elems / etp
+    kept = routed_output_kept_elems(experts, job)
+    elems = experts.act_gathered_elems + experts.act_tp_elems / etp + kept / etp
     stored = copies * elems * ACTIVATION_BYTES
     if job.precision in GEMM_INPUT_BYTES:
         gemm_inputs = experts.act_gathered_gemm_elems + experts.act_tp_gemm_elems / etp
         stored -= copies * gemm_inputs * (ACTIVATION_BYTES - gemm_input_bytes(job.precision))
     return stored
+
+
+def routed_output_kept_elems(experts: Experts, job: Job) -> float:
+    """Elements per routed copy the combine keeps for its backward: the expert output
+    (``experts.act_sp_elems``, d) where the router's probabilities multiply it at the combine
+    (torchtitan 0.3.0 models/common/token_dispatcher.py ``routed_output * topk_scores``; the
+    product's gradient with respect to the scores needs the output), 0 where they are applied
+    inside the activation (megatron-core 0.19.2 transformer/moe/experts.py: the weighted SwiGLU
+    keeps its input, which the activation keeps anyway, and the probabilities; the dispatcher's
+    unpermute takes no probabilities, a permutation whose backward keeps nothing)."""
+    return experts.act_sp_elems if job.moe_probs_applied is MoEProbs.COMBINE else 0.0

@@ -27,7 +27,7 @@ from types import UnionType
 from typing import Any, Union, get_args, get_origin, get_type_hints
 
 from paraplan.cost.pp_schedule import PPSchedule
-from paraplan.cost.software import CudaGraphs, MoEDispatcher, MoERouting
+from paraplan.cost.software import CudaGraphs, MoEDispatcher, MoEProbs, MoERouting
 from paraplan.cost.split import (
     chunk_layers,
     chunk_ranges,
@@ -52,6 +52,7 @@ __all__ = [
     "MoEDispatcher",
     "CudaGraphs",
     "MoERouting",
+    "MoEProbs",
     "PPSchedule",
     "Job",
     "Layout",
@@ -214,6 +215,12 @@ class Job:
     # Megatron --fine-grained-activation-offloading --offload-modules: these modules' saved inputs
     # go to host memory in forward and come back in backward (cost/offload.py); () = none
     offload_modules: frozenset[OffloadModule] = frozenset()
+    # where the router's probabilities multiply the routed copies, resolved from the scenario's
+    # job.moe_probs_applied (auto: by the framework, rules/moe_probs.py); combine keeps the routed
+    # output for the backward (cost/ep.py expert_stored_bytes); is_moe_probs_given: the scenario set
+    # it (not auto), so a framework that multiplies elsewhere refuses it by name
+    moe_probs_applied: MoEProbs = MoEProbs.COMBINE
+    is_moe_probs_given: bool = False
 
     @property
     def tokens_per_step(self) -> int:

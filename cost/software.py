@@ -1,5 +1,6 @@
 """The software state a plan runs under that moves MoE step time: the token dispatcher, CUDA
-graphs and the routing mode (fields of cost.plan.Layout and Job; re-exported from cost.plan).
+graphs, the routing mode and where the router's probabilities are applied (fields of
+cost.plan.Layout and Job; re-exported from cost.plan).
 What each costs: cost/dispatch.py, cost/host.py, cost/ep.py; which framework runs which:
 rules/moe_state.py."""
 
@@ -7,7 +8,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-__all__ = ["MoEDispatcher", "CudaGraphs", "MoERouting", "SOFTWARE_FIELDS"]
+__all__ = ["MoEDispatcher", "CudaGraphs", "MoERouting", "MoEProbs", "SOFTWARE_FIELDS"]
 
 SOFTWARE_FIELDS = ("moe_dispatcher", "moe_overlap", "cuda_graphs")
 """The Layout fields of the software state."""
@@ -38,3 +39,18 @@ class MoERouting(StrEnum):
     DROPLESS = "dropless"  # natural routing, no token dropped: the busiest expert paces the layer
     FORCE_BALANCED = "force_balanced"  # --moe-router-force-load-balancing (benchmark-only)
     CAPACITY = "capacity"  # token dropping at job.moe_capacity_factor
+
+
+class MoEProbs(StrEnum):
+    """Where the router's probabilities multiply the routed copies (``job.moe_probs_applied``,
+    resolved: cost/ep.py ``expert_stored_bytes``; which framework does which: rules/moe_probs.py).
+
+    ``activation``: inside the experts' activation (megatron-core 0.16.1-0.19.2 experts.py,
+    ``weighted_bias_swiglu_impl`` / ``activation_func_with_probs``), whose saved input the
+    activation keeps anyway; the combine only unpermutes, so no routed output is kept.
+    ``combine``: the routed output is multiplied at the combine (torchtitan 0.3.0
+    ``routed_output * topk_scores``, DeepSpeed's einsum with ``combine_weights``), whose backward
+    keeps that d-wide output per routed copy."""
+
+    ACTIVATION = "activation"
+    COMBINE = "combine"

@@ -31,6 +31,7 @@ from paraplan.hardware import (
     with_memory_headroom,
 )
 from paraplan.hardware.uncertainty import default_memory_headroom
+from paraplan.rules.moe_probs import AUTO, resolve_moe_probs
 from paraplan.scenario.plan_doc import REQUIRED_KNOBS
 from paraplan.scenario.plan_knobs import fixed_knobs_of
 from paraplan.scenario.schema import Scenario
@@ -66,7 +67,8 @@ class Instance:
 
 def job_of(scenario: Scenario) -> Job:
     """The cost model's Job of the scenario's ``job:`` (``moe_routing: {capacity_factor: F}``
-    becomes routing ``capacity`` with ``moe_capacity_factor`` F)."""
+    becomes routing ``capacity`` with ``moe_capacity_factor`` F; ``moe_probs_applied: auto`` the
+    framework's, by ``solver.target``: rules/moe_probs.py resolve_moe_probs)."""
     values = scenario.job.model_dump(exclude=set(CAPACITY_JOB_KEYS))  # not cost-model terms
     routing = values.pop("moe_routing")
     if isinstance(routing, dict):
@@ -76,6 +78,9 @@ def job_of(scenario: Scenario) -> Job:
         values["moe_routing"] = MoERouting(routing)
     values["recompute_modules"] = frozenset(RecomputeModule(m) for m in values["recompute_modules"])
     values["offload_modules"] = frozenset(OffloadModule(m) for m in values["offload_modules"])
+    given = values.pop("moe_probs_applied")
+    values["moe_probs_applied"] = resolve_moe_probs(given, scenario.solver.target)
+    values["is_moe_probs_given"] = given != AUTO
     return Job(**values)
 
 

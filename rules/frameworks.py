@@ -1,6 +1,7 @@
 """The framework registry: which frameworks paraplan plans for, and what each one launches at
-all, whatever the plan's degrees: the precisions it has a setting for and whether it runs a
-mixed-GPU cluster (cluster.pools). The MoE software state each one runs is ``moe_state.SUPPORT``
+all, whatever the plan's degrees: the precisions it has a setting for, whether it runs a
+mixed-GPU cluster (cluster.pools) and where it applies a MoE router's probabilities
+(rules/moe_probs.py). The MoE software state each one runs is ``moe_state.SUPPORT``
 (checked here to name the same frameworks); the per-plan rules are in each framework's module.
 
 ``launch_rules(name)`` states these facts as rules, which ``rules_of`` puts first in every
@@ -22,6 +23,7 @@ from __future__ import annotations
 from paraplan.cost import Precision
 from paraplan.hardware import Cluster
 from paraplan.rules.base import Draft, Refusal, Rule, RuleContext
+from paraplan.rules.moe_probs import PROBS_APPLIED, probs_rule
 
 __all__ = [
     "FRAMEWORKS",
@@ -51,6 +53,10 @@ Megatron-Bridge has a mixed-precision recipe for each; the other frameworks' con
 POOLED_FRAMEWORKS: tuple[str, ...] = ("megatron",)
 """Frameworks that run a plan on a mixed-GPU cluster (cluster.pools): one Megatron job whose
 pipeline stages sit on different node types; the others build one mesh of one device type."""
+
+
+if set(PROBS_APPLIED) != set(FRAMEWORKS):  # a framework added here but not to rules/moe_probs.py
+    raise TypeError(f"moe_probs.PROBS_APPLIED must list {FRAMEWORKS}; lists {tuple(PROBS_APPLIED)}")
 
 
 def _known(name: str) -> None:
@@ -146,7 +152,7 @@ def launch_rules(name: str) -> tuple[tuple[Rule, ...], tuple[Rule, ...]]:
     the cluster, i.e. its MODEL_RULES). The rules are shared by the frameworks with the same
     facts, so one framework's rules still include another's (rules/filter.py reads that)."""
     _known(name)
-    model: tuple[Rule, ...] = ()
+    model: tuple[Rule, ...] = (probs_rule(name),)  # job.moe_probs_applied (rules/moe_probs.py)
     if name not in BLOCK_SCALED_FRAMEWORKS:
         model += (check_bf16_fp16_fp8,)
     if not runs_pools(name):

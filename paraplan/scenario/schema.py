@@ -60,6 +60,7 @@ from paraplan.scenario.section import (
     MAX_SEQ_LEN,
     MAX_TOKENS_PER_STEP,
     STRICT,
+    CapacityRouting,
     Section,
 )
 
@@ -137,14 +138,6 @@ class ClusterSection(Section):
         if (self.nodes is None) == (self.gpus is None):
             raise ValueError("give exactly one of cluster.nodes or cluster.gpus")
         return self
-
-
-class CapacityRouting(BaseModel):
-    """``job.moe_routing: {capacity_factor: F}``: experts take at most F x their mean share of
-    the routed tokens and drop the rest (Megatron ``--moe-expert-capacity-factor F``)."""
-
-    model_config = {"extra": "forbid"}
-    capacity_factor: float = Field(ge=1.0, le=16.0, allow_inf_nan=False)
 
 
 class JobSection(Section):
@@ -238,6 +231,13 @@ class JobSection(Section):
         description="Megatron --fine-grained-activation-offloading --offload-modules: these modules' "
         "saved inputs go to host memory and back, one layer's kept: attn_norm | qkv_linear | "
         "core_attn | attn_proj | mlp_norm | expert_fc1 | moe_act (empty: none; cost/offload.py)",
+    )
+    moe_probs_applied: Literal["auto", "activation", "combine"] = Field(
+        "auto",
+        description="MoE: where the router's probabilities multiply the routed copies: activation (in "
+        "the experts' activation, megatron-core: no routed output kept) | combine (torchtitan, DeepSpeed: "
+        "the routed output kept for the backward) | auto (by solver.target; none: combine, so no plan "
+        "fits that a framework which would run it cannot hold; rules/moe_probs.py)",
     )
     image_tokens: int = Field(
         0,

@@ -1,18 +1,20 @@
 """What every section of a scenario shares: the limits of its keys and the ``Section`` base
-(unknown keys refused, values frozen, true/false refused for whole numbers). paraplan/scenario/schema.py
-and paraplan/scenario/plan_doc.py build the sections on it."""
+(unknown keys refused, values frozen, true/false refused for whole numbers), and the small value
+types of its keys (``CapacityRouting``). paraplan/scenario/schema.py and paraplan/scenario/plan_doc.py
+build the sections on it."""
 
 from __future__ import annotations
 
 from typing import Any, get_args
 
-from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from paraplan.graph.spec import MODEL_LIMITS
 
 __all__ = [
     "STRICT",
     "Section",
+    "CapacityRouting",
     "MAX_SEQ_LEN",
     "MAX_GLOBAL_BATCH",
     "MAX_TOKENS_PER_STEP",
@@ -77,3 +79,11 @@ def _flat(values: list) -> list:
 
 def _takes_bool(annotation: Any) -> bool:
     return annotation is bool or any(_takes_bool(a) for a in get_args(annotation))
+
+
+class CapacityRouting(BaseModel):
+    """``job.moe_routing: {capacity_factor: F}``: experts take at most F x their mean share of
+    the routed tokens and drop the rest (Megatron ``--moe-expert-capacity-factor F``)."""
+
+    model_config = {"extra": "forbid"}
+    capacity_factor: float = Field(ge=1.0, le=16.0, allow_inf_nan=False)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from paraplan.cost import Job, Plan, Precision, Recompute, evaluate, stage_terms
+from paraplan.cost import Job, MoEProbs, Plan, Precision, Recompute, evaluate, stage_terms
 from paraplan.cost.compute import ACTIVATION_BYTES, gemm_input_bytes, tokens_per_device
 from paraplan.cost.offload import offload_exposed_s, offload_link_bytes_per_s, offloaded_bytes
 from paraplan.cost.plan import OffloadModule, RecomputeModule
@@ -185,6 +185,24 @@ def test_row_2058_runs_with_its_offloading_and_needs_less_memory() -> None:
     )
     assert with_offload.peak_memory_bytes < 0.7 * without.peak_memory_bytes
     assert with_offload.step_time_s == pytest.approx(without.step_time_s)  # hidden behind compute on C2C
+    # megatron-core keeps no routed output (job.moe_probs_applied: activation, the row's framework):
+    # it fits only with the offloading, as its source says (117.8 GiB of 173.2; 221.6 without)
+    assert inst.job.moe_probs_applied is MoEProbs.ACTIVATION
+    assert with_offload.fits and not without.fits
+
+
+def test_row_2059_fits_with_megatrons_probabilities_in_the_activation() -> None:
+    """Issue 22: the Megatron-Core MoE report's Qwen3-235B row at 131K tokens (no offloading
+    stated) fits once the routed output the combine does not keep is not counted (131.1 GiB)."""
+    import paraplan
+    from benchmarks.fidelity import load_cases
+    from paraplan.instance import build_instance, fixed_plan
+
+    case = next(c for c in load_cases(kind="moe")[0] if c.row_id == 2059)
+    inst = build_instance(paraplan.load_scenario(case.scenario))
+    kept = replace(inst.job, moe_probs_applied=MoEProbs.COMBINE)
+    assert evaluate(inst.graph, inst.cluster, inst.job, fixed_plan(inst)).fits
+    assert not evaluate(inst.graph, inst.cluster, kept, fixed_plan(inst)).fits
 
 
 def test_a_device_without_a_host_link_figure_is_a_config_error() -> None:
