@@ -30,7 +30,7 @@ from paraplan.cost.split import even_split, pipeline_slots
 from paraplan.graph import LayerGraph, ModelSpec
 from paraplan.hardware import Cluster
 from paraplan.solver.bounds import quick_lower_bound_s
-from paraplan.solver.caps import fits_some_split, layer_caps
+from paraplan.solver.caps import fits_some_split, some_split_fits
 from paraplan.solver.constraints.recompute_layers import bound_modes, searches_partial
 from paraplan.solver.distinct import layout_key
 from paraplan.solver.family_bound import LeastMemory, family_bound_s
@@ -320,7 +320,7 @@ def bounded_tables(
         else:
             layout, terms = plan
             for tab in _variant_tables(
-                graph, cluster, job, fixed, options, layout, terms, ks, recomputes, variant_memo
+                graph, cluster, job, fixed, options, layout, terms, ks, recomputes, variant_memo, cutoff
             ):
                 if not fits_some_split(tab.k_max, layout.pp, tab.k_total, tab.uniform, tab.slots):
                     unfit += 1
@@ -359,10 +359,12 @@ def _variant_tables(
     ks: list[int] | None,
     recomputes: list[Recompute],
     memo: dict[Any, list[Options]],
+    cutoff_s: float = float("inf"),
 ) -> list[LayoutTables]:
     """The layout's tables, one per per-stage variant it is searched under (space.py
     ``layout_variants``; one without ``options.layout_limits``, built with the search's own
-    ``ks`` and ``recomputes``)."""
+    ``ks`` and ``recomputes``); ``cutoff_s``: the search's cutoff when the layout was popped
+    (a table whose lower bound is above it scores no upper bound: tables.build_tables)."""
     spec = graph.spec
     out: list[LayoutTables] = []
     for variant in layout_variants(layout, options, memo):
@@ -391,6 +393,7 @@ def _variant_tables(
                 _stage_modes(fixed, layout.pp),
                 partial=partial,
                 partial_fixed=fixed.recompute_layers is not None,
+                cutoff_s=cutoff_s,
             )
         )
     return out
@@ -406,14 +409,12 @@ def _fits(
 ) -> bool:
     """Some split of the layout's layers fits memory (the rank order does not change memory);
     with several block kinds, of the runs of blocks each rank can hold at their least memory
-    (caps.layer_caps: a relaxation)."""
+    (caps.layer_caps: a relaxation). caps.some_split_fits: the modes asked until one fits."""
     pp, vp = terms.plan.pp, terms.plan.vp
     slots = pipeline_slots(num_layers, pp, vp) or (0,) * pp
     k_total = (num_layers + sum(slots)) // vp
     k_hi = max(ks) if ks else k_total - (pp - 1)
-    return fits_some_split(
-        layer_caps(terms, recomputes, k_hi, stage_modes, num_layers), pp, k_total, uniform, slots
-    )
+    return some_split_fits(terms, recomputes, k_hi, stage_modes, num_layers, uniform)
 
 
 def _space_size(

@@ -23,7 +23,11 @@ __all__ = [
     "layout_slots",
     "layer_caps",
     "fits_some_split",
+    "some_split_fits",
 ]
+
+_LEAST_MEMORY_FIRST = (Recompute.FULL, Recompute.SELECTIVE, Recompute.NONE)
+"""The order ``some_split_fits`` asks the modes in: the least activation memory per layer first."""
 
 
 def layout_slots(terms: StageTerms, num_layers: int) -> tuple[int, ...]:
@@ -134,3 +138,27 @@ def fits_some_split(
         )
     cap = [max(k for (s, _), k in k_max.items() if s == stage) for stage in range(pp)]
     return all(c >= lo for c, lo in zip(cap, low, strict=True)) and sum(cap) >= k_total
+
+
+def some_split_fits(
+    terms: StageTerms,
+    recomputes: list[Recompute],
+    k_hi: int,
+    stage_modes: tuple[Recompute, ...] | None,
+    num_layers: int,
+    uniform: bool = False,
+) -> bool:
+    """``fits_some_split`` of ``layer_caps(terms, recomputes, k_hi, stage_modes, num_layers)``,
+    each mode's caps computed only while the answer is open: a split that fits with some of the
+    modes fits with all of them (a stage's cap is the most over its modes; ``uniform``: some one
+    mode fits every stage), so the modes are asked least memory per layer first and the answer
+    is yes at the first that fits; no needs every mode, as before."""
+    pp, vp = terms.plan.pp, terms.plan.vp
+    slots = pipeline_slots(num_layers, pp, vp) or (0,) * pp
+    k_total = (num_layers + sum(slots)) // vp
+    caps: dict[tuple[int, Recompute], int] = {}
+    for mode in sorted(recomputes, key=_LEAST_MEMORY_FIRST.index):
+        caps |= layer_caps(terms, [mode], k_hi, stage_modes, num_layers)
+        if fits_some_split(caps, pp, k_total, uniform, slots):
+            return True
+    return False

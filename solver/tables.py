@@ -132,6 +132,7 @@ def build_tables(
     stage_modes: tuple[Recompute, ...] | None = None,
     partial: bool = False,
     partial_fixed: bool = False,
+    cutoff_s: float = INF,
 ) -> LayoutTables:
     """Memory capacities and bounds of one layout (integer coefficients via ``.ticks()``).
 
@@ -140,7 +141,10 @@ def build_tables(
     ``stage_modes``: the one recompute mode each stage may run (layer_caps); ``partial``: FULL
     stages may store some layers, so the lower bounds relax (recompute_layers.partial_floor,
     bound_caps), unless storing cannot pay (partial_may_pay); ``partial_fixed``: the scenario
-    fixes the counts, so the model always carries them.
+    fixes the counts, so the model always carries them; ``cutoff_s``: the search's current
+    cutoff (candidates.py): a layout whose lower bound is above it is left out whatever its
+    upper bound (a real plan of the layout, never below its lower bound, so never below the
+    cutoff either), so its upper bound is not scored (INF, no plan).
     """
     terms = terms or stage_terms(graph, layout, job, cluster)
     pp, vp = layout.pp, layout.vp
@@ -161,7 +165,9 @@ def build_tables(
     )
     lower = layout_lower_bound_s(bound, f, ks, caps, modes, num_layers, exact=terms, tmax_floor=folded_tmax)
     candidates = [even_layers(num_layers, pp, vp)]
-    if split:
+    if lower > cutoff_s:
+        candidates = []
+    elif split:
         candidates = [split]
     elif k_choices is None:
         candidates.append(tuple(vp * k - sl for k, sl in zip(ks, slots, strict=True)) if ks else None)
