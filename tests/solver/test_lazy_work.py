@@ -22,7 +22,8 @@ from paraplan.cost.split import pipeline_slots
 from paraplan.graph import build_graph, preset
 from paraplan.hardware import build_cluster
 from paraplan.solver import Options
-from paraplan.solver.caps import fits_some_split, layer_caps, some_split_fits
+from paraplan.solver.caps import CapsMemo, fits_some_split, layer_caps, some_split_fits
+from paraplan.solver.placement import orders
 from paraplan.solver.space import families, zeros
 from paraplan.solver.tables import build_tables
 
@@ -110,3 +111,23 @@ def test_efficiency_follows_a_swapped_or_edited_table() -> None:
     assert module.efficiency("hopper") == before
     with pytest.raises(ValueError, match="no efficiency calibration"):
         module.efficiency("no-such-generation")
+
+
+@pytest.mark.parametrize(("model", "node", "nodes", "seq", "batch"), CASES)
+def test_caps_read_no_rank_order_so_one_memo_serves_a_family(
+    model: str, node: str, nodes: int, seq: int, batch: int
+) -> None:
+    """caps.CapsMemo shares a family's caps (its memory check on packed terms) with its layouts'
+    tables (each order's own terms): every order's caps, and the packed terms', must be equal."""
+    checked = 0
+    for graph, cluster, job, layout in _layouts(model, node, nodes, seq, batch, 13):
+        modes, n = list(Recompute), graph.spec.num_layers
+        k_hi = n // layout.vp
+        memo: CapsMemo = {}
+        packed = layer_caps(stage_terms(graph, layout, job, cluster, packed=True), modes, k_hi, None, n, memo)
+        for order in orders(layout, cluster, PartialPlan(), Options(), prune_dominated=False):
+            terms = stage_terms(graph, replace(layout, order=order), job, cluster)
+            assert layer_caps(terms, modes, k_hi, None, n) == packed
+            assert layer_caps(terms, modes, k_hi, None, n, memo) == packed
+            checked += 1
+    assert checked > 10
