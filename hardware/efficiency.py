@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 from importlib import resources
 from typing import Any
 
@@ -81,4 +81,19 @@ def efficiency_from_parameters(params: Mapping[str, float]) -> Efficiency:
 
 
 def efficiency(generation: str) -> Efficiency:
+    """``efficiency_from_parameters(catalog_parameters(generation))``, built once per distinct
+    set of the generation's values in the data file (the cost model asks on every stage term;
+    a fit that swaps or edits the table, benchmarks/calibrate.py, gives other values, so a
+    table of its own)."""
+    raw = _raw()
+    if generation not in raw:
+        return efficiency_from_parameters(catalog_parameters(generation))  # its ValueError
+    entry = raw[generation]
+    return _efficiency_of(generation, tuple(entry.get(name) for name in PARAMETER_NAMES))
+
+
+@lru_cache(maxsize=256)
+def _efficiency_of(generation: str, values: tuple[object, ...]) -> Efficiency:
+    """``efficiency(generation)`` while the data file's entry holds ``values`` (by
+    PARAMETER_NAMES: every value ``catalog_parameters`` reads), the key of the memo."""
     return efficiency_from_parameters(catalog_parameters(generation))

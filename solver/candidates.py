@@ -30,7 +30,7 @@ from paraplan.cost.split import even_split, pipeline_slots
 from paraplan.graph import LayerGraph, ModelSpec
 from paraplan.hardware import Cluster
 from paraplan.solver.bounds import quick_lower_bound_s
-from paraplan.solver.caps import fits_some_split, layer_caps
+from paraplan.solver.caps import CapsMemo, fits_some_split, some_split_fits
 from paraplan.solver.constraints.recompute_layers import bound_modes, searches_partial
 from paraplan.solver.distinct import layout_key
 from paraplan.solver.family_bound import LeastMemory, family_bound_s
@@ -186,6 +186,7 @@ def bounded_tables(
     packed = inner_tiers_fastest(cluster) or cluster.torus is not None  # torus: Spans.torus_floor
     shared = {} if shared is None else shared
     order_cache: OrderCache = {}
+    caps_memo: CapsMemo = {}  # a family's memory check and its layouts' tables read the same caps
     floors: dict[tuple[object, ...], Any] = {}
     same_layers = len(graph.kind_blocks) == 1  # pooled_pipeline_floor_s
     # several block kinds make the memory check (_fits: caps.layer_caps per kind) dearer than
@@ -302,7 +303,7 @@ def bounded_tables(
                 if not orders_found:
                     continue
             if any(t in unfit_families for t in twins(plan, fixed)) or not _fits(
-                terms, recomputes, spec.num_layers, ks, uniform, _stage_modes(fixed, plan.pp)
+                terms, recomputes, spec.num_layers, ks, uniform, _stage_modes(fixed, plan.pp), caps_memo
             ):  # a twin that fits no split holds one that does not either (never larger, space.py)
                 unfit_terms.append(terms)
                 unfit_families.add(plan)
@@ -319,8 +320,9 @@ def bounded_tables(
                 heapq.heappush(heap, (b, next(tick), 2, (layout, terms), ks))
         else:
             layout, terms = plan
+            memos = (variant_memo, caps_memo)
             for tab in _variant_tables(
-                graph, cluster, job, fixed, options, layout, terms, ks, recomputes, variant_memo
+                graph, cluster, job, fixed, options, layout, terms, ks, recomputes, memos, cutoff
             ):
                 if not fits_some_split(tab.k_max, layout.pp, tab.k_total, tab.uniform, tab.slots):
                     unfit += 1
@@ -358,11 +360,15 @@ def _variant_tables(
     terms: StageTerms,
     ks: list[int] | None,
     recomputes: list[Recompute],
-    memo: dict[Any, list[Options]],
+    memos: tuple[dict[Any, list[Options]], CapsMemo],
+    cutoff_s: float = float("inf"),
 ) -> list[LayoutTables]:
     """The layout's tables, one per per-stage variant it is searched under (space.py
     ``layout_variants``; one without ``options.layout_limits``, built with the search's own
-    ``ks`` and ``recomputes``)."""
+    ``ks`` and ``recomputes``); ``cutoff_s``: the search's cutoff when the layout was popped
+    (a table whose lower bound is above it scores no upper bound: tables.build_tables); ``memos``:
+    the search's (space.layout_variants memo, caps.CapsMemo)."""
+    memo, caps_memo = memos
     spec = graph.spec
     out: list[LayoutTables] = []
     for variant in layout_variants(layout, options, memo):
@@ -391,6 +397,8 @@ def _variant_tables(
                 _stage_modes(fixed, layout.pp),
                 partial=partial,
                 partial_fixed=fixed.recompute_layers is not None,
+                cutoff_s=cutoff_s,
+                caps_memo=caps_memo,
             )
         )
     return out
@@ -403,17 +411,16 @@ def _fits(
     ks: list[int] | None,
     uniform: bool = False,
     stage_modes: tuple[Recompute, ...] | None = None,
+    caps_memo: CapsMemo | None = None,
 ) -> bool:
     """Some split of the layout's layers fits memory (the rank order does not change memory);
     with several block kinds, of the runs of blocks each rank can hold at their least memory
-    (caps.layer_caps: a relaxation)."""
+    (caps.layer_caps: a relaxation). caps.some_split_fits: the modes asked until one fits."""
     pp, vp = terms.plan.pp, terms.plan.vp
     slots = pipeline_slots(num_layers, pp, vp) or (0,) * pp
     k_total = (num_layers + sum(slots)) // vp
     k_hi = max(ks) if ks else k_total - (pp - 1)
-    return fits_some_split(
-        layer_caps(terms, recomputes, k_hi, stage_modes, num_layers), pp, k_total, uniform, slots
-    )
+    return some_split_fits(terms, recomputes, k_hi, stage_modes, num_layers, uniform, caps_memo)
 
 
 def _space_size(

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import math
 from functools import lru_cache
+from typing import Any
 
 from paraplan.cost import Recompute, StageTerms
 from paraplan.cost.memory import kind_bytes_per_stage, max_layers_per_stage
+from paraplan.cost.plan import plan_key
 from paraplan.cost.split import pipeline_slots
 from paraplan.solver.kinds import chunk_reach, least_in_reach, one_kind
 
@@ -23,7 +25,17 @@ __all__ = [
     "layout_slots",
     "layer_caps",
     "fits_some_split",
+    "some_split_fits",
+    "CapsMemo",
 ]
+
+CapsMemo = dict[tuple[Any, ...], dict[tuple[int, Recompute], int]]
+"""One search's caps by (layout less its rank order, mode, k_hi, stage_modes, num_layers): the
+memory check of a family and the tables of its layouts read the same caps (``layer_caps``)."""
+_ORDER = frozenset({"order"})
+
+_LEAST_MEMORY_FIRST = (Recompute.FULL, Recompute.SELECTIVE, Recompute.NONE)
+"""The order ``some_split_fits`` asks the modes in: the least activation memory per layer first."""
 
 
 def layout_slots(terms: StageTerms, num_layers: int) -> tuple[int, ...]:
@@ -39,13 +51,25 @@ def layer_caps(
     k_hi: int,
     stage_modes: tuple[Recompute, ...] | None = None,
     num_layers: int | None = None,
+    memo: CapsMemo | None = None,
 ) -> dict[tuple[int, Recompute], int]:
     """Most k (units of vp layers less the stage's slot, at most ``k_hi``) each stage holds in
     each mode within memory: (most layers + slot) // vp; 0 for a mode other than the stage's own
     in ``stage_modes`` (the scenario fixes one mode per stage), so every bound and the model see
     only what that stage may run. Memory does not depend on the rank order, so any order's terms
     give the same caps. ``num_layers``: the model's (for the slots; None: no slots).
-    Several block kinds: the most k whose least memory fits (``_kind_cap``), a relaxation."""
+    Several block kinds: the most k whose least memory fits (``_kind_cap``), a relaxation.
+    ``memo``: caps already found for this layout less its rank order (``CapsMemo``), by mode."""
+    if memo is not None:
+        base = plan_key(terms.plan, _ORDER)
+        caps: dict[tuple[int, Recompute], int] = {}
+        for r in recomputes:
+            key = (base, r, k_hi, stage_modes, num_layers)
+            found = memo.get(key)
+            if found is None:
+                found = memo[key] = layer_caps(terms, [r], k_hi, stage_modes, num_layers)
+            caps |= found
+        return caps
     vp = terms.plan.vp
     slots = layout_slots(terms, num_layers) if num_layers is not None else (0,) * terms.plan.pp
     if terms.heterogeneous:
@@ -134,3 +158,28 @@ def fits_some_split(
         )
     cap = [max(k for (s, _), k in k_max.items() if s == stage) for stage in range(pp)]
     return all(c >= lo for c, lo in zip(cap, low, strict=True)) and sum(cap) >= k_total
+
+
+def some_split_fits(
+    terms: StageTerms,
+    recomputes: list[Recompute],
+    k_hi: int,
+    stage_modes: tuple[Recompute, ...] | None,
+    num_layers: int,
+    uniform: bool = False,
+    memo: CapsMemo | None = None,
+) -> bool:
+    """``fits_some_split`` of ``layer_caps(terms, recomputes, k_hi, stage_modes, num_layers)``,
+    each mode's caps computed only while the answer is open: a split that fits with some of the
+    modes fits with all of them (a stage's cap is the most over its modes; ``uniform``: some one
+    mode fits every stage), so the modes are asked least memory per layer first and the answer
+    is yes at the first that fits; no needs every mode, as before."""
+    pp, vp = terms.plan.pp, terms.plan.vp
+    slots = pipeline_slots(num_layers, pp, vp) or (0,) * pp
+    k_total = (num_layers + sum(slots)) // vp
+    caps: dict[tuple[int, Recompute], int] = {}
+    for mode in sorted(recomputes, key=_LEAST_MEMORY_FIRST.index):
+        caps |= layer_caps(terms, [mode], k_hi, stage_modes, num_layers, memo)
+        if fits_some_split(caps, pp, k_total, uniform, slots):
+            return True
+    return False

@@ -147,7 +147,13 @@ def _orders(
     """Placements worth searching: one per non-dominated communication profile (all distinct
     ones when ``prune`` is off), the profile covering every expert TP degree in ``expert_tps``.
     Under a layout filter, the orders ``family`` fails are removed before any comparison."""
-    candidates = _candidate_orders(plan, fixed, options)
+    if cache is None:
+        candidates = _candidate_orders(plan, fixed, options)
+    else:  # the same for every family with ``plan``'s degrees (one search's fixed and options)
+        found = cache.get(("candidates", plan))
+        if found is None:
+            found = cache["candidates", plan] = _candidate_orders(plan, fixed, options)
+        candidates = found
     if prune and options.layout_limits is not None and family is not None:
         return _orders_by_limits(candidates, plan, cluster, fixed, options, expert_tps, family, cache)
     if options.layout_filter is not None and family is not None:

@@ -24,7 +24,7 @@ from paraplan.cost.stage import Affine
 from paraplan.graph import LayerGraph
 from paraplan.hardware import Cluster
 from paraplan.solver.bounds import layout_lower_bound_s, min_max_split, stage_time_by_k, upper_bound_plan
-from paraplan.solver.caps import layer_caps, layout_slots
+from paraplan.solver.caps import CapsMemo, layer_caps, layout_slots
 from paraplan.solver.constraints.recompute_layers import bound_caps, partial_floor, partial_may_pay
 from paraplan.solver.kinds import INF, folded_min_max
 from paraplan.solver.scale import TIME_RESOLUTION_S, bytes_down, bytes_up, to_ticks, tolerance_s
@@ -132,6 +132,8 @@ def build_tables(
     stage_modes: tuple[Recompute, ...] | None = None,
     partial: bool = False,
     partial_fixed: bool = False,
+    cutoff_s: float = INF,
+    caps_memo: CapsMemo | None = None,
 ) -> LayoutTables:
     """Memory capacities and bounds of one layout (integer coefficients via ``.ticks()``).
 
@@ -140,7 +142,10 @@ def build_tables(
     ``stage_modes``: the one recompute mode each stage may run (layer_caps); ``partial``: FULL
     stages may store some layers, so the lower bounds relax (recompute_layers.partial_floor,
     bound_caps), unless storing cannot pay (partial_may_pay); ``partial_fixed``: the scenario
-    fixes the counts, so the model always carries them.
+    fixes the counts, so the model always carries them; ``cutoff_s``: the search's current
+    cutoff (candidates.py): a layout whose lower bound is above it is left out whatever its
+    upper bound (a real plan of the layout, never below its lower bound, so never below the
+    cutoff either), so its upper bound is not scored (INF, no plan).
     """
     terms = terms or stage_terms(graph, layout, job, cluster)
     pp, vp = layout.pp, layout.vp
@@ -149,7 +154,7 @@ def build_tables(
     k_total = (num_layers + sum(slots)) // vp
     k_hi = max(k_choices) if k_choices else k_total - (pp - 1)
     bound = terms.relaxed()  # several block kinds: bounds from the least of them
-    k_max = layer_caps(terms, recomputes, k_hi, stage_modes, num_layers)
+    k_max = layer_caps(terms, recomputes, k_hi, stage_modes, num_layers, caps_memo)
     partial = partial_fixed or (partial and partial_may_pay(terms, k_max, k_hi, slots))
     caps, modes = bound_caps(k_max, recomputes, pp) if partial else (k_max, recomputes)
     f = [stage_time_by_k(terms, s, k_max, recomputes, k_hi, slots) for s in range(pp)]
@@ -161,7 +166,9 @@ def build_tables(
     )
     lower = layout_lower_bound_s(bound, f, ks, caps, modes, num_layers, exact=terms, tmax_floor=folded_tmax)
     candidates = [even_layers(num_layers, pp, vp)]
-    if split:
+    if lower > cutoff_s:
+        candidates = []
+    elif split:
         candidates = [split]
     elif k_choices is None:
         candidates.append(tuple(vp * k - sl for k, sl in zip(ks, slots, strict=True)) if ks else None)
