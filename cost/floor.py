@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from paraplan.cost.block import block_costs, block_work, layer_time
+from paraplan.cost.block import block_costs, block_work, layer_exchange, layer_time
 from paraplan.cost.comm import packed_span
 from paraplan.cost.compute import layer_forward
+from paraplan.cost.cp import cp_layer_comm
 from paraplan.cost.ep import (
     OVERLAP_EFFICIENCY,
     ep_comm_overlapped,
@@ -79,6 +80,25 @@ def _moe_comm_floor_s(graph: LayerGraph, index: int, plan: Layout, job: Job, clu
     return best + tp.forward_s + tp.backward_s
 
 
+def _cp_floor_s(graph: LayerGraph, index: int, plan: Layout, job: Job, cluster: Cluster) -> float:
+    """The exposed CP K/V exchange of a block's attention layers, one micro-batch without
+    recompute, the CP group on consecutive ranks: what cost/block.py ``block_costs`` adds for
+    their exchanges (``layer_exchange``, cost/cp.py ``cp_layer_comm``) on ``Spans.packed``, which
+    no placement undercuts when inner tiers are the fastest; recompute only adds to it (FULL sends
+    the forward again). Units: seconds."""
+    if plan.cp == 1:
+        return 0.0
+    accel, eff = cluster.accelerator, cluster.efficiency
+    span = packed_span(cluster, plan.cp)
+    total = 0.0
+    for ly in graph.block_layers(index):
+        e = layer_exchange(ly, graph, layer_time(ly, plan, job, accel, eff), plan, job)
+        if e.kv_dim and e.attention is not None:
+            cp = cp_layer_comm(e.kv_dim, e.attention, plan, job, cluster, span=span)
+            total += cp.exposed_forward_s + cp.exposed_backward_s
+    return total
+
+
 def moe_ep_excess_s(graph: LayerGraph, plan: Layout, job: Job, cluster: Cluster) -> dict[int, float]:
     """Each ep | experts: how much more than ``compute_floor_s`` (which takes the least ep) a
     plan of that ep needs at least, one micro-batch: over the MoE block kinds, count x
@@ -125,8 +145,9 @@ def compute_floor_s(graph: LayerGraph, plan: Layout, job: Job, cluster: Cluster)
     consecutive ranks (``Spans.packed``; compute only when inner tiers are not the fastest).
     MoE models: a MoE block is floored at its non-expert compute plus
     ``_moe_comm_floor_s`` (least expert compute + all-to-all + TP traffic over every ep and
-    placement, when inner tiers are the fastest; else one kernel per expert GEMM at perfect
-    balance and no communication). Each block kind is floored by its own block, times its count
+    placement, when inner tiers are the fastest, plus ``_cp_floor_s``: the attention's exposed
+    CP traffic; else one kernel per expert GEMM at perfect balance and no
+    communication). Each block kind is floored by its own block, times its count
     (LayerGraph.block_kinds). Units: seconds."""
     accel = cluster.accelerator
     eff = cluster.efficiency
@@ -153,8 +174,10 @@ def compute_floor_s(graph: LayerGraph, plan: Layout, job: Job, cluster: Cluster)
             work = block_work(graph, index, p, job, cluster)
             return block_costs(work, graph, p, job, cluster, Spans.packed(p, cluster))[Recompute.NONE].time_s
         if fastest:
-            return block_floor(index, plan, job, experts=False) + _moe_comm_floor_s(
-                graph, index, plan, job, cluster
+            return (
+                block_floor(index, plan, job, experts=False)
+                + _moe_comm_floor_s(graph, index, plan, job, cluster)
+                + _cp_floor_s(graph, index, plan, job, cluster)
             )
         return block_floor(index, replace(plan, ep=spec.num_experts), replace(job, expert_imbalance=1.0))
 
