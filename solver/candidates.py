@@ -21,7 +21,13 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from paraplan.cost import Job, Layout, Recompute, StageTerms, stage_memory, stage_terms
-from paraplan.cost.floor import FLOOR_IGNORES, compute_floor_s, inner_tiers_fastest, moe_ep_excess_s
+from paraplan.cost.floor import (
+    FLOOR_IGNORES,
+    FloorMemo,
+    compute_floor_s,
+    inner_tiers_fastest,
+    moe_ep_excess_s,
+)
 from paraplan.cost.plan import PartialPlan, plan_key
 from paraplan.cost.pools import pool_floors, pooled_pipeline_floor_s
 from paraplan.cost.pp import pipeline_lower_bound_s
@@ -187,6 +193,7 @@ def bounded_tables(
     shared = {} if shared is None else shared
     order_cache: OrderCache = {}
     floors: dict[tuple[object, ...], Any] = {}
+    floor_memo: FloorMemo = {}  # cost/floor.py: the parts every software state shares
     same_layers = len(graph.kind_blocks) == 1  # pooled_pipeline_floor_s
     # several block kinds make the memory check (_fits: caps.layer_caps per kind) dearer than
     # the layout filter's rank orders: a filtered family is then asked for its orders first
@@ -211,7 +218,7 @@ def bounded_tables(
             floors[floor_key] = (
                 pool_floors(graph, family, job, cluster)
                 if cluster.pools
-                else compute_floor_s(graph, family, job, cluster)
+                else compute_floor_s(graph, family, job, cluster, floor_memo)
             )
         m = job.global_batch // (family.micro_batch * family.dp)
         if cluster.pools:  # per-pool floors (cost/pools.py)
@@ -220,7 +227,7 @@ def bounded_tables(
             excess = 0.0
             if spec.is_moe:  # the family's own ep, not the least (cost.floor.moe_ep_excess_s)
                 if (floor_key, "ep") not in floors:
-                    floors[floor_key, "ep"] = moe_ep_excess_s(graph, family, job, cluster)
+                    floors[floor_key, "ep"] = moe_ep_excess_s(graph, family, job, cluster, floor_memo)
                 excess = floors[floor_key, "ep"][family.ep]
             weight = bubble_weight_floor(family.pp_schedule, family.vp)
             floor = pipeline_lower_bound_s(floors[floor_key] + excess, family.pp, family.vp, m, weight)
