@@ -230,8 +230,14 @@ def compute_floor_s(
             if not fastest:
                 return block_floor(index, plan, job)
             p = replace(plan, zero=min(plan.zero, 1))  # no per-micro-batch ZeRO traffic
-            work = block_work(graph, index, p, job, cluster)
-            return block_costs(work, graph, p, job, cluster, Spans.packed(p, cluster))[Recompute.NONE].time_s
+
+            def dense() -> float:  # no routed experts: reads no software-state field
+                work = block_work(graph, index, p, job, cluster)
+                costs = block_costs(work, graph, p, job, cluster, Spans.packed(p, cluster))
+                return costs[Recompute.NONE].time_s
+
+            found: float = _memo(memo, ("dense", index, *free), dense)
+            return found
         if fastest:
             layers = graph.block_layers(index)
             host = 2 * moe_sync_s(plan)  # launches may hide

@@ -32,6 +32,7 @@ from paraplan.cost.plan import PartialPlan, plan_key
 from paraplan.cost.pools import pool_floors, pooled_pipeline_floor_s
 from paraplan.cost.pp import pipeline_lower_bound_s
 from paraplan.cost.pp_schedule import bubble_weight_floor
+from paraplan.cost.software import SOFTWARE_FIELDS
 from paraplan.cost.split import even_split, pipeline_slots
 from paraplan.graph import LayerGraph, ModelSpec
 from paraplan.hardware import Cluster
@@ -108,6 +109,9 @@ def _k_choices(layout: Layout, num_layers: int, fixed: PartialPlan, options: Opt
         return [num_layers // (layout.pp * layout.vp)]
     return None
 
+
+_STATE_FIELDS = frozenset(SOFTWARE_FIELDS)
+"""The Layout fields of the MoE software state (cost/software.py)."""
 
 _BLOCKS = 3
 """The heap level of a family (its MoE software state chosen) bounded by its own blocks
@@ -434,12 +438,20 @@ def _space_size(
     """Layouts in the space: families x ZeRO stages x rank orders (before dominance pruning);
     0 when the deadline has passed (the count is a report, not part of the proof)."""
     cache: dict[tuple[object, ...], Any] = {}
+    counts: dict[tuple[object, ...], int] = {}  # by family less its MoE software state (read by none)
     total = 0
     for i, f in enumerate(space):
         if i % 1024 == 0 and time.perf_counter() > deadline:
             return 0
-        if _k_choices(f, spec.num_layers, fixed, options) != []:
-            total += len(zeros(f, fixed, options=options)) * num_orders(f, fixed, options, cache)
+        key = plan_key(f, _STATE_FIELDS)
+        count = counts.get(key)
+        if count is None:
+            count = counts[key] = (
+                len(zeros(f, fixed, options=options)) * num_orders(f, fixed, options, cache)
+                if _k_choices(f, spec.num_layers, fixed, options) != []
+                else 0
+            )
+        total += count
     return total
 
 
