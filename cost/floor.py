@@ -3,11 +3,14 @@ used by the solver to prune layouts before CP-SAT (solver/solve.py, cost/pools.p
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
-from paraplan.cost.block import block_costs, block_work, layer_time
+from paraplan.cost.block import block_costs, block_work, layer_exchange, layer_time
 from paraplan.cost.comm import packed_span
 from paraplan.cost.compute import layer_forward
+from paraplan.cost.cp import cp_layer_comm
 from paraplan.cost.ep import (
     OVERLAP_EFFICIENCY,
     ep_comm_overlapped,
@@ -16,13 +19,23 @@ from paraplan.cost.ep import (
     moe_tp_collectives,
 )
 from paraplan.cost.host import moe_sync_s
-from paraplan.cost.plan import Job, Layout, Recompute
+from paraplan.cost.plan import Job, Layout, Recompute, plan_key
 from paraplan.cost.spans import Spans
 from paraplan.cost.tp import tp_block_comm
 from paraplan.graph import LayerGraph
 from paraplan.hardware import Cluster
 
-__all__ = ["FLOOR_IGNORES", "compute_floor_s", "ends_floor_s", "inner_tiers_fastest", "moe_ep_excess_s"]
+FloorMemo = dict[tuple[object, ...], Any]
+"""One solve's cache of floor parts (one graph, job and cluster): ``compute_floor_s``'s ``memo``."""
+
+__all__ = [
+    "FLOOR_IGNORES",
+    "FloorMemo",
+    "compute_floor_s",
+    "ends_floor_s",
+    "inner_tiers_fastest",
+    "moe_ep_excess_s",
+]
 
 
 def inner_tiers_fastest(cluster: Cluster) -> bool:
@@ -39,35 +52,69 @@ def inner_tiers_fastest(cluster: Cluster) -> bool:
     )
 
 
-def _moe_ep_s(graph: LayerGraph, index: int, plan: Layout, job: Job, cluster: Cluster) -> dict[int, float]:
+def _memo(memo: FloorMemo | None, key: tuple[object, ...], make: Callable[[], Any]) -> Any:
+    """``make()``, kept in ``memo`` under ``key`` (None: no memo)."""
+    if memo is None:
+        return make()
+    found = memo.get(key)
+    if found is None:
+        found = memo[key] = make()
+    return found
+
+
+def _eps(graph: LayerGraph) -> list[int]:
+    return [e for e in range(1, graph.spec.num_experts + 1) if graph.spec.num_experts % e == 0]
+
+
+def _moe_ep_s(
+    graph: LayerGraph, index: int, plan: Layout, job: Job, cluster: Cluster, memo: FloorMemo | None = None
+) -> dict[int, float]:
     """Each ep | experts: one MoE block's expert compute (ep local kernels, imbalance for ep > 1)
     plus its dispatch/combine all-to-all on ep consecutive ranks (under the EP overlap the share
     1 - OVERLAP_EFFICIENCY of it that no overlap hides, ep.ep_exposed_s), one micro-batch.
-    Units: seconds."""
+    ``memo``: one solve's cache (the expert compute reads no software-state field, the
+    all-to-all only the dispatcher). Units: seconds."""
     accel = cluster.accelerator
     eff = cluster.efficiency
     spec = graph.spec
     layer = next(ly for ly in graph.block_layers(index) if ly.experts)
-    assert layer.experts is not None
-    out: dict[int, float] = {}
-    for ep in (e for e in range(1, spec.num_experts + 1) if spec.num_experts % e == 0):
-        p = replace(plan, ep=ep)
-        expert = expert_forward(layer.experts, p, job, accel, eff).forward_backward_s
-        a2a = ep_layer_comm(spec.hidden, spec.top_k, p, job, cluster, span=packed_span(cluster, ep))
-        exposed = a2a.forward_s + a2a.backward_s
-        if ep_comm_overlapped(plan):  # at most OVERLAP_EFFICIENCY hides
-            exposed *= 1.0 - OVERLAP_EFFICIENCY
-        out[ep] = expert + exposed
-    return out
+    experts = layer.experts
+    assert experts is not None
+
+    def compute() -> dict[int, float]:
+        return {
+            ep: expert_forward(experts, replace(plan, ep=ep), job, accel, eff).forward_backward_s
+            for ep in _eps(graph)
+        }
+
+    def a2a() -> dict[int, float]:
+        out: dict[int, float] = {}
+        for ep in _eps(graph):
+            comm = ep_layer_comm(
+                spec.hidden, spec.top_k, replace(plan, ep=ep), job, cluster, span=packed_span(cluster, ep)
+            )
+            out[ep] = comm.forward_s + comm.backward_s
+        return out
+
+    def total() -> dict[int, float]:
+        times = _memo(memo, ("experts", index, *plan_key(plan, _COMPUTE_IGNORES)), compute)
+        exposed = _memo(memo, ("a2a", index, *plan_key(plan, _STATE_IGNORES)), a2a)
+        scale = 1.0 - OVERLAP_EFFICIENCY if ep_comm_overlapped(plan) else 1.0  # at most that hides
+        return {ep: times[ep] + exposed[ep] * scale for ep in times}
+
+    found: dict[int, float] = _memo(memo, ("moe_ep", index, *plan_key(plan, FLOOR_IGNORES)), total)
+    return found
 
 
-def _moe_comm_floor_s(graph: LayerGraph, index: int, plan: Layout, job: Job, cluster: Cluster) -> float:
+def _moe_comm_floor_s(
+    graph: LayerGraph, index: int, plan: Layout, job: Job, cluster: Cluster, memo: FloorMemo | None = None
+) -> float:
     """Least routed-expert time of one MoE block, one micro-batch, over every ep and placement:
     min over ep | experts of ``_moe_ep_s``; plus the MoE layer's TP traffic at
     perfect balance on tp consecutive ranks (the plan's expert TP: etp = 1 has no routed TP
     collectives). Units: seconds."""
     spec = graph.spec
-    best = min(_moe_ep_s(graph, index, plan, job, cluster).values())
+    best = min(_moe_ep_s(graph, index, plan, job, cluster, memo).values())
     tp = tp_block_comm(
         spec.hidden,
         plan,
@@ -79,20 +126,42 @@ def _moe_comm_floor_s(graph: LayerGraph, index: int, plan: Layout, job: Job, clu
     return best + tp.forward_s + tp.backward_s
 
 
-def moe_ep_excess_s(graph: LayerGraph, plan: Layout, job: Job, cluster: Cluster) -> dict[int, float]:
+def _cp_floor_s(graph: LayerGraph, index: int, plan: Layout, job: Job, cluster: Cluster) -> float:
+    """The exposed CP K/V exchange of a block's attention layers, one micro-batch without
+    recompute, the CP group on consecutive ranks: what cost/block.py ``block_costs`` adds for
+    their exchanges (``layer_exchange``, cost/cp.py ``cp_layer_comm``) on ``Spans.packed``, which
+    no placement undercuts when inner tiers are the fastest; recompute only adds to it (FULL sends
+    the forward again). Units: seconds."""
+    if plan.cp == 1:
+        return 0.0
+    accel, eff = cluster.accelerator, cluster.efficiency
+    span = packed_span(cluster, plan.cp)
+    total = 0.0
+    for ly in graph.block_layers(index):
+        e = layer_exchange(ly, graph, layer_time(ly, plan, job, accel, eff), plan, job)
+        if e.kv_dim and e.attention is not None:
+            cp = cp_layer_comm(e.kv_dim, e.attention, plan, job, cluster, span=span)
+            total += cp.exposed_forward_s + cp.exposed_backward_s
+    return total
+
+
+def moe_ep_excess_s(
+    graph: LayerGraph, plan: Layout, job: Job, cluster: Cluster, memo: FloorMemo | None = None
+) -> dict[int, float]:
     """Each ep | experts: how much more than ``compute_floor_s`` (which takes the least ep) a
     plan of that ep needs at least, one micro-batch: over the MoE block kinds, count x
     (``_moe_ep_s`` at that ep - its least over ep), so compute_floor_s + this is a floor of the
     plans of that ep (solver/candidates.py). Zero for every ep where compute_floor_s does not
-    floor the experts that way (inner tiers not the fastest). Units: seconds."""
-    eps = [e for e in range(1, graph.spec.num_experts + 1) if graph.spec.num_experts % e == 0]
+    floor the experts that way (inner tiers not the fastest). ``memo``: as compute_floor_s's.
+    Units: seconds."""
+    eps = _eps(graph)
     out = dict.fromkeys(eps, 0.0)
     if not inner_tiers_fastest(cluster):
         return out
     kinds = graph.block_kinds
     for k, i in enumerate(graph.kind_blocks):
         if any(ly.experts for ly in graph.block_layers(i)):
-            times = _moe_ep_s(graph, i, plan, job, cluster)
+            times = _moe_ep_s(graph, i, plan, job, cluster, memo)
             least = min(times.values())
             for e in eps:
                 out[e] += kinds.count(k) * (times[e] - least)
@@ -115,9 +184,17 @@ FLOOR_IGNORES = frozenset(
     {"dp", "pp", "ep", "vp", "zero", "recompute", "layers_per_stage", "layers_per_chunk", "order"}
 )
 """What ``compute_floor_s`` does not depend on (a cache key for it is ``plan_key`` without these)."""
+_STATE_IGNORES = FLOOR_IGNORES | {"moe_overlap", "cuda_graphs", "pp_schedule"}
+"""FLOOR_IGNORES and what the all-to-all on packed spans does not read either (ep.ep_layer_comm
+reads the dispatcher alone of the software state)."""
+_COMPUTE_IGNORES = _STATE_IGNORES | {"moe_dispatcher"}
+"""FLOOR_IGNORES and every field a layer's compute (cost/compute.py, ep.expert_forward), the ends
+and the CP exchange do not read: the software state and the pipeline schedule."""
 
 
-def compute_floor_s(graph: LayerGraph, plan: Layout, job: Job, cluster: Cluster) -> float:
+def compute_floor_s(
+    graph: LayerGraph, plan: Layout, job: Job, cluster: Cluster, memo: FloorMemo | None = None
+) -> float:
     """Least time one micro-batch needs summed over all stages: every block forward + backward
     without recompute, plus the embedding and LM head. Depends on tp, cp, micro_batch, SP,
     cp_comm and (MoE) expert TP only.
@@ -125,12 +202,15 @@ def compute_floor_s(graph: LayerGraph, plan: Layout, job: Job, cluster: Cluster)
     consecutive ranks (``Spans.packed``; compute only when inner tiers are not the fastest).
     MoE models: a MoE block is floored at its non-expert compute plus
     ``_moe_comm_floor_s`` (least expert compute + all-to-all + TP traffic over every ep and
-    placement, when inner tiers are the fastest; else one kernel per expert GEMM at perfect
-    balance and no communication). Each block kind is floored by its own block, times its count
-    (LayerGraph.block_kinds). Units: seconds."""
+    placement, when inner tiers are the fastest, plus ``_cp_floor_s``: the attention's exposed
+    CP traffic; else one kernel per expert GEMM at perfect balance and no
+    communication). Each block kind is floored by its own block, times its count
+    (LayerGraph.block_kinds). ``memo``: a dict one solve keeps (one graph, job and cluster), where
+    the parts no software-state field changes are found once for every state. Units: seconds."""
     accel = cluster.accelerator
     eff = cluster.efficiency
     spec = graph.spec
+    free = plan_key(plan, _COMPUTE_IGNORES)  # the key of what reads no software state
 
     def block_floor(index: int, p: Layout, j: Job, experts: bool = True) -> float:
         layers = graph.block_layers(index)
@@ -142,7 +222,7 @@ def compute_floor_s(graph: LayerGraph, plan: Layout, job: Job, cluster: Cluster)
             for ly in layers
         )
 
-    ends = ends_floor_s(graph, plan, job, cluster)
+    ends: float = _memo(memo, ("ends", *free), lambda: ends_floor_s(graph, plan, job, cluster))
     fastest = inner_tiers_fastest(cluster)
 
     def kind_floor(index: int) -> float:
@@ -150,12 +230,26 @@ def compute_floor_s(graph: LayerGraph, plan: Layout, job: Job, cluster: Cluster)
             if not fastest:
                 return block_floor(index, plan, job)
             p = replace(plan, zero=min(plan.zero, 1))  # no per-micro-batch ZeRO traffic
-            work = block_work(graph, index, p, job, cluster)
-            return block_costs(work, graph, p, job, cluster, Spans.packed(p, cluster))[Recompute.NONE].time_s
+
+            def dense() -> float:  # no routed experts: reads no software-state field
+                work = block_work(graph, index, p, job, cluster)
+                costs = block_costs(work, graph, p, job, cluster, Spans.packed(p, cluster))
+                return costs[Recompute.NONE].time_s
+
+            found: float = _memo(memo, ("dense", index, *free), dense)
+            return found
         if fastest:
-            return block_floor(index, plan, job, experts=False) + _moe_comm_floor_s(
-                graph, index, plan, job, cluster
+            layers = graph.block_layers(index)
+            host = 2 * moe_sync_s(plan)  # launches may hide
+            mixer: float = _memo(  # the other layers' compute and CP exchange
+                memo,
+                ("mixer", index, *free),
+                lambda: (
+                    sum(layer_forward(ly, plan, job, accel, eff).forward_backward_s for ly in layers)
+                    + _cp_floor_s(graph, index, plan, job, cluster)
+                ),
             )
+            return host + mixer + _moe_comm_floor_s(graph, index, plan, job, cluster, memo)
         return block_floor(index, replace(plan, ep=spec.num_experts), replace(job, expert_imbalance=1.0))
 
     kinds = graph.block_kinds

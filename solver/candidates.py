@@ -21,11 +21,18 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from paraplan.cost import Job, Layout, Recompute, StageTerms, stage_memory, stage_terms
-from paraplan.cost.floor import FLOOR_IGNORES, compute_floor_s, inner_tiers_fastest, moe_ep_excess_s
+from paraplan.cost.floor import (
+    FLOOR_IGNORES,
+    FloorMemo,
+    compute_floor_s,
+    inner_tiers_fastest,
+    moe_ep_excess_s,
+)
 from paraplan.cost.plan import PartialPlan, plan_key
 from paraplan.cost.pools import pool_floors, pooled_pipeline_floor_s
 from paraplan.cost.pp import pipeline_lower_bound_s
 from paraplan.cost.pp_schedule import bubble_weight_floor
+from paraplan.cost.software import SOFTWARE_FIELDS
 from paraplan.cost.split import even_split, pipeline_slots
 from paraplan.graph import LayerGraph, ModelSpec
 from paraplan.hardware import Cluster
@@ -102,6 +109,9 @@ def _k_choices(layout: Layout, num_layers: int, fixed: PartialPlan, options: Opt
         return [num_layers // (layout.pp * layout.vp)]
     return None
 
+
+_STATE_FIELDS = frozenset(SOFTWARE_FIELDS)
+"""The Layout fields of the MoE software state (cost/software.py)."""
 
 _BLOCKS = 3
 """The heap level of a family (its MoE software state chosen) bounded by its own blocks
@@ -188,6 +198,7 @@ def bounded_tables(
     order_cache: OrderCache = {}
     caps_memo: CapsMemo = {}  # a family's memory check and its layouts' tables read the same caps
     floors: dict[tuple[object, ...], Any] = {}
+    floor_memo: FloorMemo = {}  # cost/floor.py: the parts every software state shares
     same_layers = len(graph.kind_blocks) == 1  # pooled_pipeline_floor_s
     # several block kinds make the memory check (_fits: caps.layer_caps per kind) dearer than
     # the layout filter's rank orders: a filtered family is then asked for its orders first
@@ -212,7 +223,7 @@ def bounded_tables(
             floors[floor_key] = (
                 pool_floors(graph, family, job, cluster)
                 if cluster.pools
-                else compute_floor_s(graph, family, job, cluster)
+                else compute_floor_s(graph, family, job, cluster, floor_memo)
             )
         m = job.global_batch // (family.micro_batch * family.dp)
         if cluster.pools:  # per-pool floors (cost/pools.py)
@@ -221,7 +232,7 @@ def bounded_tables(
             excess = 0.0
             if spec.is_moe:  # the family's own ep, not the least (cost.floor.moe_ep_excess_s)
                 if (floor_key, "ep") not in floors:
-                    floors[floor_key, "ep"] = moe_ep_excess_s(graph, family, job, cluster)
+                    floors[floor_key, "ep"] = moe_ep_excess_s(graph, family, job, cluster, floor_memo)
                 excess = floors[floor_key, "ep"][family.ep]
             weight = bubble_weight_floor(family.pp_schedule, family.vp)
             floor = pipeline_lower_bound_s(floors[floor_key] + excess, family.pp, family.vp, m, weight)
@@ -434,12 +445,20 @@ def _space_size(
     """Layouts in the space: families x ZeRO stages x rank orders (before dominance pruning);
     0 when the deadline has passed (the count is a report, not part of the proof)."""
     cache: dict[tuple[object, ...], Any] = {}
+    counts: dict[tuple[object, ...], int] = {}  # by family less its MoE software state (read by none)
     total = 0
     for i, f in enumerate(space):
         if i % 1024 == 0 and time.perf_counter() > deadline:
             return 0
-        if _k_choices(f, spec.num_layers, fixed, options) != []:
-            total += len(zeros(f, fixed, options=options)) * num_orders(f, fixed, options, cache)
+        key = plan_key(f, _STATE_FIELDS)
+        count = counts.get(key)
+        if count is None:
+            count = counts[key] = (
+                len(zeros(f, fixed, options=options)) * num_orders(f, fixed, options, cache)
+                if _k_choices(f, spec.num_layers, fixed, options) != []
+                else 0
+            )
+        total += count
     return total
 
 

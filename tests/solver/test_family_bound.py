@@ -80,3 +80,23 @@ def test_the_least_memory_twin_needs_no_more_memory(seed: int) -> None:
 
 
 _STATE = ("moe_dispatcher", "moe_overlap", "cuda_graphs")
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_floor_memo_shared_by_every_state_changes_no_floor(seed: int) -> None:
+    """compute_floor_s and moe_ep_excess_s with one memo over every layout and MoE software state
+    of the sample (as solver/candidates.py keeps it) give the values each computes alone: a memo
+    key missing a field the value reads (the dispatcher of the all-to-all, say) fails here."""
+    graph, cluster, job, sample = _instance(9200 + seed)
+    memo: dict = {}
+    states = {(p.moe_dispatcher, p.moe_overlap, p.cuda_graphs) for p in sample}
+    for layout in sample:
+        for d, o, g in states:
+            family = replace(layout, moe_dispatcher=d, moe_overlap=o, cuda_graphs=g)
+            assert compute_floor_s(graph, family, job, cluster, memo) == compute_floor_s(
+                graph, family, job, cluster
+            )
+            assert moe_ep_excess_s(graph, family, job, cluster, memo) == moe_ep_excess_s(
+                graph, family, job, cluster
+            )
+    assert memo or not inner_tiers_fastest(cluster)
