@@ -19,12 +19,13 @@ one would have to be mirrored by hand in the other.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from enum import Enum, StrEnum
 from functools import cache
+from operator import attrgetter
 from types import UnionType
-from typing import Any, Union, get_args, get_origin, get_type_hints
+from typing import Any, Union, cast, get_args, get_origin, get_type_hints
 
 from paraplan.cost.pp_schedule import PPSchedule
 from paraplan.cost.software import CudaGraphs, MoEDispatcher, MoEProbs, MoERouting
@@ -505,7 +506,21 @@ def plan_key(plan: Layout, ignore: frozenset[str]) -> tuple[object, ...]:
     key (a cache that does not need it must say so), never silently missing from one. A Layout
     and a Plan give the same key when the per-stage fields are ignored, else keys of different
     lengths (never equal)."""
-    return tuple(getattr(plan, name) for name in _key_fields(isinstance(plan, Plan), ignore))
+    return _key_getter(isinstance(plan, Plan), ignore)(plan)
+
+
+@cache
+def _key_getter(is_plan: bool, ignore: frozenset[str]) -> Callable[[object], tuple[object, ...]]:
+    """The fields' getter for plan_key: one ``operator.attrgetter`` over the kept names (a tuple
+    of them read in C, the hot path of every cost memo), wrapped to a 1-tuple or () where fewer
+    than two names are kept (attrgetter of one name returns the bare value)."""
+    names = _key_fields(is_plan, ignore)
+    if len(names) >= 2:
+        return cast(Callable[[object], tuple[object, ...]], attrgetter(*names))
+    if names:
+        one = attrgetter(names[0])
+        return lambda plan: (one(plan),)
+    return lambda plan: ()
 
 
 @cache
