@@ -212,15 +212,21 @@ def compute_floor_s(
     spec = graph.spec
     free = plan_key(plan, _COMPUTE_IGNORES)  # the key of what reads no software state
 
-    def block_floor(index: int, p: Layout, j: Job, experts: bool = True) -> float:
-        layers = graph.block_layers(index)
-        host = 2 * moe_sync_s(p) if any(ly.experts for ly in layers) else 0.0  # launches may hide
-        return host + sum(
+    def layers_s(index: int, p: Layout, j: Job, experts: bool = True) -> float:
+        """The block's layers forward + backward (``experts`` False: without the routed experts)."""
+        return sum(
             (
                 layer_time(ly, p, j, accel, eff) if experts else layer_forward(ly, p, j, accel, eff)
             ).forward_backward_s
-            for ly in layers
+            for ly in graph.block_layers(index)
         )
+
+    def host_s(index: int, p: Layout) -> float:
+        """The MoE layer's syncs (launches may hide), 0 for a block without routed experts."""
+        return 2 * moe_sync_s(p) if any(ly.experts for ly in graph.block_layers(index)) else 0.0
+
+    def block_floor(index: int, p: Layout, j: Job) -> float:
+        return host_s(index, p) + layers_s(index, p, j)
 
     ends: float = _memo(memo, ("ends", *free), lambda: ends_floor_s(graph, plan, job, cluster))
     fastest = inner_tiers_fastest(cluster)
@@ -239,17 +245,14 @@ def compute_floor_s(
             found: float = _memo(memo, ("dense", index, *free), dense)
             return found
         if fastest:
-            layers = graph.block_layers(index)
-            host = 2 * moe_sync_s(plan)  # launches may hide
             mixer: float = _memo(  # the other layers' compute and CP exchange
                 memo,
                 ("mixer", index, *free),
                 lambda: (
-                    sum(layer_forward(ly, plan, job, accel, eff).forward_backward_s for ly in layers)
-                    + _cp_floor_s(graph, index, plan, job, cluster)
+                    layers_s(index, plan, job, experts=False) + _cp_floor_s(graph, index, plan, job, cluster)
                 ),
             )
-            return host + mixer + _moe_comm_floor_s(graph, index, plan, job, cluster, memo)
+            return host_s(index, plan) + mixer + _moe_comm_floor_s(graph, index, plan, job, cluster, memo)
         return block_floor(index, replace(plan, ep=spec.num_experts), replace(job, expert_imbalance=1.0))
 
     kinds = graph.block_kinds
