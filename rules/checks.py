@@ -187,39 +187,41 @@ def transformer_layers_rule(builder: str) -> Rule:
     return layer_kinds_rule(builder, frozenset(LAYER_KINDS) - {"hybrid", "mtp", "latent_moe"})
 
 
-def megatron_recompute_modules_rule(framework: str) -> Rule:
-    """A rule refusing ``job.recompute_modules`` (Megatron's ``--recompute-modules``,
-    cost/recompute_modules.py) on a framework that has no such setting: its selective recompute
-    is its own policy (job.selective_policy)."""
+def _megatron_modules_rule(field: str, flags: str, framework: str, hint: str) -> Rule:
+    """A rule refusing the job's module list ``field`` (Megatron's ``flags``) on ``framework``,
+    which has no such setting; ``hint``: what to do instead."""
 
-    def check_recompute_modules(ctx: RuleContext, draft: Draft) -> Refusal | None:
-        modules = ctx.job.recompute_modules
+    def check_modules(ctx: RuleContext, draft: Draft) -> Refusal | None:
+        modules = getattr(ctx.job, field)
         if not modules:
             return None
         shown = ", ".join(sorted(m.value for m in modules))
         return Refusal(
-            f"job.recompute_modules=[{shown}] is Megatron's --recompute-modules; {framework} has no "
-            "such setting (run by: megatron, nemo); leave it empty for the framework's own policy"
+            f"job.{field}=[{shown}] is Megatron's {flags}; {framework} has no such setting "
+            f"(run by: megatron, nemo); {hint}"
         )
 
-    return check_recompute_modules
+    return check_modules
+
+
+def megatron_recompute_modules_rule(framework: str) -> Rule:
+    """A rule refusing ``job.recompute_modules`` (Megatron's ``--recompute-modules``,
+    cost/recompute_modules.py) on a framework that has no such setting: its selective recompute
+    is its own policy (job.selective_policy)."""
+    return _megatron_modules_rule(
+        "recompute_modules", "--recompute-modules", framework, "leave it empty for the framework's own policy"
+    )
 
 
 def megatron_offload_modules_rule(framework: str) -> Rule:
     """A rule refusing ``job.offload_modules`` (Megatron's ``--fine-grained-activation-offloading
     --offload-modules``, cost/offload.py) on a framework that has no such setting."""
-
-    def check_offload_modules(ctx: RuleContext, draft: Draft) -> Refusal | None:
-        modules = ctx.job.offload_modules
-        if not modules:
-            return None
-        shown = ", ".join(sorted(m.value for m in modules))
-        return Refusal(
-            f"job.offload_modules=[{shown}] is Megatron's --fine-grained-activation-offloading "
-            f"--offload-modules; {framework} has no such setting (run by: megatron, nemo); leave it empty"
-        )
-
-    return check_offload_modules
+    return _megatron_modules_rule(
+        "offload_modules",
+        "--fine-grained-activation-offloading --offload-modules",
+        framework,
+        "leave it empty",
+    )
 
 
 def loss_chunks_rule(framework: str, why: str = "has no chunked loss") -> Rule:
