@@ -27,6 +27,7 @@ __all__ = [
     "OFFLOAD_ENV",
     "allocator_env",
     "offload_env",
+    "megatron_job_env",
     "check_allocator",
 ]
 
@@ -52,6 +53,12 @@ offloading weights"); harmless with older Transformer Engine, which does not rea
 def offload_env(job: Job) -> dict[str, str]:
     """OFFLOAD_ENV for a job with ``job.offload_modules`` (cost/offload.py), else {}."""
     return dict(OFFLOAD_ENV) if job.offload_modules else {}
+
+
+def megatron_job_env(job: Job) -> dict[str, str]:
+    """The environment a Megatron-Core launch (Megatron-LM, NeMo / Megatron-Bridge) needs from the
+    job: ``allocator_env`` and ``offload_env``."""
+    return {**allocator_env(job), **offload_env(job)}
 
 
 def check_allocator(ctx: RuleContext, draft: Draft) -> Refusal | None:

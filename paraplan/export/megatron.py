@@ -58,7 +58,7 @@ from paraplan.export.megatron_placement import (
 )
 from paraplan.graph import ModelSpec
 from paraplan.rules import rules_of
-from paraplan.rules.launch_env import allocator_env, offload_env
+from paraplan.rules.launch_env import megatron_job_env
 from paraplan.rules.megatron import ORDERS, hybrid_pattern, megatron_order, tp_repairs
 
 __all__ = [
@@ -343,7 +343,7 @@ def megatron_args(ctx: ExportContext) -> list[str]:
 def megatron_env(ctx: ExportContext) -> dict[str, str | None]:
     """Environment the launch needs (None: unset): rules 28, 31 and rules/launch_env.py's allocator."""
     plan = ctx.plan
-    env: dict[str, str | None] = {**allocator_env(ctx.inst.job), **offload_env(ctx.inst.job)}
+    env: dict[str, str | None] = megatron_job_env(ctx.inst.job)
     if plan.zero >= 2:
         env[CUDA_CONNECTIONS_VAR] = None  # Megatron-FSDP needs it unset or > 1
     elif plan.tp > 1 or plan.cp > 1:

@@ -28,7 +28,7 @@ from paraplan.export import megatron as mg
 from paraplan.export.megatron_moe import BRIDGE_FULL_GRAPH_PATHS, state_fields
 from paraplan.export.nemo_model import model_fields
 from paraplan.rules import rules_of
-from paraplan.rules.launch_env import allocator_env, offload_env
+from paraplan.rules.launch_env import megatron_job_env
 from paraplan.rules.megatron import hybrid_pattern
 
 __all__ = ["BRIDGE_PATHS", "NEMO2_PATHS", "render", "settings", "bridge_overrides", "nemo2_overrides"]
@@ -278,7 +278,7 @@ def render(ctx: ExportContext) -> str:
             "NeMo 2: turn off the NaN check in loss with full-iteration CUDA graphs "
             "(Bridge: rerun_state_machine.check_for_nan_in_loss = False, set above)."
         )
-    for var, value in {**allocator_env(ctx.inst.job), **offload_env(ctx.inst.job)}.items():
+    for var, value in megatron_job_env(ctx.inst.job).items():
         notes.append(
             f"Launch with {var}={value} in the environment (job.allocator / job.offload_modules; NeMo-Run: "
             f"executor.env_vars[{var!r}] = {value!r})."
