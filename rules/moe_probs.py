@@ -32,7 +32,6 @@ __all__ = [
     "PROBS_APPLIED",
     "AUTO",
     "resolve_moe_probs",
-    "runs_probs",
     "check_probs_in_activation",
     "check_probs_at_combine",
     "probs_rule",
@@ -58,13 +57,6 @@ def resolve_moe_probs(given: str, target: str | None) -> MoEProbs:
     if given != AUTO:
         return MoEProbs(given)
     return PROBS_APPLIED.get(target or "", MoEProbs.COMBINE)
-
-
-def runs_probs(name: str) -> MoEProbs:
-    """Where framework ``name`` applies the probabilities; ValueError for an unknown name."""
-    if name not in PROBS_APPLIED:
-        raise ValueError(f"no framework {name!r}; known: {', '.join(PROBS_APPLIED)}")
-    return PROBS_APPLIED[name]
 
 
 def _runners(value: MoEProbs) -> str:
@@ -103,6 +95,6 @@ def check_probs_in_activation(ctx: RuleContext, draft: Draft) -> Refusal | None:
 def probs_rule(name: str) -> Rule:
     """Framework ``name``'s rule for the setting: one of the two above, shared by the frameworks
     that apply the probabilities alike."""
-    if runs_probs(name) is MoEProbs.ACTIVATION:
+    if PROBS_APPLIED[name] is MoEProbs.ACTIVATION:  # name known: frameworks.launch_rules asks
         return check_probs_in_activation
     return check_probs_at_combine
