@@ -13,13 +13,7 @@ import paraplan
 from paraplan.errors import ExportError
 from paraplan.export import export_text
 from paraplan.result import Result
-
-PLAN = {"dp": 8, "tp": 2, "pp": 1, "micro_batch": 1, "zero": 1, "recompute": "selective"}
-PLANS = {
-    "torchtitan": {**PLAN, "zero": 3},
-    "torch": {**PLAN, "tp": 1, "dp": 2, "zero": 3},
-    "deepspeed": {**PLAN, "recompute": "full", "sequence_parallel": False},
-}
+from tests.export.test_alloc_conf import PLAN, PLANS  # a plan each framework runs
 
 
 @cache
