@@ -149,7 +149,10 @@ def test_scenario_attention_kernel_slows_a_long_context_h100_step_and_rejects_un
     sc["plan"] = {"dp": 8, "tp": 1, "pp": 1, "micro_batch": 1, "zero": 3, "recompute": "full"}
     fused = paraplan.evaluate(sc).predicted.step_time_s
     sc["job"]["attention_kernel"] = "flash2"
-    assert paraplan.evaluate(sc).predicted.step_time_s > 1.2 * fused
+    flash2 = paraplan.evaluate(sc).predicted.step_time_s
+    assert flash2 > 1.2 * fused
+    sc["job"]["attention_kernel"] = "flash1"  # FlashAttention-1: slower again
+    assert paraplan.evaluate(sc).predicted.step_time_s > 1.2 * flash2
     sc["job"]["attention_kernel"] = "flash9"
     with pytest.raises(ConfigError, match="attention_kernel"):
         paraplan.evaluate(sc)
