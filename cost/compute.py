@@ -21,7 +21,8 @@ after every split, so splitting too finely costs what it costs.
 - The attention kernel (``job.attention_kernel``): ``fused`` is the generation's own kernel
   (cuDNN / Transformer Engine fused attention, FlashAttention-3 on Hopper), the one ``attention``
   is fitted to; ``flash2`` (FlashAttention-2) is written for Ampere's instructions and on newer
-  parts runs at FLASH2_FRACTION of the fused kernel's rate.
+  parts runs at FLASH2_FRACTION of the fused kernel's rate, ``flash1`` (FlashAttention-1) at
+  FLASH1_FRACTION, half that (docs/moe_physics.md Sec. 5.5).
 - Element-wise work is HBM-bound.
 
 Layer kinds: a sliding-window or chunked attention layer attends ``attended_keys`` keys per query
