@@ -9,9 +9,11 @@ Knobs a source does not give take documented defaults, listed in ``Case.defaults
   would pick);
 - flash attention off and dropout on for runs before 2022-06 (Megatron-LM 2021, Korthikanti 2022,
   BLOOM: GPT-3-style training with dropout 0.1); fused attention and no dropout after;
-- attention kernel: FlashAttention-2 (``attention_kernel: flash2``) for MosaicML llm-foundry (its
-  attn_impl "flash", the flash-attn 2 package in 2023), the fused cuDNN / Transformer Engine kernel
-  (the default) elsewhere; it only matters on Hopper and newer (cost/compute.py FLASH2_FRACTION);
+- attention kernel (``attention_kernel``, ``_attention_kernel``): FlashAttention-1 (``flash1``) for
+  MosaicML llm-foundry (2023: flash-attn 1.x or its Triton port), FlashAttention-2 (``flash2``) for
+  NeMo containers before 24.09 (Transformer Engine then picked flash-attn over its cuDNN fused
+  attention on Hopper), the fused cuDNN / Transformer Engine kernel (the default) elsewhere; it
+  only matters on Hopper and newer (cost/compute.py FLASH2_FRACTION, FLASH1_FRACTION);
 - gradient sync overlapped with backward, except Megatron-LM before 2023 (no --overlap-grad-reduce)
   and the DeepSpeed ZeRO-3 baselines of Narayanan et al. 2021 Table 2 (overlap_comm off by default);
 - NVL72 racks: up to 72 GPUs one rack; larger jobs use racks as 64-GPU NVLink domains
@@ -86,9 +88,31 @@ _NO_OVERLAP_SOURCES = {
     "korthikanti2022_dp8",
     "bloom176b",
 }
-# llm-foundry's attn_impl "flash" is the flash-attn package, FlashAttention-2 when the MosaicML
-# tables were measured (2023; FlashAttention-3, the Hopper kernel, was released in July 2024)
-_FLASH2_SOURCES = {"mosaic_llmfoundry"}
+# MosaicML llm-foundry ran FlashAttention-1 when its tables were measured (2023): read in llm-foundry
+# 0.2.0-0.4.0 (PyPI sdists): the ``gpu`` extra pins flash-attn 1.0.3.post0 / 1.0.9, attn_impl
+# "flash" calls flash-attn 1's ``flash_attn_unpadded_func``, the MPT default attn_impl is "triton"
+# (the Triton port of FlashAttention-1); FlashAttention-2 came only as the opt-in ``gpu-flash2``
+# extra (flash-attn 2.3.2) in 0.4.0
+_FLASH1_SOURCES = {"mosaic_llmfoundry"}
+# NeMo containers before 24.09 ran FlashAttention-2 on Hopper: Transformer Engine's backend choice
+# prefers FlashAttention (flash-attn, shipped in the NeMo containers) over its cuDNN FusedAttention
+# unless told otherwise; the rule that gives FusedAttention preference on Hopper ("Disabling
+# FlashAttention to give FusedAttention preference on Hopper+ for performance reasons") is in
+# TE 1.9.0's pytorch/attention.py (read; TE 1.9 is the first release on PyPI, August 2024). That the
+# TE of NeMo 24.03 / 24.07 (TE 1.4-1.8) lacked it is cited from memory.
+_FLASH2_BEFORE_NEMO = (24, 9)
+
+
+def _attention_kernel(row: dict[str, str]) -> str | None:
+    """The row's ``job.attention_kernel`` where it is not the fused default (the rules above)."""
+    if row["source_key"] in _FLASH1_SOURCES:
+        return "flash1"
+    m = re.match(r"NeMo (\d+)\.(\d+)", row["framework"])
+    if m and (int(m.group(1)), int(m.group(2))) < _FLASH2_BEFORE_NEMO:
+        return "flash2"
+    return None
+
+
 _DIST_OPTIMIZER_SOURCES = {
     "nemo_2407",
     "megatron_bridge_perf",
@@ -574,7 +598,7 @@ def _row_case(row: dict[str, str]) -> Case | Skipped:
             "global_batch": int(row["global_batch_seqs"]),
             "precision": precision,
             "flash_attention": key not in _PRE_FLASH_SOURCES,
-            **({"attention_kernel": "flash2"} if key in _FLASH2_SOURCES else {}),
+            **({"attention_kernel": kernel} if (kernel := _attention_kernel(row)) else {}),
             "overlap_dp_comm": key not in _NO_OVERLAP_SOURCES,
             **({"frozen_base": True} if row["task"] == "lora" else {}),
             "fp32_grads": key not in _DIST_OPTIMIZER_SOURCES,

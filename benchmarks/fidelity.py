@@ -49,6 +49,11 @@ runs (was 8.7% / 20.5% on 243 under constant GEMM efficiency). Investigated gaps
   and newer, 1 on Ampere), the MosaicML rows map to flash2 and the refit holds both: the MPT rows
   are -15% to +4%, the NeMo long-sequence rows -6% to -9%, and the two B200 rows at 256K/512K
   tokens (71-72, scored since) +16% / +19% (were +56% / +62% before the kernel split).
+  Revised 2026-12-02 (night, docs/moe_physics.md Sec. 5.5): llm-foundry ran FlashAttention-1 in
+  2023 (its ``gpu`` extra pins flash-attn 1.0.x), the NeMo containers before 24.09
+  FlashAttention-2 (Transformer Engine's backend order), and FA2 runs at 1 / 1.5 of the fused
+  rate (FA3's 1.5-2.0x), FA1 at half FA2's (``flash1``); the Hopper refit then puts the fused
+  kernel at 0.51 of the BF16 peak, where the Megatron-MoE-ModelZoo's 16K-128K rows want it.
 - Row 380 (NeMo AutoModel GPT-OSS 120B on 64 H100, FSDP2, EP degree not published): +327% as
   mapped with ep = 1, where FSDP gathers all 128 experts of every layer each micro-batch (13.5 s
   exposed at node-aggregate bandwidth, more than the whole published 4.3 s step). The run's

@@ -21,7 +21,8 @@ after every split, so splitting too finely costs what it costs.
 - The attention kernel (``job.attention_kernel``): ``fused`` is the generation's own kernel
   (cuDNN / Transformer Engine fused attention, FlashAttention-3 on Hopper), the one ``attention``
   is fitted to; ``flash2`` (FlashAttention-2) is written for Ampere's instructions and on newer
-  parts runs at FLASH2_FRACTION of the fused kernel's rate.
+  parts runs at FLASH2_FRACTION of the fused kernel's rate, ``flash1`` (FlashAttention-1) at
+  FLASH1_FRACTION, half that (docs/moe_physics.md Sec. 5.5).
 - Element-wise work is HBM-bound.
 
 Layer kinds: a sliding-window or chunked attention layer attends ``attended_keys`` keys per query
@@ -67,6 +68,7 @@ __all__ = [
     "SSD_KERNELS",
     "SSD_BACKWARD_KERNELS",
     "FLASH2_FRACTION",
+    "FLASH1_FRACTION",
     "kernel_fraction",
 ]
 
@@ -85,13 +87,24 @@ ATTENTION_HALF_TOKENS = 512
 # state_passing_bwd, dx, dB, the states' cast, dC, dCB, two bmm_chunk_bwd, ddA, chunk_cumsum_bwd).
 SSD_KERNELS = 5
 SSD_BACKWARD_KERNELS = 16
-# FlashAttention-2 on a part newer than Ampere, as a fraction of the generation's fused kernel:
-# FA2 reaches 35% of the H100's BF16 peak where FlashAttention-3 (the Hopper kernel, with WGMMA
-# and TMA; cuDNN's fused attention is of the same kind) reaches 75% (Shah et al. 2024, arXiv:
-# 2407.08608, Sec. 1): 0.35 / 0.75. Blackwell has no published FA2 figure: Hopper's ratio is its
-# prior (FA2 uses neither part's asynchronous tensor-core instructions). On Ampere FA2 is the
-# fused kernel (1.0); generations not listed (TPU, CDNA3) take 1.0.
-FLASH2_FRACTION = {"hopper": 0.35 / 0.75, "blackwell": 0.35 / 0.75, "blackwell_ultra": 0.35 / 0.75}
+# FlashAttention-2 on a part newer than Ampere, as a fraction of the generation's fused kernel
+# (FlashAttention-3 on Hopper, with WGMMA and TMA; cuDNN's fused attention is of the same kind):
+# FA3 is 1.5-2.0x faster than FA2 in the forward pass and 1.5-1.75x in the backward (Shah et al.
+# 2024, arXiv:2407.08608, abstract and Sec. 4.1; the backward range cited from memory). A training
+# step's attention is 2.5 parts backward to 1 forward (BACKWARD_ATTENTION_FACTOR), so its speed-up
+# is the low end, 1.5: FA2 at 1 / 1.5 of the fused rate (the forward-only peak ratio, 35% against
+# 75% of the H100's BF16 peak, Sec. 1, was used before 2026-12-02 and overstated it). Blackwell has
+# no published FA2 figure: Hopper's ratio is its prior (FA2 uses neither part's asynchronous
+# tensor-core instructions). On Ampere FA2 is the fused kernel (1.0); generations not listed (TPU,
+# CDNA3) take 1.0.
+FLASH2_FRACTION = {"hopper": 1 / 1.5, "blackwell": 1 / 1.5, "blackwell_ultra": 1 / 1.5}
+# FlashAttention-1 (flash-attn 1.x, and the Triton port llm-foundry ran as attn_impl "triton"): FA2
+# is about 2x faster than FA1 (Dao 2023, arXiv:2307.08691, abstract and Sec. 4.1, A100: "around 2x
+# faster than FlashAttention"), from better work partitioning that does not depend on the part, so
+# FA1 runs at half FA2's rate on Hopper and newer. On Ampere it is left at the fused kernel (1.0): the
+# fitted Ampere ``attention`` is held by the FA1 rows themselves (MosaicML's 98 A100 runs), and no A100
+# row of a known FA2 kernel is long enough to separate the two (not checked further).
+FLASH1_FRACTION = {gen: fraction / 2 for gen, fraction in FLASH2_FRACTION.items()}
 # Bytes per element of a GEMM input kept for backward (Transformer Engine stores the quantised
 # copy): the element plus its share of the block scale (S-TE in hardware/data/catalog.yaml: FP8
 # blockwise 1 scale (4 B) per 128 elements, MXFP8 1 B per 32, NVFP4 4 bits + 1 B per 16).
@@ -213,9 +226,12 @@ def attention_chunk_factor(kv_tokens: float) -> float:
 
 
 def kernel_fraction(kernel: AttentionKernel, accel: Accelerator) -> float:
-    """Rate of ``kernel`` over the generation's fused kernel: FLASH2_FRACTION for flash2, else 1."""
+    """Rate of ``kernel`` over the generation's fused kernel: FLASH2_FRACTION for flash2,
+    FLASH1_FRACTION for flash1, else 1."""
     if kernel is AttentionKernel.FLASH2:
         return FLASH2_FRACTION.get(accel.generation, 1.0)
+    if kernel is AttentionKernel.FLASH1:
+        return FLASH1_FRACTION.get(accel.generation, 1.0)
     return 1.0
 
 

@@ -101,6 +101,7 @@ class AttentionKernel(StrEnum):
 
     FUSED = "fused"  # the generation's own kernel: cuDNN / Transformer Engine, FlashAttention-3 on Hopper
     FLASH2 = "flash2"  # FlashAttention-2 (flash-attn 2.x, written for Ampere's instructions)
+    FLASH1 = "flash1"  # FlashAttention-1 (flash-attn 1.x, or its Triton port): half FA2's rate
 
 
 class Allocator(StrEnum):

@@ -150,7 +150,8 @@ class JobSection(Section):
     attention_kernel: AttentionKernel = Field(
         AttentionKernel.FUSED,
         description="fused (cuDNN / Transformer Engine / FlashAttention-3) | flash2 (FlashAttention-2: "
-        "slower on Hopper and newer; cost/compute.py)",
+        "slower on Hopper and newer) | flash1 (FlashAttention-1: half flash2's rate there; "
+        "cost/compute.py)",
     )
     frozen_base: bool = Field(
         False,
