@@ -287,6 +287,8 @@ def bounded_tables(
                         continue
                 for zero in sorted(zeros(state, fixed, options=options), key=lambda z: z == 0):
                     p = replace(state, zero=zero)
+                    if options.zero_filter is not None and not options.zero_filter(p):
+                        continue  # every layout of the family with this ZeRO stage fails the filter
                     if roomy is not None and roomy.unfit(p, ks):  # family_bound.LeastMemory
                         skipped.append(p)
                         continue
