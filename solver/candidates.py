@@ -110,6 +110,20 @@ def _k_choices(layout: Layout, num_layers: int, fixed: PartialPlan, options: Opt
     return None
 
 
+KMemo = dict[tuple[int, int], list[int] | None]
+"""``_k_choices`` by (pp, vp), the only fields of a layout it reads (one search's fixed and options)."""
+
+
+def _k_choices_of(
+    memo: KMemo, layout: Layout, num_layers: int, fixed: PartialPlan, options: Options
+) -> list[int] | None:
+    """``_k_choices`` of ``layout``, remembered in ``memo`` (a search asks it of every family)."""
+    key = (layout.pp, layout.vp)
+    if key not in memo:
+        memo[key] = _k_choices(layout, num_layers, fixed, options)
+    return memo[key]
+
+
 _STATE_FIELDS = frozenset(SOFTWARE_FIELDS)
 """The Layout fields of the MoE software state (cost/software.py)."""
 
@@ -212,10 +226,11 @@ def bounded_tables(
     space = families(
         spec, cluster, job.seq_len, job.global_batch, fixed, options, deadline, filtered=False, states=False
     )
+    k_memo: KMemo = {}
     for i, family in enumerate(space):
         if i % 16 == 0 and time.perf_counter() > deadline:  # a floor may take milliseconds
             raise OutOfTime("the time limit ran out while bounding the layout families")
-        ks = _k_choices(family, spec.num_layers, fixed, options)
+        ks = _k_choices_of(k_memo, family, spec.num_layers, fixed, options)
         if ks == []:
             continue
         floor_key = plan_key(family, FLOOR_IGNORES)
@@ -345,7 +360,7 @@ def bounded_tables(
                     key: object = layout_key(tab.plan) if distinct else tab.plan
                     best_upper[key] = min(best_upper.get(key, float("inf")), tab.upper_bound_s)
                     uppers = heapq.nsmallest(top, best_upper.values())
-    num_layouts = _space_size(space, spec, cluster, fixed, options, deadline)
+    num_layouts = _space_size(space, spec, cluster, fixed, options, deadline, k_memo)
     if not computed and out_of_time:
         return _Candidates([], num_layouts, discarded, unfit + len(unfit_terms), out_of_time)
     if not computed:  # the skipped families' own terms, for the errors below
@@ -443,9 +458,11 @@ def _space_size(
     fixed: PartialPlan,
     options: Options,
     deadline: float,
+    k_memo: KMemo,
 ) -> int:
     """Layouts in the space: families x ZeRO stages x rank orders (before dominance pruning);
-    0 when the deadline has passed (the count is a report, not part of the proof)."""
+    0 when the deadline has passed (the count is a report, not part of the proof). ``k_memo``:
+    the search's ``_k_choices`` by (pp, vp)."""
     cache: dict[tuple[object, ...], Any] = {}
     counts: dict[tuple[object, ...], int] = {}  # by family less its MoE software state (read by none)
     total = 0
@@ -457,7 +474,7 @@ def _space_size(
         if count is None:
             count = counts[key] = (
                 len(zeros(f, fixed, options=options)) * num_orders(f, fixed, options, cache)
-                if _k_choices(f, spec.num_layers, fixed, options) != []
+                if _k_choices_of(k_memo, f, spec.num_layers, fixed, options) != []
                 else 0
             )
         total += count
