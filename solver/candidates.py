@@ -42,7 +42,7 @@ from paraplan.solver.constraints.recompute_layers import bound_modes, searches_p
 from paraplan.solver.distinct import layout_key
 from paraplan.solver.family_bound import LeastMemory, family_bound_s
 from paraplan.solver.limits import dominated_by_twin, layout_variants, twins
-from paraplan.solver.placement import OrderCache, num_orders, orders, placements
+from paraplan.solver.placement import COUNT_IGNORE, OrderCache, num_orders, orders, placements
 from paraplan.solver.space import (
     Options,
     OutOfTime,
@@ -126,6 +126,9 @@ def _k_choices_of(
 
 _STATE_FIELDS = frozenset(SOFTWARE_FIELDS)
 """The Layout fields of the MoE software state (cost/software.py)."""
+_SIZE_IGNORE = _STATE_FIELDS | (COUNT_IGNORE - {"vp"})
+"""What a family's count of layouts (``_space_size``) does not read: ``num_orders`` reads none of
+COUNT_IGNORE, ``zeros`` only dp and cp, ``_k_choices`` only pp and vp; nor the MoE software state."""
 
 _BLOCKS = 3
 """The heap level of a family (its MoE software state chosen) bounded by its own blocks
@@ -301,7 +304,7 @@ def bounded_tables(
                         heapq.heappush(heap, (own, next(tick), _BLOCKS, state, ks))
                         continue
                 for zero in sorted(zeros(state, fixed, options=options), key=lambda z: z == 0):
-                    p = replace(state, zero=zero)
+                    p = state if zero == state.zero else replace(state, zero=zero)
                     if options.zero_filter is not None and not options.zero_filter(p):
                         continue  # every layout of the family with this ZeRO stage fails the filter
                     if roomy is not None and roomy.unfit(p, ks):  # family_bound.LeastMemory
@@ -464,12 +467,12 @@ def _space_size(
     0 when the deadline has passed (the count is a report, not part of the proof). ``k_memo``:
     the search's ``_k_choices`` by (pp, vp)."""
     cache: dict[tuple[object, ...], Any] = {}
-    counts: dict[tuple[object, ...], int] = {}  # by family less its MoE software state (read by none)
+    counts: dict[tuple[object, ...], int] = {}  # by family less what no count reads (_SIZE_IGNORE)
     total = 0
     for i, f in enumerate(space):
         if i % 1024 == 0 and time.perf_counter() > deadline:
             return 0
-        key = plan_key(f, _STATE_FIELDS)
+        key = plan_key(f, _SIZE_IGNORE)
         count = counts.get(key)
         if count is None:
             count = counts[key] = (
