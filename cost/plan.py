@@ -385,6 +385,7 @@ if tuple(f.name for f in fields(PartialPlan)) != PLAN_FIELDS:  # a knob added to
 
 _SCHEDULES = tuple(s.value for s in PPSchedule)
 _POSITIVE = ("dp", "tp", "pp", "cp", "ep", "vp", "micro_batch")
+_positives = attrgetter(*_POSITIVE)  # read in C: every Layout the search builds is checked
 _AXES = frozenset(Axis)
 
 
@@ -394,9 +395,9 @@ def check_structure(plan: Layout) -> None:
     the values and the rule. (Interleaving needs pp > 1 is check_plan's: a pool's share of a
     pipeline, cost/pools.py, is a Plan of that many stages; so is what pp and vp a pipeline
     schedule needs, so that a rule's repair of pp or vp builds a plan that check_plan judges.)"""
-    for name in _POSITIVE:
-        if getattr(plan, name) < 1:
-            raise ValueError(f"plan.{name}={getattr(plan, name)} must be at least 1")
+    if min(_positives(plan)) < 1:
+        name = next(n for n in _POSITIVE if getattr(plan, n) < 1)
+        raise ValueError(f"plan.{name}={getattr(plan, name)} must be at least 1")
     if plan.zero not in (0, 1, 2, 3):
         raise ValueError(f"plan.zero={plan.zero} must be 0, 1, 2 or 3")
     if plan.pp_schedule is not None and plan.pp_schedule not in _SCHEDULES:

@@ -168,6 +168,22 @@ def _sync_lines(
     return lines
 
 
+def _tied_last(
+    graph: LayerGraph, plan: Layout, last: EndCost, shared: SharedCache | None, key: tuple[object, ...] | None
+) -> EndCost:
+    """The last stage's end when the model ties its embeddings and pp > 1: it keeps its own copy
+    of the tied embedding for the LM head (the embedding only, not the rest of the first stage's
+    head, e.g. a vision encoder). The copy's weights per device read tp, ep and etp, which the
+    block costs' ``key`` (``_shared_key``) holds, so it is kept in ``shared`` beside them."""
+    if shared is not None and ("tied", key) in shared:
+        return shared["tied", key]
+    embedding, _ = block_params_per_device([graph.layer("embedding")], plan)
+    out = replace(last, params=last.params + embedding)
+    if shared is not None:
+        shared["tied", key] = out
+    return out
+
+
 def base_kind(block_kinds: tuple[int, ...]) -> int:
     """The most common block kind (the first of equals): the one a stage's line is written in."""
     counts = [block_kinds.count(k) for k in range(max(block_kinds) + 1)]
@@ -198,6 +214,7 @@ def stage_terms(
     if cluster.pools:
         return _pooled_terms(graph, plan, job, cluster, shared, packed)
     spans = Spans.packed(plan, cluster, shared) if packed else Spans.of(plan, cluster)
+    key: tuple[object, ...] | None = None
     if shared is None:
         costs = _shared_costs(graph, plan, job, cluster, spans, shared)
     else:
@@ -207,10 +224,7 @@ def stage_terms(
         costs = shared[key]
     first, last = costs.first, costs.last
     if graph.spec.tied_embeddings and plan.pp > 1:
-        # the last stage keeps its own copy of the tied embedding for the LM head: the embedding
-        # only, not the rest of the first stage's head (a vision encoder)
-        embedding, _ = block_params_per_device([graph.layer("embedding")], plan)
-        last = replace(last, params=last.params + embedding)
+        last = _tied_last(graph, plan, last, shared, key)
     kinds = graph.block_kinds
     base = base_kind(kinds)
     b = costs.kinds[base]

@@ -83,7 +83,15 @@ class LayerGraph:
         return list(self._ordered)
 
     def block_layers(self, block: int) -> list[Layer]:
-        return [ly for ly in self._ordered if ly.block == block]
+        return list(self._blocks.get(block, ()))
+
+    @cached_property
+    def _blocks(self) -> dict[int, tuple[Layer, ...]]:
+        """Each block index's layers in execution order (``block_layers``, asked per cost term)."""
+        out: dict[int, list[Layer]] = {}
+        for ly in self._ordered:
+            out.setdefault(ly.block, []).append(ly)
+        return {block: tuple(layers) for block, layers in out.items()}
 
     def layer(self, name: str) -> Layer:
         return self.graph.nodes[name]["layer"]
@@ -110,18 +118,18 @@ class LayerGraph:
         kinds = self.block_kinds
         return tuple(kinds.index(k) for k in range(max(kinds) + 1))
 
-    @property
+    @cached_property
     def head_names(self) -> tuple[str, ...]:
         """Layers before the first block (embedding; a vision encoder): the first stage's."""
         return tuple(ly.name for ly in self._ordered[: self._first_block_at])
 
-    @property
+    @cached_property
     def tail_names(self) -> tuple[str, ...]:
         """Layers after the last block (final norm, LM head and loss, MTP): the last stage's."""
         last = max(i for i, ly in enumerate(self._ordered) if ly.block >= 0)
         return tuple(ly.name for ly in self._ordered[last + 1 :])
 
-    @property
+    @cached_property
     def _first_block_at(self) -> int:
         return next(i for i, ly in enumerate(self._ordered) if ly.block >= 0)
 

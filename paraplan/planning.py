@@ -191,6 +191,7 @@ def target_options(options: Options, name: str, inst: Instance) -> Options:
         narrowed(options, limits),
         layout_filter=layout_filter,
         family_filter=layout_filter.family_passes,
+        zero_filter=layout_filter.zero_passes,
         layout_limits=(lambda lay: (layout_filter.limits_for(lay),)) if inst.spec.is_moe else None,
         state_holds=layout_filter.state_holds,
     )
@@ -248,6 +249,7 @@ def runnable_options(options: Options, inst: Instance) -> RunnableSpace:
         _widest(list(narrowed_by.values())),
         layout_filter=union,
         family_filter=union.family_passes,
+        zero_filter=union.zero_passes,
         layout_limits=union.limits,
         order_limits=union.order_limits,
         state_holds=union.state_holds,

@@ -3,17 +3,16 @@ of (model, job, cluster, plan).
 
 Imports only graph/, hardware/ and cost/ (docs/DESIGN.md §3). ``base`` holds the types (context,
 draft, refusal, search limits) and the repair helpers; ``plans`` the plan helpers rules and
-exporters share; ``checks`` the rules several frameworks share; ``validity`` the model/plan
-facts they state once; and one module per framework (``megatron``, ``nemo``, ``deepspeed``,
-``torchtitan``, ``maxtext``, ``torch``) its ``RULES``, ``SEARCH``, ``MODEL_RULES`` and
-``LAYOUT_RULES``, with the framework facts both its rules and its exporter need (Megatron's layer
+exporters share; ``checks`` the rules several frameworks share; ``validity`` the model/plan facts
+they state once; and one module per framework (``megatron``, ``nemo``, ``deepspeed``,
+``torchtitan``, ``maxtext``, ``torch``) its ``RULES``, ``SEARCH``, ``MODEL_RULES``, ``LAYOUT_RULES``
+and ``ZERO_RULES``, with the framework facts both its rules and its exporter need (Megatron's layer
 layouts in ``megatron_layout``); ``moe_state`` which MoE dispatchers, EP overlap, CUDA-graph and
-routing modes each framework runs (its rules are in every framework's ``RULES``); ``frameworks``
-the one list of frameworks and what each launches at all (precisions, pooled clusters), whose
-rules ``rules_of(name)`` puts first in a framework's. ``filter`` turns them into the solver's
-layout predicates (``FrameworkFilter``; ``AnyFramework`` for the runnable default, with
-per-layout limits), which paraplan/planning.py builds; the exporters (paraplan/export,
-``enforce``) call the rules too.
+routing modes each framework runs (its rules are in every framework's ``RULES``); ``frameworks`` the
+one list of frameworks and what each launches at all (precisions, pooled clusters), whose rules
+``rules_of(name)`` puts first in a framework's. ``filter`` turns them into the solver's layout
+predicates (``FrameworkFilter``; ``AnyFramework`` for the runnable default, with per-layout limits),
+which paraplan/planning.py builds; the exporters (paraplan/export, ``enforce``) call the rules too.
 """
 
 from __future__ import annotations
@@ -102,7 +101,7 @@ _CACHE: dict[str, TargetRules] = {}
 
 
 def rules_of(name: str) -> TargetRules:
-    """Framework ``name``'s RULES, SEARCH, MODEL_RULES and LAYOUT_RULES, its launch rules
+    """Framework ``name``'s RULES, SEARCH, MODEL_RULES, LAYOUT_RULES and ZERO_RULES, its launch rules
     (frameworks.launch_rules: precision, pooled cluster) first; ValueError when it has none."""
     if name not in FRAMEWORKS:
         raise ValueError(f"no rules for framework {name!r}; known: {', '.join(FRAMEWORKS)}")
@@ -114,5 +113,6 @@ def rules_of(name: str) -> TargetRules:
             module.SEARCH,
             launch_model + tuple(module.MODEL_RULES),
             tuple(module.LAYOUT_RULES),
+            tuple(module.ZERO_RULES),
         )
     return _CACHE[name]

@@ -118,13 +118,16 @@ class SearchLimits:
 
 class TargetRules(NamedTuple):
     """A framework's ``RULES``, ``SEARCH``, ``MODEL_RULES`` (those of RULES that read only
-    the model and job, so one check decides) and ``LAYOUT_RULES`` (those that read the ZeRO
-    stage or the rank order; the rest give one verdict per layout family)."""
+    the model and job, so one check decides), ``LAYOUT_RULES`` (those that read the ZeRO
+    stage or the rank order; the rest give one verdict per layout family) and ``ZERO_RULES``
+    (those of LAYOUT_RULES that read neither the rank order nor the slice shape: one verdict per
+    family with its ZeRO stage)."""
 
     rules: tuple[Rule, ...]
     search: SearchLimits
     model_rules: tuple[Rule, ...]
     layout_rules: tuple[Rule, ...] = ()
+    zero_rules: tuple[Rule, ...] = ()
 
     @property
     def family_rules(self) -> tuple[Rule, ...]:

@@ -37,6 +37,7 @@ __all__ = [
     "SEARCH",
     "MODEL_RULES",
     "LAYOUT_RULES",
+    "ZERO_RULES",
     "ORDER",
     "partition_balanced",
     "balanced_split",
@@ -271,3 +272,7 @@ MODEL_RULES = (
 LAYOUT_RULES = (check_pipeline_zero, check_rank_order)
 """The RULES that read the ZeRO stage or the rank order, which the solver picks per layout; the
 others give one verdict for a whole layout family (solver.target checks those once per family)."""
+ZERO_RULES = (check_pipeline_zero,)
+"""The LAYOUT_RULES that read the ZeRO stage but neither the rank order nor the slice shape: one
+verdict for every placement of a family with its ZeRO stage (rules/filter.py asks them once per
+such family, and the solver drops a family they refuse before bounding it)."""

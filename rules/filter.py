@@ -1,18 +1,20 @@
 """The framework rules as the solver's layout predicates: ``FrameworkFilter`` (one framework,
 ``solver.target``) and ``AnyFramework`` (the runnable default: some framework runs the layout).
 
-A layout (cost.Layout: degrees, micro-batch, ZeRO, SP, rank order; no split or recompute modes
-yet) is checked on a representative plan: the scenario's fixed split (else the framework's own,
-else the even one, cost.split.even_layers) and its fixed recompute mode (else none). How the
-per-stage choices may then vary is the framework's ``SearchLimits``, which the solver applies to
-the layouts the framework accepts (solver/space.py ``Options.layout_limits``). The rules that
-read neither the ZeRO stage nor the rank order (``TargetRules.family_rules``) run once per layout
-family (``family_passes``, also the solver's family filter); the rest (LAYOUT_RULES) once per
-layout less the fields they do not read (``LAYOUT_RULES_IGNORE``: micro-batch, vp, SP, cp_comm).
-Every verdict is remembered (the solver asks again) and every refusal counted, so an empty search
-can say which rule stood in the way. The placement search asks about the rank orders of one
-family at a time (``AnyFramework.order_limits``): the family's keys and verdicts are found once,
-and a layout is built only where a rule must run.
+A layout (cost.Layout: degrees, micro-batch, ZeRO, SP, rank order; no split or recompute modes yet)
+is checked on a representative plan: the scenario's fixed split (else the framework's own, else the
+even one, cost.split.even_layers) and its fixed recompute mode (else none). How the per-stage
+choices may then vary is the framework's ``SearchLimits``, which the solver applies to the layouts
+the framework accepts (solver/space.py ``Options.layout_limits``). The rules that read neither the
+ZeRO stage nor the rank order (``TargetRules.family_rules``) run once per layout family
+(``family_passes``, also the solver's family filter); the rest (LAYOUT_RULES) once per layout less
+the fields they do not read (``LAYOUT_RULES_IGNORE``: micro-batch, vp, SP, cp_comm), those of them
+that do not read the rank order (``ZERO_RULES``) once per family with its ZeRO stage
+(``zero_passes``, also the solver's zero filter: a family and ZeRO stage they refuse is dropped
+before it is bounded). Every verdict is remembered (the solver asks again) and every refusal
+counted, so an empty search can say which rule stood in the way. The placement search asks about the
+rank orders of one family at a time (``AnyFramework.order_limits``): the family's keys and verdicts
+are found once, and a layout is built only where a rule must run.
 
 Size: one module because ``FrameworkFilter`` and ``AnyFramework`` share the memo keys and the
 refusal counts that make the runnable default one search (the union must read what each reads).
@@ -66,12 +68,19 @@ class Asked:
     (and its representatives, ``plans``) is built only when a rule must run, most verdicts
     being remembered. ``layout``: the layout when the caller has it."""
 
-    __slots__ = ("family", "order", "plans", "_layout")
+    __slots__ = ("family", "order", "plans", "family_plans", "_layout")
 
-    def __init__(self, family: Layout, order: Order, layout: Layout | None = None) -> None:
+    def __init__(
+        self,
+        family: Layout,
+        order: Order,
+        layout: Layout | None = None,
+        family_plans: dict[object, Plan] | None = None,
+    ) -> None:
         self.family = family
         self.order = order
         self.plans: dict[object, Plan] = {}  # representatives by split, shared by the frameworks
+        self.family_plans = {} if family_plans is None else family_plans  # the family's, by split
         self._layout = layout
 
     @property
@@ -110,9 +119,12 @@ class FrameworkFilter:
         self._state_rules = tuple(r for r in rules.family_rules if _is_state_rule(r))
         self._family_rules = tuple(r for r in rules.family_rules if not _is_state_rule(r))
         self._mode_rules = tuple(r for r in rules.rules if _is_state_rule(r))
-        # the layout rules are independent checks of the ZeRO stage and rank order: asked in the
-        # order of the last refusal first (``_passes``), which gives the same verdicts sooner
-        self._layout_rules = [r for r in rules.layout_rules if r not in rules.model_rules]
+        # the layout rules are independent checks of the ZeRO stage and rank order: those that do
+        # not read the order (ZERO_RULES) once per family with its ZeRO stage, the others asked in
+        # the order of the last refusal first (``_refusal``), which gives the same verdicts sooner
+        layout_rules = [r for r in rules.layout_rules if r not in rules.model_rules]
+        self._zero_rules = tuple(r for r in layout_rules if r in rules.zero_rules)
+        self._layout_rules = [r for r in layout_rules if r not in rules.zero_rules]
         self._ctx = ctx
         self._num_layers = ctx.spec.num_layers
         self._layers = layers
@@ -122,6 +134,7 @@ class FrameworkFilter:
         self._verdicts: dict[Layout, bool] = {}
         # LAYOUT_RULES verdicts (the refusing rule or None) by (rules_base, rank order)
         self._layout_verdicts: dict[tuple[int, Order], str | None] = {}
+        self._zero_verdicts: dict[int, str | None] = {}  # ZERO_RULES verdicts by rules_base
         self._rules_bases: dict[tuple[object, ...], int] = {}
         self._splits: dict[tuple[int, int], tuple[int, ...] | None] = {}
         self.refused: Counter[str] = Counter()
@@ -211,15 +224,42 @@ class FrameworkFilter:
     def layout_verdict(self, asked: Asked, base: int) -> bool:
         """``layout_passes`` of a layout that has a representative split, for a caller that
         keeps one memo per family and has asked ``family_passes`` (``AnyFramework``)."""
+        refusal = self.zero_refusal(asked.family, base, asked.family_plans)
         key = (base, asked.order)
-        if key in self._layout_verdicts:
+        if refusal is None and key in self._layout_verdicts:
             refusal = self._layout_verdicts[key]
-        else:
+        elif refusal is None:
             refusal = self._refusal(asked.layout, self._layout_rules, asked.plans)
             self._layout_verdicts[key] = refusal
         if refusal:
             self.refused[refusal] += 1
         return refusal is None
+
+    def zero_refusal(self, family: Layout, base: int, plans: dict[object, Plan] | None = None) -> str | None:
+        """The ZERO_RULES refusal of ``family`` (with its ZeRO stage; it has a representative
+        split), if any: the same for every rank order and slice shape, remembered per ``base``
+        (``rules_base``); ``plans``: the family's representatives by split."""
+        if base not in self._zero_verdicts:
+            found = self._refusal(family, self._zero_rules, plans) if self._zero_rules else None
+            self._zero_verdicts[base] = found
+        return self._zero_verdicts[base]
+
+    def zero_passes(
+        self, family: Layout, key: tuple[object, ...] | None = None, plans: dict[object, Plan] | None = None
+    ) -> bool:
+        """Whether ``family`` with its ZeRO stage may have a layout that passes: its family rules
+        and ZERO_RULES accept it and it has a representative split; False means every rank order
+        and slice shape of it fails (a ZERO_RULES refusal is counted). The ZERO_RULES are asked
+        first: remembered per family less what they do not read, they spare most families' family
+        rules. ``key`` and ``plans`` as in ``family_passes`` (``plans``: representatives with this
+        ZeRO stage)."""
+        if not self.has_split(family):
+            return False
+        refusal = self.zero_refusal(family, self.rules_base(family), plans)
+        if refusal:
+            self.refused[refusal] += 1
+            return False
+        return self.family_passes(family, key, plans)
 
     def family_passes(
         self, family: Layout, key: tuple[object, ...] | None = None, plans: dict[object, Plan] | None = None
@@ -325,6 +365,7 @@ class AnyFramework:
         self._held_by = {lim: [w for w in limits if w != lim and holds(w, lim, uneven)] for lim in limits}
         self._limits: dict[tuple[int, Order], tuple[SearchLimits, ...]] = {}  # by (family id, order)
         self._family_ids: dict[tuple[object, ...], int] = {}  # a layout less its order -> an id
+        self._zeros: dict[tuple[object, ...], bool] = {}  # zero_passes by family (less its order)
 
     @property
     def refused(self) -> Counter[str]:
@@ -357,7 +398,8 @@ class AnyFramework:
         def limits(order: Order) -> tuple[SearchLimits, ...]:
             found = memo.get((fid, order))
             if found is None:
-                asked = Asked(family, order, layout if layout is not None and layout.order == order else None)
+                own = layout if layout is not None and layout.order == order else None
+                asked = Asked(family, order, own, plans)
                 if not family_key:
                     family_key.append(plan_key(family, LAYOUT_FIELDS))
                 found = memo[fid, order] = self._accepted(asked, family_key[0], known, plans)
@@ -404,6 +446,29 @@ class AnyFramework:
         """Whether some framework's family rules accept ``family`` (FrameworkFilter.family_passes)."""
         key, plans = plan_key(family, LAYOUT_FIELDS), dict[object, Plan]()
         return any(f.family_passes(family, key, plans) for f in self.filters)
+
+    def zero_passes(self, family: Layout) -> bool:
+        """Whether some framework may run a layout of ``family`` with its ZeRO stage
+        (FrameworkFilter.zero_passes; the solver's ``Options.zero_filter``), remembered per family
+        less its order; asked as ``limits`` asks: a framework whose rules include a refusing one's
+        of its group is not asked."""
+        fid = plan_key(family, _ORDER)
+        found = self._zeros.get(fid)
+        if found is None:
+            found = self._zeros[fid] = self._zero_passes(family)
+        return found
+
+    def _zero_passes(self, family: Layout) -> bool:
+        key, plans = plan_key(family, LAYOUT_FIELDS), dict[object, Plan]()
+        for _, group in self._groups:
+            refused: list[frozenset[Rule]] = []
+            for f in group:
+                if refused and any(r <= f.rule_set for r in refused):
+                    continue
+                if f.zero_passes(family, key, plans):
+                    return True
+                refused.append(f.rule_set)
+        return False
 
     def reason(self) -> str:
         """Why nothing passed: each framework's most frequent refusal (one whose rules include

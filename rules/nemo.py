@@ -10,7 +10,7 @@ from dataclasses import replace
 from paraplan.rules import megatron as mg
 from paraplan.rules.base import Draft, Refusal, RuleContext, repair
 
-__all__ = ["RULES", "SEARCH", "MODEL_RULES", "LAYOUT_RULES"]
+__all__ = ["RULES", "SEARCH", "MODEL_RULES", "LAYOUT_RULES", "ZERO_RULES"]
 
 
 def check_bridge_mapping_with_fsdp(ctx: RuleContext, draft: Draft) -> Refusal | None:
@@ -43,3 +43,7 @@ MODEL_RULES = mg.MODEL_RULES
 LAYOUT_RULES = (*mg.LAYOUT_RULES, check_bridge_mapping_with_fsdp)
 """The RULES that read the ZeRO stage or the rank order, which the solver picks per layout; the
 others give one verdict for a whole layout family (solver.target checks those once per family)."""
+ZERO_RULES = mg.ZERO_RULES
+"""The LAYOUT_RULES that read the ZeRO stage but neither the rank order nor the slice shape: one
+verdict for every placement of a family with its ZeRO stage (rules/filter.py asks them once per
+such family, and the solver drops a family they refuse before bounding it)."""

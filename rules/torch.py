@@ -31,6 +31,7 @@ __all__ = [
     "SEARCH",
     "MODEL_RULES",
     "LAYOUT_RULES",
+    "ZERO_RULES",
     "ORDER",
     "RECOMPUTE_CHOICES",
     "ZERO_STAGES",
@@ -200,6 +201,8 @@ LAYOUT_RULES = (check_rank_order,)
 others give one verdict for a whole layout family (solver.target checks those once per family).
 ``check_script_accepts`` reads plan.zero only to pass it on: every Plan's ZeRO stage (0-3) is one
 the script takes."""
+ZERO_RULES = ()
+"""The LAYOUT_RULES that read the ZeRO stage but not the rank order (rules/megatron.py): none."""
 
 
 # --------------------------------------------------------------------------- the script's checks

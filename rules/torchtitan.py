@@ -40,6 +40,7 @@ __all__ = [
     "SEARCH",
     "MODEL_RULES",
     "LAYOUT_RULES",
+    "ZERO_RULES",
     "CONFIGS",
     "FLOAT8_CONFIGS",
     "ORDER",
@@ -315,3 +316,7 @@ MODEL_RULES = (
 LAYOUT_RULES = (check_rank_order, check_expert_mesh)
 """The RULES that read the ZeRO stage or the rank order, which the solver picks per layout; the
 others give one verdict for a whole layout family (solver.target checks those once per family)."""
+ZERO_RULES = (check_expert_mesh,)
+"""The LAYOUT_RULES that read the ZeRO stage but neither the rank order nor the slice shape: one
+verdict for every placement of a family with its ZeRO stage (rules/filter.py asks them once per
+such family, and the solver drops a family they refuse before bounding it)."""

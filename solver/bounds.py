@@ -79,13 +79,14 @@ def quick_lower_bound_s(terms: StageTerms, recomputes: list[Recompute], num_laye
     weight = {s: 1 for s in stages}
     if not terms.pool_terms and pp > 2:
         weight[1] = pp - 2
-    fixed_s = {s: min(terms.stage_time(s, r).fixed for r in recomputes) for s in stages}
+    lines = {s: [terms.stage_time(s, r) for r in recomputes] for s in stages}
+    fixed_s = {s: min(line.fixed for line in lines[s]) for s in stages}
     if terms.heterogeneous:  # the least kind per layer; the exact kind sum for the total
         per_layer_s = {s: min(min(terms.kind_time_s(s, r)) for r in recomputes) for s in stages}
         total = least_kind_total_s(terms, recomputes, weight, fixed_s)
         dp_lb = 0.0  # relaxed terms do not bound exposed sync (StageTerms.relaxed)
-    else:
-        per_layer_s = {s: min(terms.block_at(s, r).time_s for r in recomputes) for s in stages}
+    else:  # a stage line's per-layer part is its base block's time (StageTerms.stage_time)
+        per_layer_s = {s: min(line.per_layer for line in lines[s]) for s in stages}
         total = sum(weight[s] * fixed_s[s] for s in stages) + num_layers * min(per_layer_s.values())
         dp_lb = _dp_lower_bound_s(terms, recomputes, num_layers)
     vp, m, w = terms.plan.vp, terms.num_micro_batches, float(terms.bubble_weight)

@@ -42,7 +42,7 @@ from paraplan.solver.constraints.recompute_layers import bound_modes, searches_p
 from paraplan.solver.distinct import layout_key
 from paraplan.solver.family_bound import LeastMemory, family_bound_s
 from paraplan.solver.limits import dominated_by_twin, layout_variants, twins
-from paraplan.solver.placement import OrderCache, num_orders, orders, placements
+from paraplan.solver.placement import COUNT_IGNORE, OrderCache, num_orders, orders, placements
 from paraplan.solver.space import (
     Options,
     OutOfTime,
@@ -110,8 +110,25 @@ def _k_choices(layout: Layout, num_layers: int, fixed: PartialPlan, options: Opt
     return None
 
 
+KMemo = dict[tuple[int, int], list[int] | None]
+"""``_k_choices`` by (pp, vp), the only fields of a layout it reads (one search's fixed and options)."""
+
+
+def _k_choices_of(
+    memo: KMemo, layout: Layout, num_layers: int, fixed: PartialPlan, options: Options
+) -> list[int] | None:
+    """``_k_choices`` of ``layout``, remembered in ``memo`` (a search asks it of every family)."""
+    key = (layout.pp, layout.vp)
+    if key not in memo:
+        memo[key] = _k_choices(layout, num_layers, fixed, options)
+    return memo[key]
+
+
 _STATE_FIELDS = frozenset(SOFTWARE_FIELDS)
 """The Layout fields of the MoE software state (cost/software.py)."""
+_SIZE_IGNORE = _STATE_FIELDS | (COUNT_IGNORE - {"vp"})
+"""What a family's count of layouts (``_space_size``) does not read: ``num_orders`` reads none of
+COUNT_IGNORE, ``zeros`` only dp and cp, ``_k_choices`` only pp and vp; nor the MoE software state."""
 
 _BLOCKS = 3
 """The heap level of a family (its MoE software state chosen) bounded by its own blocks
@@ -212,10 +229,11 @@ def bounded_tables(
     space = families(
         spec, cluster, job.seq_len, job.global_batch, fixed, options, deadline, filtered=False, states=False
     )
+    k_memo: KMemo = {}
     for i, family in enumerate(space):
         if i % 16 == 0 and time.perf_counter() > deadline:  # a floor may take milliseconds
             raise OutOfTime("the time limit ran out while bounding the layout families")
-        ks = _k_choices(family, spec.num_layers, fixed, options)
+        ks = _k_choices_of(k_memo, family, spec.num_layers, fixed, options)
         if ks == []:
             continue
         floor_key = plan_key(family, FLOOR_IGNORES)
@@ -286,7 +304,9 @@ def bounded_tables(
                         heapq.heappush(heap, (own, next(tick), _BLOCKS, state, ks))
                         continue
                 for zero in sorted(zeros(state, fixed, options=options), key=lambda z: z == 0):
-                    p = replace(state, zero=zero)
+                    p = state if zero == state.zero else replace(state, zero=zero)
+                    if options.zero_filter is not None and not options.zero_filter(p):
+                        continue  # every layout of the family with this ZeRO stage fails the filter
                     if roomy is not None and roomy.unfit(p, ks):  # family_bound.LeastMemory
                         skipped.append(p)
                         continue
@@ -343,7 +363,7 @@ def bounded_tables(
                     key: object = layout_key(tab.plan) if distinct else tab.plan
                     best_upper[key] = min(best_upper.get(key, float("inf")), tab.upper_bound_s)
                     uppers = heapq.nsmallest(top, best_upper.values())
-    num_layouts = _space_size(space, spec, cluster, fixed, options, deadline)
+    num_layouts = _space_size(space, spec, cluster, fixed, options, deadline, k_memo)
     if not computed and out_of_time:
         return _Candidates([], num_layouts, discarded, unfit + len(unfit_terms), out_of_time)
     if not computed:  # the skipped families' own terms, for the errors below
@@ -441,21 +461,23 @@ def _space_size(
     fixed: PartialPlan,
     options: Options,
     deadline: float,
+    k_memo: KMemo,
 ) -> int:
     """Layouts in the space: families x ZeRO stages x rank orders (before dominance pruning);
-    0 when the deadline has passed (the count is a report, not part of the proof)."""
+    0 when the deadline has passed (the count is a report, not part of the proof). ``k_memo``:
+    the search's ``_k_choices`` by (pp, vp)."""
     cache: dict[tuple[object, ...], Any] = {}
-    counts: dict[tuple[object, ...], int] = {}  # by family less its MoE software state (read by none)
+    counts: dict[tuple[object, ...], int] = {}  # by family less what no count reads (_SIZE_IGNORE)
     total = 0
     for i, f in enumerate(space):
         if i % 1024 == 0 and time.perf_counter() > deadline:
             return 0
-        key = plan_key(f, _STATE_FIELDS)
+        key = plan_key(f, _SIZE_IGNORE)
         count = counts.get(key)
         if count is None:
             count = counts[key] = (
                 len(zeros(f, fixed, options=options)) * num_orders(f, fixed, options, cache)
-                if _k_choices(f, spec.num_layers, fixed, options) != []
+                if _k_choices_of(k_memo, f, spec.num_layers, fixed, options) != []
                 else 0
             )
         total += count

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from paraplan.solver.space import Options
 
 __all__ = [
+    "COUNT_IGNORE",
     "OrderCache",
     "placements",
     "orders",
@@ -55,6 +56,8 @@ _ORDERS_IGNORE = frozenset(
     }
 )
 """Rank orders depend on the degrees, cp_comm and pools only (a layout filter sees the whole family)."""
+COUNT_IGNORE = _ORDERS_IGNORE | {"etp", "cp_comm"}
+"""What ``num_orders`` does not read (the candidate orders before any pruning)."""
 
 
 def _comm_profile(
@@ -357,7 +360,7 @@ def num_orders(family: Layout, fixed: PartialPlan, options: Options, cache: Orde
     """Rank orders of a family before dominance pruning (the size of the placement space)."""
     if family.ep == 1 and fixed.order is None and options.search_placement and not family.stage_pools:
         return factorial(sum(1 for a in DEFAULT_ORDER if family.degree(a) > 1))
-    key = ("count", *plan_key(family, _ORDERS_IGNORE | {"etp", "cp_comm"}))
+    key = ("count", *plan_key(family, COUNT_IGNORE))
     if cache is None or key not in cache:
         count = len(_candidate_orders(family, fixed, options))
         if cache is None:

@@ -108,7 +108,9 @@ class Options:
     rank order), so the search stays exact over what passes. ``family_filter``: a predicate on a
     layout family (ZeRO stage and rank order not chosen yet) that is False only when
     ``layout_filter`` refuses every layout of the family; such families are dropped before they
-    are bounded. ``layout_limits``: for each layout ``layout_filter`` passes, the per-stage
+    are bounded. ``zero_filter``: the same on a family with its ZeRO stage chosen (rank order
+    not yet), False only when ``layout_filter`` refuses every rank order and slice shape of it.
+    ``layout_limits``: for each layout ``layout_filter`` passes, the per-stage
     limits it is searched under (one or more, e.g. those of every framework that accepts it:
     solver/limits.py); the options' own per-stage fields must then hold all of them (they bound
     every variant). ``order_limits(family)``: optionally, ``layout_limits`` of ``family``'s
@@ -129,6 +131,7 @@ class Options:
     recompute_modes: tuple[Recompute, ...] | None = None
     layout_filter: Callable[[Layout], bool] | None = None
     family_filter: Callable[[Layout], bool] | None = None
+    zero_filter: Callable[[Layout], bool] | None = None
     stage_split: Callable[[int, int, int], tuple[int, ...] | None] | None = None
     partial_recompute: bool = True  # FULL stages may store some layers (Plan.recompute_layers)
     layout_limits: Callable[[Layout], tuple[StageLimits, ...]] | None = None

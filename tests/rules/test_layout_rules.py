@@ -99,3 +99,48 @@ def test_layout_rules_ignore_what_the_filter_shares_their_verdict_over(
                     assert len(verdicts) <= 1, (name, rule, group[0], zero, order)
                     checked += 1
     assert checked > 500
+
+
+@pytest.mark.parametrize(
+    ("model", "cluster_preset"), [("llama3.1-8b", "dgx-h100"), ("qwen3-30b-a3b", "dgx-h100")]
+)
+def test_zero_rules_read_no_rank_order(model: str, cluster_preset: str) -> None:
+    """rules/filter.py asks a framework's ZERO_RULES once per family with its ZeRO stage, and the
+    solver drops a family and ZeRO stage they refuse before bounding it (issue 26: the runnable
+    default's speed); that is exact only when no ZERO_RULE reads the rank order: every order of
+    one layout gets one verdict."""
+    spec = preset(model)
+    cluster = build_cluster(cluster_preset, nodes=2)
+    job = Job(global_batch=64, seq_len=4096, precision=Precision.BF16)
+    ctx = RuleContext(spec, job, cluster, model)
+    space = families(spec, cluster, job.seq_len, job.global_batch, PartialPlan(), Options(layout_filter=bool))
+    rng = random.Random(0)
+    checked = refused = 0
+    for family in rng.sample(space, min(60, len(space))):
+        split = even_split(spec.num_layers, family.pp)  # the filter's representative split and mode
+        for zero in range(4):
+            try:
+                plan = replace(family.plan(split, (Recompute.NONE,) * family.pp), zero=zero)
+            except ValueError:
+                continue
+            variants = _orders_of(plan)
+            for name in FRAMEWORKS:
+                rules = rules_of(name)
+                assert set(rules.zero_rules) <= set(rules.layout_rules), name
+                for rule in rules.zero_rules:
+                    verdicts = {rule(ctx, Draft(v, ctx.precision)) is None for v in variants}
+                    assert len(verdicts) <= 1, (name, rule, plan)
+                    checked += 1
+                    refused += False in verdicts
+    assert checked > 300 and refused > 10
+
+
+def _orders_of(plan: Plan) -> list[Plan]:
+    """``plan`` under every rank order it takes."""
+    out = []
+    for order in ORDERS:
+        try:
+            out.append(replace(plan, order=order))
+        except ValueError:  # e.g. an expert group the order cannot hold
+            continue
+    return out
