@@ -11,9 +11,10 @@ signed median, and the overall line per metric LAST. ``--out`` writes
 ``id,metric,measured,predicted,error``.
 
 ``--fit`` refits the few parameters of hardware/data/serving.yaml (``fitted:``; coordinate
-descent in log space on the mean over (source, metric) groups of the median |log ratio|, each
-group weighted by sqrt(rows) (``group_weight``), so no source or row dominates, plus a weak
-log-normal prior around the file's ``priors:``, ``PRIOR_WEIGHT``) and prints them.
+descent, grid passes over each parameter's bounds then fine steps, on the mean over (source,
+metric) groups of the median |log ratio|, each group weighted by sqrt(rows) (``group_weight``),
+so no source or row dominates, plus a weak log-normal prior around the file's ``priors:``,
+``PRIOR_WEIGHT``) and prints them.
 ``--crossval`` refits once per held-out source on the other sources and scores the held-out
 source with those parameters: leave-one-source-out (LOSO) beside the in-sample figures.
 """
@@ -158,16 +159,37 @@ def _penalty(values: dict[str, float], priors: dict[str, float]) -> float:
     )
 
 
+GRID_POINTS = 9
+"""Points of the grid each parameter is scanned over in a grid pass of the fit (``_grid``)."""
+
+FINE_FACTORS = (0.8, 0.9, 1.1, 1.25)
+"""The factors of a fine pass of the fit: each parameter tried at x * f."""
+
+
+def _grid(name: str) -> list[float]:
+    """GRID_POINTS values across the parameter's BOUNDS: log-spaced, linear where the bound is 0."""
+    lo, hi = BOUNDS[name]
+    steps = GRID_POINTS - 1
+    if lo <= 0.0:
+        return [lo + (hi - lo) * i / steps for i in range(GRID_POINTS)]
+    return [lo * (hi / lo) ** (i / steps) for i in range(GRID_POINTS)]
+
+
 def fit_parameters(
     cases: Sequence[ServingCase],
     start: ServingFit | None = None,
-    rounds: int = 2,
+    rounds: int = 3,
     log: Callable[[str], None] | None = None,
-    factors: tuple[float, ...] = (0.25, 0.5, 0.7, 1.4, 2.0, 4.0),
+    grid_rounds: int = 2,
 ) -> ServingFit:
     """Coordinate descent over FIT_NAMES within BOUNDS from ``start`` (default the data file's
-    ``priors:``): each parameter tried at x * f for f in a shrinking set of factors, the best
-    kept by the objective plus the weak prior (``_penalty``; module docstring)."""
+    ``priors:``), each trial kept when it lowers the objective plus the weak prior
+    (``_penalty``; module docstring): ``grid_rounds`` passes that scan every parameter over a
+    grid spanning its bounds (``_grid``), then ``rounds`` fine passes at x * FINE_FACTORS. The
+    grid passes replace a first pass at x * (0.25, 0.5, 0.7, 1.4, 2, 4) (before 2026-12-02,
+    fifth session), which stopped in a local optimum whenever a parameter's better basin lay
+    beyond those steps: ``closed_loop_burst`` at 0.56 against 1.0 (objective 0.1646 against
+    0.1591 with the serving-kernel GEMM rates, docs/serving_model.md Sec. 6)."""
     values = (start or serving_priors()).values()
     priors = serving_priors().values()
 
@@ -175,17 +197,20 @@ def fit_parameters(
         return _objective(score_cases(cases, ServingFit.from_values(trial))) + _penalty(trial, priors)
 
     best = cost(values)
-    for r in range(rounds):
+    for r in range(grid_rounds + rounds):
         for name in FIT_NAMES:
             lo, hi = BOUNDS[name]
-            for factor in factors if r == 0 else (0.8, 0.9, 1.1, 1.25):
-                trial = dict(values)
-                base = values[name] if values[name] > 0 else 1.0
-                trial[name] = min(hi, max(lo, base * factor))
-                if trial[name] == values[name]:
+            base = values[name] if values[name] > 0 else 1.0
+            if r < grid_rounds:
+                trials = _grid(name)
+            else:
+                trials = [min(hi, max(lo, base * f)) for f in FINE_FACTORS]
+            for x in trials:
+                if x == values[name]:
                     continue
+                trial = {**values, name: x}
                 obj = cost(trial)
-                if obj < best:
+                if obj < best - 1e-6:
                     best, values = obj, trial
             if log:
                 log(f"round {r} {name} = {values[name]:.4g} (objective {best:.4f})")
