@@ -11,7 +11,7 @@ signed median, and the overall line per metric LAST. ``--out`` writes
 ``id,metric,measured,predicted,error``.
 
 ``--fit`` refits the few parameters of hardware/data/serving.yaml (``fitted:``; coordinate
-descent, grid passes over each parameter's bounds then fine steps, on the mean over (source,
+descent, grid passes around each parameter's prior then fine steps, on the mean over (source,
 metric) groups of the median |log ratio|, each group weighted by sqrt(rows) (``group_weight``),
 so no source or row dominates, plus a weak log-normal prior around the file's ``priors:``,
 ``PRIOR_WEIGHT``) and prints them.
@@ -166,13 +166,16 @@ FINE_FACTORS = (0.8, 0.9, 1.1, 1.25)
 """The factors of a fine pass of the fit: each parameter tried at x * f."""
 
 
-def _grid(name: str) -> list[float]:
-    """GRID_POINTS values across the parameter's BOUNDS: log-spaced, linear where the bound is 0."""
+def _grid(name: str, prior: float) -> list[float]:
+    """GRID_POINTS values, log-spaced from prior / 4 to prior x 4 within the parameter's BOUNDS:
+    the reach of the old first pass (x 0.25 ... 4), every step of it tried. A grid over the whole
+    bounds (tried 2026-12-02) let a parameter its rows barely see cross a flat objective: the
+    front-end time went to 18.6 ms in the fold without the TensorRT-LLM online rows, whose
+    held-out TTFT was then 48% (docs/serving_model.md Sec. 6.0)."""
     lo, hi = BOUNDS[name]
+    a, b = max(lo, prior / 4.0), min(hi, prior * 4.0)
     steps = GRID_POINTS - 1
-    if lo <= 0.0:
-        return [lo + (hi - lo) * i / steps for i in range(GRID_POINTS)]
-    return [lo * (hi / lo) ** (i / steps) for i in range(GRID_POINTS)]
+    return [a * (b / a) ** (i / steps) for i in range(GRID_POINTS)]
 
 
 def fit_parameters(
@@ -185,11 +188,12 @@ def fit_parameters(
     """Coordinate descent over FIT_NAMES within BOUNDS from ``start`` (default the data file's
     ``priors:``), each trial kept when it lowers the objective plus the weak prior
     (``_penalty``; module docstring): ``grid_rounds`` passes that scan every parameter over a
-    grid spanning its bounds (``_grid``), then ``rounds`` fine passes at x * FINE_FACTORS. The
-    grid passes replace a first pass at x * (0.25, 0.5, 0.7, 1.4, 2, 4) (before 2026-12-02,
-    fifth session), which stopped in a local optimum whenever a parameter's better basin lay
-    beyond those steps: ``closed_loop_burst`` at 0.56 against 1.0 (objective 0.1646 against
-    0.1591 with the serving-kernel GEMM rates, docs/serving_model.md Sec. 6)."""
+    grid from a quarter to four times its prior (``_grid``), then ``rounds`` fine passes at x *
+    FINE_FACTORS. The grid passes replace a first pass at x * (0.25, 0.5, 0.7, 1.4, 2, 4) of the
+    current value (before 2026-12-02, fifth session), which stopped in a local optimum when a
+    parameter's better basin lay between or beyond those steps: ``closed_loop_burst`` at 0.56
+    against 1.0 (objective 0.1646 against 0.1546 with the serving-kernel GEMM rates,
+    docs/serving_model.md Sec. 6.0)."""
     values = (start or serving_priors()).values()
     priors = serving_priors().values()
 
@@ -202,7 +206,7 @@ def fit_parameters(
             lo, hi = BOUNDS[name]
             base = values[name] if values[name] > 0 else 1.0
             if r < grid_rounds:
-                trials = _grid(name)
+                trials = _grid(name, priors[name])
             else:
                 trials = [min(hi, max(lo, base * f)) for f in FINE_FACTORS]
             for x in trials:

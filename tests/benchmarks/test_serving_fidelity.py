@@ -20,9 +20,9 @@ from benchmarks.serving_set import (
 )
 
 # Reached 2026-12-02 (fifth session) with hardware/data/serving.yaml (in-sample medians over the
-# 413 scored rows: 9.7% tokens/s/GPU, 14.8% TPOT, 20.6% TTFT; docs/serving_model.md section 6).
+# 413 scored rows: 9.7% tokens/s/GPU, 13.4% TPOT, 21.1% TTFT; docs/serving_model.md section 6).
 # The bounds are those figures plus a margin (the targets, 10/12/20%, are not all reached).
-BOUNDS = {"output_tok_s_per_gpu": 0.105, "tpot_ms": 0.16, "ttft_ms": 0.22}
+BOUNDS = {"output_tok_s_per_gpu": 0.105, "tpot_ms": 0.145, "ttft_ms": 0.225}
 
 
 def test_every_row_is_mapped_or_skipped_with_a_reason() -> None:
