@@ -11,9 +11,10 @@ signed median, and the overall line per metric LAST. ``--out`` writes
 ``id,metric,measured,predicted,error``.
 
 ``--fit`` refits the few parameters of hardware/data/serving.yaml (``fitted:``; coordinate
-descent in log space on the mean over (source, metric) groups of the median |log ratio|, each
-group weighted by sqrt(rows) (``group_weight``), so no source or row dominates, plus a weak
-log-normal prior around the file's ``priors:``, ``PRIOR_WEIGHT``) and prints them.
+descent, grid passes around each parameter's prior then fine steps, on the mean over (source,
+metric) groups of the median |log ratio|, each group weighted by sqrt(rows) (``group_weight``),
+so no source or row dominates, plus a weak log-normal prior around the file's ``priors:``,
+``PRIOR_WEIGHT``) and prints them.
 ``--crossval`` refits once per held-out source on the other sources and scores the held-out
 source with those parameters: leave-one-source-out (LOSO) beside the in-sample figures.
 """
@@ -40,20 +41,27 @@ from benchmarks.side_by_side import table as side_by_side_table
 __all__ = ["Score", "score_cases", "summary", "fit_parameters", "crossval", "group_weight", "main", "BOUNDS"]
 
 # Physical bounds of the fitted parameters (file units): host step time 0.2-20 ms, per-sequence
-# host time 0-100 us, per-kernel time inside a CUDA graph 0.5-15 us (below the training overhead
-# of cost/compute.py's cuBLASLt intercepts), decode expert imbalance 1-2.5 (EPLB range,
-# hardware/data/serving.yaml), grouped-GEMM efficiency 0.2-1, first-wave share 0-1, front-end time
-# per request 0-50 ms, serving GEMM rate 0.4-1 of the MAMF prior, a Python scheduler's time on a
-# Grace host 1-2x the x86 host's (a single-thread speed ratio, hardware/data/serving.yaml).
+# host time 0-100 us, per-kernel time inside a CUDA graph 2-5 us (a captured kernel node's
+# launch, prologue and tail on Hopper / Blackwell: NVIDIA's "Getting Started with CUDA Graphs"
+# blog, 2019, ~3.4 us per short kernel inside a graph, CITED FROM MEMORY; 0.5-15 us before
+# 2026-12-02, sixth session, when the fold without the AIConfigurator rows floated it to 12 us and
+# their held-out TPOT to 40.6%, docs/serving_model.md Sec. 6.0a), decode expert imbalance 1-2.5
+# (EPLB range, hardware/data/serving.yaml), grouped-GEMM efficiency 0.2-1, first-wave share 0-1,
+# front-end time per request 1-10 ms (a few ms of HTTP, tokenisation and the first detokenise,
+# the prior's sources; an assumption, no measurement in the repo; 0-50 ms before the sixth
+# session, when the fold without the TensorRT-LLM online rows moved it to 17.7 ms and their
+# held-out TTFT to 39.2%), serving GEMM rate 0.4-1 of the MAMF prior, a
+# Python scheduler's time on a Grace host 1-2x the x86 host's (a single-thread speed ratio,
+# hardware/data/serving.yaml).
 BOUNDS = {
     "step_overhead_ms": (0.2, 20.0),
     "per_sequence_us": (0.0, 100.0),
     "per_sequence_cpp_us": (0.0, 100.0),
-    "graph_kernel_overhead_us": (0.5, 15.0),
+    "graph_kernel_overhead_us": (2.0, 5.0),
     "moe_decode_imbalance": (1.0, 2.5),
     "moe_gemm_efficiency": (0.2, 1.0),
     "closed_loop_burst": (0.0, 1.0),
-    "ttft_overhead_ms": (0.0, 50.0),
+    "ttft_overhead_ms": (1.0, 10.0),
     "gemm_fraction": (0.4, 1.0),
     "grace_host_factor": (1.0, 2.0),
 }
@@ -158,16 +166,41 @@ def _penalty(values: dict[str, float], priors: dict[str, float]) -> float:
     )
 
 
+GRID_POINTS = 9
+"""Points of the grid each parameter is scanned over in a grid pass of the fit (``_grid``)."""
+
+FINE_FACTORS = (0.8, 0.9, 1.1, 1.25)
+"""The factors of a fine pass of the fit: each parameter tried at x * f."""
+
+
+def _grid(name: str, prior: float) -> list[float]:
+    """GRID_POINTS values, log-spaced from prior / 4 to prior x 4 within the parameter's BOUNDS:
+    the reach of the old first pass (x 0.25 ... 4), every step of it tried. A grid over the whole
+    bounds (tried 2026-12-02) let a parameter its rows barely see cross a flat objective: the
+    front-end time went to 18.6 ms in the fold without the TensorRT-LLM online rows, whose
+    held-out TTFT was then 48% (docs/serving_model.md Sec. 6.0)."""
+    lo, hi = BOUNDS[name]
+    a, b = max(lo, prior / 4.0), min(hi, prior * 4.0)
+    steps = GRID_POINTS - 1
+    return [a * (b / a) ** (i / steps) for i in range(GRID_POINTS)]
+
+
 def fit_parameters(
     cases: Sequence[ServingCase],
     start: ServingFit | None = None,
-    rounds: int = 2,
+    rounds: int = 3,
     log: Callable[[str], None] | None = None,
-    factors: tuple[float, ...] = (0.25, 0.5, 0.7, 1.4, 2.0, 4.0),
+    grid_rounds: int = 2,
 ) -> ServingFit:
     """Coordinate descent over FIT_NAMES within BOUNDS from ``start`` (default the data file's
-    ``priors:``): each parameter tried at x * f for f in a shrinking set of factors, the best
-    kept by the objective plus the weak prior (``_penalty``; module docstring)."""
+    ``priors:``), each trial kept when it lowers the objective plus the weak prior
+    (``_penalty``; module docstring): ``grid_rounds`` passes that scan every parameter over a
+    grid from a quarter to four times its prior (``_grid``), then ``rounds`` fine passes at x *
+    FINE_FACTORS. The grid passes replace a first pass at x * (0.25, 0.5, 0.7, 1.4, 2, 4) of the
+    current value (before 2026-12-02, fifth session), which stopped in a local optimum when a
+    parameter's better basin lay between or beyond those steps: ``closed_loop_burst`` at 0.56
+    against 1.0 (objective 0.1646 against 0.1546 with the serving-kernel GEMM rates,
+    docs/serving_model.md Sec. 6.0)."""
     values = (start or serving_priors()).values()
     priors = serving_priors().values()
 
@@ -175,17 +208,20 @@ def fit_parameters(
         return _objective(score_cases(cases, ServingFit.from_values(trial))) + _penalty(trial, priors)
 
     best = cost(values)
-    for r in range(rounds):
+    for r in range(grid_rounds + rounds):
         for name in FIT_NAMES:
             lo, hi = BOUNDS[name]
-            for factor in factors if r == 0 else (0.8, 0.9, 1.1, 1.25):
-                trial = dict(values)
-                base = values[name] if values[name] > 0 else 1.0
-                trial[name] = min(hi, max(lo, base * factor))
-                if trial[name] == values[name]:
+            base = values[name] if values[name] > 0 else 1.0
+            if r < grid_rounds:
+                trials = _grid(name, priors[name])
+            else:
+                trials = [min(hi, max(lo, base * f)) for f in FINE_FACTORS]
+            for x in trials:
+                if x == values[name]:
                     continue
+                trial = {**values, name: x}
                 obj = cost(trial)
-                if obj < best:
+                if obj < best - 1e-6:
                     best, values = obj, trial
             if log:
                 log(f"round {r} {name} = {values[name]:.4g} (objective {best:.4f})")

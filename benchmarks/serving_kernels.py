@@ -1,4 +1,4 @@
-"""Fit AIConfigurator's measured GEMM tables (docs/serving_model.md Sec. 6, tried and not kept).
+"""Fit AIConfigurator's measured GEMM tables: the serving GEMM rates (hardware/data/serving.yaml).
 
     python -m benchmarks.serving_kernels AIC_DATA [--backend trtllm]
 
@@ -12,8 +12,9 @@ every GEMM with n, k >= 1024 (Nelder-Mead in log space):
     t = fixed + max(2 m n k / (peak compute), (k n w_B + (m k + m n) 2) / (HBM stream))
         + act_bytes m k / HBM
 
-with the part's peaks and bandwidth from hardware/data/catalog.yaml: the numbers
-docs/serving_model.md Sec. 6 quotes (and why the serving cost model does not use them yet). Prints
+with the part's peaks and bandwidth from hardware/data/catalog.yaml. Its ``compute`` column is
+hardware/data/serving.yaml ``gemm_kernel_rates`` (2026-12-02, fifth session; the other three
+numbers are not used: docs/serving_model.md Sec. 6.0, and Sec. 6 for the earlier try). Prints
 one line per part and precision with the rows and the median |log error| of the fit. Needs
 pyarrow and scipy (not paraplan dependencies: ``pip install pyarrow scipy``). Kernel
 measurements: no serving calibration row enters the fit.

@@ -17,8 +17,10 @@ from functools import cache
 from pathlib import Path
 
 from paraplan.cost.serving import Engine, ServingPlan, WorkerPlan, Workload
-from paraplan.graph import ModelSpec, preset
+from paraplan.graph import ModelSpec, build_graph, preset
 from paraplan.hardware import Cluster, build_cluster, node_type
+
+from benchmarks.trtllm_bench import trtllm_bench_limits
 
 __all__ = [
     "ServingCase",
@@ -88,6 +90,10 @@ GPUS = {
 # max_batch_size 2048 and max_num_tokens 8192 (tensorrt_llm/builder.py, llmapi/llm_args.py).
 TRT_MAX_BATCH = 2048
 TRT_MAX_TOKENS = 8192
+
+BENCH_SOURCES = ("trtllm_perf_overview_v0.17", "trtllm_perf_overview_v1.0")
+"""The trtllm-bench throughput tables: their batch limits are trtllm-bench's own, derived from the
+dataset (benchmarks/trtllm_bench.py), not the library defaults."""
 
 
 @dataclass(frozen=True)
@@ -316,6 +322,12 @@ def _table(r: _Row, measured: dict[str, float], assumptions: list[str]) -> Servi
         max_tokens = int(mt.group(1)) * ranks
     if kf and source == "trtllm_dsr1_best_perf":
         kv_fraction = float(kf.group(1))
+    if source in BENCH_SOURCES and not (mb or mt):
+        max_batch, max_tokens = _bench_limits(r, spec, tp, pp)
+        assumptions.append(
+            f"trtllm-bench limits from the dataset: max_batch_size {max_batch // pp} per micro-batch, "
+            f"max_num_tokens {max_tokens} (benchmarks/trtllm_bench.py; whole worker under attention DP)"
+        )
     conc = _num(row["concurrency"])
     if conc is not None:
         concurrency = int(conc)
@@ -349,6 +361,29 @@ def _table(r: _Row, measured: dict[str, float], assumptions: list[str]) -> Servi
         num_requests=num_requests,
     )
     return _case(r, gpus, plan, workload, measured, assumptions, kv_fraction)
+
+
+@cache
+def _params(model: str) -> float:
+    return float(build_graph(_preset(model)).num_params)
+
+
+def _bench_limits(r: _Row, spec: ModelSpec, tp: int, pp: int) -> tuple[int, int]:
+    """max_batch (all pp micro-batches) and max_num_tokens of a trtllm-bench throughput row."""
+    got = trtllm_bench_limits(
+        params=_params(r.model),
+        layers=spec.num_layers,
+        kv_heads=spec.num_kv_heads,
+        head_dim=spec.head_dim,
+        tp=tp,
+        pp=pp,
+        gpu_GiB=node_type(GPUS[r.gpu]).accelerator.hbm_bytes / 2**30,
+        weights_precision=r.weights,
+        kv_precision=r.kv,
+        isl=r.isl,
+        osl=r.osl,
+    )
+    return got.max_batch_size * pp, got.max_num_tokens
 
 
 def burst_tpot_is_prefill(

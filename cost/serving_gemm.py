@@ -12,7 +12,7 @@ from paraplan.cost.kv import WorkerShape
 from paraplan.cost.memo import IdentityMemo
 from paraplan.graph.layer import Gemm, Layer
 from paraplan.hardware import Accelerator, Cluster, Efficiency
-from paraplan.hardware.serving import ServingFit, gemm_priors
+from paraplan.hardware.serving import ServingFit, gemm_kernel_rates, gemm_priors
 
 __all__ = [
     "ACT_BYTES",
@@ -53,10 +53,14 @@ _EFFICIENCIES: IdentityMemo[Efficiency] = IdentityMemo(256)
 
 
 def serving_efficiency(cluster: Cluster, fit: ServingFit) -> Efficiency:
-    """The cluster's efficiencies with the GEMM rates of serving: the generation's MAMF priors x
-    ``gemm_fraction`` (hardware/serving.py gemm_priors); a calibration profile's values as they
-    are; the fitted values where the generation has no priors. Memoised: every step of a search
-    asks for the same cluster's."""
+    """The cluster's efficiencies with the GEMM rates of serving: ``gemm_fraction`` x the part's
+    measured serving-kernel rate per precision (hardware/serving.py gemm_kernel_rates:
+    TensorRT-LLM's linear layers at large m in AIConfigurator 0.12.0's GEMM database, e.g. H100
+    FP8 0.72 and B200 NVFP4 0.47 of peak), else x the generation's MAMF prior (gemm_priors: an
+    isolated large GEMM's rate, where the part or precision was not measured); the routed
+    experts' grouped GEMMs take the same rate (``experts_s`` scales it by m / (m + 128) x
+    moe_gemm_efficiency). A calibration profile's values as they are; the fitted values where the
+    generation has no priors. Memoised: every step of a search asks for the same cluster's."""
     return _EFFICIENCIES.get(cluster, fit, lambda: _serving_efficiency(cluster, fit))
 
 
@@ -65,7 +69,8 @@ def _serving_efficiency(cluster: Cluster, fit: ServingFit) -> Efficiency:
     priors = gemm_priors(cluster.accelerator.generation)
     if cluster.efficiency_override is not None or priors is None:
         return eff
-    return replace(eff, **{k: v * fit.gemm_fraction for k, v in priors.items()})
+    rates = gemm_kernel_rates(cluster.accelerator.key)
+    return replace(eff, **{k: rates.get(k, v) * fit.gemm_fraction for k, v in priors.items()})
 
 
 def gemm_roofline_s(

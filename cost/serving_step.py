@@ -9,7 +9,8 @@ Agrawal et al., Sarathi-Serve, OSDI'24, Sec. 4; Yu et al., Orca, OSDI'22):
   overhead; m = the step's tokens on the rank (decode: memory-bound weight reads; prefill:
   compute-bound), w_B the stored weight bytes (fp8 / nvfp4 checkpoints read fewer bytes and run
   the low-precision tensor-core rate where the part has it, weight-only otherwise), eff_p the
-  generation's MAMF prior of that precision times ``gemm_fraction`` (``serving_efficiency``),
+  part's measured serving-kernel rate of that precision (else the generation's MAMF prior) times
+  ``gemm_fraction`` (``serving_efficiency``),
   eff_hbm its fitted HBM fraction (hardware/data/efficiency.yaml). Captured CUDA graphs replace
   the launch part of the overhead with ``graph_kernel_overhead`` (hardware/data/serving.yaml).
 - Routed experts (cost/serving_gemm.py ``experts_s``): the step's T top_k copies spread over ep

@@ -20,6 +20,7 @@ __all__ = [
     "is_cpp_runtime",
     "is_serial_pp_host",
     "gemm_priors",
+    "gemm_kernel_rates",
     "serving_priors",
     "is_grace_hosted",
     "FIT_NAMES",
@@ -177,6 +178,16 @@ def gemm_priors(generation: str) -> dict[str, float] | None:
     if generation not in raw:
         return None
     return {name: float(raw[generation][name]) for name in GEMM_PRIOR_NAMES if name in raw[generation]}
+
+
+def gemm_kernel_rates(accelerator_key: str) -> dict[str, float]:
+    """The measured large-GEMM compute rates of a part's serving kernels, by Efficiency field
+    (data/serving.yaml ``gemm_kernel_rates``: TensorRT-LLM's linear layers in AIConfigurator
+    0.12.0's GEMM database, as a fraction of the catalog's dense peak); a part on the same die
+    as a measured one (``same_die``) takes its rates; empty where nothing was measured."""
+    raw = _raw()
+    key = raw.get("same_die", {}).get(accelerator_key, accelerator_key)
+    return {name: float(v) for name, v in raw.get("gemm_kernel_rates", {}).get(key, {}).items()}
 
 
 def serving_priors() -> ServingFit:

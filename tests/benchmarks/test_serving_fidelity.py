@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.serving_fidelity import BOUNDS as FIT_BOUNDS
 from benchmarks.serving_fidelity import main, score_cases, summary
 from benchmarks.serving_set import (
     DEFAULT_CSV,
@@ -19,10 +20,10 @@ from benchmarks.serving_set import (
     serving_cases,
 )
 
-# Reached 2026-12-02 (fourth session) with hardware/data/serving.yaml (in-sample medians over the
-# 413 scored rows: 11.4% tokens/s/GPU, 13.3% TPOT, 18.0% TTFT; docs/serving_model.md section 6).
+# Reached 2026-12-02 (fifth session) with hardware/data/serving.yaml (in-sample medians over the
+# 413 scored rows: 9.5% tokens/s/GPU, 13.3% TPOT, 21.3% TTFT after the Hopper attention refit; docs/serving_model.md section 6).
 # The bounds are those figures plus a margin (the issue's targets, 10/12/20%, are not all reached).
-BOUNDS = {"output_tok_s_per_gpu": 0.13, "tpot_ms": 0.145, "ttft_ms": 0.20}
+BOUNDS = {"output_tok_s_per_gpu": 0.105, "tpot_ms": 0.145, "ttft_ms": 0.225}
 
 
 def test_every_row_is_mapped_or_skipped_with_a_reason() -> None:
@@ -97,3 +98,17 @@ def test_the_fit_weights_a_source_by_the_root_of_its_rows() -> None:
     exact = [Score(f"b{i}", "s2", "tpot_ms", 1.0, 1.0) for i in range(4)]
     scores = [Score("a", "s1", "tpot_ms", 1.0, 2.0), *exact]
     assert _objective(scores) == pytest.approx(math.log(2.0) / 3.0)
+
+
+def test_the_fitted_values_and_priors_lie_inside_the_fit_bounds() -> None:
+    """hardware/data/serving.yaml's ``fitted:`` and ``priors:`` inside the fit's physical bounds
+    (the per-kernel time of a CUDA graph 2-5 us, the front end 1-10 ms: docs/serving_model.md
+    Sec. 6.0a), every fitted parameter bounded."""
+    from paraplan.hardware.serving import FIT_NAMES, serving_fit, serving_priors
+
+    assert set(FIT_BOUNDS) == set(FIT_NAMES)
+    for values in (serving_fit().values(), serving_priors().values()):
+        for name, (lo, hi) in FIT_BOUNDS.items():
+            assert lo <= values[name] <= hi, (name, values[name])
+    assert FIT_BOUNDS["graph_kernel_overhead_us"] == (2.0, 5.0)
+    assert FIT_BOUNDS["ttft_overhead_ms"] == (1.0, 10.0)
