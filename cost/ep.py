@@ -63,7 +63,7 @@ from paraplan.cost.compute import (
 )
 from paraplan.cost.compute import gemm_s as gemm_s_of
 from paraplan.cost.dispatch import dispatch_time
-from paraplan.cost.plan import Axis, Job, Layout, MoEDispatcher, MoEProbs, MoERouting, Precision
+from paraplan.cost.plan import Axis, Job, Layout, MoEProbs, MoERouting, Precision
 from paraplan.cost.pp_schedule import hides_ep_comm
 from paraplan.cost.torus import placed_cluster
 from paraplan.cost.validity import expert_folded, folded_ep_axes
@@ -90,8 +90,6 @@ __all__ = [
     "GROUPED_GEMM_STREAMS",
     "QUANTIZATION_PADDING_ELEMS",
     "padding_elems",
-    "LOCAL_SORT_ELEMS",
-    "local_sort_elems",
 ]
 
 DEFAULT_EXPERT_IMBALANCE = 1.6  # busiest EP rank / mean routed load, dropless (module docstring)
@@ -297,25 +295,6 @@ GROUPED_GEMM_STREAMS = 4  # Transformer Engine's multi-stream grouped GEMM (cuBL
 QUANTIZATION_PADDING_ELEMS = (8 + 8) / 3 / 2
 
 
-# Element-wise work per routed copy and element of d of the alltoall dispatcher's sort by local
-# expert. megatron-core 0.16.1 transformer/moe/token_dispatcher.py MoEAlltoAllTokenDispatcher:
-# the all-to-all delivers the copies grouped by source rank, so with more than one local expert
-# "Permutation 2" (sort_chunks_by_idxs, TE's moe_sort_chunks_by_index when permute fusion is on)
-# regroups them by expert before the experts, and "Unpermutation 2" restores the order before
-# the combine: each a read and a write of d (2 B each), 8 B forward; backward the two mirror
-# copies of the gradient, 8 B. The flex dispatchers (DeepEP, HybridEP) hand the experts their
-# copies by expert already (one permute, counted in the layer's permute / unpermute). Entered as
-# for QUANTIZATION_PADDING_ELEMS: (8 + 8) / 3 / 2.
-LOCAL_SORT_ELEMS = (8 + 8) / 3 / 2
-
-
-def local_sort_elems(plan: Layout, local_experts: int, width: int) -> float:
-    """Element-wise elements per routed copy of the alltoall dispatcher's sort by local expert:
-    LOCAL_SORT_ELEMS x d with the alltoall dispatcher and more than one local expert, else 0."""
-    sorts = plan.moe_dispatcher is MoEDispatcher.ALLTOALL and local_experts > 1
-    return LOCAL_SORT_ELEMS * width if sorts else 0.0
-
-
 def padding_elems(precision: Precision, width: int) -> float:
     """Element-wise elements per routed copy of the quantisation padding: QUANTIZATION_PADDING_ELEMS
     x d under an FP8 / FP4 recipe (the expert GEMMs' inputs quantised: compute.GEMM_INPUT_BYTES),
@@ -336,9 +315,8 @@ def expert_forward(
     per-kernel overhead is paid once per GEMM and per GROUPED_GEMM_STREAMS experts beyond the
     first (Transformer Engine's GroupedLinear launches one cuBLAS GEMM per expert over 4 streams,
     so their launch and wave tails overlap 4 at a time). Element-wise (c * elems / tp + c * etp / tp
-    * (padding_elems + local_sort_elems)) * 2 B / (HBM * eff): the permute, activation and
-    unpermute passes; on the rows the device's experts run, the alltoall dispatcher's sort by
-    local expert (LOCAL_SORT_ELEMS) and under an FP8 / FP4 recipe the quantisation padding
+    * padding_elems) * 2 B / (HBM * eff): the permute, activation and unpermute passes, and under
+    an FP8 / FP4 recipe the quantisation padding of the rows the device's experts run
     (QUANTIZATION_PADDING_ELEMS). Units: seconds.
     """
     copies = routed_copies_per_device(plan, job, experts.top_k)
@@ -351,9 +329,8 @@ def expert_forward(
         gemm_s += local * (gemm_s_of(shape, job.precision, accel, eff) - eff.kernel_overhead_s)
     launches = len(experts.gemms) * (1.0 + (local - 1) / GROUPED_GEMM_STREAMS)
     gemm_s += eff.kernel_overhead_s * launches
-    # the sort and the padding copy the rows a device's experts run: c * etp / tp of width d
-    d = experts.gemms[0].in_dim
-    padded = per_expert * local * (padding_elems(job.precision, d) + local_sort_elems(plan, local, d))
+    # the padding copies the rows a device's experts run: c * etp / tp of width d (fc1's input)
+    padded = per_expert * local * padding_elems(job.precision, experts.gemms[0].in_dim)
     elementwise_s = (
         (copies * experts.mem_bound_elems / plan.tp + padded)
         * ACTIVATION_BYTES

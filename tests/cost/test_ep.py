@@ -279,29 +279,3 @@ def test_fp8_recipes_pay_the_quantisation_padding_of_the_expert_rows() -> None:
             rows = routed_copies_per_device(plan, job, experts.top_k) * etp / tp
             extra_s = rows * QWEN.spec.hidden * 16 / 6 * 2 / (accel.hbm_bytes_per_s * eff.hbm)
             assert low.elementwise_s - bf16.elementwise_s == pytest.approx(extra_s)
-
-
-def test_alltoall_dispatcher_sorts_the_copies_of_several_local_experts() -> None:
-    """Issue 22: megatron-core's alltoall dispatcher regroups the received copies by local expert
-    and restores their order before the combine (sort_chunks_by_idxs, "Permutation 2"), where
-    there is more than one local expert; the flex dispatchers deliver them by expert. Expected:
-    alltoall's element-wise time exceeds HybridEP's by c * etp / tp rows x d x (8 + 8) / 3 / 2
-    elements x 2 B over the HBM rate; nothing with one local expert."""
-    from paraplan.cost import MoEDispatcher
-    from paraplan.cost.ep import LOCAL_SORT_ELEMS, expert_forward
-
-    cluster = build_cluster("dgx-b200", gpus=8)
-    accel, eff = cluster.accelerator, cluster.efficiency
-    assert LOCAL_SORT_ELEMS == pytest.approx(16 / 6)
-    qwen, mixtral = QWEN.layer("mlp_0").experts, build_graph(preset("mixtral-8x7b")).layer("mlp_0").experts
-    assert qwen is not None and mixtral is not None
-    for experts, ep, sorted_ in ((qwen, 4, True), (mixtral, 8, False)):
-        times = {
-            d: expert_forward(experts, _plan(8, ep, moe_dispatcher=d), JOB, accel, eff).elementwise_s
-            for d in (MoEDispatcher.ALLTOALL, MoEDispatcher.HYBRIDEP, MoEDispatcher.DEEPEP)
-        }
-        rows = routed_copies_per_device(_plan(8, ep), JOB, experts.top_k)
-        width = experts.gemms[0].in_dim
-        extra_s = rows * width * 16 / 6 * 2 / (accel.hbm_bytes_per_s * eff.hbm) if sorted_ else 0.0
-        assert times[MoEDispatcher.ALLTOALL] - times[MoEDispatcher.HYBRIDEP] == pytest.approx(extra_s)
-        assert times[MoEDispatcher.DEEPEP] == pytest.approx(times[MoEDispatcher.HYBRIDEP])
