@@ -22,7 +22,8 @@ Knobs a source does not give take documented defaults, listed in ``Case.defaults
   off), fp32 main grads elsewhere.
 - mixture-of-experts rows: the shape from the row (``ffn_hidden`` "expert N" is the expert width,
   ``moe_experts`` / ``moe_topk``), the rest of the architecture from the model's preset where the
-  row lacks it (shared experts, dense layers, MLA); expert_imbalance 1.0 where the source forced
+  row lacks it (shared experts, dense layers, MLA; the sliding-window pattern, attention sinks and
+  linear biases, gpt-oss's, since 2026-12-02); expert_imbalance 1.0 where the source forced
   balanced routing ("tokens force-balanced across experts"), else the documented default.
 - step time: ``step_time_s``; where a row gives only ``tokens_per_sec_per_gpu`` (torchtitan on
   A100), the file's own convention gbs * seq_len / (tokens/s/GPU * n_gpus) (published_runs.md Sec. 4);
@@ -321,7 +322,8 @@ def _activation(model_type: str) -> str:
 
 def _moe_fields(row: dict[str, str]) -> dict[str, Any]:
     """Scenario model fields of a MoE row: experts, top_k and the expert width ("expert 768")
-    from the row; head_dim, activation, norm, shared experts, dense layers and MLA from the
+    from the row; head_dim, activation, norm, shared experts, dense layers, MLA, the sliding-window
+    pattern, attention sinks and linear biases from the
     model's preset (the row's ``arch_source`` config), which must agree on the row's shape."""
     if not row["moe_experts"]:
         return {}
@@ -343,6 +345,12 @@ def _moe_fields(row: dict[str, str]) -> dict[str, Any]:
         "activation": spec.activation.value,
         "norm": spec.norm,
     }
+    if spec.linear_bias:
+        out["linear_bias"] = True
+    if spec.sliding_window:
+        out |= {"sliding_window": spec.sliding_window, "full_attention_every": spec.full_attention_every}
+    if spec.attention_sinks:
+        out["attention_sinks"] = True
     if spec.num_shared_experts:
         out |= {"shared_experts": spec.num_shared_experts, "shared_ffn_hidden": spec.shared_ffn_hidden}
     if spec.first_dense_layers:

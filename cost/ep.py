@@ -63,7 +63,7 @@ from paraplan.cost.compute import (
 )
 from paraplan.cost.compute import gemm_s as gemm_s_of
 from paraplan.cost.dispatch import dispatch_time
-from paraplan.cost.plan import Axis, Job, Layout, MoEProbs, MoERouting
+from paraplan.cost.plan import Axis, Job, Layout, MoEProbs, MoERouting, Precision
 from paraplan.cost.pp_schedule import hides_ep_comm
 from paraplan.cost.torus import placed_cluster
 from paraplan.cost.validity import expert_folded, folded_ep_axes
@@ -88,6 +88,8 @@ __all__ = [
     "ep_comm_overlapped",
     "OVERLAP_EFFICIENCY",
     "GROUPED_GEMM_STREAMS",
+    "QUANTIZATION_PADDING_ELEMS",
+    "padding_elems",
 ]
 
 DEFAULT_EXPERT_IMBALANCE = 1.6  # busiest EP rank / mean routed load, dropless (module docstring)
@@ -279,6 +281,26 @@ def moe_tp_collectives(
 
 GROUPED_GEMM_STREAMS = 4  # Transformer Engine's multi-stream grouped GEMM (cuBLAS on 4 streams)
 
+# Element-wise work per routed copy and element of d of the quantisation padding under an FP8 /
+# FP4 recipe. megatron-core 0.16.1 (and 0.19.2) transformer/moe/experts.py TEGroupedMLP.forward
+# pads each local expert's rows to the recipe's alignment before fc1 (Fp8Padding) and unpads
+# fc2's output after it (Fp8Unpadding) unless the router already padded the routing map
+# (``moe_router_padding_for_quantization``, False by default in transformer_config.py);
+# Transformer Engine 2.9 module/fp8_padding.py copies the rows into a new buffer
+# (tex.fused_multi_row_padding) unless every expert's count is already a multiple of 16 (32 for
+# MXFP8), which random or forced-balanced routing practically never gives. Forward: the pad reads
+# and writes d (2 B each), the unpad the same, 8 B; backward the two mirror copies of the
+# gradient, 8 B. Entered as 2-byte elements of a forward whose backward the cost model charges
+# twice (compute.LayerTime), so forward + backward move the 16 B: (8 + 8) / 3 / 2.
+QUANTIZATION_PADDING_ELEMS = (8 + 8) / 3 / 2
+
+
+def padding_elems(precision: Precision, width: int) -> float:
+    """Element-wise elements per routed copy of the quantisation padding: QUANTIZATION_PADDING_ELEMS
+    x d under an FP8 / FP4 recipe (the expert GEMMs' inputs quantised: compute.GEMM_INPUT_BYTES),
+    none in BF16 / FP16."""
+    return QUANTIZATION_PADDING_ELEMS * width if precision in GEMM_INPUT_BYTES else 0.0
+
 
 def expert_forward(
     experts: Experts, plan: Layout, job: Job, accel: Accelerator, eff: Efficiency
@@ -292,8 +314,10 @@ def expert_forward(
     TFLOPS at 256 rows per group against 1,214-1,346 at 8K, moe_physics.md Sec. 3.4); the
     per-kernel overhead is paid once per GEMM and per GROUPED_GEMM_STREAMS experts beyond the
     first (Transformer Engine's GroupedLinear launches one cuBLAS GEMM per expert over 4 streams,
-    so their launch and wave tails overlap 4 at a time). Element-wise c * elems * 2 B / tp /
-    (HBM * eff). Units: seconds.
+    so their launch and wave tails overlap 4 at a time). Element-wise (c * elems / tp + c * etp / tp
+    * padding_elems) * 2 B / (HBM * eff): the permute, activation and unpermute passes, and under
+    an FP8 / FP4 recipe the quantisation padding of the rows the device's experts run
+    (QUANTIZATION_PADDING_ELEMS). Units: seconds.
     """
     copies = routed_copies_per_device(plan, job, experts.top_k)
     local = max(1, experts.num_experts // plan.ep)
@@ -305,8 +329,12 @@ def expert_forward(
         gemm_s += local * (gemm_s_of(shape, job.precision, accel, eff) - eff.kernel_overhead_s)
     launches = len(experts.gemms) * (1.0 + (local - 1) / GROUPED_GEMM_STREAMS)
     gemm_s += eff.kernel_overhead_s * launches
+    # the padding copies the rows a device's experts run: c * etp / tp of width d (fc1's input)
+    padded = per_expert * local * padding_elems(job.precision, experts.gemms[0].in_dim)
     elementwise_s = (
-        copies * experts.mem_bound_elems * ACTIVATION_BYTES / plan.tp / (accel.hbm_bytes_per_s * eff.hbm)
+        (copies * experts.mem_bound_elems / plan.tp + padded)
+        * ACTIVATION_BYTES
+        / (accel.hbm_bytes_per_s * eff.hbm)
     )
     return LayerTime(gemm_s, 0.0, elementwise_s)
 

@@ -18,7 +18,21 @@ __all__ = [
     "final_norm_layer",
     "lm_head_layer",
     "norm_params_of",
+    "EXPERT_BIAS_ELEMS",
 ]
+
+# Element-wise work, per routed copy and element of the expert output d, of Megatron-Core's
+# expert fc2 bias (megatron-core 0.16.1 and 0.19.2 transformer/moe/experts.py TEGroupedMLP:
+# fc2 is built with skip_bias_add=True and ``_apply_bias`` adds the bias scaled by the router's
+# probability, ``t + b * p`` per local expert, then ``torch.cat`` and ``.to(dtype)``; the
+# probabilities are fp32, so each step writes fp32). Forward, bytes per element: b * p writes 4,
+# the add reads 2 + 4 and writes 4, the cat reads and writes 4, the cast reads 4 and writes 2: 28.
+# Backward (autograd): the cast's gradient to fp32 (2 + 4), the add's to bf16 for t (4 + 2), the
+# product's two gradients, each a fp32 product (4 + 4) and its reduction (4), and the per-expert
+# gradients joined for the GEMM (2 + 2): 40. Entered as 2-byte elements of a forward whose
+# backward the cost model charges twice (cost/compute.py LayerTime), so forward + backward move
+# the tallied 68 bytes: (28 + 40) / 3 / 2.
+EXPERT_BIAS_ELEMS = (28 + 40) / 3 / 2
 
 
 def _local(spec: ModelSpec, i: int) -> tuple[int, int]:
@@ -187,7 +201,8 @@ def moe_layer(spec: ModelSpec, i: int) -> Layer:
         act_sp_elems=d,
         act_gathered_gemm_elems=d,
         act_tp_gemm_elems=f,
-        mem_bound_elems=4 * d + up + f,  # permute + unpermute (read + write), activation
+        # permute + unpermute (read + write), activation; the fc2 bias path (EXPERT_BIAS_ELEMS)
+        mem_bound_elems=4 * d + up + f + (EXPERT_BIAS_ELEMS * d if spec.linear_bias else 0.0),
     )
     norm_params = 2 * h if spec.norm == "layernorm" else h
     # norm input, normed input (router and shared-expert input), router logits/probs (fp32: 2

@@ -257,3 +257,25 @@ def test_folding_needs_expert_tp_one_and_an_even_split() -> None:
     assert ep_span(cluster, _plan(8, 16, tp=4, etp=1)).fan_in == (8, 2)
     with pytest.raises(ValueError, match="MoE parallel folding"):  # 64 > the 32 ranks of a stage
         evaluate(QWEN, cluster, JOB, _plan(8, 64, tp=4, etp=1))
+
+
+def test_fp8_recipes_pay_the_quantisation_padding_of_the_expert_rows() -> None:
+    """Issue 22: under an FP8 / FP4 recipe megatron-core pads each local expert's rows before fc1
+    and unpads fc2's output (Transformer Engine Fp8Padding / Fp8Unpadding); BF16 does not.
+    Expected: the FP8 experts' element-wise time exceeds BF16's by c * etp / tp rows x d x
+    (8 + 8) / 3 / 2 elements x 2 B over the HBM rate (c the busiest device's routed copies)."""
+    from paraplan.cost.ep import QUANTIZATION_PADDING_ELEMS, expert_forward
+
+    cluster = build_cluster("dgx-b200", gpus=8)
+    accel, eff = cluster.accelerator, cluster.efficiency
+    experts = QWEN.layer("mlp_0").experts
+    assert experts is not None and QUANTIZATION_PADDING_ELEMS == pytest.approx(16 / 6)
+    for tp, etp in ((1, 1), (2, 2), (2, 1)):
+        plan = _plan(8 // tp, 4, tp=tp, etp=etp)
+        bf16 = expert_forward(experts, plan, JOB, accel, eff)
+        for precision in (Precision.FP8, Precision.MXFP8, Precision.NVFP4):
+            job = replace(JOB, precision=precision)
+            low = expert_forward(experts, plan, job, accel, eff)
+            rows = routed_copies_per_device(plan, job, experts.top_k) * etp / tp
+            extra_s = rows * QWEN.spec.hidden * 16 / 6 * 2 / (accel.hbm_bytes_per_s * eff.hbm)
+            assert low.elementwise_s - bf16.elementwise_s == pytest.approx(extra_s)

@@ -127,3 +127,20 @@ def test_moe_and_mla_shape_errors_name_the_field(fields: dict, match: str) -> No
     base = {"layers": 4, "hidden": 128, "heads": 4, "vocab": 100}
     with pytest.raises(ValueError, match=match):
         from_fields("bad", base | fields)
+
+
+def test_biased_experts_pay_megatron_s_fp32_fc2_bias_pass() -> None:
+    """Issue 22: megatron-core's TEGroupedMLP adds the fc2 bias scaled by the router probability
+    per local expert in fp32 (``_apply_bias``): forward 28 B and backward 40 B per element of the
+    expert output, charged as (28 + 40) / 3 / 2 forward elements (backward counted twice)."""
+    from paraplan.graph.decoder_layers import EXPERT_BIAS_ELEMS
+
+    spec = preset("gpt-oss-120b")
+    h, f = spec.hidden, spec.moe_ffn_hidden
+    plain = 4 * h + 2 * f + f  # permute + unpermute read + write, gated activation in and out
+    biased = build_graph(spec).layer("mlp_0").experts
+    unbiased = build_graph(dataclasses.replace(spec, linear_bias=False)).layer("mlp_0").experts
+    assert biased is not None and unbiased is not None
+    assert EXPERT_BIAS_ELEMS == pytest.approx(68 / 6)
+    assert unbiased.mem_bound_elems == plain
+    assert biased.mem_bound_elems == pytest.approx(plain + 68 / 6 * h)
