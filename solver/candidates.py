@@ -46,10 +46,12 @@ from paraplan.solver.placement import OrderCache, num_orders, orders, placements
 from paraplan.solver.space import (
     Options,
     OutOfTime,
+    SoftwareState,
     exact_split,
     families,
     least_state,
     software_states,
+    state_classes,
     state_of,
     zeros,
 )
@@ -116,6 +118,51 @@ _STATE_FIELDS = frozenset(SOFTWARE_FIELDS)
 _BLOCKS = 3
 """The heap level of a family (its MoE software state chosen) bounded by its own blocks
 (solver/family_bound.py) above its class's compute floor: its ZeRO stages come next (level 1)."""
+
+
+_CLASSES = 4
+"""The heap level of a family less its MoE software state (the state searched), bounded by the
+least floor of its classes (space.state_classes): each class is pushed at level 0 when it is
+popped, so the classes of the families never popped are never built."""
+
+_FLOOR_STATELESS = FLOOR_IGNORES | _STATE_FIELDS
+
+
+def _with_state(family: Layout, state: SoftwareState) -> Layout:
+    dispatcher, overlap, graphs = state
+    return replace(family, moe_dispatcher=dispatcher, moe_overlap=overlap, cuda_graphs=graphs)
+
+
+def _class_floors(
+    graph: LayerGraph,
+    family: Layout,
+    job: Job,
+    cluster: Cluster,
+    states: list[SoftwareState],
+    floors: dict[tuple[object, ...], Any],
+    floor_memo: FloorMemo,
+) -> tuple[float, ...]:
+    """Per state of ``states`` (classes of ``family``, which has the first), the compute floor
+    of one micro-batch of ``family`` in that state (cost.floor.compute_floor_s; a MoE family's
+    at its own ep, cost.floor.moe_ep_excess_s), before the pipeline bound. ``floors``: the
+    search's memo, by the family less the fields the floor does not read."""
+    base = plan_key(family, _FLOOR_STATELESS)
+    key = (base, family.ep, len(states), states[0])
+    found = floors.get(key)
+    if found is None:
+        out = []
+        for st in states:
+            layout = family if st == state_of(family) else _with_state(family, st)
+            if (base, st) not in floors:
+                floors[base, st] = compute_floor_s(graph, layout, job, cluster, floor_memo)
+            excess = 0.0
+            if graph.spec.is_moe:  # the family's own ep, not the least (cost.floor.moe_ep_excess_s)
+                if (base, st, "ep") not in floors:
+                    floors[base, st, "ep"] = moe_ep_excess_s(graph, layout, job, cluster, floor_memo)
+                excess = floors[base, st, "ep"][family.ep]
+            out.append(floors[base, st] + excess)
+        found = floors[key] = tuple(out)
+    return found
 
 
 @dataclass
@@ -208,35 +255,56 @@ def bounded_tables(
     tick = itertools.count()
     # the family filter is asked of the families the search reaches (level 0), not of them all
     # one family per class of MoE software states with one floor (space.least_state): its
-    # states are told apart at level 0 (space.states_of), each then bounded by its own terms
+    # states are told apart at level 0 (space.states_of), each then bounded by its own terms;
+    # with the state searched (off pooled clusters), one entry per family less its state,
+    # bounded by its least class floor, its classes pushed when it is popped (``_CLASSES``)
+    lazy = spec.is_moe and options.search_moe_state and not cluster.pools
     space = families(
-        spec, cluster, job.seq_len, job.global_batch, fixed, options, deadline, filtered=False, states=False
+        spec,
+        cluster,
+        job.seq_len,
+        job.global_batch,
+        fixed,
+        options,
+        deadline,
+        filtered=False,
+        states=False,
+        one_class=lazy,
     )
+    classes: dict[int, list[SoftwareState]] = {}  # space.state_classes by ep
     for i, family in enumerate(space):
         if i % 16 == 0 and time.perf_counter() > deadline:  # a floor may take milliseconds
             raise OutOfTime("the time limit ran out while bounding the layout families")
         ks = _k_choices(family, spec.num_layers, fixed, options)
         if ks == []:
             continue
-        floor_key = plan_key(family, FLOOR_IGNORES)
-        if floor_key not in floors:
-            floors[floor_key] = (
-                pool_floors(graph, family, job, cluster)
-                if cluster.pools
-                else compute_floor_s(graph, family, job, cluster, floor_memo)
-            )
         m = job.global_batch // (family.micro_batch * family.dp)
         if cluster.pools:  # per-pool floors (cost/pools.py)
-            floor = pooled_pipeline_floor_s(floors[floor_key], family, m, same_layers)
+            floor_key = plan_key(family, FLOOR_IGNORES)
+            if floor_key not in floors:
+                floors[floor_key] = pool_floors(graph, family, job, cluster)
+            heap.append(
+                (
+                    pooled_pipeline_floor_s(floors[floor_key], family, m, same_layers),
+                    next(tick),
+                    0,
+                    family,
+                    ks,
+                )
+            )
+            continue
+        states = [state_of(family)]
+        if lazy:
+            states = classes.get(family.ep) or classes.setdefault(
+                family.ep, state_classes(spec, cluster, family.ep, fixed, True)
+            )
+        per = _class_floors(graph, family, job, cluster, states, floors, floor_memo)
+        weight = bubble_weight_floor(family.pp_schedule, family.vp)
+        floor = pipeline_lower_bound_s(min(per), family.pp, family.vp, m, weight)
+        if len(states) > 1:
+            heap.append((floor, next(tick), _CLASSES, (family, states, per), ks))
         else:
-            excess = 0.0
-            if spec.is_moe:  # the family's own ep, not the least (cost.floor.moe_ep_excess_s)
-                if (floor_key, "ep") not in floors:
-                    floors[floor_key, "ep"] = moe_ep_excess_s(graph, family, job, cluster, floor_memo)
-                excess = floors[floor_key, "ep"][family.ep]
-            weight = bubble_weight_floor(family.pp_schedule, family.vp)
-            floor = pipeline_lower_bound_s(floors[floor_key] + excess, family.pp, family.vp, m, weight)
-        heap.append((floor, next(tick), 0, family, ks))
+            heap.append((floor, next(tick), 0, family, ks))
     if not heap:
         raise NoLayoutError("no layout satisfies the divisibility rules")
     heapq.heapify(heap)
@@ -271,7 +339,16 @@ def bounded_tables(
         if time.perf_counter() > deadline:
             discarded, out_of_time = min(discarded, bound), True
             break
-        if level in (0, _BLOCKS):
+        if level == _CLASSES:  # a family less its state: each class with its own floor
+            family, states, per = plan
+            m = job.global_batch // (family.micro_batch * family.dp)
+            weight = bubble_weight_floor(family.pp_schedule, family.vp)
+            own_state = state_of(family)
+            for st, per_micro_batch_s in zip(states, per, strict=True):
+                f = family if st == own_state else _with_state(family, st)
+                b = pipeline_lower_bound_s(per_micro_batch_s, family.pp, family.vp, m, weight)
+                heapq.heappush(heap, (b, next(tick), 0, f, ks))
+        elif level in (0, _BLOCKS):
             found = [plan]
             if level == _BLOCKS:
                 pass  # a family (its state chosen) whose block bound is known: its ZeRO stages
