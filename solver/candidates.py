@@ -420,7 +420,7 @@ def bounded_tables(
                     key: object = layout_key(tab.plan) if distinct else tab.plan
                     best_upper[key] = min(best_upper.get(key, float("inf")), tab.upper_bound_s)
                     uppers = heapq.nsmallest(top, best_upper.values())
-    num_layouts = _space_size(space, spec, cluster, fixed, options, deadline)
+    num_layouts = _space_size(space, spec, cluster, fixed, options, deadline, lazy)
     if not computed and out_of_time:
         return _Candidates([], num_layouts, discarded, unfit + len(unfit_terms), out_of_time)
     if not computed:  # the skipped families' own terms, for the errors below
@@ -511,6 +511,22 @@ def _fits(
     return some_split_fits(terms, recomputes, k_hi, stage_modes, num_layers, uniform, caps_memo)
 
 
+_COUNT_IGNORES = _STATE_FIELDS | {
+    "micro_batch",
+    "sequence_parallel",
+    "etp",
+    "cp_comm",
+    "pp_schedule",
+    "zero",
+    "order",
+    "recompute",
+    "layers_per_stage",
+    "layers_per_chunk",
+}
+"""What ``_space_size``'s count of a family reads none of: zeros reads dp and cp, _k_choices pp
+and vp, placement.num_orders the degrees, ep and pools (its own cache key ignores these too)."""
+
+
 def _space_size(
     space: list[Layout],
     spec: ModelSpec,
@@ -518,16 +534,20 @@ def _space_size(
     fixed: PartialPlan,
     options: Options,
     deadline: float,
+    one_class: bool = False,
 ) -> int:
-    """Layouts in the space: families x ZeRO stages x rank orders (before dominance pruning);
-    0 when the deadline has passed (the count is a report, not part of the proof)."""
+    """Layouts in the space: families x MoE software states x ZeRO stages x rank orders (before
+    dominance pruning); 0 when the deadline has passed (the count is a report, not part of the
+    proof). ``space``: ``families(states=False, one_class=one_class)``, each family standing for
+    every state of its class (``one_class``: every state)."""
     cache: dict[tuple[object, ...], Any] = {}
-    counts: dict[tuple[object, ...], int] = {}  # by family less its MoE software state (read by none)
+    counts: dict[tuple[object, ...], int] = {}  # by family less the fields no count reads
+    per_state: dict[tuple[object, ...], int] = {}  # the states a family stands for, by ep and state
     total = 0
     for i, f in enumerate(space):
         if i % 1024 == 0 and time.perf_counter() > deadline:
             return 0
-        key = plan_key(f, _STATE_FIELDS)
+        key = plan_key(f, _COUNT_IGNORES)
         count = counts.get(key)
         if count is None:
             count = counts[key] = (
@@ -535,6 +555,14 @@ def _space_size(
                 if _k_choices(f, spec.num_layers, fixed, options) != []
                 else 0
             )
+        if options.search_moe_state and spec.is_moe:
+            state = (f.ep, state_of(f))
+            if state not in per_state:
+                found = software_states(spec, cluster, f.ep, fixed)
+                per_state[state] = (
+                    len(found) if one_class else sum(least_state(st, fixed) == state[1] for st in found)
+                )
+            count *= per_state[state]
         total += count
     return total
 
