@@ -120,6 +120,9 @@ _BLOCKS = 3
 (solver/family_bound.py) above its class's compute floor: its ZeRO stages come next (level 1)."""
 
 
+_CLASS_PEERS = frozenset({"moe_dispatcher", "cuda_graphs"})
+"""A family's MoE state peers (``_class_states``) differ from it in these fields alone."""
+
 _CLASSES = 4
 """The heap level of a family less its MoE software state (the state searched), bounded by the
 least floor of its classes (space.state_classes): each class is pushed at level 0 when it is
@@ -186,19 +189,26 @@ def _class_states(
     """The states of ``family``'s class (space.states_of) that the layout filter's family rules
     pass and no other state of the family (any dispatcher, the same overlap) dominates
     (solver/states.py)."""
-    key = ("class", plan_key(family, frozenset({"moe_dispatcher", "cuda_graphs"})))
+    key = ("class", plan_key(family, _CLASS_PEERS))
+    least = state_of(family)
     survivors = memo.get(key)
     if survivors is None:
-        spec = graph.spec
+        states = memo.get(("states", family.ep))
+        if states is None:
+            states = memo["states", family.ep] = software_states(
+                graph.spec, cluster, family.ep, fixed, options.search_moe_state
+            )
         peers = [
-            replace(family, moe_dispatcher=d, moe_overlap=o, cuda_graphs=g)
-            for d, o, g in software_states(spec, cluster, family.ep, fixed, options.search_moe_state)
+            family if (d, o, g) == least else _with_state(family, (d, o, g))
+            for d, o, g in states
             if o == family.moe_overlap
         ]
-        if options.family_filter is not None:  # every layout of a refused family fails the filter
-            peers = [p for p in peers if options.family_filter(p)]
+        passes = options.family_filter
+        if passes is not None:  # every layout of a refused family fails the filter
+            if not any(passes(p) for p in peers if least_state(state_of(p), fixed) == least):
+                return []  # none of the class passes: none survives (the peers are asked when popped)
+            peers = [p for p in peers if passes(p)]
         survivors = memo[key] = undominated_states(graph, cluster, job, fixed, options, peers, memo)
-    least = state_of(family)
     return [s for s in survivors if least_state(state_of(s), fixed) == least]
 
 
