@@ -98,7 +98,7 @@ def _stage_modes(fixed: PartialPlan, pp: int) -> tuple[Recompute, ...] | None:
 
 def _k_choices(layout: Layout, num_layers: int, fixed: PartialPlan, options: Options) -> list[int] | None:
     """Allowed k = (layers + slot) / vp per stage (cost.split.pipeline_slots); None = any;
-    [] = the layout is impossible."""
+    [] = the layout is impossible. Reads the layout's pp and vp alone."""
     slots = pipeline_slots(num_layers, layout.pp, layout.vp)
     if slots is None or (num_layers + sum(slots)) // layout.vp < layout.pp + sum(slots):
         return []  # no split in units of vp, or too few for each stage's least k (1 + slot)
@@ -282,10 +282,14 @@ def bounded_tables(
         one_class=lazy,
     )
     classes: dict[int, list[SoftwareState]] = {}  # space.state_classes by ep
+    k_memo: dict[tuple[int, int], list[int] | None] = {}  # _k_choices reads pp and vp alone
     for i, family in enumerate(space):
         if i % 16 == 0 and time.perf_counter() > deadline:  # a floor may take milliseconds
             raise OutOfTime("the time limit ran out while bounding the layout families")
-        ks = _k_choices(family, spec.num_layers, fixed, options)
+        pp_vp = (family.pp, family.vp)
+        if pp_vp not in k_memo:
+            k_memo[pp_vp] = _k_choices(family, spec.num_layers, fixed, options)
+        ks = k_memo[pp_vp]
         if ks == []:
             continue
         m = job.global_batch // (family.micro_batch * family.dp)
