@@ -229,7 +229,9 @@ def bounded_tables(
        1F1B bound (cost.floor.compute_floor_s, pipeline_lower_bound_s; a MoE family's at its
        own ep, cost.floor.moe_ep_excess_s); a MoE family (each state of its class, when the
        state is searched) is then bounded by its own blocks on packed spans
-       (solver/family_bound.py, heap level ``_BLOCKS``) before its ZeRO stages are;
+       (solver/family_bound.py, heap level ``_BLOCKS``) before its ZeRO stages are; with the
+       state searched, a family less its state comes first (heap level ``_CLASSES``), bounded
+       by the least floor of its classes, which are built only when it is popped;
     1. a family with a ZeRO stage, bounded by quick_lower_bound_s of its terms with every group on
        consecutive ranks (``stage_terms(packed=True)``: no rank order costs less); under a layout
        filter a ZeRO-0 or SP-off family whose ZeRO-1 / SP-on twin (limits.twins) is bounded
