@@ -46,10 +46,12 @@ from paraplan.solver.placement import COUNT_IGNORE, OrderCache, num_orders, orde
 from paraplan.solver.space import (
     Options,
     OutOfTime,
+    SoftwareState,
     exact_split,
     families,
     least_state,
     software_states,
+    state_classes,
     state_of,
     zeros,
 )
@@ -96,7 +98,7 @@ def _stage_modes(fixed: PartialPlan, pp: int) -> tuple[Recompute, ...] | None:
 
 def _k_choices(layout: Layout, num_layers: int, fixed: PartialPlan, options: Options) -> list[int] | None:
     """Allowed k = (layers + slot) / vp per stage (cost.split.pipeline_slots); None = any;
-    [] = the layout is impossible."""
+    [] = the layout is impossible. Reads the layout's pp and vp alone."""
     slots = pipeline_slots(num_layers, layout.pp, layout.vp)
     if slots is None or (num_layers + sum(slots)) // layout.vp < layout.pp + sum(slots):
         return []  # no split in units of vp, or too few for each stage's least k (1 + slot)
@@ -135,6 +137,54 @@ _BLOCKS = 3
 (solver/family_bound.py) above its class's compute floor: its ZeRO stages come next (level 1)."""
 
 
+_CLASS_PEERS = frozenset({"moe_dispatcher", "cuda_graphs"})
+"""A family's MoE state peers (``_class_states``) differ from it in these fields alone."""
+
+_CLASSES = 4
+"""The heap level of a family less its MoE software state (the state searched), bounded by the
+least floor of its classes (space.state_classes): each class is pushed at level 0 when it is
+popped, so the classes of the families never popped are never built."""
+
+_FLOOR_STATELESS = FLOOR_IGNORES | _STATE_FIELDS
+
+
+def _with_state(family: Layout, state: SoftwareState) -> Layout:
+    dispatcher, overlap, graphs = state
+    return replace(family, moe_dispatcher=dispatcher, moe_overlap=overlap, cuda_graphs=graphs)
+
+
+def _class_floors(
+    graph: LayerGraph,
+    family: Layout,
+    job: Job,
+    cluster: Cluster,
+    states: list[SoftwareState],
+    floors: dict[tuple[object, ...], Any],
+    floor_memo: FloorMemo,
+) -> tuple[float, ...]:
+    """Per state of ``states`` (classes of ``family``, which has the first), the compute floor
+    of one micro-batch of ``family`` in that state (cost.floor.compute_floor_s; a MoE family's
+    at its own ep, cost.floor.moe_ep_excess_s), before the pipeline bound. ``floors``: the
+    search's memo, by the family less the fields the floor does not read."""
+    base = plan_key(family, _FLOOR_STATELESS)
+    key = (base, family.ep, len(states), states[0])
+    found = floors.get(key)
+    if found is None:
+        out = []
+        for st in states:
+            layout = family if st == state_of(family) else _with_state(family, st)
+            if (base, st) not in floors:
+                floors[base, st] = compute_floor_s(graph, layout, job, cluster, floor_memo)
+            excess = 0.0
+            if graph.spec.is_moe:  # the family's own ep, not the least (cost.floor.moe_ep_excess_s)
+                if (base, st, "ep") not in floors:
+                    floors[base, st, "ep"] = moe_ep_excess_s(graph, layout, job, cluster, floor_memo)
+                excess = floors[base, st, "ep"][family.ep]
+            out.append(floors[base, st] + excess)
+        found = floors[key] = tuple(out)
+    return found
+
+
 @dataclass
 class _Candidates:
     kept: list[LayoutTables]
@@ -156,19 +206,26 @@ def _class_states(
     """The states of ``family``'s class (space.states_of) that the layout filter's family rules
     pass and no other state of the family (any dispatcher, the same overlap) dominates
     (solver/states.py)."""
-    key = ("class", plan_key(family, frozenset({"moe_dispatcher", "cuda_graphs"})))
+    key = ("class", plan_key(family, _CLASS_PEERS))
+    least = state_of(family)
     survivors = memo.get(key)
     if survivors is None:
-        spec = graph.spec
+        states = memo.get(("states", family.ep))
+        if states is None:
+            states = memo["states", family.ep] = software_states(
+                graph.spec, cluster, family.ep, fixed, options.search_moe_state
+            )
         peers = [
-            replace(family, moe_dispatcher=d, moe_overlap=o, cuda_graphs=g)
-            for d, o, g in software_states(spec, cluster, family.ep, fixed, options.search_moe_state)
+            family if (d, o, g) == least else _with_state(family, (d, o, g))
+            for d, o, g in states
             if o == family.moe_overlap
         ]
-        if options.family_filter is not None:  # every layout of a refused family fails the filter
-            peers = [p for p in peers if options.family_filter(p)]
+        passes = options.family_filter
+        if passes is not None:  # every layout of a refused family fails the filter
+            if not any(passes(p) for p in peers if least_state(state_of(p), fixed) == least):
+                return []  # none of the class passes: none survives (the peers are asked when popped)
+            peers = [p for p in peers if passes(p)]
         survivors = memo[key] = undominated_states(graph, cluster, job, fixed, options, peers, memo)
-    least = state_of(family)
     return [s for s in survivors if least_state(state_of(s), fixed) == least]
 
 
@@ -189,7 +246,9 @@ def bounded_tables(
        1F1B bound (cost.floor.compute_floor_s, pipeline_lower_bound_s; a MoE family's at its
        own ep, cost.floor.moe_ep_excess_s); a MoE family (each state of its class, when the
        state is searched) is then bounded by its own blocks on packed spans
-       (solver/family_bound.py, heap level ``_BLOCKS``) before its ZeRO stages are;
+       (solver/family_bound.py, heap level ``_BLOCKS``) before its ZeRO stages are; with the
+       state searched, a family less its state comes first (heap level ``_CLASSES``), bounded
+       by the least floor of its classes, which are built only when it is popped;
     1. a family with a ZeRO stage, bounded by quick_lower_bound_s of its terms with every group on
        consecutive ranks (``stage_terms(packed=True)``: no rank order costs less); under a layout
        filter a ZeRO-0 or SP-off family whose ZeRO-1 / SP-on twin (limits.twins) is bounded
@@ -225,10 +284,23 @@ def bounded_tables(
     tick = itertools.count()
     # the family filter is asked of the families the search reaches (level 0), not of them all
     # one family per class of MoE software states with one floor (space.least_state): its
-    # states are told apart at level 0 (space.states_of), each then bounded by its own terms
+    # states are told apart at level 0 (space.states_of), each then bounded by its own terms;
+    # with the state searched (off pooled clusters), one entry per family less its state,
+    # bounded by its least class floor, its classes pushed when it is popped (``_CLASSES``)
+    lazy = spec.is_moe and options.search_moe_state and not cluster.pools
     space = families(
-        spec, cluster, job.seq_len, job.global_batch, fixed, options, deadline, filtered=False, states=False
+        spec,
+        cluster,
+        job.seq_len,
+        job.global_batch,
+        fixed,
+        options,
+        deadline,
+        filtered=False,
+        states=False,
+        one_class=lazy,
     )
+    classes: dict[int, list[SoftwareState]] = {}  # space.state_classes by ep
     k_memo: KMemo = {}
     for i, family in enumerate(space):
         if i % 16 == 0 and time.perf_counter() > deadline:  # a floor may take milliseconds
@@ -236,25 +308,33 @@ def bounded_tables(
         ks = _k_choices_of(k_memo, family, spec.num_layers, fixed, options)
         if ks == []:
             continue
-        floor_key = plan_key(family, FLOOR_IGNORES)
-        if floor_key not in floors:
-            floors[floor_key] = (
-                pool_floors(graph, family, job, cluster)
-                if cluster.pools
-                else compute_floor_s(graph, family, job, cluster, floor_memo)
-            )
         m = job.global_batch // (family.micro_batch * family.dp)
         if cluster.pools:  # per-pool floors (cost/pools.py)
-            floor = pooled_pipeline_floor_s(floors[floor_key], family, m, same_layers)
+            floor_key = plan_key(family, FLOOR_IGNORES)
+            if floor_key not in floors:
+                floors[floor_key] = pool_floors(graph, family, job, cluster)
+            heap.append(
+                (
+                    pooled_pipeline_floor_s(floors[floor_key], family, m, same_layers),
+                    next(tick),
+                    0,
+                    family,
+                    ks,
+                )
+            )
+            continue
+        states = [state_of(family)]
+        if lazy:
+            states = classes.get(family.ep) or classes.setdefault(
+                family.ep, state_classes(spec, cluster, family.ep, fixed, True)
+            )
+        per = _class_floors(graph, family, job, cluster, states, floors, floor_memo)
+        weight = bubble_weight_floor(family.pp_schedule, family.vp)
+        floor = pipeline_lower_bound_s(min(per), family.pp, family.vp, m, weight)
+        if len(states) > 1:
+            heap.append((floor, next(tick), _CLASSES, (family, states, per), ks))
         else:
-            excess = 0.0
-            if spec.is_moe:  # the family's own ep, not the least (cost.floor.moe_ep_excess_s)
-                if (floor_key, "ep") not in floors:
-                    floors[floor_key, "ep"] = moe_ep_excess_s(graph, family, job, cluster, floor_memo)
-                excess = floors[floor_key, "ep"][family.ep]
-            weight = bubble_weight_floor(family.pp_schedule, family.vp)
-            floor = pipeline_lower_bound_s(floors[floor_key] + excess, family.pp, family.vp, m, weight)
-        heap.append((floor, next(tick), 0, family, ks))
+            heap.append((floor, next(tick), 0, family, ks))
     if not heap:
         raise NoLayoutError("no layout satisfies the divisibility rules")
     heapq.heapify(heap)
@@ -289,7 +369,16 @@ def bounded_tables(
         if time.perf_counter() > deadline:
             discarded, out_of_time = min(discarded, bound), True
             break
-        if level in (0, _BLOCKS):
+        if level == _CLASSES:  # a family less its state: each class with its own floor
+            family, states, per = plan
+            m = job.global_batch // (family.micro_batch * family.dp)
+            weight = bubble_weight_floor(family.pp_schedule, family.vp)
+            own_state = state_of(family)
+            for st, per_micro_batch_s in zip(states, per, strict=True):
+                f = family if st == own_state else _with_state(family, st)
+                b = pipeline_lower_bound_s(per_micro_batch_s, family.pp, family.vp, m, weight)
+                heapq.heappush(heap, (b, next(tick), 0, f, ks))
+        elif level in (0, _BLOCKS):
             found = [plan]
             if level == _BLOCKS:
                 pass  # a family (its state chosen) whose block bound is known: its ZeRO stages
@@ -363,7 +452,7 @@ def bounded_tables(
                     key: object = layout_key(tab.plan) if distinct else tab.plan
                     best_upper[key] = min(best_upper.get(key, float("inf")), tab.upper_bound_s)
                     uppers = heapq.nsmallest(top, best_upper.values())
-    num_layouts = _space_size(space, spec, cluster, fixed, options, deadline, k_memo)
+    num_layouts = _space_size(space, spec, cluster, fixed, options, deadline, k_memo, lazy)
     if not computed and out_of_time:
         return _Candidates([], num_layouts, discarded, unfit + len(unfit_terms), out_of_time)
     if not computed:  # the skipped families' own terms, for the errors below
@@ -462,12 +551,16 @@ def _space_size(
     options: Options,
     deadline: float,
     k_memo: KMemo,
+    one_class: bool = False,
 ) -> int:
-    """Layouts in the space: families x ZeRO stages x rank orders (before dominance pruning);
-    0 when the deadline has passed (the count is a report, not part of the proof). ``k_memo``:
-    the search's ``_k_choices`` by (pp, vp)."""
+    """Layouts in the space: families x MoE software states x ZeRO stages x rank orders (before
+    dominance pruning); 0 when the deadline has passed (the count is a report, not part of the
+    proof). ``space``: ``families(states=False, one_class=one_class)``, each family standing for
+    every state of its class (``one_class``: every state). ``k_memo``: the search's
+    ``_k_choices`` by (pp, vp)."""
     cache: dict[tuple[object, ...], Any] = {}
     counts: dict[tuple[object, ...], int] = {}  # by family less what no count reads (_SIZE_IGNORE)
+    per_state: dict[tuple[object, ...], int] = {}  # the states a family stands for, by ep and state
     total = 0
     for i, f in enumerate(space):
         if i % 1024 == 0 and time.perf_counter() > deadline:
@@ -480,6 +573,14 @@ def _space_size(
                 if _k_choices_of(k_memo, f, spec.num_layers, fixed, options) != []
                 else 0
             )
+        if options.search_moe_state and spec.is_moe:
+            state = (f.ep, state_of(f))
+            if state not in per_state:
+                found = software_states(spec, cluster, f.ep, fixed)
+                per_state[state] = (
+                    len(found) if one_class else sum(least_state(st, fixed) == state[1] for st in found)
+                )
+            count *= per_state[state]
         total += count
     return total
 

@@ -76,8 +76,14 @@ def least_memory_twin(layout: Layout) -> Layout:
     dispatcher or the graphs (the blocks' stored bytes do not: cost/stage_build.py
     ``_WORK_IGNORES``, block.py ``block_costs``). The overlap is kept: it can need less memory
     than no overlap (cost/pp.py ``in_flight_micro_batches`` caps its micro-batches in flight at
-    m, the interleaved count without it is not capped)."""
-    return replace(layout, moe_dispatcher=MoEDispatcher.ALLTOALL, cuda_graphs=CudaGraphs.NONE)
+    m, the interleaved count without it is not capped). Without pipelining the overlap holds no
+    micro-batch more (``in_flight_micro_batches`` adds one only where pp > 1) and nothing else a
+    stage's memory counts reads it, so there the twin is the one without it: the overlap's
+    states and the others share one check."""
+    overlap = layout.moe_overlap and layout.pp > 1
+    return replace(
+        layout, moe_dispatcher=MoEDispatcher.ALLTOALL, cuda_graphs=CudaGraphs.NONE, moe_overlap=overlap
+    )
 
 
 class LeastMemory:

@@ -93,6 +93,7 @@ __all__ = [
     "least_state",
     "state_of",
     "states_of",
+    "state_classes",
 ]
 
 
@@ -277,6 +278,16 @@ def least_state(state: SoftwareState, fixed: PartialPlan) -> SoftwareState:
     return dispatcher, overlap, graphs
 
 
+def state_classes(
+    spec: ModelSpec, cluster: Cluster, ep: int, fixed: PartialPlan, search: bool = True
+) -> list[SoftwareState]:
+    """The least states (``least_state``) of ``software_states``, each once, in their order:
+    one per class of states with one compute floor (``families(states=False)``)."""
+    return list(
+        dict.fromkeys(least_state(st, fixed) for st in software_states(spec, cluster, ep, fixed, search))
+    )
+
+
 def state_of(layout: Layout) -> SoftwareState:
     """``layout``'s MoE software state."""
     return layout.moe_dispatcher, layout.moe_overlap, layout.cuda_graphs
@@ -312,16 +323,20 @@ def families(
     deadline: float = float("inf"),
     filtered: bool = True,
     states: bool = True,
+    one_class: bool = False,
 ) -> list[Layout]:
     """Every layout family: degrees, ep, micro-batch, vp, SP and the MoE software state fixed;
     ZeRO and the rank order left to ``zeros`` and ``orders`` (placeholders here: the first ZeRO
     stage, Megatron's order). Under ``options.family_filter``, only the families it passes
     (``filtered``; the branch and bound asks it only of the families it reaches). ``states``
     False: one family per class of software states with the same least state (``least_state``,
-    its value; ``states_of`` gives the class), as the branch and bound bounds them. OutOfTime
-    once ``deadline`` (time.perf_counter) has passed."""
+    its value; ``states_of`` gives the class), as the branch and bound bounds them; with
+    ``one_class`` too, only the first class's family (``state_classes`` gives the others: they
+    differ in the state alone). OutOfTime once ``deadline`` (time.perf_counter) has passed."""
     if cluster.pools:
-        pooled = _pooled_families(spec, cluster, seq_len, global_batch, fixed, options, deadline, states)
+        pooled = _pooled_families(
+            spec, cluster, seq_len, global_batch, fixed, options, deadline, states, one_class
+        )
         return _passing(pooled, options) if filtered else pooled
     n = cluster.num_devices
     out: list[Layout] = []
@@ -341,7 +356,7 @@ def families(
                     continue
                 for ep in _eps(spec, dp, cp, fixed, tp):
                     out += _families_of(
-                        spec, cluster, global_batch, dp, tp, pp, cp, ep, fixed, options, (), states
+                        spec, cluster, global_batch, dp, tp, pp, cp, ep, fixed, options, (), states, one_class
                     )
     if fixed.torus_shape is not None:
         out = [replace(f, torus_shape=fixed.torus_shape) for f in out]
@@ -368,6 +383,7 @@ def _families_of(
     options: Options,
     stage_pools: tuple[int, ...] = (),
     with_states: bool = True,
+    one_class: bool = False,
 ) -> list[Layout]:
     out: list[Layout] = []
     per_replica = global_batch // dp
@@ -390,6 +406,8 @@ def _families_of(
     states = software_states(spec, cluster, ep, fixed, options.search_moe_state)
     if not with_states and options.search_moe_state:
         states = list(dict.fromkeys(least_state(st, fixed) for st in states))
+        if one_class:
+            states = states[:1]
     for mb in mbs:
         m = per_replica // mb
         if pp > 1:
@@ -528,6 +546,7 @@ def _pooled_families(
     options: Options,
     deadline: float = float("inf"),
     states: bool = True,
+    one_class: bool = False,
 ) -> list[Layout]:
     """``families`` on a pooled cluster (module docstring), each with its ``stage_pools``."""
     out: list[Layout] = []
@@ -555,6 +574,18 @@ def _pooled_families(
                         continue
                     for ep in _eps(spec, dp, cp, fixed, tp):
                         out += _families_of(
-                            spec, cluster, global_batch, dp, tp, pp, cp, ep, fixed, options, pools, states
+                            spec,
+                            cluster,
+                            global_batch,
+                            dp,
+                            tp,
+                            pp,
+                            cp,
+                            ep,
+                            fixed,
+                            options,
+                            pools,
+                            states,
+                            one_class,
                         )
     return out

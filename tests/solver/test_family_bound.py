@@ -100,3 +100,25 @@ def test_the_floor_memo_shared_by_every_state_changes_no_floor(seed: int) -> Non
                 graph, family, job, cluster
             )
     assert memo or not inner_tiers_fastest(cluster)
+
+
+def test_without_pipelining_the_overlap_moves_no_memory() -> None:
+    """The least-memory twin of a pp = 1 layout drops the EP overlap (one check for the states
+    with and without it): on every stage, with and without the overlap, the same bytes."""
+    checked = 0
+    for seed in range(6):
+        graph, cluster, job, sample = _instance(9100 + seed)
+        for layout in sample:
+            if layout.pp > 1 or layout.ep == 1:
+                continue
+            assert not least_memory_twin(replace(layout, moe_overlap=True)).moe_overlap
+            for plan in _plans(graph, layout):
+                try:
+                    off, on = (
+                        evaluate(graph, cluster, job, replace(plan, moe_overlap=o)) for o in (False, True)
+                    )
+                except ValueError:
+                    continue
+                assert [m.total_bytes for m in on.stage_memory] == [m.total_bytes for m in off.stage_memory]
+                checked += 1
+    assert checked, "no pp = 1 plan with expert parallelism was scored"

@@ -64,6 +64,19 @@ def test_filtered_search_over_the_moe_state_matches_enumeration(seed: int) -> No
     _check(7000 + seed, filtered=True)
 
 
+@pytest.mark.parametrize("seed", seeds(8, fast=(0,)))
+def test_a_family_filter_on_the_state_keeps_the_search_exact(seed: int) -> None:
+    """The state filters asked of whole families too (Options.family_filter, as the runnable
+    default asks the frameworks' family rules; STATE_FILTERS read family fields only): a class
+    of states none of which passes is dropped before its peers are judged (solver/candidates.py
+    ``_class_states``), and the optimum is still enumeration's."""
+    graph, cluster, job, fixed, options = _state_free_instance(7000 + seed, filtered=True)
+    options = replace(options, family_filter=options.layout_filter)
+    plan = check_against_enumeration(seed, (graph, cluster, job, fixed, options))
+    if plan is not None:
+        assert options.layout_filter(plan)
+
+
 @pytest.mark.slow
 def test_the_generator_reaches_states_other_than_the_default() -> None:
     plans = [_check(8000 + seed, filtered=False) for seed in range(30)]
