@@ -21,7 +21,8 @@ from benchmarks.serving_set import (
 )
 
 # Reached 2026-12-02 (fifth session) with hardware/data/serving.yaml (in-sample medians over the
-# 413 scored rows: 9.5% tokens/s/GPU, 13.3% TPOT, 21.3% TTFT after the Hopper attention refit; docs/serving_model.md section 6).
+# 413 scored rows: 9.5% tokens/s/GPU, 13.3% TPOT, 21.3% TTFT after the Hopper attention refit;
+# docs/serving_model.md section 6).
 # The bounds are those figures plus a margin (the targets, 10/12/20%, are not all reached).
 BOUNDS = {"output_tok_s_per_gpu": 0.105, "tpot_ms": 0.145, "ttft_ms": 0.225}
 
