@@ -152,7 +152,8 @@ def _by_id(rows) -> dict:
 
 
 # test_moe_gpu_runs: the figures reached (9.6% / 34.7%), rounded up; 12.8% / 38.4% before the expert
-# path's copies were costed and the host parameters refitted (docs/moe_physics.md Sec. 5.6); 15.6% / 40.5% before the runs'
+# path's copies were costed and the host parameters refitted (docs/moe_physics.md Sec. 5.6);
+# 15.6% / 40.5% before the runs'
 # attention kernels were mapped and Hopper's fused attention refitted (docs/moe_physics.md Sec. 5.5);
 # 15.4% / 40.5% while the routed
 # output was counted on Megatron rows too, which put 2058 / 2059 out of memory and had six rows
