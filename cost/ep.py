@@ -314,7 +314,7 @@ def expert_forward(
     TFLOPS at 256 rows per group against 1,214-1,346 at 8K, moe_physics.md Sec. 3.4); the
     per-kernel overhead is paid once per GEMM and per GROUPED_GEMM_STREAMS experts beyond the
     first (Transformer Engine's GroupedLinear launches one cuBLAS GEMM per expert over 4 streams,
-    so their launch and wave tails overlap 4 at a time). Element-wise (c * elems / tp + c * etp / tp
+    so their launch and wave tails overlap 4 at a time). Element-wise (c * (elems + bias) / tp + c * etp / tp
     * padding_elems) * 2 B / (HBM * eff): the permute, activation and unpermute passes, and under
     an FP8 / FP4 recipe the quantisation padding of the rows the device's experts run
     (QUANTIZATION_PADDING_ELEMS). Units: seconds.
@@ -332,7 +332,7 @@ def expert_forward(
     # the padding copies the rows a device's experts run: c * etp / tp of width d (fc1's input)
     padded = per_expert * local * padding_elems(job.precision, experts.gemms[0].in_dim)
     elementwise_s = (
-        (copies * experts.mem_bound_elems / plan.tp + padded)
+        (copies * (experts.mem_bound_elems + experts.bias_pass_elems) / plan.tp + padded)
         * ACTIVATION_BYTES
         / (accel.hbm_bytes_per_s * eff.hbm)
     )

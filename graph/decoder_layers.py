@@ -201,8 +201,10 @@ def moe_layer(spec: ModelSpec, i: int) -> Layer:
         act_sp_elems=d,
         act_gathered_gemm_elems=d,
         act_tp_gemm_elems=f,
-        # permute + unpermute (read + write), activation; the fc2 bias path (EXPERT_BIAS_ELEMS)
-        mem_bound_elems=4 * d + up + f + (EXPERT_BIAS_ELEMS * d if spec.linear_bias else 0.0),
+        # permute + unpermute (read + write), activation
+        mem_bound_elems=4 * d + up + f,
+        # Megatron-Core's fp32 fc2 bias path (EXPERT_BIAS_ELEMS), costed by cost/ep.py
+        bias_pass_elems=EXPERT_BIAS_ELEMS * d if spec.linear_bias else 0.0,
     )
     norm_params = 2 * h if spec.norm == "layernorm" else h
     # norm input, normed input (router and shared-expert input), router logits/probs (fp32: 2

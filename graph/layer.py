@@ -68,6 +68,10 @@ class Experts:
     act_gathered_gemm_elems: float
     act_tp_gemm_elems: float
     mem_bound_elems: float
+    # Megatron-Core's fp32 per-expert fc2 bias pass per routed copy (graph/decoder_layers.py
+    # EXPERT_BIAS_ELEMS): a training framework's pass, apart so that serving engines, which fuse
+    # the bias into the GEMM, do not pay it
+    bias_pass_elems: float = 0.0
 
     @property
     def params_per_expert(self) -> int:
