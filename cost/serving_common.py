@@ -214,8 +214,8 @@ def cohort_service_s(
     (fixed lengths). A returning cohort waits half a decode-only round for the running step, then
     its prompts ride max(1, isl / chunk) rounds of ``batch`` decode tokens and q prompt tokens:
     0.5 t(B, 0) + max(1, prompt_isl / chunk) t(B, q) (``prompt_isl``: isl or its p90). The
-    mean-field round spreads the same prompts thinly over every step (B isl / osl tokens each) and
-    scores the AIConfigurator TTFT rows 21% against 17% short of the cohort's (docs/
+    mean-field service, (1/2 + max(1, isl / chunk)) rounds that spread the same prompts thinly
+    over every step (B isl / osl tokens each), is shorter and fits the rows worse (docs/
     serving_model.md Sec. 6.0b). Units: seconds."""
     q = min(chunk, batch * isl)
     micro = max(batch, 1e-9) / shape.pp
