@@ -23,8 +23,9 @@ listed in the case's defaults:
   sets (``perf_recipes/``, read in the 0.6.2 wheel; ``_BRIDGE_RECIPES`` below): the rows of
   26.06-26.08 run those recipes' layouts (tp, pp, vp, ep, micro-batch, global batch; DeepSeek-V3
   on B300, row 125, pp 8 mb 2 against the recipe's pp 8 vp 2 mb 1, does not, and keeps the
-  defaults), and the recipes name the kernels those rows ran (the gpt-oss MXFP8 recipe's TE op-fuser grouped MLP is the
-  cuDNN ``grouped_gemm_dglu`` kernel whose regression the 26.06.01 page footnotes), while the
+  defaults), and the recipes name the kernels those rows ran (the gpt-oss MXFP8 recipe's TE
+  op-fuser grouped MLP is the cuDNN ``grouped_gemm_dglu`` kernel whose regression the 26.06.01
+  page footnotes), while the
   containers before 26.06 reproduce at the defaults (the Qwen3-235B GB300 rows 184 / 230 of
   26.04 within 3%, one layout 1.27x slower than 26.06's). That 0.6.2 is the release of the
   26.06-26.08 containers is inferred from this, not read in a release note;
