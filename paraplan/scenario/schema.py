@@ -240,6 +240,18 @@ class JobSection(Section):
         "the routed output kept for the backward) | auto (by solver.target; none: combine, so no plan "
         "fits that a framework which would run it cannot hold; rules/moe_probs.py)",
     )
+    moe_router_fusion: bool = Field(
+        False,
+        description="MoE: the router's top-k, scores and aux loss as Transformer Engine's fused kernels "
+        "(Megatron --moe-router-fusion; default false, megatron-core 0.19.2): unfused, each PyTorch op "
+        "is one host launch (cost/host.py); megatron and nemo run it (rules/moe_fusion.py)",
+    )
+    moe_permute_fusion: bool = Field(
+        False,
+        description="MoE: the token permute and unpermute as Transformer Engine's fused kernels "
+        "(Megatron --moe-permute-fusion; default false, megatron-core 0.19.2): unfused, each PyTorch "
+        "op is one host launch (cost/host.py); megatron and nemo run it (rules/moe_fusion.py)",
+    )
     image_tokens: int = Field(
         0,
         ge=0,
