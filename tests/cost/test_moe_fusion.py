@@ -8,8 +8,6 @@ from __future__ import annotations
 from functools import cache
 
 import pytest
-
-import paraplan
 from paraplan.cost import CudaGraphs, Job
 from paraplan.cost.host import (
     TORCH_OP_LAUNCH_S,
@@ -17,9 +15,11 @@ from paraplan.cost.host import (
     permute_unfused_kernels,
     router_unfused_kernels,
 )
+from paraplan.graph import preset
+
+import paraplan
 from paraplan.errors import ConfigError, ExportError
 from paraplan.export import export_text
-from paraplan.graph import preset
 from paraplan.result import Result
 
 DSV3 = preset("deepseek-v3").router
