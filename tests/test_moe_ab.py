@@ -3,7 +3,8 @@
 
 The DeepSeek-V3 GB200 ladder steps whose change is no plan knob (kernel fusions, CPU binding,
 PDL, DeepEP tuning) are predicted as ratio 1 (dropping the MLA up-projection recompute is
-``job.recompute_modules``, cost/recompute_modules.py); those that miss by more than 7 points
+``job.recompute_modules``, cost/recompute_modules.py, the router and permute fusion
+``job.moe_router_fusion`` / ``job.moe_permute_fusion``, cost/host.py); those that miss by more than 7 points
 are listed in KNOWN_MISSES with the reason, and strict xfail makes the test fail when one starts
 to pass (the list is then updated rather than forgotten).
 """
@@ -22,10 +23,6 @@ KNOWN_MISSES: dict[tuple[int, int], str] = {
     "~190 GB/s combine there and the DeepEP B200 table's 390 us fixed time), where the ladder "
     "measured +4.8%: the step also brought DeepEP's fused router and preprocess (17 kernels), "
     "host and kernel work no plan knob carries",
-    (2064, 2065): "dropping the MLA up-projection recompute saves 0.9% in the model against the "
-    "measured 7.9%: the recompute of DeepSeek-V3's MLA up-projections is costed as their GEMMs "
-    "alone; 6.9 points until the FP8 recipes' quantisation padding (cost/ep.py, 2026-12-02) "
-    "added the same MoE time to both rows (7.0)",
     (2065, 2066): "partial CUDA graphs: the launches the model counts hide under DeepSeek-V3's "
     "GPU time at micro-batch 1 on GB200; the ladder measured +8.6% (attention and post-sync "
     "launches are not counted)",
