@@ -11,6 +11,9 @@ The section base and the limits of the keys are in paraplan/scenario/section.py,
 paraplan/scenario/model_section.py, the ``plan:`` section (the plan document, the I/O edge of cost.Plan) in
 paraplan/scenario/plan_doc.py, and the safe reading of a scenario file in paraplan/scenario/scenario_file.py;
 this module holds the other sections, ``Scenario`` and ``load_scenario``.
+
+Size: one module past 400 lines because ``job:`` is one section whose keys (each a field a user
+writes, with its description and bounds) belong together; the other sections are split out above.
 """
 
 from __future__ import annotations
