@@ -55,7 +55,7 @@ def _scenario(target: str = "megatron", **job: object) -> dict:
         "cluster": {"preset": "dgx-h100", "nodes": 2},
         "job": {"seq_len": 4096, "global_batch": 256, **job},
         "plan": {"dp": 16, "tp": 1, "pp": 1, "ep": 8, "micro_batch": 1, "zero": 1, "recompute": "selective"},
-        "solver": {"target": target},
+        "solver": {"target": target, "memory_headroom": 0},  # plans at the edge (round trip)
     }
 
 
@@ -92,3 +92,13 @@ def test_frameworks_without_the_fused_kernels_refuse_them_by_name(target: str) -
 def test_a_bad_value_is_refused_naming_the_field() -> None:
     with pytest.raises(ConfigError, match="moe_router_fusion"):
         paraplan.evaluate(_scenario(moe_router_fusion="sometimes"))
+
+
+def test_a_result_with_the_fusion_fields_round_trips() -> None:
+    """The result's plan, fixed as the scenario's plan: beside the fields, evaluates and solves to
+    the same plan and step (tests/test_plan_round_trip.py); the fields stay the job's."""
+    from tests.test_plan_round_trip import assert_round_trips
+
+    r = _result(True, False)
+    assert r.scenario["job"]["moe_router_fusion"] is True
+    assert_round_trips(r)
