@@ -31,6 +31,10 @@ block and pass (forward; backward launches twice the kernels, dgrad and wgrad):
   shows it: the same Qwen3-235B layout (tp 1, pp 8, ep 8, micro-batch 1, 16 local experts,
   partial graphs) measured 25.9 s in BF16 on 256 GB200 (row 2057) and 49.6 s in MXFP8 on 256
   B300 (row 276), where one launch cost for both predicts 31.8 s and 31.0 s.
+- Megatron's router and permute fusion (``job.moe_router_fusion``, ``job.moe_permute_fusion``,
+  ``fusion_launch_s``): unfused, the router's top-k, scores and aux loss and the token permute /
+  unpermute run as PyTorch ops, each a launch of TORCH_OP_LAUNCH_S, added to ``launch_s`` (the
+  counts and sources in ``router_unfused_kernels`` / ``permute_unfused_kernels``).
 - ``sync_s`` (MOE_SYNC_S): the device-to-host sync's drain (the dispatcher needs the per-expert
   token counts on the host). Megatron's 1F1B EP overlap hides it under the other micro-batch's
   kernels (the 16-GPU Qwen3-30B nsys pair: HybridEP metadata preprocess 3.109 s -> 0.670 s per
