@@ -20,11 +20,11 @@ from benchmarks.serving_set import (
     serving_cases,
 )
 
-# Reached 2026-12-02 (fifth session) with hardware/data/serving.yaml (in-sample medians over the
-# 413 scored rows: 9.5% tokens/s/GPU, 13.3% TPOT, 21.3% TTFT after the Hopper attention refit;
-# docs/serving_model.md section 6).
-# The bounds are those figures plus a margin (the targets, 10/12/20%, are not all reached).
-BOUNDS = {"output_tok_s_per_gpu": 0.105, "tpot_ms": 0.145, "ttft_ms": 0.225}
+# Reached 2026-12-02 (seventh session) with hardware/data/serving.yaml (in-sample medians over the
+# 413 scored rows: 9.5% tokens/s/GPU, 13.3% TPOT, 18.0% TTFT after the closed loop's cohorts and
+# first-wave share; docs/serving_model.md Sec. 6.0b). The bounds are those figures plus a margin;
+# TTFT's is inside the 20% target, TPOT's (12%) is not reached.
+BOUNDS = {"output_tok_s_per_gpu": 0.105, "tpot_ms": 0.145, "ttft_ms": 0.195}
 
 
 def test_every_row_is_mapped_or_skipped_with_a_reason() -> None:
