@@ -301,6 +301,20 @@ def test_gb300_rows_predicted_from_blackwell_within_25_percent(rows) -> None:
     assert all(abs(e) <= 0.25 for e in errors.values()), errors
 
 
+def test_gpt_oss_bf16_miss_is_per_iteration_not_per_micro_batch(rows) -> None:
+    """The gpt-oss-120b BF16 rows are predicted too fast by about the same seconds per step
+    whatever their micro-batch count (docs/moe_physics.md Sec. 5.10): row 265 (GB200, seq 4K,
+    mb 4: 5 micro-batches) and row 322 (GB300, seq 8K, mb 2: 10 micro-batches of the same 16,384
+    tokens, the same experts per GPU and M per expert, the same BF16 peak) both miss by 1.8-1.9
+    s. A per-token term (a BF16 GEMM, grouped-GEMM or attention-kernel rate) that closed row 265
+    would add twice as much to row 322 and overshoot it by ~20%; this fails if one is fitted to
+    these rows, so that the note is revisited. Bound: the two gaps within 0.5 s."""
+    by_id = _by_id(rows)
+    gap_s = {i: by_id[i].case.published_step_s - by_id[i].predicted_s for i in (265, 322)}
+    assert all(by_id[i].case.scenario["job"]["precision"] == "bf16" for i in gap_s)
+    assert abs(gap_s[322] - gap_s[265]) <= 0.5, f"gaps {gap_s}: update Sec. 5.10 and this bound"
+
+
 def test_moe_h100_pipeline_row_stays_a_known_under_prediction(rows) -> None:
     """Row 346 (16 H100, pp=2 x vp=24, one MoE layer per virtual stage) is predicted about
     twice as fast as published; its cause is not modelled (benchmarks/fidelity.py notes). This
