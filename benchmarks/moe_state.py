@@ -38,6 +38,16 @@ listed in the case's defaults:
   balance (its long-context table prints the forced figure first, "295 (forced balance) / 237
   (dropless)"; its GB200 / GB300 rows 2057-2060 "forced load balancing"), as do the DeepSeek-V3
   GB200 guide's reproduce scripts and the Megatron-Bridge performance pages; else dropless;
+- router and permute fusion (``job.moe_router_fusion``, ``job.moe_permute_fusion``; cost/host.py
+  ``fusion_launch_s``): a DeepSeek-V3 GB200 ladder row runs the permute fused from step 2 ("Fuse
+  torch.zeros ... & Permute kernel Optimization", read as turning on ``--moe-permute-fusion``: an
+  assumption, the guide's table names no flag) and the router fused from step 3 ("Router fusion",
+  ``--moe-router-fusion``); "moe_permute_fusion=false" -> permute unfused, "permute fusion" ->
+  fused; any other run of a Megatron framework -> both fused: Megatron-Bridge 0.6.2's performance
+  recipes set ``moe_router_fusion = True`` (perf_recipes/deepseek/common.py, qwen/{h100,b200,
+  gb200}/qwen3_moe.py) and its model bridges ``moe_permute_fusion = True`` (deepseek_v3_bridge.py,
+  qwen3_moe_bridge.py), and the ModelZoo's runs are the same team's after the ladder's fusion
+  steps; a run of another framework keeps the defaults (false: its own PyTorch router);
 - probabilities (``job.moe_probs_applied``, rules/moe_probs.py): a run whose ``framework`` names
   Megatron (Megatron-LM, Megatron-Core, Megatron-Bridge / NeMo) -> activation; any other (NeMo
   AutoModel's own MoE layers, not read) -> auto, which with no framework named is combine.
@@ -204,10 +214,26 @@ def moe_state(row: dict[str, str]) -> tuple[dict[str, Any], dict[str, Any], list
     if key in _FORCED_UNLESS_STATED and not stated:
         routing = "force_balanced"  # the source's other runs force balance
         defaults.append(f"moe_routing=force_balanced ({_FORCED_UNLESS_STATED[key]})")
-    job: dict[str, Any] = {"moe_routing": routing}
+    job: dict[str, Any] = {"moe_routing": routing, **_fusions(row, defaults)}
     if (probs := probs_applied(row.get("framework", ""))) is not None:
         job["moe_probs_applied"] = probs
     return plan, job, defaults
+
+
+def _fusions(row: dict[str, str], defaults: list[str]) -> dict[str, bool]:
+    """``job.moe_router_fusion`` / ``job.moe_permute_fusion`` of a row (module docstring)."""
+    notes = row["notes"].lower()
+    step = re.search(r"ladder step (\d+)/13", notes)
+    if step:
+        return {"moe_permute_fusion": int(step.group(1)) >= 2, "moe_router_fusion": int(step.group(1)) >= 3}
+    if "megatron" not in row.get("framework", "").lower():
+        return {}
+    fusions = {"moe_router_fusion": True, "moe_permute_fusion": "moe_permute_fusion=false" not in notes}
+    stated = "moe_permute_fusion=" in notes or "permute fusion" in notes
+    defaults.append(
+        "moe_router_fusion=true" + ("" if stated else ", moe_permute_fusion=true") + " (Megatron)"
+    )
+    return fusions
 
 
 def probs_applied(framework: str) -> str | None:

@@ -151,7 +151,8 @@ def _by_id(rows) -> dict:
     return {r.case.row_id: r for r in rows}
 
 
-# test_moe_gpu_runs: the figures reached (9.8% / 34.7%), rounded up; 9.6% / 34.7% before the
+# test_moe_gpu_runs: the figures reached (9.7% / 34.7%), rounded up; 9.8% / 34.7% before MLA's query /
+# key / value copies were costed (docs/moe_physics.md Sec. 5.9); 9.6% / 34.7% before the
 # Megatron-Bridge rows of 26.06+ took their 0.6.2 recipe's state (docs/moe_physics.md Sec. 5.8: the
 # median rose with the gpt-oss MXFP8 rows, -1..0% -> -9..-11%, while three rows left the tail);
 # 12.8% / 38.4% before the expert
@@ -182,6 +183,26 @@ def test_moe_rows_on_blackwell_within_20_percent(rows) -> None:
     by_id = _by_id(rows)
     errors = {i: by_id[i].error for i in (332, 340)}
     assert all(abs(e) <= 0.20 for e in errors.values()), errors
+
+
+def test_rows_take_the_router_and_permute_fusion_of_their_software(rows) -> None:
+    """Issue 22: the DeepSeek-V3 GB200 ladder fuses the permute at step 2 and the router at step 3
+    (job.moe_permute_fusion, job.moe_router_fusion; benchmarks/moe_state.py); the Megatron-Bridge
+    skill page's NCCL runs state moe_permute_fusion=false, its final recipe permute fusion; other
+    Megatron runs take Bridge 0.6.2's recipes (both on)."""
+    job = {i: r.case.scenario["job"] for i, r in _by_id(rows).items()}
+
+    def fusions(i: int) -> tuple[bool, bool]:
+        return job[i]["moe_router_fusion"], job[i]["moe_permute_fusion"]
+
+    assert [fusions(i) for i in (2061, 2062, 2063, 2073)] == [
+        (False, False),
+        (False, True),
+        (True, True),
+        (True, True),
+    ]
+    assert fusions(2078) == (True, False) and fusions(2077) == (True, True)
+    assert fusions(2043) == (True, True)  # the ModelZoo
 
 
 GPT_OSS_ROWS = (87, 88, 126, 127, 175, 221, 265, 302, 322, 339)  # Megatron-Bridge gpt-oss-120b
