@@ -56,6 +56,9 @@ def test_explicit_moe_fields_match_the_preset() -> None:
         "experts": 128,
         "top_k": 8,
         "moe_ffn_hidden": 768,
+        # the preset's router (its aux loss's scores are kernels of their own when the router is
+        # unfused, cost/host.py router_unfused_kernels)
+        "router": {"balance": "aux_loss", "aux_loss_coeff": 0.001},
     }
     plan = {"dp": 8, "tp": 1, "pp": 1, "ep": 8, "micro_batch": 1, "zero": 1, "recompute": "none"}
     a = paraplan.evaluate({**QWEN_8_H100, "plan": plan})
