@@ -37,6 +37,7 @@ __all__ = [
     "sweep_case",
     "offload_case",
     "probs_case",
+    "fusion_case",
     "divisors",
     "KNOWN_BAD_VARIANTS",
 ]
@@ -993,3 +994,26 @@ def probs_case(d: Draw, *, solve: bool = False, time_limit_s: float = 5.0) -> Ca
     sc["job"]["moe_probs_applied"] = d.choice(("router", "expert")) if broken else d.choice(PROBS_CHOICES)
     keys = ("job.moe_probs_applied",) if broken else base.expect_keys
     return replace(base, expect_keys=keys, refuse=broken, tag=f"{base.tag}:probs")
+
+
+# ------------------------------------------------------------- router and permute fusion (issue 22)
+
+FUSION_FIELDS = ("moe_router_fusion", "moe_permute_fusion")
+"""job.moe_router_fusion / job.moe_permute_fusion (cost/host.py, rules/moe_fusion.py)."""
+
+
+def fusion_case(d: Draw, *, solve: bool = False, time_limit_s: float = 5.0) -> Case:
+    """A valid (``solve``) or fully fixed (``evaluate_case``) scenario with the router and permute
+    fusion drawn after it: a generator of its own, so the fuzz record's pinned seeds draw what
+    they drew. A value that is no boolean must be a ConfigError naming the field; a framework
+    without the fused kernels refuses true by name (a ParaplanError the checks accept)."""
+    base = valid_case(d, time_limit_s=time_limit_s, consistent=True) if solve else evaluate_case(d)
+    sc = base.scenario
+    assert isinstance(sc, dict)
+    for name in FUSION_FIELDS:
+        sc["job"][name] = d.chance(0.5)
+    broken = d.chance(0.1)
+    if broken:
+        sc["job"][d.choice(FUSION_FIELDS)] = d.choice(("sometimes", "fused"))
+    keys = ("job.moe_",) if broken else base.expect_keys
+    return replace(base, expect_keys=keys, refuse=broken, tag=f"{base.tag}:fusion")

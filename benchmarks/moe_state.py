@@ -18,6 +18,17 @@ listed in the case's defaults:
 - expert TP: "ETP=1" -> etp 1; the Megatron-MoE-ModelZoo's Qwen3 rows that do not say it take
   etp 1 too (its Qwen3 best-practice scripts run --expert-tensor-parallel-size 1 with EP folded
   over TP, "intra-node EP strategy");
+- Megatron-Bridge performance rows of the 26.06 and later containers that state none of the three
+  above take what Megatron-Bridge 0.6.2's performance recipe of the same model, GPU and layout
+  sets (``perf_recipes/``, read in the 0.6.2 wheel; ``_BRIDGE_RECIPES`` below): the rows of
+  26.06-26.08 run those recipes' layouts (tp, pp, vp, ep, micro-batch, global batch; DeepSeek-V3
+  on B300, row 125, pp 8 mb 2 against the recipe's pp 8 vp 2 mb 1, does not, and keeps the
+  defaults), and the recipes name the kernels those rows ran (the gpt-oss MXFP8 recipe's TE
+  op-fuser grouped MLP is the cuDNN ``grouped_gemm_dglu`` kernel whose regression the 26.06.01
+  page footnotes), while the
+  containers before 26.06 reproduce at the defaults (the Qwen3-235B GB300 rows 184 / 230 of
+  26.04 within 3%, one layout 1.27x slower than 26.06's). That 0.6.2 is the release of the
+  26.06-26.08 containers is inferred from this, not read in a release note;
 - routing: "forced load balancing", "force-balanced", "fake balanced gate" -> force_balanced;
   "dropless, natural routing" -> dropless; the ladder rows' reproduce guide forces balance;
   "(tokendrop)" models -> capacity factor 1.0 (the token-drop recipes' factor); the Megatron-Bridge
@@ -27,6 +38,16 @@ listed in the case's defaults:
   balance (its long-context table prints the forced figure first, "295 (forced balance) / 237
   (dropless)"; its GB200 / GB300 rows 2057-2060 "forced load balancing"), as do the DeepSeek-V3
   GB200 guide's reproduce scripts and the Megatron-Bridge performance pages; else dropless;
+- router and permute fusion (``job.moe_router_fusion``, ``job.moe_permute_fusion``; cost/host.py
+  ``fusion_launch_s``): a DeepSeek-V3 GB200 ladder row runs the permute fused from step 2 ("Fuse
+  torch.zeros ... & Permute kernel Optimization", read as turning on ``--moe-permute-fusion``: an
+  assumption, the guide's table names no flag) and the router fused from step 3 ("Router fusion",
+  ``--moe-router-fusion``); "moe_permute_fusion=false" -> permute unfused, "permute fusion" ->
+  fused; any other run of a Megatron framework -> both fused: Megatron-Bridge 0.6.2's performance
+  recipes set ``moe_router_fusion = True`` (perf_recipes/deepseek/common.py, qwen/{h100,b200,
+  gb200}/qwen3_moe.py) and its model bridges ``moe_permute_fusion = True`` (deepseek_v3_bridge.py,
+  qwen3_moe_bridge.py), and the ModelZoo's runs are the same team's after the ladder's fusion
+  steps; a run of another framework keeps the defaults (false: its own PyTorch router);
 - probabilities (``job.moe_probs_applied``, rules/moe_probs.py): a run whose ``framework`` names
   Megatron (Megatron-LM, Megatron-Core, Megatron-Bridge / NeMo) -> activation; any other (NeMo
   AutoModel's own MoE layers, not read) -> auto, which with no framework named is combine.
@@ -47,6 +68,67 @@ _FORCED_UNLESS_STATED = {
     "mbridge_skill_qwen3_30b_h100": "as the page's other runs",
     "mcore_modelzoo_qwen3": "as the ModelZoo's other Qwen3 tables",
 }
+
+
+# Megatron-Bridge 0.6.2 perf_recipes/ by (model, GPU, tp, pp, vp, ep, micro-batch, global batch):
+# (dispatcher, EP overlap, CUDA graphs, the recipe). HybridEP is ``moe_token_dispatcher_type: flex``
+# with ``moe_flex_dispatcher_backend: hybridep``; "full" is ``cuda_graph_impl: full_iteration``;
+# EP overlap is ``overlap_moe_expert_parallel_comm``. The Qwen3 recipe sets them in
+# qwen/common.py ``_enable_hybridep_full_iteration_mxfp8``, the gpt-oss ones in gpt_oss/common.py
+# ``_apply_gpt_oss_120b_full_iter_fp8mx_configs`` ("legacy ... full-iteration CUDA graph
+# settings"); Kimi K2's keeps its base recipe's ``cuda_graph_impl: none`` and no EP overlap.
+_BRIDGE_RECIPES: dict[tuple[str, str, int, int, int, int, int, int], tuple[str, bool, str, str]] = {
+    ("Qwen3-235B-A22B", "GB300", 1, 4, 12, 32, 2, 8192): (
+        "hybridep",
+        True,
+        "full",
+        "qwen/gb300 qwen3_235b_a22b_pretrain_256gpu_gb300_fp8mx_config",
+    ),
+    ("gpt-oss-120b", "GB200", 1, 1, 1, 64, 4, 1280): (
+        "hybridep",
+        True,
+        "full",
+        "gpt_oss/gb200 gpt_oss_120b_pretrain_64gpu_gb200_fp8mx_config",
+    ),
+    ("gpt-oss-120b", "GB300", 1, 1, 1, 16, 4, 1280): (
+        "hybridep",
+        True,
+        "full",
+        "gpt_oss/gb300 gpt_oss_120b_pretrain_64gpu_gb300_fp8mx_config",
+    ),
+    ("Kimi K2", "GB300", 1, 4, 4, 64, 2, 4096): (
+        "hybridep",
+        False,
+        "none",
+        "kimi/gb300 kimi_k2_pretrain_256gpu_gb300_fp8mx_config",
+    ),
+}
+_RECIPE_CONTAINER = (26, 6)  # the first NeMo container whose Bridge perf rows take _BRIDGE_RECIPES
+
+
+def _container(source_table: str) -> tuple[int, int] | None:
+    """(year, month) of a Megatron-Bridge perf row's container ("26.06.01 NeMo container / ...")."""
+    m = re.match(r"\s*(\d\d)\.(\d\d)", source_table)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def bridge_recipe(row: dict[str, str]) -> tuple[str, bool, str, str] | None:
+    """The Megatron-Bridge 0.6.2 performance recipe's (dispatcher, EP overlap, CUDA graphs, name)
+    of a Megatron-Bridge perf row of the 26.06 or a later container with that recipe's model, GPU
+    and layout; None otherwise (module docstring)."""
+    container = _container(row.get("source_table", ""))
+    if row.get("source_key") != "megatron_bridge_perf" or container is None or container < _RECIPE_CONTAINER:
+        return None
+
+    def degree(name: str) -> int:
+        m = re.match(r"\s*(\d+)", row.get(name, "") or "")
+        return int(m.group(1)) if m else 1
+
+    gpu = (row.get("hardware", "").split() or [""])[0]
+    tp, pp, vp, ep, mb, gbs = (
+        degree(k) for k in ("tp", "pp", "vp", "ep", "micro_batch", "global_batch_seqs")
+    )
+    return _BRIDGE_RECIPES.get((row["model"], gpu, tp, pp, vp, ep, mb, gbs))
 
 
 def _dispatcher(notes: str) -> str | None:
@@ -104,15 +186,20 @@ def _routing(notes: str, model: str) -> dict[str, Any] | str:
 def moe_state(row: dict[str, str]) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
     """(plan fields, job fields, defaults taken) of a MoE row (module docstring)."""
     notes, key, defaults = row["notes"], row["source_key"], []
-    dispatcher = _dispatcher(notes)
+    dispatcher, overlap, graphs = _dispatcher(notes), _overlap(notes), _graphs(notes)
+    recipe = bridge_recipe(row) if (dispatcher, overlap, graphs) == (None, None, None) else None
+    if recipe is not None:
+        dispatcher, overlap, graphs, name = recipe
+        defaults.append(
+            f"moe_dispatcher={dispatcher}, moe_overlap={'on' if overlap else 'off'}, "
+            f"cuda_graphs={graphs} (Megatron-Bridge 0.6.2 {name})"
+        )
     if dispatcher is None:
         dispatcher = "alltoall"
         defaults.append("moe_dispatcher=alltoall")
-    overlap = _overlap(notes)
     if overlap is None:
         overlap = key == "megatron_bridge_perf" and "235B" in row["model"] and "H100" in row["hardware"]
         defaults.append(f"moe_overlap={'on' if overlap else 'off'}")
-    graphs = _graphs(notes)
     if graphs is None:
         blackwell = any(row["hardware"].startswith(h) for h in _BLACKWELL)
         graphs = "partial" if key == "megatron_bridge_perf" and blackwell else "none"
@@ -127,10 +214,26 @@ def moe_state(row: dict[str, str]) -> tuple[dict[str, Any], dict[str, Any], list
     if key in _FORCED_UNLESS_STATED and not stated:
         routing = "force_balanced"  # the source's other runs force balance
         defaults.append(f"moe_routing=force_balanced ({_FORCED_UNLESS_STATED[key]})")
-    job: dict[str, Any] = {"moe_routing": routing}
+    job: dict[str, Any] = {"moe_routing": routing, **_fusions(row, defaults)}
     if (probs := probs_applied(row.get("framework", ""))) is not None:
         job["moe_probs_applied"] = probs
     return plan, job, defaults
+
+
+def _fusions(row: dict[str, str], defaults: list[str]) -> dict[str, bool]:
+    """``job.moe_router_fusion`` / ``job.moe_permute_fusion`` of a row (module docstring)."""
+    notes = row["notes"].lower()
+    step = re.search(r"ladder step (\d+)/13", notes)
+    if step:
+        return {"moe_permute_fusion": int(step.group(1)) >= 2, "moe_router_fusion": int(step.group(1)) >= 3}
+    if "megatron" not in row.get("framework", "").lower():
+        return {}
+    fusions = {"moe_router_fusion": True, "moe_permute_fusion": "moe_permute_fusion=false" not in notes}
+    stated = "moe_permute_fusion=" in notes or "permute fusion" in notes
+    defaults.append(
+        "moe_router_fusion=true" + ("" if stated else ", moe_permute_fusion=true") + " (Megatron)"
+    )
+    return fusions
 
 
 def probs_applied(framework: str) -> str | None:

@@ -33,6 +33,7 @@ from pathlib import Path
 from paraplan.cost.serving import ServingPrediction, evaluate_serving
 from paraplan.hardware.serving import FIT_NAMES, ServingFit, serving_priors
 
+from benchmarks.serving_precision import precision_lines
 from benchmarks.serving_set import DEFAULT_CSV, METRICS, ServingCase, Skipped, serving_cases
 from benchmarks.side_by_side import DEFAULT_AIC as AIC_RESULTS
 from benchmarks.side_by_side import read_error_csv, side_by_side
@@ -306,6 +307,8 @@ def main(argv: list[str] | None = None) -> int:
             "\nside by side with AIConfigurator 0.12.0 on the rows both express (benchmarks/side_by_side.py):"
         )
         print(side_by_side_table(side_by_side(rows, read_error_csv(Path(args.aic)), sources)) + "\n")
+    for line in precision_lines(scores):  # a source's whole-ms rows: benchmarks/serving_precision.py
+        print(line)
     print(f"scored {len(cases)} rows ({len(scores)} metric values); skipped {len(skipped)}")
     _print_table(
         "error = predicted / measured - 1 (in-sample" + (", beside leave-one-source-out)" if loso else ")"),

@@ -27,7 +27,7 @@ from paraplan.cost.ep import (
     moe_tp_collectives,
     steady_fraction,
 )
-from paraplan.cost.host import moe_launch_s, moe_pass_s
+from paraplan.cost.host import fusion_launch_s, moe_launch_s, moe_pass_s
 from paraplan.cost.offload import block_offload_bytes, offload_exposed_s
 from paraplan.cost.plan import Job, Layout, Recompute
 from paraplan.cost.pp_schedule import hides_ep_comm, paired_share
@@ -212,8 +212,13 @@ def block_work(graph: LayerGraph, index: int, plan: Layout, job: Job, cluster: C
             for ly, t in zip(layers, times, strict=True)
         )
     if moe:  # host launches and the dispatcher's sync (cost/host.py), once per pass
-        launch = moe_launch_s(plan, max(1, moe.num_experts // plan.ep), eff, job.precision)
-        forward_s, backward_s = moe_pass_s(forward_s, launch, plan), moe_pass_s(backward_s, 2 * launch, plan)
+        fused = fusion_launch_s(job, graph.spec.router, moe.top_k, plan.cuda_graphs)
+        base = moe_launch_s(plan, max(1, moe.num_experts // plan.ep), eff, job.precision)
+        launch, backward_launch = base + fused.forward_s, 2 * base + fused.backward_s
+        forward_s, backward_s = (
+            moe_pass_s(forward_s, launch, plan),
+            moe_pass_s(backward_s, backward_launch, plan),
+        )
         recompute_s[Recompute.FULL] = moe_pass_s(recompute_s[Recompute.FULL], launch, plan)
         if recomputes_moe_layer(job.recompute_modules):
             recompute_s[Recompute.SELECTIVE] = moe_pass_s(recompute_s[Recompute.SELECTIVE], launch, plan)

@@ -368,7 +368,8 @@ def layer_forward(layer: Layer, plan: Layout, job: Job, accel: Accelerator, eff:
     Formula: sum over GEMMs of gemm_s(gemm_shape(g, n, tp)); a Mamba scan's scan_times (its
     own backward; recomputed by full recompute only, not by selective recompute); attention
     core attention_core_flops (n * core * attended_keys / tp) at attention_s(layer shape);
-    element-wise n * elems * 2 bytes / (HBM * eff), sharded by tp when SP is on. n =
+    element-wise n * elems * 2 bytes / (HBM * eff), sharded by tp when SP is on, and MLA's
+    query / key / value materialisation (layer.qkv_copy_elems, TP-sharded heads) likewise. n =
     layer_tokens. Backward: dgrad + wgrad per GEMM, dgrad only when ``job.frozen_base`` (LoRA:
     the frozen base weights take no weight gradient). Units: seconds. Assumes: the LM head is
     column-parallel over tp, the embedding lookup is HBM-bound.
@@ -382,7 +383,9 @@ def layer_forward(layer: Layer, plan: Layout, job: Job, accel: Accelerator, eff:
         flops = attention_core_flops(layer, n, layer_seq_len(layer, job), tp)
         attn_s = attention_s(flops, layer_attention_shape(layer, plan, job), accel, eff, job.attention_kernel)
     shard = tp if (plan.sequence_parallel or layer.kind is LayerKind.LM_HEAD) else 1
-    elementwise_s = n * layer.mem_bound_elems * ACTIVATION_BYTES / shard / (accel.hbm_bytes_per_s * eff.hbm)
+    hbm = accel.hbm_bytes_per_s * eff.hbm
+    elementwise_s = n * layer.mem_bound_elems * ACTIVATION_BYTES / shard / hbm
+    elementwise_s += n * layer.qkv_copy_elems * ACTIVATION_BYTES / tp / hbm  # MLA's Q, K, V
     return LayerTime(
         gemm_total_s, attn_s, elementwise_s, 0.0 if job.frozen_base else 1.0, scan_fwd_s, scan_bwd_s
     )

@@ -31,6 +31,10 @@ block and pass (forward; backward launches twice the kernels, dgrad and wgrad):
   shows it: the same Qwen3-235B layout (tp 1, pp 8, ep 8, micro-batch 1, 16 local experts,
   partial graphs) measured 25.9 s in BF16 on 256 GB200 (row 2057) and 49.6 s in MXFP8 on 256
   B300 (row 276), where one launch cost for both predicts 31.8 s and 31.0 s.
+- Megatron's router and permute fusion (``job.moe_router_fusion``, ``job.moe_permute_fusion``,
+  ``fusion_launch_s``): unfused, the router's top-k, scores and aux loss and the token permute /
+  unpermute run as PyTorch ops, each a launch of TORCH_OP_LAUNCH_S, added to ``launch_s`` (the
+  counts and sources in ``router_unfused_kernels`` / ``permute_unfused_kernels``).
 - ``sync_s`` (MOE_SYNC_S): the device-to-host sync's drain (the dispatcher needs the per-expert
   token counts on the host). Megatron's 1F1B EP overlap hides it under the other micro-batch's
   kernels (the 16-GPU Qwen3-30B nsys pair: HybridEP metadata preprocess 3.109 s -> 0.670 s per
@@ -64,7 +68,10 @@ grids): 1500 / 160 / 80 us unchanged, MOE_SYNC_S 100 -> 200 us (objective 1.448 
 
 from __future__ import annotations
 
-from paraplan.cost.plan import CudaGraphs, Layout, Precision
+from typing import NamedTuple
+
+from paraplan.cost.plan import CudaGraphs, Job, Layout, Precision
+from paraplan.graph.spec import Router
 from paraplan.hardware import Efficiency
 
 __all__ = [
@@ -76,12 +83,18 @@ __all__ = [
     "moe_launch_s",
     "moe_sync_s",
     "moe_pass_s",
+    "TORCH_OP_LAUNCH_S",
+    "FusionLaunches",
+    "router_unfused_kernels",
+    "permute_unfused_kernels",
+    "fusion_launch_s",
 ]
 
 PARTIAL_UNCAPTURED = 0.25  # share of the router/permute launches left uncaptured by partial scopes
 EXPERT_LAUNCH_S = 160e-6  # host time of one local expert's kernels per forward pass, FP8 recipes (fitted)
 EXPERT_LAUNCH_BF16_S = 80e-6  # the same without the per-expert quantisation, BF16/FP16 (fitted; <= FP8's)
 MOE_SYNC_S = 200e-6  # device-to-host sync drain per MoE layer per pass (fitted; benchmarks/calibrate_moe.py)
+TORCH_OP_LAUNCH_S = 10e-6  # host time of one eager PyTorch op's launch (prior, cited from memory; not fitted)
 
 
 def _uncaptured(graphs: CudaGraphs) -> float:
@@ -113,3 +126,76 @@ def moe_sync_s(plan: Layout) -> float:
 def moe_pass_s(gpu_s: float, launch_s: float, plan: Layout) -> float:
     """One pass of a MoE block: max(GPU time, host launch time) + sync. Units: seconds."""
     return max(gpu_s, launch_s) + moe_sync_s(plan)
+
+
+# --------------------------------------------------------------------------- router / permute fusion
+
+
+class FusionLaunches(NamedTuple):
+    """Host time of the launches an unfused router and permute add to one MoE layer (seconds)."""
+
+    forward_s: float
+    backward_s: float
+
+
+def router_unfused_kernels(router: Router, top_k: int) -> tuple[int, int]:
+    """(forward, backward) kernels the unfused router launches beyond the fused path, per MoE layer.
+
+    Counted from megatron-core 0.19.2 moe_utils.py, ``topk_routing_with_score_function`` and
+    ``compute_routing_scores_for_aux_loss`` with ``fused=False`` (one launch per PyTorch op that
+    moves data): scores (softmax 1; sigmoid: fp32 cast + sigmoid 2), the expert bias (add + gather
+    2), the top-k (1; group-limited: top-2 per group, sum, group top-k, zeros, scatter, mask expand,
+    bool, invert, masked_fill, top-k 10), the sigmoid's normalisation (sum, add, divide 3), the
+    scaling factor (1), the cast back (1), the dense probabilities and routing map (zeros, scatter,
+    zeros, int, scatter, bool 6); with a balancing loss the aux-loss scores again (softmax 1 or
+    sigmoid and normalisation 5, top-k 1, routing map 4) and the loss itself (about 4: token sums,
+    products, the sum). Fused, Transformer Engine (>= 2.7) runs the top-k with its score function,
+    the aux-loss scores and the aux loss as one kernel each. Backward: about one kernel per
+    differentiable op of the forward chain (scores, gather, normalisation, scaling, cast, scatter of
+    the probabilities: 8; the aux loss 6) against one per fused kernel. An approximate count from
+    reading the code, not a profile."""
+    sigmoid = router.score == "sigmoid"
+    forward = (2 if sigmoid else 1) + (2 if router.expert_bias else 0)
+    forward += 10 if router.groups > 1 and router.group_topk > 0 else 1
+    forward += 3 if sigmoid and top_k > 1 else 0
+    forward += (1 if router.scaling_factor != 1.0 else 0) + 1 + 6
+    backward, fused = 8, 1
+    if router.balance != "none" and router.aux_loss_coeff > 0:
+        forward += (5 if sigmoid else 1) + 1 + 4 + 4
+        backward, fused = backward + 6, fused + 2
+    return forward - fused, backward - fused
+
+
+def permute_unfused_kernels() -> tuple[int, int]:
+    """(forward, backward) kernels the unfused permute and unpermute launch beyond the fused path,
+    per MoE layer. megatron-core 0.19.2 moe_utils.py ``permute`` (dropless, probabilities carried):
+    bool cast, transpose copy, a stable argsort (radix sort, about 3 kernels), a modulo, the
+    probabilities' transpose copy and gather, the tokens' index_select: 9 against Transformer
+    Engine's ``moe_permute_with_probs`` (row-id map, about 3 kernels, and the permute: 4);
+    ``unpermute``: zeros and scatter_add (2) against one. Backward: index_select's (zeros,
+    index_add) and scatter_add's (gather) 3 against 2 fused kernels. The alltoall dispatcher's
+    regrouping by local expert (``sort_chunks_by_idxs``) is left out: it is the dispatcher's, and
+    the block's work does not read the dispatcher (cost/stage_build.py ``_WORK_IGNORES``)."""
+    return (9 + 2) - (4 + 1), 3 - 2
+
+
+def fusion_launch_s(job: Job, router: Router, top_k: int, graphs: CudaGraphs) -> FusionLaunches:
+    """Host time an unfused router (``job.moe_router_fusion`` false) and permute
+    (``job.moe_permute_fusion`` false) add to one MoE layer's launches:
+    ``kernels x TORCH_OP_LAUNCH_S`` per pass, the router's only where it is not captured
+    (partial graphs capture the moe_router scope; full graphs everything) and the permute's unless
+    full graphs (the unpermute runs after the experts, outside the partial scopes).
+    TORCH_OP_LAUNCH_S (10 us): an eager PyTorch op's host dispatch and launch, cited from memory
+    (a few us of CUDA launch plus the dispatcher's Python and C++ overhead; PyTorch's own
+    performance notes put small-op overhead near 10 us); it is far below the fitted per-expert
+    launch (EXPERT_LAUNCH_S, Transformer Engine's GEMM and quantisation path). Units: seconds."""
+    if graphs is CudaGraphs.FULL:
+        return FusionLaunches(0.0, 0.0)
+    forward = backward = 0
+    if not job.moe_router_fusion and graphs is CudaGraphs.NONE:
+        f, b = router_unfused_kernels(router, top_k)
+        forward, backward = forward + f, backward + b
+    if not job.moe_permute_fusion:
+        f, b = permute_unfused_kernels()
+        forward, backward = forward + f, backward + b
+    return FusionLaunches(forward * TORCH_OP_LAUNCH_S, backward * TORCH_OP_LAUNCH_S)

@@ -223,6 +223,12 @@ class Job:
     # it (not auto), so a framework that multiplies elsewhere refuses it by name
     moe_probs_applied: MoEProbs = MoEProbs.COMBINE
     is_moe_probs_given: bool = False
+    # Megatron --moe-router-fusion / --moe-permute-fusion: the router's top-k, scores and aux loss,
+    # and the token permute / unpermute, as Transformer Engine's fused kernels; off: PyTorch ops,
+    # one launch each (cost/host.py fusion_launch_s). megatron-core 0.19.2 TransformerConfig
+    # defaults both to False; the frameworks that run the fused kernels: rules/moe_fusion.py
+    moe_router_fusion: bool = False
+    moe_permute_fusion: bool = False
 
     @property
     def tokens_per_step(self) -> int:

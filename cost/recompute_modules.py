@@ -23,8 +23,12 @@ parallelism; stored bytes as cost/recompute.py counts them: GEMM inputs at
 - core_attn: the s x s scores without flash attention; re-runs the attention core.
 - layernorm: the normed input of attention and of the MLP / MoE (h/sp per token at its stored
   bytes); re-runs the norm (2 h element-wise).
-- mla_up_proj (MLA layers): Q, K and V (2 heads (d_nope + d_rope) + v_dim, /tp); re-runs the
-  q_up and kv_up GEMMs and RoPE.
+- mla_up_proj (MLA layers): Q, K and V (2 heads (d_nope + d_rope) + v_dim, /tp); re-runs what
+  ``qkv_up_proj_and_rope_apply`` runs under ``CheckpointWithoutOutput``: the q and kv latent
+  RMSNorms fused into the up-projections (TELayerNormColumnParallelLinear with qk_layernorm;
+  2 (q_lora + kv_lora) element-wise), the q_up and kv_up GEMMs, the RoPE and the query / key /
+  value materialisation (2 (heads d_rope + d_rope) + Layer.qkv_copy_elems, /tp): the core
+  attention's inputs are rebuilt whole, not only the GEMMs' outputs.
 - moe_act: the routed experts' activation output (f per routed copy /etp, the fc2 input);
   re-runs the activation (up + f elements per copy).
 - shared_experts: the shared experts' fc1 output and activation output; re-runs their GEMMs.
@@ -88,6 +92,23 @@ def _expert_copies(layer: Layer, plan: Layout, job: Job) -> float:
     """Routed copies a device stores at the mean load (cost/ep.py expert_stored_bytes)."""
     assert layer.experts is not None
     return tokens_per_device(plan, job) * layer.experts.top_k * plan.expert_tp / plan.tp
+
+
+def _mla_rope_elems(layer: Layer) -> float:
+    """The rotary's elements per token of an MLA layer, 2 (heads d_rope + d_rope), as
+    graph/decoder_layers.py counts them: the q projection's output less the query / key / value
+    dims the copy counts. Read from the GEMMs: q_up's out_dim is heads (nope + rope), kv_up's
+    heads (nope + v), proj's in_dim heads v."""
+    q = next(g for g in layer.gemms if g.name in ("q_up", "q")).out_dim
+    kv = next(g for g in layer.gemms if g.name == "kv_up").out_dim
+    v = next(g for g in layer.gemms if g.name == "proj").in_dim
+    heads_rope = q - (kv - v)  # heads (nope + rope) - heads nope
+    rope = next(g for g in layer.gemms if g.name == "kv_down").out_dim - _kv_lora(layer)
+    return 2.0 * (heads_rope + rope)
+
+
+def _kv_lora(layer: Layer) -> int:
+    return next(g for g in layer.gemms if g.name == "kv_up").in_dim
 
 
 def _has_mla_up(layer: Layer) -> bool:
@@ -157,11 +178,12 @@ def modules_recompute_s(
     if RecomputeModule.LAYERNORM in modules and kind in (LayerKind.ATTENTION, LayerKind.MLP, LayerKind.MOE):
         out += n * 2 * h * ACTIVATION_BYTES / _sp(plan) / hbm
     if RecomputeModule.MLA_UP_PROJ in modules and _has_mla_up(layer):
-        out += sum(
-            gemm_s(gemm_shape(g, n, plan.tp), job.precision, accel, eff)
-            for g in layer.gemms
-            if g.name in _MLA_UP
-        )
+        # q_up and kv_up, or without a q LoRA the q projection Megatron runs in their place
+        ups = [g for g in layer.gemms if g.name in (*_MLA_UP, "q")]
+        out += sum(gemm_s(gemm_shape(g, n, plan.tp), job.precision, accel, eff) for g in ups)
+        latents = sum(g.in_dim for g in ups if g.name in _MLA_UP)  # their latent norms (not tp-split)
+        heads_rope = _mla_rope_elems(layer)
+        out += n * (2 * latents + (heads_rope + layer.qkv_copy_elems) / plan.tp) * ACTIVATION_BYTES / hbm
     if RecomputeModule.SHARED_EXPERTS in modules and kind is LayerKind.MOE:
         out += sum(
             gemm_s(gemm_shape(g, n, plan.tp), job.precision, accel, eff)

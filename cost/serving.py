@@ -14,9 +14,10 @@ output tokens; Sarathi-Serve, Agrawal et al. OSDI'24, Sec. 3). Output rate B / t
 (the mean inter-token latency includes the prefill chunks mixed into decode steps).
 TTFT = queue wait + (1/2 + max(1, isl / chunk)) tau: half a step until the next step starts, then
 the prompt's chunks of ``max_num_tokens - B`` tokens.
-Queue wait: closed loop (``concurrency``), the requests beyond B wait (C - B) / X by Little's law,
-and the share ``closed_loop_burst`` that sees a benchmark's synchronised first wave waits for the
-wave's prompts (``_wave_s``);
+Queue wait: closed loop (``concurrency``), the requests beyond B wait (C - B) / X by Little's law;
+the share ``first_wave_share`` that sees a benchmark's synchronised first wave waits for the
+wave's prompts (``wave_s``), the rest return in cohorts of one step's prompts
+(``cohort_service_s``), and TPOT is the decode-only round (serving_common.py);
 open loop (``request_rate``), B solves rate x osl = B / tau(B) and the prompt server (the chunk
 budget) is an M/D/1 queue (cost/queueing.py); at or past capacity the wait is that of utilisation
 OVERLOAD_RHO and ``overloaded`` is set.
@@ -46,6 +47,7 @@ from paraplan.cost.serving_common import (
     at_slo,
     batch_at_rate,
     blend,
+    cohort_service_s,
     goodput,
     memory_reasons,
     model_graph,
@@ -77,6 +79,7 @@ from paraplan.hardware.serving import (
     ServingFit,
     engine_memory,
     is_cpp_runtime,
+    is_prefill_first,
     is_serial_pp_host,
     serving_fit,
 )
@@ -120,6 +123,7 @@ def evaluate_serving(
         kv_bytes_per_element(workload.kv_precision),
         is_cpp_runtime(engine.name, engine.version),
         is_serial_pp_host(engine.name, engine.version),
+        is_prefill_first(engine.name),
     )
     mem = engine_memory(engine.name)
     if engine.kv_fraction is not None:
@@ -170,14 +174,15 @@ def _aggregated(c: Ctx, plan: ServingPlan, engine: EngineMemory) -> ServingPredi
     isl90, osl90 = w.isl_p90 or w.isl, w.osl_p90 or w.osl
     service = (0.5 + max(1.0, w.isl / chunk)) * tau
     service90 = (0.5 + max(1.0, isl90 / chunk)) * tau
-    if w.concurrency is not None and w.request_rate is None:
-        wave = wave_s(c, shape, batch, w.isl, budget_tokens)
-        service, service90 = blend(c, service, wave), blend(c, service90, wave * 1.8)
     tau90 = round_s(c, shape, batch, isl90, osl90, True) if (isl90, osl90) != (w.isl, w.osl) else tau
     if w.concurrency is not None and w.request_rate is None:
-        # the first wave's requests decode together after their prompts: decode-only steps
-        pure = round_s(c, shape, batch, w.isl, w.osl, False)
-        tau, tau90 = blend(c, tau, pure), blend(c, tau90, pure)
+        wave = wave_s(c, shape, batch, w.isl, budget_tokens)
+        steady = cohort_service_s(c, shape, batch, w.isl, w.osl, chunk, w.isl)
+        steady90 = cohort_service_s(c, shape, batch, w.isl, w.osl, chunk, isl90)
+        service, service90 = blend(c, steady, wave, True), blend(c, steady90, wave * 1.8, True)
+        # a closed loop's prompts come a cohort at a time, one step of a cohort per osl steps of
+        # it: the steps between are decode-only (and a prefill-first engine's wave decodes alone)
+        tau = tau90 = round_s(c, shape, batch, w.isl, w.osl, False)
     front = c.fit.ttft_overhead_s
     ttft = front + service + wait.mean_s
     ttft_p = max(front + service90 + wait.p90_s, ttft)

@@ -32,7 +32,9 @@ __all__ = [
     "goodput",
     "prefill_step_s",
     "wave_s",
+    "first_wave_share",
     "blend",
+    "cohort_service_s",
     "memory_reasons",
     "kv_transfer_s",
 ]
@@ -55,6 +57,7 @@ class Ctx:
     kv_bytes: float
     cpp_runtime: bool = False
     serial_pp_host: bool = False  # hardware/serving.py is_serial_pp_host
+    prefill_first: bool = False  # hardware/serving.py is_prefill_first
 
 
 def worker_step(c: Ctx, shape: WorkerShape, x: StepInput) -> StepTime:
@@ -177,11 +180,50 @@ def wave_s(c: Ctx, shape: WorkerShape, wave: float, isl: float, step_tokens: flo
     return (steps + 1.0) / 2.0 * prefill_step_s(c, shape, max(isl, min(step_tokens, wave * isl)), isl)
 
 
-def blend(c: Ctx, steady_s: float, wave_s: float) -> float:
-    """The share ``closed_loop_burst`` of a closed loop's requests that see the first wave
-    (hardware/data/serving.yaml), the rest the steady state."""
-    f = c.fit.closed_loop_burst
+def first_wave_share(c: Ctx, aggregated: bool) -> float:
+    """The share of a closed loop's requests whose TTFT is the synchronised wave's (``wave_s``).
+    A benchmark at concurrency C (aiperf ``--concurrency C``) starts C requests at once, after a
+    warm-up it waits out: AIConfigurator's own harness sends 20 C requests after C (sflow) or 2 C
+    (bench_run.sh) warm-up ones (aiconfigurator 0.12.0 wheel, generator/sflow.py and
+    generator/config/backend_templates/benchmark/; aiperf 0.3.0 timing/credit_issuing_strategy.py
+    waits for each phase's credits before the next), so the first wave is one request in 20.
+    Where the engine mixes prompts into decode steps, the wave's requests start decoding as their
+    own prompts finish, finish in the same staggered cohorts and come back staggered (the steady
+    state, ``cohort_service_s``): the share is ``closed_loop_burst`` (fitted, prior 1 / 20). An
+    aggregated prefill-first engine (SGLang, hardware/serving.py ``is_prefill_first``) decodes
+    the wave only after its last prompt, so it finishes and comes back together: every round is a
+    wave, share 1."""
+    if aggregated and c.prefill_first:
+        return 1.0
+    return c.fit.closed_loop_burst
+
+
+def blend(c: Ctx, steady_s: float, wave_s: float, aggregated: bool) -> float:
+    """``first_wave_share`` of a closed loop's requests see the first wave, the rest the steady
+    state."""
+    f = first_wave_share(c, aggregated)
     return f * wave_s + (1.0 - f) * steady_s
+
+
+def cohort_service_s(
+    c: Ctx, shape: WorkerShape, batch: float, isl: float, osl: float, chunk: float, prompt_isl: float
+) -> float:
+    """TTFT service in a closed loop's steady state on an engine that mixes prompts into decode
+    steps: the first wave's prompts finished in cohorts of one step's budget, q = min(chunk,
+    batch x isl) prompt tokens, whose requests finish in the same step and come back together
+    (fixed lengths). A returning cohort waits half a decode-only round for the running step, then
+    its prompts ride max(1, isl / chunk) rounds of ``batch`` decode tokens and q prompt tokens:
+    0.5 t(B, 0) + max(1, prompt_isl / chunk) t(B, q) (``prompt_isl``: isl or its p90). The
+    mean-field service, (1/2 + max(1, isl / chunk)) rounds that spread the same prompts thinly
+    over every step (B isl / osl tokens each), is shorter and fits the rows worse (docs/
+    serving_model.md Sec. 6.0b). Units: seconds."""
+    q = min(chunk, batch * isl)
+    micro = max(batch, 1e-9) / shape.pp
+    tokens = q / shape.pp
+    carried = (
+        shape.pp * worker_step(c, shape, StepInput(micro, isl + osl / 2.0, tokens, isl, tokens / isl)).total_s
+    )
+    return 0.5 * round_s(c, shape, batch, isl, osl, False) + max(1.0, prompt_isl / chunk) * carried
 
 
 def memory_reasons(budget: MemoryBudget, w: Workload) -> tuple[str, ...]:

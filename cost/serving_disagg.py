@@ -85,7 +85,7 @@ def disaggregated(c: Ctx, plan: ServingPlan, engine: EngineMemory) -> ServingPre
         wait = Wait.fixed(queued)
         if w.concurrency:
             wave = wave_s(c, ps, min(conc, dw.workers * cap) / pw.workers, w.isl, per_step)
-            alone, alone90 = blend(c, alone, wave), blend(c, alone90, wave * 1.8)
+            alone, alone90 = blend(c, alone, wave, False), blend(c, alone90, wave * 1.8, False)
     front = c.fit.ttft_overhead_s
     ttft = front + alone + transfer + wait.mean_s
     ttft_p = max(front + alone90 + transfer + wait.p90_s, ttft)

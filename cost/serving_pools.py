@@ -34,7 +34,14 @@ from dataclasses import dataclass, replace
 from paraplan.cost.comm import p2p_s
 from paraplan.cost.kv import WorkerShape, kv_bytes_per_element, kv_bytes_per_sequence, weight_bytes_per_param
 from paraplan.cost.queueing import md1_wait_s
-from paraplan.cost.serving_common import Ctx, model_graph, prefill_step_s, round_s, worker_shape
+from paraplan.cost.serving_common import (
+    Ctx,
+    first_wave_share,
+    model_graph,
+    prefill_step_s,
+    round_s,
+    worker_shape,
+)
 from paraplan.cost.serving_memory import memory_budget
 from paraplan.cost.serving_types import Engine, WorkerPlan, Workload
 from paraplan.graph import ModelSpec
@@ -43,6 +50,7 @@ from paraplan.hardware.serving import (
     EngineMemory,
     engine_memory,
     is_cpp_runtime,
+    is_prefill_first,
     is_serial_pp_host,
     serving_fit,
 )
@@ -90,6 +98,7 @@ def _ctx(spec: ModelSpec, cluster: Cluster, workload: Workload, engine: Engine) 
         kv_bytes_per_element(workload.kv_precision),
         is_cpp_runtime(engine.name, engine.version),
         is_serial_pp_host(engine.name, engine.version),
+        is_prefill_first(engine.name),
     )
     mem = engine_memory(engine.name)
     if engine.kv_fraction is not None:
@@ -143,7 +152,7 @@ def _wave_limit(c: Ctx, ps: WorkerShape, w: Workload, alone: float, rest_s: floa
     (1 - f) alone; below q isl = S every q is allowed. inf without the SLO or open loop."""
     if w.concurrency is None or w.ttft_ms is None:
         return math.inf
-    f = c.fit.closed_loop_burst
+    f = first_wave_share(c, False)
     if f <= 0:
         return math.inf
     room = w.ttft_ms / 1e3 - rest_s - (1.0 - f) * alone

@@ -1,6 +1,7 @@
 """The software state a plan runs under that moves MoE step time: the token dispatcher, CUDA
 graphs, the routing mode and where the router's probabilities are applied (fields of
-cost.plan.Layout and Job; re-exported from cost.plan).
+cost.plan.Layout and Job; re-exported from cost.plan); the router and permute fusion are plain
+Job booleans (``moe_router_fusion``, ``moe_permute_fusion``; cost/host.py ``fusion_launch_s``).
 What each costs: cost/dispatch.py, cost/host.py, cost/ep.py; which framework runs which:
 rules/moe_state.py."""
 

@@ -13,6 +13,7 @@ from paraplan.graph.spec import ModelSpec
 __all__ = [
     "attention_layer",
     "mla_attention_layer",
+    "mla_qkv_copy_elems",
     "mlp_layer",
     "moe_layer",
     "final_norm_layer",
@@ -104,6 +105,21 @@ def mlp_layer(spec: ModelSpec, i: int) -> Layer:
     )
 
 
+def mla_qkv_copy_elems(spec: ModelSpec) -> float:
+    """Elements per token Megatron-Core's MLA moves to build the core attention's query, key and
+    value beyond the rotary of the rope dims (counted in mem_bound_elems, 2 (heads rope + rope)):
+    megatron-core 0.19.2 multi_latent_attention.py ``qkv_up_proj_and_rope_apply`` reads q_up's
+    output (heads qk) and kv_up's (heads (nope + v)) and the shared k_pos (rope), and writes query
+    and key (heads qk each) and value (heads v) contiguous, in one fused RoPE kernel per side
+    (``fused_apply_mla_rope_for_q`` / ``_for_kv``, apply_rope_fusion) or in split / cat / contiguous
+    copies without it: 2 heads qk + heads (nope + v) + rope + heads qk + heads v in all."""
+    heads, nope, v = spec.num_heads, spec.qk_nope_head_dim, spec.v_head_dim
+    rope = spec.qk_rope_head_dim
+    qk = nope + rope
+    whole = 2 * heads * qk + heads * (nope + v) + rope + heads * qk + heads * v
+    return float(whole - 2 * (heads * rope + rope))
+
+
 def mla_attention_layer(spec: ModelSpec, i: int) -> Layer:
     """Multi-head latent attention (DeepSeek-V2 arXiv:2405.04434 Sec. 2.1; V3 arXiv:2412.19437).
 
@@ -151,6 +167,7 @@ def mla_attention_layer(spec: ModelSpec, i: int) -> Layer:
         act_sp_gemm_elems=h + rq + rkv,
         act_quadratic_heads=heads,
         mem_bound_elems=2 * h + 2 * rq + 2 * rkv + 3 * h + 2 * (heads * rope + rope),
+        qkv_copy_elems=mla_qkv_copy_elems(spec),
         shardable=("tp", "sp", "cp"),
         window=_local(spec, i)[0],
         chunk=_local(spec, i)[1],

@@ -131,6 +131,12 @@ class Layer:
     scan_bytes_per_token: float = 0.0
     scan_backward_bytes_per_token: float = 0.0
     state_elems_per_seq: int = 0  # recurrent state per sequence (conv + SSM state), Mamba
+    # Megatron-Core MLA's query / key / value materialisation beyond the rotary part of
+    # mem_bound_elems (multi_latent_attention.py qkv_up_proj_and_rope_apply: the up-projections'
+    # outputs read and query, key, value written whole, per token, TP-sharded; graph/
+    # decoder_layers.py MLA); a training framework's pass, so apart: serving engines run their own
+    # MLA kernels (cost/serving_step.py reads mem_bound_elems only)
+    qkv_copy_elems: float = 0.0
 
     @property
     def gemm_flops_per_token(self) -> int:

@@ -19,6 +19,7 @@ __all__ = [
     "engine_names",
     "is_cpp_runtime",
     "is_serial_pp_host",
+    "is_prefill_first",
     "gemm_priors",
     "gemm_kernel_rates",
     "serving_priors",
@@ -160,6 +161,19 @@ def is_serial_pp_host(name: str, version: str | None) -> bool:
     10 kB sdist stub without the source, the wheel is on NVIDIA's index, out of reach (checked
     2026-12-02). The calibration rows support the effect (docs/serving_model.md Sec. 1)."""
     return name == "trtllm" and not is_cpp_runtime(name, version)
+
+
+def is_prefill_first(name: str) -> bool:
+    """Whether the engine runs a waiting prompt batch before its running decode batch instead of
+    mixing the two in one step: SGLang's scheduler (``Scheduler.get_next_batch_to_run``, "Run
+    prefill first if possible": a new prefill batch is returned before the running batch
+    decodes) with ``--enable-mixed-chunk`` off by default (server_args.py
+    ``enable_mixed_chunk: bool = False``; both read in the sglang 0.5.9 wheel from PyPI,
+    2026-12-02). vLLM's chunked prefill and TensorRT-LLM's in-flight batching put the prompts into
+    the decode steps. So a closed loop's synchronised wave on SGLang decodes only after its last
+    prompt, finishes together and comes back together: every round is a wave
+    (cost/serving_common.py ``first_wave_share``)."""
+    return name == "sglang"
 
 
 GEMM_PRIOR_NAMES = ("gemm_bf16", "gemm_fp8", "gemm_fp8_blockwise", "gemm_mxfp8", "gemm_nvfp4")

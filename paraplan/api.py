@@ -16,7 +16,7 @@ from paraplan.errors import ConfigError, SolveTimeout
 from paraplan.headroom import more_headroom_hint, more_headroom_line
 from paraplan.instance import Calibration, Instance, build_instance, fixed_plan
 from paraplan.planning import UNRESTRICTED, fixed_modes, runnable_options, runs_on, search, target_options
-from paraplan.reports.explain import explain, summary
+from paraplan.reports.explain import RunnerProof, explain, summary
 from paraplan.result import (
     Alternative,
     Result,
@@ -246,8 +246,9 @@ def solve(
         time_limit_s=left_s,
         num_workers=workers,
         random_seed=seed,
-        top=max(top, 2),
+        top=top,  # top = 1: the runner-up is the best other layout the search saw (solver Seen)
         duplicate_rel=DUPLICATE_REL,
+        runner_up_seen=True,
     )
     searched, notes, runnable_only = search(inst, fixed, base, opts, progress, time_limit_s, deadline)
     out = searched.out
@@ -274,6 +275,12 @@ def solve(
     if others:
         rp = others[0][0].plan
         runner = (rp, cost_evaluate(inst.graph, inst.cluster, inst.job, rp))
+    proof = None  # top = 1: what the search saw of the next best (proven or a bound)
+    if out.seen is not None:
+        seen_plan = out.seen.plan.plan if out.seen.plan is not None else None
+        if seen_plan is not None and (not runnable_only or runs_on(inst, seen_plan)):
+            runner = (seen_plan, cost_evaluate(inst.graph, inst.cluster, inst.job, seen_plan))
+        proof = RunnerProof(runner is not None and out.seen.proven, out.seen.others_bound_s)
     alternatives = [
         Alternative(
             summary=summary(s.plan),
@@ -285,7 +292,7 @@ def solve(
         for s, on in others[: top - 1]
     ]
     band = band_out(inst.cluster, breakdown.step_time_s, inst.graph.spec.is_moe)
-    explanation = explain(best.plan, breakdown, inst.cluster, runner, band, job=inst.job)
+    explanation = explain(best.plan, breakdown, inst.cluster, runner, band, job=inst.job, proof=proof)
     roomier = (
         more_headroom_line(inst, best.plan, breakdown, fixed, base, opts, deadline, time.perf_counter)
         if more_headroom

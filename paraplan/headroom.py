@@ -115,7 +115,13 @@ def more_headroom_line(
     roomier = replace(inst, cluster=with_memory_headroom(inst.cluster, wanted))
     try:
         found = search(
-            roomier, fixed, base, replace(opts, time_limit_s=left_s, top=1), None, left_s, deadline
+            roomier,
+            fixed,
+            base,
+            replace(opts, time_limit_s=left_s, top=1, runner_up_seen=False),
+            None,
+            left_s,
+            deadline,
         )
     except InfeasibleError:
         return f"{lead}): none; no plan of this search keeps that much free"

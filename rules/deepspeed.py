@@ -27,6 +27,7 @@ from paraplan.rules.checks import (
     partial_recompute_rule,
     rank_order_rule,
 )
+from paraplan.rules.moe_fusion import fusion_rule
 from paraplan.rules.moe_state import state_rules
 from paraplan.rules.plans import regroup, uniform_recompute
 from paraplan.rules.pp_schedule import schedule_refusal_rule
@@ -230,7 +231,14 @@ check_loss_chunks = loss_chunks_rule("deepspeed")
 check_pp_schedule = schedule_refusal_rule("deepspeed")
 """plan.pp_schedule: the schedules deepspeed runs (rules/pp_schedule.py)."""
 
+check_moe_fusion = fusion_rule(
+    "deepspeed",
+    "routes in model code (deepspeed.moe TopKGate), which the JSON export cannot switch",
+)
+"""job.moe_router_fusion / moe_permute_fusion: megatron and nemo only (rules/moe_fusion.py)."""
+
 RULES = (
+    check_moe_fusion,
     check_recompute_modules,
     check_offload_modules,
     check_loss_chunks,
@@ -263,6 +271,7 @@ SEARCH = SearchLimits(stage_split=pipeline_split, recompute_modes=(Recompute.NON
 """solver.target=deepspeed: PipelineModule balances the blocks itself (the solver uses that one
 split per layout); whole-layer checkpointing only."""
 MODEL_RULES = (
+    check_moe_fusion,
     check_recompute_modules,
     check_offload_modules,
     check_loss_chunks,

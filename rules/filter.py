@@ -30,6 +30,7 @@ from dataclasses import replace
 from operator import attrgetter
 
 from paraplan.cost import Axis, CudaGraphs, Layout, Plan, Recompute
+from paraplan.cost.derive import derive
 from paraplan.cost.plan import plan_key
 from paraplan.cost.software import SOFTWARE_FIELDS
 from paraplan.cost.split import even_layers
@@ -92,7 +93,7 @@ class Asked:
     def layout(self) -> Layout:
         if self._layout is None:
             same = self.family.order == self.order
-            self._layout = self.family if same else replace(self.family, order=self.order)
+            self._layout = self.family if same else derive(self.family, order=self.order)
         return self._layout
 
 

@@ -29,6 +29,7 @@ from paraplan.rules.checks import (
     uniform_recompute_rule,
 )
 from paraplan.rules.launch_env import check_allocator
+from paraplan.rules.moe_fusion import fusion_rule
 from paraplan.rules.moe_state import state_rules
 from paraplan.rules.plans import order_matches
 from paraplan.rules.pp_schedule import schedule_refusal_rule
@@ -278,7 +279,14 @@ check_loss_chunks = loss_chunks_rule("maxtext", "is exported with no chunked los
 check_pp_schedule = schedule_refusal_rule("maxtext")
 """plan.pp_schedule: the schedules maxtext runs (rules/pp_schedule.py)."""
 
+check_moe_fusion = fusion_rule(
+    "maxtext",
+    "is exported with no router or permute fusion setting by paraplan",
+)
+"""job.moe_router_fusion / moe_permute_fusion: megatron and nemo only (rules/moe_fusion.py)."""
+
 RULES = (
+    check_moe_fusion,
     check_recompute_modules,
     check_offload_modules,
     check_loss_chunks,
@@ -302,6 +310,7 @@ RULES = (
 SEARCH = SearchLimits(even_stages=True)
 """solver.target=maxtext: num_layers_per_pipeline_stage: every stage alike; one remat_policy."""
 MODEL_RULES = (
+    check_moe_fusion,
     check_recompute_modules,
     check_offload_modules,
     check_loss_chunks,

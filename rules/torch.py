@@ -22,6 +22,7 @@ from paraplan.rules.checks import (
     rank_order_rule,
     uniform_recompute_rule,
 )
+from paraplan.rules.moe_fusion import fusion_rule
 from paraplan.rules.moe_state import state_rules
 from paraplan.rules.plans import regroup, uniform_recompute
 from paraplan.rules.pp_schedule import schedule_refusal_rule
@@ -168,7 +169,14 @@ check_loss_chunks = loss_chunks_rule("torch")
 check_pp_schedule = schedule_refusal_rule("torch")
 """plan.pp_schedule: the schedules torch runs (rules/pp_schedule.py)."""
 
+check_moe_fusion = fusion_rule(
+    "torch",
+    "runs a dense reference model (no router)",
+)
+"""job.moe_router_fusion / moe_permute_fusion: megatron and nemo only (rules/moe_fusion.py)."""
+
 RULES = (
+    check_moe_fusion,
     check_recompute_modules,
     check_offload_modules,
     check_loss_chunks,
@@ -188,6 +196,7 @@ RULES = (
 SEARCH = SearchLimits()
 """solver.target=torch: the script takes layers per virtual stage; every block wrapped alike."""
 MODEL_RULES = (
+    check_moe_fusion,
     check_recompute_modules,
     check_offload_modules,
     check_loss_chunks,

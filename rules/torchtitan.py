@@ -30,6 +30,7 @@ from paraplan.rules.checks import (
     transformer_layers_rule,
     uniform_recompute_rule,
 )
+from paraplan.rules.moe_fusion import fusion_rule
 from paraplan.rules.moe_state import TORCHTITAN_STATE_RULES, routing_rule
 from paraplan.rules.plans import regroup
 from paraplan.rules.pp_schedule import schedule_refusal_rule
@@ -278,7 +279,15 @@ def check_loss_chunks(ctx: RuleContext, draft: Draft) -> Refusal | None:
 check_pp_schedule = schedule_refusal_rule("torchtitan")
 """plan.pp_schedule: the schedules torchtitan runs (rules/pp_schedule.py)."""
 
+check_moe_fusion = fusion_rule(
+    "torchtitan",
+    "runs its own PyTorch router and permute (models/common/moe.py TokenChoiceTopKRouter; no "
+    "fusion option in torchtitan 0.3.0's config)",
+)
+"""job.moe_router_fusion / moe_permute_fusion: megatron and nemo only (rules/moe_fusion.py)."""
+
 RULES = (
+    check_moe_fusion,
     check_recompute_modules,
     check_offload_modules,
     check_loss_chunks,
@@ -304,6 +313,7 @@ RULES = (
 SEARCH = SearchLimits()
 """solver.target=torchtitan: module names per stage express any split; one activation-checkpoint setting."""
 MODEL_RULES = (
+    check_moe_fusion,
     check_recompute_modules,
     check_offload_modules,
     check_transformer_layers,

@@ -17,10 +17,11 @@ from __future__ import annotations
 import heapq
 import itertools
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from paraplan.cost import Job, Layout, Recompute, StageTerms, stage_memory, stage_terms
+from paraplan.cost.derive import derive
 from paraplan.cost.floor import (
     FLOOR_IGNORES,
     FloorMemo,
@@ -188,6 +189,11 @@ class _Candidates:
     discarded_lb_s: float
     unfit: int
     out_of_time: bool = False  # bounding stopped at the deadline: the rest is bounded by its floor
+    # the tables built but left out (lower bound above the cutoff), and the least bound of the
+    # layouts never built (the heap's when it stopped): what bounds any other layout's plans
+    # when the runner-up is not proven (solve.py ``_runner_up``)
+    left_out: list[LayoutTables] = field(default_factory=list)
+    unexamined_lb_s: float = float("inf")
 
 
 def _class_states(
@@ -402,7 +408,7 @@ def bounded_tables(
                         heapq.heappush(heap, (own, next(tick), _BLOCKS, state, ks))
                         continue
                 for zero in sorted(zeros(state, fixed, options=options), key=lambda z: z == 0):
-                    p = state if zero == state.zero else replace(state, zero=zero)
+                    p = state if zero == state.zero else derive(state, zero=zero)
                     if options.zero_filter is not None and not options.zero_filter(p):
                         continue  # every layout of the family with this ZeRO stage fails the filter
                     if roomy is not None and roomy.unfit(p, ks, twins(p, fixed)):  # family_bound.LeastMemory
@@ -441,7 +447,7 @@ def bounded_tables(
                 orders_found = placements(plan, cluster, fixed, options, cache=order_cache)
             for order, shape in orders_found:
                 passed += 1
-                layout = replace(plan, order=order, torus_shape=shape)
+                layout = derive(plan, order=order, torus_shape=shape)
                 if dominated_by_twin(layout, fixed, options, variant_memo):
                     continue  # its ZeRO-1 / SP twin holds every plan it has, no slower
                 terms = stage_terms(graph, layout, job, cluster, shared)
@@ -475,8 +481,9 @@ def bounded_tables(
         raise NoFitError("no plan fits memory", least, cluster.memory_capacity_bytes)
     cutoff = uppers[top - 1] * (1 + 1e-9) if len(uppers) >= top else float("inf")
     kept = [t for t in computed if t.lower_bound_s <= cutoff]
-    left_out = [t.lower_bound_s for t in computed if t.lower_bound_s > cutoff]
-    return _Candidates(kept, num_layouts, min([discarded] + left_out), unfit + len(unfit_terms), out_of_time)
+    left_out = [t for t in computed if t.lower_bound_s > cutoff]
+    least = min([discarded] + [t.lower_bound_s for t in left_out])
+    return _Candidates(kept, num_layouts, least, unfit + len(unfit_terms), out_of_time, left_out, discarded)
 
 
 def _variant_tables(

@@ -45,6 +45,9 @@ class SolverOptions:
     # plan only in rank order, ZeRO stage or layer split, within this relative step time, is
     # skipped (solver/distinct.py); None lists the best plan of every layout
     duplicate_rel: float | None = None
+    # top = 1: also name the best plan of another layout the search saw, and whether it is
+    # proven the next best (solve.py Seen: the explanation's runner-up without a second proof)
+    runner_up_seen: bool = False
 
 
 def layout_rank(plan: Layout) -> tuple[object, ...]:

@@ -18,6 +18,7 @@ from dataclasses import replace
 from typing import Protocol
 
 from paraplan.cost import Layout, Recompute
+from paraplan.cost.derive import derive
 from paraplan.cost.plan import PartialPlan
 from paraplan.solver.space import Options
 
@@ -115,9 +116,9 @@ def twins(layout: Layout, fixed: PartialPlan) -> list[Layout]:
     tp > 1, each only where the space holds it (the scenario fixes neither)."""
     out = []
     if layout.zero == 0 and fixed.zero is None and layout.dp * layout.cp > 1:
-        out.append(replace(layout, zero=1))
+        out.append(derive(layout, zero=1))
     if layout.tp > 1 and not layout.sequence_parallel and fixed.sequence_parallel is None:
-        out.append(replace(layout, sequence_parallel=True))
+        out.append(derive(layout, sequence_parallel=True))
     return out
 
 

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from paraplan.cost import DEFAULT_ORDER, Axis, Layout, allgather_s, group_span
 from paraplan.cost.comm import alltoall_s, p2p_s
+from paraplan.cost.derive import derive
 from paraplan.cost.ep import ep_span, expert_dp_span
 from paraplan.cost.plan import plan_key
 from paraplan.cost.torus import torus_profile
@@ -211,7 +212,7 @@ def _orders_by_limits(
     key = ("profiles", plan, expert_tps)
     profiles = cache.get(key) if cache is not None else None
     if profiles is None:
-        profiles = [(o, _profile(cluster, replace(plan, order=o), expert_tps)) for o in candidates]
+        profiles = [(o, _profile(cluster, derive(plan, order=o), expert_tps)) for o in candidates]
         if cache is not None:
             cache[key] = profiles
     wide_twins: list[tuple[float, ...]] = []  # profiles of the twins' orders searched under it all
@@ -230,7 +231,7 @@ def _orders_by_limits(
             if not sig:
                 continue
         else:
-            layout = replace(family, order=order)
+            layout = derive(family, order=order)
             if not layout_filter(layout):
                 continue
             sig = limits(layout)

@@ -25,7 +25,7 @@ from fractions import Fraction
 from typing import Any
 
 from ortools.sat.python import cp_model
-from paraplan.cost import Job, Plan, evaluate
+from paraplan.cost import Job, Layout, Plan, evaluate
 from paraplan.cost.plan import PartialPlan
 from paraplan.graph import LayerGraph
 from paraplan.hardware import Cluster
@@ -48,6 +48,7 @@ __all__ = [
     "SolverOptions",
     "Solution",
     "Outcome",
+    "Seen",
     "solve_instance",
     "NoLayoutError",
     "OutOfTime",
@@ -66,6 +67,18 @@ class Solution:
 
 
 @dataclass(frozen=True, slots=True)
+class Seen:
+    """With ``top`` = 1, the runner-up proven lazily (``_runner_up``): the best plan of another
+    layout (not a near-duplicate of the best) that the search saw, proven the next best when the
+    search showed it (``proven``); ``others_bound_s``: no plan of any layout but the best's is
+    faster (proven; the runner-up's own step when proven). ``plan`` None: none seen."""
+
+    plan: Solution | None
+    proven: bool
+    others_bound_s: float
+
+
+@dataclass(frozen=True, slots=True)
 class Outcome:
     status: str
     solutions: list[Solution]  # best first, distinct layouts
@@ -73,6 +86,7 @@ class Outcome:
     wall_s: float
     num_layouts: int
     num_pruned: int
+    seen: Seen | None = None  # top = 1: the runner-up the search saw (``Seen``)
 
 
 def _solve_layout(
@@ -247,6 +261,7 @@ def solve_instance(
     excluded: list[int] = []
     memo: dict[int, tuple[Any, ...]] = {}
     status, bound = "UNKNOWN", float("inf")
+    seen = None
     while len(solutions) < opts.top:
         first = not solutions
         if len(excluded) == len(kept) or (not first and time.perf_counter() > deadline):
@@ -276,6 +291,9 @@ def solve_instance(
         if sol is None or idx is None:
             break
         _check(graph, cluster, job, sol, kept[idx].rounding_k, resolution_s)
+        if first and opts.top == 1 and opts.runner_up_seen:  # the runner-up this search saw (Seen)
+            where = (graph, cluster, job, deadline)
+            seen = _runner_up(kept, cand.left_out, cand.unexamined_lb_s, memo, idx, sol, fixed, opts, where)
         excluded += [j for j, t in enumerate(kept) if t.plan == kept[idx].plan]  # its variants too
         if (
             not first
@@ -287,7 +305,70 @@ def solve_instance(
             continue  # a near-duplicate of a listed plan: the next distinct one instead
         solutions.append(sol)
     counted = max(cand.num_layouts, len(kept))  # the count stops at the deadline
-    return Outcome(status, solutions, bound, time.perf_counter() - start, counted, counted - len(kept))
+    wall_s = time.perf_counter() - start
+    return Outcome(status, solutions, bound, wall_s, counted, counted - len(kept), seen)
+
+
+def _runner_up(
+    kept: list[LayoutTables],
+    left_out: list[LayoutTables],
+    unexamined_lb_s: float,
+    memo: dict[int, tuple[Any, ...]],
+    best_index: int,
+    best: Solution,
+    fixed: PartialPlan,
+    opts: SolverOptions,
+    where: tuple[LayerGraph, Cluster, Job, float],
+) -> Seen:
+    """The runner-up of a ``top`` = 1 search from what it saw (``Seen``), with no second search.
+
+    Plans of other layouts seen: each kept layout CP-SAT solved to its own optimum (``memo``: a
+    cap does not change an optimum found under it; tie-broken as the winner is) and each built
+    table's upper-bound plan (a real plan, tables.build_tables; not where the scenario fixes
+    recompute_layers, which it does not read); least step first (then layout_rank),
+    near-duplicates of the best skipped (solver/distinct.py), each re-scored by cost.evaluate
+    (it must fit). A layout's plans are at least: its optimum when solved; the cap CP-SAT proved
+    them above, less the rounding tolerance; else its table's lower bound; a layout never built,
+    the heap's least bound when bounding stopped (``unexamined_lb_s``). The runner-up is proven
+    the next best, as the top-2 search proves it, when it is its layout's optimum and no other
+    layout's bound is below its step less the rounding tolerance (scale.tolerance_s)."""
+    graph, cluster, job, deadline = where
+    tables = kept + left_out
+    own, res = kept[best_index].plan, kept[best_index].resolution_s
+    lower: dict[Layout, float] = {}  # per layout (its variants together): least bound of its plans
+    found: list[tuple[float, tuple[object, ...], int, int, Solution]] = []  # step, rank, proof, index
+    uppers = fixed.recompute_layers is None
+    for j, tab in enumerate(tables):
+        if tab.plan == own:
+            continue
+        entry = memo.get(j) if j < len(kept) else None
+        least = tab.lower_bound_s
+        if entry is not None and entry[0] == "OPTIMAL":
+            least = entry[1].objective_s
+            found.append((least, layout_rank(tab.plan), 0, j, entry[1]))
+        elif entry is not None:  # INFEASIBLE under a cap (ticks): its plans are above the cap
+            tol = tolerance_s(tab.num_micro_batches, tab.plan.pp, tab.rounding_k, res)
+            least = max(least, min(tab.upper_bound_s, from_ticks(entry[3], res) - tol))
+        lower[tab.plan] = min(lower.get(tab.plan, float("inf")), least)
+        if uppers and tab.upper_plan is not None:
+            found.append(
+                (tab.upper_bound_s, layout_rank(tab.plan), 1, j, Solution(tab.upper_plan, tab.upper_bound_s))
+            )
+    rel = opts.duplicate_rel
+    for step_s, _, kind, j, sol in sorted(found, key=lambda f: f[:4]):
+        if rel is not None and is_near_duplicate(sol.plan, step_s, [(best.plan, best.objective_s)], rel):
+            continue
+        tab = tables[j]
+        if kind == 0:  # the layout's optimum: the tied plan the tie-break prefers
+            sol = _break_ties(tab, graph, fixed, opts, sol, memo[j][3], deadline)
+        if not evaluate(graph, cluster, job, sol.plan).fits:
+            continue
+        others = min([unexamined_lb_s] + [v for k, v in lower.items() if k != tab.plan])
+        tol = tolerance_s(tab.num_micro_batches, tab.plan.pp, tab.rounding_k, res)
+        if kind == 0 and others >= step_s - tol:
+            return Seen(sol, True, step_s)
+        return Seen(sol, False, min(others, lower[tab.plan]))
+    return Seen(None, False, min([unexamined_lb_s, *lower.values()]))
 
 
 def _check(

@@ -32,10 +32,11 @@ from typing import Any
 from paraplan.cost import CudaGraphs, Job, Layout, MoEDispatcher
 from paraplan.cost.block import block_work
 from paraplan.cost.compute import tokens_per_device
+from paraplan.cost.derive import derive
 from paraplan.cost.dispatch import dispatcher_sm_fraction
 from paraplan.cost.ep import ep_layer_comm, ep_span
 from paraplan.cost.moe_memory import dispatcher_buffer_bytes
-from paraplan.cost.plan import LAYOUT_FIELDS, PartialPlan, plan_key
+from paraplan.cost.plan import PartialPlan, plan_key
 from paraplan.cost.software import SOFTWARE_FIELDS
 from paraplan.graph import LayerGraph
 from paraplan.hardware import Cluster
@@ -56,22 +57,12 @@ _WORK_IGNORES = frozenset(  # what block_work does not read (cost/stage_build.py
 
 
 def with_state(family: Layout, state: SoftwareState) -> Layout:
-    """``family`` (a Layout) in MoE software state ``state``: ``dataclasses.replace`` of the three
-    fields without its re-check, as ``check_structure`` (cost/plan.py) reads none of them and
-    ``family`` passed it (the search builds one per state of every family it reaches;
-    tests/solver/test_oracle_moe_state.py checks it equals ``replace``). A Plan goes through
-    ``replace``."""
-    if type(family) is not Layout:
-        dispatcher, overlap, graphs = state
-        return replace(family, moe_dispatcher=dispatcher, moe_overlap=overlap, cuda_graphs=graphs)
-    new = object.__new__(Layout)
-    put = object.__setattr__
-    for name in LAYOUT_FIELDS:
-        put(new, name, getattr(family, name))
-    put(new, "moe_dispatcher", state[0])
-    put(new, "moe_overlap", state[1])
-    put(new, "cuda_graphs", state[2])
-    return new
+    """``family`` in MoE software state ``state``: ``dataclasses.replace`` of the three fields,
+    built by cost/derive.py ``derive``, which skips ``check_structure`` (it reads none of them;
+    the search builds one per state of every family it reaches; tests/solver/
+    test_oracle_moe_state.py checks it equals ``replace``)."""
+    dispatcher, overlap, graphs = state
+    return derive(family, moe_dispatcher=dispatcher, moe_overlap=overlap, cuda_graphs=graphs)
 
 
 def _holds(options: Options) -> Callable[[Layout, Layout], bool]:

@@ -145,7 +145,11 @@ def build_tables(
     fixes the counts, so the model always carries them; ``cutoff_s``: the search's current
     cutoff (candidates.py): a layout whose lower bound is above it is left out whatever its
     upper bound (a real plan of the layout, never below its lower bound, so never below the
-    cutoff either), so its upper bound is not scored (INF, no plan).
+    cutoff either), so its upper bound is not scored (INF, no plan). The lower bound is the
+    bound's own sum whether or not the upper bound is scored, so both builds give the same
+    float: where the upper plan is the bound's own split the two equal sums, added in different
+    orders, may differ in the last bit (every comparison with a plan's step allows
+    scale.tolerance_s, candidates.py's cutoff a relative 1e-9).
     """
     terms = terms or stage_terms(graph, layout, job, cluster)
     pp, vp = layout.pp, layout.vp
@@ -193,7 +197,7 @@ def build_tables(
         k_choices,
         recomputes,
         k_max,
-        min(lower, upper),
+        lower,
         upper,
         upper_plan,
         uniform,

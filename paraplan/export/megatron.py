@@ -116,6 +116,8 @@ FLAGS: dict[str, str] = {
     "cuda_graph_modules": "--cuda-graph-modules",
     "no_nan_check": "--no-check-for-nan-in-loss-and-grad",
     "force_balance": "--moe-router-force-load-balancing",
+    "router_fusion": "--moe-router-fusion",
+    "permute_fusion": "--moe-permute-fusion",
     "capacity_factor": "--moe-expert-capacity-factor",
     "drop_policy": "--moe-token-drop-policy",
     "mla": "--multi-latent-attention",

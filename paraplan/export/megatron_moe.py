@@ -17,6 +17,10 @@ names the Megatron-LM flags, and nemo.py writes the field pairs as Megatron-Brid
   impl ``local`` with scope ``full_iteration`` (0.19.2 migrates it to impl ``full_iteration``;
   Bridge's ``is_full_iteration_cuda_graph`` reads both), and asserts
   ``rerun_state_machine.check_for_nan_in_loss`` off with it (ConfigContainer.validate);
+- router and permute fusion (``job.moe_router_fusion``, ``job.moe_permute_fusion``):
+  ``--moe-router-fusion``, ``--moe-permute-fusion`` (store_true flags of TransformerConfig's
+  ``moe_router_fusion`` / ``moe_permute_fusion``, default False), written when set; Bridge's
+  fields always on a MoE model;
 - routing: ``--moe-router-force-load-balancing``, or ``--moe-expert-capacity-factor F`` with
   megatron-core's drop policy ``probs`` written out (tokens of the lowest router probability go
   first), inputs not padded to capacity.
@@ -28,7 +32,7 @@ allgather).
 
 from __future__ import annotations
 
-from paraplan.cost import CudaGraphs, MoEDispatcher, MoERouting
+from paraplan.cost import CudaGraphs, Job, MoEDispatcher, MoERouting
 from paraplan.export.context import ExportContext
 from paraplan.graph import ModelSpec
 
@@ -67,6 +71,11 @@ def graph_modules(spec: ModelSpec) -> tuple[str, ...]:
     return PARTIAL_GRAPH_MODULES if spec.is_moe else PARTIAL_GRAPH_MODULES[:1]
 
 
+def _fusions(job: Job) -> list[tuple[str, bool]]:
+    """(megatron.FLAGS key, on) of the router and permute fusion (TransformerConfig moe_<key>)."""
+    return [("router_fusion", job.moe_router_fusion), ("permute_fusion", job.moe_permute_fusion)]
+
+
 def dispatcher_args(ctx: ExportContext) -> list[tuple[str, object]]:
     """``--moe-token-dispatcher-type`` (and the flex backend) of the plan's dispatcher."""
     kind, backend = DISPATCHERS[ctx.plan.moe_dispatcher]
@@ -84,6 +93,8 @@ def state_args(ctx: ExportContext) -> list[tuple[str, object]]:
         args += [("cuda_graph_impl", "transformer_engine"), ("cuda_graph_modules", graph_modules(s))]
     elif p.cuda_graphs is CudaGraphs.FULL:
         args += [("cuda_graph_impl", FULL_GRAPH_IMPL), ("no_nan_check", None)]
+    if s.is_moe:
+        args += [(k, None) for k, on in _fusions(job) if on]
     if s.is_moe and job.moe_routing is MoERouting.FORCE_BALANCED:
         args.append(("force_balance", None))
     elif s.is_moe and job.moe_routing is MoERouting.CAPACITY:
@@ -103,6 +114,7 @@ def state_fields(ctx: ExportContext) -> list[tuple[str, object]]:
         if backend:
             out.append(("moe_flex_dispatcher_backend", backend))
         capacity = job.moe_capacity_factor if job.moe_routing is MoERouting.CAPACITY else None
+        out += [(f"moe_{k}", on) for k, on in _fusions(job)]
         out += [
             ("overlap_moe_expert_parallel_comm", p.moe_overlap),
             ("moe_router_force_load_balancing", job.moe_routing is MoERouting.FORCE_BALANCED),

@@ -4,6 +4,7 @@ runner-up loses, in a few sentences built from cost/ breakdowns."""
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import NamedTuple
 
 from paraplan.cost import Axis, Breakdown, Plan, group_span
 from paraplan.cost.memory import stranded_share
@@ -127,6 +128,23 @@ def _runner_up_memory(b: Breakdown, ob: Breakdown) -> str:
     return f"its peak {gib(other)}"
 
 
+class RunnerProof(NamedTuple):
+    """How far a ``top`` = 1 solve proved its runner-up (solver/solve.py ``Seen``): ``proven``,
+    the next best (as a top-2 solve proves it); else it is the best other layout the search saw,
+    and no plan of any layout but the best's is faster than ``others_bound_s``."""
+
+    proven: bool
+    others_bound_s: float
+
+
+def _unproven(proof: RunnerProof | None, seen: bool) -> str:
+    """What the runner-up line says of a runner-up the search did not prove the next best."""
+    if proof is None or proof.proven or proof.others_bound_s == float("inf"):
+        return ""
+    what = "the best other layout this search saw, not proven the next best: " if seen else ""
+    return f"{what}no other layout is below {proof.others_bound_s:.3f} s (--top 2 proves the next best)"
+
+
 def explain(
     plan: Plan,
     b: Breakdown,
@@ -134,7 +152,10 @@ def explain(
     runner_up: tuple[Plan, Breakdown] | None,
     band: StepTimeBandOut | None = None,
     job: Job | None = None,
+    proof: RunnerProof | None = None,
 ) -> list[str]:
+    """The explanation's lines: what the step is made of, what binds, the placement, and what
+    the runner-up loses; ``proof``: a ``top`` = 1 solve's (None: proven by a top-K search)."""
     lines = []
     step = b.step_time_s
     lines.append(
@@ -195,5 +216,8 @@ def explain(
             f"({delta / step:+.1%}; {', '.join(parts) or 'ties within 0.5%'})"
             + (f"; {_runner_up_vs_band(ob.step_time_s, band)}" if band else "")
             + f"; {_runner_up_memory(b, ob)}"
+            + (f"; {_unproven(proof, True)}" if _unproven(proof, True) else "")
         )
+    elif _unproven(proof, False):
+        lines.append(f"runner-up: none found by this search; {_unproven(proof, False)}")
     return lines

@@ -11,6 +11,9 @@ The section base and the limits of the keys are in paraplan/scenario/section.py,
 paraplan/scenario/model_section.py, the ``plan:`` section (the plan document, the I/O edge of cost.Plan) in
 paraplan/scenario/plan_doc.py, and the safe reading of a scenario file in paraplan/scenario/scenario_file.py;
 this module holds the other sections, ``Scenario`` and ``load_scenario``.
+
+Size: one module past 400 lines because ``job:`` is one section whose keys (each a field a user
+writes, with its description and bounds) belong together; the other sections are split out above.
 """
 
 from __future__ import annotations
@@ -239,6 +242,18 @@ class JobSection(Section):
         "the experts' activation, megatron-core: no routed output kept) | combine (torchtitan, DeepSpeed: "
         "the routed output kept for the backward) | auto (by solver.target; none: combine, so no plan "
         "fits that a framework which would run it cannot hold; rules/moe_probs.py)",
+    )
+    moe_router_fusion: bool = Field(
+        False,
+        description="MoE: the router's top-k, scores and aux loss as Transformer Engine's fused kernels "
+        "(Megatron --moe-router-fusion; default false, megatron-core 0.19.2): unfused, each PyTorch op "
+        "is one host launch (cost/host.py); megatron and nemo run it (rules/moe_fusion.py)",
+    )
+    moe_permute_fusion: bool = Field(
+        False,
+        description="MoE: the token permute and unpermute as Transformer Engine's fused kernels "
+        "(Megatron --moe-permute-fusion; default false, megatron-core 0.19.2): unfused, each PyTorch "
+        "op is one host launch (cost/host.py); megatron and nemo run it (rules/moe_fusion.py)",
     )
     image_tokens: int = Field(
         0,

@@ -20,11 +20,11 @@ from benchmarks.serving_set import (
     serving_cases,
 )
 
-# Reached 2026-12-02 (fifth session) with hardware/data/serving.yaml (in-sample medians over the
-# 413 scored rows: 9.5% tokens/s/GPU, 13.3% TPOT, 21.3% TTFT after the Hopper attention refit;
-# docs/serving_model.md section 6).
-# The bounds are those figures plus a margin (the issue's targets, 10/12/20%, are not all reached).
-BOUNDS = {"output_tok_s_per_gpu": 0.105, "tpot_ms": 0.145, "ttft_ms": 0.225}
+# Reached 2026-12-02 (seventh session) with hardware/data/serving.yaml (in-sample medians over the
+# 413 scored rows: 9.5% tokens/s/GPU, 13.3% TPOT, 18.0% TTFT after the closed loop's cohorts and
+# first-wave share; docs/serving_model.md Sec. 6.0b). The bounds are those figures plus a margin;
+# TTFT's is inside the issue's 20% target, TPOT's (12%) is not reached.
+BOUNDS = {"output_tok_s_per_gpu": 0.105, "tpot_ms": 0.145, "ttft_ms": 0.195}
 
 
 def test_every_row_is_mapped_or_skipped_with_a_reason() -> None:
@@ -113,3 +113,41 @@ def test_the_fitted_values_and_priors_lie_inside_the_fit_bounds() -> None:
             assert lo <= values[name] <= hi, (name, values[name])
     assert FIT_BOUNDS["graph_kernel_overhead_us"] == (2.0, 5.0)
     assert FIT_BOUNDS["ttft_overhead_ms"] == (1.0, 10.0)
+
+
+def test_a_whole_millisecond_value_is_scored_against_the_interval_it_stands_for() -> None:
+    # issue 23: TensorRT-LLM 0.14's online table prints ITL in whole ms; 6 ms is 5.5-6.5 ms
+    from benchmarks.serving_precision import interval_error
+
+    assert interval_error(6.0, 6.3, 1.0) == 0.0
+    assert interval_error(6.0, 7.1, 1.0) == pytest.approx(7.1 / 6.5 - 1.0)  # above: to the upper edge
+    assert interval_error(6.0, 5.0, 1.0) == pytest.approx(5.0 / 5.5 - 1.0)  # below: to the lower edge
+    assert interval_error(6.0, 7.1, 0.0) == pytest.approx(7.1 / 6.0 - 1.0)  # no resolution: the point
+
+
+def test_the_published_precision_figure_is_printed_beside_the_point_error(capsys) -> None:
+    from benchmarks.serving_fidelity import Score
+    from benchmarks.serving_precision import precision_lines, precision_summary
+
+    src = "trtllm_perf_overview_v0.14_online"
+    scores = [
+        Score("a", src, "tpot_ms", 6.0, 7.1),  # point +18.3%, interval +9.2%
+        Score("b", src, "tpot_ms", 20.0, 20.2),  # inside the interval
+        Score("c", "aiconfigurator_silicon_sample", "tpot_ms", 10.0, 11.5),  # no resolution: point
+        Score("d", src, "output_tok_s_per_gpu", 30.0, 33.0),  # not a latency: left out
+    ]
+    table = precision_summary(scores)
+    assert table[(src, "tpot_ms")][0] == 2
+    assert table[(src, "tpot_ms")][1] == pytest.approx((7.1 / 6.5 - 1.0) / 2.0)
+    assert table[(src, "tpot_ms")][2] == pytest.approx((7.1 / 6.0 - 1.0 + 0.01) / 2.0)
+    rows, interval, point = table[("overall", "tpot_ms")]
+    assert rows == 3 and interval == pytest.approx(7.1 / 6.5 - 1.0) and point == pytest.approx(0.15)
+    assert ("overall", "output_tok_s_per_gpu") not in table
+    lines = precision_lines(scores)
+    assert lines[-1].startswith("overall") and "interval" in lines[1] and "point" in lines[1]
+    # the CLI keeps the point figures' overall line last
+    assert main(["--source", src, "--rows", "6", "--aic", "none"]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert out[-1].startswith("overall") and any(
+        line.startswith("at the published precision") for line in out
+    )

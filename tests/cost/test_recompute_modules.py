@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 from paraplan.cost import Job, Plan, Precision, Recompute, stage_terms
 from paraplan.cost.block import block_work, layer_time
-from paraplan.cost.compute import ACTIVATION_BYTES, tokens_per_device
+from paraplan.cost.compute import ACTIVATION_BYTES, gemm_s, gemm_shape, tokens_per_device
 from paraplan.cost.ep import expert_stored_bytes
 from paraplan.cost.plan import RecomputeModule
 from paraplan.cost.pp import in_flight_micro_batches
@@ -116,7 +116,17 @@ def test_mla_up_proj_drops_q_k_v_and_reruns_the_up_projections() -> None:
     rerun = modules_recompute_s(
         attn, t, plan, job, CLUSTER.accelerator, CLUSTER.efficiency, job.recompute_modules
     )
-    assert 0 < rerun < t.gemm_s
+    assert 0 < rerun < t.gemm_s + t.elementwise_s
+    # re-runs (issue 22): the q_up and kv_up GEMMs, their latent RMSNorms (2 (q_lora + kv_lora)),
+    # the RoPE (2 (heads rope + rope)) and the query / key / value materialisation
+    gemms = sum(
+        gemm_s(gemm_shape(g, n, plan.tp), job.precision, CLUSTER.accelerator, CLUSTER.efficiency)
+        for g in attn.gemms
+        if g.name in ("q_up", "kv_up")
+    )
+    elems = 2 * (s.q_lora_rank + s.kv_lora_rank) + 2 * (s.num_heads * s.qk_rope_head_dim + s.qk_rope_head_dim)
+    hbm = CLUSTER.accelerator.hbm_bytes_per_s * CLUSTER.efficiency.hbm
+    assert rerun == pytest.approx(gemms + n * (elems + attn.qkv_copy_elems) * ACTIVATION_BYTES / hbm)
     # a GQA attention layer has no up-projection: the module does nothing there
     gqa = _layer(QWEN, LayerKind.ATTENTION)
     assert modules_saved_bytes(gqa, _plan(QWEN), job, job.recompute_modules) == 0.0
@@ -136,6 +146,28 @@ def test_mla_up_proj_without_a_q_lora_takes_q_from_the_q_projection() -> None:
     assert modules_saved_bytes(attn, plan, job, job.recompute_modules) == pytest.approx(
         n * (2 * qk + s.v_dim) * ACTIVATION_BYTES
     )
+    # the q projection runs inside the checkpoint in q_up's place, so it is re-run too
+    t = layer_time(attn, plan, job, CLUSTER.accelerator, CLUSTER.efficiency)
+    q = next(g for g in attn.gemms if g.name == "q")
+    q_s = gemm_s(gemm_shape(q, n, plan.tp), job.precision, CLUSTER.accelerator, CLUSTER.efficiency)
+    assert (
+        modules_recompute_s(
+            attn, t, plan, job, CLUSTER.accelerator, CLUSTER.efficiency, job.recompute_modules
+        )
+        > q_s
+    )
+
+
+def test_mla_materialises_query_key_and_value_whole() -> None:
+    """Megatron-Core's MLA writes query, key and value contiguous from the up-projections'
+    outputs (issue 22): 2 heads qk + heads (nope + v) + rope + heads qk + heads v elements per
+    token, the rotary's 2 (heads rope + rope) of it counted in mem_bound_elems."""
+    s = DSV3.spec
+    h, qk, rope = s.num_heads, s.qk_nope_head_dim + s.qk_rope_head_dim, s.qk_rope_head_dim
+    whole = 2 * h * qk + h * (s.qk_nope_head_dim + s.v_head_dim) + rope + h * qk + h * s.v_head_dim
+    attn = _layer(DSV3, LayerKind.ATTENTION)
+    assert attn.qkv_copy_elems == whole - 2 * (h * rope + rope)
+    assert _layer(QWEN, LayerKind.ATTENTION).qkv_copy_elems == 0.0  # GQA: none
 
 
 def test_selective_modules_enter_the_block_work() -> None:

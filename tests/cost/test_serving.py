@@ -4,6 +4,7 @@ refusals that name the field."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 from paraplan.cost.kv import WorkerShape, kv_bytes_per_sequence, weights_bytes_per_gpu
@@ -162,6 +163,48 @@ def test_closed_loop_concurrency_past_the_batch_waits() -> None:
     assert b.output_tokens_per_s == pytest.approx(a.output_tokens_per_s, rel=1e-6)
     # Little's law: 192 more requests wait (C - B) / X
     assert b.ttft_ms_mean - a.ttft_ms_mean == pytest.approx(192 / b.requests_per_s * 1e3, rel=1e-6)
+
+
+def _closed(engine: str, share: float, isl: float = 1024.0):
+    w = Workload(isl=isl, osl=1024, concurrency=32)
+    fit = replace(serving_fit(), closed_loop_burst=share)
+    return evaluate_serving(LLAMA70, H100, ServingPlan(tp=8, max_batch=64), w, Engine(engine), fit)
+
+
+def test_closed_loop_steady_state_returns_in_cohorts() -> None:
+    # issue 23: past the first wave a mixing engine (vLLM) gets each cohort back at once: TTFT =
+    # front + 1/2 a decode-only round + one round of B decode tokens and q = min(chunk, B isl)
+    # prompt tokens (chunk = max_num_tokens - B); TPOT the decode-only round
+    pred = _closed("vllm", 0.0)
+    batch = pred.batch
+    assert batch == 32
+    q = min(8192.0 - batch, batch * 1024.0)
+    carried = step_time(
+        build_graph(LLAMA70),
+        H100,
+        WorkerShape(tp=8),
+        StepInput(batch, 1024.0 + 512.0, q, 1024.0, q / 1024.0),
+        w_bytes=2.0,
+        weights_precision="bf16",
+        kv_bytes=2.0,
+        fit=serving_fit(),
+    ).total_s
+    front = serving_fit().ttft_overhead_s
+    assert pred.ttft_ms_mean == pytest.approx((front + 0.5 * pred.tpot_ms_mean * 1e-3 + carried) * 1e3)
+    # the first wave (share 1) queues 32 x 1024 prompt tokens over 8,192-token steps: longer
+    assert _closed("vllm", 1.0).ttft_ms_mean > 1.5 * pred.ttft_ms_mean
+    assert _closed("vllm", 1.0).tpot_ms_mean == pytest.approx(pred.tpot_ms_mean)
+
+
+def test_prefill_first_engine_sees_the_wave_every_round() -> None:
+    # issue 23: SGLang runs a waiting prefill batch before decoding (hardware/serving.py
+    # is_prefill_first): a closed loop's wave decodes and comes back together, so its TTFT is the
+    # wave's whatever the fitted share; a mixing engine at share 1 sees the same wave
+    sgl0, sgl1, vllm1 = _closed("sglang", 0.0), _closed("sglang", 1.0), _closed("vllm", 1.0)
+    assert sgl0.batch == sgl1.batch == vllm1.batch == 32
+    assert sgl0.ttft_ms_mean == pytest.approx(sgl1.ttft_ms_mean)
+    assert sgl0.ttft_ms_mean == pytest.approx(vllm1.ttft_ms_mean)
+    assert _closed("vllm", 0.0).ttft_ms_mean < sgl0.ttft_ms_mean
 
 
 def test_replicas_scale_throughput_and_quantised_weights_help() -> None:

@@ -164,7 +164,21 @@ def offloading(case: tuple[dict, dict], modules: list[str]) -> tuple[dict, dict]
     return {**scen, "job": {**scen["job"], "offload_modules": modules}}, pl
 
 
+def fusing(case: tuple[dict, dict], **fusions: bool) -> tuple[dict, dict]:
+    """``case`` with ``job.moe_router_fusion`` / ``job.moe_permute_fusion`` set."""
+    scen, pl = case
+    return {**scen, "job": {**scen["job"], **fusions}}, pl
+
+
 MOE_STATE_CASES: dict[str, tuple[tuple[dict, dict], dict[str, object]]] = {
+    "qwen3-30b-a3b-router-permute-fusion": (
+        fusing(
+            (scenario("qwen3-30b-a3b", 2), plan(16, ep=8, recompute="selective")),
+            moe_router_fusion=True,
+            moe_permute_fusion=True,
+        ),
+        {"moe_router_fusion": True, "moe_permute_fusion": True},
+    ),
     "qwen3-30b-a3b-deepep-overlap": (
         (
             scenario("qwen3-30b-a3b", 2),

@@ -114,6 +114,10 @@ STATE_FIELDS = (
 )
 
 
+PARSED_KERNEL_FIELDS = ("moe_router_fusion", "moe_permute_fusion")
+"""Kernel switches of the MoE software state (job.moe_router_fusion / moe_permute_fusion): read
+as parsed, before ONE_DEVICE swaps them off (their fused kernels need Transformer Engine)."""
+
 _INSTALLED_TE_MIN_VERSION = megatron_arguments.is_te_min_version
 
 
@@ -132,7 +136,8 @@ def _moe_state(args: object) -> dict[str, object]:
         if key != "moe_grouped_gemm":  # kept as parsed: the config's own check of moe_act
             setattr(real, key, ONE_DEVICE[key])  # recompute reads it; no kernel is built here
     config = core_transformer_config_from_args(real)
-    return {name: _plain(getattr(config, name, getattr(args, name, None))) for name in STATE_FIELDS}
+    state = {name: _plain(getattr(config, name, getattr(args, name, None))) for name in STATE_FIELDS}
+    return state | {name: getattr(args, name) for name in PARSED_KERNEL_FIELDS}  # as parsed
 
 
 def _fake_world(num_devices: int) -> None:

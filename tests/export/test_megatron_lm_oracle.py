@@ -195,6 +195,8 @@ MEGATRON_STATE_DEFAULTS: dict[str, object] = {
     "check_for_nan_in_loss_and_grad": True,
     "fine_grained_activation_offloading": False,
     "offload_modules": [],
+    "moe_router_fusion": False,
+    "moe_permute_fusion": False,
 }
 """megatron-core 0.19.2's defaults of the MoE software state (TransformerConfig); the dispatcher
 is always written for a MoE model (paraplan's default alltoall, not megatron-core's allgather)."""

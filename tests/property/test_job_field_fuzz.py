@@ -1,5 +1,6 @@
 """Fuzz cases of the job fields drawn on generators of their own (issue 22; benchmarks/fuzz_cases.py
-``offload_case`` for job.offload_modules, ``probs_case`` for job.moe_probs_applied, so the fuzz
+``offload_case`` for job.offload_modules, ``probs_case`` for job.moe_probs_applied, ``fusion_case``
+for job.moe_router_fusion / moe_permute_fusion, so the fuzz
 record's seeds are unchanged): no crash; a broken value (an unknown module or one Megatron's
 pairing rules refuse; a value outside auto, activation and combine) is a ConfigError naming the
 field; every other answer passes the fuzz checks (a Result that reloads, re-evaluates and exports
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.fuzz_cases import Case, RandomDraw, offload_case, probs_case
+from benchmarks.fuzz_cases import Case, RandomDraw, fusion_case, offload_case, probs_case
 from benchmarks.fuzz_checks import run_case
 from paraplan.errors import ConfigError, ParaplanError
 
@@ -21,6 +22,7 @@ from paraplan.errors import ConfigError, ParaplanError
 FIELDS: list[tuple[Callable[..., Case], str, int, int, int]] = [
     (offload_case, "job.offload_modules", 150, 20, 30),
     (probs_case, "job.moe_probs_applied", 100, 5, 20),
+    (fusion_case, "job.moe_", 60, 3, 10),
 ]
 IDS = [field for _, field, *_ in FIELDS]
 
