@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from operator import attrgetter
 
 from paraplan.cost import Axis, CudaGraphs, Layout, Plan, Recompute
 from paraplan.cost.derive import derive
@@ -62,6 +63,10 @@ _RULES_BASE_IGNORE = LAYOUT_RULES_IGNORE | {"order"}
 one family share the rest, so it is found once per family (``AnyFramework.order_limits``)."""
 _ORDER = frozenset({"order"})
 Order = tuple[Axis, ...]
+_state_key = attrgetter(*(f for f in moe_state.STATE_RULE_READS if f != "recompute"))
+"""What the state rules read of a layout (moe_state.STATE_RULE_READS; the recompute mode is the
+representative's, the filter's own): the key of their verdicts (``FrameworkFilter._state_refusal``,
+``limits_for``). The representative's split reads pp and vp, which the key holds."""
 
 
 class Asked:
@@ -139,7 +144,8 @@ class FrameworkFilter:
         self._rules_bases: dict[tuple[object, ...], int] = {}
         self._splits: dict[tuple[int, int], tuple[int, ...] | None] = {}
         self.refused: Counter[str] = Counter()
-        self._mode_limits: dict[Layout, SearchLimits] = {}
+        self._mode_limits: dict[tuple[object, ...], SearchLimits] = {}  # limits_for by _state_key
+        self._state_refusals: dict[tuple[object, ...], str | None] = {}  # state rules by _state_key
 
     def model_refusal(self) -> str | None:
         """The rule about the model or job alone (MODEL_RULES) that refuses, if any: then no
@@ -277,8 +283,21 @@ class FrameworkFilter:
             plain = self._families.get(stateless)
             if plain is None:
                 plain = self._families[stateless] = self._passes(family, self._family_rules, plans)
-            verdict = self._families[key] = plain and self._passes(family, self._state_rules, plans)
+            verdict = self._families[key] = plain and self._state_passes(family, plans)
         return verdict
+
+    def _state_passes(self, family: Layout, plans: dict[object, Plan] | None = None) -> bool:
+        """The state rules accept ``family``'s representative: their verdict remembered by what
+        they read (``_state_key``), a refusal counted each time a family is asked (as if they
+        ran: the counts, and so ``reason``, are those of asking every family)."""
+        key = _state_key(family)
+        if key in self._state_refusals:
+            refusal = self._state_refusals[key]
+        else:
+            refusal = self._state_refusals[key] = self._refusal(family, self._state_rules, plans)
+        if refusal:
+            self.refused[refusal] += 1
+        return refusal is None
 
     def __call__(self, layout: Layout) -> bool:
         verdict = self._verdicts.get(layout)
@@ -296,12 +315,13 @@ class FrameworkFilter:
         scenario's fixed mode is the representative's already."""
         if self._modes_free(layout):
             return self.limits
-        found = self._mode_limits.get(layout)
+        key = _state_key(layout)  # what the state rules read (with the mode, which varies here)
+        found = self._mode_limits.get(key)
         if found is None:
             modes = self.limits.recompute_modes or tuple(Recompute)
             kept = tuple(m for m in modes if m is Recompute.NONE or self._passes_mode(layout, m, plans))
             found = self.limits if kept == modes else replace(self.limits, recompute_modes=kept)
-            self._mode_limits[layout] = found
+            self._mode_limits[key] = found
         return found
 
     def _modes_free(self, family: Layout) -> bool:
@@ -367,6 +387,7 @@ class AnyFramework:
         self._limits: dict[tuple[int, Order], tuple[SearchLimits, ...]] = {}  # by (family id, order)
         self._family_ids: dict[tuple[object, ...], int] = {}  # a layout less its order -> an id
         self._zeros: dict[tuple[object, ...], bool] = {}  # zero_passes by family (less its order)
+        self._families: dict[tuple[object, ...], bool] = {}  # family_passes by family
 
     @property
     def refused(self) -> Counter[str]:
@@ -444,9 +465,14 @@ class AnyFramework:
         return all(f.state_holds(a, b) for f in self.filters)
 
     def family_passes(self, family: Layout) -> bool:
-        """Whether some framework's family rules accept ``family`` (FrameworkFilter.family_passes)."""
-        key, plans = plan_key(family, LAYOUT_FIELDS), dict[object, Plan]()
-        return any(f.family_passes(family, key, plans) for f in self.filters)
+        """Whether some framework's family rules accept ``family`` (FrameworkFilter.family_passes),
+        remembered by family (each framework remembers its own, so asking again counts no refusal)."""
+        key = plan_key(family, LAYOUT_FIELDS)
+        found = self._families.get(key)
+        if found is None:
+            plans = dict[object, Plan]()
+            found = self._families[key] = any(f.family_passes(family, key, plans) for f in self.filters)
+        return found
 
     def zero_passes(self, family: Layout) -> bool:
         """Whether some framework may run a layout of ``family`` with its ZeRO stage

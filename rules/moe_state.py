@@ -48,6 +48,7 @@ __all__ = [
     "Support",
     "SUPPORT",
     "FIELDS",
+    "STATE_RULE_READS",
     "runs",
     "state_rules",
     "routing_rule",
@@ -170,6 +171,11 @@ if set(SUPPORT) != set(FRAMEWORKS):  # a framework added to the registry (framew
     raise TypeError(f"moe_state.SUPPORT must list the frameworks {FRAMEWORKS}; lists {tuple(SUPPORT)}")
 
 FIELDS = ("plan.moe_dispatcher", "plan.moe_overlap", "plan.cuda_graphs", "job.moe_routing")
+STATE_RULE_READS = ("moe_dispatcher", "moe_overlap", "cuda_graphs", "ep", "pp", "vp", "recompute")
+"""The plan fields the rules defined here read (besides the model and the job): rules/filter.py
+remembers their verdicts on a layout by these alone (its representative's recompute mode is the
+filter's own), so the families that differ elsewhere share them (issue 22 item 7: the solver asks
+them of every state of every family it reaches). tests/rules/test_moe_state_rules.py checks it."""
 DEFAULTS: dict[str, object] = {
     "plan.moe_dispatcher": MoEDispatcher.ALLTOALL,
     "plan.moe_overlap": False,

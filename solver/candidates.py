@@ -56,7 +56,7 @@ from paraplan.solver.space import (
     state_of,
     zeros,
 )
-from paraplan.solver.states import undominated_states
+from paraplan.solver.states import undominated_states, with_state
 from paraplan.solver.tables import LayoutTables, build_tables, even_layers
 
 __all__ = [
@@ -149,11 +149,6 @@ popped, so the classes of the families never popped are never built."""
 _FLOOR_STATELESS = FLOOR_IGNORES | _STATE_FIELDS
 
 
-def _with_state(family: Layout, state: SoftwareState) -> Layout:
-    dispatcher, overlap, graphs = state
-    return derive(family, moe_dispatcher=dispatcher, moe_overlap=overlap, cuda_graphs=graphs)
-
-
 def _class_floors(
     graph: LayerGraph,
     family: Layout,
@@ -172,15 +167,16 @@ def _class_floors(
     found = floors.get(key)
     if found is None:
         out = []
+        own, moe = state_of(family), graph.spec.is_moe
         for st in states:
-            layout = family if st == state_of(family) else _with_state(family, st)
-            if (base, st) not in floors:
-                floors[base, st] = compute_floor_s(graph, layout, job, cluster, floor_memo)
-            excess = 0.0
-            if graph.spec.is_moe:  # the family's own ep, not the least (cost.floor.moe_ep_excess_s)
-                if (base, st, "ep") not in floors:
+            if (base, st) not in floors or (moe and (base, st, "ep") not in floors):
+                layout = family if st == own else with_state(family, st)  # built only to be floored
+                if (base, st) not in floors:
+                    floors[base, st] = compute_floor_s(graph, layout, job, cluster, floor_memo)
+                if moe and (base, st, "ep") not in floors:
                     floors[base, st, "ep"] = moe_ep_excess_s(graph, layout, job, cluster, floor_memo)
-                excess = floors[base, st, "ep"][family.ep]
+            # a MoE family's own ep, not the least (cost.floor.moe_ep_excess_s)
+            excess = floors[base, st, "ep"][family.ep] if moe else 0.0
             out.append(floors[base, st] + excess)
         found = floors[key] = tuple(out)
     return found
@@ -211,27 +207,40 @@ def _class_states(
 ) -> list[Layout]:
     """The states of ``family``'s class (space.states_of) that the layout filter's family rules
     pass and no other state of the family (any dispatcher, the same overlap) dominates
-    (solver/states.py)."""
+    (solver/states.py). The peers (the family in each state of its overlap) are built once per
+    family and overlap, each when first asked, and their survivors found once."""
     key = ("class", plan_key(family, _CLASS_PEERS))
     least = state_of(family)
-    survivors = memo.get(key)
-    if survivors is None:
+    peers: dict[SoftwareState, Layout | None] | None = memo.get(key)
+    if peers is None:
         states = memo.get(("states", family.ep))
         if states is None:
             states = memo["states", family.ep] = software_states(
                 graph.spec, cluster, family.ep, fixed, options.search_moe_state
             )
-        peers = [
-            family if (d, o, g) == least else _with_state(family, (d, o, g))
-            for d, o, g in states
-            if o == family.moe_overlap
-        ]
-        passes = options.family_filter
-        if passes is not None:  # every layout of a refused family fails the filter
-            if not any(passes(p) for p in peers if least_state(state_of(p), fixed) == least):
-                return []  # none of the class passes: none survives (the peers are asked when popped)
-            peers = [p for p in peers if passes(p)]
-        survivors = memo[key] = undominated_states(graph, cluster, job, fixed, options, peers, memo)
+        peers = memo[key] = {st: None for st in states if st[1] == family.moe_overlap}
+    verdicts: dict[SoftwareState, bool] = memo.setdefault(("passes", key), {})  # the family filter's
+    passes = options.family_filter
+
+    def peer(st: SoftwareState) -> Layout:
+        found = peers[st]
+        if found is None:
+            found = peers[st] = family if st == least else with_state(family, st)
+        return found
+
+    def passed(st: SoftwareState) -> bool:
+        found = verdicts.get(st)
+        if found is None:
+            found = verdicts[st] = passes is None or passes(peer(st))
+        return found
+
+    survivors = memo.get(("survivors", key))
+    if survivors is None:  # every layout of a family the filter refuses fails it
+        if not any(passed(st) for st in peers if least_state(st, fixed) == least):
+            return []  # none of the class passes: none survives (the peers are asked when popped)
+        kept = [peer(st) for st in peers if passed(st)]
+        survivors = undominated_states(graph, cluster, job, fixed, options, kept, memo)
+        memo["survivors", key] = survivors
     return [s for s in survivors if least_state(state_of(s), fixed) == least]
 
 
@@ -381,7 +390,7 @@ def bounded_tables(
             weight = bubble_weight_floor(family.pp_schedule, family.vp)
             own_state = state_of(family)
             for st, per_micro_batch_s in zip(states, per, strict=True):
-                f = family if st == own_state else _with_state(family, st)
+                f = family if st == own_state else with_state(family, st)
                 b = pipeline_lower_bound_s(per_micro_batch_s, family.pp, family.vp, m, weight)
                 heapq.heappush(heap, (b, next(tick), 0, f, ks))
         elif level in (0, _BLOCKS):
@@ -402,7 +411,7 @@ def bounded_tables(
                     p = state if zero == state.zero else derive(state, zero=zero)
                     if options.zero_filter is not None and not options.zero_filter(p):
                         continue  # every layout of the family with this ZeRO stage fails the filter
-                    if roomy is not None and roomy.unfit(p, ks):  # family_bound.LeastMemory
+                    if roomy is not None and roomy.unfit(p, ks, twins(p, fixed)):  # family_bound.LeastMemory
                         skipped.append(p)
                         continue
                     held = [level1[t] for t in twins(p, fixed) if t in level1]

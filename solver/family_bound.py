@@ -21,7 +21,7 @@ TP / CP / EP traffic) and the gradient sync are non-negative. The block costs la
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from paraplan.cost import CudaGraphs, Job, Layout, MoEDispatcher, Recompute, StageTerms, stage_terms
@@ -106,12 +106,18 @@ class LeastMemory:
         self._shared, self._packed, self._fits = shared, packed, fits
         self._memo: dict[Layout, bool] = {}
 
-    def unfit(self, layout: Layout, ks: list[int] | None) -> bool:
-        """The least-memory twin of ``layout`` (a family with a ZeRO stage) fits no split."""
+    def unfit(self, layout: Layout, ks: list[int] | None, smaller: Sequence[Layout] = ()) -> bool:
+        """The least-memory twin of ``layout`` (a family with a ZeRO stage) fits no split.
+        ``smaller``: layouts the same but for fields that make them never larger (its ZeRO-1 /
+        SP-on twins, solver/limits.py ``twins``): where the least-memory twin of one was found
+        to fit no split, neither does ``layout``'s (every stage needs at least as many bytes in
+        every mode), so it is not checked again."""
         twin = least_memory_twin(layout)
         if twin == layout:
             return False  # its own check follows
         found = self._memo.get(twin)
+        if found is None and any(self._memo.get(least_memory_twin(t)) for t in smaller):
+            found = self._memo[twin] = True
         if found is None:
             graph, job, cluster = self._args
             try:

@@ -32,25 +32,37 @@ from typing import Any
 from paraplan.cost import CudaGraphs, Job, Layout, MoEDispatcher
 from paraplan.cost.block import block_work
 from paraplan.cost.compute import tokens_per_device
+from paraplan.cost.derive import derive
 from paraplan.cost.dispatch import dispatcher_sm_fraction
 from paraplan.cost.ep import ep_layer_comm, ep_span
 from paraplan.cost.moe_memory import dispatcher_buffer_bytes
 from paraplan.cost.plan import PartialPlan, plan_key
+from paraplan.cost.software import SOFTWARE_FIELDS
 from paraplan.graph import LayerGraph
 from paraplan.hardware import Cluster
 from paraplan.solver.placement import placements
-from paraplan.solver.space import Options
+from paraplan.solver.space import Options, SoftwareState
 
-__all__ = ["undominated_states"]
+__all__ = ["undominated_states", "with_state"]
 
 StateMemo = dict[Any, Any]
 _SPAN_IGNORES = frozenset(
     {"zero", "order", "torus_shape", "vp", "recompute", "layers_per_stage", "layers_per_chunk", "micro_batch"}
+    | set(SOFTWARE_FIELDS)  # the rank orders (placement.py) and EP spans read no software state
 )
 _WORK_IGNORES = frozenset(  # what block_work does not read (cost/stage_build.py's work key)
     {"dp", "pp", "vp", "zero", "order", "torus_shape", "recompute", "layers_per_stage", "layers_per_chunk"}
     | {"moe_dispatcher", "stage_pools"}
 )
+
+
+def with_state(family: Layout, state: SoftwareState) -> Layout:
+    """``family`` in MoE software state ``state``: ``dataclasses.replace`` of the three fields,
+    built by cost/derive.py ``derive``, which skips ``check_structure`` (it reads none of them;
+    the search builds one per state of every family it reaches; tests/solver/
+    test_oracle_moe_state.py checks it equals ``replace``)."""
+    dispatcher, overlap, graphs = state
+    return derive(family, moe_dispatcher=dispatcher, moe_overlap=overlap, cuda_graphs=graphs)
 
 
 def _holds(options: Options) -> Callable[[Layout, Layout], bool]:
@@ -143,7 +155,13 @@ def _drop_dispatchers(
     if len({s.moe_dispatcher for s in states}) < 2:
         return states
     spans = _spans(states[0], cluster, fixed, memo)
-    profiles = {s: _profile(graph, s, job, cluster, spans) for s in states}
+    # the profile reads the dispatcher alone of the state (ep.ep_layer_comm, the buffer, the SM
+    # share): one per dispatcher
+    by_dispatcher: dict[MoEDispatcher, list[float]] = {}
+    for s in states:
+        if s.moe_dispatcher not in by_dispatcher:
+            by_dispatcher[s.moe_dispatcher] = _profile(graph, s, job, cluster, spans)
+    profiles = {s: by_dispatcher[s.moe_dispatcher] for s in states}
     order = list(MoEDispatcher)
     kept: list[Layout] = []
     for s in states:

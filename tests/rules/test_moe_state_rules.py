@@ -126,3 +126,45 @@ def test_torchtitan_full_graphs_need_no_pipeline_and_no_expert_parallelism() -> 
     pp = _state_refusal("torchtitan", dense, _plan(ep=1, pp=2, dp=8, layers_per_stage=(16, 16), **full))
     assert pp is not None and "pipeline parallelism" in pp
     assert _state_refusal("torchtitan", dense, _plan(ep=1, layers_per_stage=(32,), **full)) is None
+
+
+def test_the_state_rules_read_only_what_the_filter_keys_their_verdicts_by() -> None:
+    """rules/filter.py remembers the state rules' verdicts (and the recompute modes they allow,
+    ``limits_for``) by moe_state.STATE_RULE_READS alone (issue 22 item 7: the solver asks them of
+    every state of every family): that is exact only when no rule defined in rules/moe_state.py
+    reads another plan field. Plans equal in those fields get one verdict from each rule; plans
+    that differ in them do not always (the check can fail)."""
+    from dataclasses import replace
+    from itertools import product
+
+    from paraplan.cost import Axis
+    from paraplan.rules.moe_state import STATE_RULE_READS
+
+    assert set(STATE_RULE_READS) >= {"moe_dispatcher", "moe_overlap", "cuda_graphs"}
+    others = [
+        {"dp": 4, "tp": 2, "etp": 1},
+        {"dp": 2, "tp": 2, "cp": 2, "sequence_parallel": False},
+        {"zero": 3, "micro_batch": 2},
+        {"zero": 0, "order": (Axis.TP, Axis.DP, Axis.CP, Axis.PP)},
+    ]
+    ctxs = [_ctx(), _ctx(moe_routing=MoERouting.CAPACITY, moe_capacity_factor=1.0)]
+    differ = checked = 0
+    for ctx, name in product(ctxs, FRAMEWORKS):
+        rules = [r for r in rules_of(name).rules if r.__module__ == "paraplan.rules.moe_state"]
+        seen: set[bool] = set()
+        for d, o, g, ep, (pp, vp), mode in product(
+            MoEDispatcher, (False, True), CudaGraphs, (1, 8), ((1, 1), (2, 1), (2, 2)), Recompute
+        ):
+            base = _plan(
+                moe_dispatcher=d, moe_overlap=o, cuda_graphs=g, ep=ep, pp=pp, vp=vp, dp=16 // pp,
+                layers_per_stage=(48 // pp,) * pp, recompute=(mode,) * pp,
+            )  # fmt: skip
+            for rule in rules:
+                verdict = rule(ctx, Draft(base, ctx.precision)) is None
+                seen.add(verdict)
+                for knobs in others:
+                    variant = replace(base, **knobs)  # type: ignore[arg-type]
+                    assert (rule(ctx, Draft(variant, ctx.precision)) is None) == verdict, (name, rule, knobs)
+                    checked += 1
+        differ += len(seen) > 1
+    assert checked > 10_000 and differ >= 2 * 4  # every framework but the dense script refuses some state

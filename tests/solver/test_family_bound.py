@@ -122,3 +122,29 @@ def test_without_pipelining_the_overlap_moves_no_memory() -> None:
                 assert [m.total_bytes for m in on.stage_memory] == [m.total_bytes for m in off.stage_memory]
                 checked += 1
     assert checked, "no pp = 1 plan with expert parallelism was scored"
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_zero_0_or_sp_off_layout_needs_no_less_memory_than_its_twin(seed: int) -> None:
+    """solver/family_bound.py ``LeastMemory.unfit``: a ZeRO-0 (SP-off) layout whose ZeRO-1 (SP-on)
+    twin's least-memory check failed is not checked again (issue 22 item 7), which is exact only
+    when the twin needs no more memory on any stage, in every MoE software state and mode."""
+    graph, cluster, job, sample = _instance(9300 + seed)
+    checked = 0
+    for layout in sample:
+        variants = []
+        if layout.dp * layout.cp > 1:
+            variants.append((replace(layout, zero=0), replace(layout, zero=1)))
+        if layout.tp > 1:
+            off, on = (replace(layout, sequence_parallel=sp) for sp in (False, True))
+            variants.append((off, on))
+        for own, twin in variants:
+            for own_plan, twin_plan in zip(_plans(graph, own), _plans(graph, twin), strict=True):
+                try:
+                    larger, smaller = (evaluate(graph, cluster, job, p) for p in (own_plan, twin_plan))
+                except ValueError:
+                    continue
+                for a, b in zip(smaller.stage_memory, larger.stage_memory, strict=True):
+                    assert a.total_bytes <= b.total_bytes * (1 + 1e-12), (own_plan, a, b)
+                checked += 1
+    assert checked

@@ -114,3 +114,19 @@ def test_the_space_holds_every_state_on_moe_models_only() -> None:
     # a user's value fixes the field
     fixed = replace(free, ep=8, moe_dispatcher=MoEDispatcher.DEEPEP, moe_overlap=True)
     assert {s[:2] for s in software_states(moe, node, 8, fixed)} == {(MoEDispatcher.DEEPEP, True)}
+
+
+def test_with_state_builds_what_replace_builds() -> None:
+    """solver/states.py ``with_state`` copies a Layout into another MoE software state without
+    re-running check_structure (it reads no state field): the same value, hash and type as
+    ``dataclasses.replace``; a Plan goes through replace."""
+    from paraplan.cost import Plan, Recompute
+    from paraplan.solver.states import with_state
+
+    family = Layout(dp=4, tp=2, pp=2, cp=1, ep=4, etp=1, vp=2, micro_batch=2, zero=0, sequence_parallel=True)
+    plan = Plan(dp=4, tp=2, pp=2, ep=4, layers_per_stage=(8, 8), recompute=(Recompute.FULL,) * 2)
+    for d, o, g in [(d, o, g) for d in MoEDispatcher for o in (False, True) for g in CudaGraphs]:
+        for layout in (family, plan):
+            built = with_state(layout, (d, o, g))
+            expected = replace(layout, moe_dispatcher=d, moe_overlap=o, cuda_graphs=g)
+            assert built == expected and hash(built) == hash(expected) and type(built) is type(expected)
