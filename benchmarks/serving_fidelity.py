@@ -1,6 +1,7 @@
 """Serving fidelity: paraplan's predicted serving figures against the measured serving runs.
 
-    python -m benchmarks.serving_fidelity [CSV] [--out FILE.csv] [--crossval] [--fit] [--source KEY]
+    python -m benchmarks.serving_fidelity [CSV] [--out FILE.csv] [--crossval] [--fit] [--polish]
+                                          [--source KEY]
 
 Every row of the CSV (default benchmarks/data/serving_runs_calibration.csv) is mapped by
 benchmarks/serving_set.py (rules: benchmarks/data/README.md, "Serving runs") and evaluated with
@@ -14,9 +15,9 @@ signed median, and the overall line per metric LAST. ``--out`` writes
 descent, grid passes around each parameter's prior then fine steps, on the mean over (source,
 metric) groups of the median |log ratio|, each group weighted by sqrt(rows) (``group_weight``),
 so no source or row dominates, plus a weak log-normal prior around the file's ``priors:``,
-``PRIOR_WEIGHT``), then a joint pattern search in log space (``_pattern_search``), from the
-priors and from the file's ``fitted:`` values, the lower objective kept (``fit_from_starts``),
-and prints them.
+``PRIOR_WEIGHT``), from the priors and from the file's ``fitted:`` values, the lower objective
+kept (``fit_from_starts``), and prints them. ``--polish`` adds a joint pattern search after the
+coordinate passes (``benchmarks.serving_pattern``; tried and not kept, docs/serving_model.md Sec. 6.0d).
 ``--crossval`` refits once per held-out source on the other sources and scores the held-out
 source with those parameters: leave-one-source-out (LOSO) beside the in-sample figures.
 """
@@ -35,6 +36,7 @@ from pathlib import Path
 from paraplan.cost.serving import ServingPrediction, evaluate_serving
 from paraplan.hardware.serving import FIT_NAMES, ServingFit, serving_fit, serving_priors
 
+from benchmarks.serving_pattern import pattern_search
 from benchmarks.serving_precision import precision_lines
 from benchmarks.serving_set import DEFAULT_CSV, METRICS, ServingCase, Skipped, serving_cases
 from benchmarks.side_by_side import DEFAULT_AIC as AIC_RESULTS
@@ -205,7 +207,7 @@ def fit_parameters(
     rounds: int = 3,
     log: Callable[[str], None] | None = None,
     grid_rounds: int = 2,
-    polish: bool = True,
+    polish: bool = False,
 ) -> ServingFit:
     """Coordinate descent over FIT_NAMES within BOUNDS from ``start`` (default the data file's
     ``priors:``), each trial kept when it lowers the objective plus the weak prior
@@ -215,9 +217,10 @@ def fit_parameters(
     current value (before 2026-12-02, fifth session), which stopped in a local optimum when a
     parameter's better basin lay between or beyond those steps: ``closed_loop_burst`` at 0.56
     against 1.0 (objective 0.1646 against 0.1546 with the serving-kernel GEMM rates,
-    docs/serving_model.md Sec. 6.0). With ``polish`` (since 2026-12-02, ninth session) a joint
-    pattern search follows (``_pattern_search``): from the priors the coordinate passes stop at
-    0.1536, the pattern search goes on to 0.1498 (docs/serving_model.md Sec. 6.0d)."""
+    docs/serving_model.md Sec. 6.0). With ``polish`` (``--polish``; not the default) a joint
+    pattern search follows (``benchmarks.serving_pattern``): it finds lower objectives (from the priors
+    0.1536 -> 0.1498, from the shipped values 0.1507 -> 0.1491) but a worse leave-one-source-out
+    in total (48.7 -> 51.6 points; docs/serving_model.md Sec. 6.0d), so it was not kept."""
     values = (start or serving_priors()).values()
     priors = serving_priors().values()
 
@@ -243,68 +246,8 @@ def fit_parameters(
             if log:
                 log(f"round {r} {name} = {values[name]:.4g} (objective {best:.4f})")
     if polish:
-        values, best = _pattern_search(values, best, cost, log)
+        values, best = pattern_search(values, best, cost, BOUNDS, log)
     return ServingFit.from_values(values)
-
-
-POLISH_STEPS = (0.1, 0.05, 0.025, 0.0125)
-"""Log-space step sizes of the joint refine after the coordinate passes (``_pattern_search``):
-x e^(+-0.1) down to x e^(+-0.0125), about 1% of a value."""
-
-
-def _clip_log(name: str, value: float, delta: float) -> float:
-    """``value`` x e^delta inside BOUNDS[name] (a value at 0 moves to the bound's 1% first)."""
-    lo, hi = BOUNDS[name]
-    base = value if value > 0 else max(lo, 0.01 * hi)
-    return min(hi, max(lo, base * math.exp(delta)))
-
-
-def _pattern_search(
-    values: dict[str, float],
-    best: float,
-    cost: Callable[[dict[str, float]], float],
-    log: Callable[[str], None] | None = None,
-) -> tuple[dict[str, float], float]:
-    """Hooke and Jeeves' pattern search (J. ACM 8(2), 1961) in log space within BOUNDS: an
-    exploratory sweep tries each parameter at x e^(+-step) on top of the moves already kept in
-    the sweep; after a successful sweep the whole move is repeated jointly (the pattern move,
-    every parameter at once) and explored around, while that keeps lowering the objective; else
-    the step halves (POLISH_STEPS). The joint move reaches minima that one-parameter-at-a-time
-    descent stops short of, where two parameters trade against each other along a valley."""
-
-    def explore(point: dict[str, float], f: float, step: float) -> tuple[dict[str, float], float]:
-        for name in FIT_NAMES:
-            for sign in (1.0, -1.0):
-                x = _clip_log(name, point[name], sign * step)
-                if x == point[name]:
-                    continue
-                trial = {**point, name: x}
-                obj = cost(trial)
-                if obj < f - 1e-6:
-                    point, f = trial, obj
-                    break
-        return point, f
-
-    for step in POLISH_STEPS:
-        while True:
-            new, f_new = explore(values, best, step)
-            if f_new >= best - 1e-6:
-                break
-            base, values, best = values, new, f_new
-            while True:  # pattern moves: x_new * (x_new / x_base), clipped, then explored
-                moved = {
-                    k: _clip_log(k, values[k], math.log(max(values[k], 1e-12) / max(base[k], 1e-12)))
-                    if values[k] > 0 and base[k] > 0
-                    else values[k]
-                    for k in FIT_NAMES
-                }
-                cand, f_cand = explore(moved, cost(moved), step)
-                if f_cand >= best - 1e-6:
-                    break
-                base, values, best = values, cand, f_cand
-        if log:
-            log(f"pattern step {step:g}: objective {best:.4f}")
-    return values, best
 
 
 def fit_objective(cases: Sequence[ServingCase], fit: ServingFit) -> float:
@@ -316,6 +259,7 @@ def fit_from_starts(
     cases: Sequence[ServingCase],
     starts: Sequence[ServingFit | None],
     log: Callable[[str], None] | None = None,
+    polish: bool = False,
 ) -> ServingFit:
     """``fit_parameters`` from each start (None: the priors), the fit of the lowest objective kept
     (the first on a tie). ``--fit`` starts from the priors and from the data file's ``fitted:``
@@ -324,7 +268,7 @@ def fit_from_starts(
     file's values."""
     best: tuple[float, ServingFit] | None = None
     for i, start in enumerate(starts):
-        fit = fit_parameters(cases, start=start, log=log)
+        fit = fit_parameters(cases, start=start, log=log, polish=polish)
         obj = fit_objective(cases, fit)
         if log:
             log(f"start {i} ({'priors' if start is None else 'given values'}): objective {obj:.4f}")
@@ -335,14 +279,16 @@ def fit_from_starts(
     return best[1]
 
 
-def crossval(cases: Sequence[ServingCase], log: Callable[[str], None] | None = None) -> list[Score]:
+def crossval(
+    cases: Sequence[ServingCase], log: Callable[[str], None] | None = None, polish: bool = False
+) -> list[Score]:
     """Leave one source out: fit on the other sources from the priors (as the in-sample fit),
     score the held-out one with that fit."""
     out: list[Score] = []
     for source in sorted({c.source for c in cases}):
         train = [c for c in cases if c.source != source]
         held = [c for c in cases if c.source == source]
-        fit = fit_parameters(train)
+        fit = fit_parameters(train, polish=polish)
         if log:
             log(f"held out {source}: " + ", ".join(f"{k} {v:.3g}" for k, v in fit.values().items()))
         out += score_cases(held, fit)
@@ -378,6 +324,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--fit", action="store_true", help="refit hardware/data/serving.yaml's parameters and print them"
     )
+    ap.add_argument(
+        "--polish",
+        action="store_true",
+        help="--fit and --crossval end with a joint pattern search (tried, not kept: serving_model.md 6.0d)",
+    )
     ap.add_argument("--source", action="append", help="score only these source_key values")
     ap.add_argument("--rows", type=int, help="score only the first N mapped rows (quick checks)")
     ap.add_argument(
@@ -396,10 +347,16 @@ def main(argv: list[str] | None = None) -> int:
     _print_skipped(skipped)
     fit = None
     if args.fit:
-        fit = fit_from_starts(cases, (None, serving_fit()), log=lambda m: print(m, file=sys.stderr))
+        fit = fit_from_starts(
+            cases, (None, serving_fit()), log=lambda m: print(m, file=sys.stderr), polish=args.polish
+        )
         print("fitted: " + ", ".join(f"{k}: {v:.4g}" for k, v in fit.values().items()))
     scores = score_cases(cases, fit)
-    loso = summary(crossval(cases, log=lambda m: print(m, file=sys.stderr))) if args.crossval else None
+    loso = (
+        summary(crossval(cases, log=lambda m: print(m, file=sys.stderr), polish=args.polish))
+        if args.crossval
+        else None
+    )
     if args.out:
         with open(args.out, "w", newline="", encoding="utf-8") as f:
             w = csv.writer(f)

@@ -158,7 +158,7 @@ def test_the_pattern_search_finds_the_bottom_of_a_valley_inside_the_bounds() -> 
     # step / kernel = 0.6: step 2.19 ms, kernel 3.65 us; the other parameters stay where they are
     from paraplan.hardware.serving import serving_priors
 
-    from benchmarks.serving_fidelity import _pattern_search
+    from benchmarks.serving_pattern import pattern_search
 
     start = serving_priors().values()
 
@@ -166,7 +166,7 @@ def test_the_pattern_search_finds_the_bottom_of_a_valley_inside_the_bounds() -> 
         a, b = math.log(v["step_overhead_ms"]), math.log(v["graph_kernel_overhead_us"])
         return 10.0 * (a + b - math.log(8.0)) ** 2 + (a - b - math.log(0.6)) ** 2
 
-    values, best = _pattern_search(start, cost(start), cost)
+    values, best = pattern_search(start, cost(start), cost, FIT_BOUNDS)
     assert best == pytest.approx(cost(values)) and best < 0.01 * cost(start)
     assert values["step_overhead_ms"] == pytest.approx(math.sqrt(4.8), rel=0.03)
     assert values["graph_kernel_overhead_us"] == pytest.approx(math.sqrt(8.0 / 0.6), rel=0.03)
@@ -176,7 +176,7 @@ def test_the_pattern_search_finds_the_bottom_of_a_valley_inside_the_bounds() -> 
             assert values[name] == start[name]
     # a bound holds: with the bottom beyond 5 us the kernel time stops at its bound
     far = lambda v: (math.log(v["graph_kernel_overhead_us"]) - math.log(9.0)) ** 2  # noqa: E731
-    assert _pattern_search(start, far(start), far)[0]["graph_kernel_overhead_us"] == 5.0
+    assert pattern_search(start, far(start), far, FIT_BOUNDS)[0]["graph_kernel_overhead_us"] == 5.0
 
 
 def test_the_fit_keeps_the_start_of_the_lowest_objective(monkeypatch) -> None:
@@ -185,7 +185,9 @@ def test_the_fit_keeps_the_start_of_the_lowest_objective(monkeypatch) -> None:
     import benchmarks.serving_fidelity as sf
 
     worse = ServingFit.from_values({**serving_priors().values(), "step_overhead_ms": 3.0})
-    monkeypatch.setattr(sf, "fit_parameters", lambda cases, start=None, log=None: start or serving_priors())
+    monkeypatch.setattr(
+        sf, "fit_parameters", lambda cases, start=None, log=None, polish=False: start or serving_priors()
+    )
     monkeypatch.setattr(sf, "fit_objective", lambda cases, fit: fit.values()["step_overhead_ms"])
     assert sf.fit_from_starts([], (worse, None)).values() == serving_priors().values()
     assert sf.fit_from_starts([], (worse,)) is worse
