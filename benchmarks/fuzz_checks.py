@@ -310,6 +310,13 @@ def outside_space(plan: Plan, inst: Any, fixed: Any, options: Any) -> str | None
         return f"etp={plan.etp}"
     if options.layout_filter is not None and not options.layout_filter(plan):
         return "the target's rules refuse the layout"
+    if options.layout_limits is not None:  # the runnable default: some framework that runs the
+        from paraplan.solver.limits import narrowed  # layout runs its per-stage choices too
+
+        limits = options.layout_limits(plan)
+        why = [outside_space(plan, inst, fixed, narrowed(options, lim)) for lim in limits]
+        if why and all(w is not None for w in why):
+            return f"no framework that runs the layout runs its stages: {why[0]}"
     return None
 
 
