@@ -411,10 +411,11 @@ def bounded_tables(
                     p = state if zero == state.zero else derive(state, zero=zero)
                     if options.zero_filter is not None and not options.zero_filter(p):
                         continue  # every layout of the family with this ZeRO stage fails the filter
-                    if roomy is not None and roomy.unfit(p, ks, twins(p, fixed)):  # family_bound.LeastMemory
+                    p_twins = twins(p, fixed)
+                    if roomy is not None and roomy.unfit(p, ks, p_twins):  # family_bound.LeastMemory
                         skipped.append(p)
                         continue
-                    held = [level1[t] for t in twins(p, fixed) if t in level1]
+                    held = [level1[t] for t in p_twins if t in level1]
                     if held:  # terms when popped (_twin_bound): most such families never are
                         heapq.heappush(heap, (max(bound, *held), next(tick), 1, (p, None), ks))
                         continue

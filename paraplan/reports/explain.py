@@ -216,8 +216,8 @@ def explain(
             f"({delta / step:+.1%}; {', '.join(parts) or 'ties within 0.5%'})"
             + (f"; {_runner_up_vs_band(ob.step_time_s, band)}" if band else "")
             + f"; {_runner_up_memory(b, ob)}"
-            + (f"; {_unproven(proof, True)}" if _unproven(proof, True) else "")
+            + (f"; {unproven}" if (unproven := _unproven(proof, True)) else "")
         )
-    elif _unproven(proof, False):
-        lines.append(f"runner-up: none found by this search; {_unproven(proof, False)}")
+    elif unproven := _unproven(proof, False):
+        lines.append(f"runner-up: none found by this search; {unproven}")
     return lines
