@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from paraplan.cost.serving import ServingPrediction, evaluate_serving
+from paraplan.cost.serving_gemm import use_tiled_moe
 from paraplan.hardware.serving import FIT_NAMES, ServingFit, serving_fit, serving_priors
 
 from benchmarks.serving_pattern import pattern_search
@@ -330,6 +331,12 @@ def main(argv: list[str] | None = None) -> int:
         help="--fit and --crossval end with a joint pattern search (tried, not kept: serving_model.md 6.0d)",
     )
     ap.add_argument("--source", action="append", help="score only these source_key values")
+    ap.add_argument(
+        "--moe-tiles",
+        default="",
+        help="engines (vllm,sglang) whose MoE GEMMs pad to a tile near their tokens (cost/serving_gemm.py "
+        "use_tiled_moe; tried, not kept: serving_model.md 6.0e)",
+    )
     ap.add_argument("--rows", type=int, help="score only the first N mapped rows (quick checks)")
     ap.add_argument(
         "--aic",
@@ -338,6 +345,7 @@ def main(argv: list[str] | None = None) -> int:
         "committed run of benchmarks.aiconfigurator_side); 'none' leaves the side-by-side table out",
     )
     args = ap.parse_args(argv)
+    use_tiled_moe(frozenset(e for e in args.moe_tiles.split(",") if e))
     cases, skipped = serving_cases(Path(args.csv))
     if args.source:
         cases = [c for c in cases if c.source in args.source]

@@ -59,6 +59,7 @@ from paraplan.cost.serving_common import (
     worker_step,
 )
 from paraplan.cost.serving_disagg import disaggregated
+from paraplan.cost.serving_gemm import is_deepep_moe, is_tiled_moe
 from paraplan.cost.serving_memory import MemoryBudget, memory_budget, per_gpu_fields
 from paraplan.cost.serving_step import StepInput
 from paraplan.cost.serving_types import (
@@ -124,6 +125,8 @@ def evaluate_serving(
         is_cpp_runtime(engine.name, engine.version),
         is_serial_pp_host(engine.name, engine.version),
         is_prefill_first(engine.name),
+        is_tiled_moe(engine.name),
+        is_deepep_moe(engine.name),
     )
     mem = engine_memory(engine.name)
     if engine.kv_fraction is not None:

@@ -58,6 +58,8 @@ class Ctx:
     cpp_runtime: bool = False
     serial_pp_host: bool = False  # hardware/serving.py is_serial_pp_host
     prefill_first: bool = False  # hardware/serving.py is_prefill_first
+    tiled_moe: bool = False  # cost/serving_gemm.py is_tiled_moe: expert row tiles near the tokens per expert
+    deepep_moe: bool = False  # cost/serving_gemm.py is_deepep_moe: DeepGEMM's tiles under attention DP + EP
 
 
 def worker_step(c: Ctx, shape: WorkerShape, x: StepInput) -> StepTime:
@@ -72,6 +74,8 @@ def worker_step(c: Ctx, shape: WorkerShape, x: StepInput) -> StepTime:
         fit=c.fit,
         cpp_runtime=c.cpp_runtime,
         serial_pp_host=c.serial_pp_host,
+        tiled_moe=c.tiled_moe,
+        deepep_moe=c.deepep_moe,
     )
 
 

@@ -6,6 +6,7 @@ module, STYLE.md Sec. 1): the step there adds these to attention, collectives an
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 from paraplan.cost.kv import WorkerShape
@@ -17,12 +18,20 @@ from paraplan.hardware.serving import ServingFit, gemm_kernel_rates, gemm_priors
 __all__ = [
     "ACT_BYTES",
     "GROUPED_GEMM_M_HALF",
+    "MOE_TILE_MIN_ROWS",
+    "MOE_TILE_MAX_ROWS",
+    "TILED_MOE_ENGINES_READ",
+    "DEEPEP_MOE_ENGINES",
     "compute_precision",
     "serving_efficiency",
     "gemm_roofline_s",
     "dense_gemms_s",
     "experts_s",
     "grouped_gemm_row_fraction",
+    "is_tiled_moe",
+    "is_deepep_moe",
+    "use_tiled_moe",
+    "moe_tile_rows",
 ]
 
 ACT_BYTES = 2.0  # bf16 activations between layers (the engines quantise only GEMM inputs)
@@ -129,9 +138,12 @@ def experts_s(
     eff: Efficiency,
     overhead_s: float,
     fit: ServingFit,
+    tiled: bool = False,
 ) -> float:
     """Routed experts of one MoE layer on the busiest EP group (cost/serving_step.py's docstring,
-    "Routed experts")."""
+    "Routed experts"). Each active expert computes its m rows plus the padding of its kernel:
+    ``tiled`` (an engine whose MoE kernels pick their row tile from the tokens per expert,
+    ``is_tiled_moe``) pads m to whole tiles (``moe_tile_rows``), else m + GROUPED_GEMM_M_HALF."""
     assert ly.experts is not None
     e = ly.experts
     per_group = e.num_experts / shape.ep
@@ -149,7 +161,8 @@ def experts_s(
             n /= shape.moe_tp
         elif g.tp_split == "in":
             k /= shape.moe_tp
-        frac = fit.moe_gemm_efficiency * grouped_gemm_row_fraction(m)
+        share = m / moe_tile_rows(m, mean_copies / per_group) if tiled else grouped_gemm_row_fraction(m)
+        frac = fit.moe_gemm_efficiency * share
         total += active * gemm_roofline_s(m, n, k, w_bytes, prec, accel, eff, frac) + overhead_s
     return total
 
@@ -169,3 +182,76 @@ def grouped_gemm_row_fraction(m: float) -> float:
     Mixtral's 8 experts fed thousands of prompt tokens near it; the weight stream of a decode step
     is not affected (its roofline term stays). Dimensionless."""
     return m / (m + GROUPED_GEMM_M_HALF)
+
+
+MOE_TILE_MIN_ROWS = 16
+"""Smallest row tile of vLLM's MoE kernels: its Triton fused_moe (BLOCK_SIZE_M 16 at up to 32
+tokens in 241-249 of the 287 tuned JSON configs of vllm 0.15.1 model_executor/layers/fused_moe/
+configs/), the Marlin MoE (fused_marlin_moe.py: the smallest of 8, 16, 32, 48, 64 covering the
+mean tokens per expert, at least 16) and triton_kernels' matmul_ogs (the MXFP4 path on Hopper,
+vllm/third_party/triton_kernels/matmul_ogs_details/opt_flags.py: block_m = max(16,
+min(next_power_of_2(tokens_per_expt), 128))). FlashInfer 0.6.1's trtllm-gen MoE (Blackwell FP4,
+vLLM's first choice there) goes down to 8 (trtllm_fused_moe_kernel_launcher.cu
+computeSelectedTileN); 8 or 16 changes no calibration row (both leave a decode expert
+memory-bound)."""
+
+MOE_TILE_MAX_ROWS = 128
+"""Largest row tile of those kernels (the same sources: triton_kernels' and trtllm-gen's clamp at
+128; the tuned Triton configs reach 128 from about 1,024 tokens)."""
+
+TILED_MOE_ENGINES_READ = frozenset({"vllm", "sglang"})
+"""Engines whose MoE kernels size their row tile by the tokens per expert, as read (2026-12-02,
+wheels from PyPI): vllm 0.15.1 (mxfp4.py ``get_mxfp4_backend``: FlashInfer's trtllm-gen MoE on
+Blackwell, triton_kernels on Hopper; oracle/nvfp4.py tries FLASHINFER_TRTLLM first; the FP8 / BF16
+Triton fused_moe reads its tuned BLOCK_SIZE_M by batch; int4 runs Marlin) and sglang 0.5.9
+(server_args.py: ``moe_a2a_backend`` "none" and ``moe_runner_backend`` "auto" by default, which is
+``flashinfer_trtllm`` for DeepSeek FP8 / FP4 on Blackwell and the Triton fused_moe elsewhere,
+layers/quantization/fp8.py ``create_moe_runner``). TensorRT-LLM's wheel is not on PyPI (unread)."""
+
+_tiled_engines: frozenset[str] = frozenset()
+"""The engines ``is_tiled_moe`` answers for: none, so every engine keeps GROUPED_GEMM_M_HALF.
+Tried and not kept (docs/serving_model.md Sec. 6.0e: in-sample TPOT better, leave-one-source-out
+worse in total); ``use_tiled_moe`` turns it on for an experiment (python -m
+benchmarks.serving_fidelity --moe-tiles vllm)."""
+
+DEEPEP_MOE_ENGINES = frozenset({"sglang"})
+"""Engines taken to run DeepEP's all-to-all under attention DP with expert parallelism, and so
+DeepGEMM's masked grouped GEMM (GROUPED_GEMM_M_HALF, derived from that kernel): sglang 0.5.9
+layers/quantization/fp8.py ``is_deepgemm_moe_runner_backend_enabled`` picks the DEEP_GEMM runner
+when the a2a backend is DeepEP. ASSUMED, not stated by the rows: that SGLang's attention-DP + EP
+rows ran ``--moe-a2a-backend deepep`` (not its default)."""
+
+
+def use_tiled_moe(engines: frozenset[str]) -> None:
+    """Set the engines whose MoE GEMMs pad to the tile near their tokens (``is_tiled_moe``), a
+    subset of TILED_MOE_ENGINES_READ; empty (the default) turns the term off."""
+    global _tiled_engines
+    unknown = engines - TILED_MOE_ENGINES_READ
+    if unknown:
+        raise ValueError(f"moe tiles: {sorted(unknown)} not among {sorted(TILED_MOE_ENGINES_READ)}")
+    _tiled_engines = engines
+
+
+def is_tiled_moe(engine_name: str) -> bool:
+    """Whether the engine's routed-expert GEMMs pad each expert's rows to a tile near its tokens
+    (``use_tiled_moe``; none by default), outside the DeepEP layouts of ``is_deepep_moe``."""
+    return engine_name in _tiled_engines
+
+
+def is_deepep_moe(engine_name: str) -> bool:
+    """Whether the engine's attention-DP + EP layouts run DeepGEMM's masked grouped GEMM
+    (``DEEPEP_MOE_ENGINES``)."""
+    return engine_name in DEEPEP_MOE_ENGINES
+
+
+def moe_tile_rows(m: float, tokens_per_expert: float) -> float:
+    """Rows one expert's GEMM computes for its ``m`` tokens: m padded to whole tiles,
+    ceil(m / tile) tile, tile = clamp(next power of two of the mean tokens per local expert
+    (T top_k / E_local), MOE_TILE_MIN_ROWS, MOE_TILE_MAX_ROWS) (triton_kernels opt_flags.py
+    block_m; FlashInfer trtllm-gen computeSelectedTileN with T top_k / num_local_experts; the
+    tuned Triton configs' BLOCK_SIZE_M by batch). A decode step's experts, a few tokens each,
+    compute one 16-row tile and stay memory-bound; a busiest EP group's extra tokens can take a
+    second tile. Units: rows."""
+    power = 2.0 ** math.ceil(math.log2(max(tokens_per_expert, 1.0)))
+    tile = min(float(MOE_TILE_MAX_ROWS), max(float(MOE_TILE_MIN_ROWS), power))
+    return math.ceil(m / tile) * tile

@@ -42,6 +42,7 @@ from paraplan.cost.serving_common import (
     round_s,
     worker_shape,
 )
+from paraplan.cost.serving_gemm import is_deepep_moe, is_tiled_moe
 from paraplan.cost.serving_memory import memory_budget
 from paraplan.cost.serving_types import Engine, WorkerPlan, Workload
 from paraplan.graph import ModelSpec
@@ -99,6 +100,8 @@ def _ctx(spec: ModelSpec, cluster: Cluster, workload: Workload, engine: Engine) 
         is_cpp_runtime(engine.name, engine.version),
         is_serial_pp_host(engine.name, engine.version),
         is_prefill_first(engine.name),
+        is_tiled_moe(engine.name),
+        is_deepep_moe(engine.name),
     )
     mem = engine_memory(engine.name)
     if engine.kv_fraction is not None:

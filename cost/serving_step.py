@@ -20,7 +20,9 @@ Agrawal et al., Sarathi-Serve, OSDI'24, Sec. 4; Yu et al., Orca, OSDI'22):
   their weights; one grouped-GEMM kernel per projection, its compute at ``moe_gemm_efficiency``
   of the dense rate times m / (m + m_half) at m tokens per expert (tile padding and pipeline
   fill, ``grouped_gemm_row_fraction``, DeepGEMM's grouped-GEMM rates; the weight stream at small
-  m stays at the HBM roofline).
+  m stays at the HBM roofline). An engine whose MoE kernels pick a row tile near the tokens per
+  expert pads m to whole tiles instead (``moe_tile_rows``, read in vLLM 0.15.1 and SGLang 0.5.9;
+  off by default: tried and not kept, docs/serving_model.md Sec. 6.0e).
 - Attention core: decode reads each sequence's KV (cost/kv.py bytes per token) at HBM speed, or
   its FLOPs at the fused-attention rate, whichever is longer (FlashDecoding / FlashInfer decode
   kernels are memory-bound at these shapes); MLA decode runs weight-absorbed (DeepSeek-V2 Sec.
@@ -167,6 +169,8 @@ def step_time(
     fit: ServingFit,
     cpp_runtime: bool = False,
     serial_pp_host: bool = False,
+    tiled_moe: bool = False,
+    deepep_moe: bool = False,
 ) -> StepTime:
     """Time of one step of one pipeline stage of a worker on ``x`` (module docstring), the
     stage's share 1/pp of the layers plus the activation send to the next stage. Units: s."""
@@ -179,6 +183,9 @@ def step_time(
     rank_tokens = tokens / shape.attn_dp
     act = rank_tokens * spec.hidden * ACT_BYTES
     gemm = attn = comm = other = 0.0
+    # the engine's MoE kernels tile the rows near the tokens per expert, except DeepGEMM's under
+    # DeepEP (cost/serving_gemm.py is_tiled_moe, is_deepep_moe)
+    tiled = tiled_moe and not (deepep_moe and shape.dp_attention and shape.ep > 1)
     for ly, count in layer_groups(graph):
         g0, a0, c0, o0 = gemm, attn, comm, other
         dense_tp = 1 if shape.dp_attention else shape.tp
@@ -192,7 +199,7 @@ def step_time(
             comm += oneshot_allreduce_s(cluster, dense_tp, act)
         elif ly.kind is LayerKind.MOE and ly.experts is not None:
             gemm += dense_gemms_s(ly.gemms, rank_tokens, dense_tp, w_bytes, prec, accel, eff, oh)
-            gemm += experts_s(ly, tokens, shape, w_bytes, prec, accel, eff, oh, fit)
+            gemm += experts_s(ly, tokens, shape, w_bytes, prec, accel, eff, oh, fit, tiled)
             if shape.dp_attention:
                 comm += 2.0 * ep_alltoall_s(cluster, shape.tp, act * ly.experts.top_k)
             else:
