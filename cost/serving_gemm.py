@@ -254,4 +254,4 @@ def moe_tile_rows(m: float, tokens_per_expert: float) -> float:
     second tile. Units: rows."""
     power = 2.0 ** math.ceil(math.log2(max(tokens_per_expert, 1.0)))
     tile = min(float(MOE_TILE_MAX_ROWS), max(float(MOE_TILE_MIN_ROWS), power))
-    return math.ceil(m / tile) * tile
+    return max(1, math.ceil(m / tile)) * tile  # at least one tile: no expert without rows divides by 0

@@ -34,6 +34,7 @@ def test_the_tile_is_the_next_power_of_two_of_the_mean_tokens_clamped_16_to_128(
     assert moe_tile_rows(70.0, 33.0) == 128.0  # the busiest group's 70 rows: two 64-row tiles
     assert moe_tile_rows(500.0, 500.0) == 512.0  # prefill: whole 128-row tiles
     assert moe_tile_rows(128.0, 128.0) == 128.0
+    assert moe_tile_rows(0.0, 0.0) == 16.0  # an expert without tokens: one tile, no division by 0
 
 
 def test_no_engine_tiles_by_default_and_only_the_read_engines_can() -> None:
