@@ -1,7 +1,7 @@
 """Serving fidelity: paraplan's predicted serving figures against the measured serving runs.
 
     python -m benchmarks.serving_fidelity [CSV] [--out FILE.csv] [--crossval] [--fit] [--polish]
-                                          [--source KEY]
+                                          [--source KEY] [--moe-tiles ENGINES]
 
 Every row of the CSV (default benchmarks/data/serving_runs_calibration.csv) is mapped by
 benchmarks/serving_set.py (rules: benchmarks/data/README.md, "Serving runs") and evaluated with
@@ -18,6 +18,8 @@ so no source or row dominates, plus a weak log-normal prior around the file's ``
 ``PRIOR_WEIGHT``), from the priors and from the file's ``fitted:`` values, the lower objective
 kept (``fit_from_starts``), and prints them. ``--polish`` adds a joint pattern search after the
 coordinate passes (``benchmarks.serving_pattern``; tried and not kept, docs/serving_model.md Sec. 6.0d).
+``--moe-tiles vllm[,sglang]`` turns on the MoE row tile read in those engines' kernels
+(cost/serving_gemm.py ``use_tiled_moe``; tried and not kept, docs/serving_model.md Sec. 6.0e).
 ``--crossval`` refits once per held-out source on the other sources and scores the held-out
 source with those parameters: leave-one-source-out (LOSO) beside the in-sample figures.
 """
