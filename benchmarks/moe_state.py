@@ -28,7 +28,13 @@ listed in the case's defaults:
   page footnotes), while the
   containers before 26.06 reproduce at the defaults (the Qwen3-235B GB300 rows 184 / 230 of
   26.04 within 3%, one layout 1.27x slower than 26.06's). That 0.6.2 is the release of the
-  26.06-26.08 containers is inferred from this, not read in a release note;
+  26.06-26.08 containers is inferred from this, not read in a release note (Bridge 0.6.0's README
+  reads that Bridge is "the packaging layer for the NeMo 26.06 training stack");
+- the Megatron-Bridge release of each NeMo container (``_BRIDGE_RELEASES``) is assumed from the
+  PyPI wheels' dates; no wheel before 0.6.0 holds the performance configs, so the rows of
+  26.02-26.04.01 (Bridge 0.3.0-0.4.1) take only what the release's base recipe and every
+  non-full-iteration 0.6.0 performance recipe of the row's model and GPU agree on: no CUDA graphs
+  for gpt-oss-120b on GB200 / B200 and Qwen3-235B-A22B on B300 (``_NO_GRAPHS``);
 - routing: "forced load balancing", "force-balanced", "fake balanced gate" -> force_balanced;
   "dropless, natural routing" -> dropless; the ladder rows' reproduce guide forces balance;
   "(tokendrop)" models -> capacity factor 1.0 (the token-drop recipes' factor); the Megatron-Bridge
