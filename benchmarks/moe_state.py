@@ -127,13 +127,14 @@ _BRIDGE_RELEASES: dict[tuple[int, int, int], str] = {
     (26, 6, 1): "0.5.1",  # 2026-07-21
     (26, 8, 0): "0.6.0",  # 2026-08-20
 }
-# Releases whose wheel holds the base recipes read for _NO_GRAPHS (megatron/bridge/recipes/): no
-# wheel before 0.6.0 holds the performance configs (scripts/performance/, outside the package; the
-# 0.3.1 sdist has none either).
+# Releases of the containers before the 26.06 stack (26.02-26.04.01; 26.06+ is the rule above) whose
+# wheel holds the base recipes read for _NO_GRAPHS (megatron/bridge/recipes/): no wheel before 0.6.0
+# holds the performance configs (scripts/performance/, outside the package; the 0.3.1 sdist has
+# none either).
 _BASE_RECIPE_READ = ("0.3.0", "0.3.1", "0.4.0", "0.4.1")
 # (model, GPU) whose performance runs of those releases ran without CUDA graphs: the release's base
-# recipe sets none (0.3.1-0.4.1 ``cuda_graph_impl = "none"``; 0.3.0 sets none, megatron-core's
-# default), and so does every performance recipe of the model and GPU in 0.6.0's ``perf_recipes/``
+# recipe sets none (0.3.1-0.4.1 ``cuda_graph_impl = "none"``; 0.3.0 leaves megatron-core's default,
+# none), and so does every performance recipe of the model and GPU in 0.6.0's ``perf_recipes/``
 # (the flat port of the earlier scripts' workload configs) but the full-iteration MXFP8 ones, a
 # 26.06 feature (the README above), and the development variants (``*_dev_config``). Where the two
 # disagree (Qwen3-30B-A3B, Nemotron 3 Nano, gpt-oss on GB300, DeepSeek-V3 on B200: TE-scoped
@@ -141,8 +142,8 @@ _BASE_RECIPE_READ = ("0.3.0", "0.3.1", "0.4.0", "0.4.1")
 _NO_GRAPHS: dict[tuple[str, str], str] = {
     ("gpt-oss-120b", "GB200"): "gpt_oss/gb200 gpt_oss_120b_pretrain_64gpu_gb200_bf16_config",
     ("gpt-oss-120b", "B200"): "gpt_oss/b200 gpt_oss_120b_pretrain_64gpu_b200_{bf16,fp8mx}_config",
-    ("Qwen3-235B-A22B", "B300"): "qwen/b300 qwen3_235b_a22b_pretrain_{64,256}gpu_b300_"
-    "{bf16,fp8cs,nvfp4}_config, _64gpu_b300_fp8mx_config",
+    ("Qwen3-235B-A22B", "B300"): "qwen/b300 qwen3_235b_a22b_pretrain_"
+    "{64gpu_b300_{bf16,fp8cs,fp8mx,nvfp4},256gpu_b300_{bf16,fp8cs,nvfp4}}_config",
 }
 
 
