@@ -28,7 +28,13 @@ listed in the case's defaults:
   page footnotes), while the
   containers before 26.06 reproduce at the defaults (the Qwen3-235B GB300 rows 184 / 230 of
   26.04 within 3%, one layout 1.27x slower than 26.06's). That 0.6.2 is the release of the
-  26.06-26.08 containers is inferred from this, not read in a release note;
+  26.06-26.08 containers is inferred from this, not read in a release note (Bridge 0.6.0's README
+  reads that Bridge is "the packaging layer for the NeMo 26.06 training stack");
+- the Megatron-Bridge release of each NeMo container (``_BRIDGE_RELEASES``) is assumed from the
+  PyPI wheels' dates; no wheel before 0.6.0 holds the performance configs, so the rows of
+  26.02-26.04.01 (Bridge 0.3.0-0.4.1) take only what the release's base recipe and every
+  non-full-iteration 0.6.0 performance recipe of the row's model and GPU agree on: no CUDA graphs
+  for gpt-oss-120b on GB200 / B200 and Qwen3-235B-A22B on B300 (``_NO_GRAPHS``);
 - routing: "forced load balancing", "force-balanced", "fake balanced gate" -> force_balanced;
   "dropless, natural routing" -> dropless; the ladder rows' reproduce guide forces balance;
   "(tokendrop)" models -> capacity factor 1.0 (the token-drop recipes' factor); the Megatron-Bridge
@@ -58,7 +64,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-__all__ = ["moe_state", "probs_applied"]
+__all__ = ["bridge_release", "bridge_recipe", "moe_state", "probs_applied", "release_graphs"]
 
 _BLACKWELL = ("B200", "B300", "GB200", "GB300")
 
@@ -105,11 +111,67 @@ _BRIDGE_RECIPES: dict[tuple[str, str, int, int, int, int, int, int], tuple[str, 
 }
 _RECIPE_CONTAINER = (26, 6)  # the first NeMo container whose Bridge perf rows take _BRIDGE_RECIPES
 
+# NeMo container (year, month, patch) -> the Megatron-Bridge release it shipped. Assumed, not read
+# in a release note: each is the release whose PyPI wheel (file dates inside the wheel) came out
+# with or just before the container; 25.11's 0.2.0 is not on the index (0.2.0rc6, 2025-10-06, has
+# no gpt-oss) and is cited from memory. The 26.06 stack is read: Bridge 0.6.0's README, "[06/16/2026]
+# ... Megatron Bridge serves as the packaging layer for the NeMo 26.06 training stack".
+_BRIDGE_RELEASES: dict[tuple[int, int, int], str] = {
+    (25, 9, 0): "0.1.0",  # 0.1.0rc4
+    (25, 11, 0): "0.2.0",  # not on the index; from memory
+    (26, 2, 0): "0.3.0",  # wheel 2026-02-26
+    (26, 2, 1): "0.3.1",  # 2026-03-20
+    (26, 4, 0): "0.4.0",  # 2026-04-16 (0.4.2's README: "[04/16/2026] Megatron Bridge 0.4.0 released")
+    (26, 4, 1): "0.4.1",  # 2026-05-06
+    (26, 6, 0): "0.5.0",  # 2026-06-22
+    (26, 6, 1): "0.5.1",  # 2026-07-21
+    (26, 8, 0): "0.6.0",  # 2026-08-20
+}
+# Releases of the containers before the 26.06 stack (26.02-26.04.01; 26.06+ is the rule above) whose
+# wheel holds the base recipes read for _NO_GRAPHS (megatron/bridge/recipes/): no wheel before 0.6.0
+# holds the performance configs (scripts/performance/, outside the package; the 0.3.1 sdist has
+# none either).
+_BASE_RECIPE_READ = ("0.3.0", "0.3.1", "0.4.0", "0.4.1")
+# (model, GPU) whose performance runs of those releases ran without CUDA graphs: the release's base
+# recipe sets none (0.3.1-0.4.1 ``cuda_graph_impl = "none"``; 0.3.0 leaves megatron-core's default,
+# none), and so does every performance recipe of the model and GPU in 0.6.0's ``perf_recipes/``
+# (the flat port of the earlier scripts' workload configs) but the full-iteration MXFP8 ones, a
+# 26.06 feature (the README above), and the development variants (``*_dev_config``). Where the two
+# disagree (Qwen3-30B-A3B, Nemotron 3 Nano, gpt-oss on GB300, DeepSeek-V3 on B200: TE-scoped
+# graphs in some 0.6.0 recipes) the default stays.
+_NO_GRAPHS: dict[tuple[str, str], str] = {
+    ("gpt-oss-120b", "GB200"): "gpt_oss/gb200 gpt_oss_120b_pretrain_64gpu_gb200_bf16_config",
+    ("gpt-oss-120b", "B200"): "gpt_oss/b200 gpt_oss_120b_pretrain_64gpu_b200_{bf16,fp8mx}_config",
+    ("Qwen3-235B-A22B", "B300"): "qwen/b300 qwen3_235b_a22b_pretrain_"
+    "{64gpu_b300_{bf16,fp8cs,fp8mx,nvfp4},256gpu_b300_{bf16,fp8cs,nvfp4}}_config",
+}
+
 
 def _container(source_table: str) -> tuple[int, int] | None:
     """(year, month) of a Megatron-Bridge perf row's container ("26.06.01 NeMo container / ...")."""
     m = re.match(r"\s*(\d\d)\.(\d\d)", source_table)
     return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def bridge_release(row: dict[str, str]) -> str | None:
+    """The Megatron-Bridge release a Megatron-Bridge perf row's NeMo container shipped
+    (``_BRIDGE_RELEASES``, assumed from the wheels' dates); None for other rows or containers."""
+    m = re.match(r"\s*(\d\d)\.(\d\d)(?:\.(\d\d))?", row.get("source_table", ""))
+    if row.get("source_key") != "megatron_bridge_perf" or m is None:
+        return None
+    return _BRIDGE_RELEASES.get((int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)))
+
+
+def release_graphs(row: dict[str, str]) -> tuple[str, str] | None:
+    """("none", the note) for a Megatron-Bridge perf row of a release whose base recipe was read
+    (``_BASE_RECIPE_READ``) on a (model, GPU) of ``_NO_GRAPHS``; None otherwise."""
+    release = bridge_release(row)
+    gpu = (row.get("hardware", "").split() or [""])[0]
+    recipes = _NO_GRAPHS.get((row.get("model", ""), gpu))
+    if release not in _BASE_RECIPE_READ or recipes is None:
+        return None
+    note = f"Megatron-Bridge {release}'s base recipe and 0.6.0's perf_recipes {recipes}"
+    return "none", note
 
 
 def bridge_recipe(row: dict[str, str]) -> tuple[str, bool, str, str] | None:
@@ -200,6 +262,9 @@ def moe_state(row: dict[str, str]) -> tuple[dict[str, Any], dict[str, Any], list
     if overlap is None:
         overlap = key == "megatron_bridge_perf" and "235B" in row["model"] and "H100" in row["hardware"]
         defaults.append(f"moe_overlap={'on' if overlap else 'off'}")
+    if graphs is None and (by_release := release_graphs(row)) is not None:
+        graphs = by_release[0]
+        defaults.append(f"cuda_graphs={graphs} ({by_release[1]})")
     if graphs is None:
         blackwell = any(row["hardware"].startswith(h) for h in _BLACKWELL)
         graphs = "partial" if key == "megatron_bridge_perf" and blackwell else "none"
