@@ -72,7 +72,7 @@ def _gpu_hours_band(scenario) -> tuple[float, float, float]:
 
 
 # Passes since a pipelined ZeRO-2 reduce-scatter runs on into the next micro-batch's forward
-# (cost/dp.py reduces_across_micro_batches): 28.3M GPU-hours, band 25.3-31.6M, 409 model TFLOP/s
+# (cost/dp.py reduces_across_micro_batches): 28.36M GPU-hours, band 26.19-32.07M (2026-12-02), 409 model TFLOP/s
 # per GPU (Table 4: 400), 77.3 GiB per GPU; 94.5% goodput, 558 interruptions in 72 days.
 def test_llama31_405b_gpu_hours() -> None:
     hours, lo, hi = _gpu_hours_band(LLAMA31_405B)
@@ -82,7 +82,7 @@ def test_llama31_405b_gpu_hours() -> None:
 
 
 # Passes with the published schedule (plan.pp_schedule: dualpipe): 20.5 s per step (390 model
-# TFLOP/s; 1F1B gave 29.0 s), 2.77M GPU-hours, band 2.12-4.54M. DualPipe's rank pairs (stages s
+# TFLOP/s; 1F1B gave 29.0 s), 2.73M GPU-hours, band 2.48-4.08M (2026-12-02). DualPipe's rank pairs (stages s
 # and 15 - s) even out the last stage's MTP and head; it hides the pipeline sends, not all of the
 # all-to-all (7.5 s of exposed communication remain). The model's memory puts this plan at
 # 178 GiB on an 80 GiB H800: DeepSeek recomputes RMSNorm and MLA up-projections and caches FP8
