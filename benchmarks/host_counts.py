@@ -7,14 +7,17 @@ counted by module and CUDA-graph scope in place of cost/host.py's lumped per-lay
 
 The counted forward host time of one MoE block (backward twice it, the sync as cost/host.py):
 
-    factor x (te_call x calls + TORCH_OP_LAUNCH_S x ops + local_experts x expert_launch_s)
+    factor x (te_call x calls + grouped_call x 2 + TORCH_OP_LAUNCH_S x ops
+              + local_experts x expert_launch_s)
 
-``te_call`` a Transformer Engine module call's host time (BF16 and FP8 recipes apart), ``factor``
+``te_call`` a Transformer Engine module call's host time (BF16 and FP8 recipes apart),
+``grouped_call`` the experts' GroupedLinear call's (fc1, fc2; by default as any TE call), ``factor``
 a Grace host's over an x86 host's (hardware/data/serving.yaml ``grace_hosted``; prior the serving
 fit's ``grace_host_factor`` 1.3). It replaces ``moe_layer_overhead_us`` and the unfused router /
 permute term (``fusion_launch_s``), whose kernels are among the counted ops. The model in cost/
 is unchanged: ``counted`` patches cost/block.py's launch functions for the duration of a run.
-What one transformer block with routed experts launches from the host per forward pass,
+
+What one transformer block with routed experts launches from the host per forward pass is
 counted by module and by CUDA-graph scope (megatron-core 0.19.2, Transformer Engine 2.x).
 
 Two kinds of launch are counted apart, since their host cost differs:
