@@ -36,10 +36,18 @@ block and pass (forward; backward launches twice the kernels, dgrad and wgrad):
   unpermute run as PyTorch ops, each a launch of TORCH_OP_LAUNCH_S, added to ``launch_s`` (the
   counts and sources in ``router_unfused_kernels`` / ``permute_unfused_kernels``).
 - ``sync_s`` (MOE_SYNC_S): the device-to-host sync's drain (the dispatcher needs the per-expert
-  token counts on the host). Megatron's 1F1B EP overlap hides it under the other micro-batch's
+  token counts on the host). Every dropless dispatcher syncs once per MoE layer pass in
+  megatron-core 0.19.2 (moe/token_dispatcher.py, moe/fused_a2a.py): alltoall at its
+  ``cuda_sync_point`` ("before_ep_alltoall" for ep > 1), DeepEP through the host list of
+  received tokens per expert its dispatch returns, HybridEP waiting on the count in pinned
+  memory unless ``num_permuted_tokens`` is given (a capacity budget or drop-and-pad).
+  Megatron's 1F1B EP overlap hides it under the other micro-batch's
   kernels (the 16-GPU Qwen3-30B nsys pair: HybridEP metadata preprocess 3.109 s -> 0.670 s per
   step with the overlap on, moe_physics.md Sec. 3.1); full CUDA graphs need sync-free dispatch,
   so there is none.
+
+Counting the launches by module and graph scope in place of ``layer_s`` was tried and not kept
+(docs/moe_physics.md Sec. 5.12, benchmarks/host_counts.py).
 
 Parameters fitted to the calibration file's 78 MoE rows and its one-setting pairs
 (benchmarks/calibrate_moe.py, 2026-12-01; unchanged over its 76 rows of 2026-12-02, after the

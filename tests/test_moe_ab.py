@@ -30,7 +30,8 @@ KNOWN_MISSES: dict[tuple[int, int], str] = {
     "figure on Blackwell is below NCCL's in-rack all-to-all)",
     (2065, 2066): "partial CUDA graphs: the launches the model counts hide under DeepSeek-V3's "
     "GPU time at micro-batch 1 on GB200; the ladder measured +8.6% (attention and post-sync "
-    "launches are not counted; docs/moe_physics.md Sec. 5.9)",
+    "launches are not counted; docs/moe_physics.md Sec. 5.9; counting them puts most of the host "
+    "time inside the partial scopes and overshoots, +31 points, Sec. 5.12)",
 }
 
 

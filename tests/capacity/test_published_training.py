@@ -72,8 +72,8 @@ def _gpu_hours_band(scenario) -> tuple[float, float, float]:
 
 
 # Passes since a pipelined ZeRO-2 reduce-scatter runs on into the next micro-batch's forward
-# (cost/dp.py reduces_across_micro_batches): 28.36M GPU-hours, band 26.19-32.07M (2026-12-02), 409 model TFLOP/s
-# per GPU (Table 4: 400), 77.3 GiB per GPU; 94.5% goodput, 558 interruptions in 72 days.
+# (cost/dp.py reduces_across_micro_batches): 28.36M GPU-hours, band 26.19-32.07M (2026-12-02),
+# 409 model TFLOP/s per GPU (Table 4: 400), 77.3 GiB per GPU; 94.5% goodput, 558 interruptions in 72 days.
 def test_llama31_405b_gpu_hours() -> None:
     hours, lo, hi = _gpu_hours_band(LLAMA31_405B)
     assert lo <= LLAMA31_405B_GPU_HOURS <= hi, (
