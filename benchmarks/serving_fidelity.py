@@ -18,8 +18,9 @@ so no source or row dominates, plus a weak log-normal prior around the file's ``
 ``PRIOR_WEIGHT``), from the priors and from the file's ``fitted:`` values, the lower objective
 kept (``fit_from_starts``), and prints them. ``--polish`` adds a joint pattern search after the
 coordinate passes (``benchmarks.serving_pattern``; tried and not kept, docs/serving_model.md Sec. 6.0d).
-``--moe-tiles vllm[,sglang]`` turns on the MoE row tile read in those engines' kernels
-(cost/serving_gemm.py ``use_tiled_moe``; tried and not kept, docs/serving_model.md Sec. 6.0e).
+``--moe-tiles vllm[,sglang] | none`` sets the engines whose MoE GEMMs take the row tile read in
+their kernels (cost/serving_gemm.py ``use_tiled_moe``; default ``vllm``, kept from 2026-12-02,
+eleventh session, docs/serving_model.md Sec. 6.0e-f; ``none`` is the model before).
 ``--crossval`` refits once per held-out source on the other sources and scores the held-out
 source with those parameters: leave-one-source-out (LOSO) beside the in-sample figures.
 """
@@ -36,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from paraplan.cost.serving import ServingPrediction, evaluate_serving
-from paraplan.cost.serving_gemm import use_tiled_moe
+from paraplan.cost.serving_gemm import TILED_MOE_ENGINES_DEFAULT, use_tiled_moe
 from paraplan.hardware.serving import FIT_NAMES, ServingFit, serving_fit, serving_priors
 
 from benchmarks.serving_pattern import pattern_search
@@ -66,12 +67,17 @@ __all__ = [
 # 2026-12-02, sixth session, when the fold without the AIConfigurator rows floated it to 12 us and
 # their held-out TPOT to 40.6%, docs/serving_model.md Sec. 6.0a), decode expert imbalance 1-2.5
 # (EPLB range, hardware/data/serving.yaml), grouped-GEMM efficiency 0.2-1, first-wave share 0-1,
-# front-end time per request 1-10 ms (a few ms of HTTP, tokenisation and the first detokenise,
-# the prior's sources; an assumption, no measurement in the repo; 0-50 ms before the sixth
-# session, when the fold without the TensorRT-LLM online rows moved it to 17.7 ms and their
-# held-out TTFT to 39.2%), serving GEMM rate 0.4-1 of the MAMF prior, a
+# the front-end time per request fixed at its measured value (FRONT_END_MS, benchmarks/
+# serving_frontend.py; from 2026-12-02, eleventh session, docs/serving_model.md Sec. 6.0f: 1-10 ms
+# before, when the folds without the TensorRT-LLM online rows set it from the AIConfigurator TTFT
+# rows alone, 3.98-10 ms; 0-50 ms before the sixth session, 17.7 ms in that fold), serving GEMM
+# rate 0.4-1 of the MAMF prior, a
 # Python scheduler's time on a Grace host 1-2x the x86 host's (a single-thread speed ratio,
 # hardware/data/serving.yaml).
+FRONT_END_MS = serving_priors().values()["ttft_overhead_ms"]
+"""The front-end time per request (hardware/data/serving.yaml ``ttft_overhead_ms``): measured,
+not fitted, so its bounds are the one value."""
+
 BOUNDS = {
     "step_overhead_ms": (0.2, 20.0),
     "per_sequence_us": (0.0, 100.0),
@@ -80,7 +86,7 @@ BOUNDS = {
     "moe_decode_imbalance": (1.0, 2.5),
     "moe_gemm_efficiency": (0.2, 1.0),
     "closed_loop_burst": (0.0, 1.0),
-    "ttft_overhead_ms": (1.0, 10.0),
+    "ttft_overhead_ms": (FRONT_END_MS, FRONT_END_MS),
     "gemm_fraction": (0.4, 1.0),
     "grace_host_factor": (1.0, 2.0),
 }
@@ -335,9 +341,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--source", action="append", help="score only these source_key values")
     ap.add_argument(
         "--moe-tiles",
-        default="",
-        help="engines (vllm,sglang) whose MoE GEMMs pad to a tile near their tokens (cost/serving_gemm.py "
-        "use_tiled_moe; tried, not kept: serving_model.md 6.0e)",
+        default=",".join(sorted(TILED_MOE_ENGINES_DEFAULT)),
+        help="engines (vllm,sglang) whose MoE GEMMs pad to a tile near their tokens, or none (cost/"
+        "serving_gemm.py use_tiled_moe; default vllm: serving_model.md 6.0e-f)",
     )
     ap.add_argument("--rows", type=int, help="score only the first N mapped rows (quick checks)")
     ap.add_argument(
@@ -347,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
         "committed run of benchmarks.aiconfigurator_side); 'none' leaves the side-by-side table out",
     )
     args = ap.parse_args(argv)
-    use_tiled_moe(frozenset(e for e in args.moe_tiles.split(",") if e))
+    use_tiled_moe(frozenset(e for e in args.moe_tiles.split(",") if e and e != "none"))
     cases, skipped = serving_cases(Path(args.csv))
     if args.source:
         cases = [c for c in cases if c.source in args.source]

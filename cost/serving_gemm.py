@@ -21,6 +21,7 @@ __all__ = [
     "MOE_TILE_MIN_ROWS",
     "MOE_TILE_MAX_ROWS",
     "TILED_MOE_ENGINES_READ",
+    "TILED_MOE_ENGINES_DEFAULT",
     "DEEPEP_MOE_ENGINES",
     "compute_precision",
     "serving_efficiency",
@@ -208,11 +209,17 @@ Triton fused_moe reads its tuned BLOCK_SIZE_M by batch; int4 runs Marlin) and sg
 ``flashinfer_trtllm`` for DeepSeek FP8 / FP4 on Blackwell and the Triton fused_moe elsewhere,
 layers/quantization/fp8.py ``create_moe_runner``). TensorRT-LLM's wheel is not on PyPI (unread)."""
 
-_tiled_engines: frozenset[str] = frozenset()
-"""The engines ``is_tiled_moe`` answers for: none, so every engine keeps GROUPED_GEMM_M_HALF.
-Tried and not kept (docs/serving_model.md Sec. 6.0e: in-sample TPOT better, leave-one-source-out
-worse in total); ``use_tiled_moe`` turns it on for an experiment (python -m
-benchmarks.serving_fidelity --moe-tiles vllm)."""
+TILED_MOE_ENGINES_DEFAULT = frozenset({"vllm"})
+"""The engines that tile by default: vLLM (rule A of docs/serving_model.md Sec. 6.0e, kept from
+2026-12-02, eleventh session, Sec. 6.0f, once the front-end time was measured rather than fitted
+per fold: in-sample TPOT and TTFT better, leave-one-source-out not worse in total). SGLang stays
+on GROUPED_GEMM_M_HALF (rules B and C lost out of sample; which MoE runner its rows ran is not
+stated)."""
+
+_tiled_engines: frozenset[str] = TILED_MOE_ENGINES_DEFAULT
+"""The engines ``is_tiled_moe`` answers for (TILED_MOE_ENGINES_DEFAULT unless
+``use_tiled_moe`` changed it for an experiment: python -m benchmarks.serving_fidelity
+--moe-tiles none | vllm,sglang)."""
 
 DEEPEP_MOE_ENGINES = frozenset({"sglang"})
 """Engines taken to run DeepEP's all-to-all under attention DP with expert parallelism, and so
@@ -224,7 +231,8 @@ rows ran ``--moe-a2a-backend deepep`` (not its default)."""
 
 def use_tiled_moe(engines: frozenset[str]) -> None:
     """Set the engines whose MoE GEMMs pad to the tile near their tokens (``is_tiled_moe``), a
-    subset of TILED_MOE_ENGINES_READ; empty (the default) turns the term off."""
+    subset of TILED_MOE_ENGINES_READ (default TILED_MOE_ENGINES_DEFAULT); empty turns the term
+    off."""
     global _tiled_engines
     unknown = engines - TILED_MOE_ENGINES_READ
     if unknown:
@@ -234,7 +242,7 @@ def use_tiled_moe(engines: frozenset[str]) -> None:
 
 def is_tiled_moe(engine_name: str) -> bool:
     """Whether the engine's routed-expert GEMMs pad each expert's rows to a tile near its tokens
-    (``use_tiled_moe``; none by default), outside the DeepEP layouts of ``is_deepep_moe``."""
+    (``use_tiled_moe``; vLLM by default), outside the DeepEP layouts of ``is_deepep_moe``."""
     return engine_name in _tiled_engines
 
 

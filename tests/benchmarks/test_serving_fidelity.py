@@ -20,11 +20,12 @@ from benchmarks.serving_set import (
     serving_cases,
 )
 
-# Reached 2026-12-02 (seventh session) with hardware/data/serving.yaml (in-sample medians over the
-# 413 scored rows: 9.5% tokens/s/GPU, 13.3% TPOT, 18.0% TTFT after the closed loop's cohorts and
-# first-wave share; docs/serving_model.md Sec. 6.0b). The bounds are those figures plus a margin;
-# TTFT's is inside the issue's 20% target, TPOT's (12%) is not reached.
-BOUNDS = {"output_tok_s_per_gpu": 0.105, "tpot_ms": 0.145, "ttft_ms": 0.195}
+# Reached 2026-12-02 (eleventh session) with hardware/data/serving.yaml (in-sample medians over the
+# 413 scored rows: 9.4% tokens/s/GPU, 12.5% TPOT, 15.6% TTFT with the front end measured and vLLM's
+# MoE tiles; docs/serving_model.md Sec. 6.0f; 9.5 / 13.3 / 18.0% before). The bounds are those
+# figures plus a margin; tokens/s/GPU's and TTFT's are inside the issue's 10% and 20% targets,
+# TPOT's (12%) is not reached.
+BOUNDS = {"output_tok_s_per_gpu": 0.100, "tpot_ms": 0.130, "ttft_ms": 0.170}
 
 
 def test_every_row_is_mapped_or_skipped_with_a_reason() -> None:
@@ -103,8 +104,8 @@ def test_the_fit_weights_a_source_by_the_root_of_its_rows() -> None:
 
 def test_the_fitted_values_and_priors_lie_inside_the_fit_bounds() -> None:
     """hardware/data/serving.yaml's ``fitted:`` and ``priors:`` inside the fit's physical bounds
-    (the per-kernel time of a CUDA graph 2-5 us, the front end 1-10 ms: docs/serving_model.md
-    Sec. 6.0a), every fitted parameter bounded."""
+    (the per-kernel time of a CUDA graph 2-5 us: docs/serving_model.md Sec. 6.0a; the front end
+    measured, its bounds the one value: Sec. 6.0f), every fitted parameter bounded."""
     from paraplan.hardware.serving import FIT_NAMES, serving_fit, serving_priors
 
     assert set(FIT_BOUNDS) == set(FIT_NAMES)
@@ -112,7 +113,24 @@ def test_the_fitted_values_and_priors_lie_inside_the_fit_bounds() -> None:
         for name, (lo, hi) in FIT_BOUNDS.items():
             assert lo <= values[name] <= hi, (name, values[name])
     assert FIT_BOUNDS["graph_kernel_overhead_us"] == (2.0, 5.0)
-    assert FIT_BOUNDS["ttft_overhead_ms"] == (1.0, 10.0)
+    front = serving_priors().values()["ttft_overhead_ms"]
+    assert FIT_BOUNDS["ttft_overhead_ms"] == (front, front) == (7.0, 7.0)
+    assert serving_fit().values()["ttft_overhead_ms"] == front
+
+
+def test_the_front_end_is_the_lowest_load_rows_measured_ttft_beyond_the_model() -> None:
+    # issue 23 (eleventh session): the front end is read from TensorRT-LLM 0.14's online rows
+    # at QPS 2, Llama 3.1 8B on one GPU, at the priors (no fit), not fitted per fold
+    from paraplan.hardware.serving import serving_priors
+
+    from benchmarks.serving_frontend import front_end_ms, front_end_rows
+
+    cases, _ = serving_cases()
+    rows = front_end_rows(cases)
+    assert len(rows) == 6 and {r.isl for r in rows} == {202.0, 467.0}
+    for r in rows:  # the model's service is the larger part, the front end a few ms
+        assert r.service_ms > 8.0 and 5.0 < r.front_ms < 11.0, r
+    assert front_end_ms(rows) == serving_priors().values()["ttft_overhead_ms"]
 
 
 def test_a_whole_millisecond_value_is_scored_against_the_interval_it_stands_for() -> None:

@@ -1,6 +1,6 @@
 """The MoE row tile read in the engines' kernels (cost/serving_gemm.py moe_tile_rows,
-use_tiled_moe; docs/serving_model.md Sec. 6.0e): off by default, a tile near the tokens per
-expert when turned on, DeepGEMM's padding kept under an SGLang attention-DP + EP layout."""
+use_tiled_moe; docs/serving_model.md Sec. 6.0e-f): on for vLLM by default, a tile near the tokens
+per expert, DeepGEMM's padding kept under an SGLang attention-DP + EP layout."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import pytest
 from paraplan.cost.kv import WorkerShape
 from paraplan.cost.serving_gemm import (
     GROUPED_GEMM_M_HALF,
+    TILED_MOE_ENGINES_DEFAULT,
     is_deepep_moe,
     is_tiled_moe,
     moe_tile_rows,
@@ -22,9 +23,9 @@ from paraplan.hardware.serving import serving_fit
 
 
 @pytest.fixture
-def tiles_off_after() -> Iterator[None]:
+def tiles_default_after() -> Iterator[None]:
     yield
-    use_tiled_moe(frozenset())
+    use_tiled_moe(TILED_MOE_ENGINES_DEFAULT)
 
 
 def test_the_tile_is_the_next_power_of_two_of_the_mean_tokens_clamped_16_to_128() -> None:
@@ -37,8 +38,10 @@ def test_the_tile_is_the_next_power_of_two_of_the_mean_tokens_clamped_16_to_128(
     assert moe_tile_rows(0.0, 0.0) == 16.0  # an expert without tokens: one tile, no division by 0
 
 
-def test_no_engine_tiles_by_default_and_only_the_read_engines_can() -> None:
-    assert not is_tiled_moe("vllm") and not is_tiled_moe("sglang") and not is_tiled_moe("trtllm")
+def test_vllm_tiles_by_default_and_only_the_read_engines_can() -> None:
+    # issue 23 (Sec. 6.0f): rule A kept, vLLM alone; SGLang and TensorRT-LLM keep m + 128 rows
+    assert TILED_MOE_ENGINES_DEFAULT == frozenset({"vllm"})
+    assert is_tiled_moe("vllm") and not is_tiled_moe("sglang") and not is_tiled_moe("trtllm")
     assert is_deepep_moe("sglang") and not is_deepep_moe("vllm")
     with pytest.raises(ValueError, match="trtllm"):
         use_tiled_moe(frozenset({"trtllm"}))  # TensorRT-LLM's kernels were not read
@@ -78,6 +81,14 @@ def test_an_sglang_attention_dp_ep_layout_keeps_deepgemm_padding() -> None:
     assert _experts_decode_s(True, False, shape) < _experts_decode_s(False, False, shape)
 
 
-def test_the_benchmark_flag_turns_the_tiles_on(tiles_off_after: None) -> None:
-    use_tiled_moe(frozenset({"vllm"}))
+def test_the_benchmark_flag_sets_the_tiled_engines(tiles_default_after: None) -> None:
+    from benchmarks.serving_fidelity import main
+
+    use_tiled_moe(frozenset())
+    assert not is_tiled_moe("vllm")
+    use_tiled_moe(frozenset({"vllm", "sglang"}))
+    assert is_tiled_moe("vllm") and is_tiled_moe("sglang")
+    assert main(["--source", "trtllm_dsr1_best_perf", "--aic", "none", "--moe-tiles", "none"]) == 0
+    assert not is_tiled_moe("vllm")
+    assert main(["--source", "trtllm_dsr1_best_perf", "--aic", "none"]) == 0
     assert is_tiled_moe("vllm") and not is_tiled_moe("sglang")
