@@ -84,7 +84,7 @@ def _moe_ep_s(
 
     def compute() -> dict[int, float]:
         return {
-            ep: expert_forward(experts, replace(plan, ep=ep), job, accel, eff).forward_backward_s
+            ep: expert_forward(experts, derive(plan, ep=ep), job, accel, eff).forward_backward_s
             for ep in _eps(graph)
         }
 
@@ -243,9 +243,9 @@ def compute_floor_s(
         if not any(ly.experts for ly in graph.block_layers(index)):
             if not fastest:
                 return block_floor(index, plan, job)
-            p = replace(plan, zero=min(plan.zero, 1))  # no per-micro-batch ZeRO traffic
 
             def dense() -> float:  # no routed experts: reads no software-state field
+                p = derive(plan, zero=min(plan.zero, 1))  # no per-micro-batch ZeRO traffic
                 work = block_work(graph, index, p, job, cluster)
                 costs = block_costs(work, graph, p, job, cluster, Spans.packed(p, cluster))
                 return costs[Recompute.NONE].time_s
