@@ -358,7 +358,7 @@ class _StageBase:
     frag: float
     strand: float
     typical: float
-    held: int
+    held: float
     gathered: float
     tpu_buffers: float  # XLA's gathered and prefetched blocks (0 off a TPU)
     ends_act: float  # the head's and the last stage's stored parts per in-flight micro-batch
