@@ -11,6 +11,7 @@ from paraplan.cost.block import block_costs, block_work, layer_exchange, layer_t
 from paraplan.cost.comm import packed_span
 from paraplan.cost.compute import layer_forward
 from paraplan.cost.cp import cp_layer_comm
+from paraplan.cost.derive import derive
 from paraplan.cost.ep import (
     OVERLAP_EFFICIENCY,
     ep_comm_overlapped,
@@ -83,7 +84,7 @@ def _moe_ep_s(
 
     def compute() -> dict[int, float]:
         return {
-            ep: expert_forward(experts, replace(plan, ep=ep), job, accel, eff).forward_backward_s
+            ep: expert_forward(experts, derive(plan, ep=ep), job, accel, eff).forward_backward_s
             for ep in _eps(graph)
         }
 
@@ -91,18 +92,22 @@ def _moe_ep_s(
         out: dict[int, float] = {}
         for ep in _eps(graph):
             comm = ep_layer_comm(
-                spec.hidden, spec.top_k, replace(plan, ep=ep), job, cluster, span=packed_span(cluster, ep)
+                spec.hidden, spec.top_k, derive(plan, ep=ep), job, cluster, span=packed_span(cluster, ep)
             )
             out[ep] = comm.forward_s + comm.backward_s
         return out
 
+    overlapped = ep_comm_overlapped(plan)
+
     def total() -> dict[int, float]:
         times = _memo(memo, ("experts", index, *plan_key(plan, _COMPUTE_IGNORES)), compute)
-        exposed = _memo(memo, ("a2a", index, *plan_key(plan, _STATE_IGNORES)), a2a)
-        scale = 1.0 - OVERLAP_EFFICIENCY if ep_comm_overlapped(plan) else 1.0  # at most that hides
+        exposed = _memo(memo, ("a2a", index, *plan_key(plan, _A2A_IGNORES)), a2a)
+        scale = 1.0 - OVERLAP_EFFICIENCY if overlapped else 1.0  # at most that hides
         return {ep: times[ep] + exposed[ep] * scale for ep in times}
 
-    found: dict[int, float] = _memo(memo, ("moe_ep", index, *plan_key(plan, FLOOR_IGNORES)), total)
+    # of the EP overlap, the graphs and the schedule it reads only whether the all-to-all overlaps
+    key = ("moe_ep", index, overlapped, *plan_key(plan, _STATE_IGNORES))
+    found: dict[int, float] = _memo(memo, key, total)
     return found
 
 
@@ -115,15 +120,15 @@ def _moe_comm_floor_s(
     collectives). Units: seconds."""
     spec = graph.spec
     best = min(_moe_ep_s(graph, index, plan, job, cluster, memo).values())
-    tp = tp_block_comm(
-        spec.hidden,
-        plan,
-        job,
-        cluster,
-        moe_tp_collectives(spec.top_k, spec.shared_ffn_hidden > 0, plan, replace(job, expert_imbalance=1.0)),
-        span=packed_span(cluster, plan.tp),
-    )
-    return best + tp.forward_s + tp.backward_s
+
+    def tp_s() -> float:  # reads no software-state field (the imbalance at 1: no ep either)
+        balanced = replace(job, expert_imbalance=1.0)
+        collectives = moe_tp_collectives(spec.top_k, spec.shared_ffn_hidden > 0, plan, balanced)
+        tp = tp_block_comm(spec.hidden, plan, job, cluster, collectives, span=packed_span(cluster, plan.tp))
+        return tp.forward_s + tp.backward_s
+
+    found: float = _memo(memo, ("moe_tp", index, *plan_key(plan, _COMPUTE_IGNORES)), tp_s)
+    return best + found
 
 
 def _cp_floor_s(graph: LayerGraph, index: int, plan: Layout, job: Job, cluster: Cluster) -> float:
@@ -190,6 +195,9 @@ reads the dispatcher alone of the software state)."""
 _COMPUTE_IGNORES = _STATE_IGNORES | {"moe_dispatcher"}
 """FLOOR_IGNORES and every field a layer's compute (cost/compute.py, ep.expert_forward), the ends
 and the CP exchange do not read: the software state and the pipeline schedule."""
+_A2A_IGNORES = _STATE_IGNORES | {"sequence_parallel", "cp_comm", "etp"}
+"""What the all-to-all on packed spans (``_moe_ep_s``) does not read either: ep.ep_layer_comm reads
+the tokens per device (micro-batch, cp), tp, the dispatcher and ep (set per entry)."""
 
 
 def compute_floor_s(
@@ -235,9 +243,9 @@ def compute_floor_s(
         if not any(ly.experts for ly in graph.block_layers(index)):
             if not fastest:
                 return block_floor(index, plan, job)
-            p = replace(plan, zero=min(plan.zero, 1))  # no per-micro-batch ZeRO traffic
 
             def dense() -> float:  # no routed experts: reads no software-state field
+                p = derive(plan, zero=min(plan.zero, 1))  # no per-micro-batch ZeRO traffic
                 work = block_work(graph, index, p, job, cluster)
                 costs = block_costs(work, graph, p, job, cluster, Spans.packed(p, cluster))
                 return costs[Recompute.NONE].time_s

@@ -142,6 +142,7 @@ __all__ = [
     "stage_memory_model",
     "max_layers_per_stage",
     "kind_bytes_per_stage",
+    "BaseMemo",
     "runtime_reserve_bytes",
     "num_communicators",
     "CUDA_CONTEXT_BYTES",
@@ -345,23 +346,38 @@ def _overheads(fit: float, typical: float, allocated: float) -> tuple[float, flo
     return fit * allocated, typical * allocated
 
 
-def stage_memory_model(terms: StageTerms, stage: int, recompute: Recompute) -> StageMemoryModel:
-    """Parts of the module docstring, split into what one layer adds and what the stage has anyway.
+@dataclass(frozen=True, slots=True)
+class _StageBase:
+    """The parts of one stage's memory model that no recompute mode changes (``_stage_base``)."""
 
-    Formula per layer: state(block params) + block activations x in-flight micro-batches;
-    fixed: state(embedding/head, MTP experts included) + logits (x logit_bytes_per_element / 6,
-    the end's logits being priced at 6 B) + the ends' stored activations (vision encoder, MTP
-    block: EndCost.stored_bytes) x the same in-flight micro-batches + FULL's working block +
-    ZeRO-3 buffers (the prefetched blocks and one block's unsharded gradients) + reserve;
-    ZeRO-3 under PP (unsharded_under_pp) adds the unsharded weights and gradients to the state
-    and needs no prefetch. The reserve is runtime_reserve_bytes (context_bytes) + fragmentation
-    x the allocated bytes (allocator_bytes), fixed and per layer.
-    On a TPU the logits and the working block count as max(logits, working), not their sum
-    (module docstring). Routed-expert state is sharded over the expert-data-parallel group
-    (dp*cp/ep). Models with several block kinds: per layer is the base kind's block, each other
-    kind adds its difference (``per_kind``); the working block and the ZeRO-3 buffers are the
-    largest kind's (whichever kinds the stage holds: a bound that keeps the model affine).
-    """
+    fixed_state: StateBytes
+    layer_state: StateBytes
+    kind_states: tuple[StateBytes, ...]  # state bytes of each kind's parameters less the base's
+    is_tpu: bool
+    gbytes: float
+    frag: float
+    strand: float
+    typical: float
+    held: float
+    gathered: float
+    tpu_buffers: float  # XLA's gathered and prefetched blocks (0 off a TPU)
+    ends_act: float  # the head's and the last stage's stored parts per in-flight micro-batch
+    loss: float  # the loss's transient (last stage; 0 elsewhere)
+    software_per_layer: float
+    context: float
+
+
+BaseMemo = dict[int, _StageBase]
+"""One StageTerms' ``_stage_base`` by stage: the modes of a memory check share it (caps.py)."""
+
+
+def _stage_base(terms: StageTerms, stage: int, memo: BaseMemo | None = None) -> _StageBase:
+    """What ``stage_memory_model`` computes the same under every recompute mode (its docstring):
+    the model state, the overheads' shares, the in-flight micro-batches, ZeRO-3's gathered
+    parameters, the ends' activations and the loss, the software state's bytes and the reserve.
+    ``memo``: by stage, for one ``terms``."""
+    if memo is not None and stage in memo:
+        return memo[stage]
     plan, job = terms.plan, terms.job
     shards, gbytes, mbytes = shard_degree(plan), grad_bytes(job), moment_bytes(job)
     expert_shards = shard_degree(plan, expert=True)
@@ -382,13 +398,10 @@ def stage_memory_model(terms: StageTerms, stage: int, recompute: Recompute) -> S
 
     fixed_state = state(terms.stage_params(stage, 0), terms.stage_expert_params(stage, 0))
     layer_state = state(terms.block_params, terms.block_expert_params)
-    block = terms.block_at(stage, recompute)
-    blocks = terms.kind_blocks_at(stage, recompute)
-    frag = fragmentation(is_tpu, job.allocator)
-    strand = stranded_share(is_tpu, job)
-    typical = allocator_overhead(is_tpu, job.allocator)
+    kind_states: tuple[StateBytes, ...] = ()
+    if terms.heterogeneous:
+        kind_states = tuple(state(p, e) for p, e in terms.param_deltas(stage))
     held = in_flight_micro_batches(stage, plan, terms.num_micro_batches)
-    working = max(b.working_bytes for b in blocks)
     kinds = terms.at(stage).kinds
     prefetch = max(k.params for k in kinds) if kinds else terms.block_params
     expert_prefetch = max(k.expert_params for k in kinds) if kinds else terms.block_expert_params
@@ -409,22 +422,9 @@ def stage_memory_model(terms: StageTerms, stage: int, recompute: Recompute) -> S
             saved = HEAD_SAVED_INPUTS * block_input
         loss = chunked_loss_bytes(loss, block_input, plan, job) + saved
         fixed_act += last.stored_bytes * held
-    # ZeRO-3 (FSDP2) during a block's backward: the block and the prefetched one unsharded, its
-    # gradients unsharded in bf16 and in the reduce dtype, and the previous block's reduce-scatter
-    # input where it outlives what the block's backward frees
-    freed = min(b.activation_bytes for b in blocks)
-    grads = min(gathered, ZERO3_GRAD_BUCKET)  # gradient buffers: a block, at most a bucket
-    zero3_backward = (
-        gathered * ZERO3_PREFETCH_BLOCKS * WEIGHT_BYTES
-        + grads * (WEIGHT_BYTES + gbytes)
-        + max(0.0, gbytes * grads - freed)
-    )
-    if loss >= working + zero3_backward:  # the peak: the loss's transient, or a block's backward
-        fixed_act, zero_buffers = fixed_act + loss, 0.0
-    else:
-        fixed_act, zero_buffers = fixed_act + working, zero3_backward
+    tpu_buffers = 0.0
     if is_tpu:  # XLA's FSDP holds the gathered block and the prefetched one throughout
-        zero_buffers += (
+        tpu_buffers = (
             ZERO3_PREFETCH_BLOCKS
             * WEIGHT_BYTES
             * (
@@ -433,17 +433,79 @@ def stage_memory_model(terms: StageTerms, stage: int, recompute: Recompute) -> S
             )
         )
     software = terms.at(stage).software  # the MoE software state's buffers (cost/moe_memory.py)
-    layer_act = (block.activation_bytes + software.per_layer_bytes) * held
-    context = runtime_reserve_bytes(plan, is_tpu=is_tpu) + software.reserve_bytes
+    out = _StageBase(
+        fixed_state=fixed_state,
+        layer_state=layer_state,
+        kind_states=kind_states,
+        is_tpu=is_tpu,
+        gbytes=gbytes,
+        frag=fragmentation(is_tpu, job.allocator),
+        strand=stranded_share(is_tpu, job),
+        typical=allocator_overhead(is_tpu, job.allocator),
+        held=held,
+        gathered=gathered,
+        tpu_buffers=tpu_buffers,
+        ends_act=fixed_act,
+        loss=loss,
+        software_per_layer=software.per_layer_bytes,
+        context=runtime_reserve_bytes(plan, is_tpu=is_tpu) + software.reserve_bytes,
+    )
+    if memo is not None:
+        memo[stage] = out
+    return out
+
+
+def stage_memory_model(
+    terms: StageTerms, stage: int, recompute: Recompute, memo: BaseMemo | None = None
+) -> StageMemoryModel:
+    """Parts of the module docstring, split into what one layer adds and what the stage has anyway.
+
+    Formula per layer: state(block params) + block activations x in-flight micro-batches;
+    fixed: state(embedding/head, MTP experts included) + logits (x logit_bytes_per_element / 6,
+    the end's logits being priced at 6 B) + the ends' stored activations (vision encoder, MTP
+    block: EndCost.stored_bytes) x the same in-flight micro-batches + FULL's working block +
+    ZeRO-3 buffers (the prefetched blocks and one block's unsharded gradients) + reserve;
+    ZeRO-3 under PP (unsharded_under_pp) adds the unsharded weights and gradients to the state
+    and needs no prefetch. The reserve is runtime_reserve_bytes (context_bytes) + fragmentation
+    x the allocated bytes (allocator_bytes), fixed and per layer.
+    On a TPU the logits and the working block count as max(logits, working), not their sum
+    (module docstring). Routed-expert state is sharded over the expert-data-parallel group
+    (dp*cp/ep). Models with several block kinds: per layer is the base kind's block, each other
+    kind adds its difference (``per_kind``); the working block and the ZeRO-3 buffers are the
+    largest kind's (whichever kinds the stage holds: a bound that keeps the model affine).
+    """
+    b = _stage_base(terms, stage, memo)
+    frag, strand, typical, held, gathered = b.frag, b.strand, b.typical, b.held, b.gathered
+    block = terms.block_at(stage, recompute)
+    blocks = terms.kind_blocks_at(stage, recompute)
+    working = max(k.working_bytes for k in blocks)
+    # ZeRO-3 (FSDP2) during a block's backward: the block and the prefetched one unsharded, its
+    # gradients unsharded in bf16 and in the reduce dtype, and the previous block's reduce-scatter
+    # input where it outlives what the block's backward frees
+    freed = min(k.activation_bytes for k in blocks)
+    grads = min(gathered, ZERO3_GRAD_BUCKET)  # gradient buffers: a block, at most a bucket
+    zero3_backward = (
+        gathered * ZERO3_PREFETCH_BLOCKS * WEIGHT_BYTES
+        + grads * (WEIGHT_BYTES + b.gbytes)
+        + max(0.0, b.gbytes * grads - freed)
+    )
+    loss = b.loss
+    if loss >= working + zero3_backward:  # the peak: the loss's transient, or a block's backward
+        fixed_act, zero_buffers = b.ends_act + loss, 0.0
+    else:
+        fixed_act, zero_buffers = b.ends_act + working, zero3_backward
+    if b.is_tpu:  # XLA's FSDP holds the gathered block and the prefetched one throughout
+        zero_buffers += b.tpu_buffers
+    fixed_state, layer_state, context = b.fixed_state, b.layer_state, b.context
+    layer_act = (block.activation_bytes + b.software_per_layer) * held
     fit, seen = _overheads(frag, typical, fixed_state.total + fixed_act + zero_buffers)
     layer_fit, layer_seen = _overheads(frag, typical, layer_state.total + layer_act)
     fit, layer_fit = fit + strand * fixed_act, layer_fit + strand * layer_act  # stranded blocks
     per_kind: tuple[StageMemory, ...] = ()
     if terms.heterogeneous:
-        acts = [(b.activation_bytes - block.activation_bytes) * held for b in blocks]
+        acts = [(k.activation_bytes - block.activation_bytes) * held for k in blocks]
         per_kind = tuple(
-            _kind_delta(state(p, e), act, frag, typical, strand)
-            for (p, e), act in zip(terms.param_deltas(stage), acts, strict=True)
+            _kind_delta(st, act, frag, typical, strand) for st, act in zip(b.kind_states, acts, strict=True)
         )
     return StageMemoryModel(
         fixed=StageMemory(
@@ -477,14 +539,17 @@ def _kind_delta(
     return StageMemory(state.weights, state.grads, state.optimizer, act_bytes, fit, fit, seen)
 
 
-def kind_bytes_per_stage(terms: StageTerms, recompute: Recompute) -> list[tuple[float, tuple[float, ...]]]:
+def kind_bytes_per_stage(
+    terms: StageTerms, recompute: Recompute, memo: BaseMemo | None = None
+) -> list[tuple[float, tuple[float, ...]]]:
     """Per stage, (fixed bytes, bytes of one block of each kind) under ``recompute``. On one
     device type the middle stages differ only in their in-flight micro-batches, so stage 1's
-    model serves them with its activations scaled (as max_layers_per_stage)."""
+    model serves them with its activations scaled (as max_layers_per_stage). ``memo``: the
+    stages' mode-free parts (``_stage_base``) of this ``terms``, shared by its modes."""
     pp = terms.plan.pp
 
     def parts(s: int) -> tuple[float, tuple[float, ...], tuple[float, ...]]:
-        mem = stage_memory_model(terms, s, recompute)
+        mem = stage_memory_model(terms, s, recompute, memo)
         rows = [mem.per_layer] if not mem.per_kind else [_add(mem.per_layer, d) for d in mem.per_kind]
         # buffers per layer are the allocator's share of state and activations alike
         is_tpu = terms.at(s).cluster.accelerator.is_tpu

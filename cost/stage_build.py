@@ -62,11 +62,12 @@ _SYNC_IGNORES = _PER_STAGE | {
 _OVERLAP_SHARED_IGNORES = _SHARED_IGNORES - {"dp", "pp", "vp", "pp_schedule"}
 
 
-def _shared_key(plan: Layout, spans: Spans) -> tuple[object, ...]:
+def _shared_key(plan: Layout, spans: Spans, plain: bool = False) -> tuple[object, ...]:
     """What block and end costs depend on: tp, cp, ep, micro-batch, SP, the ZeRO class and the
-    tiers the TP, CP, EP and (for ZeRO-2/3 traffic) DP x CP and expert-DP groups span."""
+    tiers the TP, CP, EP and (for ZeRO-2/3 traffic) DP x CP and expert-DP groups span.
+    ``plain``: without what the EP overlap adds (``_plain_costs``)."""
     zero_class = plan.zero if plan.zero >= 2 else 0
-    overlap = plan.ep > 1 and ep_comm_overlapped(plan)
+    overlap = not plain and plan.ep > 1 and ep_comm_overlapped(plan)
     ignores = _OVERLAP_SHARED_IGNORES if overlap else _SHARED_IGNORES
     return (plan_key(plan, ignores), zero_class, reduces_across_micro_batches(plan), spans.key())
 
@@ -107,6 +108,43 @@ def _kind_cost(
     return KindCost(block_costs(w, graph, plan, job, cluster, spans), w.params, w.expert_params)
 
 
+_Plain = tuple[dict[int, KindCost], EndCost, EndCost]
+
+
+def _plain_costs(
+    works: tuple[tuple[Work, ...], Work, Work],
+    graph: LayerGraph,
+    plan: Layout,
+    job: Job,
+    cluster: Cluster,
+    spans: Spans,
+    shared: SharedCache | None,
+) -> _Plain:
+    """The costs the EP overlap leaves as they are: each block kind without an all-to-all (its
+    ``block_costs`` reach the overlap's exposed share only where the block has EP traffic) and
+    the ends (``end_cost`` exposes their all-to-all whole). Under the overlap ``_shared_key``
+    holds dp, pp, vp and the schedule (the steady share of the passes); these are kept in
+    ``shared`` under the key without them (``_shared_key(plain=True)``), one for every such
+    layout."""
+    key = ("plain", _shared_key(plan, spans, plain=True))
+    if shared is not None and key in shared:
+        found: _Plain = shared[key]
+        return found
+    blocks, first, last = works
+    out = (
+        {
+            i: _kind_cost(w, graph, plan, job, cluster, spans)
+            for i, w in enumerate(blocks)
+            if not any(e.top_k for e in w.exchanges)
+        },
+        end_cost(first, plan, job, cluster, spans),
+        end_cost(last, plan, job, cluster, spans),
+    )
+    if shared is not None:
+        shared[key] = out
+    return out
+
+
 def _shared_costs(
     graph: LayerGraph, plan: Layout, job: Job, cluster: Cluster, spans: Spans, shared: SharedCache | None
 ) -> _Shared:
@@ -117,14 +155,15 @@ def _shared_costs(
         works = shared[key]
     else:
         works = shared[key] = _works(graph, plan, job, cluster)
-    blocks, first, last = works
+    blocks = works[0]
+    plain, first, last = _plain_costs(works, graph, plan, job, cluster, spans, shared)
     return _Shared(
         tuple(
-            KindCost(block_costs(w, graph, plan, job, cluster, spans), w.params, w.expert_params)
-            for w in blocks
+            plain[i] if i in plain else _kind_cost(w, graph, plan, job, cluster, spans)
+            for i, w in enumerate(blocks)
         ),
-        end_cost(first, plan, job, cluster, spans),
-        end_cost(last, plan, job, cluster, spans),
+        first,
+        last,
         software_memory(graph.spec, plan, job, cluster, spans.ep),
         _shares(blocks[base_kind(graph.block_kinds)]),
     )

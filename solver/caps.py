@@ -16,7 +16,7 @@ from functools import lru_cache
 from typing import Any
 
 from paraplan.cost import Recompute, StageTerms
-from paraplan.cost.memory import kind_bytes_per_stage, max_layers_per_stage
+from paraplan.cost.memory import BaseMemo, kind_bytes_per_stage, max_layers_per_stage
 from paraplan.cost.plan import plan_key
 from paraplan.cost.split import pipeline_slots
 from paraplan.solver.kinds import chunk_reach, least_in_reach, one_kind
@@ -52,6 +52,7 @@ def layer_caps(
     stage_modes: tuple[Recompute, ...] | None = None,
     num_layers: int | None = None,
     memo: CapsMemo | None = None,
+    bases: BaseMemo | None = None,
 ) -> dict[tuple[int, Recompute], int]:
     """Most k (units of vp layers less the stage's slot, at most ``k_hi``) each stage holds in
     each mode within memory: (most layers + slot) // vp; 0 for a mode other than the stage's own
@@ -59,7 +60,9 @@ def layer_caps(
     only what that stage may run. Memory does not depend on the rank order, so any order's terms
     give the same caps. ``num_layers``: the model's (for the slots; None: no slots).
     Several block kinds: the most k whose least memory fits (``_kind_cap``), a relaxation.
-    ``memo``: caps already found for this layout less its rank order (``CapsMemo``), by mode."""
+    ``memo``: caps already found for this layout less its rank order (``CapsMemo``), by mode.
+    ``bases``: the stages' mode-free memory parts of ``terms`` (cost.memory.BaseMemo), shared
+    by the modes of one check."""
     if memo is not None:
         base = plan_key(terms.plan, _ORDER)
         caps: dict[tuple[int, Recompute], int] = {}
@@ -67,7 +70,7 @@ def layer_caps(
             key = (base, r, k_hi, stage_modes, num_layers)
             found = memo.get(key)
             if found is None:
-                found = memo[key] = layer_caps(terms, [r], k_hi, stage_modes, num_layers)
+                found = memo[key] = layer_caps(terms, [r], k_hi, stage_modes, num_layers, bases=bases)
             caps |= found
         return caps
     vp = terms.plan.vp
@@ -76,7 +79,7 @@ def layer_caps(
         slots = layout_slots(terms, len(terms.block_kinds))
         caps = {}
         for r in recomputes:
-            for s, (fixed, per_kind) in enumerate(kind_bytes_per_stage(terms, r)):
+            for s, (fixed, per_kind) in enumerate(kind_bytes_per_stage(terms, r, bases)):
                 own = stage_modes is None or stage_modes[s] == r
                 caps[(s, r)] = _kind_cap(terms, s, fixed, per_kind, k_hi, slots) if own else 0
         return caps
@@ -173,13 +176,15 @@ def some_split_fits(
     each mode's caps computed only while the answer is open: a split that fits with some of the
     modes fits with all of them (a stage's cap is the most over its modes; ``uniform``: some one
     mode fits every stage), so the modes are asked least memory per layer first and the answer
-    is yes at the first that fits; no needs every mode, as before."""
+    is yes at the first that fits; no needs every mode, as before. The modes share each stage's
+    mode-free memory parts (cost.memory.BaseMemo)."""
     pp, vp = terms.plan.pp, terms.plan.vp
     slots = pipeline_slots(num_layers, pp, vp) or (0,) * pp
     k_total = (num_layers + sum(slots)) // vp
     caps: dict[tuple[int, Recompute], int] = {}
+    bases: BaseMemo = {}
     for mode in sorted(recomputes, key=_LEAST_MEMORY_FIRST.index):
-        caps |= layer_caps(terms, [mode], k_hi, stage_modes, num_layers, memo)
+        caps |= layer_caps(terms, [mode], k_hi, stage_modes, num_layers, memo, bases)
         if fits_some_split(caps, pp, k_total, uniform, slots):
             return True
     return False

@@ -22,9 +22,9 @@ TP / CP / EP traffic) and the gradient sync are non-negative. The block costs la
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 
 from paraplan.cost import CudaGraphs, Job, Layout, MoEDispatcher, Recompute, StageTerms, stage_terms
+from paraplan.cost.derive import derive
 from paraplan.cost.pp import pipeline_lower_bound_s
 from paraplan.cost.pp_schedule import bubble_weight_floor
 from paraplan.cost.spans import SharedCache
@@ -40,7 +40,7 @@ def blocks_floor_s(
     """Every block of the model forward + backward, one micro-batch, at its kind's cheapest mode
     of ``modes`` on the family's packed spans at ZeRO class 0, plus the ends' compute (module
     docstring). Units: seconds."""
-    terms = stage_terms(graph, replace(family, zero=0), job, cluster, shared, packed=True)
+    terms = stage_terms(graph, derive(family, zero=0), job, cluster, shared, packed=True)
     kinds = graph.block_kinds
     costs = terms.kinds or (None,)
     total = terms.first.compute_s + terms.last.compute_s  # the ends' compute, no communication
@@ -81,7 +81,7 @@ def least_memory_twin(layout: Layout) -> Layout:
     stage's memory counts reads it, so there the twin is the one without it: the overlap's
     states and the others share one check."""
     overlap = layout.moe_overlap and layout.pp > 1
-    return replace(
+    return derive(
         layout, moe_dispatcher=MoEDispatcher.ALLTOALL, cuda_graphs=CudaGraphs.NONE, moe_overlap=overlap
     )
 

@@ -26,7 +26,6 @@ against enumeration with every state free.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
 from paraplan.cost import CudaGraphs, Job, Layout, MoEDispatcher
@@ -118,7 +117,7 @@ def _spans(family: Layout, cluster: Cluster, fixed: PartialPlan, memo: StateMemo
     if found is None:
         seen: dict[Any, Any] = {}
         for order, shape in placements(family, cluster, fixed, Options(), prune_dominated=False):
-            span = ep_span(cluster, replace(family, order=order, torus_shape=shape))
+            span = ep_span(cluster, derive(family, order=order, torus_shape=shape))
             seen.setdefault((span.tiers, span.fan_in), span)
         found = memo[key] = list(seen.values())
     return found

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from paraplan.cost import Job, Layout, Plan, Recompute, StageTerms, stage_terms
-from paraplan.cost.memory import stage_memory_model
+from paraplan.cost.memory import BaseMemo, stage_memory_model
 from paraplan.cost.split import even_layers
 from paraplan.cost.stage import Affine
 from paraplan.graph import LayerGraph
@@ -239,6 +239,7 @@ def _kind_ticks(tab: LayoutTables, ticks: TickTables) -> TickTables:
     terms, vp, res = tab.terms, tab.plan.vp, tab.resolution_s
     kinds = tuple(k for k in range(terms.num_kinds) if k != terms.base_kind)
     out = replace(ticks, kinds=kinds)
+    bases: BaseMemo = {}  # each stage's mode-free memory parts, shared by its modes
     for s in range(tab.plan.pp):
         opt = terms.optimizer_deltas(s)
         out.mem_cap[s] = bytes_down(terms.stage_capacity_bytes(s))
@@ -246,7 +247,7 @@ def _kind_ticks(tab: LayoutTables, ticks: TickTables) -> TickTables:
             out.opt_delta[(k, s)] = to_ticks(opt[k], res)
         for r in tab.recomputes:
             time_d, dp_d = terms.time_deltas(s, r), terms.exposed_deltas(s, r)
-            mem = stage_memory_model(terms, s, r)
+            mem = stage_memory_model(terms, s, r, bases)
             per_layer = mem.per_layer.total_bytes
             out.mem_fixed[(s, r)] = bytes_up(mem.fixed.total_bytes - tab.slot(s) * per_layer)
             out.mem_per_k[(s, r)] = bytes_up(vp * per_layer)

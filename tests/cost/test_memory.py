@@ -155,3 +155,36 @@ def test_zero_gradient_reduce_is_exposed_whole_without_overlap() -> None:
     assert zero_exposed_s(gather, reduce, fwd, bwd, True) == pytest.approx(0.1 + 0.0)
     # no overlap: max(0, g - f) + max(0, g - b) + r
     assert zero_exposed_s(gather, reduce, fwd, bwd, False) == pytest.approx(0.1 + 0.0 + 0.5)
+
+
+@pytest.mark.parametrize(
+    ("preset_name", "layout"),
+    [
+        ("deepseek-v3", Layout(dp=8, tp=2, pp=4, ep=8, vp=2, micro_batch=1, zero=1)),
+        ("deepseek-v3", Layout(dp=16, tp=1, pp=8, ep=16, micro_batch=2, zero=3)),
+        ("llama3-70b", Layout(dp=8, tp=2, pp=4, micro_batch=1, zero=3)),
+        ("llama3-70b", Layout(dp=4, tp=4, pp=1, micro_batch=1, zero=2)),
+    ],
+)
+def test_the_modes_of_one_memory_check_share_each_stages_mode_free_parts(
+    preset_name: str, layout: Layout
+) -> None:
+    """cost/memory.py ``BaseMemo``: one stage's memory model asked in every recompute mode with
+    the parts no mode changes kept once (solver/caps.py ``some_split_fits``, solver/tables.py)
+    equals the model each mode builds alone, field by field, on every stage; a part kept in the
+    memo that a mode changes fails here."""
+    from paraplan.cost import stage_terms
+    from paraplan.cost.memory import kind_bytes_per_stage, stage_memory_model
+    from paraplan.graph import preset
+    from paraplan.hardware import build_cluster
+
+    graph = build_graph(preset(preset_name))
+    cluster = build_cluster("dgx-h100", gpus=layout.dp * layout.tp * layout.pp)
+    job = Job(seq_len=4096, global_batch=layout.dp * layout.micro_batch * 8)
+    terms = stage_terms(graph, layout, job, cluster)
+    memo: dict = {}
+    for r in (Recompute.FULL, Recompute.SELECTIVE, Recompute.NONE):
+        assert kind_bytes_per_stage(terms, r, memo) == kind_bytes_per_stage(terms, r)
+        for s in range(layout.pp):
+            assert stage_memory_model(terms, s, r, memo) == stage_memory_model(terms, s, r)
+    assert memo
