@@ -142,7 +142,9 @@ __all__ = [
     "stage_memory_model",
     "max_layers_per_stage",
     "kind_bytes_per_stage",
+    "last_stage_kind_bytes",
     "BaseMemo",
+    "PartsMemo",
     "runtime_reserve_bytes",
     "num_communicators",
     "CUDA_CONTEXT_BYTES",
@@ -369,6 +371,9 @@ class _StageBase:
 
 BaseMemo = dict[int, _StageBase]
 """One StageTerms' ``_stage_base`` by stage: the modes of a memory check share it (caps.py)."""
+PartsMemo = dict[tuple[int, Recompute], tuple[float, tuple[float, ...], tuple[float, ...]]]
+"""One StageTerms' ``_kind_parts`` by (stage, mode): a memory check that asks the last stage
+alone first (caps.py) and then every stage builds it once."""
 
 
 def _stage_base(terms: StageTerms, stage: int, memo: BaseMemo | None = None) -> _StageBase:
@@ -540,27 +545,17 @@ def _kind_delta(
 
 
 def kind_bytes_per_stage(
-    terms: StageTerms, recompute: Recompute, memo: BaseMemo | None = None
+    terms: StageTerms, recompute: Recompute, memo: BaseMemo | None = None, parts: PartsMemo | None = None
 ) -> list[tuple[float, tuple[float, ...]]]:
     """Per stage, (fixed bytes, bytes of one block of each kind) under ``recompute``. On one
     device type the middle stages differ only in their in-flight micro-batches, so stage 1's
     model serves them with its activations scaled (as max_layers_per_stage). ``memo``: the
-    stages' mode-free parts (``_stage_base``) of this ``terms``, shared by its modes."""
+    stages' mode-free parts (``_stage_base``) of this ``terms``, shared by its modes; ``parts``:
+    its stages' parts by (stage, mode) (``PartsMemo``)."""
     pp = terms.plan.pp
-
-    def parts(s: int) -> tuple[float, tuple[float, ...], tuple[float, ...]]:
-        mem = stage_memory_model(terms, s, recompute, memo)
-        rows = [mem.per_layer] if not mem.per_kind else [_add(mem.per_layer, d) for d in mem.per_kind]
-        # buffers per layer are the allocator's share of state and activations alike
-        is_tpu = terms.at(s).cluster.accelerator.is_tpu
-        frag, strand = fragmentation(is_tpu, terms.job.allocator), stranded_share(is_tpu, terms.job)
-        state = tuple((r.weights_bytes + r.grads_bytes + r.optimizer_bytes) * (1 + frag) for r in rows)
-        act = tuple(r.activations_bytes * (1 + frag + strand) for r in rows)
-        return mem.fixed.total_bytes, state, act
-
     shared = not terms.pool_terms and pp > 3  # middle stages from stage 1's model
     if shared:
-        fixed1, state1, act1 = parts(1)
+        fixed1, state1, act1 = _kind_parts(terms, 1, recompute, memo, parts)
         held1 = in_flight_micro_batches(1, terms.plan, terms.num_micro_batches)
     out = []
     for s in range(pp):
@@ -568,9 +563,43 @@ def kind_bytes_per_stage(
             ratio = in_flight_micro_batches(s, terms.plan, terms.num_micro_batches) / held1
             fixed, state, act = fixed1, state1, tuple(a * ratio for a in act1)
         else:
-            fixed, state, act = parts(s)
+            fixed, state, act = _kind_parts(terms, s, recompute, memo, parts)
         out.append((fixed, tuple(a + b for a, b in zip(state, act, strict=True))))
     return out
+
+
+def _kind_parts(
+    terms: StageTerms,
+    stage: int,
+    recompute: Recompute,
+    memo: BaseMemo | None = None,
+    parts: PartsMemo | None = None,
+) -> tuple[float, tuple[float, ...], tuple[float, ...]]:
+    """One stage's (fixed bytes, state bytes per kind, activation bytes per kind) under
+    ``recompute``, as ``kind_bytes_per_stage`` sums them; ``parts``: by (stage, mode)."""
+    if parts is not None:
+        found = parts.get((stage, recompute))
+        if found is None:
+            found = parts[stage, recompute] = _kind_parts(terms, stage, recompute, memo)
+        return found
+    mem = stage_memory_model(terms, stage, recompute, memo)
+    rows = [mem.per_layer] if not mem.per_kind else [_add(mem.per_layer, d) for d in mem.per_kind]
+    # buffers per layer are the allocator's share of state and activations alike
+    is_tpu = terms.at(stage).cluster.accelerator.is_tpu
+    frag, strand = fragmentation(is_tpu, terms.job.allocator), stranded_share(is_tpu, terms.job)
+    state = tuple((r.weights_bytes + r.grads_bytes + r.optimizer_bytes) * (1 + frag) for r in rows)
+    act = tuple(r.activations_bytes * (1 + frag + strand) for r in rows)
+    return mem.fixed.total_bytes, state, act
+
+
+def last_stage_kind_bytes(
+    terms: StageTerms, recompute: Recompute, memo: BaseMemo | None = None, parts: PartsMemo | None = None
+) -> tuple[float, tuple[float, ...]]:
+    """``kind_bytes_per_stage(terms, recompute, memo)[-1]`` alone: the last stage is never one
+    of the middle stages built from stage 1's model, so its entry is its own (the same
+    arithmetic, the same floats)."""
+    fixed, state, act = _kind_parts(terms, terms.plan.pp - 1, recompute, memo, parts)
+    return fixed, tuple(a + b for a, b in zip(state, act, strict=True))
 
 
 def _add(a: StageMemory, b: StageMemory) -> StageMemory:

@@ -16,7 +16,13 @@ from functools import lru_cache
 from typing import Any
 
 from paraplan.cost import Recompute, StageTerms
-from paraplan.cost.memory import BaseMemo, kind_bytes_per_stage, max_layers_per_stage
+from paraplan.cost.memory import (
+    BaseMemo,
+    PartsMemo,
+    kind_bytes_per_stage,
+    last_stage_kind_bytes,
+    max_layers_per_stage,
+)
 from paraplan.cost.plan import plan_key
 from paraplan.cost.split import pipeline_slots
 from paraplan.solver.kinds import chunk_reach, least_in_reach, one_kind
@@ -53,6 +59,7 @@ def layer_caps(
     num_layers: int | None = None,
     memo: CapsMemo | None = None,
     bases: BaseMemo | None = None,
+    parts: PartsMemo | None = None,
 ) -> dict[tuple[int, Recompute], int]:
     """Most k (units of vp layers less the stage's slot, at most ``k_hi``) each stage holds in
     each mode within memory: (most layers + slot) // vp; 0 for a mode other than the stage's own
@@ -62,7 +69,8 @@ def layer_caps(
     Several block kinds: the most k whose least memory fits (``_kind_cap``), a relaxation.
     ``memo``: caps already found for this layout less its rank order (``CapsMemo``), by mode.
     ``bases``: the stages' mode-free memory parts of ``terms`` (cost.memory.BaseMemo), shared
-    by the modes of one check."""
+    by the modes of one check; ``parts``: its stages' memory parts by (stage, mode)
+    (cost.memory.PartsMemo), where the check asked the last stage first."""
     if memo is not None:
         base = plan_key(terms.plan, _ORDER)
         caps: dict[tuple[int, Recompute], int] = {}
@@ -70,7 +78,7 @@ def layer_caps(
             key = (base, r, k_hi, stage_modes, num_layers)
             found = memo.get(key)
             if found is None:
-                found = memo[key] = layer_caps(terms, [r], k_hi, stage_modes, num_layers, bases=bases)
+                found = memo[key] = layer_caps(terms, [r], k_hi, stage_modes, num_layers, None, bases, parts)
             caps |= found
         return caps
     vp = terms.plan.vp
@@ -79,7 +87,7 @@ def layer_caps(
         slots = layout_slots(terms, len(terms.block_kinds))
         caps = {}
         for r in recomputes:
-            for s, (fixed, per_kind) in enumerate(kind_bytes_per_stage(terms, r, bases)):
+            for s, (fixed, per_kind) in enumerate(kind_bytes_per_stage(terms, r, bases, parts)):
                 own = stage_modes is None or stage_modes[s] == r
                 caps[(s, r)] = _kind_cap(terms, s, fixed, per_kind, k_hi, slots) if own else 0
         return caps
@@ -177,14 +185,42 @@ def some_split_fits(
     modes fits with all of them (a stage's cap is the most over its modes; ``uniform``: some one
     mode fits every stage), so the modes are asked least memory per layer first and the answer
     is yes at the first that fits; no needs every mode, as before. The modes share each stage's
-    mode-free memory parts (cost.memory.BaseMemo)."""
+    mode-free memory parts (cost.memory.BaseMemo). ``uniform`` with several block kinds and
+    stages: a mode whose last stage cannot hold its least k is passed over before the other
+    stages' caps are built (``_last_stage_short``: the same cap ``layer_caps`` gives it)."""
     pp, vp = terms.plan.pp, terms.plan.vp
     slots = pipeline_slots(num_layers, pp, vp) or (0,) * pp
     k_total = (num_layers + sum(slots)) // vp
     caps: dict[tuple[int, Recompute], int] = {}
     bases: BaseMemo = {}
+    parts: PartsMemo = {}
+    probe = uniform and pp > 1 and terms.heterogeneous
     for mode in sorted(recomputes, key=_LEAST_MEMORY_FIRST.index):
-        caps |= layer_caps(terms, [mode], k_hi, stage_modes, num_layers, memo, bases)
+        if probe and _last_stage_short(terms, mode, k_hi, stage_modes, 1 + slots[-1], bases, parts):
+            continue  # no split runs every stage in this mode (fits_some_split, uniform)
+        caps |= layer_caps(terms, [mode], k_hi, stage_modes, num_layers, memo, bases, parts)
         if fits_some_split(caps, pp, k_total, uniform, slots):
             return True
     return False
+
+
+def _last_stage_short(
+    terms: StageTerms,
+    mode: Recompute,
+    k_hi: int,
+    stage_modes: tuple[Recompute, ...] | None,
+    least_k: int,
+    bases: BaseMemo,
+    parts: PartsMemo,
+) -> bool:
+    """The last stage's cap in ``mode`` (``layer_caps`` of a model with several block kinds:
+    0 where ``stage_modes`` gives the stage another mode, else ``_kind_cap`` of its own memory
+    model) is below ``least_k``, its least k (1 + its slot): then no split fits with every
+    stage in ``mode``. Most of the search's unfit memory checks (the least-memory twins,
+    family_bound.py) fail there: the last stage holds the loss and the MTP block."""
+    stage = terms.plan.pp - 1
+    if stage_modes is not None and stage_modes[stage] != mode:
+        return True
+    fixed, per_kind = last_stage_kind_bytes(terms, mode, bases, parts)
+    slots = layout_slots(terms, len(terms.block_kinds))
+    return _kind_cap(terms, stage, fixed, per_kind, k_hi, slots) < least_k
