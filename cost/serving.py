@@ -36,10 +36,9 @@ prediction goodput judges (serving_common.py ``at_slo``).
 
 from __future__ import annotations
 
-from dataclasses import replace
 from math import floor
 
-from paraplan.cost.kv import WorkerShape, kv_bytes_per_element, weight_bytes_per_param
+from paraplan.cost.kv import WorkerShape
 from paraplan.cost.queueing import OVERLOAD_RHO, closed_loop_wait_s
 from paraplan.cost.serving_common import (
     Ctx,
@@ -48,9 +47,9 @@ from paraplan.cost.serving_common import (
     batch_at_rate,
     blend,
     cohort_service_s,
+    engine_context,
     goodput,
     memory_reasons,
-    model_graph,
     open_wait,
     prefill_step_s,
     round_s,
@@ -59,7 +58,6 @@ from paraplan.cost.serving_common import (
     worker_step,
 )
 from paraplan.cost.serving_disagg import disaggregated
-from paraplan.cost.serving_gemm import is_deepep_moe, is_tiled_moe
 from paraplan.cost.serving_memory import MemoryBudget, memory_budget, per_gpu_fields
 from paraplan.cost.serving_step import StepInput
 from paraplan.cost.serving_types import (
@@ -78,11 +76,6 @@ from paraplan.hardware import Cluster
 from paraplan.hardware.serving import (
     EngineMemory,
     ServingFit,
-    engine_memory,
-    is_cpp_runtime,
-    is_prefill_first,
-    is_serial_pp_host,
-    serving_fit,
 )
 
 __all__ = [
@@ -114,25 +107,9 @@ def evaluate_serving(
     parameters (the fidelity benchmark's fit and cross-validation)."""
     check_serving_plan(spec, cluster, plan)
     check_workload(workload)
-    graph = model_graph(spec)
-    ctx = Ctx(
-        graph,
-        cluster,
-        workload,
-        fit or serving_fit(),
-        weight_bytes_per_param(workload.weights_precision),
-        kv_bytes_per_element(workload.kv_precision),
-        is_cpp_runtime(engine.name, engine.version),
-        is_serial_pp_host(engine.name, engine.version),
-        is_prefill_first(engine.name),
-        is_tiled_moe(engine.name),
-        is_deepep_moe(engine.name),
-    )
-    mem = engine_memory(engine.name)
-    if engine.kv_fraction is not None:
-        if not 0.0 < engine.kv_fraction <= 1.0:
-            raise ValueError(f"engine.kv_fraction={engine.kv_fraction} must be in (0, 1]")
-        mem = replace(mem, kv_fraction=engine.kv_fraction)
+    if engine.kv_fraction is not None and not 0.0 < engine.kv_fraction <= 1.0:
+        raise ValueError(f"engine.kv_fraction={engine.kv_fraction} must be in (0, 1]")
+    ctx, mem = engine_context(spec, cluster, workload, engine, fit)
     if plan.mode == "disaggregated":
         return disaggregated(ctx, plan, mem)
     return _aggregated(ctx, plan, mem)

@@ -6,23 +6,33 @@ between pools. Formulas: cost/serving.py's module docstring and docs/serving_mod
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 
 from paraplan.cost.comm import p2p_s
-from paraplan.cost.kv import WorkerShape, kv_bytes_per_sequence
+from paraplan.cost.kv import WorkerShape, kv_bytes_per_element, kv_bytes_per_sequence, weight_bytes_per_param
 from paraplan.cost.queueing import OVERLOAD_RHO, finite_run_wait_s, md1_wait_s, wait_quantile_s
+from paraplan.cost.serving_gemm import is_deepep_moe, is_tiled_moe
 from paraplan.cost.serving_memory import MemoryBudget
 from paraplan.cost.serving_step import StepInput, StepTime, step_time
-from paraplan.cost.serving_types import Workload
+from paraplan.cost.serving_types import Engine, Workload
 from paraplan.graph import LayerGraph, ModelSpec, build_graph
 from paraplan.hardware import Cluster
-from paraplan.hardware.serving import ServingFit
+from paraplan.hardware.serving import (
+    EngineMemory,
+    ServingFit,
+    engine_memory,
+    is_cpp_runtime,
+    is_prefill_first,
+    is_serial_pp_host,
+    serving_fit,
+)
 
 __all__ = [
     "Ctx",
     "Wait",
     "model_graph",
+    "engine_context",
     "worker_step",
     "round_s",
     "batch_at_rate",
@@ -60,6 +70,32 @@ class Ctx:
     prefill_first: bool = False  # hardware/serving.py is_prefill_first
     tiled_moe: bool = False  # cost/serving_gemm.py is_tiled_moe: expert row tiles near the tokens per expert
     deepep_moe: bool = False  # cost/serving_gemm.py is_deepep_moe: DeepGEMM's tiles under attention DP + EP
+
+
+def engine_context(
+    spec: ModelSpec, cluster: Cluster, workload: Workload, engine: Engine, fit: ServingFit | None = None
+) -> tuple[Ctx, EngineMemory]:
+    """The step context and engine memory rule of one serving scenario: the precisions' bytes,
+    the engine release's runtime flags (hardware/serving.py, cost/serving_gemm.py) and its KV
+    fraction (``engine.kv_fraction`` where set). ``fit`` defaults to hardware/data/serving.yaml's.
+    Shared by cost/serving.py ``evaluate_serving`` and cost/serving_pools.py."""
+    ctx = Ctx(
+        model_graph(spec),
+        cluster,
+        workload,
+        fit or serving_fit(),
+        weight_bytes_per_param(workload.weights_precision),
+        kv_bytes_per_element(workload.kv_precision),
+        is_cpp_runtime(engine.name, engine.version),
+        is_serial_pp_host(engine.name, engine.version),
+        is_prefill_first(engine.name),
+        is_tiled_moe(engine.name),
+        is_deepep_moe(engine.name),
+    )
+    mem = engine_memory(engine.name)
+    if engine.kv_fraction is not None:
+        mem = replace(mem, kv_fraction=engine.kv_fraction)
+    return ctx, mem
 
 
 def worker_step(c: Ctx, shape: WorkerShape, x: StepInput) -> StepTime:

@@ -29,31 +29,25 @@ with B, as cost/serving_common.py ``batch_at_rate`` assumes):
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from paraplan.cost.comm import p2p_s
-from paraplan.cost.kv import WorkerShape, kv_bytes_per_element, kv_bytes_per_sequence, weight_bytes_per_param
+from paraplan.cost.kv import WorkerShape, kv_bytes_per_sequence
 from paraplan.cost.queueing import md1_wait_s
 from paraplan.cost.serving_common import (
     Ctx,
+    engine_context,
     first_wave_share,
-    model_graph,
     prefill_step_s,
     round_s,
     worker_shape,
 )
-from paraplan.cost.serving_gemm import is_deepep_moe, is_tiled_moe
 from paraplan.cost.serving_memory import memory_budget
 from paraplan.cost.serving_types import Engine, WorkerPlan, Workload
 from paraplan.graph import ModelSpec
 from paraplan.hardware import Cluster
 from paraplan.hardware.serving import (
     EngineMemory,
-    engine_memory,
-    is_cpp_runtime,
-    is_prefill_first,
-    is_serial_pp_host,
-    serving_fit,
 )
 
 __all__ = [
@@ -89,24 +83,8 @@ class DecodeBound:
 
 
 def _ctx(spec: ModelSpec, cluster: Cluster, workload: Workload, engine: Engine) -> tuple[Ctx, EngineMemory]:
-    """cost/serving.py evaluate_serving's context and engine memory rule, as it builds them."""
-    ctx = Ctx(
-        model_graph(spec),
-        cluster,
-        workload,
-        serving_fit(),
-        weight_bytes_per_param(workload.weights_precision),
-        kv_bytes_per_element(workload.kv_precision),
-        is_cpp_runtime(engine.name, engine.version),
-        is_serial_pp_host(engine.name, engine.version),
-        is_prefill_first(engine.name),
-        is_tiled_moe(engine.name),
-        is_deepep_moe(engine.name),
-    )
-    mem = engine_memory(engine.name)
-    if engine.kv_fraction is not None:
-        mem = replace(mem, kv_fraction=engine.kv_fraction)
-    return ctx, mem
+    """cost/serving.py evaluate_serving's context and engine memory rule (one builder for both)."""
+    return engine_context(spec, cluster, workload, engine)
 
 
 def prefill_bound(

@@ -22,7 +22,7 @@ Agrawal et al., Sarathi-Serve, OSDI'24, Sec. 4; Yu et al., Orca, OSDI'22):
   fill, ``grouped_gemm_row_fraction``, DeepGEMM's grouped-GEMM rates; the weight stream at small
   m stays at the HBM roofline). An engine whose MoE kernels pick a row tile near the tokens per
   expert pads m to whole tiles instead (``moe_tile_rows``, read in vLLM 0.15.1 and SGLang 0.5.9;
-  off by default: tried and not kept, docs/serving_model.md Sec. 6.0e).
+  on for vLLM by default, docs/serving_model.md Sec. 6.0e-6.0f).
 - Attention core: decode reads each sequence's KV (cost/kv.py bytes per token) at HBM speed, or
   its FLOPs at the fused-attention rate, whichever is longer (FlashDecoding / FlashInfer decode
   kernels are memory-bound at these shapes); MLA decode runs weight-absorbed (DeepSeek-V2 Sec.
