@@ -29,6 +29,9 @@ STATE_FILTERS = {
     # Megatron's overlap needs virtual pipeline stages under pp > 1
     "overlap_needs_vp": lambda p: not p.moe_overlap or p.pp == 1 or p.vp > 1,
     "no_partial_graphs": lambda p: p.cuda_graphs is not CudaGraphs.PARTIAL,
+    # whole-iteration graphs win every unfiltered instance (their buffers never bind at these
+    # sizes): without them the optimum is a partial or no-graph state, which the oracle must see
+    "no_full_graphs": lambda p: p.cuda_graphs is not CudaGraphs.FULL,
 }
 
 
@@ -85,6 +88,17 @@ def test_the_generator_reaches_states_other_than_the_default() -> None:
     assert any(d is not MoEDispatcher.ALLTOALL for d, _, _ in states), states
     assert any(o for _, o, _ in states), states
     assert len(states) >= 3, states
+    # whole-iteration graphs win those; the filtered checks (seeds 7000 + 0..15, some without full
+    # graphs: STATE_FILTERS) reach the partial and the no-graph optima
+    graphs = set()
+    for seed in range(16):
+        graph, cluster, job, fixed, options = _state_free_instance(7000 + seed, filtered=True)
+        try:
+            out = solve_instance(graph, cluster, job, fixed, options, ORACLE_SOLVER)
+        except (NoFitError, NoLayoutError):
+            continue
+        graphs.add(out.solutions[0].plan.cuda_graphs)
+    assert {CudaGraphs.NONE, CudaGraphs.PARTIAL} <= graphs, graphs
 
 
 def _state(p: Layout) -> tuple[MoEDispatcher, bool, CudaGraphs]:
