@@ -19,8 +19,9 @@ so no source or row dominates, plus a weak log-normal prior around the file's ``
 kept (``fit_from_starts``), and prints them. ``--polish`` adds a joint pattern search after the
 coordinate passes (``benchmarks.serving_pattern``; tried and not kept, docs/serving_model.md Sec. 6.0d).
 ``--moe-tiles vllm[,sglang] | none`` sets the engines whose MoE GEMMs take the row tile read in
-their kernels (cost/serving_gemm.py ``use_tiled_moe``; default ``vllm``, kept from 2026-12-02,
-eleventh session, docs/serving_model.md Sec. 6.0e-f; ``none`` is the model before).
+their kernels (cost/serving_gemm.py ``is_tiled_moe``, passed down to evaluate_serving; default
+``vllm``, kept from 2026-12-02, eleventh session, docs/serving_model.md Sec. 6.0e-f; ``none`` is
+the model before).
 ``--crossval`` refits once per held-out source on the other sources and scores the held-out
 source with those parameters: leave-one-source-out (LOSO) beside the in-sample figures.
 """
@@ -37,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from paraplan.cost.serving import ServingPrediction, evaluate_serving
-from paraplan.cost.serving_gemm import TILED_MOE_ENGINES_DEFAULT, use_tiled_moe
+from paraplan.cost.serving_gemm import TILED_MOE_ENGINES_DEFAULT, check_tiled_moe_engines
 from paraplan.hardware.serving import FIT_NAMES, ServingFit, serving_fit, serving_priors
 
 from benchmarks.serving_pattern import pattern_search
@@ -113,11 +114,18 @@ def _predicted(p: ServingPrediction, metric: str) -> float:
     return p.tpot_ms_mean
 
 
-def score_cases(cases: Sequence[ServingCase], fit: ServingFit | None = None) -> list[Score]:
-    """Every measured metric of every case against evaluate_serving's prediction."""
+def score_cases(
+    cases: Sequence[ServingCase],
+    fit: ServingFit | None = None,
+    tiles: frozenset[str] = TILED_MOE_ENGINES_DEFAULT,
+) -> list[Score]:
+    """Every measured metric of every case against evaluate_serving's prediction (``tiles``: the
+    engines whose MoE GEMMs tile near their tokens, ``--moe-tiles``)."""
     out: list[Score] = []
     for case in cases:
-        p = evaluate_serving(case.spec, case.cluster, case.plan, case.workload, case.engine, fit=fit)
+        p = evaluate_serving(
+            case.spec, case.cluster, case.plan, case.workload, case.engine, fit=fit, tiled_moe_engines=tiles
+        )
         for metric in METRICS:
             if metric in case.measured:
                 out.append(Score(case.id, case.source, metric, case.measured[metric], _predicted(p, metric)))
@@ -217,6 +225,7 @@ def fit_parameters(
     log: Callable[[str], None] | None = None,
     grid_rounds: int = 2,
     polish: bool = False,
+    tiles: frozenset[str] = TILED_MOE_ENGINES_DEFAULT,
 ) -> ServingFit:
     """Coordinate descent over FIT_NAMES within BOUNDS from ``start`` (default the data file's
     ``priors:``), each trial kept when it lowers the objective plus the weak prior
@@ -234,7 +243,7 @@ def fit_parameters(
     priors = serving_priors().values()
 
     def cost(trial: dict[str, float]) -> float:
-        return _objective(score_cases(cases, ServingFit.from_values(trial))) + _penalty(trial, priors)
+        return _objective(score_cases(cases, ServingFit.from_values(trial), tiles)) + _penalty(trial, priors)
 
     best = cost(values)
     for r in range(grid_rounds + rounds):
@@ -259,9 +268,11 @@ def fit_parameters(
     return ServingFit.from_values(values)
 
 
-def fit_objective(cases: Sequence[ServingCase], fit: ServingFit) -> float:
+def fit_objective(
+    cases: Sequence[ServingCase], fit: ServingFit, tiles: frozenset[str] = TILED_MOE_ENGINES_DEFAULT
+) -> float:
     """What the fit minimises: ``_objective`` on ``cases`` under ``fit`` plus the weak prior."""
-    return _objective(score_cases(cases, fit)) + _penalty(fit.values(), serving_priors().values())
+    return _objective(score_cases(cases, fit, tiles)) + _penalty(fit.values(), serving_priors().values())
 
 
 def fit_from_starts(
@@ -269,6 +280,7 @@ def fit_from_starts(
     starts: Sequence[ServingFit | None],
     log: Callable[[str], None] | None = None,
     polish: bool = False,
+    tiles: frozenset[str] = TILED_MOE_ENGINES_DEFAULT,
 ) -> ServingFit:
     """``fit_parameters`` from each start (None: the priors), the fit of the lowest objective kept
     (the first on a tie). ``--fit`` starts from the priors and from the data file's ``fitted:``
@@ -277,8 +289,8 @@ def fit_from_starts(
     file's values."""
     best: tuple[float, ServingFit] | None = None
     for i, start in enumerate(starts):
-        fit = fit_parameters(cases, start=start, log=log, polish=polish)
-        obj = fit_objective(cases, fit)
+        fit = fit_parameters(cases, start=start, log=log, polish=polish, tiles=tiles)
+        obj = fit_objective(cases, fit, tiles)
         if log:
             log(f"start {i} ({'priors' if start is None else 'given values'}): objective {obj:.4f}")
         if best is None or obj < best[0] - 1e-9:
@@ -289,7 +301,10 @@ def fit_from_starts(
 
 
 def crossval(
-    cases: Sequence[ServingCase], log: Callable[[str], None] | None = None, polish: bool = False
+    cases: Sequence[ServingCase],
+    log: Callable[[str], None] | None = None,
+    polish: bool = False,
+    tiles: frozenset[str] = TILED_MOE_ENGINES_DEFAULT,
 ) -> list[Score]:
     """Leave one source out: fit on the other sources from the priors (as the in-sample fit),
     score the held-out one with that fit."""
@@ -297,10 +312,10 @@ def crossval(
     for source in sorted({c.source for c in cases}):
         train = [c for c in cases if c.source != source]
         held = [c for c in cases if c.source == source]
-        fit = fit_parameters(train, polish=polish)
+        fit = fit_parameters(train, polish=polish, tiles=tiles)
         if log:
             log(f"held out {source}: " + ", ".join(f"{k} {v:.3g}" for k, v in fit.values().items()))
-        out += score_cases(held, fit)
+        out += score_cases(held, fit, tiles)
     return out
 
 
@@ -343,7 +358,7 @@ def main(argv: list[str] | None = None) -> int:
         "--moe-tiles",
         default=",".join(sorted(TILED_MOE_ENGINES_DEFAULT)),
         help="engines (vllm,sglang) whose MoE GEMMs pad to a tile near their tokens, or none (cost/"
-        "serving_gemm.py use_tiled_moe; default vllm: serving_model.md 6.0e-f)",
+        "serving_gemm.py is_tiled_moe; default vllm: serving_model.md 6.0e-f)",
     )
     ap.add_argument("--rows", type=int, help="score only the first N mapped rows (quick checks)")
     ap.add_argument(
@@ -353,7 +368,7 @@ def main(argv: list[str] | None = None) -> int:
         "committed run of benchmarks.aiconfigurator_side); 'none' leaves the side-by-side table out",
     )
     args = ap.parse_args(argv)
-    use_tiled_moe(frozenset(e for e in args.moe_tiles.split(",") if e and e != "none"))
+    tiles = check_tiled_moe_engines(frozenset(e for e in args.moe_tiles.split(",") if e and e != "none"))
     cases, skipped = serving_cases(Path(args.csv))
     if args.source:
         cases = [c for c in cases if c.source in args.source]
@@ -364,12 +379,16 @@ def main(argv: list[str] | None = None) -> int:
     fit = None
     if args.fit:
         fit = fit_from_starts(
-            cases, (None, serving_fit()), log=lambda m: print(m, file=sys.stderr), polish=args.polish
+            cases,
+            (None, serving_fit()),
+            log=lambda m: print(m, file=sys.stderr),
+            polish=args.polish,
+            tiles=tiles,
         )
         print("fitted: " + ", ".join(f"{k}: {v:.4g}" for k, v in fit.values().items()))
-    scores = score_cases(cases, fit)
+    scores = score_cases(cases, fit, tiles)
     loso = (
-        summary(crossval(cases, log=lambda m: print(m, file=sys.stderr), polish=args.polish))
+        summary(crossval(cases, log=lambda m: print(m, file=sys.stderr), polish=args.polish, tiles=tiles))
         if args.crossval
         else None
     )

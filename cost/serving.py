@@ -58,6 +58,7 @@ from paraplan.cost.serving_common import (
     worker_step,
 )
 from paraplan.cost.serving_disagg import disaggregated
+from paraplan.cost.serving_gemm import TILED_MOE_ENGINES_DEFAULT
 from paraplan.cost.serving_memory import MemoryBudget, memory_budget, per_gpu_fields
 from paraplan.cost.serving_step import StepInput
 from paraplan.cost.serving_types import (
@@ -101,15 +102,18 @@ def evaluate_serving(
     workload: Workload,
     engine: Engine,
     fit: ServingFit | None = None,
+    tiled_moe_engines: frozenset[str] = TILED_MOE_ENGINES_DEFAULT,
 ) -> ServingPrediction:
     """Predicted latency, throughput and memory of serving ``spec`` on ``cluster`` with ``plan``
     under ``workload`` (module docstring). ``fit`` overrides hardware/data/serving.yaml's fitted
-    parameters (the fidelity benchmark's fit and cross-validation)."""
+    parameters (the fidelity benchmark's fit and cross-validation), ``tiled_moe_engines`` the
+    engines whose MoE GEMMs tile near their tokens (cost/serving_gemm.py ``is_tiled_moe``; the
+    benchmark's ``--moe-tiles``)."""
     check_serving_plan(spec, cluster, plan)
     check_workload(workload)
     if engine.kv_fraction is not None and not 0.0 < engine.kv_fraction <= 1.0:
         raise ValueError(f"engine.kv_fraction={engine.kv_fraction} must be in (0, 1]")
-    ctx, mem = engine_context(spec, cluster, workload, engine, fit)
+    ctx, mem = engine_context(spec, cluster, workload, engine, fit, tiled_moe_engines)
     if plan.mode == "disaggregated":
         return disaggregated(ctx, plan, mem)
     return _aggregated(ctx, plan, mem)

@@ -12,7 +12,7 @@ from functools import cache
 from paraplan.cost.comm import p2p_s
 from paraplan.cost.kv import WorkerShape, kv_bytes_per_element, kv_bytes_per_sequence, weight_bytes_per_param
 from paraplan.cost.queueing import OVERLOAD_RHO, finite_run_wait_s, md1_wait_s, wait_quantile_s
-from paraplan.cost.serving_gemm import is_deepep_moe, is_tiled_moe
+from paraplan.cost.serving_gemm import TILED_MOE_ENGINES_DEFAULT, is_deepep_moe, is_tiled_moe
 from paraplan.cost.serving_memory import MemoryBudget
 from paraplan.cost.serving_step import StepInput, StepTime, step_time
 from paraplan.cost.serving_types import Engine, Workload
@@ -73,12 +73,20 @@ class Ctx:
 
 
 def engine_context(
-    spec: ModelSpec, cluster: Cluster, workload: Workload, engine: Engine, fit: ServingFit | None = None
+    spec: ModelSpec,
+    cluster: Cluster,
+    workload: Workload,
+    engine: Engine,
+    fit: ServingFit | None = None,
+    tiled_moe_engines: frozenset[str] = TILED_MOE_ENGINES_DEFAULT,
 ) -> tuple[Ctx, EngineMemory]:
     """The step context and engine memory rule of one serving scenario: the precisions' bytes,
     the engine release's runtime flags (hardware/serving.py, cost/serving_gemm.py) and its KV
-    fraction (``engine.kv_fraction`` where set). ``fit`` defaults to hardware/data/serving.yaml's.
-    Shared by cost/serving.py ``evaluate_serving`` and cost/serving_pools.py."""
+    fraction (``engine.kv_fraction`` where set). ``fit`` defaults to hardware/data/serving.yaml's;
+    ``tiled_moe_engines`` are the engines whose MoE GEMMs tile near their tokens (cost/
+    serving_gemm.py ``is_tiled_moe``; another set only for an experiment, benchmarks/
+    serving_fidelity.py ``--moe-tiles``). Shared by cost/serving.py ``evaluate_serving`` and
+    cost/serving_pools.py."""
     ctx = Ctx(
         model_graph(spec),
         cluster,
@@ -89,7 +97,7 @@ def engine_context(
         is_cpp_runtime(engine.name, engine.version),
         is_serial_pp_host(engine.name, engine.version),
         is_prefill_first(engine.name),
-        is_tiled_moe(engine.name),
+        is_tiled_moe(engine.name, tiled_moe_engines),
         is_deepep_moe(engine.name),
     )
     mem = engine_memory(engine.name)

@@ -31,7 +31,7 @@ __all__ = [
     "grouped_gemm_row_fraction",
     "is_tiled_moe",
     "is_deepep_moe",
-    "use_tiled_moe",
+    "check_tiled_moe_engines",
     "moe_tile_rows",
 ]
 
@@ -216,11 +216,6 @@ per fold: in-sample TPOT and TTFT better, leave-one-source-out not worse in tota
 on GROUPED_GEMM_M_HALF (rules B and C lost out of sample; which MoE runner its rows ran is not
 stated)."""
 
-_tiled_engines: frozenset[str] = TILED_MOE_ENGINES_DEFAULT
-"""The engines ``is_tiled_moe`` answers for (TILED_MOE_ENGINES_DEFAULT unless
-``use_tiled_moe`` changed it for an experiment: python -m benchmarks.serving_fidelity
---moe-tiles none | vllm,sglang)."""
-
 DEEPEP_MOE_ENGINES = frozenset({"sglang"})
 """Engines taken to run DeepEP's all-to-all under attention DP with expert parallelism, and so
 DeepGEMM's masked grouped GEMM (GROUPED_GEMM_M_HALF, derived from that kernel): sglang 0.5.9
@@ -229,21 +224,21 @@ when the a2a backend is DeepEP. ASSUMED, not stated by the rows: that SGLang's a
 rows ran ``--moe-a2a-backend deepep`` (not its default)."""
 
 
-def use_tiled_moe(engines: frozenset[str]) -> None:
-    """Set the engines whose MoE GEMMs pad to the tile near their tokens (``is_tiled_moe``), a
-    subset of TILED_MOE_ENGINES_READ (default TILED_MOE_ENGINES_DEFAULT); empty turns the term
-    off."""
-    global _tiled_engines
+def check_tiled_moe_engines(engines: frozenset[str]) -> frozenset[str]:
+    """``engines`` if every one is in TILED_MOE_ENGINES_READ (the engines whose MoE kernels were
+    read), else a ValueError naming the others: the set ``is_tiled_moe`` may be asked of
+    (python -m benchmarks.serving_fidelity --moe-tiles). Empty turns the tiles off."""
     unknown = engines - TILED_MOE_ENGINES_READ
     if unknown:
         raise ValueError(f"moe tiles: {sorted(unknown)} not among {sorted(TILED_MOE_ENGINES_READ)}")
-    _tiled_engines = engines
+    return engines
 
 
-def is_tiled_moe(engine_name: str) -> bool:
-    """Whether the engine's routed-expert GEMMs pad each expert's rows to a tile near its tokens
-    (``use_tiled_moe``; vLLM by default), outside the DeepEP layouts of ``is_deepep_moe``."""
-    return engine_name in _tiled_engines
+def is_tiled_moe(engine_name: str, engines: frozenset[str] = TILED_MOE_ENGINES_DEFAULT) -> bool:
+    """Whether the engine's routed-expert GEMMs pad each expert's rows to a tile near its tokens:
+    ``engine_name`` in ``engines`` (TILED_MOE_ENGINES_DEFAULT, vLLM, unless an experiment passes
+    another set), outside the DeepEP layouts of ``is_deepep_moe``."""
+    return engine_name in engines
 
 
 def is_deepep_moe(engine_name: str) -> bool:

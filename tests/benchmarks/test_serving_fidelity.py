@@ -204,9 +204,11 @@ def test_the_fit_keeps_the_start_of_the_lowest_objective(monkeypatch) -> None:
 
     worse = ServingFit.from_values({**serving_priors().values(), "step_overhead_ms": 3.0})
     monkeypatch.setattr(
-        sf, "fit_parameters", lambda cases, start=None, log=None, polish=False: start or serving_priors()
+        sf,
+        "fit_parameters",
+        lambda cases, start=None, log=None, polish=False, tiles=None: start or serving_priors(),
     )
-    monkeypatch.setattr(sf, "fit_objective", lambda cases, fit: fit.values()["step_overhead_ms"])
+    monkeypatch.setattr(sf, "fit_objective", lambda cases, fit, tiles=None: fit.values()["step_overhead_ms"])
     assert sf.fit_from_starts([], (worse, None)).values() == serving_priors().values()
     assert sf.fit_from_starts([], (worse,)) is worse
     with pytest.raises(ValueError):

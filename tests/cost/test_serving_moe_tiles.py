@@ -1,31 +1,23 @@
 """The MoE row tile read in the engines' kernels (cost/serving_gemm.py moe_tile_rows,
-use_tiled_moe; docs/serving_model.md Sec. 6.0e-f): on for vLLM by default, a tile near the tokens
+is_tiled_moe; docs/serving_model.md Sec. 6.0e-f): on for vLLM by default, a tile near the tokens
 per expert, DeepGEMM's padding kept under an SGLang attention-DP + EP layout."""
 
 from __future__ import annotations
-
-from collections.abc import Iterator
 
 import pytest
 from paraplan.cost.kv import WorkerShape
 from paraplan.cost.serving_gemm import (
     GROUPED_GEMM_M_HALF,
     TILED_MOE_ENGINES_DEFAULT,
+    check_tiled_moe_engines,
     is_deepep_moe,
     is_tiled_moe,
     moe_tile_rows,
-    use_tiled_moe,
 )
 from paraplan.cost.serving_step import StepInput, step_time
 from paraplan.graph import build_graph, preset
 from paraplan.hardware import build_cluster
 from paraplan.hardware.serving import serving_fit
-
-
-@pytest.fixture
-def tiles_default_after() -> Iterator[None]:
-    yield
-    use_tiled_moe(TILED_MOE_ENGINES_DEFAULT)
 
 
 def test_the_tile_is_the_next_power_of_two_of_the_mean_tokens_clamped_16_to_128() -> None:
@@ -43,8 +35,9 @@ def test_vllm_tiles_by_default_and_only_the_read_engines_can() -> None:
     assert TILED_MOE_ENGINES_DEFAULT == frozenset({"vllm"})
     assert is_tiled_moe("vllm") and not is_tiled_moe("sglang") and not is_tiled_moe("trtllm")
     assert is_deepep_moe("sglang") and not is_deepep_moe("vllm")
+    assert is_tiled_moe("sglang", frozenset({"vllm", "sglang"})) and not is_tiled_moe("vllm", frozenset())
     with pytest.raises(ValueError, match="trtllm"):
-        use_tiled_moe(frozenset({"trtllm"}))  # TensorRT-LLM's kernels were not read
+        check_tiled_moe_engines(frozenset({"trtllm"}))  # TensorRT-LLM's kernels were not read
 
 
 def _experts_decode_s(tiled: bool, deepep: bool, shape: WorkerShape) -> float:
@@ -81,14 +74,17 @@ def test_an_sglang_attention_dp_ep_layout_keeps_deepgemm_padding() -> None:
     assert _experts_decode_s(True, False, shape) < _experts_decode_s(False, False, shape)
 
 
-def test_the_benchmark_flag_sets_the_tiled_engines(tiles_default_after: None) -> None:
-    from benchmarks.serving_fidelity import main
+def test_the_benchmark_flag_passes_the_tiled_engines_down_and_leaves_no_state() -> None:
+    from benchmarks.serving_fidelity import main, score_cases
+    from benchmarks.serving_set import serving_cases
 
-    use_tiled_moe(frozenset())
-    assert not is_tiled_moe("vllm")
-    use_tiled_moe(frozenset({"vllm", "sglang"}))
-    assert is_tiled_moe("vllm") and is_tiled_moe("sglang")
+    vllm = [c for c in serving_cases()[0] if c.engine.name == "vllm"]
+    tiled = score_cases(vllm)
+    untiled = score_cases(vllm, tiles=frozenset())
+    assert [s.id for s in tiled] == [s.id for s in untiled]
+    assert any(a.predicted != b.predicted for a, b in zip(tiled, untiled, strict=True))  # MoE rows move
     assert main(["--source", "trtllm_dsr1_best_perf", "--aic", "none", "--moe-tiles", "none"]) == 0
-    assert not is_tiled_moe("vllm")
-    assert main(["--source", "trtllm_dsr1_best_perf", "--aic", "none"]) == 0
-    assert is_tiled_moe("vllm") and not is_tiled_moe("sglang")
+    assert is_tiled_moe("vllm")  # the flag set no module state: the default is what it was
+    assert [s.predicted for s in score_cases(vllm)] == [s.predicted for s in tiled]
+    with pytest.raises(ValueError, match="trtllm"):
+        main(["--source", "trtllm_dsr1_best_perf", "--aic", "none", "--moe-tiles", "vllm,trtllm"])
