@@ -16,20 +16,15 @@ from paraplan.cost.floor import compute_floor_s, inner_tiers_fastest, moe_ep_exc
 from paraplan.cost.plan import Layout
 from paraplan.cost.pp import pipeline_lower_bound_s
 from paraplan.cost.split import even_layers
-from paraplan.hardware import build_cluster
 from paraplan.solver.family_bound import family_bound_s, least_memory_twin
 from paraplan.solver.space import layouts
 
-from tests.solver.test_oracle_moe import random_moe_instance
+from tests.solver.test_oracle_moe import state_free_moe_instance
 
 
 def _instance(seed: int):
     rng = random.Random(seed)
-    graph, cluster, job, fixed, options = random_moe_instance(rng, small=True)
-    if cluster.accelerator.generation == "ampere":  # DeepEP / HybridEP run from Hopper on
-        cluster = build_cluster("dgx-h100", gpus=8)
-    fixed = replace(fixed, moe_dispatcher=None, moe_overlap=None, cuda_graphs=None)
-    options = replace(options, search_moe_state=True, max_micro_batch=2, max_vp=2)
+    graph, cluster, job, fixed, options = state_free_moe_instance(rng, max_micro_batch=2, max_vp=2)
     space = layouts(graph.spec, cluster, job.seq_len, job.global_batch, fixed, options)
     return graph, cluster, job, rng.sample(space, min(40, len(space)))
 

@@ -131,6 +131,18 @@ def test_space_holds_both_expert_tp_and_both_cp_exchanges_on_every_tier() -> Non
     assert {p.cp_comm for p in across} == set(CPComm)
 
 
+def state_free_moe_instance(rng: random.Random, **options: object):
+    """``random_moe_instance(rng, small=True)`` with the MoE software state left to the search
+    (dispatcher, overlap and graphs unset, ``search_moe_state`` on; ``options`` further Options
+    fields), on an H100 node where the draw is an Ampere part (DeepEP / HybridEP run from Hopper
+    on)."""
+    graph, cluster, job, fixed, opts = random_moe_instance(rng, small=True)
+    if cluster.accelerator.generation == "ampere":
+        cluster = build_cluster("dgx-h100", gpus=8)
+    fixed = replace(fixed, moe_dispatcher=None, moe_overlap=None, cuda_graphs=None)
+    return graph, cluster, job, fixed, replace(opts, search_moe_state=True, **options)
+
+
 def _software_state_instance(seed: int):
     """A small MoE instance with a fixed MoE software state (issue 22): a deduplicating dispatcher,
     the 1F1B EP overlap (whose exposure depends on dp, pp and vp through the steady-state share)

@@ -19,7 +19,7 @@ from paraplan.solver.space import layouts, software_states
 
 from tests.seeds import seeds
 from tests.solver.test_oracle import check_against_enumeration
-from tests.solver.test_oracle_moe import random_moe_instance
+from tests.solver.test_oracle_moe import state_free_moe_instance
 
 SEARCH = Options(search_moe_state=True)
 ORACLE_SOLVER = SolverOptions(time_limit_s=60, num_workers=1, random_seed=0)  # check_against_enumeration's
@@ -37,11 +37,7 @@ STATE_FILTERS = {
 
 def _state_free_instance(seed: int, filtered: bool):
     rng = random.Random(seed)
-    graph, cluster, job, fixed, options = random_moe_instance(rng, small=True)
-    if cluster.accelerator.generation == "ampere":  # DeepEP / HybridEP run from Hopper on
-        cluster = build_cluster("dgx-h100", gpus=8)
-    fixed = replace(fixed, moe_dispatcher=None, moe_overlap=None, cuda_graphs=None)
-    options = replace(options, search_moe_state=True)
+    graph, cluster, job, fixed, options = state_free_moe_instance(rng)
     if rng.random() < 0.3:
         job = replace(job, moe_routing=MoERouting.FORCE_BALANCED, expert_imbalance=None)
     if filtered:
