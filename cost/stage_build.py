@@ -37,6 +37,7 @@ from paraplan.hardware import Cluster
 
 __all__ = [
     "base_kind",
+    "layout_works",
     "stage_terms",
 ]
 
@@ -145,16 +146,26 @@ def _plain_costs(
     return out
 
 
+def layout_works(
+    graph: LayerGraph, plan: Layout, job: Job, cluster: Cluster, shared: SharedCache | None
+) -> tuple[tuple[Work, ...], Work, Work]:
+    """The work of one block of each kind and of the first and last end (cost/block.py
+    ``block_work``, ``end_work``): what the plan's tp, cp, ep, micro-batch, SP and MoE overlap and
+    graphs (the host time) set; kept in ``shared`` (stage_terms' cache) once per ``_WORK_IGNORES``
+    key, where the dominance of MoE software states (solver/states.py) finds it too."""
+    if shared is None:
+        return _works(graph, plan, job, cluster)
+    key = ("work", *plan_key(plan, _WORK_IGNORES))
+    found: tuple[tuple[Work, ...], Work, Work] | None = shared.get(key)
+    if found is None:
+        found = shared[key] = _works(graph, plan, job, cluster)
+    return found
+
+
 def _shared_costs(
     graph: LayerGraph, plan: Layout, job: Job, cluster: Cluster, spans: Spans, shared: SharedCache | None
 ) -> _Shared:
-    key = ("work", *plan_key(plan, _WORK_IGNORES))
-    if shared is None:
-        works = _works(graph, plan, job, cluster)
-    elif key in shared:
-        works = shared[key]
-    else:
-        works = shared[key] = _works(graph, plan, job, cluster)
+    works = layout_works(graph, plan, job, cluster, shared)
     blocks = works[0]
     plain, first, last = _plain_costs(works, graph, plan, job, cluster, spans, shared)
     return _Shared(

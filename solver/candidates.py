@@ -56,7 +56,7 @@ from paraplan.solver.space import (
     state_of,
     zeros,
 )
-from paraplan.solver.states import undominated_states, with_state
+from paraplan.solver.states import SHARED, undominated_states, with_state
 from paraplan.solver.tables import LayoutTables, build_tables, even_layers
 
 __all__ = [
@@ -361,7 +361,7 @@ def bounded_tables(
     variant_memo: dict[Any, list[Options]] = {}  # space.layout_variants
     level1: dict[Layout, float] = {}  # level-1 bounds of the families with a ZeRO stage so far
     unfit_families: set[Layout] = set()  # families with a ZeRO stage whose no split fits
-    state_memo: dict[Any, Any] = {}  # solver/states.py
+    state_memo: dict[Any, Any] = {SHARED: shared}  # solver/states.py
     passed = 0  # layouts that reached level 2 (under a layout filter: that passed it)
     blocks = spec.is_moe and packed and not cluster.pools  # level 0's block bound (family_bound.py)
     roomy = None  # the states of a family and ZeRO stage that fit no split, told by one check
