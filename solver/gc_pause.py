@@ -4,7 +4,8 @@ The branch and bound of solver/candidates.py is allocation-heavy pure Python: it
 terms, floors, the states' dominance, memory caps) grow to a few hundred MB of small objects that
 live for the whole search. CPython's generational collector runs a collection every 700 net
 allocations and, each time the long-lived objects have grown by a quarter, a full one that walks
-every tracked object (CPython 3.11, Modules/gcmodule.c ``collect_generations``): on the searched
+every tracked object (CPython 3.11, Modules/gcmodule.c ``collect_generations``; cited from
+memory of that source, not re-read here): on the searched
 DeepSeek-V3 solve about 1,800 collections took 1.9 of 12.6 CPU s (benchmarks/results/speed.md,
 eighth round). The search makes few reference cycles (about 6,500 objects were left for the
 collector after that solve, and the peak resident memory was the same with and without it), and
