@@ -38,7 +38,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from paraplan.cost.memory import ALLOCATOR_OVERHEAD
+from paraplan.cost.memory_reserve import ALLOCATOR_OVERHEAD
 from paraplan.cost.plan import Allocator
 from paraplan.hardware import default_memory_headroom
 from paraplan.hardware.memory import allocator_overhead_bounds

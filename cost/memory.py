@@ -15,28 +15,8 @@ Checked against torch's FSDPMemTracker (tests/cost/test_memory_oracle.py: a Llam
 FSDP2 over a fake process group on CPU): within 2% on 12 dense configurations (GQA / MQA-like /
 MHA, FSDP 2-8, recompute none and full, vocabularies 2K-8K); MoE 4-9% above.
 
-The loss (last stage): the logits at ``LOGIT_BYTES[job.cross_entropy]`` per element and the head's
-two saved inputs (the final norm's input and the LM head's input, n*h each, HEAD_SAVED_INPUTS).
-Fused (Megatron / Transformer Engine vocab-parallel cross entropy): 6 B, bf16 logits and the fp32
-softmax. Upcast (torchtitan's cross_entropy_loss: ``logits.float()`` into torch's cross_entropy):
-12 B at the loss's peak, the fp32 copy, log_softmax's saved fp32 output and its gradient (the
-oracle measures 12.0 B per logit: 4 B kept, 8 B transient, at vocabularies 8K-32K). Compiled (the
-same function under torch.compile, as torchtitan compiles its loss from 2025, ``compile.components``
-["model", "loss"]): 4 B, the bf16 logits kept for backward and their bf16 gradient. Inductor's
-decompositions let AOTAutograd's min-cut partitioner save only the bf16 input and two per-row
-fp32 values (max, log-sum-exp), and the backward's fp32 softmax, scatter and subtraction fuse into
-one kernel that writes the bf16 gradient (tests/cost/test_memory_terms.py compiles the loss with
-inductor on CPU and reads the buffers its kernels allocate: none of n x vocab in forward, one bf16
-in backward). Loss parallel (the eager upcast over logits sharded by tp > 1: torchtitan runs
-torch.distributed.tensor.parallel.loss_parallel, whose log_softmax and nll_loss on DTensors are
-decomposed into separate fp32 ops, torch/distributed/tensor/parallel/loss.py; torchtitan 0.3.0's own
-_LossParallelCrossEntropy is written the same way): 4 B more per local logit
-(``LOSS_PARALLEL_EXTRA_BYTES``), measured with torch's MemTracker on CPU over a fake process group
-at tp 2-8 (tests/cost/test_memory_terms.py: 18.0 against 14.0 B per local logit, leaf and its
-gradient included). Chunked (``job.loss_chunks`` N > 1: torchtitan 0.3.0's ChunkedLossWrapper, 8 chunks
-in its configs, runs lm_head + loss + backward one sequence chunk at a time): the logits' bytes / N
-plus the fp32 buffer its GradAccumulator keeps for the hidden states' gradient (4 B x n x h,
-``chunked_loss_bytes``).
+The reserve and the allocator's shares: cost/memory_reserve.py. The loss's bytes: cost/memory_loss.py.
+The affine layer bound the solver reads: cost/memory_layers.py.
 
 A block's backward under ZeRO-3 (FSDP2, GPU): the block and the prefetched next one unsharded
 (ZERO3_PREFETCH_BLOCKS x 2 B per parameter), its gradients unsharded in bf16 and in the reduce
@@ -53,69 +33,11 @@ last micro-batch only, so a stage holds its weights unsharded (2 B) and accumula
 gradients (g B) beside the shards; torchtitan's Llama 3.1 405B run (pp 8, FSDP 8, 75.3 GiB
 reserved) is 35 GiB short without them.
 
-The reserve is memory a real run holds that no tensor of the model accounts for:
-- CUDA context and library workspaces: ``CUDA_CONTEXT_BYTES``. With lazy module loading (CUDA
-  11.7+, default in PyTorch 2.x: NVIDIA CUDA C++ Programming Guide, "Lazy Loading") the context
-  is a few hundred MB; cuBLAS/cuBLASLt workspaces add a few to tens of MiB per stream (PyTorch
-  docs, "CUDA semantics", cuBLAS workspaces / CUBLAS_WORKSPACE_CONFIG). 0.5 GB is an estimate.
-- NCCL buffers: each communicator a rank belongs to allocates NCCL_BUFFSIZE (default 4 MiB, NCCL
-  docs "Environment Variables") per channel per peer and per protocol; with 16-32 channels on an
-  NVLink/NVSwitch node and send + receive peers that is ~0.25 GB per communicator
-  (``NCCL_BYTES_PER_COMMUNICATOR``). A rank belongs to the default (world) communicator and one
-  per parallel group of size > 1 (tp, cp, dp x cp, pp, ep, expert data parallel).
-- The caching allocator: PyTorch's allocator keeps freed blocks reserved and rounds and splits
-  them (PyTorch docs, "CUDA semantics", memory management). Measured reserved - allocated is
-  2.8-9.3% of allocated, median 5.3% (docs/memory.md Sec. 2: SimuMax's B200 runs, 13 of them in
-  benchmarks/data/memory_runs_calibration.csv), largest at long sequences. ``ALLOCATOR_OVERHEAD``
-  with the default allocator is one share fitted to every reserved reading of that file
-  (hardware/data/memory.yaml: 7.2%, prior SimuMax's median 5.3%, bounded by SimuMax's range;
-  torchtitan's FSDP2 runs read higher than Megatron's, leave-one-source-out in
-  ``benchmarks.memory_fidelity --crossval``), and reported as reserved; with
-  ``expandable_segments`` (segments grown in place, no split-block fragmentation) 2.8%, the
-  smallest gap measured, an assumption (no measured reserved figure under it). Near capacity the
-  allocator frees its cached blocks and retries before it raises out-of-memory
-  (CUDACachingAllocator: release_cached_blocks on a failed cudaMalloc), so reserved saturates at
-  capacity (rows at 96-97.6% of it) and only part of the overhead must fit:
-  ``ALLOCATOR_FIT_OVERHEAD`` = 2.8%, the smallest gap measured (the MosaicML MPT-350m runs,
-  micro-batch 18 on A100 40GB, rows 607-610 of benchmarks/data/published_runs_calibration.csv,
-  ran at 37.5 GiB modelled allocated; 5.3% would not fit them).
-- Variable sequence lengths (``job.variable_seq_len``: fine-tuning batches padded to their longest
-  sequence, or packs of varying length) under the default allocator. The caching allocator
-  (PyTorch c10/cuda/CUDACachingAllocator.cpp, read from memory of its comments: requests above
-  1 MiB come from the large pool, those under 10 MiB from 20 MiB segments, larger ones from a
-  segment of their own rounded to 2 MiB; a cached free block serves a smaller request by splitting
-  and never a larger one; on a failed cudaMalloc only whole unsplit segments are released) keeps
-  the blocks of one micro-batch's activation sizes when the next one's differ: a longer micro-batch
-  needs new segments while the shorter one's blocks stay cached, split by the smaller tensors that
-  reuse them. The must-fit peak keeps room for one more set of the stage's activations
-  (``STRANDED_ACTIVATION_SHARE`` = 1, ``stranded_share``): a bound, one size generation stranded,
-  not a fit (no row measures the stranded bytes). With ``expandable_segments`` the allocator maps
-  pages into one growing segment and frees them back, so none is kept; XLA has no such allocator.
-  The one row that shows it, Megatron-Bridge's Llama 3 70B SFT on 32 H100 (TP4 PP4 VPP5 DP2, FP8),
-  ran out of memory at 54.8 GiB allocated of 79.2 usable in 30-60% of CI runs (Bridge PR #3107) and
-  fits at 55.0 GiB with expandable_segments, so about 24 GiB were stranded when it failed. With
-  paraplan's stage-0 activations (19.4 GiB) the bound puts the need at 84.2 GiB, over the 79.7 GiB
-  device, and the plan is refused; but paraplan's allocated figure for the same plan reads 12% high
-  (61.7 GiB against the 55.0 measured with expandable_segments), and had the 6.9 GiB excess been
-  activations the bound would give about 70 GiB, a fit. The refusal rests on that activation figure as
-  much as on the bound. Reported reserved stays the fitted share (as measured on runs of fixed
-  length); only what must fit grows.
-
-Size: one module because the stage's memory model (stage_memory_model), its affine layer bound
-(max_layers_per_stage, kind_bytes_per_stage) and the overhead rules must agree term for term;
-the solver's memory rows are read from the same function.
-
-On a TPU (``Accelerator.is_tpu``) the program is compiled by XLA, which changes three things:
-- No runtime reserve is modelled (``XLA_RUNTIME_RESERVE_BYTES`` = 0): there is no CUDA context and
-  no NCCL communicator (XLA compiles each collective into the program and its buffers into the
-  program's memory plan). The TPU runtime keeps some HBM for itself, but no source gives a
-  figure (MaxText's and Google's docs quote none), so none is modelled rather than a guess.
-- No allocator fragmentation (``XLA_FRAGMENTATION`` = 0): XLA fixes every buffer's offset at
-  compile time (buffer assignment over the heap simulator's live ranges, openxla.org/xla,
-  "XLA architecture"), so no caching allocator churns with the activations.
-- The same live ranges free the logits and their gradient before the first decoder layer's
-  backward starts, so FULL recompute's re-materialised block and the last stage's logits are
-  transient at different times: the stage holds the larger of the two, not their sum.
+On a TPU (``Accelerator.is_tpu``) XLA fixes every buffer's live range at compile time (no reserve and
+no fragmentation: cost/memory_reserve.py), and the same live ranges free the logits and their
+gradient before the first decoder layer's backward starts, so FULL recompute's re-materialised
+block and the last stage's logits are transient at different times: the stage holds the larger
+of the two, not their sum.
 XLA's own buffer assignment agrees (tests/cost/test_xla_memory_oracle.py, a MaxText-shaped
 decoder compiled by jax: the layer-backward transient does not grow with the vocabulary, and
 MaxText's cross entropy keeps 4 B per logit element against the 6 B counted here).
@@ -126,63 +48,33 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 from paraplan.cost.block import LOGITS_BYTES_PER_ELEMENT
-from paraplan.cost.compute import ACTIVATION_BYTES
 from paraplan.cost.dp import WEIGHT_BYTES, StateBytes, grad_bytes, moment_bytes, shard_degree, state_bytes
-from paraplan.cost.ep import expert_shard_degree
-from paraplan.cost.plan import Allocator, CrossEntropy, Job, Layout, Recompute
+from paraplan.cost.memory_loss import HEAD_SAVED_INPUTS, chunked_loss_bytes, logit_bytes_per_element
+from paraplan.cost.memory_reserve import (
+    allocator_overhead,
+    fragmentation,
+    runtime_reserve_bytes,
+    stranded_share,
+)
+from paraplan.cost.plan import Layout, Recompute
 from paraplan.cost.pp import in_flight_micro_batches
 from paraplan.cost.pp_schedule import parameter_copies
 from paraplan.cost.stage import StageTerms
-from paraplan.hardware.memory import allocator_overhead_fit
 
 __all__ = [
     "StageMemory",
     "StageMemoryModel",
     "stage_memory",
     "stage_memory_model",
-    "max_layers_per_stage",
-    "kind_bytes_per_stage",
-    "last_stage_kind_bytes",
+    "layers_that_fit",
     "BaseMemo",
-    "PartsMemo",
-    "runtime_reserve_bytes",
-    "num_communicators",
-    "CUDA_CONTEXT_BYTES",
-    "NCCL_BYTES_PER_COMMUNICATOR",
-    "ALLOCATOR_FRAGMENTATION",
-    "XLA_RUNTIME_RESERVE_BYTES",
-    "XLA_FRAGMENTATION",
-    "fragmentation",
-    "allocator_overhead",
-    "ALLOCATOR_OVERHEAD",
-    "ALLOCATOR_FIT_OVERHEAD",
-    "LOGIT_BYTES",
-    "LOSS_PARALLEL_EXTRA_BYTES",
-    "logit_bytes_per_element",
     "unsharded_under_pp",
-    "chunked_loss_bytes",
-    "CHUNK_GRAD_BYTES",
-    "stranded_share",
-    "STRANDED_ACTIVATION_SHARE",
+    "ZERO3_PREFETCH_BLOCKS",
+    "ZERO3_GRAD_BUCKET",
 ]
 
-CUDA_CONTEXT_BYTES = 0.5e9  # CUDA context + cuBLAS workspaces, lazy loading (module docstring)
-NCCL_BYTES_PER_COMMUNICATOR = 0.25e9  # NCCL_BUFFSIZE 4 MiB x channels x peers (module docstring)
-# reserved beyond allocated, a share of the allocated bytes (module docstring): as measured
-# (reported as reserved) and the part that must fit (the allocator frees cached blocks first)
-ALLOCATOR_OVERHEAD = {a: allocator_overhead_fit(a.value) for a in Allocator}  # hardware/data/memory.yaml
-ALLOCATOR_FIT_OVERHEAD = {Allocator.DEFAULT: 0.028, Allocator.EXPANDABLE_SEGMENTS: 0.028}
-ALLOCATOR_FRAGMENTATION = ALLOCATOR_FIT_OVERHEAD[Allocator.DEFAULT]
-# per logit element at the loss's peak (module docstring)
-LOGIT_BYTES = {CrossEntropy.FUSED: 6.0, CrossEntropy.UPCAST: 12.0, CrossEntropy.COMPILED: 4.0}
-LOSS_PARALLEL_EXTRA_BYTES = 4.0  # the upcast over tp-sharded logits, DTensor's loss_parallel (docstring)
-XLA_RUNTIME_RESERVE_BYTES = 0.0  # TPU: no CUDA context or NCCL buffers; no figure published
-XLA_FRAGMENTATION = 0.0  # TPU: XLA assigns buffers at compile time (module docstring)
 ZERO3_PREFETCH_BLOCKS = 2  # FSDP keeps the current and the prefetched block unsharded
 ZERO3_GRAD_BUCKET = 5e8  # elements: DeepSpeed's default reduce_bucket_size (module docstring)
-HEAD_SAVED_INPUTS = 2  # the final norm's input and the LM head's input, n*h each (docstring)
-STRANDED_ACTIVATION_SHARE = 1.0  # one more set of activation blocks (module docstring): a bound
-CHUNK_GRAD_BYTES = 4  # torchtitan's GradAccumulator: fp32, one element per hidden state (chunked_loss_bytes)
 # (ZeRO-3 buffers during a block's backward: module docstring, "ZeRO-3 (FSDP2)")
 
 
@@ -247,93 +139,16 @@ class StageMemoryModel:
 
     def max_layers(self, capacity_bytes: float) -> int:
         """Most base-kind layers that fit ``capacity_bytes`` (0 if even one does not; large if free)."""
-        return _max_layers(capacity_bytes - self.fixed.total_bytes, self.per_layer.total_bytes)
+        return layers_that_fit(capacity_bytes - self.fixed.total_bytes, self.per_layer.total_bytes)
 
 
 _PARTS = tuple(f.name for f in fields(StageMemory))
 
 
-def _max_layers(room_bytes: float, per_layer_bytes: float) -> int:
+def layers_that_fit(room_bytes: float, per_layer_bytes: float) -> int:
     if room_bytes < per_layer_bytes:
         return 0
     return int(room_bytes // per_layer_bytes) if per_layer_bytes > 0 else 10**9
-
-
-def num_communicators(plan: Layout) -> int:
-    """NCCL communicators a rank belongs to: the world one plus one per parallel group of size > 1
-    (tp, cp, dp x cp, pp, and with experts ep and the expert-data-parallel group)."""
-    groups: tuple[int, ...] = (plan.tp, plan.cp, plan.dp * plan.cp, plan.pp)
-    if plan.ep > 1:
-        groups += (plan.ep, expert_shard_degree(plan))
-    return 1 + sum(1 for g in groups if g > 1)
-
-
-def runtime_reserve_bytes(plan: Layout, *, is_tpu: bool = False) -> float:
-    """Fixed part of the runtime reserve of one device.
-
-    Formula: CUDA_CONTEXT_BYTES + NCCL_BYTES_PER_COMMUNICATOR * num_communicators(plan); on a TPU
-    XLA_RUNTIME_RESERVE_BYTES.
-    Source: module docstring. Units: bytes. (Fragmentation scales with the activations and is
-    added per stage in stage_memory_model.)
-    """
-    if is_tpu:
-        return XLA_RUNTIME_RESERVE_BYTES
-    return CUDA_CONTEXT_BYTES + NCCL_BYTES_PER_COMMUNICATOR * num_communicators(plan)
-
-
-def fragmentation(is_tpu: bool, allocator: Allocator = Allocator.DEFAULT) -> float:
-    """Share of the allocated bytes the caching allocator needs beyond them for a plan to fit:
-    ALLOCATOR_FIT_OVERHEAD[allocator] on a GPU, XLA_FRAGMENTATION on a TPU (module docstring)."""
-    return XLA_FRAGMENTATION if is_tpu else ALLOCATOR_FIT_OVERHEAD[allocator]
-
-
-def stranded_share(is_tpu: bool, job: Job) -> float:
-    """Share of the stage's activation bytes that must fit beyond them for the blocks the default
-    caching allocator strands when activation sizes change from micro-batch to micro-batch:
-    STRANDED_ACTIVATION_SHARE with ``job.variable_seq_len`` and ``job.allocator`` default on a
-    GPU, else 0 (module docstring, "Variable sequence lengths")."""
-    if is_tpu or not job.variable_seq_len or job.allocator is not Allocator.DEFAULT:
-        return 0.0
-    return STRANDED_ACTIVATION_SHARE
-
-
-def allocator_overhead(is_tpu: bool, allocator: Allocator = Allocator.DEFAULT) -> float:
-    """Share of the allocated bytes a run's reserved memory exceeds them by, as measured:
-    ALLOCATOR_OVERHEAD[allocator] on a GPU, XLA_FRAGMENTATION on a TPU (module docstring)."""
-    return XLA_FRAGMENTATION if is_tpu else ALLOCATOR_OVERHEAD[allocator]
-
-
-def logit_bytes_per_element(job: Job, plan: Layout | None = None) -> float:
-    """Bytes per logit element at the loss's peak: LOGIT_BYTES[job.cross_entropy], plus
-    LOSS_PARALLEL_EXTRA_BYTES when the eager upcast runs over a vocabulary sharded by tp
-    (module docstring, "Loss parallel")."""
-    extra = (
-        LOSS_PARALLEL_EXTRA_BYTES
-        if job.cross_entropy is CrossEntropy.UPCAST and plan and plan.tp > 1
-        else 0.0
-    )
-    return LOGIT_BYTES[job.cross_entropy] + extra
-
-
-def chunked_loss_bytes(logits_bytes: float, block_input_bytes: float, plan: Layout, job: Job) -> float:
-    """The logits' part of the loss's transient under ``job.loss_chunks`` N (torchtitan's
-    ChunkedLossWrapper).
-
-    Formula: N = 1: ``logits_bytes``; N > 1: logits / N + the fp32 gradient buffer of the final
-    hidden states, CHUNK_GRAD_BYTES x n x h (GradAccumulator, allocated before the first chunk and
-    held to the last), n x h being the FULL-recompute block input ``block_input_bytes`` (bf16, /tp
-    with sequence parallelism) x tp (torchtitan replicates the hidden states over tp before it
-    chunks) / ACTIVATION_BYTES. The head's saved inputs (HEAD_SAVED_INPUTS x n x h) are not
-    chunked: the chunks are contiguous copies of the final norm's output, and the norm keeps its
-    input. Source: torchtitan 0.3.0 components/loss.py ChunkedLossWrapper (the hidden states split
-    into num_chunks along the sequence, lm_head + loss + backward per chunk, the chunk gradients
-    written into a GradAccumulator of dtype float32). Units: bytes.
-    """
-    if job.loss_chunks <= 1:
-        return logits_bytes
-    sp_shard = plan.tp if plan.sequence_parallel else 1
-    hidden_elements = block_input_bytes * sp_shard / ACTIVATION_BYTES
-    return logits_bytes / job.loss_chunks + CHUNK_GRAD_BYTES * hidden_elements
 
 
 def unsharded_under_pp(plan: Layout, num_micro_batches: int) -> bool:
@@ -371,9 +186,6 @@ class _StageBase:
 
 BaseMemo = dict[int, _StageBase]
 """One StageTerms' ``_stage_base`` by stage: the modes of a memory check share it (caps.py)."""
-PartsMemo = dict[tuple[int, Recompute], tuple[float, tuple[float, ...], tuple[float, ...]]]
-"""One StageTerms' ``_kind_parts`` by (stage, mode): a memory check that asks the last stage
-alone first (caps.py) and then every stage builds it once."""
 
 
 def _stage_base(terms: StageTerms, stage: int, memo: BaseMemo | None = None) -> _StageBase:
@@ -542,107 +354,6 @@ def _kind_delta(
     fit, seen = _overheads(frag, typical, state.total + act_bytes)
     fit += strand * act_bytes
     return StageMemory(state.weights, state.grads, state.optimizer, act_bytes, fit, fit, seen)
-
-
-def kind_bytes_per_stage(
-    terms: StageTerms, recompute: Recompute, memo: BaseMemo | None = None, parts: PartsMemo | None = None
-) -> list[tuple[float, tuple[float, ...]]]:
-    """Per stage, (fixed bytes, bytes of one block of each kind) under ``recompute``. On one
-    device type the middle stages differ only in their in-flight micro-batches, so stage 1's
-    model serves them with its activations scaled (as max_layers_per_stage). ``memo``: the
-    stages' mode-free parts (``_stage_base``) of this ``terms``, shared by its modes; ``parts``:
-    its stages' parts by (stage, mode) (``PartsMemo``)."""
-    pp = terms.plan.pp
-    shared = not terms.pool_terms and pp > 3  # middle stages from stage 1's model
-    if shared:
-        fixed1, state1, act1 = _kind_parts(terms, 1, recompute, memo, parts)
-        held1 = in_flight_micro_batches(1, terms.plan, terms.num_micro_batches)
-    out = []
-    for s in range(pp):
-        if shared and 0 < s < pp - 1:
-            ratio = in_flight_micro_batches(s, terms.plan, terms.num_micro_batches) / held1
-            fixed, state, act = fixed1, state1, tuple(a * ratio for a in act1)
-        else:
-            fixed, state, act = _kind_parts(terms, s, recompute, memo, parts)
-        out.append((fixed, tuple(a + b for a, b in zip(state, act, strict=True))))
-    return out
-
-
-def _kind_parts(
-    terms: StageTerms,
-    stage: int,
-    recompute: Recompute,
-    memo: BaseMemo | None = None,
-    parts: PartsMemo | None = None,
-) -> tuple[float, tuple[float, ...], tuple[float, ...]]:
-    """One stage's (fixed bytes, state bytes per kind, activation bytes per kind) under
-    ``recompute``, as ``kind_bytes_per_stage`` sums them; ``parts``: by (stage, mode)."""
-    if parts is not None:
-        found = parts.get((stage, recompute))
-        if found is None:
-            found = parts[stage, recompute] = _kind_parts(terms, stage, recompute, memo)
-        return found
-    mem = stage_memory_model(terms, stage, recompute, memo)
-    rows = [mem.per_layer] if not mem.per_kind else [_add(mem.per_layer, d) for d in mem.per_kind]
-    # buffers per layer are the allocator's share of state and activations alike
-    is_tpu = terms.at(stage).cluster.accelerator.is_tpu
-    frag, strand = fragmentation(is_tpu, terms.job.allocator), stranded_share(is_tpu, terms.job)
-    state = tuple((r.weights_bytes + r.grads_bytes + r.optimizer_bytes) * (1 + frag) for r in rows)
-    act = tuple(r.activations_bytes * (1 + frag + strand) for r in rows)
-    return mem.fixed.total_bytes, state, act
-
-
-def last_stage_kind_bytes(
-    terms: StageTerms, recompute: Recompute, memo: BaseMemo | None = None, parts: PartsMemo | None = None
-) -> tuple[float, tuple[float, ...]]:
-    """``kind_bytes_per_stage(terms, recompute, memo)[-1]`` alone: the last stage is never one
-    of the middle stages built from stage 1's model, so its entry is its own (the same
-    arithmetic, the same floats)."""
-    fixed, state, act = _kind_parts(terms, terms.plan.pp - 1, recompute, memo, parts)
-    return fixed, tuple(a + b for a, b in zip(state, act, strict=True))
-
-
-def _add(a: StageMemory, b: StageMemory) -> StageMemory:
-    return StageMemory(*(getattr(a, f) + getattr(b, f) for f in _PARTS))
-
-
-def max_layers_per_stage(
-    terms: StageTerms, recompute: Recompute, capacity_bytes: float | None = None
-) -> list[int]:
-    """``stage_memory_model(terms, s, recompute).max_layers(capacity)`` for every stage s, where
-    capacity is ``capacity_bytes`` or, when None, the memory of the stage's own devices.
-
-    On one device type, stages other than the first and the last differ only in their in-flight
-    micro-batches (their fixed part has no embedding, head or dense-layer correction), so stage
-    1's model serves them all with its activations scaled to each stage's in-flight count (summed
-    in the same order as StageMemory.total_bytes, so the result is identical). On a pooled
-    cluster each stage has its own pool's model."""
-    pp = terms.plan.pp
-    if terms.pool_terms:
-        return [
-            stage_memory_model(terms, s, recompute).max_layers(
-                terms.stage_capacity_bytes(s) if capacity_bytes is None else capacity_bytes
-            )
-            for s in range(pp)
-        ]
-    if capacity_bytes is None:
-        capacity_bytes = terms.capacity_bytes
-    ends = {s: stage_memory_model(terms, s, recompute) for s in {0, pp - 1}}
-    if pp <= 2:
-        return [ends[s].max_layers(capacity_bytes) for s in range(pp)]
-    middle = stage_memory_model(terms, 1, recompute)
-    room = capacity_bytes - middle.fixed.total_bytes
-    act = terms.block[recompute].activation_bytes + terms.software.per_layer_bytes  # as stage_memory_model
-    frag = fragmentation(terms.cluster.accelerator.is_tpu, terms.job.allocator)
-    strand = stranded_share(terms.cluster.accelerator.is_tpu, terms.job)
-    p = middle.per_layer
-    state = p.weights_bytes + p.grads_bytes + p.optimizer_bytes
-    out = [ends[0].max_layers(capacity_bytes)]
-    for s in range(1, pp - 1):
-        held = in_flight_micro_batches(s, terms.plan, terms.num_micro_batches)
-        layer_act = act * held
-        out.append(_max_layers(room, state + layer_act + frag * (state + layer_act) + strand * layer_act))
-    return out + [ends[pp - 1].max_layers(capacity_bytes)]
 
 
 def _sum(a: StateBytes, b: StateBytes) -> StateBytes:

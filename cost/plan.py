@@ -14,19 +14,40 @@ go (even split, pipeline slots, chunks, kind counts) is cost/split.py, re-export
 
 Size: one module because Layout, Plan and PartialPlan are one field list (PartialPlan is checked
 on import to stay Plan's) and their conversions are derived from it; split apart, a knob added to
-one would have to be mirrored by hand in the other.
+one would have to be mirrored by hand in the other. The knobs' enumerations (cost/knobs.py) and the
+rules a plan breaks on its own (cost/plan_checks.py) live beside it and are re-exported here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
-from enum import Enum, StrEnum
+from enum import Enum
 from functools import cache
 from operator import attrgetter
 from types import UnionType
 from typing import Any, Union, cast, get_args, get_origin, get_type_hints
 
+from paraplan.cost.knobs import (
+    Allocator,
+    AttentionKernel,
+    Axis,
+    CPComm,
+    CrossEntropy,
+    OffloadModule,
+    OptimizerMoments,
+    Precision,
+    Recompute,
+    RecomputeModule,
+    SelectivePolicy,
+)
+from paraplan.cost.plan_checks import (
+    check_expert_tp,
+    check_order,
+    check_recompute_layers,
+    check_structure,
+    show_divisors,
+)
 from paraplan.cost.pp_schedule import PPSchedule
 from paraplan.cost.software import CudaGraphs, MoEDispatcher, MoEProbs, MoERouting
 from paraplan.cost.split import (
@@ -42,6 +63,7 @@ from paraplan.cost.split import (
 __all__ = [
     "Axis",
     "Precision",
+    "AttentionKernel",
     "Allocator",
     "OptimizerMoments",
     "CrossEntropy",
@@ -78,103 +100,6 @@ __all__ = [
     "plan_key",
     "even_split",
 ]
-
-
-class Axis(StrEnum):
-    TP = "tp"
-    CP = "cp"
-    DP = "dp"
-    PP = "pp"
-
-
-class Precision(StrEnum):
-    BF16 = "bf16"
-    FP16 = "fp16"
-    FP8 = "fp8"  # per-tensor scaling, delayed or current ("FP8-CS"; Megatron --fp8-recipe tensorwise)
-    FP8_BLOCKWISE = "fp8_blockwise"  # 1x128 / 128x128 block scales (--fp8-recipe blockwise)
-    MXFP8 = "mxfp8"  # 32-element blocks, E8M0 scales, Blackwell (--fp8-recipe mxfp8, "FP8-MX")
-    NVFP4 = "nvfp4"  # 16-element FP4 blocks, E4M3 scales, Blackwell (--fp4-recipe nvfp4)
-
-
-class AttentionKernel(StrEnum):
-    """Which fused-attention kernels the run uses (cost/compute.py ``attention_s``)."""
-
-    FUSED = "fused"  # the generation's own kernel: cuDNN / Transformer Engine, FlashAttention-3 on Hopper
-    FLASH2 = "flash2"  # FlashAttention-2 (flash-attn 2.x, written for Ampere's instructions)
-    FLASH1 = "flash1"  # FlashAttention-1 (flash-attn 1.x, or its Triton port): half FA2's rate
-
-
-class Allocator(StrEnum):
-    """The CUDA caching allocator's mode (``PYTORCH_CUDA_ALLOC_CONF``; cost/memory.py
-    ``allocator_overhead``)."""
-
-    DEFAULT = "default"  # fixed-size segments, split and cached
-    EXPANDABLE_SEGMENTS = "expandable_segments"  # expandable_segments:True, segments grown in place
-
-
-class OptimizerMoments(StrEnum):
-    """Adam's momentum and variance dtype (cost/dp.py ``moment_bytes``): fp32 (torch, DeepSpeed,
-    Megatron's default) or bf16 (Megatron's precision-aware optimizer, ``exp_avg_dtype`` and
-    ``exp_avg_sq_dtype`` bf16, as Megatron-Bridge's Moonlight and DeepSeek recipes set them)."""
-
-    FP32 = "fp32"
-    BF16 = "bf16"
-
-
-class CrossEntropy(StrEnum):
-    """How the loss is computed over the logits (cost/memory.py ``logit_bytes_per_element``)."""
-
-    FUSED = "fused"  # fused vocab-parallel kernel (Megatron / TE): bf16 logits + fp32 softmax
-    UPCAST = "upcast"  # logits upcast to fp32, torch cross_entropy (torchtitan, HF Trainer)
-    COMPILED = "compiled"  # the same under torch.compile (torchtitan 2025+): bf16 logits + bf16 grad
-
-
-class SelectivePolicy(StrEnum):
-    """What ``recompute: selective`` keeps (cost/recompute.py): the framework's own policy."""
-
-    CORE_ATTENTION = "core_attention"  # Megatron: recompute the attention core only
-    TORCHTITAN_OP = "torchtitan_op"  # torchtitan op-level SAC: save every other matmul + SDPA
-
-
-class RecomputeModule(StrEnum):
-    """Megatron ``--recompute-modules`` choices (megatron-core 0.19.2 transformer_config.py);
-    what each stores and re-runs: cost/recompute_modules.py."""
-
-    CORE_ATTN = "core_attn"
-    LAYERNORM = "layernorm"
-    MLA_UP_PROJ = "mla_up_proj"
-    MOE_ACT = "moe_act"
-    SHARED_EXPERTS = "shared_experts"
-    MLP = "mlp"
-    MOE = "moe"
-
-
-class OffloadModule(StrEnum):
-    """Megatron ``--fine-grained-activation-offloading --offload-modules`` choices whose inputs
-    paraplan prices (megatron-core 0.19.2 transformer_config.py ``offload_modules``; what each
-    moves to host memory and what it costs: cost/offload.py). Megatron's eighth choice,
-    fused_group_mlp, needs Transformer Engine's op fuser and is not offered."""
-
-    ATTN_NORM = "attn_norm"
-    QKV_LINEAR = "qkv_linear"
-    CORE_ATTN = "core_attn"
-    ATTN_PROJ = "attn_proj"
-    MLP_NORM = "mlp_norm"
-    EXPERT_FC1 = "expert_fc1"
-    MOE_ACT = "moe_act"
-
-
-class Recompute(StrEnum):
-    NONE = "none"
-    SELECTIVE = "selective"
-    FULL = "full"
-
-
-class CPComm(StrEnum):
-    """How context-parallel ranks exchange K/V (Megatron ``--cp-comm-type``; cost/cp.py)."""
-
-    P2P = "p2p"  # ring: cp - 1 send/recv steps overlapped with attention (Megatron's default)
-    ALL_GATHER = "all_gather"  # gather all K/V first, reduce-scatter dK/dV (Llama 3's CP)
 
 
 DEFAULT_ORDER: tuple[Axis, ...] = (Axis.TP, Axis.CP, Axis.DP, Axis.PP)
@@ -388,78 +313,6 @@ if tuple(f.name for f in fields(PartialPlan)) != PLAN_FIELDS:  # a knob added to
     raise TypeError(
         f"PartialPlan's fields {[f.name for f in fields(PartialPlan)]} must be Plan's {PLAN_FIELDS}"
     )
-
-_SCHEDULES = tuple(s.value for s in PPSchedule)
-_POSITIVE = ("dp", "tp", "pp", "cp", "ep", "vp", "micro_batch")
-_positives = attrgetter(*_POSITIVE)  # read in C: every Layout the search builds is checked
-_AXES = frozenset(Axis)
-
-
-def check_structure(plan: Layout) -> None:
-    """The rules a layout (and so a plan) breaks on its own, whatever the model: degrees and micro-batch >= 1,
-    ZeRO stage 0-3, a rank order naming each axis once, etp 1 or tp. ValueError names the knob,
-    the values and the rule. (Interleaving needs pp > 1 is check_plan's: a pool's share of a
-    pipeline, cost/pools.py, is a Plan of that many stages; so is what pp and vp a pipeline
-    schedule needs, so that a rule's repair of pp or vp builds a plan that check_plan judges.)"""
-    if min(_positives(plan)) < 1:
-        name = next(n for n in _POSITIVE if getattr(plan, n) < 1)
-        raise ValueError(f"plan.{name}={getattr(plan, name)} must be at least 1")
-    if plan.zero not in (0, 1, 2, 3):
-        raise ValueError(f"plan.zero={plan.zero} must be 0, 1, 2 or 3")
-    if plan.pp_schedule is not None and plan.pp_schedule not in _SCHEDULES:
-        raise ValueError(f"plan.pp_schedule={plan.pp_schedule!r} must be one of {', '.join(_SCHEDULES)}")
-    check_order(plan.order)
-    check_expert_tp(plan.etp, plan.tp)
-
-
-def check_recompute_layers(counts: Sequence[int], modes: Sequence[Recompute], pp: int) -> None:
-    """``plan.recompute_layers``: empty, or one count per pp rank, at least 1 where the stage's
-    recompute is full (its first N layers of each chunk are recomputed) and 0 elsewhere (a stage
-    that does not recompute full has no layers to choose)."""
-    if not counts:
-        return
-    if len(counts) != pp:
-        raise ValueError(
-            f"plan.recompute_layers={list(counts)} lists {len(counts)} stages; give one count per "
-            f"pipeline stage (pp={pp}) or leave it empty (every layer of a full-recompute stage)"
-        )
-    per_stage = tuple(modes) if len(modes) == pp else (tuple(modes[:1]) * pp)
-    for s, (n, mode) in enumerate(zip(counts, per_stage, strict=True)):
-        if mode is Recompute.FULL and n < 1:
-            raise ValueError(
-                f"plan.recompute_layers[{s}]={n} must be at least 1 on a stage whose recompute "
-                "is full (the layers of each chunk recomputed); for none write plan.recompute=none"
-            )
-        if mode is not Recompute.FULL and n != 0:
-            raise ValueError(
-                f"plan.recompute_layers[{s}]={n} must be 0: stage {s} recomputes "
-                f"{mode.value}, and only full recompute takes a number of layers"
-            )
-
-
-def check_order(order: Sequence[Axis]) -> None:
-    """A rank order names tp, cp, dp and pp once each, innermost first."""
-    if len(order) != len(_AXES) or set(order) != _AXES:
-        raise ValueError(
-            f"plan.order={[str(a) for a in order]} must be a permutation of "
-            "tp, cp, dp, pp (every axis once, innermost first)"
-        )
-
-
-def check_expert_tp(etp: int | None, tp: int | None) -> None:
-    """Expert tensor parallelism either shards each expert like the dense layers (etp = tp) or
-    not at all (etp = 1); None means tp."""
-    if etp is not None and tp is not None and etp not in (1, tp):
-        raise ValueError(
-            f"plan.etp={etp} must be 1 or tp={tp} (expert tensor parallelism either "
-            "shards each expert like the dense layers or not at all; other degrees are not "
-            "modelled)"
-        )
-
-
-def show_divisors(n: int) -> str:
-    """The divisors of ``n``, ascending, for a message: ``1, 2, 4, 8``."""
-    return ", ".join(str(d) for d in range(1, n + 1) if n % d == 0)
 
 
 def plan_values(plan: Plan) -> dict[str, Any]:

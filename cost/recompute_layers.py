@@ -31,7 +31,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from paraplan.cost.memory import StageMemory, allocator_overhead, fragmentation, stage_memory, stranded_share
+from paraplan.cost.memory import StageMemory, stage_memory
+from paraplan.cost.memory_reserve import allocator_overhead, fragmentation, stranded_share
 from paraplan.cost.plan import Plan, Recompute
 from paraplan.cost.pp import in_flight_micro_batches
 from paraplan.cost.split import chunk_ranges

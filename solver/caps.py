@@ -16,8 +16,8 @@ from functools import lru_cache
 from typing import Any
 
 from paraplan.cost import Recompute, StageTerms
-from paraplan.cost.memory import (
-    BaseMemo,
+from paraplan.cost.memory import BaseMemo
+from paraplan.cost.memory_layers import (
     PartsMemo,
     kind_bytes_per_stage,
     last_stage_kind_bytes,

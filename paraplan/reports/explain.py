@@ -7,7 +7,7 @@ from dataclasses import replace
 from typing import NamedTuple
 
 from paraplan.cost import Axis, Breakdown, Plan, group_span
-from paraplan.cost.memory import stranded_share
+from paraplan.cost.memory_reserve import stranded_share
 from paraplan.cost.plan import Job
 from paraplan.hardware import Cluster, memory_band
 from paraplan.reports.text import gib

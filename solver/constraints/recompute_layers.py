@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING
 
 from ortools.sat.python import cp_model
 from paraplan.cost import Recompute
-from paraplan.cost.memory import kind_bytes_per_stage, stage_memory_model
+from paraplan.cost.memory import stage_memory_model
+from paraplan.cost.memory_layers import kind_bytes_per_stage
 from paraplan.cost.recompute_layers import stored_extra_bytes
 from paraplan.solver.scale import bytes_down, bytes_up, to_ticks
 

@@ -9,7 +9,7 @@ import warnings
 from typing import Any
 
 import pytest
-from paraplan.cost.memory import CHUNK_GRAD_BYTES
+from paraplan.cost.memory_loss import CHUNK_GRAD_BYTES
 
 pytestmark = [pytest.mark.torch, pytest.mark.oracle]
 

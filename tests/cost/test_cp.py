@@ -9,7 +9,7 @@ from paraplan.cost import CPComm, Job, Plan, Recompute, evaluate
 from paraplan.cost.comm import allgather_s, group_span, p2p_s, reduce_scatter_s
 from paraplan.cost.compute import AttentionShape, LayerTime, attention_shape, layer_forward
 from paraplan.cost.cp import cp_layer_comm, kv_chunk_bytes
-from paraplan.cost.memory import ALLOCATOR_FRAGMENTATION
+from paraplan.cost.memory_reserve import ALLOCATOR_FRAGMENTATION
 from paraplan.cost.plan import Axis
 from paraplan.cost.validity import check_plan
 from paraplan.graph import build_graph, preset

@@ -111,7 +111,8 @@ def test_layer_caps_of_all_stages_match_each_stage_model(pp: int, vp: int, mb: i
     """The solver's per-stage layer caps (one model for the middle stages) equal each stage's own
     memory model, for every recompute mode and a capacity near the boundary."""
     from paraplan.cost import stage_terms
-    from paraplan.cost.memory import max_layers_per_stage, stage_memory_model
+    from paraplan.cost.memory import stage_memory_model
+    from paraplan.cost.memory_layers import max_layers_per_stage
     from paraplan.graph import preset
     from paraplan.hardware import build_cluster
 
@@ -128,7 +129,7 @@ def test_layer_caps_of_all_stages_match_each_stage_model(pp: int, vp: int, mb: i
 
 
 def test_runtime_reserve_counts_the_context_and_one_nccl_communicator_per_group() -> None:
-    from paraplan.cost.memory import (
+    from paraplan.cost.memory_reserve import (
         CUDA_CONTEXT_BYTES,
         NCCL_BYTES_PER_COMMUNICATOR,
         num_communicators,
@@ -174,7 +175,8 @@ def test_the_modes_of_one_memory_check_share_each_stages_mode_free_parts(
     equals the model each mode builds alone, field by field, on every stage; a part kept in the
     memo that a mode changes fails here."""
     from paraplan.cost import stage_terms
-    from paraplan.cost.memory import kind_bytes_per_stage, stage_memory_model
+    from paraplan.cost.memory import stage_memory_model
+    from paraplan.cost.memory_layers import kind_bytes_per_stage
     from paraplan.graph import preset
     from paraplan.hardware import build_cluster
 

@@ -7,7 +7,7 @@ import csv
 from pathlib import Path
 
 import pytest
-from paraplan.cost.memory import ALLOCATOR_OVERHEAD
+from paraplan.cost.memory_reserve import ALLOCATOR_OVERHEAD
 from paraplan.cost.plan import Allocator
 from paraplan.hardware.memory import allocator_overhead_bounds
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from paraplan.cost.memory import runtime_reserve_bytes
+from paraplan.cost.memory_reserve import runtime_reserve_bytes
 from paraplan.hardware import default_memory_headroom, memory_band
 
 import paraplan

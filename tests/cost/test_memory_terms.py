@@ -8,15 +8,13 @@ import shutil
 from typing import Any
 
 import pytest
-from paraplan.cost.memory import (
+from paraplan.cost.memory import unsharded_under_pp
+from paraplan.cost.memory_loss import CHUNK_GRAD_BYTES, LOSS_PARALLEL_EXTRA_BYTES, chunked_loss_bytes
+from paraplan.cost.memory_reserve import (
     ALLOCATOR_FIT_OVERHEAD,
     ALLOCATOR_OVERHEAD,
-    CHUNK_GRAD_BYTES,
-    LOSS_PARALLEL_EXTRA_BYTES,
     STRANDED_ACTIVATION_SHARE,
-    chunked_loss_bytes,
     runtime_reserve_bytes,
-    unsharded_under_pp,
 )
 from paraplan.cost.plan import Allocator, Job, Layout, SelectivePolicy
 from paraplan.cost.recompute import torchtitan_op_sac_stored_bytes

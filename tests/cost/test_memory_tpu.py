@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 from paraplan.cost import Job, Plan, Recompute, stored_activation_bytes
-from paraplan.cost.memory import runtime_reserve_bytes, stage_memory
+from paraplan.cost.memory import stage_memory
+from paraplan.cost.memory_reserve import runtime_reserve_bytes
 from paraplan.cost.recompute import block_input_bytes
 from paraplan.cost.stage_build import stage_terms
 from paraplan.graph import Activation, ModelSpec, build_graph

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 from paraplan.cost import Job, Plan, Recompute, evaluate, in_flight_micro_batches, stage_terms
-from paraplan.cost.memory import ALLOCATOR_FRAGMENTATION
+from paraplan.cost.memory_reserve import ALLOCATOR_FRAGMENTATION
 from paraplan.cost.recompute_layers import recomputed_counts, uniform_recompute_layers
 from paraplan.graph import build_graph, preset
 from paraplan.hardware import build_cluster

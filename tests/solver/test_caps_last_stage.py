@@ -10,7 +10,7 @@ import itertools
 
 import pytest
 from paraplan.cost import Job, Layout, Precision, Recompute, stage_terms
-from paraplan.cost.memory import kind_bytes_per_stage, last_stage_kind_bytes
+from paraplan.cost.memory_layers import kind_bytes_per_stage, last_stage_kind_bytes
 from paraplan.cost.plan import plan_key
 from paraplan.cost.split import pipeline_slots
 from paraplan.graph import build_graph, preset
