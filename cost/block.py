@@ -308,12 +308,31 @@ def _paired(plan: Layout, job: Job) -> float:
     return steady_fraction(plan, job)
 
 
+ExchangeComm = tuple[TPComm, list[CPCost], EPComm]
+"""A block's TP, CP (one per attention layer) and EP traffic (``exchange_comm``)."""
+
+
+def exchange_comm(work: Work, plan: Layout, job: Job, cluster: Cluster, spans: Spans) -> ExchangeComm:
+    """The TP, CP and EP traffic of ``work``'s layers on the layout's spans: reads the TP, CP and
+    EP spans, the work and, of the layout, tp, cp, ep, micro-batch, SP, cp_comm and the
+    dispatcher (cost/tp.py ``tp_comm``, cost/cp.py ``cp_layer_comm``, cost/ep.py
+    ``ep_layer_comm``), none of dp, pp, vp, ZeRO or the schedule."""
+    return _exchange_comm(work.exchanges, plan, job, cluster, spans)
+
+
 def block_costs(
-    work: Work, graph: LayerGraph, plan: Layout, job: Job, cluster: Cluster, spans: Spans
+    work: Work,
+    graph: LayerGraph,
+    plan: Layout,
+    job: Job,
+    cluster: Cluster,
+    spans: Spans,
+    comm: ExchangeComm | None = None,
 ) -> dict[Recompute, BlockCost]:
     """A block's cost under each recompute mode: its work plus the communication the plan's
-    placement implies (TP, CP, EP, ZeRO-2/3 traffic)."""
-    tp, cps, ep = _exchange_comm(work.exchanges, plan, job, cluster, spans)
+    placement implies (TP, CP, EP, ZeRO-2/3 traffic). ``comm``: ``exchange_comm`` of the block,
+    when the caller has it."""
+    tp, cps, ep = comm if comm is not None else _exchange_comm(work.exchanges, plan, job, cluster, spans)
     dp, edp = spans.dp, spans.edp
     gather = zero3_gather_s(work.params, plan, cluster, span=dp) + zero3_gather_s(
         work.expert_params, plan, cluster, expert=True, span=edp

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 from paraplan.cost.block import block_costs, block_work, layer_exchange, layer_time
@@ -91,9 +92,8 @@ def _moe_ep_s(
     def a2a() -> dict[int, float]:
         out: dict[int, float] = {}
         for ep in _eps(graph):
-            comm = ep_layer_comm(
-                spec.hidden, spec.top_k, derive(plan, ep=ep), job, cluster, span=packed_span(cluster, ep)
-            )
+            span = _memo(memo, ("packed", ep), partial(packed_span, cluster, ep))  # one per ep
+            comm = ep_layer_comm(spec.hidden, spec.top_k, derive(plan, ep=ep), job, cluster, span=span)
             out[ep] = comm.forward_s + comm.backward_s
         return out
 

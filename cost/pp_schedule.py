@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 from fractions import Fraction
+from functools import cache
 
 __all__ = [
     "PPSchedule",
@@ -69,6 +70,7 @@ def implied_schedule(vp: int) -> PPSchedule:
     return PPSchedule.INTERLEAVED if vp > 1 else PPSchedule.ONE_F_ONE_B
 
 
+@cache  # a pure function of two small values, asked of every layout family the search bounds
 def resolved_schedule(schedule: PPSchedule | None, vp: int) -> PPSchedule:
     return implied_schedule(vp) if schedule is None else PPSchedule(schedule)
 
@@ -138,6 +140,7 @@ def bubble_weight(
     return Fraction(round(factor * BUBBLE_QUANTUM), BUBBLE_QUANTUM * vp)
 
 
+@cache  # a pure function of two small values, asked of every layout family the search bounds
 def bubble_weight_floor(schedule: PPSchedule | None, vp: int) -> float:
     """A lower bound on ``bubble_weight`` over every block (for step-time floors before the
     block costs are known): 1/vp for 1F1B and interleaved, 0 for the others."""

@@ -23,6 +23,7 @@ from paraplan.cost.block import (
     block_work,
     end_cost,
     end_work,
+    exchange_comm,
 )
 from paraplan.cost.dp import grad_sync_s, reduces_across_micro_batches
 from paraplan.cost.ep import ep_comm_overlapped
@@ -37,6 +38,7 @@ from paraplan.hardware import Cluster
 
 __all__ = [
     "base_kind",
+    "layout_works",
     "stage_terms",
 ]
 
@@ -47,6 +49,8 @@ _PER_STAGE = frozenset({"recompute", "layers_per_stage", "layers_per_chunk", "or
 # block's work reads the EP overlap and CUDA graphs through its host time, cost/host.py)
 _WORK_IGNORES = _PER_STAGE | {"dp", "pp", "vp", "zero", "moe_dispatcher", "pp_schedule"}
 _SHARED_IGNORES = _PER_STAGE | {"dp", "pp", "vp", "zero", "pp_schedule"}  # zero enters as its class
+# a block's TP, CP and EP traffic (cost/block.py exchange_comm): the work's key and the dispatcher
+_EXCHANGE_IGNORES = _WORK_IGNORES - {"moe_dispatcher"}
 _SYNC_IGNORES = _PER_STAGE | {
     "pp",
     "vp",
@@ -108,6 +112,29 @@ def _kind_cost(
     return KindCost(block_costs(w, graph, plan, job, cluster, spans), w.params, w.expert_params)
 
 
+def _ep_kind_cost(
+    index: int,
+    w: Work,
+    graph: LayerGraph,
+    plan: Layout,
+    job: Job,
+    cluster: Cluster,
+    spans: Spans,
+    shared: SharedCache | None,
+) -> KindCost:
+    """``_kind_cost`` of block kind ``index`` (one with an all-to-all), its traffic
+    (cost/block.py ``exchange_comm``) kept in ``shared`` by what it reads (``_EXCHANGE_IGNORES``
+    and the TP, CP and EP spans): under the EP overlap the kind's costs are built once per dp,
+    pp, vp and schedule (``_shared_key``), its traffic once for all of them."""
+    comm = None
+    if shared is not None:
+        key = ("exchange", index, *plan_key(plan, _EXCHANGE_IGNORES), spans.tp, spans.cp, spans.ep)
+        comm = shared.get(key)
+        if comm is None:
+            comm = shared[key] = exchange_comm(w, plan, job, cluster, spans)
+    return KindCost(block_costs(w, graph, plan, job, cluster, spans, comm), w.params, w.expert_params)
+
+
 _Plain = tuple[dict[int, KindCost], EndCost, EndCost]
 
 
@@ -145,21 +172,31 @@ def _plain_costs(
     return out
 
 
+def layout_works(
+    graph: LayerGraph, plan: Layout, job: Job, cluster: Cluster, shared: SharedCache | None
+) -> tuple[tuple[Work, ...], Work, Work]:
+    """The work of one block of each kind and of the first and last end (cost/block.py
+    ``block_work``, ``end_work``): what the plan's tp, cp, ep, micro-batch, SP and MoE overlap and
+    graphs (the host time) set; kept in ``shared`` (stage_terms' cache) once per ``_WORK_IGNORES``
+    key, where the dominance of MoE software states (solver/states.py) finds it too."""
+    if shared is None:
+        return _works(graph, plan, job, cluster)
+    key = ("work", *plan_key(plan, _WORK_IGNORES))
+    found: tuple[tuple[Work, ...], Work, Work] | None = shared.get(key)
+    if found is None:
+        found = shared[key] = _works(graph, plan, job, cluster)
+    return found
+
+
 def _shared_costs(
     graph: LayerGraph, plan: Layout, job: Job, cluster: Cluster, spans: Spans, shared: SharedCache | None
 ) -> _Shared:
-    key = ("work", *plan_key(plan, _WORK_IGNORES))
-    if shared is None:
-        works = _works(graph, plan, job, cluster)
-    elif key in shared:
-        works = shared[key]
-    else:
-        works = shared[key] = _works(graph, plan, job, cluster)
+    works = layout_works(graph, plan, job, cluster, shared)
     blocks = works[0]
     plain, first, last = _plain_costs(works, graph, plan, job, cluster, spans, shared)
     return _Shared(
         tuple(
-            plain[i] if i in plain else _kind_cost(w, graph, plan, job, cluster, spans)
+            plain[i] if i in plain else _ep_kind_cost(i, w, graph, plan, job, cluster, spans, shared)
             for i, w in enumerate(blocks)
         ),
         first,

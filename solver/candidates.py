@@ -8,8 +8,10 @@ best upper bound examines exactly what cannot be proven worse; a layout whose lo
 exceeds that K-th best upper bound cannot hold any of the K best plans and stays out of CP-SAT.
 When nothing fits memory, ``NoFitError`` carries the least memory any plan needs.
 
-Size: one module because the levels share one heap, one incumbent and the memo tables each level
-fills for the next; split apart, every level would pass the same seven arguments back and forth.
+The levels share one heap, one incumbent and the memo tables each level fills for the next, so
+the loop stays in one function; what it asks lives beside it: the MoE state classes at level 0
+(classes.py), a layout's tables and memory checks (layout_checks.py), the count of layouts and
+the layer counts a stage allows (space_size.py).
 """
 
 from __future__ import annotations
@@ -20,44 +22,46 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from paraplan.cost import Job, Layout, Recompute, StageTerms, stage_memory, stage_terms
+from paraplan.cost import Job, Layout, StageTerms, stage_terms
 from paraplan.cost.derive import derive
 from paraplan.cost.floor import (
     FLOOR_IGNORES,
     FloorMemo,
-    compute_floor_s,
     inner_tiers_fastest,
-    moe_ep_excess_s,
 )
 from paraplan.cost.plan import PartialPlan, plan_key
 from paraplan.cost.pools import pool_floors, pooled_pipeline_floor_s
 from paraplan.cost.pp import pipeline_lower_bound_s
 from paraplan.cost.pp_schedule import bubble_weight_floor
-from paraplan.cost.software import SOFTWARE_FIELDS
-from paraplan.cost.split import even_split, pipeline_slots
-from paraplan.graph import LayerGraph, ModelSpec
+from paraplan.graph import LayerGraph
 from paraplan.hardware import Cluster
 from paraplan.solver.bounds import quick_lower_bound_s
-from paraplan.solver.caps import CapsMemo, fits_some_split, some_split_fits
+from paraplan.solver.caps import CapsMemo, fits_some_split
+from paraplan.solver.classes import class_floors, class_states
 from paraplan.solver.constraints.recompute_layers import bound_modes, searches_partial
 from paraplan.solver.distinct import layout_key
 from paraplan.solver.family_bound import LeastMemory, family_bound_s
-from paraplan.solver.limits import dominated_by_twin, layout_variants, twins
-from paraplan.solver.placement import COUNT_IGNORE, OrderCache, num_orders, orders, placements
+from paraplan.solver.layout_checks import (
+    allowed_recomputes,
+    fits,
+    least_memory,
+    stage_modes,
+    variant_tables,
+)
+from paraplan.solver.limits import dominated_by_twin, twins
+from paraplan.solver.placement import OrderCache, orders, placements
 from paraplan.solver.space import (
     Options,
     OutOfTime,
     SoftwareState,
-    exact_split,
     families,
-    least_state,
-    software_states,
     state_classes,
     state_of,
     zeros,
 )
-from paraplan.solver.states import undominated_states, with_state
-from paraplan.solver.tables import LayoutTables, build_tables, even_layers
+from paraplan.solver.space_size import KMemo, k_choices_of, space_size
+from paraplan.solver.states import SHARED, with_state
+from paraplan.solver.tables import LayoutTables
 
 __all__ = [
     "NoLayoutError",
@@ -81,105 +85,15 @@ class NoFitError(ValueError):
         self.capacity = capacity
 
 
-def allowed_recomputes(fixed: PartialPlan, options: Options) -> list[Recompute]:
-    if fixed.recompute is not None and len(set(fixed.recompute)) == 1:
-        modes = [fixed.recompute[0]]
-    else:
-        modes = list(Recompute)
-    allowed = options.recompute_modes
-    return [r for r in modes if allowed is None or r in allowed]
-
-
-def _stage_modes(fixed: PartialPlan, pp: int) -> tuple[Recompute, ...] | None:
-    """The scenario's recompute mode of each stage when it fixes one per stage, else None."""
-    if fixed.recompute is not None and len(fixed.recompute) == pp and len(set(fixed.recompute)) > 1:
-        return tuple(fixed.recompute)
-    return None
-
-
-def _k_choices(layout: Layout, num_layers: int, fixed: PartialPlan, options: Options) -> list[int] | None:
-    """Allowed k = (layers + slot) / vp per stage (cost.split.pipeline_slots); None = any;
-    [] = the layout is impossible. Reads the layout's pp and vp alone."""
-    slots = pipeline_slots(num_layers, layout.pp, layout.vp)
-    if slots is None or (num_layers + sum(slots)) // layout.vp < layout.pp + sum(slots):
-        return []  # no split in units of vp, or too few for each stage's least k (1 + slot)
-    split = exact_split(layout, num_layers, fixed, options)
-    if split is not None:  # () : no valid split, so no k
-        return sorted({(n + sl) // layout.vp for n, sl in zip(split, slots, strict=True)}) if split else []
-    if not options.allow_uneven_stages:  # equal stages and chunks (no slots: vp | layers)
-        if num_layers % (layout.pp * layout.vp):
-            return []
-        return [num_layers // (layout.pp * layout.vp)]
-    return None
-
-
-KMemo = dict[tuple[int, int], list[int] | None]
-"""``_k_choices`` by (pp, vp), the only fields of a layout it reads (one search's fixed and options)."""
-
-
-def _k_choices_of(
-    memo: KMemo, layout: Layout, num_layers: int, fixed: PartialPlan, options: Options
-) -> list[int] | None:
-    """``_k_choices`` of ``layout``, remembered in ``memo`` (a search asks it of every family)."""
-    key = (layout.pp, layout.vp)
-    if key not in memo:
-        memo[key] = _k_choices(layout, num_layers, fixed, options)
-    return memo[key]
-
-
-_STATE_FIELDS = frozenset(SOFTWARE_FIELDS)
-"""The Layout fields of the MoE software state (cost/software.py)."""
-_SIZE_IGNORE = _STATE_FIELDS | (COUNT_IGNORE - {"vp"})
-"""What a family's count of layouts (``_space_size``) does not read: ``num_orders`` reads none of
-COUNT_IGNORE, ``zeros`` only dp and cp, ``_k_choices`` only pp and vp; nor the MoE software state."""
-
 _BLOCKS = 3
 """The heap level of a family (its MoE software state chosen) bounded by its own blocks
 (solver/family_bound.py) above its class's compute floor: its ZeRO stages come next (level 1)."""
 
 
-_CLASS_PEERS = frozenset({"moe_dispatcher", "cuda_graphs"})
-"""A family's MoE state peers (``_class_states``) differ from it in these fields alone."""
-
 _CLASSES = 4
 """The heap level of a family less its MoE software state (the state searched), bounded by the
 least floor of its classes (space.state_classes): each class is pushed at level 0 when it is
 popped, so the classes of the families never popped are never built."""
-
-_FLOOR_STATELESS = FLOOR_IGNORES | _STATE_FIELDS
-
-
-def _class_floors(
-    graph: LayerGraph,
-    family: Layout,
-    job: Job,
-    cluster: Cluster,
-    states: list[SoftwareState],
-    floors: dict[tuple[object, ...], Any],
-    floor_memo: FloorMemo,
-) -> tuple[float, ...]:
-    """Per state of ``states`` (classes of ``family``, which has the first), the compute floor
-    of one micro-batch of ``family`` in that state (cost.floor.compute_floor_s; a MoE family's
-    at its own ep, cost.floor.moe_ep_excess_s), before the pipeline bound. ``floors``: the
-    search's memo, by the family less the fields the floor does not read."""
-    base = plan_key(family, _FLOOR_STATELESS)
-    key = (base, family.ep, len(states), states[0])
-    found = floors.get(key)
-    if found is None:
-        out = []
-        own, moe = state_of(family), graph.spec.is_moe
-        for st in states:
-            if (base, st) not in floors or (moe and (base, st, "ep") not in floors):
-                layout = family if st == own else with_state(family, st)  # built only to be floored
-                if (base, st) not in floors:
-                    floors[base, st] = compute_floor_s(graph, layout, job, cluster, floor_memo)
-                if moe and (base, st, "ep") not in floors:
-                    floors[base, st, "ep"] = moe_ep_excess_s(graph, layout, job, cluster, floor_memo)
-            # a MoE family's own ep, not the least (cost.floor.moe_ep_excess_s)
-            excess = floors[base, st, "ep"][family.ep] if moe else 0.0
-            out.append(floors[base, st] + excess)
-        found = floors[key] = tuple(out)
-    return found
 
 
 @dataclass
@@ -194,54 +108,6 @@ class _Candidates:
     # when the runner-up is not proven (solve.py ``_runner_up``)
     left_out: list[LayoutTables] = field(default_factory=list)
     unexamined_lb_s: float = float("inf")
-
-
-def _class_states(
-    graph: LayerGraph,
-    cluster: Cluster,
-    job: Job,
-    fixed: PartialPlan,
-    options: Options,
-    family: Layout,
-    memo: dict[Any, Any],
-) -> list[Layout]:
-    """The states of ``family``'s class (space.states_of) that the layout filter's family rules
-    pass and no other state of the family (any dispatcher, the same overlap) dominates
-    (solver/states.py). The peers (the family in each state of its overlap) are built once per
-    family and overlap, each when first asked, and their survivors found once."""
-    key = ("class", plan_key(family, _CLASS_PEERS))
-    least = state_of(family)
-    peers: dict[SoftwareState, Layout | None] | None = memo.get(key)
-    if peers is None:
-        states = memo.get(("states", family.ep))
-        if states is None:
-            states = memo["states", family.ep] = software_states(
-                graph.spec, cluster, family.ep, fixed, options.search_moe_state
-            )
-        peers = memo[key] = {st: None for st in states if st[1] == family.moe_overlap}
-    verdicts: dict[SoftwareState, bool] = memo.setdefault(("passes", key), {})  # the family filter's
-    passes = options.family_filter
-
-    def peer(st: SoftwareState) -> Layout:
-        found = peers[st]
-        if found is None:
-            found = peers[st] = family if st == least else with_state(family, st)
-        return found
-
-    def passed(st: SoftwareState) -> bool:
-        found = verdicts.get(st)
-        if found is None:
-            found = verdicts[st] = passes is None or passes(peer(st))
-        return found
-
-    survivors = memo.get(("survivors", key))
-    if survivors is None:  # every layout of a family the filter refuses fails it
-        if not any(passed(st) for st in peers if least_state(st, fixed) == least):
-            return []  # none of the class passes: none survives (the peers are asked when popped)
-        kept = [peer(st) for st in peers if passed(st)]
-        survivors = undominated_states(graph, cluster, job, fixed, options, kept, memo)
-        memo["survivors", key] = survivors
-    return [s for s in survivors if least_state(state_of(s), fixed) == least]
 
 
 def bounded_tables(
@@ -291,7 +157,7 @@ def bounded_tables(
     floors: dict[tuple[object, ...], Any] = {}
     floor_memo: FloorMemo = {}  # cost/floor.py: the parts every software state shares
     same_layers = len(graph.kind_blocks) == 1  # pooled_pipeline_floor_s
-    # several block kinds make the memory check (_fits: caps.layer_caps per kind) dearer than
+    # several block kinds make the memory check (layout_checks.fits: caps.layer_caps per kind) dearer than
     # the layout filter's rank orders: a filtered family is then asked for its orders first
     # (off a TPU cluster, whose unfit families' least memory reads each family's own shape)
     filter_first = options.layout_filter is not None and not same_layers and cluster.torus is None
@@ -320,7 +186,7 @@ def bounded_tables(
     for i, family in enumerate(space):
         if i % 16 == 0 and time.perf_counter() > deadline:  # a floor may take milliseconds
             raise OutOfTime("the time limit ran out while bounding the layout families")
-        ks = _k_choices_of(k_memo, family, spec.num_layers, fixed, options)
+        ks = k_choices_of(k_memo, family, spec.num_layers, fixed, options)
         if ks == []:
             continue
         m = job.global_batch // (family.micro_batch * family.dp)
@@ -343,7 +209,7 @@ def bounded_tables(
             states = classes.get(family.ep) or classes.setdefault(
                 family.ep, state_classes(spec, cluster, family.ep, fixed, True)
             )
-        per = _class_floors(graph, family, job, cluster, states, floors, floor_memo)
+        per = class_floors(graph, family, job, cluster, states, floors, floor_memo)
         weight = bubble_weight_floor(family.pp_schedule, family.vp)
         floor = pipeline_lower_bound_s(min(per), family.pp, family.vp, m, weight)
         if len(states) > 1:
@@ -361,7 +227,7 @@ def bounded_tables(
     variant_memo: dict[Any, list[Options]] = {}  # space.layout_variants
     level1: dict[Layout, float] = {}  # level-1 bounds of the families with a ZeRO stage so far
     unfit_families: set[Layout] = set()  # families with a ZeRO stage whose no split fits
-    state_memo: dict[Any, Any] = {}  # solver/states.py
+    state_memo: dict[Any, Any] = {SHARED: shared}  # solver/states.py
     passed = 0  # layouts that reached level 2 (under a layout filter: that passed it)
     blocks = spec.is_moe and packed and not cluster.pools  # level 0's block bound (family_bound.py)
     roomy = None  # the states of a family and ZeRO stage that fit no split, told by one check
@@ -372,7 +238,7 @@ def bounded_tables(
             cluster,
             shared,
             packed,
-            lambda t, ks: _fits(t, recomputes, spec.num_layers, ks, uniform, _stage_modes(fixed, t.plan.pp)),
+            lambda t, ks: fits(t, recomputes, spec.num_layers, ks, uniform, stage_modes(fixed, t.plan.pp)),
         )
     skipped: list[Layout] = []  # families with a ZeRO stage whose least-memory twin fits no split
     while heap:
@@ -398,7 +264,7 @@ def bounded_tables(
             if level == _BLOCKS:
                 pass  # a family (its state chosen) whose block bound is known: its ZeRO stages
             elif spec.is_moe and options.search_moe_state:  # the class's states, less the dominated
-                found = _class_states(graph, cluster, job, fixed, options, plan, state_memo)
+                found = class_states(graph, cluster, job, fixed, options, plan, state_memo)
             elif options.family_filter is not None and not options.family_filter(plan):
                 continue  # every layout of the family fails the layout filter
             for state in found:
@@ -438,8 +304,8 @@ def bounded_tables(
                 orders_found = placements(plan, cluster, fixed, options, cache=order_cache)
                 if not orders_found:
                     continue
-            if any(t in unfit_families for t in twins(plan, fixed)) or not _fits(
-                terms, recomputes, spec.num_layers, ks, uniform, _stage_modes(fixed, plan.pp), caps_memo
+            if any(t in unfit_families for t in twins(plan, fixed)) or not fits(
+                terms, recomputes, spec.num_layers, ks, uniform, stage_modes(fixed, plan.pp), caps_memo
             ):  # a twin that fits no split holds one that does not either (never larger, space.py)
                 unfit_terms.append(terms)
                 unfit_families.add(plan)
@@ -457,7 +323,7 @@ def bounded_tables(
         else:
             layout, terms = plan
             memos = (variant_memo, caps_memo)
-            for tab in _variant_tables(
+            for tab in variant_tables(
                 graph, cluster, job, fixed, options, layout, terms, ks, recomputes, memos, cutoff
             ):
                 if not fits_some_split(tab.k_max, layout.pp, tab.k_total, tab.uniform, tab.slots):
@@ -468,7 +334,7 @@ def bounded_tables(
                     key: object = layout_key(tab.plan) if distinct else tab.plan
                     best_upper[key] = min(best_upper.get(key, float("inf")), tab.upper_bound_s)
                     uppers = heapq.nsmallest(top, best_upper.values())
-    num_layouts = _space_size(space, spec, cluster, fixed, options, deadline, k_memo, lazy)
+    num_layouts = space_size(space, spec, cluster, fixed, options, deadline, k_memo, lazy)
     if not computed and out_of_time:
         return _Candidates([], num_layouts, discarded, unfit + len(unfit_terms), out_of_time)
     if not computed:  # the skipped families' own terms, for the errors below
@@ -485,132 +351,3 @@ def bounded_tables(
     left_out = [t for t in computed if t.lower_bound_s > cutoff]
     least = min([discarded] + [t.lower_bound_s for t in left_out])
     return _Candidates(kept, num_layouts, least, unfit + len(unfit_terms), out_of_time, left_out, discarded)
-
-
-def _variant_tables(
-    graph: LayerGraph,
-    cluster: Cluster,
-    job: Job,
-    fixed: PartialPlan,
-    options: Options,
-    layout: Layout,
-    terms: StageTerms,
-    ks: list[int] | None,
-    recomputes: list[Recompute],
-    memos: tuple[dict[Any, list[Options]], CapsMemo],
-    cutoff_s: float = float("inf"),
-) -> list[LayoutTables]:
-    """The layout's tables, one per per-stage variant it is searched under (space.py
-    ``layout_variants``; one without ``options.layout_limits``, built with the search's own
-    ``ks`` and ``recomputes``); ``cutoff_s``: the search's cutoff when the layout was popped
-    (a table whose lower bound is above it scores no upper bound: tables.build_tables); ``memos``:
-    the search's (space.layout_variants memo, caps.CapsMemo)."""
-    memo, caps_memo = memos
-    spec = graph.spec
-    out: list[LayoutTables] = []
-    for variant in layout_variants(layout, options, memo):
-        if variant is not options:
-            recomputes = allowed_recomputes(fixed, variant)
-            ks = _k_choices(layout, spec.num_layers, fixed, variant)
-            if not recomputes or ks == []:
-                continue
-            try:
-                partial = searches_partial(graph, fixed, variant, recomputes)
-            except ValueError:  # a fixed recompute_layers this variant cannot run
-                continue
-        else:
-            partial = searches_partial(graph, fixed, options, recomputes)
-        out.append(
-            build_tables(
-                graph,
-                cluster,
-                job,
-                layout,
-                recomputes,
-                ks,
-                terms,
-                variant.uniform_recompute,
-                exact_split(layout, spec.num_layers, fixed, variant),
-                _stage_modes(fixed, layout.pp),
-                partial=partial,
-                partial_fixed=fixed.recompute_layers is not None,
-                cutoff_s=cutoff_s,
-                caps_memo=caps_memo,
-            )
-        )
-    return out
-
-
-def _fits(
-    terms: StageTerms,
-    recomputes: list[Recompute],
-    num_layers: int,
-    ks: list[int] | None,
-    uniform: bool = False,
-    stage_modes: tuple[Recompute, ...] | None = None,
-    caps_memo: CapsMemo | None = None,
-) -> bool:
-    """Some split of the layout's layers fits memory (the rank order does not change memory);
-    with several block kinds, of the runs of blocks each rank can hold at their least memory
-    (caps.layer_caps: a relaxation). caps.some_split_fits: the modes asked until one fits."""
-    pp, vp = terms.plan.pp, terms.plan.vp
-    slots = pipeline_slots(num_layers, pp, vp) or (0,) * pp
-    k_total = (num_layers + sum(slots)) // vp
-    k_hi = max(ks) if ks else k_total - (pp - 1)
-    return some_split_fits(terms, recomputes, k_hi, stage_modes, num_layers, uniform, caps_memo)
-
-
-def _space_size(
-    space: list[Layout],
-    spec: ModelSpec,
-    cluster: Cluster,
-    fixed: PartialPlan,
-    options: Options,
-    deadline: float,
-    k_memo: KMemo,
-    one_class: bool = False,
-) -> int:
-    """Layouts in the space: families x MoE software states x ZeRO stages x rank orders (before
-    dominance pruning); 0 when the deadline has passed (the count is a report, not part of the
-    proof). ``space``: ``families(states=False, one_class=one_class)``, each family standing for
-    every state of its class (``one_class``: every state). ``k_memo``: the search's
-    ``_k_choices`` by (pp, vp)."""
-    cache: dict[tuple[object, ...], Any] = {}
-    counts: dict[tuple[object, ...], int] = {}  # by family less what no count reads (_SIZE_IGNORE)
-    per_state: dict[tuple[object, ...], int] = {}  # the states a family stands for, by ep and state
-    total = 0
-    for i, f in enumerate(space):
-        if i % 1024 == 0 and time.perf_counter() > deadline:
-            return 0
-        key = plan_key(f, _SIZE_IGNORE)
-        count = counts.get(key)
-        if count is None:
-            count = counts[key] = (
-                len(zeros(f, fixed, options=options)) * num_orders(f, fixed, options, cache)
-                if _k_choices_of(k_memo, f, spec.num_layers, fixed, options) != []
-                else 0
-            )
-        if options.search_moe_state and spec.is_moe:
-            state = (f.ep, state_of(f))
-            if state not in per_state:
-                found = software_states(spec, cluster, f.ep, fixed)
-                per_state[state] = (
-                    len(found) if one_class else sum(least_state(st, fixed) == state[1] for st in found)
-                )
-            count *= per_state[state]
-        total += count
-    return total
-
-
-def least_memory(num_layers: int, recomputes: list[Recompute], unfit: list[StageTerms]) -> float:
-    """Least peak memory per device any layout needs, over its even split and modes."""
-    best = float("inf")
-    for terms in unfit:
-        pp, vp = terms.plan.pp, terms.plan.vp
-        split = even_layers(num_layers, pp, vp) or even_split(num_layers, pp)
-        counts = terms.stage_counts(terms.plan.plan(split, (Recompute.NONE,) * pp))
-        peak = max(
-            min(stage_memory(terms, s, counts[s], r).total_bytes for r in recomputes) for s in range(pp)
-        )
-        best = min(best, peak)
-    return best

@@ -39,6 +39,7 @@ from paraplan.solver.candidates import (
 from paraplan.solver.constraints.recompute_layers import partial_counts
 from paraplan.solver.cpsat import Progress, SolverOptions, configure, layout_rank, stage_rules, tie_break
 from paraplan.solver.distinct import is_near_duplicate
+from paraplan.solver.gc_pause import gc_paused
 from paraplan.solver.model import add_hint, build_model
 from paraplan.solver.scale import from_ticks, objective_scale, resolution_for, tolerance_s
 from paraplan.solver.space import Options, OutOfTime
@@ -238,9 +239,10 @@ def solve_instance(
     across searches of the same graph, cluster and job (cost terms computed once)."""
     start = time.perf_counter()
     deadline = start + opts.time_limit_s
-    cand = bounded_tables(
-        graph, cluster, job, fixed, options, opts.top, deadline, opts.duplicate_rel is not None, shared
-    )
+    with gc_paused():  # the Python branch and bound: no cyclic collections (solver/gc_pause.py)
+        cand = bounded_tables(
+            graph, cluster, job, fixed, options, opts.top, deadline, opts.duplicate_rel is not None, shared
+        )
     resolution_s = resolution_for(
         max((t.ceiling_s() for t in cand.kept), default=0.0),
         objective_scale([t.terms.bubble_weight.denominator for t in cand.kept]),

@@ -29,7 +29,6 @@ from collections.abc import Callable
 from typing import Any
 
 from paraplan.cost import CudaGraphs, Job, Layout, MoEDispatcher
-from paraplan.cost.block import block_work
 from paraplan.cost.compute import tokens_per_device
 from paraplan.cost.derive import derive
 from paraplan.cost.dispatch import dispatcher_sm_fraction
@@ -37,14 +36,17 @@ from paraplan.cost.ep import ep_layer_comm, ep_span
 from paraplan.cost.moe_memory import dispatcher_buffer_bytes
 from paraplan.cost.plan import PartialPlan, plan_key
 from paraplan.cost.software import SOFTWARE_FIELDS
+from paraplan.cost.stage_build import layout_works
 from paraplan.graph import LayerGraph
 from paraplan.hardware import Cluster
 from paraplan.solver.placement import placements
 from paraplan.solver.space import Options, SoftwareState
 
-__all__ = ["undominated_states", "with_state"]
+__all__ = ["SHARED", "undominated_states", "with_state"]
 
 StateMemo = dict[Any, Any]
+SHARED = "shared"
+"""The key of a state memo's stage_terms cache (cost/stage_build.py ``SharedCache``), if it has one."""
 _SPAN_IGNORES = frozenset(
     {"zero", "order", "torus_shape", "vp", "recompute", "layers_per_stage", "layers_per_chunk", "micro_batch"}
     | set(SOFTWARE_FIELDS)  # the rank orders (placement.py) and EP spans read no software state
@@ -72,11 +74,13 @@ def _holds(options: Options) -> Callable[[Layout, Layout], bool]:
 
 
 def _work(graph: LayerGraph, layout: Layout, job: Job, cluster: Cluster, memo: StateMemo) -> tuple[Any, ...]:
-    """Each block kind's host-adjusted pass times (what the state changes in block_work)."""
+    """Each block kind's host-adjusted pass times (what the state changes in block_work). The
+    works come from stage_terms' cache (``memo[SHARED]``, cost/stage_build.py ``layout_works``),
+    where the block bounds and terms of the surviving states find them."""
     key = ("work", *plan_key(layout, _WORK_IGNORES))
     found = memo.get(key)
     if found is None:
-        works = [block_work(graph, i, layout, job, cluster) for i in graph.kind_blocks]
+        works = layout_works(graph, layout, job, cluster, memo.get(SHARED))[0]
         found = memo[key] = tuple(
             (w.forward_s, w.backward_s, tuple(sorted(w.recompute_s.items()))) for w in works
         )
@@ -125,7 +129,10 @@ def _spans(family: Layout, cluster: Cluster, fixed: PartialPlan, memo: StateMemo
 
 def _profile(graph: LayerGraph, layout: Layout, job: Job, cluster: Cluster, spans: list[Any]) -> list[float]:
     """What the dispatcher changes, each smaller is better: per span the all-to-all forward and
-    backward and the buffer; the SM share."""
+    backward and the buffer; the SM share. Reads the dispatcher, the micro-batch, tp, cp and ep
+    of ``layout`` (ep.ep_layer_comm, compute.tokens_per_device), so ``_drop_dispatchers`` keeps it
+    by those and the EP spans' key: the families of other vp, ZeRO stages, overlaps and graphs
+    share it."""
     spec = graph.spec
     out = [dispatcher_sm_fraction(layout.moe_dispatcher, cluster.accelerator)]
     tokens = tokens_per_device(layout, job) / layout.tp
@@ -157,9 +164,14 @@ def _drop_dispatchers(
     # the profile reads the dispatcher alone of the state (ep.ep_layer_comm, the buffer, the SM
     # share): one per dispatcher
     by_dispatcher: dict[MoEDispatcher, list[float]] = {}
+    spans_key = plan_key(states[0], _SPAN_IGNORES)
     for s in states:
         if s.moe_dispatcher not in by_dispatcher:
-            by_dispatcher[s.moe_dispatcher] = _profile(graph, s, job, cluster, spans)
+            key = ("profile", s.moe_dispatcher, s.micro_batch, *spans_key)
+            found = memo.get(key)
+            if found is None:
+                found = memo[key] = _profile(graph, s, job, cluster, spans)
+            by_dispatcher[s.moe_dispatcher] = found
     profiles = {s: by_dispatcher[s.moe_dispatcher] for s in states}
     order = list(MoEDispatcher)
     kept: list[Layout] = []
