@@ -116,6 +116,10 @@ class StageMemory:
         overhead."""
         return self.allocated_bytes + self.allocator_bytes
 
+    def plus(self, other: StageMemory) -> StageMemory:
+        """Part by part, this and ``other`` added (a base-kind block and a kind's difference)."""
+        return StageMemory(*(getattr(self, name) + getattr(other, name) for name in _PARTS))
+
 
 @dataclass(frozen=True, slots=True)
 class StageMemoryModel:

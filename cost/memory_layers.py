@@ -5,9 +5,7 @@
 
 from __future__ import annotations
 
-from dataclasses import fields
-
-from paraplan.cost.memory import BaseMemo, StageMemory, layers_that_fit, stage_memory_model
+from paraplan.cost.memory import BaseMemo, layers_that_fit, stage_memory_model
 from paraplan.cost.memory_reserve import fragmentation, stranded_share
 from paraplan.cost.plan import Recompute
 from paraplan.cost.pp import in_flight_micro_batches
@@ -59,7 +57,7 @@ def _kind_parts(
             found = parts[stage, recompute] = _kind_parts(terms, stage, recompute, memo)
         return found
     mem = stage_memory_model(terms, stage, recompute, memo)
-    rows = [mem.per_layer] if not mem.per_kind else [_add(mem.per_layer, d) for d in mem.per_kind]
+    rows = [mem.per_layer] if not mem.per_kind else [mem.per_layer.plus(d) for d in mem.per_kind]
     # buffers per layer are the allocator's share of state and activations alike
     is_tpu = terms.at(stage).cluster.accelerator.is_tpu
     frag, strand = fragmentation(is_tpu, terms.job.allocator), stranded_share(is_tpu, terms.job)
@@ -76,13 +74,6 @@ def last_stage_kind_bytes(
     arithmetic, the same floats)."""
     fixed, state, act = _kind_parts(terms, terms.plan.pp - 1, recompute, memo, parts)
     return fixed, tuple(a + b for a, b in zip(state, act, strict=True))
-
-
-_PARTS = tuple(f.name for f in fields(StageMemory))
-
-
-def _add(a: StageMemory, b: StageMemory) -> StageMemory:
-    return StageMemory(*(getattr(a, f) + getattr(b, f) for f in _PARTS))
 
 
 def max_layers_per_stage(

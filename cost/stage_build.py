@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 
 from paraplan.cost.block import (
     EndCost,
+    ExchangeComm,
     Work,
     block_costs,
     block_params_per_device,
@@ -107,9 +108,15 @@ def _works(
 
 
 def _kind_cost(
-    w: Work, graph: LayerGraph, plan: Layout, job: Job, cluster: Cluster, spans: Spans
+    w: Work,
+    graph: LayerGraph,
+    plan: Layout,
+    job: Job,
+    cluster: Cluster,
+    spans: Spans,
+    comm: ExchangeComm | None = None,
 ) -> KindCost:
-    return KindCost(block_costs(w, graph, plan, job, cluster, spans), w.params, w.expert_params)
+    return KindCost(block_costs(w, graph, plan, job, cluster, spans, comm), w.params, w.expert_params)
 
 
 def _ep_kind_cost(
@@ -132,7 +139,7 @@ def _ep_kind_cost(
         comm = shared.get(key)
         if comm is None:
             comm = shared[key] = exchange_comm(w, plan, job, cluster, spans)
-    return KindCost(block_costs(w, graph, plan, job, cluster, spans, comm), w.params, w.expert_params)
+    return _kind_cost(w, graph, plan, job, cluster, spans, comm)
 
 
 _Plain = tuple[dict[int, KindCost], EndCost, EndCost]
